@@ -1,0 +1,154 @@
+# kvpool - build, run and test.
+#
+#   make run     install missing Debian packages, build, start kvpoold with defaults
+#   make test    install, build, run every test (unit, integration, python, fuzz smoke)
+#   make         build only (binaries in build/bin, libraries in build/lib)
+#   make test SANITIZE=address,undefined    the same under sanitizers (build in build/san-*)
+#   make install PREFIX=/usr/local
+#
+# Sources are picked up by folder: a new .c file in alloc/, actors/, lookup_server/, rdma/ or
+# messages/ joins the server library; in client/ the client library; each tests/test_*.c is an
+# integration test program; each bench/*.c joins kvpool-bench.
+
+PREFIX ?= /usr/local
+SANITIZE ?=
+CC ?= cc
+
+ifeq ($(SANITIZE),)
+BUILD := build
+OPT := -O2
+else
+BUILD := build/san-$(subst $(comma),-,$(SANITIZE))
+OPT := -O1 -fno-omit-frame-pointer -fsanitize=$(SANITIZE) -fno-sanitize-recover=all
+endif
+comma := ,
+
+GEN := $(BUILD)/gen
+OBJ := $(BUILD)/obj
+BIN := $(BUILD)/bin
+LIB := $(BUILD)/lib
+
+CFLAGS_BASE := -std=gnu11 -g -Wall -Wextra -Wno-unused-parameter -fPIC -pthread \
+	-Iinclude -I. -I$(GEN) -D_GNU_SOURCE
+CFLAGS += $(OPT) $(CFLAGS_BASE)
+LDFLAGS += $(if $(SANITIZE),-fsanitize=$(SANITIZE)) -pthread
+LIBS := -lczmq -lzmq -lprotobuf-c -lmsgpackc -lrt
+SERVER_LIBS := $(LIBS) -ljemalloc -libverbs
+
+# Debian packages the build, the tests and the benchmark need.
+DEB_PACKAGES := build-essential pkg-config libzmq3-dev libczmq-dev libprotobuf-c-dev \
+	protobuf-c-compiler protobuf-compiler libjemalloc-dev libibverbs-dev libmsgpack-dev \
+	libhiredis-dev redis-server clang libclang-rt-14-dev python3 python3-zmq python3-msgpack \
+	python3-pytest python3-numpy python3-protobuf procps
+
+PROTO := messages/kvpool.proto
+PROTO_C := $(GEN)/messages/kvpool.pb-c.c
+PROTO_H := $(GEN)/messages/kvpool.pb-c.h
+
+SERVER_SRC := $(wildcard alloc/*.c actors/*.c lookup_server/*.c rdma/*.c messages/*.c)
+SERVER_SRC := $(filter-out %_fuzz.c,$(SERVER_SRC))
+CLIENT_SRC := $(wildcard client/*.c) alloc/segment.c actors/transfer_pool.c
+TEST_SRC := $(wildcard tests/test_*.c)
+BENCH_SRC := $(wildcard bench/*.c)
+
+SERVER_OBJ := $(patsubst %.c,$(OBJ)/%.o,$(SERVER_SRC)) $(OBJ)/gen/kvpool.pb-c.o
+CLIENT_OBJ := $(patsubst %.c,$(OBJ)/%.o,$(sort $(CLIENT_SRC))) $(OBJ)/gen/kvpool.pb-c.o
+ALL_OBJ := $(sort $(SERVER_OBJ) $(CLIENT_OBJ))
+
+TEST_BINS := $(patsubst tests/%.c,$(BIN)/%,$(TEST_SRC))
+PROGRAMS := $(BIN)/kvpoold $(BIN)/kvpool $(BIN)/kvpool-bench $(BIN)/kvpool-selftest
+
+.PHONY: all deps run test check unit integration python-test install clean format fuzz
+all: $(PROGRAMS) $(LIB)/libkvpool.a $(LIB)/libkvpool.so $(TEST_BINS) python-proto
+
+# ---- packages ------------------------------------------------------------------------
+deps:
+	@missing=""; for p in $(DEB_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q $$missing; \
+	fi
+
+# ---- generated protocol code ---------------------------------------------------------
+$(PROTO_C) $(PROTO_H): $(PROTO)
+	@mkdir -p $(GEN)
+	protoc-c --c_out=$(GEN) $(PROTO)
+
+python-proto: python/kvpool/kvpool_pb2.py
+python/kvpool/kvpool_pb2.py: $(PROTO)
+	@mkdir -p python/kvpool
+	protoc --python_out=$(GEN) $(PROTO)
+	cp $(GEN)/messages/kvpool_pb2.py $@
+
+# ---- objects and libraries -----------------------------------------------------------
+$(OBJ)/%.o: %.c $(PROTO_H) $(wildcard include/*.h */*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(OBJ)/gen/kvpool.pb-c.o: $(PROTO_C)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(LIB)/libkvpool.a: $(CLIENT_OBJ)
+	@mkdir -p $(LIB)
+	rm -f $@ && ar rcs $@ $^
+
+$(LIB)/libkvpool.so: $(CLIENT_OBJ)
+	@mkdir -p $(LIB)
+	$(CC) -shared $(LDFLAGS) -Wl,-soname,libkvpool.so.1 -o $@ $^ $(LIBS)
+
+# Everything, for the daemon and the tests.
+$(LIB)/libkvpool-all.a: $(ALL_OBJ)
+	@mkdir -p $(LIB)
+	rm -f $@ && ar rcs $@ $^
+
+# ---- programs ------------------------------------------------------------------------
+$(BIN)/kvpoold: $(OBJ)/tools/kvpoold.o $(LIB)/libkvpool-all.a
+	@mkdir -p $(BIN)
+	$(CC) $(LDFLAGS) -o $@ $^ $(SERVER_LIBS)
+
+$(BIN)/kvpool: $(OBJ)/tools/kvpool.o $(LIB)/libkvpool.a
+	@mkdir -p $(BIN)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
+
+$(BIN)/kvpool-selftest: $(OBJ)/tests/selftest.o $(LIB)/libkvpool-all.a
+	@mkdir -p $(BIN)
+	$(CC) $(LDFLAGS) -o $@ $^ $(SERVER_LIBS)
+
+$(BIN)/kvpool-bench: $(patsubst %.c,$(OBJ)/%.o,$(BENCH_SRC)) $(LIB)/libkvpool-all.a
+	@mkdir -p $(BIN)
+	$(CC) $(LDFLAGS) -o $@ $^ $(SERVER_LIBS) -lhiredis -lm
+
+$(BIN)/test_%: $(OBJ)/tests/test_%.o $(OBJ)/tests/testutil.o $(LIB)/libkvpool-all.a
+	@mkdir -p $(BIN)
+	$(CC) $(LDFLAGS) -o $@ $^ $(SERVER_LIBS)
+
+# ---- running -------------------------------------------------------------------------
+run: deps all
+	$(BIN)/kvpoold --segment-size 1GiB
+
+test: deps all
+	BIN=$(BIN) SANITIZE=$(SANITIZE) bash tests/run.sh
+
+check: test
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include
+	install -m 755 $(PROGRAMS) $(DESTDIR)$(PREFIX)/bin/
+	install -m 644 $(LIB)/libkvpool.a $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(LIB)/libkvpool.so $(DESTDIR)$(PREFIX)/lib/libkvpool.so.1
+	ln -sf libkvpool.so.1 $(DESTDIR)$(PREFIX)/lib/libkvpool.so
+	install -m 644 include/kvpool.h $(DESTDIR)$(PREFIX)/include/
+	@pydir=$(DESTDIR)$(PREFIX)/lib/python3/dist-packages; install -d $$pydir/kvpool && \
+	  cp -r python/kvpool/*.py $$pydir/kvpool/ && echo "python package installed in $$pydir"
+
+format:
+	clang-format -i $$(git ls-files '*.c' '*.h')
+
+clean:
+	rm -rf build
+
+-include $(wildcard lookup_server/fuzz.mk)

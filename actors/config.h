@@ -1,0 +1,57 @@
+/*  config.h - kvpoold's settings: one table of options (name, bounds, default, help), parsed
+    from the command line. Every actor reads its settings from one kvp_config_t that the
+    daemon fills before it starts them and never changes afterwards.
+*/
+#ifndef KVP_CONFIG_H_INCLUDED
+#define KVP_CONFIG_H_INCLUDED
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "lookup_server/lookup_config.h"
+
+#define KVP_MAX_ENDPOINTS 8
+
+typedef enum { KVP_PLACEMENT_RANDOM = 0, KVP_PLACEMENT_FREE_RATIO = 1 } kvp_placement_t;
+
+typedef struct {
+    char instance[32];                       //  names this store's inproc endpoints
+    const char *endpoints[KVP_MAX_ENDPOINTS]; //  client ROUTER binds
+    size_t endpoint_count;
+    const char *admin_endpoints[KVP_MAX_ENDPOINTS];
+    size_t admin_endpoint_count;
+    const char *ready_file;
+    uint64_t segment_size;
+    uint32_t segments;
+    bool lock_memory;
+    uint64_t lease_ttl_ms;
+    uint64_t put_timeout_ms;                 //  discard timeout of an uncommitted put-start
+    uint64_t soft_pin_ttl_ms;
+    uint64_t max_key_len;
+    uint64_t max_value_size;
+    uint32_t workers;
+    kvp_placement_t placement;
+    uint64_t seed;
+    bool verbose;
+    lookup_config_t lookup;
+} kvp_config_t;
+
+//  Fills config with the defaults.
+void kvp_config_defaults (kvp_config_t *config);
+
+//  Parses argv (without argv[0]) into config. Returns 0, 1 when --help was printed, or -1
+//  with a one-line error on stderr. Strings in config point into argv.
+int kvp_config_parse (kvp_config_t *config, int argc, char **argv);
+
+//  Parses a size: 1073741824, 512MiB, 4GB, 1.5gb, 64k (K/M/G/T, with or without i and B;
+//  binary multiples). Returns 0 or -1.
+int kvp_parse_size (const char *text, uint64_t *size_p);
+
+//  Prints the option table.
+void kvp_config_usage (FILE *out);
+
+void kvp_config_test (bool verbose);
+
+#endif

@@ -1,0 +1,67 @@
+/*  kvpool_status.c - names and descriptions of the status codes.
+
+    The codes are defined once for the wire in messages/kvpool.proto (enum Status) and mirrored
+    for C in include/kvpool.h (KVPOOL_STATUS_LIST); the self test below fails the build's tests
+    if the two ever disagree.
+*/
+#include "client/kvpool_status.h"
+
+#include <assert.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "messages/kvpool.pb-c.h"
+
+const char *
+kvpool_strerror (int status)
+{
+    switch (status) {
+#define KVPOOL_STATUS_TEXT(name, value, text)                                                  \
+    case value:                                                                                \
+        return text;
+        KVPOOL_STATUS_LIST (KVPOOL_STATUS_TEXT)
+#undef KVPOOL_STATUS_TEXT
+    }
+    return "unknown status";
+}
+
+const char *
+kvpool_status_name (int status)
+{
+    switch (status) {
+#define KVPOOL_STATUS_NAME(name, value, text)                                                  \
+    case value:                                                                                \
+        return #name + 7; /* without "KVPOOL_" */
+        KVPOOL_STATUS_LIST (KVPOOL_STATUS_NAME)
+#undef KVPOOL_STATUS_NAME
+    }
+    return "UNKNOWN";
+}
+
+void
+kvpool_status_test (bool verbose)
+{
+    //  Every C code has the same number as the proto code of the same name.
+    const ProtobufCEnumDescriptor *desc = &kvpool__v1__status__descriptor;
+    size_t checked = 0;
+#define KVPOOL_STATUS_CHECK(name, value, text)                                                 \
+    {                                                                                          \
+        const ProtobufCEnumValue *v =                                                          \
+            protobuf_c_enum_descriptor_get_value_by_name (desc, #name + 7);                    \
+        if (!v || v->value != value) {                                                         \
+            fprintf (stderr, "status %s: C %d, proto %d\n", #name, value, v ? v->value : 1);   \
+            assert (false);                                                                    \
+        }                                                                                      \
+        assert (strcmp (kvpool_strerror (value), text) == 0);                                  \
+        checked++;                                                                             \
+    }
+    KVPOOL_STATUS_LIST (KVPOOL_STATUS_CHECK)
+#undef KVPOOL_STATUS_CHECK
+    //  ... and the proto has no code C lacks.
+    assert (checked == desc->n_values);
+    assert (strcmp (kvpool_status_name (KVPOOL_OBJECT_NOT_FOUND), "OBJECT_NOT_FOUND") == 0);
+    assert (strcmp (kvpool_status_name (12345), "UNKNOWN") == 0);
+    assert (strcmp (kvpool_strerror (12345), "unknown status") == 0);
+    if (verbose)
+        printf ("%zu codes checked ", checked);
+}

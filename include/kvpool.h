@@ -1,0 +1,244 @@
+/*  kvpool.h - the public C API of libkvpool, the kvpool client library.
+
+    A kvpool_t is one connection to a kvpoold node (DEALER socket, protocol v1 of
+    messages/kvpool.proto). It is not thread-safe: use one per thread. Every call blocks until
+    the reply arrives or the connection's timeout passes (then it returns KVPOOL_RPC_FAIL).
+
+    Return conventions, the same everywhere:
+      - int functions return KVPOOL_OK (0) or a negative kvpool_status_t;
+      - int64_t functions return a count or size (>= 0) or a negative kvpool_status_t;
+      - batch functions return KVPOOL_OK when the request was answered and put one outcome per
+        key in the caller's array; they return a negative status when the request as a whole
+        failed (then the per-key array is filled with that status too).
+
+    Same-machine fast path: when the client runs on the node's machine (same boot id) and can
+    map the node's shared-memory segments, the put/get calls that copy from or into a caller's
+    buffer move the bytes with memcpy (put-start, memcpy, put-end; get-replica-list, memcpy,
+    release) instead of sending them over the socket. It is chosen automatically at connect
+    and can be switched off (kvpool_options_t.fast_path = 0, or kvpool_set_fast_path).
+*/
+#ifndef KVPOOL_H_INCLUDED
+#define KVPOOL_H_INCLUDED
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KVPOOL_PROTOCOL_VERSION 1
+#define KVPOOL_DEFAULT_ENDPOINT "tcp://127.0.0.1:50051"
+#define KVPOOL_DEFAULT_ADMIN_ENDPOINT "tcp://127.0.0.1:50052"
+
+/*  Status codes. The numbers are stable and equal to messages/kvpool.proto's Status enum
+    (a unit test checks that); they follow Mooncake Store's ErrorCode where one exists.     */
+#define KVPOOL_STATUS_LIST(X)                                                                  \
+    X (KVPOOL_OK, 0, "ok")                                                                     \
+    X (KVPOOL_INTERNAL_ERROR, -1, "internal error")                                            \
+    X (KVPOOL_BUFFER_OVERFLOW, -10, "buffer too small for the value")                          \
+    X (KVPOOL_SEGMENT_NOT_FOUND, -101, "segment not found")                                    \
+    X (KVPOOL_SEGMENT_ALREADY_EXISTS, -102, "segment already mounted")                         \
+    X (KVPOOL_NO_AVAILABLE_HANDLE, -200, "no space left in the pool")                          \
+    X (KVPOOL_INVALID_VERSION, -300, "unsupported protocol version")                           \
+    X (KVPOOL_INVALID_KEY, -400, "invalid key (empty, too long, or contains NUL)")             \
+    X (KVPOOL_WRITE_FAIL, -500, "write failed")                                                \
+    X (KVPOOL_INVALID_PARAMS, -600, "invalid parameters")                                      \
+    X (KVPOOL_UNKNOWN_OPERATION, -601, "unknown operation")                                    \
+    X (KVPOOL_VALUE_TOO_LARGE, -602, "value larger than the server's limit")                   \
+    X (KVPOOL_PROTOCOL_ERROR, -603, "malformed request")                                       \
+    X (KVPOOL_INVALID_WRITE, -700, "key is not being written")                                 \
+    X (KVPOOL_INVALID_READ, -701, "invalid read")                                              \
+    X (KVPOOL_INVALID_REPLICA, -702, "invalid replica count")                                  \
+    X (KVPOOL_REPLICA_IS_NOT_READY, -703, "object is still being written")                     \
+    X (KVPOOL_OBJECT_NOT_FOUND, -704, "object not found")                                      \
+    X (KVPOOL_OBJECT_ALREADY_EXISTS, -705, "object already exists")                            \
+    X (KVPOOL_OBJECT_HAS_LEASE, -706, "object has a read lease")                               \
+    X (KVPOOL_TRANSFER_FAIL, -800, "transfer failed")                                          \
+    X (KVPOOL_RPC_FAIL, -900, "no reply from the server (timeout or connection failure)")      \
+    X (KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS, -1010, "server is shutting down or resetting")
+
+typedef enum {
+#define KVPOOL_STATUS_ENUM(name, value, text) name = value,
+    KVPOOL_STATUS_LIST (KVPOOL_STATUS_ENUM)
+#undef KVPOOL_STATUS_ENUM
+} kvpool_status_t;
+
+//  Returns a short English description of a status code (never NULL).
+const char *kvpool_strerror (int status);
+//  Returns the status's name, e.g. "OBJECT_NOT_FOUND" (never NULL; "UNKNOWN" if unknown).
+const char *kvpool_status_name (int status);
+
+typedef struct _kvpool_t kvpool_t;
+
+typedef struct {
+    int timeout_ms;      //  per request; 0 means the default (5000)
+    int connect_timeout_ms; //  for the first PING at connect; 0 means timeout_ms
+    int fast_path;       //  1: use the same-machine path when possible (default); 0: never
+} kvpool_options_t;
+
+//  Fills options with the defaults (timeout 5000 ms, fast path auto).
+void kvpool_options_init (kvpool_options_t *options);
+
+//  Connects to a node and checks it answers a PING within the connect timeout.
+//  Returns NULL on failure (bad endpoint, no answer). Caller owns the return value and must
+//  destroy it with kvpool_destroy. options may be NULL for the defaults.
+kvpool_t *kvpool_connect (const char *endpoint, const kvpool_options_t *options);
+
+//  Closes the connection; does nothing on NULL; sets *self_p to NULL.
+void kvpool_destroy (kvpool_t **self_p);
+
+//  Switches the same-machine fast path on or off. Switching on succeeds only when the node is
+//  on this machine and its segments can be mapped. Returns true if the fast path is now on.
+bool kvpool_set_fast_path (kvpool_t *self, bool enabled);
+bool kvpool_fast_path (kvpool_t *self);
+
+//  The reason text of the last error reply from the server ("" if none).
+const char *kvpool_last_error (kvpool_t *self);
+
+//  One value for a put: a caller's buffer, or several (gathered in order).
+typedef struct {
+    const void *data;
+    size_t size;
+} kvpool_iov_t;
+
+//  One destination for a get: several buffers are filled in order (scatter).
+typedef struct {
+    void *data;
+    size_t size;
+} kvpool_buf_t;
+
+typedef struct {
+    uint32_t replica_num;            //  0 means 1
+    const char *const *preferred_segments; //  segment names, may be NULL
+    size_t preferred_segment_count;
+    bool soft_pin;
+    uint64_t soft_pin_ttl_ms;        //  0: server default
+    bool hard_pin;
+} kvpool_put_options_t;
+
+int kvpool_ping (kvpool_t *self);
+
+//  ---- single-key operations ----------------------------------------------------------
+//  opts may be NULL (one replica, no pin).
+int kvpool_put (kvpool_t *self, const char *key, const void *data, size_t size,
+                const kvpool_put_options_t *opts);
+//  Puts the concatenation of parts as one value.
+int kvpool_put_parts (kvpool_t *self, const char *key, const kvpool_iov_t *parts, size_t nparts,
+                      const kvpool_put_options_t *opts);
+//  Gets a value into a buffer the library allocates with malloc. Caller owns *data_p and
+//  frees it with free(). Returns KVPOOL_OK or a negative status.
+int kvpool_get (kvpool_t *self, const char *key, void **data_p, size_t *size_p);
+//  Gets a value into the caller's buffer. Returns the value's size, or a negative status
+//  (KVPOOL_BUFFER_OVERFLOW when capacity is smaller than the value; nothing is written then).
+int64_t kvpool_get_into (kvpool_t *self, const char *key, void *buffer, size_t capacity);
+//  Returns 1 if the key exists (committed), 0 if not, or a negative status.
+int kvpool_exist (kvpool_t *self, const char *key);
+//  Returns the value's size, or a negative status (KVPOOL_OBJECT_NOT_FOUND).
+int64_t kvpool_get_size (kvpool_t *self, const char *key);
+int kvpool_remove (kvpool_t *self, const char *key, bool force);
+//  Returns the number of objects removed, or a negative status.
+int64_t kvpool_remove_by_regex (kvpool_t *self, const char *pattern, bool force);
+int64_t kvpool_remove_all (kvpool_t *self, bool force);
+//  Drains transfers in flight, then removes every object past leases. Returns the number
+//  removed or a negative status.
+int64_t kvpool_reset (kvpool_t *self);
+
+//  ---- batch operations: n keys, one outcome per key ---------------------------------
+//  statuses[i]: KVPOOL_OK or a negative status for keys[i].
+int kvpool_put_batch (kvpool_t *self, size_t n, const char *const *keys,
+                      const void *const *data, const size_t *sizes,
+                      const kvpool_put_options_t *opts, int *statuses);
+//  Each value is the concatenation of nparts[i] buffers parts[i][0..].
+int kvpool_put_batch_parts (kvpool_t *self, size_t n, const char *const *keys,
+                            const kvpool_iov_t *const *parts, const size_t *nparts,
+                            const kvpool_put_options_t *opts, int *statuses);
+//  results[i]: bytes written into buffers[i], or a negative status.
+int kvpool_get_batch_into (kvpool_t *self, size_t n, const char *const *keys,
+                           void *const *buffers, const size_t *capacities, int64_t *results);
+//  Scatter form: value i is written across nbufs[i] buffers bufs[i][0..] in order.
+//  results[i]: bytes written, or a negative status (BUFFER_OVERFLOW if they are too small).
+int kvpool_get_batch_into_parts (kvpool_t *self, size_t n, const char *const *keys,
+                                 const kvpool_buf_t *const *bufs, const size_t *nbufs,
+                                 int64_t *results);
+//  results[i]: 1, 0 or a negative status.
+int kvpool_exist_batch (kvpool_t *self, size_t n, const char *const *keys, int *results);
+//  results[i]: size or a negative status.
+int kvpool_get_size_batch (kvpool_t *self, size_t n, const char *const *keys, int64_t *results);
+int kvpool_remove_batch (kvpool_t *self, size_t n, const char *const *keys, bool force,
+                         int *statuses);
+
+//  Values returned by kvpool_get_batch without a copy: each points into a message the
+//  library received. They stay valid until kvpool_values_destroy.
+typedef struct _kvpool_values_t kvpool_values_t;
+//  Gets n values. Caller owns *values_p and must destroy it. statuses[i] as for get.
+int kvpool_get_batch (kvpool_t *self, size_t n, const char *const *keys,
+                      kvpool_values_t **values_p, int *statuses);
+const void *kvpool_values_data (kvpool_values_t *self, size_t index);
+size_t kvpool_values_size (kvpool_values_t *self, size_t index);
+void kvpool_values_destroy (kvpool_values_t **self_p);
+
+//  ---- low-level two-phase put and replica lists -------------------------------------
+typedef struct {
+    uint32_t segment_id;
+    uint64_t offset;
+} kvpool_replica_t;
+
+#define KVPOOL_MAX_REPLICAS 8
+
+typedef struct {
+    int status;
+    uint64_t size;
+    uint32_t replica_count;
+    kvpool_replica_t replicas[KVPOOL_MAX_REPLICAS];
+} kvpool_placement_t;
+
+//  Reserves space for n keys of the given sizes. placements[i] says where key i's replicas
+//  are to be written. The keys stay invisible to readers until kvpool_put_end.
+int kvpool_put_start (kvpool_t *self, size_t n, const char *const *keys, const uint64_t *sizes,
+                      const kvpool_put_options_t *opts, kvpool_placement_t *placements);
+int kvpool_put_end (kvpool_t *self, size_t n, const char *const *keys, int *statuses);
+int kvpool_put_revoke (kvpool_t *self, size_t n, const char *const *keys, int *statuses);
+//  Where committed keys' replicas are. With pin, the bytes stay in place until
+//  kvpool_release (or the lease ends).
+int kvpool_get_replica_list (kvpool_t *self, size_t n, const char *const *keys, bool pin,
+                             kvpool_placement_t *placements);
+int kvpool_release (kvpool_t *self, size_t n, const char *const *keys, int *statuses);
+
+//  ---- segments ----------------------------------------------------------------------
+typedef struct {
+    uint32_t id;
+    char name[64];
+    uint64_t size;
+    uint64_t used;
+} kvpool_segment_t;
+
+//  Lists up to capacity mounted segments into segments; returns how many there are in all
+//  (may be more than capacity), or a negative status.
+int kvpool_segments (kvpool_t *self, kvpool_segment_t *segments, size_t capacity);
+//  Asks the node to mount an existing shared-memory object (shm_open name, e.g.
+//  "/kvpool-client-1234-0") of size bytes as a segment owned by this connection.
+//  On success *id_p is its segment id.
+int kvpool_mount_segment (kvpool_t *self, const char *shm_name, uint64_t size, uint32_t *id_p);
+//  Removes the segment's objects (forced) and unmounts it.
+int kvpool_unmount_segment (kvpool_t *self, uint32_t id);
+
+//  ---- stats -------------------------------------------------------------------------
+typedef struct {
+    uint64_t objects, pending_puts, bytes_stored, bytes_allocated, bytes_mounted;
+    double utilisation;
+    uint32_t segments;
+    uint64_t requests, errors, dropped_requests;
+    uint64_t puts, gets, get_hits, removes, revoked_puts, resets;
+    uint64_t max_key_len, max_value_size, lease_ttl_ms, uptime_ms;
+    uint32_t transfer_workers;
+} kvpool_stats_t;
+
+int kvpool_stats (kvpool_t *self, kvpool_stats_t *stats);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

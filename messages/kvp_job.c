@@ -1,0 +1,124 @@
+/*  kvp_job.c - the inproc job message: construction, failure reasons, pointer transport.
+
+    A job travels as one 8-byte frame holding its address (zsock picture "p"); there is no
+    serialisation because sender and receiver share the address space, and ownership moves
+    with the message (see kvp_job.h).
+*/
+#include "messages/kvp_job.h"
+
+#include <stdarg.h>
+
+kvp_job_t *
+kvp_job_new (kvp_job_kind_t kind, size_t count)
+{
+    kvp_job_t *self = (kvp_job_t *) zmalloc (sizeof (kvp_job_t));
+    self->kind = kind;
+    self->count = count;
+    if (count)
+        self->items = (kvp_item_t *) zmalloc (count * sizeof (kvp_item_t));
+    return self;
+}
+
+void
+kvp_job_destroy (kvp_job_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    kvp_job_t *self = *self_p;
+    free (self->items);
+    free (self->segments);
+    free (self);
+    *self_p = NULL;
+}
+
+int
+kvp_job_fail (kvp_job_t *self, int status, const char *format, ...)
+{
+    self->status = status;
+    va_list args;
+    va_start (args, format);
+    vsnprintf (self->error, sizeof self->error, format, args);
+    va_end (args);
+    return status;
+}
+
+int
+kvp_job_send (zsock_t *dealer, kvp_job_t *job)
+{
+    return zsock_send (dealer, "p", (void *) job);
+}
+
+int
+kvp_job_reply (zsock_t *router, zframe_t **routing_id_p, kvp_job_t *job)
+{
+    if (zframe_send (routing_id_p, router, ZFRAME_MORE) == -1)
+        return -1;
+    return zsock_send (router, "p", (void *) job);
+}
+
+kvp_job_t *
+kvp_job_recv (zsock_t *dealer)
+{
+    void *job = NULL;
+    if (zsock_recv (dealer, "p", &job) == -1)
+        return NULL;
+    return (kvp_job_t *) job;
+}
+
+kvp_job_t *
+kvp_job_recv_routed (zsock_t *router, zframe_t **routing_id_p)
+{
+    *routing_id_p = NULL;
+    zmsg_t *msg = zmsg_recv (router);
+    if (!msg)
+        return NULL;
+    kvp_job_t *job = NULL;
+    if (zmsg_size (msg) == 2) {
+        zframe_t *id = zmsg_pop (msg);
+        zframe_t *ptr = zmsg_first (msg);
+        if (zframe_size (ptr) == sizeof (void *)) {
+            memcpy (&job, zframe_data (ptr), sizeof (void *));
+            *routing_id_p = id;
+        }
+        else
+            zframe_destroy (&id);
+    }
+    zmsg_destroy (&msg);
+    return job;
+}
+
+void
+kvp_job_test (bool verbose)
+{
+    if (verbose)
+        printf (" * kvp_job: ");
+    kvp_job_t *job = kvp_job_new (KVP_RM_GET, 3);
+    assert (job->count == 3 && job->items[2].status == 0);
+    assert (kvp_job_fail (job, KVPOOL_INVALID_KEY, "key %d", 7) == KVPOOL_INVALID_KEY);
+    assert (streq (job->error, "key 7"));
+
+    //  A job pointer makes a round trip DEALER -> ROUTER -> DEALER unchanged.
+    zsock_t *router = zsock_new_router ("inproc://kvp-job-test");
+    zsock_t *dealer = zsock_new_dealer ("inproc://kvp-job-test");
+    assert (router && dealer);
+    assert (kvp_job_send (dealer, job) == 0);
+    zframe_t *id = NULL;
+    kvp_job_t *got = kvp_job_recv_routed (router, &id);
+    assert (got == job && id);
+    assert (kvp_job_reply (router, &id, got) == 0);
+    assert (id == NULL);
+    assert (kvp_job_recv (dealer) == job);
+
+    //  A malformed message on the ROUTER is dropped, not trusted.
+    zstr_sendm (dealer, "a");
+    zstr_send (dealer, "b");
+    assert (kvp_job_recv_routed (router, &id) == NULL && id == NULL);
+
+    zsock_destroy (&dealer);
+    zsock_destroy (&router);
+    kvp_job_destroy (&job);
+    kvp_job_destroy (&job);
+    assert (job == NULL);
+    if (verbose)
+        printf ("OK\n");
+}

@@ -1,0 +1,142 @@
+/*  kvp_job.h - the message that moves between kvpool's actors inside one process.
+
+    A client request becomes one kvp_job_t. The api actor creates it, then sends a pointer to
+    it (one frame, zsock picture "p") to the actor that must work on it: replica-manager,
+    allocator or transfer-submitter. Each of those is a server on an inproc ROUTER socket: it
+    receives [routing id][job pointer], does its part, and sends the same pointer back to the
+    routing id. Ownership passes with the message: whoever last received the pointer is the
+    only one touching the job.
+
+    A job is batch-native: items[] holds one entry per key, each with its own status.
+    Objects (kvp_object_t) are owned by the replica-manager; a job item may reference one
+    that the replica-manager pinned for reading (see kvp_object_unpin): the only state shared
+    across threads, an atomic count.
+*/
+#ifndef KVP_JOB_H_INCLUDED
+#define KVP_JOB_H_INCLUDED
+
+#include <czmq.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kvpool.h"
+
+#define KVP_MAX_REPLICAS KVPOOL_MAX_REPLICAS
+#define KVP_MAX_PREFERRED 8
+
+//  What the job asks of the actor that receives it.
+typedef enum {
+    KVP_JOB_NONE = 0,
+    //  replica-manager
+    KVP_RM_RESERVE,      //  items: keys (+ sizes) -> reserve pending entries
+    KVP_RM_BIND,         //  items: replicas filled by the allocator -> record them (pending)
+    KVP_RM_COMMIT,       //  items: make visible (PUT_END / end of a server-side PUT)
+    KVP_RM_REVOKE,       //  items: drop pending entries and free their space
+    KVP_RM_GET,          //  items: look up, pin for reading, fill size/replicas/object
+    KVP_RM_EXIST,        //  items: look up, grant lease
+    KVP_RM_GET_SIZE,
+    KVP_RM_REPLICA_LIST, //  items: look up, lease (+ client pin when job->pin)
+    KVP_RM_RELEASE,      //  items: drop client pins
+    KVP_RM_REMOVE,       //  items; job->force
+    KVP_RM_REMOVE_REGEX, //  job->pattern, job->force -> job->count
+    KVP_RM_REMOVE_ALL,   //  job->force -> job->count
+    KVP_RM_REMOVE_SEGMENT, //  job->segment_id: drop every object with a replica there
+    KVP_RM_STATS,        //  fills job->stats (object side)
+    //  allocator
+    KVP_AL_ALLOC,        //  items with status OK: place replica_num replicas, fill replicas
+    KVP_AL_FREE,         //  items: free their replicas
+    KVP_AL_STATS,        //  fills job->stats (space side) and job->segments
+    KVP_AL_SEGMENTS,     //  fills job->segments
+    KVP_AL_MOUNT,        //  job->segment_name, job->segment_size, job->owner
+    KVP_AL_UNMOUNT,      //  job->segment_id (objects must be gone already)
+    //  transfer-submitter
+    KVP_TX_WRITE,        //  items: copy value (src) into every replica
+} kvp_job_kind_t;
+
+typedef struct {
+    uint32_t segment_id;
+    uint64_t offset;
+    void *addr; //  the replica's bytes as mapped in this process
+} kvp_replica_t;
+
+typedef struct _kvp_object_t kvp_object_t;
+
+typedef struct {
+    const char *key;        //  NUL-terminated; owned by the job's request
+    size_t key_len;
+    uint64_t size;          //  value size
+    int status;             //  KVPOOL_OK or a negative kvpool_status_t
+    const void *src;        //  KVP_TX_WRITE: the value's bytes (a received frame)
+    kvp_object_t *object;   //  KVP_RM_GET: pinned object (unpin when the send completes)
+    uint32_t replica_count;
+    kvp_replica_t replicas[KVP_MAX_REPLICAS];
+} kvp_item_t;
+
+typedef struct {
+    uint32_t id;
+    char name[64];
+    uint64_t size;
+    uint64_t used;
+    char owner[64];
+    void *base;
+} kvp_segment_info_t;
+
+typedef struct {
+    uint64_t objects, pending_puts, bytes_stored, bytes_allocated, bytes_mounted;
+    uint32_t segments;
+    uint64_t puts, gets, get_hits, removes, revoked_puts;
+} kvp_stats_t;
+
+typedef struct {
+    kvp_job_kind_t kind;
+    int op;                 //  the client operation (kvpool.v1.Op) this job serves
+    int status;             //  request-level status
+    char error[160];        //  reason when status is not OK
+    size_t count;           //  number of items
+    kvp_item_t *items;
+    //  options
+    uint32_t replica_num;
+    char *preferred[KVP_MAX_PREFERRED]; //  segment names (owned by the request)
+    size_t preferred_count;
+    bool soft_pin;
+    uint64_t soft_pin_ttl_ms;
+    bool hard_pin;
+    bool force;
+    bool pin;
+    const char *pattern;
+    //  segments
+    uint32_t segment_id;
+    const char *segment_name;
+    uint64_t segment_size;
+    const char *owner;
+    //  results
+    uint64_t result_count;
+    kvp_stats_t stats;
+    kvp_segment_info_t *segments; //  owned by the job (freed by kvp_job_destroy)
+    size_t segment_count;
+    //  the api's context (client routing id, decoded request, received frames)
+    void *context;
+} kvp_job_t;
+
+//  Creates a job with count zeroed items. Caller owns the return value.
+kvp_job_t *kvp_job_new (kvp_job_kind_t kind, size_t count);
+//  Does nothing on NULL; sets *self_p to NULL. Does not touch job->context.
+void kvp_job_destroy (kvp_job_t **self_p);
+//  Sets the request-level status and a printf-style reason; returns status.
+int kvp_job_fail (kvp_job_t *self, int status, const char *format, ...)
+    __attribute__ ((format (printf, 3, 4)));
+
+//  Sends the job pointer to a server actor over a DEALER (no routing id) or back to a
+//  requester over a ROUTER (with routing id). Return 0 or -1.
+int kvp_job_send (zsock_t *dealer, kvp_job_t *job);
+int kvp_job_reply (zsock_t *router, zframe_t **routing_id_p, kvp_job_t *job);
+//  Receives a job pointer on a DEALER. Returns NULL on a malformed message.
+kvp_job_t *kvp_job_recv (zsock_t *dealer);
+//  Receives [routing id][job pointer] on a ROUTER. Caller owns *routing_id_p.
+kvp_job_t *kvp_job_recv_routed (zsock_t *router, zframe_t **routing_id_p);
+
+//  Self test.
+void kvp_job_test (bool verbose);
+
+#endif

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Runs every test of kvpool, each in its own process with a time limit, and prints one line
+# per test and a closing "N passed, N failed". Called by `make test` with BIN set.
+#   unit         each module's self test (kvpool-selftest --test NAME)
+#   integration  each build/bin/test_* program: starts the real kvpoold on loopback
+#   python       pytest over tests/python and python/tests with Debian's /usr/bin/python3
+#   extra        each tests/extra/*.sh script (fuzz smoke and the like)
+set -u
+cd "$(dirname "$0")/.."
+BIN=${BIN:-build/bin}
+export KVPOOL_BIN=$(cd "$BIN" && pwd)
+LOGDIR=$(mktemp -d /tmp/kvpool-test.XXXXXX)
+pass=0
+fail=0
+failed=()
+
+run_one() {
+  local name=$1 limit=$2
+  shift 2
+  local log="$LOGDIR/${name//\//_}.log"
+  local start=$(date +%s.%N)
+  if timeout --kill-after=10 "$limit" "$@" >"$log" 2>&1; then
+    pass=$((pass + 1))
+    printf 'PASS %-45s %6.2fs\n' "$name" "$(echo "$(date +%s.%N) - $start" | bc)"
+  else
+    local rc=$?
+    fail=$((fail + 1))
+    failed+=("$name")
+    printf 'FAIL %-45s (exit %d)\n' "$name" "$rc"
+    tail -n 40 "$log" | sed 's/^/     | /'
+  fi
+}
+
+for t in $("$BIN/kvpool-selftest" --list); do
+  run_one "unit/$t" 120 "$BIN/kvpool-selftest" --test "$t"
+done
+
+for t in "$BIN"/test_*; do
+  [ -x "$t" ] || continue
+  run_one "integration/$(basename "$t")" 300 "$t"
+done
+
+for t in tests/extra/*.sh; do
+  [ -f "$t" ] || continue
+  run_one "extra/$(basename "$t" .sh)" 300 bash "$t"
+done
+
+pydirs=()
+for d in tests/python python/tests; do
+  ls "$d"/test_*.py >/dev/null 2>&1 && pydirs+=("$d")
+done
+if [ ${#pydirs[@]} -gt 0 ]; then
+  for f in $(ls "${pydirs[@]/%//test_*.py}" 2>/dev/null); do
+    run_one "python/$(basename "$f" .py)" 600 env PYTHONPATH="$PWD/python" \
+      /usr/bin/python3 -m pytest -q -p no:cacheprovider "$f"
+  done
+fi
+
+echo
+if [ $fail -gt 0 ]; then
+  echo "failed: ${failed[*]}"
+  echo "logs: $LOGDIR"
+else
+  rm -rf "$LOGDIR"
+fi
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]

@@ -1,0 +1,77 @@
+/*  selftest.c - runs the modules' self tests (each module's NAME_test function).
+
+    kvpool-selftest --list          prints the test names, one a line
+    kvpool-selftest --test NAME     runs one test (tests/run.sh runs each in its own process
+                                    with a timeout, so one crash or hang fails one test)
+    kvpool-selftest [-v]            runs them all in this process
+*/
+#include <czmq.h>
+
+#include "actors/allocator.h"
+#include "actors/api.h"
+#include "actors/config.h"
+#include "actors/replica_manager.h"
+#include "actors/transfer_pool.h"
+#include "actors/transfer_submitter.h"
+#include "alloc/segment.h"
+#include "alloc/segment_arena.h"
+#include "client/kvpool_status.h"
+#include "messages/kvp_job.h"
+
+typedef struct {
+    const char *name;
+    void (*test) (bool verbose);
+} selftest_t;
+
+static selftest_t s_tests[] = {
+    {"kvpool_status", kvpool_status_test},
+    {"kvp_config", kvp_config_test},
+    {"kvp_job", kvp_job_test},
+    {"segment", segment_test},
+    {"segment_arena", segment_arena_test},
+    {"transfer_pool", transfer_pool_test},
+    {"allocator", allocator_test},
+    {"replica_manager", replica_manager_test},
+    {"transfer_submitter", transfer_submitter_test},
+    {"api", api_test},
+    //  new self tests go above this line
+    {NULL, NULL}};
+
+int
+main (int argc, char **argv)
+{
+    bool verbose = false;
+    const char *only = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (streq (argv[i], "--list")) {
+            for (selftest_t *t = s_tests; t->name; t++)
+                printf ("%s\n", t->name);
+            return 0;
+        }
+        else if (streq (argv[i], "--test") && i + 1 < argc)
+            only = argv[++i];
+        else if (streq (argv[i], "-v") || streq (argv[i], "--verbose"))
+            verbose = true;
+        else {
+            fprintf (stderr, "usage: kvpool-selftest [--list] [--test NAME] [-v]\n");
+            return 2;
+        }
+    }
+    zsys_handler_set (NULL);
+    int ran = 0;
+    for (selftest_t *t = s_tests; t->name; t++) {
+        if (only && !streq (only, t->name))
+            continue;
+        printf ("%s: ", t->name);
+        fflush (stdout);
+        t->test (verbose);
+        printf ("OK\n");
+        ran++;
+    }
+    if (only && ran == 0) {
+        fprintf (stderr, "kvpool-selftest: no test named '%s'\n", only);
+        return 2;
+    }
+    zsys_shutdown ();
+    return 0;
+}
