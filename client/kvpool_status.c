@@ -44,15 +44,15 @@ kvpool_status_test (bool verbose)
     //  Every C code has the same number as the proto code of the same name.
     const ProtobufCEnumDescriptor *desc = &kvpool__v1__status__descriptor;
     size_t checked = 0;
-#define KVPOOL_STATUS_CHECK(name, value, text)                                                 \
+#define KVPOOL_STATUS_CHECK(name, code, text)                                                 \
     {                                                                                          \
         const ProtobufCEnumValue *v =                                                          \
             protobuf_c_enum_descriptor_get_value_by_name (desc, #name + 7);                    \
-        if (!v || v->value != value) {                                                         \
-            fprintf (stderr, "status %s: C %d, proto %d\n", #name, value, v ? v->value : 1);   \
+        if (!v || v->value != code) {                                                         \
+            fprintf (stderr, "status %s: C %d, proto %d\n", #name, code, v ? v->value : 1);   \
             assert (false);                                                                    \
         }                                                                                      \
-        assert (strcmp (kvpool_strerror (value), text) == 0);                                  \
+        assert (strcmp (kvpool_strerror (code), text) == 0);                                  \
         checked++;                                                                             \
     }
     KVPOOL_STATUS_LIST (KVPOOL_STATUS_CHECK)

@@ -69,6 +69,7 @@ typedef struct {
     int status;             //  KVPOOL_OK or a negative kvpool_status_t
     const void *src;        //  KVP_TX_WRITE: the value's bytes (a received frame)
     kvp_object_t *object;   //  KVP_RM_GET: pinned object (unpin when the send completes)
+    uint64_t object_id;     //  the pending object a server-side put reserved (0: none)
     uint32_t replica_count;
     kvp_replica_t replicas[KVP_MAX_REPLICAS];
 } kvp_item_t;

@@ -16,6 +16,9 @@
 #include "alloc/segment.h"
 #include "alloc/segment_arena.h"
 #include "client/kvpool_status.h"
+#include "lookup_server/lookup_keys.h"
+#include "lookup_server/lookup_request.h"
+#include "lookup_server/lookup_server.h"
 #include "messages/kvp_job.h"
 
 typedef struct {
@@ -34,6 +37,9 @@ static selftest_t s_tests[] = {
     {"replica_manager", replica_manager_test},
     {"transfer_submitter", transfer_submitter_test},
     {"api", api_test},
+    {"lookup_request", lookup_request_test},
+    {"lookup_keys", lookup_keys_test},
+    {"lookup_server", lookup_server_test},
     //  new self tests go above this line
     {NULL, NULL}};
 

@@ -1,0 +1,579 @@
+/*  allocator.c - the allocator actor: segments, placement and space.
+
+    DESIGN
+    A segment here is {id, segment_t (the shared mapping), segment_arena_t (jemalloc arena over
+    a shadow range), owner}. Ids start at 1 and are never reused while the actor lives, so a
+    stale replica can never point into a different segment.
+
+    Placement of an object with R replicas: first the preferred segments named in the job (in
+    order), then the rest in random order (seeded, reproducible) or by decreasing free ratio;
+    each replica on a distinct segment. If the R replicas can't all be allocated the partial
+    ones are freed and the item fails with NO_AVAILABLE_HANDLE (the pool is full; the evictor
+    will make room in a later version).
+
+    Unmounting first stops new allocations in the segment ("draining"); the replica-manager
+    frees what lived there; the unmount completes, and is answered, when the arena is empty.
+
+    Threads: one, the actor's; the arenas are used only from it.
+*/
+#include "actors/allocator.h"
+
+#include "alloc/segment.h"
+#include "alloc/segment_arena.h"
+
+#define UNMOUNT_TIMEOUT_MS 30000
+
+typedef struct {
+    uint32_t id;
+    segment_t *segment;
+    segment_arena_t *arena;
+    char owner[64];
+    bool draining;
+    kvp_job_t *unmount_job;     //  waiting for the arena to empty
+    zframe_t *unmount_reply_to;
+    int64_t unmount_deadline;
+} seg_t;
+
+typedef struct {
+    zsock_t *pipe;
+    zsock_t *router;
+    const kvp_config_t *config;
+    zlistx_t *segments; //  seg_t, in id order
+    uint32_t next_id;
+    uint64_t rng;
+    char error[200];    //  why the node's own segments could not be made
+    bool terminated;
+} self_t;
+
+static void
+s_seg_destroy (seg_t **seg_p)
+{
+    seg_t *seg = *seg_p;
+    if (!seg)
+        return;
+    segment_arena_destroy (&seg->arena);
+    segment_destroy (&seg->segment);
+    zframe_destroy (&seg->unmount_reply_to);
+    free (seg);
+    *seg_p = NULL;
+}
+
+static seg_t *
+s_seg_add (self_t *self, segment_t *segment, const char *owner)
+{
+    segment_arena_t *arena = segment_arena_new (segment_size (segment));
+    if (!arena)
+        return NULL;
+    seg_t *seg = (seg_t *) zmalloc (sizeof (seg_t));
+    seg->id = self->next_id++;
+    seg->segment = segment;
+    seg->arena = arena;
+    snprintf (seg->owner, sizeof seg->owner, "%s", owner ? owner : "");
+    zlistx_add_end (self->segments, seg);
+    return seg;
+}
+
+static seg_t *
+s_seg_find (self_t *self, uint32_t id)
+{
+    for (seg_t *seg = (seg_t *) zlistx_first (self->segments); seg;
+         seg = (seg_t *) zlistx_next (self->segments))
+        if (seg->id == id)
+            return seg;
+    return NULL;
+}
+
+static seg_t *
+s_seg_find_name (self_t *self, const char *name)
+{
+    for (seg_t *seg = (seg_t *) zlistx_first (self->segments); seg;
+         seg = (seg_t *) zlistx_next (self->segments))
+        if (streq (segment_name (seg->segment), name))
+            return seg;
+    return NULL;
+}
+
+static self_t *
+s_self_new (zsock_t *pipe, const kvp_config_t *config)
+{
+    self_t *self = (self_t *) zmalloc (sizeof (self_t));
+    self->pipe = pipe;
+    self->config = config;
+    self->router = zsock_new (ZMQ_ROUTER);
+    assert (self->router);
+    zsock_set_sndhwm (self->router, 0);
+    zsock_set_rcvhwm (self->router, 0);
+    int rc = zsock_bind (self->router, "inproc://%s-al", config->instance);
+    assert (rc == 0);
+    self->segments = zlistx_new ();
+    self->next_id = 1;
+    self->rng = config->seed * 0x9E3779B97F4A7C15ULL + 1;
+    for (uint32_t i = 0; i < config->segments; i++) {
+        char name[64];
+        segment_make_name (name, sizeof name, config->instance, i);
+        segment_t *segment = segment_new (name, config->segment_size, config->lock_memory);
+        if (!segment || !s_seg_add (self, segment, NULL)) {
+            snprintf (self->error, sizeof self->error,
+                      "cannot create segment %u of %llu bytes: %s", i,
+                      (unsigned long long) config->segment_size, strerror (errno));
+            segment_destroy (&segment);
+            break;
+        }
+    }
+    return self;
+}
+
+static void
+s_self_destroy (self_t **self_p)
+{
+    self_t *self = *self_p;
+    if (!self)
+        return;
+    seg_t *seg = (seg_t *) zlistx_first (self->segments);
+    while (seg) {
+        if (seg->unmount_job) {
+            kvp_job_fail (seg->unmount_job, KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS,
+                          "shutting down");
+            kvp_job_reply (self->router, &seg->unmount_reply_to, seg->unmount_job);
+        }
+        s_seg_destroy (&seg);
+        seg = (seg_t *) zlistx_next (self->segments);
+    }
+    zlistx_destroy (&self->segments);
+    zsock_destroy (&self->router);
+    free (self);
+    *self_p = NULL;
+}
+
+static uint64_t
+s_random (self_t *self)
+{
+    //  xorshift64*: placement needs spread and reproducibility, not secrecy.
+    self->rng ^= self->rng >> 12;
+    self->rng ^= self->rng << 25;
+    self->rng ^= self->rng >> 27;
+    return self->rng * 0x2545F4914F6CDD1DULL;
+}
+
+static double
+s_free_ratio (seg_t *seg)
+{
+    size_t capacity = segment_arena_capacity (seg->arena);
+    return capacity ? 1.0 - (double) segment_arena_allocated (seg->arena) / capacity : 0;
+}
+
+//  Fills order[] with the candidate segments for one object, best first.
+static size_t
+s_candidates (self_t *self, kvp_job_t *job, seg_t **order, size_t capacity)
+{
+    size_t n = 0;
+    for (size_t p = 0; p < job->preferred_count && n < capacity; p++) {
+        seg_t *seg = s_seg_find_name (self, job->preferred[p]);
+        bool dup = false;
+        for (size_t k = 0; k < n; k++)
+            dup |= order[k] == seg;
+        if (seg && !seg->draining && !dup)
+            order[n++] = seg;
+    }
+    size_t first_rest = n;
+    for (seg_t *seg = (seg_t *) zlistx_first (self->segments); seg && n < capacity;
+         seg = (seg_t *) zlistx_next (self->segments)) {
+        bool dup = false;
+        for (size_t k = 0; k < first_rest; k++)
+            dup |= order[k] == seg;
+        if (!seg->draining && !dup)
+            order[n++] = seg;
+    }
+    size_t rest = n - first_rest;
+    seg_t **tail = order + first_rest;
+    if (self->config->placement == KVP_PLACEMENT_FREE_RATIO) {
+        for (size_t i = 1; i < rest; i++)
+            for (size_t j = i; j > 0 && s_free_ratio (tail[j]) > s_free_ratio (tail[j - 1]); j--) {
+                seg_t *t = tail[j];
+                tail[j] = tail[j - 1];
+                tail[j - 1] = t;
+            }
+    }
+    else
+        for (size_t i = rest; i > 1; i--) {
+            size_t j = s_random (self) % i;
+            seg_t *t = tail[i - 1];
+            tail[i - 1] = tail[j];
+            tail[j] = t;
+        }
+    return n;
+}
+
+static void
+s_free_item (self_t *self, kvp_item_t *item)
+{
+    for (uint32_t r = 0; r < item->replica_count; r++) {
+        seg_t *seg = s_seg_find (self, item->replicas[r].segment_id);
+        if (seg)
+            segment_arena_free (seg->arena, item->replicas[r].offset);
+    }
+    item->replica_count = 0;
+}
+
+static void
+s_alloc (self_t *self, kvp_job_t *job)
+{
+    uint32_t wanted = job->replica_num ? job->replica_num : 1;
+    seg_t *order[64];
+    for (size_t i = 0; i < job->count; i++) {
+        kvp_item_t *item = &job->items[i];
+        item->replica_count = 0;
+        if (item->status != KVPOOL_OK)
+            continue;
+        size_t n = s_candidates (self, job, order, 64);
+        if (wanted > KVP_MAX_REPLICAS || wanted > n) {
+            item->status = n == 0 ? KVPOOL_NO_AVAILABLE_HANDLE : KVPOOL_INVALID_REPLICA;
+            continue;
+        }
+        for (size_t k = 0; k < n && item->replica_count < wanted; k++) {
+            uint64_t offset;
+            //  A zero-byte value still gets a distinct address.
+            size_t size = item->size ? item->size : 1;
+            if (segment_arena_alloc (order[k]->arena, size, &offset) == 0) {
+                kvp_replica_t *replica = &item->replicas[item->replica_count++];
+                replica->segment_id = order[k]->id;
+                replica->offset = offset;
+                replica->addr = (char *) segment_base (order[k]->segment) + offset;
+            }
+        }
+        if (item->replica_count < wanted) {
+            s_free_item (self, item);
+            item->status = KVPOOL_NO_AVAILABLE_HANDLE;
+        }
+    }
+}
+
+static void
+s_segments (self_t *self, kvp_job_t *job)
+{
+    size_t n = zlistx_size (self->segments);
+    free (job->segments);
+    job->segments = (kvp_segment_info_t *) zmalloc ((n ? n : 1) * sizeof (kvp_segment_info_t));
+    job->segment_count = 0;
+    for (seg_t *seg = (seg_t *) zlistx_first (self->segments); seg;
+         seg = (seg_t *) zlistx_next (self->segments)) {
+        kvp_segment_info_t *info = &job->segments[job->segment_count++];
+        info->id = seg->id;
+        snprintf (info->name, sizeof info->name, "%s", segment_name (seg->segment));
+        info->size = segment_size (seg->segment);
+        info->used = segment_arena_allocated (seg->arena);
+        snprintf (info->owner, sizeof info->owner, "%s", seg->owner);
+        info->base = segment_base (seg->segment);
+    }
+}
+
+static void
+s_stats (self_t *self, kvp_job_t *job)
+{
+    job->stats.segments = (uint32_t) zlistx_size (self->segments);
+    job->stats.bytes_allocated = 0;
+    job->stats.bytes_mounted = 0;
+    for (seg_t *seg = (seg_t *) zlistx_first (self->segments); seg;
+         seg = (seg_t *) zlistx_next (self->segments)) {
+        job->stats.bytes_allocated += segment_arena_allocated (seg->arena);
+        job->stats.bytes_mounted += segment_size (seg->segment);
+    }
+}
+
+static void
+s_mount (self_t *self, kvp_job_t *job)
+{
+    const char *name = job->segment_name;
+    if (!name || name[0] != '/' || strchr (name + 1, '/') || strlen (name) >= 64
+        || job->segment_size == 0) {
+        kvp_job_fail (job, KVPOOL_INVALID_PARAMS,
+                      "mount needs a shared-memory name like /kvpool-client-1 and a size");
+        return;
+    }
+    if (s_seg_find_name (self, name)) {
+        kvp_job_fail (job, KVPOOL_SEGMENT_ALREADY_EXISTS, "segment %s is already mounted", name);
+        return;
+    }
+    segment_t *segment = segment_open (name, job->segment_size);
+    if (!segment) {
+        kvp_job_fail (job, KVPOOL_SEGMENT_NOT_FOUND, "cannot map %s: %s", name,
+                      strerror (errno));
+        return;
+    }
+    seg_t *seg = s_seg_add (self, segment, job->owner);
+    if (!seg) {
+        segment_destroy (&segment);
+        kvp_job_fail (job, KVPOOL_INTERNAL_ERROR, "cannot create an arena for %s", name);
+        return;
+    }
+    job->segment_id = seg->id;
+}
+
+//  Ends the unmount of a drained segment. Returns true if it was ended.
+static bool
+s_unmount_finish (self_t *self, seg_t *seg, int64_t now)
+{
+    if (!seg->unmount_job)
+        return false;
+    bool empty = segment_arena_count (seg->arena) == 0;
+    if (!empty && now < seg->unmount_deadline)
+        return false;
+    kvp_job_t *job = seg->unmount_job;
+    seg->unmount_job = NULL;
+    zframe_t *reply_to = seg->unmount_reply_to;
+    seg->unmount_reply_to = NULL;
+    if (empty) {
+        //  Position the list cursor on seg and delete it there.
+        for (seg_t *it = (seg_t *) zlistx_first (self->segments); it;
+             it = (seg_t *) zlistx_next (self->segments))
+            if (it == seg) {
+                zlistx_delete (self->segments, zlistx_cursor (self->segments));
+                break;
+            }
+        s_seg_destroy (&seg);
+    }
+    else {
+        seg->draining = false;
+        kvp_job_fail (job, KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS,
+                      "segment %u still holds %zu allocations", seg->id,
+                      segment_arena_count (seg->arena));
+    }
+    kvp_job_reply (self->router, &reply_to, job);
+    return true;
+}
+
+static void
+s_check_unmounts (self_t *self)
+{
+    int64_t now = zclock_mono ();
+    bool again = true;
+    while (again) {
+        again = false;
+        for (seg_t *seg = (seg_t *) zlistx_first (self->segments); seg;
+             seg = (seg_t *) zlistx_next (self->segments))
+            if (s_unmount_finish (self, seg, now)) {
+                again = true; //  the list changed under the iteration
+                break;
+            }
+    }
+}
+
+//  Returns true when the job was parked (the reply comes later).
+static bool
+s_unmount (self_t *self, kvp_job_t *job, zframe_t **reply_to_p)
+{
+    seg_t *seg = s_seg_find (self, job->segment_id);
+    if (!seg) {
+        kvp_job_fail (job, KVPOOL_SEGMENT_NOT_FOUND, "no segment %u", job->segment_id);
+        return false;
+    }
+    if (seg->unmount_job) {
+        kvp_job_fail (job, KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS, "segment %u is unmounting",
+                      seg->id);
+        return false;
+    }
+    seg->draining = true;
+    seg->unmount_job = job;
+    seg->unmount_reply_to = *reply_to_p;
+    *reply_to_p = NULL;
+    seg->unmount_deadline = zclock_mono () + UNMOUNT_TIMEOUT_MS;
+    s_check_unmounts (self);
+    return true;
+}
+
+static bool
+s_handle_job (self_t *self, kvp_job_t *job, zframe_t **reply_to_p)
+{
+    if (self->error[0] && job->kind != KVP_AL_FREE) {
+        kvp_job_fail (job, KVPOOL_NO_AVAILABLE_HANDLE, "%s", self->error);
+        for (size_t i = 0; i < job->count; i++)
+            if (job->items[i].status == KVPOOL_OK)
+                job->items[i].status = KVPOOL_NO_AVAILABLE_HANDLE;
+        return false;
+    }
+    switch (job->kind) {
+        case KVP_AL_ALLOC: s_alloc (self, job); break;
+        case KVP_AL_FREE:
+            for (size_t i = 0; i < job->count; i++)
+                s_free_item (self, &job->items[i]);
+            s_check_unmounts (self);
+            break;
+        case KVP_AL_STATS: s_stats (self, job); break;
+        case KVP_AL_SEGMENTS: s_segments (self, job); break;
+        case KVP_AL_MOUNT: s_mount (self, job); break;
+        case KVP_AL_UNMOUNT: return s_unmount (self, job, reply_to_p);
+        default:
+            kvp_job_fail (job, KVPOOL_INTERNAL_ERROR, "allocator: job kind %d", job->kind);
+            break;
+    }
+    return false;
+}
+
+void
+allocator_actor (zsock_t *pipe, void *args)
+{
+    self_t *self = s_self_new (pipe, (const kvp_config_t *) args);
+    zpoller_t *poller = zpoller_new (pipe, self->router, NULL);
+    zsock_signal (pipe, 0);
+    while (!self->terminated) {
+        void *which = zpoller_wait (poller, 1000);
+        if (which == pipe) {
+            char *command = zstr_recv (pipe);
+            if (!command || streq (command, "$TERM"))
+                self->terminated = true;
+            else if (streq (command, "STATUS"))
+                zstr_send (pipe, self->error[0] ? self->error : "OK");
+            zstr_free (&command);
+        }
+        else if (which == self->router) {
+            zframe_t *reply_to;
+            kvp_job_t *job = kvp_job_recv_routed (self->router, &reply_to);
+            if (job && !s_handle_job (self, job, &reply_to))
+                kvp_job_reply (self->router, &reply_to, job);
+            zframe_destroy (&reply_to);
+        }
+        else
+            s_check_unmounts (self);
+    }
+    zpoller_destroy (&poller);
+    s_self_destroy (&self);
+}
+
+//  ---- self test ---------------------------------------------------------------------
+
+static kvp_job_t *
+s_test_call (zsock_t *al, kvp_job_t *job)
+{
+    assert (kvp_job_send (al, job) == 0);
+    kvp_job_t *back = kvp_job_recv (al);
+    assert (back == job);
+    return job;
+}
+
+void
+allocator_test (bool verbose)
+{
+    kvp_config_t config;
+    kvp_config_defaults (&config);
+    snprintf (config.instance, sizeof config.instance, "altest%d", (int) getpid ());
+    config.segments = 3;
+    config.segment_size = 8 << 20;
+    zactor_t *actor = zactor_new (allocator_actor, &config);
+    zstr_send (actor, "STATUS");
+    char *status = zstr_recv (actor);
+    assert (streq (status, "OK"));
+    zstr_free (&status);
+    zsock_t *al = zsock_new (ZMQ_DEALER);
+    assert (zsock_connect (al, "inproc://%s-al", config.instance) == 0);
+
+    //  Three replicas land on three distinct segments, at writable addresses.
+    kvp_job_t *job = kvp_job_new (KVP_AL_ALLOC, 2);
+    job->replica_num = 3;
+    job->items[0].size = 1 << 20;
+    job->items[1].size = 1000;
+    s_test_call (al, job);
+    for (int i = 0; i < 2; i++) {
+        kvp_item_t *item = &job->items[i];
+        assert (item->status == KVPOOL_OK && item->replica_count == 3);
+        assert (item->replicas[0].segment_id != item->replicas[1].segment_id);
+        assert (item->replicas[1].segment_id != item->replicas[2].segment_id);
+        assert (item->replicas[0].segment_id != item->replicas[2].segment_id);
+        memset (item->replicas[2].addr, 0xab, item->size);
+    }
+    //  Four replicas on three segments is an invalid request, not a full pool.
+    kvp_job_t *too_many = kvp_job_new (KVP_AL_ALLOC, 1);
+    too_many->replica_num = 4;
+    too_many->items[0].size = 10;
+    s_test_call (al, too_many);
+    assert (too_many->items[0].status == KVPOOL_INVALID_REPLICA);
+    kvp_job_destroy (&too_many);
+
+    //  Preferred segment first.
+    kvp_job_t *segs = kvp_job_new (KVP_AL_SEGMENTS, 0);
+    s_test_call (al, segs);
+    assert (segs->segment_count == 3);
+    kvp_job_t *pref = kvp_job_new (KVP_AL_ALLOC, 1);
+    pref->preferred[0] = segs->segments[2].name;
+    pref->preferred_count = 1;
+    pref->items[0].size = 100;
+    s_test_call (al, pref);
+    assert (pref->items[0].replicas[0].segment_id == segs->segments[2].id);
+    pref->kind = KVP_AL_FREE;
+    s_test_call (al, pref);
+    kvp_job_destroy (&pref);
+
+    //  Filling the pool ends in NO_AVAILABLE_HANDLE, and freeing gives the space back.
+    kvp_job_t *fill = kvp_job_new (KVP_AL_ALLOC, 64);
+    for (int i = 0; i < 64; i++)
+        fill->items[i].size = 1 << 20;
+    s_test_call (al, fill);
+    int ok = 0, full = 0;
+    for (int i = 0; i < 64; i++) {
+        ok += fill->items[i].status == KVPOOL_OK;
+        full += fill->items[i].status == KVPOOL_NO_AVAILABLE_HANDLE;
+    }
+    assert (ok >= 12 && full > 0 && ok + full == 64);
+    kvp_job_t *stats = kvp_job_new (KVP_AL_STATS, 0);
+    s_test_call (al, stats);
+    assert (stats->stats.bytes_mounted == 3 * (8 << 20) && stats->stats.segments == 3);
+    uint64_t used_full = stats->stats.bytes_allocated;
+    fill->kind = KVP_AL_FREE;
+    s_test_call (al, fill);
+    s_test_call (al, stats);
+    assert (stats->stats.bytes_allocated < used_full);
+    kvp_job_destroy (&fill);
+
+    //  Mount a foreign shared-memory object; unmount waits until it is empty.
+    char name[64];
+    segment_make_name (name, sizeof name, "altest-client", 0);
+    segment_t *client = segment_new (name, 4 << 20, false);
+    assert (client);
+    kvp_job_t *mount = kvp_job_new (KVP_AL_MOUNT, 0);
+    mount->segment_name = name;
+    mount->segment_size = 4 << 20;
+    mount->owner = "pid:1";
+    s_test_call (al, mount);
+    assert (mount->status == KVPOOL_OK && mount->segment_id == 4);
+    s_test_call (al, mount);
+    assert (mount->status == KVPOOL_SEGMENT_ALREADY_EXISTS);
+    kvp_job_t *on_client = kvp_job_new (KVP_AL_ALLOC, 1);
+    on_client->preferred[0] = name;
+    on_client->preferred_count = 1;
+    on_client->items[0].size = 4096;
+    s_test_call (al, on_client);
+    assert (on_client->items[0].replicas[0].segment_id == 4);
+    memcpy (on_client->items[0].replicas[0].addr, "hello", 5);
+    //  The node's mapping and the client's are the same bytes.
+    assert (memcmp ((char *) segment_base (client) + on_client->items[0].replicas[0].offset,
+                    "hello", 5)
+            == 0);
+    kvp_job_t *unmount = kvp_job_new (KVP_AL_UNMOUNT, 0);
+    unmount->segment_id = 4;
+    assert (kvp_job_send (al, unmount) == 0);
+    zclock_sleep (50);
+    assert (!(zsock_events (al) & ZMQ_POLLIN)); //  parked: one allocation is left
+    on_client->kind = KVP_AL_FREE;
+    assert (kvp_job_send (al, on_client) == 0);
+    kvp_job_t *first = kvp_job_recv (al);
+    kvp_job_t *second = kvp_job_recv (al);
+    assert ((first == on_client && second == unmount) || (first == unmount && second == on_client));
+    assert (unmount->status == KVPOOL_OK);
+    s_test_call (al, segs);
+    assert (segs->segment_count == 3);
+    kvp_job_destroy (&unmount);
+    kvp_job_destroy (&on_client);
+    kvp_job_destroy (&mount);
+    segment_destroy (&client);
+
+    job->kind = KVP_AL_FREE;
+    s_test_call (al, job);
+    s_test_call (al, stats);
+    assert (stats->stats.bytes_allocated == 0);
+    kvp_job_destroy (&job);
+    kvp_job_destroy (&stats);
+    kvp_job_destroy (&segs);
+    zsock_destroy (&al);
+    zactor_destroy (&actor);
+    if (verbose)
+        printf ("placement, full pool, mount/unmount ");
+}

@@ -1,0 +1,942 @@
+/*  api.c - the api actor (see api.h): decode, validate, route, reply.
+
+    DESIGN
+    Every client message is [routing id][optional empty delimiter (REQ clients)][Request]
+    [value frames...]. A message that has no Request frame at all is dropped and counted; one
+    whose Request can't be decoded is answered PROTOCOL_ERROR; every other problem is an
+    error reply with a reason (request-level `status`, or a per-key `statuses` entry), and the
+    server goes on serving. Nothing a client sends is trusted: sizes, counts and frame numbers
+    are checked before any job is made.
+
+    A request becomes one kvp_job_t (context: api_ctx_t holding the routing id, the decoded
+    Request and the value frames, so key and value pointers in the job stay valid until the
+    reply). s_next_stage() is the whole routing table: given the operation and the stage just
+    finished, it names the next actor, or the reply.
+
+    Threads: one. Memory: value frames of a PUT are released after the reply; a GET's values
+    are pinned objects handed to ZeroMQ with a free callback (kvp_object_unpin_cb).
+*/
+#include "actors/api.h"
+
+#include <signal.h>
+
+#include "actors/allocator.h"
+#include "actors/replica_manager.h"
+#include "actors/transfer_submitter.h"
+#include "messages/kvp_job.h"
+#include "messages/kvpool.pb-c.h"
+
+#define MAX_KEYS_PER_REQUEST 1000000
+//  GET values smaller than this are copied into the reply (cheaper than a zero-copy handle).
+#define COPY_VALUE_BYTES 8192
+#define OWNER_CHECK_INTERVAL_MS 1000
+
+typedef struct {
+    zframe_t *routing_id;
+    bool envelope; //  REQ client: replies need the empty delimiter
+    Kvpool__V1__Request *request;
+    zmsg_t *values;
+} api_ctx_t;
+
+typedef struct {
+    zsock_t *pipe;
+    zsock_t *router;
+    zsock_t *rm, *al, *tx;
+    zpoller_t *poller;
+    const kvp_config_t *config;
+    zlistx_t *endpoints;   //  resolved endpoint strings
+    char bind_error[256];
+    char host_id[64];
+    char server_id[96];
+    int64_t started;
+    size_t in_flight;      //  jobs out at an actor (client and internal)
+    size_t writes_in_flight; //  PUT / PUT_START jobs between reserve and reply
+    zlistx_t *resets;      //  RESET jobs waiting for the writes to drain
+    zlistx_t *held;        //  puts that arrived during a reset
+    bool reset_running;
+    bool draining;
+    int64_t next_owner_check;
+    uint64_t requests, errors, dropped, resets_done;
+    bool terminated;
+} self_t;
+
+void
+kvp_host_id (char *buf, size_t size)
+{
+    buf[0] = 0;
+    FILE *file = fopen ("/proc/sys/kernel/random/boot_id", "r");
+    if (file) {
+        if (fgets (buf, (int) size, file))
+            buf[strcspn (buf, "\r\n")] = 0;
+        fclose (file);
+    }
+}
+
+static void
+s_ctx_destroy (api_ctx_t **ctx_p)
+{
+    api_ctx_t *ctx = *ctx_p;
+    if (!ctx)
+        return;
+    zframe_destroy (&ctx->routing_id);
+    if (ctx->request)
+        kvpool__v1__request__free_unpacked (ctx->request, NULL);
+    zmsg_destroy (&ctx->values);
+    free (ctx);
+    *ctx_p = NULL;
+}
+
+//  ---- binding -----------------------------------------------------------------------
+
+static int
+s_bind (self_t *self, const char *endpoint)
+{
+    int port = zsock_bind (self->router, "%s", endpoint);
+    if (port == -1) {
+        snprintf (self->bind_error, sizeof self->bind_error, "cannot bind %s: %s", endpoint,
+                  zmq_strerror (zmq_errno ()));
+        return -1;
+    }
+    //  Report ephemeral ports as the real port.
+    size_t len = strlen (endpoint);
+    if (len >= 2 && streq (endpoint + len - 2, ":*")) {
+        char resolved[300];
+        snprintf (resolved, sizeof resolved, "%.*s:%d", (int) (len - 2), endpoint, port);
+        zlistx_add_end (self->endpoints, resolved);
+    }
+    else
+        zlistx_add_end (self->endpoints, (void *) endpoint);
+    return 0;
+}
+
+static self_t *
+s_self_new (zsock_t *pipe, const kvp_config_t *config)
+{
+    self_t *self = (self_t *) zmalloc (sizeof (self_t));
+    self->pipe = pipe;
+    self->config = config;
+    self->router = zsock_new (ZMQ_ROUTER);
+    self->rm = zsock_new (ZMQ_DEALER);
+    self->al = zsock_new (ZMQ_DEALER);
+    self->tx = zsock_new (ZMQ_DEALER);
+    assert (self->router && self->rm && self->al && self->tx);
+    zsock_set_sndhwm (self->router, 100000);
+    zsock_set_rcvhwm (self->router, 100000);
+    zsock_set_linger (self->router, 0);
+    zsock_set_sndhwm (self->rm, 0);
+    zsock_set_sndhwm (self->al, 0);
+    zsock_set_sndhwm (self->tx, 0);
+    zsock_connect (self->rm, "inproc://%s-rm", config->instance);
+    zsock_connect (self->al, "inproc://%s-al", config->instance);
+    zsock_connect (self->tx, "inproc://%s-tx", config->instance);
+    self->endpoints = zlistx_new ();
+    zlistx_set_duplicator (self->endpoints, (zlistx_duplicator_fn *) strdup);
+    zlistx_set_destructor (self->endpoints, (zlistx_destructor_fn *) zstr_free);
+    if (config->endpoint_count == 0) {
+        if (s_bind (self, KVPOOL_DEFAULT_ENDPOINT) == 0)
+            s_bind (self, "ipc://@kvpool-50051");
+    }
+    else
+        for (size_t i = 0; i < config->endpoint_count && !self->bind_error[0]; i++)
+            s_bind (self, config->endpoints[i]);
+    char inproc[64];
+    snprintf (inproc, sizeof inproc, "inproc://%s-api", config->instance);
+    if (zsock_bind (self->router, "%s", inproc) == -1 && !self->bind_error[0])
+        snprintf (self->bind_error, sizeof self->bind_error, "cannot bind %s", inproc);
+    self->resets = zlistx_new ();
+    self->held = zlistx_new ();
+    kvp_host_id (self->host_id, sizeof self->host_id);
+    snprintf (self->server_id, sizeof self->server_id, "%s/%d", self->host_id, (int) getpid ());
+    self->started = zclock_mono ();
+    self->next_owner_check = self->started + OWNER_CHECK_INTERVAL_MS;
+    self->poller = zpoller_new (pipe, self->router, self->rm, self->al, self->tx, NULL);
+    return self;
+}
+
+static void
+s_self_destroy (self_t **self_p)
+{
+    self_t *self = *self_p;
+    if (!self)
+        return;
+    zpoller_destroy (&self->poller);
+    zlistx_destroy (&self->endpoints);
+    zlistx_destroy (&self->resets);
+    zlistx_destroy (&self->held);
+    zsock_destroy (&self->router);
+    zsock_destroy (&self->rm);
+    zsock_destroy (&self->al);
+    zsock_destroy (&self->tx);
+    free (self);
+    *self_p = NULL;
+}
+
+//  ---- replies -----------------------------------------------------------------------
+
+static int
+s_send_frame (void *socket, const void *data, size_t size, bool more)
+{
+    return zmq_send (socket, data, size, more ? ZMQ_SNDMORE : 0) == -1 ? -1 : 0;
+}
+
+//  Sends [routing id][delimiter?][reply][values?]. Returns 0 or -1.
+static int
+s_send_header (self_t *self, api_ctx_t *ctx, Kvpool__V1__Reply *reply, bool more)
+{
+    void *socket = zsock_resolve (self->router);
+    self->requests++;
+    if (reply->status != KVPOOL_OK)
+        self->errors++;
+    if (s_send_frame (socket, zframe_data (ctx->routing_id), zframe_size (ctx->routing_id),
+                      true)
+        == -1)
+        return -1;
+    if (ctx->envelope && s_send_frame (socket, NULL, 0, true) == -1)
+        return -1;
+    zmq_msg_t msg;
+    size_t size = kvpool__v1__reply__get_packed_size (reply);
+    zmq_msg_init_size (&msg, size);
+    kvpool__v1__reply__pack (reply, (uint8_t *) zmq_msg_data (&msg));
+    if (zmq_msg_send (&msg, socket, more ? ZMQ_SNDMORE : 0) == -1) {
+        zmq_msg_close (&msg);
+        return -1;
+    }
+    return 0;
+}
+
+static void
+s_reply_error (self_t *self, api_ctx_t *ctx, uint64_t request_id, int op, int status,
+               const char *reason)
+{
+    Kvpool__V1__Reply reply = KVPOOL__V1__REPLY__INIT;
+    reply.version = KVPOOL_PROTOCOL_VERSION;
+    reply.request_id = request_id;
+    reply.op = (Kvpool__V1__Op) op;
+    reply.status = status;
+    reply.error = (char *) reason;
+    s_send_header (self, ctx, &reply, false);
+    if (self->config->verbose)
+        zsys_info ("api: request %llu op %d: %s (%s)", (unsigned long long) request_id, op,
+                   kvpool_status_name (status), reason);
+}
+
+//  Sends the GET values: zero copy from the segment for large ones, pinned until sent.
+static void
+s_send_values (self_t *self, kvp_job_t *job)
+{
+    void *socket = zsock_resolve (self->router);
+    for (size_t i = 0; i < job->count; i++) {
+        kvp_item_t *item = &job->items[i];
+        bool more = i + 1 < job->count;
+        zmq_msg_t msg;
+        if (item->status != KVPOOL_OK || !item->object)
+            zmq_msg_init (&msg);
+        else if (item->size < COPY_VALUE_BYTES) {
+            zmq_msg_init_size (&msg, item->size);
+            memcpy (zmq_msg_data (&msg), item->replicas[0].addr, item->size);
+            kvp_object_unpin (item->object);
+        }
+        else
+            zmq_msg_init_data (&msg, item->replicas[0].addr, item->size, kvp_object_unpin_cb,
+                               item->object);
+        item->object = NULL;
+        //  A failed send (client gone) still releases the pin when the message is closed.
+        if (zmq_msg_send (&msg, socket, more ? ZMQ_SNDMORE : 0) == -1)
+            zmq_msg_close (&msg);
+    }
+}
+
+static void
+s_fill_stats (self_t *self, kvp_job_t *job, Kvpool__V1__Stats *stats)
+{
+    stats->objects = job->stats.objects;
+    stats->pending_puts = job->stats.pending_puts;
+    stats->bytes_stored = job->stats.bytes_stored;
+    stats->bytes_allocated = job->stats.bytes_allocated;
+    stats->bytes_mounted = job->stats.bytes_mounted;
+    stats->utilisation = job->stats.bytes_mounted
+                             ? (double) job->stats.bytes_stored / job->stats.bytes_mounted
+                             : 0;
+    stats->segments = job->stats.segments;
+    stats->requests = self->requests;
+    stats->errors = self->errors;
+    stats->dropped_requests = self->dropped;
+    stats->puts = job->stats.puts;
+    stats->gets = job->stats.gets;
+    stats->get_hits = job->stats.get_hits;
+    stats->removes = job->stats.removes;
+    stats->revoked_puts = job->stats.revoked_puts;
+    stats->max_key_len = self->config->max_key_len;
+    stats->max_value_size = self->config->max_value_size;
+    stats->lease_ttl_ms = self->config->lease_ttl_ms;
+    stats->uptime_ms = (uint64_t) (zclock_mono () - self->started);
+    stats->transfer_workers = self->config->workers;
+    stats->resets = self->resets_done;
+}
+
+//  Answers a finished job and destroys it.
+static void
+s_reply (self_t *self, kvp_job_t **job_p)
+{
+    kvp_job_t *job = *job_p;
+    api_ctx_t *ctx = (api_ctx_t *) job->context;
+    Kvpool__V1__Request *request = ctx->request;
+    Kvpool__V1__Reply reply = KVPOOL__V1__REPLY__INIT;
+    reply.version = KVPOOL_PROTOCOL_VERSION;
+    reply.request_id = request->request_id;
+    reply.op = request->op;
+    reply.status = job->status;
+    reply.error = job->error;
+
+    size_t n = job->count;
+    int32_t *statuses = NULL;
+    uint64_t *sizes = NULL;
+    Kvpool__V1__KeyReplicas *key_replicas = NULL, **key_replica_ptrs = NULL;
+    Kvpool__V1__Replica *replicas = NULL, **replica_ptrs = NULL;
+    Kvpool__V1__Segment *segments = NULL, **segment_ptrs = NULL;
+    Kvpool__V1__Stats stats = KVPOOL__V1__STATS__INIT;
+    int op = request->op;
+
+    if (n) {
+        statuses = (int32_t *) malloc (n * sizeof (int32_t));
+        for (size_t i = 0; i < n; i++)
+            statuses[i] = job->status != KVPOOL_OK ? job->status : job->items[i].status;
+        reply.n_statuses = n;
+        reply.statuses = statuses;
+    }
+    if (op == KVPOOL__V1__OP__GET || op == KVPOOL__V1__OP__GET_SIZE
+        || op == KVPOOL__V1__OP__GET_REPLICA_LIST) {
+        sizes = (uint64_t *) malloc ((n ? n : 1) * sizeof (uint64_t));
+        for (size_t i = 0; i < n; i++)
+            sizes[i] = job->items[i].status == KVPOOL_OK ? job->items[i].size : 0;
+        reply.n_sizes = n;
+        reply.sizes = sizes;
+    }
+    if (op == KVPOOL__V1__OP__PUT_START || op == KVPOOL__V1__OP__GET_REPLICA_LIST) {
+        size_t total = 0;
+        for (size_t i = 0; i < n; i++)
+            if (job->items[i].status == KVPOOL_OK)
+                total += job->items[i].replica_count;
+        key_replicas = (Kvpool__V1__KeyReplicas *) malloc ((n ? n : 1) * sizeof *key_replicas);
+        key_replica_ptrs = (Kvpool__V1__KeyReplicas **) malloc ((n ? n : 1) * sizeof (void *));
+        replicas = (Kvpool__V1__Replica *) malloc ((total ? total : 1) * sizeof *replicas);
+        replica_ptrs = (Kvpool__V1__Replica **) malloc ((total ? total : 1) * sizeof (void *));
+        size_t next = 0;
+        for (size_t i = 0; i < n; i++) {
+            kvpool__v1__key_replicas__init (&key_replicas[i]);
+            key_replica_ptrs[i] = &key_replicas[i];
+            kvp_item_t *item = &job->items[i];
+            if (item->status != KVPOOL_OK)
+                continue;
+            key_replicas[i].replicas = &replica_ptrs[next];
+            key_replicas[i].n_replicas = item->replica_count;
+            for (uint32_t r = 0; r < item->replica_count; r++, next++) {
+                kvpool__v1__replica__init (&replicas[next]);
+                replicas[next].segment_id = item->replicas[r].segment_id;
+                replicas[next].offset = item->replicas[r].offset;
+                replica_ptrs[next] = &replicas[next];
+            }
+        }
+        reply.n_replicas = n;
+        reply.replicas = key_replica_ptrs;
+    }
+    if (job->segment_count) {
+        segments = (Kvpool__V1__Segment *) malloc (job->segment_count * sizeof *segments);
+        segment_ptrs = (Kvpool__V1__Segment **) malloc (job->segment_count * sizeof (void *));
+        for (size_t i = 0; i < job->segment_count; i++) {
+            kvpool__v1__segment__init (&segments[i]);
+            segments[i].id = job->segments[i].id;
+            segments[i].name = job->segments[i].name;
+            segments[i].size = job->segments[i].size;
+            segments[i].used = job->segments[i].used;
+            segments[i].owner = job->segments[i].owner;
+            segment_ptrs[i] = &segments[i];
+        }
+        reply.n_segments = job->segment_count;
+        reply.segments = segment_ptrs;
+    }
+    else if (op == KVPOOL__V1__OP__MOUNT_SEGMENT && job->status == KVPOOL_OK) {
+        segments = (Kvpool__V1__Segment *) malloc (sizeof *segments);
+        segment_ptrs = (Kvpool__V1__Segment **) malloc (sizeof (void *));
+        kvpool__v1__segment__init (segments);
+        segments->id = job->segment_id;
+        segments->name = (char *) job->segment_name;
+        segments->size = job->segment_size;
+        segments->owner = (char *) (job->owner ? job->owner : "");
+        segment_ptrs[0] = segments;
+        reply.n_segments = 1;
+        reply.segments = segment_ptrs;
+    }
+    if (op == KVPOOL__V1__OP__SEGMENTS) {
+        reply.host_id = self->host_id;
+        reply.server_id = self->server_id;
+    }
+    if (op == KVPOOL__V1__OP__STATS) {
+        s_fill_stats (self, job, &stats);
+        reply.stats = &stats;
+    }
+    reply.count = job->result_count;
+
+    bool values = op == KVPOOL__V1__OP__GET && job->status == KVPOOL_OK && n > 0;
+    if (s_send_header (self, ctx, &reply, values) == 0 && values)
+        s_send_values (self, job);
+    else
+        for (size_t i = 0; i < n; i++)
+            if (job->items[i].object) {
+                kvp_object_unpin (job->items[i].object);
+                job->items[i].object = NULL;
+            }
+    if (self->config->verbose)
+        zsys_info ("api: request %llu op %d: %d keys, status %s",
+                   (unsigned long long) request->request_id, op, (int) n,
+                   kvpool_status_name (job->status));
+
+    free (statuses);
+    free (sizes);
+    free (key_replicas);
+    free (key_replica_ptrs);
+    free (replicas);
+    free (replica_ptrs);
+    free (segments);
+    free (segment_ptrs);
+    s_ctx_destroy (&ctx);
+    kvp_job_destroy (job_p);
+}
+
+//  ---- routing -----------------------------------------------------------------------
+
+static bool
+s_is_write (int op)
+{
+    return op == KVPOOL__V1__OP__PUT || op == KVPOOL__V1__OP__PUT_START;
+}
+
+static bool
+s_any_ok (kvp_job_t *job)
+{
+    for (size_t i = 0; i < job->count; i++)
+        if (job->items[i].status == KVPOOL_OK)
+            return true;
+    return false;
+}
+
+static bool
+s_any_reserved (kvp_job_t *job)
+{
+    for (size_t i = 0; i < job->count; i++)
+        if (job->items[i].object_id)
+            return true;
+    return false;
+}
+
+//  The routing table: the stage after `done` for this operation, or KVP_JOB_NONE to reply.
+static kvp_job_kind_t
+s_next_stage (kvp_job_t *job, kvp_job_kind_t done)
+{
+    if (job->status != KVPOOL_OK)
+        return KVP_JOB_NONE;
+    switch (job->op) {
+        case KVPOOL__V1__OP__PUT:
+            if (done == KVP_JOB_NONE)
+                return KVP_RM_RESERVE;
+            if (!s_any_reserved (job))
+                return KVP_JOB_NONE;
+            if (done == KVP_RM_RESERVE)
+                return KVP_AL_ALLOC;
+            if (done == KVP_AL_ALLOC)
+                return s_any_ok (job) ? KVP_TX_WRITE : KVP_RM_COMMIT;
+            if (done == KVP_TX_WRITE)
+                return KVP_RM_COMMIT;
+            return KVP_JOB_NONE;
+        case KVPOOL__V1__OP__PUT_START:
+            if (done == KVP_JOB_NONE)
+                return KVP_RM_RESERVE;
+            if (!s_any_reserved (job))
+                return KVP_JOB_NONE;
+            if (done == KVP_RM_RESERVE)
+                return KVP_AL_ALLOC;
+            if (done == KVP_AL_ALLOC)
+                return KVP_RM_BIND;
+            return KVP_JOB_NONE;
+        case KVPOOL__V1__OP__GET: return done == KVP_JOB_NONE ? KVP_RM_GET : KVP_JOB_NONE;
+        case KVPOOL__V1__OP__EXIST: return done == KVP_JOB_NONE ? KVP_RM_EXIST : KVP_JOB_NONE;
+        case KVPOOL__V1__OP__GET_SIZE:
+            return done == KVP_JOB_NONE ? KVP_RM_GET_SIZE : KVP_JOB_NONE;
+        case KVPOOL__V1__OP__GET_REPLICA_LIST:
+            return done == KVP_JOB_NONE ? KVP_RM_REPLICA_LIST : KVP_JOB_NONE;
+        case KVPOOL__V1__OP__RELEASE:
+            return done == KVP_JOB_NONE ? KVP_RM_RELEASE : KVP_JOB_NONE;
+        case KVPOOL__V1__OP__PUT_END:
+            return done == KVP_JOB_NONE ? KVP_RM_COMMIT : KVP_JOB_NONE;
+        case KVPOOL__V1__OP__PUT_REVOKE:
+            return done == KVP_JOB_NONE ? KVP_RM_REVOKE : KVP_JOB_NONE;
+        case KVPOOL__V1__OP__REMOVE:
+            return done == KVP_JOB_NONE ? KVP_RM_REMOVE : KVP_JOB_NONE;
+        case KVPOOL__V1__OP__REMOVE_BY_REGEX:
+            return done == KVP_JOB_NONE ? KVP_RM_REMOVE_REGEX : KVP_JOB_NONE;
+        case KVPOOL__V1__OP__REMOVE_ALL:
+        case KVPOOL__V1__OP__RESET:
+            return done == KVP_JOB_NONE ? KVP_RM_REMOVE_ALL : KVP_JOB_NONE;
+        case KVPOOL__V1__OP__STATS:
+            return done == KVP_JOB_NONE ? KVP_RM_STATS
+                   : done == KVP_RM_STATS ? KVP_AL_STATS
+                                          : KVP_JOB_NONE;
+        case KVPOOL__V1__OP__SEGMENTS:
+            return done == KVP_JOB_NONE ? KVP_AL_SEGMENTS : KVP_JOB_NONE;
+        case KVPOOL__V1__OP__MOUNT_SEGMENT:
+            return done == KVP_JOB_NONE ? KVP_AL_MOUNT : KVP_JOB_NONE;
+        case KVPOOL__V1__OP__UNMOUNT_SEGMENT:
+            return done == KVP_JOB_NONE ? KVP_RM_REMOVE_SEGMENT
+                   : done == KVP_RM_REMOVE_SEGMENT ? KVP_AL_UNMOUNT
+                                                   : KVP_JOB_NONE;
+        default: return KVP_JOB_NONE;
+    }
+}
+
+static void s_start_reset (self_t *self);
+
+//  Sends the job to its next stage, or answers it.
+static void
+s_advance (self_t *self, kvp_job_t *job, kvp_job_kind_t done)
+{
+    kvp_job_kind_t next = s_next_stage (job, done);
+    if (next == KVP_JOB_NONE) {
+        bool write = s_is_write (job->op) && done != KVP_JOB_NONE;
+        bool reset = job->op == KVPOOL__V1__OP__RESET;
+        if (reset) {
+            self->resets_done++;
+            self->reset_running = false;
+        }
+        if (job->context)
+            s_reply (self, &job);
+        else
+            kvp_job_destroy (&job);
+        if (write)
+            self->writes_in_flight--;
+        if (reset || write)
+            s_start_reset (self);
+        return;
+    }
+    job->kind = next;
+    zsock_t *target = next <= KVP_RM_STATS ? self->rm : next <= KVP_AL_UNMOUNT ? self->al : self->tx;
+    if (done == KVP_JOB_NONE && s_is_write (job->op))
+        self->writes_in_flight++;
+    if (kvp_job_send (target, job) == 0)
+        self->in_flight++;
+    else {
+        kvp_job_fail (job, KVPOOL_INTERNAL_ERROR, "internal queue failure");
+        s_advance (self, job, KVP_JOB_NONE);
+    }
+}
+
+//  Runs the next reset when no write is in flight, and the held puts after the last reset.
+static void
+s_start_reset (self_t *self)
+{
+    if (self->reset_running || self->writes_in_flight)
+        return;
+    kvp_job_t *reset = (kvp_job_t *) zlistx_first (self->resets);
+    if (reset) {
+        zlistx_delete (self->resets, zlistx_cursor (self->resets));
+        self->reset_running = true;
+        reset->force = true;
+        s_advance (self, reset, KVP_JOB_NONE);
+        return;
+    }
+    kvp_job_t *held;
+    while ((held = (kvp_job_t *) zlistx_first (self->held))) {
+        zlistx_delete (self->held, zlistx_cursor (self->held));
+        s_advance (self, held, KVP_JOB_NONE);
+    }
+}
+
+static bool
+s_resetting (self_t *self)
+{
+    return self->reset_running || zlistx_size (self->resets) > 0;
+}
+
+//  ---- requests ----------------------------------------------------------------------
+
+static bool
+s_op_takes_keys (int op)
+{
+    switch (op) {
+        case KVPOOL__V1__OP__PUT:
+        case KVPOOL__V1__OP__GET:
+        case KVPOOL__V1__OP__EXIST:
+        case KVPOOL__V1__OP__REMOVE:
+        case KVPOOL__V1__OP__GET_SIZE:
+        case KVPOOL__V1__OP__PUT_START:
+        case KVPOOL__V1__OP__PUT_END:
+        case KVPOOL__V1__OP__PUT_REVOKE:
+        case KVPOOL__V1__OP__GET_REPLICA_LIST:
+        case KVPOOL__V1__OP__RELEASE: return true;
+        default: return false;
+    }
+}
+
+static bool
+s_op_known (int op)
+{
+    return op >= KVPOOL__V1__OP__PING && op <= KVPOOL__V1__OP__RESET;
+}
+
+//  Validates a decoded request and builds its job. Returns NULL after replying an error.
+static kvp_job_t *
+s_job_from_request (self_t *self, api_ctx_t *ctx)
+{
+    Kvpool__V1__Request *request = ctx->request;
+    int op = request->op;
+    uint64_t id = request->request_id;
+    size_t value_frames = ctx->values ? zmsg_size (ctx->values) : 0;
+    char reason[160];
+
+    if (request->version != KVPOOL_PROTOCOL_VERSION) {
+        snprintf (reason, sizeof reason, "protocol version %u is not supported (this server: %d)",
+                  request->version, KVPOOL_PROTOCOL_VERSION);
+        s_reply_error (self, ctx, id, op, KVPOOL_INVALID_VERSION, reason);
+        return NULL;
+    }
+    if (!s_op_known (op)) {
+        snprintf (reason, sizeof reason, "unknown operation %d", op);
+        s_reply_error (self, ctx, id, op, KVPOOL_UNKNOWN_OPERATION, reason);
+        return NULL;
+    }
+    size_t n = request->n_keys;
+    if (s_op_takes_keys (op) && n == 0) {
+        s_reply_error (self, ctx, id, op, KVPOOL_INVALID_PARAMS, "the request has no keys");
+        return NULL;
+    }
+    if (n > MAX_KEYS_PER_REQUEST) {
+        snprintf (reason, sizeof reason, "%zu keys: at most %d per request", n,
+                  MAX_KEYS_PER_REQUEST);
+        s_reply_error (self, ctx, id, op, KVPOOL_INVALID_PARAMS, reason);
+        return NULL;
+    }
+    if (op == KVPOOL__V1__OP__PUT ? value_frames != n : value_frames != 0) {
+        snprintf (reason, sizeof reason, "%zu keys but %zu value frames", n, value_frames);
+        s_reply_error (self, ctx, id, op, KVPOOL_INVALID_PARAMS, reason);
+        return NULL;
+    }
+    if (op == KVPOOL__V1__OP__PUT_START && request->n_sizes != n) {
+        snprintf (reason, sizeof reason, "%zu keys but %zu sizes", n, request->n_sizes);
+        s_reply_error (self, ctx, id, op, KVPOOL_INVALID_PARAMS, reason);
+        return NULL;
+    }
+    Kvpool__V1__PutOptions *put = request->put;
+    if (put && put->replica_num > KVP_MAX_REPLICAS) {
+        snprintf (reason, sizeof reason, "replica_num %u: at most %d", put->replica_num,
+                  KVP_MAX_REPLICAS);
+        s_reply_error (self, ctx, id, op, KVPOOL_INVALID_REPLICA, reason);
+        return NULL;
+    }
+    if (put && put->n_preferred_segments > KVP_MAX_PREFERRED) {
+        s_reply_error (self, ctx, id, op, KVPOOL_INVALID_PARAMS, "too many preferred segments");
+        return NULL;
+    }
+    if ((op == KVPOOL__V1__OP__MOUNT_SEGMENT || op == KVPOOL__V1__OP__UNMOUNT_SEGMENT)
+        && !request->segment) {
+        s_reply_error (self, ctx, id, op, KVPOOL_INVALID_PARAMS, "the request has no segment");
+        return NULL;
+    }
+
+    kvp_job_t *job = kvp_job_new (KVP_JOB_NONE, n);
+    job->op = op;
+    job->context = ctx;
+    zframe_t *frame = ctx->values ? zmsg_first (ctx->values) : NULL;
+    for (size_t i = 0; i < n; i++) {
+        kvp_item_t *item = &job->items[i];
+        item->key = request->keys[i];
+        item->key_len = strlen (item->key);
+        if (item->key_len == 0 || item->key_len > self->config->max_key_len)
+            item->status = KVPOOL_INVALID_KEY;
+        if (op == KVPOOL__V1__OP__PUT) {
+            item->src = zframe_data (frame);
+            item->size = zframe_size (frame);
+            frame = zmsg_next (ctx->values);
+        }
+        else if (op == KVPOOL__V1__OP__PUT_START)
+            item->size = request->sizes[i];
+        if (item->size > self->config->max_value_size && item->status == KVPOOL_OK)
+            item->status = KVPOOL_VALUE_TOO_LARGE;
+    }
+    if (put) {
+        job->replica_num = put->replica_num;
+        for (size_t p = 0; p < put->n_preferred_segments; p++)
+            job->preferred[job->preferred_count++] = put->preferred_segments[p];
+        job->soft_pin = put->soft_pin;
+        job->soft_pin_ttl_ms = put->soft_pin_ttl_ms;
+        job->hard_pin = put->hard_pin;
+    }
+    job->force = request->force;
+    job->pin = request->pin;
+    job->pattern = request->pattern;
+    if (request->segment) {
+        job->segment_id = request->segment->id;
+        job->segment_name = request->segment->name;
+        job->segment_size = request->segment->size;
+        job->owner = request->segment->owner;
+    }
+    return job;
+}
+
+static void
+s_handle_request (self_t *self, api_ctx_t *ctx)
+{
+    Kvpool__V1__Request *request = ctx->request;
+    if (request->op == KVPOOL__V1__OP__PING && request->version == KVPOOL_PROTOCOL_VERSION) {
+        Kvpool__V1__Reply reply = KVPOOL__V1__REPLY__INIT;
+        reply.version = KVPOOL_PROTOCOL_VERSION;
+        reply.request_id = request->request_id;
+        reply.op = KVPOOL__V1__OP__PING;
+        reply.host_id = self->host_id;
+        reply.server_id = self->server_id;
+        s_send_header (self, ctx, &reply, false);
+        s_ctx_destroy (&ctx);
+        return;
+    }
+    kvp_job_t *job = s_job_from_request (self, ctx);
+    if (!job) {
+        s_ctx_destroy (&ctx);
+        return;
+    }
+    if (job->op == KVPOOL__V1__OP__RESET) {
+        zlistx_add_end (self->resets, job);
+        s_start_reset (self);
+    }
+    else if (s_is_write (job->op) && s_resetting (self))
+        zlistx_add_end (self->held, job);
+    else
+        s_advance (self, job, KVP_JOB_NONE);
+}
+
+static void
+s_client_message (self_t *self)
+{
+    zmsg_t *msg = zmsg_recv (self->router);
+    if (!msg)
+        return;
+    api_ctx_t *ctx = (api_ctx_t *) zmalloc (sizeof (api_ctx_t));
+    ctx->routing_id = zmsg_pop (msg);
+    zframe_t *header = zmsg_pop (msg);
+    if (header && zframe_size (header) == 0 && zmsg_size (msg) > 0) {
+        //  REQ clients put an empty delimiter before the body.
+        ctx->envelope = true;
+        zframe_destroy (&header);
+        header = zmsg_pop (msg);
+    }
+    if (!ctx->routing_id || !header) {
+        //  Nothing to answer: a message of one frame can't hold a request.
+        self->dropped++;
+        zframe_destroy (&header);
+        zmsg_destroy (&msg);
+        s_ctx_destroy (&ctx);
+        return;
+    }
+    ctx->request =
+        kvpool__v1__request__unpack (NULL, zframe_size (header), zframe_data (header));
+    zframe_destroy (&header);
+    if (!ctx->request) {
+        zmsg_destroy (&msg);
+        s_reply_error (self, ctx, 0, 0, KVPOOL_PROTOCOL_ERROR,
+                       "frame 0 is not a kvpool.v1.Request");
+        s_ctx_destroy (&ctx);
+        return;
+    }
+    if (zmsg_size (msg))
+        ctx->values = msg;
+    else
+        zmsg_destroy (&msg);
+    s_handle_request (self, ctx);
+}
+
+//  ---- segments of dead clients ------------------------------------------------------
+
+//  Segments mounted by a process (owner "pid:N") that has died are unmounted: their objects
+//  are removed first. Internal jobs have no context and are destroyed when they finish.
+static void
+s_check_owners (self_t *self)
+{
+    kvp_job_t *job = kvp_job_new (KVP_JOB_NONE, 0);
+    job->op = KVPOOL__V1__OP__SEGMENTS;
+    s_advance (self, job, KVP_JOB_NONE);
+}
+
+static void
+s_owners_listed (self_t *self, kvp_job_t *job);
+
+//  A job came back from an actor.
+static void
+s_actor_reply (self_t *self, zsock_t *actor)
+{
+    kvp_job_t *job = kvp_job_recv (actor);
+    if (!job)
+        return;
+    self->in_flight--;
+    if (!job->context && job->op == KVPOOL__V1__OP__SEGMENTS)
+        s_owners_listed (self, job);
+    s_advance (self, job, job->kind);
+}
+
+static void
+s_owners_listed (self_t *self, kvp_job_t *job)
+{
+    for (size_t i = 0; i < job->segment_count; i++) {
+        int pid;
+        if (sscanf (job->segments[i].owner, "pid:%d", &pid) != 1 || pid <= 0)
+            continue;
+        if (kill (pid, 0) == 0 || errno != ESRCH)
+            continue;
+        zsys_info ("kvpoold: owner of segment %u (%s) is gone: unmounting it",
+                   job->segments[i].id, job->segments[i].name);
+        kvp_job_t *unmount = kvp_job_new (KVP_JOB_NONE, 0);
+        unmount->op = KVPOOL__V1__OP__UNMOUNT_SEGMENT;
+        unmount->segment_id = job->segments[i].id;
+        s_advance (self, unmount, KVP_JOB_NONE);
+    }
+}
+
+//  ---- the actor ---------------------------------------------------------------------
+
+static void
+s_pipe_command (self_t *self)
+{
+    zmsg_t *msg = zmsg_recv (self->pipe);
+    if (!msg) {
+        self->terminated = true;
+        return;
+    }
+    char *command = zmsg_popstr (msg);
+    if (!command || streq (command, "$TERM"))
+        self->terminated = true;
+    else if (streq (command, "ENDPOINTS")) {
+        zmsg_t *reply = zmsg_new ();
+        if (self->bind_error[0]) {
+            zmsg_addstr (reply, "ERROR");
+            zmsg_addstr (reply, self->bind_error);
+        }
+        else {
+            zmsg_addstr (reply, "OK");
+            for (char *endpoint = (char *) zlistx_first (self->endpoints); endpoint;
+                 endpoint = (char *) zlistx_next (self->endpoints))
+                zmsg_addstr (reply, endpoint);
+        }
+        zmsg_send (&reply, self->pipe);
+    }
+    else if (streq (command, "DRAIN")) {
+        self->draining = true;
+        zpoller_remove (self->poller, self->router);
+    }
+    zstr_free (&command);
+    zmsg_destroy (&msg);
+}
+
+void
+api_actor (zsock_t *pipe, void *args)
+{
+    self_t *self = s_self_new (pipe, (const kvp_config_t *) args);
+    zsock_signal (pipe, 0);
+    bool drained = false;
+    while (!self->terminated) {
+        int64_t wait = self->next_owner_check - zclock_mono ();
+        void *which = zpoller_wait (self->poller, wait > 0 ? (int) wait : 0);
+        if (which == pipe)
+            s_pipe_command (self);
+        else if (which == self->router)
+            s_client_message (self);
+        else if (which == self->rm || which == self->al || which == self->tx)
+            s_actor_reply (self, (zsock_t *) which);
+        if (zclock_mono () >= self->next_owner_check) {
+            if (!self->draining)
+                s_check_owners (self);
+            self->next_owner_check = zclock_mono () + OWNER_CHECK_INTERVAL_MS;
+        }
+        if (self->draining && !drained && self->in_flight == 0 && zlistx_size (self->held) == 0
+            && zlistx_size (self->resets) == 0) {
+            drained = true;
+            zstr_send (pipe, "DRAINED");
+        }
+    }
+    s_self_destroy (&self);
+}
+
+//  ---- self test ---------------------------------------------------------------------
+
+void
+api_test (bool verbose)
+{
+    //  The whole store in this process, driven over its inproc endpoint with raw frames.
+    kvp_config_t config;
+    kvp_config_defaults (&config);
+    snprintf (config.instance, sizeof config.instance, "apitest%d", (int) getpid ());
+    config.segment_size = 16 << 20;
+    config.workers = 2;
+    config.endpoints[0] = "tcp://127.0.0.1:*";
+    config.endpoint_count = 1;
+    zactor_t *rm = zactor_new (replica_manager_actor, &config);
+    zactor_t *al = zactor_new (allocator_actor, &config);
+    zactor_t *tx = zactor_new (transfer_submitter_actor, &config);
+    zactor_t *api = zactor_new (api_actor, &config);
+    zstr_send (api, "ENDPOINTS");
+    zmsg_t *endpoints = zmsg_recv (api);
+    char *ok = zmsg_popstr (endpoints);
+    char *tcp = zmsg_popstr (endpoints);
+    assert (streq (ok, "OK") && strncmp (tcp, "tcp://127.0.0.1:", 16) == 0);
+    assert (!strchr (tcp, '*'));
+    zsock_t *client = zsock_new_dealer (tcp);
+    assert (client);
+
+    //  PUT one key, then GET it back.
+    Kvpool__V1__Request request = KVPOOL__V1__REQUEST__INIT;
+    char *keys[] = {"k1"};
+    request.version = 1;
+    request.request_id = 7;
+    request.op = KVPOOL__V1__OP__PUT;
+    request.n_keys = 1;
+    request.keys = keys;
+    uint8_t buf[256];
+    size_t len = kvpool__v1__request__pack (&request, buf);
+    zsock_send (client, "bs", buf, len, "hello");
+    zmsg_t *msg = zmsg_recv (client);
+    zframe_t *frame = zmsg_first (msg);
+    Kvpool__V1__Reply *reply =
+        kvpool__v1__reply__unpack (NULL, zframe_size (frame), zframe_data (frame));
+    assert (reply && reply->request_id == 7 && reply->status == 0);
+    assert (reply->n_statuses == 1 && reply->statuses[0] == 0);
+    kvpool__v1__reply__free_unpacked (reply, NULL);
+    zmsg_destroy (&msg);
+
+    request.op = KVPOOL__V1__OP__GET;
+    request.request_id = 8;
+    len = kvpool__v1__request__pack (&request, buf);
+    zsock_send (client, "b", buf, len);
+    msg = zmsg_recv (client);
+    assert (zmsg_size (msg) == 2);
+    frame = zmsg_first (msg);
+    reply = kvpool__v1__reply__unpack (NULL, zframe_size (frame), zframe_data (frame));
+    assert (reply && reply->statuses[0] == 0 && reply->sizes[0] == 5);
+    assert (zframe_streq (zmsg_next (msg), "hello"));
+    kvpool__v1__reply__free_unpacked (reply, NULL);
+    zmsg_destroy (&msg);
+
+    //  Garbage is answered PROTOCOL_ERROR, and the server keeps serving.
+    zstr_send (client, "garbage");
+    msg = zmsg_recv (client);
+    frame = zmsg_first (msg);
+    reply = kvpool__v1__reply__unpack (NULL, zframe_size (frame), zframe_data (frame));
+    assert (reply && reply->status == KVPOOL_PROTOCOL_ERROR);
+    kvpool__v1__reply__free_unpacked (reply, NULL);
+    zmsg_destroy (&msg);
+
+    zsock_destroy (&client);
+    zstr_free (&ok);
+    zstr_free (&tcp);
+    zmsg_destroy (&endpoints);
+    zactor_destroy (&api);
+    zactor_destroy (&tx);
+    zactor_destroy (&al);
+    zactor_destroy (&rm);
+    if (verbose)
+        printf ("put, get, garbage over tcp ");
+}

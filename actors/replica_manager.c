@@ -1,0 +1,740 @@
+/*  replica_manager.c - the replica-manager actor: object metadata and the put state machine.
+
+    DESIGN
+    Every object is a kvp_object_t in one hash table keyed by the object's key. Its life:
+
+        RESERVE -> PENDING (no replicas, busy while a server-side put is moving bytes)
+        BIND    -> PENDING with replicas (a client writes them itself, then PUT_END)
+        COMMIT  -> COMPLETE: visible to readers; immutable from here on
+        REVOKE / discard timeout -> gone, its space freed
+
+    Readers see only COMPLETE objects, so no reader ever sees a half-written value. A second
+    reserve of a key that exists in any state is OBJECT_ALREADY_EXISTS: the first value wins.
+
+    Reads grant a lease (lease_until): removal without force refuses leased objects. Bytes
+    that are being sent (zero-copy GET) or copied by a same-machine client (GET_REPLICA_LIST
+    with pin) are protected by pins instead: a removed object with pins leaves the table at
+    once (the key is free to be put again) but its space is freed only when the pins are gone
+    - ZeroMQ pins end through kvp_object_unpin (atomic, any thread), client pins through
+    RELEASE or when the lease ends. Such objects wait on the `doomed` list, checked every tick.
+
+    Server-side puts (the api's PUT) keep their reservation busy until COMMIT, so the discard
+    timeout never frees space a transfer is still writing; a client's PUT_START reservation
+    is revoked when it is not committed within put_timeout_ms.
+
+    Threads: one, the actor's. The only cross-thread state is kvp_object_t.pins (atomic).
+    Ordering: jobs are handled in arrival order.
+*/
+#include "actors/replica_manager.h"
+
+#include <regex.h>
+
+#include "messages/kvpool.pb-c.h"
+
+typedef enum { OBJECT_PENDING = 1, OBJECT_COMPLETE = 2 } object_state_t;
+
+struct _kvp_object_t {
+    char *key;
+    uint64_t id;          //  unique for the life of the actor; guards stale job references
+    uint64_t size;
+    object_state_t state;
+    bool busy;            //  a server-side put is still moving this object's bytes
+    bool bound;           //  replicas recorded
+    uint32_t replica_count;
+    kvp_replica_t replicas[KVP_MAX_REPLICAS];
+    atomic_int pins;      //  zero-copy sends in flight
+    uint32_t client_pins; //  GET_REPLICA_LIST pins not yet released
+    int64_t lease_until;
+    int64_t put_deadline;
+    int64_t soft_pin_until;
+    bool hard_pin;
+    uint32_t next_replica; //  round robin over replicas for reads
+};
+
+typedef struct {
+    zsock_t *pipe;
+    zsock_t *router;     //  jobs from the api and the lookup server
+    zsock_t *allocator;  //  frees go here
+    const kvp_config_t *config;
+    zhashx_t *objects;   //  key -> kvp_object_t
+    zlistx_t *doomed;    //  removed objects whose space waits for pins to end
+    uint64_t next_id;
+    int64_t next_sweep;
+    size_t pending;
+    uint64_t bytes_stored;
+    uint64_t puts, gets, get_hits, removes, revoked;
+    bool terminated;
+} self_t;
+
+#define SWEEP_INTERVAL_MS 50
+
+void
+kvp_object_unpin (kvp_object_t *object)
+{
+    int before = atomic_fetch_sub_explicit (&object->pins, 1, memory_order_release);
+    assert (before > 0);
+}
+
+void
+kvp_object_unpin_cb (void *data, void *hint)
+{
+    kvp_object_unpin ((kvp_object_t *) hint);
+}
+
+static void
+s_object_destroy (kvp_object_t **object_p)
+{
+    if (*object_p) {
+        free ((*object_p)->key);
+        free (*object_p);
+        *object_p = NULL;
+    }
+}
+
+static self_t *
+s_self_new (zsock_t *pipe, const kvp_config_t *config)
+{
+    self_t *self = (self_t *) zmalloc (sizeof (self_t));
+    self->pipe = pipe;
+    self->config = config;
+    self->router = zsock_new (ZMQ_ROUTER);
+    self->allocator = zsock_new (ZMQ_DEALER);
+    assert (self->router && self->allocator);
+    zsock_set_sndhwm (self->router, 0);
+    zsock_set_rcvhwm (self->router, 0);
+    zsock_set_sndhwm (self->allocator, 0);
+    int rc = zsock_bind (self->router, "inproc://%s-rm", config->instance);
+    assert (rc == 0);
+    rc = zsock_connect (self->allocator, "inproc://%s-al", config->instance);
+    assert (rc == 0);
+    //  Keys are duplicated by the table; objects are destroyed by us, not by the table.
+    self->objects = zhashx_new ();
+    self->doomed = zlistx_new ();
+    self->next_id = 1;
+    return self;
+}
+
+//  Sends the replicas of objects to the allocator to be freed. Takes ownership of the job.
+static void
+s_free_job_send (self_t *self, kvp_job_t **job_p)
+{
+    kvp_job_t *job = *job_p;
+    *job_p = NULL;
+    if (!job)
+        return;
+    if (job->count == 0) {
+        kvp_job_destroy (&job);
+        return;
+    }
+    if (kvp_job_send (self->allocator, job) == -1)
+        kvp_job_destroy (&job);
+}
+
+//  Queues an object's space for freeing. Batches frees of one job into one message.
+static void
+s_free_replicas (kvp_job_t **free_job_p, kvp_object_t *object)
+{
+    if (!object->bound || object->replica_count == 0)
+        return;
+    kvp_job_t *job = *free_job_p;
+    if (!job) {
+        job = kvp_job_new (KVP_AL_FREE, 0);
+        *free_job_p = job;
+    }
+    job->items = (kvp_item_t *) realloc (job->items, (job->count + 1) * sizeof (kvp_item_t));
+    assert (job->items);
+    kvp_item_t *item = &job->items[job->count++];
+    memset (item, 0, sizeof *item);
+    item->size = object->size;
+    item->replica_count = object->replica_count;
+    memcpy (item->replicas, object->replicas, sizeof object->replicas);
+}
+
+static bool
+s_has_pins (kvp_object_t *object, int64_t now)
+{
+    if (atomic_load_explicit (&object->pins, memory_order_acquire) > 0)
+        return true;
+    return object->client_pins > 0 && object->lease_until > now;
+}
+
+//  Takes an object out of the table and frees (or dooms) it. The object pointer is invalid
+//  afterwards unless it was doomed.
+static void
+s_object_drop (self_t *self, kvp_object_t *object, kvp_job_t **free_job_p, int64_t now)
+{
+    zhashx_delete (self->objects, object->key);
+    if (object->state == OBJECT_PENDING)
+        self->pending--;
+    else
+        self->bytes_stored -= object->size * object->replica_count;
+    if (s_has_pins (object, now))
+        zlistx_add_end (self->doomed, object);
+    else {
+        s_free_replicas (free_job_p, object);
+        s_object_destroy (&object);
+    }
+}
+
+static void
+s_self_destroy (self_t **self_p)
+{
+    self_t *self = *self_p;
+    if (!self)
+        return;
+    //  At shutdown the segments go away with the process: no frees are sent.
+    kvp_object_t *object = (kvp_object_t *) zhashx_first (self->objects);
+    while (object) {
+        kvp_object_t *doomed = object;
+        object = (kvp_object_t *) zhashx_next (self->objects);
+        s_object_destroy (&doomed);
+    }
+    zhashx_destroy (&self->objects);
+    object = (kvp_object_t *) zlistx_first (self->doomed);
+    while (object) {
+        kvp_object_t *doomed = object;
+        object = (kvp_object_t *) zlistx_next (self->doomed);
+        s_object_destroy (&doomed);
+    }
+    zlistx_destroy (&self->doomed);
+    zsock_destroy (&self->router);
+    zsock_destroy (&self->allocator);
+    free (self);
+    *self_p = NULL;
+}
+
+static kvp_object_t *
+s_lookup_complete (self_t *self, const char *key)
+{
+    kvp_object_t *object = (kvp_object_t *) zhashx_lookup (self->objects, key);
+    return object && object->state == OBJECT_COMPLETE ? object : NULL;
+}
+
+//  The pending object a job item reserved, if it is still the same one.
+static kvp_object_t *
+s_lookup_reserved (self_t *self, kvp_item_t *item)
+{
+    kvp_object_t *object = (kvp_object_t *) zhashx_lookup (self->objects, item->key);
+    if (object && object->state == OBJECT_PENDING && item->object_id
+        && object->id == item->object_id)
+        return object;
+    return NULL;
+}
+
+static void
+s_fill_replicas (kvp_item_t *item, kvp_object_t *object, bool rotate)
+{
+    item->size = object->size;
+    item->replica_count = object->replica_count;
+    //  Reads rotate over the replicas to spread hot keys; the chosen one comes first.
+    uint32_t first = rotate && object->replica_count ? object->next_replica++ % object->replica_count
+                                                     : 0;
+    for (uint32_t r = 0; r < object->replica_count; r++)
+        item->replicas[r] = object->replicas[(first + r) % object->replica_count];
+}
+
+static void
+s_reserve (self_t *self, kvp_job_t *job, int64_t now)
+{
+    //  A server-side put (the api's PUT) is busy until it commits; a client's PUT_START is
+    //  busy until it is bound.
+    for (size_t i = 0; i < job->count; i++) {
+        kvp_item_t *item = &job->items[i];
+        item->object_id = 0;
+        if (item->status != KVPOOL_OK)
+            continue;
+        if (zhashx_lookup (self->objects, item->key)) {
+            item->status = KVPOOL_OBJECT_ALREADY_EXISTS;
+            continue;
+        }
+        kvp_object_t *object = (kvp_object_t *) zmalloc (sizeof (kvp_object_t));
+        object->key = strdup (item->key);
+        object->id = self->next_id++;
+        object->size = item->size;
+        object->state = OBJECT_PENDING;
+        object->busy = true;
+        object->put_deadline = now + (int64_t) self->config->put_timeout_ms;
+        object->hard_pin = job->hard_pin;
+        if (job->soft_pin)
+            object->soft_pin_until =
+                now
+                + (int64_t) (job->soft_pin_ttl_ms ? job->soft_pin_ttl_ms
+                                                  : self->config->soft_pin_ttl_ms);
+        atomic_init (&object->pins, 0);
+        zhashx_insert (self->objects, object->key, object);
+        self->pending++;
+        item->object_id = object->id;
+    }
+}
+
+//  Records the replicas the allocator chose. Items the allocator failed release their
+//  reservation. For a client's PUT_START the reservation now waits for PUT_END.
+static void
+s_bind (self_t *self, kvp_job_t *job, int64_t now)
+{
+    kvp_job_t *free_job = NULL;
+    for (size_t i = 0; i < job->count; i++) {
+        kvp_item_t *item = &job->items[i];
+        kvp_object_t *object = item->object_id ? s_lookup_reserved (self, item) : NULL;
+        if (!object) {
+            if (item->status == KVPOOL_OK)
+                item->status = KVPOOL_INVALID_WRITE;
+            continue;
+        }
+        if (item->status != KVPOOL_OK) {
+            s_object_drop (self, object, &free_job, now);
+            continue;
+        }
+        object->replica_count = item->replica_count;
+        memcpy (object->replicas, item->replicas, sizeof object->replicas);
+        object->bound = true;
+        object->busy = false;
+        object->put_deadline = now + (int64_t) self->config->put_timeout_ms;
+    }
+    s_free_job_send (self, &free_job);
+}
+
+static void
+s_commit (self_t *self, kvp_job_t *job, int64_t now)
+{
+    kvp_job_t *free_job = NULL;
+    for (size_t i = 0; i < job->count; i++) {
+        kvp_item_t *item = &job->items[i];
+        kvp_object_t *object;
+        if (item->object_id) {
+            //  End of a server-side put: the replicas come with the job.
+            object = s_lookup_reserved (self, item);
+            if (!object) {
+                //  Revoked under us (a reset): the space the job wrote is ours to free.
+                if (item->replica_count) {
+                    kvp_object_t ghost = {.size = item->size,
+                                          .bound = true,
+                                          .replica_count = item->replica_count};
+                    memcpy (ghost.replicas, item->replicas, sizeof ghost.replicas);
+                    s_free_replicas (&free_job, &ghost);
+                }
+                if (item->status == KVPOOL_OK)
+                    item->status = KVPOOL_INVALID_WRITE;
+                continue;
+            }
+            if (item->status != KVPOOL_OK) {
+                object->replica_count = item->replica_count;
+                memcpy (object->replicas, item->replicas, sizeof object->replicas);
+                object->bound = true;
+                s_object_drop (self, object, &free_job, now);
+                self->revoked++;
+                continue;
+            }
+            object->replica_count = item->replica_count;
+            memcpy (object->replicas, item->replicas, sizeof object->replicas);
+            object->bound = true;
+        }
+        else {
+            //  A client's PUT_END.
+            if (item->status != KVPOOL_OK)
+                continue;
+            object = (kvp_object_t *) zhashx_lookup (self->objects, item->key);
+            if (!object || object->state != OBJECT_PENDING || !object->bound || object->busy) {
+                item->status = KVPOOL_INVALID_WRITE;
+                continue;
+            }
+        }
+        object->state = OBJECT_COMPLETE;
+        object->busy = false;
+        self->pending--;
+        self->bytes_stored += object->size * object->replica_count;
+        self->puts++;
+    }
+    s_free_job_send (self, &free_job);
+}
+
+static void
+s_revoke (self_t *self, kvp_job_t *job, int64_t now)
+{
+    kvp_job_t *free_job = NULL;
+    for (size_t i = 0; i < job->count; i++) {
+        kvp_item_t *item = &job->items[i];
+        if (item->status != KVPOOL_OK)
+            continue;
+        kvp_object_t *object = (kvp_object_t *) zhashx_lookup (self->objects, item->key);
+        if (!object || object->state != OBJECT_PENDING || object->busy) {
+            item->status = KVPOOL_INVALID_WRITE;
+            continue;
+        }
+        s_object_drop (self, object, &free_job, now);
+        self->revoked++;
+    }
+    s_free_job_send (self, &free_job);
+}
+
+static void
+s_read (self_t *self, kvp_job_t *job, int64_t now)
+{
+    int64_t lease_until = now + (int64_t) self->config->lease_ttl_ms;
+    for (size_t i = 0; i < job->count; i++) {
+        kvp_item_t *item = &job->items[i];
+        if (item->status != KVPOOL_OK)
+            continue;
+        kvp_object_t *object = s_lookup_complete (self, item->key);
+        if (job->kind == KVP_RM_GET)
+            self->gets++;
+        if (!object) {
+            item->status = KVPOOL_OBJECT_NOT_FOUND;
+            continue;
+        }
+        item->size = object->size;
+        switch (job->kind) {
+            case KVP_RM_GET:
+                self->get_hits++;
+                object->lease_until = lease_until;
+                atomic_fetch_add_explicit (&object->pins, 1, memory_order_relaxed);
+                item->object = object;
+                s_fill_replicas (item, object, true);
+                break;
+            case KVP_RM_EXIST:
+                object->lease_until = lease_until;
+                break;
+            case KVP_RM_REPLICA_LIST:
+                object->lease_until = lease_until;
+                if (job->pin)
+                    object->client_pins++;
+                s_fill_replicas (item, object, true);
+                break;
+            case KVP_RM_RELEASE:
+                if (object->client_pins == 0)
+                    item->status = KVPOOL_INVALID_READ;
+                else
+                    object->client_pins--;
+                break;
+            default:
+                break;
+        }
+    }
+}
+
+static bool
+s_removable (kvp_object_t *object, bool force, int64_t now)
+{
+    return force || (object->lease_until <= now && object->client_pins == 0);
+}
+
+static void
+s_remove (self_t *self, kvp_job_t *job, int64_t now)
+{
+    kvp_job_t *free_job = NULL;
+    for (size_t i = 0; i < job->count; i++) {
+        kvp_item_t *item = &job->items[i];
+        if (item->status != KVPOOL_OK)
+            continue;
+        kvp_object_t *object = s_lookup_complete (self, item->key);
+        if (!object)
+            item->status = KVPOOL_OBJECT_NOT_FOUND;
+        else if (!s_removable (object, job->force, now))
+            item->status = KVPOOL_OBJECT_HAS_LEASE;
+        else {
+            s_object_drop (self, object, &free_job, now);
+            self->removes++;
+        }
+    }
+    s_free_job_send (self, &free_job);
+}
+
+//  REMOVE_REGEX, REMOVE_ALL, RESET and REMOVE_SEGMENT: one pass over the table.
+static void
+s_remove_many (self_t *self, kvp_job_t *job, int64_t now)
+{
+    regex_t regex;
+    bool use_regex = job->kind == KVP_RM_REMOVE_REGEX;
+    if (use_regex) {
+        int rc = regcomp (&regex, job->pattern ? job->pattern : "", REG_EXTENDED | REG_NOSUB);
+        if (rc != 0) {
+            char reason[100];
+            regerror (rc, &regex, reason, sizeof reason);
+            kvp_job_fail (job, KVPOOL_INVALID_PARAMS, "bad regular expression: %s", reason);
+            return;
+        }
+    }
+    //  A reset also revokes client reservations; a segment removal takes everything on it.
+    bool reset = job->op == KVPOOL__V1__OP__RESET;
+    bool segment = job->kind == KVP_RM_REMOVE_SEGMENT;
+    zlistx_t *victims = zlistx_new ();
+    for (kvp_object_t *object = (kvp_object_t *) zhashx_first (self->objects); object;
+         object = (kvp_object_t *) zhashx_next (self->objects)) {
+        if (segment) {
+            bool on_segment = false;
+            for (uint32_t r = 0; r < object->replica_count; r++)
+                on_segment |= object->replicas[r].segment_id == job->segment_id;
+            if (!on_segment || object->busy)
+                continue;
+        }
+        else if (object->state != OBJECT_COMPLETE && !(reset && !object->busy))
+            continue;
+        if (object->state == OBJECT_COMPLETE && !s_removable (object, job->force || segment, now))
+            continue;
+        if (use_regex && regexec (&regex, object->key, 0, NULL, 0) != 0)
+            continue;
+        zlistx_add_end (victims, object);
+    }
+    kvp_job_t *free_job = NULL;
+    uint64_t removed = 0;
+    for (kvp_object_t *object = (kvp_object_t *) zlistx_first (victims); object;
+         object = (kvp_object_t *) zlistx_next (victims)) {
+        if (object->state == OBJECT_COMPLETE) {
+            removed++;
+            self->removes++;
+        }
+        else
+            self->revoked++;
+        s_object_drop (self, object, &free_job, now);
+    }
+    zlistx_destroy (&victims);
+    s_free_job_send (self, &free_job);
+    if (use_regex)
+        regfree (&regex);
+    job->result_count = removed;
+}
+
+static void
+s_stats (self_t *self, kvp_job_t *job)
+{
+    job->stats.objects = zhashx_size (self->objects) - self->pending;
+    job->stats.pending_puts = self->pending;
+    job->stats.bytes_stored = self->bytes_stored;
+    job->stats.puts = self->puts;
+    job->stats.gets = self->gets;
+    job->stats.get_hits = self->get_hits;
+    job->stats.removes = self->removes;
+    job->stats.revoked_puts = self->revoked;
+}
+
+//  Frees doomed objects whose pins are gone and revokes client reservations past their
+//  discard timeout.
+static void
+s_sweep (self_t *self, int64_t now)
+{
+    kvp_job_t *free_job = NULL;
+    kvp_object_t *object = (kvp_object_t *) zlistx_first (self->doomed);
+    while (object) {
+        if (!s_has_pins (object, now)) {
+            zlistx_delete (self->doomed, zlistx_cursor (self->doomed));
+            s_free_replicas (&free_job, object);
+            s_object_destroy (&object);
+            object = (kvp_object_t *) zlistx_first (self->doomed);
+        }
+        else
+            object = (kvp_object_t *) zlistx_next (self->doomed);
+    }
+    if (self->pending) {
+        zlistx_t *expired = NULL;
+        for (object = (kvp_object_t *) zhashx_first (self->objects); object;
+             object = (kvp_object_t *) zhashx_next (self->objects))
+            if (object->state == OBJECT_PENDING && !object->busy && object->put_deadline <= now) {
+                if (!expired)
+                    expired = zlistx_new ();
+                zlistx_add_end (expired, object);
+            }
+        if (expired) {
+            for (object = (kvp_object_t *) zlistx_first (expired); object;
+                 object = (kvp_object_t *) zlistx_next (expired)) {
+                s_object_drop (self, object, &free_job, now);
+                self->revoked++;
+            }
+            zlistx_destroy (&expired);
+        }
+    }
+    s_free_job_send (self, &free_job);
+}
+
+static void
+s_handle_job (self_t *self, kvp_job_t *job)
+{
+    int64_t now = zclock_mono ();
+    switch (job->kind) {
+        case KVP_RM_RESERVE: s_reserve (self, job, now); break;
+        case KVP_RM_BIND: s_bind (self, job, now); break;
+        case KVP_RM_COMMIT: s_commit (self, job, now); break;
+        case KVP_RM_REVOKE: s_revoke (self, job, now); break;
+        case KVP_RM_GET:
+        case KVP_RM_EXIST:
+        case KVP_RM_GET_SIZE:
+        case KVP_RM_REPLICA_LIST:
+        case KVP_RM_RELEASE: s_read (self, job, now); break;
+        case KVP_RM_REMOVE: s_remove (self, job, now); break;
+        case KVP_RM_REMOVE_REGEX:
+        case KVP_RM_REMOVE_ALL:
+        case KVP_RM_REMOVE_SEGMENT: s_remove_many (self, job, now); break;
+        case KVP_RM_STATS: s_stats (self, job); break;
+        default:
+            kvp_job_fail (job, KVPOOL_INTERNAL_ERROR, "replica-manager: job kind %d", job->kind);
+            break;
+    }
+}
+
+void
+replica_manager_actor (zsock_t *pipe, void *args)
+{
+    self_t *self = s_self_new (pipe, (const kvp_config_t *) args);
+    zpoller_t *poller = zpoller_new (pipe, self->router, self->allocator, NULL);
+    zsock_signal (pipe, 0);
+    self->next_sweep = zclock_mono () + SWEEP_INTERVAL_MS;
+    while (!self->terminated) {
+        int64_t wait = self->next_sweep - zclock_mono ();
+        void *which = zpoller_wait (poller, wait > 0 ? (int) wait : 0);
+        if (which == pipe) {
+            char *command = zstr_recv (pipe);
+            if (!command || streq (command, "$TERM"))
+                self->terminated = true;
+            zstr_free (&command);
+        }
+        else if (which == self->router) {
+            zframe_t *routing_id;
+            kvp_job_t *job = kvp_job_recv_routed (self->router, &routing_id);
+            if (job) {
+                s_handle_job (self, job);
+                kvp_job_reply (self->router, &routing_id, job);
+            }
+        }
+        else if (which == self->allocator) {
+            //  The allocator hands our free jobs back when done.
+            kvp_job_t *job = kvp_job_recv (self->allocator);
+            kvp_job_destroy (&job);
+        }
+        if (zclock_mono () >= self->next_sweep) {
+            s_sweep (self, zclock_mono ());
+            self->next_sweep = zclock_mono () + SWEEP_INTERVAL_MS;
+        }
+    }
+    zpoller_destroy (&poller);
+    s_self_destroy (&self);
+}
+
+//  ---- self test ---------------------------------------------------------------------
+
+static kvp_job_t *
+s_test_call (zsock_t *rm, kvp_job_kind_t kind, const char **keys, size_t n)
+{
+    kvp_job_t *job = kvp_job_new (kind, n);
+    for (size_t i = 0; i < n; i++) {
+        job->items[i].key = keys[i];
+        job->items[i].key_len = strlen (keys[i]);
+        job->items[i].size = 100;
+    }
+    assert (kvp_job_send (rm, job) == 0);
+    kvp_job_t *back = kvp_job_recv (rm);
+    assert (back == job);
+    return job;
+}
+
+//  Plays the allocator: binds its endpoint and records frees.
+static size_t
+s_test_drain_frees (zsock_t *allocator)
+{
+    size_t freed = 0;
+    while (zsock_events (allocator) & ZMQ_POLLIN) {
+        zframe_t *id;
+        kvp_job_t *job = kvp_job_recv_routed (allocator, &id);
+        assert (job && job->kind == KVP_AL_FREE);
+        freed += job->count;
+        kvp_job_reply (allocator, &id, job);
+    }
+    return freed;
+}
+
+void
+replica_manager_test (bool verbose)
+{
+    kvp_config_t config;
+    kvp_config_defaults (&config);
+    snprintf (config.instance, sizeof config.instance, "rmtest");
+    config.lease_ttl_ms = 200;
+    config.put_timeout_ms = 100;
+    zsock_t *allocator = zsock_new_router ("inproc://rmtest-al");
+    zactor_t *actor = zactor_new (replica_manager_actor, &config);
+    zsock_t *rm = zsock_new_dealer ("inproc://rmtest-rm");
+    assert (allocator && actor && rm);
+
+    const char *ab[] = {"a", "b"};
+    const char *a[] = {"a"};
+    const char *c[] = {"c"};
+
+    //  Reserve, bind, and the key stays invisible until commit.
+    kvp_job_t *job = s_test_call (rm, KVP_RM_RESERVE, ab, 2);
+    assert (job->items[0].status == 0 && job->items[0].object_id);
+    job->kind = KVP_RM_BIND;
+    job->items[1].status = KVPOOL_NO_AVAILABLE_HANDLE; //  b failed to allocate
+    for (size_t i = 0; i < 1; i++) {
+        job->items[i].replica_count = 1;
+        job->items[i].replicas[0].segment_id = 1;
+        job->items[i].replicas[0].offset = 4096;
+    }
+    assert (kvp_job_send (rm, job) == 0 && kvp_job_recv (rm) == job);
+    kvp_job_destroy (&job);
+    job = s_test_call (rm, KVP_RM_EXIST, ab, 2);
+    assert (job->items[0].status == KVPOOL_OBJECT_NOT_FOUND);
+    kvp_job_destroy (&job);
+    //  A second reserve of a pending key is refused; b's failed reservation is gone.
+    job = s_test_call (rm, KVP_RM_RESERVE, ab, 2);
+    assert (job->items[0].status == KVPOOL_OBJECT_ALREADY_EXISTS);
+    assert (job->items[1].status == KVPOOL_OK);
+    kvp_job_destroy (&job);
+    job = s_test_call (rm, KVP_RM_COMMIT, a, 1);
+    assert (job->items[0].status == KVPOOL_OK);
+    kvp_job_destroy (&job);
+    job = s_test_call (rm, KVP_RM_GET, a, 1);
+    assert (job->items[0].status == KVPOOL_OK && job->items[0].object);
+    assert (job->items[0].replicas[0].offset == 4096 && job->items[0].size == 100);
+    kvp_object_t *pinned = job->items[0].object;
+    kvp_job_destroy (&job);
+
+    //  Leased: remove without force is refused; with force it goes, but the space waits
+    //  for the pin.
+    job = s_test_call (rm, KVP_RM_REMOVE, a, 1);
+    assert (job->items[0].status == KVPOOL_OBJECT_HAS_LEASE);
+    job->force = true;
+    job->items[0].status = 0;
+    assert (kvp_job_send (rm, job) == 0 && kvp_job_recv (rm) == job);
+    assert (job->items[0].status == KVPOOL_OK);
+    kvp_job_destroy (&job);
+    zclock_sleep (120);
+    assert (s_test_drain_frees (allocator) == 0);
+    kvp_object_unpin (pinned);
+    zclock_sleep (120);
+    assert (s_test_drain_frees (allocator) == 1);
+
+    //  b's reservation (never bound, busy) survives the timeout; an unbusy one does not.
+    job = s_test_call (rm, KVP_RM_RESERVE, c, 1);
+    job->kind = KVP_RM_BIND;
+    job->items[0].replica_count = 1;
+    assert (kvp_job_send (rm, job) == 0 && kvp_job_recv (rm) == job);
+    kvp_job_destroy (&job);
+    zclock_sleep (250);
+    assert (s_test_drain_frees (allocator) == 1);
+    job = s_test_call (rm, KVP_RM_COMMIT, c, 1);
+    assert (job->items[0].status == KVPOOL_INVALID_WRITE);
+    kvp_job_destroy (&job);
+
+    //  Regex removal counts what it removed; a bad pattern is an error, not a crash.
+    const char *many[] = {"x1", "x2", "y1"};
+    job = s_test_call (rm, KVP_RM_RESERVE, many, 3);
+    job->kind = KVP_RM_COMMIT;
+    assert (kvp_job_send (rm, job) == 0 && kvp_job_recv (rm) == job);
+    kvp_job_destroy (&job);
+    job = kvp_job_new (KVP_RM_REMOVE_REGEX, 0);
+    job->pattern = "^x";
+    assert (kvp_job_send (rm, job) == 0 && kvp_job_recv (rm) == job);
+    assert (job->status == 0 && job->result_count == 2);
+    job->pattern = "([";
+    assert (kvp_job_send (rm, job) == 0 && kvp_job_recv (rm) == job);
+    assert (job->status == KVPOOL_INVALID_PARAMS);
+    kvp_job_destroy (&job);
+    job = kvp_job_new (KVP_RM_STATS, 0);
+    assert (kvp_job_send (rm, job) == 0 && kvp_job_recv (rm) == job);
+    assert (job->stats.objects == 1 && job->stats.pending_puts == 1);
+    kvp_job_destroy (&job);
+
+    zsock_destroy (&rm);
+    zactor_destroy (&actor);
+    zsock_destroy (&allocator);
+    if (verbose)
+        printf ("state machine, leases, pins, regex ");
+}

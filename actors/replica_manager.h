@@ -1,0 +1,36 @@
+/*  replica_manager.h - the replica-manager actor: owner of all object metadata.
+
+    It keeps key -> object {size, replicas, state, lease, pins} and runs the put state machine
+    (reserve -> bind -> commit, or revoke), reads (get, exist, get-size, replica lists),
+    removal (by key, by regex, all, by segment), leases, the discard timeout of uncommitted
+    put-starts and the deferred freeing of objects that are still being read.
+
+    It serves kvp_job_t pointers on a ROUTER bound at inproc://<instance>-rm (see
+    messages/kvp_job.h), and sends space it frees to the allocator (inproc://<instance>-al).
+    Jobs are handled one at a time in arrival order, so two jobs on the same key are ordered.
+
+    Pipe commands:
+        zsock_send (actor, "s", "$TERM")          ends the actor
+*/
+#ifndef REPLICA_MANAGER_H_INCLUDED
+#define REPLICA_MANAGER_H_INCLUDED
+
+#include <czmq.h>
+
+#include "actors/config.h"
+#include "messages/kvp_job.h"
+
+//  The actor; args is a const kvp_config_t * that outlives it.
+void replica_manager_actor (zsock_t *pipe, void *args);
+
+//  Ends a read pin that a KVP_RM_GET job took on an object: called when the bytes have been
+//  sent (from any thread, e.g. ZeroMQ's I/O thread through zmq_msg_init_data's free
+//  callback). The object's space is not freed or reused while a pin is held.
+void kvp_object_unpin (kvp_object_t *object);
+
+//  Same signature as zmq_free_fn: unpins hint (a kvp_object_t *).
+void kvp_object_unpin_cb (void *data, void *hint);
+
+void replica_manager_test (bool verbose);
+
+#endif

@@ -1,0 +1,229 @@
+/*  transfer_submitter.c - the transfer-submitter actor (see transfer_submitter.h).
+
+    DESIGN
+    A KVP_TX_WRITE job becomes one transfer batch: one copy per (item, replica), cut into
+    chunks by the pool and spread over its workers. The batch's done callback runs on a worker
+    thread, which must not touch this actor's sockets, so it pushes the finished job onto a
+    mutex-protected list and writes to an eventfd; the actor polls that eventfd beside its
+    sockets (zmq_poll accepts plain file descriptors) and answers the finished jobs.
+
+    Threads: the actor's own, plus the pool's workers (only in copies and the done callback).
+    Ordering: jobs are answered as they finish, not necessarily in arrival order.
+*/
+#include "actors/transfer_submitter.h"
+
+#include <pthread.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "actors/transfer_pool.h"
+
+//  Jobs with fewer bytes than this are copied inline on the actor's thread.
+#define INLINE_COPY_BYTES (64 * 1024)
+
+typedef struct _pending_t {
+    kvp_job_t *job;
+    zframe_t *reply_to;
+    transfer_batch_t *batch;
+    struct _pending_t *next;
+} pending_t;
+
+typedef struct {
+    zsock_t *pipe;
+    zsock_t *router;
+    transfer_pool_t *pool;
+    int wake_fd;
+    pthread_mutex_t lock; //  guards done
+    pending_t *done;      //  finished batches, pushed by workers
+    size_t in_flight;
+    bool terminated;
+} self_t;
+
+//  The done callback needs both the actor and the pending entry.
+typedef struct {
+    self_t *self;
+    pending_t *pending;
+} done_arg_t;
+
+static void
+s_on_done (transfer_batch_t *batch, void *arg)
+{
+    done_arg_t *done = (done_arg_t *) arg;
+    self_t *self = done->self;
+    pthread_mutex_lock (&self->lock);
+    done->pending->next = self->done;
+    self->done = done->pending;
+    pthread_mutex_unlock (&self->lock);
+    uint64_t one = 1;
+    ssize_t rc = write (self->wake_fd, &one, sizeof one);
+    (void) rc;
+    free (done);
+    (void) batch;
+}
+
+static uint64_t
+s_job_bytes (kvp_job_t *job)
+{
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < job->count; i++)
+        if (job->items[i].status == KVPOOL_OK && job->items[i].src)
+            bytes += job->items[i].size * job->items[i].replica_count;
+    return bytes;
+}
+
+static void
+s_write (self_t *self, kvp_job_t *job, zframe_t **reply_to_p)
+{
+    if (s_job_bytes (job) < INLINE_COPY_BYTES) {
+        for (size_t i = 0; i < job->count; i++) {
+            kvp_item_t *item = &job->items[i];
+            if (item->status != KVPOOL_OK || !item->src)
+                continue;
+            for (uint32_t r = 0; r < item->replica_count; r++)
+                memcpy (item->replicas[r].addr, item->src, item->size);
+        }
+        kvp_job_reply (self->router, reply_to_p, job);
+        return;
+    }
+    pending_t *pending = (pending_t *) zmalloc (sizeof (pending_t));
+    done_arg_t *done = (done_arg_t *) zmalloc (sizeof (done_arg_t));
+    done->self = self;
+    done->pending = pending;
+    pending->job = job;
+    pending->reply_to = *reply_to_p;
+    *reply_to_p = NULL;
+    pending->batch = transfer_batch_new (s_on_done, done);
+    for (size_t i = 0; i < job->count; i++) {
+        kvp_item_t *item = &job->items[i];
+        if (item->status != KVPOOL_OK || !item->src)
+            continue;
+        for (uint32_t r = 0; r < item->replica_count; r++)
+            transfer_batch_add_copy (pending->batch, item->replicas[r].addr, item->src,
+                                     item->size);
+    }
+    self->in_flight++;
+    transfer_pool_submit (self->pool, pending->batch);
+}
+
+static void
+s_answer_done (self_t *self)
+{
+    uint64_t count;
+    ssize_t rc = read (self->wake_fd, &count, sizeof count);
+    (void) rc;
+    pthread_mutex_lock (&self->lock);
+    pending_t *list = self->done;
+    self->done = NULL;
+    pthread_mutex_unlock (&self->lock);
+    while (list) {
+        pending_t *next = list->next;
+        transfer_batch_destroy (&list->batch);
+        kvp_job_reply (self->router, &list->reply_to, list->job);
+        zframe_destroy (&list->reply_to);
+        free (list);
+        self->in_flight--;
+        list = next;
+    }
+}
+
+void
+transfer_submitter_actor (zsock_t *pipe, void *args)
+{
+    const kvp_config_t *config = (const kvp_config_t *) args;
+    self_t *self = (self_t *) zmalloc (sizeof (self_t));
+    self->pipe = pipe;
+    self->router = zsock_new (ZMQ_ROUTER);
+    assert (self->router);
+    zsock_set_sndhwm (self->router, 0);
+    zsock_set_rcvhwm (self->router, 0);
+    int rc = zsock_bind (self->router, "inproc://%s-tx", config->instance);
+    assert (rc == 0);
+    self->pool = transfer_pool_new ((int) config->workers, 0);
+    assert (self->pool);
+    self->wake_fd = eventfd (0, EFD_NONBLOCK | EFD_CLOEXEC);
+    assert (self->wake_fd >= 0);
+    pthread_mutex_init (&self->lock, NULL);
+    zsock_signal (pipe, 0);
+
+    zmq_pollitem_t items[] = {{zsock_resolve (pipe), 0, ZMQ_POLLIN, 0},
+                              {zsock_resolve (self->router), 0, ZMQ_POLLIN, 0},
+                              {NULL, self->wake_fd, ZMQ_POLLIN, 0}};
+    while (!self->terminated || self->in_flight) {
+        if (zmq_poll (items, 3, -1) == -1 && errno != EINTR)
+            break;
+        if (items[0].revents & ZMQ_POLLIN) {
+            char *command = zstr_recv (pipe);
+            if (!command || streq (command, "$TERM"))
+                self->terminated = true;
+            zstr_free (&command);
+            //  Finish the copies in flight but accept no more work.
+            items[0].events = 0;
+            items[1].events = 0;
+        }
+        if (items[1].revents & ZMQ_POLLIN) {
+            zframe_t *reply_to;
+            kvp_job_t *job = kvp_job_recv_routed (self->router, &reply_to);
+            if (job && job->kind == KVP_TX_WRITE)
+                s_write (self, job, &reply_to);
+            else if (job) {
+                kvp_job_fail (job, KVPOOL_INTERNAL_ERROR, "transfer: job kind %d", job->kind);
+                kvp_job_reply (self->router, &reply_to, job);
+            }
+            zframe_destroy (&reply_to);
+        }
+        if (items[2].revents & ZMQ_POLLIN)
+            s_answer_done (self);
+    }
+    transfer_pool_destroy (&self->pool);
+    close (self->wake_fd);
+    pthread_mutex_destroy (&self->lock);
+    zsock_destroy (&self->router);
+    free (self);
+}
+
+//  ---- self test ---------------------------------------------------------------------
+
+void
+transfer_submitter_test (bool verbose)
+{
+    kvp_config_t config;
+    kvp_config_defaults (&config);
+    snprintf (config.instance, sizeof config.instance, "txtest");
+    config.workers = 2;
+    zactor_t *actor = zactor_new (transfer_submitter_actor, &config);
+    zsock_t *tx = zsock_new_dealer ("inproc://txtest-tx");
+    assert (actor && tx);
+
+    //  Small (inline) and large (pool) jobs both copy every replica.
+    size_t sizes[] = {100, 3 << 20};
+    for (int s = 0; s < 2; s++) {
+        size_t size = sizes[s];
+        char *src = (char *) malloc (size);
+        for (size_t i = 0; i < size; i++)
+            src[i] = (char) (i * 7 + s);
+        char *dst[4];
+        kvp_job_t *job = kvp_job_new (KVP_TX_WRITE, 2);
+        for (int i = 0; i < 2; i++) {
+            job->items[i].src = src;
+            job->items[i].size = size;
+            job->items[i].replica_count = 2;
+            for (int r = 0; r < 2; r++) {
+                dst[i * 2 + r] = (char *) zmalloc (size);
+                job->items[i].replicas[r].addr = dst[i * 2 + r];
+            }
+        }
+        job->items[1].status = KVPOOL_OBJECT_ALREADY_EXISTS; //  skipped
+        assert (kvp_job_send (tx, job) == 0);
+        assert (kvp_job_recv (tx) == job);
+        assert (memcmp (dst[0], src, size) == 0 && memcmp (dst[1], src, size) == 0);
+        assert (dst[2][size - 1] == 0 && dst[3][0] == 0);
+        for (int i = 0; i < 4; i++)
+            free (dst[i]);
+        free (src);
+        kvp_job_destroy (&job);
+    }
+    zsock_destroy (&tx);
+    zactor_destroy (&actor);
+    if (verbose)
+        printf ("inline and pooled copies ");
+}

@@ -1,0 +1,27 @@
+/*  transfer_submitter.h - the transfer-submitter actor: executes the copies of the data plane.
+
+    It owns a transfer_pool (work-stealing copy workers) and serves KVP_TX_WRITE jobs on a
+    ROUTER bound at inproc://<instance>-tx: every item with status OK has its value (src,
+    size) copied into each of its replicas (addr). A job's copies are spread over the workers;
+    the job is answered when all of them are done. Small jobs are copied inline, where a hop to
+    a worker would cost more than the copy.
+
+    Later transports (node-to-node TCP, RDMA, disk) plug in here as other job kinds.
+
+    Pipe commands:
+        zsock_send (actor, "s", "$TERM")   finishes the copies in flight, ends the actor
+*/
+#ifndef TRANSFER_SUBMITTER_H_INCLUDED
+#define TRANSFER_SUBMITTER_H_INCLUDED
+
+#include <czmq.h>
+
+#include "actors/config.h"
+#include "messages/kvp_job.h"
+
+//  The actor; args is a const kvp_config_t * (workers) that outlives it.
+void transfer_submitter_actor (zsock_t *pipe, void *args);
+
+void transfer_submitter_test (bool verbose);
+
+#endif

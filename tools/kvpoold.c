@@ -1,0 +1,158 @@
+/*  kvpoold.c - the kvpool daemon, role `all`: master and node in one process.
+
+    Starts the actors (replica-manager, allocator, transfer-submitter, api, lookup server),
+    reports where it listens, and waits for SIGINT or SIGTERM. Shutdown is orderly: the admin
+    channel stops, the api stops reading requests and answers everything in flight, then the
+    actors end in reverse order of dependence and the process exits 0.
+
+    Threads: main only waits for signals (blocked in every thread, taken with sigtimedwait),
+    so no actor is ever interrupted by a signal handler.
+*/
+#include <czmq.h>
+#include <signal.h>
+
+#include "actors/allocator.h"
+#include "actors/api.h"
+#include "actors/config.h"
+#include "actors/replica_manager.h"
+#include "actors/transfer_submitter.h"
+#include "lookup_server/lookup_server.h"
+
+#define DRAIN_TIMEOUT_MS 30000
+
+//  Reads a reply "OK" + endpoints (or "ERROR" + reason) from an actor's ENDPOINTS command.
+//  Returns the endpoints (caller destroys) or NULL after printing the error.
+static zlist_t *
+s_endpoints (zactor_t *actor, const char *what)
+{
+    zstr_send (actor, "ENDPOINTS");
+    zmsg_t *reply = zmsg_recv (actor);
+    char *status = reply ? zmsg_popstr (reply) : NULL;
+    zlist_t *endpoints = NULL;
+    if (status && streq (status, "OK")) {
+        endpoints = zlist_new ();
+        zlist_autofree (endpoints);
+        char *endpoint;
+        while ((endpoint = zmsg_popstr (reply))) {
+            zlist_append (endpoints, endpoint);
+            zstr_free (&endpoint);
+        }
+    }
+    else {
+        char *reason = reply ? zmsg_popstr (reply) : NULL;
+        fprintf (stderr, "kvpoold: %s: %s\n", what, reason ? reason : "no answer");
+        zstr_free (&reason);
+    }
+    zstr_free (&status);
+    zmsg_destroy (&reply);
+    return endpoints;
+}
+
+static int
+s_write_ready_file (const char *path, zlist_t *endpoints, zlist_t *admin)
+{
+    char tmp[4096];
+    snprintf (tmp, sizeof tmp, "%s.tmp", path);
+    FILE *file = fopen (tmp, "w");
+    if (!file)
+        return -1;
+    for (char *e = (char *) zlist_first (endpoints); e; e = (char *) zlist_next (endpoints))
+        fprintf (file, "endpoint=%s\n", e);
+    for (char *e = admin ? (char *) zlist_first (admin) : NULL; e; e = (char *) zlist_next (admin))
+        fprintf (file, "admin=%s\n", e);
+    fprintf (file, "pid=%d\n", (int) getpid ());
+    fclose (file);
+    //  Rename, so a reader never sees half a file.
+    return rename (tmp, path);
+}
+
+int
+main (int argc, char **argv)
+{
+    kvp_config_t config;
+    kvp_config_defaults (&config);
+    int rc = kvp_config_parse (&config, argc - 1, argv + 1);
+    if (rc != 0)
+        return rc == 1 ? 0 : 2;
+    snprintf (config.instance, sizeof config.instance, "kvpool%d", (int) getpid ());
+
+    //  Signals are taken by main alone, synchronously.
+    zsys_handler_set (NULL);
+    sigset_t signals;
+    sigemptyset (&signals);
+    sigaddset (&signals, SIGINT);
+    sigaddset (&signals, SIGTERM);
+    pthread_sigmask (SIG_BLOCK, &signals, NULL);
+    signal (SIGPIPE, SIG_IGN);
+    zsys_set_logident ("kvpoold");
+    zsys_set_io_threads (1);
+
+    zactor_t *rm = zactor_new (replica_manager_actor, &config);
+    zactor_t *al = zactor_new (allocator_actor, &config);
+    zactor_t *tx = zactor_new (transfer_submitter_actor, &config);
+    zactor_t *api = zactor_new (api_actor, &config);
+    zactor_t *lookup = NULL;
+    zlist_t *endpoints = NULL, *admin = NULL;
+    int status = 1;
+
+    zstr_send (al, "STATUS");
+    char *al_status = zstr_recv (al);
+    if (!al_status || !streq (al_status, "OK")) {
+        fprintf (stderr, "kvpoold: %s\n", al_status ? al_status : "allocator failed");
+        zstr_free (&al_status);
+        goto shutdown;
+    }
+    zstr_free (&al_status);
+    endpoints = s_endpoints (api, "client endpoint");
+    if (!endpoints)
+        goto shutdown;
+
+    char store_endpoint[64];
+    snprintf (store_endpoint, sizeof store_endpoint, "inproc://%s-api", config.instance);
+    lookup_server_args_t lookup_args = {&config, store_endpoint};
+    lookup = zactor_new (lookup_server_actor, &lookup_args);
+    admin = s_endpoints (lookup, "admin endpoint");
+    if (!admin)
+        goto shutdown;
+
+    if (config.ready_file && s_write_ready_file (config.ready_file, endpoints, admin) != 0) {
+        fprintf (stderr, "kvpoold: cannot write %s: %s\n", config.ready_file, strerror (errno));
+        goto shutdown;
+    }
+    printf ("kvpoold: serving %u segment(s) of %llu MiB, %u transfer workers\n",
+            config.segments, (unsigned long long) (config.segment_size >> 20), config.workers);
+    for (char *e = (char *) zlist_first (endpoints); e; e = (char *) zlist_next (endpoints))
+        printf ("kvpoold: client endpoint %s\n", e);
+    for (char *e = (char *) zlist_first (admin); e; e = (char *) zlist_next (admin))
+        printf ("kvpoold: lookup/reset admin endpoint %s\n", e);
+    fflush (stdout);
+
+    int signo;
+    do
+        signo = sigwaitinfo (&signals, NULL);
+    while (signo == -1 && errno == EINTR);
+    printf ("kvpoold: %s: finishing requests in flight\n", strsignal (signo));
+    fflush (stdout);
+    status = 0;
+
+shutdown:
+    zactor_destroy (&lookup);
+    //  Stop reading requests and let those in flight finish before the actors go.
+    zstr_send (api, "DRAIN");
+    zsock_set_rcvtimeo (api, DRAIN_TIMEOUT_MS);
+    char *drained = zstr_recv (api);
+    if (!drained && status == 0)
+        fprintf (stderr, "kvpoold: requests still in flight after %d ms\n", DRAIN_TIMEOUT_MS);
+    zstr_free (&drained);
+    zactor_destroy (&api);
+    zactor_destroy (&tx);
+    zactor_destroy (&rm);
+    zactor_destroy (&al);
+    zlist_destroy (&endpoints);
+    zlist_destroy (&admin);
+    if (config.ready_file)
+        unlink (config.ready_file);
+    if (status == 0)
+        printf ("kvpoold: stopped\n");
+    return status;
+}
