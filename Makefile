@@ -12,6 +12,7 @@
 
 PREFIX ?= /usr/local
 SANITIZE ?=
+comma := ,
 CC ?= cc
 
 ifeq ($(SANITIZE),)
@@ -21,7 +22,6 @@ else
 BUILD := build/san-$(subst $(comma),-,$(SANITIZE))
 OPT := -O1 -fno-omit-frame-pointer -fsanitize=$(SANITIZE) -fno-sanitize-recover=all
 endif
-comma := ,
 
 GEN := $(BUILD)/gen
 OBJ := $(BUILD)/obj

@@ -108,6 +108,9 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
     self->segments = zlistx_new ();
     self->next_id = 1;
     self->rng = config->seed * 0x9E3779B97F4A7C15ULL + 1;
+    int stale = segment_remove_stale ();
+    if (stale)
+        zsys_info ("allocator: removed %d shared-memory segment(s) left by dead processes", stale);
     for (uint32_t i = 0; i < config->segments; i++) {
         char name[64];
         segment_make_name (name, sizeof name, config->instance, i);

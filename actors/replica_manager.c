@@ -63,6 +63,7 @@ typedef struct {
     size_t pending;
     uint64_t bytes_stored;
     uint64_t puts, gets, get_hits, removes, revoked;
+    size_t frees_out;    //  free jobs the allocator has not handed back yet
     bool terminated;
 } self_t;
 
@@ -128,6 +129,8 @@ s_free_job_send (self_t *self, kvp_job_t **job_p)
     }
     if (kvp_job_send (self->allocator, job) == -1)
         kvp_job_destroy (&job);
+    else
+        self->frees_out++;
 }
 
 //  Queues an object's space for freeing. Batches frees of one job into one message.
@@ -598,11 +601,21 @@ replica_manager_actor (zsock_t *pipe, void *args)
             //  The allocator hands our free jobs back when done.
             kvp_job_t *job = kvp_job_recv (self->allocator);
             kvp_job_destroy (&job);
+            self->frees_out--;
         }
         if (zclock_mono () >= self->next_sweep) {
             s_sweep (self, zclock_mono ());
             self->next_sweep = zclock_mono () + SWEEP_INTERVAL_MS;
         }
+    }
+    //  Take back the free jobs still at the allocator (it ends after us), so none leaks.
+    zsock_set_rcvtimeo (self->allocator, 1000);
+    while (self->frees_out > 0) {
+        kvp_job_t *job = kvp_job_recv (self->allocator);
+        if (!job)
+            break;
+        kvp_job_destroy (&job);
+        self->frees_out--;
     }
     zpoller_destroy (&poller);
     s_self_destroy (&self);

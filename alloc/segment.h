@@ -38,6 +38,11 @@ bool segment_locked (segment_t *self);
 //  Writes a segment name unique to this process into buf: "/kvpool-<pid>-<tag>-<index>".
 void segment_make_name (char *buf, size_t buf_size, const char *tag, unsigned index);
 
+//  Removes shared-memory objects left behind by kvpool processes that died without cleaning
+//  up: names /kvpool-<pid>-... and /kvpool-client-<pid>-... whose pid no longer exists.
+//  Returns how many were removed.
+int segment_remove_stale (void);
+
 //  Self test.
 void segment_test (bool verbose);
 
