@@ -223,6 +223,7 @@ s_alloc (self_t *self, kvp_job_t *job)
 {
     uint32_t wanted = job->replica_num ? job->replica_num : 1;
     seg_t *order[64];
+    kvp_job_need_replicas (job);
     for (size_t i = 0; i < job->count; i++) {
         kvp_item_t *item = &job->items[i];
         item->replica_count = 0;

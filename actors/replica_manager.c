@@ -144,10 +144,7 @@ s_free_replicas (kvp_job_t **free_job_p, kvp_object_t *object)
         job = kvp_job_new (KVP_AL_FREE, 0);
         *free_job_p = job;
     }
-    job->items = (kvp_item_t *) realloc (job->items, (job->count + 1) * sizeof (kvp_item_t));
-    assert (job->items);
-    kvp_item_t *item = &job->items[job->count++];
-    memset (item, 0, sizeof *item);
+    kvp_item_t *item = kvp_job_append (job);
     item->size = object->size;
     item->replica_count = object->replica_count;
     memcpy (item->replicas, object->replicas, sizeof object->replicas);
@@ -275,6 +272,7 @@ s_reserve (self_t *self, kvp_job_t *job, int64_t now)
 static void
 s_bind (self_t *self, kvp_job_t *job, int64_t now)
 {
+    kvp_job_need_replicas (job);
     kvp_job_t *free_job = NULL;
     for (size_t i = 0; i < job->count; i++) {
         kvp_item_t *item = &job->items[i];
@@ -300,6 +298,7 @@ s_bind (self_t *self, kvp_job_t *job, int64_t now)
 static void
 s_commit (self_t *self, kvp_job_t *job, int64_t now)
 {
+    kvp_job_need_replicas (job);
     kvp_job_t *free_job = NULL;
     for (size_t i = 0; i < job->count; i++) {
         kvp_item_t *item = &job->items[i];
@@ -373,6 +372,8 @@ s_revoke (self_t *self, kvp_job_t *job, int64_t now)
 static void
 s_read (self_t *self, kvp_job_t *job, int64_t now)
 {
+    if (job->kind == KVP_RM_GET || job->kind == KVP_RM_REPLICA_LIST)
+        kvp_job_need_replicas (job);
     int64_t lease_until = now + (int64_t) self->config->lease_ttl_ms;
     for (size_t i = 0; i < job->count; i++) {
         kvp_item_t *item = &job->items[i];
@@ -674,6 +675,7 @@ replica_manager_test (bool verbose)
     kvp_job_t *job = s_test_call (rm, KVP_RM_RESERVE, ab, 2);
     assert (job->items[0].status == 0 && job->items[0].object_id);
     job->kind = KVP_RM_BIND;
+    kvp_job_need_replicas (job);
     job->items[1].status = KVPOOL_NO_AVAILABLE_HANDLE; //  b failed to allocate
     for (size_t i = 0; i < 1; i++) {
         job->items[i].replica_count = 1;
@@ -717,6 +719,7 @@ replica_manager_test (bool verbose)
     //  b's reservation (never bound, busy) survives the timeout; an unbusy one does not.
     job = s_test_call (rm, KVP_RM_RESERVE, c, 1);
     job->kind = KVP_RM_BIND;
+    kvp_job_need_replicas (job);
     job->items[0].replica_count = 1;
     assert (kvp_job_send (rm, job) == 0 && kvp_job_recv (rm) == job);
     kvp_job_destroy (&job);

@@ -203,6 +203,7 @@ transfer_submitter_test (bool verbose)
             src[i] = (char) (i * 7 + s);
         char *dst[4];
         kvp_job_t *job = kvp_job_new (KVP_TX_WRITE, 2);
+        kvp_job_need_replicas (job);
         for (int i = 0; i < 2; i++) {
             job->items[i].src = src;
             job->items[i].size = size;

@@ -14,9 +14,49 @@ kvp_job_new (kvp_job_kind_t kind, size_t count)
     kvp_job_t *self = (kvp_job_t *) zmalloc (sizeof (kvp_job_t));
     self->kind = kind;
     self->count = count;
+    self->capacity = count;
     if (count)
         self->items = (kvp_item_t *) zmalloc (count * sizeof (kvp_item_t));
     return self;
+}
+
+static void
+s_point_replicas (kvp_job_t *self)
+{
+    for (size_t i = 0; i < self->capacity; i++)
+        self->items[i].replicas = self->replica_slots + i * KVP_MAX_REPLICAS;
+}
+
+void
+kvp_job_need_replicas (kvp_job_t *self)
+{
+    if (self->replica_slots || self->capacity == 0)
+        return;
+    self->replica_slots =
+        (kvp_replica_t *) zmalloc (self->capacity * KVP_MAX_REPLICAS * sizeof (kvp_replica_t));
+    s_point_replicas (self);
+}
+
+kvp_item_t *
+kvp_job_append (kvp_job_t *self)
+{
+    if (self->count == self->capacity) {
+        size_t capacity = self->capacity ? self->capacity * 2 : 8;
+        self->items = (kvp_item_t *) realloc (self->items, capacity * sizeof (kvp_item_t));
+        self->replica_slots = (kvp_replica_t *) realloc (
+            self->replica_slots, capacity * KVP_MAX_REPLICAS * sizeof (kvp_replica_t));
+        assert (self->items && self->replica_slots);
+        self->capacity = capacity;
+        s_point_replicas (self);
+    }
+    if (!self->replica_slots)
+        kvp_job_need_replicas (self);
+    kvp_item_t *item = &self->items[self->count++];
+    kvp_replica_t *replicas = item->replicas;
+    memset (item, 0, sizeof *item);
+    memset (replicas, 0, KVP_MAX_REPLICAS * sizeof (kvp_replica_t));
+    item->replicas = replicas;
+    return item;
 }
 
 void
@@ -26,6 +66,7 @@ kvp_job_destroy (kvp_job_t **self_p)
         return;
     kvp_job_t *self = *self_p;
     free (self->items);
+    free (self->replica_slots);
     free (self->segments);
     free (self);
     *self_p = NULL;
@@ -96,6 +137,14 @@ kvp_job_test (bool verbose)
     assert (job->count == 3 && job->items[2].status == 0);
     assert (kvp_job_fail (job, KVPOOL_INVALID_KEY, "key %d", 7) == KVPOOL_INVALID_KEY);
     assert (streq (job->error, "key 7"));
+    assert (job->items[0].replicas == NULL);
+    kvp_job_need_replicas (job);
+    job->items[2].replicas[KVP_MAX_REPLICAS - 1].offset = 9;
+    for (int i = 0; i < 20; i++)
+        kvp_job_append (job)->size = (uint64_t) i;
+    assert (job->count == 23 && job->items[22].size == 19 && job->items[22].replicas);
+    assert (job->items[2].replicas[KVP_MAX_REPLICAS - 1].offset == 9);
+    job->count = 3;
 
     //  A job pointer makes a round trip DEALER -> ROUTER -> DEALER unchanged.
     zsock_t *router = zsock_new_router ("inproc://kvp-job-test");

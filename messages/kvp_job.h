@@ -71,7 +71,7 @@ typedef struct {
     kvp_object_t *object;   //  KVP_RM_GET: pinned object (unpin when the send completes)
     uint64_t object_id;     //  the pending object a server-side put reserved (0: none)
     uint32_t replica_count;
-    kvp_replica_t replicas[KVP_MAX_REPLICAS];
+    kvp_replica_t *replicas; //  KVP_MAX_REPLICAS slots once kvp_job_need_replicas ran
 } kvp_item_t;
 
 typedef struct {
@@ -96,6 +96,8 @@ typedef struct {
     char error[160];        //  reason when status is not OK
     size_t count;           //  number of items
     kvp_item_t *items;
+    size_t capacity;        //  items allocated
+    kvp_replica_t *replica_slots; //  KVP_MAX_REPLICAS per item, made on demand
     //  options
     uint32_t replica_num;
     char *preferred[KVP_MAX_PREFERRED]; //  segment names (owned by the request)
@@ -122,6 +124,11 @@ typedef struct {
 
 //  Creates a job with count zeroed items. Caller owns the return value.
 kvp_job_t *kvp_job_new (kvp_job_kind_t kind, size_t count);
+//  Gives every item room for KVP_MAX_REPLICAS replicas (item->replicas). Jobs that never
+//  carry replicas (exist, remove, ...) skip this, which keeps a 1000-key job small.
+void kvp_job_need_replicas (kvp_job_t *self);
+//  Appends a zeroed item (with replica room) and returns it.
+kvp_item_t *kvp_job_append (kvp_job_t *self);
 //  Does nothing on NULL; sets *self_p to NULL. Does not touch job->context.
 void kvp_job_destroy (kvp_job_t **self_p);
 //  Sets the request-level status and a printf-style reason; returns status.
