@@ -1,0 +1,582 @@
+/*  kvpool.c - the kvpool command-line tool: put, get, inspect and remove objects of a kvpoold
+    node through libkvpool.
+
+        kvpool [-s ENDPOINT] [-t TIMEOUT_MS] [--no-fast-path] COMMAND [ARGS...]
+
+    One connection, one command, then exit: 0 on success, 1 when the command failed (with a
+    one-line "kvpool: COMMAND KEY: reason (STATUS)" on stderr) or, for exists, when a key is
+    missing; 2 on a usage error. Single-threaded.
+*/
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kvpool.h"
+
+#define EXIT_USAGE 2
+
+static const char *s_usage =
+    "usage: kvpool [-s ENDPOINT] [-t TIMEOUT_MS] [--no-fast-path] COMMAND [ARGS...]\n"
+    "\n"
+    "options:\n"
+    "  -s, --server ENDPOINT   node to talk to (default " KVPOOL_DEFAULT_ENDPOINT ")\n"
+    "  -t, --timeout MS        per-request timeout in milliseconds (default 5000)\n"
+    "  --no-fast-path          never copy through shared memory, even on the node's machine\n"
+    "  -h, --help              this text\n"
+    "\n"
+    "commands:\n"
+    "  put [--replicas N] [--soft-pin] [--hard-pin] KEY [FILE]\n"
+    "                          store FILE (standard input when absent) under KEY\n"
+    "  get KEY [FILE]          write KEY's value to FILE (standard output when absent)\n"
+    "  exists KEY...           print \"KEY: yes|no\"; exit 0 when all exist, 1 otherwise\n"
+    "  size KEY...             print \"KEY: SIZE\" (bytes)\n"
+    "  rm [--force] KEY...     remove keys (--force: even under a read lease)\n"
+    "  rm [--force] --regex PATTERN\n"
+    "                          remove keys matching a POSIX extended regex; print the count\n"
+    "  rm --all [--force]      remove every object; print the count\n"
+    "  reset                   drain transfers, remove every object; print the count\n"
+    "  stats                   node statistics, one \"name: value\" per line\n"
+    "  segments                mounted segments: id, name, size, used bytes\n"
+    "  ping                    round-trip time of one request\n";
+
+//  Prints "kvpool: WHAT: reason (NAME)[: server's reason]".
+static void
+s_error (kvpool_t *pool, const char *what, int status)
+{
+    const char *detail = pool ? kvpool_last_error (pool) : "";
+    fprintf (stderr, "kvpool: %s: %s (%s)%s%s\n", what, kvpool_strerror (status),
+             kvpool_status_name (status), *detail ? ": " : "", detail);
+}
+
+static int __attribute__ ((format (printf, 1, 2)))
+s_usage_error (const char *format, ...)
+{
+    va_list args;
+    va_start (args, format);
+    fprintf (stderr, "kvpool: ");
+    vfprintf (stderr, format, args);
+    fprintf (stderr, "\nTry 'kvpool --help'.\n");
+    va_end (args);
+    return EXIT_USAGE;
+}
+
+//  What a command needs to connect: commands check their arguments first, so that a usage
+//  error is reported as one whether or not a node answers.
+typedef struct {
+    const char *endpoint;
+    kvpool_options_t options;
+    kvpool_t *pool;
+} cli_t;
+
+//  Connects; returns the connection, or NULL after printing why not.
+static kvpool_t *
+s_connect (cli_t *cli)
+{
+    cli->pool = kvpool_connect (cli->endpoint, &cli->options);
+    if (!cli->pool)
+        fprintf (stderr, "kvpool: cannot connect to %s: %s\n", cli->endpoint,
+                 errno == ETIMEDOUT ? "no reply to PING within the timeout" : strerror (errno));
+    return cli->pool;
+}
+
+static double
+s_now_s (void)
+{
+    struct timespec ts;
+    clock_gettime (CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+//  Reads all of fd into a malloc'd buffer. Returns 0 or -1 (errno set).
+static int
+s_read_all (int fd, char **data_p, size_t *size_p)
+{
+    struct stat st;
+    size_t capacity = 1 << 16;
+    if (fstat (fd, &st) == 0 && S_ISREG (st.st_mode) && st.st_size > 0)
+        capacity = (size_t) st.st_size + 1; //  +1: one read sees the end at once
+    char *data = malloc (capacity);
+    size_t size = 0;
+    if (!data)
+        return -1;
+    while (true) {
+        if (size == capacity) {
+            char *bigger = realloc (data, capacity * 2);
+            if (!bigger) {
+                free (data);
+                return -1;
+            }
+            data = bigger;
+            capacity *= 2;
+        }
+        ssize_t got = read (fd, data + size, capacity - size);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0) {
+            int saved = errno;
+            free (data);
+            errno = saved;
+            return -1;
+        }
+        if (got == 0)
+            break;
+        size += (size_t) got;
+    }
+    *data_p = data;
+    *size_p = size;
+    return 0;
+}
+
+static int
+s_write_all (int fd, const char *data, size_t size)
+{
+    while (size > 0) {
+        ssize_t put = write (fd, data, size);
+        if (put < 0 && errno == EINTR)
+            continue;
+        if (put < 0)
+            return -1;
+        data += put;
+        size -= (size_t) put;
+    }
+    return 0;
+}
+
+//  Parses a non-negative decimal integer up to max. Returns 0 or -1.
+static int
+s_parse_uint (const char *text, uint64_t max, uint64_t *value_p)
+{
+    if (!text || !*text || *text == '-')
+        return -1;
+    char *end;
+    errno = 0;
+    unsigned long long value = strtoull (text, &end, 10);
+    if (errno || *end || value > max)
+        return -1;
+    *value_p = value;
+    return 0;
+}
+
+//  ---- commands: each gets the arguments after its name --------------------------------------
+
+static int
+s_cmd_put (cli_t *cli, int argc, char **argv)
+{
+    kvpool_put_options_t opts = {0};
+    const char *args[2];
+    int nargs = 0;
+    bool options_done = false;
+    for (int i = 0; i < argc; i++) {
+        const char *arg = argv[i];
+        if (!options_done && strcmp (arg, "--") == 0)
+            options_done = true;
+        else if (!options_done && strcmp (arg, "--replicas") == 0) {
+            uint64_t value;
+            if (i + 1 >= argc || s_parse_uint (argv[++i], UINT32_MAX, &value) || value == 0)
+                return s_usage_error ("put: --replicas needs a count of 1 or more");
+            opts.replica_num = (uint32_t) value;
+        }
+        else if (!options_done && strcmp (arg, "--soft-pin") == 0)
+            opts.soft_pin = true;
+        else if (!options_done && strcmp (arg, "--hard-pin") == 0)
+            opts.hard_pin = true;
+        else if (!options_done && arg[0] == '-' && arg[1])
+            return s_usage_error ("put: unknown option '%s'", arg);
+        else if (nargs < 2)
+            args[nargs++] = arg;
+        else
+            return s_usage_error ("put: too many arguments ('%s')", arg);
+    }
+    if (nargs < 1)
+        return s_usage_error ("put: KEY missing");
+    const char *key = args[0];
+    const char *path = nargs > 1 && strcmp (args[1], "-") != 0 ? args[1] : NULL;
+    int fd = path ? open (path, O_RDONLY) : STDIN_FILENO;
+    char *data = NULL;
+    size_t size = 0;
+    if (fd < 0 || s_read_all (fd, &data, &size)) {
+        fprintf (stderr, "kvpool: put %s: cannot read %s: %s\n", key, path ? path : "stdin",
+                 strerror (errno));
+        if (fd > 0 && path)
+            close (fd);
+        return 1;
+    }
+    if (path)
+        close (fd);
+    kvpool_t *pool = s_connect (cli);
+    if (!pool) {
+        free (data);
+        return 1;
+    }
+    int rc = kvpool_put (pool, key, data, size, &opts);
+    free (data);
+    if (rc != KVPOOL_OK) {
+        char what[512];
+        snprintf (what, sizeof what, "put %s", key);
+        s_error (pool, what, rc);
+        return 1;
+    }
+    return 0;
+}
+
+static int
+s_cmd_get (cli_t *cli, int argc, char **argv)
+{
+    int first = argc > 0 && strcmp (argv[0], "--") == 0 ? 1 : 0;
+    if (argc - first < 1)
+        return s_usage_error ("get: KEY missing");
+    if (argc - first > 2)
+        return s_usage_error ("get: too many arguments ('%s')", argv[first + 2]);
+    const char *key = argv[first];
+    const char *path = argc - first > 1 && strcmp (argv[first + 1], "-") != 0 ? argv[first + 1]
+                                                                            : NULL;
+    kvpool_t *pool = s_connect (cli);
+    if (!pool)
+        return 1;
+    void *data;
+    size_t size;
+    int rc = kvpool_get (pool, key, &data, &size);
+    if (rc != KVPOOL_OK) {
+        char what[512];
+        snprintf (what, sizeof what, "get %s", key);
+        s_error (pool, what, rc);
+        return 1;
+    }
+    //  The file is only created once the value is here: a failed get leaves no empty file.
+    int fd = path ? open (path, O_WRONLY | O_CREAT | O_TRUNC, 0644) : STDOUT_FILENO;
+    int result = 0;
+    if (fd < 0 || s_write_all (fd, data, size) || (path && close (fd))) {
+        fprintf (stderr, "kvpool: get %s: cannot write %s: %s\n", key, path ? path : "stdout",
+                 strerror (errno));
+        result = 1;
+    }
+    free (data);
+    return result;
+}
+
+//  Skips a leading "--" in a key list.
+static void
+s_skip_dashes (int *argc, char ***argv)
+{
+    if (*argc > 0 && strcmp ((*argv)[0], "--") == 0) {
+        (*argc)--;
+        (*argv)++;
+    }
+}
+
+static int
+s_cmd_exists (cli_t *cli, int argc, char **argv)
+{
+    s_skip_dashes (&argc, &argv);
+    if (argc < 1)
+        return s_usage_error ("exists: KEY missing");
+    kvpool_t *pool = s_connect (cli);
+    if (!pool)
+        return 1;
+    int *results = calloc ((size_t) argc, sizeof *results);
+    if (!results)
+        return 1;
+    int rc = kvpool_exist_batch (pool, (size_t) argc, (const char *const *) argv, results);
+    int exit_code = 0;
+    for (int i = 0; i < argc; i++) {
+        if (results[i] == 1)
+            printf ("%s: yes\n", argv[i]);
+        else if (results[i] == 0) {
+            printf ("%s: no\n", argv[i]);
+            if (exit_code == 0)
+                exit_code = 1;
+        }
+        else {
+            char what[512];
+            snprintf (what, sizeof what, "exists %s", argv[i]);
+            s_error (pool, what, results[i]);
+            exit_code = 2;
+        }
+    }
+    (void) rc; //  a request-level failure is in every key's result
+    free (results);
+    return exit_code == 2 ? 1 : exit_code;
+}
+
+static int
+s_cmd_size (cli_t *cli, int argc, char **argv)
+{
+    s_skip_dashes (&argc, &argv);
+    if (argc < 1)
+        return s_usage_error ("size: KEY missing");
+    kvpool_t *pool = s_connect (cli);
+    if (!pool)
+        return 1;
+    int64_t *results = calloc ((size_t) argc, sizeof *results);
+    if (!results)
+        return 1;
+    kvpool_get_size_batch (pool, (size_t) argc, (const char *const *) argv, results);
+    int exit_code = 0;
+    for (int i = 0; i < argc; i++) {
+        if (results[i] >= 0)
+            printf ("%s: %" PRId64 "\n", argv[i], results[i]);
+        else {
+            char what[512];
+            snprintf (what, sizeof what, "size %s", argv[i]);
+            s_error (pool, what, (int) results[i]);
+            exit_code = 1;
+        }
+    }
+    free (results);
+    return exit_code;
+}
+
+static int
+s_cmd_rm (cli_t *cli, int argc, char **argv)
+{
+    bool force = false, all = false, options_done = false;
+    const char *pattern = NULL;
+    char **keys = calloc ((size_t) argc + 1, sizeof *keys);
+    int nkeys = 0;
+    if (!keys)
+        return 1;
+    for (int i = 0; i < argc; i++) {
+        const char *arg = argv[i];
+        if (!options_done && strcmp (arg, "--") == 0)
+            options_done = true;
+        else if (!options_done && strcmp (arg, "--force") == 0)
+            force = true;
+        else if (!options_done && strcmp (arg, "--all") == 0)
+            all = true;
+        else if (!options_done && strcmp (arg, "--regex") == 0) {
+            if (i + 1 >= argc) {
+                free (keys);
+                return s_usage_error ("rm: --regex needs a PATTERN");
+            }
+            pattern = argv[++i];
+        }
+        else if (!options_done && arg[0] == '-' && arg[1]) {
+            free (keys);
+            return s_usage_error ("rm: unknown option '%s'", arg);
+        }
+        else
+            keys[nkeys++] = argv[i];
+    }
+    int modes = (all ? 1 : 0) + (pattern ? 1 : 0) + (nkeys ? 1 : 0);
+    if (modes != 1) {
+        free (keys);
+        return s_usage_error (
+            "rm: give either KEY..., --regex PATTERN or --all (exactly one of them)");
+    }
+    kvpool_t *pool = s_connect (cli);
+    if (!pool) {
+        free (keys);
+        return 1;
+    }
+    int exit_code = 0;
+    if (all || pattern) {
+        int64_t count = all ? kvpool_remove_all (pool, force)
+                            : kvpool_remove_by_regex (pool, pattern, force);
+        if (count < 0) {
+            char what[512];
+            snprintf (what, sizeof what, all ? "rm --all" : "rm --regex %s", pattern);
+            s_error (pool, what, (int) count);
+            exit_code = 1;
+        }
+        else
+            printf ("%" PRId64 "\n", count);
+    }
+    else {
+        int *statuses = calloc ((size_t) nkeys, sizeof *statuses);
+        if (!statuses) {
+            free (keys);
+            return 1;
+        }
+        kvpool_remove_batch (pool, (size_t) nkeys, (const char *const *) keys, force, statuses);
+        for (int i = 0; i < nkeys; i++)
+            if (statuses[i] != KVPOOL_OK) {
+                char what[512];
+                snprintf (what, sizeof what, "rm %s", keys[i]);
+                s_error (pool, what, statuses[i]);
+                exit_code = 1;
+            }
+        free (statuses);
+    }
+    free (keys);
+    return exit_code;
+}
+
+static int
+s_cmd_reset (cli_t *cli, int argc, char **argv)
+{
+    if (argc > 0)
+        return s_usage_error ("reset: unexpected argument '%s'", argv[0]);
+    kvpool_t *pool = s_connect (cli);
+    if (!pool)
+        return 1;
+    int64_t count = kvpool_reset (pool);
+    if (count < 0) {
+        s_error (pool, "reset", (int) count);
+        return 1;
+    }
+    printf ("%" PRId64 "\n", count);
+    return 0;
+}
+
+static int
+s_cmd_stats (cli_t *cli, int argc, char **argv)
+{
+    if (argc > 0)
+        return s_usage_error ("stats: unexpected argument '%s'", argv[0]);
+    kvpool_t *pool = s_connect (cli);
+    if (!pool)
+        return 1;
+    kvpool_stats_t stats;
+    int rc = kvpool_stats (pool, &stats);
+    if (rc != KVPOOL_OK) {
+        s_error (pool, "stats", rc);
+        return 1;
+    }
+    struct {
+        const char *name;
+        uint64_t value;
+    } rows[] = {{"objects", stats.objects},
+                {"pending_puts", stats.pending_puts},
+                {"bytes_stored", stats.bytes_stored},
+                {"bytes_allocated", stats.bytes_allocated},
+                {"bytes_mounted", stats.bytes_mounted},
+                {"segments", stats.segments},
+                {"requests", stats.requests},
+                {"errors", stats.errors},
+                {"dropped_requests", stats.dropped_requests},
+                {"puts", stats.puts},
+                {"gets", stats.gets},
+                {"get_hits", stats.get_hits},
+                {"removes", stats.removes},
+                {"revoked_puts", stats.revoked_puts},
+                {"resets", stats.resets},
+                {"max_key_len", stats.max_key_len},
+                {"max_value_size", stats.max_value_size},
+                {"lease_ttl_ms", stats.lease_ttl_ms},
+                {"uptime_ms", stats.uptime_ms},
+                {"transfer_workers", stats.transfer_workers}};
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        printf ("%s: %" PRIu64 "\n", rows[i].name, rows[i].value);
+        if (i == 4) //  right after the byte counts it is made of
+            printf ("utilisation: %.6f\n", stats.utilisation);
+    }
+    return 0;
+}
+
+static int
+s_cmd_segments (cli_t *cli, int argc, char **argv)
+{
+    if (argc > 0)
+        return s_usage_error ("segments: unexpected argument '%s'", argv[0]);
+    kvpool_t *pool = s_connect (cli);
+    if (!pool)
+        return 1;
+    //  Ask once for the count, then for all of them (a mount in between is caught below).
+    int count = kvpool_segments (pool, NULL, 0);
+    kvpool_segment_t *segments = NULL;
+    if (count > 0) {
+        segments = calloc ((size_t) count, sizeof *segments);
+        if (!segments)
+            return 1;
+        int again = kvpool_segments (pool, segments, (size_t) count);
+        count = again < 0 ? again : (again < count ? again : count);
+    }
+    if (count < 0) {
+        s_error (pool, "segments", count);
+        free (segments);
+        return 1;
+    }
+    printf ("%-6s %-40s %16s %16s\n", "id", "name", "size", "used");
+    for (int i = 0; i < count; i++)
+        printf ("%-6u %-40s %16" PRIu64 " %16" PRIu64 "\n", segments[i].id, segments[i].name,
+                segments[i].size, segments[i].used);
+    free (segments);
+    return 0;
+}
+
+static int
+s_cmd_ping (cli_t *cli, int argc, char **argv)
+{
+    if (argc > 0)
+        return s_usage_error ("ping: unexpected argument '%s'", argv[0]);
+    kvpool_t *pool = s_connect (cli);
+    if (!pool)
+        return 1;
+    double start = s_now_s ();
+    int rc = kvpool_ping (pool);
+    double elapsed = s_now_s () - start;
+    if (rc != KVPOOL_OK) {
+        s_error (pool, "ping", rc);
+        return 1;
+    }
+    printf ("pong from %s: %.3f ms%s\n", cli->endpoint, elapsed * 1000,
+            kvpool_fast_path (pool) ? " (same machine, fast path on)" : "");
+    return 0;
+}
+
+int
+main (int argc, char **argv)
+{
+    cli_t cli = {.endpoint = KVPOOL_DEFAULT_ENDPOINT};
+    kvpool_options_init (&cli.options);
+    int i = 1;
+    for (; i < argc && argv[i][0] == '-'; i++) {
+        const char *arg = argv[i];
+        if (!strcmp (arg, "-h") || !strcmp (arg, "--help")) {
+            fputs (s_usage, stdout);
+            return 0;
+        }
+        else if (!strcmp (arg, "-s") || !strcmp (arg, "--server") || !strcmp (arg, "--endpoint")) {
+            if (i + 1 >= argc)
+                return s_usage_error ("%s needs an ENDPOINT", arg);
+            cli.endpoint = argv[++i];
+        }
+        else if (!strcmp (arg, "-t") || !strcmp (arg, "--timeout")) {
+            uint64_t value;
+            if (i + 1 >= argc || s_parse_uint (argv[i + 1], INT32_MAX, &value) || value == 0)
+                return s_usage_error ("%s needs a timeout in milliseconds (1 or more)", arg);
+            cli.options.timeout_ms = (int) value;
+            i++;
+        }
+        else if (!strcmp (arg, "--no-fast-path"))
+            cli.options.fast_path = 0;
+        else
+            return s_usage_error ("unknown option '%s'", arg);
+    }
+    if (i >= argc)
+        return s_usage_error ("no COMMAND given");
+    const char *command = argv[i++];
+    int cargc = argc - i;
+    char **cargv = argv + i;
+    static const struct {
+        const char *name;
+        int (*run) (cli_t *cli, int argc, char **argv);
+    } commands[] = {{"put", s_cmd_put},         {"get", s_cmd_get},     {"exists", s_cmd_exists},
+                    {"size", s_cmd_size},       {"rm", s_cmd_rm},       {"reset", s_cmd_reset},
+                    {"segments", s_cmd_segments}, {"stats", s_cmd_stats}, {"ping", s_cmd_ping}};
+    if (!strcmp (command, "help")) {
+        fputs (s_usage, stdout);
+        return 0;
+    }
+    int rc = -1;
+    for (size_t c = 0; c < sizeof commands / sizeof commands[0]; c++)
+        if (!strcmp (commands[c].name, command))
+            rc = commands[c].run (&cli, cargc, cargv);
+    if (rc == -1)
+        return s_usage_error ("unknown command '%s'", command);
+    if (fflush (stdout) || ferror (stdout)) {
+        if (rc == 0)
+            fprintf (stderr, "kvpool: %s: cannot write to stdout\n", command);
+        rc = 1;
+    }
+    kvpool_destroy (&cli.pool);
+    return rc;
+}
