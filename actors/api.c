@@ -783,8 +783,11 @@ static void
 s_owners_listed (self_t *self, kvp_job_t *job)
 {
     for (size_t i = 0; i < job->segment_count; i++) {
+        //  libkvpool names its connections "client-<pid>-<n>"; "pid:<pid>" is the plain form.
         int pid;
-        if (sscanf (job->segments[i].owner, "pid:%d", &pid) != 1 || pid <= 0)
+        const char *owner = job->segments[i].owner;
+        if ((sscanf (owner, "pid:%d", &pid) != 1 && sscanf (owner, "client-%d-", &pid) != 1)
+            || pid <= 0)
             continue;
         if (kill (pid, 0) == 0 || errno != ESRCH)
             continue;

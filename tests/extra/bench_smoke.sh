@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# bench_smoke.sh - smoke run of the benchmark: build/bin/kvpool-bench --quick (it starts its own
+# kvpoold and redis-server on loopback and stops them). Fails if the bench exits non-zero (a
+# failed call, a value that did not read back, a server that would not start), takes 55 s or
+# more, or prints no figures: it must print numeric kvpool and Redis throughputs for the
+# 1 MiB batched get, a memcpy reference and the targets. Run by tests/run.sh with cwd = repo
+# root; KVPOOL_BIN (set by run.sh) picks the build directory.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+bin=${KVPOOL_BIN:-build/bin}
+if [ ! -x "$bin/kvpool-bench" ] || [ ! -x "$bin/kvpoold" ]; then
+  echo "bench_smoke: $bin/kvpool-bench or $bin/kvpoold is missing (run make first)"
+  exit 1
+fi
+out=$(mktemp /tmp/kvpool-bench-smoke.XXXXXX)
+trap 'rm -f "$out"' EXIT
+start=$(date +%s)
+timeout --kill-after=5 55 "$bin/kvpool-bench" --quick >"$out" 2>&1
+rc=$?
+cat "$out"
+echo "bench_smoke: exit status $rc after $(( $(date +%s) - start )) s"
+if [ $rc -ne 0 ]; then
+  echo "bench_smoke: kvpool-bench --quick failed"
+  exit 1
+fi
+num='[0-9]+(\.[0-9]+)?(e[-+]?[0-9]+)?'
+fail=0
+expect() {
+  if ! grep -Eq "$1" "$out"; then
+    echo "bench_smoke: no line matches: $1"
+    fail=1
+  fi
+}
+expect "^memcpy reference: $num GB/s"
+expect "^get 1MiB batch32 tcp: kvpool $num GB/s, redis $num GB/s, ratio $num"
+expect "^get 1MiB batch32 same-machine: kvpool $num GB/s"
+expect "^exist 1000 keys tcp: kvpool $num M keys/s, redis $num M keys/s"
+expect "^== targets =="
+exit $fail
