@@ -1,0 +1,328 @@
+#!/usr/bin/python3
+"""bench_python.py - the Python binding's read throughput against the C client, in one run.
+
+Measures, for 64 KiB and 1 MiB values in batches of 32 keys:
+  C kvpool_get_batch_into        the C library called once per batch through ctypes with
+                                 every argument array built beforehand: the C client's own
+                                 throughput (one ctypes call costs about a microsecond)
+  py batch_get_into              kvpool.mooncake.MooncakeDistributedStore.batch_get_into
+                                 (keys, pointer list, size list), as the connectors call it
+  py Client.get_batch_into       kvpool.Client.get_batch_into into numpy arrays
+  C kvpool_get_batch             the C library's zero-copy batch get (values stay in the
+                                 received messages), arrays built beforehand
+  py get_batch (bytes)           MooncakeDistributedStore.get_batch: a list of bytes, each
+                                 value copied once from the received message
+each with the same-machine fast path on (the default; batch_get_into copies from the node's
+shared segments) and off (everything over the TCP socket). Then the targets: py
+batch_get_into of 1 MiB values within 10% of the C client; py get_batch (bytes) of 1 MiB
+values at least half of py batch_get_into. Finally, unless --no-kvpool-bench, runs
+build/bin/kvpool-bench --only kv against the same node and prints its batch-of-32 get rows.
+
+Method: the machine is shared and noisy, so each measurement is repeated --reps times,
+repetitions of the different paths interleaved, and the median reported. The first call of
+each measurement is checked byte for byte against the values put. The C paths run in this
+process, so under the same malloc settings as the Python ones (the package's glibc tuning,
+applied when the first Client connects: see python/README.md); kvpool-bench is a separate
+program linked with jemalloc and its own pre-faulted buffers, so its figures are a reference,
+not the baseline of the targets.
+
+    python3 python/bench/bench_python.py [--endpoint tcp://...] [--reps 5] [--time-ms 500]
+
+Without --endpoint it starts build/bin/kvpoold (or $KVPOOL_BIN/kvpoold) on loopback ports with
+a 1 GiB segment and stops it at the end. Exit status 0 when every call succeeded and every
+check passed (missed targets are reported, not failed), 1 otherwise.
+"""
+
+import argparse
+import array
+import ctypes
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.normpath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, os.path.join(REPO, "python"))
+
+import numpy as np  # noqa: E402
+
+import kvpool  # noqa: E402
+from kvpool import _native  # noqa: E402
+from kvpool.mooncake import MooncakeDistributedStore  # noqa: E402
+
+BATCH = 32
+SIZES = [(64 << 10, "64KiB"), (1 << 20, "1MiB")]
+
+
+def bin_dir():
+    return os.environ.get("KVPOOL_BIN") or os.path.join(REPO, "build", "bin")
+
+
+def start_daemon():
+    workdir = tempfile.mkdtemp(prefix="kvpool-bench-py-")
+    ready = os.path.join(workdir, "ready")
+    log = open(os.path.join(workdir, "kvpoold.log"), "wb")
+    proc = subprocess.Popen([os.path.join(bin_dir(), "kvpoold"), "--endpoint",
+                             "tcp://127.0.0.1:*", "--admin", "tcp://127.0.0.1:*",
+                             "--ready-file", ready, "--segment-size", "1GiB"],
+                            stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            sys.exit("bench_python: kvpoold exited with %s (log in %s)" % (proc.returncode,
+                                                                          workdir))
+        if os.path.exists(ready):
+            with open(ready) as file:
+                for line in file:
+                    if line.startswith("endpoint=tcp://"):
+                        return proc, line.strip().split("=", 1)[1]
+        time.sleep(0.02)
+    proc.kill()
+    sys.exit("bench_python: kvpoold not ready (log in %s)" % workdir)
+
+
+class CBatchInto:
+    """kvpool_get_batch_into on a connection of its own, every array built once."""
+
+    def __init__(self, endpoint, keys, buffers, size, fast_path):
+        options = _native.Options()
+        _native.options_init(ctypes.byref(options))
+        options.timeout_ms = 60000
+        options.fast_path = 1 if fast_path else 0
+        self.handle = _native.connect(endpoint.encode(), ctypes.byref(options))
+        if not self.handle:
+            raise kvpool.RpcFailError(reason="cannot connect")
+        self.n = len(keys)
+        self.keys = (ctypes.c_char_p * self.n)(*[k.encode() for k in keys])
+        self.ptrs = array.array("Q", [b.ctypes.data for b in buffers])
+        self.caps = array.array("Q", [size] * self.n)
+        self.results = array.array("q", [0] * self.n)
+        self.args = (self.handle, self.n, self.keys, self.ptrs.buffer_info()[0],
+                     self.caps.buffer_info()[0], self.results.buffer_info()[0])
+        self.size = size
+
+    def __call__(self):
+        rc = _native.get_batch_into(*self.args)
+        if rc != 0 or self.results.count(self.size) != self.n:
+            raise kvpool.error_for(rc if rc < 0 else -1, "C batch_get_into: %r"
+                                   % self.results.tolist())
+
+    def close(self):
+        _native.destroy(ctypes.byref(ctypes.c_void_p(self.handle)))
+
+
+class CGetBatch(CBatchInto):
+    """kvpool_get_batch (zero-copy values), arrays built once; the values are dropped."""
+
+    def __init__(self, endpoint, keys, size, fast_path):
+        super().__init__(endpoint, keys, [], size, fast_path)
+        self.statuses = array.array("i", [0] * self.n)
+        self.values = ctypes.c_void_p()
+
+    def __call__(self):
+        rc = _native.get_batch(self.handle, self.n, self.keys, ctypes.byref(self.values),
+                               self.statuses.buffer_info()[0])
+        ok = rc == 0 and self.statuses.count(0) == self.n
+        _native.values_destroy(ctypes.byref(self.values))
+        if not ok:
+            raise kvpool.error_for(rc if rc < 0 else -1, "C get_batch")
+
+
+def measure(fn, time_ms):
+    """Calls fn until time_ms passed; returns calls per second."""
+    fn()                                        # warm: not timed
+    calls = 0
+    start = time.perf_counter()
+    deadline = start + time_ms / 1000.0
+    while True:
+        fn()
+        calls += 1
+        now = time.perf_counter()
+        if now >= deadline:
+            return calls / (now - start)
+
+
+def run(args):
+    proc = None
+    endpoint = args.endpoint
+    if not endpoint:
+        proc, endpoint = start_daemon()
+    failures = []
+    results = {}            # (size_name, fast, path) -> GB/s
+    try:
+        setup = kvpool.Client(endpoint, timeout=60)
+        rng = np.random.default_rng(5)
+        for size, size_name in SIZES:
+            keys = ["bench-py-%s-%d" % (size_name, i) for i in range(BATCH)]
+            setup.remove_batch(keys, force=True)
+            values = [rng.integers(0, 255, size, dtype=np.uint8) for _ in range(BATCH)]
+            codes = setup.put_batch(keys, values)
+            if codes != [0] * BATCH:
+                failures.append("put %s: %r" % (size_name, codes))
+                continue
+            for fast in args.fast_paths:
+                paths = make_paths(endpoint, keys, values, size, fast, failures)
+                samples = {name: [] for name in paths}
+                for _ in range(args.reps):
+                    for name, (fn, _) in paths.items():
+                        try:
+                            samples[name].append(measure(fn, args.time_ms) * BATCH * size / 1e9)
+                        except kvpool.Error as exc:
+                            failures.append("%s %s: %s" % (name, size_name, exc))
+                for name, (_, closer) in paths.items():
+                    closer()
+                    if samples[name]:
+                        results[(size_name, fast, name)] = statistics.median(samples[name])
+            setup.remove_batch(keys, force=True)
+        setup.close()
+        print_results(results, args)
+        if args.kvpool_bench:
+            run_kvpool_bench(endpoint, args, failures)
+    finally:
+        if proc is not None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+    for failure in failures:
+        print("FAILED: " + failure)
+    return 1 if failures else 0
+
+
+def make_paths(endpoint, keys, values, size, fast, failures):
+    """name -> (callable doing one batch, closer). Checks each path's bytes once."""
+    paths = {}
+    out = [np.zeros(size, dtype=np.uint8) for _ in range(BATCH)]
+
+    def check(name):
+        for i, (o, v) in enumerate(zip(out, values)):
+            if not np.array_equal(o, v):
+                failures.append("%s: value %d differs" % (name, i))
+                break
+            o[:] = 0
+
+    c_into = CBatchInto(endpoint, keys, out, size, fast)
+    c_into()
+    check("C kvpool_get_batch_into")
+    paths["C kvpool_get_batch_into"] = (c_into, c_into.close)
+
+    store = MooncakeDistributedStore()
+    store.timeout = 60
+    rc = store.setup("bench", "", 0, 0, "tcp", "", endpoint)
+    if rc != 0:
+        failures.append("store setup: %d" % rc)
+        return paths
+    store._client.fast_path = fast
+    ptrs = [o.ctypes.data for o in out]
+    sizes = [size] * BATCH
+    got = store.batch_get_into(keys, ptrs, sizes)
+    if got != sizes:
+        failures.append("py batch_get_into: %r" % got)
+    check("py batch_get_into")
+
+    def py_into():
+        result = store.batch_get_into(keys, ptrs, sizes)
+        if result[0] != size or result[-1] != size:
+            raise kvpool.error_for(min(result), "py batch_get_into")
+    paths["py batch_get_into"] = (py_into, lambda: None)
+
+    client = kvpool.Client(endpoint, timeout=60, fast_path=fast)
+    client.get_batch_into(keys, out)
+    check("py Client.get_batch_into")
+
+    def py_client_into():
+        client.get_batch_into(keys, out)
+    paths["py Client.get_batch_into"] = (py_client_into, client.close)
+
+    c_get = CGetBatch(endpoint, keys, size, fast)
+    paths["C kvpool_get_batch"] = (c_get, c_get.close)
+
+    got = store.get_batch(keys)
+    if [len(g) for g in got] != sizes or any(g != v.tobytes() for g, v in zip(got, values)):
+        failures.append("py get_batch returned other bytes")
+
+    def py_get_batch():
+        result = store.get_batch(keys)
+        if len(result[0]) != size or len(result[-1]) != size:
+            raise kvpool.error_for(-704, "py get_batch")
+    paths["py get_batch (bytes)"] = (py_get_batch, store.close)
+    return paths
+
+
+def print_results(results, args):
+    print("\n== Python binding vs C client: get, batch of %d, median of %d runs of %d ms "
+          "(GB/s) ==" % (BATCH, args.reps, args.time_ms))
+    print("library %s, malloc tuning %s" % (kvpool.library_path,
+                                             "on" if _native._malloc["done"] else "off"))
+    names = ["C kvpool_get_batch_into", "py batch_get_into", "py Client.get_batch_into",
+             "C kvpool_get_batch", "py get_batch (bytes)"]
+    for fast in args.fast_paths:
+        print("\nfast path %s" % ("on (same-machine)" if fast else "off (tcp)"))
+        print("%-28s" % "path" + "".join("%12s" % name for _, name in SIZES))
+        for name in names:
+            row = "%-28s" % name
+            for _, size_name in SIZES:
+                value = results.get((size_name, fast, name))
+                row += "%12s" % ("%.3f" % value if value is not None else "-")
+            print(row)
+    print("\ntargets (1MiB values, batch of 32):")
+    for fast in args.fast_paths:
+        label = "fast path on" if fast else "fast path off"
+        c = results.get(("1MiB", fast, "C kvpool_get_batch_into"))
+        py = results.get(("1MiB", fast, "py batch_get_into"))
+        b = results.get(("1MiB", fast, "py get_batch (bytes)"))
+        if c and py:
+            print("  %-14s py batch_get_into / C = %.3f  (target >= 0.90: %s)"
+                  % (label, py / c, "met" if py / c >= 0.9 else "MISSED"))
+        if py and b:
+            print("  %-14s py get_batch bytes / py batch_get_into = %.3f  (target >= 0.50: %s)"
+                  % (label, b / py, "met" if b / py >= 0.5 else "MISSED"))
+    sys.stdout.flush()
+
+
+def run_kvpool_bench(endpoint, args, failures):
+    exe = os.path.join(bin_dir(), "kvpool-bench")
+    if not os.access(exe, os.X_OK):
+        print("\n(kvpool-bench not built: no C bench figures)")
+        return
+    print("\n== kvpool-bench --only kv against the same node (its batch-of-32 get rows) ==")
+    try:
+        result = subprocess.run([exe, "--only", "kv", "--endpoint", endpoint, "--reps",
+                                 str(args.reps), "--time-ms", str(args.time_ms)],
+                                capture_output=True, text=True, timeout=900)
+    except subprocess.TimeoutExpired:
+        failures.append("kvpool-bench timed out")
+        return
+    header = [line for line in result.stdout.splitlines() if line.startswith("op ")]
+    if header:
+        print(header[0])
+    for line in result.stdout.splitlines():
+        if re.match(r"^get\s+(64KiB|1MiB)\s+32\s+kvpool", line):
+            print(line)
+    if result.returncode != 0:
+        failures.append("kvpool-bench exited with %d: %s" % (result.returncode,
+                                                             result.stderr[-500:]))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--endpoint", help="an existing kvpoold (default: start one)")
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--time-ms", type=int, default=500)
+    parser.add_argument("--fast-path", choices=["both", "on", "off"], default="both")
+    parser.add_argument("--no-kvpool-bench", dest="kvpool_bench", action="store_false")
+    args = parser.parse_args()
+    args.fast_paths = {"both": [True, False], "on": [True], "off": [False]}[args.fast_path]
+    if args.reps < 1 or args.time_ms < 1:
+        parser.error("--reps and --time-ms must be positive")
+    return run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,772 @@
+"""kvpool.client - kvpool.Client, the native Python client over libkvpool.
+
+A Client talks to one kvpoold node. Values go in from anything with the buffer protocol
+(bytes, bytearray, memoryview, numpy arrays), from objects with data_ptr() (CPU torch
+tensors), or from a raw address and size; they come out as bytes, into caller buffers of the
+same kinds (zero-copy: the library copies straight from the segment or the received message
+into the buffer), or as BufferHandle views of the received message (no copy at all).
+
+Errors raise kvpool.Error subclasses that carry the status code (status.py). Batch forms
+answer one outcome per key instead of raising for a single key (see each docstring); they raise
+only when the request as a whole failed.
+
+Threads: a Client may be shared by threads. libkvpool's kvpool_t is one connection for one
+thread at a time, so the Client keeps a pool of connections: a call takes an idle one (opening
+a new one when none is idle) and puts it back when done. Calls release the GIL while in the
+library, so threads run their requests in parallel on separate connections. Requests from one
+thread are answered in order; there is no ordering between threads.
+
+Processes: a Client belongs to the process that made it. After fork() the child must make its
+own (ZeroMQ sockets do not survive fork); using the parent's raises kvpool.Error.
+"""
+
+import array
+import collections
+import ctypes
+import os
+import threading
+
+from ctypes import byref, c_char_p, c_uint32, c_void_p
+
+from . import _native
+from .status import Status, error_for, InvalidParamsError, RpcFailError
+
+DEFAULT_ENDPOINT = "tcp://127.0.0.1:50051"
+DEFAULT_TIMEOUT = 5.0
+
+_NOT_FOUND = int(Status.OBJECT_NOT_FOUND)
+_INT_MAX = 2**31 - 1
+
+SegmentInfo = collections.namedtuple("SegmentInfo", "id name size used")
+
+
+class PutOptions:
+    """Options of a put: replica count, preferred segments (by name), soft pin, hard pin."""
+
+    __slots__ = ("replica_num", "preferred_segments", "soft_pin", "soft_pin_ttl_ms", "hard_pin")
+
+    def __init__(self, replica_num=1, preferred_segments=(), soft_pin=False, soft_pin_ttl_ms=0,
+                 hard_pin=False):
+        self.replica_num = replica_num
+        self.preferred_segments = list(preferred_segments or ())
+        self.soft_pin = soft_pin
+        self.soft_pin_ttl_ms = soft_pin_ttl_ms
+        self.hard_pin = hard_pin
+
+    def __repr__(self):
+        return "PutOptions(%s)" % ", ".join("%s=%r" % (name, getattr(self, name))
+                                            for name in self.__slots__)
+
+    def _native(self):
+        """The C struct; it keeps the segment-name strings alive as long as itself."""
+        opts = _native.PutOptions()
+        if self.replica_num < 0 or self.replica_num > 0xFFFFFFFF:
+            raise InvalidParamsError(reason="replica_num out of range")
+        opts.replica_num = self.replica_num
+        names = [_encode(name) for name in self.preferred_segments]
+        if names:
+            arr = (c_char_p * len(names))(*names)
+            opts.preferred_segments = ctypes.cast(arr, ctypes.POINTER(c_char_p))
+            opts.preferred_segment_count = len(names)
+            opts._keep = arr
+        opts.soft_pin = bool(self.soft_pin)
+        opts.soft_pin_ttl_ms = int(self.soft_pin_ttl_ms or 0)
+        opts.hard_pin = bool(self.hard_pin)
+        return opts
+
+
+def _encode(text):
+    if isinstance(text, str):
+        return text.encode("utf-8")
+    if isinstance(text, (bytes, bytearray)):
+        return bytes(text)
+    raise TypeError("expected str or bytes, not %s" % type(text).__name__)
+
+
+def _key(key):
+    """A key as the C library wants it: UTF-8 bytes without NUL (C strings end at NUL)."""
+    data = _encode(key)
+    if b"\0" in data:
+        raise error_for(Status.INVALID_KEY, "key contains a NUL byte")
+    return data
+
+
+def _key_array(keys):
+    encoded = [_key(key) for key in keys]
+    return (c_char_p * len(encoded))(*encoded)
+
+
+def _u64(values):
+    return array.array("Q", values)
+
+
+def _addr(arr):
+    return arr.buffer_info()[0]
+
+
+class _Pins:
+    """The buffer exports taken for one call; released (with the GIL) once the call is over."""
+
+    __slots__ = ("views",)
+
+    def __init__(self):
+        self.views = []
+
+    def address(self, obj, size=None, writable=False):
+        """(address, size) of obj's memory. obj: an int address (size required), an object
+        with data_ptr() (a CPU torch tensor), or anything with the buffer protocol."""
+        if isinstance(obj, int):
+            if size is None:
+                raise InvalidParamsError(reason="a raw address needs a size")
+            if size < 0 or (obj == 0 and size > 0):
+                raise InvalidParamsError(reason="bad address or size")
+            return obj, size
+        data_ptr = getattr(obj, "data_ptr", None)
+        if data_ptr is not None and callable(data_ptr):
+            return self._tensor(obj, data_ptr, size)
+        view = _native.PyBuffer()
+        flags = _native.PYBUF_ANY_CONTIGUOUS | (_native.PYBUF_WRITABLE if writable else 0)
+        try:
+            _native.get_buffer(obj, byref(view), flags)   # BufferError, TypeError, ValueError
+        except ValueError as exc:                         # numpy's word for "not contiguous"
+            raise BufferError(str(exc)) from None
+        self.views.append(view)
+        if size is None:
+            size = view.len
+        elif size < 0 or size > view.len:
+            raise InvalidParamsError(reason="size %d exceeds the buffer's %d bytes"
+                                     % (size, view.len))
+        return view.buf or 0, size
+
+    @staticmethod
+    def _tensor(obj, data_ptr, size):
+        device = getattr(obj, "device", None)
+        if device is not None and getattr(device, "type", "cpu") != "cpu":
+            raise InvalidParamsError(reason="tensor is on %s; kvpool copies host memory only"
+                                     % device)
+        is_contiguous = getattr(obj, "is_contiguous", None)
+        if is_contiguous is not None and not is_contiguous():
+            raise InvalidParamsError(reason="tensor is not contiguous")
+        nbytes = obj.numel() * obj.element_size()
+        if size is None:
+            size = nbytes
+        elif size < 0 or size > nbytes:
+            raise InvalidParamsError(reason="size %d exceeds the tensor's %d bytes"
+                                     % (size, nbytes))
+        return data_ptr(), size
+
+    def release(self):
+        for view in self.views:
+            _native.release_buffer(byref(view))
+        self.views = []
+
+
+class _Values:
+    """Owns a kvpool_values_t; BufferHandles into it keep it alive."""
+
+    __slots__ = ("ptr",)
+
+    def __init__(self, ptr):
+        self.ptr = ptr
+
+    def __del__(self):
+        if self.ptr:
+            handle = c_void_p(self.ptr)
+            self.ptr = None
+            _native.values_destroy(byref(handle))
+
+
+class _BufferHandleMixin:
+    """Methods of BufferHandle, after Mooncake's: ptr(), size(), len()."""
+
+    __slots__ = ()
+
+    def ptr(self):
+        """The address of the value's first byte."""
+        return ctypes.addressof(self)
+
+    def size(self):
+        """The value's size in bytes."""
+        return len(self)
+
+    def __repr__(self):
+        return "<kvpool.BufferHandle %d bytes at 0x%x>" % (len(self), ctypes.addressof(self))
+
+
+_handle_types = {}
+
+
+def _buffer_handle(owner, address, size):
+    """A read-only-by-convention view of size bytes at address that keeps owner alive. It is a
+    ctypes array of unsigned bytes, so it has the buffer protocol (memoryview, numpy, bytes)."""
+    cls = _handle_types.get(size)
+    if cls is None:
+        if len(_handle_types) > 4096:
+            _handle_types.clear()
+        cls = type("BufferHandle", (_BufferHandleMixin, ctypes.c_ubyte * size),
+                   {"__module__": "kvpool"})
+        _handle_types[size] = cls
+    if size == 0:
+        handle = cls()
+    else:
+        handle = cls.from_address(address)
+    handle._owner = owner
+    return handle
+
+
+def fetch(handle, n, karr, handles=False):
+    """Gets n values on one connection: (status, values). values[i] is bytes (or, with
+    handles, a BufferHandle) or a negative status int; status < 0 means the request as a
+    whole failed (values is None then).
+
+    Each value is copied once. With the same-machine fast path on, the sizes are asked first
+    and the values copied by the library straight from the node's segments into fresh bytes
+    objects; otherwise kvpool_get_batch receives them (no copy) and each is copied out of the
+    received message (or viewed in place by a BufferHandle)."""
+    if _native.fast_path(handle):
+        return _fetch_direct(handle, n, karr, handles)
+    return _fetch_received(handle, n, karr, handles)
+
+
+def _fetch_direct(handle, n, karr, handles):
+    sizes = array.array("q", bytes(8 * n))
+    rc = _native.get_size_batch(handle, n, karr, _addr(sizes))
+    if rc < 0:
+        return rc, None
+    new_bytes = _native.new_bytes
+    bytes_address = _native.bytes_address
+    objects = [None] * n
+    addresses = array.array("Q", bytes(8 * n))
+    capacities = array.array("Q", bytes(8 * n))
+    for i in range(n):
+        size = sizes[i]
+        if size >= 0:
+            obj = new_bytes(None, size)
+            objects[i] = obj
+            addresses[i] = bytes_address(obj)
+            capacities[i] = size
+    results = array.array("q", bytes(8 * n))
+    rc = _native.get_batch_into(handle, n, karr, _addr(addresses), _addr(capacities),
+                                _addr(results))
+    if rc < 0:
+        return rc, None
+    values = []
+    retry = []
+    for i in range(n):
+        size = sizes[i]
+        result = results[i]
+        if size < 0:
+            values.append(size)
+        elif result == size:
+            obj = objects[i]
+            values.append(_buffer_handle(obj, addresses[i], size) if handles else obj)
+        elif result == _NOT_FOUND:
+            values.append(result)
+        else:
+            #  Removed and put again with another size between the two calls.
+            values.append(None)
+            retry.append(i)
+    if retry:
+        sub = (c_char_p * len(retry))(*[karr[i] for i in retry])
+        rc, again = _fetch_received(handle, len(retry), sub, handles)
+        if rc < 0:
+            return rc, None
+        for i, value in zip(retry, again):
+            values[i] = value
+    return 0, values
+
+
+def _fetch_received(handle, n, karr, handles):
+    statuses = array.array("i", bytes(4 * n))
+    values_p = c_void_p()
+    rc = _native.get_batch(handle, n, karr, byref(values_p), _addr(statuses))
+    values = _Values(values_p.value)
+    if rc < 0:
+        values.__del__()
+        return rc, None
+    data = _native.values_data
+    size = _native.values_size
+    ptr = values.ptr
+    out = []
+    for i in range(n):
+        status = statuses[i]
+        if status != 0:
+            out.append(status)
+            continue
+        length = size(ptr, i)
+        address = data(ptr, i) or 0
+        if handles:
+            out.append(_buffer_handle(values, address, length))
+        elif length <= _INT_MAX:
+            out.append(ctypes.string_at(address, length))
+        else:
+            out.append((ctypes.c_char * length).from_address(address).raw)
+    if not handles:
+        values.__del__()
+    return 0, out
+
+
+class Client:
+    """A connection to a kvpoold node. See the module docstring for threads and errors.
+
+    Client(endpoint="tcp://127.0.0.1:50051", timeout=5.0, connect_timeout=None, fast_path=True)
+    connects and pings the node; it raises RpcFailError if the node does not answer.
+    timeout is per request, in seconds. fast_path=False never uses the same-machine shared
+    memory path (everything goes over the socket)."""
+
+    def __init__(self, endpoint=DEFAULT_ENDPOINT, timeout=DEFAULT_TIMEOUT, connect_timeout=None,
+                 fast_path=True):
+        self.endpoint = endpoint
+        self._endpoint = _encode(endpoint)
+        options = _native.Options()
+        _native.options_init(byref(options))
+        options.timeout_ms = max(1, int(timeout * 1000))
+        if connect_timeout is not None:
+            options.connect_timeout_ms = max(1, int(connect_timeout * 1000))
+        options.fast_path = 1 if fast_path else 0
+        self._options = options
+        _native.tune_malloc()
+        self._pid = os.getpid()
+        self._lock = threading.Lock()
+        self._handles = []
+        self._idle = []
+        self._closed = False
+        self._idle.append(self._open())
+
+    # ---- connections -----------------------------------------------------------------
+    def _open(self):
+        handle = _native.connect(self._endpoint, byref(self._options))
+        if not handle:
+            raise RpcFailError(reason="cannot connect to %s" % self.endpoint)
+        with self._lock:
+            self._handles.append(handle)
+        return handle
+
+    def _acquire(self):
+        if self._closed:
+            raise error_for(Status.INVALID_PARAMS, "client is closed")
+        if self._pid != os.getpid():
+            raise error_for(Status.INVALID_PARAMS, "client was made in another process "
+                                                   "(after fork, make a new Client)")
+        try:
+            return self._idle.pop()
+        except IndexError:
+            return self._open()
+
+    def _reason(self, handle):
+        text = _native.last_error(handle)
+        return text.decode("utf-8", "replace") if text else ""
+
+    def _fail(self, handle, status):
+        return error_for(status, self._reason(handle))
+
+    def close(self):
+        """Closes every connection. Safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._pid != os.getpid():
+            return
+        with self._lock:
+            handles, self._handles, self._idle = self._handles, [], []
+        for handle in handles:
+            _native.destroy(byref(c_void_p(handle)))
+
+    @property
+    def closed(self):
+        return self._closed
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __repr__(self):
+        return "<kvpool.Client %s%s>" % (self.endpoint, " closed" if self._closed else "")
+
+    @property
+    def fast_path(self):
+        """True if the same-machine shared-memory path is on. Settable."""
+        handle = self._acquire()
+        try:
+            return bool(_native.fast_path(handle))
+        finally:
+            self._idle.append(handle)
+
+    @fast_path.setter
+    def fast_path(self, enabled):
+        self._options.fast_path = 1 if enabled else 0
+        with self._lock:
+            handles = list(self._handles)
+        for handle in handles:
+            _native.set_fast_path(handle, bool(enabled))
+
+    # ---- helpers ---------------------------------------------------------------------
+    def _call(self, fn, *args):
+        """Runs fn(handle, *args); raises for a negative result, returns it otherwise."""
+        handle = self._acquire()
+        try:
+            rc = fn(handle, *args)
+            if rc < 0:
+                raise self._fail(handle, rc)
+            return rc
+        finally:
+            self._idle.append(handle)
+
+    def _batch(self, fn, n, *args):
+        """Runs a batch function; raises if the request as a whole failed."""
+        handle = self._acquire()
+        try:
+            rc = fn(handle, n, *args)
+            if rc < 0:
+                raise self._fail(handle, rc)
+        finally:
+            self._idle.append(handle)
+
+    @staticmethod
+    def _opts(options):
+        if options is None:
+            return None
+        if isinstance(options, PutOptions):
+            return byref(options._native())
+        to_put_options = getattr(options, "to_put_options", None)
+        if to_put_options is not None:
+            return byref(to_put_options()._native())
+        raise TypeError("options must be a kvpool.PutOptions")
+
+    # ---- single-key operations -------------------------------------------------------
+    def ping(self):
+        """Checks the node answers; raises RpcFailError if not."""
+        self._call(_native.ping)
+
+    def put(self, key, value, options=None, size=None):
+        """Stores value under key. value: bytes-like, a CPU tensor, or an int address with
+        size. Raises ObjectAlreadyExistsError if key exists (objects are immutable)."""
+        pins = _Pins()
+        try:
+            address, size = pins.address(value, size)
+            self._call(_native.put, _key(key), address, size, self._opts(options))
+        finally:
+            pins.release()
+
+    def put_from(self, key, buffer, size=None, options=None):
+        """put() from a buffer or raw address: put_from(key, arr) or put_from(key, ptr, n)."""
+        self.put(key, buffer, options, size)
+
+    def put_parts(self, key, *parts, options=None):
+        """Stores the concatenation of parts (each bytes-like or a tensor) as one value."""
+        pins = _Pins()
+        try:
+            flat = []
+            for part in parts:
+                flat.extend(pins.address(part))
+            iov = _u64(flat)
+            self._call(_native.put_parts, _key(key), _addr(iov), len(parts),
+                       self._opts(options))
+        finally:
+            pins.release()
+
+    def get(self, key):
+        """The value of key as bytes. Raises ObjectNotFoundError (a KeyError) on a miss."""
+        value = self.get_batch([key], _missing=True)[0]
+        return value
+
+    def get_buffer(self, key):
+        """The value of key as a BufferHandle: a view of the received bytes (no copy) with the
+        buffer protocol, ptr() and size(). Raises ObjectNotFoundError on a miss."""
+        return self.get_buffer_batch([key], _missing=True)[0]
+
+    def get_into(self, key, buffer, size=None):
+        """Copies the value of key into buffer (writable bytes-like, tensor, or int address
+        with size); returns the value's size. Raises BufferOverflowError if it does not fit,
+        ObjectNotFoundError on a miss."""
+        pins = _Pins()
+        try:
+            address, size = pins.address(buffer, size, writable=True)
+            return self._call(_native.get_into, _key(key), address, size)
+        finally:
+            pins.release()
+
+    def exist(self, key):
+        """True if key exists (committed), False if not."""
+        return self._call(_native.exist, _key(key)) == 1
+
+    def get_size(self, key):
+        """The size of key's value. Raises ObjectNotFoundError on a miss."""
+        return self._call(_native.get_size, _key(key))
+
+    def remove(self, key, force=False):
+        """Removes key. Raises ObjectNotFoundError, or ObjectHasLeaseError when a reader holds a
+        lease (force=True removes anyway)."""
+        self._call(_native.remove, _key(key), bool(force))
+
+    def remove_by_regex(self, pattern, force=False):
+        """Removes the keys matching pattern (POSIX extended regex); returns how many."""
+        return self._call(_native.remove_by_regex, _encode(pattern), bool(force))
+
+    def remove_all(self, force=False):
+        """Removes every object; returns how many."""
+        return self._call(_native.remove_all, bool(force))
+
+    def reset(self):
+        """Drains transfers in flight, then removes everything past leases; returns how many."""
+        if not _native.has("reset"):
+            raise error_for(Status.UNKNOWN_OPERATION, "library has no kvpool_reset")
+        return self._call(_native.reset)
+
+    # ---- batch operations ------------------------------------------------------------
+    def put_batch(self, keys, values, options=None, sizes=None):
+        """Stores values[i] under keys[i]. Returns a status per key (0 or a negative Status).
+        values: bytes-likes, tensors, or int addresses (then sizes is required)."""
+        n = len(keys)
+        if len(values) != n or (sizes is not None and len(sizes) != n):
+            raise InvalidParamsError(reason="keys, values and sizes differ in length")
+        if n == 0:
+            return []
+        pins = _Pins()
+        try:
+            addresses = []
+            lengths = []
+            for i in range(n):
+                address, size = pins.address(values[i], None if sizes is None else sizes[i])
+                addresses.append(address)
+                lengths.append(size)
+            return self._put_batch(n, keys, _u64(addresses), _u64(lengths), options)
+        finally:
+            pins.release()
+
+    def _put_batch(self, n, keys, addresses, sizes, options):
+        karr = _key_array(keys)
+        statuses = array.array("i", bytes(4 * n))
+        self._batch(_native.put_batch, n, karr, _addr(addresses), _addr(sizes),
+                    self._opts(options), _addr(statuses))
+        return statuses.tolist()
+
+    def put_batch_parts(self, keys, parts_per_key, options=None, sizes_per_key=None):
+        """Stores, for each key, the concatenation of its parts (bytes-likes, tensors, or int
+        addresses with sizes_per_key). Returns a status per key."""
+        n = len(keys)
+        if len(parts_per_key) != n or (sizes_per_key is not None and len(sizes_per_key) != n):
+            raise InvalidParamsError(reason="keys, parts and sizes differ in length")
+        if n == 0:
+            return []
+        pins = _Pins()
+        try:
+            flat = []
+            counts = []
+            for i in range(n):
+                parts = parts_per_key[i]
+                sizes = None if sizes_per_key is None else sizes_per_key[i]
+                if sizes is not None and len(sizes) != len(parts):
+                    raise InvalidParamsError(reason="parts and sizes of key %d differ" % i)
+                for j, part in enumerate(parts):
+                    flat.extend(pins.address(part, None if sizes is None else sizes[j]))
+                counts.append(len(parts))
+            return self._put_batch_parts(n, keys, flat, counts, options)
+        finally:
+            pins.release()
+
+    def _put_batch_parts(self, n, keys, flat, counts, options):
+        """flat: address, size, address, size... for all parts of all keys in order."""
+        iov = _u64(flat)
+        base = _addr(iov)
+        starts = []
+        offset = 0
+        for count in counts:
+            starts.append(base + 16 * offset)
+            offset += count
+        ptrs = _u64(starts)
+        nparts = _u64(counts)
+        karr = _key_array(keys)
+        statuses = array.array("i", bytes(4 * n))
+        self._batch(_native.put_batch_parts, n, karr, _addr(ptrs), _addr(nparts),
+                    self._opts(options), _addr(statuses))
+        return statuses.tolist()
+
+    def get_batch(self, keys, _missing=False):
+        """The values of keys as a list of bytes, None where a key is missing. (Other per-key
+        errors raise.) Each value is copied once, into its bytes object."""
+        return self._get_list(keys, _missing, handles=False)
+
+    def get_buffer_batch(self, keys, _missing=False):
+        """Like get_batch, but each value is a BufferHandle (buffer protocol, ptr(), size()).
+        Over the socket it views the received message, so no byte is copied."""
+        return self._get_list(keys, _missing, handles=True)
+
+    def _get_list(self, keys, missing_raises, handles):
+        n = len(keys)
+        if n == 0:
+            return []
+        karr = _key_array(keys)
+        handle = self._acquire()
+        try:
+            rc, values = fetch(handle, n, karr, handles)
+            if rc < 0:
+                raise self._fail(handle, rc)
+        finally:
+            self._idle.append(handle)
+        for i, value in enumerate(values):
+            if isinstance(value, int):
+                if value == _NOT_FOUND and not missing_raises:
+                    values[i] = None
+                else:
+                    raise error_for(value, "key %r" % (keys[i],))
+        return values
+
+    def get_batch_into(self, keys, buffers, sizes=None):
+        """Copies value i into buffers[i] (writable bytes-likes, tensors, or int addresses
+        with sizes). Returns per key the bytes written or a negative Status
+        (OBJECT_NOT_FOUND, BUFFER_OVERFLOW...)."""
+        n = len(keys)
+        if len(buffers) != n or (sizes is not None and len(sizes) != n):
+            raise InvalidParamsError(reason="keys, buffers and sizes differ in length")
+        if n == 0:
+            return []
+        pins = _Pins()
+        try:
+            addresses = []
+            lengths = []
+            for i in range(n):
+                address, size = pins.address(buffers[i], None if sizes is None else sizes[i],
+                                             writable=True)
+                addresses.append(address)
+                lengths.append(size)
+            return self._get_batch_into(n, keys, _u64(addresses), _u64(lengths))
+        finally:
+            pins.release()
+
+    def _get_batch_into(self, n, keys, addresses, capacities):
+        karr = _key_array(keys)
+        results = array.array("q", bytes(8 * n))
+        self._batch(_native.get_batch_into, n, karr, _addr(addresses), _addr(capacities),
+                    _addr(results))
+        return results.tolist()
+
+    def get_batch_into_parts(self, keys, buffers_per_key, sizes_per_key=None):
+        """Scatters value i across the buffers buffers_per_key[i] in order. Returns per key the
+        bytes written or a negative Status."""
+        n = len(keys)
+        if len(buffers_per_key) != n or (sizes_per_key is not None
+                                         and len(sizes_per_key) != n):
+            raise InvalidParamsError(reason="keys, buffers and sizes differ in length")
+        if n == 0:
+            return []
+        pins = _Pins()
+        try:
+            flat = []
+            counts = []
+            for i in range(n):
+                bufs = buffers_per_key[i]
+                sizes = None if sizes_per_key is None else sizes_per_key[i]
+                if sizes is not None and len(sizes) != len(bufs):
+                    raise InvalidParamsError(reason="buffers and sizes of key %d differ" % i)
+                for j, buf in enumerate(bufs):
+                    flat.extend(pins.address(buf, None if sizes is None else sizes[j],
+                                             writable=True))
+                counts.append(len(bufs))
+            return self._get_batch_into_parts(n, keys, flat, counts)
+        finally:
+            pins.release()
+
+    def _get_batch_into_parts(self, n, keys, flat, counts):
+        bufs = _u64(flat)
+        base = _addr(bufs)
+        starts = []
+        offset = 0
+        for count in counts:
+            starts.append(base + 16 * offset)
+            offset += count
+        ptrs = _u64(starts)
+        nbufs = _u64(counts)
+        karr = _key_array(keys)
+        results = array.array("q", bytes(8 * n))
+        self._batch(_native.get_batch_into_parts, n, karr, _addr(ptrs), _addr(nbufs),
+                    _addr(results))
+        return results.tolist()
+
+    def exist_batch(self, keys):
+        """A bool per key: True if it exists. A per-key error (e.g. INVALID_KEY) raises."""
+        results = self._exist_batch(keys)
+        for i, result in enumerate(results):
+            if result < 0:
+                raise error_for(result, "key %r" % (keys[i],))
+        return [result == 1 for result in results]
+
+    def _exist_batch(self, keys):
+        n = len(keys)
+        if n == 0:
+            return []
+        karr = _key_array(keys)
+        results = array.array("i", bytes(4 * n))
+        self._batch(_native.exist_batch, n, karr, _addr(results))
+        return results.tolist()
+
+    def get_size_batch(self, keys):
+        """Per key the value's size or a negative Status (OBJECT_NOT_FOUND)."""
+        n = len(keys)
+        if n == 0:
+            return []
+        karr = _key_array(keys)
+        results = array.array("q", bytes(8 * n))
+        self._batch(_native.get_size_batch, n, karr, _addr(results))
+        return results.tolist()
+
+    def remove_batch(self, keys, force=False):
+        """Removes keys; a status per key (0, OBJECT_NOT_FOUND, OBJECT_HAS_LEASE...)."""
+        n = len(keys)
+        if n == 0:
+            return []
+        karr = _key_array(keys)
+        statuses = array.array("i", bytes(4 * n))
+        self._batch(_native.remove_batch, n, karr, bool(force), _addr(statuses))
+        return statuses.tolist()
+
+    # ---- segments and stats ----------------------------------------------------------
+    def segments(self):
+        """The node's mounted segments, as SegmentInfo(id, name, size, used)."""
+        capacity = 16
+        while True:
+            table = (_native.Segment * capacity)()
+            count = self._call(_native.segments, ctypes.addressof(table), capacity)
+            if count <= capacity:
+                return [SegmentInfo(s.id, s.name.decode("utf-8", "replace"), s.size, s.used)
+                        for s in table[:count]]
+            capacity = count
+
+    def mount_segment(self, shm_name, size):
+        """Asks the node to mount the existing shared-memory object shm_name ("/name", as for
+        shm_open) of size bytes as a segment owned by this client. Returns its segment id.
+
+        The segment stays mounted while this Client is open; use a Client of its own for a
+        segment whose lifetime differs."""
+        handle = self._acquire()
+        try:
+            seg_id = c_uint32()
+            rc = _native.mount_segment(handle, _encode(shm_name), size, byref(seg_id))
+            if rc < 0:
+                raise self._fail(handle, rc)
+            return seg_id.value
+        finally:
+            self._idle.append(handle)
+
+    def unmount_segment(self, segment_id):
+        """Removes the segment's objects (forced) and unmounts it."""
+        self._call(_native.unmount_segment, segment_id)
+
+    def stats(self):
+        """The node's counters as a dict (objects, bytes_stored, utilisation, requests...)."""
+        stats = _native.Stats()
+        self._call(_native.stats, byref(stats))
+        return {name: getattr(stats, name) for name, _ in _native.Stats._fields_}
+
+
+def connect(endpoint=DEFAULT_ENDPOINT, timeout=DEFAULT_TIMEOUT, **kwargs):
+    """Client(endpoint, timeout, ...): connects to a kvpoold node."""
+    return Client(endpoint, timeout, **kwargs)

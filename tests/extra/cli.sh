@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# cli.sh - drives the kvpool command-line tool against a kvpoold it starts on a loopback port:
+# put from stdin and from a file, get to stdout and to a file (byte-equal), exists exit codes,
+# size, rm (keys, --regex with its count, --all), stats, segments, ping, and the errors: each
+# must exit non-zero with one "kvpool: ..." line on stderr. The daemon is killed on any exit.
+set -u
+cd "$(dirname "$0")/../.."
+BIN=${KVPOOL_BIN:-build/bin}
+KVPOOL="$BIN/kvpool"
+TMP=$(mktemp -d /tmp/kvpool-cli.XXXXXX)
+DAEMON=
+cleanup() {
+  [ -n "$DAEMON" ] && kill -KILL "$DAEMON" 2>/dev/null && wait "$DAEMON" 2>/dev/null
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+
+failures=0
+fail() {
+  echo "FAIL (line ${BASH_LINENO[0]}): $*" >&2
+  failures=$((failures + 1))
+}
+
+# ---- start the daemon -------------------------------------------------------------------
+"$BIN/kvpoold" --endpoint 'tcp://127.0.0.1:*' --admin 'tcp://127.0.0.1:*' \
+  --ready-file "$TMP/ready" --segment-size 64MiB --segments 2 >"$TMP/daemon.log" 2>&1 &
+DAEMON=$!
+for _ in $(seq 1 500); do
+  grep -q '^endpoint=tcp://' "$TMP/ready" 2>/dev/null && break
+  kill -0 "$DAEMON" 2>/dev/null || { cat "$TMP/daemon.log"; echo "kvpoold died"; exit 1; }
+  sleep 0.02
+done
+EP=$(sed -n 's/^endpoint=\(tcp:\/\/.*\)$/\1/p' "$TMP/ready" | head -1)
+[ -n "$EP" ] || { echo "kvpoold not ready"; exit 1; }
+kv() { "$KVPOOL" -s "$EP" "$@"; }
+
+# Runs a command that must fail: non-zero exit, exactly one stderr line starting "kvpool: ".
+expect_error() {
+  local pattern=$1
+  shift
+  if "$@" >"$TMP/out" 2>"$TMP/err"; then
+    fail "succeeded: $*"
+    return
+  fi
+  [ "$(wc -l <"$TMP/err")" -eq 1 ] || fail "not one line on stderr for: $* ($(cat "$TMP/err"))"
+  grep -q "^kvpool: .*$pattern" "$TMP/err" || fail "stderr of '$*' lacks '$pattern': $(cat "$TMP/err")"
+}
+
+# ---- help and usage --------------------------------------------------------------------
+"$KVPOOL" --help | grep -q '^usage: kvpool' || fail "--help"
+"$KVPOOL" -s "$EP" frobnicate >/dev/null 2>&1
+[ $? -eq 2 ] || fail "unknown command must exit 2"
+"$KVPOOL" -s "$EP" put >/dev/null 2>&1
+[ $? -eq 2 ] || fail "put without KEY must exit 2"
+
+# ---- ping, put, get ----------------------------------------------------------------------
+kv ping | grep -q "^pong from $EP: [0-9.]* ms" || fail "ping"
+
+printf 'hello from stdin' | kv put greeting || fail "put from stdin"
+[ "$(kv get greeting)" = "hello from stdin" ] || fail "get to stdout"
+
+head -c 3000000 /dev/urandom >"$TMP/blob"
+kv put blob "$TMP/blob" || fail "put from file"
+kv get blob >"$TMP/blob.stdout" || fail "get blob to stdout"
+cmp -s "$TMP/blob" "$TMP/blob.stdout" || fail "blob via stdout differs"
+kv get blob "$TMP/blob.file" || fail "get blob to file"
+cmp -s "$TMP/blob" "$TMP/blob.file" || fail "blob via file differs"
+# The same through the socket only.
+"$KVPOOL" -s "$EP" --no-fast-path get blob | cmp -s "$TMP/blob" - || fail "get --no-fast-path"
+head -c 100000 /dev/urandom >"$TMP/blob2"
+"$KVPOOL" -s "$EP" --no-fast-path put blob2 <"$TMP/blob2" || fail "put --no-fast-path"
+kv get blob2 | cmp -s "$TMP/blob2" - || fail "blob2 differs"
+
+# Binary data with NULs, an empty value, put options.
+printf 'a\0b\0c' | kv put binary || fail "put binary"
+kv get binary | cmp -s <(printf 'a\0b\0c') - || fail "binary value differs"
+kv put --replicas 2 --soft-pin twice <"$TMP/blob2" || fail "put --replicas 2 --soft-pin"
+kv get twice | cmp -s "$TMP/blob2" - || fail "replicated value differs"
+kv put --hard-pin pinned </dev/null || true  # an empty value: the node decides
+printf x | kv put pinned2 --hard-pin || fail "put with the option after KEY"
+
+# ---- exists, size --------------------------------------------------------------------------
+out=$(kv exists greeting blob)
+[ $? -eq 0 ] || fail "exists of present keys must exit 0"
+[ "$out" = $'greeting: yes\nblob: yes' ] || fail "exists output: $out"
+out=$(kv exists greeting nope)
+[ $? -eq 1 ] || fail "exists with a missing key must exit 1"
+[ "$out" = $'greeting: yes\nnope: no' ] || fail "exists output: $out"
+[ "$(kv size blob greeting)" = $'blob: 3000000\ngreeting: 16' ] || fail "size"
+
+# ---- errors ------------------------------------------------------------------------------
+expect_error "get nope: object not found (OBJECT_NOT_FOUND)" kv get nope
+[ ! -e "$TMP/nope.out" ] || fail "setup"
+expect_error "get nope: object not found" kv get nope "$TMP/nope.out"
+[ ! -e "$TMP/nope.out" ] || fail "a failed get must not create its file"
+printf 'other' >"$TMP/other"
+expect_error "put greeting: object already exists (OBJECT_ALREADY_EXISTS)" kv put greeting "$TMP/other"
+[ "$(kv get greeting)" = "hello from stdin" ] || fail "the first value must be kept"
+expect_error "size nope: object not found" kv size nope
+expect_error "rm nope: object not found" kv rm nope
+expect_error "put : invalid key" kv put "" "$TMP/blob2"
+expect_error "cannot read" kv put k "$TMP/does-not-exist"
+expect_error "cannot connect to tcp://127.0.0.1:1: no reply" "$KVPOOL" -s tcp://127.0.0.1:1 -t 200 ping
+expect_error "invalid parameters (INVALID_PARAMS): " kv rm --regex '([unclosed'
+
+# ---- rm -------------------------------------------------------------------------------------
+kv rm --force greeting || fail "rm --force"
+kv exists greeting >/dev/null
+[ $? -eq 1 ] || fail "removed key still exists"
+for k in job-1 job-2 job-3 keep-1; do printf '%s' "$k" | kv put "$k" || fail "put $k"; done
+[ "$(kv rm --force --regex '^job-[0-9]+$')" = 3 ] || fail "rm --regex must print 3"
+[ "$(kv rm --force --regex '^job-')" = 0 ] || fail "second rm --regex must print 0"
+kv exists keep-1 >/dev/null || fail "keep-1 must survive the regex"
+"$KVPOOL" -s "$EP" rm --all --regex x >/dev/null 2>&1
+[ $? -eq 2 ] || fail "rm with two modes must exit 2"
+
+# ---- stats, segments --------------------------------------------------------------------
+kv stats >"$TMP/stats" || fail "stats"
+grep -Eq '^objects: [0-9]+$' "$TMP/stats" || fail "stats lacks objects"
+grep -Eq '^segments: 2$' "$TMP/stats" || fail "stats must show 2 segments"
+grep -Eq '^bytes_mounted: 134217728$' "$TMP/stats" || fail "stats bytes_mounted"
+grep -Eq '^utilisation: [0-9.]+$' "$TMP/stats" || fail "stats utilisation"
+! grep -Ev '^[a-z_]+: [0-9.]+$' "$TMP/stats" || fail "stats lines must be 'name: value'"
+[ "$(kv segments | grep -c ' 67108864 ')" = 2 ] || fail "segments must list 2 of 64 MiB"
+
+objects=$(sed -n 's/^objects: //p' "$TMP/stats")
+count=$(kv rm --all --force) || fail "rm --all"
+[ "$count" = "$objects" ] || fail "rm --all printed $count, stats said $objects"
+[ "$(kv stats | sed -n 's/^objects: //p')" = 0 ] || fail "objects after rm --all"
+printf r | kv put r1 && printf r | kv put r2 || fail "put before reset"
+[ "$(kv reset)" = 2 ] || fail "reset must print 2"
+
+# ---- the daemon gone -------------------------------------------------------------------
+kill -TERM "$DAEMON"
+wait "$DAEMON" 2>/dev/null
+DAEMON=
+expect_error "cannot connect" "$KVPOOL" -s "$EP" -t 300 stats
+
+if [ $failures -gt 0 ]; then
+  echo "$failures failure(s)"
+  exit 1
+fi
+echo "cli: OK"
