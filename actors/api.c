@@ -19,6 +19,7 @@
 #include "actors/api.h"
 
 #include <signal.h>
+#include <sys/mman.h>
 
 #include "actors/allocator.h"
 #include "actors/replica_manager.h"
@@ -509,8 +510,12 @@ s_advance (self_t *self, kvp_job_t *job, kvp_job_kind_t done)
         }
         if (job->context)
             s_reply (self, &job);
-        else
+        else {
+            if (job->op == KVPOOL__V1__OP__UNMOUNT_SEGMENT && job->status == KVPOOL_OK
+                && job->segment_count == 1)
+                shm_unlink (job->segments[0].name);
             kvp_job_destroy (&job);
+        }
         if (write)
             self->writes_in_flight--;
         if (reset || write)
@@ -796,6 +801,10 @@ s_owners_listed (self_t *self, kvp_job_t *job)
         kvp_job_t *unmount = kvp_job_new (KVP_JOB_NONE, 0);
         unmount->op = KVPOOL__V1__OP__UNMOUNT_SEGMENT;
         unmount->segment_id = job->segments[i].id;
+        //  Keep the name: its owner can't unlink it any more, so we do once it's unmounted.
+        unmount->segments = (kvp_segment_info_t *) zmalloc (sizeof (kvp_segment_info_t));
+        unmount->segments[0] = job->segments[i];
+        unmount->segment_count = 1;
         s_advance (self, unmount, KVP_JOB_NONE);
     }
 }

@@ -422,6 +422,10 @@ def test_segment_unmounted_when_client_dies(daemon, prefix):
                 time.sleep(0.2)
             assert segment_named(c, name) is None, "the dead client's segment is still mounted"
             assert not c.exist(prefix + "dies")
+            # The node unlinks the shared-memory file its dead owner can no longer remove.
+            while os.path.exists("/dev/shm" + name) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert not os.path.exists("/dev/shm" + name), "the dead client's shm file is left"
     finally:
         if os.path.exists("/dev/shm" + name):
             os.unlink("/dev/shm" + name)
