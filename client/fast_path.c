@@ -11,9 +11,12 @@
             the client copies from one replica, then sends RELEASE without waiting for its
             reply. A key on a segment the client cannot map is read with a plain GET.
     A replica on a segment id the client does not know makes it list the segments again,
-    once per call (segments are mounted while clients run). Offsets are checked against the
-    segment's size, so a bad reply can never make the client touch memory outside a mapping.
-    Batches of KVP_POOL_MIN_BYTES or more are copied by the connection's transfer pool.
+    once per call (segments are mounted while clients run). After the socket reconnected
+    (the node may have restarted and reused its segment ids) every mapping is dropped and the
+    segments listed again before a reply's segment ids are trusted. Offsets are checked
+    against the segment's size, so a bad reply can never make the client touch memory
+    outside a mapping.
+    Batches of KVPC_POOL_MIN_BYTES or more are copied by the connection's transfer pool.
 
     Ordering: a put's bytes are all written before its PUT_END is sent, so no reader can see
     the key before its value is complete; a get's RELEASE is sent only after its copies are
@@ -25,9 +28,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 int
-kvp_local_boot_id (char *buf, size_t size)
+kvpc_local_boot_id (char *buf, size_t size)
 {
     FILE *file = fopen ("/proc/sys/kernel/random/boot_id", "r");
     if (!file)
@@ -43,40 +47,127 @@ kvp_local_boot_id (char *buf, size_t size)
 }
 
 static void
-s_table_free (kvp_mapped_segment_t *table, size_t count)
+s_table_free (kvpc_mapped_segment_t *table, size_t count)
 {
     for (size_t i = 0; i < count; i++)
         segment_destroy (&table[i].map);
     free (table);
 }
 
+static int s_refresh (kvpool_t *self, bool strict);
+
+static void
+s_table_clear (kvpool_t *self)
+{
+    s_table_free (self->segments, self->segment_count);
+    self->segments = NULL;
+    self->segment_count = 0;
+}
+
+//  ---- watching the connection ------------------------------------------------------------
+//  Segment ids are only meaningful to the node that gave them: a node restarted on the same
+//  endpoint numbers its new segments from the start again. The socket reconnects by itself,
+//  so the client watches its connect/disconnect events and, after any, lists the segments
+//  afresh before it trusts a replica's segment id.
+
+static int
+s_monitor_open (kvpool_t *self)
+{
+    static atomic_uint s_monitors;
+    if (!self->socket)
+        return -1;
+    char endpoint[96];
+    snprintf (endpoint, sizeof endpoint, "inproc://kvpool-monitor-%d-%u", (int) getpid (),
+              atomic_fetch_add (&s_monitors, 1));
+    if (zmq_socket_monitor (self->socket, endpoint, ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED))
+        return -1;
+    void *pair = zmq_socket (self->ctx, ZMQ_PAIR);
+    int zero = 0;
+    if (pair)
+        zmq_setsockopt (pair, ZMQ_LINGER, &zero, sizeof zero);
+    if (!pair || zmq_connect (pair, endpoint)) {
+        if (pair)
+            zmq_close (pair);
+        zmq_socket_monitor (self->socket, NULL, 0);
+        return -1;
+    }
+    self->monitor = pair;
+    return 0;
+}
+
+//  Stops watching; stop_socket is false when the watched socket is already closed.
+static void
+s_monitor_close (kvpool_t *self, bool stop_socket)
+{
+    if (!self->monitor)
+        return;
+    if (stop_socket && self->socket)
+        zmq_socket_monitor (self->socket, NULL, 0);
+    zmq_close (self->monitor);
+    self->monitor = NULL;
+}
+
+//  Whether the connection may have changed since the segments were listed. Events queue on
+//  the monitor as they happen, before any reply that travels over the new connection, so
+//  draining them after a reply tells whether that reply may come from another node.
+static bool
+s_connection_changed (kvpool_t *self)
+{
+    bool changed = self->segments_stale || !self->monitor;
+    if (self->monitor) {
+        zmq_msg_t event;
+        zmq_msg_init (&event);
+        while (zmq_msg_recv (&event, self->monitor, ZMQ_DONTWAIT) >= 0)
+            changed = true;
+        zmq_msg_close (&event);
+    }
+    self->segments_stale = false;
+    return changed;
+}
+
+//  After a reply that names segments: if the connection changed, forget every mapping and
+//  list the segments again (an empty table on failure: every key then takes the socket).
+static void
+s_check_connection (kvpool_t *self)
+{
+    if (s_connection_changed (self)) {
+        s_table_clear (self);
+        self->server_id[0] = 0;
+        s_refresh (self, false);
+    }
+}
+
 //  Lists the node's segments and makes the table match: mappings of segments that did not
 //  change are kept, new ones are mapped, gone ones unmapped. strict (only with an empty
-//  table): fail unless every segment maps. Returns 0, or -1 with the table unchanged.
+//  table): fail unless every segment of the node's own maps. Returns 0, or -1 with the
+//  table unchanged.
 static int
 s_refresh (kvpool_t *self, bool strict)
 {
     Kvpool__V1__Request request = KVPOOL__V1__REQUEST__INIT;
     request.op = KVPOOL__V1__OP__SEGMENTS;
-    kvp_reply_t reply;
-    if (kvp_call (self, &request, NULL, 0, 0, &reply))
+    kvpc_reply_t reply;
+    if (kvpc_call (self, &request, NULL, 0, 0, &reply))
         return -1;
     Kvpool__V1__Reply *msg = reply.msg;
     //  A node that answers from another machine cannot share memory with us.
     if (msg->status != KVPOOL_OK
         || (msg->host_id && *msg->host_id && strcmp (msg->host_id, self->host_id) != 0)) {
-        kvp_reply_free (&reply);
+        kvpc_reply_free (&reply);
         return -1;
     }
+    //  Mappings are reused only from the same node (a restarted one reuses segment ids).
+    const char *server_id = msg->server_id ? msg->server_id : "";
+    bool same_node = strcmp (server_id, self->server_id) == 0;
     size_t count = msg->n_segments;
-    kvp_mapped_segment_t *table = calloc (count ? count : 1, sizeof *table);
+    kvpc_mapped_segment_t *table = calloc (count ? count : 1, sizeof *table);
     if (!table) {
-        kvp_reply_free (&reply);
+        kvpc_reply_free (&reply);
         return -1;
     }
     for (size_t i = 0; i < count; i++) {
         Kvpool__V1__Segment *from = msg->segments[i];
-        kvp_mapped_segment_t *to = &table[i];
+        kvpc_mapped_segment_t *to = &table[i];
         to->id = from->id;
         to->size = from->size;
         size_t len = from->name ? strlen (from->name) : 0;
@@ -84,8 +175,8 @@ s_refresh (kvpool_t *self, bool strict)
                       && from->size <= SIZE_MAX;
         if (usable)
             memcpy (to->name, from->name, len + 1);
-        for (size_t k = 0; usable && k < self->segment_count; k++) {
-            kvp_mapped_segment_t *old = &self->segments[k];
+        for (size_t k = 0; usable && same_node && k < self->segment_count; k++) {
+            kvpc_mapped_segment_t *old = &self->segments[k];
             if (old->map && old->id == to->id && old->size == to->size
                 && strcmp (old->name, to->name) == 0) {
                 to->map = old->map;
@@ -95,14 +186,18 @@ s_refresh (kvpool_t *self, bool strict)
         }
         if (usable && !to->map)
             to->map = segment_open (to->name, (size_t) to->size);
-        if (strict && !to->map) {
-            kvp_set_error (self, "cannot map segment %u '%s'", to->id, to->name);
+        //  A segment another client mounted may be closed to us (its owner's permissions):
+        //  keys on it take the socket. The node's own segments must all map.
+        bool own = !from->owner || !*from->owner;
+        if (strict && own && !to->map) {
+            kvpc_set_error (self, "cannot map segment %u '%s'", to->id, to->name);
             s_table_free (table, count);
-            kvp_reply_free (&reply);
+            kvpc_reply_free (&reply);
             return -1;
         }
     }
-    kvp_reply_free (&reply);
+    snprintf (self->server_id, sizeof self->server_id, "%s", server_id);
+    kvpc_reply_free (&reply);
     s_table_free (self->segments, self->segment_count);
     self->segments = table;
     self->segment_count = count;
@@ -110,20 +205,32 @@ s_refresh (kvpool_t *self, bool strict)
 }
 
 int
-kvp_fast_path_open (kvpool_t *self)
+kvpc_fast_path_open (kvpool_t *self)
 {
-    kvp_fast_path_close (self);
-    self->fast_path = s_refresh (self, true) == 0;
+    kvpc_fast_path_close (self);
+    //  The monitor first: a reconnect while the segments are listed must not go unseen.
+    self->fast_path = s_monitor_open (self) == 0 && s_refresh (self, true) == 0;
+    if (!self->fast_path)
+        kvpc_fast_path_close (self);
     return self->fast_path ? 0 : -1;
 }
 
 void
-kvp_fast_path_close (kvpool_t *self)
+kvpc_fast_path_close (kvpool_t *self)
 {
-    s_table_free (self->segments, self->segment_count);
-    self->segments = NULL;
-    self->segment_count = 0;
+    s_monitor_close (self, true);
+    s_table_clear (self);
+    self->server_id[0] = 0;
+    self->segments_stale = false;
     self->fast_path = false;
+}
+
+void
+kvpc_fast_path_reconnected (kvpool_t *self)
+{
+    s_monitor_close (self, false);
+    s_monitor_open (self); //  on failure s_connection_changed reports a change every time
+    self->segments_stale = true;
 }
 
 //  Where size bytes at offset of segment id are in our address space, or NULL when the
@@ -132,7 +239,7 @@ static void *
 s_resolve (kvpool_t *self, uint32_t id, uint64_t offset, uint64_t size)
 {
     for (size_t i = 0; i < self->segment_count; i++) {
-        kvp_mapped_segment_t *segment = &self->segments[i];
+        kvpc_mapped_segment_t *segment = &self->segments[i];
         if (segment->id != id)
             continue;
         if (!segment->map || offset > segment->size || size > segment->size - offset)
@@ -144,11 +251,11 @@ s_resolve (kvpool_t *self, uint32_t id, uint64_t offset, uint64_t size)
 
 //  Per-key state while a fast call works.
 typedef enum {
-    KVP_KEY_DONE,    //  outcome known, nothing to copy
-    KVP_KEY_COPY,    //  every replica it needs resolves
-    KVP_KEY_MISSING, //  a replica is on a segment we cannot reach: use the socket
-    KVP_KEY_FAILED   //  put only: reserved, then failed (revoke, keep the outcome)
-} kvp_key_state_t;
+    KVPC_KEY_DONE,    //  outcome known, nothing to copy
+    KVPC_KEY_COPY,    //  every replica it needs resolves
+    KVPC_KEY_MISSING, //  a replica is on a segment we cannot reach: use the socket
+    KVPC_KEY_FAILED   //  put only: reserved, then failed (revoke, keep the outcome)
+} kvpc_key_state_t;
 
 //  A get's source: one of the key's replicas that resolves, starting at a different one for
 //  each key so that a batch's reads spread over the replicas.
@@ -166,7 +273,7 @@ s_get_source (kvpool_t *self, Kvpool__V1__KeyReplicas *list, uint64_t size, size
 }
 
 int
-kvp_fast_get (kvpool_t *self, const kvp_keys_t *keys, const kvpool_buf_t *const *bufs,
+kvpc_fast_get (kvpool_t *self, const kvpc_keys_t *keys, const kvpool_buf_t *const *bufs,
               const size_t *nbufs, int64_t *results)
 {
     if (keys->count == 0)
@@ -176,70 +283,71 @@ kvp_fast_get (kvpool_t *self, const kvp_keys_t *keys, const kvpool_buf_t *const 
     request.n_keys = keys->count;
     request.keys = keys->keys;
     request.pin = true;
-    kvp_reply_t reply;
-    int rc = kvp_call (self, &request, NULL, 0, 0, &reply);
+    kvpc_reply_t reply;
+    int rc = kvpc_call (self, &request, NULL, 0, 0, &reply);
     if (rc == 0) {
-        rc = kvp_reply_check (self, &reply, keys->count, KVP_NEED_SIZES | KVP_NEED_REPLICAS);
+        rc = kvpc_reply_check (self, &reply, keys->count, KVPC_NEED_SIZES | KVPC_NEED_REPLICAS);
         if (rc)
-            kvp_reply_free (&reply);
+            kvpc_reply_free (&reply);
     }
     if (rc) {
-        kvp_fill (keys, results, rc);
+        kvpc_fill (keys, results, rc);
         return rc;
     }
+    s_check_connection (self);
     Kvpool__V1__Reply *msg = reply.msg;
-    kvp_key_state_t *state = malloc (keys->count * sizeof *state);
-    kvp_keys_t pinned, fallback;
-    kvp_keys_init (&pinned);
-    kvp_keys_init (&fallback);
-    kvp_copies_t copies;
-    kvp_copies_init (&copies);
+    kvpc_key_state_t *state = malloc (keys->count * sizeof *state);
+    kvpc_keys_t pinned, fallback;
+    kvpc_keys_init (&pinned);
+    kvpc_keys_init (&fallback);
+    kvpc_copies_t copies;
+    kvpc_copies_init (&copies);
     if (!state) {
-        kvp_fill (keys, results, KVPOOL_INTERNAL_ERROR);
+        kvpc_fill (keys, results, KVPOOL_INTERNAL_ERROR);
         rc = KVPOOL_INTERNAL_ERROR;
         goto release;
     }
     size_t missing = 0;
     for (size_t j = 0; j < keys->count; j++) {
         size_t i = keys->index[j];
-        int status = kvp_reply_key_status (&reply, j);
-        state[j] = KVP_KEY_DONE;
+        int status = kvpc_reply_key_status (&reply, j);
+        state[j] = KVPC_KEY_DONE;
         results[i] = status;
         if (status != KVPOOL_OK)
             continue;
-        if (kvp_keys_add (&pinned, keys->keys[j], i))
+        if (kvpc_keys_add (&pinned, keys->keys[j], i))
             results[i] = KVPOOL_INTERNAL_ERROR;
         else if (msg->sizes[j] > INT64_MAX)
             results[i] = KVPOOL_PROTOCOL_ERROR;
         //  Checked before any byte moves: on overflow the caller's buffers stay untouched.
-        else if (kvp_bufs_capacity (bufs[i], nbufs[i]) < msg->sizes[j])
+        else if (kvpc_bufs_capacity (bufs[i], nbufs[i]) < msg->sizes[j])
             results[i] = KVPOOL_BUFFER_OVERFLOW;
         else if (msg->sizes[j] == 0)
             results[i] = 0;
         else if (s_get_source (self, msg->replicas[j], msg->sizes[j], j))
-            state[j] = KVP_KEY_COPY;
+            state[j] = KVPC_KEY_COPY;
         else {
-            state[j] = KVP_KEY_MISSING;
+            state[j] = KVPC_KEY_MISSING;
             missing++;
         }
     }
     //  Sources are looked up again after a refresh, which may unmap segments.
     if (missing && s_refresh (self, false) == 0) {
         for (size_t j = 0; j < keys->count; j++)
-            if (state[j] == KVP_KEY_COPY || state[j] == KVP_KEY_MISSING)
+            if (state[j] == KVPC_KEY_COPY || state[j] == KVPC_KEY_MISSING)
                 state[j] = s_get_source (self, msg->replicas[j], msg->sizes[j], j)
-                               ? KVP_KEY_COPY
-                               : KVP_KEY_MISSING;
+                               ? KVPC_KEY_COPY
+                               : KVPC_KEY_MISSING;
     }
     for (size_t j = 0; j < keys->count; j++) {
         size_t i = keys->index[j];
-        if (state[j] == KVP_KEY_MISSING) {
-            if (kvp_keys_add (&fallback, keys->keys[j], i))
+        if (state[j] == KVPC_KEY_MISSING) {
+            if (kvpc_keys_add (&fallback, keys->keys[j], i))
                 results[i] = KVPOOL_INTERNAL_ERROR;
         }
-        else if (state[j] == KVP_KEY_COPY) {
+        else if (state[j] == KVPC_KEY_COPY) {
             const void *source = s_get_source (self, msg->replicas[j], msg->sizes[j], j);
-            if (kvp_copies_scatter (&copies, source, msg->sizes[j], bufs[i], nbufs[i]))
+            if (kvpc_copies_scatter (&copies, source, msg->sizes[j], bufs[i], nbufs[i]))
                 results[i] = KVPOOL_INTERNAL_ERROR;
             else
                 results[i] = (int64_t) msg->sizes[j];
@@ -247,7 +355,7 @@ kvp_fast_get (kvpool_t *self, const kvp_keys_t *keys, const kvpool_buf_t *const 
     }
     //  An out-of-memory mid-plan leaves some copies listed for keys reported as failed;
     //  running them anyway only writes into those keys' own buffers.
-    kvp_copies_run (self, &copies);
+    kvpc_copies_run (self, &copies);
     rc = msg->status;
 
 release:
@@ -258,15 +366,15 @@ release:
         release.keys = pinned.keys;
         //  Nobody waits for this reply: the pins only have to go, and if the RELEASE is
         //  lost the leases end them anyway.
-        kvp_send_oneway (self, &release);
+        kvpc_send_oneway (self, &release);
     }
     if (fallback.count)
-        kvp_socket_get_into (self, &fallback, bufs, nbufs, results);
-    kvp_copies_fini (&copies);
-    kvp_keys_fini (&pinned);
-    kvp_keys_fini (&fallback);
+        kvpc_socket_get_into (self, &fallback, bufs, nbufs, results);
+    kvpc_copies_fini (&copies);
+    kvpc_keys_fini (&pinned);
+    kvpc_keys_fini (&fallback);
     free (state);
-    kvp_reply_free (&reply);
+    kvpc_reply_free (&reply);
     return rc;
 }
 
@@ -287,7 +395,7 @@ s_put_resolves (kvpool_t *self, Kvpool__V1__KeyReplicas *list, uint64_t size)
 //  Sends op (PUT_END or PUT_REVOKE) for keys and stores its per-key outcomes in results
 //  when results is not NULL.
 static int
-s_finish (kvpool_t *self, Kvpool__V1__Op op, const kvp_keys_t *keys, int64_t *results)
+s_finish (kvpool_t *self, Kvpool__V1__Op op, const kvpc_keys_t *keys, int64_t *results)
 {
     if (keys->count == 0)
         return KVPOOL_OK;
@@ -295,44 +403,44 @@ s_finish (kvpool_t *self, Kvpool__V1__Op op, const kvp_keys_t *keys, int64_t *re
     request.op = op;
     request.n_keys = keys->count;
     request.keys = keys->keys;
-    kvp_reply_t reply;
-    int rc = kvp_call (self, &request, NULL, 0, 0, &reply);
+    kvpc_reply_t reply;
+    int rc = kvpc_call (self, &request, NULL, 0, 0, &reply);
     if (rc == 0) {
-        rc = kvp_reply_check (self, &reply, keys->count, 0);
+        rc = kvpc_reply_check (self, &reply, keys->count, 0);
         if (rc)
-            kvp_reply_free (&reply);
+            kvpc_reply_free (&reply);
     }
     if (rc) {
         if (results)
-            kvp_fill (keys, results, rc);
+            kvpc_fill (keys, results, rc);
         return rc;
     }
     if (results)
         for (size_t j = 0; j < keys->count; j++)
-            results[keys->index[j]] = kvp_reply_key_status (&reply, j);
+            results[keys->index[j]] = kvpc_reply_key_status (&reply, j);
     rc = reply.msg->status;
-    kvp_reply_free (&reply);
+    kvpc_reply_free (&reply);
     return rc;
 }
 
 int
-kvp_fast_put (kvpool_t *self, const kvp_keys_t *keys, const kvp_value_t *values,
+kvpc_fast_put (kvpool_t *self, const kvpc_keys_t *keys, const kvpc_value_t *values,
               const kvpool_put_options_t *opts, int64_t *results)
 {
     if (keys->count == 0)
         return KVPOOL_OK;
     uint64_t *sizes = malloc (keys->count * sizeof *sizes);
-    kvp_key_state_t *state = malloc (keys->count * sizeof *state);
+    kvpc_key_state_t *state = malloc (keys->count * sizeof *state);
     if (!sizes || !state) {
         free (sizes);
         free (state);
-        kvp_fill (keys, results, KVPOOL_INTERNAL_ERROR);
+        kvpc_fill (keys, results, KVPOOL_INTERNAL_ERROR);
         return KVPOOL_INTERNAL_ERROR;
     }
     for (size_t j = 0; j < keys->count; j++)
         sizes[j] = values[keys->index[j]].size;
     Kvpool__V1__PutOptions put;
-    kvp_put_options (opts, &put);
+    kvpc_put_options (opts, &put);
     Kvpool__V1__Request request = KVPOOL__V1__REQUEST__INIT;
     request.op = KVPOOL__V1__OP__PUT_START;
     request.n_keys = keys->count;
@@ -340,52 +448,53 @@ kvp_fast_put (kvpool_t *self, const kvp_keys_t *keys, const kvp_value_t *values,
     request.n_sizes = keys->count;
     request.sizes = sizes;
     request.put = &put;
-    kvp_reply_t reply;
-    int rc = kvp_call (self, &request, NULL, 0, 0, &reply);
+    kvpc_reply_t reply;
+    int rc = kvpc_call (self, &request, NULL, 0, 0, &reply);
     if (rc == 0) {
-        rc = kvp_reply_check (self, &reply, keys->count, KVP_NEED_REPLICAS);
+        rc = kvpc_reply_check (self, &reply, keys->count, KVPC_NEED_REPLICAS);
         if (rc)
-            kvp_reply_free (&reply);
+            kvpc_reply_free (&reply);
     }
     if (rc) {
         //  Without a reply we cannot tell what was reserved; the node revokes reservations
         //  that are never committed after its put timeout.
-        kvp_fill (keys, results, rc);
+        kvpc_fill (keys, results, rc);
         free (sizes);
         free (state);
         return rc;
     }
+    s_check_connection (self);
     Kvpool__V1__Reply *msg = reply.msg;
     size_t missing = 0;
     for (size_t j = 0; j < keys->count; j++) {
-        results[keys->index[j]] = kvp_reply_key_status (&reply, j);
+        results[keys->index[j]] = kvpc_reply_key_status (&reply, j);
         if (results[keys->index[j]] != KVPOOL_OK)
-            state[j] = KVP_KEY_DONE;
+            state[j] = KVPC_KEY_DONE;
         else if (s_put_resolves (self, msg->replicas[j], sizes[j]))
-            state[j] = KVP_KEY_COPY;
+            state[j] = KVPC_KEY_COPY;
         else {
-            state[j] = KVP_KEY_MISSING;
+            state[j] = KVPC_KEY_MISSING;
             missing++;
         }
     }
     if (missing && s_refresh (self, false) == 0) {
         for (size_t j = 0; j < keys->count; j++)
-            if (state[j] == KVP_KEY_COPY || state[j] == KVP_KEY_MISSING)
-                state[j] = s_put_resolves (self, msg->replicas[j], sizes[j]) ? KVP_KEY_COPY
-                                                                            : KVP_KEY_MISSING;
+            if (state[j] == KVPC_KEY_COPY || state[j] == KVPC_KEY_MISSING)
+                state[j] = s_put_resolves (self, msg->replicas[j], sizes[j]) ? KVPC_KEY_COPY
+                                                                            : KVPC_KEY_MISSING;
     }
-    kvp_copies_t copies;
-    kvp_copies_init (&copies);
+    kvpc_copies_t copies;
+    kvpc_copies_init (&copies);
     for (size_t j = 0; j < keys->count; j++) {
-        if (state[j] != KVP_KEY_COPY || sizes[j] == 0)
+        if (state[j] != KVPC_KEY_COPY || sizes[j] == 0)
             continue;
-        const kvp_value_t *value = &values[keys->index[j]];
+        const kvpc_value_t *value = &values[keys->index[j]];
         Kvpool__V1__KeyReplicas *list = msg->replicas[j];
         for (size_t r = 0; r < list->n_replicas; r++) {
             void *target = s_resolve (self, list->replicas[r]->segment_id,
                                       list->replicas[r]->offset, sizes[j]);
-            if (kvp_copies_gather (&copies, target, value->parts, value->nparts)) {
-                state[j] = KVP_KEY_FAILED;
+            if (kvpc_copies_gather (&copies, target, value->parts, value->nparts)) {
+                state[j] = KVPC_KEY_FAILED;
                 results[keys->index[j]] = KVPOOL_INTERNAL_ERROR;
                 break;
             }
@@ -393,50 +502,50 @@ kvp_fast_put (kvpool_t *self, const kvp_keys_t *keys, const kvp_value_t *values,
     }
     //  A key that failed mid-plan may still have copies listed: they only write into its
     //  own reserved space, which is revoked below.
-    kvp_copies_run (self, &copies);
-    kvp_copies_fini (&copies);
+    kvpc_copies_run (self, &copies);
+    kvpc_copies_fini (&copies);
 
-    kvp_keys_t commit, revoke, fallback;
-    kvp_keys_init (&commit);
-    kvp_keys_init (&revoke);
-    kvp_keys_init (&fallback);
+    kvpc_keys_t commit, revoke, fallback;
+    kvpc_keys_init (&commit);
+    kvpc_keys_init (&revoke);
+    kvpc_keys_init (&fallback);
     bool oom = false;
     for (size_t j = 0; j < keys->count; j++) {
         const char *key = keys->keys[j];
         size_t i = keys->index[j];
-        if (state[j] == KVP_KEY_COPY)
-            oom |= kvp_keys_add (&commit, key, i) != 0;
-        else if (state[j] == KVP_KEY_MISSING)
-            oom |= kvp_keys_add (&revoke, key, i) || kvp_keys_add (&fallback, key, i);
-        else if (state[j] == KVP_KEY_FAILED)
-            oom |= kvp_keys_add (&revoke, key, i) != 0;
+        if (state[j] == KVPC_KEY_COPY)
+            oom |= kvpc_keys_add (&commit, key, i) != 0;
+        else if (state[j] == KVPC_KEY_MISSING)
+            oom |= kvpc_keys_add (&revoke, key, i) || kvpc_keys_add (&fallback, key, i);
+        else if (state[j] == KVPC_KEY_FAILED)
+            oom |= kvpc_keys_add (&revoke, key, i) != 0;
     }
     if (oom) {
         //  Commit nothing we cannot account for: revoke every reservation.
-        kvp_keys_fini (&commit);
-        kvp_keys_fini (&revoke);
-        kvp_keys_fini (&fallback);
-        kvp_keys_init (&commit);
-        kvp_keys_init (&revoke);
-        kvp_keys_init (&fallback);
+        kvpc_keys_fini (&commit);
+        kvpc_keys_fini (&revoke);
+        kvpc_keys_fini (&fallback);
+        kvpc_keys_init (&commit);
+        kvpc_keys_init (&revoke);
+        kvpc_keys_init (&fallback);
         for (size_t j = 0; j < keys->count; j++)
-            if (state[j] != KVP_KEY_DONE) {
-                kvp_keys_add (&revoke, keys->keys[j], keys->index[j]);
+            if (state[j] != KVPC_KEY_DONE) {
+                kvpc_keys_add (&revoke, keys->keys[j], keys->index[j]);
                 results[keys->index[j]] = KVPOOL_INTERNAL_ERROR;
             }
     }
     if (s_finish (self, KVPOOL__V1__OP__PUT_END, &commit, results) == KVPOOL_RPC_FAIL)
         //  The commit may or may not have landed; a revoke of a committed key is refused.
         for (size_t j = 0; j < commit.count; j++)
-            kvp_keys_add (&revoke, commit.keys[j], commit.index[j]);
+            kvpc_keys_add (&revoke, commit.keys[j], commit.index[j]);
     s_finish (self, KVPOOL__V1__OP__PUT_REVOKE, &revoke, NULL);
     if (fallback.count)
-        kvp_socket_put (self, &fallback, values, opts, results);
+        kvpc_socket_put (self, &fallback, values, opts, results);
     rc = msg->status;
-    kvp_keys_fini (&commit);
-    kvp_keys_fini (&revoke);
-    kvp_keys_fini (&fallback);
-    kvp_reply_free (&reply);
+    kvpc_keys_fini (&commit);
+    kvpc_keys_fini (&revoke);
+    kvpc_keys_fini (&fallback);
+    kvpc_reply_free (&reply);
     free (sizes);
     free (state);
     return rc;

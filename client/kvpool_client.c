@@ -8,7 +8,7 @@
     sees first: late replies to calls that timed out, and replies to fire-and-forget RELEASEs.
 
     Copies: a GET reply's value frames are kept as received (kvpool_get_batch hands out
-    pointers into them); put values of KVP_ZERO_COPY_MIN bytes or more are given to libzmq
+    pointers into them); put values of KVPC_ZERO_COPY_MIN bytes or more are given to libzmq
     without a copy, and the call does not return before libzmq has let go of them (after a
     timeout the socket is closed and reopened to make it let go), so the caller may reuse its
     buffers as soon as a call returns.
@@ -33,12 +33,12 @@
 
 #include <czmq.h>
 
-#define KVP_DEFAULT_TIMEOUT_MS 5000
+#define KVPC_DEFAULT_TIMEOUT_MS 5000
 //  How long kvpool_destroy waits for the replies of RELEASEs still in flight, so that the
 //  node gets them before the socket closes (with linger 0, unsent frames are dropped).
-#define KVP_DESTROY_DRAIN_MS 1000
+#define KVPC_DESTROY_DRAIN_MS 1000
 //  Fire-and-forget ids remembered at most (older ones are forgotten, not waited for).
-#define KVP_ONEWAY_MAX 4096
+#define KVPC_ONEWAY_MAX 4096
 
 //  ---- the shared ZeroMQ context ----------------------------------------------------------
 
@@ -103,7 +103,7 @@ s_op_name (int op)
 }
 
 void
-kvp_set_error (kvpool_t *self, const char *format, ...)
+kvpc_set_error (kvpool_t *self, const char *format, ...)
 {
     va_list args;
     va_start (args, format);
@@ -112,13 +112,13 @@ kvp_set_error (kvpool_t *self, const char *format, ...)
 }
 
 bool
-kvp_key_valid (const char *key)
+kvpc_key_valid (const char *key)
 {
     return key && *key;
 }
 
 void
-kvp_keys_init (kvp_keys_t *self)
+kvpc_keys_init (kvpc_keys_t *self)
 {
     memset (self, 0, sizeof *self);
     self->capacity = sizeof self->inline_keys / sizeof self->inline_keys[0];
@@ -127,7 +127,7 @@ kvp_keys_init (kvp_keys_t *self)
 }
 
 int
-kvp_keys_add (kvp_keys_t *self, const char *key, size_t index)
+kvpc_keys_add (kvpc_keys_t *self, const char *key, size_t index)
 {
     if (self->count == self->capacity) {
         size_t capacity = self->capacity * 2;
@@ -156,7 +156,7 @@ kvp_keys_add (kvp_keys_t *self, const char *key, size_t index)
 }
 
 void
-kvp_keys_fini (kvp_keys_t *self)
+kvpc_keys_fini (kvpc_keys_t *self)
 {
     if (self->keys != self->inline_keys) {
         free (self->keys);
@@ -168,14 +168,14 @@ kvp_keys_fini (kvp_keys_t *self)
 }
 
 void
-kvp_fill (const kvp_keys_t *keys, int64_t *results, int64_t status)
+kvpc_fill (const kvpc_keys_t *keys, int64_t *results, int64_t status)
 {
     for (size_t j = 0; j < keys->count; j++)
         results[keys->index[j]] = status;
 }
 
 void
-kvp_put_options (const kvpool_put_options_t *opts, Kvpool__V1__PutOptions *out)
+kvpc_put_options (const kvpool_put_options_t *opts, Kvpool__V1__PutOptions *out)
 {
     kvpool__v1__put_options__init (out);
     if (!opts)
@@ -191,7 +191,7 @@ kvp_put_options (const kvpool_put_options_t *opts, Kvpool__V1__PutOptions *out)
 }
 
 uint64_t
-kvp_bufs_capacity (const kvpool_buf_t *bufs, size_t nbufs)
+kvpc_bufs_capacity (const kvpool_buf_t *bufs, size_t nbufs)
 {
     uint64_t total = 0;
     for (size_t i = 0; i < nbufs; i++)
@@ -202,37 +202,37 @@ kvp_bufs_capacity (const kvpool_buf_t *bufs, size_t nbufs)
 //  ---- copies -------------------------------------------------------------------------------
 
 void
-kvp_copies_init (kvp_copies_t *self)
+kvpc_copies_init (kvpc_copies_t *self)
 {
     memset (self, 0, sizeof *self);
 }
 
 int
-kvp_copies_add (kvp_copies_t *self, void *dst, const void *src, size_t len)
+kvpc_copies_add (kvpc_copies_t *self, void *dst, const void *src, size_t len)
 {
     if (len == 0)
         return 0;
     if (self->count == self->capacity) {
         size_t capacity = self->capacity ? self->capacity * 2 : 16;
-        kvp_copy_t *items = realloc (self->items, capacity * sizeof *items);
+        kvpc_copy_t *items = realloc (self->items, capacity * sizeof *items);
         if (!items)
             return -1;
         self->items = items;
         self->capacity = capacity;
     }
-    self->items[self->count++] = (kvp_copy_t){dst, src, len};
+    self->items[self->count++] = (kvpc_copy_t){dst, src, len};
     self->bytes += len;
     return 0;
 }
 
 int
-kvp_copies_scatter (kvp_copies_t *self, const void *src, size_t len, const kvpool_buf_t *bufs,
+kvpc_copies_scatter (kvpc_copies_t *self, const void *src, size_t len, const kvpool_buf_t *bufs,
                     size_t nbufs)
 {
     const char *from = src;
     for (size_t i = 0; i < nbufs && len > 0; i++) {
         size_t piece = bufs[i].size < len ? bufs[i].size : len;
-        if (kvp_copies_add (self, bufs[i].data, from, piece))
+        if (kvpc_copies_add (self, bufs[i].data, from, piece))
             return -1;
         from += piece;
         len -= piece;
@@ -241,11 +241,11 @@ kvp_copies_scatter (kvp_copies_t *self, const void *src, size_t len, const kvpoo
 }
 
 int
-kvp_copies_gather (kvp_copies_t *self, void *dst, const kvpool_iov_t *parts, size_t nparts)
+kvpc_copies_gather (kvpc_copies_t *self, void *dst, const kvpool_iov_t *parts, size_t nparts)
 {
     char *to = dst;
     for (size_t i = 0; i < nparts; i++) {
-        if (kvp_copies_add (self, to, parts[i].data, parts[i].size))
+        if (kvpc_copies_add (self, to, parts[i].data, parts[i].size))
             return -1;
         to += parts[i].size;
     }
@@ -253,13 +253,13 @@ kvp_copies_gather (kvp_copies_t *self, void *dst, const kvpool_iov_t *parts, siz
 }
 
 void
-kvp_copies_run (kvpool_t *self, kvp_copies_t *copies)
+kvpc_copies_run (kvpool_t *self, kvpc_copies_t *copies)
 {
     //  Small batches are cheaper to copy here than to hand to other threads.
-    if (copies->bytes >= KVP_POOL_MIN_BYTES && !self->pool)
-        self->pool = transfer_pool_new (KVP_POOL_WORKERS, 0);
+    if (copies->bytes >= KVPC_POOL_MIN_BYTES && !self->pool)
+        self->pool = transfer_pool_new (KVPC_POOL_WORKERS, 0);
     transfer_batch_t *batch = NULL;
-    if (copies->bytes >= KVP_POOL_MIN_BYTES && self->pool)
+    if (copies->bytes >= KVPC_POOL_MIN_BYTES && self->pool)
         batch = transfer_batch_new (NULL, NULL);
     if (batch) {
         for (size_t i = 0; i < copies->count; i++)
@@ -275,7 +275,7 @@ kvp_copies_run (kvpool_t *self, kvp_copies_t *copies)
 }
 
 void
-kvp_copies_fini (kvp_copies_t *self)
+kvpc_copies_fini (kvpc_copies_t *self)
 {
     free (self->items);
     memset (self, 0, sizeof *self);
@@ -318,12 +318,15 @@ s_socket_reset (kvpool_t *self)
         s_socket_open (self, ctx);
         s_ctx_release (self->endpoint);
     }
+    if (self->fast_path)
+        kvpc_fast_path_reconnected (self);
 }
 
 //  libzmq calls this (on its I/O thread) when it no longer needs a zero-copy value frame.
 static void
 s_zc_release (void *data, void *hint)
 {
+    (void) data;
     atomic_fetch_sub_explicit ((atomic_size_t *) hint, 1, memory_order_release);
 }
 
@@ -357,11 +360,11 @@ s_zc_drain (kvpool_t *self, bool timed_out)
 }
 
 static int
-s_send_request (kvpool_t *self, Kvpool__V1__Request *request, const kvp_value_t *values,
+s_send_request (kvpool_t *self, Kvpool__V1__Request *request, const kvpc_value_t *values,
                 size_t nvalues)
 {
     if (!self->socket) {
-        kvp_set_error (self, "not connected to %s", self->endpoint);
+        kvpc_set_error (self, "not connected to %s", self->endpoint);
         return KVPOOL_RPC_FAIL;
     }
     request->version = KVPOOL_PROTOCOL_VERSION;
@@ -369,7 +372,7 @@ s_send_request (kvpool_t *self, Kvpool__V1__Request *request, const kvp_value_t 
     zmq_msg_t msg;
     size_t len = kvpool__v1__request__get_packed_size (request);
     if (zmq_msg_init_size (&msg, len)) {
-        kvp_set_error (self, "out of memory for a %zu-byte request", len);
+        kvpc_set_error (self, "out of memory for a %zu-byte request", len);
         return KVPOOL_INTERNAL_ERROR;
     }
     kvpool__v1__request__pack (request, zmq_msg_data (&msg));
@@ -378,9 +381,9 @@ s_send_request (kvpool_t *self, Kvpool__V1__Request *request, const kvp_value_t 
         goto broken;
     }
     for (size_t i = 0; i < nvalues; i++) {
-        const kvp_value_t *value = &values[i];
+        const kvpc_value_t *value = &values[i];
         int flags = i + 1 < nvalues ? ZMQ_SNDMORE : 0;
-        if (value->nparts == 1 && value->size >= KVP_ZERO_COPY_MIN) {
+        if (value->nparts == 1 && value->size >= KVPC_ZERO_COPY_MIN) {
             atomic_fetch_add_explicit (&self->zc_pending, 1, memory_order_relaxed);
             //  libzmq only reads the bytes; it wants a non-const pointer.
             if (zmq_msg_init_data (&msg, (void *) value->parts[0].data, value->size,
@@ -408,7 +411,7 @@ s_send_request (kvpool_t *self, Kvpool__V1__Request *request, const kvp_value_t 
 
 broken:
     //  A multipart message may be half queued: only a new socket is sure to be clean.
-    kvp_set_error (self, "cannot send %s to %s: %s", s_op_name (request->op), self->endpoint,
+    kvpc_set_error (self, "cannot send %s to %s: %s", s_op_name (request->op), self->endpoint,
                    zmq_strerror (errno));
     s_socket_reset (self);
     s_zc_wait (self);
@@ -430,7 +433,7 @@ s_oneway_forget (kvpool_t *self, uint64_t id)
 //  counted in extra.
 static int
 s_recv_reply (kvpool_t *self, int64_t deadline, uint64_t want_id, size_t expect_frames,
-              kvp_reply_t *reply, size_t *extra)
+              kvpc_reply_t *reply, size_t *extra)
 {
     while (self->socket) {
         int64_t left = deadline - s_now_ms ();
@@ -459,7 +462,7 @@ s_recv_reply (kvpool_t *self, int64_t deadline, uint64_t want_id, size_t expect_
         if (mine && expect_frames) {
             frames = malloc (expect_frames * sizeof *frames);
             if (!frames) {
-                kvp_set_error (self, "out of memory for %zu reply frames", expect_frames);
+                kvpc_set_error (self, "out of memory for %zu reply frames", expect_frames);
                 mine = false; //  drained below; the call then times out
             }
         }
@@ -506,7 +509,7 @@ s_recv_reply (kvpool_t *self, int64_t deadline, uint64_t want_id, size_t expect_
 }
 
 void
-kvp_reply_free (kvp_reply_t *reply)
+kvpc_reply_free (kvpc_reply_t *reply)
 {
     for (size_t i = 0; i < reply->nframes; i++)
         zmq_msg_close (&reply->frames[i]);
@@ -517,8 +520,8 @@ kvp_reply_free (kvp_reply_t *reply)
 }
 
 int
-kvp_call (kvpool_t *self, Kvpool__V1__Request *request, const kvp_value_t *values,
-          size_t nvalues, size_t expect_frames, kvp_reply_t *reply)
+kvpc_call (kvpool_t *self, Kvpool__V1__Request *request, const kvpc_value_t *values,
+          size_t nvalues, size_t expect_frames, kvpc_reply_t *reply)
 {
     memset (reply, 0, sizeof *reply);
     int rc = s_send_request (self, request, values, nvalues);
@@ -529,7 +532,7 @@ kvp_call (kvpool_t *self, Kvpool__V1__Request *request, const kvp_value_t *value
                        reply, &extra);
     s_zc_drain (self, rc != 0);
     if (rc) {
-        kvp_set_error (self, "no reply to %s from %s within %d ms", s_op_name (request->op),
+        kvpc_set_error (self, "no reply to %s from %s within %d ms", s_op_name (request->op),
                        self->endpoint, self->timeout_ms);
         return KVPOOL_RPC_FAIL;
     }
@@ -538,29 +541,29 @@ kvp_call (kvpool_t *self, Kvpool__V1__Request *request, const kvp_value_t *value
         snprintf (self->last_error, sizeof self->last_error, "%s", msg->error);
     //  Positive codes would read as counts or sizes to our callers.
     if (msg->status > 0) {
-        kvp_set_error (self, "%s reply with status %d", s_op_name (request->op), msg->status);
+        kvpc_set_error (self, "%s reply with status %d", s_op_name (request->op), msg->status);
         msg->status = KVPOOL_PROTOCOL_ERROR;
     }
     for (size_t j = 0; j < msg->n_statuses; j++)
         if (msg->statuses[j] > 0)
             msg->statuses[j] = KVPOOL_PROTOCOL_ERROR;
     if (extra) {
-        kvp_set_error (self, "%s reply has %zu value frames more than expected",
+        kvpc_set_error (self, "%s reply has %zu value frames more than expected",
                        s_op_name (request->op), extra);
-        kvp_reply_free (reply);
+        kvpc_reply_free (reply);
         return KVPOOL_PROTOCOL_ERROR;
     }
     return 0;
 }
 
 int
-kvp_send_oneway (kvpool_t *self, Kvpool__V1__Request *request)
+kvpc_send_oneway (kvpool_t *self, Kvpool__V1__Request *request)
 {
     int rc = s_send_request (self, request, NULL, 0);
     if (rc)
         return rc;
     if (self->oneway_count == self->oneway_capacity) {
-        if (self->oneway_capacity >= KVP_ONEWAY_MAX) {
+        if (self->oneway_capacity >= KVPC_ONEWAY_MAX) {
             //  The node does not answer these; stop remembering the oldest.
             memmove (self->oneway_ids, self->oneway_ids + 1,
                      (self->oneway_count - 1) * sizeof *self->oneway_ids);
@@ -580,7 +583,7 @@ kvp_send_oneway (kvpool_t *self, Kvpool__V1__Request *request)
 }
 
 int
-kvp_reply_key_status (kvp_reply_t *reply, size_t j)
+kvpc_reply_key_status (kvpc_reply_t *reply, size_t j)
 {
     Kvpool__V1__Reply *msg = reply->msg;
     if (j < msg->n_statuses)
@@ -589,12 +592,12 @@ kvp_reply_key_status (kvp_reply_t *reply, size_t j)
 }
 
 int
-kvp_reply_check (kvpool_t *self, kvp_reply_t *reply, size_t nkeys, int need)
+kvpc_reply_check (kvpool_t *self, kvpc_reply_t *reply, size_t nkeys, int need)
 {
     Kvpool__V1__Reply *msg = reply->msg;
     const char *op = msg->op ? s_op_name (msg->op) : "reply";
     if (msg->n_statuses != nkeys && (msg->status == KVPOOL_OK || msg->n_statuses != 0)) {
-        kvp_set_error (self, "%s reply has %zu statuses for %zu keys", op, msg->n_statuses,
+        kvpc_set_error (self, "%s reply has %zu statuses for %zu keys", op, msg->n_statuses,
                        nkeys);
         return KVPOOL_PROTOCOL_ERROR;
     }
@@ -603,17 +606,17 @@ kvp_reply_check (kvpool_t *self, kvp_reply_t *reply, size_t nkeys, int need)
         any_ok |= msg->statuses[j] == KVPOOL_OK;
     if (!any_ok)
         return 0;
-    if ((need & KVP_NEED_SIZES) && msg->n_sizes != nkeys) {
-        kvp_set_error (self, "%s reply has %zu sizes for %zu keys", op, msg->n_sizes, nkeys);
+    if ((need & KVPC_NEED_SIZES) && msg->n_sizes != nkeys) {
+        kvpc_set_error (self, "%s reply has %zu sizes for %zu keys", op, msg->n_sizes, nkeys);
         return KVPOOL_PROTOCOL_ERROR;
     }
-    if ((need & KVP_NEED_REPLICAS) && msg->n_replicas != nkeys) {
-        kvp_set_error (self, "%s reply has %zu replica lists for %zu keys", op,
+    if ((need & KVPC_NEED_REPLICAS) && msg->n_replicas != nkeys) {
+        kvpc_set_error (self, "%s reply has %zu replica lists for %zu keys", op,
                        msg->n_replicas, nkeys);
         return KVPOOL_PROTOCOL_ERROR;
     }
-    if ((need & KVP_NEED_FRAMES) && reply->nframes != nkeys) {
-        kvp_set_error (self, "%s reply has %zu value frames for %zu keys", op, reply->nframes,
+    if ((need & KVPC_NEED_FRAMES) && reply->nframes != nkeys) {
+        kvpc_set_error (self, "%s reply has %zu value frames for %zu keys", op, reply->nframes,
                        nkeys);
         return KVPOOL_PROTOCOL_ERROR;
     }
@@ -625,17 +628,17 @@ kvp_reply_check (kvpool_t *self, kvp_reply_t *reply, size_t nkeys, int need)
 //  Sends a request that carries no keys; returns its status (*reply_p kept only on success
 //  when reply_p is not NULL).
 static int
-s_simple_call (kvpool_t *self, Kvpool__V1__Request *request, kvp_reply_t *reply_p)
+s_simple_call (kvpool_t *self, Kvpool__V1__Request *request, kvpc_reply_t *reply_p)
 {
-    kvp_reply_t reply;
-    int rc = kvp_call (self, request, NULL, 0, 0, &reply);
+    kvpc_reply_t reply;
+    int rc = kvpc_call (self, request, NULL, 0, 0, &reply);
     if (rc)
         return rc;
     rc = reply.msg->status;
     if (rc == KVPOOL_OK && reply_p)
         *reply_p = reply;
     else
-        kvp_reply_free (&reply);
+        kvpc_reply_free (&reply);
     return rc;
 }
 
@@ -644,13 +647,13 @@ s_ping (kvpool_t *self)
 {
     Kvpool__V1__Request request = KVPOOL__V1__REQUEST__INIT;
     request.op = KVPOOL__V1__OP__PING;
-    kvp_reply_t reply;
+    kvpc_reply_t reply;
     int rc = s_simple_call (self, &request, &reply);
     if (rc)
         return rc;
     if (reply.msg->host_id)
         snprintf (self->host_id, sizeof self->host_id, "%s", reply.msg->host_id);
-    kvp_reply_free (&reply);
+    kvpc_reply_free (&reply);
     return KVPOOL_OK;
 }
 
@@ -660,7 +663,7 @@ void
 kvpool_options_init (kvpool_options_t *options)
 {
     memset (options, 0, sizeof *options);
-    options->timeout_ms = KVP_DEFAULT_TIMEOUT_MS;
+    options->timeout_ms = KVPC_DEFAULT_TIMEOUT_MS;
     options->connect_timeout_ms = 0;
     options->fast_path = 1;
 }
@@ -689,6 +692,7 @@ kvpool_connect (const char *endpoint, const kvpool_options_t *options)
         errno = ENOMEM;
         return NULL;
     }
+    self->ctx = ctx;
     if (s_socket_open (self, ctx)) {
         int saved = errno;
         s_ctx_release (endpoint);
@@ -701,7 +705,7 @@ kvpool_connect (const char *endpoint, const kvpool_options_t *options)
     snprintf (self->client_id, sizeof self->client_id, "client-%d-%u", (int) getpid (),
               atomic_fetch_add (&s_connections, 1));
 
-    int timeout = options->timeout_ms > 0 ? options->timeout_ms : KVP_DEFAULT_TIMEOUT_MS;
+    int timeout = options->timeout_ms > 0 ? options->timeout_ms : KVPC_DEFAULT_TIMEOUT_MS;
     self->timeout_ms = options->connect_timeout_ms > 0 ? options->connect_timeout_ms : timeout;
     int rc = s_ping (self);
     self->timeout_ms = timeout;
@@ -711,12 +715,12 @@ kvpool_connect (const char *endpoint, const kvpool_options_t *options)
         return NULL;
     }
     char boot_id[64];
-    self->same_host = self->host_id[0] && kvp_local_boot_id (boot_id, sizeof boot_id) == 0
+    self->same_host = self->host_id[0] && kvpc_local_boot_id (boot_id, sizeof boot_id) == 0
                       && strcmp (boot_id, self->host_id) == 0;
     //  The fast path is an optimisation: when anything about it fails, the socket path
     //  does the work.
     if (options->fast_path && self->same_host)
-        kvp_fast_path_open (self);
+        kvpc_fast_path_open (self);
     self->last_error[0] = 0;
     return self;
 }
@@ -730,18 +734,21 @@ kvpool_destroy (kvpool_t **self_p)
     //  Give RELEASEs in flight the chance to reach the node: their pins would otherwise
     //  hold the objects until the leases end.
     if (self->oneway_count && self->socket) {
-        kvp_reply_t reply;
+        kvpc_reply_t reply;
         size_t extra;
         int64_t deadline = s_now_ms ()
-                           + (self->timeout_ms < KVP_DESTROY_DRAIN_MS ? self->timeout_ms
-                                                                      : KVP_DESTROY_DRAIN_MS);
-        //  Id 0 is never sent, so this only drains, until the deadline or no RELEASE is left.
+                           + (self->timeout_ms < KVPC_DESTROY_DRAIN_MS ? self->timeout_ms
+                                                                      : KVPC_DESTROY_DRAIN_MS);
+        //  Id 0 is never sent, so this only drains, until the deadline or no RELEASE is left
+        //  (a node answers id 0 only to what it could not decode: dropped here too).
         while (self->oneway_count && s_now_ms () < deadline) {
             int64_t step = s_now_ms () + 10;
-            s_recv_reply (self, step < deadline ? step : deadline, 0, 0, &reply, &extra);
+            memset (&reply, 0, sizeof reply);
+            if (s_recv_reply (self, step < deadline ? step : deadline, 0, 0, &reply, &extra) == 0)
+                kvpc_reply_free (&reply);
         }
     }
-    kvp_fast_path_close (self);
+    kvpc_fast_path_close (self);
     transfer_pool_destroy (&self->pool);
     if (self->socket)
         zmq_close (self->socket);
@@ -761,11 +768,11 @@ kvpool_set_fast_path (kvpool_t *self, bool enabled)
     if (!self)
         return false;
     if (!enabled) {
-        kvp_fast_path_close (self);
+        kvpc_fast_path_close (self);
         return false;
     }
     if (!self->fast_path && self->same_host)
-        kvp_fast_path_open (self);
+        kvpc_fast_path_open (self);
     return self->fast_path;
 }
 
@@ -792,25 +799,25 @@ kvpool_ping (kvpool_t *self)
 //  ---- keyed requests -----------------------------------------------------------------------
 
 //  How a keyed request's per-key status becomes the caller's outcome.
-typedef enum { KVP_AS_STATUS, KVP_AS_EXIST, KVP_AS_SIZE } kvp_outcome_t;
+typedef enum { KVPC_AS_STATUS, KVPC_AS_EXIST, KVPC_AS_SIZE } kvpc_outcome_t;
 
 //  Collects the valid keys of keys[0..n) into out; invalid ones get INVALID_KEY in results.
 //  Returns 0 or INTERNAL_ERROR (out of memory).
 static int
-s_collect_keys (kvpool_t *self, size_t n, const char *const *keys, kvp_keys_t *out,
+s_collect_keys (kvpool_t *self, size_t n, const char *const *keys, kvpc_keys_t *out,
                 int64_t *results)
 {
-    kvp_keys_init (out);
+    kvpc_keys_init (out);
     for (size_t i = 0; i < n; i++) {
-        if (!kvp_key_valid (keys[i])) {
+        if (!kvpc_key_valid (keys[i])) {
             results[i] = KVPOOL_INVALID_KEY;
-            kvp_set_error (self, "key %zu is %s", i, keys[i] ? "empty" : "NULL");
+            kvpc_set_error (self, "key %zu is %s", i, keys[i] ? "empty" : "NULL");
         }
-        else if (kvp_keys_add (out, keys[i], i)) {
-            kvp_keys_fini (out);
+        else if (kvpc_keys_add (out, keys[i], i)) {
+            kvpc_keys_fini (out);
             for (size_t k = 0; k < n; k++)
                 results[k] = KVPOOL_INTERNAL_ERROR;
-            kvp_set_error (self, "out of memory for %zu keys", n);
+            kvpc_set_error (self, "out of memory for %zu keys", n);
             return KVPOOL_INTERNAL_ERROR;
         }
     }
@@ -819,16 +826,16 @@ s_collect_keys (kvpool_t *self, size_t n, const char *const *keys, kvp_keys_t *o
 
 static int
 s_keys_op (kvpool_t *self, Kvpool__V1__Op op, size_t n, const char *const *keys, bool force,
-           kvp_outcome_t as, int64_t *results)
+           kvpc_outcome_t as, int64_t *results)
 {
     if (!self || (n && (!keys || !results)))
         return KVPOOL_INVALID_PARAMS;
-    kvp_keys_t sent;
+    kvpc_keys_t sent;
     int rc = s_collect_keys (self, n, keys, &sent, results);
     if (rc)
         return rc;
     if (sent.count == 0) {
-        kvp_keys_fini (&sent);
+        kvpc_keys_fini (&sent);
         return KVPOOL_OK;
     }
     Kvpool__V1__Request request = KVPOOL__V1__REQUEST__INIT;
@@ -836,38 +843,38 @@ s_keys_op (kvpool_t *self, Kvpool__V1__Op op, size_t n, const char *const *keys,
     request.n_keys = sent.count;
     request.keys = sent.keys;
     request.force = force;
-    kvp_reply_t reply;
-    rc = kvp_call (self, &request, NULL, 0, 0, &reply);
+    kvpc_reply_t reply;
+    rc = kvpc_call (self, &request, NULL, 0, 0, &reply);
     if (rc == 0) {
-        rc = kvp_reply_check (self, &reply, sent.count, as == KVP_AS_SIZE ? KVP_NEED_SIZES : 0);
+        rc = kvpc_reply_check (self, &reply, sent.count, as == KVPC_AS_SIZE ? KVPC_NEED_SIZES : 0);
         if (rc)
-            kvp_reply_free (&reply);
+            kvpc_reply_free (&reply);
     }
     if (rc) {
-        kvp_fill (&sent, results, rc);
-        kvp_keys_fini (&sent);
+        kvpc_fill (&sent, results, rc);
+        kvpc_keys_fini (&sent);
         return rc;
     }
     for (size_t j = 0; j < sent.count; j++) {
-        int status = kvp_reply_key_status (&reply, j);
+        int status = kvpc_reply_key_status (&reply, j);
         int64_t outcome = status;
-        if (as == KVP_AS_EXIST)
+        if (as == KVPC_AS_EXIST)
             outcome = status == KVPOOL_OK ? 1 : status == KVPOOL_OBJECT_NOT_FOUND ? 0 : status;
-        else if (as == KVP_AS_SIZE && status == KVPOOL_OK)
+        else if (as == KVPC_AS_SIZE && status == KVPOOL_OK)
             outcome = reply.msg->sizes[j] > INT64_MAX ? KVPOOL_PROTOCOL_ERROR
                                                       : (int64_t) reply.msg->sizes[j];
         results[sent.index[j]] = outcome;
     }
     rc = reply.msg->status;
-    kvp_reply_free (&reply);
-    kvp_keys_fini (&sent);
+    kvpc_reply_free (&reply);
+    kvpc_keys_fini (&sent);
     return rc;
 }
 
 //  s_keys_op with int outcomes.
 static int
 s_keys_op_int (kvpool_t *self, Kvpool__V1__Op op, size_t n, const char *const *keys, bool force,
-               kvp_outcome_t as, int *outcomes)
+               kvpc_outcome_t as, int *outcomes)
 {
     if (!self || (n && (!keys || !outcomes)))
         return KVPOOL_INVALID_PARAMS;
@@ -885,7 +892,7 @@ s_keys_op_int (kvpool_t *self, Kvpool__V1__Op op, size_t n, const char *const *k
 
 //  One key, one outcome.
 static int64_t
-s_key_op (kvpool_t *self, Kvpool__V1__Op op, const char *key, bool force, kvp_outcome_t as)
+s_key_op (kvpool_t *self, Kvpool__V1__Op op, const char *key, bool force, kvpc_outcome_t as)
 {
     int64_t outcome = KVPOOL_INVALID_PARAMS;
     s_keys_op (self, op, 1, &key, force, as, &outcome);
@@ -895,59 +902,59 @@ s_key_op (kvpool_t *self, Kvpool__V1__Op op, const char *key, bool force, kvp_ou
 int
 kvpool_exist (kvpool_t *self, const char *key)
 {
-    return (int) s_key_op (self, KVPOOL__V1__OP__EXIST, key, false, KVP_AS_EXIST);
+    return (int) s_key_op (self, KVPOOL__V1__OP__EXIST, key, false, KVPC_AS_EXIST);
 }
 
 int64_t
 kvpool_get_size (kvpool_t *self, const char *key)
 {
-    return s_key_op (self, KVPOOL__V1__OP__GET_SIZE, key, false, KVP_AS_SIZE);
+    return s_key_op (self, KVPOOL__V1__OP__GET_SIZE, key, false, KVPC_AS_SIZE);
 }
 
 int
 kvpool_remove (kvpool_t *self, const char *key, bool force)
 {
-    return (int) s_key_op (self, KVPOOL__V1__OP__REMOVE, key, force, KVP_AS_STATUS);
+    return (int) s_key_op (self, KVPOOL__V1__OP__REMOVE, key, force, KVPC_AS_STATUS);
 }
 
 int
 kvpool_exist_batch (kvpool_t *self, size_t n, const char *const *keys, int *results)
 {
-    return s_keys_op_int (self, KVPOOL__V1__OP__EXIST, n, keys, false, KVP_AS_EXIST, results);
+    return s_keys_op_int (self, KVPOOL__V1__OP__EXIST, n, keys, false, KVPC_AS_EXIST, results);
 }
 
 int
 kvpool_get_size_batch (kvpool_t *self, size_t n, const char *const *keys, int64_t *results)
 {
-    return s_keys_op (self, KVPOOL__V1__OP__GET_SIZE, n, keys, false, KVP_AS_SIZE, results);
+    return s_keys_op (self, KVPOOL__V1__OP__GET_SIZE, n, keys, false, KVPC_AS_SIZE, results);
 }
 
 int
 kvpool_remove_batch (kvpool_t *self, size_t n, const char *const *keys, bool force,
                      int *statuses)
 {
-    return s_keys_op_int (self, KVPOOL__V1__OP__REMOVE, n, keys, force, KVP_AS_STATUS,
+    return s_keys_op_int (self, KVPOOL__V1__OP__REMOVE, n, keys, force, KVPC_AS_STATUS,
                           statuses);
 }
 
 int
 kvpool_put_end (kvpool_t *self, size_t n, const char *const *keys, int *statuses)
 {
-    return s_keys_op_int (self, KVPOOL__V1__OP__PUT_END, n, keys, false, KVP_AS_STATUS,
+    return s_keys_op_int (self, KVPOOL__V1__OP__PUT_END, n, keys, false, KVPC_AS_STATUS,
                           statuses);
 }
 
 int
 kvpool_put_revoke (kvpool_t *self, size_t n, const char *const *keys, int *statuses)
 {
-    return s_keys_op_int (self, KVPOOL__V1__OP__PUT_REVOKE, n, keys, false, KVP_AS_STATUS,
+    return s_keys_op_int (self, KVPOOL__V1__OP__PUT_REVOKE, n, keys, false, KVPC_AS_STATUS,
                           statuses);
 }
 
 int
 kvpool_release (kvpool_t *self, size_t n, const char *const *keys, int *statuses)
 {
-    return s_keys_op_int (self, KVPOOL__V1__OP__RELEASE, n, keys, false, KVP_AS_STATUS,
+    return s_keys_op_int (self, KVPOOL__V1__OP__RELEASE, n, keys, false, KVPC_AS_STATUS,
                           statuses);
 }
 
@@ -956,12 +963,12 @@ kvpool_release (kvpool_t *self, size_t n, const char *const *keys, int *statuses
 static int64_t
 s_count_call (kvpool_t *self, Kvpool__V1__Request *request)
 {
-    kvp_reply_t reply;
+    kvpc_reply_t reply;
     int rc = s_simple_call (self, request, &reply);
     if (rc)
         return rc;
     int64_t count = reply.msg->count > INT64_MAX ? INT64_MAX : (int64_t) reply.msg->count;
-    kvp_reply_free (&reply);
+    kvpc_reply_free (&reply);
     return count;
 }
 
@@ -1001,43 +1008,43 @@ kvpool_reset (kvpool_t *self)
 //  ---- puts ---------------------------------------------------------------------------------
 
 int
-kvp_socket_put (kvpool_t *self, const kvp_keys_t *keys, const kvp_value_t *values,
+kvpc_socket_put (kvpool_t *self, const kvpc_keys_t *keys, const kvpc_value_t *values,
                 const kvpool_put_options_t *opts, int64_t *results)
 {
     if (keys->count == 0)
         return KVPOOL_OK;
-    kvp_value_t small[8];
-    kvp_value_t *sent = keys->count <= 8 ? small : malloc (keys->count * sizeof *sent);
+    kvpc_value_t small[8];
+    kvpc_value_t *sent = keys->count <= 8 ? small : malloc (keys->count * sizeof *sent);
     if (!sent) {
-        kvp_fill (keys, results, KVPOOL_INTERNAL_ERROR);
+        kvpc_fill (keys, results, KVPOOL_INTERNAL_ERROR);
         return KVPOOL_INTERNAL_ERROR;
     }
     for (size_t j = 0; j < keys->count; j++)
         sent[j] = values[keys->index[j]];
     Kvpool__V1__PutOptions put;
-    kvp_put_options (opts, &put);
+    kvpc_put_options (opts, &put);
     Kvpool__V1__Request request = KVPOOL__V1__REQUEST__INIT;
     request.op = KVPOOL__V1__OP__PUT;
     request.n_keys = keys->count;
     request.keys = keys->keys;
     request.put = &put;
-    kvp_reply_t reply;
-    int rc = kvp_call (self, &request, sent, keys->count, 0, &reply);
+    kvpc_reply_t reply;
+    int rc = kvpc_call (self, &request, sent, keys->count, 0, &reply);
     if (sent != small)
         free (sent);
     if (rc == 0) {
-        rc = kvp_reply_check (self, &reply, keys->count, 0);
+        rc = kvpc_reply_check (self, &reply, keys->count, 0);
         if (rc)
-            kvp_reply_free (&reply);
+            kvpc_reply_free (&reply);
     }
     if (rc) {
-        kvp_fill (keys, results, rc);
+        kvpc_fill (keys, results, rc);
         return rc;
     }
     for (size_t j = 0; j < keys->count; j++)
-        results[keys->index[j]] = kvp_reply_key_status (&reply, j);
+        results[keys->index[j]] = kvpc_reply_key_status (&reply, j);
     rc = reply.msg->status;
-    kvp_reply_free (&reply);
+    kvpc_reply_free (&reply);
     return rc;
 }
 
@@ -1046,32 +1053,32 @@ static int
 s_put (kvpool_t *self, size_t n, const char *const *keys, const kvpool_iov_t *const *parts,
        const size_t *nparts, const kvpool_put_options_t *opts, int64_t *results)
 {
-    kvp_value_t small[8];
-    kvp_value_t *values = n <= 8 ? small : malloc (n * sizeof *values);
+    kvpc_value_t small[8];
+    kvpc_value_t *values = n <= 8 ? small : malloc (n * sizeof *values);
     if (!values) {
         for (size_t i = 0; i < n; i++)
             results[i] = KVPOOL_INTERNAL_ERROR;
         return KVPOOL_INTERNAL_ERROR;
     }
-    kvp_keys_t sent;
-    kvp_keys_init (&sent);
+    kvpc_keys_t sent;
+    kvpc_keys_init (&sent);
     int rc = KVPOOL_OK;
     for (size_t i = 0; i < n && rc == KVPOOL_OK; i++) {
-        values[i] = (kvp_value_t){parts[i], nparts[i], 0};
+        values[i] = (kvpc_value_t){parts[i], nparts[i], 0};
         bool valid = parts[i] || nparts[i] == 0;
         for (size_t p = 0; valid && p < nparts[i]; p++) {
             valid = parts[i][p].data || parts[i][p].size == 0;
             values[i].size += parts[i][p].size;
         }
-        if (!kvp_key_valid (keys[i])) {
+        if (!kvpc_key_valid (keys[i])) {
             results[i] = KVPOOL_INVALID_KEY;
-            kvp_set_error (self, "key %zu is %s", i, keys[i] ? "empty" : "NULL");
+            kvpc_set_error (self, "key %zu is %s", i, keys[i] ? "empty" : "NULL");
         }
         else if (!valid) {
             results[i] = KVPOOL_INVALID_PARAMS;
-            kvp_set_error (self, "value of key '%s' has a NULL buffer", keys[i]);
+            kvpc_set_error (self, "value of key '%s' has a NULL buffer", keys[i]);
         }
-        else if (kvp_keys_add (&sent, keys[i], i))
+        else if (kvpc_keys_add (&sent, keys[i], i))
             rc = KVPOOL_INTERNAL_ERROR;
     }
     if (rc) {
@@ -1079,10 +1086,10 @@ s_put (kvpool_t *self, size_t n, const char *const *keys, const kvpool_iov_t *co
             results[i] = rc;
     }
     else if (self->fast_path)
-        rc = kvp_fast_put (self, &sent, values, opts, results);
+        rc = kvpc_fast_put (self, &sent, values, opts, results);
     else
-        rc = kvp_socket_put (self, &sent, values, opts, results);
-    kvp_keys_fini (&sent);
+        rc = kvpc_socket_put (self, &sent, values, opts, results);
+    kvpc_keys_fini (&sent);
     if (values != small)
         free (values);
     return rc;
@@ -1172,29 +1179,29 @@ kvpool_put_batch_parts (kvpool_t *self, size_t n, const char *const *keys,
 
 //  Sends GET for keys and receives the reply with one value frame per key.
 static int
-s_get_call (kvpool_t *self, const kvp_keys_t *keys, kvp_reply_t *reply)
+s_get_call (kvpool_t *self, const kvpc_keys_t *keys, kvpc_reply_t *reply)
 {
     Kvpool__V1__Request request = KVPOOL__V1__REQUEST__INIT;
     request.op = KVPOOL__V1__OP__GET;
     request.n_keys = keys->count;
     request.keys = keys->keys;
-    int rc = kvp_call (self, &request, NULL, 0, keys->count, reply);
+    int rc = kvpc_call (self, &request, NULL, 0, keys->count, reply);
     if (rc == 0) {
-        rc = kvp_reply_check (self, reply, keys->count, KVP_NEED_FRAMES);
+        rc = kvpc_reply_check (self, reply, keys->count, KVPC_NEED_FRAMES);
         if (rc)
-            kvp_reply_free (reply);
+            kvpc_reply_free (reply);
     }
     return rc;
 }
 
 //  The outcome of key j of a GET reply: its status, checked against its frame.
 static int
-s_get_key_status (kvpool_t *self, kvp_reply_t *reply, size_t j)
+s_get_key_status (kvpool_t *self, kvpc_reply_t *reply, size_t j)
 {
-    int status = kvp_reply_key_status (reply, j);
+    int status = kvpc_reply_key_status (reply, j);
     if (status == KVPOOL_OK && j < reply->msg->n_sizes
         && reply->msg->sizes[j] != zmq_msg_size (&reply->frames[j])) {
-        kvp_set_error (self, "GET reply: key %zu has size %" PRIu64 " but a %zu-byte frame", j,
+        kvpc_set_error (self, "GET reply: key %zu has size %" PRIu64 " but a %zu-byte frame", j,
                        reply->msg->sizes[j], zmq_msg_size (&reply->frames[j]));
         status = KVPOOL_PROTOCOL_ERROR;
     }
@@ -1202,19 +1209,19 @@ s_get_key_status (kvpool_t *self, kvp_reply_t *reply, size_t j)
 }
 
 int
-kvp_socket_get_into (kvpool_t *self, const kvp_keys_t *keys, const kvpool_buf_t *const *bufs,
+kvpc_socket_get_into (kvpool_t *self, const kvpc_keys_t *keys, const kvpool_buf_t *const *bufs,
                      const size_t *nbufs, int64_t *results)
 {
     if (keys->count == 0)
         return KVPOOL_OK;
-    kvp_reply_t reply;
+    kvpc_reply_t reply;
     int rc = s_get_call (self, keys, &reply);
     if (rc) {
-        kvp_fill (keys, results, rc);
+        kvpc_fill (keys, results, rc);
         return rc;
     }
-    kvp_copies_t copies;
-    kvp_copies_init (&copies);
+    kvpc_copies_t copies;
+    kvpc_copies_init (&copies);
     for (size_t j = 0; j < keys->count; j++) {
         size_t i = keys->index[j];
         int status = s_get_key_status (self, &reply, j);
@@ -1223,20 +1230,20 @@ kvp_socket_get_into (kvpool_t *self, const kvp_keys_t *keys, const kvpool_buf_t 
             continue;
         }
         size_t size = zmq_msg_size (&reply.frames[j]);
-        if (kvp_bufs_capacity (bufs[i], nbufs[i]) < size) {
+        if (kvpc_bufs_capacity (bufs[i], nbufs[i]) < size) {
             results[i] = KVPOOL_BUFFER_OVERFLOW;
             continue;
         }
-        if (kvp_copies_scatter (&copies, zmq_msg_data (&reply.frames[j]), size, bufs[i],
+        if (kvpc_copies_scatter (&copies, zmq_msg_data (&reply.frames[j]), size, bufs[i],
                                 nbufs[i]))
             results[i] = KVPOOL_INTERNAL_ERROR;
         else
             results[i] = (int64_t) size;
     }
-    kvp_copies_run (self, &copies);
-    kvp_copies_fini (&copies);
+    kvpc_copies_run (self, &copies);
+    kvpc_copies_fini (&copies);
     rc = reply.msg->status;
-    kvp_reply_free (&reply);
+    kvpc_reply_free (&reply);
     return rc;
 }
 
@@ -1245,22 +1252,22 @@ static int
 s_get_into (kvpool_t *self, size_t n, const char *const *keys, const kvpool_buf_t *const *bufs,
             const size_t *nbufs, int64_t *results)
 {
-    kvp_keys_t sent;
-    kvp_keys_init (&sent);
+    kvpc_keys_t sent;
+    kvpc_keys_init (&sent);
     int rc = KVPOOL_OK;
     for (size_t i = 0; i < n && rc == KVPOOL_OK; i++) {
         bool valid = bufs[i] || nbufs[i] == 0;
         for (size_t b = 0; valid && b < nbufs[i]; b++)
             valid = bufs[i][b].data || bufs[i][b].size == 0;
-        if (!kvp_key_valid (keys[i])) {
+        if (!kvpc_key_valid (keys[i])) {
             results[i] = KVPOOL_INVALID_KEY;
-            kvp_set_error (self, "key %zu is %s", i, keys[i] ? "empty" : "NULL");
+            kvpc_set_error (self, "key %zu is %s", i, keys[i] ? "empty" : "NULL");
         }
         else if (!valid) {
             results[i] = KVPOOL_INVALID_PARAMS;
-            kvp_set_error (self, "buffer for key '%s' is NULL", keys[i]);
+            kvpc_set_error (self, "buffer for key '%s' is NULL", keys[i]);
         }
-        else if (kvp_keys_add (&sent, keys[i], i))
+        else if (kvpc_keys_add (&sent, keys[i], i))
             rc = KVPOOL_INTERNAL_ERROR;
     }
     if (rc) {
@@ -1268,10 +1275,10 @@ s_get_into (kvpool_t *self, size_t n, const char *const *keys, const kvpool_buf_
             results[i] = rc;
     }
     else if (self->fast_path)
-        rc = kvp_fast_get (self, &sent, bufs, nbufs, results);
+        rc = kvpc_fast_get (self, &sent, bufs, nbufs, results);
     else
-        rc = kvp_socket_get_into (self, &sent, bufs, nbufs, results);
-    kvp_keys_fini (&sent);
+        rc = kvpc_socket_get_into (self, &sent, bufs, nbufs, results);
+    kvpc_keys_fini (&sent);
     return rc;
 }
 
@@ -1336,16 +1343,16 @@ kvpool_get (kvpool_t *self, const char *key, void **data_p, size_t *size_p)
         return KVPOOL_INVALID_PARAMS;
     *data_p = NULL;
     *size_p = 0;
-    if (!kvp_key_valid (key)) {
-        kvp_set_error (self, "key is %s", key ? "empty" : "NULL");
+    if (!kvpc_key_valid (key)) {
+        kvpc_set_error (self, "key is %s", key ? "empty" : "NULL");
         return KVPOOL_INVALID_KEY;
     }
-    kvp_keys_t sent;
-    kvp_keys_init (&sent);
-    kvp_keys_add (&sent, key, 0); //  fits inline
-    kvp_reply_t reply;
+    kvpc_keys_t sent;
+    kvpc_keys_init (&sent);
+    kvpc_keys_add (&sent, key, 0); //  fits inline
+    kvpc_reply_t reply;
     int rc = s_get_call (self, &sent, &reply);
-    kvp_keys_fini (&sent);
+    kvpc_keys_fini (&sent);
     if (rc)
         return rc;
     rc = s_get_key_status (self, &reply, 0);
@@ -1360,7 +1367,7 @@ kvpool_get (kvpool_t *self, const char *key, void **data_p, size_t *size_p)
         else
             rc = KVPOOL_INTERNAL_ERROR;
     }
-    kvp_reply_free (&reply);
+    kvpc_reply_free (&reply);
     return rc;
 }
 
@@ -1396,13 +1403,13 @@ kvpool_get_batch (kvpool_t *self, size_t n, const char *const *keys, kvpool_valu
         zmq_msg_init (&values->frames[i]);
     *values_p = values;
 
-    kvp_keys_t sent;
+    kvpc_keys_t sent;
     int rc = s_collect_keys (self, n, keys, &sent, results);
     if (rc == 0 && sent.count) {
-        kvp_reply_t reply;
+        kvpc_reply_t reply;
         rc = s_get_call (self, &sent, &reply);
         if (rc)
-            kvp_fill (&sent, results, rc);
+            kvpc_fill (&sent, results, rc);
         else {
             for (size_t j = 0; j < sent.count; j++) {
                 size_t i = sent.index[j];
@@ -1412,10 +1419,10 @@ kvpool_get_batch (kvpool_t *self, size_t n, const char *const *keys, kvpool_valu
                     zmq_msg_move (&values->frames[i], &reply.frames[j]);
             }
             rc = reply.msg->status;
-            kvp_reply_free (&reply);
+            kvpc_reply_free (&reply);
         }
     }
-    kvp_keys_fini (&sent);
+    kvpc_keys_fini (&sent);
     for (size_t i = 0; i < n; i++)
         statuses[i] = (int) results[i];
     free (results);
@@ -1455,10 +1462,10 @@ kvpool_values_destroy (kvpool_values_t **self_p)
 
 //  Copies key j's placement out of a PUT_START or GET_REPLICA_LIST reply.
 static void
-s_placement (kvpool_t *self, kvp_reply_t *reply, size_t j, kvpool_placement_t *placement)
+s_placement (kvpool_t *self, kvpc_reply_t *reply, size_t j, kvpool_placement_t *placement)
 {
     memset (placement, 0, sizeof *placement);
-    placement->status = kvp_reply_key_status (reply, j);
+    placement->status = kvpc_reply_key_status (reply, j);
     if (placement->status != KVPOOL_OK)
         return;
     Kvpool__V1__Reply *msg = reply->msg;
@@ -1467,7 +1474,7 @@ s_placement (kvpool_t *self, kvp_reply_t *reply, size_t j, kvpool_placement_t *p
     Kvpool__V1__KeyReplicas *list = msg->replicas[j];
     size_t count = list ? list->n_replicas : 0;
     if (count > KVPOOL_MAX_REPLICAS) {
-        kvp_set_error (self, "%zu replicas for one key (at most %d)", count,
+        kvpc_set_error (self, "%zu replicas for one key (at most %d)", count,
                        KVPOOL_MAX_REPLICAS);
         placement->status = KVPOOL_PROTOCOL_ERROR;
         return;
@@ -1501,7 +1508,7 @@ s_placement_op (kvpool_t *self, Kvpool__V1__Request *request, size_t n,
         return KVPOOL_INTERNAL_ERROR;
     }
     s_placements_fill (placements, n, KVPOOL_OK);
-    kvp_keys_t sent;
+    kvpc_keys_t sent;
     int rc = s_collect_keys (self, n, keys, &sent, results);
     uint64_t *sent_sizes = NULL;
     if (rc == 0 && sizes && sent.count) {
@@ -1517,7 +1524,7 @@ s_placement_op (kvpool_t *self, Kvpool__V1__Request *request, size_t n,
         goto done;
     }
     for (size_t i = 0; i < n; i++)
-        if (!kvp_key_valid (keys[i]))
+        if (!kvpc_key_valid (keys[i]))
             placements[i].status = KVPOOL_INVALID_KEY;
     if (sent.count == 0)
         goto done;
@@ -1527,13 +1534,13 @@ s_placement_op (kvpool_t *self, Kvpool__V1__Request *request, size_t n,
         request->n_sizes = sent.count;
         request->sizes = sent_sizes;
     }
-    kvp_reply_t reply;
-    rc = kvp_call (self, request, NULL, 0, 0, &reply);
+    kvpc_reply_t reply;
+    rc = kvpc_call (self, request, NULL, 0, 0, &reply);
     if (rc == 0) {
-        rc = kvp_reply_check (self, &reply, sent.count,
-                              KVP_NEED_REPLICAS | (sizes ? 0 : KVP_NEED_SIZES));
+        rc = kvpc_reply_check (self, &reply, sent.count,
+                              KVPC_NEED_REPLICAS | (sizes ? 0 : KVPC_NEED_SIZES));
         if (rc)
-            kvp_reply_free (&reply);
+            kvpc_reply_free (&reply);
     }
     if (rc) {
         for (size_t j = 0; j < sent.count; j++)
@@ -1547,10 +1554,10 @@ s_placement_op (kvpool_t *self, Kvpool__V1__Request *request, size_t n,
             placements[i].size = sizes[i];
     }
     rc = reply.msg->status;
-    kvp_reply_free (&reply);
+    kvpc_reply_free (&reply);
 done:
     free (sent_sizes);
-    kvp_keys_fini (&sent);
+    kvpc_keys_fini (&sent);
     if (results != small)
         free (results);
     return rc;
@@ -1566,13 +1573,13 @@ kvpool_put_start (kvpool_t *self, size_t n, const char *const *keys, const uint6
         return KVPOOL_OK;
     //  A placement holds at most KVPOOL_MAX_REPLICAS replicas.
     if (opts && opts->replica_num > KVPOOL_MAX_REPLICAS) {
-        kvp_set_error (self, "replica_num %u is more than %d", opts->replica_num,
+        kvpc_set_error (self, "replica_num %u is more than %d", opts->replica_num,
                        KVPOOL_MAX_REPLICAS);
         s_placements_fill (placements, n, KVPOOL_INVALID_REPLICA);
         return KVPOOL_INVALID_REPLICA;
     }
     Kvpool__V1__PutOptions put;
-    kvp_put_options (opts, &put);
+    kvpc_put_options (opts, &put);
     Kvpool__V1__Request request = KVPOOL__V1__REQUEST__INIT;
     request.op = KVPOOL__V1__OP__PUT_START;
     request.put = &put;
@@ -1602,7 +1609,7 @@ kvpool_segments (kvpool_t *self, kvpool_segment_t *segments, size_t capacity)
         return KVPOOL_INVALID_PARAMS;
     Kvpool__V1__Request request = KVPOOL__V1__REQUEST__INIT;
     request.op = KVPOOL__V1__OP__SEGMENTS;
-    kvp_reply_t reply;
+    kvpc_reply_t reply;
     int rc = s_simple_call (self, &request, &reply);
     if (rc)
         return rc;
@@ -1617,7 +1624,7 @@ kvpool_segments (kvpool_t *self, kvpool_segment_t *segments, size_t capacity)
         to->used = from->used;
     }
     int count = msg->n_segments > INT32_MAX ? INT32_MAX : (int) msg->n_segments;
-    kvp_reply_free (&reply);
+    kvpc_reply_free (&reply);
     return count;
 }
 
@@ -1633,17 +1640,17 @@ kvpool_mount_segment (kvpool_t *self, const char *shm_name, uint64_t size, uint3
     Kvpool__V1__Request request = KVPOOL__V1__REQUEST__INIT;
     request.op = KVPOOL__V1__OP__MOUNT_SEGMENT;
     request.segment = &segment;
-    kvp_reply_t reply;
+    kvpc_reply_t reply;
     int rc = s_simple_call (self, &request, &reply);
     if (rc)
         return rc;
     if (reply.msg->n_segments < 1) {
-        kvp_set_error (self, "MOUNT_SEGMENT reply carries no segment");
+        kvpc_set_error (self, "MOUNT_SEGMENT reply carries no segment");
         rc = KVPOOL_PROTOCOL_ERROR;
     }
     else if (id_p)
         *id_p = reply.msg->segments[0]->id;
-    kvp_reply_free (&reply);
+    kvpc_reply_free (&reply);
     return rc;
 }
 
@@ -1667,14 +1674,14 @@ kvpool_stats (kvpool_t *self, kvpool_stats_t *stats)
         return KVPOOL_INVALID_PARAMS;
     Kvpool__V1__Request request = KVPOOL__V1__REQUEST__INIT;
     request.op = KVPOOL__V1__OP__STATS;
-    kvp_reply_t reply;
+    kvpc_reply_t reply;
     int rc = s_simple_call (self, &request, &reply);
     if (rc)
         return rc;
     Kvpool__V1__Stats *from = reply.msg->stats;
     if (!from) {
-        kvp_set_error (self, "STATS reply carries no stats");
-        kvp_reply_free (&reply);
+        kvpc_set_error (self, "STATS reply carries no stats");
+        kvpc_reply_free (&reply);
         return KVPOOL_PROTOCOL_ERROR;
     }
     memset (stats, 0, sizeof *stats);
@@ -1699,6 +1706,6 @@ kvpool_stats (kvpool_t *self, kvpool_stats_t *stats)
     stats->lease_ttl_ms = from->lease_ttl_ms;
     stats->uptime_ms = from->uptime_ms;
     stats->transfer_workers = from->transfer_workers;
-    kvp_reply_free (&reply);
+    kvpc_reply_free (&reply);
     return KVPOOL_OK;
 }

@@ -8,7 +8,7 @@
     thread touches is zc_pending, which libzmq's I/O thread decrements when it lets go of a
     value frame sent without a copy.
 
-    Batch calls inside the library carry keys as a kvp_keys_t (the keys that passed
+    Batch calls inside the library carry keys as a kvpc_keys_t (the keys that passed
     client-side validation, with each key's index in the caller's arrays) and outcomes as an
     int64_t per caller index, so that one implementation serves every public signature.
 */
@@ -26,11 +26,14 @@
 #include "kvpool.h"
 #include "messages/kvpool.pb-c.h"
 
+//  Everything declared here is internal: kept out of libkvpool.so's exported symbols.
+#pragma GCC visibility push(hidden)
+
 //  Batches whose copies total at least this many bytes are copied by the transfer pool.
-#define KVP_POOL_MIN_BYTES (1u << 20)
-#define KVP_POOL_WORKERS 2
+#define KVPC_POOL_MIN_BYTES (1u << 20)
+#define KVPC_POOL_WORKERS 2
 //  Put values at least this large go to libzmq without a copy (see s_send_request).
-#define KVP_ZERO_COPY_MIN (64u << 10)
+#define KVPC_ZERO_COPY_MIN (64u << 10)
 
 //  A server segment as this client maps it.
 typedef struct {
@@ -38,9 +41,10 @@ typedef struct {
     char name[64];
     uint64_t size;
     segment_t *map; //  NULL when it could not be mapped
-} kvp_mapped_segment_t;
+} kvpc_mapped_segment_t;
 
 struct _kvpool_t {
+    void *ctx;                 //  the ZeroMQ context of socket
     void *socket;              //  DEALER
     char *endpoint;
     int timeout_ms;
@@ -50,8 +54,11 @@ struct _kvpool_t {
     char host_id[64];          //  the server's boot id (PING)
     bool same_host;            //  host_id equals this machine's boot id
     bool fast_path;            //  segments are mapped and the fast path is in use
-    kvp_mapped_segment_t *segments;
+    kvpc_mapped_segment_t *segments;
     size_t segment_count;
+    char server_id[128];       //  the node whose segments are mapped (SEGMENTS)
+    void *monitor;             //  PAIR receiving the socket's connect/disconnect events
+    bool segments_stale;       //  the connection changed: the table must be listed again
     transfer_pool_t *pool;     //  created on the first large batch
     uint64_t *oneway_ids;      //  fire-and-forget requests whose replies have not come yet
     size_t oneway_count;
@@ -67,61 +74,61 @@ typedef struct {
     size_t *index;
     char *inline_keys[8];
     size_t inline_index[8];
-} kvp_keys_t;
+} kvpc_keys_t;
 
-void kvp_keys_init (kvp_keys_t *self);
+void kvpc_keys_init (kvpc_keys_t *self);
 //  Returns 0, or -1 when out of memory.
-int kvp_keys_add (kvp_keys_t *self, const char *key, size_t index);
-void kvp_keys_fini (kvp_keys_t *self);
+int kvpc_keys_add (kvpc_keys_t *self, const char *key, size_t index);
+void kvpc_keys_fini (kvpc_keys_t *self);
 //  True for a key the server could accept (non-NULL, non-empty).
-bool kvp_key_valid (const char *key);
+bool kvpc_key_valid (const char *key);
 
 //  One put value: the concatenation of nparts buffers, size bytes in all.
 typedef struct {
     const kvpool_iov_t *parts;
     size_t nparts;
     uint64_t size;
-} kvp_value_t;
+} kvpc_value_t;
 
 //  A received reply: the decoded header and the value frames after it (GET only).
 typedef struct {
     Kvpool__V1__Reply *msg;
     zmq_msg_t *frames;
     size_t nframes;
-} kvp_reply_t;
+} kvpc_reply_t;
 
-//  What kvp_reply_check requires of a reply to a keyed request.
-#define KVP_NEED_SIZES 1
-#define KVP_NEED_REPLICAS 2
-#define KVP_NEED_FRAMES 4
+//  What kvpc_reply_check requires of a reply to a keyed request.
+#define KVPC_NEED_SIZES 1
+#define KVPC_NEED_REPLICAS 2
+#define KVPC_NEED_FRAMES 4
 
 //  Sends request (with one frame per value) and waits up to the connection's timeout for its
-//  reply. Returns 0 with *reply filled (free it with kvp_reply_free), or a negative status:
+//  reply. Returns 0 with *reply filled (free it with kvpc_reply_free), or a negative status:
 //  RPC_FAIL on timeout or socket failure, with last_error saying why.
-int kvp_call (kvpool_t *self, Kvpool__V1__Request *request, const kvp_value_t *values,
-              size_t nvalues, size_t expect_frames, kvp_reply_t *reply);
+int kvpc_call (kvpool_t *self, Kvpool__V1__Request *request, const kvpc_value_t *values,
+              size_t nvalues, size_t expect_frames, kvpc_reply_t *reply);
 //  Sends request without waiting; its reply is discarded when it arrives. Returns 0 or
 //  RPC_FAIL.
-int kvp_send_oneway (kvpool_t *self, Kvpool__V1__Request *request);
-void kvp_reply_free (kvp_reply_t *reply);
+int kvpc_send_oneway (kvpool_t *self, Kvpool__V1__Request *request);
+void kvpc_reply_free (kvpc_reply_t *reply);
 //  Checks that the reply to a request of nkeys keys carries what need asks for wherever a
 //  key succeeded. Returns 0, or PROTOCOL_ERROR with last_error set.
-int kvp_reply_check (kvpool_t *self, kvp_reply_t *reply, size_t nkeys, int need);
+int kvpc_reply_check (kvpool_t *self, kvpc_reply_t *reply, size_t nkeys, int need);
 //  The outcome of key j: its own status, or the request's when the reply has none per key.
-int kvp_reply_key_status (kvp_reply_t *reply, size_t j);
+int kvpc_reply_key_status (kvpc_reply_t *reply, size_t j);
 //  Sets last_error (printf style).
-void kvp_set_error (kvpool_t *self, const char *format, ...)
+void kvpc_set_error (kvpool_t *self, const char *format, ...)
     __attribute__ ((format (printf, 2, 3)));
 //  Stores status in results[] for every key of keys.
-void kvp_fill (const kvp_keys_t *keys, int64_t *results, int64_t status);
+void kvpc_fill (const kvpc_keys_t *keys, int64_t *results, int64_t status);
 //  Fills a PutOptions from the caller's options (NULL: defaults).
-void kvp_put_options (const kvpool_put_options_t *opts, Kvpool__V1__PutOptions *out);
+void kvpc_put_options (const kvpool_put_options_t *opts, Kvpool__V1__PutOptions *out);
 
 //  The socket paths, also the fast path's fallbacks. values/bufs/nbufs/results are indexed
 //  by caller index. Return the request's status (0 when answered).
-int kvp_socket_put (kvpool_t *self, const kvp_keys_t *keys, const kvp_value_t *values,
+int kvpc_socket_put (kvpool_t *self, const kvpc_keys_t *keys, const kvpc_value_t *values,
                     const kvpool_put_options_t *opts, int64_t *results);
-int kvp_socket_get_into (kvpool_t *self, const kvp_keys_t *keys, const kvpool_buf_t *const *bufs,
+int kvpc_socket_get_into (kvpool_t *self, const kvpc_keys_t *keys, const kvpool_buf_t *const *bufs,
                          const size_t *nbufs, int64_t *results);
 
 //  A list of copies, run inline or on the transfer pool.
@@ -129,39 +136,43 @@ typedef struct {
     void *dst;
     const void *src;
     size_t len;
-} kvp_copy_t;
+} kvpc_copy_t;
 
 typedef struct {
-    kvp_copy_t *items;
+    kvpc_copy_t *items;
     size_t count;
     size_t capacity;
     uint64_t bytes;
-} kvp_copies_t;
+} kvpc_copies_t;
 
-void kvp_copies_init (kvp_copies_t *self);
+void kvpc_copies_init (kvpc_copies_t *self);
 //  Each returns 0, or -1 when out of memory.
-int kvp_copies_add (kvp_copies_t *self, void *dst, const void *src, size_t len);
+int kvpc_copies_add (kvpc_copies_t *self, void *dst, const void *src, size_t len);
 //  Copies len bytes from src across bufs in order (the caller checked they are big enough).
-int kvp_copies_scatter (kvp_copies_t *self, const void *src, size_t len,
+int kvpc_copies_scatter (kvpc_copies_t *self, const void *src, size_t len,
                         const kvpool_buf_t *bufs, size_t nbufs);
 //  Copies the concatenation of parts to dst.
-int kvp_copies_gather (kvp_copies_t *self, void *dst, const kvpool_iov_t *parts, size_t nparts);
+int kvpc_copies_gather (kvpc_copies_t *self, void *dst, const kvpool_iov_t *parts, size_t nparts);
 //  Runs every copy; returns when all are done.
-void kvp_copies_run (kvpool_t *self, kvp_copies_t *copies);
-void kvp_copies_fini (kvp_copies_t *self);
+void kvpc_copies_run (kvpool_t *self, kvpc_copies_t *copies);
+void kvpc_copies_fini (kvpc_copies_t *self);
 //  Total capacity of a scatter list.
-uint64_t kvp_bufs_capacity (const kvpool_buf_t *bufs, size_t nbufs);
+uint64_t kvpc_bufs_capacity (const kvpool_buf_t *bufs, size_t nbufs);
 
 //  ---- fast_path.c --------------------------------------------------------------------
 //  Reads this machine's boot id into buf (trimmed). Returns 0 or -1.
-int kvp_local_boot_id (char *buf, size_t size);
+int kvpc_local_boot_id (char *buf, size_t size);
 //  Lists the server's segments and maps every one. Returns 0 (fast path on) or -1 (off,
 //  nothing mapped).
-int kvp_fast_path_open (kvpool_t *self);
-void kvp_fast_path_close (kvpool_t *self);
-int kvp_fast_put (kvpool_t *self, const kvp_keys_t *keys, const kvp_value_t *values,
+int kvpc_fast_path_open (kvpool_t *self);
+void kvpc_fast_path_close (kvpool_t *self);
+//  Called when the socket was replaced: watches the new one, lists the segments again.
+void kvpc_fast_path_reconnected (kvpool_t *self);
+int kvpc_fast_put (kvpool_t *self, const kvpc_keys_t *keys, const kvpc_value_t *values,
                   const kvpool_put_options_t *opts, int64_t *results);
-int kvp_fast_get (kvpool_t *self, const kvp_keys_t *keys, const kvpool_buf_t *const *bufs,
+int kvpc_fast_get (kvpool_t *self, const kvpc_keys_t *keys, const kvpool_buf_t *const *bufs,
                   const size_t *nbufs, int64_t *results);
+
+#pragma GCC visibility pop
 
 #endif

@@ -10,6 +10,7 @@
     With KVPOOL_TEST_ENDPOINT set, it runs against that node instead of starting one (and
     skips the tests that need to stop the node).
 */
+#include <dirent.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdint.h>
@@ -27,16 +28,19 @@
 
 static const char *s_endpoint;
 static testutil_server_t s_server;
+static testutil_server_t s_other; //  the restart test's node
 
 //  The node must never outlive a failed test, least of all stopped by SIGSTOP: kill it on
 //  any exit (CHECK calls exit) and on the signals a test runner sends.
 static void
 s_kill_server (void)
 {
-    if (s_server.pid > 0) {
-        kill (s_server.pid, SIGKILL);
-        unlink (s_server.ready_file);
-    }
+    testutil_server_t *servers[] = {&s_server, &s_other};
+    for (int i = 0; i < 2; i++)
+        if (servers[i]->pid > 0) {
+            kill (servers[i]->pid, SIGKILL);
+            unlink (servers[i]->ready_file);
+        }
 }
 
 static void
@@ -709,6 +713,40 @@ s_test_switch (void)
 
 //  ---- timeouts -------------------------------------------------------------------------------
 
+//  SIGSTOP takes effect asynchronously: wait until every thread of the node is stopped, or a
+//  request sent right after kill could still be answered.
+static void
+s_stop_server (void)
+{
+    CHECK_EQ (kill (s_server.pid, SIGSTOP), 0);
+    char path[64];
+    snprintf (path, sizeof path, "/proc/%d/task", (int) s_server.pid);
+    for (int attempt = 0; attempt < 1000; attempt++) {
+        bool all_stopped = true;
+        DIR *dir = opendir (path);
+        CHECK (dir);
+        struct dirent *entry;
+        while ((entry = readdir (dir)) && all_stopped) {
+            if (entry->d_name[0] == '.')
+                continue;
+            char stat_path[384], line[512];
+            snprintf (stat_path, sizeof stat_path, "%s/%s/stat", path, entry->d_name);
+            FILE *file = fopen (stat_path, "r");
+            if (!file)
+                continue; //  a thread that just ended
+            char *state = fgets (line, sizeof line, file) ? strrchr (line, ')') : NULL;
+            fclose (file);
+            //  "pid (comm) S ...": the state follows the command's closing parenthesis.
+            all_stopped = state && (state[2] == 'T' || state[2] == 't');
+        }
+        closedir (dir);
+        if (all_stopped)
+            return;
+        usleep (2000);
+    }
+    CHECK (!"kvpoold did not stop");
+}
+
 static void
 s_test_timeouts (bool fast)
 {
@@ -716,7 +754,7 @@ s_test_timeouts (bool fast)
     CHECK_EQ (kvpool_put (pool, "late-a", "value a", 7, NULL), KVPOOL_OK);
     CHECK_EQ (kvpool_put (pool, "late-b", "value b", 7, NULL), KVPOOL_OK);
 
-    CHECK_EQ (kill (s_server.pid, SIGSTOP), 0);
+    s_stop_server ();
     int64_t start = s_now_ms ();
     CHECK_EQ (kvpool_ping (pool), KVPOOL_RPC_FAIL);
     int64_t elapsed = s_now_ms () - start;
@@ -747,6 +785,59 @@ s_test_timeouts (bool fast)
     CHECK (memcmp (buffer, "value a", 7) == 0);
     kvpool_remove_all (pool, true);
     kvpool_destroy (&pool);
+}
+
+//  ---- a node restarted under a connected client -------------------------------------------
+
+//  A node restarted on the same endpoint numbers its segments from the start again: the
+//  fast path must not resolve the new node's segment ids against the old node's mappings.
+//  What the fast client writes is read back over the socket by a second client, which sees
+//  what the node really holds.
+static void
+s_test_restart (void)
+{
+    char endpoint[64];
+    snprintf (endpoint, sizeof endpoint, "tcp://127.0.0.1:%d", s_dead_port ());
+    const char *args[] = {"--endpoint", endpoint, "--segment-size", "64MiB", NULL};
+    CHECK_EQ (testutil_server_start (&s_other, args), 0);
+    kvpool_options_t options;
+    kvpool_options_init (&options);
+    options.timeout_ms = 3000;
+    kvpool_t *pool = kvpool_connect (endpoint, &options);
+    CHECK (pool);
+    CHECK (kvpool_fast_path (pool));
+    void *value = s_value (3 * MiB, 600);
+    CHECK_EQ (kvpool_put (pool, "before-restart", value, 3 * MiB, NULL), KVPOOL_OK);
+    free (value);
+    CHECK_EQ (testutil_server_stop (&s_other, SIGTERM), 0);
+    CHECK_EQ (testutil_server_start (&s_other, args), 0);
+
+    //  The same connection, now to the new node (the socket reconnects by itself).
+    value = s_value (3 * MiB, 601);
+    CHECK_EQ (kvpool_put (pool, "after-restart", value, 3 * MiB, NULL), KVPOOL_OK);
+    options.fast_path = 0;
+    kvpool_t *plain = kvpool_connect (endpoint, &options);
+    CHECK (plain);
+    void *data;
+    size_t size;
+    CHECK_EQ (kvpool_get (plain, "after-restart", &data, &size), KVPOOL_OK);
+    CHECK_EQ (size, 3 * MiB);
+    CHECK (memcmp (data, value, size) == 0);
+    free (data);
+    //  And the other way: a value put over the socket, read through the fast path.
+    free (value);
+    value = s_value (2 * MiB, 602);
+    CHECK_EQ (kvpool_put (plain, "socket-put", value, 2 * MiB, NULL), KVPOOL_OK);
+    void *buffer = malloc (2 * MiB);
+    CHECK_EQ (kvpool_get_into (pool, "socket-put", buffer, 2 * MiB), 2 * MiB);
+    CHECK (memcmp (buffer, value, 2 * MiB) == 0);
+    CHECK (kvpool_fast_path (pool));
+    CHECK_EQ (kvpool_exist (pool, "before-restart"), 0);
+    free (buffer);
+    free (value);
+    kvpool_destroy (&plain);
+    kvpool_destroy (&pool);
+    CHECK_EQ (testutil_server_stop (&s_other, SIGTERM), 0);
 }
 
 //  ---- which path moved the bytes ---------------------------------------------------------------
@@ -832,6 +923,8 @@ main (void)
         s_test_timeouts (false);
         s_test_timeouts (true);
         printf ("timeouts: OK\n");
+        s_test_restart ();
+        printf ("restart: OK\n");
         CHECK_EQ (testutil_server_stop (&s_server, SIGTERM), 0);
     }
     return 0;
