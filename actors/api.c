@@ -23,6 +23,7 @@
 
 #include "actors/allocator.h"
 #include "actors/replica_manager.h"
+#include "actors/spin_poll.h"
 #include "actors/transfer_submitter.h"
 #include "messages/kvp_job.h"
 #include "messages/kvpool.pb-c.h"
@@ -31,6 +32,8 @@
 //  GET values smaller than this are copied into the reply (cheaper than a zero-copy handle).
 #define COPY_VALUE_BYTES 8192
 #define OWNER_CHECK_INTERVAL_MS 1000
+//  While jobs are out at the actors, wait this long for their replies before sleeping.
+#define SPIN_US 50
 
 //  The decoded Request lives in a bump arena: protobuf-c would otherwise make one malloc per
 //  key (1000 for a 1000-key EXIST) and as many frees; the arena is a chunk or two, freed at
@@ -911,8 +914,15 @@ api_actor (zsock_t *pipe, void *args)
     zsock_signal (pipe, 0);
     bool drained = false;
     while (!self->terminated) {
-        int64_t wait = self->next_owner_check - zclock_mono ();
-        void *which = zpoller_wait (self->poller, wait > 0 ? (int) wait : 0);
+        void *which = NULL;
+        if (self->in_flight > 0) {
+            zsock_t *actors[] = {self->rm, self->al, self->tx};
+            which = spin_poll (actors, 3, SPIN_US);
+        }
+        if (!which) {
+            int64_t wait = self->next_owner_check - zclock_mono ();
+            which = zpoller_wait (self->poller, wait > 0 ? (int) wait : 0);
+        }
         if (which == pipe)
             s_pipe_command (self);
         else if (which == self->router)

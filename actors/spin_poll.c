@@ -1,0 +1,27 @@
+/*  spin_poll.c - see spin_poll.h. */
+#include "actors/spin_poll.h"
+
+#include <time.h>
+
+static int64_t
+s_now_ns (void)
+{
+    struct timespec ts;
+    clock_gettime (CLOCK_MONOTONIC, &ts);
+    return (int64_t) ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+zsock_t *
+spin_poll (zsock_t **sockets, size_t count, int spin_us)
+{
+    int64_t deadline = s_now_ns () + (int64_t) spin_us * 1000;
+    do {
+        for (size_t i = 0; i < count; i++)
+            if (zsock_events (sockets[i]) & ZMQ_POLLIN)
+                return sockets[i];
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause ();
+#endif
+    } while (s_now_ns () < deadline);
+    return NULL;
+}
