@@ -27,6 +27,7 @@
 #include "actors/transfer_submitter.h"
 #include "messages/kvp_job.h"
 #include "messages/kvpool.pb-c.h"
+#include "messages/shm_index.h"
 
 #define MAX_KEYS_PER_REQUEST 1000000
 //  GET values smaller than this are copied into the reply (cheaper than a zero-copy handle).
@@ -108,6 +109,7 @@ typedef struct {
     char bind_error[256];
     char host_id[64];
     char server_id[96];
+    char index_name[96];   //  the replica-manager's same-machine index
     int64_t started;
     size_t in_flight;      //  jobs out at an actor (client and internal)
     size_t writes_in_flight; //  PUT / PUT_START jobs between reserve and reply
@@ -210,6 +212,8 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
     self->held = zlistx_new ();
     kvp_host_id (self->host_id, sizeof self->host_id);
     snprintf (self->server_id, sizeof self->server_id, "%s/%d", self->host_id, (int) getpid ());
+    if (config->index_slots != 0)
+        shm_index_make_name (self->index_name, sizeof self->index_name, config->instance);
     self->started = zclock_mono ();
     self->next_owner_check = self->started + OWNER_CHECK_INTERVAL_MS;
     self->poller = zpoller_new (pipe, self->router, self->rm, self->al, self->tx, NULL);
@@ -433,6 +437,7 @@ s_reply (self_t *self, kvp_job_t **job_p)
     if (op == KVPOOL__V1__OP__SEGMENTS) {
         reply.host_id = self->host_id;
         reply.server_id = self->server_id;
+        reply.index_name = self->index_name;
     }
     if (op == KVPOOL__V1__OP__STATS) {
         s_fill_stats (self, job, &stats);
@@ -759,6 +764,7 @@ s_handle_request (self_t *self, api_ctx_t *ctx)
         reply.op = KVPOOL__V1__OP__PING;
         reply.host_id = self->host_id;
         reply.server_id = self->server_id;
+        reply.index_name = self->index_name;
         s_send_header (self, ctx, &reply, false);
         s_ctx_destroy (&ctx);
         return;

@@ -52,6 +52,9 @@ static const opt_t s_options[] = {
      "largest value. Default 1GiB (and never more than a segment)"},
     {"workers", OPT_UINT, OFF (workers), 0, 1, 256,
      "transfer worker threads. Default: number of cores"},
+    {"index-slots", OPT_UINT, OFF (index_slots), 0, 0, 1ULL << 30,
+     "slots of the same-machine read index (256 bytes each; 0 disables it). "
+     "Default: one per 32 KiB of pool"},
     {"placement", OPT_PLACEMENT, OFF (placement), 0, 0, 0,
      "replica placement across segments: random or free-ratio. Default random"},
     {"seed", OPT_UINT, OFF (seed), 0, 0, UINT64_MAX, "seed for random placement. Default 1"},
@@ -85,6 +88,7 @@ kvp_config_defaults (kvp_config_t *config)
     config->workers = cores > 0 ? (uint32_t) cores : 2;
     config->placement = KVP_PLACEMENT_RANDOM;
     config->seed = 1;
+    config->index_slots = UINT64_MAX; //  sized by the pool unless set
     config->lookup.key_template = LOOKUP_DEFAULT_KEY_TEMPLATE;
     config->lookup.model = "";
     config->lookup.tp_size = 1;

@@ -32,6 +32,7 @@ typedef struct {
     uint64_t max_key_len;
     uint64_t max_value_size;
     uint32_t workers;
+    uint64_t index_slots;                    //  same-machine read index; 0: sized by the pool
     kvp_placement_t placement;
     uint64_t seed;
     bool verbose;

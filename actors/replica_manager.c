@@ -30,6 +30,7 @@
 #include <regex.h>
 
 #include "messages/kvpool.pb-c.h"
+#include "messages/shm_index.h"
 
 typedef enum { OBJECT_PENDING = 1, OBJECT_COMPLETE = 2 } object_state_t;
 
@@ -49,6 +50,7 @@ struct _kvp_object_t {
     int64_t soft_pin_until;
     bool hard_pin;
     uint32_t next_replica; //  round robin over replicas for reads
+    int64_t index_slot;    //  where it is published in the same-machine index, or -1
 };
 
 typedef struct {
@@ -57,6 +59,7 @@ typedef struct {
     zsock_t *allocator;  //  frees go here
     const kvp_config_t *config;
     zhashx_t *objects;   //  key -> kvp_object_t
+    shm_index_t *index;  //  committed objects published for same-machine readers
     zlistx_t *doomed;    //  removed objects whose space waits for pins to end
     uint64_t next_id;
     int64_t next_sweep;
@@ -137,6 +140,17 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
     zhashx_set_key_hasher (self->objects, s_key_hash);
     self->doomed = zlistx_new ();
     self->next_id = 1;
+    uint64_t slots = config->index_slots;
+    if (slots == UINT64_MAX)
+        slots = config->segments * config->segment_size / (32 * 1024);
+    if (slots) {
+        char name[96];
+        shm_index_make_name (name, sizeof name, config->instance);
+        self->index = shm_index_create (name, slots);
+        if (!self->index)
+            zsys_warning ("replica-manager: no same-machine index %s: %s", name,
+                          strerror (errno));
+    }
     return self;
 }
 
@@ -188,6 +202,10 @@ s_has_pins (kvp_object_t *object, int64_t now)
 static void
 s_object_drop (self_t *self, kvp_object_t *object, kvp_job_t **free_job_p, int64_t now)
 {
+    //  Withdrawn from the index before its space can be freed (see shm_index.h).
+    if (self->index && object->index_slot >= 0)
+        shm_index_remove (self->index, object->index_slot);
+    object->index_slot = -1;
     zhashx_delete (self->objects, object->key);
     if (object->state == OBJECT_PENDING)
         self->pending--;
@@ -222,6 +240,7 @@ s_self_destroy (self_t **self_p)
         s_object_destroy (&doomed);
     }
     zlistx_destroy (&self->doomed);
+    shm_index_destroy (&self->index);
     zsock_destroy (&self->router);
     zsock_destroy (&self->allocator);
     free (self);
@@ -286,6 +305,7 @@ s_reserve (self_t *self, kvp_job_t *job, int64_t now)
                 + (int64_t) (job->soft_pin_ttl_ms ? job->soft_pin_ttl_ms
                                                   : self->config->soft_pin_ttl_ms);
         atomic_init (&object->pins, 0);
+        object->index_slot = -1;
         zhashx_insert (self->objects, object->key, object);
         self->pending++;
         item->object_id = object->id;
@@ -368,6 +388,11 @@ s_commit (self_t *self, kvp_job_t *job, int64_t now)
         }
         object->state = OBJECT_COMPLETE;
         object->busy = false;
+        if (self->index && object->replica_count)
+            object->index_slot =
+                shm_index_insert (self->index, object->key, strlen (object->key),
+                                  object->replicas[0].segment_id, object->replicas[0].offset,
+                                  object->size);
         self->pending--;
         self->bytes_stored += object->size * object->replica_count;
         self->puts++;

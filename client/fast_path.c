@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 int
@@ -62,6 +63,7 @@ s_table_clear (kvpool_t *self)
     s_table_free (self->segments, self->segment_count);
     self->segments = NULL;
     self->segment_count = 0;
+    shm_index_destroy (&self->index);
 }
 
 //  ---- watching the connection ------------------------------------------------------------
@@ -197,6 +199,13 @@ s_refresh (kvpool_t *self, bool strict)
         }
     }
     snprintf (self->server_id, sizeof self->server_id, "%s", server_id);
+    //  The node's read index: kept while it is the same one, else mapped afresh. Without it
+    //  every read asks the node.
+    const char *index_name = msg->index_name ? msg->index_name : "";
+    if (self->index && (!same_node || strcmp (shm_index_name (self->index), index_name) != 0))
+        shm_index_destroy (&self->index);
+    if (!self->index && *index_name)
+        self->index = shm_index_open (index_name);
     kvpc_reply_free (&reply);
     s_table_free (self->segments, self->segment_count);
     self->segments = table;
@@ -272,9 +281,10 @@ s_get_source (kvpool_t *self, Kvpool__V1__KeyReplicas *list, uint64_t size, size
     return NULL;
 }
 
-int
-kvpc_fast_get (kvpool_t *self, const kvpc_keys_t *keys, const kvpool_buf_t *const *bufs,
-              const size_t *nbufs, int64_t *results)
+//  Gets through a pinned replica list (one round trip, RELEASE sent without waiting).
+static int
+s_fast_get_listed (kvpool_t *self, const kvpc_keys_t *keys, const kvpool_buf_t *const *bufs,
+                   const size_t *nbufs, int64_t *results)
 {
     if (keys->count == 0)
         return KVPOOL_OK;
@@ -375,6 +385,160 @@ release:
     kvpc_keys_fini (&fallback);
     free (state);
     kvpc_reply_free (&reply);
+    return rc;
+}
+
+//  ---- the same-machine read index ----------------------------------------------------
+//  Keys the node published in its index are read with no round trip at all: look up,
+//  copy, check the slot did not change during the copy (shm_index.h). Whatever is not
+//  there, or changed under us, takes the replica-list path. A miss is never taken as
+//  "not found": the index is lossy.
+//
+//  The node still learns of these reads: the keys read are sent to it as an EXIST nobody
+//  waits for, which renews their read lease (as a GET over the socket would; the evictor
+//  will want to know what is hot too). A small table of recently touched keys keeps a hot
+//  key from being sent more than once per KVPC_TOUCH_MS.
+
+#define KVPC_TOUCH_SLOTS 4096
+#define KVPC_TOUCH_MS 1000
+
+static int64_t
+s_clock_ms (void)
+{
+    struct timespec ts;
+    clock_gettime (CLOCK_MONOTONIC, &ts);
+    return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+//  Whether the read of a key with this hash should renew its lease now.
+static bool
+s_touch_due (kvpool_t *self, uint64_t hash, int64_t now)
+{
+    if (!self->touched) {
+        self->touched = calloc (KVPC_TOUCH_SLOTS, sizeof *self->touched);
+        self->touched_at = calloc (KVPC_TOUCH_SLOTS, sizeof *self->touched_at);
+        if (!self->touched || !self->touched_at) {
+            free (self->touched);
+            free (self->touched_at);
+            self->touched = NULL;
+            self->touched_at = NULL;
+            return true;
+        }
+    }
+    size_t slot = hash & (KVPC_TOUCH_SLOTS - 1);
+    if (self->touched[slot] == hash && now - self->touched_at[slot] < KVPC_TOUCH_MS)
+        return false;
+    self->touched[slot] = hash;
+    self->touched_at[slot] = now;
+    return true;
+}
+
+static void
+s_touch_send (kvpool_t *self, kvpc_keys_t *touch)
+{
+    if (touch->count == 0)
+        return;
+    Kvpool__V1__Request request = KVPOOL__V1__REQUEST__INIT;
+    request.op = KVPOOL__V1__OP__EXIST;
+    request.n_keys = touch->count;
+    request.keys = touch->keys;
+    kvpc_send_oneway (self, &request);
+}
+
+void
+kvpc_index_forget (kvpool_t *self)
+{
+    free (self->touched);
+    free (self->touched_at);
+    self->touched = NULL;
+    self->touched_at = NULL;
+}
+
+void
+kvpc_index_probe (kvpool_t *self, const kvpc_keys_t *keys, bool as_size, int64_t *results,
+                  kvpc_keys_t *rest)
+{
+    s_check_connection (self);
+    kvpc_keys_t touch;
+    kvpc_keys_init (&touch);
+    int64_t now = s_clock_ms ();
+    for (size_t j = 0; j < keys->count; j++) {
+        size_t i = keys->index[j];
+        shm_index_hit_t hit;
+        if (self->index && self->use_index && !self->segments_stale
+            && shm_index_lookup (self->index, keys->keys[j], strlen (keys->keys[j]), &hit)
+            && hit.size <= INT64_MAX) {
+            results[i] = as_size ? (int64_t) hit.size : 1;
+            if (s_touch_due (self, hit.hash, now))
+                kvpc_keys_add (&touch, keys->keys[j], i);
+        }
+        else if (kvpc_keys_add (rest, keys->keys[j], i))
+            results[i] = KVPOOL_INTERNAL_ERROR;
+    }
+    s_touch_send (self, &touch);
+    kvpc_keys_fini (&touch);
+}
+
+int
+kvpc_fast_get (kvpool_t *self, const kvpc_keys_t *keys, const kvpool_buf_t *const *bufs,
+               const size_t *nbufs, int64_t *results)
+{
+    s_check_connection (self);
+    if (!self->index || !self->use_index || self->segments_stale)
+        return s_fast_get_listed (self, keys, bufs, nbufs, results);
+    kvpc_keys_t rest;
+    kvpc_keys_init (&rest);
+    kvpc_copies_t copies;
+    kvpc_copies_init (&copies);
+    shm_index_hit_t *hits = malloc ((keys->count ? keys->count : 1) * sizeof *hits);
+    bool *copied = calloc (keys->count ? keys->count : 1, sizeof *copied);
+    int rc = KVPOOL_OK;
+    if (!hits || !copied) {
+        free (hits);
+        free (copied);
+        return s_fast_get_listed (self, keys, bufs, nbufs, results);
+    }
+    for (size_t j = 0; j < keys->count; j++) {
+        size_t i = keys->index[j];
+        shm_index_hit_t *hit = &hits[j];
+        const void *source = NULL;
+        if (shm_index_lookup (self->index, keys->keys[j], strlen (keys->keys[j]), hit)
+            && hit->size <= INT64_MAX && kvpc_bufs_capacity (bufs[i], nbufs[i]) >= hit->size)
+            source = hit->size ? s_resolve (self, hit->segment_id, hit->offset, hit->size)
+                               : (const void *) hit;
+        if (source && (hit->size == 0
+                       || kvpc_copies_scatter (&copies, source, hit->size, bufs[i], nbufs[i])
+                              == 0))
+            copied[j] = true;
+        else if (kvpc_keys_add (&rest, keys->keys[j], i))
+            results[i] = KVPOOL_INTERNAL_ERROR;
+    }
+    kvpc_copies_run (self, &copies);
+    //  Only copies whose slot stayed the same are the object's bytes; the rest ask the node
+    //  (their buffers are simply written again).
+    kvpc_keys_t touch;
+    kvpc_keys_init (&touch);
+    int64_t now = s_clock_ms ();
+    for (size_t j = 0; j < keys->count; j++) {
+        if (!copied[j])
+            continue;
+        size_t i = keys->index[j];
+        if (shm_index_still_valid (&hits[j])) {
+            results[i] = (int64_t) hits[j].size;
+            if (s_touch_due (self, hits[j].hash, now))
+                kvpc_keys_add (&touch, keys->keys[j], i);
+        }
+        else if (kvpc_keys_add (&rest, keys->keys[j], i))
+            results[i] = KVPOOL_INTERNAL_ERROR;
+    }
+    s_touch_send (self, &touch);
+    kvpc_keys_fini (&touch);
+    if (rest.count)
+        rc = s_fast_get_listed (self, &rest, bufs, nbufs, results);
+    kvpc_copies_fini (&copies);
+    kvpc_keys_fini (&rest);
+    free (hits);
+    free (copied);
     return rc;
 }
 

@@ -719,6 +719,7 @@ kvpool_connect (const char *endpoint, const kvpool_options_t *options)
                       && strcmp (boot_id, self->host_id) == 0;
     //  The fast path is an optimisation: when anything about it fails, the socket path
     //  does the work.
+    self->use_index = true;
     if (options->fast_path && self->same_host)
         kvpc_fast_path_open (self);
     self->last_error[0] = 0;
@@ -756,6 +757,7 @@ kvpool_destroy (kvpool_t **self_p)
     //  Every call already waited for its zero-copy frames; this is only a safeguard.
     s_zc_wait (self);
     s_ctx_release (self->endpoint);
+    kvpc_index_forget (self);
     free (self->oneway_ids);
     free (self->endpoint);
     free (self);
@@ -780,6 +782,15 @@ bool
 kvpool_fast_path (kvpool_t *self)
 {
     return self && self->fast_path;
+}
+
+bool
+kvpool_set_index (kvpool_t *self, bool enabled)
+{
+    if (!self)
+        return false;
+    self->use_index = enabled;
+    return enabled && self->fast_path && self->index;
 }
 
 const char *
@@ -834,6 +845,19 @@ s_keys_op (kvpool_t *self, Kvpool__V1__Op op, size_t n, const char *const *keys,
     int rc = s_collect_keys (self, n, keys, &sent, results);
     if (rc)
         return rc;
+    //  On the node's machine, keys in its read index are answered without asking it.
+    if (self->fast_path && (op == KVPOOL__V1__OP__EXIST || op == KVPOOL__V1__OP__GET_SIZE)) {
+        kvpc_keys_t rest;
+        kvpc_keys_init (&rest);
+        kvpc_index_probe (self, &sent, op == KVPOOL__V1__OP__GET_SIZE, results, &rest);
+        kvpc_keys_fini (&sent);
+        sent = rest;
+        //  rest may point at its own inline arrays: re-anchor them in the copy.
+        if (rest.keys == rest.inline_keys) {
+            sent.keys = sent.inline_keys;
+            sent.index = sent.inline_index;
+        }
+    }
     if (sent.count == 0) {
         kvpc_keys_fini (&sent);
         return KVPOOL_OK;

@@ -23,6 +23,7 @@
 
 #include "actors/transfer_pool.h"
 #include "alloc/segment.h"
+#include "messages/shm_index.h"
 #include "kvpool.h"
 #include "messages/kvpool.pb-c.h"
 
@@ -57,6 +58,10 @@ struct _kvpool_t {
     kvpc_mapped_segment_t *segments;
     size_t segment_count;
     char server_id[128];       //  the node whose segments are mapped (SEGMENTS)
+    shm_index_t *index;        //  the node's same-machine read index (read-only), or NULL
+    bool use_index;            //  reads may be served from it (kvpool_set_index)
+    uint64_t *touched;         //  KVPC_TOUCH_SLOTS key hashes whose lease we renewed ...
+    int64_t *touched_at;       //  ... and when (ms), so hot keys are not touched every read
     void *monitor;             //  PAIR receiving the socket's connect/disconnect events
     bool segments_stale;       //  the connection changed: the table must be listed again
     transfer_pool_t *pool;     //  created on the first large batch
@@ -172,6 +177,12 @@ int kvpc_fast_put (kvpool_t *self, const kvpc_keys_t *keys, const kvpc_value_t *
                   const kvpool_put_options_t *opts, int64_t *results);
 int kvpc_fast_get (kvpool_t *self, const kvpc_keys_t *keys, const kvpool_buf_t *const *bufs,
                   const size_t *nbufs, int64_t *results);
+//  Answers EXIST (as_size false: 1) or GET_SIZE (as_size true: the size) for the keys the
+//  same-machine index holds; adds the others, with their caller index, to rest.
+void kvpc_index_probe (kvpool_t *self, const kvpc_keys_t *keys, bool as_size, int64_t *results,
+                       kvpc_keys_t *rest);
+//  Frees the table of recently touched keys.
+void kvpc_index_forget (kvpool_t *self);
 
 #pragma GCC visibility pop
 

@@ -94,6 +94,13 @@ void kvpool_destroy (kvpool_t **self_p);
 bool kvpool_set_fast_path (kvpool_t *self, bool enabled);
 bool kvpool_fast_path (kvpool_t *self);
 
+//  With the fast path on, gets into caller buffers, exist and get-size first look in the
+//  node's same-machine read index (a shared-memory table of committed objects): no round
+//  trip at all. Such reads are validated against concurrent removal but take no lease;
+//  switch the index off to have every read ask the node. On by default. Returns true if
+//  reads now use the index.
+bool kvpool_set_index (kvpool_t *self, bool enabled);
+
 //  The reason text of the last error reply from the server ("" if none).
 const char *kvpool_last_error (kvpool_t *self);
 

@@ -20,6 +20,7 @@
 #include "lookup_server/lookup_request.h"
 #include "lookup_server/lookup_server.h"
 #include "messages/kvp_job.h"
+#include "messages/shm_index.h"
 
 typedef struct {
     const char *name;
@@ -30,6 +31,7 @@ static selftest_t s_tests[] = {
     {"kvpool_status", kvpool_status_test},
     {"kvp_config", kvp_config_test},
     {"kvp_job", kvp_job_test},
+    {"shm_index", shm_index_test},
     {"segment", segment_test},
     {"segment_arena", segment_arena_test},
     {"transfer_pool", transfer_pool_test},

@@ -290,7 +290,11 @@ s_test_values (kvpool_t *pool, const char *prefix)
     CHECK_EQ (kvpool_get_into (pool, key, NULL, 10), KVPOOL_INVALID_PARAMS);
     CHECK_EQ (kvpool_exist (pool, key), 0);
 
-    //  A read lease holds an object against a remove without force.
+    //  A read lease holds an object against a remove without force. Reads served from the
+    //  same-machine index take none, so this one is made to ask the node.
+    bool indexed = kvpool_set_index (pool, true);
+    CHECK (indexed == kvpool_fast_path (pool)); //  the fast path maps the node's index
+    kvpool_set_index (pool, false);
     s_key (key, sizeof key, prefix, "leased", 0);
     CHECK_EQ (kvpool_put (pool, key, "leased", 6, NULL), KVPOOL_OK);
     CHECK_EQ (kvpool_get_into (pool, key, buffer, sizeof buffer), 6);
@@ -298,6 +302,21 @@ s_test_values (kvpool_t *pool, const char *prefix)
     CHECK_EQ (kvpool_exist (pool, key), 1);
     CHECK_EQ (kvpool_remove (pool, key, true), KVPOOL_OK);
     CHECK_EQ (kvpool_exist (pool, key), 0);
+    kvpool_set_index (pool, true);
+    if (indexed) {
+        //  An index read: the right bytes, and a removed key is gone from the index.
+        s_key (key, sizeof key, prefix, "indexed", 0);
+        CHECK_EQ (kvpool_put (pool, key, "indexed", 7, NULL), KVPOOL_OK);
+        memset (buffer, 0, sizeof buffer);
+        CHECK_EQ (kvpool_get_into (pool, key, buffer, sizeof buffer), 7);
+        CHECK (memcmp (buffer, "indexed", 7) == 0);
+        CHECK_EQ (kvpool_get_size (pool, key), 7);
+        //  The read renewed the key's lease through the node, like a socket GET.
+        CHECK_EQ (kvpool_remove (pool, key, false), KVPOOL_OBJECT_HAS_LEASE);
+        CHECK_EQ (kvpool_remove (pool, key, true), KVPOOL_OK);
+        CHECK_EQ (kvpool_exist (pool, key), 0);
+        CHECK_EQ (kvpool_get_into (pool, key, buffer, sizeof buffer), KVPOOL_OBJECT_NOT_FOUND);
+    }
 
     //  Put options reach the node: soft and hard pins, replica count.
     kvpool_put_options_t opts = {.soft_pin = true, .soft_pin_ttl_ms = 60000};
@@ -751,6 +770,8 @@ static void
 s_test_timeouts (bool fast)
 {
     kvpool_t *pool = s_connect (fast, 300);
+    //  Reads from the same-machine index would still succeed with the node stopped.
+    kvpool_set_index (pool, false);
     CHECK_EQ (kvpool_put (pool, "late-a", "value a", 7, NULL), KVPOOL_OK);
     CHECK_EQ (kvpool_put (pool, "late-b", "value b", 7, NULL), KVPOOL_OK);
 
