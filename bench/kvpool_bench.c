@@ -83,7 +83,7 @@
 
 enum { OP_PUT, OP_GET, OP_COUNT };
 enum { PATH_TCP, PATH_TCP_ZC, PATH_LOCAL, PATH_REDIS, PATH_REDIS_PIPE, PATH_COUNT };
-enum { EX_KV_HIT, EX_KV_MISS, EX_REDIS_PIPE, EX_REDIS_MULTI, EX_COUNT };
+enum { EX_KV_HIT, EX_KV_MISS, EX_LOCAL_HIT, EX_LOCAL_MISS, EX_REDIS_PIPE, EX_REDIS_MULTI, EX_COUNT };
 enum { SECTION_KV, SECTION_EXIST };
 
 #define SIZE_COUNT 4
@@ -93,10 +93,20 @@ static const int s_batches[2] = {1, BATCH};
 static const char *s_op_names[OP_COUNT] = {"put", "get"};
 static const char *s_path_names[PATH_COUNT] = {"kvpool tcp", "kvpool tcp zero-copy",
                                                "kvpool same-machine", "redis", "redis pipelined"};
-static const char *s_exist_names[EX_COUNT] = {"kvpool tcp, all present", "kvpool tcp, all absent",
-                                              "redis, all present", "redis, all present"};
-static const char *s_exist_apis[EX_COUNT] = {"kvpool_exist_batch", "kvpool_exist_batch",
-                                             "1000 pipelined EXISTS", "EXISTS k1..k1000 (count)"};
+static const char *s_exist_names[EX_COUNT] = {
+    "kvpool tcp, all present",          "kvpool tcp, all absent",
+    "kvpool same-machine, present",     "kvpool same-machine, absent",
+    "redis, all present",               "redis, all present"};
+static const char *s_exist_apis[EX_COUNT] = {
+    "kvpool_exist_batch",    "kvpool_exist_batch",       "kvpool_exist_batch (index)",
+    "kvpool_exist_batch (index)", "1000 pipelined EXISTS", "EXISTS k1..k1000 (count)"};
+
+//  A kvpool exist row: which keys, and over which connection.
+static bool
+s_exist_is_kvpool (int row)
+{
+    return row == EX_KV_HIT || row == EX_KV_MISS || row == EX_LOCAL_HIT || row == EX_LOCAL_MISS;
+}
 
 //  Children to stop from the signal handler; only async-signal-safe calls touch them there.
 static volatile pid_t s_kvpoold_pid;
@@ -868,12 +878,14 @@ s_put_verify (bench_t *self, const job_t *job, int rep, uint64_t calls)
 static int
 s_exist_call (bench_t *self, int row)
 {
-    if (row == EX_KV_HIT || row == EX_KV_MISS) {
-        const char *const *keys = row == EX_KV_HIT ? self->hitp : self->missp;
-        int expected = row == EX_KV_HIT;
-        int rc = kvpool_exist_batch (self->tcp, EXIST_KEYS, keys, self->status);
+    if (s_exist_is_kvpool (row)) {
+        bool hit = row == EX_KV_HIT || row == EX_LOCAL_HIT;
+        const char *const *keys = hit ? self->hitp : self->missp;
+        int expected = hit;
+        kvpool_t *client = row == EX_LOCAL_HIT || row == EX_LOCAL_MISS ? self->local : self->tcp;
+        int rc = kvpool_exist_batch (client, EXIST_KEYS, keys, self->status);
         if (rc != KVPOOL_OK) {
-            s_kv_error (self, self->tcp, "kvpool_exist_batch", rc);
+            s_kv_error (self, client, "kvpool_exist_batch", rc);
             return -1;
         }
         for (int i = 0; i < EXIST_KEYS; i++)
@@ -943,6 +955,8 @@ s_job_path (const job_t *job)
 {
     if (job->section == SECTION_KV)
         return job->path;
+    if (job->row == EX_LOCAL_HIT || job->row == EX_LOCAL_MISS)
+        return PATH_LOCAL;
     return job->row == EX_KV_HIT || job->row == EX_KV_MISS ? PATH_TCP : PATH_REDIS;
 }
 
@@ -1252,6 +1266,7 @@ s_section_exist (bench_t *self)
             fprintf (stderr, "kvpool-bench: %s\n", self->why);
             self->errors++;
             self->exist[EX_KV_HIT].failed = self->exist[EX_KV_MISS].failed = true;
+            self->exist[EX_LOCAL_HIT].failed = self->exist[EX_LOCAL_MISS].failed = true;
         }
     }
     if (self->path_ok[PATH_REDIS]) {
@@ -1301,7 +1316,7 @@ s_section_exist (bench_t *self)
         s_print_number (9, "%.1f", s_latency_us (result, 0.50));
         s_print_number (9, "%.1f", s_latency_us (result, 0.99));
         printf (" %7llu", (unsigned long long)result->calls);
-        if (row == EX_KV_HIT || row == EX_KV_MISS)
+        if (s_exist_is_kvpool (row))
             s_print_number (7, "%.2fx", s_rate (result) / redis_rate);
         printf ("\n");
     }
@@ -1340,6 +1355,10 @@ s_print_summary (bench_t *self)
         printf ("exist %d keys tcp: kvpool %.3g M keys/s, redis %.3g M keys/s (1000 pipelined "
                 "EXISTS), ratio %.2gx\n",
                 EXIST_KEYS, rate / 1e6, redis_rate / 1e6, rate / redis_rate);
+        double local = s_rate (&self->exist[EX_LOCAL_HIT]);
+        printf ("exist %d keys same-machine: kvpool %.3g M keys/s, redis %.3g M keys/s, ratio "
+                "%.2gx\n",
+                EXIST_KEYS, local / 1e6, redis_rate / 1e6, local / redis_rate);
     }
     if (self->do_kv) {
         int s = 0, b = 0;
@@ -1380,14 +1399,22 @@ s_print_summary (bench_t *self)
                 "(memcpy reference %.2f GB/s)\n",
                 local >= 12 ? "MET" : "MISS", local, s_rate (&self->memcpy_result) / 1e9);
         double p50 = s_latency_us (&self->kv[OP_GET][0][0][PATH_TCP], 0.5);
+        double local_p50 = s_latency_us (&self->kv[OP_GET][0][0][PATH_LOCAL], 0.5);
         double redis_p50 = s_latency_us (&self->kv[OP_GET][0][0][PATH_REDIS], 0.5);
-        printf ("%-4s 4 KiB get p50 <= redis p50 (tcp, one key per call): kvpool %.1f us, "
-                "redis %.1f us\n",
+        printf ("%-4s 4 KiB get p50 <= redis p50, same machine (kvpool_get_into, read index): "
+                "kvpool %.1f us, redis %.1f us\n",
+                local_p50 <= redis_p50 ? "MET" : "MISS", local_p50, redis_p50);
+        printf ("%-4s 4 KiB get p50 <= redis p50, tcp loopback (one key per call): kvpool %.1f "
+                "us, redis %.1f us\n",
                 p50 <= redis_p50 ? "MET" : "MISS", p50, redis_p50);
     }
     if (self->do_exist) {
         double rate = s_rate (&self->exist[EX_KV_HIT]) / 1e6;
-        printf ("%-4s batch exist 1000 keys >= 3 M keys/s: %.2f M keys/s\n",
+        double local = s_rate (&self->exist[EX_LOCAL_HIT]) / 1e6;
+        printf ("%-4s batch exist 1000 keys >= 3 M keys/s, same machine (read index): %.2f M "
+                "keys/s\n",
+                local >= 3 ? "MET" : "MISS", local);
+        printf ("%-4s batch exist 1000 keys >= 3 M keys/s, tcp loopback: %.2f M keys/s\n",
                 rate >= 3 ? "MET" : "MISS", rate);
     }
     fflush (stdout);
