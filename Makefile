@@ -127,10 +127,13 @@ $(BIN)/test_%: $(OBJ)/tests/test_%.o $(OBJ)/tests/testutil.o $(LIB)/libkvpool-al
 	$(CC) $(LDFLAGS) -o $@ $^ $(SERVER_LIBS)
 
 # ---- running -------------------------------------------------------------------------
-run: deps all
+# deps runs to completion before anything is compiled (the build needs its packages).
+run: deps
+	$(MAKE) all
 	$(BIN)/kvpoold --segment-size 1GiB
 
-test: deps all
+test: deps
+	$(MAKE) all
 	BIN=$(BIN) SANITIZE=$(SANITIZE) bash tests/run.sh
 
 check: test
