@@ -18,10 +18,11 @@ run_one() {
   local name=$1 limit=$2
   shift 2
   local log="$LOGDIR/${name//\//_}.log"
-  local start=$(date +%s.%N)
+  local start=$(date +%s%N)
   if timeout --kill-after=10 "$limit" "$@" >"$log" 2>&1; then
     pass=$((pass + 1))
-    printf 'PASS %-45s %6.2fs\n' "$name" "$(echo "$(date +%s.%N) - $start" | bc)"
+    local ms=$(( ($(date +%s%N) - start) / 1000000 ))
+    printf 'PASS %-45s %4d.%02ds\n' "$name" $((ms / 1000)) $((ms % 1000 / 10))
   else
     local rc=$?
     fail=$((fail + 1))
