@@ -590,6 +590,12 @@ s_advance (self_t *self, kvp_job_t *job, kvp_job_kind_t done)
         return;
     }
     job->kind = next;
+    if (next == KVP_TX_WRITE && transfer_job_bytes (job) < TRANSFER_INLINE_BYTES) {
+        //  Small puts are copied here: the hop would cost more than the copy.
+        transfer_job_copy (job);
+        s_advance (self, job, KVP_TX_WRITE);
+        return;
+    }
     zsock_t *target = next <= KVP_RM_STATS ? self->rm : next <= KVP_AL_UNMOUNT ? self->al : self->tx;
     if (done == KVP_JOB_NONE && s_is_write (job->op))
         self->writes_in_flight++;

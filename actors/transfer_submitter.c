@@ -18,8 +18,6 @@
 
 #include "actors/transfer_pool.h"
 
-//  Jobs with fewer bytes than this are copied inline on the actor's thread.
-#define INLINE_COPY_BYTES (64 * 1024)
 
 typedef struct _pending_t {
     kvp_job_t *job;
@@ -61,8 +59,8 @@ s_on_done (transfer_batch_t *batch, void *arg)
     (void) batch;
 }
 
-static uint64_t
-s_job_bytes (kvp_job_t *job)
+uint64_t
+transfer_job_bytes (kvp_job_t *job)
 {
     uint64_t bytes = 0;
     for (size_t i = 0; i < job->count; i++)
@@ -71,17 +69,23 @@ s_job_bytes (kvp_job_t *job)
     return bytes;
 }
 
+void
+transfer_job_copy (kvp_job_t *job)
+{
+    for (size_t i = 0; i < job->count; i++) {
+        kvp_item_t *item = &job->items[i];
+        if (item->status != KVPOOL_OK || !item->src)
+            continue;
+        for (uint32_t r = 0; r < item->replica_count; r++)
+            memcpy (item->replicas[r].addr, item->src, item->size);
+    }
+}
+
 static void
 s_write (self_t *self, kvp_job_t *job, zframe_t **reply_to_p)
 {
-    if (s_job_bytes (job) < INLINE_COPY_BYTES) {
-        for (size_t i = 0; i < job->count; i++) {
-            kvp_item_t *item = &job->items[i];
-            if (item->status != KVPOOL_OK || !item->src)
-                continue;
-            for (uint32_t r = 0; r < item->replica_count; r++)
-                memcpy (item->replicas[r].addr, item->src, item->size);
-        }
+    if (transfer_job_bytes (job) < TRANSFER_INLINE_BYTES) {
+        transfer_job_copy (job);
         kvp_job_reply (self->router, reply_to_p, job);
         return;
     }

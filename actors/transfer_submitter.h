@@ -22,6 +22,15 @@
 //  The actor; args is a const kvp_config_t * (workers) that outlives it.
 void transfer_submitter_actor (zsock_t *pipe, void *args);
 
+//  Jobs that move fewer bytes than this are copied where they are: a hop to the actor (a
+//  thread wake-up, tens of microseconds here) costs more than the copy.
+#define TRANSFER_INLINE_BYTES (64 * 1024)
+
+//  Bytes a KVP_TX_WRITE job copies (every OK item's value into each of its replicas).
+uint64_t transfer_job_bytes (kvp_job_t *job);
+//  Does a KVP_TX_WRITE job's copies on the calling thread, which owns the job.
+void transfer_job_copy (kvp_job_t *job);
+
 void transfer_submitter_test (bool verbose);
 
 #endif
