@@ -22,6 +22,7 @@
 #include <sys/mman.h>
 
 #include "actors/allocator.h"
+#include "actors/endpoints.h"
 #include "actors/replica_manager.h"
 #include "actors/spin_poll.h"
 #include "actors/transfer_submitter.h"
@@ -897,20 +898,8 @@ s_pipe_command (self_t *self)
     char *command = zmsg_popstr (msg);
     if (!command || streq (command, "$TERM"))
         self->terminated = true;
-    else if (streq (command, "ENDPOINTS")) {
-        zmsg_t *reply = zmsg_new ();
-        if (self->bind_error[0]) {
-            zmsg_addstr (reply, "ERROR");
-            zmsg_addstr (reply, self->bind_error);
-        }
-        else {
-            zmsg_addstr (reply, "OK");
-            for (char *endpoint = (char *) zlistx_first (self->endpoints); endpoint;
-                 endpoint = (char *) zlistx_next (self->endpoints))
-                zmsg_addstr (reply, endpoint);
-        }
-        zmsg_send (&reply, self->pipe);
-    }
+    else if (streq (command, "ENDPOINTS"))
+        kvp_endpoints_reply (self->pipe, self->endpoints, self->bind_error);
     else if (streq (command, "DRAIN")) {
         self->draining = true;
         zpoller_remove (self->poller, self->router);

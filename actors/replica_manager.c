@@ -95,28 +95,12 @@ s_object_destroy (kvp_object_t **object_p)
     }
 }
 
-//  The table's hash: keys are long (a connector key is ~100 bytes) and every lookup hashes
-//  one, so this mixes 8 bytes per step instead of CZMQ's default byte-at-a-time hash, which
-//  was the largest single cost of a 1000-key EXIST.
+//  The table hashes keys 8 bytes per step (shm_index_hash) instead of CZMQ's byte-at-a-time
+//  default, which was the largest single cost of a 1000-key EXIST.
 static size_t
 s_key_hash (const void *key)
 {
-    const unsigned char *bytes = (const unsigned char *) key;
-    size_t len = strlen ((const char *) key);
-    uint64_t hash = 0x243F6A8885A308D3ULL ^ (len * 0x9E3779B97F4A7C15ULL);
-    while (len >= 8) {
-        uint64_t word;
-        memcpy (&word, bytes, 8);
-        hash = (hash ^ word) * 0xFF51AFD7ED558CCDULL;
-        hash ^= hash >> 32;
-        bytes += 8;
-        len -= 8;
-    }
-    uint64_t tail = 0;
-    memcpy (&tail, bytes, len);
-    hash = (hash ^ tail) * 0xC4CEB9FE1A85EC53ULL;
-    hash ^= hash >> 29;
-    return (size_t) hash;
+    return (size_t) shm_index_hash ((const char *) key, strlen ((const char *) key));
 }
 
 static self_t *

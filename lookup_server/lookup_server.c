@@ -23,6 +23,8 @@
 */
 #include "lookup_server/lookup_server.h"
 
+#include "actors/endpoints.h"
+
 #include "kvpool.h"
 #include "lookup_server/lookup_keys.h"
 #include "lookup_server/lookup_request.h"
@@ -328,20 +330,8 @@ s_handle_pipe (self_t *self)
     char *command = zmsg_popstr (msg);
     if (command && streq (command, "$TERM"))
         self->terminated = true;
-    else if (command && streq (command, "ENDPOINTS")) {
-        zmsg_t *reply = zmsg_new ();
-        if (self->error) {
-            zmsg_addstr (reply, "ERROR");
-            zmsg_addstr (reply, self->error);
-        }
-        else {
-            zmsg_addstr (reply, "OK");
-            for (char *endpoint = (char *) zlistx_first (self->endpoints); endpoint;
-                 endpoint = (char *) zlistx_next (self->endpoints))
-                zmsg_addstr (reply, endpoint);
-        }
-        zmsg_send (&reply, self->pipe);
-    }
+    else if (command && streq (command, "ENDPOINTS"))
+        kvp_endpoints_reply (self->pipe, self->endpoints, self->error);
     else
         zsys_error ("lookup_server: unknown pipe command '%s'", command ? command : "");
     zstr_free (&command);

@@ -61,8 +61,8 @@ struct _shm_index_t {
     size_t count;
 };
 
-static uint64_t
-s_hash (const char *key, size_t len)
+uint64_t
+shm_index_hash (const char *key, size_t len)
 {
     const unsigned char *bytes = (const unsigned char *) key;
     uint64_t hash = 0x243F6A8885A308D3ULL ^ (len * 0x9E3779B97F4A7C15ULL);
@@ -196,7 +196,7 @@ shm_index_insert (shm_index_t *self, const char *key, size_t key_len, uint32_t s
     assert (self->owner);
     if (key_len == 0 || key_len > SHM_INDEX_KEY_MAX)
         return -1;
-    uint64_t hash = s_hash (key, key_len);
+    uint64_t hash = shm_index_hash (key, key_len);
     for (uint64_t probe = 0; probe < PROBE_MAX; probe++) {
         uint64_t index = (hash + probe) & self->mask;
         slot_t *slot = &self->slots[index];
@@ -242,7 +242,7 @@ shm_index_lookup (shm_index_t *self, const char *key, size_t key_len, shm_index_
 {
     if (key_len == 0 || key_len > SHM_INDEX_KEY_MAX)
         return false;
-    uint64_t hash = s_hash (key, key_len);
+    uint64_t hash = shm_index_hash (key, key_len);
     for (uint64_t probe = 0; probe < PROBE_MAX; probe++) {
         slot_t *slot = &self->slots[(hash + probe) & self->mask];
         uint64_t seq = atomic_load_explicit (&slot->seq, memory_order_acquire);

@@ -50,6 +50,10 @@ void shm_index_destroy (shm_index_t **self_p);
 const char *shm_index_name (shm_index_t *self);
 size_t shm_index_slots (shm_index_t *self);
 
+//  The 64-bit hash of a key the index uses (never 0). Mixes 8 bytes per step: keys are long
+//  (a connector key is ~100 bytes). The replica-manager's table uses it too.
+uint64_t shm_index_hash (const char *key, size_t len);
+
 //  Writes "/kvpool-<pid>-<instance>-index" into buf.
 void shm_index_make_name (char *buf, size_t size, const char *instance);
 

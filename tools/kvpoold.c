@@ -14,39 +14,12 @@
 #include "actors/allocator.h"
 #include "actors/api.h"
 #include "actors/config.h"
+#include "actors/endpoints.h"
 #include "actors/replica_manager.h"
 #include "actors/transfer_submitter.h"
 #include "lookup_server/lookup_server.h"
 
 #define DRAIN_TIMEOUT_MS 30000
-
-//  Reads a reply "OK" + endpoints (or "ERROR" + reason) from an actor's ENDPOINTS command.
-//  Returns the endpoints (caller destroys) or NULL after printing the error.
-static zlist_t *
-s_endpoints (zactor_t *actor, const char *what)
-{
-    zstr_send (actor, "ENDPOINTS");
-    zmsg_t *reply = zmsg_recv (actor);
-    char *status = reply ? zmsg_popstr (reply) : NULL;
-    zlist_t *endpoints = NULL;
-    if (status && streq (status, "OK")) {
-        endpoints = zlist_new ();
-        zlist_autofree (endpoints);
-        char *endpoint;
-        while ((endpoint = zmsg_popstr (reply))) {
-            zlist_append (endpoints, endpoint);
-            zstr_free (&endpoint);
-        }
-    }
-    else {
-        char *reason = reply ? zmsg_popstr (reply) : NULL;
-        fprintf (stderr, "kvpoold: %s: %s\n", what, reason ? reason : "no answer");
-        zstr_free (&reason);
-    }
-    zstr_free (&status);
-    zmsg_destroy (&reply);
-    return endpoints;
-}
 
 static int
 s_write_ready_file (const char *path, zlist_t *endpoints, zlist_t *admin)
@@ -103,7 +76,7 @@ main (int argc, char **argv)
         goto shutdown;
     }
     zstr_free (&al_status);
-    endpoints = s_endpoints (api, "client endpoint");
+    endpoints = kvp_endpoints_ask (api, "client endpoint");
     if (!endpoints)
         goto shutdown;
 
@@ -111,7 +84,7 @@ main (int argc, char **argv)
     snprintf (store_endpoint, sizeof store_endpoint, "inproc://%s-api", config.instance);
     lookup_server_args_t lookup_args = {&config, store_endpoint};
     lookup = zactor_new (lookup_server_actor, &lookup_args);
-    admin = s_endpoints (lookup, "admin endpoint");
+    admin = kvp_endpoints_ask (lookup, "admin endpoint");
     if (!admin)
         goto shutdown;
 

@@ -1,0 +1,45 @@
+/*  endpoints.c - the ENDPOINTS pipe command (see endpoints.h). */
+#include "actors/endpoints.h"
+
+int
+kvp_endpoints_reply (zsock_t *pipe, zlistx_t *endpoints, const char *error)
+{
+    zmsg_t *reply = zmsg_new ();
+    if (error && *error) {
+        zmsg_addstr (reply, "ERROR");
+        zmsg_addstr (reply, error);
+    }
+    else {
+        zmsg_addstr (reply, "OK");
+        for (char *endpoint = (char *) zlistx_first (endpoints); endpoint;
+             endpoint = (char *) zlistx_next (endpoints))
+            zmsg_addstr (reply, endpoint);
+    }
+    return zmsg_send (&reply, pipe);
+}
+
+zlist_t *
+kvp_endpoints_ask (zactor_t *actor, const char *what)
+{
+    zstr_send (actor, "ENDPOINTS");
+    zmsg_t *reply = zmsg_recv (actor);
+    char *status = reply ? zmsg_popstr (reply) : NULL;
+    zlist_t *endpoints = NULL;
+    if (status && streq (status, "OK")) {
+        endpoints = zlist_new ();
+        zlist_autofree (endpoints);
+        char *endpoint;
+        while ((endpoint = zmsg_popstr (reply))) {
+            zlist_append (endpoints, endpoint);
+            zstr_free (&endpoint);
+        }
+    }
+    else {
+        char *reason = reply ? zmsg_popstr (reply) : NULL;
+        fprintf (stderr, "kvpoold: %s: %s\n", what, reason ? reason : "no answer");
+        zstr_free (&reason);
+    }
+    zstr_free (&status);
+    zmsg_destroy (&reply);
+    return endpoints;
+}

@@ -1,0 +1,20 @@
+/*  endpoints.h - the ENDPOINTS pipe command that socket-owning actors answer.
+
+    An actor that binds sockets (the api, the lookup server) tells its parent where it
+    listens with one message: "OK" followed by one frame per bound endpoint (ephemeral ports
+    resolved), or "ERROR" followed by the reason the bind failed. The daemon asks each actor
+    once at start and writes the answers into its ready file.
+*/
+#ifndef KVP_ENDPOINTS_H_INCLUDED
+#define KVP_ENDPOINTS_H_INCLUDED
+
+#include <czmq.h>
+
+//  Answers ENDPOINTS on pipe: error (when not NULL or "") or the endpoints (strings).
+int kvp_endpoints_reply (zsock_t *pipe, zlistx_t *endpoints, const char *error);
+
+//  Asks an actor for its endpoints. Returns them (caller destroys the list) or NULL after
+//  printing "kvpoold: <what>: <reason>" on stderr.
+zlist_t *kvp_endpoints_ask (zactor_t *actor, const char *what);
+
+#endif
