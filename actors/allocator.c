@@ -29,7 +29,7 @@ typedef struct {
     segment_arena_t *arena;
     char owner[64];
     bool draining;
-    kvp_job_t *unmount_job;     //  waiting for the arena to empty
+    kvp_job_t *unmount_job; //  waiting for the arena to empty
     zframe_t *unmount_reply_to;
     int64_t unmount_deadline;
 } seg_t;
@@ -41,7 +41,7 @@ typedef struct {
     zlistx_t *segments; //  seg_t, in id order
     uint32_t next_id;
     uint64_t rng;
-    char error[200];    //  why the node's own segments could not be made
+    char error[200]; //  why the node's own segments could not be made
     bool terminated;
 } self_t;
 
@@ -116,9 +116,8 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
         segment_make_name (name, sizeof name, config->instance, i);
         segment_t *segment = segment_new (name, config->segment_size, config->lock_memory);
         if (!segment || !s_seg_add (self, segment, NULL)) {
-            snprintf (self->error, sizeof self->error,
-                      "cannot create segment %u of %llu bytes: %s", i,
-                      (unsigned long long) config->segment_size, strerror (errno));
+            snprintf (self->error, sizeof self->error, "cannot create segment %u of %llu bytes: %s",
+                      i, (unsigned long long) config->segment_size, strerror (errno));
             segment_destroy (&segment);
             break;
         }
@@ -135,8 +134,7 @@ s_self_destroy (self_t **self_p)
     seg_t *seg = (seg_t *) zlistx_first (self->segments);
     while (seg) {
         if (seg->unmount_job) {
-            kvp_job_fail (seg->unmount_job, KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS,
-                          "shutting down");
+            kvp_job_fail (seg->unmount_job, KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS, "shutting down");
             kvp_job_reply (self->router, &seg->unmount_reply_to, seg->unmount_job);
         }
         s_seg_destroy (&seg);
@@ -300,8 +298,7 @@ s_mount (self_t *self, kvp_job_t *job)
     }
     segment_t *segment = segment_open (name, job->segment_size);
     if (!segment) {
-        kvp_job_fail (job, KVPOOL_SEGMENT_NOT_FOUND, "cannot map %s: %s", name,
-                      strerror (errno));
+        kvp_job_fail (job, KVPOOL_SEGMENT_NOT_FOUND, "cannot map %s: %s", name, strerror (errno));
         return;
     }
     seg_t *seg = s_seg_add (self, segment, job->owner);
@@ -548,9 +545,9 @@ allocator_test (bool verbose)
     assert (on_client->items[0].replicas[0].segment_id == 4);
     memcpy (on_client->items[0].replicas[0].addr, "hello", 5);
     //  The node's mapping and the client's are the same bytes.
-    assert (memcmp ((char *) segment_base (client) + on_client->items[0].replicas[0].offset,
-                    "hello", 5)
-            == 0);
+    assert (
+        memcmp ((char *) segment_base (client) + on_client->items[0].replicas[0].offset, "hello", 5)
+        == 0);
     kvp_job_t *unmount = kvp_job_new (KVP_AL_UNMOUNT, 0);
     unmount->segment_id = 4;
     assert (kvp_job_send (al, unmount) == 0);

@@ -106,16 +106,16 @@ typedef struct {
     zsock_t *rm, *al, *tx;
     zpoller_t *poller;
     const kvp_config_t *config;
-    zlistx_t *endpoints;   //  resolved endpoint strings
+    zlistx_t *endpoints; //  resolved endpoint strings
     char bind_error[256];
     char host_id[64];
     char server_id[96];
-    char index_name[96];   //  the replica-manager's same-machine index
+    char index_name[96]; //  the replica-manager's same-machine index
     int64_t started;
-    size_t in_flight;      //  jobs out at an actor (client and internal)
+    size_t in_flight;        //  jobs out at an actor (client and internal)
     size_t writes_in_flight; //  PUT / PUT_START jobs between reserve and reply
-    zlistx_t *resets;      //  RESET jobs waiting for the writes to drain
-    zlistx_t *held;        //  puts that arrived during a reset
+    zlistx_t *resets;        //  RESET jobs waiting for the writes to drain
+    zlistx_t *held;          //  puts that arrived during a reset
     bool reset_running;
     bool draining;
     int64_t next_owner_check;
@@ -255,8 +255,7 @@ s_send_header (self_t *self, api_ctx_t *ctx, Kvpool__V1__Reply *reply, bool more
     self->requests++;
     if (reply->status != KVPOOL_OK)
         self->errors++;
-    if (s_send_frame (socket, zframe_data (ctx->routing_id), zframe_size (ctx->routing_id),
-                      true)
+    if (s_send_frame (socket, zframe_data (ctx->routing_id), zframe_size (ctx->routing_id), true)
         == -1)
         return -1;
     if (ctx->envelope && s_send_frame (socket, NULL, 0, true) == -1)
@@ -322,9 +321,8 @@ s_fill_stats (self_t *self, kvp_job_t *job, Kvpool__V1__Stats *stats)
     stats->bytes_stored = job->stats.bytes_stored;
     stats->bytes_allocated = job->stats.bytes_allocated;
     stats->bytes_mounted = job->stats.bytes_mounted;
-    stats->utilisation = job->stats.bytes_mounted
-                             ? (double) job->stats.bytes_stored / job->stats.bytes_mounted
-                             : 0;
+    stats->utilisation =
+        job->stats.bytes_mounted ? (double) job->stats.bytes_stored / job->stats.bytes_mounted : 0;
     stats->segments = job->stats.segments;
     stats->requests = self->requests;
     stats->errors = self->errors;
@@ -529,33 +527,26 @@ s_next_stage (kvp_job_t *job, kvp_job_kind_t done)
             return KVP_JOB_NONE;
         case KVPOOL__V1__OP__GET: return done == KVP_JOB_NONE ? KVP_RM_GET : KVP_JOB_NONE;
         case KVPOOL__V1__OP__EXIST: return done == KVP_JOB_NONE ? KVP_RM_EXIST : KVP_JOB_NONE;
-        case KVPOOL__V1__OP__GET_SIZE:
-            return done == KVP_JOB_NONE ? KVP_RM_GET_SIZE : KVP_JOB_NONE;
+        case KVPOOL__V1__OP__GET_SIZE: return done == KVP_JOB_NONE ? KVP_RM_GET_SIZE : KVP_JOB_NONE;
         case KVPOOL__V1__OP__GET_REPLICA_LIST:
             return done == KVP_JOB_NONE ? KVP_RM_REPLICA_LIST : KVP_JOB_NONE;
-        case KVPOOL__V1__OP__RELEASE:
-            return done == KVP_JOB_NONE ? KVP_RM_RELEASE : KVP_JOB_NONE;
-        case KVPOOL__V1__OP__PUT_END:
-            return done == KVP_JOB_NONE ? KVP_RM_COMMIT : KVP_JOB_NONE;
-        case KVPOOL__V1__OP__PUT_REVOKE:
-            return done == KVP_JOB_NONE ? KVP_RM_REVOKE : KVP_JOB_NONE;
-        case KVPOOL__V1__OP__REMOVE:
-            return done == KVP_JOB_NONE ? KVP_RM_REMOVE : KVP_JOB_NONE;
+        case KVPOOL__V1__OP__RELEASE: return done == KVP_JOB_NONE ? KVP_RM_RELEASE : KVP_JOB_NONE;
+        case KVPOOL__V1__OP__PUT_END: return done == KVP_JOB_NONE ? KVP_RM_COMMIT : KVP_JOB_NONE;
+        case KVPOOL__V1__OP__PUT_REVOKE: return done == KVP_JOB_NONE ? KVP_RM_REVOKE : KVP_JOB_NONE;
+        case KVPOOL__V1__OP__REMOVE: return done == KVP_JOB_NONE ? KVP_RM_REMOVE : KVP_JOB_NONE;
         case KVPOOL__V1__OP__REMOVE_BY_REGEX:
             return done == KVP_JOB_NONE ? KVP_RM_REMOVE_REGEX : KVP_JOB_NONE;
         case KVPOOL__V1__OP__REMOVE_ALL:
-        case KVPOOL__V1__OP__RESET:
-            return done == KVP_JOB_NONE ? KVP_RM_REMOVE_ALL : KVP_JOB_NONE;
+        case KVPOOL__V1__OP__RESET: return done == KVP_JOB_NONE ? KVP_RM_REMOVE_ALL : KVP_JOB_NONE;
         case KVPOOL__V1__OP__STATS:
-            return done == KVP_JOB_NONE ? KVP_RM_STATS
+            return done == KVP_JOB_NONE   ? KVP_RM_STATS
                    : done == KVP_RM_STATS ? KVP_AL_STATS
                                           : KVP_JOB_NONE;
-        case KVPOOL__V1__OP__SEGMENTS:
-            return done == KVP_JOB_NONE ? KVP_AL_SEGMENTS : KVP_JOB_NONE;
+        case KVPOOL__V1__OP__SEGMENTS: return done == KVP_JOB_NONE ? KVP_AL_SEGMENTS : KVP_JOB_NONE;
         case KVPOOL__V1__OP__MOUNT_SEGMENT:
             return done == KVP_JOB_NONE ? KVP_AL_MOUNT : KVP_JOB_NONE;
         case KVPOOL__V1__OP__UNMOUNT_SEGMENT:
-            return done == KVP_JOB_NONE ? KVP_RM_REMOVE_SEGMENT
+            return done == KVP_JOB_NONE            ? KVP_RM_REMOVE_SEGMENT
                    : done == KVP_RM_REMOVE_SEGMENT ? KVP_AL_UNMOUNT
                                                    : KVP_JOB_NONE;
         default: return KVP_JOB_NONE;
@@ -597,7 +588,9 @@ s_advance (self_t *self, kvp_job_t *job, kvp_job_kind_t done)
         s_advance (self, job, KVP_TX_WRITE);
         return;
     }
-    zsock_t *target = next <= KVP_RM_STATS ? self->rm : next <= KVP_AL_UNMOUNT ? self->al : self->tx;
+    zsock_t *target = next <= KVP_RM_STATS     ? self->rm
+                      : next <= KVP_AL_UNMOUNT ? self->al
+                                               : self->tx;
     if (done == KVP_JOB_NONE && s_is_write (job->op))
         self->writes_in_flight++;
     if (kvp_job_send (target, job) == 0)
@@ -815,8 +808,8 @@ s_client_message (self_t *self)
         return;
     }
     s_arena_prepare (ctx, zframe_size (header));
-    ctx->request = kvpool__v1__request__unpack (&ctx->allocator, zframe_size (header),
-                                                zframe_data (header));
+    ctx->request =
+        kvpool__v1__request__unpack (&ctx->allocator, zframe_size (header), zframe_data (header));
     zframe_destroy (&header);
     if (!ctx->request) {
         zmsg_destroy (&msg);
@@ -844,8 +837,7 @@ s_check_owners (self_t *self)
     s_advance (self, job, KVP_JOB_NONE);
 }
 
-static void
-s_owners_listed (self_t *self, kvp_job_t *job);
+static void s_owners_listed (self_t *self, kvp_job_t *job);
 
 //  A job came back from an actor.
 static void
@@ -872,8 +864,8 @@ s_owners_listed (self_t *self, kvp_job_t *job)
             continue;
         if (kill (pid, 0) == 0 || errno != ESRCH)
             continue;
-        zsys_info ("kvpoold: owner of segment %u (%s) is gone: unmounting it",
-                   job->segments[i].id, job->segments[i].name);
+        zsys_info ("kvpoold: owner of segment %u (%s) is gone: unmounting it", job->segments[i].id,
+                   job->segments[i].name);
         kvp_job_t *unmount = kvp_job_new (KVP_JOB_NONE, 0);
         unmount->op = KVPOOL__V1__OP__UNMOUNT_SEGMENT;
         unmount->segment_id = job->segments[i].id;

@@ -46,8 +46,7 @@ static const opt_t s_options[] = {
      "Default 30000"},
     {"soft-pin-ttl", OPT_UINT, OFF (soft_pin_ttl_ms), 0, 1, UINT32_MAX * 1000ULL,
      "default soft pin lifetime in ms. Default 1800000"},
-    {"max-key-len", OPT_UINT, OFF (max_key_len), 0, 1, 65536,
-     "longest key in bytes. Default 4096"},
+    {"max-key-len", OPT_UINT, OFF (max_key_len), 0, 1, 65536, "longest key in bytes. Default 4096"},
     {"max-value-size", OPT_SIZE, OFF (max_value_size), 0, 1, 1ULL << 40,
      "largest value. Default 1GiB (and never more than a segment)"},
     {"workers", OPT_UINT, OFF (workers), 0, 1, 256,
@@ -108,10 +107,22 @@ kvp_parse_size (const char *text, uint64_t *size_p)
         return -1;
     double scale = 1;
     switch (tolower ((unsigned char) *end)) {
-        case 'k': scale = 1024.0; end++; break;
-        case 'm': scale = 1024.0 * 1024; end++; break;
-        case 'g': scale = 1024.0 * 1024 * 1024; end++; break;
-        case 't': scale = 1024.0 * 1024 * 1024 * 1024; end++; break;
+        case 'k':
+            scale = 1024.0;
+            end++;
+            break;
+        case 'm':
+            scale = 1024.0 * 1024;
+            end++;
+            break;
+        case 'g':
+            scale = 1024.0 * 1024 * 1024;
+            end++;
+            break;
+        case 't':
+            scale = 1024.0 * 1024 * 1024 * 1024;
+            end++;
+            break;
         default: break;
     }
     if (scale > 1 && tolower ((unsigned char) *end) == 'i')
@@ -150,12 +161,8 @@ s_set (kvp_config_t *config, const opt_t *opt, const char *value)
     char *base = (char *) config;
     uint64_t number = 0;
     switch (opt->kind) {
-        case OPT_FLAG:
-            *(bool *) (base + opt->offset) = true;
-            return 0;
-        case OPT_STRING:
-            *(const char **) (base + opt->offset) = value;
-            return 0;
+        case OPT_FLAG: *(bool *) (base + opt->offset) = true; return 0;
+        case OPT_STRING: *(const char **) (base + opt->offset) = value; return 0;
         case OPT_LIST: {
             size_t *count = (size_t *) (base + opt->count_offset);
             if (*count >= KVP_MAX_ENDPOINTS) {
@@ -171,8 +178,8 @@ s_set (kvp_config_t *config, const opt_t *opt, const char *value)
             else if (!strcmp (value, "free-ratio"))
                 *(kvp_placement_t *) (base + opt->offset) = KVP_PLACEMENT_FREE_RATIO;
             else {
-                fprintf (stderr, "kvpoold: --%s takes random or free-ratio, not '%s'\n",
-                         opt->name, value);
+                fprintf (stderr, "kvpoold: --%s takes random or free-ratio, not '%s'\n", opt->name,
+                         value);
                 return -1;
             }
             return 0;
@@ -209,12 +216,12 @@ kvp_config_usage (FILE *out)
     fprintf (out, "usage: kvpoold [OPTION...]\n"
                   "Serves the kvpool store (role all: master and node in one process).\n\n");
     for (const opt_t *opt = s_options; opt->name; opt++) {
-        const char *arg = opt->kind == OPT_FLAG       ? ""
-                          : opt->kind == OPT_SIZE     ? " SIZE"
-                          : opt->kind == OPT_UINT     ? " N"
-                          : opt->kind == OPT_LIST     ? " ENDPOINT"
+        const char *arg = opt->kind == OPT_FLAG        ? ""
+                          : opt->kind == OPT_SIZE      ? " SIZE"
+                          : opt->kind == OPT_UINT      ? " N"
+                          : opt->kind == OPT_LIST      ? " ENDPOINT"
                           : opt->kind == OPT_PLACEMENT ? " POLICY"
-                                                      : " VALUE";
+                                                       : " VALUE";
         char left[64];
         snprintf (left, sizeof left, "--%s%s", opt->name, arg);
         fprintf (out, "  %-28s %s\n", left, opt->help);
@@ -239,7 +246,8 @@ kvp_config_parse (kvp_config_t *config, int argc, char **argv)
         const char *eq = strchr (name, '=');
         size_t name_len = eq ? (size_t) (eq - name) : strlen (name);
         const opt_t *opt = s_options;
-        while (opt->name && !(strlen (opt->name) == name_len && !strncmp (opt->name, name, name_len)))
+        while (opt->name
+               && !(strlen (opt->name) == name_len && !strncmp (opt->name, name, name_len)))
             opt++;
         if (!opt->name) {
             fprintf (stderr, "kvpoold: unknown option '%s' (see --help)\n", arg);
@@ -280,9 +288,9 @@ kvp_config_test (bool verbose)
 
     kvp_config_t config;
     kvp_config_defaults (&config);
-    char *args[] = {"--segment-size", "256MiB", "--segments=3", "--endpoint", "tcp://a",
-                    "--endpoint", "ipc://@b", "--placement", "free-ratio", "--lock-memory",
-                    "--lookup-tp-size", "2"};
+    char *args[] = {"--segment-size", "256MiB",        "--segments=3",     "--endpoint",
+                    "tcp://a",        "--endpoint",    "ipc://@b",         "--placement",
+                    "free-ratio",     "--lock-memory", "--lookup-tp-size", "2"};
     assert (kvp_config_parse (&config, 12, args) == 0);
     assert (config.segment_size == 256ULL << 20 && config.segments == 3);
     assert (config.endpoint_count == 2 && !strcmp (config.endpoints[1], "ipc://@b"));

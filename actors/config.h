@@ -17,7 +17,7 @@
 typedef enum { KVP_PLACEMENT_RANDOM = 0, KVP_PLACEMENT_FREE_RATIO = 1 } kvp_placement_t;
 
 typedef struct {
-    char instance[32];                       //  names this store's inproc endpoints
+    char instance[32];                        //  names this store's inproc endpoints
     const char *endpoints[KVP_MAX_ENDPOINTS]; //  client ROUTER binds
     size_t endpoint_count;
     const char *admin_endpoints[KVP_MAX_ENDPOINTS];
@@ -27,12 +27,12 @@ typedef struct {
     uint32_t segments;
     bool lock_memory;
     uint64_t lease_ttl_ms;
-    uint64_t put_timeout_ms;                 //  discard timeout of an uncommitted put-start
+    uint64_t put_timeout_ms; //  discard timeout of an uncommitted put-start
     uint64_t soft_pin_ttl_ms;
     uint64_t max_key_len;
     uint64_t max_value_size;
     uint32_t workers;
-    uint64_t index_slots;                    //  same-machine read index; 0: sized by the pool
+    uint64_t index_slots; //  same-machine read index; 0: sized by the pool
     kvp_placement_t placement;
     uint64_t seed;
     bool verbose;

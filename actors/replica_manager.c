@@ -36,11 +36,11 @@ typedef enum { OBJECT_PENDING = 1, OBJECT_COMPLETE = 2 } object_state_t;
 
 struct _kvp_object_t {
     char *key;
-    uint64_t id;          //  unique for the life of the actor; guards stale job references
+    uint64_t id; //  unique for the life of the actor; guards stale job references
     uint64_t size;
     object_state_t state;
-    bool busy;            //  a server-side put is still moving this object's bytes
-    bool bound;           //  replicas recorded
+    bool busy;  //  a server-side put is still moving this object's bytes
+    bool bound; //  replicas recorded
     uint32_t replica_count;
     kvp_replica_t replicas[KVP_MAX_REPLICAS];
     atomic_int pins;      //  zero-copy sends in flight
@@ -55,18 +55,18 @@ struct _kvp_object_t {
 
 typedef struct {
     zsock_t *pipe;
-    zsock_t *router;     //  jobs from the api and the lookup server
-    zsock_t *allocator;  //  frees go here
+    zsock_t *router;    //  jobs from the api and the lookup server
+    zsock_t *allocator; //  frees go here
     const kvp_config_t *config;
-    zhashx_t *objects;   //  key -> kvp_object_t
-    shm_index_t *index;  //  committed objects published for same-machine readers
-    zlistx_t *doomed;    //  removed objects whose space waits for pins to end
+    zhashx_t *objects;  //  key -> kvp_object_t
+    shm_index_t *index; //  committed objects published for same-machine readers
+    zlistx_t *doomed;   //  removed objects whose space waits for pins to end
     uint64_t next_id;
     int64_t next_sweep;
     size_t pending;
     uint64_t bytes_stored;
     uint64_t puts, gets, get_hits, removes, revoked;
-    size_t frees_out;    //  free jobs the allocator has not handed back yet
+    size_t frees_out; //  free jobs the allocator has not handed back yet
     bool terminated;
 } self_t;
 
@@ -132,8 +132,7 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
         shm_index_make_name (name, sizeof name, config->instance);
         self->index = shm_index_create (name, slots);
         if (!self->index)
-            zsys_warning ("replica-manager: no same-machine index %s: %s", name,
-                          strerror (errno));
+            zsys_warning ("replica-manager: no same-machine index %s: %s", name, strerror (errno));
     }
     return self;
 }
@@ -255,8 +254,8 @@ s_fill_replicas (kvp_item_t *item, kvp_object_t *object, bool rotate)
     item->size = object->size;
     item->replica_count = object->replica_count;
     //  Reads rotate over the replicas to spread hot keys; the chosen one comes first.
-    uint32_t first = rotate && object->replica_count ? object->next_replica++ % object->replica_count
-                                                     : 0;
+    uint32_t first =
+        rotate && object->replica_count ? object->next_replica++ % object->replica_count : 0;
     for (uint32_t r = 0; r < object->replica_count; r++)
         item->replicas[r] = object->replicas[(first + r) % object->replica_count];
 }
@@ -338,9 +337,8 @@ s_commit (self_t *self, kvp_job_t *job, int64_t now)
             if (!object) {
                 //  Revoked under us (a reset): the space the job wrote is ours to free.
                 if (item->replica_count) {
-                    kvp_object_t ghost = {.size = item->size,
-                                          .bound = true,
-                                          .replica_count = item->replica_count};
+                    kvp_object_t ghost = {
+                        .size = item->size, .bound = true, .replica_count = item->replica_count};
                     memcpy (ghost.replicas, item->replicas, sizeof ghost.replicas);
                     s_free_replicas (&free_job, &ghost);
                 }
@@ -373,10 +371,9 @@ s_commit (self_t *self, kvp_job_t *job, int64_t now)
         object->state = OBJECT_COMPLETE;
         object->busy = false;
         if (self->index && object->replica_count)
-            object->index_slot =
-                shm_index_insert (self->index, object->key, strlen (object->key),
-                                  object->replicas[0].segment_id, object->replicas[0].offset,
-                                  object->size);
+            object->index_slot = shm_index_insert (self->index, object->key, strlen (object->key),
+                                                   object->replicas[0].segment_id,
+                                                   object->replicas[0].offset, object->size);
         self->pending--;
         self->bytes_stored += object->size * object->replica_count;
         self->puts++;
@@ -429,9 +426,7 @@ s_read (self_t *self, kvp_job_t *job, int64_t now)
                 item->object = object;
                 s_fill_replicas (item, object, true);
                 break;
-            case KVP_RM_EXIST:
-                object->lease_until = lease_until;
-                break;
+            case KVP_RM_EXIST: object->lease_until = lease_until; break;
             case KVP_RM_REPLICA_LIST:
                 object->lease_until = lease_until;
                 if (job->pin)
@@ -444,8 +439,7 @@ s_read (self_t *self, kvp_job_t *job, int64_t now)
                 else
                     object->client_pins--;
                 break;
-            default:
-                break;
+            default: break;
         }
     }
 }

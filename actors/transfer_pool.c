@@ -158,8 +158,8 @@ s_deque_grow (transfer_worker_t *w, size_t need)
 static inline bool
 s_deque_looks_empty (transfer_worker_t *w)
 {
-    return atomic_load_explicit (&w->top, memory_order_relaxed) ==
-           atomic_load_explicit (&w->bottom, memory_order_relaxed);
+    return atomic_load_explicit (&w->top, memory_order_relaxed)
+           == atomic_load_explicit (&w->bottom, memory_order_relaxed);
 }
 
 //  The owner's end: the most recently pushed task.
@@ -259,7 +259,7 @@ s_task_run (transfer_task_t *task)
 static void *
 s_worker_main (void *args)
 {
-    transfer_worker_t *me = (transfer_worker_t *)args;
+    transfer_worker_t *me = (transfer_worker_t *) args;
     transfer_pool_t *self = me->pool;
     int spins = 0;
     while (true) {
@@ -345,7 +345,7 @@ transfer_pool_new (int workers, size_t chunk_size)
     self->chunk_size = chunk_size ? chunk_size : TRANSFER_DEFAULT_CHUNK;
     pthread_mutex_init (&self->sleep_lock, NULL);
     pthread_cond_init (&self->wake, NULL);
-    size_t bytes = (size_t)workers * sizeof (transfer_worker_t);
+    size_t bytes = (size_t) workers * sizeof (transfer_worker_t);
     self->workers = aligned_alloc (_Alignof(transfer_worker_t), bytes);
     if (!self->workers) {
         self->worker_count = 0;
@@ -428,7 +428,7 @@ s_wake_workers (transfer_pool_t *self, size_t tasks)
         return;
     pthread_mutex_lock (&self->sleep_lock);
     //  Wake no more workers than there are tasks: a one-task batch need not stir a big pool.
-    if (tasks >= (size_t)sleepers)
+    if (tasks >= (size_t) sleepers)
         pthread_cond_broadcast (&self->wake);
     else
         for (size_t i = 0; i < tasks; i++)
@@ -457,8 +457,8 @@ transfer_pool_submit (transfer_pool_t *self, transfer_batch_t *batch)
     for (size_t i = 0; i < batch->copy_count; i++) {
         transfer_copy_t *copy = &batch->copies[i];
         for (size_t offset = 0; offset < copy->len; offset += chunk) {
-            tasks[k].dst = (char *)copy->dst + offset;
-            tasks[k].src = (const char *)copy->src + offset;
+            tasks[k].dst = (char *) copy->dst + offset;
+            tasks[k].src = (const char *) copy->src + offset;
             tasks[k].len = copy->len - offset < chunk ? copy->len - offset : chunk;
             tasks[k].batch = batch;
             k++;
@@ -470,7 +470,7 @@ transfer_pool_submit (transfer_pool_t *self, transfer_batch_t *batch)
 
     //  Task k goes to worker (start + k) mod N. Continuing the rotor from where the last batch
     //  ended spreads a stream of small batches over all workers.
-    size_t n = (size_t)self->worker_count;
+    size_t n = (size_t) self->worker_count;
     size_t start = atomic_fetch_add_explicit (&self->rotor, task_count, memory_order_relaxed) % n;
     size_t lanes = task_count < n ? task_count : n;
     for (size_t lane = 0; lane < lanes; lane++) {
@@ -549,15 +549,15 @@ transfer_batch_wait (transfer_pool_t *self, transfer_batch_t *batch)
     assert (!batch->done);
     //  Help while the batch is unfinished and there is anything queued. Each helper starts its
     //  scan at a different deque so that several helpers do not all queue on worker 0's lock.
-    int first = (int)(atomic_load_explicit (&self->rotor, memory_order_relaxed) %
-                      (size_t)self->worker_count);
+    int first = (int) (atomic_load_explicit (&self->rotor, memory_order_relaxed)
+                       % (size_t) self->worker_count);
     while (atomic_load_explicit (&batch->remaining, memory_order_acquire) > 0) {
         transfer_task_t *task = s_steal_any (self, first, -1);
         if (!task) {
             //  Our last tasks are running on workers; give them a moment before sleeping.
             for (int spin = 0; spin < TRANSFER_SPIN_ROUNDS; spin++) {
-                if (atomic_load_explicit (&batch->remaining, memory_order_acquire) == 0 ||
-                    s_any_work (self))
+                if (atomic_load_explicit (&batch->remaining, memory_order_acquire) == 0
+                    || s_any_work (self))
                     break;
                 s_cpu_relax ();
             }
@@ -631,8 +631,8 @@ s_test_done_fini (test_done_t *d)
 static void
 s_test_done (transfer_batch_t *batch, void *arg)
 {
-    (void)batch;
-    test_done_t *d = (test_done_t *)arg;
+    (void) batch;
+    test_done_t *d = (test_done_t *) arg;
     pthread_mutex_lock (&d->lock);
     d->completed++;
     pthread_cond_broadcast (&d->cond);
@@ -643,8 +643,8 @@ s_test_done (transfer_batch_t *batch, void *arg)
 static void
 s_test_blocking_done (transfer_batch_t *batch, void *arg)
 {
-    (void)batch;
-    test_done_t *d = (test_done_t *)arg;
+    (void) batch;
+    test_done_t *d = (test_done_t *) arg;
     pthread_mutex_lock (&d->lock);
     d->entered = true;
     pthread_cond_broadcast (&d->cond);
@@ -683,7 +683,7 @@ s_test_fill (uint8_t *buf, size_t len, uint32_t seed)
         x ^= x << 13;
         x ^= x >> 17;
         x ^= x << 5;
-        buf[i] = (uint8_t)x;
+        buf[i] = (uint8_t) x;
     }
 }
 
@@ -701,7 +701,7 @@ s_test_dst_check (uint8_t *dst, const uint8_t *src, size_t len)
 {
     assert (len == 0 || memcmp (dst, src, len) == 0);
     for (size_t i = 0; i < TEST_GUARD; i++) {
-        assert (dst[-1 - (ptrdiff_t)i] == TEST_GUARD_BYTE);
+        assert (dst[-1 - (ptrdiff_t) i] == TEST_GUARD_BYTE);
         assert (dst[len + i] == TEST_GUARD_BYTE);
     }
 }
@@ -733,7 +733,7 @@ s_test_sizes (transfer_pool_t *pool, size_t chunk, bool use_wait)
     uint64_t bytes = 0, tasks = 0;
     for (size_t i = 0; i < count; i++) {
         src[i] = s_alloc (sizes[i] + 1);
-        s_test_fill (src[i], sizes[i], (uint32_t)i + 1);
+        s_test_fill (src[i], sizes[i], (uint32_t) i + 1);
         dst[i] = s_test_dst_new (sizes[i]);
         transfer_batch_add_copy (batch, dst[i], src[i], sizes[i]);
         bytes += sizes[i];
@@ -772,10 +772,10 @@ s_test_random_batch (transfer_batch_t *batch, const uint8_t *src, uint8_t *dst, 
     size_t at = 0;
     *count = 1 + rand_r (seed) % 8;
     for (size_t i = 0; i < *count; i++) {
-        size_t len = (size_t)rand_r (seed) % (TEST_REGION / 8 - 64);
+        size_t len = (size_t) rand_r (seed) % (TEST_REGION / 8 - 64);
         if (rand_r (seed) % 5 == 0)
             len = 0;
-        offsets[i] = (size_t)rand_r (seed) % (TEST_REGION - len);
+        offsets[i] = (size_t) rand_r (seed) % (TEST_REGION - len);
         lens[i] = len;
         transfer_batch_add_copy (batch, dst + at, src + offsets[i], len);
         at += len;
@@ -796,7 +796,7 @@ s_test_random_check (const uint8_t *src, const uint8_t *dst, const size_t *offse
 static void *
 s_test_submitter (void *args)
 {
-    test_thread_t *t = (test_thread_t *)args;
+    test_thread_t *t = (test_thread_t *) args;
     uint8_t *dst_cb = s_alloc (TEST_REGION);
     uint8_t *dst_wait = s_alloc (TEST_REGION);
     test_done_t done;
@@ -856,8 +856,8 @@ transfer_pool_test (bool verbose)
     tasks += s_test_sizes (pool, chunk, false);
     assert (transfer_pool_tasks_run (pool) == tasks);
     if (verbose)
-        printf (" sizes: %llu tasks, %llu stolen\n", (unsigned long long)tasks,
-                (unsigned long long)transfer_pool_tasks_stolen (pool));
+        printf (" sizes: %llu tasks, %llu stolen\n", (unsigned long long) tasks,
+                (unsigned long long) transfer_pool_tasks_stolen (pool));
 
     //  Empty batches complete at once: the callback runs before submit returns.
     test_done_t done;
@@ -895,7 +895,7 @@ transfer_pool_test (bool verbose)
     pthread_t threads[TEST_THREADS];
     test_thread_t args[TEST_THREADS];
     for (int i = 0; i < TEST_THREADS; i++) {
-        args[i] = (test_thread_t){pool, shared_src, (uint32_t)i * 7919 + 1};
+        args[i] = (test_thread_t){pool, shared_src, (uint32_t) i * 7919 + 1};
         int rc = pthread_create (&threads[i], NULL, s_test_submitter, &args[i]);
         assert (rc == 0);
     }
@@ -903,8 +903,8 @@ transfer_pool_test (bool verbose)
         pthread_join (threads[i], NULL);
     if (verbose)
         printf (" concurrent: %llu tasks run, %llu stolen\n",
-                (unsigned long long)transfer_pool_tasks_run (pool),
-                (unsigned long long)transfer_pool_tasks_stolen (pool));
+                (unsigned long long) transfer_pool_tasks_run (pool),
+                (unsigned long long) transfer_pool_tasks_stolen (pool));
     transfer_pool_destroy (&pool);
     assert (pool == NULL);
     transfer_pool_destroy (&pool);
@@ -935,7 +935,7 @@ transfer_pool_test (bool verbose)
     uint64_t stolen = transfer_pool_tasks_stolen (pool) - stolen_before;
     if (verbose)
         printf (" stealing: %llu of 64 tasks stolen from the held worker\n",
-                (unsigned long long)stolen);
+                (unsigned long long) stolen);
     //  Round-robin gave the held worker exactly half, and only the free worker could run them.
     assert (stolen == 32);
     pthread_mutex_lock (&held.lock);
@@ -1004,5 +1004,5 @@ transfer_pool_test (bool verbose)
     clock_gettime (CLOCK_MONOTONIC, &t1);
     if (verbose)
         printf (" transfer_pool_test: %.3f s\n",
-                (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9);
+                (double) (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9);
 }

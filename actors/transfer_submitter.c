@@ -18,7 +18,6 @@
 
 #include "actors/transfer_pool.h"
 
-
 typedef struct _pending_t {
     kvp_job_t *job;
     zframe_t *reply_to;
@@ -102,8 +101,7 @@ s_write (self_t *self, kvp_job_t *job, zframe_t **reply_to_p)
         if (item->status != KVPOOL_OK || !item->src)
             continue;
         for (uint32_t r = 0; r < item->replica_count; r++)
-            transfer_batch_add_copy (pending->batch, item->replicas[r].addr, item->src,
-                                     item->size);
+            transfer_batch_add_copy (pending->batch, item->replicas[r].addr, item->src, item->size);
     }
     self->in_flight++;
     transfer_pool_submit (self->pool, pending->batch);

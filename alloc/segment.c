@@ -76,7 +76,7 @@ s_segment_map (const char *name, int fd, size_t size, bool owner)
     void *base = mmap (NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (base == MAP_FAILED)
         return NULL;
-    segment_t *self = (segment_t *)calloc (1, sizeof (segment_t));
+    segment_t *self = (segment_t *) calloc (1, sizeof (segment_t));
     if (!self) {
         munmap (base, size);
         errno = ENOMEM;
@@ -98,7 +98,7 @@ s_segment_map (const char *name, int fd, size_t size, bool owner)
 segment_t *
 segment_new (const char *name, size_t size, bool lock)
 {
-    if (!s_name_valid (name) || size == 0 || size > (size_t)INT64_MAX) {
+    if (!s_name_valid (name) || size == 0 || size > (size_t) INT64_MAX) {
         errno = EINVAL;
         return NULL;
     }
@@ -108,13 +108,13 @@ segment_new (const char *name, size_t size, bool lock)
     //  Refuse what tmpfs cannot hold now, rather than SIGBUS on a later write. f_blocks is 0
     //  on a tmpfs mounted without a size limit.
     struct statvfs fs;
-    if (fstatvfs (fd, &fs) == 0 && fs.f_blocks > 0 &&
-        (uint64_t)fs.f_bavail * fs.f_frsize < (uint64_t)size) {
+    if (fstatvfs (fd, &fs) == 0 && fs.f_blocks > 0
+        && (uint64_t) fs.f_bavail * fs.f_frsize < (uint64_t) size) {
         errno = ENOSPC;
         s_cleanup (fd, name);
         return NULL;
     }
-    if (ftruncate (fd, (off_t)size) == -1) {
+    if (ftruncate (fd, (off_t) size) == -1) {
         s_cleanup (fd, name);
         return NULL;
     }
@@ -133,7 +133,7 @@ segment_new (const char *name, size_t size, bool lock)
 segment_t *
 segment_open (const char *name, size_t size)
 {
-    if (!s_name_valid (name) || size == 0 || size > (size_t)INT64_MAX) {
+    if (!s_name_valid (name) || size == 0 || size > (size_t) INT64_MAX) {
         errno = EINVAL;
         return NULL;
     }
@@ -146,7 +146,7 @@ segment_open (const char *name, size_t size)
         return NULL;
     }
     //  Mapping past the end of the object would SIGBUS on first touch.
-    if (st.st_size < 0 || (uint64_t)st.st_size < (uint64_t)size) {
+    if (st.st_size < 0 || (uint64_t) st.st_size < (uint64_t) size) {
         errno = EINVAL;
         s_cleanup (fd, NULL);
         return NULL;
@@ -205,7 +205,7 @@ void
 segment_make_name (char *buf, size_t buf_size, const char *tag, unsigned index)
 {
     assert (buf && buf_size > 0);
-    snprintf (buf, buf_size, "/kvpool-%ld-%s-%u", (long)getpid (), tag ? tag : "", index);
+    snprintf (buf, buf_size, "/kvpool-%ld-%s-%u", (long) getpid (), tag ? tag : "", index);
     //  A '/' in the tag would make the name invalid for shm_open.
     for (char *c = buf + 1; *c; c++)
         if (*c == '/')
@@ -274,9 +274,9 @@ segment_test (bool verbose)
     assert (strcmp (segment_name (seg), name) == 0);
     assert (!segment_locked (seg));
     assert (s_name_exists (name));
-    unsigned char *a = (unsigned char *)segment_base (seg);
+    unsigned char *a = (unsigned char *) segment_base (seg);
     for (size_t i = 0; i < size; i += 4096)
-        a[i] = (unsigned char)(i / 4096 + 1);
+        a[i] = (unsigned char) (i / 4096 + 1);
     a[size - 1] = 0xA5;
 
     //  The name is taken: a second create fails, the object is untouched.
@@ -287,10 +287,10 @@ segment_test (bool verbose)
     //  A second mapping by name sees the same bytes, both ways.
     segment_t *view = segment_open (name, size);
     assert (view);
-    unsigned char *b = (unsigned char *)segment_base (view);
+    unsigned char *b = (unsigned char *) segment_base (view);
     assert (b != a);
     for (size_t i = 0; i < size; i += 4096)
-        assert (b[i] == (unsigned char)(i / 4096 + 1));
+        assert (b[i] == (unsigned char) (i / 4096 + 1));
     assert (b[size - 1] == 0xA5);
     b[12345] = 0x5A;
     assert (a[12345] == 0x5A);
@@ -302,7 +302,7 @@ segment_test (bool verbose)
         segment_t *child = segment_open (name, size);
         if (!child)
             _exit (1);
-        unsigned char *c = (unsigned char *)segment_base (child);
+        unsigned char *c = (unsigned char *) segment_base (child);
         int rc = c[size - 1] == 0xA5 ? 0 : 2;
         c[size - 2] = 0x3C;
         segment_destroy (&child);
@@ -317,7 +317,7 @@ segment_test (bool verbose)
     //  A smaller view is fine; a view larger than the object is refused.
     segment_t *small = segment_open (name, 4096);
     assert (small);
-    assert (((unsigned char *)segment_base (small))[0] == 1);
+    assert (((unsigned char *) segment_base (small))[0] == 1);
     segment_destroy (&small);
     assert (small == NULL);
     errno = 0;
@@ -361,7 +361,7 @@ segment_test (bool verbose)
     assert (!s_name_exists (name));
     //  More than tmpfs can hold is refused up front and leaves no name behind.
     errno = 0;
-    segment_t *huge = segment_new (name, (size_t)1 << 60, false);
+    segment_t *huge = segment_new (name, (size_t) 1 << 60, false);
     assert (huge == NULL);
     assert (errno == ENOSPC || errno == EFBIG || errno == EINVAL || errno == ENOMEM);
     assert (!s_name_exists (name));

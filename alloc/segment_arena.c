@@ -68,7 +68,7 @@
 
 //  jemalloc's HUGEPAGE on x86-64 and most other targets: base (metadata) blocks are
 //  requested with this alignment and data extents never are.
-#define S_META_ALIGN ((size_t)2 << 20)
+#define S_META_ALIGN ((size_t) 2 << 20)
 //  Metadata blocks grow geometrically, so 64 cover far more than any segment needs.
 #define S_META_MAX 64
 //  Each up-front claim takes at least three quarters of what is left.
@@ -117,12 +117,12 @@ s_meta_alloc (segment_arena_t *self, size_t size, size_t alignment)
         return NULL;
     size_t map_size = size + alignment;
     char *map =
-        (char *)mmap (NULL, map_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        (char *) mmap (NULL, map_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (map == MAP_FAILED)
         return NULL;
     //  Over-map and trim to get the alignment.
-    char *addr = (char *)(((uintptr_t)map + alignment - 1) & ~(uintptr_t)(alignment - 1));
-    size_t head = (size_t)(addr - map);
+    char *addr = (char *) (((uintptr_t) map + alignment - 1) & ~(uintptr_t) (alignment - 1));
+    size_t head = (size_t) (addr - map);
     size_t tail = map_size - head - size;
     if (head)
         munmap (map, head);
@@ -139,7 +139,7 @@ static void *
 s_hook_alloc (extent_hooks_t *hooks, void *new_addr, size_t size, size_t alignment, bool *zero,
               bool *commit, unsigned arena_ind)
 {
-    segment_arena_t *self = (segment_arena_t *)hooks;
+    segment_arena_t *self = (segment_arena_t *) hooks;
     void *result = NULL;
     //  new_addr asks to extend an extent in place, which only rallocx does; refusing is
     //  always allowed.
@@ -147,19 +147,19 @@ s_hook_alloc (extent_hooks_t *hooks, void *new_addr, size_t size, size_t alignme
         if (alignment >= S_META_ALIGN && *zero && *commit)
             result = s_meta_alloc (self, size, alignment);
         else {
-            uintptr_t start = (uintptr_t)self->shadow + self->bump;
-            uintptr_t end = (uintptr_t)self->shadow + self->limit;
-            uintptr_t addr = (start + alignment - 1) & ~(uintptr_t)(alignment - 1);
+            uintptr_t start = (uintptr_t) self->shadow + self->bump;
+            uintptr_t end = (uintptr_t) self->shadow + self->limit;
+            uintptr_t addr = (start + alignment - 1) & ~(uintptr_t) (alignment - 1);
             //  The alignment gap, if any, is never handed out; only metadata asks for more
             //  than a page and it does not come here.
             if (addr >= start && addr <= end && size <= end - addr) {
-                self->bump = (size_t)(addr + size - (uintptr_t)self->shadow);
-                result = (void *)addr;
+                self->bump = (size_t) (addr + size - (uintptr_t) self->shadow);
+                result = (void *) addr;
             }
         }
     }
     if (s_trace) {
-        uintptr_t at = (uintptr_t)result, shadow = (uintptr_t)self->shadow;
+        uintptr_t at = (uintptr_t) result, shadow = (uintptr_t) self->shadow;
         bool in_shadow = result && at >= shadow && at < shadow + self->limit;
         fprintf (stderr, "    hook alloc arena %u size %zu align %zu zero %d commit %d -> %s",
                  arena_ind, size, alignment, *zero, *commit,
@@ -167,7 +167,7 @@ s_hook_alloc (extent_hooks_t *hooks, void *new_addr, size_t size, size_t alignme
                  : in_shadow ? "shadow offset "
                              : "metadata\n");
         if (in_shadow)
-            fprintf (stderr, "%zu\n", (size_t)(at - shadow));
+            fprintf (stderr, "%zu\n", (size_t) (at - shadow));
     }
     if (result) {
         //  Fresh shadow was never written, and fresh mappings are zero; both are committed
@@ -182,7 +182,7 @@ static bool
 s_hook_commit (extent_hooks_t *hooks, void *addr, size_t size, size_t offset, size_t length,
                unsigned arena_ind)
 {
-    (void)hooks, (void)addr, (void)size, (void)offset, (void)length, (void)arena_ind;
+    (void) hooks, (void) addr, (void) size, (void) offset, (void) length, (void) arena_ind;
     //  Nothing is ever decommitted (the decommit hook is NULL), so committing always succeeds.
     return false;
 }
@@ -191,8 +191,8 @@ static bool
 s_hook_split (extent_hooks_t *hooks, void *addr, size_t size, size_t size_a, size_t size_b,
               bool committed, unsigned arena_ind)
 {
-    (void)hooks, (void)addr, (void)size, (void)size_a, (void)size_b, (void)committed,
-        (void)arena_ind;
+    (void) hooks, (void) addr, (void) size, (void) size_a, (void) size_b, (void) committed,
+        (void) arena_ind;
     //  The shadow is one mapping: any split or merge of it is bookkeeping only.
     return false;
 }
@@ -201,8 +201,8 @@ static bool
 s_hook_merge (extent_hooks_t *hooks, void *addr_a, size_t size_a, void *addr_b, size_t size_b,
               bool committed, unsigned arena_ind)
 {
-    (void)hooks, (void)addr_a, (void)size_a, (void)addr_b, (void)size_b, (void)committed,
-        (void)arena_ind;
+    (void) hooks, (void) addr_a, (void) size_a, (void) addr_b, (void) size_b, (void) committed,
+        (void) arena_ind;
     return false;
 }
 
@@ -244,9 +244,9 @@ s_purge (segment_arena_t *self)
 static size_t
 s_class_floor (segment_arena_t *self, size_t x)
 {
-    int lg = 63 - __builtin_clzll ((unsigned long long)x);
+    int lg = 63 - __builtin_clzll ((unsigned long long) x);
     //  jemalloc has four size classes per doubling.
-    size_t spacing = (size_t)1 << (lg - 2);
+    size_t spacing = (size_t) 1 << (lg - 2);
     size_t c = x & ~(spacing - 1);
     //  Guard against a build with another class layout.
     while (c > self->small_max && nallocx (c, 0) > x)
@@ -293,12 +293,12 @@ s_ctl_size (const char *name, size_t fallback)
 segment_arena_t *
 segment_arena_new (size_t size)
 {
-    size_t page = s_ctl_size ("arenas.page", (size_t)sysconf (_SC_PAGESIZE));
+    size_t page = s_ctl_size ("arenas.page", (size_t) sysconf (_SC_PAGESIZE));
     if (size < page) {
         errno = EINVAL;
         return NULL;
     }
-    segment_arena_t *self = (segment_arena_t *)calloc (1, sizeof (segment_arena_t));
+    segment_arena_t *self = (segment_arena_t *) calloc (1, sizeof (segment_arena_t));
     if (!self) {
         errno = ENOMEM;
         return NULL;
@@ -307,8 +307,8 @@ segment_arena_new (size_t size)
     self->page = page;
     self->capacity = size;
     self->limit = size & ~(page - 1);
-    self->shadow = (char *)mmap (NULL, self->limit, PROT_READ | PROT_WRITE,
-                                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    self->shadow = (char *) mmap (NULL, self->limit, PROT_READ | PROT_WRITE,
+                                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (self->shadow == MAP_FAILED) {
         free (self);
         return NULL;
@@ -324,7 +324,8 @@ segment_arena_new (size_t size)
         char name[64];
         snprintf (name, sizeof name, "arenas.bin.%u.size", nbins - 1);
         self->small_max = s_ctl_size (name, 14336);
-    } else
+    }
+    else
         self->small_max = 14336;
     bool cache_oblivious = true;
     size_t bool_size = sizeof cache_oblivious;
@@ -353,9 +354,9 @@ segment_arena_new (size_t size)
     self->flags = MALLOCX_ARENA (self->ind) | MALLOCX_TCACHE_NONE;
     self->flags_large = self->flags | MALLOCX_ALIGN (page);
     self->purge_miblen = sizeof self->purge_mib / sizeof self->purge_mib[0];
-    if (mallctlnametomib ("arena.0.purge", self->purge_mib, &self->purge_miblen) != 0 ||
-        s_arena_ctl_ssize (self->ind, "dirty_decay_ms", -1) != 0 ||
-        s_arena_ctl_ssize (self->ind, "muzzy_decay_ms", -1) != 0) {
+    if (mallctlnametomib ("arena.0.purge", self->purge_mib, &self->purge_miblen) != 0
+        || s_arena_ctl_ssize (self->ind, "dirty_decay_ms", -1) != 0
+        || s_arena_ctl_ssize (self->ind, "muzzy_decay_ms", -1) != 0) {
         segment_arena_destroy (&self);
         errno = EINVAL;
         return NULL;
@@ -410,7 +411,7 @@ segment_arena_alloc (segment_arena_t *self, size_t size, uint64_t *offset_p)
         errno = ENOMEM;
         return -1;
     }
-    char *start = (char *)ptr;
+    char *start = (char *) ptr;
     size_t usable = sallocx (ptr, 0);
     if (start < self->shadow || start + usable > self->shadow + self->limit) {
         //  Cannot happen while the hooks are the only source of this arena's extents.
@@ -421,7 +422,7 @@ segment_arena_alloc (segment_arena_t *self, size_t size, uint64_t *offset_p)
     }
     self->allocated += usable;
     self->count++;
-    *offset_p = (uint64_t)(start - self->shadow);
+    *offset_p = (uint64_t) (start - self->shadow);
     return 0;
 }
 
@@ -463,8 +464,8 @@ segment_arena_count (segment_arena_t *self)
 //  --------------------------------------------------------------------------
 //  Self test
 
-#define S_KIB ((size_t)1024)
-#define S_MIB ((size_t)1024 * 1024)
+#define S_KIB ((size_t) 1024)
+#define S_MIB ((size_t) 1024 * 1024)
 
 typedef struct {
     uint64_t offset;
@@ -494,7 +495,7 @@ s_rand (void)
 static void
 s_set_init (s_set_t *set, size_t limit)
 {
-    set->recs = (s_rec_t *)calloc (limit, sizeof (s_rec_t));
+    set->recs = (s_rec_t *) calloc (limit, sizeof (s_rec_t));
     assert (set->recs);
     set->count = 0;
     set->limit = limit;
@@ -534,7 +535,7 @@ static void
 s_set_free_all (s_set_t *set, segment_arena_t *arena)
 {
     while (set->count)
-        s_set_free_at (set, arena, (size_t)(s_rand () % set->count));
+        s_set_free_at (set, arena, (size_t) (s_rand () % set->count));
     assert (segment_arena_count (arena) == 0);
     assert (segment_arena_allocated (arena) == 0);
 }
@@ -542,8 +543,8 @@ s_set_free_all (s_set_t *set, segment_arena_t *arena)
 static int
 s_rec_compare (const void *a, const void *b)
 {
-    uint64_t x = ((const s_rec_t *)a)->offset;
-    uint64_t y = ((const s_rec_t *)b)->offset;
+    uint64_t x = ((const s_rec_t *) a)->offset;
+    uint64_t y = ((const s_rec_t *) b)->offset;
     return x < y ? -1 : x > y;
 }
 
@@ -552,7 +553,7 @@ s_rec_compare (const void *a, const void *b)
 static size_t
 s_set_check_ranges (s_set_t *set, segment_arena_t *arena)
 {
-    s_rec_t *sorted = (s_rec_t *)malloc ((set->count + 1) * sizeof (s_rec_t));
+    s_rec_t *sorted = (s_rec_t *) malloc ((set->count + 1) * sizeof (s_rec_t));
     assert (sorted);
     memcpy (sorted, set->recs, set->count * sizeof (s_rec_t));
     qsort (sorted, set->count, sizeof (s_rec_t), s_rec_compare);
@@ -579,7 +580,7 @@ s_set_check (s_set_t *set, segment_arena_t *arena)
 static double
 s_util (s_set_t *set, segment_arena_t *arena)
 {
-    return (double)set->requested / (double)segment_arena_capacity (arena);
+    return (double) set->requested / (double) segment_arena_capacity (arena);
 }
 
 //  Allocates size_fn's sizes until one fails; returns the utilisation at that point.
@@ -632,11 +633,11 @@ static size_t
 s_size_mixed (void)
 {
     //  16 KiB .. 4 MiB, log-uniform, page multiples (KV blocks are), with some odd sizes.
-    size_t lg = 14 + (size_t)(s_rand () % 9); //  2^14 .. 2^22
-    size_t size = ((size_t)1 << lg) + (size_t)(s_rand () % ((size_t)1 << lg));
+    size_t lg = 14 + (size_t) (s_rand () % 9); //  2^14 .. 2^22
+    size_t size = ((size_t) 1 << lg) + (size_t) (s_rand () % ((size_t) 1 << lg));
     if (size > 4 * S_MIB)
         size = 4 * S_MIB;
-    return s_rand () % 4 ? (size + 4095) & ~(size_t)4095 : size;
+    return s_rand () % 4 ? (size + 4095) & ~(size_t) 4095 : size;
 }
 
 static size_t
@@ -656,23 +657,23 @@ s_steady_state (segment_arena_t *arena, size_t (*size_fn) (void), bool oldest_fi
 {
     assert (segment_arena_count (arena) == 0);
     const size_t ring_size = segment_arena_capacity (arena) / (16 * S_KIB) + 1024;
-    s_rec_t *ring = (s_rec_t *)calloc (ring_size, sizeof (s_rec_t));
+    s_rec_t *ring = (s_rec_t *) calloc (ring_size, sizeof (s_rec_t));
     assert (ring);
     size_t head = 0, live = 0, requested = 0;
     double sum = 0, fail_sum = 0;
     size_t samples = 0, failures = 0;
-    const double capacity = (double)segment_arena_capacity (arena);
+    const double capacity = (double) segment_arena_capacity (arena);
     const int puts = 3000;
     for (int put = 0; put < puts; put++) {
         size_t size = size_fn ();
         uint64_t offset;
         while (segment_arena_alloc (arena, size, &offset) == -1) {
             assert (live > 0);
-            fail_sum += (double)requested / capacity;
+            fail_sum += (double) requested / capacity;
             failures++;
             if (!oldest_first) {
                 //  Evict a random object: swap it to the head, then evict the head.
-                size_t victim = (head + (size_t)(s_rand () % live)) % ring_size;
+                size_t victim = (head + (size_t) (s_rand () % live)) % ring_size;
                 s_rec_t tmp = ring[victim];
                 ring[victim] = ring[head];
                 ring[head] = tmp;
@@ -688,7 +689,7 @@ s_steady_state (segment_arena_t *arena, size_t (*size_fn) (void), bool oldest_fi
         live++;
         requested += size;
         if (failures > 0) {
-            sum += (double)requested / capacity;
+            sum += (double) requested / capacity;
             samples++;
         }
     }
@@ -711,15 +712,15 @@ s_steady_state (segment_arena_t *arena, size_t (*size_fn) (void), bool oldest_fi
     free (left.recs);
     free (ring);
     if (at_fail_p)
-        *at_fail_p = fail_sum / (double)failures;
-    return sum / (double)samples;
+        *at_fail_p = fail_sum / (double) failures;
+    return sum / (double) samples;
 }
 
 static size_t
 s_resident_pages (void *addr, size_t size)
 {
     size_t pages = (size + 4095) / 4096;
-    unsigned char *vec = (unsigned char *)malloc (pages);
+    unsigned char *vec = (unsigned char *) malloc (pages);
     assert (vec);
     int rc = mincore (addr, size, vec);
     assert (rc == 0);
@@ -765,40 +766,40 @@ s_test_hooks (void)
     fake.hooks = s_hooks;
     fake.page = 4096;
     fake.limit = 8 * S_MIB;
-    fake.shadow = (char *)mmap (NULL, fake.limit, PROT_READ | PROT_WRITE,
-                                MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    fake.shadow = (char *) mmap (NULL, fake.limit, PROT_READ | PROT_WRITE,
+                                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     assert (fake.shadow != MAP_FAILED);
     extent_hooks_t *hooks = &fake.hooks;
 
     bool zero = false, commit = false;
-    char *a = (char *)hooks->alloc (hooks, NULL, 3 * 4096, 4096, &zero, &commit, 0);
+    char *a = (char *) hooks->alloc (hooks, NULL, 3 * 4096, 4096, &zero, &commit, 0);
     assert (a == fake.shadow && zero && commit);
     //  A 64 KiB alignment is honoured inside the shadow.
     zero = false;
-    char *b = (char *)hooks->alloc (hooks, NULL, 4096, 64 * S_KIB, &zero, &commit, 0);
-    assert (b && (uintptr_t)b % (64 * S_KIB) == 0);
+    char *b = (char *) hooks->alloc (hooks, NULL, 4096, 64 * S_KIB, &zero, &commit, 0);
+    assert (b && (uintptr_t) b % (64 * S_KIB) == 0);
     assert (b >= a + 3 * 4096 && b + 4096 <= fake.shadow + fake.limit);
     //  In-place extension is refused.
-    char *c = (char *)hooks->alloc (hooks, b + 4096, 4096, 4096, &zero, &commit, 0);
+    char *c = (char *) hooks->alloc (hooks, b + 4096, 4096, 4096, &zero, &commit, 0);
     assert (c == NULL);
     //  Metadata goes to its own mapping, outside the shadow.
     zero = true;
     commit = true;
-    char *meta = (char *)hooks->alloc (hooks, NULL, S_META_ALIGN, S_META_ALIGN, &zero, &commit, 0);
-    assert (meta && (uintptr_t)meta % S_META_ALIGN == 0);
+    char *meta = (char *) hooks->alloc (hooks, NULL, S_META_ALIGN, S_META_ALIGN, &zero, &commit, 0);
+    assert (meta && (uintptr_t) meta % S_META_ALIGN == 0);
     assert (meta + S_META_ALIGN <= fake.shadow || meta >= fake.shadow + fake.limit);
     assert (fake.meta_count == 1 && fake.meta_bytes == S_META_ALIGN);
     meta[0] = 1; //  mapped and writable
     //  Exhaustion fails cleanly, and what still fits is still handed out.
     zero = false;
     commit = false;
-    size_t used = (size_t)(b + 4096 - fake.shadow);
+    size_t used = (size_t) (b + 4096 - fake.shadow);
     char *big =
-        (char *)hooks->alloc (hooks, NULL, fake.limit - used + 4096, 4096, &zero, &commit, 0);
+        (char *) hooks->alloc (hooks, NULL, fake.limit - used + 4096, 4096, &zero, &commit, 0);
     assert (big == NULL && !zero && !commit);
-    char *rest = (char *)hooks->alloc (hooks, NULL, fake.limit - used, 4096, &zero, &commit, 0);
+    char *rest = (char *) hooks->alloc (hooks, NULL, fake.limit - used, 4096, &zero, &commit, 0);
     assert (rest == b + 4096);
-    char *none = (char *)hooks->alloc (hooks, NULL, 4096, 4096, &zero, &commit, 0);
+    char *none = (char *) hooks->alloc (hooks, NULL, 4096, 4096, &zero, &commit, 0);
     assert (none == NULL);
     munmap (meta, S_META_ALIGN);
     munmap (fake.shadow, fake.limit);
@@ -995,7 +996,7 @@ segment_arena_test (bool verbose)
         arena = segment_arena_new (capacity);
         assert (arena);
         for (int j = 0; j < 16; j++) {
-            rc = s_set_alloc (&set, arena, (size_t)(j + 1) * 64 * S_KIB);
+            rc = s_set_alloc (&set, arena, (size_t) (j + 1) * 64 * S_KIB);
             assert (rc == 0);
         }
         s_set_free_at (&set, arena, 3);

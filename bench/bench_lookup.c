@@ -18,7 +18,7 @@
 #define BENCH_HASHES 10000
 #define BENCH_HASH_BYTES 32
 #define BENCH_RANKS 2
-#define BENCH_BLOCK 16     //  kvpoold's default --lookup-block-size
+#define BENCH_BLOCK 16 //  kvpoold's default --lookup-block-size
 #define PUT_BATCH 1000
 
 typedef struct {
@@ -39,7 +39,7 @@ s_put_all (kvpool_t *store, size_t count, size_t size,
            void (*key_fn) (size_t index, char *key, size_t key_size, const void *arg),
            const void *arg)
 {
-    char(*names)[160] = (char(*)[160]) malloc (PUT_BATCH * sizeof *names);
+    char (*names)[160] = (char (*)[160]) malloc (PUT_BATCH * sizeof *names);
     const char **keys = (const char **) malloc (PUT_BATCH * sizeof (char *));
     const void **data = (const void **) malloc (PUT_BATCH * sizeof (void *));
     size_t *sizes = (size_t *) malloc (PUT_BATCH * sizeof (size_t));
@@ -150,8 +150,8 @@ s_measure (zsock_t *req, const s_hashes_t *hashes, size_t n, bool binary, int it
             hit = ((uint32_t) p[0] << 24) | ((uint32_t) p[1] << 16) | ((uint32_t) p[2] << 8) | p[3];
         }
         if (!reply || zframe_size (reply) != 4 || hit != token_len) {
-            fprintf (stderr, "bench_lookup: lookup of %zu hashes (%s) answered %s %u, not %u\n",
-                     n, binary ? "binary" : "msgpack", reply ? "" : "nothing", hit, token_len);
+            fprintf (stderr, "bench_lookup: lookup of %zu hashes (%s) answered %s %u, not %u\n", n,
+                     binary ? "binary" : "msgpack", reply ? "" : "nothing", hit, token_len);
             rc = -1;
         }
         zframe_destroy (&reply);
@@ -178,7 +178,8 @@ bench_lookup_run (const char *store_endpoint, const char *admin_endpoint, bool q
     kvpool_t *store = kvpool_connect (store_endpoint, NULL);
     zsock_t *req = zsock_new_req (admin_endpoint);
     if (!hashes || !store || !req) {
-        fprintf (stderr, "bench_lookup: cannot reach %s\n", store ? admin_endpoint : store_endpoint);
+        fprintf (stderr, "bench_lookup: cannot reach %s\n",
+                 store ? admin_endpoint : store_endpoint);
         goto done;
     }
     zsock_set_rcvtimeo (req, 30000);
@@ -240,8 +241,9 @@ bench_lookup_run (const char *store_endpoint, const char *admin_endpoint, bool q
     }
     printf ("reset of a pool holding %" PRIu64 " objects (filled in %.2f s): %.1f ms\n",
             stats.objects, fill, reset_ms);
-    printf ("target: reset of 100000 objects < 1 s: %s\n",
-            quick ? "not measured (quick run)" : reset_ms < 1000 ? "met" : "MISSED");
+    printf ("target: reset of 100000 objects < 1 s: %s\n", quick ? "not measured (quick run)"
+                                                           : reset_ms < 1000 ? "met"
+                                                                             : "MISSED");
     rc = 0;
 done:
     zsock_destroy (&req);

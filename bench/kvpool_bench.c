@@ -83,7 +83,15 @@
 
 enum { OP_PUT, OP_GET, OP_COUNT };
 enum { PATH_TCP, PATH_TCP_ZC, PATH_LOCAL, PATH_REDIS, PATH_REDIS_PIPE, PATH_COUNT };
-enum { EX_KV_HIT, EX_KV_MISS, EX_LOCAL_HIT, EX_LOCAL_MISS, EX_REDIS_PIPE, EX_REDIS_MULTI, EX_COUNT };
+enum {
+    EX_KV_HIT,
+    EX_KV_MISS,
+    EX_LOCAL_HIT,
+    EX_LOCAL_MISS,
+    EX_REDIS_PIPE,
+    EX_REDIS_MULTI,
+    EX_COUNT
+};
 enum { SECTION_KV, SECTION_EXIST };
 
 #define SIZE_COUNT 4
@@ -94,11 +102,10 @@ static const char *s_op_names[OP_COUNT] = {"put", "get"};
 static const char *s_path_names[PATH_COUNT] = {"kvpool tcp", "kvpool tcp zero-copy",
                                                "kvpool same-machine", "redis", "redis pipelined"};
 static const char *s_exist_names[EX_COUNT] = {
-    "kvpool tcp, all present",          "kvpool tcp, all absent",
-    "kvpool same-machine, present",     "kvpool same-machine, absent",
-    "redis, all present",               "redis, all present"};
+    "kvpool tcp, all present",     "kvpool tcp, all absent", "kvpool same-machine, present",
+    "kvpool same-machine, absent", "redis, all present",     "redis, all present"};
 static const char *s_exist_apis[EX_COUNT] = {
-    "kvpool_exist_batch",    "kvpool_exist_batch",       "kvpool_exist_batch (index)",
+    "kvpool_exist_batch",         "kvpool_exist_batch",    "kvpool_exist_batch (index)",
     "kvpool_exist_batch (index)", "1000 pipelined EXISTS", "EXISTS k1..k1000 (count)"};
 
 //  A kvpool exist row: which keys, and over which connection.
@@ -219,7 +226,7 @@ samples_add (samples_t *self, double value)
 static int
 s_compare_doubles (const void *a, const void *b)
 {
-    double x = *(const double *)a, y = *(const double *)b;
+    double x = *(const double *) a, y = *(const double *) b;
     return x < y ? -1 : x > y;
 }
 
@@ -230,7 +237,7 @@ samples_quantile (samples_t *self, double q)
     if (self->count == 0)
         return NAN;
     qsort (self->values, self->count, sizeof (double), s_compare_doubles);
-    size_t rank = (size_t)ceil (q * self->count);
+    size_t rank = (size_t) ceil (q * self->count);
     return self->values[rank ? rank - 1 : 0];
 }
 
@@ -301,7 +308,7 @@ s_spawn (const char *const *argv, const char *log)
         dup2 (out, 1);
         dup2 (out, 2);
     }
-    execv (argv[0], (char *const *)argv);
+    execv (argv[0], (char *const *) argv);
     fprintf (stderr, "exec %s: %s\n", argv[0], strerror (errno));
     _exit (127);
 }
@@ -369,9 +376,9 @@ static int
 s_kvpoold_start (bench_t *self)
 {
     snprintf (self->ready_file, sizeof self->ready_file, "/tmp/kvpool-bench-%d.ready",
-              (int)getpid ());
+              (int) getpid ());
     snprintf (self->kvpoold_log, sizeof self->kvpoold_log, "/tmp/kvpool-bench-%d-kvpoold.log",
-              (int)getpid ());
+              (int) getpid ());
     unlink (self->ready_file);
     const char *argv[] = {self->kvpoold_path,
                           "--endpoint",
@@ -423,8 +430,8 @@ s_free_port (void)
     addr.sin_addr.s_addr = htonl (INADDR_LOOPBACK);
     socklen_t length = sizeof addr;
     int port = -1;
-    if (bind (fd, (struct sockaddr *)&addr, sizeof addr) == 0 &&
-        getsockname (fd, (struct sockaddr *)&addr, &length) == 0)
+    if (bind (fd, (struct sockaddr *) &addr, sizeof addr) == 0
+        && getsockname (fd, (struct sockaddr *) &addr, &length) == 0)
         port = ntohs (addr.sin_port);
     close (fd);
     return port;
@@ -434,7 +441,7 @@ static int
 s_redis_start (bench_t *self)
 {
     snprintf (self->redis_log, sizeof self->redis_log, "/tmp/kvpool-bench-%d-redis.log",
-              (int)getpid ());
+              (int) getpid ());
     if (access (self->redis_path, X_OK) != 0) {
         fprintf (stderr, "kvpool-bench: cannot run %s: %s (apt-get install redis-server)\n",
                  self->redis_path, strerror (errno));
@@ -509,7 +516,7 @@ s_mix (uint64_t x)
 static void
 s_fill_value (uint8_t *buffer, size_t size, uint64_t seed)
 {
-    uint64_t *words = (uint64_t *)buffer;
+    uint64_t *words = (uint64_t *) buffer;
     uint64_t base = s_mix (seed);
     for (size_t i = 0; i < size / 8; i++)
         words[i] = base ^ (i * 0x100000001B3ULL);
@@ -519,7 +526,7 @@ static void
 s_put_key (bench_t *self, char *key, int path, int size_index, int batch, int rep, uint64_t index)
 {
     snprintf (key, KEY_MAX, "%sp/%d/%s/%d/%d/%llu", self->prefix, path, s_size_names[size_index],
-              batch, rep, (unsigned long long)index);
+              batch, rep, (unsigned long long) index);
 }
 
 static void
@@ -577,7 +584,7 @@ s_kvpool_clean (bench_t *self)
         removed = kvpool_remove_by_regex (self->tcp, pattern, true);
     }
     if (removed < 0) {
-        s_kv_error (self, self->tcp, "cleanup", (int)removed);
+        s_kv_error (self, self->tcp, "cleanup", (int) removed);
         fprintf (stderr, "kvpool-bench: %s\n", self->why);
         self->errors++;
         return -1;
@@ -635,7 +642,7 @@ s_redis_put_pipelined (bench_t *self, size_t size, int batch)
     int rc = 0;
     for (int j = 0; j < batch; j++) {
         redisReply *reply = NULL;
-        if (redisGetReply (self->redis, (void **)&reply) != REDIS_OK) {
+        if (redisGetReply (self->redis, (void **) &reply) != REDIS_OK) {
             s_redis_error (self, "pipelined SET", NULL);
             return -1; //  the connection is broken; the remaining replies are lost
         }
@@ -714,14 +721,15 @@ s_redis_get_pipelined (bench_t *self, size_t size, int batch, const int *index, 
     int rc = 0;
     for (int j = 0; j < batch; j++) {
         redisReply *reply = NULL;
-        if (redisGetReply (self->redis, (void **)&reply) != REDIS_OK) {
+        if (redisGetReply (self->redis, (void **) &reply) != REDIS_OK) {
             s_redis_error (self, "pipelined GET", NULL);
             return -1;
         }
         if (rc == 0 && reply->type != REDIS_REPLY_STRING) {
             s_redis_error (self, "pipelined GET", reply);
             rc = -1;
-        } else if (rc == 0 && (verify || reply->len != size))
+        }
+        else if (rc == 0 && (verify || reply->len != size))
             rc = s_check_value (self, reply->str, reply->len, size, index[j], "pipelined GET");
         freeReplyObject (reply);
     }
@@ -745,8 +753,8 @@ s_redis_get (bench_t *self, size_t size, int batch, const int *index, bool verif
         reply = redisCommandArgv (self->redis, 1 + batch, self->argv, self->argvlen);
     }
     int rc = 0;
-    if (!reply || (batch == 1 && reply->type != REDIS_REPLY_STRING) ||
-        (batch > 1 && (reply->type != REDIS_REPLY_ARRAY || reply->elements != (size_t)batch))) {
+    if (!reply || (batch == 1 && reply->type != REDIS_REPLY_STRING)
+        || (batch > 1 && (reply->type != REDIS_REPLY_ARRAY || reply->elements != (size_t) batch))) {
         s_redis_error (self, call, reply);
         rc = -1;
     }
@@ -755,7 +763,8 @@ s_redis_get (bench_t *self, size_t size, int batch, const int *index, bool verif
         if (value->type != REDIS_REPLY_STRING) {
             s_redis_error (self, call, value);
             rc = -1;
-        } else if (verify)
+        }
+        else if (verify)
             rc = s_check_value (self, value->str, value->len, size, index[j], call);
         else if (value->len != size)
             rc = s_check_value (self, value->str, value->len, size, index[j], call);
@@ -773,7 +782,7 @@ s_get_call (bench_t *self, const job_t *job, uint64_t call, bool verify)
     int batch = job->batch;
     int index[BATCH];
     for (int j = 0; j < batch; j++) {
-        index[j] = (int)((call * batch + j) % BATCH);
+        index[j] = (int) ((call * batch + j) % BATCH);
         self->keyp[j] = self->get_keys[index[j]];
         self->dstp[j] = self->dst[index[j]];
         self->sizes[j] = size;
@@ -803,7 +812,8 @@ s_get_call (bench_t *self, const job_t *job, uint64_t call, bool verify)
                 if (!data && got) {
                     snprintf (self->why, sizeof self->why, "kvpool_get_batch: no data");
                     rc = -1;
-                } else
+                }
+                else
                     rc = s_check_value (self, data, got, size, index[j], "kvpool_get_batch");
             }
         }
@@ -824,11 +834,11 @@ s_get_call (bench_t *self, const job_t *job, uint64_t call, bool verify)
     }
     for (int j = 0; j < batch; j++) {
         if (self->got[j] < 0) {
-            s_kv_error (self, client, name, (int)self->got[j]);
+            s_kv_error (self, client, name, (int) self->got[j]);
             return -1;
         }
-        if (verify || (size_t)self->got[j] != size)
-            if (s_check_value (self, self->dst[index[j]], (size_t)self->got[j], size, index[j],
+        if (verify || (size_t) self->got[j] != size)
+            if (s_check_value (self, self->dst[index[j]], (size_t) self->got[j], size, index[j],
                                name))
                 return -1;
     }
@@ -846,7 +856,7 @@ s_put_verify (bench_t *self, const job_t *job, int rep, uint64_t calls)
     char key[KEY_MAX];
     for (int i = 0; i < 2; i++) {
         s_put_key (self, key, job->path, job->size_index, job->batch, rep, indexes[i]);
-        int source = (int)(indexes[i] % BATCH);
+        int source = (int) (indexes[i] % BATCH);
         if (s_is_redis (job->path)) {
             redisReply *reply = redisCommand (self->redis, "GET %s", key);
             int rc = -1;
@@ -863,10 +873,10 @@ s_put_verify (bench_t *self, const job_t *job, int rep, uint64_t calls)
         memset (self->dst[0], 0, size);
         int64_t got = kvpool_get_into (client, key, self->dst[0], MAX_VALUE);
         if (got < 0) {
-            s_kv_error (self, client, "kvpool_get_into after put", (int)got);
+            s_kv_error (self, client, "kvpool_get_into after put", (int) got);
             return -1;
         }
-        if (s_check_value (self, self->dst[0], (size_t)got, size, source,
+        if (s_check_value (self, self->dst[0], (size_t) got, size, source,
                            "kvpool_get_into after put"))
             return -1;
     }
@@ -903,7 +913,7 @@ s_exist_call (bench_t *self, int row)
         int rc = 0;
         for (int i = 0; i < EXIST_KEYS; i++) {
             redisReply *reply = NULL;
-            if (redisGetReply (self->redis, (void **)&reply) != REDIS_OK) {
+            if (redisGetReply (self->redis, (void **) &reply) != REDIS_OK) {
                 s_redis_error (self, "EXISTS", NULL);
                 return -1; //  the connection is broken; the remaining replies are lost
             }
@@ -927,9 +937,10 @@ s_exist_call (bench_t *self, int row)
     if (!reply || reply->type != REDIS_REPLY_INTEGER) {
         s_redis_error (self, "EXISTS k1..k1000", reply);
         rc = -1;
-    } else if (reply->integer != EXIST_KEYS) {
+    }
+    else if (reply->integer != EXIST_KEYS) {
         snprintf (self->why, sizeof self->why, "EXISTS k1..k1000: %lld, expected %d",
-                  (long long)reply->integer, EXIST_KEYS);
+                  (long long) reply->integer, EXIST_KEYS);
         rc = -1;
     }
     freeReplyObject (reply);
@@ -1003,9 +1014,10 @@ s_measure (bench_t *self, const job_t *job, int rep, result_t *result)
         return;
     uint64_t bytes_per_call = 0, values_per_call = 1;
     if (job->section == SECTION_KV) {
-        bytes_per_call = (uint64_t)s_sizes[job->size_index] * job->batch;
+        bytes_per_call = (uint64_t) s_sizes[job->size_index] * job->batch;
         values_per_call = job->batch;
-    } else
+    }
+    else
         bytes_per_call = EXIST_KEYS; //  "rate" of an exist row counts keys
     bool is_put = job->section == SECTION_KV && job->op == OP_PUT;
     //  Quick runs check the first repetition only, to stay short; full runs check them all.
@@ -1017,9 +1029,9 @@ s_measure (bench_t *self, const job_t *job, int rep, result_t *result)
     uint64_t calls = 0;
     double start = s_now ();
     double now = start;
-    while (calls < (uint64_t)self->min_calls ||
-           (now - start < self->rep_seconds &&
-            (!is_put || (calls + 1) * bytes_per_call <= self->put_cap))) {
+    while (calls < (uint64_t) self->min_calls
+           || (now - start < self->rep_seconds
+               && (!is_put || (calls + 1) * bytes_per_call <= self->put_cap))) {
         double before = now;
         if (s_call (self, job, rep, calls, false)) {
             s_job_failed (self, job, result);
@@ -1191,7 +1203,7 @@ s_print_kv_table (bench_t *self)
                     s_print_number (11, "%.0f", s_per_sec (result));
                     s_print_number (9, "%.1f", s_latency_us (result, 0.50));
                     s_print_number (9, "%.1f", s_latency_us (result, 0.99));
-                    printf (" %7llu", (unsigned long long)result->calls);
+                    printf (" %7llu", (unsigned long long) result->calls);
                     if (!s_is_redis (path))
                         s_print_number (7, "%.2fx", rate / redis_rate);
                     printf ("\n");
@@ -1245,12 +1257,12 @@ s_section_exist (bench_t *self)
         uint64_t h = s_mix (i), g = s_mix (h), f = s_mix (g), e = s_mix (f);
         snprintf (self->hit_keys[i], KEY_MAX,
                   "%sbench@tp_rank:0@pp_rank:0@%016llx%016llx%016llx%016llx", self->prefix,
-                  (unsigned long long)h, (unsigned long long)g, (unsigned long long)f,
-                  (unsigned long long)e);
+                  (unsigned long long) h, (unsigned long long) g, (unsigned long long) f,
+                  (unsigned long long) e);
         snprintf (self->miss_keys[i], KEY_MAX,
                   "%sbench@tp_rank:1@pp_rank:0@%016llx%016llx%016llx%016llx", self->prefix,
-                  (unsigned long long)h, (unsigned long long)g, (unsigned long long)f,
-                  (unsigned long long)e);
+                  (unsigned long long) h, (unsigned long long) g, (unsigned long long) f,
+                  (unsigned long long) e);
         self->hitp[i] = self->hit_keys[i];
         self->missp[i] = self->miss_keys[i];
         self->datap[i] = self->src[i % BATCH];
@@ -1315,7 +1327,7 @@ s_section_exist (bench_t *self)
         s_print_number (10, "%.3f", s_rate (result) / 1e6);
         s_print_number (9, "%.1f", s_latency_us (result, 0.50));
         s_print_number (9, "%.1f", s_latency_us (result, 0.99));
-        printf (" %7llu", (unsigned long long)result->calls);
+        printf (" %7llu", (unsigned long long) result->calls);
         if (s_exist_is_kvpool (row))
             s_print_number (7, "%.2fx", s_rate (result) / redis_rate);
         printf ("\n");
@@ -1520,9 +1532,9 @@ s_parse_options (bench_t *self, int argc, char **argv)
                     return 2;
                 }
                 if (c == 'r')
-                    reps = (int)value;
+                    reps = (int) value;
                 else
-                    time_ms = (int)value;
+                    time_ms = (int) value;
                 break;
             }
             case 'k': self->kvpoold_path = optarg; break;
@@ -1578,7 +1590,7 @@ s_alloc_buffers (bench_t *self)
             fprintf (stderr, "kvpool-bench: out of memory for buffers\n");
             return -1;
         }
-        s_fill_value (self->src[i], MAX_VALUE, (uint64_t)i);
+        s_fill_value (self->src[i], MAX_VALUE, (uint64_t) i);
         memset (self->dst[i], 0, MAX_VALUE);
     }
     return 0;
@@ -1635,7 +1647,7 @@ main (int argc, char **argv)
         self->kvpoold_path = self->kvpoold_default;
     if (!self->redis_path)
         self->redis_path = "/usr/bin/redis-server";
-    snprintf (self->prefix, sizeof self->prefix, "bench-%d/", (int)getpid ());
+    snprintf (self->prefix, sizeof self->prefix, "bench-%d/", (int) getpid ());
     signal (SIGINT, s_on_signal);
     signal (SIGTERM, s_on_signal);
     signal (SIGPIPE, SIG_IGN);
@@ -1656,7 +1668,8 @@ main (int argc, char **argv)
             snprintf (self->endpoint, sizeof self->endpoint, "%s", self->endpoint_opt);
             if (self->admin_opt)
                 snprintf (self->admin, sizeof self->admin, "%s", self->admin_opt);
-        } else if (s_kvpoold_start (self))
+        }
+        else if (s_kvpoold_start (self))
             self->errors++;
         if (self->endpoint[0]) {
             printf ("kvpoold: %s (admin %s)%s\n", self->endpoint,
@@ -1669,7 +1682,8 @@ main (int argc, char **argv)
         if (s_redis_start (self) == 0) {
             self->path_ok[PATH_REDIS] = self->path_ok[PATH_REDIS_PIPE] = true;
             printf ("redis-server: 127.0.0.1:%d, started by the bench\n", self->redis_port);
-        } else
+        }
+        else
             self->errors++;
     }
 
@@ -1687,7 +1701,8 @@ main (int argc, char **argv)
             printf ("\nlookup: skipped (no %s endpoint)\n",
                     self->endpoint[0] ? "admin" : "kvpoold");
             self->errors += self->endpoint_opt ? 0 : 1;
-        } else {
+        }
+        else {
             fprintf (stderr, "kvpool-bench: lookup\n");
             if (self->path_ok[PATH_TCP] && self->kvpoold_pid > 0)
                 s_kvpool_clean (self);
@@ -1715,7 +1730,8 @@ main (int argc, char **argv)
             fprintf (stderr, "kvpool-bench: kvpoold exited with status %d on SIGTERM (log: %s)\n",
                      status, self->kvpoold_log);
             self->errors++;
-        } else if (!self->errors)
+        }
+        else if (!self->errors)
             unlink (self->kvpoold_log);
         unlink (self->ready_file);
     }

@@ -173,8 +173,7 @@ s_refresh (kvpool_t *self, bool strict)
         to->id = from->id;
         to->size = from->size;
         size_t len = from->name ? strlen (from->name) : 0;
-        bool usable = len > 0 && len < sizeof to->name && from->size > 0
-                      && from->size <= SIZE_MAX;
+        bool usable = len > 0 && len < sizeof to->name && from->size > 0 && from->size <= SIZE_MAX;
         if (usable)
             memcpy (to->name, from->name, len + 1);
         for (size_t k = 0; usable && same_node && k < self->segment_count; k++) {
@@ -506,9 +505,9 @@ kvpc_fast_get (kvpool_t *self, const kvpc_keys_t *keys, const kvpool_buf_t *cons
             && hit->size <= INT64_MAX && kvpc_bufs_capacity (bufs[i], nbufs[i]) >= hit->size)
             source = hit->size ? s_resolve (self, hit->segment_id, hit->offset, hit->size)
                                : (const void *) hit;
-        if (source && (hit->size == 0
-                       || kvpc_copies_scatter (&copies, source, hit->size, bufs[i], nbufs[i])
-                              == 0))
+        if (source
+            && (hit->size == 0
+                || kvpc_copies_scatter (&copies, source, hit->size, bufs[i], nbufs[i]) == 0))
             copied[j] = true;
         else if (kvpc_keys_add (&rest, keys->keys[j], i))
             results[i] = KVPOOL_INTERNAL_ERROR;
@@ -589,7 +588,7 @@ s_finish (kvpool_t *self, Kvpool__V1__Op op, const kvpc_keys_t *keys, int64_t *r
 
 int
 kvpc_fast_put (kvpool_t *self, const kvpc_keys_t *keys, const kvpc_value_t *values,
-              const kvpool_put_options_t *opts, int64_t *results)
+               const kvpool_put_options_t *opts, int64_t *results)
 {
     if (keys->count == 0)
         return KVPOOL_OK;
@@ -645,7 +644,7 @@ kvpc_fast_put (kvpool_t *self, const kvpc_keys_t *keys, const kvpc_value_t *valu
         for (size_t j = 0; j < keys->count; j++)
             if (state[j] == KVPC_KEY_COPY || state[j] == KVPC_KEY_MISSING)
                 state[j] = s_put_resolves (self, msg->replicas[j], sizes[j]) ? KVPC_KEY_COPY
-                                                                            : KVPC_KEY_MISSING;
+                                                                             : KVPC_KEY_MISSING;
     }
     kvpc_copies_t copies;
     kvpc_copies_init (&copies);

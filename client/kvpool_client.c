@@ -227,7 +227,7 @@ kvpc_copies_add (kvpc_copies_t *self, void *dst, const void *src, size_t len)
 
 int
 kvpc_copies_scatter (kvpc_copies_t *self, const void *src, size_t len, const kvpool_buf_t *bufs,
-                    size_t nbufs)
+                     size_t nbufs)
 {
     const char *from = src;
     for (size_t i = 0; i < nbufs && len > 0; i++) {
@@ -386,8 +386,8 @@ s_send_request (kvpool_t *self, Kvpool__V1__Request *request, const kvpc_value_t
         if (value->nparts == 1 && value->size >= KVPC_ZERO_COPY_MIN) {
             atomic_fetch_add_explicit (&self->zc_pending, 1, memory_order_relaxed);
             //  libzmq only reads the bytes; it wants a non-const pointer.
-            if (zmq_msg_init_data (&msg, (void *) value->parts[0].data, value->size,
-                                   s_zc_release, (void *) &self->zc_pending)) {
+            if (zmq_msg_init_data (&msg, (void *) value->parts[0].data, value->size, s_zc_release,
+                                   (void *) &self->zc_pending)) {
                 atomic_fetch_sub_explicit (&self->zc_pending, 1, memory_order_relaxed);
                 goto broken;
             }
@@ -412,7 +412,7 @@ s_send_request (kvpool_t *self, Kvpool__V1__Request *request, const kvpc_value_t
 broken:
     //  A multipart message may be half queued: only a new socket is sure to be clean.
     kvpc_set_error (self, "cannot send %s to %s: %s", s_op_name (request->op), self->endpoint,
-                   zmq_strerror (errno));
+                    zmq_strerror (errno));
     s_socket_reset (self);
     s_zc_wait (self);
     return KVPOOL_RPC_FAIL;
@@ -520,8 +520,8 @@ kvpc_reply_free (kvpc_reply_t *reply)
 }
 
 int
-kvpc_call (kvpool_t *self, Kvpool__V1__Request *request, const kvpc_value_t *values,
-          size_t nvalues, size_t expect_frames, kvpc_reply_t *reply)
+kvpc_call (kvpool_t *self, Kvpool__V1__Request *request, const kvpc_value_t *values, size_t nvalues,
+           size_t expect_frames, kvpc_reply_t *reply)
 {
     memset (reply, 0, sizeof *reply);
     int rc = s_send_request (self, request, values, nvalues);
@@ -533,7 +533,7 @@ kvpc_call (kvpool_t *self, Kvpool__V1__Request *request, const kvpc_value_t *val
     s_zc_drain (self, rc != 0);
     if (rc) {
         kvpc_set_error (self, "no reply to %s from %s within %d ms", s_op_name (request->op),
-                       self->endpoint, self->timeout_ms);
+                        self->endpoint, self->timeout_ms);
         return KVPOOL_RPC_FAIL;
     }
     Kvpool__V1__Reply *msg = reply->msg;
@@ -549,7 +549,7 @@ kvpc_call (kvpool_t *self, Kvpool__V1__Request *request, const kvpc_value_t *val
             msg->statuses[j] = KVPOOL_PROTOCOL_ERROR;
     if (extra) {
         kvpc_set_error (self, "%s reply has %zu value frames more than expected",
-                       s_op_name (request->op), extra);
+                        s_op_name (request->op), extra);
         kvpc_reply_free (reply);
         return KVPOOL_PROTOCOL_ERROR;
     }
@@ -597,8 +597,7 @@ kvpc_reply_check (kvpool_t *self, kvpc_reply_t *reply, size_t nkeys, int need)
     Kvpool__V1__Reply *msg = reply->msg;
     const char *op = msg->op ? s_op_name (msg->op) : "reply";
     if (msg->n_statuses != nkeys && (msg->status == KVPOOL_OK || msg->n_statuses != 0)) {
-        kvpc_set_error (self, "%s reply has %zu statuses for %zu keys", op, msg->n_statuses,
-                       nkeys);
+        kvpc_set_error (self, "%s reply has %zu statuses for %zu keys", op, msg->n_statuses, nkeys);
         return KVPOOL_PROTOCOL_ERROR;
     }
     bool any_ok = false;
@@ -611,13 +610,13 @@ kvpc_reply_check (kvpool_t *self, kvpc_reply_t *reply, size_t nkeys, int need)
         return KVPOOL_PROTOCOL_ERROR;
     }
     if ((need & KVPC_NEED_REPLICAS) && msg->n_replicas != nkeys) {
-        kvpc_set_error (self, "%s reply has %zu replica lists for %zu keys", op,
-                       msg->n_replicas, nkeys);
+        kvpc_set_error (self, "%s reply has %zu replica lists for %zu keys", op, msg->n_replicas,
+                        nkeys);
         return KVPOOL_PROTOCOL_ERROR;
     }
     if ((need & KVPC_NEED_FRAMES) && reply->nframes != nkeys) {
         kvpc_set_error (self, "%s reply has %zu value frames for %zu keys", op, reply->nframes,
-                       nkeys);
+                        nkeys);
         return KVPOOL_PROTOCOL_ERROR;
     }
     return 0;
@@ -737,9 +736,9 @@ kvpool_destroy (kvpool_t **self_p)
     if (self->oneway_count && self->socket) {
         kvpc_reply_t reply;
         size_t extra;
-        int64_t deadline = s_now_ms ()
-                           + (self->timeout_ms < KVPC_DESTROY_DRAIN_MS ? self->timeout_ms
-                                                                      : KVPC_DESTROY_DRAIN_MS);
+        int64_t deadline =
+            s_now_ms ()
+            + (self->timeout_ms < KVPC_DESTROY_DRAIN_MS ? self->timeout_ms : KVPC_DESTROY_DRAIN_MS);
         //  Id 0 is never sent, so this only drains, until the deadline or no RELEASE is left
         //  (a node answers id 0 only to what it could not decode: dropped here too).
         while (self->oneway_count && s_now_ms () < deadline) {
@@ -954,18 +953,15 @@ kvpool_get_size_batch (kvpool_t *self, size_t n, const char *const *keys, int64_
 }
 
 int
-kvpool_remove_batch (kvpool_t *self, size_t n, const char *const *keys, bool force,
-                     int *statuses)
+kvpool_remove_batch (kvpool_t *self, size_t n, const char *const *keys, bool force, int *statuses)
 {
-    return s_keys_op_int (self, KVPOOL__V1__OP__REMOVE, n, keys, force, KVPC_AS_STATUS,
-                          statuses);
+    return s_keys_op_int (self, KVPOOL__V1__OP__REMOVE, n, keys, force, KVPC_AS_STATUS, statuses);
 }
 
 int
 kvpool_put_end (kvpool_t *self, size_t n, const char *const *keys, int *statuses)
 {
-    return s_keys_op_int (self, KVPOOL__V1__OP__PUT_END, n, keys, false, KVPC_AS_STATUS,
-                          statuses);
+    return s_keys_op_int (self, KVPOOL__V1__OP__PUT_END, n, keys, false, KVPC_AS_STATUS, statuses);
 }
 
 int
@@ -978,8 +974,7 @@ kvpool_put_revoke (kvpool_t *self, size_t n, const char *const *keys, int *statu
 int
 kvpool_release (kvpool_t *self, size_t n, const char *const *keys, int *statuses)
 {
-    return s_keys_op_int (self, KVPOOL__V1__OP__RELEASE, n, keys, false, KVPC_AS_STATUS,
-                          statuses);
+    return s_keys_op_int (self, KVPOOL__V1__OP__RELEASE, n, keys, false, KVPC_AS_STATUS, statuses);
 }
 
 //  ---- counts -------------------------------------------------------------------------------
@@ -1033,7 +1028,7 @@ kvpool_reset (kvpool_t *self)
 
 int
 kvpc_socket_put (kvpool_t *self, const kvpc_keys_t *keys, const kvpc_value_t *values,
-                const kvpool_put_options_t *opts, int64_t *results)
+                 const kvpool_put_options_t *opts, int64_t *results)
 {
     if (keys->count == 0)
         return KVPOOL_OK;
@@ -1226,7 +1221,7 @@ s_get_key_status (kvpool_t *self, kvpc_reply_t *reply, size_t j)
     if (status == KVPOOL_OK && j < reply->msg->n_sizes
         && reply->msg->sizes[j] != zmq_msg_size (&reply->frames[j])) {
         kvpc_set_error (self, "GET reply: key %zu has size %" PRIu64 " but a %zu-byte frame", j,
-                       reply->msg->sizes[j], zmq_msg_size (&reply->frames[j]));
+                        reply->msg->sizes[j], zmq_msg_size (&reply->frames[j]));
         status = KVPOOL_PROTOCOL_ERROR;
     }
     return status;
@@ -1234,7 +1229,7 @@ s_get_key_status (kvpool_t *self, kvpc_reply_t *reply, size_t j)
 
 int
 kvpc_socket_get_into (kvpool_t *self, const kvpc_keys_t *keys, const kvpool_buf_t *const *bufs,
-                     const size_t *nbufs, int64_t *results)
+                      const size_t *nbufs, int64_t *results)
 {
     if (keys->count == 0)
         return KVPOOL_OK;
@@ -1258,8 +1253,7 @@ kvpc_socket_get_into (kvpool_t *self, const kvpc_keys_t *keys, const kvpool_buf_
             results[i] = KVPOOL_BUFFER_OVERFLOW;
             continue;
         }
-        if (kvpc_copies_scatter (&copies, zmq_msg_data (&reply.frames[j]), size, bufs[i],
-                                nbufs[i]))
+        if (kvpc_copies_scatter (&copies, zmq_msg_data (&reply.frames[j]), size, bufs[i], nbufs[i]))
             results[i] = KVPOOL_INTERNAL_ERROR;
         else
             results[i] = (int64_t) size;
@@ -1350,8 +1344,7 @@ kvpool_get_batch_into (kvpool_t *self, size_t n, const char *const *keys, void *
 
 int
 kvpool_get_batch_into_parts (kvpool_t *self, size_t n, const char *const *keys,
-                             const kvpool_buf_t *const *bufs, const size_t *nbufs,
-                             int64_t *results)
+                             const kvpool_buf_t *const *bufs, const size_t *nbufs, int64_t *results)
 {
     if (!self || (n && (!keys || !bufs || !nbufs || !results)))
         return KVPOOL_INVALID_PARAMS;
@@ -1498,8 +1491,7 @@ s_placement (kvpool_t *self, kvpc_reply_t *reply, size_t j, kvpool_placement_t *
     Kvpool__V1__KeyReplicas *list = msg->replicas[j];
     size_t count = list ? list->n_replicas : 0;
     if (count > KVPOOL_MAX_REPLICAS) {
-        kvpc_set_error (self, "%zu replicas for one key (at most %d)", count,
-                       KVPOOL_MAX_REPLICAS);
+        kvpc_set_error (self, "%zu replicas for one key (at most %d)", count, KVPOOL_MAX_REPLICAS);
         placement->status = KVPOOL_PROTOCOL_ERROR;
         return;
     }
@@ -1521,9 +1513,8 @@ s_placements_fill (kvpool_placement_t *placements, size_t n, int status)
 
 //  PUT_START (with sizes) or GET_REPLICA_LIST (with pin), reported as placements.
 static int
-s_placement_op (kvpool_t *self, Kvpool__V1__Request *request, size_t n,
-                const char *const *keys, const uint64_t *sizes,
-                kvpool_placement_t *placements)
+s_placement_op (kvpool_t *self, Kvpool__V1__Request *request, size_t n, const char *const *keys,
+                const uint64_t *sizes, kvpool_placement_t *placements)
 {
     int64_t small[16];
     int64_t *results = n <= 16 ? small : malloc (n * sizeof *results);
@@ -1562,7 +1553,7 @@ s_placement_op (kvpool_t *self, Kvpool__V1__Request *request, size_t n,
     rc = kvpc_call (self, request, NULL, 0, 0, &reply);
     if (rc == 0) {
         rc = kvpc_reply_check (self, &reply, sent.count,
-                              KVPC_NEED_REPLICAS | (sizes ? 0 : KVPC_NEED_SIZES));
+                               KVPC_NEED_REPLICAS | (sizes ? 0 : KVPC_NEED_SIZES));
         if (rc)
             kvpc_reply_free (&reply);
     }
@@ -1598,7 +1589,7 @@ kvpool_put_start (kvpool_t *self, size_t n, const char *const *keys, const uint6
     //  A placement holds at most KVPOOL_MAX_REPLICAS replicas.
     if (opts && opts->replica_num > KVPOOL_MAX_REPLICAS) {
         kvpc_set_error (self, "replica_num %u is more than %d", opts->replica_num,
-                       KVPOOL_MAX_REPLICAS);
+                        KVPOOL_MAX_REPLICAS);
         s_placements_fill (placements, n, KVPOOL_INVALID_REPLICA);
         return KVPOOL_INVALID_REPLICA;
     }

@@ -45,30 +45,30 @@ typedef struct {
 } kvpc_mapped_segment_t;
 
 struct _kvpool_t {
-    void *ctx;                 //  the ZeroMQ context of socket
-    void *socket;              //  DEALER
+    void *ctx;    //  the ZeroMQ context of socket
+    void *socket; //  DEALER
     char *endpoint;
     int timeout_ms;
-    uint64_t next_id;          //  request ids, monotonic per connection
+    uint64_t next_id; //  request ids, monotonic per connection
     char last_error[256];
-    char client_id[96];        //  owner name for segments this client mounts
-    char host_id[64];          //  the server's boot id (PING)
-    bool same_host;            //  host_id equals this machine's boot id
-    bool fast_path;            //  segments are mapped and the fast path is in use
+    char client_id[96]; //  owner name for segments this client mounts
+    char host_id[64];   //  the server's boot id (PING)
+    bool same_host;     //  host_id equals this machine's boot id
+    bool fast_path;     //  segments are mapped and the fast path is in use
     kvpc_mapped_segment_t *segments;
     size_t segment_count;
-    char server_id[128];       //  the node whose segments are mapped (SEGMENTS)
-    shm_index_t *index;        //  the node's same-machine read index (read-only), or NULL
-    bool use_index;            //  reads may be served from it (kvpool_set_index)
-    uint64_t *touched;         //  KVPC_TOUCH_SLOTS key hashes whose lease we renewed ...
-    int64_t *touched_at;       //  ... and when (ms), so hot keys are not touched every read
-    void *monitor;             //  PAIR receiving the socket's connect/disconnect events
-    bool segments_stale;       //  the connection changed: the table must be listed again
-    transfer_pool_t *pool;     //  created on the first large batch
-    uint64_t *oneway_ids;      //  fire-and-forget requests whose replies have not come yet
+    char server_id[128];   //  the node whose segments are mapped (SEGMENTS)
+    shm_index_t *index;    //  the node's same-machine read index (read-only), or NULL
+    bool use_index;        //  reads may be served from it (kvpool_set_index)
+    uint64_t *touched;     //  KVPC_TOUCH_SLOTS key hashes whose lease we renewed ...
+    int64_t *touched_at;   //  ... and when (ms), so hot keys are not touched every read
+    void *monitor;         //  PAIR receiving the socket's connect/disconnect events
+    bool segments_stale;   //  the connection changed: the table must be listed again
+    transfer_pool_t *pool; //  created on the first large batch
+    uint64_t *oneway_ids;  //  fire-and-forget requests whose replies have not come yet
     size_t oneway_count;
     size_t oneway_capacity;
-    atomic_size_t zc_pending;  //  zero-copy value frames libzmq still holds
+    atomic_size_t zc_pending; //  zero-copy value frames libzmq still holds
 };
 
 //  The keys of one request: pointers to the caller's strings, each with its caller index.
@@ -111,7 +111,7 @@ typedef struct {
 //  reply. Returns 0 with *reply filled (free it with kvpc_reply_free), or a negative status:
 //  RPC_FAIL on timeout or socket failure, with last_error saying why.
 int kvpc_call (kvpool_t *self, Kvpool__V1__Request *request, const kvpc_value_t *values,
-              size_t nvalues, size_t expect_frames, kvpc_reply_t *reply);
+               size_t nvalues, size_t expect_frames, kvpc_reply_t *reply);
 //  Sends request without waiting; its reply is discarded when it arrives. Returns 0 or
 //  RPC_FAIL.
 int kvpc_send_oneway (kvpool_t *self, Kvpool__V1__Request *request);
@@ -132,9 +132,9 @@ void kvpc_put_options (const kvpool_put_options_t *opts, Kvpool__V1__PutOptions 
 //  The socket paths, also the fast path's fallbacks. values/bufs/nbufs/results are indexed
 //  by caller index. Return the request's status (0 when answered).
 int kvpc_socket_put (kvpool_t *self, const kvpc_keys_t *keys, const kvpc_value_t *values,
-                    const kvpool_put_options_t *opts, int64_t *results);
+                     const kvpool_put_options_t *opts, int64_t *results);
 int kvpc_socket_get_into (kvpool_t *self, const kvpc_keys_t *keys, const kvpool_buf_t *const *bufs,
-                         const size_t *nbufs, int64_t *results);
+                          const size_t *nbufs, int64_t *results);
 
 //  A list of copies, run inline or on the transfer pool.
 typedef struct {
@@ -154,8 +154,8 @@ void kvpc_copies_init (kvpc_copies_t *self);
 //  Each returns 0, or -1 when out of memory.
 int kvpc_copies_add (kvpc_copies_t *self, void *dst, const void *src, size_t len);
 //  Copies len bytes from src across bufs in order (the caller checked they are big enough).
-int kvpc_copies_scatter (kvpc_copies_t *self, const void *src, size_t len,
-                        const kvpool_buf_t *bufs, size_t nbufs);
+int kvpc_copies_scatter (kvpc_copies_t *self, const void *src, size_t len, const kvpool_buf_t *bufs,
+                         size_t nbufs);
 //  Copies the concatenation of parts to dst.
 int kvpc_copies_gather (kvpc_copies_t *self, void *dst, const kvpool_iov_t *parts, size_t nparts);
 //  Runs every copy; returns when all are done.
@@ -174,9 +174,9 @@ void kvpc_fast_path_close (kvpool_t *self);
 //  Called when the socket was replaced: watches the new one, lists the segments again.
 void kvpc_fast_path_reconnected (kvpool_t *self);
 int kvpc_fast_put (kvpool_t *self, const kvpc_keys_t *keys, const kvpc_value_t *values,
-                  const kvpool_put_options_t *opts, int64_t *results);
+                   const kvpool_put_options_t *opts, int64_t *results);
 int kvpc_fast_get (kvpool_t *self, const kvpc_keys_t *keys, const kvpool_buf_t *const *bufs,
-                  const size_t *nbufs, int64_t *results);
+                   const size_t *nbufs, int64_t *results);
 //  Answers EXIST (as_size false: 1) or GET_SIZE (as_size true: the size) for the keys the
 //  same-machine index holds; adds the others, with their caller index, to rest.
 void kvpc_index_probe (kvpool_t *self, const kvpc_keys_t *keys, bool as_size, int64_t *results,

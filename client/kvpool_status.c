@@ -16,9 +16,8 @@ const char *
 kvpool_strerror (int status)
 {
     switch (status) {
-#define KVPOOL_STATUS_TEXT(name, value, text)                                                  \
-    case value:                                                                                \
-        return text;
+#define KVPOOL_STATUS_TEXT(name, value, text)                                                      \
+    case value: return text;
         KVPOOL_STATUS_LIST (KVPOOL_STATUS_TEXT)
 #undef KVPOOL_STATUS_TEXT
     }
@@ -29,9 +28,8 @@ const char *
 kvpool_status_name (int status)
 {
     switch (status) {
-#define KVPOOL_STATUS_NAME(name, value, text)                                                  \
-    case value:                                                                                \
-        return #name + 7; /* without "KVPOOL_" */
+#define KVPOOL_STATUS_NAME(name, value, text)                                                      \
+    case value: return #name + 7; /* without "KVPOOL_" */
         KVPOOL_STATUS_LIST (KVPOOL_STATUS_NAME)
 #undef KVPOOL_STATUS_NAME
     }
@@ -44,16 +42,16 @@ kvpool_status_test (bool verbose)
     //  Every C code has the same number as the proto code of the same name.
     const ProtobufCEnumDescriptor *desc = &kvpool__v1__status__descriptor;
     size_t checked = 0;
-#define KVPOOL_STATUS_CHECK(name, code, text)                                                 \
-    {                                                                                          \
-        const ProtobufCEnumValue *v =                                                          \
-            protobuf_c_enum_descriptor_get_value_by_name (desc, #name + 7);                    \
-        if (!v || v->value != code) {                                                         \
-            fprintf (stderr, "status %s: C %d, proto %d\n", #name, code, v ? v->value : 1);   \
-            assert (false);                                                                    \
-        }                                                                                      \
-        assert (strcmp (kvpool_strerror (code), text) == 0);                                  \
-        checked++;                                                                             \
+#define KVPOOL_STATUS_CHECK(name, code, text)                                                      \
+    {                                                                                              \
+        const ProtobufCEnumValue *v =                                                              \
+            protobuf_c_enum_descriptor_get_value_by_name (desc, #name + 7);                        \
+        if (!v || v->value != code) {                                                              \
+            fprintf (stderr, "status %s: C %d, proto %d\n", #name, code, v ? v->value : 1);        \
+            assert (false);                                                                        \
+        }                                                                                          \
+        assert (strcmp (kvpool_strerror (code), text) == 0);                                       \
+        checked++;                                                                                 \
     }
     KVPOOL_STATUS_LIST (KVPOOL_STATUS_CHECK)
 #undef KVPOOL_STATUS_CHECK

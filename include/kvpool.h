@@ -34,29 +34,29 @@ extern "C" {
 
 /*  Status codes. The numbers are stable and equal to messages/kvpool.proto's Status enum
     (a unit test checks that); they follow Mooncake Store's ErrorCode where one exists.     */
-#define KVPOOL_STATUS_LIST(X)                                                                  \
-    X (KVPOOL_OK, 0, "ok")                                                                     \
-    X (KVPOOL_INTERNAL_ERROR, -1, "internal error")                                            \
-    X (KVPOOL_BUFFER_OVERFLOW, -10, "buffer too small for the value")                          \
-    X (KVPOOL_SEGMENT_NOT_FOUND, -101, "segment not found")                                    \
-    X (KVPOOL_SEGMENT_ALREADY_EXISTS, -102, "segment already mounted")                         \
-    X (KVPOOL_NO_AVAILABLE_HANDLE, -200, "no space left in the pool")                          \
-    X (KVPOOL_INVALID_VERSION, -300, "unsupported protocol version")                           \
-    X (KVPOOL_INVALID_KEY, -400, "invalid key (empty, too long, or contains NUL)")             \
-    X (KVPOOL_WRITE_FAIL, -500, "write failed")                                                \
-    X (KVPOOL_INVALID_PARAMS, -600, "invalid parameters")                                      \
-    X (KVPOOL_UNKNOWN_OPERATION, -601, "unknown operation")                                    \
-    X (KVPOOL_VALUE_TOO_LARGE, -602, "value larger than the server's limit")                   \
-    X (KVPOOL_PROTOCOL_ERROR, -603, "malformed request")                                       \
-    X (KVPOOL_INVALID_WRITE, -700, "key is not being written")                                 \
-    X (KVPOOL_INVALID_READ, -701, "invalid read")                                              \
-    X (KVPOOL_INVALID_REPLICA, -702, "invalid replica count")                                  \
-    X (KVPOOL_REPLICA_IS_NOT_READY, -703, "object is still being written")                     \
-    X (KVPOOL_OBJECT_NOT_FOUND, -704, "object not found")                                      \
-    X (KVPOOL_OBJECT_ALREADY_EXISTS, -705, "object already exists")                            \
-    X (KVPOOL_OBJECT_HAS_LEASE, -706, "object has a read lease")                               \
-    X (KVPOOL_TRANSFER_FAIL, -800, "transfer failed")                                          \
-    X (KVPOOL_RPC_FAIL, -900, "no reply from the server (timeout or connection failure)")      \
+#define KVPOOL_STATUS_LIST(X)                                                                      \
+    X (KVPOOL_OK, 0, "ok")                                                                         \
+    X (KVPOOL_INTERNAL_ERROR, -1, "internal error")                                                \
+    X (KVPOOL_BUFFER_OVERFLOW, -10, "buffer too small for the value")                              \
+    X (KVPOOL_SEGMENT_NOT_FOUND, -101, "segment not found")                                        \
+    X (KVPOOL_SEGMENT_ALREADY_EXISTS, -102, "segment already mounted")                             \
+    X (KVPOOL_NO_AVAILABLE_HANDLE, -200, "no space left in the pool")                              \
+    X (KVPOOL_INVALID_VERSION, -300, "unsupported protocol version")                               \
+    X (KVPOOL_INVALID_KEY, -400, "invalid key (empty, too long, or contains NUL)")                 \
+    X (KVPOOL_WRITE_FAIL, -500, "write failed")                                                    \
+    X (KVPOOL_INVALID_PARAMS, -600, "invalid parameters")                                          \
+    X (KVPOOL_UNKNOWN_OPERATION, -601, "unknown operation")                                        \
+    X (KVPOOL_VALUE_TOO_LARGE, -602, "value larger than the server's limit")                       \
+    X (KVPOOL_PROTOCOL_ERROR, -603, "malformed request")                                           \
+    X (KVPOOL_INVALID_WRITE, -700, "key is not being written")                                     \
+    X (KVPOOL_INVALID_READ, -701, "invalid read")                                                  \
+    X (KVPOOL_INVALID_REPLICA, -702, "invalid replica count")                                      \
+    X (KVPOOL_REPLICA_IS_NOT_READY, -703, "object is still being written")                         \
+    X (KVPOOL_OBJECT_NOT_FOUND, -704, "object not found")                                          \
+    X (KVPOOL_OBJECT_ALREADY_EXISTS, -705, "object already exists")                                \
+    X (KVPOOL_OBJECT_HAS_LEASE, -706, "object has a read lease")                                   \
+    X (KVPOOL_TRANSFER_FAIL, -800, "transfer failed")                                              \
+    X (KVPOOL_RPC_FAIL, -900, "no reply from the server (timeout or connection failure)")          \
     X (KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS, -1010, "server is shutting down or resetting")
 
 typedef enum {
@@ -73,9 +73,9 @@ const char *kvpool_status_name (int status);
 typedef struct _kvpool_t kvpool_t;
 
 typedef struct {
-    int timeout_ms;      //  per request; 0 means the default (5000)
+    int timeout_ms;         //  per request; 0 means the default (5000)
     int connect_timeout_ms; //  for the first PING at connect; 0 means timeout_ms
-    int fast_path;       //  1: use the same-machine path when possible (default); 0: never
+    int fast_path;          //  1: use the same-machine path when possible (default); 0: never
 } kvpool_options_t;
 
 //  Fills options with the defaults (timeout 5000 ms, fast path auto).
@@ -117,11 +117,11 @@ typedef struct {
 } kvpool_buf_t;
 
 typedef struct {
-    uint32_t replica_num;            //  0 means 1
+    uint32_t replica_num;                  //  0 means 1
     const char *const *preferred_segments; //  segment names, may be NULL
     size_t preferred_segment_count;
     bool soft_pin;
-    uint64_t soft_pin_ttl_ms;        //  0: server default
+    uint64_t soft_pin_ttl_ms; //  0: server default
     bool hard_pin;
 } kvpool_put_options_t;
 
@@ -154,16 +154,15 @@ int64_t kvpool_reset (kvpool_t *self);
 
 //  ---- batch operations: n keys, one outcome per key ---------------------------------
 //  statuses[i]: KVPOOL_OK or a negative status for keys[i].
-int kvpool_put_batch (kvpool_t *self, size_t n, const char *const *keys,
-                      const void *const *data, const size_t *sizes,
-                      const kvpool_put_options_t *opts, int *statuses);
+int kvpool_put_batch (kvpool_t *self, size_t n, const char *const *keys, const void *const *data,
+                      const size_t *sizes, const kvpool_put_options_t *opts, int *statuses);
 //  Each value is the concatenation of nparts[i] buffers parts[i][0..].
 int kvpool_put_batch_parts (kvpool_t *self, size_t n, const char *const *keys,
                             const kvpool_iov_t *const *parts, const size_t *nparts,
                             const kvpool_put_options_t *opts, int *statuses);
 //  results[i]: bytes written into buffers[i], or a negative status.
-int kvpool_get_batch_into (kvpool_t *self, size_t n, const char *const *keys,
-                           void *const *buffers, const size_t *capacities, int64_t *results);
+int kvpool_get_batch_into (kvpool_t *self, size_t n, const char *const *keys, void *const *buffers,
+                           const size_t *capacities, int64_t *results);
 //  Scatter form: value i is written across nbufs[i] buffers bufs[i][0..] in order.
 //  results[i]: bytes written, or a negative status (BUFFER_OVERFLOW if they are too small).
 int kvpool_get_batch_into_parts (kvpool_t *self, size_t n, const char *const *keys,
@@ -180,8 +179,8 @@ int kvpool_remove_batch (kvpool_t *self, size_t n, const char *const *keys, bool
 //  library received. They stay valid until kvpool_values_destroy.
 typedef struct _kvpool_values_t kvpool_values_t;
 //  Gets n values. Caller owns *values_p and must destroy it. statuses[i] as for get.
-int kvpool_get_batch (kvpool_t *self, size_t n, const char *const *keys,
-                      kvpool_values_t **values_p, int *statuses);
+int kvpool_get_batch (kvpool_t *self, size_t n, const char *const *keys, kvpool_values_t **values_p,
+                      int *statuses);
 const void *kvpool_values_data (kvpool_values_t *self, size_t index);
 size_t kvpool_values_size (kvpool_values_t *self, size_t index);
 void kvpool_values_destroy (kvpool_values_t **self_p);

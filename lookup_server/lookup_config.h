@@ -11,7 +11,7 @@ typedef struct {
     uint32_t pp_size;
     uint32_t pcp_rank;
     uint32_t dcp_rank;
-    uint32_t block_size;      //  tokens per block
+    uint32_t block_size; //  tokens per block
 } lookup_config_t;
 
 #define LOOKUP_DEFAULT_KEY_TEMPLATE "{model}@tp_rank:{tp}@pcp{pcp}@dcp{dcp}@pp_rank:{pp}@{hash}"

@@ -14,21 +14,29 @@
 #include <string.h>
 
 struct _lookup_keys_t {
-    size_t ranks;          //  tp_size x pp_size
-    size_t hash_places;    //  how many times {hash} appears
+    size_t ranks;       //  tp_size x pp_size
+    size_t hash_places; //  how many times {hash} appears
     //  For rank r, parts r * (hash_places + 1) .. + hash_places: text in part_text at
     //  part_offset, part_len bytes. The key is part0 hash part1 hash ... part_n.
     char *part_text;
     size_t *part_offset;
     size_t *part_len;
-    size_t *fixed_len;     //  per rank: sum of its parts' lengths
-    char *keys_text;       //  expansion buffer
+    size_t *fixed_len; //  per rank: sum of its parts' lengths
+    char *keys_text;   //  expansion buffer
     size_t keys_text_size;
     const char **keys;
     size_t keys_size;
 };
 
-typedef enum { FIELD_NONE, FIELD_MODEL, FIELD_TP, FIELD_PP, FIELD_PCP, FIELD_DCP, FIELD_HASH } field_t;
+typedef enum {
+    FIELD_NONE,
+    FIELD_MODEL,
+    FIELD_TP,
+    FIELD_PP,
+    FIELD_PCP,
+    FIELD_DCP,
+    FIELD_HASH
+} field_t;
 
 //  A growable string for compilation.
 typedef struct {
@@ -73,8 +81,7 @@ s_field (const char *name, size_t len)
 //  each part's offset and length. With parts NULL only checks and counts {hash} places.
 static int
 s_compile (const char *template, const lookup_config_t *config, uint32_t tp, uint32_t pp,
-           s_text_t *text, size_t *offsets, size_t *lens, size_t *places_p,
-           const char **reason_p)
+           s_text_t *text, size_t *offsets, size_t *lens, size_t *places_p, const char **reason_p)
 {
     size_t places = 0;
     size_t part_start = text ? text->len : 0;
@@ -131,8 +138,8 @@ s_compile (const char *template, const lookup_config_t *config, uint32_t tp, uin
             }
             else if (field != FIELD_NONE) {
                 uint32_t value = field == FIELD_TP    ? tp
-                               : field == FIELD_PP    ? pp
-                               : field == FIELD_PCP   ? config->pcp_rank
+                                 : field == FIELD_PP  ? pp
+                                 : field == FIELD_PCP ? config->pcp_rank
                                                       : config->dcp_rank;
                 add_len = (size_t) snprintf (number, sizeof number, "%u", value);
                 add = number;
@@ -186,7 +193,8 @@ lookup_keys_new (const lookup_config_t *config, const char **reason_p)
                 size_t first = rank * (places + 1);
                 size_t before = text.len;
                 if (s_compile (template, config, tp, pp, &text, self->part_offset + first,
-                               self->part_len + first, NULL, &reason) == 0)
+                               self->part_len + first, NULL, &reason)
+                    == 0)
                     self->fixed_len[rank] = text.len - before;
             }
     }
@@ -232,9 +240,8 @@ lookup_keys_ranks (lookup_keys_t *self)
 }
 
 int
-lookup_keys_expand (lookup_keys_t *self, char *const *hashes, const size_t *hash_lens,
-                    size_t count, size_t max_key_len, const char *const **keys_p,
-                    const char **reason_p)
+lookup_keys_expand (lookup_keys_t *self, char *const *hashes, const size_t *hash_lens, size_t count,
+                    size_t max_key_len, const char *const **keys_p, const char **reason_p)
 {
     assert (self);
     assert (keys_p);
@@ -271,8 +278,8 @@ lookup_keys_expand (lookup_keys_t *self, char *const *hashes, const size_t *hash
         self->keys_text_size = total;
     }
     if (key_count > self->keys_size) {
-        const char **keys = (const char **) realloc ((void *) self->keys,
-                                                     key_count * sizeof (char *));
+        const char **keys =
+            (const char **) realloc ((void *) self->keys, key_count * sizeof (char *));
         if (!keys) {
             reason = "out of memory";
             goto fail;
@@ -342,8 +349,8 @@ lookup_keys_test (bool verbose)
     assert (lookup_keys_expand (self, hashes, lens, 2, 39, &keys, &reason) == -1);
     assert (strcmp (reason, "key longer than the store's limit") == 0);
     //  The key-count cap: LOOKUP_KEYS_MAX / 4 hashes is the most.
-    assert (lookup_keys_expand (self, hashes, lens, LOOKUP_KEYS_MAX / 4 + 1, 0, &keys,
-                                &reason) == -1);
+    assert (lookup_keys_expand (self, hashes, lens, LOOKUP_KEYS_MAX / 4 + 1, 0, &keys, &reason)
+            == -1);
     assert (strcmp (reason, "too many keys") == 0);
     lookup_keys_destroy (&self);
     assert (self == NULL);

@@ -38,10 +38,10 @@ s_get_u16 (const uint8_t *p)
 //  Lowercase form of each hex digit, 0 for any other byte (uppercase is accepted and lowered,
 //  since store keys are lowercase). A table: this runs once per byte of every lookup.
 static const char s_hex_lower[256] = {
-    ['0'] = '0', ['1'] = '1', ['2'] = '2', ['3'] = '3', ['4'] = '4', ['5'] = '5', ['6'] = '6',
-    ['7'] = '7', ['8'] = '8', ['9'] = '9', ['a'] = 'a', ['b'] = 'b', ['c'] = 'c', ['d'] = 'd',
-    ['e'] = 'e', ['f'] = 'f', ['A'] = 'a', ['B'] = 'b', ['C'] = 'c', ['D'] = 'd', ['E'] = 'e',
-    ['F'] = 'f'};
+    ['0'] = '0', ['1'] = '1', ['2'] = '2', ['3'] = '3', ['4'] = '4', ['5'] = '5',
+    ['6'] = '6', ['7'] = '7', ['8'] = '8', ['9'] = '9', ['a'] = 'a', ['b'] = 'b',
+    ['c'] = 'c', ['d'] = 'd', ['e'] = 'e', ['f'] = 'f', ['A'] = 'a', ['B'] = 'b',
+    ['C'] = 'c', ['D'] = 'd', ['E'] = 'e', ['F'] = 'f'};
 
 static lookup_request_t *
 s_request_new (lookup_request_type_t type)
@@ -252,9 +252,9 @@ lookup_request_decode (const lookup_frame_t *frames, size_t count, const char **
         if (count != 1)
             reason = "extra frames after the tag";
         else {
-            lookup_request_type_t type = s_frame_is (&frames[0], "reset") ? LOOKUP_REQUEST_RESET
-                                       : s_frame_is (&frames[0], "ping")  ? LOOKUP_REQUEST_PING
-                                                                          : LOOKUP_REQUEST_STATS;
+            lookup_request_type_t type = s_frame_is (&frames[0], "reset")  ? LOOKUP_REQUEST_RESET
+                                         : s_frame_is (&frames[0], "ping") ? LOOKUP_REQUEST_PING
+                                                                           : LOOKUP_REQUEST_STATS;
             self = s_request_new (type);
             if (!self)
                 reason = "out of memory";
@@ -294,8 +294,8 @@ lookup_request_decode (const lookup_frame_t *frames, size_t count, const char **
             self->form = form;
             self->token_len = s_get_u32 ((const uint8_t *) body[0].data);
             int rc = form == LOOKUP_FORM_BINARY
-                       ? s_decode_binary (self, &body[1], &body[2], &reason)
-                       : s_decode_msgpack (self, &body[1], &reason);
+                         ? s_decode_binary (self, &body[1], &body[2], &reason)
+                         : s_decode_msgpack (self, &body[1], &reason);
             assert (rc == 0 || reason);
         }
     }
@@ -362,7 +362,7 @@ typedef struct {
     size_t count;
     msgpack_sbuffer buffers[8]; //  owned msgpack frames
     size_t buffer_count;
-    uint8_t small[8][4];        //  token_len and hash_len frames
+    uint8_t small[8][4]; //  token_len and hash_len frames
     size_t small_count;
 } s_msg_t;
 
@@ -530,8 +530,8 @@ lookup_request_test (bool verbose)
 
     //  Tagged binary: hashes come out as lowercase hex.
     {
-        const uint8_t blob[] = {0x00, 0x01, 0xab, 0xff, 0x10, 0x20, 0x30, 0x40, 0xde, 0xad,
-                                0xbe, 0xef};
+        const uint8_t blob[] = {0x00, 0x01, 0xab, 0xff, 0x10, 0x20,
+                                0x30, 0x40, 0xde, 0xad, 0xbe, 0xef};
         s_msg_init (&m);
         s_msg_str (&m, "lookup");
         s_msg_u32 (&m, 48);
@@ -705,41 +705,70 @@ lookup_request_test (bool verbose)
         const char *reason;
     } bad[] = {
         {"", 0, "empty msgpack frame"},
-        {"\xc0", 1, "msgpack value is not an array"},             //  nil
-        {"\x81\xa1" "a\x01", 4, "msgpack value is not an array"}, //  map
-        {"\xa2" "ab", 3, "msgpack value is not an array"},        //  a bare string
-        {"\x05", 1, "msgpack value is not an array"},             //  an int
-        {"\xc1", 1, "msgpack value is not an array"},             //  never-used byte
+        {"\xc0", 1, "msgpack value is not an array"}, //  nil
+        {"\x81\xa1"
+         "a\x01",
+         4, "msgpack value is not an array"}, //  map
+        {"\xa2"
+         "ab",
+         3, "msgpack value is not an array"},         //  a bare string
+        {"\x05", 1, "msgpack value is not an array"}, //  an int
+        {"\xc1", 1, "msgpack value is not an array"}, //  never-used byte
         {"\xdc\x00", 2, "truncated msgpack array header"},
         {"\xdd\x00\x00\x01", 4, "truncated msgpack array header"},
-        {"\x92\xa2" "ab", 4, "truncated msgpack array"},
+        {"\x92\xa2"
+         "ab",
+         4, "truncated msgpack array"},
         {"\x9f", 1, "truncated msgpack array"},
-        {"\xdc\xff\xff\xa2" "ab", 6, "truncated msgpack array"},
+        {"\xdc\xff\xff\xa2"
+         "ab",
+         6, "truncated msgpack array"},
         //  an array32 header claiming four billion entries, in 5 bytes: refused, not allocated
         {"\xdd\xff\xff\xff\xff", 5, "too many hashes"},
-        {"\xdd\x00\x0f\x42\x41", 5, "too many hashes"},           //  1000001
-        {"\x91\xa4" "ab", 4, "truncated msgpack string"},
+        {"\xdd\x00\x0f\x42\x41", 5, "too many hashes"}, //  1000001
+        {"\x91\xa4"
+         "ab",
+         4, "truncated msgpack string"},
         {"\x91\xd9", 2, "truncated msgpack string header"},
         {"\x91\xda\x00", 3, "truncated msgpack string header"},
         {"\x91\xdb\x00\x00\x00", 5, "truncated msgpack string header"},
-        {"\x91\xdb\xff\xff\xff\xff" "ab", 8, "truncated msgpack string"},
-        {"\x91\xa2" "abc", 5, "trailing bytes after the msgpack array"},
+        {"\x91\xdb\xff\xff\xff\xff"
+         "ab",
+         8, "truncated msgpack string"},
+        {"\x91\xa2"
+         "abc",
+         5, "trailing bytes after the msgpack array"},
         {"\x90\x90", 2, "trailing bytes after the msgpack array"},
         //  entries that are not strings: int, nil, bin, nested array, map, float, bool
         {"\x91\x01", 2, "hash entry is not a string"},
         {"\x91\xc0", 2, "hash entry is not a string"},
         {"\x91\xc4\x02\xab\xcd", 5, "hash entry is not a string"},
-        {"\x91\x91\xa2" "ab", 5, "hash entry is not a string"},
+        {"\x91\x91\xa2"
+         "ab",
+         5, "hash entry is not a string"},
         {"\x91\x80", 2, "hash entry is not a string"},
         {"\x91\xca\x00\x00\x00\x00", 6, "hash entry is not a string"},
-        {"\x92\xa2" "ab\xc3", 5, "hash entry is not a string"},
+        {"\x92\xa2"
+         "ab\xc3",
+         5, "hash entry is not a string"},
         //  strings that are not hashes
         {"\x91\xa0", 2, "empty hash string"},
-        {"\x91\xa3" "abc", 5, "hash string of odd length"},
-        {"\x91\xa2" "xy", 4, "hash string is not hex"},
-        {"\x91\xa2" "a ", 4, "hash string is not hex"},
-        {"\x91\xa2" "a\0", 4, "hash string is not hex"},
-        {"\x92\xa2" "ab\xa2" "g0", 7, "hash string is not hex"},
+        {"\x91\xa3"
+         "abc",
+         5, "hash string of odd length"},
+        {"\x91\xa2"
+         "xy",
+         4, "hash string is not hex"},
+        {"\x91\xa2"
+         "a ",
+         4, "hash string is not hex"},
+        {"\x91\xa2"
+         "a\0",
+         4, "hash string is not hex"},
+        {"\x92\xa2"
+         "ab\xa2"
+         "g0",
+         7, "hash string is not hex"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         //  In the tagged and in the untagged form.
@@ -816,8 +845,8 @@ lookup_request_test (bool verbose)
         msgpack_unpacked unpacked;
         msgpack_unpacked_init (&unpacked);
         size_t offset = 0;
-        int rc = msgpack_unpack_next (&unpacked, (const char *) m.frames[2].data,
-                                      m.frames[2].size, &offset);
+        int rc = msgpack_unpack_next (&unpacked, (const char *) m.frames[2].data, m.frames[2].size,
+                                      &offset);
         assert (rc == MSGPACK_UNPACK_SUCCESS && offset == m.frames[2].size);
         msgpack_object array = unpacked.data;
         assert (array.type == MSGPACK_OBJECT_ARRAY);

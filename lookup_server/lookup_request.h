@@ -46,10 +46,10 @@ typedef enum {
 } lookup_request_type_t;
 
 typedef enum {
-    LOOKUP_FORM_NONE = 0,   //  not a lookup
-    LOOKUP_FORM_MSGPACK,    //  [b"lookup"][token_len][msgpack]
-    LOOKUP_FORM_BINARY,     //  [b"lookup"][token_len][hash_len][blob]
-    LOOKUP_FORM_UNTAGGED    //  [token_len][msgpack]
+    LOOKUP_FORM_NONE = 0, //  not a lookup
+    LOOKUP_FORM_MSGPACK,  //  [b"lookup"][token_len][msgpack]
+    LOOKUP_FORM_BINARY,   //  [b"lookup"][token_len][hash_len][blob]
+    LOOKUP_FORM_UNTAGGED  //  [token_len][msgpack]
 } lookup_form_t;
 
 //  One frame of a request, as received.
@@ -62,11 +62,11 @@ typedef struct {
 typedef struct {
     lookup_request_type_t type;
     lookup_form_t form;
-    uint32_t token_len;       //  lookups only
-    size_t hash_count;        //  lookups only; may be 0
-    char **hashes;            //  hash_count NUL-terminated lowercase hex strings
-    size_t *hash_lens;        //  their lengths (even, > 0)
-    char *text_;              //  storage of the strings
+    uint32_t token_len; //  lookups only
+    size_t hash_count;  //  lookups only; may be 0
+    char **hashes;      //  hash_count NUL-terminated lowercase hex strings
+    size_t *hash_lens;  //  their lengths (even, > 0)
+    char *text_;        //  storage of the strings
 } lookup_request_t;
 
 //  Decodes count frames. Returns a new request, or NULL with *reason_p set to a static

@@ -117,8 +117,8 @@ LLVMFuzzerTestOneInput (const uint8_t *data, size_t size)
 
     const char *const *expanded;
     if (request->type == LOOKUP_REQUEST_LOOKUP
-        && lookup_keys_expand (keys, request->hashes, request->hash_lens, request->hash_count,
-                               4096, &expanded, &reason)
+        && lookup_keys_expand (keys, request->hashes, request->hash_lens, request->hash_count, 4096,
+                               &expanded, &reason)
                == 0) {
         for (size_t i = 0; i < request->hash_count; i++)
             for (size_t r = 0; r < 2; r++) {

@@ -50,13 +50,13 @@ typedef struct {
     const kvp_config_t *config;
     char *store_endpoint;
     kvpool_t *store;
-    int64_t store_retry_at;    //  no connect attempt before this (zclock_mono)
+    int64_t store_retry_at; //  no connect attempt before this (zclock_mono)
     lookup_keys_t *keys;
     uint32_t block_size;
-    zlistx_t *endpoints;       //  resolved bound endpoints (char *)
-    char *error;               //  why the actor cannot serve, or NULL
+    zlistx_t *endpoints; //  resolved bound endpoints (char *)
+    char *error;         //  why the actor cannot serve, or NULL
     bool terminated;
-    int *results;              //  exist outcomes, reused across lookups
+    int *results; //  exist outcomes, reused across lookups
     size_t results_size;
     //  counters, reported by stats
     uint64_t requests, lookups, hit_tokens, resets, reset_failures, refused, store_errors;
@@ -248,8 +248,8 @@ s_stats (self_t *self)
         "{\"objects\":%" PRIu64 ",\"bytes_used\":%" PRIu64 ",\"bytes_allocated\":%" PRIu64
         ",\"bytes_mounted\":%" PRIu64 ",\"pending_puts\":%" PRIu64 ",\"requests\":%" PRIu64
         ",\"lookups_served\":%" PRIu64 ",\"hit_tokens\":%" PRIu64 ",\"resets\":%" PRIu64
-        ",\"reset_failures\":%" PRIu64 ",\"refused_requests\":%" PRIu64
-        ",\"store_errors\":%" PRIu64 ",\"tp_size\":%u,\"pp_size\":%u,\"block_size\":%u}",
+        ",\"reset_failures\":%" PRIu64 ",\"refused_requests\":%" PRIu64 ",\"store_errors\":%" PRIu64
+        ",\"tp_size\":%u,\"pp_size\":%u,\"block_size\":%u}",
         stats.objects, stats.bytes_stored, stats.bytes_allocated, stats.bytes_mounted,
         stats.pending_puts, self->requests, self->lookups, self->hit_tokens, self->resets,
         self->reset_failures, self->refused, self->store_errors,
@@ -373,9 +373,9 @@ lookup_server_actor (zsock_t *pipe, void *args)
 #include "messages/kvpool.pb-c.h"
 
 typedef struct {
-    zhashx_t *keys;          //  the keys that exist
-    size_t exist_requests;   //  EXIST requests seen
-    size_t exist_keys;       //  keys in the last one
+    zhashx_t *keys;        //  the keys that exist
+    size_t exist_requests; //  EXIST requests seen
+    size_t exist_keys;     //  keys in the last one
     size_t resets;
 } s_fake_t;
 
@@ -414,8 +414,8 @@ s_fake_serve (s_fake_t *fake, zsock_t *router)
             statuses = (int32_t *) calloc (request->n_keys + 1, sizeof (int32_t));
             for (size_t i = 0; i < request->n_keys; i++)
                 statuses[i] = zhashx_lookup (fake->keys, request->keys[i])
-                                ? KVPOOL__V1__STATUS__OK
-                                : KVPOOL__V1__STATUS__OBJECT_NOT_FOUND;
+                                  ? KVPOOL__V1__STATUS__OK
+                                  : KVPOOL__V1__STATUS__OBJECT_NOT_FOUND;
             answer.statuses = statuses;
             answer.n_statuses = request->n_keys;
             break;
@@ -489,8 +489,7 @@ s_fake_add (zactor_t *fake, const char *model, uint32_t tp, const char *hash)
 }
 
 static void
-s_fake_counts (zactor_t *fake, uint64_t *requests, uint64_t *keys, uint64_t *resets,
-               uint64_t *size)
+s_fake_counts (zactor_t *fake, uint64_t *requests, uint64_t *keys, uint64_t *resets, uint64_t *size)
 {
     zsock_send (fake, "ss", "COUNTS", "");
     zsock_recv (fake, "8888", requests, keys, resets, size);
@@ -562,8 +561,7 @@ s_msgpack_hashes (const char *const *hashes, size_t count)
 
 //  A lookup in each wire form; returns the hit, checking the three forms agree.
 static int64_t
-s_lookup_all_forms (zsock_t *client, uint32_t token_len, const char *const *hashes,
-                    size_t count)
+s_lookup_all_forms (zsock_t *client, uint32_t token_len, const char *const *hashes, size_t count)
 {
     uint8_t tl[4] = {(uint8_t) (token_len >> 24), (uint8_t) (token_len >> 16),
                      (uint8_t) (token_len >> 8), (uint8_t) token_len};
@@ -683,10 +681,14 @@ lookup_server_test (bool verbose)
     const void *missing[] = {"lookup", tl16};
     size_t missing_size[] = {6, 4};
     assert (s_ask_byte (req, 2, missing, missing_size, 0));
-    const void *short_tl[] = {"lookup", tl16, "\x91\xa2" "ab"};
+    const void *short_tl[] = {"lookup", tl16,
+                              "\x91\xa2"
+                              "ab"};
     size_t short_tl_size[] = {6, 3, 4};
     assert (s_ask_byte (req, 3, short_tl, short_tl_size, 0));
-    const void *bad_msgpack[] = {"lookup", tl16, "\x92\xa2" "ab"};
+    const void *bad_msgpack[] = {"lookup", tl16,
+                                 "\x92\xa2"
+                                 "ab"};
     size_t bad_msgpack_size[] = {6, 4, 4};
     assert (s_ask_byte (dealer, 3, bad_msgpack, bad_msgpack_size, 0));
     const void *huge[] = {"lookup", tl16, "\xdd\xff\xff\xff\xff"};

@@ -29,29 +29,29 @@
 typedef enum {
     KVP_JOB_NONE = 0,
     //  replica-manager
-    KVP_RM_RESERVE,      //  items: keys (+ sizes) -> reserve pending entries
-    KVP_RM_BIND,         //  items: replicas filled by the allocator -> record them (pending)
-    KVP_RM_COMMIT,       //  items: make visible (PUT_END / end of a server-side PUT)
-    KVP_RM_REVOKE,       //  items: drop pending entries and free their space
-    KVP_RM_GET,          //  items: look up, pin for reading, fill size/replicas/object
-    KVP_RM_EXIST,        //  items: look up, grant lease
+    KVP_RM_RESERVE, //  items: keys (+ sizes) -> reserve pending entries
+    KVP_RM_BIND,    //  items: replicas filled by the allocator -> record them (pending)
+    KVP_RM_COMMIT,  //  items: make visible (PUT_END / end of a server-side PUT)
+    KVP_RM_REVOKE,  //  items: drop pending entries and free their space
+    KVP_RM_GET,     //  items: look up, pin for reading, fill size/replicas/object
+    KVP_RM_EXIST,   //  items: look up, grant lease
     KVP_RM_GET_SIZE,
-    KVP_RM_REPLICA_LIST, //  items: look up, lease (+ client pin when job->pin)
-    KVP_RM_RELEASE,      //  items: drop client pins
-    KVP_RM_REMOVE,       //  items; job->force
-    KVP_RM_REMOVE_REGEX, //  job->pattern, job->force -> job->count
-    KVP_RM_REMOVE_ALL,   //  job->force -> job->count
+    KVP_RM_REPLICA_LIST,   //  items: look up, lease (+ client pin when job->pin)
+    KVP_RM_RELEASE,        //  items: drop client pins
+    KVP_RM_REMOVE,         //  items; job->force
+    KVP_RM_REMOVE_REGEX,   //  job->pattern, job->force -> job->count
+    KVP_RM_REMOVE_ALL,     //  job->force -> job->count
     KVP_RM_REMOVE_SEGMENT, //  job->segment_id: drop every object with a replica there
-    KVP_RM_STATS,        //  fills job->stats (object side)
+    KVP_RM_STATS,          //  fills job->stats (object side)
     //  allocator
-    KVP_AL_ALLOC,        //  items with status OK: place replica_num replicas, fill replicas
-    KVP_AL_FREE,         //  items: free their replicas
-    KVP_AL_STATS,        //  fills job->stats (space side) and job->segments
-    KVP_AL_SEGMENTS,     //  fills job->segments
-    KVP_AL_MOUNT,        //  job->segment_name, job->segment_size, job->owner
-    KVP_AL_UNMOUNT,      //  job->segment_id (objects must be gone already)
+    KVP_AL_ALLOC,    //  items with status OK: place replica_num replicas, fill replicas
+    KVP_AL_FREE,     //  items: free their replicas
+    KVP_AL_STATS,    //  fills job->stats (space side) and job->segments
+    KVP_AL_SEGMENTS, //  fills job->segments
+    KVP_AL_MOUNT,    //  job->segment_name, job->segment_size, job->owner
+    KVP_AL_UNMOUNT,  //  job->segment_id (objects must be gone already)
     //  transfer-submitter
-    KVP_TX_WRITE,        //  items: copy value (src) into every replica
+    KVP_TX_WRITE, //  items: copy value (src) into every replica
 } kvp_job_kind_t;
 
 typedef struct {
@@ -63,13 +63,13 @@ typedef struct {
 typedef struct _kvp_object_t kvp_object_t;
 
 typedef struct {
-    const char *key;        //  NUL-terminated; owned by the job's request
+    const char *key; //  NUL-terminated; owned by the job's request
     size_t key_len;
-    uint64_t size;          //  value size
-    int status;             //  KVPOOL_OK or a negative kvpool_status_t
-    const void *src;        //  KVP_TX_WRITE: the value's bytes (a received frame)
-    kvp_object_t *object;   //  KVP_RM_GET: pinned object (unpin when the send completes)
-    uint64_t object_id;     //  the pending object a server-side put reserved (0: none)
+    uint64_t size;        //  value size
+    int status;           //  KVPOOL_OK or a negative kvpool_status_t
+    const void *src;      //  KVP_TX_WRITE: the value's bytes (a received frame)
+    kvp_object_t *object; //  KVP_RM_GET: pinned object (unpin when the send completes)
+    uint64_t object_id;   //  the pending object a server-side put reserved (0: none)
     uint32_t replica_count;
     kvp_replica_t *replicas; //  KVP_MAX_REPLICAS slots once kvp_job_need_replicas ran
 } kvp_item_t;
@@ -91,12 +91,12 @@ typedef struct {
 
 typedef struct {
     kvp_job_kind_t kind;
-    int op;                 //  the client operation (kvpool.v1.Op) this job serves
-    int status;             //  request-level status
-    char error[160];        //  reason when status is not OK
-    size_t count;           //  number of items
+    int op;          //  the client operation (kvpool.v1.Op) this job serves
+    int status;      //  request-level status
+    char error[160]; //  reason when status is not OK
+    size_t count;    //  number of items
     kvp_item_t *items;
-    size_t capacity;        //  items allocated
+    size_t capacity;              //  items allocated
     kvp_replica_t *replica_slots; //  KVP_MAX_REPLICAS per item, made on demand
     //  options
     uint32_t replica_num;

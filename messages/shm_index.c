@@ -41,7 +41,7 @@ typedef struct {
 
 typedef struct {
     _Atomic uint64_t seq;
-    _Atomic uint64_t hash;   //  0: empty
+    _Atomic uint64_t hash; //  0: empty
     uint32_t segment_id;
     uint32_t key_len;
     uint64_t offset;
@@ -49,7 +49,7 @@ typedef struct {
     char key[SHM_INDEX_KEY_MAX];
 } slot_t;
 
-_Static_assert (sizeof (slot_t) == SLOT_SIZE, "slot layout");
+_Static_assert(sizeof (slot_t) == SLOT_SIZE, "slot layout");
 
 struct _shm_index_t {
     char name[64];

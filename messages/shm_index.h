@@ -34,7 +34,7 @@ typedef struct {
     uint64_t size;
     const void *slot;
     uint64_t seq;
-    uint64_t hash;  //  the key's hash (readers may use it to remember keys cheaply)
+    uint64_t hash; //  the key's hash (readers may use it to remember keys cheaply)
 } shm_index_hit_t;
 
 //  Creates an index of at least slots slots (rounded up to a power of two) in a new
@@ -58,8 +58,8 @@ uint64_t shm_index_hash (const char *key, size_t len);
 void shm_index_make_name (char *buf, size_t size, const char *instance);
 
 //  Writer: publishes an object. Returns its slot number, or -1 if it was not published.
-int64_t shm_index_insert (shm_index_t *self, const char *key, size_t key_len,
-                          uint32_t segment_id, uint64_t offset, uint64_t size);
+int64_t shm_index_insert (shm_index_t *self, const char *key, size_t key_len, uint32_t segment_id,
+                          uint64_t offset, uint64_t size);
 //  Writer: withdraws what insert published in slot (slot < 0 does nothing).
 void shm_index_remove (shm_index_t *self, int64_t slot);
 //  Number of published entries.

@@ -27,23 +27,22 @@ typedef struct {
     void (*test) (bool verbose);
 } selftest_t;
 
-static selftest_t s_tests[] = {
-    {"kvpool_status", kvpool_status_test},
-    {"kvp_config", kvp_config_test},
-    {"kvp_job", kvp_job_test},
-    {"shm_index", shm_index_test},
-    {"segment", segment_test},
-    {"segment_arena", segment_arena_test},
-    {"transfer_pool", transfer_pool_test},
-    {"allocator", allocator_test},
-    {"replica_manager", replica_manager_test},
-    {"transfer_submitter", transfer_submitter_test},
-    {"api", api_test},
-    {"lookup_request", lookup_request_test},
-    {"lookup_keys", lookup_keys_test},
-    {"lookup_server", lookup_server_test},
-    //  new self tests go above this line
-    {NULL, NULL}};
+static selftest_t s_tests[] = {{"kvpool_status", kvpool_status_test},
+                               {"kvp_config", kvp_config_test},
+                               {"kvp_job", kvp_job_test},
+                               {"shm_index", shm_index_test},
+                               {"segment", segment_test},
+                               {"segment_arena", segment_arena_test},
+                               {"transfer_pool", transfer_pool_test},
+                               {"allocator", allocator_test},
+                               {"replica_manager", replica_manager_test},
+                               {"transfer_submitter", transfer_submitter_test},
+                               {"api", api_test},
+                               {"lookup_request", lookup_request_test},
+                               {"lookup_keys", lookup_keys_test},
+                               {"lookup_server", lookup_server_test},
+                               //  new self tests go above this line
+                               {NULL, NULL}};
 
 int
 main (int argc, char **argv)

@@ -183,9 +183,8 @@ s_key (char *buf, size_t size, const char *prefix, const char *name, size_t i)
 static void
 s_test_values (kvpool_t *pool, const char *prefix)
 {
-    static const size_t sizes[] = {1,         2,       100,     4095,    4096,
-                                   65535,     65536,   65537,   1 * MiB, 1 * MiB + 1,
-                                   3 * MiB + 7, 8 * MiB};
+    static const size_t sizes[] = {1,     2,     100,     4095,        4096,        65535,
+                                   65536, 65537, 1 * MiB, 1 * MiB + 1, 3 * MiB + 7, 8 * MiB};
     size_t count = sizeof sizes / sizeof sizes[0];
     char key[128];
     for (size_t i = 0; i < count; i++) {
@@ -397,18 +396,17 @@ s_test_batches (kvpool_t *pool, const char *prefix)
     CHECK_EQ (kvpool_exist_batch (pool, 0, NULL, NULL), KVPOOL_OK);
     CHECK_EQ (kvpool_remove_batch (pool, 0, NULL, true, NULL), KVPOOL_OK);
     CHECK_EQ (kvpool_get_size_batch (pool, 0, NULL, NULL), KVPOOL_OK);
-    CHECK_EQ (kvpool_put_batch (pool, 1, NULL, NULL, NULL, NULL, statuses),
-              KVPOOL_INVALID_PARAMS);
+    CHECK_EQ (kvpool_put_batch (pool, 1, NULL, NULL, NULL, NULL, statuses), KVPOOL_INVALID_PARAMS);
 
-    CHECK_EQ (kvpool_put_batch (pool, BATCH, keys, (const void *const *) values, sizes, NULL,
-                                statuses),
-              KVPOOL_OK);
+    CHECK_EQ (
+        kvpool_put_batch (pool, BATCH, keys, (const void *const *) values, sizes, NULL, statuses),
+        KVPOOL_OK);
     for (size_t i = 0; i < BATCH; i++)
         CHECK_EQ (statuses[i], KVPOOL_OK);
     //  Again: every key exists already.
-    CHECK_EQ (kvpool_put_batch (pool, BATCH, keys, (const void *const *) values, sizes, NULL,
-                                statuses),
-              KVPOOL_OK);
+    CHECK_EQ (
+        kvpool_put_batch (pool, BATCH, keys, (const void *const *) values, sizes, NULL, statuses),
+        KVPOOL_OK);
     for (size_t i = 0; i < BATCH; i++)
         CHECK_EQ (statuses[i], KVPOOL_OBJECT_ALREADY_EXISTS);
 
@@ -427,8 +425,7 @@ s_test_batches (kvpool_t *pool, const char *prefix)
         buffers[i] = malloc (capacities[i] ? capacities[i] : 1);
         memset (buffers[i], 0xEE, capacities[i]);
     }
-    CHECK_EQ (kvpool_get_batch_into (pool, BATCH, keys, buffers, capacities, results),
-              KVPOOL_OK);
+    CHECK_EQ (kvpool_get_batch_into (pool, BATCH, keys, buffers, capacities, results), KVPOOL_OK);
     for (size_t i = 0; i < BATCH; i++) {
         if (i == 7) {
             CHECK_EQ (results[i], KVPOOL_BUFFER_OVERFLOW);
@@ -499,16 +496,15 @@ s_test_batches (kvpool_t *pool, const char *prefix)
         sizes[i] = MiB;
         values[i] = s_value (MiB, 7000 + i);
     }
-    CHECK_EQ (kvpool_put_batch (pool, LARGE, keys, (const void *const *) values, sizes, NULL,
-                                statuses),
-              KVPOOL_OK);
+    CHECK_EQ (
+        kvpool_put_batch (pool, LARGE, keys, (const void *const *) values, sizes, NULL, statuses),
+        KVPOOL_OK);
     for (size_t i = 0; i < LARGE; i++) {
         CHECK_EQ (statuses[i], KVPOOL_OK);
         buffers[i] = malloc (MiB);
         capacities[i] = MiB;
     }
-    CHECK_EQ (kvpool_get_batch_into (pool, LARGE, keys, buffers, capacities, results),
-              KVPOOL_OK);
+    CHECK_EQ (kvpool_get_batch_into (pool, LARGE, keys, buffers, capacities, results), KVPOOL_OK);
     for (size_t i = 0; i < LARGE; i++) {
         CHECK_EQ (results[i], MiB);
         CHECK (memcmp (buffers[i], values[i], MiB) == 0);
@@ -547,8 +543,7 @@ s_test_batches (kvpool_t *pool, const char *prefix)
     CHECK_EQ (kvpool_put_batch_parts (pool, SG, keys, parts, nparts, NULL, statuses), KVPOOL_OK);
     for (size_t i = 0; i < SG; i++)
         CHECK_EQ (statuses[i], KVPOOL_OK);
-    CHECK_EQ (kvpool_get_batch_into_parts (pool, SG, keys, buf_lists, nbufs, results),
-              KVPOOL_OK);
+    CHECK_EQ (kvpool_get_batch_into_parts (pool, SG, keys, buf_lists, nbufs, results), KVPOOL_OK);
     CHECK_EQ (results[0], KVPOOL_BUFFER_OVERFLOW);
     for (size_t i = 1; i < SG; i++) {
         CHECK_EQ (results[i], (int64_t) sizes[i]);
@@ -659,8 +654,7 @@ s_test_admin (kvpool_t *pool, const char *prefix)
     CHECK_EQ (placements[0].replicas[0].segment_id, id);
     //  The bytes are in our own mapping of the segment.
     CHECK (placements[0].replicas[0].offset + 300000 <= 16 * MiB);
-    CHECK (memcmp ((char *) segment_base (mine) + placements[0].replicas[0].offset, value,
-                   300000)
+    CHECK (memcmp ((char *) segment_base (mine) + placements[0].replicas[0].offset, value, 300000)
            == 0);
     //  ... and read back through the library (the fast path maps the new segment now).
     void *back = malloc (300000);

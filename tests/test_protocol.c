@@ -53,8 +53,7 @@ s_call (zsock_t *sock, Kvpool__V1__Request *request, const char **values, const 
         zmsg_t *reply = zmsg_recv (sock);
         CHECK (reply != NULL);
         zframe_t *header = zmsg_pop (reply);
-        result.reply =
-            kvpool__v1__reply__unpack (NULL, zframe_size (header), zframe_data (header));
+        result.reply = kvpool__v1__reply__unpack (NULL, zframe_size (header), zframe_data (header));
         zframe_destroy (&header);
         CHECK (result.reply != NULL);
         if (result.reply->request_id == request->request_id) {
@@ -543,7 +542,8 @@ test_shutdown_in_flight (void)
         zframe_t *frame = zmsg_first (msg);
         Kvpool__V1__Reply *reply =
             kvpool__v1__reply__unpack (NULL, zframe_size (frame), zframe_data (frame));
-        CHECK (reply && (reply->status == 0 || reply->status == KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS));
+        CHECK (reply
+               && (reply->status == 0 || reply->status == KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS));
         kvpool__v1__reply__free_unpacked (reply, NULL);
         zmsg_destroy (&msg);
         replies++;
@@ -567,9 +567,17 @@ main (int argc, char **argv)
     }
     const char *argv0 = argv[0];
     testutil_server_t server;
-    const char *args[] = {"--segments",      "3",   "--segment-size", "16MiB",
-                          "--put-timeout",   "300", "--max-value-size", "4MiB",
-                          "--lease-ttl",     "2000", NULL};
+    const char *args[] = {"--segments",
+                          "3",
+                          "--segment-size",
+                          "16MiB",
+                          "--put-timeout",
+                          "300",
+                          "--max-value-size",
+                          "4MiB",
+                          "--lease-ttl",
+                          "2000",
+                          NULL};
     CHECK (testutil_server_start (&server, args) == 0);
     test_operations (&server);
     printf ("operations: ok\n");

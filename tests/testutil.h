@@ -33,22 +33,22 @@ int testutil_server_stop (testutil_server_t *server, int signal);
 //  Path of a program in the build's bin directory.
 const char *testutil_bin (const char *program);
 
-#define CHECK(cond)                                                                            \
-    do {                                                                                       \
-        if (!(cond)) {                                                                         \
-            fprintf (stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);          \
-            exit (1);                                                                          \
-        }                                                                                      \
+#define CHECK(cond)                                                                                \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf (stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);              \
+            exit (1);                                                                              \
+        }                                                                                          \
     } while (0)
 
-#define CHECK_EQ(a, b)                                                                         \
-    do {                                                                                       \
-        long long _a = (long long) (a), _b = (long long) (b);                                  \
-        if (_a != _b) {                                                                        \
-            fprintf (stderr, "%s:%d: check failed: %s == %s (%lld != %lld)\n", __FILE__,        \
-                     __LINE__, #a, #b, _a, _b);                                                \
-            exit (1);                                                                          \
-        }                                                                                      \
+#define CHECK_EQ(a, b)                                                                             \
+    do {                                                                                           \
+        long long _a = (long long) (a), _b = (long long) (b);                                      \
+        if (_a != _b) {                                                                            \
+            fprintf (stderr, "%s:%d: check failed: %s == %s (%lld != %lld)\n", __FILE__, __LINE__, \
+                     #a, #b, _a, _b);                                                              \
+            exit (1);                                                                              \
+        }                                                                                          \
     } while (0)
 
 #endif

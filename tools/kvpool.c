@@ -56,8 +56,7 @@ s_error (kvpool_t *pool, const char *what, int status)
              kvpool_status_name (status), *detail ? ": " : "", detail);
 }
 
-static int __attribute__ ((format (printf, 1, 2)))
-s_usage_error (const char *format, ...)
+static int __attribute__ ((format (printf, 1, 2))) s_usage_error (const char *format, ...)
 {
     va_list args;
     va_start (args, format);
@@ -262,8 +261,8 @@ s_cmd_get (cli_t *cli, int argc, char **argv)
     if (argc - first > 2)
         return s_usage_error ("get: too many arguments ('%s')", argv[first + 2]);
     const char *key = argv[first];
-    const char *path = argc - first > 1 && strcmp (argv[first + 1], "-") != 0 ? argv[first + 1]
-                                                                            : NULL;
+    const char *path =
+        argc - first > 1 && strcmp (argv[first + 1], "-") != 0 ? argv[first + 1] : NULL;
     kvpool_t *pool = s_connect (cli);
     if (!pool)
         return 1;
@@ -403,8 +402,8 @@ s_cmd_rm (cli_t *cli, int argc, char **argv)
     }
     int exit_code = 0;
     if (all || pattern) {
-        int64_t count = all ? kvpool_remove_all (pool, force)
-                            : kvpool_remove_by_regex (pool, pattern, force);
+        int64_t count =
+            all ? kvpool_remove_all (pool, force) : kvpool_remove_by_regex (pool, pattern, force);
         if (count < 0) {
             char what[512];
             snprintf (what, sizeof what, all ? "rm --all" : "rm --regex %s", pattern);
@@ -584,8 +583,8 @@ main (int argc, char **argv)
     static const struct {
         const char *name;
         int (*run) (cli_t *cli, int argc, char **argv);
-    } commands[] = {{"put", s_cmd_put},         {"get", s_cmd_get},     {"exists", s_cmd_exists},
-                    {"size", s_cmd_size},       {"rm", s_cmd_rm},       {"reset", s_cmd_reset},
+    } commands[] = {{"put", s_cmd_put},           {"get", s_cmd_get},     {"exists", s_cmd_exists},
+                    {"size", s_cmd_size},         {"rm", s_cmd_rm},       {"reset", s_cmd_reset},
                     {"segments", s_cmd_segments}, {"stats", s_cmd_stats}, {"ping", s_cmd_ping}};
     if (!strcmp (command, "help")) {
         fputs (s_usage, stdout);

@@ -92,8 +92,8 @@ main (int argc, char **argv)
         fprintf (stderr, "kvpoold: cannot write %s: %s\n", config.ready_file, strerror (errno));
         goto shutdown;
     }
-    printf ("kvpoold: serving %u segment(s) of %llu MiB, %u transfer workers\n",
-            config.segments, (unsigned long long) (config.segment_size >> 20), config.workers);
+    printf ("kvpoold: serving %u segment(s) of %llu MiB, %u transfer workers\n", config.segments,
+            (unsigned long long) (config.segment_size >> 20), config.workers);
     for (char *e = (char *) zlist_first (endpoints); e; e = (char *) zlist_next (endpoints))
         printf ("kvpoold: client endpoint %s\n", e);
     for (char *e = (char *) zlist_first (admin); e; e = (char *) zlist_next (admin))
