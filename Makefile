@@ -28,7 +28,7 @@ OBJ := $(BUILD)/obj
 BIN := $(BUILD)/bin
 LIB := $(BUILD)/lib
 
-CFLAGS_BASE := -std=gnu11 -g -Wall -Wextra -Wno-unused-parameter -fPIC -pthread \
+CFLAGS_BASE := -std=gnu11 -g -Wall -Wextra -fPIC -pthread \
 	-Iinclude -I. -I$(GEN) -D_GNU_SOURCE
 CFLAGS += $(OPT) $(CFLAGS_BASE)
 LDFLAGS += $(if $(SANITIZE),-fsanitize=$(SANITIZE)) -pthread

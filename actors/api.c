@@ -82,6 +82,8 @@ static void
 s_arena_free (void *data, void *block)
 {
     //  Everything goes at once in s_ctx_destroy.
+    (void) data;
+    (void) block;
 }
 
 //  Sizes the first chunk for a request of frame_size bytes, so most requests need one.

@@ -82,6 +82,7 @@ kvp_object_unpin (kvp_object_t *object)
 void
 kvp_object_unpin_cb (void *data, void *hint)
 {
+    (void) data;
     kvp_object_unpin ((kvp_object_t *) hint);
 }
 

@@ -85,6 +85,7 @@ s_block_key (size_t index, char *key, size_t key_size, const void *arg)
 static void
 s_reset_key (size_t index, char *key, size_t key_size, const void *arg)
 {
+    (void) arg;
     snprintf (key, key_size, "bench-reset-%07zu", index);
 }
 
