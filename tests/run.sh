@@ -10,6 +10,9 @@ cd "$(dirname "$0")/.."
 BIN=${BIN:-build/bin}
 export KVPOOL_BIN=$(cd "$BIN" && pwd)
 LOGDIR=$(mktemp -d /tmp/kvpool-test.XXXXXX)
+case "${SANITIZE:-}" in
+  *thread*) export TSAN_OPTIONS="suppressions=$PWD/tests/tsan.supp ${TSAN_OPTIONS:-}" ;;
+esac
 pass=0
 fail=0
 failed=()

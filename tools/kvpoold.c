@@ -58,7 +58,6 @@ main (int argc, char **argv)
     pthread_sigmask (SIG_BLOCK, &signals, NULL);
     signal (SIGPIPE, SIG_IGN);
     zsys_set_logident ("kvpoold");
-    zsys_set_io_threads (1);
 
     zactor_t *rm = zactor_new (replica_manager_actor, &config);
     zactor_t *al = zactor_new (allocator_actor, &config);
