@@ -31,6 +31,8 @@
 #include "messages/shm_index.h"
 
 #define MAX_KEYS_PER_REQUEST 1000000
+//  How far over --max-value-size a frame may be before libzmq drops the connection.
+#define MAX_FRAME_SLACK (64ULL << 20)
 //  GET values smaller than this are copied into the reply (cheaper than a zero-copy handle).
 #define COPY_VALUE_BYTES 8192
 #define OWNER_CHECK_INTERVAL_MS 1000
@@ -191,6 +193,10 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
     zsock_set_sndhwm (self->router, 100000);
     zsock_set_rcvhwm (self->router, 100000);
     zsock_set_linger (self->router, 0);
+    //  A frame far over the value limit is refused by libzmq before it is buffered (the peer
+    //  is disconnected): nobody can make the node allocate gigabytes. Frames a little over
+    //  the limit still arrive and get a VALUE_TOO_LARGE reply.
+    zsock_set_maxmsgsize (self->router, (int64_t) (config->max_value_size + MAX_FRAME_SLACK));
     zsock_set_sndhwm (self->rm, 0);
     zsock_set_sndhwm (self->al, 0);
     zsock_set_sndhwm (self->tx, 0);

@@ -359,6 +359,27 @@ test_bad_input (testutil_server_t *server)
     char *data = (char *) zmalloc (huge);
     CHECK_EQ (s_put (sock, "bad/huge", data, huge, 1), KVPOOL_VALUE_TOO_LARGE);
     free (data);
+    //  A frame far over the limit (4 MiB + 64 MiB of slack) is not even read: the node drops
+    //  the connection instead of buffering it, and keeps serving everyone else.
+    {
+        zsock_t *greedy = s_connect (server);
+        size_t enormous = 70u << 20;
+        char *blob = (char *) zmalloc (enormous);
+        char *keys1[] = {"bad/enormous"};
+        Kvpool__V1__Request put = s_request (KVPOOL__V1__OP__PUT, keys1, 1);
+        put.version = 1;
+        put.request_id = 424242;
+        uint8_t buf[128];
+        size_t len = kvpool__v1__request__pack (&put, buf);
+        zsock_send (greedy, "bb", buf, len, blob, enormous);
+        free (blob);
+        zsock_set_rcvtimeo (greedy, 1000);
+        zmsg_t *none = zmsg_recv (greedy);
+        CHECK (none == NULL);
+        zsock_destroy (&greedy);
+        CHECK_EQ (s_key_op (sock, KVPOOL__V1__OP__EXIST, "bad/enormous", false),
+                  KVPOOL_OBJECT_NOT_FOUND);
+    }
     //  Too many replicas.
     CHECK_EQ (s_put (sock, "bad/replicas", "x", 1, 9), KVPOOL_INVALID_REPLICA);
     CHECK_EQ (s_put (sock, "bad/replicas", "x", 1, 4), KVPOOL_INVALID_REPLICA);
