@@ -32,8 +32,16 @@
 #include <unistd.h>
 
 #include <czmq.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 #define KVPC_DEFAULT_TIMEOUT_MS 5000
+//  Socket batches move in requests of at most this many value bytes. One reply of 32 x 4 MiB
+//  made libzmq hold 128 MiB of fresh receive buffers at once, which the allocator hands back
+//  to the kernel and faults in again every call (measured 0.35 GB/s); bounded messages reuse
+//  the same memory (2.6 GB/s).
+#define KVPC_CHUNK_BYTES (16u << 20)
 //  How long kvpool_destroy waits for the replies of RELEASEs still in flight, so that the
 //  node gets them before the socket closes (with linger 0, unsent frames are dropped).
 #define KVPC_DESTROY_DRAIN_MS 1000
@@ -658,6 +666,18 @@ s_ping (kvpool_t *self)
 
 //  ---- connection ---------------------------------------------------------------------------
 
+int
+kvpool_tune_malloc (void)
+{
+#if defined(__GLIBC__)
+    int ok = mallopt (M_MMAP_THRESHOLD, 32 << 20);
+    ok &= mallopt (M_TRIM_THRESHOLD, 256 << 20);
+    return ok ? 0 : -1;
+#else
+    return -1;
+#endif
+}
+
 void
 kvpool_options_init (kvpool_options_t *options)
 {
@@ -1026,9 +1046,10 @@ kvpool_reset (kvpool_t *self)
 
 //  ---- puts ---------------------------------------------------------------------------------
 
-int
-kvpc_socket_put (kvpool_t *self, const kvpc_keys_t *keys, const kvpc_value_t *values,
-                 const kvpool_put_options_t *opts, int64_t *results)
+//  One PUT of keys.
+static int
+s_socket_put_chunk (kvpool_t *self, const kvpc_keys_t *keys, const kvpc_value_t *values,
+                    const kvpool_put_options_t *opts, int64_t *results)
 {
     if (keys->count == 0)
         return KVPOOL_OK;
@@ -1064,6 +1085,36 @@ kvpc_socket_put (kvpool_t *self, const kvpc_keys_t *keys, const kvpc_value_t *va
         results[keys->index[j]] = kvpc_reply_key_status (&reply, j);
     rc = reply.msg->status;
     kvpc_reply_free (&reply);
+    return rc;
+}
+
+//  A batch is sent in PUTs of at most KVPC_CHUNK_BYTES of values, for the node's sake
+//  this time: it receives a whole request before it can work on it.
+int
+kvpc_socket_put (kvpool_t *self, const kvpc_keys_t *keys, const kvpc_value_t *values,
+                 const kvpool_put_options_t *opts, int64_t *results)
+{
+    int rc = KVPOOL_OK;
+    size_t start = 0;
+    while (start < keys->count) {
+        kvpc_keys_t chunk;
+        kvpc_keys_init (&chunk);
+        uint64_t bytes = 0;
+        size_t j = start;
+        for (; j < keys->count; j++) {
+            uint64_t size = values[keys->index[j]].size;
+            if (j > start && bytes + size > KVPC_CHUNK_BYTES)
+                break;
+            bytes += size;
+            if (kvpc_keys_add (&chunk, keys->keys[j], keys->index[j]))
+                results[keys->index[j]] = KVPOOL_INTERNAL_ERROR;
+        }
+        int chunk_rc = s_socket_put_chunk (self, &chunk, values, opts, results);
+        if (chunk_rc != KVPOOL_OK)
+            rc = chunk_rc;
+        kvpc_keys_fini (&chunk);
+        start = j;
+    }
     return rc;
 }
 
@@ -1227,9 +1278,10 @@ s_get_key_status (kvpool_t *self, kvpc_reply_t *reply, size_t j)
     return status;
 }
 
-int
-kvpc_socket_get_into (kvpool_t *self, const kvpc_keys_t *keys, const kvpool_buf_t *const *bufs,
-                      const size_t *nbufs, int64_t *results)
+//  One GET of keys into the caller's buffers.
+static int
+s_socket_get_chunk (kvpool_t *self, const kvpc_keys_t *keys, const kvpool_buf_t *const *bufs,
+                    const size_t *nbufs, int64_t *results)
 {
     if (keys->count == 0)
         return KVPOOL_OK;
@@ -1262,6 +1314,35 @@ kvpc_socket_get_into (kvpool_t *self, const kvpc_keys_t *keys, const kvpool_buf_
     kvpc_copies_fini (&copies);
     rc = reply.msg->status;
     kvpc_reply_free (&reply);
+    return rc;
+}
+
+
+int
+kvpc_socket_get_into (kvpool_t *self, const kvpc_keys_t *keys, const kvpool_buf_t *const *bufs,
+                      const size_t *nbufs, int64_t *results)
+{
+    int rc = KVPOOL_OK;
+    size_t start = 0;
+    while (start < keys->count) {
+        kvpc_keys_t chunk;
+        kvpc_keys_init (&chunk);
+        uint64_t bytes = 0;
+        size_t j = start;
+        for (; j < keys->count; j++) {
+            uint64_t capacity = kvpc_bufs_capacity (bufs[keys->index[j]], nbufs[keys->index[j]]);
+            if (j > start && bytes + capacity > KVPC_CHUNK_BYTES)
+                break;
+            bytes += capacity;
+            if (kvpc_keys_add (&chunk, keys->keys[j], keys->index[j]))
+                results[keys->index[j]] = KVPOOL_INTERNAL_ERROR;
+        }
+        int chunk_rc = s_socket_get_chunk (self, &chunk, bufs, nbufs, results);
+        if (chunk_rc != KVPOOL_OK)
+            rc = chunk_rc;
+        kvpc_keys_fini (&chunk);
+        start = j;
+    }
     return rc;
 }
 
