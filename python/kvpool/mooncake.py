@@ -22,8 +22,8 @@ kvpool-client-<pid>-<n>, its pages committed up front so the node can never faul
 asks the local kvpoold to mount it; objects may then land in it (ReplicateConfig.
 preferred_segment = store.get_hostname() forces that). close() unmounts it (the node drops the
 objects in it) and unlinks it; so does interpreter exit. If the process dies without either,
-the node unmounts the segment when it sees the owning process is gone (libkvpool sends the
-owner as "pid:<pid>"). With global_segment_size 0 the process contributes nothing (vLLM's
+the node unmounts the segment and unlinks its file when it sees the owning process is gone
+(libkvpool names the owner "client-<pid>-<n>"). With global_segment_size 0 the process contributes nothing (vLLM's
 standalone-store mode).
 
 register_buffer / unregister_buffer are bookkeeping only: kvpool copies from and into any
