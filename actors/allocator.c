@@ -18,6 +18,8 @@
 */
 #include "actors/allocator.h"
 
+#include <pthread.h>
+
 #include "alloc/segment.h"
 #include "alloc/segment_arena.h"
 
@@ -413,6 +415,7 @@ s_handle_job (self_t *self, kvp_job_t *job, zframe_t **reply_to_p)
 void
 allocator_actor (zsock_t *pipe, void *args)
 {
+    pthread_setname_np (pthread_self (), "kvp-allocator");
     self_t *self = s_self_new (pipe, (const kvp_config_t *) args);
     zpoller_t *poller = zpoller_new (pipe, self->router, NULL);
     zsock_signal (pipe, 0);

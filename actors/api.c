@@ -18,6 +18,8 @@
 */
 #include "actors/api.h"
 
+#include <pthread.h>
+
 #include <signal.h>
 #include <sys/mman.h>
 
@@ -911,6 +913,7 @@ s_pipe_command (self_t *self)
 void
 api_actor (zsock_t *pipe, void *args)
 {
+    pthread_setname_np (pthread_self (), "kvp-api");
     self_t *self = s_self_new (pipe, (const kvp_config_t *) args);
     zsock_signal (pipe, 0);
     bool drained = false;

@@ -27,6 +27,8 @@
 */
 #include "actors/replica_manager.h"
 
+#include <pthread.h>
+
 #include <regex.h>
 
 #include "messages/kvpool.pb-c.h"
@@ -606,6 +608,7 @@ s_handle_job (self_t *self, kvp_job_t *job)
 void
 replica_manager_actor (zsock_t *pipe, void *args)
 {
+    pthread_setname_np (pthread_self (), "kvp-replicas");
     self_t *self = s_self_new (pipe, (const kvp_config_t *) args);
     zpoller_t *poller = zpoller_new (pipe, self->router, self->allocator, NULL);
     zsock_signal (pipe, 0);

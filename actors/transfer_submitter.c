@@ -131,6 +131,7 @@ s_answer_done (self_t *self)
 void
 transfer_submitter_actor (zsock_t *pipe, void *args)
 {
+    pthread_setname_np (pthread_self (), "kvp-transfer");
     const kvp_config_t *config = (const kvp_config_t *) args;
     self_t *self = (self_t *) zmalloc (sizeof (self_t));
     self->pipe = pipe;

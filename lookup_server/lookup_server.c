@@ -23,6 +23,8 @@
 */
 #include "lookup_server/lookup_server.h"
 
+#include <pthread.h>
+
 #include "actors/endpoints.h"
 
 #include "kvpool.h"
@@ -341,6 +343,7 @@ s_handle_pipe (self_t *self)
 void
 lookup_server_actor (zsock_t *pipe, void *args)
 {
+    pthread_setname_np (pthread_self (), "kvp-lookup");
     assert (args);
     const lookup_server_args_t *server_args = (const lookup_server_args_t *) args;
     assert (server_args->config);
