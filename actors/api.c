@@ -32,7 +32,9 @@
 #include "messages/kvpool.pb-c.h"
 #include "messages/shm_index.h"
 
-#define MAX_KEYS_PER_REQUEST 1000000
+//  A request's job costs ~270 bytes a key at most (item + replica room): 262144 keys stay
+//  under 70 MB however a client builds its request.
+#define MAX_KEYS_PER_REQUEST 262144
 //  How far over --max-value-size a frame may be before libzmq drops the connection.
 #define MAX_FRAME_SLACK (64ULL << 20)
 //  GET values smaller than this are copied into the reply (cheaper than a zero-copy handle).

@@ -18,8 +18,9 @@
 
 #include "lookup_server/lookup_config.h"
 
-//  Most keys one lookup may expand to (hashes x tp x pp); more is refused.
-#define LOOKUP_KEYS_MAX 1000000
+//  Most keys one lookup may expand to (hashes x tp x pp); more is refused. Equal to the most
+//  keys the api takes in one request (actors/api.c), since a lookup is one exist batch.
+#define LOOKUP_KEYS_MAX 262144
 
 typedef struct _lookup_keys_t lookup_keys_t;
 
