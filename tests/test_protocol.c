@@ -340,6 +340,20 @@ test_bad_input (testutil_server_t *server)
     CHECK_EQ (r.reply->status, KVPOOL_INVALID_PARAMS);
     s_result_free (&r);
 
+    //  Too many keys in one request.
+    {
+        size_t many = 262145;
+        char **keys = (char **) malloc (many * sizeof (char *));
+        for (size_t i = 0; i < many; i++)
+            keys[i] = "k";
+        request = s_request (KVPOOL__V1__OP__EXIST, keys, many);
+        r = s_call (sock, &request, NULL, NULL, 0);
+        CHECK_EQ (r.reply->status, KVPOOL_INVALID_PARAMS);
+        CHECK (strstr (r.reply->error, "keys"));
+        s_result_free (&r);
+        free (keys);
+    }
+
     //  Empty and too-long keys, per key, next to a good one.
     char longkey[5000];
     memset (longkey, 'k', sizeof longkey - 1);
