@@ -1088,32 +1088,51 @@ s_socket_put_chunk (kvpool_t *self, const kvpc_keys_t *keys, const kvpc_value_t 
     return rc;
 }
 
-//  A batch is sent in PUTs of at most KVPC_CHUNK_BYTES of values, for the node's sake
-//  this time: it receives a whole request before it can work on it.
+//  Socket batches are cut into runs of keys whose values (or buffers) add up to at most
+//  KVPC_CHUNK_BYTES, one request each (see KVPC_CHUNK_BYTES).
+typedef uint64_t (s_bytes_fn) (const void *arg, size_t index);
+
+//  Fills chunk (initialised here; the caller finishes it) with the run of keys starting at
+//  *start, at least one key, and moves *start past it. Returns false when no keys are left.
+static bool
+s_next_chunk (const kvpc_keys_t *keys, size_t *start, s_bytes_fn *bytes_of, const void *arg,
+              kvpc_keys_t *chunk, int64_t *results)
+{
+    if (*start >= keys->count)
+        return false;
+    kvpc_keys_init (chunk);
+    uint64_t bytes = 0;
+    size_t j = *start;
+    for (; j < keys->count; j++) {
+        uint64_t size = bytes_of (arg, keys->index[j]);
+        if (j > *start && bytes + size > KVPC_CHUNK_BYTES)
+            break;
+        bytes += size;
+        if (kvpc_keys_add (chunk, keys->keys[j], keys->index[j]))
+            results[keys->index[j]] = KVPOOL_INTERNAL_ERROR;
+    }
+    *start = j;
+    return true;
+}
+
+static uint64_t
+s_value_bytes (const void *arg, size_t index)
+{
+    return ((const kvpc_value_t *) arg)[index].size;
+}
+
 int
 kvpc_socket_put (kvpool_t *self, const kvpc_keys_t *keys, const kvpc_value_t *values,
                  const kvpool_put_options_t *opts, int64_t *results)
 {
     int rc = KVPOOL_OK;
     size_t start = 0;
-    while (start < keys->count) {
-        kvpc_keys_t chunk;
-        kvpc_keys_init (&chunk);
-        uint64_t bytes = 0;
-        size_t j = start;
-        for (; j < keys->count; j++) {
-            uint64_t size = values[keys->index[j]].size;
-            if (j > start && bytes + size > KVPC_CHUNK_BYTES)
-                break;
-            bytes += size;
-            if (kvpc_keys_add (&chunk, keys->keys[j], keys->index[j]))
-                results[keys->index[j]] = KVPOOL_INTERNAL_ERROR;
-        }
+    kvpc_keys_t chunk;
+    while (s_next_chunk (keys, &start, s_value_bytes, values, &chunk, results)) {
         int chunk_rc = s_socket_put_chunk (self, &chunk, values, opts, results);
         if (chunk_rc != KVPOOL_OK)
             rc = chunk_rc;
         kvpc_keys_fini (&chunk);
-        start = j;
     }
     return rc;
 }
@@ -1318,30 +1337,31 @@ s_socket_get_chunk (kvpool_t *self, const kvpc_keys_t *keys, const kvpool_buf_t 
 }
 
 
+typedef struct {
+    const kvpool_buf_t *const *bufs;
+    const size_t *nbufs;
+} s_bufs_t;
+
+static uint64_t
+s_buffer_bytes (const void *arg, size_t index)
+{
+    const s_bufs_t *bufs = (const s_bufs_t *) arg;
+    return kvpc_bufs_capacity (bufs->bufs[index], bufs->nbufs[index]);
+}
+
 int
 kvpc_socket_get_into (kvpool_t *self, const kvpc_keys_t *keys, const kvpool_buf_t *const *bufs,
                       const size_t *nbufs, int64_t *results)
 {
     int rc = KVPOOL_OK;
     size_t start = 0;
-    while (start < keys->count) {
-        kvpc_keys_t chunk;
-        kvpc_keys_init (&chunk);
-        uint64_t bytes = 0;
-        size_t j = start;
-        for (; j < keys->count; j++) {
-            uint64_t capacity = kvpc_bufs_capacity (bufs[keys->index[j]], nbufs[keys->index[j]]);
-            if (j > start && bytes + capacity > KVPC_CHUNK_BYTES)
-                break;
-            bytes += capacity;
-            if (kvpc_keys_add (&chunk, keys->keys[j], keys->index[j]))
-                results[keys->index[j]] = KVPOOL_INTERNAL_ERROR;
-        }
+    s_bufs_t arg = {bufs, nbufs};
+    kvpc_keys_t chunk;
+    while (s_next_chunk (keys, &start, s_buffer_bytes, &arg, &chunk, results)) {
         int chunk_rc = s_socket_get_chunk (self, &chunk, bufs, nbufs, results);
         if (chunk_rc != KVPOOL_OK)
             rc = chunk_rc;
         kvpc_keys_fini (&chunk);
-        start = j;
     }
     return rc;
 }
