@@ -104,6 +104,37 @@ def _addr(arr):
     return arr.buffer_info()[0]
 
 
+def _iov_table(flat, counts):
+    """The C library's scatter/gather arguments for several buffers per key: flat holds
+    address, size, address, size... for every buffer of every key in order, counts the number
+    of buffers of each key. Returns (iov, ptrs, nbufs): ptrs[i] points at key i's first
+    kvpool_iov_t / kvpool_buf_t (16 bytes each) in iov. Keep all three alive for the call."""
+    iov = _u64(flat)
+    base = _addr(iov)
+    starts = []
+    offset = 0
+    for count in counts:
+        starts.append(base + 16 * offset)
+        offset += count
+    return iov, _u64(starts), _u64(counts)
+
+
+def _flatten_buffers(pins, buffers_per_key, sizes_per_key, writable=False):
+    """Pins every buffer of every key (sizes_per_key may be None) and returns (flat, counts)
+    for _iov_table. A key whose buffers and sizes differ in number raises."""
+    flat = []
+    counts = []
+    for i, buffers in enumerate(buffers_per_key):
+        sizes = None if sizes_per_key is None else sizes_per_key[i]
+        if sizes is not None and len(sizes) != len(buffers):
+            raise InvalidParamsError(reason="buffers and sizes of key %d differ" % i)
+        for j, buf in enumerate(buffers):
+            flat.extend(pins.address(buf, None if sizes is None else sizes[j],
+                                     writable=writable))
+        counts.append(len(buffers))
+    return flat, counts
+
+
 class _Pins:
     """The buffer exports taken for one call; released (with the GIL) once the call is over."""
 
@@ -559,31 +590,14 @@ class Client:
             return []
         pins = _Pins()
         try:
-            flat = []
-            counts = []
-            for i in range(n):
-                parts = parts_per_key[i]
-                sizes = None if sizes_per_key is None else sizes_per_key[i]
-                if sizes is not None and len(sizes) != len(parts):
-                    raise InvalidParamsError(reason="parts and sizes of key %d differ" % i)
-                for j, part in enumerate(parts):
-                    flat.extend(pins.address(part, None if sizes is None else sizes[j]))
-                counts.append(len(parts))
+            flat, counts = _flatten_buffers(pins, parts_per_key, sizes_per_key)
             return self._put_batch_parts(n, keys, flat, counts, options)
         finally:
             pins.release()
 
     def _put_batch_parts(self, n, keys, flat, counts, options):
         """flat: address, size, address, size... for all parts of all keys in order."""
-        iov = _u64(flat)
-        base = _addr(iov)
-        starts = []
-        offset = 0
-        for count in counts:
-            starts.append(base + 16 * offset)
-            offset += count
-        ptrs = _u64(starts)
-        nparts = _u64(counts)
+        iov, ptrs, nparts = _iov_table(flat, counts)
         karr = _key_array(keys)
         statuses = array.array("i", bytes(4 * n))
         self._batch(_native.put_batch_parts, n, karr, _addr(ptrs), _addr(nparts),
@@ -660,31 +674,13 @@ class Client:
             return []
         pins = _Pins()
         try:
-            flat = []
-            counts = []
-            for i in range(n):
-                bufs = buffers_per_key[i]
-                sizes = None if sizes_per_key is None else sizes_per_key[i]
-                if sizes is not None and len(sizes) != len(bufs):
-                    raise InvalidParamsError(reason="buffers and sizes of key %d differ" % i)
-                for j, buf in enumerate(bufs):
-                    flat.extend(pins.address(buf, None if sizes is None else sizes[j],
-                                             writable=True))
-                counts.append(len(bufs))
+            flat, counts = _flatten_buffers(pins, buffers_per_key, sizes_per_key, writable=True)
             return self._get_batch_into_parts(n, keys, flat, counts)
         finally:
             pins.release()
 
     def _get_batch_into_parts(self, n, keys, flat, counts):
-        bufs = _u64(flat)
-        base = _addr(bufs)
-        starts = []
-        offset = 0
-        for count in counts:
-            starts.append(base + 16 * offset)
-            offset += count
-        ptrs = _u64(starts)
-        nbufs = _u64(counts)
+        bufs, ptrs, nbufs = _iov_table(flat, counts)
         karr = _key_array(keys)
         results = array.array("q", bytes(8 * n))
         self._batch(_native.get_batch_into_parts, n, karr, _addr(ptrs), _addr(nbufs),

@@ -48,6 +48,7 @@ from ctypes import byref
 
 from . import _native
 from .client import (Client, PutOptions, _Pins, _key, _key_array, _u64, _addr, _encode,
+                     _iov_table,
                      fetch, DEFAULT_TIMEOUT)
 from .status import Status, Error
 
@@ -470,15 +471,7 @@ class MooncakeDistributedStore:
                 lambda k, f, c: self._batch_parts(fn, k, [x for part in f for x in part], c,
                                                   config, is_get),
                 INVALID_KEY, keys, per_key, counts)
-        iov = _u64(flat)
-        base = _addr(iov)
-        starts = []
-        offset = 0
-        for count in counts:
-            starts.append(base + 16 * offset)
-            offset += count
-        ptrs = _u64(starts)
-        nparts = _u64(counts)
+        iov, ptrs, nparts = _iov_table(flat, counts)
         if is_get:
             results = array.array("q", bytes(8 * n))
             rc = self._code(fn, n, karr, _addr(ptrs), _addr(nparts), _addr(results))
