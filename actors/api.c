@@ -516,27 +516,20 @@ s_next_stage (kvp_job_t *job, kvp_job_kind_t done)
         return KVP_JOB_NONE;
     switch (job->op) {
         case KVPOOL__V1__OP__PUT:
+        case KVPOOL__V1__OP__PUT_START:
+            //  Both reserve and allocate; a PUT then copies and commits, a PUT_START records
+            //  where the client is to write.
             if (done == KVP_JOB_NONE)
                 return KVP_RM_RESERVE;
             if (!s_any_reserved (job))
                 return KVP_JOB_NONE;
             if (done == KVP_RM_RESERVE)
                 return KVP_AL_ALLOC;
+            if (job->op == KVPOOL__V1__OP__PUT_START)
+                return done == KVP_AL_ALLOC ? KVP_RM_BIND : KVP_JOB_NONE;
             if (done == KVP_AL_ALLOC)
                 return s_any_ok (job) ? KVP_TX_WRITE : KVP_RM_COMMIT;
-            if (done == KVP_TX_WRITE)
-                return KVP_RM_COMMIT;
-            return KVP_JOB_NONE;
-        case KVPOOL__V1__OP__PUT_START:
-            if (done == KVP_JOB_NONE)
-                return KVP_RM_RESERVE;
-            if (!s_any_reserved (job))
-                return KVP_JOB_NONE;
-            if (done == KVP_RM_RESERVE)
-                return KVP_AL_ALLOC;
-            if (done == KVP_AL_ALLOC)
-                return KVP_RM_BIND;
-            return KVP_JOB_NONE;
+            return done == KVP_TX_WRITE ? KVP_RM_COMMIT : KVP_JOB_NONE;
         case KVPOOL__V1__OP__GET: return done == KVP_JOB_NONE ? KVP_RM_GET : KVP_JOB_NONE;
         case KVPOOL__V1__OP__EXIST: return done == KVP_JOB_NONE ? KVP_RM_EXIST : KVP_JOB_NONE;
         case KVPOOL__V1__OP__GET_SIZE: return done == KVP_JOB_NONE ? KVP_RM_GET_SIZE : KVP_JOB_NONE;
