@@ -12,6 +12,7 @@ export KVPOOL_BIN=$(cd "$BIN" && pwd)
 LOGDIR=$(mktemp -d /tmp/kvpool-test.XXXXXX)
 case "${SANITIZE:-}" in
   *thread*) export TSAN_OPTIONS="suppressions=$PWD/tests/tsan.supp ${TSAN_OPTIONS:-}" ;;
+  *address*) export LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp print_suppressions=0 ${LSAN_OPTIONS:-}" ;;
 esac
 pass=0
 fail=0
@@ -31,7 +32,7 @@ run_one() {
     fail=$((fail + 1))
     failed+=("$name")
     printf 'FAIL %-45s (exit %d)\n' "$name" "$rc"
-    tail -n 40 "$log" | sed 's/^/     | /'
+    tail -n 150 "$log" | sed 's/^/     | /'
   fi
 }
 
