@@ -118,9 +118,10 @@ $(BIN)/kvpool-selftest: $(OBJ)/tests/selftest.o $(LIB)/libkvpool-all.a
 	@mkdir -p $(BIN)
 	$(CC) $(LDFLAGS) -o $@ $^ $(SERVER_LIBS)
 
-$(BIN)/kvpool-bench: $(patsubst %.c,$(OBJ)/%.o,$(BENCH_SRC)) $(LIB)/libkvpool-all.a
+# The benchmark is a plain client: libkvpool and glibc's malloc, as an application has.
+$(BIN)/kvpool-bench: $(patsubst %.c,$(OBJ)/%.o,$(BENCH_SRC)) $(LIB)/libkvpool.a
 	@mkdir -p $(BIN)
-	$(CC) $(LDFLAGS) -o $@ $^ $(SERVER_LIBS) -lhiredis -lm
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS) -lhiredis -lm
 
 $(BIN)/test_%: $(OBJ)/tests/test_%.o $(OBJ)/tests/testutil.o $(LIB)/libkvpool-all.a
 	@mkdir -p $(BIN)

@@ -1634,6 +1634,8 @@ s_connect_kvpool (bench_t *self)
 int
 main (int argc, char **argv)
 {
+    //  As the header asks of a client that receives large values over tcp.
+    kvpool_tune_malloc ();
     bench_t *self = calloc (1, sizeof *self);
     if (!self)
         return 1;

@@ -670,8 +670,16 @@ int
 kvpool_tune_malloc (void)
 {
 #if defined(__GLIBC__)
+    //  Large values stay on the heap instead of a fresh mmap each, and freed ones stay there
+    //  for the next receive.
     int ok = mallopt (M_MMAP_THRESHOLD, 32 << 20);
     ok &= mallopt (M_TRIM_THRESHOLD, 256 << 20);
+    //  Threads started from now on share the main heap. libzmq's I/O thread, which allocates
+    //  every received frame, would otherwise get an arena of its own made of 64 MiB heaps
+    //  that glibc unmaps whenever one falls empty, so a batch of more than 64 MiB kept
+    //  by the caller (kvpool_get_batch) was faulted in afresh on every call. Threads that
+    //  already exist keep their arenas.
+    ok &= mallopt (M_ARENA_MAX, 1);
     return ok ? 0 : -1;
 #else
     return -1;

@@ -82,11 +82,14 @@ typedef struct {
 void kvpool_options_init (kvpool_options_t *options);
 
 //  Makes glibc's malloc keep large freed blocks instead of returning them to the kernel at
-//  once (mmap threshold 32 MiB, trim threshold 256 MiB), process-wide. Without it every value
-//  of a few MiB received over tcp is page-faulted in afresh (measured: 16 x 4 MiB gets at
-//  0.31 GB/s, 1.24 GB/s with it). Call it once at start-up in a process that receives large
-//  values over tcp; it does nothing with other C libraries. The Python package does the same
-//  unless KVPOOL_MALLOC_TUNING=0. Returns 0, or -1 if the malloc is not glibc's.
+//  once (mmap threshold 32 MiB, trim threshold 256 MiB), and puts threads started after the
+//  call (libzmq's I/O thread among them) on the main heap (M_ARENA_MAX 1), process-wide.
+//  Without it every value of a few MiB received over tcp is page-faulted in afresh
+//  (measured: 16 x 4 MiB gets at 0.31 GB/s, 1.24 GB/s with the thresholds; kvpool_get_batch
+//  of 32 x 4 MiB at 0.5 GB/s, 3.3 GB/s with the arena limit too). Call it once at start-up,
+//  before the first kvpool_connect, in a process that receives large values over tcp; it
+//  does nothing with other C libraries. The Python package calls it unless
+//  KVPOOL_MALLOC_TUNING=0. Returns 0, or -1 if the malloc is not glibc's.
 int kvpool_tune_malloc (void);
 
 //  Connects to a node and checks it answers a PING within the connect timeout.

@@ -202,20 +202,16 @@ bytes_address.argtypes = [ctypes.py_object]
 
 
 #   glibc's malloc returns freed memory to the kernel as soon as 2 MiB or more sits free at the
-#   top of the heap (its trim threshold follows the mmap threshold, 1 MiB after a first large
-#   free), and serves each allocation above the mmap threshold with a fresh mmap. Large values
-#   then cost fresh pages on every call: a batch get that returns 32 x 1 MiB as new bytes
-#   objects, libzmq's receive buffers on the socket path, libkvpool's own per-call buffers. On
-#   the reference machine page faults cost more than the copies (32 MiB of fresh pages take
-#   150-250 ms against 2-5 ms when the heap keeps them; a same-machine batch_get_into of
-#   32 x 1 MiB runs at 14 GB/s without, 22 GB/s with). So the first Client fixes the mmap
-#   threshold at 32 MiB and keeps up to 128 MiB of free heap instead of trimming it. Opt out
-#   with KVPOOL_MALLOC_TUNING=0 in the environment, or kvpool.set_malloc_tuning(False) before
-#   the first Client.
-M_TRIM_THRESHOLD = -1
-M_MMAP_THRESHOLD = -3
-MALLOC_MMAP_THRESHOLD = 32 << 20
-MALLOC_TRIM_THRESHOLD = 128 << 20
+#   top of the heap, serves each allocation above the mmap threshold with a fresh mmap, and
+#   gives libzmq's I/O thread (which allocates every received frame) an arena of 64 MiB heaps
+#   that are unmapped whenever one falls empty. Large values then cost fresh pages on every
+#   call: a batch get that returns 32 x 1 MiB as new bytes objects, libzmq's receive buffers
+#   on the socket path, libkvpool's own per-call buffers. On the reference machine page faults
+#   cost more than the copies (32 MiB of fresh pages take 150-250 ms against 2-5 ms when the
+#   heap keeps them; a same-machine batch_get_into of 32 x 1 MiB runs at 14 GB/s without,
+#   22 GB/s with). So the first Client calls kvpool_tune_malloc() (see kvpool.h). Opt out with
+#   KVPOOL_MALLOC_TUNING=0 in the environment, or kvpool.set_malloc_tuning(False) before the
+#   first Client.
 _malloc = {"enabled": os.environ.get("KVPOOL_MALLOC_TUNING", "1") != "0", "done": False}
 
 
@@ -230,13 +226,4 @@ def tune_malloc():
     if _malloc["done"] or not _malloc["enabled"]:
         return
     _malloc["done"] = True
-    try:
-        libc = ctypes.CDLL(None)
-        mallopt = libc.mallopt
-        libc.gnu_get_libc_version          # glibc only: the options mean other things elsewhere
-    except AttributeError:
-        return
-    mallopt.argtypes = [c_int, c_int]
-    mallopt.restype = c_int
-    mallopt(M_MMAP_THRESHOLD, MALLOC_MMAP_THRESHOLD)
-    mallopt(M_TRIM_THRESHOLD, MALLOC_TRIM_THRESHOLD)
+    lib.kvpool_tune_malloc()
