@@ -288,21 +288,27 @@ static void
 s_mount (self_t *self, kvp_job_t *job)
 {
     const char *name = job->segment_name;
-    if (!name || name[0] != '/' || strchr (name + 1, '/') || strlen (name) >= 64
-        || job->segment_size == 0) {
-        kvp_job_fail (job, KVPOOL_INVALID_PARAMS,
-                      "mount needs a shared-memory name like /kvpool-client-1 and a size");
-        return;
-    }
-    if (s_seg_find_name (self, name)) {
+    if (name && s_seg_find_name (self, name)) {
         kvp_job_fail (job, KVPOOL_SEGMENT_ALREADY_EXISTS, "segment %s is already mounted", name);
         return;
     }
-    segment_t *segment = segment_open (name, job->segment_size);
+    char reason[256];
+    segment_t *segment = segment_mount (name, job->segment_size, reason, sizeof reason);
     if (!segment) {
-        kvp_job_fail (job, KVPOOL_SEGMENT_NOT_FOUND, "cannot map %s: %s", name, strerror (errno));
+        kvp_job_fail (job, errno == ENOENT ? KVPOOL_SEGMENT_NOT_FOUND : KVPOOL_INVALID_PARAMS,
+                      "%s", reason);
         return;
     }
+    //  Two arenas over one object would hand out the same bytes twice.
+    for (seg_t *seg = (seg_t *) zlistx_first (self->segments); seg;
+         seg = (seg_t *) zlistx_next (self->segments))
+        if (segment_same_object (seg->segment, segment)) {
+            kvp_job_fail (job, KVPOOL_SEGMENT_ALREADY_EXISTS,
+                          "%s is segment %u (%s) under another name", name, seg->id,
+                          segment_name (seg->segment));
+            segment_destroy (&segment);
+            return;
+        }
     seg_t *seg = s_seg_add (self, segment, job->owner);
     if (!seg) {
         segment_destroy (&segment);
@@ -527,19 +533,42 @@ allocator_test (bool verbose)
     assert (stats->stats.bytes_allocated < used_full);
     kvp_job_destroy (&fill);
 
-    //  Mount a foreign shared-memory object; unmount waits until it is empty.
+    //  Memory that could shrink under the node is refused, with the reason.
     char name[64];
-    segment_make_name (name, sizeof name, "altest-client", 0);
-    segment_t *client = segment_new (name, 4 << 20, false);
-    assert (client);
+    segment_make_name (name, sizeof name, "altest-plain", 0);
+    segment_t *plain = segment_new (name, 4 << 20, false);
+    assert (plain);
     kvp_job_t *mount = kvp_job_new (KVP_AL_MOUNT, 0);
     mount->segment_name = name;
     mount->segment_size = 4 << 20;
     mount->owner = "pid:1";
     s_test_call (al, mount);
+    assert (mount->status == KVPOOL_INVALID_PARAMS && strstr (mount->error, "F_SEAL_SHRINK"));
+    segment_destroy (&plain);
+
+    //  Mount a client's sealed memfd; unmount waits until it is empty.
+    segment_t *client = segment_new_sealed (4 << 20, "altest-client");
+    assert (client);
+    snprintf (name, sizeof name, "%s", segment_name (client));
+    mount->status = KVPOOL_OK;
+    mount->error[0] = 0;
+    s_test_call (al, mount);
     assert (mount->status == KVPOOL_OK && mount->segment_id == 4);
     s_test_call (al, mount);
     assert (mount->status == KVPOOL_SEGMENT_ALREADY_EXISTS);
+    //  ... and under another name of the same object too.
+    int fd = -1;
+    sscanf (name, "/proc/%*d/fd/%d", &fd);
+    int dup_fd = dup (fd);
+    char other_name[64];
+    snprintf (other_name, sizeof other_name, "/proc/%d/fd/%d", (int) getpid (), dup_fd);
+    mount->segment_name = other_name;
+    mount->status = KVPOOL_OK;
+    mount->error[0] = 0;
+    s_test_call (al, mount);
+    assert (mount->status == KVPOOL_SEGMENT_ALREADY_EXISTS);
+    close (dup_fd);
+    mount->segment_name = name;
     kvp_job_t *on_client = kvp_job_new (KVP_AL_ALLOC, 1);
     on_client->preferred[0] = name;
     on_client->preferred_count = 1;

@@ -24,6 +24,7 @@
 #include <sys/mman.h>
 
 #include "actors/allocator.h"
+#include "alloc/segment.h"
 #include "actors/endpoints.h"
 #include "actors/replica_manager.h"
 #include "actors/spin_poll.h"
@@ -576,7 +577,7 @@ s_advance (self_t *self, kvp_job_t *job, kvp_job_kind_t done)
             s_reply (self, &job);
         else {
             if (job->op == KVPOOL__V1__OP__UNMOUNT_SEGMENT && job->status == KVPOOL_OK
-                && job->segment_count == 1)
+                && job->segment_count == 1 && !segment_name_is_fd (job->segments[0].name))
                 shm_unlink (job->segments[0].name);
             kvp_job_destroy (&job);
         }

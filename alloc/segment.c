@@ -1,4 +1,4 @@
-/*  segment.c - a segment: a POSIX shared-memory object mapped MAP_SHARED.
+/*  segment.c - a segment: a shared-memory object mapped MAP_SHARED.
 
     The creating node calls shm_open with O_CREAT|O_EXCL (mode 0600, so only the same user
     can map it), sizes the object with ftruncate and maps it; other processes on the machine
@@ -7,10 +7,19 @@
     needs. Only the creator unlinks the name, on destroy; mappings other processes still hold
     stay valid until they unmap.
 
+    Memory a client gives the node is different: the node keeps data in it that is not the
+    client's alone, and a mapping whose object shrinks faults with SIGBUS on the next touch
+    past the new end, which would kill the node. So a node maps a contributed object only if
+    it can never shrink: a memfd sealed with F_SEAL_SHRINK (segment_mount), which the client
+    makes with segment_new_sealed (or memfd_create + fcntl F_ADD_SEALS in any language) and
+    names "/proc/<pid>/fd/<fd>". The object lives while any process holds it open or mapped,
+    so there is no name to unlink and nothing left behind when the client dies.
+
     tmpfs allocates pages on first touch, so a segment that is not locked can hit SIGBUS later
     if /dev/shm runs out. Creation refuses a size larger than the filesystem has free at the
     time (it cannot stop others filling /dev/shm afterwards); locking (mlock) faults every
-    page in up front and so settles the question for good.
+    page in up front and so settles the question for good. (A memfd lives on the kernel's
+    internal tmpfs, which has no size limit.)
     MADV_HUGEPAGE is advisory: tmpfs honours it only when the administrator enabled shmem
     huge pages ("advise" in /sys/kernel/mm/transparent_hugepage/shmem_enabled).
 
@@ -35,7 +44,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-//  shm_open names: one leading '/', no other '/', at most this many characters in all.
+//  Longest name: shm_open names ("/name") and "/proc/<pid>/fd/<fd>" both fit.
 #define SEGMENT_NAME_MAX 63
 
 struct _segment_t {
@@ -44,17 +53,52 @@ struct _segment_t {
     size_t size;
     bool owner;  //  created here: unlink on destroy
     bool locked; //  mlock succeeded
+    int fd;      //  a sealed memfd this process made, held open for its name; else -1
+    dev_t dev;   //  the object's identity, whatever name it was opened by
+    ino_t ino;
 };
+
+//  "/proc/<digits>/fd/<digits>" (pid may be "self" only for a process naming its own).
+bool
+segment_name_is_fd (const char *name)
+{
+    if (!name || strncmp (name, "/proc/", 6) != 0)
+        return false;
+    const char *c = name + 6;
+    if (!(*c >= '0' && *c <= '9'))
+        return false;
+    while (*c >= '0' && *c <= '9')
+        c++;
+    if (strncmp (c, "/fd/", 4) != 0)
+        return false;
+    c += 4;
+    if (!(*c >= '0' && *c <= '9'))
+        return false;
+    while (*c >= '0' && *c <= '9')
+        c++;
+    return *c == 0 && strlen (name) <= SEGMENT_NAME_MAX;
+}
 
 static bool
 s_name_valid (const char *name)
 {
     if (!name || name[0] != '/')
         return false;
+    if (segment_name_is_fd (name))
+        return true;
     size_t length = strlen (name);
     if (length < 2 || length > SEGMENT_NAME_MAX)
         return false;
     return strchr (name + 1, '/') == NULL;
+}
+
+//  Opens an existing object by either form of name.
+static int
+s_open_existing (const char *name, int flags)
+{
+    if (segment_name_is_fd (name))
+        return open (name, flags | O_CLOEXEC);
+    return shm_open (name, flags, 0);
 }
 
 //  Closes fd (and unlinks name when given) without losing the errno of the failure that
@@ -87,6 +131,12 @@ s_segment_map (const char *name, int fd, size_t size, bool owner)
     self->base = base;
     self->size = size;
     self->owner = owner;
+    self->fd = -1;
+    struct stat st;
+    if (fstat (fd, &st) == 0) {
+        self->dev = st.st_dev;
+        self->ino = st.st_ino;
+    }
 #ifdef MADV_HUGEPAGE
     //  Fewer TLB misses on multi-MiB copies where shmem THP is enabled; a no-op otherwise.
     if (size >= 2 * 1024 * 1024)
@@ -137,7 +187,7 @@ segment_open (const char *name, size_t size)
         errno = EINVAL;
         return NULL;
     }
-    int fd = shm_open (name, O_RDWR, 0);
+    int fd = s_open_existing (name, O_RDWR);
     if (fd == -1)
         return NULL;
     struct stat st;
@@ -160,6 +210,85 @@ segment_open (const char *name, size_t size)
     return self;
 }
 
+segment_t *
+segment_mount (const char *name, size_t size, char *reason, size_t reason_size)
+{
+    char unused[1];
+    if (!reason) {
+        reason = unused;
+        reason_size = sizeof unused;
+    }
+    if (!s_name_valid (name) || size == 0 || size > (size_t) INT64_MAX) {
+        snprintf (reason, reason_size,
+                  "mount needs a name (/proc/<pid>/fd/<fd> of a sealed memfd) and a size");
+        errno = EINVAL;
+        return NULL;
+    }
+    int fd = s_open_existing (name, O_RDWR);
+    if (fd == -1) {
+        snprintf (reason, reason_size, "cannot open %s: %s", name, strerror (errno));
+        return NULL;
+    }
+    //  The seal is checked on the descriptor we map, so it can't be swapped in between.
+    int seals = fcntl (fd, F_GET_SEALS);
+    if (seals == -1 || !(seals & F_SEAL_SHRINK)) {
+        snprintf (reason, reason_size,
+                  "%s is not a memfd sealed against shrinking (F_SEAL_SHRINK): the node only "
+                  "keeps data in memory that cannot be cut short under it",
+                  name);
+        s_cleanup (fd, NULL);
+        errno = EPERM;
+        return NULL;
+    }
+    struct stat st;
+    if (fstat (fd, &st) == -1 || st.st_size < 0 || (uint64_t) st.st_size < (uint64_t) size) {
+        snprintf (reason, reason_size, "%s holds %lld bytes, fewer than the %zu asked for", name,
+                  (long long) st.st_size, size);
+        s_cleanup (fd, NULL);
+        errno = EINVAL;
+        return NULL;
+    }
+    segment_t *self = s_segment_map (name, fd, size, false);
+    if (!self) {
+        snprintf (reason, reason_size, "cannot map %s: %s", name, strerror (errno));
+        s_cleanup (fd, NULL);
+        return NULL;
+    }
+    close (fd);
+    return self;
+}
+
+segment_t *
+segment_new_sealed (size_t size, const char *tag)
+{
+    if (size == 0 || size > (size_t) INT64_MAX) {
+        errno = EINVAL;
+        return NULL;
+    }
+    int fd = memfd_create (tag && *tag ? tag : "kvpool-segment", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd == -1)
+        return NULL;
+    //  Commit the pages now, so a lack of memory fails here and not on a later write.
+    int rc = ftruncate (fd, (off_t) size);
+    if (rc == 0)
+        rc = posix_fallocate (fd, 0, (off_t) size) == 0 ? 0 : -1;
+    if (rc == 0)
+        rc = fcntl (fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
+    if (rc == -1) {
+        s_cleanup (fd, NULL);
+        return NULL;
+    }
+    char name[SEGMENT_NAME_MAX + 1];
+    snprintf (name, sizeof name, "/proc/%ld/fd/%d", (long) getpid (), fd);
+    segment_t *self = s_segment_map (name, fd, size, false);
+    if (!self) {
+        s_cleanup (fd, NULL);
+        return NULL;
+    }
+    self->fd = fd;
+    return self;
+}
+
 void
 segment_destroy (segment_t **self_p)
 {
@@ -169,6 +298,8 @@ segment_destroy (segment_t **self_p)
     munmap (self->base, self->size);
     if (self->owner)
         shm_unlink (self->name);
+    if (self->fd >= 0)
+        close (self->fd);
     free (self);
     *self_p = NULL;
 }
@@ -192,6 +323,13 @@ segment_name (segment_t *self)
 {
     assert (self);
     return self->name;
+}
+
+bool
+segment_same_object (segment_t *self, segment_t *other)
+{
+    assert (self && other);
+    return self->dev == other->dev && self->ino == other->ino;
 }
 
 bool
@@ -375,6 +513,81 @@ segment_test (bool verbose)
         printf ("lock %s; ", segment_locked (locked) ? "ok" : "refused");
     segment_destroy (&locked);
     assert (!s_name_exists (name));
+
+    //  Contributed memory: a node mounts only what cannot shrink under it.
+    segment_make_name (name, sizeof name, "st-plain", 0);
+    segment_t *plain = segment_new (name, 64 * 1024, false);
+    assert (plain);
+    char reason[256] = "";
+    errno = 0;
+    segment_t *refused = segment_mount (name, 64 * 1024, reason, sizeof reason);
+    assert (refused == NULL && errno == EPERM && strstr (reason, "F_SEAL_SHRINK"));
+    segment_destroy (&plain);
+    errno = 0;
+    refused = segment_mount (name, 4096, reason, sizeof reason);
+    assert (refused == NULL && errno == ENOENT && strstr (reason, "cannot open"));
+    refused = segment_mount ("/proc/1/fd/x", 4096, reason, sizeof reason);
+    assert (refused == NULL && errno == EINVAL);
+    assert (segment_name_is_fd ("/proc/12/fd/3") && !segment_name_is_fd ("/proc/12/fd/"));
+    assert (!segment_name_is_fd ("/proc/self/fd/3") && !segment_name_is_fd ("/kvpool-1"));
+
+    //  An unsealed memfd is refused as well.
+    int loose = memfd_create ("st-loose", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    assert (loose >= 0 && ftruncate (loose, 65536) == 0);
+    char loose_name[64];
+    snprintf (loose_name, sizeof loose_name, "/proc/%d/fd/%d", (int) getpid (), loose);
+    errno = 0;
+    refused = segment_mount (loose_name, 65536, reason, sizeof reason);
+    assert (refused == NULL && errno == EPERM);
+    close (loose);
+
+    const size_t sealed_size = 1 << 20;
+    segment_t *sealed = segment_new_sealed (sealed_size, "st-sealed");
+    assert (sealed && segment_name_is_fd (segment_name (sealed)));
+    assert (segment_size (sealed) == sealed_size);
+    memset (segment_base (sealed), 0x3C, sealed_size);
+    //  The seals hold against its own creator.
+    int fd = -1;
+    sscanf (segment_name (sealed), "/proc/%*d/fd/%d", &fd);
+    assert (fd >= 0);
+    errno = 0;
+    assert (ftruncate (fd, 4096) == -1 && errno == EPERM);
+    assert (ftruncate (fd, sealed_size * 2) == -1 && errno == EPERM);
+    //  Another process (the node) mounts it by name, sees the bytes and can write them;
+    //  asking for more than it holds fails.
+    pid = fork ();
+    assert (pid >= 0);
+    if (pid == 0) {
+        char why[256];
+        segment_t *mounted = segment_mount (segment_name (sealed), sealed_size, why, sizeof why);
+        segment_t *too_big = segment_mount (segment_name (sealed), sealed_size + 1, why,
+                                            sizeof why);
+        if (!mounted || too_big)
+            _exit (1);
+        unsigned char *m = (unsigned char *) segment_base (mounted);
+        int ok = m[0] == 0x3C && m[sealed_size - 1] == 0x3C;
+        m[100] = 0x77;
+        segment_destroy (&mounted);
+        _exit (ok ? 0 : 2);
+    }
+    status = 0;
+    assert (waitpid (pid, &status, 0) == pid);
+    assert (WIFEXITED (status) && WEXITSTATUS (status) == 0);
+    assert (((unsigned char *) segment_base (sealed))[100] == 0x77);
+    //  The same object is recognised under any name.
+    segment_t *again = segment_mount (segment_name (sealed), sealed_size, NULL, 0);
+    assert (again && segment_same_object (again, sealed));
+    segment_make_name (name, sizeof name, "st-other", 0);
+    segment_t *other = segment_new (name, 4096, false);
+    assert (other && !segment_same_object (other, sealed));
+    segment_destroy (&other);
+    segment_destroy (&again);
+    //  Destroying the creator closes the descriptor: the name is gone with it.
+    char sealed_name[64];
+    snprintf (sealed_name, sizeof sealed_name, "%s", segment_name (sealed));
+    segment_destroy (&sealed);
+    errno = 0;
+    assert (segment_open (sealed_name, 4096) == NULL && errno == ENOENT);
 
     if (verbose)
         printf ("done\n");

@@ -1,10 +1,14 @@
 /*  segment.h - a segment: a contiguous range of shared memory given to the pool.
 
-    A segment is a POSIX shared-memory object (shm_open, so /dev/shm/<name>) mapped
-    MAP_SHARED. The node that creates it owns the name and unlinks it on destroy; any other
-    process on the machine (a same-machine client, or the node mounting a client's memory)
-    opens it by name and maps the same bytes. Names follow shm_open rules: one leading '/',
-    no other '/', at most 63 characters.
+    A node's own segment is a POSIX shared-memory object (shm_open, so /dev/shm/<name>)
+    mapped MAP_SHARED. The node that creates it owns the name and unlinks it on destroy; any
+    other process on the machine (a same-machine client) opens it by name and maps the same
+    bytes. Names follow shm_open rules: one leading '/', no other '/', at most 63 characters.
+
+    Memory a client contributes is a memfd sealed against shrinking, named
+    "/proc/<pid>/fd/<fd>" (segment_new_sealed makes one, segment_mount maps one). A node
+    refuses anything else: an object that can shrink under its mapping would kill it with
+    SIGBUS.
 
     Threads: a segment_t is used by one thread at a time; the mapped bytes are shared.
 */
@@ -21,10 +25,25 @@ typedef struct _segment_t segment_t;
 //  an error). Returns NULL on failure with errno set. Caller owns the return value.
 segment_t *segment_new (const char *name, size_t size, bool lock);
 
-//  Maps an existing shared-memory object created by another process. size must not exceed
+//  Maps an existing segment created by another process, by either form of name (a
+//  same-machine client mapping the node's segments). size must not exceed
 //  the object's size (fails with EINVAL otherwise). Destroying it unmaps but never unlinks.
 //  Returns NULL on failure with errno set. Caller owns the return value.
 segment_t *segment_open (const char *name, size_t size);
+
+//  Maps memory another process contributes, for the node to keep data in: name (either
+//  form) must be an object sealed with F_SEAL_SHRINK, at least size bytes long. Returns NULL
+//  on failure with errno set and a one-line reason in reason (when not NULL).
+segment_t *segment_mount (const char *name, size_t size, char *reason, size_t reason_size);
+
+//  Creates a memfd of size bytes (pages committed up front), sealed so that it can neither
+//  shrink nor grow, and maps it. Its name is "/proc/<pid>/fd/<fd>": other processes on the
+//  machine open it by that name while this one holds it (the descriptor stays open until
+//  destroy). tag names the memfd in /proc/<pid>/maps. Returns NULL on failure with errno set.
+segment_t *segment_new_sealed (size_t size, const char *tag);
+
+//  Whether name has the "/proc/<pid>/fd/<fd>" form (nothing to unlink for it).
+bool segment_name_is_fd (const char *name);
 
 //  Unmaps; unlinks the name if this process created it. Does nothing on NULL; sets *self_p
 //  to NULL.
@@ -34,6 +53,8 @@ void *segment_base (segment_t *self);
 size_t segment_size (segment_t *self);
 const char *segment_name (segment_t *self);
 bool segment_locked (segment_t *self);
+//  Whether both map the same object (one object can have several names).
+bool segment_same_object (segment_t *self, segment_t *other);
 
 //  Writes a segment name unique to this process into buf: "/kvpool-<pid>-<tag>-<index>".
 void segment_make_name (char *buf, size_t buf_size, const char *tag, unsigned index);

@@ -234,9 +234,13 @@ typedef struct {
 //  Lists up to capacity mounted segments into segments; returns how many there are in all
 //  (may be more than capacity), or a negative status.
 int kvpool_segments (kvpool_t *self, kvpool_segment_t *segments, size_t capacity);
-//  Asks the node to mount an existing shared-memory object (shm_open name, e.g.
-//  "/kvpool-client-1234-0") of size bytes as a segment owned by this connection.
-//  On success *id_p is its segment id.
+//  Asks the node to mount size bytes of memory this process contributes, as a segment owned
+//  by this connection. On success *id_p is its segment id. The node keeps other clients'
+//  data there, so it mounts only memory that cannot shrink under it (a shrunk mapping would
+//  kill it with SIGBUS): shm_name must be "/proc/<pid>/fd/<fd>" of a memfd sealed with
+//  F_SEAL_SHRINK (memfd_create with MFD_ALLOW_SEALING, ftruncate, fcntl F_ADD_SEALS), held
+//  open while mounted; anything else is KVPOOL_INVALID_PARAMS with the reason in
+//  kvpool_last_error. The same object under a second name is KVPOOL_SEGMENT_ALREADY_EXISTS.
 int kvpool_mount_segment (kvpool_t *self, const char *shm_name, uint64_t size, uint32_t *id_p);
 //  Removes the segment's objects (forced) and unmounts it.
 int kvpool_unmount_segment (kvpool_t *self, uint32_t id);

@@ -630,11 +630,20 @@ s_test_admin (kvpool_t *pool, const char *prefix)
     }
     CHECK (segments[0].id != segments[1].id);
 
-    //  A segment of our own: mount it, place a replica on it by name, unmount it.
+    //  A plain shared-memory object could shrink under the node: refused, with the reason.
     char name[64];
     segment_make_name (name, sizeof name, "test", 0);
-    segment_t *mine = segment_new (name, 16 * MiB, false);
+    segment_t *plain = segment_new (name, 16 * MiB, false);
+    CHECK (plain);
+    CHECK_EQ (kvpool_mount_segment (pool, name, 16 * MiB, NULL), KVPOOL_INVALID_PARAMS);
+    CHECK (strstr (kvpool_last_error (pool), "F_SEAL_SHRINK"));
+    segment_destroy (&plain);
+
+    //  A segment of our own (a sealed memfd): mount it, place a replica on it by name,
+    //  unmount it.
+    segment_t *mine = segment_new_sealed (16 * MiB, "test");
     CHECK (mine);
+    snprintf (name, sizeof name, "%s", segment_name (mine));
     uint32_t id = 0;
     CHECK_EQ (kvpool_mount_segment (pool, name, 16 * MiB, &id), KVPOOL_OK);
     CHECK_EQ (kvpool_mount_segment (pool, name, 16 * MiB, NULL), KVPOOL_SEGMENT_ALREADY_EXISTS);

@@ -18,12 +18,13 @@ from .status import *  # noqa: F401,F403 (Status, Error and one Error subclass p
 from .status import Status, Error, strerror, status_name
 from .client import (Client, PutOptions, SegmentInfo, connect, DEFAULT_ENDPOINT,
                      DEFAULT_TIMEOUT)
+from .segment import SharedSegment
 from . import _native
 
 __version__ = "0.1.0"
 library_path = _native.path
 set_malloc_tuning = _native.set_malloc_tuning
 
-__all__ = ["Client", "PutOptions", "SegmentInfo", "connect", "Status", "Error", "strerror",
+__all__ = ["Client", "PutOptions", "SegmentInfo", "SharedSegment", "connect", "Status", "Error", "strerror",
            "status_name", "DEFAULT_ENDPOINT", "DEFAULT_TIMEOUT", "library_path",
            "set_malloc_tuning"]

@@ -737,8 +737,10 @@ class Client:
             capacity = count
 
     def mount_segment(self, shm_name, size):
-        """Asks the node to mount the existing shared-memory object shm_name ("/name", as for
-        shm_open) of size bytes as a segment owned by this client. Returns its segment id.
+        """Asks the node to mount size bytes of the object shm_name as a segment owned by
+        this client. Returns its segment id. The node mounts only memory that cannot shrink
+        under it: a memfd sealed with F_SEAL_SHRINK, named "/proc/<pid>/fd/<fd>"
+        (kvpool.SharedSegment makes one); anything else raises InvalidParamsError.
 
         The segment stays mounted while this Client is open; use a Client of its own for a
         segment whose lifetime differs."""

@@ -17,14 +17,14 @@ ZeroMQ endpoint such as "tcp://host:port" or "ipc://@kvpool-50051"). metadata_se
 protocol, rdma_devices and local_buffer_size are accepted and unused: kvpool needs no metadata
 service, picks its transport itself and needs no registered staging buffer. With
 global_segment_size > 0 this process contributes that much memory, as Mooncake's embedded
-client does: setup() creates a POSIX shared-memory object of that size (/dev/shm/
-kvpool-client-<pid>-<n>, its pages committed up front so the node can never fault on it) and
-asks the local kvpoold to mount it; objects may then land in it (ReplicateConfig.
-preferred_segment = store.get_hostname() forces that). close() unmounts it (the node drops the
-objects in it) and unlinks it; so does interpreter exit. If the process dies without either,
-the node unmounts the segment and unlinks its file when it sees the owning process is gone
-(libkvpool names the owner "client-<pid>-<n>"). With global_segment_size 0 the process contributes nothing (vLLM's
-standalone-store mode).
+client does: setup() creates a kvpool.SharedSegment of that size (a memfd sealed against
+shrinking, its pages committed up front, so the node can never fault on it) and asks the
+local kvpoold to mount it; objects may then land in it (ReplicateConfig.preferred_segment =
+store.get_hostname() forces that). close() unmounts it (the node drops the objects in it) and
+closes it; so does interpreter exit. If the process dies without either, the node unmounts
+the segment when it sees the owning process is gone (libkvpool names the owner
+"client-<pid>-<n>"), and the kernel frees the memory. With global_segment_size 0 the process
+contributes nothing (vLLM's standalone-store mode).
 
 register_buffer / unregister_buffer are bookkeeping only: kvpool copies from and into any
 host memory without registration.
@@ -50,6 +50,7 @@ from . import _native
 from .client import (Client, PutOptions, _Pins, _key, _key_array, _u64, _addr, _encode,
                      _iov_table,
                      fetch, DEFAULT_TIMEOUT)
+from .segment import SharedSegment
 from .status import Status, Error
 
 __all__ = ["MooncakeDistributedStore", "ReplicateConfig", "SoftPinAction", "MooncakeStoreConfig",
@@ -169,43 +170,8 @@ def endpoint_of(master_server_addr):
     return "tcp://%s:50051" % addr
 
 
-class _SharedSegment:
-    """A POSIX shared-memory object this process creates and a kvpoold node mounts."""
-
-    _counter = itertools.count()
-
-    def __init__(self, size):
-        self.size = size
-        self.pid = os.getpid()
-        while True:
-            self.name = "/kvpool-client-%d-%d" % (self.pid, next(self._counter))
-            self.path = "/dev/shm" + self.name
-            try:
-                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
-                break
-            except FileExistsError:
-                continue
-        try:
-            os.ftruncate(fd, size)
-            #  Commit the pages now: a node writing into a tmpfs hole that cannot be filled
-            #  would die of SIGBUS, so a full /dev/shm must fail here, in setup().
-            os.posix_fallocate(fd, 0, size)
-        except OSError:
-            os.close(fd)
-            os.unlink(self.path)
-            raise
-        os.close(fd)
-        self.id = None
-
-    def unlink(self):
-        try:
-            os.unlink(self.path)
-        except FileNotFoundError:
-            pass
-
-
 def _teardown(client, segment):
-    """Unmounts and unlinks segment, closes client; run by close() or at interpreter exit,
+    """Unmounts and closes segment, closes client; run by close() or at interpreter exit,
     only in the process that made them (a forked child must not unmount its parent's)."""
     if segment is not None and segment.pid == os.getpid():
         if segment.id is not None and client is not None and not client.closed:
@@ -214,7 +180,7 @@ def _teardown(client, segment):
             except Error:
                 pass
             segment.id = None
-        segment.unlink()
+        segment.close()
     if client is not None:
         client.close()
 
@@ -276,14 +242,14 @@ class MooncakeDistributedStore:
         size = params.get("global_segment_size", 0)
         if size > 0:
             try:
-                segment = _SharedSegment(size)
+                segment = SharedSegment(size)
             except OSError:
                 client.close()
                 return int(Status.NO_AVAILABLE_HANDLE)
             try:
                 segment.id = client.mount_segment(segment.name, size)
             except Error as exc:
-                segment.unlink()
+                segment.close()
                 client.close()
                 return exc.status
         self._client = client

@@ -322,12 +322,8 @@ def test_segments_stats_mount(client, prefix):
     client.put(prefix + "s", b"x" * 100)
     assert client.stats()["puts"] == before + 1
 
-    name = "/kvpool-pytest-%d-%s" % (os.getpid(), prefix[2:-1])
-    path = "/dev/shm" + name
-    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
-    try:
-        os.ftruncate(fd, 8 << 20)
-        os.close(fd)
+    with kvpool.SharedSegment(8 << 20) as segment:
+        name = segment.name
         seg_id = client.mount_segment(name, 8 << 20)
         mounted = {s.id: s for s in client.segments()}
         assert seg_id in mounted and mounted[seg_id].name == name
@@ -343,10 +339,42 @@ def test_segments_stats_mount(client, prefix):
         assert not client.exist(prefix + "in-seg")
         with pytest.raises(kvpool.SegmentNotFoundError):
             client.unmount_segment(seg_id)
-    finally:
-        os.unlink(path)
     with pytest.raises(kvpool.Error):
         client.mount_segment("/kvpool-pytest-no-such-object", 1 << 20)
+
+
+def test_mount_refuses_memory_that_can_shrink(client, prefix):
+    # A plain /dev/shm object and an unsealed memfd could both be cut short under the node
+    # (SIGBUS); the node refuses them and says why.
+    name = "/kvpool-pytest-%d-%s" % (os.getpid(), prefix[2:-1])
+    path = "/dev/shm" + name
+    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+    loose = os.memfd_create("kvpool-pytest", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    try:
+        os.ftruncate(fd, 1 << 20)
+        os.ftruncate(loose, 1 << 20)
+        for candidate in (name, "/proc/%d/fd/%d" % (os.getpid(), loose)):
+            with pytest.raises(kvpool.InvalidParamsError) as info:
+                client.mount_segment(candidate, 1 << 20)
+            assert "F_SEAL_SHRINK" in str(info.value)
+    finally:
+        os.close(fd)
+        os.close(loose)
+        os.unlink(path)
+    # A sealed segment is mounted; its owner can no longer shrink it, and the node keeps
+    # serving what it stored there.
+    with kvpool.SharedSegment(4 << 20) as segment:
+        with pytest.raises(kvpool.InvalidParamsError) as info:
+            client.mount_segment(segment.name, 8 << 20)     # more than it holds
+        assert "fewer than" in str(info.value)
+        seg_id = client.mount_segment(segment.name, segment.size)
+        opts = kvpool.PutOptions(preferred_segments=[segment.name])
+        client.put(prefix + "sealed", b"z" * 65536, options=opts)
+        with pytest.raises(PermissionError):
+            os.ftruncate(segment.fd, 4096)
+        assert client.get(prefix + "sealed") == b"z" * 65536
+        client.unmount_segment(seg_id)
+    client.ping()
 
 
 def test_put_options(client, prefix):

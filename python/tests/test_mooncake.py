@@ -108,7 +108,7 @@ def test_setup_config_dict(daemon, prefix):
                     "master_server_address": host_port(daemon.endpoint)}) == 0
     try:
         assert s.get_hostname() == "dict-host"
-        assert s.segment_name().startswith("/kvpool-client-%d-" % os.getpid())
+        assert s.segment_name().startswith("/proc/%d/fd/" % os.getpid())
         with kvpool.Client(daemon.endpoint) as c:
             assert segment_named(c, s.segment_name()).size == 16 << 20
         assert s.put(prefix + "d", b"dict") == 0 and s.get(prefix + "d") == b"dict"
@@ -361,7 +361,7 @@ def test_segment_receives_objects_and_goes_on_close(daemon, prefix):
     assert s.setup("seg-host:1", "P2PHANDSHAKE", 32 << 20, 16 << 20, "tcp", "",
                    host_port(daemon.endpoint)) == 0
     name = s.segment_name()
-    assert os.path.exists("/dev/shm" + name)
+    assert os.readlink(name).startswith("/memfd:kvpool-client")
     with kvpool.Client(daemon.endpoint) as c:
         seg = segment_named(c, name)
         assert seg is not None and seg.size == 32 << 20 and seg.used == 0
@@ -377,12 +377,13 @@ def test_segment_receives_objects_and_goes_on_close(daemon, prefix):
         assert out.tobytes() == data
         elsewhere = ReplicateConfig()
         elsewhere.preferred_segment = [seg.name for seg in c.segments()
-                                       if not seg.name.startswith("/kvpool-client-")][0]
+                                       if not seg.name.startswith("/proc/")][0]
         assert s.put(prefix + "elsewhere", b"e" * 4096, elsewhere) == 0
         assert segment_named(c, name).used < (1 << 20) + 4096
         assert s.close() == 0
         assert segment_named(c, name) is None
-        assert not os.path.exists("/dev/shm" + name)
+        # The memfd is closed (its descriptor number may already serve something else).
+        assert not os.path.exists(name) or not os.readlink(name).startswith("/memfd:")
         assert not c.exist(prefix + "local")               # it went with the segment
         assert c.get(prefix + "elsewhere") == b"e" * 4096  # objects elsewhere stay
 
@@ -391,7 +392,7 @@ def test_zero_segment_contributes_nothing(daemon, store):
     with kvpool.Client(daemon.endpoint) as c:
         names = [seg.name for seg in c.segments()]
     assert store.segment_name() == ""
-    assert not [n for n in names if n.startswith("/kvpool-client-%d-" % os.getpid())]
+    assert not [n for n in names if n.startswith("/proc/%d/" % os.getpid())]
 
 
 def _die_with_segment(endpoint, key, queue):
@@ -414,21 +415,15 @@ def test_segment_unmounted_when_client_dies(daemon, prefix):
     rc, put, name = queue.get(timeout=30)
     proc.join(30)
     assert rc == 0 and put == 0 and name
-    try:
-        assert proc.exitcode == -signal.SIGKILL
-        with kvpool.Client(daemon.endpoint) as c:
-            deadline = time.monotonic() + 10
-            while segment_named(c, name) is not None and time.monotonic() < deadline:
-                time.sleep(0.2)
-            assert segment_named(c, name) is None, "the dead client's segment is still mounted"
-            assert not c.exist(prefix + "dies")
-            # The node unlinks the shared-memory file its dead owner can no longer remove.
-            while os.path.exists("/dev/shm" + name) and time.monotonic() < deadline:
-                time.sleep(0.1)
-            assert not os.path.exists("/dev/shm" + name), "the dead client's shm file is left"
-    finally:
-        if os.path.exists("/dev/shm" + name):
-            os.unlink("/dev/shm" + name)
+    assert proc.exitcode == -signal.SIGKILL
+    with kvpool.Client(daemon.endpoint) as c:
+        deadline = time.monotonic() + 10
+        while segment_named(c, name) is not None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        # Unmounted, the node's was the last hold on the memfd: the kernel frees it, and
+        # nothing is left in /dev/shm to clean up.
+        assert segment_named(c, name) is None, "the dead client's segment is still mounted"
+        assert not c.exist(prefix + "dies")
 
 
 def test_replica_in_own_segment_with_seg_store(seg_store, prefix):
