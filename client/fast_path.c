@@ -47,22 +47,12 @@ kvpc_local_boot_id (char *buf, size_t size)
     return len > 0 ? 0 : -1;
 }
 
-static void
-s_table_free (kvpc_mapped_segment_t *table, size_t count)
-{
-    for (size_t i = 0; i < count; i++)
-        segment_destroy (&table[i].map);
-    free (table);
-}
-
 static int s_refresh (kvpool_t *self, bool strict);
 
 static void
 s_table_clear (kvpool_t *self)
 {
-    s_table_free (self->segments, self->segment_count);
-    self->segments = NULL;
-    self->segment_count = 0;
+    segment_table_destroy (&self->segments);
     shm_index_destroy (&self->index);
 }
 
@@ -162,40 +152,30 @@ s_refresh (kvpool_t *self, bool strict)
     const char *server_id = msg->server_id ? msg->server_id : "";
     bool same_node = strcmp (server_id, self->server_id) == 0;
     size_t count = msg->n_segments;
-    kvpc_mapped_segment_t *table = calloc (count ? count : 1, sizeof *table);
-    if (!table) {
+    segment_listing_t *listing = calloc (count ? count : 1, sizeof *listing);
+    if (!self->segments)
+        self->segments = segment_table_new ();
+    if (!listing || !self->segments) {
+        free (listing);
         kvpc_reply_free (&reply);
         return -1;
     }
     for (size_t i = 0; i < count; i++) {
         Kvpool__V1__Segment *from = msg->segments[i];
-        kvpc_mapped_segment_t *to = &table[i];
-        to->id = from->id;
-        to->size = from->size;
-        size_t len = from->name ? strlen (from->name) : 0;
-        bool usable = len > 0 && len < sizeof to->name && from->size > 0 && from->size <= SIZE_MAX;
-        if (usable)
-            memcpy (to->name, from->name, len + 1);
-        for (size_t k = 0; usable && same_node && k < self->segment_count; k++) {
-            kvpc_mapped_segment_t *old = &self->segments[k];
-            if (old->map && old->id == to->id && old->size == to->size
-                && strcmp (old->name, to->name) == 0) {
-                to->map = old->map;
-                old->map = NULL;
-                break;
-            }
-        }
-        if (usable && !to->map)
-            to->map = segment_open (to->name, (size_t) to->size);
+        listing[i].id = from->id;
+        listing[i].name = from->name;
+        listing[i].size = from->size;
         //  A segment another client mounted may be closed to us (its owner's permissions):
         //  keys on it take the socket. The node's own segments must all map.
-        bool own = !from->owner || !*from->owner;
-        if (strict && own && !to->map) {
-            kvpc_set_error (self, "cannot map segment %u '%s'", to->id, to->name);
-            s_table_free (table, count);
-            kvpc_reply_free (&reply);
-            return -1;
-        }
+        listing[i].required = strict && (!from->owner || !*from->owner);
+    }
+    uint32_t failed = 0;
+    int rc = segment_table_update (self->segments, listing, count, same_node, &failed);
+    free (listing);
+    if (rc) {
+        kvpc_set_error (self, "cannot map segment %u", failed);
+        kvpc_reply_free (&reply);
+        return -1;
     }
     snprintf (self->server_id, sizeof self->server_id, "%s", server_id);
     //  The node's read index: kept while it is the same one, else mapped afresh. Without it
@@ -206,9 +186,6 @@ s_refresh (kvpool_t *self, bool strict)
     if (!self->index && *index_name)
         self->index = shm_index_open (index_name);
     kvpc_reply_free (&reply);
-    s_table_free (self->segments, self->segment_count);
-    self->segments = table;
-    self->segment_count = count;
     return 0;
 }
 
@@ -246,15 +223,7 @@ kvpc_fast_path_reconnected (kvpool_t *self)
 static void *
 s_resolve (kvpool_t *self, uint32_t id, uint64_t offset, uint64_t size)
 {
-    for (size_t i = 0; i < self->segment_count; i++) {
-        kvpc_mapped_segment_t *segment = &self->segments[i];
-        if (segment->id != id)
-            continue;
-        if (!segment->map || offset > segment->size || size > segment->size - offset)
-            return NULL;
-        return (char *) segment_base (segment->map) + offset;
-    }
-    return NULL;
+    return self->segments ? segment_table_resolve (self->segments, id, offset, size) : NULL;
 }
 
 //  Per-key state while a fast call works.

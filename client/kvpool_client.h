@@ -23,6 +23,7 @@
 
 #include "actors/transfer_pool.h"
 #include "alloc/segment.h"
+#include "alloc/segment_table.h"
 #include "messages/shm_index.h"
 #include "kvpool.h"
 #include "messages/kvpool.pb-c.h"
@@ -36,14 +37,6 @@
 //  Put values at least this large go to libzmq without a copy (see s_send_request).
 #define KVPC_ZERO_COPY_MIN (64u << 10)
 
-//  A server segment as this client maps it.
-typedef struct {
-    uint32_t id;
-    char name[64];
-    uint64_t size;
-    segment_t *map; //  NULL when it could not be mapped
-} kvpc_mapped_segment_t;
-
 struct _kvpool_t {
     void *ctx;    //  the ZeroMQ context of socket
     void *socket; //  DEALER
@@ -55,8 +48,7 @@ struct _kvpool_t {
     char host_id[64];   //  the server's boot id (PING)
     bool same_host;     //  host_id equals this machine's boot id
     bool fast_path;     //  segments are mapped and the fast path is in use
-    kvpc_mapped_segment_t *segments;
-    size_t segment_count;
+    segment_table_t *segments; //  the node's segments as mapped here (fast path)
     char server_id[128];   //  the node whose segments are mapped (SEGMENTS)
     shm_index_t *index;    //  the node's same-machine read index (read-only), or NULL
     bool use_index;        //  reads may be served from it (kvpool_set_index)

@@ -15,6 +15,7 @@
 #include "actors/transfer_submitter.h"
 #include "alloc/segment.h"
 #include "alloc/segment_arena.h"
+#include "alloc/segment_table.h"
 #include "client/kvpool_status.h"
 #include "lookup_server/lookup_keys.h"
 #include "lookup_server/lookup_request.h"
@@ -33,6 +34,7 @@ static selftest_t s_tests[] = {{"kvpool_status", kvpool_status_test},
                                {"shm_index", shm_index_test},
                                {"segment", segment_test},
                                {"segment_arena", segment_arena_test},
+                               {"segment_table", segment_table_test},
                                {"transfer_pool", transfer_pool_test},
                                {"allocator", allocator_test},
                                {"replica_manager", replica_manager_test},
