@@ -26,6 +26,7 @@
 #include "actors/allocator.h"
 #include "alloc/segment.h"
 #include "actors/endpoints.h"
+#include "actors/index_reads.h"
 #include "actors/replica_manager.h"
 #include "actors/spin_poll.h"
 #include "actors/transfer_submitter.h"
@@ -121,7 +122,9 @@ typedef struct {
     char server_id[96];
     char index_name[96]; //  the replica-manager's same-machine index
     int64_t started;
+    index_reads_t *reads;    //  small reads answered from the read index, or NULL
     size_t in_flight;        //  jobs out at an actor (client and internal)
+    size_t touches_out;      //  of which lease renewals (nobody waits for those)
     size_t writes_in_flight; //  PUT / PUT_START jobs between reserve and reply
     zlistx_t *resets;        //  RESET jobs waiting for the writes to drain
     zlistx_t *held;          //  puts that arrived during a reset
@@ -226,10 +229,13 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
     self->held = zlistx_new ();
     kvp_host_id (self->host_id, sizeof self->host_id);
     snprintf (self->server_id, sizeof self->server_id, "%s/%d", self->host_id, (int) getpid ());
-    if (config->index_slots != 0)
+    if (config->index_slots != 0) {
         shm_index_make_name (self->index_name, sizeof self->index_name, config->instance);
+        self->reads = index_reads_new (self->index_name);
+    }
     self->started = zclock_mono ();
-    self->next_owner_check = self->started + OWNER_CHECK_INTERVAL_MS;
+    //  The first listing of the segments at once: index reads need the mappings.
+    self->next_owner_check = self->started;
     self->poller = zpoller_new (pipe, self->router, self->rm, self->al, self->tx, NULL);
     return self;
 }
@@ -241,6 +247,7 @@ s_self_destroy (self_t **self_p)
     if (!self)
         return;
     zpoller_destroy (&self->poller);
+    index_reads_destroy (&self->reads);
     zlistx_destroy (&self->endpoints);
     zlistx_destroy (&self->resets);
     zlistx_destroy (&self->held);
@@ -341,8 +348,11 @@ s_fill_stats (self_t *self, kvp_job_t *job, Kvpool__V1__Stats *stats)
     stats->errors = self->errors;
     stats->dropped_requests = self->dropped;
     stats->puts = job->stats.puts;
-    stats->gets = job->stats.gets;
-    stats->get_hits = job->stats.get_hits;
+    //  Reads the api answered from the index are gets and hits too.
+    uint64_t index_gets = self->reads ? index_reads_gets (self->reads) : 0;
+    stats->gets = job->stats.gets + index_gets;
+    stats->get_hits = job->stats.get_hits + index_gets;
+    stats->index_gets = index_gets;
     stats->removes = job->stats.removes;
     stats->revoked_puts = job->stats.revoked_puts;
     stats->max_key_len = self->config->max_key_len;
@@ -353,9 +363,21 @@ s_fill_stats (self_t *self, kvp_job_t *job, Kvpool__V1__Stats *stats)
     stats->resets = self->resets_done;
 }
 
-//  Answers a finished job and destroys it.
+//  Sends values copied out of the read index as a GET's value frames; every message is
+//  sent or closed.
 static void
-s_reply (self_t *self, kvp_job_t **job_p)
+s_send_copies (self_t *self, zmq_msg_t *copies, size_t count)
+{
+    void *socket = zsock_resolve (self->router);
+    for (size_t i = 0; i < count; i++)
+        if (zmq_msg_send (&copies[i], socket, i + 1 < count ? ZMQ_SNDMORE : 0) == -1)
+            zmq_msg_close (&copies[i]);
+}
+
+//  Answers a finished job and destroys it. A GET's values come from the job's pinned
+//  objects, or from copies (count of them) when the api read them from the index.
+static void
+s_reply (self_t *self, kvp_job_t **job_p, zmq_msg_t *copies)
 {
     kvp_job_t *job = *job_p;
     api_ctx_t *ctx = (api_ctx_t *) job->context;
@@ -458,7 +480,13 @@ s_reply (self_t *self, kvp_job_t **job_p)
     reply.count = job->result_count;
 
     bool values = op == KVPOOL__V1__OP__GET && job->status == KVPOOL_OK && n > 0;
-    if (s_send_header (self, ctx, &reply, values) == 0 && values)
+    bool sent = s_send_header (self, ctx, &reply, values) == 0;
+    if (copies)
+        s_send_copies (self, copies, sent && values ? n : 0);
+    if (copies && !(sent && values))
+        for (size_t i = 0; i < n; i++)
+            zmq_msg_close (&copies[i]);
+    else if (sent && values)
         s_send_values (self, job);
     else
         for (size_t i = 0; i < n; i++)
@@ -561,6 +589,21 @@ s_next_stage (kvp_job_t *job, kvp_job_kind_t done)
 
 static void s_start_reset (self_t *self);
 
+//  Hands the keys read from the index to the replica-manager for their lease renewal.
+static void
+s_send_touches (self_t *self)
+{
+    kvp_job_t *touch = self->reads ? index_reads_touches (self->reads) : NULL;
+    if (!touch)
+        return;
+    if (kvp_job_send (self->rm, touch) == 0) {
+        self->in_flight++;
+        self->touches_out++;
+    }
+    else
+        kvp_job_destroy (&touch);
+}
+
 //  Sends the job to its next stage, or answers it.
 static void
 s_advance (self_t *self, kvp_job_t *job, kvp_job_kind_t done)
@@ -574,7 +617,7 @@ s_advance (self_t *self, kvp_job_t *job, kvp_job_kind_t done)
             self->reset_running = false;
         }
         if (job->context)
-            s_reply (self, &job);
+            s_reply (self, &job, NULL);
         else {
             if (job->op == KVPOOL__V1__OP__UNMOUNT_SEGMENT && job->status == KVPOOL_OK
                 && job->segment_count == 1 && !segment_name_is_fd (job->segments[0].name))
@@ -597,6 +640,10 @@ s_advance (self_t *self, kvp_job_t *job, kvp_job_kind_t done)
     zsock_t *target = next <= KVP_RM_STATS     ? self->rm
                       : next <= KVP_AL_UNMOUNT ? self->al
                                                : self->tx;
+    //  Lease renewals of reads already answered go first: the replica-manager works in
+    //  order, so this job (a remove, say) sees those leases.
+    if (target == self->rm)
+        s_send_touches (self);
     if (done == KVP_JOB_NONE && s_is_write (job->op))
         self->writes_in_flight++;
     if (kvp_job_send (target, job) == 0)
@@ -759,6 +806,29 @@ s_job_from_request (self_t *self, api_ctx_t *ctx)
     return job;
 }
 
+//  Answers a small read from the read index, without the replica-manager (index_reads.h).
+//  Returns true when the job was answered (and destroyed).
+static bool
+s_serve_from_index (self_t *self, kvp_job_t *job)
+{
+    int op = job->op;
+    if (!self->reads
+        || (op != KVPOOL__V1__OP__GET && op != KVPOOL__V1__OP__EXIST
+            && op != KVPOOL__V1__OP__GET_SIZE))
+        return false;
+    zmq_msg_t small[8];
+    zmq_msg_t *copies = NULL;
+    if (op == KVPOOL__V1__OP__GET)
+        copies = job->count <= 8 ? small : (zmq_msg_t *) malloc (job->count * sizeof *copies);
+    bool served = (op != KVPOOL__V1__OP__GET || copies)
+                  && index_reads_serve (self->reads, job, copies);
+    if (served)
+        s_reply (self, &job, copies);
+    if (copies != small)
+        free (copies);
+    return served;
+}
+
 static void
 s_handle_request (self_t *self, api_ctx_t *ctx)
 {
@@ -780,6 +850,8 @@ s_handle_request (self_t *self, api_ctx_t *ctx)
         s_ctx_destroy (&ctx);
         return;
     }
+    if (s_serve_from_index (self, job))
+        return;
     if (job->op == KVPOOL__V1__OP__RESET) {
         zlistx_add_end (self->resets, job);
         s_start_reset (self);
@@ -853,14 +925,21 @@ s_actor_reply (self_t *self, zsock_t *actor)
     if (!job)
         return;
     self->in_flight--;
+    if (job->kind == KVP_RM_TOUCH)
+        self->touches_out--;
     if (!job->context && job->op == KVPOOL__V1__OP__SEGMENTS)
         s_owners_listed (self, job);
+    //  A segment came or went: list them soon, for the index reads' mappings.
+    if (job->kind == KVP_AL_MOUNT || job->kind == KVP_AL_UNMOUNT)
+        self->next_owner_check = zclock_mono ();
     s_advance (self, job, job->kind);
 }
 
 static void
 s_owners_listed (self_t *self, kvp_job_t *job)
 {
+    if (self->reads)
+        index_reads_segments (self->reads, job->segments, job->segment_count);
     for (size_t i = 0; i < job->segment_count; i++) {
         //  libkvpool names its connections "client-<pid>-<n>"; "pid:<pid>" is the plain form.
         int pid;
@@ -915,12 +994,17 @@ api_actor (zsock_t *pipe, void *args)
     bool drained = false;
     while (!self->terminated) {
         void *which = NULL;
-        if (self->in_flight > 0) {
+        //  Spin for the replies a request waits on; lease renewals are not worth a spin.
+        if (self->in_flight > self->touches_out) {
             zsock_t *actors[] = {self->rm, self->al, self->tx};
             which = spin_poll (actors, 3, SPIN_US);
         }
         if (!which) {
-            int64_t wait = self->next_owner_check - zclock_mono ();
+            int64_t wake = self->next_owner_check;
+            int64_t touch_due = self->reads ? index_reads_touch_due (self->reads) : -1;
+            if (touch_due >= 0 && touch_due < wake)
+                wake = touch_due;
+            int64_t wait = wake - zclock_mono ();
             which = zpoller_wait (self->poller, wait > 0 ? (int) wait : 0);
         }
         if (which == pipe)
@@ -929,6 +1013,9 @@ api_actor (zsock_t *pipe, void *args)
             s_client_message (self);
         else if (which == self->rm || which == self->al || which == self->tx)
             s_actor_reply (self, (zsock_t *) which);
+        if (self->reads && index_reads_touch_due (self->reads) >= 0
+            && zclock_mono () >= index_reads_touch_due (self->reads))
+            s_send_touches (self);
         if (zclock_mono () >= self->next_owner_check) {
             if (!self->draining)
                 s_check_owners (self);

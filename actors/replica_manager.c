@@ -429,7 +429,8 @@ s_read (self_t *self, kvp_job_t *job, int64_t now)
                 item->object = object;
                 s_fill_replicas (item, object, true);
                 break;
-            case KVP_RM_EXIST: object->lease_until = lease_until; break;
+            case KVP_RM_EXIST:
+            case KVP_RM_TOUCH: object->lease_until = lease_until; break;
             case KVP_RM_REPLICA_LIST:
                 object->lease_until = lease_until;
                 if (job->pin)
@@ -593,7 +594,8 @@ s_handle_job (self_t *self, kvp_job_t *job)
         case KVP_RM_EXIST:
         case KVP_RM_GET_SIZE:
         case KVP_RM_REPLICA_LIST:
-        case KVP_RM_RELEASE: s_read (self, job, now); break;
+        case KVP_RM_RELEASE:
+        case KVP_RM_TOUCH: s_read (self, job, now); break;
         case KVP_RM_REMOVE: s_remove (self, job, now); break;
         case KVP_RM_REMOVE_REGEX:
         case KVP_RM_REMOVE_ALL:
@@ -780,6 +782,18 @@ replica_manager_test (bool verbose)
     job = kvp_job_new (KVP_RM_STATS, 0);
     assert (kvp_job_send (rm, job) == 0 && kvp_job_recv (rm) == job);
     assert (job->stats.objects == 1 && job->stats.pending_puts == 1);
+    kvp_job_destroy (&job);
+
+    //  A touch (a read the api served from the index) renews the lease as a read would.
+    zclock_sleep (250); //  y1's lease from its commit-time reads, if any, is over
+    const char *y1[] = {"y1"};
+    size_t y1_len[] = {2};
+    job = kvp_job_new_owning (KVP_RM_TOUCH, 1, y1, y1_len);
+    assert (kvp_job_send (rm, job) == 0 && kvp_job_recv (rm) == job);
+    assert (job->items[0].status == KVPOOL_OK);
+    kvp_job_destroy (&job);
+    job = s_test_call (rm, KVP_RM_REMOVE, y1, 1);
+    assert (job->items[0].status == KVPOOL_OBJECT_HAS_LEASE);
     kvp_job_destroy (&job);
 
     zsock_destroy (&rm);

@@ -208,7 +208,7 @@ bench_lookup_run (const char *store_endpoint, const char *admin_endpoint, bool q
         for (int binary = 0; binary <= 1; binary++) {
             size_t n = sizes[s];
             int iterations = quick ? 20 : n >= 10000 ? 200 : 1000;
-            double p50, p99;
+            double p50 = 0, p99 = 0;
             if (s_measure (req, hashes, n, binary, iterations, &p50, &p99))
                 goto done;
             printf ("%8zu %8zu %-8s %11.0f %11.0f %6d\n", n, n * BENCH_RANKS,

@@ -1844,6 +1844,7 @@ kvpool_stats (kvpool_t *self, kvpool_stats_t *stats)
     stats->lease_ttl_ms = from->lease_ttl_ms;
     stats->uptime_ms = from->uptime_ms;
     stats->transfer_workers = from->transfer_workers;
+    stats->index_gets = from->index_gets;
     kvpc_reply_free (&reply);
     return KVPOOL_OK;
 }

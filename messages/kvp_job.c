@@ -48,6 +48,27 @@ kvp_job_new (kvp_job_kind_t kind, size_t count)
     return self;
 }
 
+kvp_job_t *
+kvp_job_new_owning (kvp_job_kind_t kind, size_t count, const char *const *keys,
+                    const size_t *key_lens)
+{
+    kvp_job_t *self = kvp_job_new (kind, count);
+    size_t bytes = 0;
+    for (size_t i = 0; i < count; i++)
+        bytes += key_lens[i] + 1;
+    self->key_storage = (char *) malloc (bytes ? bytes : 1);
+    assert (self->key_storage);
+    char *next = self->key_storage;
+    for (size_t i = 0; i < count; i++) {
+        memcpy (next, keys[i], key_lens[i]);
+        next[key_lens[i]] = 0;
+        self->items[i].key = next;
+        self->items[i].key_len = key_lens[i];
+        next += key_lens[i] + 1;
+    }
+    return self;
+}
+
 static void
 s_point_replicas (kvp_job_t *self)
 {
@@ -96,6 +117,7 @@ kvp_job_destroy (kvp_job_t **self_p)
     free (self->items);
     free (self->replica_slots);
     free (self->segments);
+    free (self->key_storage);
     free (self);
     *self_p = NULL;
 }
@@ -202,6 +224,16 @@ kvp_job_test (bool verbose)
     kvp_job_destroy (&job);
     kvp_job_destroy (&job);
     assert (job == NULL);
+
+    //  A job that owns its keys keeps them after the caller's are gone.
+    char first[] = "alpha", second[] = "b";
+    const char *keys[] = {first, second};
+    size_t lens[] = {5, 1};
+    job = kvp_job_new_owning (KVP_RM_TOUCH, 2, keys, lens);
+    memset (first, 'x', 5);
+    assert (streq (job->items[0].key, "alpha") && job->items[0].key_len == 5);
+    assert (streq (job->items[1].key, "b") && job->items[1].key_len == 1);
+    kvp_job_destroy (&job);
     if (verbose)
         printf ("OK\n");
 }

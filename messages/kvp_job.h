@@ -38,6 +38,7 @@ typedef enum {
     KVP_RM_GET_SIZE,
     KVP_RM_REPLICA_LIST,   //  items: look up, lease (+ client pin when job->pin)
     KVP_RM_RELEASE,        //  items: drop client pins
+    KVP_RM_TOUCH,          //  items: renew the read lease of reads the api served itself
     KVP_RM_REMOVE,         //  items; job->force
     KVP_RM_REMOVE_REGEX,   //  job->pattern, job->force -> job->count
     KVP_RM_REMOVE_ALL,     //  job->force -> job->count
@@ -120,6 +121,7 @@ typedef struct {
     size_t segment_count;
     //  the api's context (client routing id, decoded request, received frames)
     void *context;
+    char *key_storage; //  the items' keys when the job owns them (freed with the job)
 } kvp_job_t;
 
 //  Creates a job with count zeroed items. Caller owns the return value.
@@ -129,6 +131,10 @@ kvp_job_t *kvp_job_new (kvp_job_kind_t kind, size_t count);
 void kvp_job_need_replicas (kvp_job_t *self);
 //  Appends a zeroed item (with replica room) and returns it.
 kvp_item_t *kvp_job_append (kvp_job_t *self);
+//  Makes a job of count items whose keys are copies of keys[0..count) (key_lens given), held
+//  in one block the job owns: for a job that outlives the request its keys came from.
+kvp_job_t *kvp_job_new_owning (kvp_job_kind_t kind, size_t count, const char *const *keys,
+                               const size_t *key_lens);
 //  Does nothing on NULL; sets *self_p to NULL. Does not touch job->context.
 void kvp_job_destroy (kvp_job_t **self_p);
 //  Sets the request-level status and a printf-style reason; returns status.

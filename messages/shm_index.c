@@ -17,6 +17,8 @@
 */
 #include "messages/shm_index.h"
 
+#include "messages/racy.h"
+
 #include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -237,8 +239,10 @@ shm_index_remove (shm_index_t *self, int64_t index)
     self->count--;
 }
 
-bool
-shm_index_lookup (shm_index_t *self, const char *key, size_t key_len, shm_index_hit_t *hit)
+//  The slot's fields are read while the writer may change them (racy.h); the sequence
+//  number decides.
+static bool
+s_lookup (shm_index_t *self, const char *key, size_t key_len, shm_index_hit_t *hit)
 {
     if (key_len == 0 || key_len > SHM_INDEX_KEY_MAX)
         return false;
@@ -264,6 +268,15 @@ shm_index_lookup (shm_index_t *self, const char *key, size_t key_len, shm_index_
         return atomic_load_explicit (&slot->seq, memory_order_relaxed) == seq;
     }
     return false;
+}
+
+bool
+shm_index_lookup (shm_index_t *self, const char *key, size_t key_len, shm_index_hit_t *hit)
+{
+    RACY_BEGIN ();
+    bool found = s_lookup (self, key, key_len, hit);
+    RACY_END ();
+    return found;
 }
 
 bool

@@ -486,7 +486,8 @@ s_cmd_stats (cli_t *cli, int argc, char **argv)
                 {"max_value_size", stats.max_value_size},
                 {"lease_ttl_ms", stats.lease_ttl_ms},
                 {"uptime_ms", stats.uptime_ms},
-                {"transfer_workers", stats.transfer_workers}};
+                {"transfer_workers", stats.transfer_workers},
+                {"index_gets", stats.index_gets}};
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         printf ("%s: %" PRIu64 "\n", rows[i].name, rows[i].value);
         if (i == 4) //  right after the byte counts it is made of

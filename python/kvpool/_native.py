@@ -96,7 +96,7 @@ class Stats(Structure):
                                       "get_hits", "removes", "revoked_puts", "resets",
                                       "max_key_len", "max_value_size", "lease_ttl_ms",
                                       "uptime_ms")] + [
-        ("transfer_workers", c_uint32)]
+        ("transfer_workers", c_uint32), ("index_gets", c_uint64)]
 
 
 #   Pointer-array arguments are declared c_void_p: the callers pass the address of an

@@ -1,0 +1,426 @@
+/*  index_reads.c - small reads the api answers from the read index (see index_reads.h).
+
+    A request is answered here whole or not at all: one key the index can't vouch for sends
+    the whole job the usual way, so a reply never mixes the two paths and the replica-manager
+    stays the only source of "not found".
+*/
+#include "actors/index_reads.h"
+
+#include <czmq.h>
+
+#include "alloc/segment.h"
+#include "alloc/segment_table.h"
+#include "messages/kvpool.pb-c.h"
+#include "messages/racy.h"
+#include "messages/shm_index.h"
+
+//  A missing index (the replica-manager could not create it, or has not yet) is looked for
+//  again this often.
+#define INDEX_RETRY_MS 1000
+//  Keys waiting for their lease renewal go at once when this many have piled up.
+#define TOUCH_BATCH_MAX 4096
+
+struct _index_reads_t {
+    char index_name[96];
+    shm_index_t *index;
+    int64_t index_retry_at;
+    segment_table_t *segments;
+    //  keys served, waiting for their lease renewal
+    const char **touch_keys; //  into touch_storage (offsets until the job is built)
+    size_t *touch_lens;
+    size_t touch_count, touch_capacity;
+    char *touch_storage;
+    size_t touch_used, touch_storage_size;
+    int64_t touch_due;
+    uint64_t gets;
+};
+
+index_reads_t *
+index_reads_new (const char *index_name)
+{
+    index_reads_t *self = (index_reads_t *) zmalloc (sizeof (index_reads_t));
+    snprintf (self->index_name, sizeof self->index_name, "%s", index_name ? index_name : "");
+    self->segments = segment_table_new ();
+    self->touch_due = -1;
+    assert (self->segments);
+    return self;
+}
+
+void
+index_reads_destroy (index_reads_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    index_reads_t *self = *self_p;
+    shm_index_destroy (&self->index);
+    segment_table_destroy (&self->segments);
+    free (self->touch_keys);
+    free (self->touch_lens);
+    free (self->touch_storage);
+    free (self);
+    *self_p = NULL;
+}
+
+static shm_index_t *
+s_index (index_reads_t *self)
+{
+    if (!self->index && *self->index_name && zclock_mono () >= self->index_retry_at) {
+        self->index = shm_index_open (self->index_name);
+        if (!self->index)
+            self->index_retry_at = zclock_mono () + INDEX_RETRY_MS;
+    }
+    return self->index;
+}
+
+void
+index_reads_segments (index_reads_t *self, const kvp_segment_info_t *segments, size_t count)
+{
+    assert (self);
+    segment_listing_t *listing = (segment_listing_t *) calloc (count ? count : 1, sizeof *listing);
+    if (!listing)
+        return;
+    for (size_t i = 0; i < count; i++) {
+        listing[i].id = segments[i].id;
+        listing[i].name = segments[i].name;
+        listing[i].size = segments[i].size;
+    }
+    //  Segment ids are never reused within a node: unchanged entries keep their mappings.
+    segment_table_update (self->segments, listing, count, true, NULL);
+    free (listing);
+}
+
+//  Remembers key for its lease renewal. Returns -1 if memory ran out (the read is then
+//  answered the usual way).
+static int
+s_touch_add (index_reads_t *self, const char *key, size_t len)
+{
+    if (self->touch_count == self->touch_capacity) {
+        size_t capacity = self->touch_capacity ? self->touch_capacity * 2 : 64;
+        const char **keys =
+            (const char **) realloc (self->touch_keys, capacity * sizeof *self->touch_keys);
+        if (keys)
+            self->touch_keys = keys;
+        size_t *lens = (size_t *) realloc (self->touch_lens, capacity * sizeof *self->touch_lens);
+        if (lens)
+            self->touch_lens = lens;
+        if (!keys || !lens)
+            return -1;
+        self->touch_capacity = capacity;
+    }
+    if (self->touch_used + len > self->touch_storage_size) {
+        size_t size = self->touch_storage_size ? self->touch_storage_size * 2 : 16384;
+        while (size < self->touch_used + len)
+            size *= 2;
+        char *storage = (char *) realloc (self->touch_storage, size);
+        if (!storage)
+            return -1;
+        self->touch_storage = storage;
+        self->touch_storage_size = size;
+    }
+    memcpy (self->touch_storage + self->touch_used, key, len);
+    //  An offset for now: the storage may still move.
+    self->touch_keys[self->touch_count] = (const char *) (uintptr_t) self->touch_used;
+    self->touch_lens[self->touch_count] = len;
+    self->touch_count++;
+    self->touch_used += len;
+    if (self->touch_due < 0)
+        self->touch_due = zclock_mono () + TOUCH_DELAY_MS;
+    if (self->touch_count >= TOUCH_BATCH_MAX)
+        self->touch_due = 0;
+    return 0;
+}
+
+//  Copies a value out of segment memory that a writer may be reusing at the same moment:
+//  the copy is checked against the index slot afterwards, and a torn one thrown away, so
+//  the race is by design (racy.h; the same-machine client reads the same way).
+static void
+s_copy_racy (void *to, const void *from, size_t size)
+{
+    RACY_BEGIN ();
+    memcpy (to, from, size);
+    RACY_END ();
+}
+
+bool
+index_reads_serve (index_reads_t *self, kvp_job_t *job, zmq_msg_t *values)
+{
+    assert (self && job);
+    bool get = job->op == KVPOOL__V1__OP__GET;
+    if (job->count == 0 || job->status != KVPOOL_OK || !s_index (self))
+        return false;
+    if (get && job->count * 64 > INDEX_READ_REQUEST_MAX)
+        return false; //  more frames than is worth copying here
+    shm_index_hit_t small_hits[8];
+    shm_index_hit_t *hits = job->count <= 8 ? small_hits
+                                            : (shm_index_hit_t *) malloc (job->count * sizeof *hits);
+    if (!hits)
+        return false;
+    bool whole = true;
+    uint64_t bytes = 0;
+    size_t copied = 0;
+    for (size_t i = 0; i < job->count && whole; i++) {
+        kvp_item_t *item = &job->items[i];
+        shm_index_hit_t *hit = &hits[i];
+        whole = item->status == KVPOOL_OK
+                && shm_index_lookup (self->index, item->key, item->key_len, hit);
+        if (!whole || !get)
+            continue;
+        bytes += hit->size;
+        const void *source = NULL;
+        whole = hit->size <= INDEX_READ_VALUE_MAX && bytes <= INDEX_READ_REQUEST_MAX;
+        if (whole && hit->size)
+            source =
+                segment_table_resolve (self->segments, hit->segment_id, hit->offset, hit->size);
+        whole = whole && (source || hit->size == 0)
+                && zmq_msg_init_size (&values[i], (size_t) hit->size) == 0;
+        if (!whole)
+            continue;
+        copied++;
+        if (hit->size)
+            s_copy_racy (zmq_msg_data (&values[i]), source, (size_t) hit->size);
+    }
+    //  Only copies whose slot stayed the same hold the object's bytes.
+    for (size_t i = 0; i < job->count && whole; i++)
+        whole = shm_index_still_valid (&hits[i]);
+    size_t touched = self->touch_count, used = self->touch_used;
+    for (size_t i = 0; i < job->count && whole; i++)
+        whole = s_touch_add (self, job->items[i].key, job->items[i].key_len) == 0;
+    if (!whole) {
+        for (size_t i = 0; i < copied; i++)
+            zmq_msg_close (&values[i]);
+        self->touch_count = touched;
+        self->touch_used = used;
+        if (self->touch_count == 0)
+            self->touch_due = -1;
+    }
+    else {
+        for (size_t i = 0; i < job->count; i++)
+            job->items[i].size = hits[i].size;
+        if (get)
+            self->gets += job->count;
+    }
+    if (hits != small_hits)
+        free (hits);
+    return whole;
+}
+
+kvp_job_t *
+index_reads_touches (index_reads_t *self)
+{
+    assert (self);
+    if (self->touch_count == 0)
+        return NULL;
+    for (size_t i = 0; i < self->touch_count; i++)
+        self->touch_keys[i] = self->touch_storage + (uintptr_t) self->touch_keys[i];
+    kvp_job_t *job = kvp_job_new_owning (KVP_RM_TOUCH, self->touch_count, self->touch_keys,
+                                         self->touch_lens);
+    self->touch_count = 0;
+    self->touch_used = 0;
+    self->touch_due = -1;
+    return job;
+}
+
+int64_t
+index_reads_touch_due (index_reads_t *self)
+{
+    assert (self);
+    return self->touch_due;
+}
+
+uint64_t
+index_reads_gets (index_reads_t *self)
+{
+    assert (self);
+    return self->gets;
+}
+
+//  --------------------------------------------------------------------------
+//  Self test
+
+#include <pthread.h>
+
+//  A writer that keeps rewriting one object in place, as a removal and a new put into the
+//  freed space do: withdraw the slot, fill the bytes with the next generation, publish it.
+typedef struct {
+    shm_index_t *index;
+    unsigned char *bytes;
+    atomic_bool stop;
+    uint64_t rounds;
+} s_rewriter_t;
+
+static void *
+s_rewriter (void *arg)
+{
+    s_rewriter_t *self = (s_rewriter_t *) arg;
+    int64_t slot = shm_index_insert (self->index, "hot", 3, 7, 0, INDEX_READ_VALUE_MAX);
+    for (unsigned char generation = 1; !atomic_load (&self->stop); generation++) {
+        shm_index_remove (self->index, slot);
+        RACY_BEGIN ();
+        memset (self->bytes, generation, INDEX_READ_VALUE_MAX);
+        RACY_END ();
+        slot = shm_index_insert (self->index, "hot", 3, 7, 0, INDEX_READ_VALUE_MAX);
+        self->rounds++;
+        //  Published for a while, as long as the rewrite takes, so reads find it often.
+        int64_t until = zclock_usecs () + 5;
+        while (zclock_usecs () < until)
+            ;
+    }
+    return NULL;
+}
+
+static kvp_job_t *
+s_test_job (int op, const char **keys, size_t count)
+{
+    kvp_job_t *job = kvp_job_new (KVP_JOB_NONE, count);
+    job->op = op;
+    for (size_t i = 0; i < count; i++) {
+        job->items[i].key = keys[i];
+        job->items[i].key_len = strlen (keys[i]);
+    }
+    return job;
+}
+
+void
+index_reads_test (bool verbose)
+{
+    if (verbose)
+        printf ("\n * index_reads: ");
+    char index_name[64], seg_name[64];
+    snprintf (index_name, sizeof index_name, "/kvpool-%d-irtest-index", (int) getpid ());
+    segment_make_name (seg_name, sizeof seg_name, "irtest", 0);
+    shm_index_t *writer = shm_index_create (index_name, 64);
+    segment_t *segment = segment_new (seg_name, 1 << 20, false);
+    assert (writer && segment);
+    char *base = (char *) segment_base (segment);
+    memcpy (base + 0, "hello", 5);
+    memset (base + 4096, 'L', INDEX_READ_VALUE_MAX + 1);
+    shm_index_insert (writer, "a", 1, 7, 0, 5);
+    shm_index_insert (writer, "empty", 5, 7, 0, 0);
+    int64_t big_slot = shm_index_insert (writer, "big", 3, 7, 4096, INDEX_READ_VALUE_MAX + 1);
+    shm_index_insert (writer, "elsewhere", 9, 8, 0, 5);
+
+    index_reads_t *self = index_reads_new (index_name);
+    zmq_msg_t values[4];
+    //  Segment 7 is not mapped yet: the read takes the usual route.
+    const char *a[] = {"a"};
+    kvp_job_t *job = s_test_job (KVPOOL__V1__OP__GET, a, 1);
+    assert (!index_reads_serve (self, job, values));
+    assert (index_reads_touch_due (self) == -1);
+    kvp_segment_info_t listing = {.id = 7, .size = 1 << 20};
+    snprintf (listing.name, sizeof listing.name, "%s", seg_name);
+    index_reads_segments (self, &listing, 1);
+
+    //  Now a GET of published keys is answered here, value bytes and all.
+    const char *two[] = {"a", "empty"};
+    kvp_job_destroy (&job);
+    job = s_test_job (KVPOOL__V1__OP__GET, two, 2);
+    assert (index_reads_serve (self, job, values));
+    assert (job->items[0].size == 5 && job->items[1].size == 0);
+    assert (zmq_msg_size (&values[0]) == 5 && memcmp (zmq_msg_data (&values[0]), "hello", 5) == 0);
+    assert (zmq_msg_size (&values[1]) == 0);
+    zmq_msg_close (&values[0]);
+    zmq_msg_close (&values[1]);
+    assert (index_reads_gets (self) == 2);
+    assert (index_reads_touch_due (self) >= 0);
+    kvp_job_destroy (&job);
+
+    //  One key the index can't serve sends the whole request the usual way: a miss (maybe
+    //  just not published), a large value, a segment not mapped.
+    const char *missing[] = {"a", "nope"};
+    const char *large[] = {"a", "big"};
+    const char *unmapped[] = {"elsewhere"};
+    const char **refused[] = {missing, large, unmapped};
+    size_t counts[] = {2, 2, 1};
+    for (size_t r = 0; r < 3; r++) {
+        job = s_test_job (KVPOOL__V1__OP__GET, refused[r], counts[r]);
+        assert (!index_reads_serve (self, job, values));
+        kvp_job_destroy (&job);
+    }
+    //  ... but the large one exists, which is all an EXIST or GET_SIZE needs.
+    job = s_test_job (KVPOOL__V1__OP__GET_SIZE, large, 2);
+    assert (index_reads_serve (self, job, NULL));
+    assert (job->items[1].size == INDEX_READ_VALUE_MAX + 1);
+    kvp_job_destroy (&job);
+    //  A key already refused by validation is left to the usual route, which reports it.
+    job = s_test_job (KVPOOL__V1__OP__EXIST, a, 1);
+    job->items[0].status = KVPOOL_INVALID_KEY;
+    assert (!index_reads_serve (self, job, NULL));
+    kvp_job_destroy (&job);
+    //  Withdrawn from the index: no longer served.
+    shm_index_remove (writer, big_slot);
+    job = s_test_job (KVPOOL__V1__OP__EXIST, large, 2);
+    assert (!index_reads_serve (self, job, NULL));
+    kvp_job_destroy (&job);
+
+    //  Every key served waits for its lease renewal, in one job that owns the keys.
+    kvp_job_t *touch = index_reads_touches (self);
+    assert (touch && touch->kind == KVP_RM_TOUCH && touch->count == 4);
+    assert (streq (touch->items[0].key, "a") && streq (touch->items[1].key, "empty"));
+    assert (streq (touch->items[2].key, "a") && streq (touch->items[3].key, "big"));
+    assert (touch->items[3].key_len == 3);
+    kvp_job_destroy (&touch);
+    assert (index_reads_touches (self) == NULL && index_reads_touch_due (self) == -1);
+
+    //  The api's mapping outlives the node's unmount of the segment.
+    segment_destroy (&segment);
+    job = s_test_job (KVPOOL__V1__OP__GET, a, 1);
+    assert (index_reads_serve (self, job, values));
+    assert (memcmp (zmq_msg_data (&values[0]), "hello", 5) == 0);
+    zmq_msg_close (&values[0]);
+    kvp_job_destroy (&job);
+    //  Gone from the listing: unmapped, and reads of it take the usual route.
+    index_reads_segments (self, NULL, 0);
+    job = s_test_job (KVPOOL__V1__OP__GET, a, 1);
+    assert (!index_reads_serve (self, job, values));
+    kvp_job_destroy (&job);
+    kvp_job_t *rest = index_reads_touches (self);
+    kvp_job_destroy (&rest);
+
+    //  Reads racing a writer that reuses the bytes: whatever is served is one generation
+    //  whole (a copy the writer cut into is thrown away, not served).
+    segment = segment_new (seg_name, 1 << 20, false);
+    assert (segment);
+    index_reads_segments (self, &listing, 1);
+    s_rewriter_t rewriter = {writer, (unsigned char *) segment_base (segment), false, 0};
+    pthread_t thread;
+    assert (pthread_create (&thread, NULL, s_rewriter, &rewriter) == 0);
+    const char *hot[] = {"hot"};
+    size_t served = 0, refused_reads = 0;
+    int64_t until = zclock_mono () + 300;
+    while (zclock_mono () < until) {
+        job = s_test_job (KVPOOL__V1__OP__GET, hot, 1);
+        if (index_reads_serve (self, job, values)) {
+            const unsigned char *got = (const unsigned char *) zmq_msg_data (&values[0]);
+            assert (zmq_msg_size (&values[0]) == INDEX_READ_VALUE_MAX);
+            for (size_t b = 0; b < INDEX_READ_VALUE_MAX; b += 64)
+                assert (got[b] == got[0]);
+            zmq_msg_close (&values[0]);
+            served++;
+        }
+        else
+            refused_reads++;
+        kvp_job_destroy (&job);
+        kvp_job_t *touched = index_reads_touches (self);
+        kvp_job_destroy (&touched);
+    }
+    atomic_store (&rewriter.stop, true);
+    pthread_join (thread, NULL);
+    if (verbose)
+        printf ("racing reads: %zu served whole, %zu refused, %llu rewrites; ", served,
+                refused_reads, (unsigned long long) rewriter.rounds);
+    assert (served > 0);
+    segment_destroy (&segment);
+
+    //  No index at all: nothing is served.
+    index_reads_t *blind = index_reads_new ("/kvpool-irtest-no-such-index");
+    job = s_test_job (KVPOOL__V1__OP__EXIST, a, 1);
+    assert (!index_reads_serve (blind, job, NULL));
+    kvp_job_destroy (&job);
+    index_reads_destroy (&blind);
+
+    index_reads_destroy (&self);
+    index_reads_destroy (&self);
+    shm_index_destroy (&writer);
+    if (verbose)
+        printf ("done\n");
+}

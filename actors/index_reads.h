@@ -1,0 +1,66 @@
+/*  index_reads.h - small reads the api actor answers itself, from the read index.
+
+    The replica-manager publishes every committed object it can in the same-machine read
+    index (messages/shm_index.h) for clients on the node's machine. The api reads it too: a
+    GET whose values are all published and small, or an EXIST or GET_SIZE whose keys are all
+    published, is answered without the hop to the replica-manager and back, two thread
+    wake-ups that are most of a small request's time inside the node. Values are copied out
+    of the api's own mappings of the segments (segment_table) and kept only if the index
+    slot did not change during the copy, as a same-machine client does. Everything else
+    takes the usual route: a key the index lacks (it is lossy, so a miss proves nothing), a
+    large value (sent zero-copy, pinned by the replica-manager), a segment not mapped yet.
+
+    The replica-manager still learns of every read: the keys served are collected and handed
+    over as one KVP_RM_TOUCH job, which renews their leases. The api sends that job before
+    any other job to the replica-manager, which handles jobs in order, so a remove that
+    follows a read finds its lease; otherwise it goes within TOUCH_DELAY_MS.
+
+    Threads: the api's.
+*/
+#ifndef INDEX_READS_H_INCLUDED
+#define INDEX_READS_H_INCLUDED
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <zmq.h>
+
+#include "messages/kvp_job.h"
+
+//  A value at most this large is copied out of the index by the api...
+#define INDEX_READ_VALUE_MAX (64u << 10)
+//  ... and a request at most this many bytes in all (a longer copy would hold up the api).
+#define INDEX_READ_REQUEST_MAX (256u << 10)
+//  Keys read are sent for their lease renewal within this many ms.
+#define TOUCH_DELAY_MS 1
+
+typedef struct _index_reads_t index_reads_t;
+
+//  Reads the index named index_name (opened on first use, as the replica-manager creates
+//  it). Caller owns the return value.
+index_reads_t *index_reads_new (const char *index_name);
+
+//  Does nothing on NULL; sets *self_p to NULL.
+void index_reads_destroy (index_reads_t **self_p);
+
+//  Brings the segment mappings in step with a listing of the node's segments.
+void index_reads_segments (index_reads_t *self, const kvp_segment_info_t *segments, size_t count);
+
+//  Tries to answer job (op GET, EXIST or GET_SIZE, items built from the request) from the
+//  index. On true every item has status OK and its size, and for a GET values[i] holds item
+//  i's bytes (the caller sends or closes them; values has room for job->count messages);
+//  the keys wait for their lease renewal. On false nothing changed.
+bool index_reads_serve (index_reads_t *self, kvp_job_t *job, zmq_msg_t *values);
+
+//  The keys served since the last call, as a KVP_RM_TOUCH job for the replica-manager, or
+//  NULL when there are none. Caller owns the return value.
+kvp_job_t *index_reads_touches (index_reads_t *self);
+
+//  When the keys waiting must be sent (zclock_mono), or -1 when none wait.
+int64_t index_reads_touch_due (index_reads_t *self);
+
+//  Keys of the GETs answered since the start (each is a get and a hit in the stats).
+uint64_t index_reads_gets (index_reads_t *self);
+
+void index_reads_test (bool verbose);
+
+#endif
