@@ -231,7 +231,7 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
     snprintf (self->server_id, sizeof self->server_id, "%s/%d", self->host_id, (int) getpid ());
     if (config->index_slots != 0) {
         shm_index_make_name (self->index_name, sizeof self->index_name, config->instance);
-        self->reads = index_reads_new (self->index_name);
+        self->reads = index_reads_new (self->index_name, config->lease_ttl_ms);
     }
     self->started = zclock_mono ();
     //  The first listing of the segments at once: index reads need the mappings.

@@ -19,6 +19,10 @@
 #define INDEX_RETRY_MS 1000
 //  Keys waiting for their lease renewal go at once when this many have piled up.
 #define TOUCH_BATCH_MAX 4096
+//  Keys recently sent for renewal, remembered by hash (a collision only costs a renewal).
+#define TOUCH_SLOTS 8192
+//  The longest interval between renewals of a key that keeps being read.
+#define TOUCH_INTERVAL_MAX_MS 1000
 
 struct _index_reads_t {
     char index_name[96];
@@ -32,16 +36,26 @@ struct _index_reads_t {
     char *touch_storage;
     size_t touch_used, touch_storage_size;
     int64_t touch_due;
+    uint64_t lease_ms;       //  what a renewal grants: the TTL plus the interval
+    int64_t touch_interval;  //  ms
+    uint64_t *touched;       //  TOUCH_SLOTS key hashes ...
+    int64_t *touched_at;     //  ... and when they were last sent
     uint64_t gets;
 };
 
 index_reads_t *
-index_reads_new (const char *index_name)
+index_reads_new (const char *index_name, uint64_t lease_ttl_ms)
 {
     index_reads_t *self = (index_reads_t *) zmalloc (sizeof (index_reads_t));
     snprintf (self->index_name, sizeof self->index_name, "%s", index_name ? index_name : "");
     self->segments = segment_table_new ();
     self->touch_due = -1;
+    self->touch_interval = (int64_t) (lease_ttl_ms / 2);
+    if (self->touch_interval > TOUCH_INTERVAL_MAX_MS)
+        self->touch_interval = TOUCH_INTERVAL_MAX_MS;
+    self->lease_ms = lease_ttl_ms + (uint64_t) self->touch_interval;
+    self->touched = (uint64_t *) zmalloc (TOUCH_SLOTS * sizeof *self->touched);
+    self->touched_at = (int64_t *) zmalloc (TOUCH_SLOTS * sizeof *self->touched_at);
     assert (self->segments);
     return self;
 }
@@ -57,6 +71,8 @@ index_reads_destroy (index_reads_t **self_p)
     free (self->touch_keys);
     free (self->touch_lens);
     free (self->touch_storage);
+    free (self->touched);
+    free (self->touched_at);
     free (self);
     *self_p = NULL;
 }
@@ -89,11 +105,14 @@ index_reads_segments (index_reads_t *self, const kvp_segment_info_t *segments, s
     free (listing);
 }
 
-//  Remembers key for its lease renewal. Returns -1 if memory ran out (the read is then
-//  answered the usual way).
+//  Remembers key (hash its index hash) for its lease renewal, unless it was sent within the
+//  touch interval. Returns -1 if memory ran out (the read is then answered the usual way).
 static int
-s_touch_add (index_reads_t *self, const char *key, size_t len)
+s_touch_add (index_reads_t *self, const char *key, size_t len, uint64_t hash, int64_t now)
 {
+    size_t slot = hash & (TOUCH_SLOTS - 1);
+    if (self->touched[slot] == hash && now - self->touched_at[slot] < self->touch_interval)
+        return 0;
     if (self->touch_count == self->touch_capacity) {
         size_t capacity = self->touch_capacity ? self->touch_capacity * 2 : 64;
         const char **keys =
@@ -117,6 +136,8 @@ s_touch_add (index_reads_t *self, const char *key, size_t len)
         self->touch_storage = storage;
         self->touch_storage_size = size;
     }
+    self->touched[slot] = hash;
+    self->touched_at[slot] = now;
     memcpy (self->touch_storage + self->touch_used, key, len);
     //  An offset for now: the storage may still move.
     self->touch_keys[self->touch_count] = (const char *) (uintptr_t) self->touch_used;
@@ -183,8 +204,10 @@ index_reads_serve (index_reads_t *self, kvp_job_t *job, zmq_msg_t *values)
     for (size_t i = 0; i < job->count && whole; i++)
         whole = shm_index_still_valid (&hits[i]);
     size_t touched = self->touch_count, used = self->touch_used;
+    int64_t now = zclock_mono ();
     for (size_t i = 0; i < job->count && whole; i++)
-        whole = s_touch_add (self, job->items[i].key, job->items[i].key_len) == 0;
+        whole = s_touch_add (self, job->items[i].key, job->items[i].key_len, hits[i].hash, now)
+                == 0;
     if (!whole) {
         for (size_t i = 0; i < copied; i++)
             zmq_msg_close (&values[i]);
@@ -214,6 +237,7 @@ index_reads_touches (index_reads_t *self)
         self->touch_keys[i] = self->touch_storage + (uintptr_t) self->touch_keys[i];
     kvp_job_t *job = kvp_job_new_owning (KVP_RM_TOUCH, self->touch_count, self->touch_keys,
                                          self->touch_lens);
+    job->lease_ms = self->lease_ms;
     self->touch_count = 0;
     self->touch_used = 0;
     self->touch_due = -1;
@@ -299,7 +323,7 @@ index_reads_test (bool verbose)
     int64_t big_slot = shm_index_insert (writer, "big", 3, 7, 4096, INDEX_READ_VALUE_MAX + 1);
     shm_index_insert (writer, "elsewhere", 9, 8, 0, 5);
 
-    index_reads_t *self = index_reads_new (index_name);
+    index_reads_t *self = index_reads_new (index_name, 10000);
     zmq_msg_t values[4];
     //  Segment 7 is not mapped yet: the read takes the usual route.
     const char *a[] = {"a"};
@@ -352,12 +376,14 @@ index_reads_test (bool verbose)
     assert (!index_reads_serve (self, job, NULL));
     kvp_job_destroy (&job);
 
-    //  Every key served waits for its lease renewal, in one job that owns the keys.
+    //  Every key served waits for its lease renewal, in one job that owns the keys; a key
+    //  already sent within the interval ("a" the second time) is not sent again, and the
+    //  lease granted is longer by the interval to cover such reads.
     kvp_job_t *touch = index_reads_touches (self);
-    assert (touch && touch->kind == KVP_RM_TOUCH && touch->count == 4);
+    assert (touch && touch->kind == KVP_RM_TOUCH && touch->count == 3);
     assert (streq (touch->items[0].key, "a") && streq (touch->items[1].key, "empty"));
-    assert (streq (touch->items[2].key, "a") && streq (touch->items[3].key, "big"));
-    assert (touch->items[3].key_len == 3);
+    assert (streq (touch->items[2].key, "big") && touch->items[2].key_len == 3);
+    assert (touch->lease_ms == 10000 + TOUCH_INTERVAL_MAX_MS);
     kvp_job_destroy (&touch);
     assert (index_reads_touches (self) == NULL && index_reads_touch_due (self) == -1);
 
@@ -412,7 +438,7 @@ index_reads_test (bool verbose)
     segment_destroy (&segment);
 
     //  No index at all: nothing is served.
-    index_reads_t *blind = index_reads_new ("/kvpool-irtest-no-such-index");
+    index_reads_t *blind = index_reads_new ("/kvpool-irtest-no-such-index", 10000);
     job = s_test_job (KVPOOL__V1__OP__EXIST, a, 1);
     assert (!index_reads_serve (blind, job, NULL));
     kvp_job_destroy (&job);

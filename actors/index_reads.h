@@ -10,10 +10,14 @@
     takes the usual route: a key the index lacks (it is lossy, so a miss proves nothing), a
     large value (sent zero-copy, pinned by the replica-manager), a segment not mapped yet.
 
-    The replica-manager still learns of every read: the keys served are collected and handed
+    The replica-manager still learns of the reads: the keys served are collected and handed
     over as one KVP_RM_TOUCH job, which renews their leases. The api sends that job before
     any other job to the replica-manager, which handles jobs in order, so a remove that
-    follows a read finds its lease; otherwise it goes within TOUCH_DELAY_MS.
+    follows a read finds its lease; otherwise it goes within TOUCH_DELAY_MS. A key is sent
+    at most once per touch interval (half the lease TTL, at most a second: a hot key or a
+    lookup's 1000 keys read again and again would otherwise cost the replica-manager as
+    much as the reads saved), and the lease it gets is longer by that interval, so every
+    read, sent or not, is covered for a whole TTL.
 
     Threads: the api's.
 */
@@ -36,8 +40,8 @@
 typedef struct _index_reads_t index_reads_t;
 
 //  Reads the index named index_name (opened on first use, as the replica-manager creates
-//  it). Caller owns the return value.
-index_reads_t *index_reads_new (const char *index_name);
+//  it); reads renew leases of lease_ttl_ms. Caller owns the return value.
+index_reads_t *index_reads_new (const char *index_name, uint64_t lease_ttl_ms);
 
 //  Does nothing on NULL; sets *self_p to NULL.
 void index_reads_destroy (index_reads_t **self_p);

@@ -409,6 +409,8 @@ s_read (self_t *self, kvp_job_t *job, int64_t now)
     if (job->kind == KVP_RM_GET || job->kind == KVP_RM_REPLICA_LIST)
         kvp_job_need_replicas (job);
     int64_t lease_until = now + (int64_t) self->config->lease_ttl_ms;
+    if (job->kind == KVP_RM_TOUCH && job->lease_ms)
+        lease_until = now + (int64_t) job->lease_ms;
     for (size_t i = 0; i < job->count; i++) {
         kvp_item_t *item = &job->items[i];
         if (item->status != KVPOOL_OK)
@@ -792,6 +794,15 @@ replica_manager_test (bool verbose)
     assert (kvp_job_send (rm, job) == 0 && kvp_job_recv (rm) == job);
     assert (job->items[0].status == KVPOOL_OK);
     kvp_job_destroy (&job);
+    job = s_test_call (rm, KVP_RM_REMOVE, y1, 1);
+    assert (job->items[0].status == KVPOOL_OBJECT_HAS_LEASE);
+    kvp_job_destroy (&job);
+    //  ... for as long as it asks: past the 200 ms TTL here.
+    job = kvp_job_new_owning (KVP_RM_TOUCH, 1, y1, y1_len);
+    job->lease_ms = 700;
+    assert (kvp_job_send (rm, job) == 0 && kvp_job_recv (rm) == job);
+    kvp_job_destroy (&job);
+    zclock_sleep (350);
     job = s_test_call (rm, KVP_RM_REMOVE, y1, 1);
     assert (job->items[0].status == KVPOOL_OBJECT_HAS_LEASE);
     kvp_job_destroy (&job);

@@ -38,7 +38,8 @@ typedef enum {
     KVP_RM_GET_SIZE,
     KVP_RM_REPLICA_LIST,   //  items: look up, lease (+ client pin when job->pin)
     KVP_RM_RELEASE,        //  items: drop client pins
-    KVP_RM_TOUCH,          //  items: renew the read lease of reads the api served itself
+    KVP_RM_TOUCH,          //  items: renew the read lease of reads the api served itself,
+                           //  for job->lease_ms when set
     KVP_RM_REMOVE,         //  items; job->force
     KVP_RM_REMOVE_REGEX,   //  job->pattern, job->force -> job->count
     KVP_RM_REMOVE_ALL,     //  job->force -> job->count
@@ -108,6 +109,7 @@ typedef struct {
     bool hard_pin;
     bool force;
     bool pin;
+    uint64_t lease_ms; //  KVP_RM_TOUCH: lease to grant (0: the configured lease TTL)
     const char *pattern;
     //  segments
     uint32_t segment_id;
