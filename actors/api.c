@@ -545,20 +545,24 @@ s_next_stage (kvp_job_t *job, kvp_job_kind_t done)
         return KVP_JOB_NONE;
     switch (job->op) {
         case KVPOOL__V1__OP__PUT:
+            //  Place, write, then insert the objects committed in one step: nobody can see
+            //  a key before its bytes are in, and two hops do what reserve / commit did in
+            //  three. (A put of an existing key is refused by the insert, its space freed.)
+            if (done == KVP_JOB_NONE)
+                return s_any_ok (job) ? KVP_AL_ALLOC : KVP_JOB_NONE;
+            if (done == KVP_AL_ALLOC)
+                return s_any_ok (job) ? KVP_TX_WRITE : KVP_JOB_NONE;
+            return done == KVP_TX_WRITE ? KVP_RM_INSERT : KVP_JOB_NONE;
         case KVPOOL__V1__OP__PUT_START:
-            //  Both reserve and allocate; a PUT then copies and commits, a PUT_START records
-            //  where the client is to write.
+            //  Reserve (the key stays invisible), place, and record where the client is to
+            //  write; its PUT_END commits.
             if (done == KVP_JOB_NONE)
                 return KVP_RM_RESERVE;
             if (!s_any_reserved (job))
                 return KVP_JOB_NONE;
             if (done == KVP_RM_RESERVE)
                 return KVP_AL_ALLOC;
-            if (job->op == KVPOOL__V1__OP__PUT_START)
-                return done == KVP_AL_ALLOC ? KVP_RM_BIND : KVP_JOB_NONE;
-            if (done == KVP_AL_ALLOC)
-                return s_any_ok (job) ? KVP_TX_WRITE : KVP_RM_COMMIT;
-            return done == KVP_TX_WRITE ? KVP_RM_COMMIT : KVP_JOB_NONE;
+            return done == KVP_AL_ALLOC ? KVP_RM_BIND : KVP_JOB_NONE;
         case KVPOOL__V1__OP__GET: return done == KVP_JOB_NONE ? KVP_RM_GET : KVP_JOB_NONE;
         case KVPOOL__V1__OP__EXIST: return done == KVP_JOB_NONE ? KVP_RM_EXIST : KVP_JOB_NONE;
         case KVPOOL__V1__OP__GET_SIZE: return done == KVP_JOB_NONE ? KVP_RM_GET_SIZE : KVP_JOB_NONE;
@@ -852,6 +856,10 @@ s_handle_request (self_t *self, api_ctx_t *ctx)
     }
     if (s_serve_from_index (self, job))
         return;
+    //  Objects are immutable: a put of a key the index shows is refused before any space is
+    //  placed or byte copied.
+    if (self->reads && job->op == KVPOOL__V1__OP__PUT)
+        index_reads_refuse_existing (self->reads, job);
     if (job->op == KVPOOL__V1__OP__RESET) {
         zlistx_add_end (self->resets, job);
         s_start_reset (self);

@@ -227,6 +227,21 @@ index_reads_serve (index_reads_t *self, kvp_job_t *job, zmq_msg_t *values)
     return whole;
 }
 
+void
+index_reads_refuse_existing (index_reads_t *self, kvp_job_t *job)
+{
+    assert (self && job);
+    if (!s_index (self))
+        return;
+    for (size_t i = 0; i < job->count; i++) {
+        kvp_item_t *item = &job->items[i];
+        shm_index_hit_t hit;
+        if (item->status == KVPOOL_OK
+            && shm_index_lookup (self->index, item->key, item->key_len, &hit))
+            item->status = KVPOOL_OBJECT_ALREADY_EXISTS;
+    }
+}
+
 kvp_job_t *
 index_reads_touches (index_reads_t *self)
 {
@@ -374,6 +389,14 @@ index_reads_test (bool verbose)
     shm_index_remove (writer, big_slot);
     job = s_test_job (KVPOOL__V1__OP__EXIST, large, 2);
     assert (!index_reads_serve (self, job, NULL));
+    kvp_job_destroy (&job);
+
+    //  A put of a published key is refused at once; the rest is left for the usual route.
+    const char *put_keys[] = {"a", "new-key"};
+    job = s_test_job (KVPOOL__V1__OP__PUT, put_keys, 2);
+    index_reads_refuse_existing (self, job);
+    assert (job->items[0].status == KVPOOL_OBJECT_ALREADY_EXISTS);
+    assert (job->items[1].status == KVPOOL_OK);
     kvp_job_destroy (&job);
 
     //  Every key served waits for its lease renewal, in one job that owns the keys; a key

@@ -55,6 +55,11 @@ void index_reads_segments (index_reads_t *self, const kvp_segment_info_t *segmen
 //  the keys wait for their lease renewal. On false nothing changed.
 bool index_reads_serve (index_reads_t *self, kvp_job_t *job, zmq_msg_t *values);
 
+//  Marks the items of a PUT whose key the index shows OBJECT_ALREADY_EXISTS (objects are
+//  immutable), so that no space is placed and no byte copied for them. A key the index
+//  lacks may still exist: the replica-manager's insert decides then.
+void index_reads_refuse_existing (index_reads_t *self, kvp_job_t *job);
+
 //  The keys served since the last call, as a KVP_RM_TOUCH job for the replica-manager, or
 //  NULL when there are none. Caller owns the return value.
 kvp_job_t *index_reads_touches (index_reads_t *self);

@@ -263,11 +263,29 @@ s_fill_replicas (kvp_item_t *item, kvp_object_t *object, bool rotate)
         item->replicas[r] = object->replicas[(first + r) % object->replica_count];
 }
 
+//  A new object for item, with the job's pins, in the table (the caller sets its state).
+static kvp_object_t *
+s_object_new (self_t *self, kvp_job_t *job, kvp_item_t *item, int64_t now)
+{
+    kvp_object_t *object = (kvp_object_t *) zmalloc (sizeof (kvp_object_t));
+    object->key = strdup (item->key);
+    object->id = self->next_id++;
+    object->size = item->size;
+    object->hard_pin = job->hard_pin;
+    if (job->soft_pin)
+        object->soft_pin_until =
+            now
+            + (int64_t) (job->soft_pin_ttl_ms ? job->soft_pin_ttl_ms : self->config->soft_pin_ttl_ms);
+    atomic_init (&object->pins, 0);
+    object->index_slot = -1;
+    zhashx_insert (self->objects, object->key, object);
+    return object;
+}
+
+//  A client's PUT_START: a pending object, busy until the allocator's placement is bound.
 static void
 s_reserve (self_t *self, kvp_job_t *job, int64_t now)
 {
-    //  A server-side put (the api's PUT) is busy until it commits; a client's PUT_START is
-    //  busy until it is bound.
     for (size_t i = 0; i < job->count; i++) {
         kvp_item_t *item = &job->items[i];
         item->object_id = 0;
@@ -277,22 +295,10 @@ s_reserve (self_t *self, kvp_job_t *job, int64_t now)
             item->status = KVPOOL_OBJECT_ALREADY_EXISTS;
             continue;
         }
-        kvp_object_t *object = (kvp_object_t *) zmalloc (sizeof (kvp_object_t));
-        object->key = strdup (item->key);
-        object->id = self->next_id++;
-        object->size = item->size;
+        kvp_object_t *object = s_object_new (self, job, item, now);
         object->state = OBJECT_PENDING;
         object->busy = true;
         object->put_deadline = now + (int64_t) self->config->put_timeout_ms;
-        object->hard_pin = job->hard_pin;
-        if (job->soft_pin)
-            object->soft_pin_until =
-                now
-                + (int64_t) (job->soft_pin_ttl_ms ? job->soft_pin_ttl_ms
-                                                  : self->config->soft_pin_ttl_ms);
-        atomic_init (&object->pins, 0);
-        object->index_slot = -1;
-        zhashx_insert (self->objects, object->key, object);
         self->pending++;
         item->object_id = object->id;
     }
@@ -326,60 +332,67 @@ s_bind (self_t *self, kvp_job_t *job, int64_t now)
     s_free_job_send (self, &free_job);
 }
 
+//  Makes a pending object visible: published in the index and counted.
+static void
+s_object_complete (self_t *self, kvp_object_t *object)
+{
+    object->state = OBJECT_COMPLETE;
+    object->busy = false;
+    if (self->index && object->replica_count)
+        object->index_slot =
+            shm_index_insert (self->index, object->key, strlen (object->key),
+                              object->replicas[0].segment_id, object->replicas[0].offset,
+                              object->size);
+    self->bytes_stored += object->size * object->replica_count;
+    self->puts++;
+}
+
+//  A client's PUT_END: the object it reserved and wrote becomes visible.
 static void
 s_commit (self_t *self, kvp_job_t *job, int64_t now)
+{
+    (void) now;
+    for (size_t i = 0; i < job->count; i++) {
+        kvp_item_t *item = &job->items[i];
+        if (item->status != KVPOOL_OK)
+            continue;
+        kvp_object_t *object = (kvp_object_t *) zhashx_lookup (self->objects, item->key);
+        if (!object || object->state != OBJECT_PENDING || !object->bound || object->busy) {
+            item->status = KVPOOL_INVALID_WRITE;
+            continue;
+        }
+        self->pending--;
+        s_object_complete (self, object);
+    }
+}
+
+//  The end of a server-side PUT, in one step: the allocator placed each value and the api
+//  (or the transfer-submitter) wrote it, so the object goes in committed; nobody could see
+//  it before. A key that exists by now, committed or being written, keeps its first value,
+//  and this put's space is freed, as is the space of items that failed after placement.
+static void
+s_insert (self_t *self, kvp_job_t *job, int64_t now)
 {
     kvp_job_need_replicas (job);
     kvp_job_t *free_job = NULL;
     for (size_t i = 0; i < job->count; i++) {
         kvp_item_t *item = &job->items[i];
-        kvp_object_t *object;
-        if (item->object_id) {
-            //  End of a server-side put: the replicas come with the job.
-            object = s_lookup_reserved (self, item);
-            if (!object) {
-                //  Revoked under us (a reset): the space the job wrote is ours to free.
-                if (item->replica_count) {
-                    kvp_object_t ghost = {
-                        .size = item->size, .bound = true, .replica_count = item->replica_count};
-                    memcpy (ghost.replicas, item->replicas, sizeof ghost.replicas);
-                    s_free_replicas (&free_job, &ghost);
-                }
-                if (item->status == KVPOOL_OK)
-                    item->status = KVPOOL_INVALID_WRITE;
-                continue;
+        if (item->status == KVPOOL_OK && zhashx_lookup (self->objects, item->key))
+            item->status = KVPOOL_OBJECT_ALREADY_EXISTS;
+        if (item->status != KVPOOL_OK) {
+            if (item->replica_count) {
+                kvp_object_t ghost = {
+                    .size = item->size, .bound = true, .replica_count = item->replica_count};
+                memcpy (ghost.replicas, item->replicas, sizeof ghost.replicas);
+                s_free_replicas (&free_job, &ghost);
             }
-            if (item->status != KVPOOL_OK) {
-                object->replica_count = item->replica_count;
-                memcpy (object->replicas, item->replicas, sizeof object->replicas);
-                object->bound = true;
-                s_object_drop (self, object, &free_job, now);
-                self->revoked++;
-                continue;
-            }
-            object->replica_count = item->replica_count;
-            memcpy (object->replicas, item->replicas, sizeof object->replicas);
-            object->bound = true;
+            continue;
         }
-        else {
-            //  A client's PUT_END.
-            if (item->status != KVPOOL_OK)
-                continue;
-            object = (kvp_object_t *) zhashx_lookup (self->objects, item->key);
-            if (!object || object->state != OBJECT_PENDING || !object->bound || object->busy) {
-                item->status = KVPOOL_INVALID_WRITE;
-                continue;
-            }
-        }
-        object->state = OBJECT_COMPLETE;
-        object->busy = false;
-        if (self->index && object->replica_count)
-            object->index_slot = shm_index_insert (self->index, object->key, strlen (object->key),
-                                                   object->replicas[0].segment_id,
-                                                   object->replicas[0].offset, object->size);
-        self->pending--;
-        self->bytes_stored += object->size * object->replica_count;
-        self->puts++;
+        kvp_object_t *object = s_object_new (self, job, item, now);
+        object->replica_count = item->replica_count;
+        memcpy (object->replicas, item->replicas, sizeof object->replicas);
+        object->bound = true;
+        s_object_complete (self, object);
     }
     s_free_job_send (self, &free_job);
 }
@@ -591,6 +604,7 @@ s_handle_job (self_t *self, kvp_job_t *job)
         case KVP_RM_RESERVE: s_reserve (self, job, now); break;
         case KVP_RM_BIND: s_bind (self, job, now); break;
         case KVP_RM_COMMIT: s_commit (self, job, now); break;
+        case KVP_RM_INSERT: s_insert (self, job, now); break;
         case KVP_RM_REVOKE: s_revoke (self, job, now); break;
         case KVP_RM_GET:
         case KVP_RM_EXIST:
@@ -769,10 +783,46 @@ replica_manager_test (bool verbose)
 
     //  Regex removal counts what it removed; a bad pattern is an error, not a crash.
     const char *many[] = {"x1", "x2", "y1"};
-    job = s_test_call (rm, KVP_RM_RESERVE, many, 3);
-    job->kind = KVP_RM_COMMIT;
-    assert (kvp_job_send (rm, job) == 0 && kvp_job_recv (rm) == job);
+    job = s_test_call (rm, KVP_RM_INSERT, many, 3);
+    assert (job->items[0].status == KVPOOL_OK && job->items[2].status == KVPOOL_OK);
     kvp_job_destroy (&job);
+
+    //  A server-side put's insert: visible at once. A key that exists keeps its value and
+    //  the second put's space is freed; so is the space of an item that failed after it was
+    //  placed (its copy failed).
+    const char *fresh[] = {"ins-new", "y1", "ins-failed"};
+    job = kvp_job_new (KVP_RM_INSERT, 3);
+    kvp_job_need_replicas (job);
+    for (size_t i = 0; i < 3; i++) {
+        job->items[i].key = fresh[i];
+        job->items[i].key_len = strlen (fresh[i]);
+        job->items[i].size = 64;
+        job->items[i].replica_count = 1;
+        job->items[i].replicas[0].segment_id = 1;
+        job->items[i].replicas[0].offset = 8192 * (i + 1);
+    }
+    //  y1 exists (inserted above).
+    job->items[2].status = KVPOOL_WRITE_FAIL;
+    assert (kvp_job_send (rm, job) == 0 && kvp_job_recv (rm) == job);
+    assert (job->items[0].status == KVPOOL_OK);
+    assert (job->items[1].status == KVPOOL_OBJECT_ALREADY_EXISTS);
+    assert (job->items[2].status == KVPOOL_WRITE_FAIL);
+    kvp_job_destroy (&job);
+    zclock_sleep (50);
+    assert (s_test_drain_frees (allocator) == 2); //  both ranges
+    const char *ins_new[] = {"ins-new"};
+    job = s_test_call (rm, KVP_RM_GET, ins_new, 1);
+    assert (job->items[0].status == KVPOOL_OK && job->items[0].replicas[0].offset == 8192);
+    kvp_object_unpin (job->items[0].object);
+    kvp_job_destroy (&job);
+    job = s_test_call (rm, KVP_RM_REMOVE, ins_new, 1);
+    job->force = true;
+    job->items[0].status = 0;
+    assert (kvp_job_send (rm, job) == 0 && kvp_job_recv (rm) == job);
+    assert (job->items[0].status == KVPOOL_OK);
+    kvp_job_destroy (&job);
+    zclock_sleep (50);
+    s_test_drain_frees (allocator);
     job = kvp_job_new (KVP_RM_REMOVE_REGEX, 0);
     job->pattern = "^x";
     assert (kvp_job_send (rm, job) == 0 && kvp_job_recv (rm) == job);

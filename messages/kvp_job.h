@@ -31,7 +31,8 @@ typedef enum {
     //  replica-manager
     KVP_RM_RESERVE, //  items: keys (+ sizes) -> reserve pending entries
     KVP_RM_BIND,    //  items: replicas filled by the allocator -> record them (pending)
-    KVP_RM_COMMIT,  //  items: make visible (PUT_END / end of a server-side PUT)
+    KVP_RM_COMMIT,  //  items: make visible (PUT_END)
+    KVP_RM_INSERT,  //  items placed and written by a server-side PUT -> committed objects
     KVP_RM_REVOKE,  //  items: drop pending entries and free their space
     KVP_RM_GET,     //  items: look up, pin for reading, fill size/replicas/object
     KVP_RM_EXIST,   //  items: look up, grant lease
