@@ -39,6 +39,9 @@
 #define MAX_KEYS_PER_REQUEST 262144
 //  How far over --max-value-size a frame may be before libzmq drops the connection.
 #define MAX_FRAME_SLACK (64ULL << 20)
+//  A client renews the lease of a key it reads from the read index at most this often, so
+//  a TOUCH grants that much beyond the TTL (kvpool.proto, Op TOUCH).
+#define CLIENT_TOUCH_INTERVAL_MS 1000
 //  GET values smaller than this are copied into the reply (cheaper than a zero-copy handle).
 #define COPY_VALUE_BYTES 8192
 #define OWNER_CHECK_INTERVAL_MS 1000
@@ -565,6 +568,7 @@ s_next_stage (kvp_job_t *job, kvp_job_kind_t done)
             return done == KVP_AL_ALLOC ? KVP_RM_BIND : KVP_JOB_NONE;
         case KVPOOL__V1__OP__GET: return done == KVP_JOB_NONE ? KVP_RM_GET : KVP_JOB_NONE;
         case KVPOOL__V1__OP__EXIST: return done == KVP_JOB_NONE ? KVP_RM_EXIST : KVP_JOB_NONE;
+        case KVPOOL__V1__OP__TOUCH: return done == KVP_JOB_NONE ? KVP_RM_TOUCH : KVP_JOB_NONE;
         case KVPOOL__V1__OP__GET_SIZE: return done == KVP_JOB_NONE ? KVP_RM_GET_SIZE : KVP_JOB_NONE;
         case KVPOOL__V1__OP__GET_REPLICA_LIST:
             return done == KVP_JOB_NONE ? KVP_RM_REPLICA_LIST : KVP_JOB_NONE;
@@ -700,7 +704,8 @@ s_op_takes_keys (int op)
         case KVPOOL__V1__OP__PUT_END:
         case KVPOOL__V1__OP__PUT_REVOKE:
         case KVPOOL__V1__OP__GET_REPLICA_LIST:
-        case KVPOOL__V1__OP__RELEASE: return true;
+        case KVPOOL__V1__OP__RELEASE:
+        case KVPOOL__V1__OP__TOUCH: return true;
         default: return false;
     }
 }
@@ -708,7 +713,7 @@ s_op_takes_keys (int op)
 static bool
 s_op_known (int op)
 {
-    return op >= KVPOOL__V1__OP__PING && op <= KVPOOL__V1__OP__RESET;
+    return op >= KVPOOL__V1__OP__PING && op <= KVPOOL__V1__OP__TOUCH;
 }
 
 //  Validates a decoded request and builds its job. Returns NULL after replying an error.
@@ -800,6 +805,8 @@ s_job_from_request (self_t *self, api_ctx_t *ctx)
     }
     job->force = request->force;
     job->pin = request->pin;
+    if (op == KVPOOL__V1__OP__TOUCH)
+        job->lease_ms = self->config->lease_ttl_ms + CLIENT_TOUCH_INTERVAL_MS;
     job->pattern = request->pattern;
     if (request->segment) {
         job->segment_id = request->segment->id;
@@ -933,8 +940,8 @@ s_actor_reply (self_t *self, zsock_t *actor)
     if (!job)
         return;
     self->in_flight--;
-    if (job->kind == KVP_RM_TOUCH)
-        self->touches_out--;
+    if (job->kind == KVP_RM_TOUCH && !job->context)
+        self->touches_out--; //  the api's own (a client's TOUCH has a context)
     if (!job->context && job->op == KVPOOL__V1__OP__SEGMENTS)
         s_owners_listed (self, job);
     //  A segment came or went: list them soon, for the index reads' mappings.

@@ -20,7 +20,7 @@
 //  Keys waiting for their lease renewal go at once when this many have piled up.
 #define TOUCH_BATCH_MAX 4096
 //  Keys recently sent for renewal, remembered by hash (a collision only costs a renewal).
-#define TOUCH_SLOTS 8192
+#define TOUCH_SLOTS 65536
 //  The longest interval between renewals of a key that keeps being read.
 #define TOUCH_INTERVAL_MAX_MS 1000
 
@@ -169,8 +169,8 @@ index_reads_serve (index_reads_t *self, kvp_job_t *job, zmq_msg_t *values)
     bool get = job->op == KVPOOL__V1__OP__GET;
     if (job->count == 0 || job->status != KVPOOL_OK || !s_index (self))
         return false;
-    if (get && job->count * 64 > INDEX_READ_REQUEST_MAX)
-        return false; //  more frames than is worth copying here
+    if (job->count > INDEX_READ_KEYS_MAX)
+        return false;
     shm_index_hit_t small_hits[8];
     shm_index_hit_t *hits = job->count <= 8 ? small_hits
                                             : (shm_index_hit_t *) malloc (job->count * sizeof *hits);

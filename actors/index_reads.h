@@ -34,6 +34,9 @@
 #define INDEX_READ_VALUE_MAX (64u << 10)
 //  ... and a request at most this many bytes in all (a longer copy would hold up the api).
 #define INDEX_READ_REQUEST_MAX (256u << 10)
+//  Requests of more keys take the usual route: the hop saved is small beside their work,
+//  and the api would do the lookups that the replica-manager then does again for the leases.
+#define INDEX_READ_KEYS_MAX 256
 //  Keys read are sent for their lease renewal within this many ms.
 #define TOUCH_DELAY_MS 1
 

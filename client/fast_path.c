@@ -362,12 +362,13 @@ release:
 //  there, or changed under us, takes the replica-list path. A miss is never taken as
 //  "not found": the index is lossy.
 //
-//  The node still learns of these reads: the keys read are sent to it as an EXIST nobody
+//  The node still learns of these reads: the keys read are sent to it as a TOUCH nobody
 //  waits for, which renews their read lease (as a GET over the socket would; the evictor
-//  will want to know what is hot too). A small table of recently touched keys keeps a hot
-//  key from being sent more than once per KVPC_TOUCH_MS.
+//  will want to know what is hot too). A table of recently touched keys keeps a hot key from
+//  being sent more than once per KVPC_TOUCH_MS, which is why a TOUCH's lease runs that much
+//  past the TTL.
 
-#define KVPC_TOUCH_SLOTS 4096
+#define KVPC_TOUCH_SLOTS 16384
 #define KVPC_TOUCH_MS 1000
 
 static int64_t
@@ -407,7 +408,7 @@ s_touch_send (kvpool_t *self, kvpc_keys_t *touch)
     if (touch->count == 0)
         return;
     Kvpool__V1__Request request = KVPOOL__V1__REQUEST__INIT;
-    request.op = KVPOOL__V1__OP__EXIST;
+    request.op = KVPOOL__V1__OP__TOUCH;
     request.n_keys = touch->count;
     request.keys = touch->keys;
     kvpc_send_oneway (self, &request);

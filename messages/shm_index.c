@@ -252,7 +252,13 @@ s_lookup (shm_index_t *self, const char *key, size_t key_len, shm_index_hit_t *h
         uint64_t seq = atomic_load_explicit (&slot->seq, memory_order_acquire);
         if (seq & 1)
             return false; //  being written: ask the node
-        if (atomic_load_explicit (&slot->hash, memory_order_relaxed) != hash)
+        uint64_t slot_hash = atomic_load_explicit (&slot->hash, memory_order_relaxed);
+        //  An empty slot ends the run: inserts take the first empty slot, so the key is not
+        //  further on (unless a removal emptied this one after it went in: hidden, as the
+        //  design allows). A miss then costs a probe or two, not PROBE_MAX.
+        if (slot_hash == 0)
+            return false;
+        if (slot_hash != hash)
             continue;
         uint32_t len = slot->key_len;
         if (len != key_len || memcmp (slot->key, key, key_len) != 0)

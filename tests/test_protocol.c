@@ -228,6 +228,15 @@ test_operations (testutil_server_t *server)
     s_count_op (sock, KVPOOL__V1__OP__REMOVE_BY_REGEX, "([", true, &status);
     CHECK_EQ (status, KVPOOL_INVALID_PARAMS);
 
+    //  TOUCH (a same-machine reader's lease renewal) leases like a read; an absent key is
+    //  OBJECT_NOT_FOUND. A put alone leases nothing, so only the touch stops the remove.
+    CHECK_EQ (s_put (sock, "touched", "t", 1, 1), KVPOOL_OK);
+    CHECK_EQ (s_key_op (sock, KVPOOL__V1__OP__TOUCH, "touched", false), KVPOOL_OK);
+    CHECK_EQ (s_key_op (sock, KVPOOL__V1__OP__TOUCH, "never-put", false), KVPOOL_OBJECT_NOT_FOUND);
+    CHECK_EQ (s_key_op (sock, KVPOOL__V1__OP__REMOVE, "touched", false), KVPOOL_OBJECT_HAS_LEASE);
+    CHECK_EQ (s_put (sock, "untouched", "u", 1, 1), KVPOOL_OK);
+    CHECK_EQ (s_key_op (sock, KVPOOL__V1__OP__REMOVE, "untouched", false), KVPOOL_OK);
+
     //  Remove-all: leased ones stay without force.
     Kvpool__V1__Stats stats = s_stats (sock);
     CHECK (stats.objects >= 3);
