@@ -45,6 +45,8 @@
 //  GET values smaller than this are copied into the reply (cheaper than a zero-copy handle).
 #define COPY_VALUE_BYTES 8192
 #define OWNER_CHECK_INTERVAL_MS 1000
+//  A stop without a drain waits this long for jobs out at the actors.
+#define ABANDON_WAIT_MS 1000
 //  While jobs are out at the actors, wait this long for their replies before sleeping.
 #define SPIN_US 50
 
@@ -1000,6 +1002,49 @@ s_pipe_command (self_t *self)
     zmsg_destroy (&msg);
 }
 
+//  Frees a job that will not be answered (the api is stopping): its pins, its request.
+static void
+s_abandon (kvp_job_t **job_p)
+{
+    kvp_job_t *job = *job_p;
+    if (!job)
+        return;
+    for (size_t i = 0; i < job->count; i++)
+        if (job->items[i].object)
+            kvp_object_unpin (job->items[i].object);
+    api_ctx_t *ctx = (api_ctx_t *) job->context;
+    s_ctx_destroy (&ctx);
+    kvp_job_destroy (job_p);
+}
+
+//  On the way out: waits (briefly) for the jobs still out at the actors, lease renewals
+//  included, so that none is lost in a closing socket, and frees them and the held ones.
+//  After a DRAIN nothing is out; this is for a stop without one.
+static void
+s_abandon_all (self_t *self)
+{
+    zpoller_t *poller = zpoller_new (self->rm, self->al, self->tx, NULL);
+    int64_t deadline = zclock_mono () + ABANDON_WAIT_MS;
+    while (self->in_flight > 0 && zclock_mono () < deadline) {
+        zsock_t *which = (zsock_t *) zpoller_wait (poller, (int) (deadline - zclock_mono ()));
+        kvp_job_t *job = which ? kvp_job_recv (which) : NULL;
+        if (!job)
+            continue;
+        self->in_flight--;
+        s_abandon (&job);
+    }
+    zpoller_destroy (&poller);
+    kvp_job_t *job;
+    while ((job = (kvp_job_t *) zlistx_first (self->held))) {
+        zlistx_delete (self->held, zlistx_cursor (self->held));
+        s_abandon (&job);
+    }
+    while ((job = (kvp_job_t *) zlistx_first (self->resets))) {
+        zlistx_delete (self->resets, zlistx_cursor (self->resets));
+        s_abandon (&job);
+    }
+}
+
 void
 api_actor (zsock_t *pipe, void *args)
 {
@@ -1042,6 +1087,7 @@ api_actor (zsock_t *pipe, void *args)
             zstr_send (pipe, "DRAINED");
         }
     }
+    s_abandon_all (self);
     s_self_destroy (&self);
 }
 

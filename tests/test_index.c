@@ -148,7 +148,7 @@ s_round (const char *argv0, const char **args, size_t value_size, bool over_tcp,
         children[c] = fork ();
         CHECK (children[c] >= 0);
         if (children[c] == 0) {
-            char id[8];
+            char id[16];
             snprintf (id, sizeof id, "%d", c);
             if (c == 0)
                 execl (argv0, argv0, "--writer", size, server.endpoint, (char *) NULL);
