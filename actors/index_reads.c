@@ -284,6 +284,7 @@ typedef struct {
     shm_index_t *index;
     unsigned char *bytes;
     atomic_bool stop;
+    atomic_uint_fast64_t reads; //  the reader's attempts so far
     uint64_t rounds;
 } s_rewriter_t;
 
@@ -299,9 +300,12 @@ s_rewriter (void *arg)
         RACY_END ();
         slot = shm_index_insert (self->index, "hot", 3, 7, 0, INDEX_READ_VALUE_MAX);
         self->rounds++;
-        //  Published for a while, as long as the rewrite takes, so reads find it often.
-        int64_t until = zclock_usecs () + 5;
-        while (zclock_usecs () < until)
+        //  Published until the reader has tried twice (or 1 ms has passed), so reads find it
+        //  often however slow the build is; a read still in its copy meets the next rewrite.
+        uint64_t seen = atomic_load (&self->reads);
+        int64_t until = zclock_usecs () + 1000;
+        while (atomic_load (&self->reads) < seen + 2 && zclock_usecs () < until
+               && !atomic_load (&self->stop))
             ;
     }
     return NULL;
@@ -430,7 +434,7 @@ index_reads_test (bool verbose)
     segment = segment_new (seg_name, 1 << 20, false);
     assert (segment);
     index_reads_segments (self, &listing, 1);
-    s_rewriter_t rewriter = {writer, (unsigned char *) segment_base (segment), false, 0};
+    s_rewriter_t rewriter = {writer, (unsigned char *) segment_base (segment), false, 0, 0};
     pthread_t thread;
     assert (pthread_create (&thread, NULL, s_rewriter, &rewriter) == 0);
     const char *hot[] = {"hot"};
@@ -438,6 +442,7 @@ index_reads_test (bool verbose)
     int64_t until = zclock_mono () + 300;
     while (zclock_mono () < until) {
         job = s_test_job (KVPOOL__V1__OP__GET, hot, 1);
+        atomic_fetch_add (&rewriter.reads, 1);
         if (index_reads_serve (self, job, values)) {
             const unsigned char *got = (const unsigned char *) zmq_msg_data (&values[0]);
             assert (zmq_msg_size (&values[0]) == INDEX_READ_VALUE_MAX);
