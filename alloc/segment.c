@@ -15,11 +15,12 @@
     names "/proc/<pid>/fd/<fd>". The object lives while any process holds it open or mapped,
     so there is no name to unlink and nothing left behind when the client dies.
 
-    tmpfs allocates pages on first touch, so a segment that is not locked can hit SIGBUS later
-    if /dev/shm runs out. Creation refuses a size larger than the filesystem has free at the
-    time (it cannot stop others filling /dev/shm afterwards); locking (mlock) faults every
-    page in up front and so settles the question for good. (A memfd lives on the kernel's
-    internal tmpfs, which has no size limit.)
+    tmpfs allocates pages on first touch, so a write into a page that a full /dev/shm can no
+    longer supply faults with SIGBUS. A node's segment therefore has all its pages committed
+    at creation (posix_fallocate): a /dev/shm too small fails kvpoold at start, never a write
+    later. Locking (mlock) additionally keeps the pages out of swap. (A memfd lives on the
+    kernel's internal tmpfs, which has no size limit; segment_new_sealed commits its pages
+    too.)
     MADV_HUGEPAGE is advisory: tmpfs honours it only when the administrator enabled shmem
     huge pages ("advise" in /sys/kernel/mm/transparent_hugepage/shmem_enabled).
 
@@ -165,6 +166,14 @@ segment_new (const char *name, size_t size, bool lock)
         return NULL;
     }
     if (ftruncate (fd, (off_t) size) == -1) {
+        s_cleanup (fd, name);
+        return NULL;
+    }
+    //  Commit every page now: a write into a hole that a full /dev/shm can no longer fill
+    //  would kill the node with SIGBUS later.
+    int rc = posix_fallocate (fd, 0, (off_t) size);
+    if (rc != 0) {
+        errno = rc;
         s_cleanup (fd, name);
         return NULL;
     }
