@@ -776,6 +776,7 @@ kvpool_destroy (kvpool_t **self_p)
                 kvpc_reply_free (&reply);
         }
     }
+    kvpc_memory_release_all (self);
     kvpc_fast_path_close (self);
     transfer_pool_destroy (&self->pool);
     if (self->socket)

@@ -37,6 +37,12 @@
 //  Put values at least this large go to libzmq without a copy (see s_send_request).
 #define KVPC_ZERO_COPY_MIN (64u << 10)
 
+//  Memory this connection gave the pool: its segment here, its id at the node.
+typedef struct {
+    uint32_t id;
+    segment_t *segment;
+} kvpc_memory_t;
+
 struct _kvpool_t {
     void *ctx;    //  the ZeroMQ context of socket
     void *socket; //  DEALER
@@ -61,6 +67,8 @@ struct _kvpool_t {
     size_t oneway_count;
     size_t oneway_capacity;
     atomic_size_t zc_pending; //  zero-copy value frames libzmq still holds
+    kvpc_memory_t *memory;    //  memory this connection gave the pool (kvpool_mount_memory)
+    size_t memory_count;
 };
 
 //  The keys of one request: pointers to the caller's strings, each with its caller index.
@@ -72,6 +80,9 @@ typedef struct {
     char *inline_keys[8];
     size_t inline_index[8];
 } kvpc_keys_t;
+
+//  Gives back every piece of memory the connection gave (kvpool_destroy).
+void kvpc_memory_release_all (kvpool_t *self);
 
 void kvpc_keys_init (kvpc_keys_t *self);
 //  Returns 0, or -1 when out of memory.

@@ -245,6 +245,18 @@ int kvpool_mount_segment (kvpool_t *self, const char *shm_name, uint64_t size, u
 //  Removes the segment's objects (forced) and unmounts it.
 int kvpool_unmount_segment (kvpool_t *self, uint32_t id);
 
+//  Gives the pool size bytes of this process's memory, as Mooncake's embedded client does
+//  with its global segment: makes such a sealed memfd (pages committed up front), maps it,
+//  and has the node mount it as a segment owned by this connection. On success *id_p is its
+//  segment id and, when name_p is not NULL, *name_p its name (for preferred_segments), valid
+//  until the memory is given back. Needs the node on this machine. Returns 0 or a negative
+//  status (KVPOOL_NO_AVAILABLE_HANDLE when the memory can't be had).
+int kvpool_mount_memory (kvpool_t *self, uint64_t size, uint32_t *id_p, const char **name_p);
+//  Gives back memory that kvpool_mount_memory gave: the node removes the objects in it
+//  (forced) and unmounts it, then it is freed. kvpool_destroy gives back what is left.
+//  KVPOOL_SEGMENT_NOT_FOUND if id is not memory this connection gave.
+int kvpool_unmount_memory (kvpool_t *self, uint32_t id);
+
 //  ---- stats -------------------------------------------------------------------------
 typedef struct {
     uint64_t objects, pending_puts, bytes_stored, bytes_allocated, bytes_mounted;

@@ -678,6 +678,38 @@ s_test_admin (kvpool_t *pool, const char *prefix)
     CHECK_EQ (kvpool_mount_segment (pool, "/kvpool-test-no-such-object", MiB, &id) < 0, 1);
     segment_destroy (&mine);
 
+    //  Memory given with kvpool_mount_memory: objects land in it, and it goes back on
+    //  request or when the connection is destroyed.
+    uint32_t mem_id = 0;
+    const char *mem_name = NULL;
+    CHECK_EQ (kvpool_mount_memory (pool, 8 * MiB, &mem_id, &mem_name), KVPOOL_OK);
+    CHECK (mem_name && segment_name_is_fd (mem_name));
+    CHECK_EQ (kvpool_segments (pool, segments, 8), 3);
+    const char *in_mine[] = {mem_name};
+    kvpool_put_options_t mem_opts = {.preferred_segments = in_mine, .preferred_segment_count = 1};
+    snprintf (key, sizeof key, "%s-in-given-memory", prefix);
+    void *given = s_value (100000, 4242);
+    CHECK_EQ (kvpool_put (pool, key, given, 100000, &mem_opts), KVPOOL_OK);
+    keys[0] = key;
+    CHECK_EQ (kvpool_get_replica_list (pool, 1, keys, false, placements), KVPOOL_OK);
+    CHECK_EQ (placements[0].replicas[0].segment_id, mem_id);
+    void *given_back = malloc (100000);
+    CHECK_EQ (kvpool_get_into (pool, key, given_back, 100000), 100000);
+    CHECK (memcmp (given_back, given, 100000) == 0);
+    free (given_back);
+    free (given);
+    CHECK_EQ (kvpool_unmount_memory (pool, mem_id), KVPOOL_OK);
+    CHECK_EQ (kvpool_exist (pool, key), 0);
+    CHECK_EQ (kvpool_unmount_memory (pool, mem_id), KVPOOL_SEGMENT_NOT_FOUND);
+    CHECK_EQ (kvpool_unmount_memory (pool, segments[0].id), KVPOOL_SEGMENT_NOT_FOUND);
+    CHECK_EQ (kvpool_segments (pool, segments, 8), 2);
+    kvpool_t *giver = kvpool_connect (s_server.endpoint, NULL);
+    CHECK (giver);
+    CHECK_EQ (kvpool_mount_memory (giver, 4 * MiB, &mem_id, NULL), KVPOOL_OK);
+    CHECK_EQ (kvpool_segments (pool, segments, 8), 3);
+    kvpool_destroy (&giver);
+    CHECK_EQ (kvpool_segments (pool, segments, 8), 2);
+
     //  Stats count what is stored.
     CHECK (kvpool_remove_all (pool, true) >= 0);
     kvpool_stats_t stats;
