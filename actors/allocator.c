@@ -268,6 +268,7 @@ s_segments (self_t *self, kvp_job_t *job)
         info->used = segment_arena_allocated (seg->arena);
         snprintf (info->owner, sizeof info->owner, "%s", seg->owner);
         info->base = segment_base (seg->segment);
+        segment_identity (seg->segment, &info->device, &info->inode);
     }
 }
 

@@ -456,6 +456,8 @@ s_reply (self_t *self, kvp_job_t **job_p, zmq_msg_t *copies)
             segments[i].size = job->segments[i].size;
             segments[i].used = job->segments[i].used;
             segments[i].owner = job->segments[i].owner;
+            segments[i].device = job->segments[i].device;
+            segments[i].inode = job->segments[i].inode;
             segment_ptrs[i] = &segments[i];
         }
         reply.n_segments = job->segment_count;

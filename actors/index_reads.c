@@ -99,6 +99,8 @@ index_reads_segments (index_reads_t *self, const kvp_segment_info_t *segments, s
         listing[i].id = segments[i].id;
         listing[i].name = segments[i].name;
         listing[i].size = segments[i].size;
+        listing[i].device = segments[i].device;
+        listing[i].inode = segments[i].inode;
     }
     //  Segment ids are never reused within a node: unchanged entries keep their mappings.
     segment_table_update (self->segments, listing, count, true, NULL);

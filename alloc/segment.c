@@ -341,6 +341,14 @@ segment_same_object (segment_t *self, segment_t *other)
     return self->dev == other->dev && self->ino == other->ino;
 }
 
+void
+segment_identity (segment_t *self, uint64_t *device, uint64_t *inode)
+{
+    assert (self && device && inode);
+    *device = (uint64_t) self->dev;
+    *inode = (uint64_t) self->ino;
+}
+
 bool
 segment_locked (segment_t *self)
 {

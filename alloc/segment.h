@@ -17,6 +17,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 typedef struct _segment_t segment_t;
 
@@ -55,6 +56,8 @@ const char *segment_name (segment_t *self);
 bool segment_locked (segment_t *self);
 //  Whether both map the same object (one object can have several names).
 bool segment_same_object (segment_t *self, segment_t *other);
+//  The mapped object's identity (device and inode numbers), whatever name it was opened by.
+void segment_identity (segment_t *self, uint64_t *device, uint64_t *inode);
 
 //  Writes a segment name unique to this process into buf: "/kvpool-<pid>-<tag>-<index>".
 void segment_make_name (char *buf, size_t buf_size, const char *tag, unsigned index);

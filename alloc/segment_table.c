@@ -19,7 +19,8 @@ typedef struct {
     uint32_t id;
     char name[64];
     uint64_t size;
-    segment_t *map; //  NULL when it could not be mapped
+    uint64_t device, inode; //  as listed
+    segment_t *map;         //  NULL when it could not be mapped
 } s_entry_t;
 
 struct _segment_table_t {
@@ -73,6 +74,8 @@ segment_table_update (segment_table_t *self, const segment_listing_t *listing, s
         s_entry_t *to = &entries[i];
         to->id = from->id;
         to->size = from->size;
+        to->device = from->device;
+        to->inode = from->inode;
         size_t len = from->name ? strlen (from->name) : 0;
         bool usable = len > 0 && len < sizeof to->name && from->size > 0 && from->size <= SIZE_MAX;
         if (usable)
@@ -80,6 +83,7 @@ segment_table_update (segment_table_t *self, const segment_listing_t *listing, s
         for (size_t k = 0; usable && keep && k < self->count; k++) {
             s_entry_t *old = &self->entries[k];
             if (old->map && old->id == to->id && old->size == to->size
+                && old->device == to->device && old->inode == to->inode
                 && strcmp (old->name, to->name) == 0) {
                 to->map = old->map;
                 old->map = NULL;
@@ -88,6 +92,12 @@ segment_table_update (segment_table_t *self, const segment_listing_t *listing, s
         }
         if (usable && !to->map)
             to->map = segment_open (to->name, (size_t) to->size);
+        if (to->map && (to->device || to->inode)) {
+            uint64_t device, inode;
+            segment_identity (to->map, &device, &inode);
+            if (device != to->device || inode != to->inode)
+                segment_destroy (&to->map); //  the name now means another object
+        }
         if (from->required && !to->map) {
             if (failed_id)
                 *failed_id = from->id;
@@ -161,7 +171,8 @@ segment_table_test (bool verbose)
     segment_table_t *table = segment_table_new ();
     assert (table && segment_table_size (table) == 0);
     assert (segment_table_resolve (table, 1, 0, 1) == NULL);
-    segment_listing_t listing[] = {{1, a_name, 1 << 20, true}, {2, b_name, 1 << 20, true}};
+    segment_listing_t listing[] = {{.id = 1, .name = a_name, .size = 1 << 20, .required = true},
+                                   {.id = 2, .name = b_name, .size = 1 << 20, .required = true}};
     assert (segment_table_update (table, listing, 2, true, NULL) == 0);
     assert (segment_table_size (table) == 2 && segment_table_knows (table, 2));
     char *alpha = (char *) segment_table_resolve (table, 1, 100, 5);
@@ -183,7 +194,8 @@ segment_table_test (bool verbose)
 
     //  A segment that can't be mapped: kept unmapped, or failing the update when required
     //  (the table is then unchanged).
-    segment_listing_t bad[] = {{1, a_name, 1 << 20, true}, {5, "/kvpool-stt-none", 4096, false}};
+    segment_listing_t bad[] = {{.id = 1, .name = a_name, .size = 1 << 20, .required = true},
+                               {.id = 5, .name = "/kvpool-stt-none", .size = 4096}};
     assert (segment_table_update (table, bad, 2, true, NULL) == 0);
     assert (segment_table_knows (table, 5) && segment_table_resolve (table, 5, 0, 1) == NULL);
     assert (segment_table_resolve (table, 1, 100, 5) == alpha2);
@@ -198,6 +210,32 @@ segment_table_test (bool verbose)
     assert (memcmp (segment_table_resolve (table, 1, 100, 5), "alpha", 5) == 0);
     segment_table_clear (table);
     assert (segment_table_size (table) == 0);
+
+    //  A /proc/<pid>/fd/<fd> name whose owner closed the descriptor can name another file
+    //  later (the next one opened takes the number): with the identity the node listed, the
+    //  stranger is not mapped.
+    segment_t *given = segment_new_sealed (1 << 20, "stt-given");
+    assert (given);
+    segment_listing_t fd_listing = {.id = 9, .size = 1 << 20};
+    char fd_name[64];
+    snprintf (fd_name, sizeof fd_name, "%s", segment_name (given));
+    fd_listing.name = fd_name;
+    segment_identity (given, &fd_listing.device, &fd_listing.inode);
+    assert (segment_table_update (table, &fd_listing, 1, true, NULL) == 0);
+    assert (segment_table_resolve (table, 9, 0, 1) != NULL);
+    segment_table_clear (table);
+    segment_destroy (&given);
+    segment_t *stranger = segment_new_sealed (1 << 20, "stt-stranger");
+    assert (stranger);
+    if (strcmp (segment_name (stranger), fd_name) == 0) { //  the number was reused, as feared
+        assert (segment_table_update (table, &fd_listing, 1, true, NULL) == 0);
+        assert (segment_table_knows (table, 9) && segment_table_resolve (table, 9, 0, 1) == NULL);
+        fd_listing.required = true;
+        assert (segment_table_update (table, &fd_listing, 1, true, NULL) == -1);
+        if (verbose)
+            printf ("a reused descriptor name refused; ");
+    }
+    segment_destroy (&stranger);
     segment_table_destroy (&table);
     segment_table_destroy (&table);
     segment_destroy (&b);

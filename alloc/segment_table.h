@@ -23,6 +23,10 @@ typedef struct {
     uint32_t id;
     const char *name;
     uint64_t size;
+    //  The object as the node mapped it (both 0: not checked). A name of the form
+    //  /proc/<pid>/fd/<fd> can come to mean another file once its owner closes that
+    //  descriptor; an object found by name with another identity is not mapped.
+    uint64_t device, inode;
     bool required; //  the update fails if this one cannot be mapped
 } segment_listing_t;
 

@@ -165,6 +165,8 @@ s_refresh (kvpool_t *self, bool strict)
         listing[i].id = from->id;
         listing[i].name = from->name;
         listing[i].size = from->size;
+        listing[i].device = from->device;
+        listing[i].inode = from->inode;
         //  A segment another client mounted may be closed to us (its owner's permissions):
         //  keys on it take the socket. The node's own segments must all map.
         listing[i].required = strict && (!from->owner || !*from->owner);

@@ -84,6 +84,7 @@ typedef struct {
     uint64_t used;
     char owner[64];
     void *base;
+    uint64_t device, inode; //  the object the node mapped (segment_identity)
 } kvp_segment_info_t;
 
 typedef struct {
