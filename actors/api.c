@@ -368,14 +368,14 @@ s_fill_stats (self_t *self, kvp_job_t *job, Kvpool__V1__Stats *stats)
     stats->resets = self->resets_done;
 }
 
-//  Sends values copied out of the read index as a GET's value frames; every message is
-//  sent or closed.
+//  Sends values copied out of the read index as a GET's value frames, or drops them when
+//  send is false (the header did not go); every message is sent or closed.
 static void
-s_send_copies (self_t *self, zmq_msg_t *copies, size_t count)
+s_send_copies (self_t *self, zmq_msg_t *copies, size_t count, bool send)
 {
     void *socket = zsock_resolve (self->router);
     for (size_t i = 0; i < count; i++)
-        if (zmq_msg_send (&copies[i], socket, i + 1 < count ? ZMQ_SNDMORE : 0) == -1)
+        if (!send || zmq_msg_send (&copies[i], socket, i + 1 < count ? ZMQ_SNDMORE : 0) == -1)
             zmq_msg_close (&copies[i]);
 }
 
@@ -489,10 +489,7 @@ s_reply (self_t *self, kvp_job_t **job_p, zmq_msg_t *copies)
     bool values = op == KVPOOL__V1__OP__GET && job->status == KVPOOL_OK && n > 0;
     bool sent = s_send_header (self, ctx, &reply, values) == 0;
     if (copies)
-        s_send_copies (self, copies, sent && values ? n : 0);
-    if (copies && !(sent && values))
-        for (size_t i = 0; i < n; i++)
-            zmq_msg_close (&copies[i]);
+        s_send_copies (self, copies, n, sent && values);
     else if (sent && values)
         s_send_values (self, job);
     else
