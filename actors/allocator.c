@@ -296,8 +296,8 @@ s_mount (self_t *self, kvp_job_t *job)
     char reason[256];
     segment_t *segment = segment_mount (name, job->segment_size, reason, sizeof reason);
     if (!segment) {
-        kvp_job_fail (job, errno == ENOENT ? KVPOOL_SEGMENT_NOT_FOUND : KVPOOL_INVALID_PARAMS,
-                      "%s", reason);
+        kvp_job_fail (job, errno == ENOENT ? KVPOOL_SEGMENT_NOT_FOUND : KVPOOL_INVALID_PARAMS, "%s",
+                      reason);
         return;
     }
     //  Two arenas over one object would hand out the same bytes twice.

@@ -832,8 +832,8 @@ s_serve_from_index (self_t *self, kvp_job_t *job)
     zmq_msg_t *copies = NULL;
     if (op == KVPOOL__V1__OP__GET)
         copies = job->count <= 8 ? small : (zmq_msg_t *) malloc (job->count * sizeof *copies);
-    bool served = (op != KVPOOL__V1__OP__GET || copies)
-                  && index_reads_serve (self->reads, job, copies);
+    bool served =
+        (op != KVPOOL__V1__OP__GET || copies) && index_reads_serve (self->reads, job, copies);
     if (served)
         s_reply (self, &job, copies);
     if (copies != small)

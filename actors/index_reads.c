@@ -36,10 +36,10 @@ struct _index_reads_t {
     char *touch_storage;
     size_t touch_used, touch_storage_size;
     int64_t touch_due;
-    uint64_t lease_ms;       //  what a renewal grants: the TTL plus the interval
-    int64_t touch_interval;  //  ms
-    uint64_t *touched;       //  TOUCH_SLOTS key hashes ...
-    int64_t *touched_at;     //  ... and when they were last sent
+    uint64_t lease_ms;      //  what a renewal grants: the TTL plus the interval
+    int64_t touch_interval; //  ms
+    uint64_t *touched;      //  TOUCH_SLOTS key hashes ...
+    int64_t *touched_at;    //  ... and when they were last sent
     uint64_t gets;
 };
 
@@ -174,8 +174,8 @@ index_reads_serve (index_reads_t *self, kvp_job_t *job, zmq_msg_t *values)
     if (job->count > INDEX_READ_KEYS_MAX)
         return false;
     shm_index_hit_t small_hits[8];
-    shm_index_hit_t *hits = job->count <= 8 ? small_hits
-                                            : (shm_index_hit_t *) malloc (job->count * sizeof *hits);
+    shm_index_hit_t *hits =
+        job->count <= 8 ? small_hits : (shm_index_hit_t *) malloc (job->count * sizeof *hits);
     if (!hits)
         return false;
     bool whole = true;
@@ -208,8 +208,8 @@ index_reads_serve (index_reads_t *self, kvp_job_t *job, zmq_msg_t *values)
     size_t touched = self->touch_count, used = self->touch_used;
     int64_t now = zclock_mono ();
     for (size_t i = 0; i < job->count && whole; i++)
-        whole = s_touch_add (self, job->items[i].key, job->items[i].key_len, hits[i].hash, now)
-                == 0;
+        whole =
+            s_touch_add (self, job->items[i].key, job->items[i].key_len, hits[i].hash, now) == 0;
     if (!whole) {
         for (size_t i = 0; i < copied; i++)
             zmq_msg_close (&values[i]);
@@ -252,8 +252,8 @@ index_reads_touches (index_reads_t *self)
         return NULL;
     for (size_t i = 0; i < self->touch_count; i++)
         self->touch_keys[i] = self->touch_storage + (uintptr_t) self->touch_keys[i];
-    kvp_job_t *job = kvp_job_new_owning (KVP_RM_TOUCH, self->touch_count, self->touch_keys,
-                                         self->touch_lens);
+    kvp_job_t *job =
+        kvp_job_new_owning (KVP_RM_TOUCH, self->touch_count, self->touch_keys, self->touch_lens);
     job->lease_ms = self->lease_ms;
     self->touch_count = 0;
     self->touch_used = 0;

@@ -273,9 +273,9 @@ s_object_new (self_t *self, kvp_job_t *job, kvp_item_t *item, int64_t now)
     object->size = item->size;
     object->hard_pin = job->hard_pin;
     if (job->soft_pin)
-        object->soft_pin_until =
-            now
-            + (int64_t) (job->soft_pin_ttl_ms ? job->soft_pin_ttl_ms : self->config->soft_pin_ttl_ms);
+        object->soft_pin_until = now
+                                 + (int64_t) (job->soft_pin_ttl_ms ? job->soft_pin_ttl_ms
+                                                                   : self->config->soft_pin_ttl_ms);
     atomic_init (&object->pins, 0);
     object->index_slot = -1;
     zhashx_insert (self->objects, object->key, object);
@@ -339,10 +339,9 @@ s_object_complete (self_t *self, kvp_object_t *object)
     object->state = OBJECT_COMPLETE;
     object->busy = false;
     if (self->index && object->replica_count)
-        object->index_slot =
-            shm_index_insert (self->index, object->key, strlen (object->key),
-                              object->replicas[0].segment_id, object->replicas[0].offset,
-                              object->size);
+        object->index_slot = shm_index_insert (self->index, object->key, strlen (object->key),
+                                               object->replicas[0].segment_id,
+                                               object->replicas[0].offset, object->size);
     self->bytes_stored += object->size * object->replica_count;
     self->puts++;
 }

@@ -577,8 +577,8 @@ segment_test (bool verbose)
     if (pid == 0) {
         char why[256];
         segment_t *mounted = segment_mount (segment_name (sealed), sealed_size, why, sizeof why);
-        segment_t *too_big = segment_mount (segment_name (sealed), sealed_size + 1, why,
-                                            sizeof why);
+        segment_t *too_big =
+            segment_mount (segment_name (sealed), sealed_size + 1, why, sizeof why);
         if (!mounted || too_big)
             _exit (1);
         unsigned char *m = (unsigned char *) segment_base (mounted);

@@ -82,9 +82,8 @@ segment_table_update (segment_table_t *self, const segment_listing_t *listing, s
             memcpy (to->name, from->name, len + 1);
         for (size_t k = 0; usable && keep && k < self->count; k++) {
             s_entry_t *old = &self->entries[k];
-            if (old->map && old->id == to->id && old->size == to->size
-                && old->device == to->device && old->inode == to->inode
-                && strcmp (old->name, to->name) == 0) {
+            if (old->map && old->id == to->id && old->size == to->size && old->device == to->device
+                && old->inode == to->inode && strcmp (old->name, to->name) == 0) {
                 to->map = old->map;
                 old->map = NULL;
                 break;

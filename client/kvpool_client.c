@@ -1359,7 +1359,6 @@ s_socket_get_chunk (kvpool_t *self, const kvpc_keys_t *keys, const kvpool_buf_t 
     return rc;
 }
 
-
 typedef struct {
     const kvpool_buf_t *const *bufs;
     const size_t *nbufs;

@@ -50,20 +50,20 @@ struct _kvpool_t {
     int timeout_ms;
     uint64_t next_id; //  request ids, monotonic per connection
     char last_error[256];
-    char client_id[96]; //  owner name for segments this client mounts
-    char host_id[64];   //  the server's boot id (PING)
-    bool same_host;     //  host_id equals this machine's boot id
-    bool fast_path;     //  segments are mapped and the fast path is in use
+    char client_id[96];        //  owner name for segments this client mounts
+    char host_id[64];          //  the server's boot id (PING)
+    bool same_host;            //  host_id equals this machine's boot id
+    bool fast_path;            //  segments are mapped and the fast path is in use
     segment_table_t *segments; //  the node's segments as mapped here (fast path)
-    char server_id[128];   //  the node whose segments are mapped (SEGMENTS)
-    shm_index_t *index;    //  the node's same-machine read index (read-only), or NULL
-    bool use_index;        //  reads may be served from it (kvpool_set_index)
-    uint64_t *touched;     //  KVPC_TOUCH_SLOTS key hashes whose lease we renewed ...
-    int64_t *touched_at;   //  ... and when (ms), so hot keys are not touched every read
-    void *monitor;         //  PAIR receiving the socket's connect/disconnect events
-    bool segments_stale;   //  the connection changed: the table must be listed again
-    transfer_pool_t *pool; //  created on the first large batch
-    uint64_t *oneway_ids;  //  fire-and-forget requests whose replies have not come yet
+    char server_id[128];       //  the node whose segments are mapped (SEGMENTS)
+    shm_index_t *index;        //  the node's same-machine read index (read-only), or NULL
+    bool use_index;            //  reads may be served from it (kvpool_set_index)
+    uint64_t *touched;         //  KVPC_TOUCH_SLOTS key hashes whose lease we renewed ...
+    int64_t *touched_at;       //  ... and when (ms), so hot keys are not touched every read
+    void *monitor;             //  PAIR receiving the socket's connect/disconnect events
+    bool segments_stale;       //  the connection changed: the table must be listed again
+    transfer_pool_t *pool;     //  created on the first large batch
+    uint64_t *oneway_ids;      //  fire-and-forget requests whose replies have not come yet
     size_t oneway_count;
     size_t oneway_capacity;
     atomic_size_t zc_pending; //  zero-copy value frames libzmq still holds
