@@ -550,8 +550,8 @@ s_next_stage (kvp_job_t *job, kvp_job_kind_t done)
     switch (job->op) {
         case KVPOOL__V1__OP__PUT:
             //  Place, write, then insert the objects committed in one step: nobody can see
-            //  a key before its bytes are in, and two hops do what reserve / commit did in
-            //  three. (A put of an existing key is refused by the insert, its space freed.)
+            //  a key before its bytes are in. (A put of an existing key is refused by the
+            //  insert, its space freed.)
             if (done == KVP_JOB_NONE)
                 return s_any_ok (job) ? KVP_AL_ALLOC : KVP_JOB_NONE;
             if (done == KVP_AL_ALLOC)

@@ -3,13 +3,15 @@
     DESIGN
     Every object is a kvp_object_t in one hash table keyed by the object's key. Its life:
 
-        RESERVE -> PENDING (no replicas, busy while a server-side put is moving bytes)
+        INSERT  -> COMPLETE at once: a server-side PUT, its bytes already in place
+        RESERVE -> PENDING (no replicas, busy until the allocator's placement is bound)
         BIND    -> PENDING with replicas (a client writes them itself, then PUT_END)
         COMMIT  -> COMPLETE: visible to readers; immutable from here on
         REVOKE / discard timeout -> gone, its space freed
 
     Readers see only COMPLETE objects, so no reader ever sees a half-written value. A second
-    reserve of a key that exists in any state is OBJECT_ALREADY_EXISTS: the first value wins.
+    insert or reserve of a key that exists in any state is OBJECT_ALREADY_EXISTS: the first
+    value wins (an insert that loses frees the space its bytes were written to).
 
     Reads grant a lease (lease_until): removal without force refuses leased objects. Bytes
     that are being sent (zero-copy GET) or copied by a same-machine client (GET_REPLICA_LIST
@@ -18,9 +20,10 @@
     - ZeroMQ pins end through kvp_object_unpin (atomic, any thread), client pins through
     RELEASE or when the lease ends. Such objects wait on the `doomed` list, checked every tick.
 
-    Server-side puts (the api's PUT) keep their reservation busy until COMMIT, so the discard
-    timeout never frees space a transfer is still writing; a client's PUT_START reservation
-    is revoked when it is not committed within put_timeout_ms.
+    A client's PUT_START reservation is busy until BIND (the discard timeout leaves it alone
+    while the allocator places it), then revoked if it is not committed within
+    put_timeout_ms. Reads the api answered from the read index arrive as TOUCH jobs, which
+    renew leases like any read.
 
     Threads: one, the actor's. The only cross-thread state is kvp_object_t.pins (atomic).
     Ordering: jobs are handled in arrival order.

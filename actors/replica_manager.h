@@ -1,7 +1,8 @@
 /*  replica_manager.h - the replica-manager actor: owner of all object metadata.
 
     It keeps key -> object {size, replicas, state, lease, pins} and runs the put state machine
-    (reserve -> bind -> commit, or revoke), reads (get, exist, get-size, replica lists),
+    (insert for the api's puts; reserve -> bind -> commit, or revoke, for a client's),
+    reads (get, exist, get-size, replica lists, touches),
     removal (by key, by regex, all, by segment), leases, the discard timeout of uncommitted
     put-starts and the deferred freeing of objects that are still being read.
 
