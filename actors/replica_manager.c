@@ -44,7 +44,7 @@ struct _kvp_object_t {
     uint64_t id; //  unique for the life of the actor; guards stale job references
     uint64_t size;
     object_state_t state;
-    bool busy;  //  a server-side put is still moving this object's bytes
+    bool busy;  //  reserved, not yet bound: the allocator is still placing it
     bool bound; //  replicas recorded
     uint32_t replica_count;
     kvp_replica_t replicas[KVP_MAX_REPLICAS];
