@@ -270,7 +270,7 @@ s_lookup (shm_index_t *self, const char *key, size_t key_len, shm_index_hit_t *h
         hit->seq = seq;
         hit->hash = hash;
         //  The key matched and nothing moved while we read it.
-        atomic_thread_fence (memory_order_acquire);
+        RACY_READ_FENCE ();
         return atomic_load_explicit (&slot->seq, memory_order_relaxed) == seq;
     }
     return false;
