@@ -127,12 +127,13 @@ typedef struct {
     char server_id[96];
     char index_name[96]; //  the replica-manager's same-machine index
     int64_t started;
-    index_reads_t *reads;    //  small reads answered from the read index, or NULL
-    size_t in_flight;        //  jobs out at an actor (client and internal)
-    size_t touches_out;      //  of which lease renewals (nobody waits for those)
-    size_t writes_in_flight; //  PUT / PUT_START jobs between reserve and reply
-    zlistx_t *resets;        //  RESET jobs waiting for the writes to drain
-    zlistx_t *held;          //  puts that arrived during a reset
+    index_reads_t *reads;       //  small reads answered from the read index, or NULL
+    size_t in_flight;           //  jobs out at an actor (client and internal)
+    size_t touches_out;         //  of which lease renewals (nobody waits for those)
+    uint64_t client_index_gets; //  values clients read from the index themselves (TOUCH)
+    size_t writes_in_flight;    //  PUT / PUT_START jobs between reserve and reply
+    zlistx_t *resets;           //  RESET jobs waiting for the writes to drain
+    zlistx_t *held;             //  puts that arrived during a reset
     bool reset_running;
     bool draining;
     int64_t next_owner_check;
@@ -353,8 +354,10 @@ s_fill_stats (self_t *self, kvp_job_t *job, Kvpool__V1__Stats *stats)
     stats->errors = self->errors;
     stats->dropped_requests = self->dropped;
     stats->puts = job->stats.puts;
-    //  Reads the api answered from the index are gets and hits too.
-    uint64_t index_gets = self->reads ? index_reads_gets (self->reads) : 0;
+    //  Reads answered from the index, by the api or by same-machine clients themselves, are
+    //  gets and hits too.
+    uint64_t index_gets =
+        (self->reads ? index_reads_gets (self->reads) : 0) + self->client_index_gets;
     stats->gets = job->stats.gets + index_gets;
     stats->get_hits = job->stats.get_hits + index_gets;
     stats->index_gets = index_gets;
@@ -569,7 +572,8 @@ s_next_stage (kvp_job_t *job, kvp_job_kind_t done)
             return done == KVP_AL_ALLOC ? KVP_RM_BIND : KVP_JOB_NONE;
         case KVPOOL__V1__OP__GET: return done == KVP_JOB_NONE ? KVP_RM_GET : KVP_JOB_NONE;
         case KVPOOL__V1__OP__EXIST: return done == KVP_JOB_NONE ? KVP_RM_EXIST : KVP_JOB_NONE;
-        case KVPOOL__V1__OP__TOUCH: return done == KVP_JOB_NONE ? KVP_RM_TOUCH : KVP_JOB_NONE;
+        case KVPOOL__V1__OP__TOUCH:
+            return done == KVP_JOB_NONE && job->count ? KVP_RM_TOUCH : KVP_JOB_NONE;
         case KVPOOL__V1__OP__GET_SIZE: return done == KVP_JOB_NONE ? KVP_RM_GET_SIZE : KVP_JOB_NONE;
         case KVPOOL__V1__OP__GET_REPLICA_LIST:
             return done == KVP_JOB_NONE ? KVP_RM_REPLICA_LIST : KVP_JOB_NONE;
@@ -705,8 +709,7 @@ s_op_takes_keys (int op)
         case KVPOOL__V1__OP__PUT_END:
         case KVPOOL__V1__OP__PUT_REVOKE:
         case KVPOOL__V1__OP__GET_REPLICA_LIST:
-        case KVPOOL__V1__OP__RELEASE:
-        case KVPOOL__V1__OP__TOUCH: return true;
+        case KVPOOL__V1__OP__RELEASE: return true;
         default: return false;
     }
 }
@@ -806,8 +809,10 @@ s_job_from_request (self_t *self, api_ctx_t *ctx)
     }
     job->force = request->force;
     job->pin = request->pin;
-    if (op == KVPOOL__V1__OP__TOUCH)
+    if (op == KVPOOL__V1__OP__TOUCH) {
         job->lease_ms = self->config->lease_ttl_ms + CLIENT_TOUCH_INTERVAL_MS;
+        self->client_index_gets += request->reads;
+    }
     job->pattern = request->pattern;
     if (request->segment) {
         job->segment_id = request->segment->id;

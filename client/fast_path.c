@@ -404,6 +404,9 @@ s_touch_due (kvpool_t *self, uint64_t hash, int64_t now)
     return true;
 }
 
+//  Sends the keys due for their lease renewal, and the count of values read from the index
+//  since the last TOUCH (the node's stats count them as gets). With no key due the count
+//  waits for the next TOUCH, or kvpc_index_report.
 static void
 s_touch_send (kvpool_t *self, kvpc_keys_t *touch)
 {
@@ -413,7 +416,21 @@ s_touch_send (kvpool_t *self, kvpc_keys_t *touch)
     request.op = KVPOOL__V1__OP__TOUCH;
     request.n_keys = touch->count;
     request.keys = touch->keys;
-    kvpc_send_oneway (self, &request);
+    request.reads = self->index_reads;
+    if (kvpc_send_oneway (self, &request) == 0)
+        self->index_reads = 0;
+}
+
+void
+kvpc_index_report (kvpool_t *self)
+{
+    if (self->index_reads == 0 || !self->socket)
+        return;
+    Kvpool__V1__Request request = KVPOOL__V1__REQUEST__INIT;
+    request.op = KVPOOL__V1__OP__TOUCH;
+    request.reads = self->index_reads;
+    if (kvpc_send_oneway (self, &request) == 0)
+        self->index_reads = 0;
 }
 
 void
@@ -496,6 +513,7 @@ kvpc_fast_get (kvpool_t *self, const kvpc_keys_t *keys, const kvpool_buf_t *cons
         size_t i = keys->index[j];
         if (shm_index_still_valid (&hits[j])) {
             results[i] = (int64_t) hits[j].size;
+            self->index_reads++;
             if (s_touch_due (self, hits[j].hash, now))
                 kvpc_keys_add (&touch, keys->keys[j], i);
         }

@@ -759,6 +759,7 @@ kvpool_destroy (kvpool_t **self_p)
     if (!self_p || !*self_p)
         return;
     kvpool_t *self = *self_p;
+    kvpc_index_report (self);
     //  Give RELEASEs in flight the chance to reach the node: their pins would otherwise
     //  hold the objects until the leases end.
     if (self->oneway_count && self->socket) {

@@ -58,6 +58,7 @@ struct _kvpool_t {
     char server_id[128];       //  the node whose segments are mapped (SEGMENTS)
     shm_index_t *index;        //  the node's same-machine read index (read-only), or NULL
     bool use_index;            //  reads may be served from it (kvpool_set_index)
+    uint64_t index_reads;      //  values read from the index not yet reported in a TOUCH
     uint64_t *touched;         //  KVPC_TOUCH_SLOTS key hashes whose lease we renewed ...
     int64_t *touched_at;       //  ... and when (ms), so hot keys are not touched every read
     void *monitor;             //  PAIR receiving the socket's connect/disconnect events
@@ -81,6 +82,8 @@ typedef struct {
     size_t inline_index[8];
 } kvpc_keys_t;
 
+//  Reports the values read from the index that no TOUCH has carried yet (kvpool_destroy).
+void kvpc_index_report (kvpool_t *self);
 //  Gives back every piece of memory the connection gave (kvpool_destroy).
 void kvpc_memory_release_all (kvpool_t *self);
 

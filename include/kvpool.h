@@ -266,7 +266,8 @@ typedef struct {
     uint64_t puts, gets, get_hits, removes, revoked_puts, resets;
     uint64_t max_key_len, max_value_size, lease_ttl_ms, uptime_ms;
     uint32_t transfer_workers;
-    uint64_t index_gets; //  of gets, keys the node answered from its read index
+    uint64_t index_gets; //  of gets, values read from the read index (by the node, or by
+                         //  same-machine clients, as their TOUCHes report them)
 } kvpool_stats_t;
 
 int kvpool_stats (kvpool_t *self, kvpool_stats_t *stats);
