@@ -829,7 +829,7 @@ static bool
 s_serve_from_index (self_t *self, kvp_job_t *job)
 {
     int op = job->op;
-    if (!self->reads
+    if (!self->reads || job->count > INDEX_READ_KEYS_MAX
         || (op != KVPOOL__V1__OP__GET && op != KVPOOL__V1__OP__EXIST
             && op != KVPOOL__V1__OP__GET_SIZE))
         return false;
