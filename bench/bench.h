@@ -16,4 +16,9 @@
 //  Returns 0 or -1.
 int bench_lookup_run (const char *store_endpoint, const char *admin_endpoint, bool quick);
 
+//  The loopback floor (bench_floor.c): p50 in us of a bare libzmq DEALER -> ROUTER echo of
+//  4 KiB over tcp on 127.0.0.1:port, to a child process, over reps runs of rep_seconds.
+//  Returns -1 if the echo could not be measured.
+double bench_floor_p50_us (int port, int reps, double rep_seconds);
+
 #endif

@@ -16,6 +16,8 @@
                                       MSET of large values are slow in Redis (it builds the
                                       whole reply in freshly allocated blocks), so the ratios
                                       use whichever Redis form was faster
+              and the loopback floor under every tcp figure: a bare libzmq DEALER -> ROUTER
+              echo of 4 KiB to another process (bench_floor.c)
       exist   kvpool_exist_batch of 1000 keys (all present, all absent) against 1000 pipelined
               Redis EXISTS (and, for reference, one EXISTS naming 1000 keys, which returns a
               count).
@@ -1379,6 +1381,12 @@ s_print_summary (bench_t *self)
                 s_latency_us (&self->kv[OP_GET][s][b][PATH_TCP], 0.5),
                 s_latency_us (&self->kv[OP_GET][s][b][PATH_LOCAL], 0.5),
                 s_latency_us (&self->kv[OP_GET][s][b][PATH_REDIS], 0.5));
+        //  The floor under the tcp figure: a ZeroMQ round trip with no kvpool in it.
+        double floor = bench_floor_p50_us (s_free_port (), self->reps, self->rep_seconds);
+        if (floor > 0)
+            printf ("loopback floor: a bare libzmq DEALER -> ROUTER echo of 4 KiB, p50 %.1f us "
+                    "(kvpool tcp get / floor: %.2f)\n",
+                    floor, s_latency_us (&self->kv[OP_GET][s][b][PATH_TCP], 0.5) / floor);
         if (!self->path_ok[PATH_LOCAL] && self->local_note[0])
             printf ("same-machine path: %s\n", self->local_note);
     }
