@@ -47,7 +47,7 @@ PROTO_H := $(GEN)/messages/kvpool.pb-c.h
 
 SERVER_SRC := $(wildcard alloc/*.c actors/*.c lookup_server/*.c rdma/*.c messages/*.c)
 SERVER_SRC := $(filter-out %_fuzz.c,$(SERVER_SRC))
-CLIENT_SRC := $(wildcard client/*.c) alloc/segment.c alloc/segment_table.c actors/transfer_pool.c messages/shm_index.c
+CLIENT_SRC := $(wildcard client/*.c) alloc/segment.c alloc/segment_table.c actors/transfer_pool.c messages/shm_index.c messages/touch_table.c
 TEST_SRC := $(wildcard tests/test_*.c)
 BENCH_SRC := $(wildcard bench/*.c)
 

@@ -313,6 +313,17 @@ s_reply_error (self_t *self, api_ctx_t *ctx, uint64_t request_id, int op, int st
                    kvpool_status_name (status), reason);
 }
 
+//  Drops the pins a GET took on objects that will not be sent.
+static void
+s_unpin_items (kvp_job_t *job)
+{
+    for (size_t i = 0; i < job->count; i++)
+        if (job->items[i].object) {
+            kvp_object_unpin (job->items[i].object);
+            job->items[i].object = NULL;
+        }
+}
+
 //  Sends the GET values: zero copy from the segment for large ones, pinned until sent.
 static void
 s_send_values (self_t *self, kvp_job_t *job)
@@ -496,11 +507,7 @@ s_reply (self_t *self, kvp_job_t **job_p, zmq_msg_t *copies)
     else if (sent && values)
         s_send_values (self, job);
     else
-        for (size_t i = 0; i < n; i++)
-            if (job->items[i].object) {
-                kvp_object_unpin (job->items[i].object);
-                job->items[i].object = NULL;
-            }
+        s_unpin_items (job);
     if (self->config->verbose)
         zsys_info ("api: request %llu op %d: %d keys, status %s",
                    (unsigned long long) request->request_id, op, (int) n,
@@ -1013,9 +1020,7 @@ s_abandon (kvp_job_t **job_p)
     kvp_job_t *job = *job_p;
     if (!job)
         return;
-    for (size_t i = 0; i < job->count; i++)
-        if (job->items[i].object)
-            kvp_object_unpin (job->items[i].object);
+    s_unpin_items (job);
     api_ctx_t *ctx = (api_ctx_t *) job->context;
     s_ctx_destroy (&ctx);
     kvp_job_destroy (job_p);

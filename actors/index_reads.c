@@ -13,13 +13,14 @@
 #include "messages/kvpool.pb-c.h"
 #include "messages/racy.h"
 #include "messages/shm_index.h"
+#include "messages/touch_table.h"
 
 //  A missing index (the replica-manager could not create it, or has not yet) is looked for
 //  again this often.
 #define INDEX_RETRY_MS 1000
 //  Keys waiting for their lease renewal go at once when this many have piled up.
 #define TOUCH_BATCH_MAX 4096
-//  Keys recently sent for renewal, remembered by hash (a collision only costs a renewal).
+//  Keys recently sent for renewal (touch_table.h).
 #define TOUCH_SLOTS 65536
 //  The longest interval between renewals of a key that keeps being read.
 #define TOUCH_INTERVAL_MAX_MS 1000
@@ -36,10 +37,8 @@ struct _index_reads_t {
     char *touch_storage;
     size_t touch_used, touch_storage_size;
     int64_t touch_due;
-    uint64_t lease_ms;      //  what a renewal grants: the TTL plus the interval
-    int64_t touch_interval; //  ms
-    uint64_t *touched;      //  TOUCH_SLOTS key hashes ...
-    int64_t *touched_at;    //  ... and when they were last sent
+    uint64_t lease_ms;     //  what a renewal grants: the TTL plus the interval
+    touch_table_t *recent; //  keys sent within the interval
     uint64_t gets;
 };
 
@@ -50,13 +49,12 @@ index_reads_new (const char *index_name, uint64_t lease_ttl_ms)
     snprintf (self->index_name, sizeof self->index_name, "%s", index_name ? index_name : "");
     self->segments = segment_table_new ();
     self->touch_due = -1;
-    self->touch_interval = (int64_t) (lease_ttl_ms / 2);
-    if (self->touch_interval > TOUCH_INTERVAL_MAX_MS)
-        self->touch_interval = TOUCH_INTERVAL_MAX_MS;
-    self->lease_ms = lease_ttl_ms + (uint64_t) self->touch_interval;
-    self->touched = (uint64_t *) zmalloc (TOUCH_SLOTS * sizeof *self->touched);
-    self->touched_at = (int64_t *) zmalloc (TOUCH_SLOTS * sizeof *self->touched_at);
-    assert (self->segments);
+    int64_t interval = (int64_t) (lease_ttl_ms / 2);
+    if (interval > TOUCH_INTERVAL_MAX_MS)
+        interval = TOUCH_INTERVAL_MAX_MS;
+    self->lease_ms = lease_ttl_ms + (uint64_t) interval;
+    self->recent = touch_table_new (TOUCH_SLOTS, interval);
+    assert (self->segments && self->recent);
     return self;
 }
 
@@ -71,8 +69,7 @@ index_reads_destroy (index_reads_t **self_p)
     free (self->touch_keys);
     free (self->touch_lens);
     free (self->touch_storage);
-    free (self->touched);
-    free (self->touched_at);
+    touch_table_destroy (&self->recent);
     free (self);
     *self_p = NULL;
 }
@@ -112,8 +109,7 @@ index_reads_segments (index_reads_t *self, const kvp_segment_info_t *segments, s
 static int
 s_touch_add (index_reads_t *self, const char *key, size_t len, uint64_t hash, int64_t now)
 {
-    size_t slot = hash & (TOUCH_SLOTS - 1);
-    if (self->touched[slot] == hash && now - self->touched_at[slot] < self->touch_interval)
+    if (!touch_table_due (self->recent, hash, now))
         return 0;
     if (self->touch_count == self->touch_capacity) {
         size_t capacity = self->touch_capacity ? self->touch_capacity * 2 : 64;
@@ -138,8 +134,6 @@ s_touch_add (index_reads_t *self, const char *key, size_t len, uint64_t hash, in
         self->touch_storage = storage;
         self->touch_storage_size = size;
     }
-    self->touched[slot] = hash;
-    self->touched_at[slot] = now;
     memcpy (self->touch_storage + self->touch_used, key, len);
     //  An offset for now: the storage may still move.
     self->touch_keys[self->touch_count] = (const char *) (uintptr_t) self->touch_used;

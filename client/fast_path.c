@@ -24,6 +24,8 @@
 */
 #include "client/kvpool_client.h"
 
+#include "messages/touch_table.h"
+
 #include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -381,41 +383,30 @@ s_clock_ms (void)
     return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-//  Whether the read of a key with this hash should renew its lease now.
+//  Whether the read of a key with this hash should renew its lease now. The table is made
+//  on first use; without memory for it every read renews.
 static bool
 s_touch_due (kvpool_t *self, uint64_t hash, int64_t now)
 {
-    if (!self->touched) {
-        self->touched = calloc (KVPC_TOUCH_SLOTS, sizeof *self->touched);
-        self->touched_at = calloc (KVPC_TOUCH_SLOTS, sizeof *self->touched_at);
-        if (!self->touched || !self->touched_at) {
-            free (self->touched);
-            free (self->touched_at);
-            self->touched = NULL;
-            self->touched_at = NULL;
-            return true;
-        }
-    }
-    size_t slot = hash & (KVPC_TOUCH_SLOTS - 1);
-    if (self->touched[slot] == hash && now - self->touched_at[slot] < KVPC_TOUCH_MS)
-        return false;
-    self->touched[slot] = hash;
-    self->touched_at[slot] = now;
-    return true;
+    if (!self->touched)
+        self->touched = touch_table_new (KVPC_TOUCH_SLOTS, KVPC_TOUCH_MS);
+    return !self->touched || touch_table_due (self->touched, hash, now);
 }
 
-//  Sends the keys due for their lease renewal, and the count of values read from the index
-//  since the last TOUCH (the node's stats count them as gets). With no key due the count
-//  waits for the next TOUCH, or kvpc_index_report.
+//  Sends a TOUCH: the keys due for their lease renewal (touch may be NULL), and the count of
+//  values read from the index since the last TOUCH (the node's stats count them as gets).
+//  Nothing to say, nothing sent: with no key due the count waits for the next TOUCH, or for
+//  kvpc_index_report.
 static void
-s_touch_send (kvpool_t *self, kvpc_keys_t *touch)
+s_touch_send (kvpool_t *self, kvpc_keys_t *touch, bool report)
 {
-    if (touch->count == 0)
+    size_t count = touch ? touch->count : 0;
+    if (!self->socket || (count == 0 && !(report && self->index_reads)))
         return;
     Kvpool__V1__Request request = KVPOOL__V1__REQUEST__INIT;
     request.op = KVPOOL__V1__OP__TOUCH;
-    request.n_keys = touch->count;
-    request.keys = touch->keys;
+    request.n_keys = count;
+    request.keys = count ? touch->keys : NULL;
     request.reads = self->index_reads;
     if (kvpc_send_oneway (self, &request) == 0)
         self->index_reads = 0;
@@ -424,22 +415,13 @@ s_touch_send (kvpool_t *self, kvpc_keys_t *touch)
 void
 kvpc_index_report (kvpool_t *self)
 {
-    if (self->index_reads == 0 || !self->socket)
-        return;
-    Kvpool__V1__Request request = KVPOOL__V1__REQUEST__INIT;
-    request.op = KVPOOL__V1__OP__TOUCH;
-    request.reads = self->index_reads;
-    if (kvpc_send_oneway (self, &request) == 0)
-        self->index_reads = 0;
+    s_touch_send (self, NULL, true);
 }
 
 void
 kvpc_index_forget (kvpool_t *self)
 {
-    free (self->touched);
-    free (self->touched_at);
-    self->touched = NULL;
-    self->touched_at = NULL;
+    touch_table_destroy (&self->touched);
 }
 
 void
@@ -463,7 +445,7 @@ kvpc_index_probe (kvpool_t *self, const kvpc_keys_t *keys, bool as_size, int64_t
         else if (kvpc_keys_add (rest, keys->keys[j], i))
             results[i] = KVPOOL_INTERNAL_ERROR;
     }
-    s_touch_send (self, &touch);
+    s_touch_send (self, &touch, false);
     kvpc_keys_fini (&touch);
 }
 
@@ -520,7 +502,7 @@ kvpc_fast_get (kvpool_t *self, const kvpc_keys_t *keys, const kvpool_buf_t *cons
         else if (kvpc_keys_add (&rest, keys->keys[j], i))
             results[i] = KVPOOL_INTERNAL_ERROR;
     }
-    s_touch_send (self, &touch);
+    s_touch_send (self, &touch, false);
     kvpc_keys_fini (&touch);
     if (rest.count)
         rc = s_fast_get_listed (self, &rest, bufs, nbufs, results);

@@ -25,6 +25,7 @@
 #include "alloc/segment.h"
 #include "alloc/segment_table.h"
 #include "messages/shm_index.h"
+#include "messages/touch_table.h"
 #include "kvpool.h"
 #include "messages/kvpool.pb-c.h"
 
@@ -59,8 +60,7 @@ struct _kvpool_t {
     shm_index_t *index;        //  the node's same-machine read index (read-only), or NULL
     bool use_index;            //  reads may be served from it (kvpool_set_index)
     uint64_t index_reads;      //  values read from the index not yet reported in a TOUCH
-    uint64_t *touched;         //  KVPC_TOUCH_SLOTS key hashes whose lease we renewed ...
-    int64_t *touched_at;       //  ... and when (ms), so hot keys are not touched every read
+    touch_table_t *touched;    //  keys whose lease we renewed lately (not every read)
     void *monitor;             //  PAIR receiving the socket's connect/disconnect events
     bool segments_stale;       //  the connection changed: the table must be listed again
     transfer_pool_t *pool;     //  created on the first large batch

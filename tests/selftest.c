@@ -23,6 +23,7 @@
 #include "lookup_server/lookup_server.h"
 #include "messages/kvp_job.h"
 #include "messages/shm_index.h"
+#include "messages/touch_table.h"
 
 typedef struct {
     const char *name;
@@ -33,6 +34,7 @@ static selftest_t s_tests[] = {{"kvpool_status", kvpool_status_test},
                                {"kvp_config", kvp_config_test},
                                {"kvp_job", kvp_job_test},
                                {"shm_index", shm_index_test},
+                               {"touch_table", touch_table_test},
                                {"segment", segment_test},
                                {"segment_arena", segment_arena_test},
                                {"segment_table", segment_table_test},
