@@ -143,6 +143,16 @@ class _Pins:
     def __init__(self):
         self.views = []
 
+    def addresses(self, objs, sizes=None, writable=False):
+        """address() of each of objs (sizes[i] with it, when given), as two uint64 arrays:
+        the addresses and the sizes."""
+        addresses, lengths = [], []
+        for i, obj in enumerate(objs):
+            address, size = self.address(obj, None if sizes is None else sizes[i], writable)
+            addresses.append(address)
+            lengths.append(size)
+        return _u64(addresses), _u64(lengths)
+
     def address(self, obj, size=None, writable=False):
         """(address, size) of obj's memory. obj: an int address (size required), an object
         with data_ptr() (a CPU torch tensor), or anything with the buffer protocol."""
@@ -563,13 +573,8 @@ class Client:
             return []
         pins = _Pins()
         try:
-            addresses = []
-            lengths = []
-            for i in range(n):
-                address, size = pins.address(values[i], None if sizes is None else sizes[i])
-                addresses.append(address)
-                lengths.append(size)
-            return self._put_batch(n, keys, _u64(addresses), _u64(lengths), options)
+            addresses, lengths = pins.addresses(values, sizes)
+            return self._put_batch(n, keys, addresses, lengths, options)
         finally:
             pins.release()
 
@@ -645,14 +650,8 @@ class Client:
             return []
         pins = _Pins()
         try:
-            addresses = []
-            lengths = []
-            for i in range(n):
-                address, size = pins.address(buffers[i], None if sizes is None else sizes[i],
-                                             writable=True)
-                addresses.append(address)
-                lengths.append(size)
-            return self._get_batch_into(n, keys, _u64(addresses), _u64(lengths))
+            addresses, lengths = pins.addresses(buffers, sizes, writable=True)
+            return self._get_batch_into(n, keys, addresses, lengths)
         finally:
             pins.release()
 
