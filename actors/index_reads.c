@@ -30,8 +30,8 @@ struct _index_reads_t {
     shm_index_t *index;
     int64_t index_retry_at;
     segment_table_t *segments;
-    //  keys served, waiting for their lease renewal
-    const char **touch_keys; //  into touch_storage (offsets until the job is built)
+    //  keys served, waiting for their lease renewal: touch_lens[i] bytes each, one after
+    //  another in touch_storage
     size_t *touch_lens;
     size_t touch_count, touch_capacity;
     char *touch_storage;
@@ -66,7 +66,6 @@ index_reads_destroy (index_reads_t **self_p)
     index_reads_t *self = *self_p;
     shm_index_destroy (&self->index);
     segment_table_destroy (&self->segments);
-    free (self->touch_keys);
     free (self->touch_lens);
     free (self->touch_storage);
     touch_table_destroy (&self->recent);
@@ -113,15 +112,10 @@ s_touch_add (index_reads_t *self, const char *key, size_t len, uint64_t hash, in
         return 0;
     if (self->touch_count == self->touch_capacity) {
         size_t capacity = self->touch_capacity ? self->touch_capacity * 2 : 64;
-        const char **keys =
-            (const char **) realloc (self->touch_keys, capacity * sizeof *self->touch_keys);
-        if (keys)
-            self->touch_keys = keys;
         size_t *lens = (size_t *) realloc (self->touch_lens, capacity * sizeof *self->touch_lens);
-        if (lens)
-            self->touch_lens = lens;
-        if (!keys || !lens)
+        if (!lens)
             return -1;
+        self->touch_lens = lens;
         self->touch_capacity = capacity;
     }
     if (self->touch_used + len > self->touch_storage_size) {
@@ -135,8 +129,6 @@ s_touch_add (index_reads_t *self, const char *key, size_t len, uint64_t hash, in
         self->touch_storage_size = size;
     }
     memcpy (self->touch_storage + self->touch_used, key, len);
-    //  An offset for now: the storage may still move.
-    self->touch_keys[self->touch_count] = (const char *) (uintptr_t) self->touch_used;
     self->touch_lens[self->touch_count] = len;
     self->touch_count++;
     self->touch_used += len;
@@ -244,10 +236,18 @@ index_reads_touches (index_reads_t *self)
     assert (self);
     if (self->touch_count == 0)
         return NULL;
-    for (size_t i = 0; i < self->touch_count; i++)
-        self->touch_keys[i] = self->touch_storage + (uintptr_t) self->touch_keys[i];
-    kvp_job_t *job =
-        kvp_job_new_owning (KVP_RM_TOUCH, self->touch_count, self->touch_keys, self->touch_lens);
+    const char **keys = (const char **) malloc (self->touch_count * sizeof *keys);
+    if (!keys) {
+        self->touch_due = zclock_mono () + TOUCH_DELAY_MS; //  they wait for the next try
+        return NULL;
+    }
+    const char *next = self->touch_storage;
+    for (size_t i = 0; i < self->touch_count; i++) {
+        keys[i] = next;
+        next += self->touch_lens[i];
+    }
+    kvp_job_t *job = kvp_job_new_owning (KVP_RM_TOUCH, self->touch_count, keys, self->touch_lens);
+    free (keys);
     job->lease_ms = self->lease_ms;
     self->touch_count = 0;
     self->touch_used = 0;

@@ -58,11 +58,11 @@ touch_table_test (bool verbose)
     touch_table_t *table = touch_table_new (16, 1000);
     assert (table);
     assert (touch_table_due (table, 0x1234, 5000));
-    assert (!touch_table_due (table, 0x1234, 5999));  //  within the interval
-    assert (touch_table_due (table, 0x1234, 6000));   //  interval over
+    assert (!touch_table_due (table, 0x1234, 5999));     //  within the interval
+    assert (touch_table_due (table, 0x1234, 6000));      //  interval over
     assert (touch_table_due (table, 0x1234 + 16, 6001)); //  same slot, another key: due...
-    assert (touch_table_due (table, 0x1234, 6002));   //  ... and it pushed the first one out
-    touch_table_t *never = touch_table_new (4, 0); //  interval 0: always due
+    assert (touch_table_due (table, 0x1234, 6002));      //  ... and it pushed the first one out
+    touch_table_t *never = touch_table_new (4, 0);       //  interval 0: always due
     assert (touch_table_due (never, 7, 1) && touch_table_due (never, 7, 1));
     touch_table_destroy (&never);
     touch_table_destroy (&table);
