@@ -368,6 +368,25 @@ s_check_unmounts (self_t *self)
     }
 }
 
+//  A client may unmount only memory it mounted itself; the node's own segments go only with
+//  the node. Internal jobs (no owner) may unmount any segment.
+static void
+s_unmount_check (self_t *self, kvp_job_t *job)
+{
+    seg_t *seg = s_seg_find (self, job->segment_id);
+    if (!seg)
+        kvp_job_fail (job, KVPOOL_SEGMENT_NOT_FOUND, "no segment %u", job->segment_id);
+    else if (job->owner && !seg->owner[0])
+        kvp_job_fail (job, KVPOOL_PERMISSION_DENIED,
+                      "segment %u is the node's own memory: clients cannot unmount it", seg->id);
+    else if (job->owner && strcmp (job->owner, seg->owner) != 0)
+        kvp_job_fail (job, KVPOOL_PERMISSION_DENIED, "segment %u belongs to another process (%s)",
+                      seg->id, seg->owner);
+    else if (seg->unmount_job)
+        kvp_job_fail (job, KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS, "segment %u is unmounting",
+                      seg->id);
+}
+
 //  Returns true when the job was parked (the reply comes later).
 static bool
 s_unmount (self_t *self, kvp_job_t *job, zframe_t **reply_to_p)
@@ -411,6 +430,7 @@ s_handle_job (self_t *self, kvp_job_t *job, zframe_t **reply_to_p)
         case KVP_AL_STATS: s_stats (self, job); break;
         case KVP_AL_SEGMENTS: s_segments (self, job); break;
         case KVP_AL_MOUNT: s_mount (self, job); break;
+        case KVP_AL_UNMOUNT_CHECK: s_unmount_check (self, job); break;
         case KVP_AL_UNMOUNT: return s_unmount (self, job, reply_to_p);
         default:
             kvp_job_fail (job, KVPOOL_INTERNAL_ERROR, "allocator: job kind %d", job->kind);
@@ -581,6 +601,22 @@ allocator_test (bool verbose)
     assert (
         memcmp ((char *) segment_base (client) + on_client->items[0].replicas[0].offset, "hello", 5)
         == 0);
+    //  Only the process that mounted a segment may unmount it; nobody unmounts the node's.
+    kvp_job_t *check = kvp_job_new (KVP_AL_UNMOUNT_CHECK, 0);
+    check->segment_id = 4;
+    check->owner = "pid:2/9";
+    s_test_call (al, check);
+    assert (check->status == KVPOOL_PERMISSION_DENIED && strstr (check->error, "another process"));
+    check->status = KVPOOL_OK;
+    check->segment_id = 1;
+    s_test_call (al, check);
+    assert (check->status == KVPOOL_PERMISSION_DENIED && strstr (check->error, "node's own"));
+    check->status = KVPOOL_OK;
+    check->segment_id = 4;
+    check->owner = "pid:1";
+    s_test_call (al, check);
+    assert (check->status == KVPOOL_OK);
+    kvp_job_destroy (&check);
     kvp_job_t *unmount = kvp_job_new (KVP_AL_UNMOUNT, 0);
     unmount->segment_id = 4;
     assert (kvp_job_send (al, unmount) == 0);

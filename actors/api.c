@@ -27,6 +27,7 @@
 #include "alloc/segment.h"
 #include "actors/endpoints.h"
 #include "actors/index_reads.h"
+#include "actors/owners.h"
 #include "actors/replica_manager.h"
 #include "actors/spin_poll.h"
 #include "actors/transfer_submitter.h"
@@ -45,6 +46,8 @@
 //  GET values smaller than this are copied into the reply (cheaper than a zero-copy handle).
 #define COPY_VALUE_BYTES 8192
 #define OWNER_CHECK_INTERVAL_MS 1000
+//  Same-machine client processes the node tracks at once (owners.h).
+#define MAX_OWNERS 4096
 //  A stop without a drain waits this long for jobs out at the actors.
 #define ABANDON_WAIT_MS 1000
 //  While jobs are out at the actors, wait this long for their replies before sleeping.
@@ -61,7 +64,9 @@ typedef struct _arena_chunk_t {
 
 typedef struct {
     zframe_t *routing_id;
-    bool envelope; //  REQ client: replies need the empty delimiter
+    bool envelope;  //  REQ client: replies need the empty delimiter
+    peer_t peer;    //  who sent it, by the kernel's word (owners.h)
+    owner_t *owner; //  the sending process's record, for requests that need one
     Kvpool__V1__Request *request;
     zmsg_t *values;
     arena_chunk_t *arena;
@@ -125,7 +130,9 @@ typedef struct {
     char bind_error[256];
     char host_id[64];
     char server_id[96];
-    char index_name[96]; //  the replica-manager's same-machine index
+    char index_name[96];      //  the replica-manager's same-machine index
+    char local_endpoint[300]; //  the ipc endpoint same-machine clients use (PING)
+    owners_t *owners;         //  same-machine client processes
     int64_t started;
     index_reads_t *reads;       //  small reads answered from the read index, or NULL
     size_t in_flight;           //  jobs out at an actor (client and internal)
@@ -160,6 +167,8 @@ s_ctx_destroy (api_ctx_t **ctx_p)
     if (!ctx)
         return;
     zframe_destroy (&ctx->routing_id);
+    if (ctx->owner)
+        ctx->owner->jobs_out--;
     while (ctx->arena) {
         arena_chunk_t *next = ctx->arena->next;
         free (ctx->arena);
@@ -191,6 +200,36 @@ s_bind (self_t *self, const char *endpoint)
     else
         zlistx_add_end (self->endpoints, (void *) endpoint);
     return 0;
+}
+
+//  Same-machine clients use an ipc endpoint: only there does the kernel say who they are
+//  (owners.h). The first ipc endpoint configured is it; with none, the node binds one named
+//  after its first tcp port (or its instance), which a restarted node binds again.
+static void
+s_bind_local (self_t *self)
+{
+    const char *port = NULL;
+    for (const char *endpoint = (const char *) zlistx_first (self->endpoints); endpoint;
+         endpoint = (const char *) zlistx_next (self->endpoints)) {
+        if (strncmp (endpoint, "ipc://", 6) == 0) {
+            snprintf (self->local_endpoint, sizeof self->local_endpoint, "%s", endpoint);
+            return;
+        }
+        if (!port && strncmp (endpoint, "tcp://", 6) == 0)
+            port = strrchr (endpoint, ':') + 1;
+    }
+    char endpoint[300];
+    if (port)
+        snprintf (endpoint, sizeof endpoint, "ipc://@kvpool-%s", port);
+    else
+        snprintf (endpoint, sizeof endpoint, "ipc://@kvpool-%s", self->config->instance);
+    if (zsock_bind (self->router, "%s", endpoint) == -1) {
+        zsys_warning ("api: cannot bind %s (%s): same-machine clients will use tcp", endpoint,
+                      zmq_strerror (zmq_errno ()));
+        return;
+    }
+    zlistx_add_end (self->endpoints, endpoint);
+    snprintf (self->local_endpoint, sizeof self->local_endpoint, "%s", endpoint);
 }
 
 static self_t *
@@ -227,6 +266,9 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
     else
         for (size_t i = 0; i < config->endpoint_count && !self->bind_error[0]; i++)
             s_bind (self, config->endpoints[i]);
+    if (!self->bind_error[0])
+        s_bind_local (self);
+    self->owners = owners_new (MAX_OWNERS);
     char inproc[64];
     snprintf (inproc, sizeof inproc, "inproc://%s-api", config->instance);
     if (zsock_bind (self->router, "%s", inproc) == -1 && !self->bind_error[0])
@@ -254,6 +296,7 @@ s_self_destroy (self_t **self_p)
         return;
     zpoller_destroy (&self->poller);
     index_reads_destroy (&self->reads);
+    owners_destroy (&self->owners);
     zlistx_destroy (&self->endpoints);
     zlistx_destroy (&self->resets);
     zlistx_destroy (&self->held);
@@ -493,6 +536,7 @@ s_reply (self_t *self, kvp_job_t **job_p, zmq_msg_t *copies)
         reply.host_id = self->host_id;
         reply.server_id = self->server_id;
         reply.index_name = self->index_name;
+        reply.local_endpoint = self->local_endpoint;
     }
     if (op == KVPOOL__V1__OP__STATS) {
         s_fill_stats (self, job, &stats);
@@ -600,7 +644,9 @@ s_next_stage (kvp_job_t *job, kvp_job_kind_t done)
         case KVPOOL__V1__OP__MOUNT_SEGMENT:
             return done == KVP_JOB_NONE ? KVP_AL_MOUNT : KVP_JOB_NONE;
         case KVPOOL__V1__OP__UNMOUNT_SEGMENT:
-            return done == KVP_JOB_NONE            ? KVP_RM_REMOVE_SEGMENT
+            //  Who may unmount it is checked before any object on it is removed.
+            return done == KVP_JOB_NONE            ? KVP_AL_UNMOUNT_CHECK
+                   : done == KVP_AL_UNMOUNT_CHECK  ? KVP_RM_REMOVE_SEGMENT
                    : done == KVP_RM_REMOVE_SEGMENT ? KVP_AL_UNMOUNT
                                                    : KVP_JOB_NONE;
         default: return KVP_JOB_NONE;
@@ -727,6 +773,77 @@ s_op_known (int op)
     return op >= KVPOOL__V1__OP__PING && op <= KVPOOL__V1__OP__TOUCH;
 }
 
+//  Operations on the node's shared memory: served only to clients that share it, on the
+//  ipc endpoint, and tied to the process that asked (docs/security.md).
+static bool
+s_op_is_local (int op)
+{
+    switch (op) {
+        case KVPOOL__V1__OP__PUT_START:
+        case KVPOOL__V1__OP__PUT_END:
+        case KVPOOL__V1__OP__PUT_REVOKE:
+        case KVPOOL__V1__OP__GET_REPLICA_LIST:
+        case KVPOOL__V1__OP__RELEASE:
+        case KVPOOL__V1__OP__MOUNT_SEGMENT:
+        case KVPOOL__V1__OP__UNMOUNT_SEGMENT: return true;
+        default: return false;
+    }
+}
+
+//  An ipc client of the node's own user, root, or the --group the node was given.
+static bool
+s_user_allowed (self_t *self, const peer_t *peer)
+{
+    return peer->uid == 0 || peer->uid == geteuid ()
+           || (self->config->group_set && peer->gid == self->config->group);
+}
+
+//  Who may do what: sets ctx->owner for a same-machine operation. Returns 0, or -1 with a
+//  reason (status PERMISSION_DENIED).
+static int
+s_authorize (self_t *self, api_ctx_t *ctx, char *reason, size_t size)
+{
+    Kvpool__V1__Request *request = ctx->request;
+    int op = request->op;
+    const peer_t *peer = &ctx->peer;
+    if (peer->kind == PEER_LOCAL && !s_user_allowed (self, peer)) {
+        snprintf (reason, size, "user %u may not use this node (it runs as user %u)",
+                  (unsigned) peer->uid, (unsigned) geteuid ());
+        return -1;
+    }
+    if (!s_op_is_local (op) || peer->kind == PEER_INPROC)
+        return 0;
+    if (peer->kind == PEER_REMOTE) {
+        snprintf (reason, size,
+                  "operation %d works on the node's shared memory: only a client on the "
+                  "node's ipc endpoint (%.80s) may use it",
+                  op, self->local_endpoint[0] ? self->local_endpoint : "none");
+        return -1;
+    }
+    ctx->owner = owners_get (self->owners, peer->pid);
+    if (!ctx->owner) {
+        snprintf (reason, size, "the node cannot follow client process %d: %s", (int) peer->pid,
+                  peer->pid ? strerror (errno) : "not visible from the node's pid namespace");
+        return -1;
+    }
+    ctx->owner->jobs_out++;
+    if (op == KVPOOL__V1__OP__MOUNT_SEGMENT && request->segment) {
+        //  The node opens the name itself: it must be a descriptor of the asking process,
+        //  never another's that the node (often root) could open and the client could not.
+        const char *name = request->segment->name ? request->segment->name : "";
+        int pid, fd;
+        char tail;
+        if (sscanf (name, "/proc/%d/fd/%d%c", &pid, &fd, &tail) != 2 || pid != peer->pid) {
+            snprintf (reason, size,
+                      "a client mounts only its own memory: /proc/%d/fd/<fd> of a sealed memfd, "
+                      "not %.60s",
+                      (int) peer->pid, name);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 //  Validates a decoded request and builds its job. Returns NULL after replying an error.
 static kvp_job_t *
 s_job_from_request (self_t *self, api_ctx_t *ctx)
@@ -735,7 +852,7 @@ s_job_from_request (self_t *self, api_ctx_t *ctx)
     int op = request->op;
     uint64_t id = request->request_id;
     size_t value_frames = ctx->values ? zmsg_size (ctx->values) : 0;
-    char reason[160];
+    char reason[256];
 
     if (request->version != KVPOOL_PROTOCOL_VERSION) {
         snprintf (reason, sizeof reason, "protocol version %u is not supported (this server: %d)",
@@ -746,6 +863,10 @@ s_job_from_request (self_t *self, api_ctx_t *ctx)
     if (!s_op_known (op)) {
         snprintf (reason, sizeof reason, "unknown operation %d", op);
         s_reply_error (self, ctx, id, op, KVPOOL_UNKNOWN_OPERATION, reason);
+        return NULL;
+    }
+    if (s_authorize (self, ctx, reason, sizeof reason)) {
+        s_reply_error (self, ctx, id, op, KVPOOL_PERMISSION_DENIED, reason);
         return NULL;
     }
     size_t n = request->n_keys;
@@ -825,8 +946,14 @@ s_job_from_request (self_t *self, api_ctx_t *ctx)
         job->segment_id = request->segment->id;
         job->segment_name = request->segment->name;
         job->segment_size = request->segment->size;
-        job->owner = request->segment->owner;
+        //  A segment belongs to the process that mounted it, by the kernel's word; only an
+        //  in-process client names an owner itself. An unmount names who asks (NULL: the node).
+        if (op == KVPOOL__V1__OP__MOUNT_SEGMENT)
+            job->owner = ctx->owner ? ctx->owner->name : request->segment->owner;
+        else
+            job->owner = ctx->owner ? ctx->owner->name : NULL;
     }
+    job->owner_id = ctx->owner ? ctx->owner->id : 0;
     return job;
 }
 
@@ -865,6 +992,7 @@ s_handle_request (self_t *self, api_ctx_t *ctx)
         reply.host_id = self->host_id;
         reply.server_id = self->server_id;
         reply.index_name = self->index_name;
+        reply.local_endpoint = self->local_endpoint;
         s_send_header (self, ctx, &reply, false);
         s_ctx_destroy (&ctx);
         return;
@@ -905,6 +1033,8 @@ s_client_message (self_t *self)
         zframe_destroy (&header);
         header = zmsg_pop (msg);
     }
+    if (header)
+        ctx->peer = owners_peer (zframe_meta (header, "Peer-Address"));
     if (!ctx->routing_id || !header) {
         //  Nothing to answer: a message of one frame can't hold a request.
         self->dropped++;
@@ -969,13 +1099,10 @@ s_owners_listed (self_t *self, kvp_job_t *job)
     if (self->reads)
         index_reads_segments (self->reads, job->segments, job->segment_count);
     for (size_t i = 0; i < job->segment_count; i++) {
-        //  libkvpool names its connections "client-<pid>-<n>"; "pid:<pid>" is the plain form.
-        int pid;
-        const char *owner = job->segments[i].owner;
-        if ((sscanf (owner, "pid:%d", &pid) != 1 && sscanf (owner, "client-%d-", &pid) != 1)
-            || pid <= 0)
-            continue;
-        if (kill (pid, 0) == 0 || errno != ESRCH)
+        //  A client's segment goes when its owner is reported dead (owners.h).
+        uint64_t owner_id;
+        if (owners_parse_name (job->segments[i].owner, &owner_id)
+            || owners_alive (self->owners, owner_id))
             continue;
         zsys_info ("kvpoold: owner of segment %u (%s) is gone: unmounting it", job->segments[i].id,
                    job->segments[i].name);
@@ -988,6 +1115,25 @@ s_owners_listed (self_t *self, kvp_job_t *job)
         unmount->segment_count = 1;
         s_advance (self, unmount, KVP_JOB_NONE);
     }
+}
+
+//  A same-machine client process died and none of its requests is out: its pins and
+//  reservations end (replica-manager), then its segments (the listing that follows).
+static void
+s_owner_gone (void *arg, const owner_t *owner)
+{
+    self_t *self = (self_t *) arg;
+    if (self->config->verbose)
+        zsys_info ("api: client process %d (%s) is gone", (int) owner->pid, owner->name);
+    kvp_job_t *job = kvp_job_new (KVP_JOB_NONE, 0);
+    job->op = KVPOOL__V1__OP__OP_NONE;
+    job->kind = KVP_RM_OWNER_GONE;
+    job->owner_id = owner->id;
+    s_send_touches (self);
+    if (kvp_job_send (self->rm, job) == 0)
+        self->in_flight++;
+    else
+        kvp_job_destroy (&job);
 }
 
 //  ---- the actor ---------------------------------------------------------------------
@@ -1086,8 +1232,10 @@ api_actor (zsock_t *pipe, void *args)
             && zclock_mono () >= index_reads_touch_due (self->reads))
             s_send_touches (self);
         if (zclock_mono () >= self->next_owner_check) {
-            if (!self->draining)
+            if (!self->draining) {
+                owners_reap (self->owners, s_owner_gone, self);
                 s_check_owners (self);
+            }
             self->next_owner_check = zclock_mono () + OWNER_CHECK_INTERVAL_MS;
         }
         if (self->draining && !drained && self->in_flight == 0 && zlistx_size (self->held) == 0

@@ -9,12 +9,21 @@
 #include <assert.h>
 #include <ctype.h>
 #include <errno.h>
+#include <grp.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-typedef enum { OPT_FLAG, OPT_UINT, OPT_SIZE, OPT_STRING, OPT_LIST, OPT_PLACEMENT } opt_kind_t;
+typedef enum {
+    OPT_FLAG,
+    OPT_UINT,
+    OPT_SIZE,
+    OPT_STRING,
+    OPT_LIST,
+    OPT_PLACEMENT,
+    OPT_GROUP
+} opt_kind_t;
 
 typedef struct {
     const char *name;
@@ -57,6 +66,9 @@ static const opt_t s_options[] = {
     {"placement", OPT_PLACEMENT, OFF (placement), 0, 0, 0,
      "replica placement across segments: random or free-ratio. Default random"},
     {"seed", OPT_UINT, OFF (seed), 0, 0, UINT64_MAX, "seed for random placement. Default 1"},
+    {"group", OPT_GROUP, OFF (group), 0, 0, 0,
+     "a group (name or gid) whose processes may use the ipc endpoint and shared memory too. "
+     "Default: only the node's own user (and root)"},
     {"verbose", OPT_FLAG, OFF (verbose), 0, 0, 0, "log every request"},
     {"lookup-key-template", OPT_STRING, OFF (lookup.key_template), 0, 0, 0,
      "key template of the lookup channel. Default " LOOKUP_DEFAULT_KEY_TEMPLATE},
@@ -183,6 +195,18 @@ s_set (kvp_config_t *config, const opt_t *opt, const char *value)
                 return -1;
             }
             return 0;
+        case OPT_GROUP: {
+            struct group *entry = getgrnam (value);
+            if (entry)
+                number = entry->gr_gid;
+            else if (s_parse_uint (value, &number) == -1 || number >= UINT32_MAX) {
+                fprintf (stderr, "kvpoold: --%s: no group '%s'\n", opt->name, value);
+                return -1;
+            }
+            config->group = (gid_t) number;
+            config->group_set = true;
+            return 0;
+        }
         case OPT_UINT:
         case OPT_SIZE:
             if ((opt->kind == OPT_SIZE ? kvp_parse_size (value, &number)

@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/types.h>
 
 #include "lookup_server/lookup_config.h"
 
@@ -36,6 +37,8 @@ typedef struct {
     kvp_placement_t placement;
     uint64_t seed;
     bool verbose;
+    bool group_set; //  --group: processes of this gid may use the ipc endpoint and shm too
+    gid_t group;
     lookup_config_t lookup;
 } kvp_config_t;
 

@@ -18,12 +18,22 @@
     with pin) are protected by pins instead: a removed object with pins leaves the table at
     once (the key is free to be put again) but its space is freed only when the pins are gone
     - ZeroMQ pins end through kvp_object_unpin (atomic, any thread), client pins through
-    RELEASE or when the lease ends. Such objects wait on the `doomed` list, checked every tick.
+    RELEASE by the process that took them, or its death (KVP_RM_OWNER_GONE). A client pin
+    never expires by time: a reader stopped in the middle of its copy (SIGSTOP, a GC pause)
+    must find the bytes it was promised when it resumes. Pinned-and-removed objects wait on
+    the `doomed` list, checked every tick. Client pins are kept per owner and key (`pins`), so
+    a RELEASE finds its object even after a forced remove, and another client cannot drop
+    them.
 
-    A client's PUT_START reservation is busy until BIND (the discard timeout leaves it alone
-    while the allocator places it), then revoked if it is not committed within
-    put_timeout_ms. Reads the api answered from the read index arrive as TOUCH jobs, which
-    renew leases like any read.
+    A client's PUT_START reservation belongs to the process that made it (job->owner_id):
+    only that process commits or revokes it. It is busy until BIND (the discard timeout
+    leaves it alone while the allocator places it). If it is not committed within
+    put_timeout_ms, or a reset comes, it is revoked for everyone else at once - the key is
+    free again - but its space is not: the writer may still be copying into it (stopped,
+    swapping), so the reservation waits on the `held` list until its writer sends PUT_END
+    (answered INVALID_WRITE: nothing is stored) or PUT_REVOKE for it, or dies. Only then is the
+    space reused, so a late writer can never write into another object's bytes. Reads the api
+    answered from the read index arrive as TOUCH jobs, which renew leases like any read.
 
     Threads: one, the actor's. The only cross-thread state is kvp_object_t.pins (atomic).
     Ordering: jobs are handled in arrival order.
@@ -56,7 +66,15 @@ struct _kvp_object_t {
     bool hard_pin;
     uint32_t next_replica; //  round robin over replicas for reads
     int64_t index_slot;    //  where it is published in the same-machine index, or -1
+    uint64_t owner;        //  a reservation's writer (owners.h id; 0: the node)
 };
+
+//  The client pins one owner holds on one key: usually one object; more when the key was
+//  removed and put again between its reads. Released first in, first out.
+typedef struct {
+    size_t count, capacity;
+    kvp_object_t **objects;
+} pin_entry_t;
 
 typedef struct {
     zsock_t *pipe;
@@ -66,6 +84,10 @@ typedef struct {
     zhashx_t *objects;  //  key -> kvp_object_t
     shm_index_t *index; //  committed objects published for same-machine readers
     zlistx_t *doomed;   //  removed objects whose space waits for pins to end
+    zlistx_t *held;     //  revoked reservations whose space waits for their writer
+    zhashx_t *pins;     //  "<owner>:<key>" -> pin_entry_t: client pins by owner
+    char *pin_key;      //  scratch for building pin keys
+    size_t pin_key_size;
     uint64_t next_id;
     int64_t next_sweep;
     size_t pending;
@@ -129,6 +151,8 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
     self->objects = zhashx_new ();
     zhashx_set_key_hasher (self->objects, s_key_hash);
     self->doomed = zlistx_new ();
+    self->held = zlistx_new ();
+    self->pins = zhashx_new ();
     self->next_id = 1;
     uint64_t slots = config->index_slots;
     if (slots == UINT64_MAX)
@@ -181,9 +205,9 @@ s_free_replicas (kvp_job_t **free_job_p, kvp_object_t *object)
 static bool
 s_has_pins (kvp_object_t *object, int64_t now)
 {
-    if (atomic_load_explicit (&object->pins, memory_order_acquire) > 0)
-        return true;
-    return object->client_pins > 0 && object->lease_until > now;
+    (void) now;
+    return atomic_load_explicit (&object->pins, memory_order_acquire) > 0
+           || object->client_pins > 0;
 }
 
 //  Takes an object out of the table and frees (or dooms) it. The object pointer is invalid
@@ -229,11 +253,139 @@ s_self_destroy (self_t **self_p)
         s_object_destroy (&doomed);
     }
     zlistx_destroy (&self->doomed);
+    object = (kvp_object_t *) zlistx_first (self->held);
+    while (object) {
+        kvp_object_t *held = object;
+        object = (kvp_object_t *) zlistx_next (self->held);
+        s_object_destroy (&held);
+    }
+    zlistx_destroy (&self->held);
+    for (pin_entry_t *entry = (pin_entry_t *) zhashx_first (self->pins); entry;
+         entry = (pin_entry_t *) zhashx_next (self->pins)) {
+        free (entry->objects);
+        free (entry);
+    }
+    zhashx_destroy (&self->pins);
+    free (self->pin_key);
     shm_index_destroy (&self->index);
     zsock_destroy (&self->router);
     zsock_destroy (&self->allocator);
     free (self);
     *self_p = NULL;
+}
+
+//  ---- client pins, by owner ---------------------------------------------------------
+
+//  "<owner in hex>:<key>" in the scratch buffer.
+static const char *
+s_pin_key (self_t *self, uint64_t owner, const char *key)
+{
+    size_t need = strlen (key) + 20;
+    if (need > self->pin_key_size) {
+        free (self->pin_key);
+        self->pin_key_size = need * 2;
+        self->pin_key = (char *) malloc (self->pin_key_size);
+        assert (self->pin_key);
+    }
+    snprintf (self->pin_key, self->pin_key_size, "%llx:%s", (unsigned long long) owner, key);
+    return self->pin_key;
+}
+
+static void
+s_pin_add (self_t *self, uint64_t owner, kvp_object_t *object)
+{
+    const char *pin_key = s_pin_key (self, owner, object->key);
+    pin_entry_t *entry = (pin_entry_t *) zhashx_lookup (self->pins, pin_key);
+    if (!entry) {
+        entry = (pin_entry_t *) zmalloc (sizeof (pin_entry_t));
+        zhashx_insert (self->pins, pin_key, entry);
+    }
+    if (entry->count == entry->capacity) {
+        entry->capacity = entry->capacity ? entry->capacity * 2 : 1;
+        entry->objects =
+            (kvp_object_t **) realloc (entry->objects, entry->capacity * sizeof (kvp_object_t *));
+        assert (entry->objects);
+    }
+    entry->objects[entry->count++] = object;
+    object->client_pins++;
+}
+
+//  Drops the oldest pin owner holds on key. Returns false when it holds none.
+static bool
+s_pin_release (self_t *self, uint64_t owner, const char *key)
+{
+    const char *pin_key = s_pin_key (self, owner, key);
+    pin_entry_t *entry = (pin_entry_t *) zhashx_lookup (self->pins, pin_key);
+    if (!entry)
+        return false;
+    entry->objects[0]->client_pins--;
+    memmove (entry->objects, entry->objects + 1, --entry->count * sizeof (kvp_object_t *));
+    if (entry->count == 0) {
+        free (entry->objects);
+        free (entry);
+        zhashx_delete (self->pins, pin_key);
+    }
+    return true;
+}
+
+//  Drops every pin of an owner that is gone.
+static void
+s_pins_drop_owner (self_t *self, uint64_t owner)
+{
+    char prefix[24];
+    int prefix_len = snprintf (prefix, sizeof prefix, "%llx:", (unsigned long long) owner);
+    zlistx_t *keys = zlistx_new ();
+    zlistx_set_destructor (keys, (zlistx_destructor_fn *) zstr_free);
+    for (pin_entry_t *entry = (pin_entry_t *) zhashx_first (self->pins); entry;
+         entry = (pin_entry_t *) zhashx_next (self->pins)) {
+        const char *pin_key = (const char *) zhashx_cursor (self->pins);
+        if (strncmp (pin_key, prefix, (size_t) prefix_len) == 0) {
+            for (size_t i = 0; i < entry->count; i++)
+                entry->objects[i]->client_pins--;
+            free (entry->objects);
+            free (entry);
+            zlistx_add_end (keys, strdup (pin_key));
+        }
+    }
+    for (char *pin_key = (char *) zlistx_first (keys); pin_key;
+         pin_key = (char *) zlistx_next (keys))
+        zhashx_delete (self->pins, pin_key);
+    zlistx_destroy (&keys);
+}
+
+//  ---- revoked reservations -----------------------------------------------------------
+
+//  Revokes a pending, bound reservation for everyone but its writer: the key is free at
+//  once, the space only when the writer is done with it (see DESIGN).
+static void
+s_reservation_revoke (self_t *self, kvp_object_t *object, kvp_job_t **free_job_p, int64_t now)
+{
+    assert (object->state == OBJECT_PENDING && !object->busy);
+    self->revoked++;
+    if (object->owner == 0 || !object->bound) {
+        //  Nobody outside the node can be writing into it.
+        s_object_drop (self, object, free_job_p, now);
+        return;
+    }
+    zhashx_delete (self->objects, object->key);
+    self->pending--;
+    zlistx_add_end (self->held, object);
+}
+
+//  Takes owner's revoked reservation of key off the list and frees its space. Returns true
+//  if there was one.
+static bool
+s_revoked_end (self_t *self, uint64_t owner, const char *key, kvp_job_t **free_job_p)
+{
+    for (kvp_object_t *object = (kvp_object_t *) zlistx_first (self->held); object;
+         object = (kvp_object_t *) zlistx_next (self->held))
+        if (object->owner == owner && (!key || streq (object->key, key))) {
+            zlistx_delete (self->held, zlistx_cursor (self->held));
+            s_free_replicas (free_job_p, object);
+            s_object_destroy (&object);
+            return true;
+        }
+    return false;
 }
 
 static kvp_object_t *
@@ -301,6 +453,7 @@ s_reserve (self_t *self, kvp_job_t *job, int64_t now)
         kvp_object_t *object = s_object_new (self, job, item, now);
         object->state = OBJECT_PENDING;
         object->busy = true;
+        object->owner = job->owner_id;
         object->put_deadline = now + (int64_t) self->config->put_timeout_ms;
         self->pending++;
         item->object_id = object->id;
@@ -349,23 +502,47 @@ s_object_complete (self_t *self, kvp_object_t *object)
     self->puts++;
 }
 
+//  The reservation of item's key that this job's owner may end (PUT_END, PUT_REVOKE), or
+//  NULL with the item's status and the job's reason set.
+static kvp_object_t *
+s_own_reservation (self_t *self, kvp_job_t *job, kvp_item_t *item, kvp_job_t **free_job_p)
+{
+    kvp_object_t *object = (kvp_object_t *) zhashx_lookup (self->objects, item->key);
+    if (object && object->state == OBJECT_PENDING && object->owner == job->owner_id && object->bound
+        && !object->busy)
+        return object;
+    item->status = KVPOOL_INVALID_WRITE;
+    if (s_revoked_end (self, job->owner_id, item->key, free_job_p)) {
+        //  Its writer is done with it: the space is free now. PUT_REVOKE asked for this.
+        if (job->kind == KVP_RM_REVOKE)
+            item->status = KVPOOL_OK;
+        else
+            snprintf (job->error, sizeof job->error,
+                      "the reservation of a key was revoked (put timeout or reset) before its "
+                      "PUT_END: nothing was stored");
+    }
+    else if (object && object->state == OBJECT_PENDING && object->owner != job->owner_id)
+        snprintf (job->error, sizeof job->error, "a key is reserved by another client");
+    return NULL;
+}
+
 //  A client's PUT_END: the object it reserved and wrote becomes visible.
 static void
 s_commit (self_t *self, kvp_job_t *job, int64_t now)
 {
     (void) now;
+    kvp_job_t *free_job = NULL;
     for (size_t i = 0; i < job->count; i++) {
         kvp_item_t *item = &job->items[i];
         if (item->status != KVPOOL_OK)
             continue;
-        kvp_object_t *object = (kvp_object_t *) zhashx_lookup (self->objects, item->key);
-        if (!object || object->state != OBJECT_PENDING || !object->bound || object->busy) {
-            item->status = KVPOOL_INVALID_WRITE;
+        kvp_object_t *object = s_own_reservation (self, job, item, &free_job);
+        if (!object)
             continue;
-        }
         self->pending--;
         s_object_complete (self, object);
     }
+    s_free_job_send (self, &free_job);
 }
 
 //  The end of a server-side PUT, in one step: the allocator placed each value and the api
@@ -407,11 +584,9 @@ s_revoke (self_t *self, kvp_job_t *job, int64_t now)
         kvp_item_t *item = &job->items[i];
         if (item->status != KVPOOL_OK)
             continue;
-        kvp_object_t *object = (kvp_object_t *) zhashx_lookup (self->objects, item->key);
-        if (!object || object->state != OBJECT_PENDING || object->busy) {
-            item->status = KVPOOL_INVALID_WRITE;
+        kvp_object_t *object = s_own_reservation (self, job, item, &free_job);
+        if (!object)
             continue;
-        }
         s_object_drop (self, object, &free_job, now);
         self->revoked++;
     }
@@ -430,6 +605,12 @@ s_read (self_t *self, kvp_job_t *job, int64_t now)
         kvp_item_t *item = &job->items[i];
         if (item->status != KVPOOL_OK)
             continue;
+        if (job->kind == KVP_RM_RELEASE) {
+            //  Only the process that took a pin drops it; the object may be removed by now.
+            if (!s_pin_release (self, job->owner_id, item->key))
+                item->status = KVPOOL_INVALID_READ;
+            continue;
+        }
         kvp_object_t *object = s_lookup_complete (self, item->key);
         if (job->kind == KVP_RM_GET)
             self->gets++;
@@ -451,14 +632,8 @@ s_read (self_t *self, kvp_job_t *job, int64_t now)
             case KVP_RM_REPLICA_LIST:
                 object->lease_until = lease_until;
                 if (job->pin)
-                    object->client_pins++;
+                    s_pin_add (self, job->owner_id, object);
                 s_fill_replicas (item, object, true);
-                break;
-            case KVP_RM_RELEASE:
-                if (object->client_pins == 0)
-                    item->status = KVPOOL_INVALID_READ;
-                else
-                    object->client_pins--;
                 break;
             default: break;
         }
@@ -535,16 +710,48 @@ s_remove_many (self_t *self, kvp_job_t *job, int64_t now)
         if (object->state == OBJECT_COMPLETE) {
             removed++;
             self->removes++;
+            s_object_drop (self, object, &free_job, now);
         }
-        else
+        else if (reset)
+            //  Nothing lands after a reset, and no late writer lands in reused space.
+            s_reservation_revoke (self, object, &free_job, now);
+        else {
             self->revoked++;
-        s_object_drop (self, object, &free_job, now);
+            s_object_drop (self, object, &free_job, now);
+        }
     }
     zlistx_destroy (&victims);
     s_free_job_send (self, &free_job);
     if (use_regex)
         regfree (&regex);
     job->result_count = removed;
+}
+
+//  A same-machine client process is gone, and none of its requests is still out (the api
+//  waits for that): its pins, reservations and revoked reservations end.
+static void
+s_owner_gone (self_t *self, kvp_job_t *job, int64_t now)
+{
+    uint64_t owner = job->owner_id;
+    if (owner == 0)
+        return;
+    s_pins_drop_owner (self, owner);
+    kvp_job_t *free_job = NULL;
+    zlistx_t *reservations = zlistx_new ();
+    for (kvp_object_t *object = (kvp_object_t *) zhashx_first (self->objects); object;
+         object = (kvp_object_t *) zhashx_next (self->objects))
+        if (object->state == OBJECT_PENDING && object->owner == owner && !object->busy)
+            zlistx_add_end (reservations, object);
+    for (kvp_object_t *object = (kvp_object_t *) zlistx_first (reservations); object;
+         object = (kvp_object_t *) zlistx_next (reservations)) {
+        s_object_drop (self, object, &free_job, now);
+        self->revoked++;
+    }
+    job->result_count = zlistx_size (reservations);
+    zlistx_destroy (&reservations);
+    while (s_revoked_end (self, owner, NULL, &free_job))
+        job->result_count++;
+    s_free_job_send (self, &free_job);
 }
 
 static void
@@ -588,10 +795,8 @@ s_sweep (self_t *self, int64_t now)
             }
         if (expired) {
             for (object = (kvp_object_t *) zlistx_first (expired); object;
-                 object = (kvp_object_t *) zlistx_next (expired)) {
-                s_object_drop (self, object, &free_job, now);
-                self->revoked++;
-            }
+                 object = (kvp_object_t *) zlistx_next (expired))
+                s_reservation_revoke (self, object, &free_job, now);
             zlistx_destroy (&expired);
         }
     }
@@ -618,6 +823,7 @@ s_handle_job (self_t *self, kvp_job_t *job)
         case KVP_RM_REMOVE_REGEX:
         case KVP_RM_REMOVE_ALL:
         case KVP_RM_REMOVE_SEGMENT: s_remove_many (self, job, now); break;
+        case KVP_RM_OWNER_GONE: s_owner_gone (self, job, now); break;
         case KVP_RM_STATS: s_stats (self, job); break;
         default:
             kvp_job_fail (job, KVPOOL_INTERNAL_ERROR, "replica-manager: job kind %d", job->kind);

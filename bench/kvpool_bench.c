@@ -1612,6 +1612,7 @@ s_connect_kvpool (bench_t *self)
     options.timeout_ms = RPC_TIMEOUT_MS;
     options.connect_timeout_ms = 5000;
     options.fast_path = 0;
+    options.keep_endpoint = 1; //  these are the tcp figures
     self->tcp = kvpool_connect (self->endpoint, &options);
     if (!self->tcp) {
         fprintf (stderr, "kvpool-bench: cannot connect to kvpoold at %s\n", self->endpoint);
@@ -1628,6 +1629,7 @@ s_connect_kvpool (bench_t *self)
     self->path_ok[PATH_TCP] = self->path_ok[PATH_TCP_ZC] = true;
 
     options.fast_path = 1;
+    options.keep_endpoint = 0;
     self->local = kvpool_connect (self->endpoint, &options);
     if (self->local && kvpool_fast_path (self->local))
         self->path_ok[PATH_LOCAL] = true;

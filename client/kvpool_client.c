@@ -660,8 +660,52 @@ s_ping (kvpool_t *self)
         return rc;
     if (reply.msg->host_id)
         snprintf (self->host_id, sizeof self->host_id, "%s", reply.msg->host_id);
+    snprintf (self->ping_server_id, sizeof self->ping_server_id, "%s",
+              reply.msg->server_id ? reply.msg->server_id : "");
+    snprintf (self->local_endpoint, sizeof self->local_endpoint, "%s",
+              reply.msg->local_endpoint ? reply.msg->local_endpoint : "");
     kvpc_reply_free (&reply);
     return KVPOOL_OK;
+}
+
+//  How long a connection waits for the node on its ipc endpoint before it stays where it is.
+#define KVPC_LOCAL_PING_MS 1000
+
+//  A client on the node's machine talks to the node's ipc endpoint: only there does the node
+//  know which process it is, and only there does it serve the shared-memory operations
+//  (docs/security.md). The move is kept only if the same node answers there (another
+//  network namespace, say, has no such socket, or another node's).
+static void
+s_go_local (kvpool_t *self)
+{
+    if (!self->local_endpoint[0] || strcmp (self->endpoint, self->local_endpoint) == 0
+        || s_is_inproc (self->endpoint))
+        return;
+    char server_id[sizeof self->ping_server_id];
+    memcpy (server_id, self->ping_server_id, sizeof server_id);
+    char *endpoint = strdup (self->local_endpoint);
+    if (!endpoint)
+        return;
+    void *old_socket = self->socket;
+    char *old_endpoint = self->endpoint;
+    int timeout = self->timeout_ms;
+    self->socket = NULL;
+    self->endpoint = endpoint;
+    self->timeout_ms = timeout < KVPC_LOCAL_PING_MS ? timeout : KVPC_LOCAL_PING_MS;
+    bool moved = s_socket_open (self, self->ctx) == 0 && s_ping (self) == KVPOOL_OK
+                 && strcmp (server_id, self->ping_server_id) == 0;
+    self->timeout_ms = timeout;
+    if (moved) {
+        zmq_close (old_socket);
+        free (old_endpoint);
+        return;
+    }
+    if (self->socket)
+        zmq_close (self->socket);
+    self->socket = old_socket;
+    self->endpoint = old_endpoint;
+    free (endpoint);
+    memcpy (self->ping_server_id, server_id, sizeof server_id);
 }
 
 //  ---- connection ---------------------------------------------------------------------------
@@ -747,6 +791,8 @@ kvpool_connect (const char *endpoint, const kvpool_options_t *options)
     //  The fast path is an optimisation: when anything about it fails, the socket path
     //  does the work.
     self->use_index = true;
+    if (self->same_host && !options->keep_endpoint)
+        s_go_local (self);
     if (options->fast_path && self->same_host)
         kvpc_fast_path_open (self);
     self->last_error[0] = 0;

@@ -53,6 +53,8 @@ struct _kvpool_t {
     char last_error[256];
     char client_id[96];        //  owner name for segments this client mounts
     char host_id[64];          //  the server's boot id (PING)
+    char ping_server_id[96];   //  the server's boot id + pid (PING)
+    char local_endpoint[256];  //  the server's ipc endpoint for same-machine clients (PING)
     bool same_host;            //  host_id equals this machine's boot id
     bool fast_path;            //  segments are mapped and the fast path is in use
     segment_table_t *segments; //  the node's segments as mapped here (fast path)

@@ -48,6 +48,7 @@ extern "C" {
     X (KVPOOL_UNKNOWN_OPERATION, -601, "unknown operation")                                        \
     X (KVPOOL_VALUE_TOO_LARGE, -602, "value larger than the server's limit")                       \
     X (KVPOOL_PROTOCOL_ERROR, -603, "malformed request")                                           \
+    X (KVPOOL_PERMISSION_DENIED, -604, "not allowed for this client")                              \
     X (KVPOOL_INVALID_WRITE, -700, "key is not being written")                                     \
     X (KVPOOL_INVALID_READ, -701, "invalid read")                                                  \
     X (KVPOOL_INVALID_REPLICA, -702, "invalid replica count")                                      \
@@ -76,6 +77,11 @@ typedef struct {
     int timeout_ms;         //  per request; 0 means the default (5000)
     int connect_timeout_ms; //  for the first PING at connect; 0 means timeout_ms
     int fast_path;          //  1: use the same-machine path when possible (default); 0: never
+    //  On the node's machine a connection moves to the node's ipc endpoint (PING's
+    //  local_endpoint), where the node knows which process it is and serves the
+    //  shared-memory operations (put-start, get-replica-list, mount, ...). 1: stay on the
+    //  endpoint given (those operations are then refused with KVPOOL_PERMISSION_DENIED).
+    int keep_endpoint;
 } kvpool_options_t;
 
 //  Fills options with the defaults (timeout 5000 ms, fast path auto).

@@ -45,14 +45,17 @@ typedef enum {
     KVP_RM_REMOVE_REGEX,   //  job->pattern, job->force -> job->count
     KVP_RM_REMOVE_ALL,     //  job->force -> job->count
     KVP_RM_REMOVE_SEGMENT, //  job->segment_id: drop every object with a replica there
+    KVP_RM_OWNER_GONE,     //  job->owner_id died: its pins, reservations and revoked
+                           //  reservations end
     KVP_RM_STATS,          //  fills job->stats (object side)
     //  allocator
-    KVP_AL_ALLOC,    //  items with status OK: place replica_num replicas, fill replicas
-    KVP_AL_FREE,     //  items: free their replicas
-    KVP_AL_STATS,    //  fills job->stats (space side) and job->segments
-    KVP_AL_SEGMENTS, //  fills job->segments
-    KVP_AL_MOUNT,    //  job->segment_name, job->segment_size, job->owner
-    KVP_AL_UNMOUNT,  //  job->segment_id (objects must be gone already)
+    KVP_AL_ALLOC,         //  items with status OK: place replica_num replicas, fill replicas
+    KVP_AL_FREE,          //  items: free their replicas
+    KVP_AL_STATS,         //  fills job->stats (space side) and job->segments
+    KVP_AL_SEGMENTS,      //  fills job->segments
+    KVP_AL_MOUNT,         //  job->segment_name, job->segment_size, job->owner
+    KVP_AL_UNMOUNT_CHECK, //  job->segment_id may be unmounted by job->owner (NULL: the node)
+    KVP_AL_UNMOUNT,       //  job->segment_id (objects must be gone already)
     //  transfer-submitter
     KVP_TX_WRITE, //  items: copy value (src) into every replica
 } kvp_job_kind_t;
@@ -117,7 +120,10 @@ typedef struct {
     uint32_t segment_id;
     const char *segment_name;
     uint64_t segment_size;
-    const char *owner;
+    const char *owner; //  MOUNT: the segment's owner; UNMOUNT: who asks (NULL: the node)
+    //  who made the request: a same-machine client process (owners.h), 0 for the node and
+    //  its in-process clients. Reservations and read pins belong to it.
+    uint64_t owner_id;
     //  results
     uint64_t result_count;
     kvp_stats_t stats;

@@ -15,6 +15,7 @@
 #include <signal.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <netinet/in.h>
 #include <time.h>
@@ -630,14 +631,21 @@ s_test_admin (kvpool_t *pool, const char *prefix)
     }
     CHECK (segments[0].id != segments[1].id);
 
-    //  A plain shared-memory object could shrink under the node: refused, with the reason.
+    //  A shared-memory name: the node opens only descriptors of the asking process.
     char name[64];
     segment_make_name (name, sizeof name, "test", 0);
     segment_t *plain = segment_new (name, 16 * MiB, false);
     CHECK (plain);
+    CHECK_EQ (kvpool_mount_segment (pool, name, 16 * MiB, NULL), KVPOOL_PERMISSION_DENIED);
+    CHECK (strstr (kvpool_last_error (pool), "its own memory"));
+    segment_destroy (&plain);
+    //  A memfd that could shrink under the node: refused, with the reason.
+    int loose = memfd_create ("kvpool-test-loose", MFD_CLOEXEC);
+    CHECK (loose >= 0 && ftruncate (loose, 16 * MiB) == 0);
+    snprintf (name, sizeof name, "/proc/%d/fd/%d", (int) getpid (), loose);
     CHECK_EQ (kvpool_mount_segment (pool, name, 16 * MiB, NULL), KVPOOL_INVALID_PARAMS);
     CHECK (strstr (kvpool_last_error (pool), "F_SEAL_SHRINK"));
-    segment_destroy (&plain);
+    close (loose);
 
     //  A segment of our own (a sealed memfd): mount it, place a replica on it by name,
     //  unmount it.

@@ -158,6 +158,17 @@ s_connect (testutil_server_t *server)
     return sock;
 }
 
+//  A socket on the node's ipc endpoint, where the shared-memory operations are served.
+static zsock_t *
+s_connect_local (testutil_server_t *server)
+{
+    CHECK (server->ipc_endpoint[0]);
+    zsock_t *sock = zsock_new (ZMQ_DEALER);
+    zsock_set_linger (sock, 0);
+    CHECK (zsock_connect (sock, "%s", server->ipc_endpoint) == 0);
+    return sock;
+}
+
 //  ---- the tests -----------------------------------------------------------------------
 
 static void
@@ -274,13 +285,23 @@ test_operations (testutil_server_t *server)
 static void
 test_two_phase (testutil_server_t *server)
 {
-    zsock_t *sock = s_connect (server);
     char *keys[] = {"tp/a", "tp/b"};
     uint64_t sizes[] = {4096, 100};
     Kvpool__V1__Request request = s_request (KVPOOL__V1__OP__PUT_START, keys, 2);
     request.sizes = sizes;
     request.n_sizes = 2;
-    result_t r = s_call (sock, &request, NULL, NULL, 0);
+    //  Over tcp the node cannot tell who is asking: the shared-memory operations are refused.
+    zsock_t *remote = s_connect (server);
+    result_t r = s_call (remote, &request, NULL, NULL, 0);
+    CHECK_EQ (r.reply->status, KVPOOL_PERMISSION_DENIED);
+    CHECK (strstr (r.reply->error, "ipc endpoint"));
+    s_result_free (&r);
+    CHECK_EQ (s_key_op (remote, KVPOOL__V1__OP__PUT_END, "tp/a", false), KVPOOL_PERMISSION_DENIED);
+    CHECK_EQ (s_key_op (remote, KVPOOL__V1__OP__RELEASE, "tp/a", false), KVPOOL_PERMISSION_DENIED);
+    zsock_destroy (&remote);
+
+    zsock_t *sock = s_connect_local (server);
+    r = s_call (sock, &request, NULL, NULL, 0);
     CHECK_EQ (r.reply->status, 0);
     CHECK_EQ (r.reply->statuses[0], 0);
     CHECK_EQ (r.reply->n_replicas, 2);
@@ -453,7 +474,7 @@ test_bad_input (testutil_server_t *server)
 static void
 test_replicas_and_full (testutil_server_t *server)
 {
-    zsock_t *sock = s_connect (server);
+    zsock_t *sock = s_connect_local (server);
     //  Three replicas land on three distinct segments (the daemon has 3).
     CHECK_EQ (s_put (sock, "rep/a", "replicated", 10, 3), KVPOOL_OK);
     char *keys[] = {"rep/a"};
@@ -494,7 +515,7 @@ static void
 test_discard_timeout (testutil_server_t *server)
 {
     //  The daemon runs with --put-timeout 300: an uncommitted put-start is revoked.
-    zsock_t *sock = s_connect (server);
+    zsock_t *sock = s_connect_local (server);
     char *keys[] = {"dt/a"};
     uint64_t sizes[] = {1000};
     Kvpool__V1__Request request = s_request (KVPOOL__V1__OP__PUT_START, keys, 1);

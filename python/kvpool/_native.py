@@ -61,7 +61,8 @@ lib, path = _load()
 
 
 class Options(Structure):
-    _fields_ = [("timeout_ms", c_int), ("connect_timeout_ms", c_int), ("fast_path", c_int)]
+    _fields_ = [("timeout_ms", c_int), ("connect_timeout_ms", c_int), ("fast_path", c_int),
+                ("keep_endpoint", c_int)]
 
 
 class Iov(Structure):

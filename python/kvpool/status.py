@@ -29,6 +29,7 @@ _TABLE = (
     ("UNKNOWN_OPERATION", -601, "unknown operation"),
     ("VALUE_TOO_LARGE", -602, "value larger than the server's limit"),
     ("PROTOCOL_ERROR", -603, "malformed request"),
+    ("PERMISSION_DENIED", -604, "not allowed for this client"),
     ("INVALID_WRITE", -700, "key is not being written"),
     ("INVALID_READ", -701, "invalid read"),
     ("INVALID_REPLICA", -702, "invalid replica count"),
