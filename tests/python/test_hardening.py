@@ -1,0 +1,536 @@
+"""Hostile and unlucky same-machine clients against the real kvpoold (issue: hardening).
+
+Each test drives real client processes ("agents": this file run as a program, answering JSON
+commands on stdin) against a real kvpoold, stops them with SIGSTOP or kills them with SIGKILL
+in the middle of the shared-memory protocols, and checks with a digest of every byte that no
+other object was touched and that everything the dead left behind is released.
+
+- who may use the shared-memory operations: tcp clients never; ipc clients of another user
+  never; a process mounts only its own memory, commits, revokes and releases only its own
+  reservations and pins, unmounts only its own segments, and never the node's;
+- a writer stopped past --put-timeout, or past a reset, never writes into another object;
+- a reader stopped past its lease and a forced remove still copies the bytes it was promised;
+- a reader or writer killed mid-protocol leaves nothing behind.
+
+Run by `make test` (cwd = repo root, KVPOOL_BIN = build/bin) with Debian's /usr/bin/python3.
+"""
+
+import hashlib
+import importlib.util
+import json
+import mmap
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+import zmq
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.normpath(os.path.join(HERE, "..", ".."))
+
+
+def _load_pb2():
+    path = os.path.join(REPO, "python", "kvpool", "kvpool_pb2.py")
+    spec = importlib.util.spec_from_file_location("kvpool_pb2_for_hardening", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+pb = _load_pb2()
+
+OK = 0
+PERMISSION_DENIED = -604
+INVALID_WRITE = -700
+INVALID_READ = -701
+OBJECT_NOT_FOUND = -704
+OBJECT_HAS_LEASE = -706
+NO_AVAILABLE_HANDLE = -200
+
+PUT_TIMEOUT_MS = 400
+LEASE_MS = 300
+
+
+def pattern(seed, size):
+    """size bytes that depend on seed (a digest chain, so no two objects look alike)."""
+    out = bytearray()
+    block = hashlib.sha256(str(seed).encode()).digest()
+    while len(out) < size:
+        out += block
+        block = hashlib.sha256(block).digest()
+    return bytes(out[:size])
+
+
+# ---- a raw protocol client ---------------------------------------------------------------
+
+class Raw:
+    """One DEALER socket speaking kvpool.v1 with raw frames."""
+
+    def __init__(self, endpoint, context=None):
+        self.ctx = context or zmq.Context.instance()
+        self.sock = self.ctx.socket(zmq.DEALER)
+        self.sock.linger = 0
+        self.sock.rcvtimeo = 10000
+        self.sock.connect(endpoint)
+        self.next_id = 1
+
+    def call(self, op, keys=(), values=(), **fields):
+        request = pb.Request(version=1, request_id=self.next_id, op=op, keys=list(keys), **fields)
+        self.next_id += 1
+        self.sock.send_multipart([request.SerializeToString()] + list(values))
+        while True:
+            frames = self.sock.recv_multipart()
+            reply = pb.Reply()
+            reply.ParseFromString(frames[0])
+            if reply.request_id == request.request_id:
+                return reply, frames[1:]
+
+    def status(self, op, key, **fields):
+        reply, _ = self.call(op, [key], **fields)
+        return reply.status or reply.statuses[0]
+
+    def put(self, key, value):
+        reply, _ = self.call(pb.PUT, [key], [value])
+        return reply.status or reply.statuses[0]
+
+    def get(self, key):
+        reply, frames = self.call(pb.GET, [key])
+        status = reply.status or reply.statuses[0]
+        return status, (frames[0] if status == OK else None)
+
+    def stats(self):
+        reply, _ = self.call(pb.STATS)
+        return reply.stats
+
+    def segments(self):
+        reply, _ = self.call(pb.SEGMENTS)
+        return list(reply.segments)
+
+    def close(self):
+        self.sock.close()
+
+
+# ---- an agent: a client process of its own, driven over stdin ----------------------------
+
+def agent_main(endpoint):
+    """Runs in a child process: one JSON command a line in, one JSON answer a line out."""
+    raw = Raw(endpoint, zmq.Context())
+    maps = {}
+    memfds = []
+    copied = bytearray()
+    for line in sys.stdin:
+        cmd = json.loads(line)
+        op = cmd["op"]
+        answer = {}
+        if op == "call":
+            fields = dict(cmd.get("fields", {}))
+            if "segment" in fields:
+                fields["segment"] = pb.Segment(**fields["segment"])
+            reply, _ = raw.call(getattr(pb, cmd["name"]), cmd.get("keys", []), **fields)
+            answer = {"status": reply.status, "statuses": list(reply.statuses),
+                      "error": reply.error,
+                      "replicas": [[(r.segment_id, r.offset) for r in k.replicas]
+                                   for k in reply.replicas],
+                      "segments": [s.id for s in reply.segments]}
+        elif op == "map":
+            for seg in raw.segments():
+                if seg.name.startswith("/kvpool") and seg.id not in maps:
+                    fd = os.open("/dev/shm" + seg.name, os.O_RDWR)
+                    maps[seg.id] = mmap.mmap(fd, seg.size)
+                    os.close(fd)
+            answer = {"mapped": sorted(maps)}
+        elif op == "write":
+            data = pattern(cmd["seed"], cmd["end"])[cmd["start"]:cmd["end"]]
+            base = cmd["offset"]
+            maps[cmd["segment_id"]][base + cmd["start"]:base + cmd["end"]] = data
+        elif op == "copy":
+            base = cmd["offset"]
+            copied += maps[cmd["segment_id"]][base + cmd["start"]:base + cmd["end"]]
+        elif op == "digest":
+            answer = {"sha": hashlib.sha256(bytes(copied)).hexdigest(), "size": len(copied)}
+            copied = bytearray()
+        elif op == "memfd":
+            fd = os.memfd_create("kvpool-agent", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+            os.ftruncate(fd, cmd["size"])
+            os.posix_fallocate(fd, 0, cmd["size"])
+            import fcntl
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK)
+            memfds.append(fd)
+            answer = {"name": "/proc/%d/fd/%d" % (os.getpid(), fd)}
+        elif op == "pid":
+            answer = {"pid": os.getpid()}
+        answer["done"] = op
+        sys.stdout.write(json.dumps(answer) + "\n")
+        sys.stdout.flush()
+
+
+class Agent:
+    def __init__(self, endpoint, user=None):
+        def demote():
+            if user is not None:
+                os.setgid(user)
+                os.setuid(user)
+        self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--agent",
+                                      endpoint], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     text=True, preexec_fn=demote,
+                                     env=dict(os.environ, PYTHONPATH=os.path.join(REPO, "python")))
+        self.pid = self.proc.pid
+
+    def send(self, op, **args):
+        self.proc.stdin.write(json.dumps(dict(op=op, **args)) + "\n")
+        self.proc.stdin.flush()
+
+    def answer(self):
+        line = self.proc.stdout.readline()
+        assert line, "agent died"
+        return json.loads(line)
+
+    def do(self, op, **args):
+        self.send(op, **args)
+        return self.answer()
+
+    def call(self, name, keys=(), **fields):
+        return self.do("call", name=name, keys=list(keys), fields=fields)
+
+    def stop(self):
+        os.kill(self.pid, signal.SIGSTOP)
+
+    def resume(self):
+        os.kill(self.pid, signal.SIGCONT)
+
+    def kill(self):
+        self.proc.kill()
+        self.proc.wait(10)
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+# ---- the daemon --------------------------------------------------------------------------
+
+class Daemon:
+    def __init__(self, *extra):
+        bin_dir = os.environ.get("KVPOOL_BIN") or os.path.join(REPO, "build", "bin")
+        self.dir = tempfile.mkdtemp(prefix="kvpool-hardening-")
+        ready = os.path.join(self.dir, "ready")
+        self.log = open(os.path.join(self.dir, "log"), "wb")
+        self.proc = subprocess.Popen(
+            [os.path.join(bin_dir, "kvpoold"), "--endpoint", "tcp://127.0.0.1:*",
+             "--admin", "tcp://127.0.0.1:*", "--ready-file", ready, "--segment-size", "8MiB",
+             "--put-timeout", str(PUT_TIMEOUT_MS), "--lease-ttl", str(LEASE_MS)] + list(extra),
+            stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and not os.path.exists(ready):
+            assert self.proc.poll() is None, "kvpoold exited at start"
+            time.sleep(0.02)
+        values = {}
+        with open(ready) as file:
+            for line in file:
+                name, _, value = line.strip().partition("=")
+                values.setdefault(name, []).append(value)
+        self.tcp = [e for e in values["endpoint"] if e.startswith("tcp://")][0]
+        self.ipc = [e for e in values["endpoint"] if e.startswith("ipc://")][0]
+        self.admin = values["admin"][0]
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(15)
+        self.log.close()
+        with open(os.path.join(self.dir, "log"), "rb") as file:
+            return file.read().decode("utf-8", "replace")
+
+
+@pytest.fixture
+def daemon():
+    d = Daemon()
+    yield d
+    log = d.stop()
+    assert d.proc.returncode == 0, log
+
+
+def wait_for(predicate, seconds=5.0):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return predicate()
+
+
+def fill(raw, prefix, size, limit=10000):
+    """Puts objects of `size` until the pool is full; returns {key: seed}."""
+    stored = {}
+    for i in range(limit):
+        key = "%s/%d" % (prefix, i)
+        status = raw.put(key, pattern(key, size))
+        if status == NO_AVAILABLE_HANDLE:
+            break
+        assert status == OK, status
+        stored[key] = key
+    return stored
+
+
+def verify(raw, stored, size):
+    """Every stored object reads back whole and exact; returns the number checked."""
+    for key, seed in stored.items():
+        status, value = raw.get(key)
+        assert status == OK, (key, status)
+        assert value == pattern(seed, size), "wrong bytes in %s" % key
+    return len(stored)
+
+
+# ---- who may do what ---------------------------------------------------------------------
+
+def test_tcp_clients_cannot_touch_shared_memory(daemon):
+    raw = Raw(daemon.tcp)
+    assert raw.put("t/a", b"secret" * 1000) == OK
+    for op in (pb.PUT_END, pb.PUT_REVOKE, pb.GET_REPLICA_LIST, pb.RELEASE):
+        reply, _ = raw.call(op, ["t/a"])
+        assert reply.status == PERMISSION_DENIED and "ipc endpoint" in reply.error
+    reply, _ = raw.call(pb.PUT_START, ["t/b"], sizes=[1 << 20])
+    assert reply.status == PERMISSION_DENIED
+    reply, _ = raw.call(pb.UNMOUNT_SEGMENT, segment=pb.Segment(id=1))
+    assert reply.status == PERMISSION_DENIED
+    reply, _ = raw.call(pb.PING)
+    assert reply.local_endpoint == daemon.ipc
+    # Nothing changed: the node's segment is still there and the value readable.
+    assert len(raw.segments()) == 1
+    assert raw.get("t/a") == (OK, b"secret" * 1000)
+    raw.close()
+
+
+def test_removed_bytes_never_reach_another_client(daemon):
+    """Item 7: a tcp client cannot reserve space and commit whatever was there before."""
+    raw = Raw(daemon.tcp)
+    assert raw.put("secret", b"S" * (1 << 20)) == OK
+    reply, _ = raw.call(pb.REMOVE, ["secret"], force=True)
+    assert reply.statuses[0] == OK
+    reply, _ = raw.call(pb.PUT_START, ["probe"], sizes=[1 << 20])
+    assert reply.status == PERMISSION_DENIED
+    assert raw.status(pb.PUT_END, "probe") == PERMISSION_DENIED
+    assert raw.get("probe")[0] == OBJECT_NOT_FOUND
+    raw.close()
+
+
+def test_other_users_are_refused_on_the_ipc_endpoint(daemon):
+    if os.geteuid() != 0:
+        pytest.skip("needs root to run a client as another user")
+    nobody = 65534
+    agent = Agent(daemon.ipc, user=nobody)
+    try:
+        answer = agent.call("PING")
+        assert answer["status"] == OK  # PING says where to go, nothing more
+        answer = agent.call("EXIST", ["x"])
+        assert answer["status"] == PERMISSION_DENIED and "user 65534" in answer["error"]
+        answer = agent.call("PUT_START", ["x"], sizes=[4096])
+        assert answer["status"] == PERMISSION_DENIED
+    finally:
+        agent.close()
+    # ... and the node's shared-memory files are its user's alone.
+    raw = Raw(daemon.tcp)
+    for seg in raw.segments():
+        mode = os.stat("/dev/shm" + seg.name).st_mode & 0o777
+        assert mode & 0o077 == 0, oct(mode)
+    raw.close()
+
+
+def test_mount_only_own_memory_and_unmount_only_own_segments(daemon):
+    """Item 2 and 8: another process's memfd, the node's segments, another's segment."""
+    owner = Agent(daemon.ipc)
+    intruder = Agent(daemon.ipc)
+    raw = Raw(daemon.tcp)
+    try:
+        name = owner.do("memfd", size=4 << 20)["name"]
+        # The intruder names the owner's descriptor: refused, nothing opened.
+        answer = intruder.call("MOUNT_SEGMENT", segment={"name": name, "size": 4 << 20})
+        assert answer["status"] == PERMISSION_DENIED and "its own memory" in answer["error"]
+        assert len(raw.segments()) == 1
+        # The owner mounts it; the segment is the owner's, by pid.
+        answer = owner.call("MOUNT_SEGMENT", segment={"name": name, "size": 4 << 20,
+                                                       "owner": ""})
+        assert answer["status"] == OK, answer
+        seg_id = answer["segments"][0]
+        listed = {s.id: s for s in raw.segments()}
+        assert listed[seg_id].owner.startswith("pid:%d/" % owner.pid)
+        # Nobody else unmounts it, and nobody unmounts the node's own segment.
+        answer = intruder.call("UNMOUNT_SEGMENT", segment={"id": seg_id})
+        assert answer["status"] == PERMISSION_DENIED and "another process" in answer["error"]
+        node_seg = [s.id for s in raw.segments() if not s.owner][0]
+        for agent in (owner, intruder):
+            answer = agent.call("UNMOUNT_SEGMENT", segment={"id": node_seg})
+            assert answer["status"] == PERMISSION_DENIED and "node's own" in answer["error"]
+        assert len(raw.segments()) == 2
+        assert raw.put("still/works", b"v" * 5000) == OK
+        # Its owner dies: the segment goes with it.
+        owner.kill()
+        assert wait_for(lambda: len(raw.segments()) == 1, 5), raw.segments()
+    finally:
+        owner.close()
+        intruder.close()
+        raw.close()
+
+
+def test_reservations_and_pins_belong_to_their_process(daemon):
+    """Item 8: another process can neither commit, revoke nor release what A holds."""
+    a = Agent(daemon.ipc)
+    b = Agent(daemon.ipc)
+    raw = Raw(daemon.tcp)
+    try:
+        assert a.call("PUT_START", ["own/k"], sizes=[4096])["statuses"] == [OK]
+        for name in ("PUT_END", "PUT_REVOKE"):
+            answer = b.call(name, ["own/k"])
+            assert answer["statuses"] == [INVALID_WRITE]
+            assert "another client" in answer["error"]
+        assert raw.get("own/k")[0] == OBJECT_NOT_FOUND
+        assert a.call("PUT_END", ["own/k"])["statuses"] == [OK]
+        assert raw.get("own/k")[0] == OK
+        # A pins it; B's RELEASE does not drop A's pin.
+        assert a.call("GET_REPLICA_LIST", ["own/k"], pin=True)["statuses"] == [OK]
+        assert b.call("RELEASE", ["own/k"])["statuses"] == [INVALID_READ]
+        time.sleep(LEASE_MS / 1000 + 0.1)
+        assert raw.status(pb.REMOVE, "own/k") == OBJECT_HAS_LEASE  # A's pin holds
+        assert a.call("RELEASE", ["own/k"])["statuses"] == [OK]
+        assert raw.status(pb.REMOVE, "own/k") == OK
+    finally:
+        a.close()
+        b.close()
+        raw.close()
+
+
+# ---- stalls and deaths -------------------------------------------------------------------
+
+SIZE = 256 * 1024
+
+
+def test_stalled_writer_never_writes_into_other_objects(daemon):
+    """Item 3: SIGSTOP past --put-timeout, the pool refilled, then SIGCONT: no corruption."""
+    writer = Agent(daemon.ipc)
+    raw = Raw(daemon.tcp)
+    try:
+        answer = writer.call("PUT_START", ["w/stalled"], sizes=[SIZE])
+        assert answer["statuses"] == [OK]
+        seg, off = answer["replicas"][0][0]
+        writer.do("map")
+        writer.send("write", segment_id=seg, offset=off, start=0, end=SIZE // 2, seed="junk")
+        writer.answer()
+        writer.stop()
+        time.sleep(PUT_TIMEOUT_MS / 1000 + 0.4)
+        # Revoked for everyone else: the key is free, and the pool fills up around it.
+        assert raw.stats().pending_puts == 0
+        stored = fill(raw, "w/other", SIZE)
+        assert len(stored) > 10
+        writer.resume()
+        # The writer finishes its copy into the space it was given, then commits: refused.
+        writer.send("write", segment_id=seg, offset=off, start=SIZE // 2, end=SIZE, seed="junk")
+        writer.answer()
+        assert verify(raw, stored, SIZE) == len(stored)
+        answer = writer.call("PUT_END", ["w/stalled"])
+        assert answer["statuses"] == [INVALID_WRITE] and "revoked" in answer["error"]
+        assert raw.get("w/stalled")[0] == OBJECT_NOT_FOUND
+        # ... and its space is back in the pool now.
+        assert raw.put("w/after", pattern("w/after", SIZE)) == OK
+    finally:
+        writer.close()
+        raw.close()
+
+
+def test_reset_revokes_writes_in_flight(daemon):
+    """Item 5: a reset mid-copy: nothing lands after its reply, nobody else is corrupted."""
+    writer = Agent(daemon.ipc)
+    raw = Raw(daemon.tcp)
+    admin = zmq.Context.instance().socket(zmq.REQ)
+    admin.linger = 0
+    admin.rcvtimeo = 10000
+    admin.connect(daemon.admin)
+    try:
+        answer = writer.call("PUT_START", ["r/inflight"], sizes=[SIZE])
+        seg, off = answer["replicas"][0][0]
+        writer.do("map")
+        writer.do("write", segment_id=seg, offset=off, start=0, end=SIZE // 2, seed="late")
+        writer.stop()
+        admin.send_multipart([b"reset"])
+        assert admin.recv() == b"\x01"
+        stored = fill(raw, "r/other", SIZE)
+        writer.resume()
+        writer.do("write", segment_id=seg, offset=off, start=SIZE // 2, end=SIZE, seed="late")
+        answer = writer.call("PUT_END", ["r/inflight"])
+        assert answer["statuses"] == [INVALID_WRITE]
+        assert raw.get("r/inflight")[0] == OBJECT_NOT_FOUND
+        assert verify(raw, stored, SIZE) == len(stored)
+    finally:
+        admin.close()
+        writer.close()
+        raw.close()
+
+
+def test_stalled_reader_copies_what_it_was_promised(daemon):
+    """Item 4: a reader stopped past its lease, its object force-removed and the space
+    wanted by others, still copies exactly its value when it resumes."""
+    reader = Agent(daemon.ipc)
+    raw = Raw(daemon.tcp)
+    long_key = "s/" + "k" * 400  # too long for the read index: the replica-list path
+    try:
+        value = pattern(long_key, SIZE)
+        assert raw.put(long_key, value) == OK
+        answer = reader.call("GET_REPLICA_LIST", [long_key], pin=True)
+        assert answer["statuses"] == [OK]
+        seg, off = answer["replicas"][0][0]
+        reader.do("map")
+        reader.do("copy", segment_id=seg, offset=off, start=0, end=SIZE // 2)
+        reader.stop()
+        time.sleep(LEASE_MS / 1000 + 0.3)
+        reply, _ = raw.call(pb.REMOVE, [long_key], force=True)
+        assert reply.statuses[0] == OK
+        stored = fill(raw, "s/other", SIZE)
+        reader.resume()
+        reader.do("copy", segment_id=seg, offset=off, start=SIZE // 2, end=SIZE)
+        digest = reader.do("digest")
+        assert digest["size"] == SIZE
+        assert digest["sha"] == hashlib.sha256(value).hexdigest()
+        assert reader.call("RELEASE", [long_key])["statuses"] == [OK]
+        assert verify(raw, stored, SIZE) == len(stored)
+        # The space comes back once the pin is gone.
+        assert wait_for(lambda: raw.put("s/after", pattern("s/after", SIZE)) == OK, 3)
+    finally:
+        reader.close()
+        raw.close()
+
+
+def test_killed_clients_leave_nothing_behind(daemon):
+    """Item 6: SIGKILL after GET_REPLICA_LIST(pin), after PUT_START, after MOUNT_SEGMENT."""
+    raw = Raw(daemon.tcp)
+    try:
+        assert raw.put("k/pinned", pattern("k/pinned", SIZE)) == OK
+        before = raw.stats()
+        agent = Agent(daemon.ipc)
+        assert agent.call("GET_REPLICA_LIST", ["k/pinned"], pin=True)["statuses"] == [OK]
+        assert agent.call("PUT_START", ["k/reserved"], sizes=[SIZE])["statuses"] == [OK]
+        name = agent.do("memfd", size=4 << 20)["name"]
+        assert agent.call("MOUNT_SEGMENT", segment={"name": name, "size": 4 << 20})[
+            "status"] == OK
+        assert raw.stats().pending_puts == 1 and len(raw.segments()) == 2
+        agent.kill()
+        time.sleep(LEASE_MS / 1000 + 0.1)
+        # Within a bounded time: the pin, the reservation and the segment are gone.
+        assert wait_for(lambda: raw.status(pb.REMOVE, "k/pinned") == OK, 4)
+        assert wait_for(lambda: raw.stats().pending_puts == 0, 4)
+        assert wait_for(lambda: len(raw.segments()) == 1, 4)
+        after = raw.stats()
+        assert after.bytes_allocated <= before.bytes_allocated
+        assert raw.put("k/reserved", b"x" * 10) == OK
+    finally:
+        raw.close()
+
+
+if __name__ == "__main__" and len(sys.argv) == 3 and sys.argv[1] == "--agent":
+    agent_main(sys.argv[2])
