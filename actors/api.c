@@ -913,10 +913,28 @@ s_job_from_request (self_t *self, api_ctx_t *ctx)
     zframe_t *frame = ctx->values ? zmsg_first (ctx->values) : NULL;
     for (size_t i = 0; i < n; i++) {
         kvp_item_t *item = &job->items[i];
-        item->key = request->keys[i];
-        item->key_len = strlen (item->key);
-        if (item->key_len == 0 || item->key_len > self->config->max_key_len)
+        //  Keys are bytes with a length on the wire. Inside the node they are also
+        //  NUL-terminated (hash tables, the index), which is why a NUL byte is refused here
+        //  rather than cut the key short.
+        const ProtobufCBinaryData *wire = &request->keys[i];
+        item->key_len = wire->len;
+        if (wire->len == 0 || wire->len > self->config->max_key_len
+            || memchr (wire->data, 0, wire->len)) {
             item->status = KVPOOL_INVALID_KEY;
+            item->key = "";
+            item->key_len = 0;
+        }
+        else {
+            char *key = (char *) s_arena_alloc (ctx, wire->len + 1);
+            if (!key) {
+                kvp_job_destroy (&job);
+                s_reply_error (self, ctx, id, op, KVPOOL_INTERNAL_ERROR, "out of memory");
+                return NULL;
+            }
+            memcpy (key, wire->data, wire->len);
+            key[wire->len] = 0;
+            item->key = key;
+        }
         if (op == KVPOOL__V1__OP__PUT) {
             item->src = zframe_data (frame);
             item->size = zframe_size (frame);
@@ -1276,7 +1294,7 @@ api_test (bool verbose)
 
     //  PUT one key, then GET it back.
     Kvpool__V1__Request request = KVPOOL__V1__REQUEST__INIT;
-    char *keys[] = {"k1"};
+    ProtobufCBinaryData keys[] = {{2, (uint8_t *) "k1"}};
     request.version = 1;
     request.request_id = 7;
     request.op = KVPOOL__V1__OP__PUT;

@@ -64,7 +64,7 @@ int owners_parse_name (const char *name, uint64_t *id);
 
 //  Calls gone (arg, owner) for every owner whose process has exited and that has no
 //  request out, then forgets it. Returns the number reported.
-typedef void(owners_gone_fn) (void *arg, const owner_t *owner);
+typedef void (owners_gone_fn) (void *arg, const owner_t *owner);
 size_t owners_reap (owners_t *self, owners_gone_fn *gone, void *arg);
 
 size_t owners_size (owners_t *self);

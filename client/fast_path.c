@@ -263,7 +263,7 @@ s_fast_get_listed (kvpool_t *self, const kvpc_keys_t *keys, const kvpool_buf_t *
     Kvpool__V1__Request request = KVPOOL__V1__REQUEST__INIT;
     request.op = KVPOOL__V1__OP__GET_REPLICA_LIST;
     request.n_keys = keys->count;
-    request.keys = keys->keys;
+    request.keys = keys->wire;
     request.pin = true;
     kvpc_reply_t reply;
     int rc = kvpc_call (self, &request, NULL, 0, 0, &reply);
@@ -345,7 +345,7 @@ release:
         Kvpool__V1__Request release = KVPOOL__V1__REQUEST__INIT;
         release.op = KVPOOL__V1__OP__RELEASE;
         release.n_keys = pinned.count;
-        release.keys = pinned.keys;
+        release.keys = pinned.wire;
         //  Nobody waits for this reply: the pins only have to go, and if the RELEASE is
         //  lost the leases end them anyway.
         kvpc_send_oneway (self, &release);
@@ -406,7 +406,7 @@ s_touch_send (kvpool_t *self, kvpc_keys_t *touch, bool report)
     Kvpool__V1__Request request = KVPOOL__V1__REQUEST__INIT;
     request.op = KVPOOL__V1__OP__TOUCH;
     request.n_keys = count;
-    request.keys = count ? touch->keys : NULL;
+    request.keys = count ? touch->wire : NULL;
     request.reads = self->index_reads;
     if (kvpc_send_oneway (self, &request) == 0)
         self->index_reads = 0;
@@ -537,7 +537,7 @@ s_finish (kvpool_t *self, Kvpool__V1__Op op, const kvpc_keys_t *keys, int64_t *r
     Kvpool__V1__Request request = KVPOOL__V1__REQUEST__INIT;
     request.op = op;
     request.n_keys = keys->count;
-    request.keys = keys->keys;
+    request.keys = keys->wire;
     kvpc_reply_t reply;
     int rc = kvpc_call (self, &request, NULL, 0, 0, &reply);
     if (rc == 0) {
@@ -579,7 +579,7 @@ kvpc_fast_put (kvpool_t *self, const kvpc_keys_t *keys, const kvpc_value_t *valu
     Kvpool__V1__Request request = KVPOOL__V1__REQUEST__INIT;
     request.op = KVPOOL__V1__OP__PUT_START;
     request.n_keys = keys->count;
-    request.keys = keys->keys;
+    request.keys = keys->wire;
     request.n_sizes = keys->count;
     request.sizes = sizes;
     request.put = &put;

@@ -131,6 +131,7 @@ kvpc_keys_init (kvpc_keys_t *self)
     memset (self, 0, sizeof *self);
     self->capacity = sizeof self->inline_keys / sizeof self->inline_keys[0];
     self->keys = self->inline_keys;
+    self->wire = self->inline_wire;
     self->index = self->inline_index;
 }
 
@@ -140,24 +141,31 @@ kvpc_keys_add (kvpc_keys_t *self, const char *key, size_t index)
     if (self->count == self->capacity) {
         size_t capacity = self->capacity * 2;
         char **keys = malloc (capacity * sizeof *keys);
+        ProtobufCBinaryData *wire = malloc (capacity * sizeof *wire);
         size_t *indexes = malloc (capacity * sizeof *indexes);
-        if (!keys || !indexes) {
+        if (!keys || !wire || !indexes) {
             free (keys);
+            free (wire);
             free (indexes);
             return -1;
         }
         memcpy (keys, self->keys, self->count * sizeof *keys);
+        memcpy (wire, self->wire, self->count * sizeof *wire);
         memcpy (indexes, self->index, self->count * sizeof *indexes);
         if (self->keys != self->inline_keys) {
             free (self->keys);
+            free (self->wire);
             free (self->index);
         }
         self->keys = keys;
+        self->wire = wire;
         self->index = indexes;
         self->capacity = capacity;
     }
     //  protobuf-c wants char **; it only reads the strings.
     self->keys[self->count] = (char *) key;
+    self->wire[self->count].data = (uint8_t *) key;
+    self->wire[self->count].len = strlen (key);
     self->index[self->count] = index;
     self->count++;
     return 0;
@@ -168,9 +176,11 @@ kvpc_keys_fini (kvpc_keys_t *self)
 {
     if (self->keys != self->inline_keys) {
         free (self->keys);
+        free (self->wire);
         free (self->index);
     }
     self->keys = NULL;
+    self->wire = NULL;
     self->index = NULL;
     self->count = self->capacity = 0;
 }
@@ -930,6 +940,7 @@ s_keys_op (kvpool_t *self, Kvpool__V1__Op op, size_t n, const char *const *keys,
         //  rest may point at its own inline arrays: re-anchor them in the copy.
         if (rest.keys == rest.inline_keys) {
             sent.keys = sent.inline_keys;
+            sent.wire = sent.inline_wire;
             sent.index = sent.inline_index;
         }
     }
@@ -940,7 +951,7 @@ s_keys_op (kvpool_t *self, Kvpool__V1__Op op, size_t n, const char *const *keys,
     Kvpool__V1__Request request = KVPOOL__V1__REQUEST__INIT;
     request.op = op;
     request.n_keys = sent.count;
-    request.keys = sent.keys;
+    request.keys = sent.wire;
     request.force = force;
     kvpc_reply_t reply;
     rc = kvpc_call (self, &request, NULL, 0, 0, &reply);
@@ -1122,7 +1133,7 @@ s_socket_put_chunk (kvpool_t *self, const kvpc_keys_t *keys, const kvpc_value_t 
     Kvpool__V1__Request request = KVPOOL__V1__REQUEST__INIT;
     request.op = KVPOOL__V1__OP__PUT;
     request.n_keys = keys->count;
-    request.keys = keys->keys;
+    request.keys = keys->wire;
     request.put = &put;
     kvpc_reply_t reply;
     int rc = kvpc_call (self, &request, sent, keys->count, 0, &reply);
@@ -1343,7 +1354,7 @@ s_get_call (kvpool_t *self, const kvpc_keys_t *keys, kvpc_reply_t *reply)
     Kvpool__V1__Request request = KVPOOL__V1__REQUEST__INIT;
     request.op = KVPOOL__V1__OP__GET;
     request.n_keys = keys->count;
-    request.keys = keys->keys;
+    request.keys = keys->wire;
     int rc = kvpc_call (self, &request, NULL, 0, keys->count, reply);
     if (rc == 0) {
         rc = kvpc_reply_check (self, reply, keys->count, KVPC_NEED_FRAMES);
@@ -1714,7 +1725,7 @@ s_placement_op (kvpool_t *self, Kvpool__V1__Request *request, size_t n, const ch
     if (sent.count == 0)
         goto done;
     request->n_keys = sent.count;
-    request->keys = sent.keys;
+    request->keys = sent.wire;
     if (sizes) {
         request->n_sizes = sent.count;
         request->sizes = sent_sizes;

@@ -79,8 +79,10 @@ typedef struct {
     size_t count;
     size_t capacity;
     char **keys;
+    ProtobufCBinaryData *wire; //  the same keys as the request carries them (bytes)
     size_t *index;
     char *inline_keys[8];
+    ProtobufCBinaryData inline_wire[8];
     size_t inline_index[8];
 } kvpc_keys_t;
 

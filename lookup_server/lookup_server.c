@@ -415,10 +415,14 @@ s_fake_serve (s_fake_t *fake, zsock_t *router)
             fake->exist_requests++;
             fake->exist_keys = request->n_keys;
             statuses = (int32_t *) calloc (request->n_keys + 1, sizeof (int32_t));
-            for (size_t i = 0; i < request->n_keys; i++)
-                statuses[i] = zhashx_lookup (fake->keys, request->keys[i])
+            for (size_t i = 0; i < request->n_keys; i++) {
+                char key[512];
+                snprintf (key, sizeof key, "%.*s", (int) request->keys[i].len,
+                          (const char *) request->keys[i].data);
+                statuses[i] = zhashx_lookup (fake->keys, key)
                                   ? KVPOOL__V1__STATUS__OK
                                   : KVPOOL__V1__STATUS__OBJECT_NOT_FOUND;
+            }
             answer.statuses = statuses;
             answer.n_statuses = request->n_keys;
             break;

@@ -66,12 +66,24 @@ s_call (zsock_t *sock, Kvpool__V1__Request *request, const char **values, const 
     return result;
 }
 
+//  Requests carry keys as bytes: the wire forms of the last request's keys live here.
+static ProtobufCBinaryData *s_wire;
+static size_t s_wire_size;
+
 static Kvpool__V1__Request
 s_request (Kvpool__V1__Op op, char **keys, size_t n)
 {
     Kvpool__V1__Request request = KVPOOL__V1__REQUEST__INIT;
+    if (n > s_wire_size) {
+        free (s_wire);
+        s_wire = (ProtobufCBinaryData *) malloc (n * sizeof *s_wire);
+        s_wire_size = n;
+        assert (s_wire);
+    }
+    for (size_t i = 0; i < n; i++)
+        s_wire[i] = (ProtobufCBinaryData){strlen (keys[i]), (uint8_t *) keys[i]};
     request.op = op;
-    request.keys = keys;
+    request.keys = n ? s_wire : NULL;
     request.n_keys = n;
     return request;
 }
@@ -362,6 +374,21 @@ test_bad_input (testutil_server_t *server)
     CHECK_EQ (r.reply->status, KVPOOL_INVALID_PARAMS);
     s_result_free (&r);
     CHECK_EQ (s_key_op (sock, KVPOOL__V1__OP__EXIST, "bad/1", false), KVPOOL_OBJECT_NOT_FOUND);
+
+    //  A key with a NUL byte is INVALID_KEY, never stored cut short at the NUL.
+    {
+        char *nul[] = {"nul"};
+        request = s_request (KVPOOL__V1__OP__PUT, nul, 1);
+        s_wire[0].len = 8;
+        s_wire[0].data = (uint8_t *) "nul\0tail";
+        r = s_call (sock, &request, one, NULL, 1);
+        CHECK_EQ (r.reply->statuses[0], KVPOOL_INVALID_KEY);
+        s_result_free (&r);
+        CHECK_EQ (s_key_op (sock, KVPOOL__V1__OP__EXIST, "nul", false), KVPOOL_OBJECT_NOT_FOUND);
+        //  Any other byte is a key byte.
+        CHECK_EQ (s_put (sock, "k\xff\x01\t", "v", 1, 1), KVPOOL_OK);
+        CHECK_EQ (s_key_op (sock, KVPOOL__V1__OP__EXIST, "k\xff\x01\t", false), KVPOOL_OK);
+    }
 
     //  Values on a GET.
     request = s_request (KVPOOL__V1__OP__GET, keys2, 1);

@@ -28,6 +28,11 @@ import uuid
 
 import zmq
 
+def _wire_keys(keys):
+    """Keys as the wire carries them: bytes (str keys are UTF-8 encoded)."""
+    return [k.encode() if isinstance(k, str) else k for k in keys]
+
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.normpath(os.path.join(HERE, "..", ".."))
 
@@ -61,7 +66,7 @@ class RawClient:
         self.next_id = 1
 
     def request(self, op, keys=(), values=(), **fields):
-        request = self.pb.Request(version=1, request_id=self.next_id, op=op, keys=list(keys),
+        request = self.pb.Request(version=1, request_id=self.next_id, op=op, keys=_wire_keys(keys),
                                   **fields)
         self.next_id += 1
         self.socket.send_multipart([request.SerializeToString()] + list(values), copy=False)

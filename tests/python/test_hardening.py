@@ -79,7 +79,8 @@ class Raw:
         self.next_id = 1
 
     def call(self, op, keys=(), values=(), **fields):
-        request = pb.Request(version=1, request_id=self.next_id, op=op, keys=list(keys), **fields)
+        request = pb.Request(version=1, request_id=self.next_id, op=op, keys=[k.encode() if isinstance(k, str) else k for k in keys],
+                             **fields)
         self.next_id += 1
         self.sock.send_multipart([request.SerializeToString()] + list(values))
         while True:

@@ -30,6 +30,11 @@ import msgpack
 import pytest
 import zmq
 
+def _wire_keys(keys):
+    """Keys as the wire carries them: bytes (str keys are UTF-8 encoded)."""
+    return [k.encode() if isinstance(k, str) else k for k in keys]
+
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.normpath(os.path.join(HERE, "..", ".."))
 TIMEOUT_MS = 10000
@@ -156,7 +161,7 @@ class Store:
     def send(self, op, keys=(), values=(), **fields):
         request_id = self.next_id
         self.next_id += 1
-        request = pb.Request(version=1, request_id=request_id, op=op, keys=list(keys),
+        request = pb.Request(version=1, request_id=request_id, op=op, keys=_wire_keys(keys),
                              **fields)
         self.sock.send_multipart([request.SerializeToString()] + list(values))
         return request_id

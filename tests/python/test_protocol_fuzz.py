@@ -61,7 +61,8 @@ def _valid_request(rng):
     request.request_id = rng.getrandbits(32)
     request.op = rng.randrange(0, 25)
     for _ in range(rng.randrange(0, 6)):
-        request.keys.append("fuzz/" + "".join(rng.choice("abc/é\t") for _ in range(rng.randrange(0, 12))))
+        request.keys.append(("fuzz/" + "".join(rng.choice("abc/é\t\0") for _ in
+                                               range(rng.randrange(0, 12)))).encode())
     if rng.random() < 0.3:
         request.sizes.extend(rng.randrange(0, 1 << 21) for _ in range(rng.randrange(0, 6)))
     if rng.random() < 0.3:
@@ -114,12 +115,12 @@ def _put_and_get(endpoint):
     sock.setsockopt(zmq.LINGER, 0)
     sock.setsockopt(zmq.RCVTIMEO, 5000)
     sock.connect(endpoint)
-    put = pb.Request(version=1, request_id=1, op=pb.PUT, keys=["after/fuzz"])
+    put = pb.Request(version=1, request_id=1, op=pb.PUT, keys=[b"after/fuzz"])
     sock.send_multipart([put.SerializeToString(), b"still serving"])
     reply = pb.Reply()
     reply.ParseFromString(sock.recv_multipart()[0])
     assert reply.request_id == 1 and reply.status == 0 and list(reply.statuses) == [0]
-    get = pb.Request(version=1, request_id=2, op=pb.GET, keys=["after/fuzz"])
+    get = pb.Request(version=1, request_id=2, op=pb.GET, keys=[b"after/fuzz"])
     sock.send_multipart([get.SerializeToString()])
     frames = sock.recv_multipart()
     reply.ParseFromString(frames[0])
