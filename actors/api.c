@@ -24,6 +24,7 @@
 #include <sys/mman.h>
 
 #include "actors/allocator.h"
+#include "actors/connections.h"
 #include "alloc/segment.h"
 #include "actors/endpoints.h"
 #include "actors/index_reads.h"
@@ -35,9 +36,11 @@
 #include "messages/kvpool.pb-c.h"
 #include "messages/shm_index.h"
 
-//  A request's job costs ~270 bytes a key at most (item + replica room): 262144 keys stay
-//  under 70 MB however a client builds its request.
-#define MAX_KEYS_PER_REQUEST 262144
+//  GET values copied into the reply instead of sent from the segment: at most this many
+//  bytes a reply, so that a GET naming one small key 100,000 times costs frames, not copies.
+#define COPY_BUDGET_BYTES (16 << 20)
+//  Requests a connection may have queued at the node before libzmq stops reading its socket.
+#define RCVHWM 1000
 //  How far over --max-value-size a frame may be before libzmq drops the connection.
 #define MAX_FRAME_SLACK (64ULL << 20)
 //  A client renews the lease of a key it reads from the read index at most this often, so
@@ -66,6 +69,7 @@ typedef struct {
     zframe_t *routing_id;
     bool envelope;  //  REQ client: replies need the empty delimiter
     peer_t peer;    //  who sent it, by the kernel's word (owners.h)
+    int fd;         //  the socket it came on (ZMQ_SRCFD), -1 for inproc
     owner_t *owner; //  the sending process's record, for requests that need one
     Kvpool__V1__Request *request;
     zmsg_t *values;
@@ -130,9 +134,10 @@ typedef struct {
     char bind_error[256];
     char host_id[64];
     char server_id[96];
-    char index_name[96];      //  the replica-manager's same-machine index
-    char local_endpoint[300]; //  the ipc endpoint same-machine clients use (PING)
-    owners_t *owners;         //  same-machine client processes
+    char index_name[96];        //  the replica-manager's same-machine index
+    char local_endpoint[300];   //  the ipc endpoint same-machine clients use (PING)
+    owners_t *owners;           //  same-machine client processes
+    connections_t *connections; //  unread reply bytes per connection
     int64_t started;
     index_reads_t *reads;       //  small reads answered from the read index, or NULL
     size_t in_flight;           //  jobs out at an actor (client and internal)
@@ -244,7 +249,7 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
     self->tx = zsock_new (ZMQ_DEALER);
     assert (self->router && self->rm && self->al && self->tx);
     zsock_set_sndhwm (self->router, 100000);
-    zsock_set_rcvhwm (self->router, 100000);
+    zsock_set_rcvhwm (self->router, RCVHWM);
     zsock_set_linger (self->router, 0);
     //  A frame far over the value limit is refused by libzmq before it is buffered (the peer
     //  is disconnected): nobody can make the node allocate gigabytes. Frames a little over
@@ -269,6 +274,7 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
     if (!self->bind_error[0])
         s_bind_local (self);
     self->owners = owners_new (MAX_OWNERS);
+    self->connections = connections_new (config->max_unread_bytes);
     char inproc[64];
     snprintf (inproc, sizeof inproc, "inproc://%s-api", config->instance);
     if (zsock_bind (self->router, "%s", inproc) == -1 && !self->bind_error[0])
@@ -300,6 +306,19 @@ s_self_destroy (self_t **self_p)
     zlistx_destroy (&self->endpoints);
     zlistx_destroy (&self->resets);
     zlistx_destroy (&self->held);
+    //  Value frames libzmq still queues hold pins on objects the replica-manager frees when
+    //  it stops: they must be released first. The connections they wait on are ended while
+    //  the socket is still open (libzmq 4.3 aborts when a socket closes under a reply that is
+    //  half sent, zeromq/libzmq#3442); the socket then takes in their pipes' ends.
+    connections_shutdown_all (self->connections);
+    int64_t deadline = zclock_mono () + 2000;
+    while (!connections_wait_released (0) && zclock_mono () < deadline) {
+        zsock_events (self->router);
+        zclock_sleep (1);
+    }
+    if (!connections_wait_released (0))
+        zsys_warning ("api: reply frames still held by libzmq at exit");
+    connections_destroy (&self->connections);
     zsock_destroy (&self->router);
     zsock_destroy (&self->rm);
     zsock_destroy (&self->al);
@@ -367,30 +386,50 @@ s_unpin_items (kvp_job_t *job)
         }
 }
 
-//  Sends the GET values: zero copy from the segment for large ones, pinned until sent.
+//  Sends the GET values: zero copy from the segment for large ones, pinned until sent, and
+//  copies of small ones (COPY_BUDGET_BYTES a reply at most). Every value frame counts
+//  against the client's connection until libzmq lets go of it (connections.h).
 static void
 s_send_values (self_t *self, kvp_job_t *job)
 {
+    api_ctx_t *ctx = (api_ctx_t *) job->context;
     void *socket = zsock_resolve (self->router);
+    connection_t *connection = connections_get (self->connections, zframe_data (ctx->routing_id),
+                                                zframe_size (ctx->routing_id), ctx->fd);
+    reply_frames_t *frames = reply_frames_new (connection, job->count);
+    size_t used = 0;
+    uint64_t copied = 0;
     for (size_t i = 0; i < job->count; i++) {
         kvp_item_t *item = &job->items[i];
         bool more = i + 1 < job->count;
         zmq_msg_t msg;
-        if (item->status != KVPOOL_OK || !item->object)
+        void *copy = NULL;
+        if (item->status != KVPOOL_OK || !item->object || !frames || item->size == 0) {
             zmq_msg_init (&msg);
-        else if (item->size < COPY_VALUE_BYTES) {
-            zmq_msg_init_size (&msg, item->size);
-            memcpy (zmq_msg_data (&msg), item->replicas[0].addr, item->size);
-            kvp_object_unpin (item->object);
+            if (item->object && item->status == KVPOOL_OK && item->size && !frames)
+                item->status = KVPOOL_INTERNAL_ERROR; //  (the header is out: an empty frame)
         }
-        else
-            zmq_msg_init_data (&msg, item->replicas[0].addr, item->size, kvp_object_unpin_cb,
-                               item->object);
-        item->object = NULL;
+        else if (item->size < COPY_VALUE_BYTES && copied + item->size <= COPY_BUDGET_BYTES
+                 && (copy = malloc (item->size))) {
+            memcpy (copy, item->replicas[0].addr, item->size);
+            copied += item->size;
+            zmq_msg_init_data (&msg, copy, item->size, connections_frame_sent,
+                               reply_frames_slot (frames, used++, NULL, copy, item->size));
+        }
+        else {
+            zmq_msg_init_data (&msg, item->replicas[0].addr, item->size, connections_frame_sent,
+                               reply_frames_slot (frames, used++, item->object, NULL, item->size));
+            item->object = NULL; //  the frame's callback unpins it
+        }
+        if (item->object) {
+            kvp_object_unpin (item->object);
+            item->object = NULL;
+        }
         //  A failed send (client gone) still releases the pin when the message is closed.
         if (zmq_msg_send (&msg, socket, more ? ZMQ_SNDMORE : 0) == -1)
             zmq_msg_close (&msg);
     }
+    reply_frames_done (&frames, used);
 }
 
 static void
@@ -874,9 +913,9 @@ s_job_from_request (self_t *self, api_ctx_t *ctx)
         s_reply_error (self, ctx, id, op, KVPOOL_INVALID_PARAMS, "the request has no keys");
         return NULL;
     }
-    if (n > MAX_KEYS_PER_REQUEST) {
-        snprintf (reason, sizeof reason, "%zu keys: at most %d per request", n,
-                  MAX_KEYS_PER_REQUEST);
+    if (n > self->config->max_keys) {
+        snprintf (reason, sizeof reason, "%zu keys: at most %llu per request (--max-keys)", n,
+                  (unsigned long long) self->config->max_keys);
         s_reply_error (self, ctx, id, op, KVPOOL_INVALID_PARAMS, reason);
         return NULL;
     }
@@ -884,6 +923,23 @@ s_job_from_request (self_t *self, api_ctx_t *ctx)
         snprintf (reason, sizeof reason, "%zu keys but %zu value frames", n, value_frames);
         s_reply_error (self, ctx, id, op, KVPOOL_INVALID_PARAMS, reason);
         return NULL;
+    }
+    if (value_frames) {
+        //  libzmq has the frames in memory already (it delivers a message whole); what it
+        //  can refuse before reading, it does (--max-value-size per frame, RCVHWM). Past
+        //  the request limit nothing is placed or copied, and the frames go at once.
+        uint64_t total = 0;
+        for (zframe_t *frame = zmsg_first (ctx->values); frame; frame = zmsg_next (ctx->values))
+            total += zframe_size (frame);
+        if (total > self->config->max_request_bytes) {
+            snprintf (reason, sizeof reason,
+                      "%llu bytes of values: at most %llu in one request (--max-request-bytes)",
+                      (unsigned long long) total,
+                      (unsigned long long) self->config->max_request_bytes);
+            zmsg_destroy (&ctx->values);
+            s_reply_error (self, ctx, id, op, KVPOOL_VALUE_TOO_LARGE, reason);
+            return NULL;
+        }
     }
     if (op == KVPOOL__V1__OP__PUT_START && request->n_sizes != n) {
         snprintf (reason, sizeof reason, "%zu keys but %zu sizes", n, request->n_sizes);
@@ -1020,6 +1076,22 @@ s_handle_request (self_t *self, api_ctx_t *ctx)
         s_ctx_destroy (&ctx);
         return;
     }
+    if (job->op == KVPOOL__V1__OP__GET) {
+        connection_t *connection =
+            connections_get (self->connections, zframe_data (ctx->routing_id),
+                             zframe_size (ctx->routing_id), ctx->fd);
+        if (connection_over (self->connections, connection)) {
+            char reason[160];
+            snprintf (reason, sizeof reason,
+                      "%llu bytes of earlier replies are still unread (--max-unread-bytes)",
+                      (unsigned long long) connection_unread (connection));
+            kvp_job_destroy (&job);
+            s_reply_error (self, ctx, ctx->request->request_id, KVPOOL__V1__OP__GET,
+                           KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS, reason);
+            s_ctx_destroy (&ctx);
+            return;
+        }
+    }
     if (s_serve_from_index (self, job))
         return;
     //  Objects are immutable: a put of a key the index shows is refused before any space is
@@ -1044,6 +1116,7 @@ s_client_message (self_t *self)
         return;
     api_ctx_t *ctx = (api_ctx_t *) zmalloc (sizeof (api_ctx_t));
     ctx->routing_id = zmsg_pop (msg);
+    ctx->fd = -1;
     zframe_t *header = zmsg_pop (msg);
     if (header && zframe_size (header) == 0 && zmsg_size (msg) > 0) {
         //  REQ clients put an empty delimiter before the body.
@@ -1051,8 +1124,15 @@ s_client_message (self_t *self)
         zframe_destroy (&header);
         header = zmsg_pop (msg);
     }
-    if (header)
+    if (header) {
+        //  Properties of the connection a frame came on: libzmq's Peer-Address (with the
+        //  kernel's credentials on ipc) and "__fd", its socket (what ZMQ_SRCFD reads; the
+        //  routing id frame does not always carry them).
         ctx->peer = owners_peer (zframe_meta (header, "Peer-Address"));
+        const char *fd = zframe_meta (header, "__fd");
+        if (fd)
+            ctx->fd = atoi (fd);
+    }
     if (!ctx->routing_id || !header) {
         //  Nothing to answer: a message of one frame can't hold a request.
         self->dropped++;
@@ -1253,6 +1333,7 @@ api_actor (zsock_t *pipe, void *args)
             if (!self->draining) {
                 owners_reap (self->owners, s_owner_gone, self);
                 s_check_owners (self);
+                connections_sweep (self->connections, zclock_mono ());
             }
             self->next_owner_check = zclock_mono () + OWNER_CHECK_INTERVAL_MS;
         }

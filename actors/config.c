@@ -58,6 +58,13 @@ static const opt_t s_options[] = {
     {"max-key-len", OPT_UINT, OFF (max_key_len), 0, 1, 65536, "longest key in bytes. Default 4096"},
     {"max-value-size", OPT_SIZE, OFF (max_value_size), 0, 1, 1ULL << 40,
      "largest value. Default 1GiB (and never more than a segment)"},
+    {"max-request-bytes", OPT_SIZE, OFF (max_request_bytes), 0, 1, 1ULL << 44,
+     "largest request: all its value frames together. Default 4GiB"},
+    {"max-keys", OPT_UINT, OFF (max_keys), 0, 1, 1 << 22,
+     "most keys in one request. Default 262144"},
+    {"max-unread-bytes", OPT_SIZE, OFF (max_unread_bytes), 0, 1, 1ULL << 44,
+     "reply bytes a connection may leave unread: past it its GETs are refused, and after 10 s "
+     "its connection is closed (its pinned values released). Default 4GiB"},
     {"workers", OPT_UINT, OFF (workers), 0, 1, 256,
      "transfer worker threads. Default: number of cores"},
     {"index-slots", OPT_UINT, OFF (index_slots), 0, 0, 1ULL << 30,
@@ -95,6 +102,9 @@ kvp_config_defaults (kvp_config_t *config)
     config->soft_pin_ttl_ms = 30 * 60 * 1000;
     config->max_key_len = 4096;
     config->max_value_size = 1ULL << 30;
+    config->max_request_bytes = 4ULL << 30;
+    config->max_keys = 262144;
+    config->max_unread_bytes = 4ULL << 30;
     long cores = sysconf (_SC_NPROCESSORS_ONLN);
     config->workers = cores > 0 ? (uint32_t) cores : 2;
     config->placement = KVP_PLACEMENT_RANDOM;

@@ -32,6 +32,9 @@ typedef struct {
     uint64_t soft_pin_ttl_ms;
     uint64_t max_key_len;
     uint64_t max_value_size;
+    uint64_t max_request_bytes; //  all value frames of one request together
+    uint64_t max_keys;          //  keys in one request
+    uint64_t max_unread_bytes;  //  reply bytes a connection may leave unread
     uint32_t workers;
     uint64_t index_slots; //  same-machine read index; 0: sized by the pool
     kvp_placement_t placement;

@@ -10,6 +10,7 @@
 #include "actors/allocator.h"
 #include "actors/api.h"
 #include "actors/config.h"
+#include "actors/connections.h"
 #include "actors/index_reads.h"
 #include "actors/owners.h"
 #include "actors/replica_manager.h"
@@ -43,6 +44,7 @@ static selftest_t s_tests[] = {{"kvpool_status", kvpool_status_test},
                                {"allocator", allocator_test},
                                {"index_reads", index_reads_test},
                                {"owners", owners_test},
+                               {"connections", connections_test},
                                {"replica_manager", replica_manager_test},
                                {"transfer_submitter", transfer_submitter_test},
                                {"api", api_test},

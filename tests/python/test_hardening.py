@@ -533,5 +533,131 @@ def test_killed_clients_leave_nothing_behind(daemon):
         raw.close()
 
 
+# ---- resources a client can exhaust -------------------------------------------------------
+
+def rss_bytes(pid):
+    with open("/proc/%d/status" % pid) as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def test_too_many_value_bytes_in_one_request():
+    """Item 11: the limit covers a request's value frames together, not one frame."""
+    d = Daemon("--max-value-size", "1MiB", "--max-request-bytes", "8MiB")
+    try:
+        raw = Raw(d.tcp)
+        keys = ["big/%d" % i for i in range(40)]
+        reply, _ = raw.call(pb.PUT, keys, [b"x" * (1 << 20)] * len(keys))
+        assert reply.status == -602 and "--max-request-bytes" in reply.error
+        assert raw.get("big/0")[0] == OBJECT_NOT_FOUND
+        reply, _ = raw.call(pb.PUT, keys[:4], [b"y" * (1 << 20)] * 4)
+        assert list(reply.statuses) == [OK] * 4
+        too_many = ["k%d" % i for i in range(101)]
+        d2 = None
+        reply, _ = raw.call(pb.EXIST, too_many)
+        assert reply.status == OK  # the default allows it
+        raw.close()
+    finally:
+        d.stop()
+    d2 = Daemon("--max-keys", "100")
+    try:
+        raw = Raw(d2.tcp)
+        reply, _ = raw.call(pb.EXIST, too_many)
+        assert reply.status == -600 and "--max-keys" in reply.error
+        raw.close()
+    finally:
+        d2.stop()
+
+
+def test_reply_amplification_costs_frames_not_copies(daemon):
+    """Item 12: one 8000-byte key asked 100,000 times in one GET, the reply left unread."""
+    raw = Raw(daemon.tcp)
+    assert raw.put("amp/k", b"a" * 8000) == OK
+    before = rss_bytes(daemon.proc.pid)
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.linger = 0
+    sock.rcvbuf = 4096
+    sock.connect(daemon.tcp)
+    request = pb.Request(version=1, request_id=1, op=pb.GET, keys=[b"amp/k"] * 100000)
+    sock.send(request.SerializeToString())
+    time.sleep(1.5)
+    grown = rss_bytes(daemon.proc.pid) - before
+    assert grown < 300 << 20, "RSS grew by %d MB" % (grown >> 20)
+    assert raw.get("amp/k") == (OK, b"a" * 8000)  # still serving
+    sock.close()
+    raw.close()
+
+
+class SilentDealer:
+    """A ZMTP 3.0 DEALER over a plain TCP socket that sends requests and never reads: unlike
+    a libzmq socket, nothing on the client side drains the replies into memory."""
+
+    def __init__(self, endpoint):
+        import socket
+        import struct
+        self.struct = struct
+        host, port = endpoint[len("tcp://"):].rsplit(":", 1)
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        self.sock.connect((host, int(port)))
+        greeting = b"\xff" + b"\x00" * 7 + b"\x01\x7f" + b"\x03\x01" + b"NULL".ljust(20, b"\x00")
+        greeting += b"\x00" * 32
+        body = b"\x05READY" + b"\x0bSocket-Type" + struct.pack(">I", 6) + b"DEALER"
+        body += b"\x08Identity" + struct.pack(">I", 0)
+        self.sock.sendall(greeting + b"\x04" + bytes([len(body)]) + body)
+        # The node's greeting and READY, read before any message: a frame that arrives
+        # before the handshake ends is taken for a command.
+        self._read(64)
+        flags, size = self._read(2)
+        self._read(size if flags == 4 else struct.unpack(">Q", bytes([size]) + self._read(7))[0])
+
+    def _read(self, n):
+        data = b""
+        while len(data) < n:
+            chunk = self.sock.recv(n - len(data))
+            assert chunk, "the node closed the connection during the handshake"
+            data += chunk
+        return data
+
+    def send(self, data):
+        if len(data) < 256:
+            frame = b"\x00" + bytes([len(data)]) + data
+        else:
+            frame = b"\x02" + self.struct.pack(">Q", len(data)) + data
+        self.sock.sendall(frame)
+
+    def close(self):
+        self.sock.close()
+
+
+def test_a_client_that_never_reads_loses_its_connection_and_its_pins():
+    """Item 13: GETs never read, a forced remove-all: the pinned space comes back."""
+    d = Daemon("--max-unread-bytes", "4MiB")
+    try:
+        raw = Raw(d.tcp)
+        value = pattern("nr", 2 << 20)
+        assert raw.put("nr/k", value) == OK
+        silent = SilentDealer(d.tcp)
+        # One reply of 16 MiB: far more than the kernel's socket buffers take off libzmq.
+        for i in range(3):
+            request = pb.Request(version=1, request_id=i + 1, op=pb.GET, keys=[b"nr/k"] * 8)
+            silent.send(request.SerializeToString())
+        assert wait_for(lambda: raw.stats().gets >= 8, 5)
+        reply, _ = raw.call(pb.REMOVE_ALL, force=True)
+        assert reply.count == 1
+        assert raw.stats().bytes_allocated >= 2 << 20  # pinned by the unread reply
+        # Within CONNECTION_DROP_MS (10 s) plus a sweep the connection is closed and the
+        # space freed; the daemon serves everyone else all along.
+        assert wait_for(lambda: raw.stats().bytes_allocated == 0, 15)
+        assert raw.put("nr/after", value) == OK
+        silent.close()
+        raw.close()
+    finally:
+        log = d.stop()
+    assert "replies unread" in log
+
+
 if __name__ == "__main__" and len(sys.argv) == 3 and sys.argv[1] == "--agent":
     agent_main(sys.argv[2])
