@@ -49,6 +49,11 @@ static const opt_t s_options[] = {
     {"max-key-len", OPT_UINT, OFF (max_key_len), 0, 1, 65536, "longest key in bytes. Default 4096"},
     {"max-value-size", OPT_SIZE, OFF (max_value_size), 0, 1, 1ULL << 40,
      "largest value. Default 1GiB (and never more than a segment)"},
+    {"max-regex-len", OPT_UINT, OFF (max_regex_len), 0, 1, 65536,
+     "longest remove-by-regex pattern in bytes. Default 4096"},
+    {"regex-time-limit", OPT_UINT, OFF (regex_time_limit_ms), 0, 1, 20000,
+     "ms one remove-by-regex may spend matching keys before it is refused (nothing removed; "
+     "at most 20000, within the 30 s a stopping daemon waits for requests). Default 4000"},
     {"workers", OPT_UINT, OFF (workers), 0, 1, 256,
      "transfer worker threads. Default: number of cores"},
     {"index-slots", OPT_UINT, OFF (index_slots), 0, 0, 1ULL << 30,
@@ -83,6 +88,8 @@ kvp_config_defaults (kvp_config_t *config)
     config->soft_pin_ttl_ms = 30 * 60 * 1000;
     config->max_key_len = 4096;
     config->max_value_size = 1ULL << 30;
+    config->max_regex_len = 4096;
+    config->regex_time_limit_ms = 4000; //  answered within a client's default 5 s timeout
     long cores = sysconf (_SC_NPROCESSORS_ONLN);
     config->workers = cores > 0 ? (uint32_t) cores : 2;
     config->placement = KVP_PLACEMENT_RANDOM;
@@ -290,8 +297,10 @@ kvp_config_test (bool verbose)
     kvp_config_defaults (&config);
     char *args[] = {"--segment-size", "256MiB",        "--segments=3",     "--endpoint",
                     "tcp://a",        "--endpoint",    "ipc://@b",         "--placement",
-                    "free-ratio",     "--lock-memory", "--lookup-tp-size", "2"};
-    assert (kvp_config_parse (&config, 12, args) == 0);
+                    "free-ratio",     "--lock-memory", "--lookup-tp-size", "2",
+                    "--max-regex-len=100"};
+    assert (kvp_config_parse (&config, 13, args) == 0);
+    assert (config.max_regex_len == 100 && config.regex_time_limit_ms == 4000);
     assert (config.segment_size == 256ULL << 20 && config.segments == 3);
     assert (config.endpoint_count == 2 && !strcmp (config.endpoints[1], "ipc://@b"));
     assert (config.placement == KVP_PLACEMENT_FREE_RATIO && config.lock_memory);

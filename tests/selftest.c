@@ -11,6 +11,7 @@
 #include "actors/api.h"
 #include "actors/config.h"
 #include "actors/index_reads.h"
+#include "actors/regex_matcher.h"
 #include "actors/replica_manager.h"
 #include "actors/transfer_pool.h"
 #include "actors/transfer_submitter.h"
@@ -41,6 +42,7 @@ static selftest_t s_tests[] = {{"kvpool_status", kvpool_status_test},
                                {"transfer_pool", transfer_pool_test},
                                {"allocator", allocator_test},
                                {"index_reads", index_reads_test},
+                               {"regex_matcher", regex_matcher_test},
                                {"replica_manager", replica_manager_test},
                                {"transfer_submitter", transfer_submitter_test},
                                {"api", api_test},
