@@ -297,27 +297,31 @@ kvp_config_test (bool verbose)
     kvp_config_defaults (&config);
     char *args[] = {"--segment-size", "256MiB",        "--segments=3",     "--endpoint",
                     "tcp://a",        "--endpoint",    "ipc://@b",         "--placement",
-                    "free-ratio",     "--lock-memory", "--lookup-tp-size", "2",
-                    "--max-regex-len=100"};
-    assert (kvp_config_parse (&config, 13, args) == 0);
-    assert (config.max_regex_len == 100 && config.regex_time_limit_ms == 4000);
+                    "free-ratio",     "--lock-memory", "--lookup-tp-size", "2"};
+    assert (kvp_config_parse (&config, 12, args) == 0);
     assert (config.segment_size == 256ULL << 20 && config.segments == 3);
     assert (config.endpoint_count == 2 && !strcmp (config.endpoints[1], "ipc://@b"));
     assert (config.placement == KVP_PLACEMENT_FREE_RATIO && config.lock_memory);
     assert (config.lookup.tp_size == 2 && config.lease_ttl_ms == 10000);
     //  The value limit never exceeds a segment.
     assert (config.max_value_size == 256ULL << 20);
+    assert (config.max_regex_len == 4096 && config.regex_time_limit_ms == 4000);
+    char *regex_args[] = {"--max-regex-len=100", "--regex-time-limit", "250"};
+    assert (kvp_config_parse (&config, 3, regex_args) == 0);
+    assert (config.max_regex_len == 100 && config.regex_time_limit_ms == 250);
 
     char *bad1[] = {"--segments", "0"};
     char *bad2[] = {"--nope"};
     char *bad3[] = {"--segment-size"};
     char *bad4[] = {"--placement", "best"};
+    char *bad5[] = {"--regex-time-limit", "60000"}; //  past the daemon's drain wait
     FILE *saved = stderr;
     stderr = fopen ("/dev/null", "w");
     assert (kvp_config_parse (&config, 2, bad1) == -1);
     assert (kvp_config_parse (&config, 1, bad2) == -1);
     assert (kvp_config_parse (&config, 1, bad3) == -1);
     assert (kvp_config_parse (&config, 2, bad4) == -1);
+    assert (kvp_config_parse (&config, 2, bad5) == -1);
     fclose (stderr);
     stderr = saved;
     if (verbose)

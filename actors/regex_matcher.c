@@ -35,12 +35,12 @@
 
 struct _regex_batch_t {
     pcre2_code *code;
-    char *keys;      //  key bytes, each followed by a NUL
-    size_t bytes;    //  used
-    size_t room;     //  allocated
-    size_t *starts;  //  count + 1 entries: key i is keys[starts[i] .. starts[i + 1] - 1)
-    uint64_t *tags;  //  the owner's, one per key
-    uint8_t *hits;   //  verdicts, one per key, after matching
+    char *keys;     //  key bytes, each followed by a NUL
+    size_t bytes;   //  used
+    size_t room;    //  allocated
+    size_t *starts; //  count + 1 entries: key i is keys[starts[i] .. starts[i + 1] - 1)
+    uint64_t *tags; //  the owner's, one per key
+    uint8_t *hits;  //  verdicts, one per key, after matching
     size_t count;
     size_t capacity; //  entries of tags and hits (starts has one more)
     int status;
@@ -177,7 +177,7 @@ bool
 regex_batch_hit (regex_batch_t *self, size_t index)
 {
     assert (self && index < self->count);
-    return self->status == 0 && self->hits && self->hits[index];
+    return self->status == KVPOOL_OK && self->hits && self->hits[index];
 }
 
 int
@@ -194,17 +194,18 @@ regex_batch_error (regex_batch_t *self)
     return self->error;
 }
 
-static int
-s_refuse (regex_batch_t *self, const char *format, ...) __attribute__ ((format (printf, 2, 3)));
+static int s_refuse (regex_batch_t *self, int status, const char *format, ...)
+    __attribute__ ((format (printf, 3, 4)));
 
+//  Sets the batch's status (a kvpool status) and reason; returns -1.
 static int
-s_refuse (regex_batch_t *self, const char *format, ...)
+s_refuse (regex_batch_t *self, int status, const char *format, ...)
 {
     va_list args;
     va_start (args, format);
     vsnprintf (self->error, sizeof self->error, format, args);
     va_end (args);
-    self->status = -1;
+    self->status = status;
     return -1;
 }
 
@@ -212,7 +213,7 @@ int
 regex_batch_match (regex_batch_t *self, uint64_t time_limit_ms, const atomic_bool *cancel)
 {
     assert (self);
-    self->status = 0;
+    self->status = KVPOOL_OK;
     self->error[0] = 0;
     free (self->hits);
     self->hits = (uint8_t *) zmalloc (self->count ? self->count : 1);
@@ -221,7 +222,7 @@ regex_batch_match (regex_batch_t *self, uint64_t time_limit_ms, const atomic_boo
     if (!context || !data) {
         pcre2_match_context_free (context);
         pcre2_match_data_free (data);
-        return s_refuse (self, "no memory to match the pattern");
+        return s_refuse (self, KVPOOL_INTERNAL_ERROR, "no memory to match the pattern");
     }
     pcre2_set_match_limit (context, REGEX_MATCH_LIMIT);
     pcre2_set_depth_limit (context, REGEX_DEPTH_LIMIT);
@@ -229,46 +230,50 @@ regex_batch_match (regex_batch_t *self, uint64_t time_limit_ms, const atomic_boo
     int64_t deadline = time_limit_ms ? zclock_mono () + (int64_t) time_limit_ms : INT64_MAX;
     for (size_t i = 0; i < self->count; i++) {
         if (cancel && atomic_load_explicit (cancel, memory_order_relaxed)) {
-            s_refuse (self, "the store is stopping");
+            s_refuse (self, KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS, "the store is stopping");
             break;
         }
         if (zclock_mono () > deadline) {
-            s_refuse (self, "matching took more than %llu ms (%zu of %zu keys done)",
+            s_refuse (self, KVPOOL_INVALID_PARAMS,
+                      "matching took more than %llu ms (%zu of %zu keys done)",
                       (unsigned long long) time_limit_ms, i, self->count);
             break;
         }
         size_t key_len = self->starts[i + 1] - self->starts[i] - 1;
-        int rc = pcre2_match (self->code, (PCRE2_SPTR) (self->keys + self->starts[i]), key_len,
-                              0, 0, data, context);
+        int rc = pcre2_match (self->code, (PCRE2_SPTR) (self->keys + self->starts[i]), key_len, 0,
+                              0, data, context);
         //  0 is a match whose captures did not fit the one-pair ovector.
         if (rc >= 0)
             self->hits[i] = 1;
         else if (rc == PCRE2_ERROR_NOMATCH)
             continue;
         else if (rc == PCRE2_ERROR_MATCHLIMIT) {
-            s_refuse (self, "pattern exceeded the match limit (%d) on a key", REGEX_MATCH_LIMIT);
+            s_refuse (self, KVPOOL_INVALID_PARAMS, "pattern exceeded the match limit (%d) on a key",
+                      REGEX_MATCH_LIMIT);
             break;
         }
         else if (rc == PCRE2_ERROR_DEPTHLIMIT) {
-            s_refuse (self, "pattern exceeded the depth limit (%d) on a key", REGEX_DEPTH_LIMIT);
+            s_refuse (self, KVPOOL_INVALID_PARAMS, "pattern exceeded the depth limit (%d) on a key",
+                      REGEX_DEPTH_LIMIT);
             break;
         }
         else if (rc == PCRE2_ERROR_HEAPLIMIT) {
-            s_refuse (self, "pattern exceeded the heap limit (%d KiB) on a key",
-                      REGEX_HEAP_LIMIT_KIB);
+            s_refuse (self, KVPOOL_INVALID_PARAMS,
+                      "pattern exceeded the heap limit (%d KiB) on a key", REGEX_HEAP_LIMIT_KIB);
             break;
         }
         else {
             PCRE2_UCHAR message[96];
             if (pcre2_get_error_message (rc, message, sizeof message) < 0)
                 snprintf ((char *) message, sizeof message, "error %d", rc);
-            s_refuse (self, "matching failed on a key: %s", (char *) message);
+            s_refuse (self, KVPOOL_INVALID_PARAMS, "matching failed on a key: %s",
+                      (char *) message);
             break;
         }
     }
     pcre2_match_data_free (data);
     pcre2_match_context_free (context);
-    return self->status;
+    return self->status == KVPOOL_OK ? 0 : -1;
 }
 
 //  ---- the matcher thread ------------------------------------------------------------
@@ -333,11 +338,18 @@ regex_matcher_destroy (regex_matcher_t **self_p)
         return;
     //  The match in progress stops at its next key; the batch pointer it then sends back is
     //  discarded by zactor_destroy's wait for the thread (the batch is its owner's).
-    atomic_store (&self->cancel, true);
+    regex_matcher_stop (self);
     zactor_destroy (&self->actor);
     s_handoff_acquire (self);
     free (self);
     *self_p = NULL;
+}
+
+void
+regex_matcher_stop (regex_matcher_t *self)
+{
+    assert (self);
+    atomic_store (&self->cancel, true);
 }
 
 int
@@ -474,20 +486,22 @@ regex_matcher_test (bool verbose)
     zpoller_t *poller = zpoller_new (regex_matcher_sock (matcher), NULL);
     assert (zpoller_wait (poller, 5000) == regex_matcher_sock (matcher));
     assert (regex_matcher_recv (matcher) == small);
-    assert (regex_batch_status (small) == 0 && regex_batch_hit (small, 2)
+    assert (regex_batch_status (small) == KVPOOL_OK && regex_batch_hit (small, 2)
             && !regex_batch_hit (small, 1));
-    regex_batch_destroy (&small);
     zpoller_destroy (&poller);
 
     //  Stopped while a slow batch runs (2000 keys of ~1.6 ms): the stop is prompt and the
-    //  batch, still its owner's, is intact.
+    //  batch, still its owner's, is intact; a batch after the stop is refused at once.
     assert (regex_matcher_submit (matcher, batch) == 0);
+    assert (regex_matcher_submit (matcher, small) == 0);
     zclock_sleep (30);
     start = zclock_mono ();
     regex_matcher_destroy (&matcher);
     assert (zclock_mono () - start < 1000);
-    assert (regex_batch_status (batch) == -1);
+    assert (regex_batch_status (batch) == KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS);
     assert (strstr (regex_batch_error (batch), "stopping"));
+    assert (regex_batch_status (small) == KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS);
+    regex_batch_destroy (&small);
     regex_batch_destroy (&batch);
     free (long_key);
     if (verbose)

@@ -24,11 +24,13 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "kvpool.h"
+
 //  PCRE2 limits for matching one key. The match limit bounds backtracking (about 10 ms of
 //  work per key here), the depth limit nested backtracking, the heap limit (KiB) the memory
 //  PCRE2 may take for it.
-#define REGEX_MATCH_LIMIT    1000000
-#define REGEX_DEPTH_LIMIT    100000
+#define REGEX_MATCH_LIMIT 1000000
+#define REGEX_DEPTH_LIMIT 100000
 #define REGEX_HEAP_LIMIT_KIB (64 * 1024)
 
 typedef struct _regex_batch_t regex_batch_t;
@@ -48,12 +50,13 @@ const char *regex_batch_key (regex_batch_t *self, size_t index, size_t *key_len_
 uint64_t regex_batch_tag (regex_batch_t *self, size_t index);
 //  After matching: whether key i matched.
 bool regex_batch_hit (regex_batch_t *self, size_t index);
-//  After matching: 0, or -1 when the batch was refused (a key exceeded a PCRE2 limit, the
-//  time limit ran out, or the matcher was stopped); then no verdict is to be used.
+//  After matching: KVPOOL_OK; KVPOOL_INVALID_PARAMS when the batch was refused (a key
+//  exceeded a PCRE2 limit, or the time limit ran out); KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS
+//  when the matcher was stopped. Unless OK, no verdict is to be used.
 int regex_batch_status (regex_batch_t *self);
 const char *regex_batch_error (regex_batch_t *self);
 //  Matches every key on the calling thread, giving up after time_limit_ms (0: no limit) or
-//  when *cancel turns true. Returns 0 or -1 (see regex_batch_status).
+//  when *cancel turns true. Returns 0 or -1 (then see regex_batch_status).
 int regex_batch_match (regex_batch_t *self, uint64_t time_limit_ms, const atomic_bool *cancel);
 
 //  Starts the matcher thread (at a lower scheduling priority than the store's threads).
@@ -62,6 +65,9 @@ regex_matcher_t *regex_matcher_new (uint64_t time_limit_ms);
 //  Stops a match in progress at its next key and ends the thread. A batch still lent to the
 //  matcher is not freed: it stays its owner's.
 void regex_matcher_destroy (regex_matcher_t **self_p);
+//  For a store that is stopping: the match in progress ends at its next key and this and
+//  every later batch come back refused (KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS). Any thread.
+void regex_matcher_stop (regex_matcher_t *self);
 //  Lends batch to the matcher, to be matched after those before it. Returns 0 or -1.
 int regex_matcher_submit (regex_matcher_t *self, regex_batch_t *batch);
 //  The socket to poll: readable when a batch is back.

@@ -596,8 +596,8 @@ s_regex_start (self_t *self, kvp_job_t *job, zframe_t **routing_id_p, int64_t no
     run->job = job;
     run->routing_id = *routing_id_p;
     *routing_id_p = NULL;
-    run->batch =
-        regex_batch_new (pattern, strlen (pattern), self->config->max_regex_len, reason, sizeof reason);
+    run->batch = regex_batch_new (pattern, strlen (pattern), self->config->max_regex_len, reason,
+                                  sizeof reason);
     if (!run->batch) {
         kvp_job_fail (job, KVPOOL_INVALID_PARAMS, "%s", reason);
         s_regex_run_end (self, &run);
@@ -636,8 +636,9 @@ s_regex_finish (self_t *self)
     zlistx_delete (self->regex_runs, zlistx_cursor (self->regex_runs));
     self->regex_out = false;
     kvp_job_t *job = run->job;
-    if (regex_batch_status (batch) != 0)
-        kvp_job_fail (job, KVPOOL_INVALID_PARAMS, "%s; nothing removed", regex_batch_error (batch));
+    if (regex_batch_status (batch) != KVPOOL_OK)
+        kvp_job_fail (job, regex_batch_status (batch), "%s; nothing removed",
+                      regex_batch_error (batch));
     else {
         int64_t now = zclock_mono ();
         kvp_job_t *free_job = NULL;
@@ -760,8 +761,8 @@ replica_manager_actor (zsock_t *pipe, void *args)
 {
     pthread_setname_np (pthread_self (), "kvp-replicas");
     self_t *self = s_self_new (pipe, (const kvp_config_t *) args);
-    zpoller_t *poller = zpoller_new (pipe, self->router, self->allocator,
-                                     regex_matcher_sock (self->matcher), NULL);
+    zpoller_t *poller =
+        zpoller_new (pipe, self->router, self->allocator, regex_matcher_sock (self->matcher), NULL);
     zsock_signal (pipe, 0);
     self->next_sweep = zclock_mono () + SWEEP_INTERVAL_MS;
     while (!self->terminated) {
@@ -773,6 +774,8 @@ replica_manager_actor (zsock_t *pipe, void *args)
             char *command = zstr_recv (pipe);
             if (!command || streq (command, "$TERM"))
                 self->terminated = true;
+            else if (streq (command, "STOPPING"))
+                regex_matcher_stop (self->matcher);
             zstr_free (&command);
         }
         else if (which == self->router) {
