@@ -202,11 +202,17 @@ class Getter(threading.Thread):
         return [latency for begun, latency in self.samples if start <= begun <= end]
 
 
+def _percentile(values, q):
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))] if values else 0.0
+
+
 def _regex_while_getting(daemon, client, pattern):
     getter = Getter(daemon.endpoint, "huge")
     getter.start()
     try:
-        time.sleep(0.2)
+        idle_start = time.monotonic()
+        time.sleep(0.5)
         start = time.monotonic()
         reply, seconds = client.regex(pattern)
         end = time.monotonic()
@@ -215,7 +221,14 @@ def _regex_while_getting(daemon, client, pattern):
         getter.stop.set()
         getter.join(10)
     assert getter.error is None, getter.error
-    return reply, seconds, getter.during(start, end)
+    idle, during = getter.during(idle_start + 0.1, start), getter.during(start, end)
+    if during:
+        print("1 MiB gets over tcp, p50/p99 ms: idle %.2f/%.2f, during the regex %.2f/%.2f "
+              "(p99 ratio %.2f)" % (1000 * _percentile(idle, 0.5), 1000 * _percentile(idle, 0.99),
+                                    1000 * _percentile(during, 0.5),
+                                    1000 * _percentile(during, 0.99),
+                                    _percentile(during, 0.99) / max(_percentile(idle, 0.99), 1e-9)))
+    return reply, seconds, during
 
 
 @pytest.mark.parametrize("pattern", ["(a+)+$", "(.*)(.*)(.*)\\3\\2\\1x", "a*[bc]"])
