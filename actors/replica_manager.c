@@ -25,17 +25,18 @@
     put_timeout_ms. Reads the api answered from the read index arrive as TOUCH jobs, which
     renew leases like any read.
 
-    REMOVE_REGEX is the one job answered later: its pattern is compiled (PCRE2, bounded) and
-    the keys of the committed objects it may remove are copied into a batch for the
-    regex-matcher's thread (actors/regex_matcher.h), so a costly pattern never stalls the other
-    jobs. When the batch comes back, the objects that matched and are still the same objects
-    (same id) and still removable are removed and the job is answered; a batch refused for a
-    limit removes nothing. Batches go to the matcher one at a time, in arrival order.
+    REMOVE_REGEX is the one job answered later: its pattern is compiled (PCRE2, bounded) and,
+    when its turn comes, the keys of the committed objects it may remove are copied into a
+    batch for the regex-matcher's thread (actors/regex_matcher.h), so a costly pattern never
+    stalls the other jobs. When the batch comes back, the objects that matched and are still
+    the same objects (same id) and still removable are removed and the job is answered; a
+    batch refused for a limit removes nothing. Batches go to the matcher one at a time, in
+    arrival order.
 
     Threads: one, the actor's, and the regex-matcher's, which sees only its batch. The only
     cross-thread state is kvp_object_t.pins (atomic).
     Ordering: jobs are handled in arrival order (a regex removal acts on the objects that
-    existed when it arrived).
+    existed when its matching began).
 */
 #include "actors/replica_manager.h"
 
@@ -568,27 +569,48 @@ s_regex_run_end (self_t *self, regex_run_t **run_p)
     *run_p = NULL;
 }
 
-//  Lends the oldest waiting batch to the matcher unless one is out already.
+//  Copies the keys of the committed objects the run's job may remove now into its batch,
+//  with their ids. Returns 0 or -1.
+static int
+s_regex_fill (self_t *self, regex_run_t *run, int64_t now)
+{
+    for (kvp_object_t *object = (kvp_object_t *) zhashx_first (self->objects); object;
+         object = (kvp_object_t *) zhashx_next (self->objects)) {
+        if (object->state != OBJECT_COMPLETE || !s_removable (object, run->job->force, now))
+            continue;
+        if (regex_batch_add (run->batch, object->key, strlen (object->key), object->id) == -1)
+            return -1;
+    }
+    return 0;
+}
+
+//  Unless a batch is out already, fills the oldest waiting run's batch and lends it to the
+//  matcher. The keys are copied only now, so one copy of them exists at a time however many
+//  requests wait. A run with no keys to match is answered at once.
 static void
 s_regex_next (self_t *self)
 {
     while (!self->regex_out && zlistx_size (self->regex_runs) > 0) {
         regex_run_t *run = (regex_run_t *) zlistx_first (self->regex_runs);
-        if (regex_matcher_submit (self->matcher, run->batch) == 0) {
+        if (s_regex_fill (self, run, zclock_mono ()) == -1)
+            kvp_job_fail (run->job, KVPOOL_INTERNAL_ERROR, "no memory for the keys to match");
+        else if (regex_batch_count (run->batch) > 0
+                 && regex_matcher_submit (self->matcher, run->batch) == 0) {
             self->regex_out = true;
             break;
         }
+        else if (regex_batch_count (run->batch) > 0)
+            kvp_job_fail (run->job, KVPOOL_INTERNAL_ERROR, "regex matcher unavailable");
         zlistx_delete (self->regex_runs, zlistx_cursor (self->regex_runs));
-        kvp_job_fail (run->job, KVPOOL_INTERNAL_ERROR, "regex matcher unavailable");
-        s_regex_run_end (self, &run);
+        s_regex_run_end (self, &run); //  result_count 0 unless failed
     }
 }
 
 //  REMOVE_REGEX: a pattern that does not compile (or is too long) is answered at once;
-//  otherwise the keys of the committed objects it could remove now are copied into a batch
-//  for the matcher, and the job waits in regex_runs (the routing id with it) for the verdicts.
+//  otherwise the job waits in regex_runs (the routing id with it) for its turn at the matcher
+//  and the verdicts.
 static void
-s_regex_start (self_t *self, kvp_job_t *job, zframe_t **routing_id_p, int64_t now)
+s_regex_start (self_t *self, kvp_job_t *job, zframe_t **routing_id_p)
 {
     const char *pattern = job->pattern ? job->pattern : "";
     char reason[128];
@@ -603,21 +625,7 @@ s_regex_start (self_t *self, kvp_job_t *job, zframe_t **routing_id_p, int64_t no
         s_regex_run_end (self, &run);
         return;
     }
-    for (kvp_object_t *object = (kvp_object_t *) zhashx_first (self->objects); object;
-         object = (kvp_object_t *) zhashx_next (self->objects)) {
-        if (object->state != OBJECT_COMPLETE || !s_removable (object, job->force, now))
-            continue;
-        if (regex_batch_add (run->batch, object->key, strlen (object->key), object->id) == -1) {
-            kvp_job_fail (job, KVPOOL_INTERNAL_ERROR, "no memory for the keys to match");
-            s_regex_run_end (self, &run);
-            return;
-        }
-    }
-    if (regex_batch_count (run->batch) == 0) {
-        job->result_count = 0;
-        s_regex_run_end (self, &run);
-        return;
-    }
+    job->result_count = 0;
     zlistx_add_end (self->regex_runs, run);
     s_regex_next (self);
 }
@@ -782,7 +790,7 @@ replica_manager_actor (zsock_t *pipe, void *args)
             zframe_t *routing_id;
             kvp_job_t *job = kvp_job_recv_routed (self->router, &routing_id);
             if (job && job->kind == KVP_RM_REMOVE_REGEX)
-                s_regex_start (self, job, &routing_id, zclock_mono ());
+                s_regex_start (self, job, &routing_id);
             else if (job) {
                 s_handle_job (self, job);
                 kvp_job_reply (self->router, &routing_id, job);
