@@ -33,12 +33,12 @@ CFLAGS_BASE := -std=gnu11 -g -Wall -Wextra -fPIC -pthread \
 CFLAGS += $(OPT) $(CFLAGS_BASE)
 LDFLAGS += $(if $(SANITIZE),-fsanitize=$(SANITIZE)) -pthread
 LIBS := -lczmq -lzmq -lprotobuf-c -lmsgpackc -lrt
-SERVER_LIBS := $(LIBS) -ljemalloc -libverbs
+SERVER_LIBS := $(LIBS) -ljemalloc -libverbs -lpcre2-8
 
 # Debian packages the build, the tests and the benchmark need.
 DEB_PACKAGES := build-essential pkg-config libzmq3-dev libczmq-dev libprotobuf-c-dev \
 	protobuf-c-compiler protobuf-compiler libjemalloc-dev libibverbs-dev libmsgpack-dev \
-	libhiredis-dev redis-server clang libclang-rt-14-dev python3 python3-zmq python3-msgpack \
+	libhiredis-dev libpcre2-dev redis-server clang libclang-rt-14-dev python3 python3-zmq python3-msgpack \
 	python3-pytest python3-numpy python3-protobuf procps
 
 PROTO := messages/kvpool.proto

@@ -65,6 +65,11 @@ static const opt_t s_options[] = {
     {"max-unread-bytes", OPT_SIZE, OFF (max_unread_bytes), 0, 1, 1ULL << 44,
      "reply bytes a connection may leave unread: past it its GETs are refused, and after 10 s "
      "its connection is closed (its pinned values released). Default 4GiB"},
+    {"max-regex-len", OPT_UINT, OFF (max_regex_len), 0, 1, 65536,
+     "longest remove-by-regex pattern in bytes. Default 4096"},
+    {"regex-time-limit", OPT_UINT, OFF (regex_time_limit_ms), 0, 1, 20000,
+     "ms one remove-by-regex may spend matching keys before it is refused (nothing removed; "
+     "at most 20000, within the 30 s a stopping daemon waits for requests). Default 4000"},
     {"workers", OPT_UINT, OFF (workers), 0, 1, 256,
      "transfer worker threads. Default: number of cores"},
     {"index-slots", OPT_UINT, OFF (index_slots), 0, 0, 1ULL << 30,
@@ -105,6 +110,8 @@ kvp_config_defaults (kvp_config_t *config)
     config->max_request_bytes = 4ULL << 30;
     config->max_keys = 262144;
     config->max_unread_bytes = 4ULL << 30;
+    config->max_regex_len = 4096;
+    config->regex_time_limit_ms = 4000; //  answered within a client's default 5 s timeout
     long cores = sysconf (_SC_NPROCESSORS_ONLN);
     config->workers = cores > 0 ? (uint32_t) cores : 2;
     config->placement = KVP_PLACEMENT_RANDOM;
@@ -332,17 +339,23 @@ kvp_config_test (bool verbose)
     assert (config.lookup.tp_size == 2 && config.lease_ttl_ms == 10000);
     //  The value limit never exceeds a segment.
     assert (config.max_value_size == 256ULL << 20);
+    assert (config.max_regex_len == 4096 && config.regex_time_limit_ms == 4000);
+    char *regex_args[] = {"--max-regex-len=100", "--regex-time-limit", "250"};
+    assert (kvp_config_parse (&config, 3, regex_args) == 0);
+    assert (config.max_regex_len == 100 && config.regex_time_limit_ms == 250);
 
     char *bad1[] = {"--segments", "0"};
     char *bad2[] = {"--nope"};
     char *bad3[] = {"--segment-size"};
     char *bad4[] = {"--placement", "best"};
+    char *bad5[] = {"--regex-time-limit", "60000"}; //  past the daemon's drain wait
     FILE *saved = stderr;
     stderr = fopen ("/dev/null", "w");
     assert (kvp_config_parse (&config, 2, bad1) == -1);
     assert (kvp_config_parse (&config, 1, bad2) == -1);
     assert (kvp_config_parse (&config, 1, bad3) == -1);
     assert (kvp_config_parse (&config, 2, bad4) == -1);
+    assert (kvp_config_parse (&config, 2, bad5) == -1);
     fclose (stderr);
     stderr = saved;
     if (verbose)

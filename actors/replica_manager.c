@@ -35,15 +35,24 @@
     space reused, so a late writer can never write into another object's bytes. Reads the api
     answered from the read index arrive as TOUCH jobs, which renew leases like any read.
 
-    Threads: one, the actor's. The only cross-thread state is kvp_object_t.pins (atomic).
-    Ordering: jobs are handled in arrival order.
+    REMOVE_REGEX is the one job answered later: its pattern is compiled (PCRE2, bounded) and,
+    when its turn comes, the keys of the committed objects it may remove are copied into a
+    batch for the regex-matcher's thread (actors/regex_matcher.h), so a costly pattern never
+    stalls the other jobs. When the batch comes back, the objects that matched and are still
+    the same objects (same id) and still removable are removed and the job is answered; a
+    batch refused for a limit removes nothing. Batches go to the matcher one at a time, in
+    arrival order.
+
+    Threads: one, the actor's, and the regex-matcher's, which sees only its batch. The only
+    cross-thread state is kvp_object_t.pins (atomic).
+    Ordering: jobs are handled in arrival order (a regex removal acts on the objects that
+    existed when its matching began).
 */
 #include "actors/replica_manager.h"
 
 #include <pthread.h>
 
-#include <regex.h>
-
+#include "actors/regex_matcher.h"
 #include "messages/kvpool.pb-c.h"
 #include "messages/shm_index.h"
 
@@ -94,8 +103,18 @@ typedef struct {
     uint64_t bytes_stored;
     uint64_t puts, gets, get_hits, removes, revoked;
     size_t frees_out; //  free jobs the allocator has not handed back yet
+    regex_matcher_t *matcher;
+    zlistx_t *regex_runs; //  regex_run_t, oldest first; the first is at the matcher if out
+    bool regex_out;
     bool terminated;
 } self_t;
+
+//  A REMOVE_REGEX job waiting for its batch's verdicts.
+typedef struct {
+    kvp_job_t *job;
+    zframe_t *routing_id;
+    regex_batch_t *batch;
+} regex_run_t;
 
 #define SWEEP_INTERVAL_MS 50
 
@@ -153,6 +172,9 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
     self->doomed = zlistx_new ();
     self->held = zlistx_new ();
     self->pins = zhashx_new ();
+    self->regex_runs = zlistx_new ();
+    self->matcher = regex_matcher_new (config->regex_time_limit_ms);
+    assert (self->regex_runs && self->matcher);
     self->next_id = 1;
     uint64_t slots = config->index_slots;
     if (slots == UINT64_MAX)
@@ -267,6 +289,7 @@ s_self_destroy (self_t **self_p)
     }
     zhashx_destroy (&self->pins);
     free (self->pin_key);
+    zlistx_destroy (&self->regex_runs);
     shm_index_destroy (&self->index);
     zsock_destroy (&self->router);
     zsock_destroy (&self->allocator);
@@ -667,21 +690,10 @@ s_remove (self_t *self, kvp_job_t *job, int64_t now)
     s_free_job_send (self, &free_job);
 }
 
-//  REMOVE_REGEX, REMOVE_ALL, RESET and REMOVE_SEGMENT: one pass over the table.
+//  REMOVE_ALL, RESET and REMOVE_SEGMENT: one pass over the table.
 static void
 s_remove_many (self_t *self, kvp_job_t *job, int64_t now)
 {
-    regex_t regex;
-    bool use_regex = job->kind == KVP_RM_REMOVE_REGEX;
-    if (use_regex) {
-        int rc = regcomp (&regex, job->pattern ? job->pattern : "", REG_EXTENDED | REG_NOSUB);
-        if (rc != 0) {
-            char reason[100];
-            regerror (rc, &regex, reason, sizeof reason);
-            kvp_job_fail (job, KVPOOL_INVALID_PARAMS, "bad regular expression: %s", reason);
-            return;
-        }
-    }
     //  A reset also revokes client reservations; a segment removal takes everything on it.
     bool reset = job->op == KVPOOL__V1__OP__RESET;
     bool segment = job->kind == KVP_RM_REMOVE_SEGMENT;
@@ -698,8 +710,6 @@ s_remove_many (self_t *self, kvp_job_t *job, int64_t now)
         else if (object->state != OBJECT_COMPLETE && !(reset && !object->busy))
             continue;
         if (object->state == OBJECT_COMPLETE && !s_removable (object, job->force || segment, now))
-            continue;
-        if (use_regex && regexec (&regex, object->key, 0, NULL, 0) != 0)
             continue;
         zlistx_add_end (victims, object);
     }
@@ -722,8 +732,6 @@ s_remove_many (self_t *self, kvp_job_t *job, int64_t now)
     }
     zlistx_destroy (&victims);
     s_free_job_send (self, &free_job);
-    if (use_regex)
-        regfree (&regex);
     job->result_count = removed;
 }
 
@@ -752,6 +760,138 @@ s_owner_gone (self_t *self, kvp_job_t *job, int64_t now)
     while (s_revoked_end (self, owner, NULL, &free_job))
         job->result_count++;
     s_free_job_send (self, &free_job);
+}
+
+//  ---- remove by regex, matched on the regex-matcher's thread --------------------------
+
+//  Answers a run's job and frees the run.
+static void
+s_regex_run_end (self_t *self, regex_run_t **run_p)
+{
+    regex_run_t *run = *run_p;
+    kvp_job_reply (self->router, &run->routing_id, run->job);
+    zframe_destroy (&run->routing_id);
+    regex_batch_destroy (&run->batch);
+    free (run);
+    *run_p = NULL;
+}
+
+//  Copies the keys of the committed objects the run's job may remove now into its batch,
+//  with their ids. Returns 0 or -1.
+static int
+s_regex_fill (self_t *self, regex_run_t *run, int64_t now)
+{
+    for (kvp_object_t *object = (kvp_object_t *) zhashx_first (self->objects); object;
+         object = (kvp_object_t *) zhashx_next (self->objects)) {
+        if (object->state != OBJECT_COMPLETE || !s_removable (object, run->job->force, now))
+            continue;
+        if (regex_batch_add (run->batch, object->key, strlen (object->key), object->id) == -1)
+            return -1;
+    }
+    return 0;
+}
+
+//  Unless a batch is out already, fills the oldest waiting run's batch and lends it to the
+//  matcher. The keys are copied only now, so one copy of them exists at a time however many
+//  requests wait. A run with no keys to match is answered at once.
+static void
+s_regex_next (self_t *self)
+{
+    while (!self->regex_out && zlistx_size (self->regex_runs) > 0) {
+        regex_run_t *run = (regex_run_t *) zlistx_first (self->regex_runs);
+        if (s_regex_fill (self, run, zclock_mono ()) == -1)
+            kvp_job_fail (run->job, KVPOOL_INTERNAL_ERROR, "no memory for the keys to match");
+        else if (regex_batch_count (run->batch) > 0
+                 && regex_matcher_submit (self->matcher, run->batch) == 0) {
+            self->regex_out = true;
+            break;
+        }
+        else if (regex_batch_count (run->batch) > 0)
+            kvp_job_fail (run->job, KVPOOL_INTERNAL_ERROR, "regex matcher unavailable");
+        zlistx_delete (self->regex_runs, zlistx_cursor (self->regex_runs));
+        s_regex_run_end (self, &run); //  result_count 0 unless failed
+    }
+}
+
+//  REMOVE_REGEX: a pattern that does not compile (or is too long) is answered at once;
+//  otherwise the job waits in regex_runs (the routing id with it) for its turn at the matcher
+//  and the verdicts.
+static void
+s_regex_start (self_t *self, kvp_job_t *job, zframe_t **routing_id_p)
+{
+    const char *pattern = job->pattern ? job->pattern : "";
+    char reason[128];
+    regex_run_t *run = (regex_run_t *) zmalloc (sizeof (regex_run_t));
+    run->job = job;
+    run->routing_id = *routing_id_p;
+    *routing_id_p = NULL;
+    run->batch = regex_batch_new (pattern, strlen (pattern), self->config->max_regex_len, reason,
+                                  sizeof reason);
+    if (!run->batch) {
+        kvp_job_fail (job, KVPOOL_INVALID_PARAMS, "%s", reason);
+        s_regex_run_end (self, &run);
+        return;
+    }
+    job->result_count = 0;
+    zlistx_add_end (self->regex_runs, run);
+    s_regex_next (self);
+}
+
+//  The matcher handed a batch back: removes what matched, if nothing was refused, and
+//  answers the job.
+static void
+s_regex_finish (self_t *self)
+{
+    regex_batch_t *batch = regex_matcher_recv (self->matcher);
+    if (!batch)
+        return;
+    //  One batch is out at a time: the oldest run's.
+    regex_run_t *run = (regex_run_t *) zlistx_first (self->regex_runs);
+    assert (self->regex_out && run && run->batch == batch);
+    zlistx_delete (self->regex_runs, zlistx_cursor (self->regex_runs));
+    self->regex_out = false;
+    kvp_job_t *job = run->job;
+    if (regex_batch_status (batch) != KVPOOL_OK)
+        kvp_job_fail (job, regex_batch_status (batch), "%s; nothing removed",
+                      regex_batch_error (batch));
+    else {
+        int64_t now = zclock_mono ();
+        kvp_job_t *free_job = NULL;
+        uint64_t removed = 0;
+        for (size_t i = 0; i < regex_batch_count (batch); i++) {
+            if (!regex_batch_hit (batch, i))
+                continue;
+            //  Only the object the key was copied from, if it is still there and removable.
+            kvp_object_t *object =
+                (kvp_object_t *) zhashx_lookup (self->objects, regex_batch_key (batch, i, NULL));
+            if (!object || object->id != regex_batch_tag (batch, i)
+                || object->state != OBJECT_COMPLETE || !s_removable (object, job->force, now))
+                continue;
+            s_object_drop (self, object, &free_job, now);
+            self->removes++;
+            removed++;
+        }
+        s_free_job_send (self, &free_job);
+        job->result_count = removed;
+    }
+    s_regex_run_end (self, &run);
+    s_regex_next (self);
+}
+
+//  At the end: stops the matcher (a match in progress ends at its next key) and answers the
+//  waiting jobs, to a requester that is normally gone by now (the api drains first).
+static void
+s_regex_stop (self_t *self)
+{
+    regex_matcher_destroy (&self->matcher);
+    regex_run_t *run;
+    while ((run = (regex_run_t *) zlistx_first (self->regex_runs))) {
+        zlistx_delete (self->regex_runs, zlistx_cursor (self->regex_runs));
+        kvp_job_fail (run->job, KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS,
+                      "the store is stopping; nothing removed");
+        s_regex_run_end (self, &run);
+    }
+    self->regex_out = false;
 }
 
 static void
@@ -820,7 +960,6 @@ s_handle_job (self_t *self, kvp_job_t *job)
         case KVP_RM_RELEASE:
         case KVP_RM_TOUCH: s_read (self, job, now); break;
         case KVP_RM_REMOVE: s_remove (self, job, now); break;
-        case KVP_RM_REMOVE_REGEX:
         case KVP_RM_REMOVE_ALL:
         case KVP_RM_REMOVE_SEGMENT: s_remove_many (self, job, now); break;
         case KVP_RM_OWNER_GONE: s_owner_gone (self, job, now); break;
@@ -836,7 +975,8 @@ replica_manager_actor (zsock_t *pipe, void *args)
 {
     pthread_setname_np (pthread_self (), "kvp-replicas");
     self_t *self = s_self_new (pipe, (const kvp_config_t *) args);
-    zpoller_t *poller = zpoller_new (pipe, self->router, self->allocator, NULL);
+    zpoller_t *poller =
+        zpoller_new (pipe, self->router, self->allocator, regex_matcher_sock (self->matcher), NULL);
     zsock_signal (pipe, 0);
     self->next_sweep = zclock_mono () + SWEEP_INTERVAL_MS;
     while (!self->terminated) {
@@ -848,16 +988,22 @@ replica_manager_actor (zsock_t *pipe, void *args)
             char *command = zstr_recv (pipe);
             if (!command || streq (command, "$TERM"))
                 self->terminated = true;
+            else if (streq (command, "STOPPING"))
+                regex_matcher_stop (self->matcher);
             zstr_free (&command);
         }
         else if (which == self->router) {
             zframe_t *routing_id;
             kvp_job_t *job = kvp_job_recv_routed (self->router, &routing_id);
-            if (job) {
+            if (job && job->kind == KVP_RM_REMOVE_REGEX)
+                s_regex_start (self, job, &routing_id);
+            else if (job) {
                 s_handle_job (self, job);
                 kvp_job_reply (self->router, &routing_id, job);
             }
         }
+        else if (which == regex_matcher_sock (self->matcher))
+            s_regex_finish (self);
         else if (which == self->allocator) {
             //  The allocator hands our free jobs back when done.
             kvp_job_t *job = kvp_job_recv (self->allocator);
@@ -869,6 +1015,7 @@ replica_manager_actor (zsock_t *pipe, void *args)
             self->next_sweep = zclock_mono () + SWEEP_INTERVAL_MS;
         }
     }
+    s_regex_stop (self);
     //  Take back the free jobs still at the allocator (it ends after us), so none leaks.
     zsock_set_rcvtimeo (self->allocator, 1000);
     while (self->frees_out > 0) {
@@ -922,6 +1069,7 @@ replica_manager_test (bool verbose)
     snprintf (config.instance, sizeof config.instance, "rmtest");
     config.lease_ttl_ms = 200;
     config.put_timeout_ms = 100;
+    config.max_regex_len = 64;
     zsock_t *allocator = zsock_new_router ("inproc://rmtest-al");
     zactor_t *actor = zactor_new (replica_manager_actor, &config);
     zsock_t *rm = zsock_new_dealer ("inproc://rmtest-rm");
@@ -1065,8 +1213,78 @@ replica_manager_test (bool verbose)
     assert (job->items[0].status == KVPOOL_OBJECT_HAS_LEASE);
     kvp_job_destroy (&job);
 
-    zsock_destroy (&rm);
+    //  A regex removal is matched off this thread: while a slow one (a*[bc] is quadratic on
+    //  the long keys, ~25 ms each) runs, other jobs are answered. It removes only the
+    //  objects that were there when it arrived: q-b1, removed and put again meanwhile, and
+    //  q-b3, new, stay; q-b2 goes.
+    const char *matching[] = {"q-b1", "q-b2"};
+    job = s_test_call (rm, KVP_RM_INSERT, matching, 2);
+    kvp_job_destroy (&job);
+    enum { SLOW_KEYS = 60 };
+    char *slow_keys[SLOW_KEYS];
+    for (size_t i = 0; i < SLOW_KEYS; i++) {
+        slow_keys[i] = (char *) malloc (4005);
+        memset (slow_keys[i], 'a', 4000);
+        snprintf (slow_keys[i] + 4000, 5, "%04zu", i);
+    }
+    job = s_test_call (rm, KVP_RM_INSERT, (const char **) slow_keys, SLOW_KEYS);
+    assert (job->items[SLOW_KEYS - 1].status == KVPOOL_OK);
+    kvp_job_destroy (&job);
+    kvp_job_t *regex = kvp_job_new (KVP_RM_REMOVE_REGEX, 0);
+    regex->pattern = "a*[bc]";
+    regex->force = true;
+    int64_t start = zclock_mono ();
+    assert (kvp_job_send (rm, regex) == 0);
+    const char *q_b1[] = {"q-b1"}, *q_b3[] = {"q-b3"};
+    job = s_test_call (rm, KVP_RM_REMOVE, q_b1, 1); //  answered before the regex: see the call
+    kvp_job_destroy (&job);
+    job = s_test_call (rm, KVP_RM_INSERT, q_b1, 1);
+    kvp_job_destroy (&job);
+    job = s_test_call (rm, KVP_RM_INSERT, q_b3, 1);
+    assert (job->items[0].status == KVPOOL_OK);
+    kvp_job_destroy (&job);
+    int64_t others = zclock_mono () - start;
+    assert (kvp_job_recv (rm) == regex);
+    if (verbose)
+        printf ("(regex %lld ms, other jobs meanwhile %lld ms) ",
+                (long long) (zclock_mono () - start), (long long) others);
+    assert (regex->status == KVPOOL_OK && regex->result_count == 1);
+    const char *q_all[] = {"q-b1", "q-b2", "q-b3"};
+    job = s_test_call (rm, KVP_RM_EXIST, q_all, 3);
+    assert (job->items[0].status == KVPOOL_OK && job->items[2].status == KVPOOL_OK);
+    assert (job->items[1].status == KVPOOL_OBJECT_NOT_FOUND);
+    kvp_job_destroy (&job);
+    //  A key over the match limit refuses the whole request: q-b1 matched 'b' but stays.
+    regex->pattern = "b|(a|a)+$";
+    assert (kvp_job_send (rm, regex) == 0 && kvp_job_recv (rm) == regex);
+    assert (regex->status == KVPOOL_INVALID_PARAMS && strstr (regex->error, "match limit")
+            && strstr (regex->error, "nothing removed"));
+    job = s_test_call (rm, KVP_RM_EXIST, q_all, 1);
+    assert (job->items[0].status == KVPOOL_OK);
+    kvp_job_destroy (&job);
+    //  Too long a pattern (the limit is 64 here) is refused with the reason.
+    regex->status = KVPOOL_OK;
+    regex->pattern = "^0123456789012345678901234567890123456789012345678901234567890123";
+    assert (kvp_job_send (rm, regex) == 0 && kvp_job_recv (rm) == regex);
+    assert (regex->status == KVPOOL_INVALID_PARAMS && strstr (regex->error, "limit of 64"));
+
+    //  Stopped while a match runs: the actor ends promptly and the job is answered.
+    regex->status = KVPOOL_OK;
+    regex->error[0] = 0;
+    regex->pattern = "a*[bc]";
+    assert (kvp_job_send (rm, regex) == 0);
+    zclock_sleep (50);
+    start = zclock_mono ();
     zactor_destroy (&actor);
+    assert (zclock_mono () - start < 1000);
+    zsock_set_rcvtimeo (rm, 1000);
+    assert (kvp_job_recv (rm) == regex);
+    assert (regex->status == KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS);
+    kvp_job_destroy (&regex);
+    for (size_t i = 0; i < SLOW_KEYS; i++)
+        free (slow_keys[i]);
+
+    zsock_destroy (&rm);
     zsock_destroy (&allocator);
     if (verbose)
         printf ("state machine, leases, pins, regex ");

@@ -11,6 +11,9 @@
     Jobs are handled one at a time in arrival order, so two jobs on the same key are ordered.
 
     Pipe commands:
+        zsock_send (actor, "s", "STOPPING")       the store is stopping: a regex removal being
+                                                  matched, and any later one, is answered
+                                                  UNAVAILABLE_IN_CURRENT_STATUS at once
         zsock_send (actor, "s", "$TERM")          ends the actor
 */
 #ifndef REPLICA_MANAGER_H_INCLUDED

@@ -13,6 +13,7 @@
 #include "actors/connections.h"
 #include "actors/index_reads.h"
 #include "actors/owners.h"
+#include "actors/regex_matcher.h"
 #include "actors/replica_manager.h"
 #include "actors/transfer_pool.h"
 #include "actors/transfer_submitter.h"
@@ -45,6 +46,7 @@ static selftest_t s_tests[] = {{"kvpool_status", kvpool_status_test},
                                {"index_reads", index_reads_test},
                                {"owners", owners_test},
                                {"connections", connections_test},
+                               {"regex_matcher", regex_matcher_test},
                                {"replica_manager", replica_manager_test},
                                {"transfer_submitter", transfer_submitter_test},
                                {"api", api_test},

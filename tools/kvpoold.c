@@ -109,6 +109,8 @@ main (int argc, char **argv)
 
 shutdown:
     zactor_destroy (&lookup);
+    //  A regex removal being matched (seconds, at worst) is cut short rather than waited for.
+    zstr_send (rm, "STOPPING");
     //  Stop reading requests and let those in flight finish before the actors go.
     zstr_send (api, "DRAIN");
     zsock_set_rcvtimeo (api, DRAIN_TIMEOUT_MS);

@@ -549,7 +549,7 @@ class Client:
         self._call(_native.remove, _key(key), bool(force))
 
     def remove_by_regex(self, pattern, force=False):
-        """Removes the keys matching pattern (POSIX extended regex); returns how many."""
+        """Removes the keys matching pattern (PCRE2 regex, unanchored search); returns how many."""
         return self._call(_native.remove_by_regex, _encode(pattern), bool(force))
 
     def remove_all(self, force=False):

@@ -608,8 +608,8 @@ class MooncakeDistributedStore:
         return statuses.tolist()
 
     def remove_by_regex(self, regex_pattern, force=False):
-        """Removes the keys matching the pattern (POSIX extended regex). Returns how many, or
-        a negative status."""
+        """Removes the keys matching the pattern (PCRE2 regex, unanchored search). Returns how
+        many, or a negative status."""
         return self._code(_native.remove_by_regex, _encode(regex_pattern), bool(force))
 
     def remove_all(self, force=False):
