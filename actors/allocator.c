@@ -117,6 +117,10 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
         char name[64];
         segment_make_name (name, sizeof name, config->instance, i);
         segment_t *segment = segment_new (name, config->segment_size, config->lock_memory);
+        if (segment && config->group_set
+            && segment_share_with_group (segment_name (segment), config->group) != 0)
+            zsys_warning ("allocator: cannot open %s to group %u: %s", segment_name (segment),
+                          (unsigned) config->group, strerror (errno));
         if (!segment || !s_seg_add (self, segment, NULL)) {
             snprintf (self->error, sizeof self->error, "cannot create segment %u of %llu bytes: %s",
                       i, (unsigned long long) config->segment_size, strerror (errno));

@@ -53,6 +53,7 @@
 #include <pthread.h>
 
 #include "actors/regex_matcher.h"
+#include "alloc/segment.h"
 #include "messages/kvpool.pb-c.h"
 #include "messages/shm_index.h"
 
@@ -185,6 +186,9 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
         self->index = shm_index_create (name, slots);
         if (!self->index)
             zsys_warning ("replica-manager: no same-machine index %s: %s", name, strerror (errno));
+        else if (config->group_set && segment_share_with_group (name, config->group) != 0)
+            zsys_warning ("replica-manager: cannot open %s to group %u: %s", name,
+                          (unsigned) config->group, strerror (errno));
     }
     return self;
 }

@@ -609,3 +609,18 @@ segment_test (bool verbose)
     if (verbose)
         printf ("done\n");
 }
+
+int
+segment_share_with_group (const char *shm_name, gid_t gid)
+{
+    //  POSIX shared memory lives in /dev/shm on Linux; the name starts with '/'.
+    char path[128];
+    if (!shm_name || shm_name[0] != '/'
+        || snprintf (path, sizeof path, "/dev/shm%s", shm_name) >= (int) sizeof path) {
+        errno = EINVAL;
+        return -1;
+    }
+    if (chown (path, (uid_t) -1, gid) != 0)
+        return -1;
+    return chmod (path, 0660);
+}

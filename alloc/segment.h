@@ -18,6 +18,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 typedef struct _segment_t segment_t;
 
@@ -42,6 +43,11 @@ segment_t *segment_mount (const char *name, size_t size, char *reason, size_t re
 //  machine open it by that name while this one holds it (the descriptor stays open until
 //  destroy). tag names the memfd in /proc/<pid>/maps. Returns NULL on failure with errno set.
 segment_t *segment_new_sealed (size_t size, const char *tag);
+
+//  Opens a node's shared-memory object (a shm_open name) to one group as well: its group
+//  becomes gid and its mode 0660 (it is created 0600, the node's user's alone). Returns 0 or
+//  -1 with errno set.
+int segment_share_with_group (const char *shm_name, gid_t gid);
 
 //  Whether name has the "/proc/<pid>/fd/<fd>" form (nothing to unlink for it).
 bool segment_name_is_fd (const char *name);

@@ -345,6 +345,27 @@ def test_other_users_are_refused_on_the_ipc_endpoint(daemon):
     raw.close()
 
 
+def test_group_widens_access_to_one_group():
+    if os.geteuid() != 0:
+        pytest.skip("needs root to run a client as another user")
+    nobody = 65534  # user nobody, group nogroup
+    d = Daemon("--group", str(nobody))
+    try:
+        raw = Raw(d.tcp)
+        for seg in raw.segments():
+            info = os.stat("/dev/shm" + seg.name)
+            assert info.st_mode & 0o777 == 0o660 and info.st_gid == nobody
+        agent = Agent(d.ipc, user=nobody)
+        try:
+            assert agent.call("EXIST", ["x"])["statuses"] == [OBJECT_NOT_FOUND]
+            assert agent.call("PUT_START", ["g/x"], sizes=[4096])["statuses"] == [OK]
+        finally:
+            agent.close()
+        raw.close()
+    finally:
+        d.stop()
+
+
 def test_mount_only_own_memory_and_unmount_only_own_segments(daemon):
     """Item 2 and 8: another process's memfd, the node's segments, another's segment."""
     owner = Agent(daemon.ipc)
