@@ -34,6 +34,7 @@
 #include "actors/transfer_submitter.h"
 #include "messages/kvp_job.h"
 #include "messages/kvpool.pb-c.h"
+#include "messages/request_check.h"
 #include "messages/shm_index.h"
 
 //  GET values copied into the reply instead of sent from the segment: at most this many
@@ -788,30 +789,6 @@ s_resetting (self_t *self)
 
 //  ---- requests ----------------------------------------------------------------------
 
-static bool
-s_op_takes_keys (int op)
-{
-    switch (op) {
-        case KVPOOL__V1__OP__PUT:
-        case KVPOOL__V1__OP__GET:
-        case KVPOOL__V1__OP__EXIST:
-        case KVPOOL__V1__OP__REMOVE:
-        case KVPOOL__V1__OP__GET_SIZE:
-        case KVPOOL__V1__OP__PUT_START:
-        case KVPOOL__V1__OP__PUT_END:
-        case KVPOOL__V1__OP__PUT_REVOKE:
-        case KVPOOL__V1__OP__GET_REPLICA_LIST:
-        case KVPOOL__V1__OP__RELEASE: return true;
-        default: return false;
-    }
-}
-
-static bool
-s_op_known (int op)
-{
-    return op >= KVPOOL__V1__OP__PING && op <= KVPOOL__V1__OP__TOUCH;
-}
-
 //  Operations on the node's shared memory: served only to clients that share it, on the
 //  ipc endpoint, and tied to the process that asked (docs/security.md).
 static bool
@@ -893,75 +870,25 @@ s_job_from_request (self_t *self, api_ctx_t *ctx)
     size_t value_frames = ctx->values ? zmsg_size (ctx->values) : 0;
     char reason[256];
 
-    if (request->version != KVPOOL_PROTOCOL_VERSION) {
-        snprintf (reason, sizeof reason, "protocol version %u is not supported (this server: %d)",
-                  request->version, KVPOOL_PROTOCOL_VERSION);
-        s_reply_error (self, ctx, id, op, KVPOOL_INVALID_VERSION, reason);
-        return NULL;
-    }
-    if (!s_op_known (op)) {
-        snprintf (reason, sizeof reason, "unknown operation %d", op);
-        s_reply_error (self, ctx, id, op, KVPOOL_UNKNOWN_OPERATION, reason);
-        return NULL;
-    }
-    if (s_authorize (self, ctx, reason, sizeof reason)) {
-        s_reply_error (self, ctx, id, op, KVPOOL_PERMISSION_DENIED, reason);
+    uint64_t value_bytes = 0;
+    if (ctx->values)
+        for (zframe_t *frame = zmsg_first (ctx->values); frame; frame = zmsg_next (ctx->values))
+            value_bytes += zframe_size (frame);
+    request_limits_t limits = {self->config->max_key_len, self->config->max_value_size,
+                               self->config->max_keys, self->config->max_request_bytes};
+    int status = request_check (request, value_frames, value_bytes, &limits, reason, sizeof reason);
+    if (status == KVPOOL_OK && s_authorize (self, ctx, reason, sizeof reason))
+        status = KVPOOL_PERMISSION_DENIED;
+    if (status != KVPOOL_OK) {
+        //  libzmq had the frames in memory already (it delivers a message whole); what it
+        //  can refuse before reading, it did (--max-value-size per frame, RCVHWM). Nothing
+        //  is placed or copied for a refused request, and its frames go at once.
+        zmsg_destroy (&ctx->values);
+        s_reply_error (self, ctx, id, op, status, reason);
         return NULL;
     }
     size_t n = request->n_keys;
-    if (s_op_takes_keys (op) && n == 0) {
-        s_reply_error (self, ctx, id, op, KVPOOL_INVALID_PARAMS, "the request has no keys");
-        return NULL;
-    }
-    if (n > self->config->max_keys) {
-        snprintf (reason, sizeof reason, "%zu keys: at most %llu per request (--max-keys)", n,
-                  (unsigned long long) self->config->max_keys);
-        s_reply_error (self, ctx, id, op, KVPOOL_INVALID_PARAMS, reason);
-        return NULL;
-    }
-    if (op == KVPOOL__V1__OP__PUT ? value_frames != n : value_frames != 0) {
-        snprintf (reason, sizeof reason, "%zu keys but %zu value frames", n, value_frames);
-        s_reply_error (self, ctx, id, op, KVPOOL_INVALID_PARAMS, reason);
-        return NULL;
-    }
-    if (value_frames) {
-        //  libzmq has the frames in memory already (it delivers a message whole); what it
-        //  can refuse before reading, it does (--max-value-size per frame, RCVHWM). Past
-        //  the request limit nothing is placed or copied, and the frames go at once.
-        uint64_t total = 0;
-        for (zframe_t *frame = zmsg_first (ctx->values); frame; frame = zmsg_next (ctx->values))
-            total += zframe_size (frame);
-        if (total > self->config->max_request_bytes) {
-            snprintf (reason, sizeof reason,
-                      "%llu bytes of values: at most %llu in one request (--max-request-bytes)",
-                      (unsigned long long) total,
-                      (unsigned long long) self->config->max_request_bytes);
-            zmsg_destroy (&ctx->values);
-            s_reply_error (self, ctx, id, op, KVPOOL_VALUE_TOO_LARGE, reason);
-            return NULL;
-        }
-    }
-    if (op == KVPOOL__V1__OP__PUT_START && request->n_sizes != n) {
-        snprintf (reason, sizeof reason, "%zu keys but %zu sizes", n, request->n_sizes);
-        s_reply_error (self, ctx, id, op, KVPOOL_INVALID_PARAMS, reason);
-        return NULL;
-    }
     Kvpool__V1__PutOptions *put = request->put;
-    if (put && put->replica_num > KVP_MAX_REPLICAS) {
-        snprintf (reason, sizeof reason, "replica_num %u: at most %d", put->replica_num,
-                  KVP_MAX_REPLICAS);
-        s_reply_error (self, ctx, id, op, KVPOOL_INVALID_REPLICA, reason);
-        return NULL;
-    }
-    if (put && put->n_preferred_segments > KVP_MAX_PREFERRED) {
-        s_reply_error (self, ctx, id, op, KVPOOL_INVALID_PARAMS, "too many preferred segments");
-        return NULL;
-    }
-    if ((op == KVPOOL__V1__OP__MOUNT_SEGMENT || op == KVPOOL__V1__OP__UNMOUNT_SEGMENT)
-        && !request->segment) {
-        s_reply_error (self, ctx, id, op, KVPOOL_INVALID_PARAMS, "the request has no segment");
-        return NULL;
-    }
 
     kvp_job_t *job = kvp_job_new (KVP_JOB_NONE, n);
     job->op = op;
@@ -974,8 +901,7 @@ s_job_from_request (self_t *self, api_ctx_t *ctx)
         //  rather than cut the key short.
         const ProtobufCBinaryData *wire = &request->keys[i];
         item->key_len = wire->len;
-        if (wire->len == 0 || wire->len > self->config->max_key_len
-            || memchr (wire->data, 0, wire->len)) {
+        if (request_key_check (wire, self->config->max_key_len) != KVPOOL_OK) {
             item->status = KVPOOL_INVALID_KEY;
             item->key = "";
             item->key_len = 0;

@@ -25,6 +25,7 @@
 #include "lookup_server/lookup_request.h"
 #include "lookup_server/lookup_server.h"
 #include "messages/kvp_job.h"
+#include "messages/request_check.h"
 #include "messages/shm_index.h"
 #include "messages/touch_table.h"
 
@@ -36,6 +37,7 @@ typedef struct {
 static selftest_t s_tests[] = {{"kvpool_status", kvpool_status_test},
                                {"kvp_config", kvp_config_test},
                                {"kvp_job", kvp_job_test},
+                               {"request_check", request_check_test},
                                {"shm_index", shm_index_test},
                                {"touch_table", touch_table_test},
                                {"segment", segment_test},

@@ -1,0 +1,160 @@
+/*  request_check.c - protocol and limit checks of a decoded client request (request_check.h).
+
+    The order of the checks is the order of the reasons a client reads: a request from another
+    protocol version is told so before anything else, then an unknown operation, then the
+    shape of the request (keys, frames, sizes, options). Per-key problems are not request
+    errors: each key gets its own status (request_key_check), and the other keys go on.
+*/
+#include "messages/request_check.h"
+
+#include <assert.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "messages/kvp_job.h"
+
+bool
+request_op_known (int op)
+{
+    return op >= KVPOOL__V1__OP__PING && op <= KVPOOL__V1__OP__TOUCH;
+}
+
+bool
+request_op_takes_keys (int op)
+{
+    switch (op) {
+        case KVPOOL__V1__OP__PUT:
+        case KVPOOL__V1__OP__GET:
+        case KVPOOL__V1__OP__EXIST:
+        case KVPOOL__V1__OP__REMOVE:
+        case KVPOOL__V1__OP__GET_SIZE:
+        case KVPOOL__V1__OP__PUT_START:
+        case KVPOOL__V1__OP__PUT_END:
+        case KVPOOL__V1__OP__PUT_REVOKE:
+        case KVPOOL__V1__OP__GET_REPLICA_LIST:
+        case KVPOOL__V1__OP__RELEASE: return true;
+        default: return false;
+    }
+}
+
+int
+request_check (const Kvpool__V1__Request *request, size_t value_frames, uint64_t value_bytes,
+               const request_limits_t *limits, char *reason, size_t size)
+{
+    int op = request->op;
+    size_t n = request->n_keys;
+    if (request->version != KVPOOL_PROTOCOL_VERSION) {
+        snprintf (reason, size, "protocol version %u is not supported (this server: %d)",
+                  request->version, KVPOOL_PROTOCOL_VERSION);
+        return KVPOOL_INVALID_VERSION;
+    }
+    if (!request_op_known (op)) {
+        snprintf (reason, size, "unknown operation %d", op);
+        return KVPOOL_UNKNOWN_OPERATION;
+    }
+    if (request_op_takes_keys (op) && n == 0) {
+        snprintf (reason, size, "the request has no keys");
+        return KVPOOL_INVALID_PARAMS;
+    }
+    if (n > limits->max_keys) {
+        snprintf (reason, size, "%zu keys: at most %llu per request (--max-keys)", n,
+                  (unsigned long long) limits->max_keys);
+        return KVPOOL_INVALID_PARAMS;
+    }
+    if (op == KVPOOL__V1__OP__PUT ? value_frames != n : value_frames != 0) {
+        snprintf (reason, size, "%zu keys but %zu value frames", n, value_frames);
+        return KVPOOL_INVALID_PARAMS;
+    }
+    if (value_bytes > limits->max_request_bytes) {
+        snprintf (reason, size,
+                  "%llu bytes of values: at most %llu in one request (--max-request-bytes)",
+                  (unsigned long long) value_bytes,
+                  (unsigned long long) limits->max_request_bytes);
+        return KVPOOL_VALUE_TOO_LARGE;
+    }
+    if (op == KVPOOL__V1__OP__PUT_START && request->n_sizes != n) {
+        snprintf (reason, size, "%zu keys but %zu sizes", n, request->n_sizes);
+        return KVPOOL_INVALID_PARAMS;
+    }
+    const Kvpool__V1__PutOptions *put = request->put;
+    if (put && put->replica_num > KVP_MAX_REPLICAS) {
+        snprintf (reason, size, "replica_num %u: at most %d", put->replica_num, KVP_MAX_REPLICAS);
+        return KVPOOL_INVALID_REPLICA;
+    }
+    if (put && put->n_preferred_segments > KVP_MAX_PREFERRED) {
+        snprintf (reason, size, "%zu preferred segments: at most %d", put->n_preferred_segments,
+                  KVP_MAX_PREFERRED);
+        return KVPOOL_INVALID_PARAMS;
+    }
+    if ((op == KVPOOL__V1__OP__MOUNT_SEGMENT || op == KVPOOL__V1__OP__UNMOUNT_SEGMENT)
+        && !request->segment) {
+        snprintf (reason, size, "the request has no segment");
+        return KVPOOL_INVALID_PARAMS;
+    }
+    return KVPOOL_OK;
+}
+
+int
+request_key_check (const ProtobufCBinaryData *key, uint64_t max_key_len)
+{
+    if (key->len == 0 || key->len > max_key_len || memchr (key->data, 0, key->len))
+        return KVPOOL_INVALID_KEY;
+    return KVPOOL_OK;
+}
+
+//  ---- self test ---------------------------------------------------------------------
+
+void
+request_check_test (bool verbose)
+{
+    request_limits_t limits = {.max_key_len = 8, .max_value_size = 100, .max_keys = 3,
+                               .max_request_bytes = 150};
+    char reason[256];
+    ProtobufCBinaryData keys[4] = {{1, (uint8_t *) "a"}, {1, (uint8_t *) "b"},
+                                   {1, (uint8_t *) "c"}, {1, (uint8_t *) "d"}};
+    Kvpool__V1__Request request = KVPOOL__V1__REQUEST__INIT;
+    request.version = 1;
+    request.op = KVPOOL__V1__OP__PUT;
+    request.keys = keys;
+    request.n_keys = 2;
+    assert (request_check (&request, 2, 150, &limits, reason, sizeof reason) == KVPOOL_OK);
+    assert (request_check (&request, 2, 151, &limits, reason, sizeof reason)
+            == KVPOOL_VALUE_TOO_LARGE);
+    assert (strstr (reason, "--max-request-bytes"));
+    assert (request_check (&request, 1, 10, &limits, reason, sizeof reason)
+            == KVPOOL_INVALID_PARAMS);
+    request.n_keys = 4;
+    assert (request_check (&request, 4, 10, &limits, reason, sizeof reason)
+            == KVPOOL_INVALID_PARAMS);
+    assert (strstr (reason, "--max-keys"));
+    request.version = 2;
+    assert (request_check (&request, 4, 10, &limits, reason, sizeof reason)
+            == KVPOOL_INVALID_VERSION);
+    request.version = 1;
+    request.op = 999;
+    assert (request_check (&request, 0, 0, &limits, reason, sizeof reason)
+            == KVPOOL_UNKNOWN_OPERATION);
+    request.op = KVPOOL__V1__OP__EXIST;
+    request.n_keys = 0;
+    assert (request_check (&request, 0, 0, &limits, reason, sizeof reason)
+            == KVPOOL_INVALID_PARAMS);
+    request.op = KVPOOL__V1__OP__PUT_START;
+    request.n_keys = 1;
+    assert (request_check (&request, 0, 0, &limits, reason, sizeof reason)
+            == KVPOOL_INVALID_PARAMS);
+    request.op = KVPOOL__V1__OP__MOUNT_SEGMENT;
+    request.n_keys = 0;
+    assert (request_check (&request, 0, 0, &limits, reason, sizeof reason)
+            == KVPOOL_INVALID_PARAMS);
+
+    ProtobufCBinaryData nul = {8, (uint8_t *) "nul\0tail"};
+    ProtobufCBinaryData empty = {0, NULL};
+    ProtobufCBinaryData long_key = {9, (uint8_t *) "123456789"};
+    ProtobufCBinaryData bytes = {3, (uint8_t *) "\xff\x01\t"};
+    assert (request_key_check (&nul, 8) == KVPOOL_INVALID_KEY);
+    assert (request_key_check (&empty, 8) == KVPOOL_INVALID_KEY);
+    assert (request_key_check (&long_key, 8) == KVPOOL_INVALID_KEY);
+    assert (request_key_check (&bytes, 8) == KVPOOL_OK);
+    if (verbose)
+        printf ("version, operation, keys, frames, limits, key bytes ");
+}
