@@ -36,6 +36,7 @@ typedef struct {
     kvp_placement_t placement;
     uint64_t seed;
     bool verbose;
+    uint64_t max_connections; //  client connections before new ones are refused; 0: by fd limit
     lookup_config_t lookup;
 } kvp_config_t;
 

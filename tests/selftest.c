@@ -10,6 +10,7 @@
 #include "actors/allocator.h"
 #include "actors/api.h"
 #include "actors/config.h"
+#include "actors/conn_guard.h"
 #include "actors/index_reads.h"
 #include "actors/replica_manager.h"
 #include "actors/transfer_pool.h"
@@ -43,6 +44,7 @@ static selftest_t s_tests[] = {{"kvpool_status", kvpool_status_test},
                                {"index_reads", index_reads_test},
                                {"replica_manager", replica_manager_test},
                                {"transfer_submitter", transfer_submitter_test},
+                               {"conn_guard", conn_guard_test},
                                {"api", api_test},
                                {"lookup_request", lookup_request_test},
                                {"lookup_keys", lookup_keys_test},
