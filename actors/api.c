@@ -43,6 +43,9 @@
 //  A client renews the lease of a key it reads from the read index at most this often, so
 //  a TOUCH grants that much beyond the TTL (kvpool.proto, Op TOUCH).
 #define CLIENT_TOUCH_INTERVAL_MS 1000
+//  A TOUCH reports the index reads since the last one (about a second's worth): more than
+//  this in one is not a count but an attempt to wrap the statistics.
+#define MAX_TOUCH_READS (1ULL << 20)
 //  GET values smaller than this are copied into the reply (cheaper than a zero-copy handle).
 #define COPY_VALUE_BYTES 8192
 #define OWNER_CHECK_INTERVAL_MS 1000
@@ -790,6 +793,12 @@ s_job_from_request (self_t *self, api_ctx_t *ctx)
     if ((op == KVPOOL__V1__OP__MOUNT_SEGMENT || op == KVPOOL__V1__OP__UNMOUNT_SEGMENT)
         && !request->segment) {
         s_reply_error (self, ctx, id, op, KVPOOL_INVALID_PARAMS, "the request has no segment");
+        return NULL;
+    }
+    if (op == KVPOOL__V1__OP__TOUCH && request->reads > MAX_TOUCH_READS) {
+        snprintf (reason, sizeof reason, "reads %llu: at most %llu per TOUCH",
+                  (unsigned long long) request->reads, MAX_TOUCH_READS);
+        s_reply_error (self, ctx, id, op, KVPOOL_INVALID_PARAMS, reason);
         return NULL;
     }
 
