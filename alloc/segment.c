@@ -13,7 +13,10 @@
     it can never shrink: a memfd sealed with F_SEAL_SHRINK (segment_mount), which the client
     makes with segment_new_sealed (or memfd_create + fcntl F_ADD_SEALS in any language) and
     names "/proc/<pid>/fd/<fd>". The object lives while any process holds it open or mapped,
-    so there is no name to unlink and nothing left behind when the client dies.
+    so there is no name to unlink and nothing left behind when the client dies. Its pages
+    must all be committed already (st_blocks), and it may not be larger than the machine's
+    memory: a sparse sealed memfd costs its maker nothing, and the node would be the one to
+    fault the memory in, and die of it.
 
     tmpfs allocates pages on first touch, so a write into a page that a full /dev/shm can no
     longer supply faults with SIGBUS. A node's segment therefore has all its pages committed
@@ -280,6 +283,26 @@ segment_mount (const char *name, size_t size, char *reason, size_t reason_size)
     if (fstat (fd, &st) == -1 || st.st_size < 0 || (uint64_t) st.st_size < (uint64_t) size) {
         snprintf (reason, reason_size, "%s holds %lld bytes, fewer than the %zu asked for", name,
                   (long long) st.st_size, size);
+        s_cleanup (fd, NULL);
+        errno = EINVAL;
+        return NULL;
+    }
+    //  Every page must exist already: a sparse object would have the node allocate memory on
+    //  first touch, where a lack of it is a SIGBUS or the OOM killer (a sealed 1 TiB memfd
+    //  costs its maker nothing). segment_new_sealed commits its pages.
+    uint64_t ram = (uint64_t) sysconf (_SC_PHYS_PAGES) * (uint64_t) sysconf (_SC_PAGESIZE);
+    if (ram > 0 && (uint64_t) size > ram) {
+        snprintf (reason, reason_size, "%s: %zu bytes is more than this machine's memory (%llu)",
+                  name, size, (unsigned long long) ram);
+        s_cleanup (fd, NULL);
+        errno = EINVAL;
+        return NULL;
+    }
+    if ((uint64_t) st.st_blocks * 512 < (uint64_t) size) {
+        snprintf (reason, reason_size,
+                  "%s has %llu of its %zu bytes committed: allocate every page first "
+                  "(posix_fallocate) so the node never faults memory in",
+                  name, (unsigned long long) st.st_blocks * 512, size);
         s_cleanup (fd, NULL);
         errno = EINVAL;
         return NULL;
@@ -631,6 +654,31 @@ segment_test (bool verbose)
     refused = segment_mount (loose_name, 65536, reason, sizeof reason);
     assert (refused == NULL && errno == EPERM);
     close (loose);
+
+    //  A sealed but sparse memfd is refused: its pages would be the node's to fault in. So
+    //  is one larger than the machine's memory, however it was made.
+    int sparse = memfd_create ("st-sparse", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    assert (sparse >= 0);
+    assert (ftruncate (sparse, (off_t) 1 << 40) == 0);
+    assert (fcntl (sparse, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) == 0);
+    char sparse_name[64];
+    snprintf (sparse_name, sizeof sparse_name, "/proc/%d/fd/%d", (int) getpid (), sparse);
+    errno = 0;
+    refused = segment_mount (sparse_name, (size_t) 1 << 40, reason, sizeof reason);
+    assert (refused == NULL && errno == EINVAL && strstr (reason, "more than this machine"));
+    errno = 0;
+    refused = segment_mount (sparse_name, 8 << 20, reason, sizeof reason);
+    assert (refused == NULL && errno == EINVAL && strstr (reason, "committed"));
+    close (sparse);
+    //  Half committed is not enough either.
+    sparse = memfd_create ("st-half", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    assert (sparse >= 0 && ftruncate (sparse, 1 << 20) == 0);
+    assert (posix_fallocate (sparse, 0, 1 << 19) == 0);
+    assert (fcntl (sparse, F_ADD_SEALS, F_SEAL_SHRINK) == 0);
+    snprintf (sparse_name, sizeof sparse_name, "/proc/%d/fd/%d", (int) getpid (), sparse);
+    refused = segment_mount (sparse_name, 1 << 20, reason, sizeof reason);
+    assert (refused == NULL && strstr (reason, "524288 of its 1048576 bytes committed"));
+    close (sparse);
 
     const size_t sealed_size = 1 << 20;
     segment_t *sealed = segment_new_sealed (sealed_size, "st-sealed");
