@@ -16,11 +16,17 @@
     retry on their own and get in after the resume, which detaches the filter. Sockets
     accepted before stay as they are (a filter is copied only into sockets cloned while it is
     attached, and none is). The kernel has no such filter for unix-domain connects, so an ipc
-    listener is not paused; connections queued on any listener when the guard pauses, or
-    whenever libzmq reports a failed accept, are accepted by the guard and closed at once
-    (with a spare descriptor released for the purpose at EMFILE), so the queue libzmq would
-    spin on is empty. The guard makes the listeners non-blocking for that: libzmq's accept
-    may then find the queue already empty, which it takes as EAGAIN.
+    listener is not paused: a connection libzmq accepts past the limit (ipc, or tcp that was
+    already queued) is shut down (shutdown(2) on the descriptor the ACCEPTED event names;
+    libzmq sees the end and closes it), so the count comes back under the limit at once.
+    Connections queued on any listener when the guard pauses, or whenever libzmq reports a
+    failed accept, are accepted by the guard and closed (with a spare descriptor released for
+    the purpose at EMFILE), so the queue libzmq would spin on is empty. The guard makes the
+    listeners non-blocking for that: libzmq's accept may then find the queue already empty,
+    which it takes as EAGAIN.
+
+    The limit is capped by the descriptor limit less a reserve: at EMFILE libzmq 4.3's tcp
+    listener spins, and its ipc listener aborts the process (an assertion).
 
     Threads: one, the owner's (the api actor).
 */
@@ -40,6 +46,8 @@
 #include <unistd.h>
 
 #define MAX_LISTENERS 16
+//  Connections refused per batch of monitor events before falling back to refusing at once.
+#define REFUSE_BATCH 256
 
 typedef struct {
     int fd;
@@ -227,7 +235,14 @@ conn_guard_new (zsock_t *router, zlistx_t *endpoints, uint64_t limit, const char
     assert (router && endpoints);
     conn_guard_t *self = (conn_guard_t *) zmalloc (sizeof (conn_guard_t));
     self->router = router;
-    self->limit = limit ? limit : conn_guard_default_limit ();
+    //  More connections than descriptors allow would end in EMFILE, which libzmq's ipc
+    //  listener does not survive (it asserts): the descriptor limit caps the setting.
+    uint64_t ceiling = conn_guard_default_limit ();
+    self->limit = limit && limit < ceiling ? limit : ceiling;
+    if (limit > ceiling)
+        zsys_info ("api: at most %llu client connections (the file descriptor limit less a "
+                   "reserve), not %llu",
+                   (unsigned long long) ceiling, (unsigned long long) limit);
     self->low_mark = self->limit - self->limit / 10;
     if (self->low_mark >= self->limit)
         self->low_mark = self->limit - 1;
@@ -281,21 +296,36 @@ conn_guard_handle (conn_guard_t *self)
 {
     assert (self);
     bool failed = false;
+    //  Connections past the limit, to be shut down after the batch: one that closes within
+    //  the batch is left alone, as its descriptor may already be another socket's.
+    int refuse[REFUSE_BATCH];
+    size_t refusing = 0;
     while (zsock_events (self->monitor) & ZMQ_POLLIN) {
         zmsg_t *msg = zmsg_recv (self->monitor);
         if (!msg)
             return -1;
         zframe_t *head = zmsg_first (msg);
-        if (head && zframe_size (head) >= 2) {
+        if (head && zframe_size (head) >= 6) {
             uint16_t event;
-            uint32_t value = 0; //  for ACCEPT_FAILED, the errno
+            uint32_t value; //  the connection's descriptor, or accept's errno
             memcpy (&event, zframe_data (head), 2);
-            if (zframe_size (head) >= 6)
-                memcpy (&value, zframe_data (head) + 2, 4);
-            if (event == ZMQ_EVENT_ACCEPTED)
+            memcpy (&value, zframe_data (head) + 2, 4);
+            if (event == ZMQ_EVENT_ACCEPTED) {
                 self->connections++;
-            else if (event == ZMQ_EVENT_DISCONNECTED && self->connections > 0)
-                self->connections--;
+                if (self->paused || self->connections > self->limit) {
+                    if (refusing < REFUSE_BATCH)
+                        refuse[refusing++] = (int) value;
+                    else
+                        shutdown ((int) value, SHUT_RDWR);
+                }
+            }
+            else if (event == ZMQ_EVENT_DISCONNECTED) {
+                if (self->connections > 0)
+                    self->connections--;
+                for (size_t i = 0; i < refusing; i++)
+                    if (refuse[i] == (int) value)
+                        refuse[i--] = refuse[--refusing];
+            }
             else if (event == ZMQ_EVENT_ACCEPT_FAILED && (value == EMFILE || value == ENFILE)) {
                 self->accept_failures++;
                 failed = true;
@@ -303,9 +333,14 @@ conn_guard_handle (conn_guard_t *self)
         }
         zmsg_destroy (&msg);
     }
+    //  Accepted past the limit (an ipc listener is never paused; a tcp one may have had
+    //  some queued): shut down, libzmq sees the end and closes it.
+    for (size_t i = 0; i < refusing; i++)
+        if (shutdown (refuse[i], SHUT_RDWR) == 0)
+            self->refused++;
     if (failed) {
-        //  Out of descriptors before the limit (other files, a low ulimit): refuse from
-        //  here on, and take the queue libzmq spins on.
+        //  Out of descriptors before the limit (other files in use): refuse from here on,
+        //  and take the queue libzmq spins on.
         if (!self->paused && self->connections > 0) {
             self->limit = self->connections;
             self->low_mark = self->limit - self->limit / 10;
@@ -321,8 +356,6 @@ conn_guard_handle (conn_guard_t *self)
         s_set_paused (self, true);
     else if (self->paused && self->connections < self->low_mark)
         s_set_paused (self, false);
-    else if (self->paused)
-        s_refuse_queued (self); //  an ipc listener goes on accepting; a tcp one drains
     return 0;
 }
 
