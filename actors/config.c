@@ -59,7 +59,7 @@ static const opt_t s_options[] = {
     {"seed", OPT_UINT, OFF (seed), 0, 0, UINT64_MAX, "seed for random placement. Default 1"},
     {"max-connections", OPT_UINT, OFF (max_connections), 0, 1, 1ULL << 24,
      "client connections at which new ones are refused until a tenth have closed. Default: "
-     "the file descriptor limit less a reserve (a quarter, 64 to 1024)"},
+     "the file descriptor limit less a reserve (a quarter, 256 to 1024)"},
     {"verbose", OPT_FLAG, OFF (verbose), 0, 0, 0, "log every request"},
     {"lookup-key-template", OPT_STRING, OFF (lookup.key_template), 0, 0, 0,
      "key template of the lookup channel. Default " LOOKUP_DEFAULT_KEY_TEMPLATE},

@@ -26,7 +26,9 @@
     which it takes as EAGAIN.
 
     The limit is capped by the descriptor limit less a reserve: at EMFILE libzmq 4.3's tcp
-    listener spins, and its ipc listener aborts the process (an assertion).
+    listener spins, and its ipc listener aborts the process (an assertion). Refusing is
+    asynchronous (libzmq accepts, then the guard hears of it), so the reserve also covers a
+    burst of connections libzmq takes before the guard acts: a listen backlog's worth.
 
     Threads: one, the owner's (the api actor).
 */
@@ -88,9 +90,12 @@ conn_guard_default_limit (void)
     if (getrlimit (RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY)
         return 1 << 20;
     uint64_t fds = (uint64_t) limit.rlim_cur;
+    //  Room for the daemon's own descriptors (segments, index, sockets' mailboxes: about
+    //  50) and for the connections libzmq accepts before the guard hears of them (up to a
+    //  listen backlog, ZMQ_BACKLOG 100, per burst).
     uint64_t reserve = fds / 4;
-    if (reserve < 64)
-        reserve = 64;
+    if (reserve < 256)
+        reserve = 256;
     if (reserve > 1024)
         reserve = 1024;
     return fds > reserve ? fds - reserve : 1;

@@ -46,8 +46,9 @@ bool conn_guard_paused (conn_guard_t *self);
 //  The limit in effect.
 uint64_t conn_guard_limit (conn_guard_t *self);
 
-//  The descriptor limit (RLIMIT_NOFILE, soft) less a reserve for segments, files, log and
-//  inproc sockets: a quarter of it, at least 64 and at most 1024.
+//  The descriptor limit (RLIMIT_NOFILE, soft) less a reserve for segments, files, inproc
+//  sockets and a burst of accepts: a quarter of it, at least 256 and at most 1024 (and at
+//  least 1 connection).
 uint64_t conn_guard_default_limit (void);
 
 //  Raises the soft RLIMIT_NOFILE to the hard limit. Returns the soft limit now in effect.

@@ -5,7 +5,8 @@ Three ways to the limit: --max-connections over tcp; a --max-connections above w
 descriptor limit allows (capped: at EMFILE libzmq's tcp listener spins on the queued
 connection); and over ipc, where libzmq's listener aborts the process at EMFILE. In each the
 daemon must live, keep its descriptors under the limit, and its CPU time (utime + stime from
-/proc/<pid>/stat) over two idle seconds at the limit must stay under half a second.
+/proc/<pid>/stat) over two idle seconds at the limit must stay under half a second (1.2 s
+over ipc, where refused clients keep reconnecting; a spin is 2 s).
 
 Run by `make test` (cwd = repo root, KVPOOL_BIN = build/bin) with Debian's /usr/bin/python3.
 """
@@ -88,15 +89,16 @@ def _open_fds(pid):
     return len(os.listdir("/proc/%d/fd" % pid))
 
 
-@pytest.mark.parametrize("fd_limit,extra,transport,label", [
-    (256, ["--max-connections", "50"], "tcp", "max-connections"),
-    # More than descriptors allow: capped at the fd limit less a reserve (96 - 64).
-    (96, ["--max-connections", "100000"], "tcp", "fd limit"),
+@pytest.mark.parametrize("fd_limit,extra,transport,clients,label", [
+    (512, ["--max-connections", "50"], "tcp", 120, "max-connections"),
+    # More than descriptors allow: capped at the fd limit less a reserve (400 - 256).
+    (400, ["--max-connections", "100000"], "tcp", 200, "fd limit"),
     # ipc listeners cannot be paused: connections past the limit are shut down as they come,
-    # and libzmq's ipc listener, which aborts at EMFILE, never gets there.
-    (96, ["--max-connections", "20"], "ipc", "ipc"),
+    # and libzmq's ipc listener, which aborts at EMFILE, never gets there (more clients than
+    # descriptors).
+    (300, ["--max-connections", "20"], "ipc", 320, "ipc"),
 ])
-def test_limit_refuses_without_spinning(fd_limit, extra, transport, label):
+def test_limit_refuses_without_spinning(fd_limit, extra, transport, clients, label):
     proc, endpoint, log = _start_daemon(fd_limit, extra, transport)
     ctx = zmq.Context()
     ctx.setsockopt(zmq.MAX_SOCKETS, 4096)
@@ -105,7 +107,7 @@ def test_limit_refuses_without_spinning(fd_limit, extra, transport, label):
         first = _dealer(ctx, endpoint)
         assert _ping(first, 1), "no answer before the limit"
         # Far more connections than the daemon takes; each pings so we know who got in.
-        for i in range(120):
+        for i in range(clients):
             sock = _dealer(ctx, endpoint)
             sock.send(pb.Request(version=1, request_id=1000 + i, op=pb.PING).SerializeToString())
             socks.append(sock)
@@ -123,7 +125,11 @@ def test_limit_refuses_without_spinning(fd_limit, extra, transport, label):
         time.sleep(2.0)
         spent = _cpu_seconds(proc.pid) - before
         print("\n%s: cpu %.3f s, %d answered" % (label, spent, len(answered)))
-        assert spent < 0.5, "%s: kvpoold used %.2f s of CPU in 2 s idle at the limit" % (label, spent)
+        # A spin is a whole core (2 s). Over ipc the refused clients come back every 100 ms
+        # (libzmq's reconnect interval) and each is accepted and shut down again: 300 of
+        # them cost about 0.4 s here, so ipc gets more room.
+        bound = 0.5 if transport == "tcp" else 1.2
+        assert spent < bound, "%s: kvpoold used %.2f s of CPU in 2 s idle at the limit" % (label, spent)
         assert _ping(first, 3)
         assert proc.poll() is None
         # Close most connections: new ones get in again (the waiting ones included).
