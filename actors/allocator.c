@@ -221,8 +221,7 @@ s_free_item (self_t *self, kvp_item_t *item)
 //  Says why item could not be placed, in job->error: the reply carries it even when only
 //  some keys failed (the request status stays OK, the key's status says which).
 static void
-s_alloc_reason (self_t *self, kvp_job_t *job, kvp_item_t *item, uint32_t wanted,
-                size_t candidates)
+s_alloc_reason (self_t *self, kvp_job_t *job, kvp_item_t *item, uint32_t wanted, size_t candidates)
 {
     uint64_t free_bytes = 0, total = 0;
     size_t segments = 0;

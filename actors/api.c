@@ -248,8 +248,8 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
     //  The first listing of the segments at once: index reads need the mappings.
     self->next_owner_check = self->started;
     self->poller = zpoller_new (pipe, self->router, self->rm, self->al, self->tx, NULL);
-    self->guard = conn_guard_new (self->router, self->endpoints, config->max_connections,
-                                  config->instance);
+    self->guard =
+        conn_guard_new (self->router, self->endpoints, config->max_connections, config->instance);
     if (self->guard)
         zpoller_add (self->poller, conn_guard_socket (self->guard));
     return self;

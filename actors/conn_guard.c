@@ -156,8 +156,7 @@ s_find_listeners (conn_guard_t *self, zlistx_t *endpoints)
             continue;
         int listening = 0;
         socklen_t size = sizeof listening;
-        if (getsockopt ((int) fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &size) != 0
-            || !listening)
+        if (getsockopt ((int) fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &size) != 0 || !listening)
             continue;
         for (const char *endpoint = (const char *) zlistx_first (endpoints); endpoint;
              endpoint = (const char *) zlistx_next (endpoints)) {
@@ -213,7 +212,7 @@ s_set_paused (conn_guard_t *self, bool paused)
             continue;
         int fd = self->listeners[i].fd;
         int rc = paused ? setsockopt (fd, SOL_SOCKET, SO_ATTACH_FILTER, &program, sizeof program)
-                        : setsockopt (fd, SOL_SOCKET, SO_DETACH_FILTER, &(int) {0}, sizeof (int));
+                        : setsockopt (fd, SOL_SOCKET, SO_DETACH_FILTER, &(int){0}, sizeof (int));
         if (rc != 0 && !(errno == ENOENT && !paused))
             zsys_warning ("api: cannot %s listener %d: %s", paused ? "pause" : "resume", fd,
                           strerror (errno));
@@ -255,9 +254,9 @@ conn_guard_new (zsock_t *router, zlistx_t *endpoints, uint64_t limit, const char
     char endpoint[128];
     snprintf (endpoint, sizeof endpoint, "inproc://%s-conn-guard-%p", name ? name : "",
               (void *) self);
-    int rc = zmq_socket_monitor (zsock_resolve (router), endpoint,
-                                 ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED
-                                     | ZMQ_EVENT_ACCEPT_FAILED);
+    int rc =
+        zmq_socket_monitor (zsock_resolve (router), endpoint,
+                            ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_ACCEPT_FAILED);
     if (rc == 0)
         self->monitor = zsock_new_pair (NULL);
     if (!self->monitor || zsock_connect (self->monitor, "%s", endpoint) != 0) {

@@ -484,10 +484,9 @@ segment_remove_stale (void)
             continue; //  not ours to open (another user's): not ours to remove either
         struct stat by_fd, by_name;
         //  Held by a live creator in any namespace: the exclusive lock is refused.
-        if (flock (fd, LOCK_EX | LOCK_NB) == 0 && fstat (fd, &by_fd) == 0
-            && S_ISREG (by_fd.st_mode) && stat (path, &by_name) == 0
-            && by_fd.st_dev == by_name.st_dev && by_fd.st_ino == by_name.st_ino
-            && shm_unlink (name) == 0)
+        if (flock (fd, LOCK_EX | LOCK_NB) == 0 && fstat (fd, &by_fd) == 0 && S_ISREG (by_fd.st_mode)
+            && stat (path, &by_name) == 0 && by_fd.st_dev == by_name.st_dev
+            && by_fd.st_ino == by_name.st_ino && shm_unlink (name) == 0)
             removed++;
         close (fd);
     }

@@ -246,8 +246,8 @@ s_cmd_put (cli_t *cli, int argc, char **argv)
                      " bytes)\n",
                      key, path ? path : "stdin", limit);
         else
-            fprintf (stderr, "kvpool: put %s: cannot read %s: %s\n", key,
-                     path ? path : "stdin", strerror (read_errno));
+            fprintf (stderr, "kvpool: put %s: cannot read %s: %s\n", key, path ? path : "stdin",
+                     strerror (read_errno));
         return 1;
     }
     int rc = kvpool_put (pool, key, data, size, &opts);
