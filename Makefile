@@ -155,4 +155,4 @@ format:
 clean:
 	rm -rf build
 
--include $(wildcard lookup_server/fuzz.mk)
+-include tests/fuzz/fuzz.mk

@@ -222,6 +222,39 @@ s_free_item (self_t *self, kvp_item_t *item)
     item->replica_count = 0;
 }
 
+//  Says why item could not be placed, in job->error: the reply carries it even when only
+//  some keys failed (the request status stays OK, the key's status says which).
+static void
+s_alloc_reason (self_t *self, kvp_job_t *job, kvp_item_t *item, uint32_t wanted, size_t candidates)
+{
+    uint64_t free_bytes = 0, total = 0;
+    size_t segments = 0;
+    for (seg_t *seg = (seg_t *) zlistx_first (self->segments); seg;
+         seg = (seg_t *) zlistx_next (self->segments)) {
+        if (seg->draining)
+            continue;
+        size_t capacity = segment_arena_capacity (seg->arena);
+        size_t allocated = segment_arena_allocated (seg->arena);
+        free_bytes += capacity > allocated ? capacity - allocated : 0;
+        total += capacity;
+        segments++;
+    }
+    if (item->status == KVPOOL_INVALID_REPLICA)
+        snprintf (job->error, sizeof job->error,
+                  "%u replicas asked for, but only %zu segment(s) can take one", wanted,
+                  candidates);
+    else if (segments == 0)
+        snprintf (job->error, sizeof job->error,
+                  "no segment to place %llu bytes in (none mounted, or all unmounting)",
+                  (unsigned long long) item->size);
+    else
+        snprintf (job->error, sizeof job->error,
+                  "no segment has room for %llu bytes x %u replica(s) (free: %llu of %llu "
+                  "bytes in %zu segment(s))",
+                  (unsigned long long) item->size, wanted, (unsigned long long) free_bytes,
+                  (unsigned long long) total, segments);
+}
+
 static void
 s_alloc (self_t *self, kvp_job_t *job)
 {
@@ -236,6 +269,8 @@ s_alloc (self_t *self, kvp_job_t *job)
         size_t n = s_candidates (self, job, order, 64);
         if (wanted > KVP_MAX_REPLICAS || wanted > n) {
             item->status = n == 0 ? KVPOOL_NO_AVAILABLE_HANDLE : KVPOOL_INVALID_REPLICA;
+            if (!job->error[0])
+                s_alloc_reason (self, job, item, wanted, n);
             continue;
         }
         for (size_t k = 0; k < n && item->replica_count < wanted; k++) {
@@ -253,6 +288,8 @@ s_alloc (self_t *self, kvp_job_t *job)
             s_free_item (self, item);
             item->status = KVPOOL_NO_AVAILABLE_HANDLE;
         }
+        if (item->status != KVPOOL_OK && !job->error[0])
+            s_alloc_reason (self, job, item, wanted, n);
     }
 }
 
@@ -548,6 +585,10 @@ allocator_test (bool verbose)
         full += fill->items[i].status == KVPOOL_NO_AVAILABLE_HANDLE;
     }
     assert (ok >= 12 && full > 0 && ok + full == 64);
+    //  The reply says why (the request itself is OK: only some keys failed).
+    assert (fill->status == KVPOOL_OK);
+    assert (strstr (fill->error, "no segment has room for 1048576 bytes x 1 replica(s) (free: "));
+    assert (strstr (fill->error, "of 25165824 bytes in 3 segment(s))"));
     kvp_job_t *stats = kvp_job_new (KVP_AL_STATS, 0);
     s_test_call (al, stats);
     assert (stats->stats.bytes_mounted == 3 * (8 << 20) && stats->stats.segments == 3);

@@ -25,6 +25,7 @@
 
 #include "actors/allocator.h"
 #include "actors/connections.h"
+#include "actors/conn_guard.h"
 #include "alloc/segment.h"
 #include "actors/endpoints.h"
 #include "actors/index_reads.h"
@@ -46,8 +47,9 @@
 #define MAX_FRAME_SLACK (64ULL << 20)
 //  A client renews the lease of a key it reads from the read index at most this often, so
 //  a TOUCH grants that much beyond the TTL (kvpool.proto, Op TOUCH).
-#define CLIENT_TOUCH_INTERVAL_MS 1000
-//  GET values smaller than this are copied into the reply (cheaper than a zero-copy handle).
+#define CLIENT_TOUCH_INTERVAL_MS                                                                   \
+    1000 //  GET values smaller than this are copied into the reply (cheaper than a zero-copy
+         //  handle).
 #define COPY_VALUE_BYTES 8192
 #define OWNER_CHECK_INTERVAL_MS 1000
 //  Same-machine client processes the node tracks at once (owners.h).
@@ -141,6 +143,7 @@ typedef struct {
     connections_t *connections; //  unread reply bytes per connection
     int64_t started;
     index_reads_t *reads;       //  small reads answered from the read index, or NULL
+    conn_guard_t *guard;        //  refuses connections past --max-connections
     size_t in_flight;           //  jobs out at an actor (client and internal)
     size_t touches_out;         //  of which lease renewals (nobody waits for those)
     uint64_t client_index_gets; //  values clients read from the index themselves (TOUCH)
@@ -292,6 +295,10 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
     //  The first listing of the segments at once: index reads need the mappings.
     self->next_owner_check = self->started;
     self->poller = zpoller_new (pipe, self->router, self->rm, self->al, self->tx, NULL);
+    self->guard =
+        conn_guard_new (self->router, self->endpoints, config->max_connections, config->instance);
+    if (self->guard)
+        zpoller_add (self->poller, conn_guard_socket (self->guard));
     return self;
 }
 
@@ -302,6 +309,7 @@ s_self_destroy (self_t **self_p)
     if (!self)
         return;
     zpoller_destroy (&self->poller);
+    conn_guard_destroy (&self->guard);
     index_reads_destroy (&self->reads);
     owners_destroy (&self->owners);
     zlistx_destroy (&self->endpoints);
@@ -1252,6 +1260,8 @@ api_actor (zsock_t *pipe, void *args)
             s_client_message (self);
         else if (which == self->rm || which == self->al || which == self->tx)
             s_actor_reply (self, (zsock_t *) which);
+        else if (self->guard && which == conn_guard_socket (self->guard))
+            conn_guard_handle (self->guard);
         if (self->reads && index_reads_touch_due (self->reads) >= 0
             && zclock_mono () >= index_reads_touch_due (self->reads))
             s_send_touches (self);

@@ -81,6 +81,9 @@ static const opt_t s_options[] = {
     {"group", OPT_GROUP, OFF (group), 0, 0, 0,
      "a group (name or gid) whose processes may use the ipc endpoint and shared memory too. "
      "Default: only the node's own user (and root)"},
+    {"max-connections", OPT_UINT, OFF (max_connections), 0, 1, 1ULL << 24,
+     "client connections at which new ones are refused until a tenth have closed. Default: "
+     "the file descriptor limit less a reserve (a quarter, 256 to 1024)"},
     {"verbose", OPT_FLAG, OFF (verbose), 0, 0, 0, "log every request"},
     {"lookup-key-template", OPT_STRING, OFF (lookup.key_template), 0, 0, 0,
      "key template of the lookup channel. Default " LOOKUP_DEFAULT_KEY_TEMPLATE},

@@ -44,6 +44,7 @@ typedef struct {
     bool verbose;
     bool group_set; //  --group: processes of this gid may use the ipc endpoint and shm too
     gid_t group;
+    uint64_t max_connections; //  client connections before new ones are refused; 0: by fd limit
     lookup_config_t lookup;
 } kvp_config_t;
 

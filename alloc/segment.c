@@ -13,7 +13,10 @@
     it can never shrink: a memfd sealed with F_SEAL_SHRINK (segment_mount), which the client
     makes with segment_new_sealed (or memfd_create + fcntl F_ADD_SEALS in any language) and
     names "/proc/<pid>/fd/<fd>". The object lives while any process holds it open or mapped,
-    so there is no name to unlink and nothing left behind when the client dies.
+    so there is no name to unlink and nothing left behind when the client dies. Its pages
+    must all be committed already (st_blocks), and it may not be larger than the machine's
+    memory: a sparse sealed memfd costs its maker nothing, and the node would be the one to
+    fault the memory in, and die of it.
 
     tmpfs allocates pages on first touch, so a write into a page that a full /dev/shm can no
     longer supply faults with SIGBUS. A node's segment therefore has all its pages committed
@@ -23,6 +26,16 @@
     too.)
     MADV_HUGEPAGE is advisory: tmpfs honours it only when the administrator enabled shmem
     huge pages ("advise" in /sys/kernel/mm/transparent_hugepage/shmem_enabled).
+
+    Which /dev/shm/kvpool-* objects are left by dead daemons is judged by a lock, not by
+    pid: a pid means nothing to a daemon in another pid namespace sharing /dev/shm (it would
+    see a live daemon's pid as dead and unlink its segments). The creator holds flock(LOCK_SH)
+    on the object for its whole life (segment_hold: the descriptor stays open until destroy);
+    segment_remove_stale unlinks an object only when it can take flock(LOCK_EX|LOCK_NB) on
+    it, so only when nobody holds it. flock belongs to the open file, which every namespace
+    sharing the file system sees. The creator checks after locking that the name still names
+    its object, so a cleaner that slipped in between create and lock costs a retry, never a
+    segment.
 
     Threads: a segment_t is used by one thread at a time; the mapped bytes are shared and
     carry no ordering of their own (the protocol above orders writes and reads).
@@ -39,6 +52,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -55,6 +69,7 @@ struct _segment_t {
     bool owner;  //  created here: unlink on destroy
     bool locked; //  mlock succeeded
     int fd;      //  a sealed memfd this process made, held open for its name; else -1
+    int lock_fd; //  a created /dev/shm object, held open with flock(LOCK_SH); else -1
     dev_t dev;   //  the object's identity, whatever name it was opened by
     ino_t ino;
 };
@@ -133,6 +148,7 @@ s_segment_map (const char *name, int fd, size_t size, bool owner)
     self->size = size;
     self->owner = owner;
     self->fd = -1;
+    self->lock_fd = -1;
     struct stat st;
     if (fstat (fd, &st) == 0) {
         self->dev = st.st_dev;
@@ -153,9 +169,23 @@ segment_new (const char *name, size_t size, bool lock)
         errno = EINVAL;
         return NULL;
     }
-    int fd = shm_open (name, O_CREAT | O_EXCL | O_RDWR, 0600);
-    if (fd == -1)
-        return NULL;
+    int fd = -1;
+    //  A cleaner in another daemon may unlink the new name before our lock is on it; then
+    //  the name is free again and we make it anew.
+    for (int attempt = 0; fd == -1; attempt++) {
+        fd = shm_open (name, O_CREAT | O_EXCL | O_RDWR, 0600);
+        if (fd == -1)
+            return NULL;
+        if (segment_hold (fd, name) == 0)
+            break;
+        int held = errno;
+        s_cleanup (fd, NULL);
+        fd = -1;
+        if (held != ENOENT || attempt == 3) {
+            errno = held == ENOENT ? EAGAIN : held;
+            return NULL;
+        }
+    }
     //  Refuse what tmpfs cannot hold now, rather than SIGBUS on a later write. f_blocks is 0
     //  on a tmpfs mounted without a size limit.
     struct statvfs fs;
@@ -182,7 +212,7 @@ segment_new (const char *name, size_t size, bool lock)
         s_cleanup (fd, name);
         return NULL;
     }
-    close (fd);
+    self->lock_fd = fd; //  the flock lives as long as this descriptor
     if (lock)
         //  Often refused by RLIMIT_MEMLOCK; the caller sees it through segment_locked.
         self->locked = mlock (self->base, self->size) == 0;
@@ -257,6 +287,26 @@ segment_mount (const char *name, size_t size, char *reason, size_t reason_size)
         errno = EINVAL;
         return NULL;
     }
+    //  Every page must exist already: a sparse object would have the node allocate memory on
+    //  first touch, where a lack of it is a SIGBUS or the OOM killer (a sealed 1 TiB memfd
+    //  costs its maker nothing). segment_new_sealed commits its pages.
+    uint64_t ram = (uint64_t) sysconf (_SC_PHYS_PAGES) * (uint64_t) sysconf (_SC_PAGESIZE);
+    if (ram > 0 && (uint64_t) size > ram) {
+        snprintf (reason, reason_size, "%s: %zu bytes is more than this machine's memory (%llu)",
+                  name, size, (unsigned long long) ram);
+        s_cleanup (fd, NULL);
+        errno = EINVAL;
+        return NULL;
+    }
+    if ((uint64_t) st.st_blocks * 512 < (uint64_t) size) {
+        snprintf (reason, reason_size,
+                  "%s has %llu of its %zu bytes committed: allocate every page first "
+                  "(posix_fallocate) so the node never faults memory in",
+                  name, (unsigned long long) st.st_blocks * 512, size);
+        s_cleanup (fd, NULL);
+        errno = EINVAL;
+        return NULL;
+    }
     segment_t *self = s_segment_map (name, fd, size, false);
     if (!self) {
         snprintf (reason, reason_size, "cannot map %s: %s", name, strerror (errno));
@@ -309,6 +359,8 @@ segment_destroy (segment_t **self_p)
         shm_unlink (self->name);
     if (self->fd >= 0)
         close (self->fd);
+    if (self->lock_fd >= 0)
+        close (self->lock_fd);
     free (self);
     *self_p = NULL;
 }
@@ -368,6 +420,47 @@ segment_make_name (char *buf, size_t buf_size, const char *tag, unsigned index)
 }
 
 int
+segment_hold (int fd, const char *name)
+{
+    if (fd < 0 || !s_name_valid (name) || segment_name_is_fd (name)) {
+        errno = EINVAL;
+        return -1;
+    }
+    int rc;
+    do
+        rc = flock (fd, LOCK_SH);
+    while (rc == -1 && errno == EINTR);
+    if (rc == -1)
+        return -1;
+    char path[SEGMENT_NAME_MAX + 16];
+    snprintf (path, sizeof path, "/dev/shm%s", name);
+    struct stat by_fd, by_name;
+    if (fstat (fd, &by_fd) == -1 || stat (path, &by_name) == -1)
+        return -1; //  ENOENT: unlinked before the lock was on it
+    if (by_fd.st_dev != by_name.st_dev || by_fd.st_ino != by_name.st_ino) {
+        errno = EEXIST; //  and made again by someone else
+        return -1;
+    }
+    return 0;
+}
+
+//  Whether a /dev/shm entry has the form of a name kvpool makes: kvpool-<pid>-... or
+//  kvpool-client-<pid>-... (anything else there is not ours to judge).
+static bool
+s_stale_candidate (const char *entry, long *pid)
+{
+    const char *rest = entry;
+    if (strncmp (rest, "kvpool-", 7) != 0)
+        return false;
+    rest += 7;
+    if (strncmp (rest, "client-", 7) == 0)
+        rest += 7;
+    char *end;
+    *pid = strtol (rest, &end, 10);
+    return end != rest && *end == '-' && *pid > 0;
+}
+
+int
 segment_remove_stale (void)
 {
     DIR *dir = opendir ("/dev/shm");
@@ -376,23 +469,26 @@ segment_remove_stale (void)
     int removed = 0;
     struct dirent *entry;
     while ((entry = readdir (dir))) {
-        const char *rest = entry->d_name;
-        if (strncmp (rest, "kvpool-", 7) != 0)
+        long pid;
+        if (!s_stale_candidate (entry->d_name, &pid) || strlen (entry->d_name) > 250)
             continue;
-        rest += 7;
-        if (strncmp (rest, "client-", 7) == 0)
-            rest += 7;
-        char *end;
-        long pid = strtol (rest, &end, 10);
-        if (end == rest || *end != '-' || pid <= 0)
+        //  A pid alive in our own namespace is never touched (a daemon from before the
+        //  lock holds none); a dead-looking pid proves nothing, the lock decides.
+        if (kill ((pid_t) pid, 0) == 0 || errno == EPERM)
             continue;
-        //  Only a process that is certainly gone loses its objects.
-        if (kill ((pid_t) pid, 0) == 0 || errno != ESRCH)
-            continue;
-        char name[300];
+        char path[300], name[300];
+        snprintf (path, sizeof path, "/dev/shm/%s", entry->d_name);
         snprintf (name, sizeof name, "/%s", entry->d_name);
-        if (shm_unlink (name) == 0)
+        int fd = open (path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+        if (fd == -1)
+            continue; //  not ours to open (another user's): not ours to remove either
+        struct stat by_fd, by_name;
+        //  Held by a live creator in any namespace: the exclusive lock is refused.
+        if (flock (fd, LOCK_EX | LOCK_NB) == 0 && fstat (fd, &by_fd) == 0 && S_ISREG (by_fd.st_mode)
+            && stat (path, &by_name) == 0 && by_fd.st_dev == by_name.st_dev
+            && by_fd.st_ino == by_name.st_ino && shm_unlink (name) == 0)
             removed++;
+        close (fd);
     }
     closedir (dir);
     return removed;
@@ -558,6 +654,31 @@ segment_test (bool verbose)
     assert (refused == NULL && errno == EPERM);
     close (loose);
 
+    //  A sealed but sparse memfd is refused: its pages would be the node's to fault in. So
+    //  is one larger than the machine's memory, however it was made.
+    int sparse = memfd_create ("st-sparse", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    assert (sparse >= 0);
+    assert (ftruncate (sparse, (off_t) 1 << 40) == 0);
+    assert (fcntl (sparse, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) == 0);
+    char sparse_name[64];
+    snprintf (sparse_name, sizeof sparse_name, "/proc/%d/fd/%d", (int) getpid (), sparse);
+    errno = 0;
+    refused = segment_mount (sparse_name, (size_t) 1 << 40, reason, sizeof reason);
+    assert (refused == NULL && errno == EINVAL && strstr (reason, "more than this machine"));
+    errno = 0;
+    refused = segment_mount (sparse_name, 8 << 20, reason, sizeof reason);
+    assert (refused == NULL && errno == EINVAL && strstr (reason, "committed"));
+    close (sparse);
+    //  Half committed is not enough either.
+    sparse = memfd_create ("st-half", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    assert (sparse >= 0 && ftruncate (sparse, 1 << 20) == 0);
+    assert (posix_fallocate (sparse, 0, 1 << 19) == 0);
+    assert (fcntl (sparse, F_ADD_SEALS, F_SEAL_SHRINK) == 0);
+    snprintf (sparse_name, sizeof sparse_name, "/proc/%d/fd/%d", (int) getpid (), sparse);
+    refused = segment_mount (sparse_name, 1 << 20, reason, sizeof reason);
+    assert (refused == NULL && strstr (reason, "524288 of its 1048576 bytes committed"));
+    close (sparse);
+
     const size_t sealed_size = 1 << 20;
     segment_t *sealed = segment_new_sealed (sealed_size, "st-sealed");
     assert (sealed && segment_name_is_fd (segment_name (sealed)));
@@ -605,6 +726,61 @@ segment_test (bool verbose)
     segment_destroy (&sealed);
     errno = 0;
     assert (segment_open (sealed_name, 4096) == NULL && errno == ENOENT);
+
+    //  Staleness is the lock, not the pid: names carrying a pid that looks dead here (as a
+    //  live daemon's pid does from another pid namespace) survive while held, and go when
+    //  nobody holds them.
+    pid = fork ();
+    assert (pid >= 0);
+    if (pid == 0)
+        _exit (0);
+    assert (waitpid (pid, &status, 0) == pid); //  reaped: kill (pid, 0) says ESRCH
+    char held_name[64], stale_name[64];
+    snprintf (held_name, sizeof held_name, "/kvpool-%d-st-held-0", (int) pid);
+    snprintf (stale_name, sizeof stale_name, "/kvpool-%d-st-stale-0", (int) pid);
+    segment_t *held = segment_new (held_name, 64 * 1024, false);
+    assert (held);
+    memset (segment_base (held), 0x42, 64 * 1024);
+    int loose_fd = shm_open (stale_name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    assert (loose_fd >= 0 && ftruncate (loose_fd, 4096) == 0);
+    close (loose_fd);
+    //  A view (a client mapping the segment) takes no lock and changes nothing.
+    segment_t *reader = segment_open (held_name, 4096);
+    assert (reader);
+    //  The cleaner runs in another process, as another daemon would.
+    pid = fork ();
+    assert (pid >= 0);
+    if (pid == 0)
+        _exit (segment_remove_stale () >= 1 ? 0 : 1);
+    assert (waitpid (pid, &status, 0) == pid);
+    assert (WIFEXITED (status) && WEXITSTATUS (status) == 0);
+    assert (s_name_exists (held_name));
+    assert (!s_name_exists (stale_name));
+    assert (((unsigned char *) segment_base (held))[4095] == 0x42);
+    segment_destroy (&reader);
+    //  segment_hold refuses a name that no longer names the descriptor's object.
+    int unlinked = shm_open (stale_name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    assert (unlinked >= 0);
+    shm_unlink (stale_name);
+    errno = 0;
+    assert (segment_hold (unlinked, stale_name) == -1 && errno == ENOENT);
+    close (unlinked);
+    segment_destroy (&held);
+    assert (!s_name_exists (held_name));
+    //  A creator that dies without destroying leaves the name, and with it no lock holder.
+    pid = fork ();
+    assert (pid >= 0);
+    if (pid == 0) {
+        char crashed[64];
+        segment_make_name (crashed, sizeof crashed, "st-crash", 0);
+        _exit (segment_new (crashed, 4096, false) ? 0 : 1);
+    }
+    assert (waitpid (pid, &status, 0) == pid);
+    assert (WIFEXITED (status) && WEXITSTATUS (status) == 0);
+    snprintf (held_name, sizeof held_name, "/kvpool-%d-st-crash-0", (int) pid);
+    assert (s_name_exists (held_name));
+    assert (segment_remove_stale () >= 1);
+    assert (!s_name_exists (held_name));
 
     if (verbose)
         printf ("done\n");

@@ -68,9 +68,17 @@ void segment_identity (segment_t *self, uint64_t *device, uint64_t *inode);
 //  Writes a segment name unique to this process into buf: "/kvpool-<pid>-<tag>-<index>".
 void segment_make_name (char *buf, size_t buf_size, const char *tag, unsigned index);
 
+//  Marks the /dev/shm object fd (just created as name) as held by a live process: takes
+//  flock(LOCK_SH) on fd, which stays until fd is closed, and checks that name still names
+//  fd's object. Returns 0, or -1 with errno ENOENT (a cleaner unlinked it before the lock:
+//  make it again) or EEXIST (the name now belongs to another object).
+int segment_hold (int fd, const char *name);
+
 //  Removes shared-memory objects left behind by kvpool processes that died without cleaning
-//  up: names /kvpool-<pid>-... and /kvpool-client-<pid>-... whose pid no longer exists.
-//  Returns how many were removed.
+//  up: names /kvpool-<pid>-... and /kvpool-client-<pid>-... that nobody holds (see
+//  segment_hold; the pid in the name is only trusted to say "alive", never "dead", since a
+//  daemon in another pid namespace has pids this one cannot see). Returns how many were
+//  removed.
 int segment_remove_stale (void);
 
 //  Self test.

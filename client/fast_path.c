@@ -346,8 +346,8 @@ release:
         release.op = KVPOOL__V1__OP__RELEASE;
         release.n_keys = pinned.count;
         release.keys = pinned.wire;
-        //  Nobody waits for this reply: the pins only have to go, and if the RELEASE is
-        //  lost the leases end them anyway.
+        //  Nobody waits for this reply: the pins only have to go. They belong to this
+        //  process, so one lost with a reset socket ends when the process does.
         kvpc_send_oneway (self, &release);
     }
     if (fallback.count)

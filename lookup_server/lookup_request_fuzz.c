@@ -1,9 +1,9 @@
 /*  lookup_request_fuzz.c - libFuzzer target: arbitrary multipart messages into the decoder of
     the lookup/reset admin channel (lookup_request.c), then into key expansion (lookup_keys.c).
 
-    Built by lookup_server/fuzz.mk with clang -fsanitize=fuzzer,address,undefined into
-    build/bin/lookup-fuzz; `make fuzz` runs it for a while, tests/extra/lookup_fuzz.sh briefly
-    over the committed seed corpus lookup_server/fuzz-corpus/.
+    Built by tests/fuzz/fuzz.mk with clang -fsanitize=fuzzer,address,undefined into
+    build/bin/lookup-fuzz; `make fuzz` runs it for a while, tests/extra/fuzz.sh briefly
+    over the committed seed corpus tests/fuzz/lookup/.
 
     Input format: a sequence of frames, each a 2-byte big-endian length and that many bytes;
     a length running past the end takes what is left. So "\0\6lookup\0\4\0\0\0\x10..." is

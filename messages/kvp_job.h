@@ -100,7 +100,7 @@ typedef struct {
     kvp_job_kind_t kind;
     int op;          //  the client operation (kvpool.v1.Op) this job serves
     int status;      //  request-level status
-    char error[160]; //  reason when status is not OK
+    char error[160]; //  reason when status, or an item's status, is not OK
     size_t count;    //  number of items
     kvp_item_t *items;
     size_t capacity;              //  items allocated

@@ -68,8 +68,7 @@ request_check (const Kvpool__V1__Request *request, size_t value_frames, uint64_t
     if (value_bytes > limits->max_request_bytes) {
         snprintf (reason, size,
                   "%llu bytes of values: at most %llu in one request (--max-request-bytes)",
-                  (unsigned long long) value_bytes,
-                  (unsigned long long) limits->max_request_bytes);
+                  (unsigned long long) value_bytes, (unsigned long long) limits->max_request_bytes);
         return KVPOOL_VALUE_TOO_LARGE;
     }
     if (op == KVPOOL__V1__OP__PUT_START && request->n_sizes != n) {
@@ -91,6 +90,12 @@ request_check (const Kvpool__V1__Request *request, size_t value_frames, uint64_t
         snprintf (reason, size, "the request has no segment");
         return KVPOOL_INVALID_PARAMS;
     }
+    if (op == KVPOOL__V1__OP__TOUCH && request->reads > REQUEST_TOUCH_READS_MAX) {
+        snprintf (reason, size, "reads %llu: at most %llu per TOUCH",
+                  (unsigned long long) request->reads,
+                  (unsigned long long) REQUEST_TOUCH_READS_MAX);
+        return KVPOOL_INVALID_PARAMS;
+    }
     return KVPOOL_OK;
 }
 
@@ -107,11 +112,11 @@ request_key_check (const ProtobufCBinaryData *key, uint64_t max_key_len)
 void
 request_check_test (bool verbose)
 {
-    request_limits_t limits = {.max_key_len = 8, .max_value_size = 100, .max_keys = 3,
-                               .max_request_bytes = 150};
+    request_limits_t limits = {
+        .max_key_len = 8, .max_value_size = 100, .max_keys = 3, .max_request_bytes = 150};
     char reason[256];
-    ProtobufCBinaryData keys[4] = {{1, (uint8_t *) "a"}, {1, (uint8_t *) "b"},
-                                   {1, (uint8_t *) "c"}, {1, (uint8_t *) "d"}};
+    ProtobufCBinaryData keys[4] = {
+        {1, (uint8_t *) "a"}, {1, (uint8_t *) "b"}, {1, (uint8_t *) "c"}, {1, (uint8_t *) "d"}};
     Kvpool__V1__Request request = KVPOOL__V1__REQUEST__INIT;
     request.version = 1;
     request.op = KVPOOL__V1__OP__PUT;

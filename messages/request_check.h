@@ -16,6 +16,10 @@
 
 #include "messages/kvpool.pb-c.h"
 
+//  A TOUCH reports the values a client read from the read index since its last TOUCH, which
+//  it sends at least once a second: more than this is not a count, and would wrap the stats.
+#define REQUEST_TOUCH_READS_MAX (1ULL << 20)
+
 typedef struct {
     uint64_t max_key_len;       //  bytes in one key
     uint64_t max_value_size;    //  bytes in one value (a put's frame, a put-start's size)

@@ -45,8 +45,8 @@ LLVMFuzzerTestOneInput (const uint8_t *data, size_t size)
     uint64_t value_bytes = 0;
     for (size_t i = 1; i < count; i++)
         value_bytes += sizes[i];
-    request_limits_t limits = {.max_key_len = 64, .max_value_size = 1024, .max_keys = 8,
-                               .max_request_bytes = 4096};
+    request_limits_t limits = {
+        .max_key_len = 64, .max_value_size = 1024, .max_keys = 8, .max_request_bytes = 4096};
     char reason[256];
     int status = request_check (request, count - 1, value_bytes, &limits, reason, sizeof reason);
     if (status == 0)

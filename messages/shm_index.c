@@ -13,11 +13,16 @@
     reader used it. Because the node withdraws an object here before its space can be freed
     and reused, a copy that overlapped a reuse always sees seq move.
 
+    The creator keeps the object's descriptor open with flock(LOCK_SH) on it (segment_hold),
+    so another daemon's start-up cleaner, in any pid namespace, knows it is alive.
+
     Threads: one writer thread; readers anywhere (other processes map the index read-only).
 */
 #include "messages/shm_index.h"
 
 #include "messages/racy.h"
+
+#include "alloc/segment.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -56,6 +61,7 @@ _Static_assert(sizeof (slot_t) == SLOT_SIZE, "slot layout");
 struct _shm_index_t {
     char name[64];
     bool owner;
+    int lock_fd; //  the creator's descriptor, holding flock(LOCK_SH) (see segment_hold)
     void *base;
     size_t length;
     slot_t *slots;
@@ -96,17 +102,30 @@ shm_index_create (const char *name, size_t slots)
     while (count < slots && count < (1ULL << 30))
         count <<= 1;
     size_t length = HEADER_SIZE + count * SLOT_SIZE;
-    int fd = shm_open (name, O_CREAT | O_EXCL | O_RDWR, 0600);
-    if (fd == -1)
-        return NULL;
+    int fd = -1;
+    //  Held for the index's life, so a cleaner in another pid namespace leaves it alone.
+    for (int attempt = 0; fd == -1; attempt++) {
+        fd = shm_open (name, O_CREAT | O_EXCL | O_RDWR, 0600);
+        if (fd == -1)
+            return NULL;
+        if (segment_hold (fd, name) == 0)
+            break;
+        int held = errno;
+        close (fd);
+        fd = -1;
+        if (held != ENOENT || attempt == 3) {
+            errno = held == ENOENT ? EAGAIN : held;
+            return NULL;
+        }
+    }
     if (ftruncate (fd, (off_t) length) == -1) {
         close (fd);
         shm_unlink (name);
         return NULL;
     }
     void *base = mmap (NULL, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close (fd);
     if (base == MAP_FAILED) {
+        close (fd);
         shm_unlink (name);
         return NULL;
     }
@@ -114,6 +133,7 @@ shm_index_create (const char *name, size_t slots)
     assert (self);
     snprintf (self->name, sizeof self->name, "%s", name);
     self->owner = true;
+    self->lock_fd = fd;
     self->base = base;
     self->length = length;
     self->slots = (slot_t *) ((char *) base + HEADER_SIZE);
@@ -153,6 +173,7 @@ shm_index_open (const char *name)
     shm_index_t *self = (shm_index_t *) calloc (1, sizeof (shm_index_t));
     assert (self);
     snprintf (self->name, sizeof self->name, "%s", name);
+    self->lock_fd = -1;
     self->base = base;
     self->length = length;
     self->slots = (slot_t *) ((char *) base + HEADER_SIZE);
@@ -169,6 +190,8 @@ shm_index_destroy (shm_index_t **self_p)
     munmap (self->base, self->length);
     if (self->owner)
         shm_unlink (self->name);
+    if (self->lock_fd >= 0)
+        close (self->lock_fd);
     free (self);
     *self_p = NULL;
 }

@@ -11,6 +11,7 @@
 #include "actors/api.h"
 #include "actors/config.h"
 #include "actors/connections.h"
+#include "actors/conn_guard.h"
 #include "actors/index_reads.h"
 #include "actors/owners.h"
 #include "actors/regex_matcher.h"
@@ -51,6 +52,7 @@ static selftest_t s_tests[] = {{"kvpool_status", kvpool_status_test},
                                {"regex_matcher", regex_matcher_test},
                                {"replica_manager", replica_manager_test},
                                {"transfer_submitter", transfer_submitter_test},
+                               {"conn_guard", conn_guard_test},
                                {"api", api_test},
                                {"lookup_request", lookup_request_test},
                                {"lookup_keys", lookup_keys_test},

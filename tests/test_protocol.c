@@ -498,6 +498,35 @@ test_bad_input (testutil_server_t *server)
     zsock_destroy (&sock);
 }
 
+//  TOUCH's `reads` is counted as gets, within a bound: a client cannot wrap the counters.
+static void
+test_touch_reads (testutil_server_t *server)
+{
+    zsock_t *sock = s_connect (server);
+    CHECK_EQ (s_put (sock, "touch/a", "x", 1, 1), KVPOOL_OK);
+    uint64_t gets = s_stats (sock).gets;
+    char *keys[] = {"touch/a"};
+    Kvpool__V1__Request touch = s_request (KVPOOL__V1__OP__TOUCH, keys, 1);
+    touch.reads = 5;
+    result_t r = s_call (sock, &touch, NULL, NULL, 0);
+    CHECK_EQ (r.reply->status, KVPOOL_OK);
+    s_result_free (&r);
+    CHECK_EQ (s_stats (sock).gets, gets + 5);
+    touch.reads = UINT64_MAX - 2;
+    r = s_call (sock, &touch, NULL, NULL, 0);
+    CHECK_EQ (r.reply->status, KVPOOL_INVALID_PARAMS);
+    CHECK (r.reply->error && strstr (r.reply->error, "per TOUCH"));
+    s_result_free (&r);
+    touch.reads = (1 << 20) + 1;
+    touch.n_keys = 0; //  a TOUCH may carry only the count
+    r = s_call (sock, &touch, NULL, NULL, 0);
+    CHECK_EQ (r.reply->status, KVPOOL_INVALID_PARAMS);
+    s_result_free (&r);
+    CHECK_EQ (s_stats (sock).gets, gets + 5);
+    CHECK_EQ (s_key_op (sock, KVPOOL__V1__OP__REMOVE, "touch/a", true), KVPOOL_OK);
+    zsock_destroy (&sock);
+}
+
 static void
 test_replicas_and_full (testutil_server_t *server)
 {
@@ -529,6 +558,17 @@ test_replicas_and_full (testutil_server_t *server)
         full += status == KVPOOL_NO_AVAILABLE_HANDLE;
     }
     CHECK (full == 1 && ok >= 40);
+    //  A full pool says why: the key's status is NO_AVAILABLE_HANDLE, the reply's error
+    //  names the size and the free space (the request itself is OK).
+    char *full_key[] = {"full/over"};
+    Kvpool__V1__Request over = s_request (KVPOOL__V1__OP__PUT, full_key, 1);
+    const char *over_value[] = {data};
+    r = s_call (sock, &over, over_value, &mib, 1);
+    CHECK_EQ (r.reply->status, KVPOOL_OK);
+    CHECK_EQ (r.reply->statuses[0], KVPOOL_NO_AVAILABLE_HANDLE);
+    CHECK (r.reply->error && strstr (r.reply->error, "no segment has room for 1048576 bytes"));
+    CHECK (strstr (r.reply->error, "in 3 segment(s)"));
+    s_result_free (&r);
     stats = s_stats (sock);
     CHECK (stats.utilisation > 0.8);
     //  Freeing makes room again.
@@ -693,6 +733,8 @@ main (int argc, char **argv)
     printf ("bad input: ok\n");
     test_discard_timeout (&server);
     printf ("discard timeout: ok\n");
+    test_touch_reads (&server);
+    printf ("touch reads: ok\n");
     test_replicas_and_full (&server);
     printf ("replicas and full pool: ok\n");
     zsock_t *sock = s_connect (&server);

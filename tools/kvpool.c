@@ -22,6 +22,8 @@
 #include "kvpool.h"
 
 #define EXIT_USAGE 2
+//  The most put reads when the node does not say its limit (STATS max_value_size).
+#define DEFAULT_MAX_VALUE (1ULL << 30)
 
 static const char *s_usage =
     "usage: kvpool [-s ENDPOINT] [-t TIMEOUT_MS] [--no-fast-path] COMMAND [ARGS...]\n"
@@ -95,27 +97,42 @@ s_now_s (void)
     return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-//  Reads all of fd into a malloc'd buffer. Returns 0 or -1 (errno set).
+//  Reads all of fd into a malloc'd buffer, but no more than limit bytes: a longer input
+//  (a file, or /dev/zero, that would never fit) fails with EFBIG. Returns 0 or -1 (errno
+//  set).
 static int
-s_read_all (int fd, char **data_p, size_t *size_p)
+s_read_all (int fd, size_t limit, char **data_p, size_t *size_p)
 {
     struct stat st;
     size_t capacity = 1 << 16;
-    if (fstat (fd, &st) == 0 && S_ISREG (st.st_mode) && st.st_size > 0)
+    if (fstat (fd, &st) == 0 && S_ISREG (st.st_mode) && st.st_size > 0) {
+        if ((uint64_t) st.st_size > limit) {
+            errno = EFBIG;
+            return -1;
+        }
         capacity = (size_t) st.st_size + 1; //  +1: one read sees the end at once
+    }
+    if (capacity > limit + 1)
+        capacity = limit + 1;
     char *data = malloc (capacity);
     size_t size = 0;
     if (!data)
         return -1;
     while (true) {
+        if (size > limit) {
+            free (data);
+            errno = EFBIG;
+            return -1;
+        }
         if (size == capacity) {
-            char *bigger = realloc (data, capacity * 2);
+            size_t grown = capacity * 2 > limit + 1 ? limit + 1 : capacity * 2;
+            char *bigger = realloc (data, grown);
             if (!bigger) {
                 free (data);
                 return -1;
             }
             data = bigger;
-            capacity *= 2;
+            capacity = grown;
         }
         ssize_t got = read (fd, data + size, capacity - size);
         if (got < 0 && errno == EINTR)
@@ -200,20 +217,38 @@ s_cmd_put (cli_t *cli, int argc, char **argv)
     const char *key = args[0];
     const char *path = nargs > 1 && strcmp (args[1], "-") != 0 ? args[1] : NULL;
     int fd = path ? open (path, O_RDONLY) : STDIN_FILENO;
-    char *data = NULL;
-    size_t size = 0;
-    if (fd < 0 || s_read_all (fd, &data, &size)) {
-        fprintf (stderr, "kvpool: put %s: cannot read %s: %s\n", key, path ? path : "stdin",
-                 strerror (errno));
-        if (fd > 0 && path)
+    if (fd < 0) {
+        fprintf (stderr, "kvpool: put %s: cannot read %s: %s\n", key, path, strerror (errno));
+        return 1;
+    }
+    kvpool_t *pool = s_connect (cli);
+    if (!pool) {
+        if (path)
             close (fd);
         return 1;
     }
+    //  Read no more than the node takes: the input may be endless (/dev/zero).
+    kvpool_stats_t stats;
+    uint64_t limit = DEFAULT_MAX_VALUE;
+    if (kvpool_stats (pool, &stats) == KVPOOL_OK && stats.max_value_size > 0)
+        limit = stats.max_value_size;
+    if (limit > SIZE_MAX - 1)
+        limit = SIZE_MAX - 1;
+    char *data = NULL;
+    size_t size = 0;
+    int read_rc = s_read_all (fd, (size_t) limit, &data, &size);
+    int read_errno = errno;
     if (path)
         close (fd);
-    kvpool_t *pool = s_connect (cli);
-    if (!pool) {
-        free (data);
+    if (read_rc) {
+        if (read_errno == EFBIG)
+            fprintf (stderr,
+                     "kvpool: put %s: %s is larger than the node's largest value (%" PRIu64
+                     " bytes)\n",
+                     key, path ? path : "stdin", limit);
+        else
+            fprintf (stderr, "kvpool: put %s: cannot read %s: %s\n", key, path ? path : "stdin",
+                     strerror (read_errno));
         return 1;
     }
     int rc = kvpool_put (pool, key, data, size, &opts);

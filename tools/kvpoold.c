@@ -14,6 +14,7 @@
 #include "actors/allocator.h"
 #include "actors/api.h"
 #include "actors/config.h"
+#include "actors/conn_guard.h"
 #include "actors/endpoints.h"
 #include "actors/replica_manager.h"
 #include "actors/transfer_submitter.h"
@@ -48,6 +49,9 @@ main (int argc, char **argv)
     if (rc != 0)
         return rc == 1 ? 0 : 2;
     snprintf (config.instance, sizeof config.instance, "kvpool%d", (int) getpid ());
+    //  Every client connection is a descriptor: take all the kernel allows (the api refuses
+    //  connections short of it, --max-connections, rather than spin at it).
+    conn_guard_raise_fd_limit ();
 
     //  Signals are taken by main alone, synchronously.
     zsys_handler_set (NULL);

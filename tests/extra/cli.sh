@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # cli.sh - drives the kvpool command-line tool against a kvpoold it starts on a loopback port:
 # put from stdin and from a file, get to stdout and to a file (byte-equal), exists exit codes,
-# size, rm (keys, --regex with its count, --all), stats, segments, ping, and the errors: each
+# size, rm (keys, --regex with its count, --all), stats, segments, ping, and the errors (an
+# input over the node's value limit among them): each
 # must exit non-zero with one "kvpool: ..." line on stderr. The daemon is killed on any exit.
 set -u
 cd "$(dirname "$0")/../.."
@@ -101,6 +102,18 @@ expect_error "size nope: object not found" kv size nope
 expect_error "rm nope: object not found" kv rm nope
 expect_error "put : invalid key" kv put "" "$TMP/blob2"
 expect_error "cannot read" kv put k "$TMP/does-not-exist"
+# An endless or oversized input is refused at the node's limit (64 MiB here), not read
+# until the client runs out of memory.
+expect_error "put zero: /dev/zero is larger than the node's largest value (67108864 bytes)" \
+  kv put zero /dev/zero
+expect_error "put zero: stdin is larger than the node's largest value" kv put zero </dev/zero
+truncate -s $((64 * 1024 * 1024 + 1)) "$TMP/over"
+expect_error "is larger than the node's largest value" kv put over "$TMP/over"
+kv exists zero over >/dev/null
+[ $? -eq 1 ] || fail "refused puts must store nothing"
+head -c 5000000 /dev/zero | kv put zeros || fail "a large value from stdin, under the limit"
+[ "$(kv size zeros)" = "zeros: 5000000" ] || fail "size of zeros"
+kv rm --force zeros || fail "rm zeros"
 expect_error "cannot connect to tcp://127.0.0.1:1: no reply" "$KVPOOL" -s tcp://127.0.0.1:1 -t 200 ping
 expect_error "invalid parameters (INVALID_PARAMS): " kv rm --regex '([unclosed'
 

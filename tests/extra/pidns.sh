@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# pidns.sh - a second kvpoold in another pid namespace must not take a live daemon's
+# segments for leftovers. Starts kvpoold A here, stores a value, then starts kvpoold B under
+# `unshare --pid --fork --mount-proc` (where A's pid does not exist, so "is the pid alive?"
+# would say no) on other ports; B's start-up cleaner must leave A's /dev/shm objects alone
+# (A holds flock on them), while still removing a truly stale object nobody holds. A must
+# keep serving gets and puts. Needs root for unshare; skipped (exit 0) without it.
+set -u
+cd "$(dirname "$0")/../.."
+BIN=${KVPOOL_BIN:-build/bin}
+KVPOOL="$BIN/kvpool"
+TMP=$(mktemp -d /tmp/kvpool-pidns.XXXXXX)
+A= B= STALE=
+# unshare --fork ignores SIGTERM and waits for its child: B is stopped through the child.
+stop_b() {
+  local sig=$1 child
+  child=$(pgrep -P "$B")
+  [ -n "$child" ] && kill "-$sig" "$child" 2>/dev/null
+  wait "$B" 2>/dev/null
+}
+cleanup() {
+  [ -n "$B" ] && stop_b KILL
+  [ -n "$A" ] && kill -KILL "$A" 2>/dev/null && wait "$A" 2>/dev/null
+  [ -n "$STALE" ] && rm -f "/dev/shm/$STALE"
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+
+if [ "$(id -u)" != 0 ] || ! unshare --pid --fork --mount-proc true 2>/dev/null; then
+  echo "pidns: skipped (needs root and unshare --pid)"
+  exit 0
+fi
+
+failures=0
+fail() {
+  echo "FAIL (line ${BASH_LINENO[0]}): $*" >&2
+  failures=$((failures + 1))
+}
+
+# Waits for a ready file; prints the tcp endpoint.
+wait_ready() {
+  local ready=$1 pid=$2 log=$3
+  for _ in $(seq 1 500); do
+    grep -q '^endpoint=tcp://' "$ready" 2>/dev/null && break
+    kill -0 "$pid" 2>/dev/null || { cat "$log" >&2; echo "kvpoold died" >&2; return 1; }
+    sleep 0.02
+  done
+  sed -n 's/^endpoint=\(tcp:\/\/.*\)$/\1/p' "$ready" | head -1
+}
+
+"$BIN/kvpoold" --endpoint 'tcp://127.0.0.1:*' --admin 'tcp://127.0.0.1:*' \
+  --ready-file "$TMP/ready-a" --segment-size 16MiB --segments 2 >"$TMP/a.log" 2>&1 &
+A=$!
+EP=$(wait_ready "$TMP/ready-a" "$A" "$TMP/a.log") && [ -n "$EP" ] || { echo "A not ready"; exit 1; }
+kv() { "$KVPOOL" -s "$EP" "$@"; }
+head -c 200000 /dev/urandom >"$TMP/blob"
+kv put before "$TMP/blob" || fail "put to A"
+mapfile -t a_files < <(ls /dev/shm | grep "^kvpool-$A-")
+[ "${#a_files[@]}" -ge 2 ] || fail "A's segments not found in /dev/shm: ${a_files[*]}"
+
+# A leftover of a process that is gone everywhere: a dead pid, and no lock holder.
+sh -c 'exit 0' &
+dead=$!
+wait "$dead"
+STALE="kvpool-$dead-leftover-0"
+head -c 4096 /dev/zero >"/dev/shm/$STALE"
+
+unshare --pid --fork --mount-proc "$BIN/kvpoold" --endpoint 'tcp://127.0.0.1:*' \
+  --admin 'tcp://127.0.0.1:*' --ready-file "$TMP/ready-b" --segment-size 16MiB \
+  >"$TMP/b.log" 2>&1 &
+B=$!
+EPB=$(wait_ready "$TMP/ready-b" "$B" "$TMP/b.log") && [ -n "$EPB" ] || { echo "B not ready"; exit 1; }
+
+for f in "${a_files[@]}"; do
+  [ -e "/dev/shm/$f" ] || fail "B unlinked A's live object $f"
+done
+[ ! -e "/dev/shm/$STALE" ] || fail "B left the stale object $STALE"
+grep -q "removed [0-9]* shared-memory" "$TMP/b.log" || fail "B did not report the removal"
+
+# A still serves: the old value by both paths, a new put, and its stats.
+kv get before | cmp -s "$TMP/blob" - || fail "get from A after B started"
+"$KVPOOL" -s "$EP" --no-fast-path get before | cmp -s "$TMP/blob" - || fail "get --no-fast-path"
+printf 'after' | kv put after || fail "put to A after B started"
+[ "$(kv get after)" = after ] || fail "get of the new key"
+printf 'b' | "$KVPOOL" -s "$EPB" put onb || fail "put to B"
+
+stop_b TERM
+B=
+kill -TERM "$A"
+wait "$A" 2>/dev/null
+A=
+for f in "${a_files[@]}"; do
+  [ ! -e "/dev/shm/$f" ] || fail "A left $f after a clean stop"
+done
+
+if [ $failures -gt 0 ]; then
+  echo "$failures failure(s)"
+  exit 1
+fi
+echo "pidns: OK"

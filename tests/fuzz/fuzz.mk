@@ -1,0 +1,62 @@
+# tests/fuzz/fuzz.mk - the libFuzzer targets and `make fuzz`. Included by the top-level Makefile.
+#
+#   make fuzz                       fuzz each target for FUZZ_SECONDS (default 60) on a copy of
+#                                   its seed corpus in build/fuzz-corpus/NAME; crashes go to
+#                                   build/fuzz-crashes/NAME
+#   make build/bin/NAME-fuzz        only build one target
+#
+# Targets (NAME: source; seed corpus tests/fuzz/NAME/):
+#   lookup   lookup_server/lookup_request_fuzz.c: the lookup/reset admin channel's decoder
+#   config   actors/config_fuzz.c: kvpoold's size parser and command-line parser
+#   request  messages/request_check_fuzz.c: a client message, decoded by protobuf-c and
+#            checked as the api does (messages/request_check.c)
+#
+# The committed seed corpora are only read: libFuzzer writes the inputs it finds into the
+# first corpus directory, which is the copy. An input that once crashed a target is added to
+# its seed corpus, so tests/extra/fuzz.sh replays it in every `make test`. Built with clang
+# and Debian's libclang-rt (libclang-rt-14-dev), always in build/ whatever SANITIZE says.
+
+FUZZ_CC ?= clang
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS := lookup config request
+FUZZ_FLAGS := -std=gnu11 -g -O1 -fno-omit-frame-pointer -Wall -Wextra -Wno-unused-parameter \
+	-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+	-Iinclude -I. -D_GNU_SOURCE
+
+LOOKUP_FUZZ_SRC := lookup_server/lookup_request_fuzz.c lookup_server/lookup_request.c \
+	lookup_server/lookup_keys.c
+LOOKUP_FUZZ_HDR := lookup_server/lookup_request.h lookup_server/lookup_keys.h \
+	lookup_server/lookup_config.h
+CONFIG_FUZZ_SRC := actors/config_fuzz.c actors/config.c
+CONFIG_FUZZ_HDR := actors/config.h lookup_server/lookup_config.h
+
+#  The request target needs the generated Request decoder, made here so that it does not
+#  depend on which build (SANITIZE) the top-level Makefile is in.
+REQUEST_FUZZ_GEN := build/fuzz-gen/messages/kvpool.pb-c.c
+REQUEST_FUZZ_SRC := messages/request_check_fuzz.c messages/request_check.c $(REQUEST_FUZZ_GEN)
+REQUEST_FUZZ_HDR := messages/request_check.h messages/kvp_job.h include/kvpool.h
+
+$(REQUEST_FUZZ_GEN): messages/kvpool.proto
+	@mkdir -p build/fuzz-gen
+	protoc-c --c_out=build/fuzz-gen messages/kvpool.proto
+
+build/bin/request-fuzz: $(REQUEST_FUZZ_SRC) $(REQUEST_FUZZ_HDR)
+	@mkdir -p build/bin
+	$(FUZZ_CC) $(FUZZ_FLAGS) -Ibuild/fuzz-gen -o $@ $(REQUEST_FUZZ_SRC) -lprotobuf-c
+
+build/bin/lookup-fuzz: $(LOOKUP_FUZZ_SRC) $(LOOKUP_FUZZ_HDR)
+	@mkdir -p build/bin
+	$(FUZZ_CC) $(FUZZ_FLAGS) -o $@ $(LOOKUP_FUZZ_SRC) -lmsgpackc
+
+build/bin/config-fuzz: $(CONFIG_FUZZ_SRC) $(CONFIG_FUZZ_HDR)
+	@mkdir -p build/bin
+	$(FUZZ_CC) $(FUZZ_FLAGS) -o $@ $(CONFIG_FUZZ_SRC) -lm
+
+fuzz: $(patsubst %,build/bin/%-fuzz,$(FUZZ_TARGETS))
+	@set -e; for t in $(FUZZ_TARGETS); do \
+	  rm -rf build/fuzz-corpus/$$t && mkdir -p build/fuzz-corpus/$$t build/fuzz-crashes/$$t; \
+	  cp tests/fuzz/$$t/* build/fuzz-corpus/$$t/; \
+	  echo "fuzz: $$t for $(FUZZ_SECONDS) s"; \
+	  build/bin/$$t-fuzz -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 -close_fd_mask=1 \
+	    -artifact_prefix=build/fuzz-crashes/$$t/ build/fuzz-corpus/$$t; \
+	done
