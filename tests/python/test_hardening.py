@@ -554,6 +554,50 @@ def test_killed_clients_leave_nothing_behind(daemon):
         raw.close()
 
 
+@pytest.mark.parametrize("step", ["put-start", "mid-write", "written", "pinned", "mid-read",
+                                  "mounted"])
+def test_sigkill_at_each_step_releases_everything(daemon, step):
+    """Item 6 and the dead-client rule: SIGKILL at each step of the same-machine protocols;
+    whatever the process held is released, and every other object is intact."""
+    raw = Raw(daemon.tcp)
+    try:
+        stored = {}
+        for i in range(4):
+            key = "step/%s/%d" % (step, i)
+            assert raw.put(key, pattern(key, SIZE)) == OK
+            stored[key] = key
+        agent = Agent(daemon.ipc)
+        agent.do("map")
+        target = "step/%s/0" % step
+        if step in ("put-start", "mid-write", "written"):
+            answer = agent.call("PUT_START", ["step/new"], sizes=[SIZE])
+            seg, off = answer["replicas"][0][0]
+            end = {"put-start": 0, "mid-write": SIZE // 2, "written": SIZE}[step]
+            if end:
+                agent.do("write", segment_id=seg, offset=off, start=0, end=end, seed="dead")
+        elif step in ("pinned", "mid-read"):
+            answer = agent.call("GET_REPLICA_LIST", [target], pin=True)
+            seg, off = answer["replicas"][0][0]
+            if step == "mid-read":
+                agent.do("copy", segment_id=seg, offset=off, start=0, end=SIZE // 2)
+        else:
+            name = agent.do("memfd", size=4 << 20)["name"]
+            assert agent.call("MOUNT_SEGMENT", segment={"name": name, "size": 4 << 20})[
+                "status"] == OK
+        agent.kill()
+        time.sleep(LEASE_MS / 1000 + 0.1)
+        assert wait_for(lambda: raw.stats().pending_puts == 0, 4)
+        assert wait_for(lambda: len(raw.segments()) == 1, 4)
+        assert wait_for(lambda: raw.status(pb.REMOVE, target) == OK, 4)
+        del stored[target]
+        assert raw.get("step/new")[0] == OBJECT_NOT_FOUND
+        assert raw.put("step/new", pattern("step/new", SIZE)) == OK
+        stored["step/new"] = "step/new"
+        assert verify(raw, stored, SIZE) == len(stored)
+    finally:
+        raw.close()
+
+
 # ---- resources a client can exhaust -------------------------------------------------------
 
 def rss_bytes(pid):
