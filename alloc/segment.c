@@ -169,23 +169,9 @@ segment_new (const char *name, size_t size, bool lock)
         errno = EINVAL;
         return NULL;
     }
-    int fd = -1;
-    //  A cleaner in another daemon may unlink the new name before our lock is on it; then
-    //  the name is free again and we make it anew.
-    for (int attempt = 0; fd == -1; attempt++) {
-        fd = shm_open (name, O_CREAT | O_EXCL | O_RDWR, 0600);
-        if (fd == -1)
-            return NULL;
-        if (segment_hold (fd, name) == 0)
-            break;
-        int held = errno;
-        s_cleanup (fd, NULL);
-        fd = -1;
-        if (held != ENOENT || attempt == 3) {
-            errno = held == ENOENT ? EAGAIN : held;
-            return NULL;
-        }
-    }
+    int fd = segment_create_held (name);
+    if (fd == -1)
+        return NULL;
     //  Refuse what tmpfs cannot hold now, rather than SIGBUS on a later write. f_blocks is 0
     //  on a tmpfs mounted without a size limit.
     struct statvfs fs;
@@ -417,6 +403,26 @@ segment_make_name (char *buf, size_t buf_size, const char *tag, unsigned index)
     for (char *c = buf + 1; *c; c++)
         if (*c == '/')
             *c = '_';
+}
+
+int
+segment_create_held (const char *name)
+{
+    //  A cleaner in another daemon may unlink the new name before our lock is on it; then
+    //  the name is free again and we make it anew.
+    for (int attempt = 0;; attempt++) {
+        int fd = shm_open (name, O_CREAT | O_EXCL | O_RDWR, 0600);
+        if (fd == -1)
+            return -1;
+        if (segment_hold (fd, name) == 0)
+            return fd;
+        int held = errno;
+        close (fd);
+        if (held != ENOENT || attempt == 3) {
+            errno = held == ENOENT ? EAGAIN : held;
+            return -1;
+        }
+    }
 }
 
 int

@@ -73,6 +73,10 @@ void segment_make_name (char *buf, size_t buf_size, const char *tag, unsigned in
 //  fd's object. Returns 0, or -1 with errno ENOENT (a cleaner unlinked it before the lock:
 //  make it again) or EEXIST (the name now belongs to another object).
 int segment_hold (int fd, const char *name);
+//  Creates the shared-memory object name (O_EXCL, mode 0600) and holds it (segment_hold),
+//  trying again if a cleaner unlinked it in between. Returns its descriptor, or -1 with
+//  errno set (EEXIST: the name is taken).
+int segment_create_held (const char *name);
 
 //  Removes shared-memory objects left behind by kvpool processes that died without cleaning
 //  up: names /kvpool-<pid>-... and /kvpool-client-<pid>-... that nobody holds (see

@@ -102,22 +102,10 @@ shm_index_create (const char *name, size_t slots)
     while (count < slots && count < (1ULL << 30))
         count <<= 1;
     size_t length = HEADER_SIZE + count * SLOT_SIZE;
-    int fd = -1;
     //  Held for the index's life, so a cleaner in another pid namespace leaves it alone.
-    for (int attempt = 0; fd == -1; attempt++) {
-        fd = shm_open (name, O_CREAT | O_EXCL | O_RDWR, 0600);
-        if (fd == -1)
-            return NULL;
-        if (segment_hold (fd, name) == 0)
-            break;
-        int held = errno;
-        close (fd);
-        fd = -1;
-        if (held != ENOENT || attempt == 3) {
-            errno = held == ENOENT ? EAGAIN : held;
-            return NULL;
-        }
-    }
+    int fd = segment_create_held (name);
+    if (fd == -1)
+        return NULL;
     if (ftruncate (fd, (off_t) length) == -1) {
         close (fd);
         shm_unlink (name);
