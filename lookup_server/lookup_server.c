@@ -36,6 +36,8 @@
 //  Largest frame the socket accepts: a lookup at the hash cap with 32-byte hashes in msgpack
 //  is about 67 MB; anything bigger is dropped by libzmq before it costs memory.
 #define MAX_FRAME_BYTES (256 << 20)
+//  Requests one admin connection may have queued before libzmq stops reading it.
+#define MAX_QUEUED_REQUESTS 16
 //  Store requests: reset drains in-flight transfers first, which can take a while.
 #define STORE_TIMEOUT_MS 60000
 #define STORE_CONNECT_TIMEOUT_MS 2000
@@ -105,6 +107,9 @@ s_self_new (zsock_t *pipe, const lookup_server_args_t *args)
     self->router = zsock_new (ZMQ_ROUTER);
     assert (self->router);
     zsock_set_maxmsgsize (self->router, MAX_FRAME_BYTES);
+    //  vLLM's clients are REQ sockets, one request at a time: a connection that queues more
+    //  is not one of them, and libzmq stops reading its socket instead.
+    zsock_set_rcvhwm (self->router, MAX_QUEUED_REQUESTS);
     size_t count = self->config->admin_endpoint_count;
     for (size_t i = 0; i < (count ? count : 1); i++) {
         const char *endpoint =
