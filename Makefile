@@ -96,9 +96,11 @@ $(LIB)/libkvpool.a: $(CLIENT_OBJ)
 	@mkdir -p $(LIB)
 	rm -f $@ && ar rcs $@ $^
 
-$(LIB)/libkvpool.so: $(CLIENT_OBJ)
+#  Exports only kvpool_* (client/libkvpool.map).
+$(LIB)/libkvpool.so: $(CLIENT_OBJ) client/libkvpool.map
 	@mkdir -p $(LIB)
-	$(CC) -shared $(LDFLAGS) -Wl,-soname,libkvpool.so.1 -o $@ $^ $(LIBS)
+	$(CC) -shared $(LDFLAGS) -Wl,-soname,libkvpool.so.1 \
+	  -Wl,--version-script=client/libkvpool.map -o $@ $(CLIENT_OBJ) $(LIBS)
 
 # Everything, for the daemon and the tests.
 $(LIB)/libkvpool-all.a: $(ALL_OBJ)
