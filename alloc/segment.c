@@ -53,7 +53,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <pthread.h>
 #include <sys/mman.h>
+#include <sys/random.h>
+#include <time.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/wait.h>
@@ -394,11 +397,35 @@ segment_locked (segment_t *self)
     return self->locked;
 }
 
+static char s_process_tag[9];
+
+static void
+s_process_tag_draw (void)
+{
+    uint32_t bits = 0;
+    if (getrandom (&bits, sizeof bits, 0) != (ssize_t) sizeof bits) {
+        //  No entropy yet (early boot): the clock still tells two processes apart.
+        struct timespec now;
+        clock_gettime (CLOCK_REALTIME, &now);
+        bits = (uint32_t) now.tv_nsec ^ (uint32_t) now.tv_sec ^ (uint32_t) getpid ();
+    }
+    snprintf (s_process_tag, sizeof s_process_tag, "%08x", bits);
+}
+
+const char *
+segment_process_tag (void)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once (&once, s_process_tag_draw);
+    return s_process_tag;
+}
+
 void
 segment_make_name (char *buf, size_t buf_size, const char *tag, unsigned index)
 {
     assert (buf && buf_size > 0);
-    snprintf (buf, buf_size, "/kvpool-%ld-%s-%u", (long) getpid (), tag ? tag : "", index);
+    snprintf (buf, buf_size, "/kvpool-%ld-%s-%s-%u", (long) getpid (), segment_process_tag (),
+              tag ? tag : "", index);
     //  A '/' in the tag would make the name invalid for shm_open.
     for (char *c = buf + 1; *c; c++)
         if (*c == '/')
@@ -774,6 +801,9 @@ segment_test (bool verbose)
     segment_destroy (&held);
     assert (!s_name_exists (held_name));
     //  A creator that dies without destroying leaves the name, and with it no lock holder.
+    //  (The child inherits this process's tag, drawn before the fork.)
+    const char *process_tag = segment_process_tag ();
+    assert (strlen (process_tag) == 8 && strspn (process_tag, "0123456789abcdef") == 8);
     pid = fork ();
     assert (pid >= 0);
     if (pid == 0) {
@@ -783,7 +813,7 @@ segment_test (bool verbose)
     }
     assert (waitpid (pid, &status, 0) == pid);
     assert (WIFEXITED (status) && WEXITSTATUS (status) == 0);
-    snprintf (held_name, sizeof held_name, "/kvpool-%d-st-crash-0", (int) pid);
+    snprintf (held_name, sizeof held_name, "/kvpool-%d-%s-st-crash-0", (int) pid, process_tag);
     assert (s_name_exists (held_name));
     assert (segment_remove_stale () >= 1);
     assert (!s_name_exists (held_name));

@@ -65,7 +65,13 @@ bool segment_same_object (segment_t *self, segment_t *other);
 //  The mapped object's identity (device and inode numbers), whatever name it was opened by.
 void segment_identity (segment_t *self, uint64_t *device, uint64_t *inode);
 
-//  Writes a segment name unique to this process into buf: "/kvpool-<pid>-<tag>-<index>".
+//  Eight hex digits drawn at random once per process: with the pid they make the names of
+//  a process's shared-memory objects unique on the machine, even between daemons in
+//  containers that share /dev/shm and have the same pid (1, say) in their namespaces.
+const char *segment_process_tag (void);
+
+//  Writes a segment name unique to this process into buf:
+//  "/kvpool-<pid>-<process tag>-<tag>-<index>".
 void segment_make_name (char *buf, size_t buf_size, const char *tag, unsigned index);
 
 //  Marks the /dev/shm object fd (just created as name) as held by a live process: takes

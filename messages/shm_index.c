@@ -92,7 +92,8 @@ shm_index_hash (const char *key, size_t len)
 void
 shm_index_make_name (char *buf, size_t size, const char *instance)
 {
-    snprintf (buf, size, "/kvpool-%d-%s-index", (int) getpid (), instance);
+    snprintf (buf, size, "/kvpool-%d-%s-%s-index", (int) getpid (), segment_process_tag (),
+              instance);
 }
 
 shm_index_t *

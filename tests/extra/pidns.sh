@@ -4,22 +4,25 @@
 # `unshare --pid --fork --mount-proc` (where A's pid does not exist, so "is the pid alive?"
 # would say no) on other ports; B's start-up cleaner must leave A's /dev/shm objects alone
 # (A holds flock on them), while still removing a truly stale object nobody holds. A must
-# keep serving gets and puts. Needs root for unshare; skipped (exit 0) without it.
+# keep serving gets and puts. A third daemon C in a pid namespace of its own has the same pid
+# as B there (1): the names of their objects must still differ, so both start and serve.
+# Needs root for unshare; skipped (exit 0) without it.
 set -u
 cd "$(dirname "$0")/../.."
 BIN=${KVPOOL_BIN:-build/bin}
 KVPOOL="$BIN/kvpool"
 TMP=$(mktemp -d /tmp/kvpool-pidns.XXXXXX)
-A= B= STALE=
+A= B= C= STALE=
 # unshare --fork ignores SIGTERM and waits for its child: B is stopped through the child.
-stop_b() {
-  local sig=$1 child
-  child=$(pgrep -P "$B")
+stop_ns() {
+  local wrapper=$1 sig=$2 child
+  child=$(pgrep -P "$wrapper")
   [ -n "$child" ] && kill "-$sig" "$child" 2>/dev/null
-  wait "$B" 2>/dev/null
+  wait "$wrapper" 2>/dev/null
 }
 cleanup() {
-  [ -n "$B" ] && stop_b KILL
+  [ -n "$B" ] && stop_ns "$B" KILL
+  [ -n "$C" ] && stop_ns "$C" KILL
   [ -n "$A" ] && kill -KILL "$A" 2>/dev/null && wait "$A" 2>/dev/null
   [ -n "$STALE" ] && rm -f "/dev/shm/$STALE"
   rm -rf "$TMP"
@@ -85,7 +88,21 @@ printf 'after' | kv put after || fail "put to A after B started"
 [ "$(kv get after)" = after ] || fail "get of the new key"
 printf 'b' | "$KVPOOL" -s "$EPB" put onb || fail "put to B"
 
-stop_b TERM
+# C: pid 1 in its namespace, as B is in its own.
+unshare --pid --fork --mount-proc "$BIN/kvpoold" --endpoint 'tcp://127.0.0.1:*' \
+  --admin 'tcp://127.0.0.1:*' --ready-file "$TMP/ready-c" --segment-size 16MiB \
+  >"$TMP/c.log" 2>&1 &
+C=$!
+EPC=$(wait_ready "$TMP/ready-c" "$C" "$TMP/c.log") && [ -n "$EPC" ] || fail "C did not start beside B"
+if [ -n "${EPC:-}" ]; then
+  printf 'c' | "$KVPOOL" -s "$EPC" put onc || fail "put to C"
+  [ "$("$KVPOOL" -s "$EPB" get onb)" = b ] || fail "B's value after C started"
+  [ "$("$KVPOOL" -s "$EPC" get onc)" = c ] || fail "C's value"
+fi
+stop_ns "$C" TERM
+C=
+
+stop_ns "$B" TERM
 B=
 kill -TERM "$A"
 wait "$A" 2>/dev/null
