@@ -11,7 +11,6 @@ over ipc, where refused clients keep reconnecting; a spin is 2 s).
 Run by `make test` (cwd = repo root, KVPOOL_BIN = build/bin) with Debian's /usr/bin/python3.
 """
 
-import importlib.util
 import os
 import resource
 import subprocess
@@ -26,15 +25,7 @@ REPO = os.path.normpath(os.path.join(HERE, "..", ".."))
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def _load_pb2():
-    path = os.path.join(REPO, "python", "kvpool", "kvpool_pb2.py")
-    spec = importlib.util.spec_from_file_location("kvpool_pb2_for_conn_test", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-pb = _load_pb2()
+from kvpool_test_pb import pb  # noqa: E402 (the generated protocol module)
 
 
 def _start_daemon(fd_limit, extra, transport="tcp"):

@@ -16,7 +16,6 @@ Run by `make test` (cwd = repo root, KVPOOL_BIN = build/bin) with Debian's /usr/
 """
 
 import hashlib
-import importlib.util
 import json
 import mmap
 import os
@@ -33,15 +32,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.normpath(os.path.join(HERE, "..", ".."))
 
 
-def _load_pb2():
-    path = os.path.join(REPO, "python", "kvpool", "kvpool_pb2.py")
-    spec = importlib.util.spec_from_file_location("kvpool_pb2_for_hardening", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-pb = _load_pb2()
+from kvpool_test_pb import pb  # noqa: E402 (the generated protocol module)
 
 OK = 0
 PERMISSION_DENIED = -604

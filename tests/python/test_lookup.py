@@ -14,7 +14,6 @@ Run by `make test` (cwd = repo root, KVPOOL_BIN = build/bin) with Debian's /usr/
 Every wait is bounded; the daemons are killed in teardown.
 """
 
-import importlib.util
 import json
 import os
 import random
@@ -40,18 +39,7 @@ REPO = os.path.normpath(os.path.join(HERE, "..", ".."))
 TIMEOUT_MS = 10000
 
 
-def _load_pb2():
-    path = os.path.join(REPO, "python", "kvpool", "kvpool_pb2.py")
-    if not os.path.exists(path):
-        subprocess.run(["make", "-C", REPO, "python-proto"], check=True,
-                       stdout=subprocess.DEVNULL)
-    spec = importlib.util.spec_from_file_location("kvpool_pb2_for_lookup_test", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-pb = _load_pb2()
+from kvpool_test_pb import pb  # noqa: E402 (the generated protocol module)
 
 
 def bin_dir():

@@ -9,7 +9,6 @@ seeded, so a failure replays.
 Run by `make test` (cwd = repo root, KVPOOL_BIN = build/bin) with Debian's /usr/bin/python3.
 """
 
-import importlib.util
 import os
 import random
 import signal
@@ -24,15 +23,7 @@ REPO = os.path.normpath(os.path.join(HERE, "..", ".."))
 MESSAGES = 4000
 
 
-def _load_pb2():
-    path = os.path.join(REPO, "python", "kvpool", "kvpool_pb2.py")
-    spec = importlib.util.spec_from_file_location("kvpool_pb2_for_fuzz_test", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-pb = _load_pb2()
+from kvpool_test_pb import pb  # noqa: E402 (the generated protocol module)
 
 
 def _start_daemon():

@@ -12,7 +12,6 @@ Raw frames over pyzmq with the kvpool_pb2 module that `make` generates; kvpoold 
 127.0.0.1. Run by `make test` with Debian's /usr/bin/python3.
 """
 
-import importlib.util
 import os
 import signal
 import subprocess
@@ -30,15 +29,7 @@ KEY_COUNT = 300
 BIG = 1 << 20                  # over the 64 KiB the api answers from its read index
 
 
-def _load_pb2():
-    path = os.path.join(REPO, "python", "kvpool", "kvpool_pb2.py")
-    spec = importlib.util.spec_from_file_location("kvpool_pb2_for_regex_test", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-pb = _load_pb2()
+from kvpool_test_pb import pb  # noqa: E402 (the generated protocol module)
 
 
 class Daemon:
