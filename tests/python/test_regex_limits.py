@@ -241,9 +241,11 @@ def test_costly_patterns_end_quickly_and_gets_keep_flowing(daemon, client, patte
         assert reply.status == pb.INVALID_PARAMS
         assert "nothing removed" in reply.error, reply.error
     assert all(client.exist(keys[:3] + keys[-3:]))
-    # The store kept serving: the gets issued during the regex came back quickly.
-    assert latencies, "no get completed during the regex"
-    assert max(latencies) < 1.0, max(latencies)
+    # The store kept serving: the gets issued during the regex came back quickly. (PCRE2
+    # sometimes proves a pattern cannot match in a millisecond or two; then no get fits in.)
+    if seconds > 0.2:
+        assert latencies, "no get completed during the regex"
+    assert max(latencies, default=0) < 1.0, max(latencies)
     if seconds > 1.0:
         assert len(latencies) >= 10, len(latencies)
     assert daemon.proc.poll() is None
