@@ -6,9 +6,14 @@
 #   make test SANITIZE=address,undefined    the same under sanitizers (build in build/san-*)
 #   make install PREFIX=/usr/local
 #
-# Sources are picked up by folder: a new .c file in alloc/, actors/, lookup_server/, rdma/ or
-# messages/ joins the server library; in client/ the client library; each tests/test_*.c is an
-# integration test program; each bench/*.c joins kvpool-bench.
+# Libraries are composed of folders, never of hand-picked files (docs/architecture.md):
+#   protocol/ shm/ transfer/   shared by the client and the node: the wire contract, the shared
+#                              memory both map, the copy pool
+#   client/                    libkvpool (with the shared folders)
+#   alloc/ actors/ messages/ lookup_server/ rdma/
+#                              the node (with the shared folders)
+# A new .c file joins its folder's library; each tests/test_*.c is an integration test
+# program; each bench/*.c joins kvpool-bench. Header dependencies are tracked (-MMD).
 
 PREFIX ?= /usr/local
 SANITIZE ?=
@@ -28,12 +33,12 @@ OBJ := $(BUILD)/obj
 BIN := $(BUILD)/bin
 LIB := $(BUILD)/lib
 
-CFLAGS_BASE := -std=gnu11 -g -Wall -Wextra -fPIC -pthread \
+CFLAGS_BASE := -std=gnu11 -g -Wall -Wextra -fPIC -pthread -MMD -MP \
 	-Iinclude -I. -I$(GEN) -D_GNU_SOURCE
 CFLAGS += $(OPT) $(CFLAGS_BASE)
 LDFLAGS += $(if $(SANITIZE),-fsanitize=$(SANITIZE)) -pthread
 LIBS := -lczmq -lzmq -lprotobuf-c -lmsgpackc -lrt
-SERVER_LIBS := $(LIBS) -ljemalloc -libverbs -lpcre2-8
+SERVER_LIBS := $(LIBS) -ljemalloc -lpcre2-8 $(if $(wildcard rdma/*.c),-libverbs)
 
 # Debian packages the build, the tests and the benchmark need.
 DEB_PACKAGES := build-essential pkg-config libzmq3-dev libczmq-dev libprotobuf-c-dev \
@@ -41,13 +46,16 @@ DEB_PACKAGES := build-essential pkg-config libzmq3-dev libczmq-dev libprotobuf-c
 	libhiredis-dev libpcre2-dev redis-server clang libclang-rt-14-dev python3 python3-zmq python3-msgpack \
 	python3-pytest python3-numpy python3-protobuf procps
 
-PROTO := messages/kvpool.proto
-PROTO_C := $(GEN)/messages/kvpool.pb-c.c
-PROTO_H := $(GEN)/messages/kvpool.pb-c.h
+PROTO := protocol/kvpool.proto
+PROTO_C := $(GEN)/protocol/kvpool.pb-c.c
+PROTO_H := $(GEN)/protocol/kvpool.pb-c.h
 
-SERVER_SRC := $(wildcard alloc/*.c actors/*.c lookup_server/*.c rdma/*.c messages/*.c)
-SERVER_SRC := $(filter-out %_fuzz.c,$(SERVER_SRC))
-CLIENT_SRC := $(wildcard client/*.c) alloc/segment.c alloc/segment_table.c actors/transfer_pool.c messages/shm_index.c messages/touch_table.c
+SHARED_DIRS := protocol shm transfer
+CLIENT_DIRS := client $(SHARED_DIRS)
+SERVER_DIRS := alloc actors messages lookup_server rdma $(SHARED_DIRS)
+sources_in = $(filter-out %_fuzz.c,$(wildcard $(addsuffix /*.c,$(1))))
+SERVER_SRC := $(call sources_in,$(SERVER_DIRS))
+CLIENT_SRC := $(call sources_in,$(CLIENT_DIRS))
 TEST_SRC := $(wildcard tests/test_*.c)
 BENCH_SRC := $(wildcard bench/*.c)
 
@@ -81,10 +89,11 @@ python-proto: python/kvpool/kvpool_pb2.py
 python/kvpool/kvpool_pb2.py: $(PROTO)
 	@mkdir -p python/kvpool
 	protoc --python_out=$(GEN) $(PROTO)
-	cp $(GEN)/messages/kvpool_pb2.py $@
+	cp $(GEN)/protocol/kvpool_pb2.py $@
 
 # ---- objects and libraries -----------------------------------------------------------
-$(OBJ)/%.o: %.c $(PROTO_H) $(wildcard include/*.h */*.h)
+#  Every object waits for the generated protocol header; -MMD writes what else it includes.
+$(OBJ)/%.o: %.c | $(PROTO_H)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
@@ -158,3 +167,4 @@ clean:
 	rm -rf build
 
 -include tests/fuzz/fuzz.mk
+-include $(shell find $(OBJ) -name '*.d' 2>/dev/null)

@@ -20,7 +20,7 @@
 
 #include <pthread.h>
 
-#include "alloc/segment.h"
+#include "shm/segment.h"
 #include "alloc/segment_arena.h"
 
 #define UNMOUNT_TIMEOUT_MS 30000

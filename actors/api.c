@@ -26,7 +26,7 @@
 #include "actors/allocator.h"
 #include "actors/connections.h"
 #include "actors/conn_guard.h"
-#include "alloc/segment.h"
+#include "shm/segment.h"
 #include "actors/endpoints.h"
 #include "actors/index_reads.h"
 #include "actors/owners.h"
@@ -34,9 +34,9 @@
 #include "actors/spin_poll.h"
 #include "actors/transfer_submitter.h"
 #include "messages/kvp_job.h"
-#include "messages/kvpool.pb-c.h"
+#include "protocol/kvpool.pb-c.h"
 #include "messages/request_check.h"
-#include "messages/shm_index.h"
+#include "shm/shm_index.h"
 
 //  GET values copied into the reply instead of sent from the segment: at most this many
 //  bytes a reply, so that a GET naming one small key 100,000 times costs frames, not copies.

@@ -1,4 +1,4 @@
-/*  api.h - the api actor: kvpool's client protocol front end (messages/kvpool.proto).
+/*  api.h - the api actor: kvpool's client protocol front end (protocol/kvpool.proto).
 
     It owns the client ROUTER socket (bound to every --endpoint, plus
     inproc://<instance>-api for in-process clients such as the lookup server), decodes and

@@ -8,12 +8,12 @@
 
 #include <czmq.h>
 
-#include "alloc/segment.h"
-#include "alloc/segment_table.h"
-#include "messages/kvpool.pb-c.h"
-#include "messages/racy.h"
-#include "messages/shm_index.h"
-#include "messages/touch_table.h"
+#include "shm/segment.h"
+#include "shm/segment_table.h"
+#include "protocol/kvpool.pb-c.h"
+#include "shm/racy.h"
+#include "shm/shm_index.h"
+#include "shm/touch_table.h"
 
 //  A missing index (the replica-manager could not create it, or has not yet) is looked for
 //  again this often.

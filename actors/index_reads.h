@@ -1,7 +1,7 @@
 /*  index_reads.h - small reads the api actor answers itself, from the read index.
 
     The replica-manager publishes every committed object it can in the same-machine read
-    index (messages/shm_index.h) for clients on the node's machine. The api reads it too: a
+    index (shm/shm_index.h) for clients on the node's machine. The api reads it too: a
     GET whose values are all published and small, or an EXIST or GET_SIZE whose keys are all
     published, is answered without the hop to the replica-manager and back, two thread
     wake-ups that are most of a small request's time inside the node. Values are copied out

@@ -53,9 +53,9 @@
 #include <pthread.h>
 
 #include "actors/regex_matcher.h"
-#include "alloc/segment.h"
-#include "messages/kvpool.pb-c.h"
-#include "messages/shm_index.h"
+#include "shm/segment.h"
+#include "protocol/kvpool.pb-c.h"
+#include "shm/shm_index.h"
 
 typedef enum { OBJECT_PENDING = 1, OBJECT_COMPLETE = 2 } object_state_t;
 

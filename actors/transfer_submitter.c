@@ -16,7 +16,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#include "actors/transfer_pool.h"
+#include "transfer/transfer_pool.h"
 
 typedef struct _pending_t {
     kvp_job_t *job;

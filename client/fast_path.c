@@ -24,7 +24,7 @@
 */
 #include "client/kvpool_client.h"
 
-#include "messages/touch_table.h"
+#include "shm/touch_table.h"
 
 #include <ctype.h>
 #include <stdio.h>

@@ -3,7 +3,7 @@
 
     Wire: a DEALER socket connected to the node's ROUTER. A request goes out as
     [Request][value frames...] (no empty delimiter frame) and its reply comes back as
-    [Reply][value frames...] (messages/kvpool.proto). Request ids are monotonic per
+    [Reply][value frames...] (protocol/kvpool.proto). Request ids are monotonic per
     connection; a call waits for the reply carrying its id and discards any other reply it
     sees first: late replies to calls that timed out, and replies to fire-and-forget RELEASEs.
 

@@ -21,13 +21,13 @@
 #include <stdint.h>
 #include <zmq.h>
 
-#include "actors/transfer_pool.h"
-#include "alloc/segment.h"
-#include "alloc/segment_table.h"
-#include "messages/shm_index.h"
-#include "messages/touch_table.h"
+#include "transfer/transfer_pool.h"
+#include "shm/segment.h"
+#include "shm/segment_table.h"
+#include "shm/shm_index.h"
+#include "shm/touch_table.h"
 #include "kvpool.h"
-#include "messages/kvpool.pb-c.h"
+#include "protocol/kvpool.pb-c.h"
 
 //  Everything declared here is internal: kept out of libkvpool.so's exported symbols.
 #pragma GCC visibility push(hidden)

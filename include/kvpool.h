@@ -1,7 +1,7 @@
 /*  kvpool.h - the public C API of libkvpool, the kvpool client library.
 
     A kvpool_t is one connection to a kvpoold node (DEALER socket, protocol v1 of
-    messages/kvpool.proto). It is not thread-safe: use one per thread. Every call blocks until
+    protocol/kvpool.proto). It is not thread-safe: use one per thread. Every call blocks until
     the reply arrives or the connection's timeout passes (then it returns KVPOOL_RPC_FAIL).
 
     Return conventions, the same everywhere:
@@ -32,7 +32,7 @@ extern "C" {
 #define KVPOOL_DEFAULT_ENDPOINT "tcp://127.0.0.1:50051"
 #define KVPOOL_DEFAULT_ADMIN_ENDPOINT "tcp://127.0.0.1:50052"
 
-/*  Status codes. The numbers are stable and equal to messages/kvpool.proto's Status enum
+/*  Status codes. The numbers are stable and equal to protocol/kvpool.proto's Status enum
     (a unit test checks that); they follow Mooncake Store's ErrorCode where one exists.     */
 #define KVPOOL_STATUS_LIST(X)                                                                      \
     X (KVPOOL_OK, 0, "ok")                                                                         \

@@ -378,7 +378,7 @@ lookup_server_actor (zsock_t *pipe, void *args)
 
 #include <msgpack.h>
 
-#include "messages/kvpool.pb-c.h"
+#include "protocol/kvpool.pb-c.h"
 
 typedef struct {
     zhashx_t *keys;        //  the keys that exist

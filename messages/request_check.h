@@ -1,6 +1,6 @@
 /*  request_check.h - the checks a client request passes before the node does anything for it.
 
-    The api decodes frame 0 of a client message with protobuf-c (messages/kvpool.proto) and
+    The api decodes frame 0 of a client message with protobuf-c (protocol/kvpool.proto) and
     hands the decoded Request, with the count and total size of the value frames that came
     with it, to request_check. The checks are protocol facts and the node's limits only; no
     sockets, no state, so a fuzzer drives them with the decoder in front
@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "messages/kvpool.pb-c.h"
+#include "protocol/kvpool.pb-c.h"
 
 //  A TOUCH reports the values a client read from the read index since its last TOUCH, which
 //  it sends at least once a second: more than this is not a count, and would wrap the stats.

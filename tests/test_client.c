@@ -21,7 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "alloc/segment.h"
+#include "shm/segment.h"
 #include "kvpool.h"
 #include "tests/testutil.h"
 

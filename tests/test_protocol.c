@@ -1,6 +1,6 @@
 /*  test_protocol.c - integration test of kvpoold's client protocol with raw ZeroMQ frames.
 
-    Starts the real daemon on an ephemeral loopback port and speaks messages/kvpool.proto to
+    Starts the real daemon on an ephemeral loopback port and speaks protocol/kvpool.proto to
     it directly (no client library), so it checks exactly what any-language clients see:
     every operation and status, no dirty reads, leases, replicas on distinct segments, the
     discard timeout, a full pool, bad input of every kind (after which the server must still
@@ -12,7 +12,7 @@
 #include <sys/wait.h>
 
 #include "kvpool.h"
-#include "messages/kvpool.pb-c.h"
+#include "protocol/kvpool.pb-c.h"
 #include "tests/testutil.h"
 
 static uint64_t s_next_id = 1;

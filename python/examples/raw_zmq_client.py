@@ -1,16 +1,16 @@
 #!/usr/bin/python3
 """raw_zmq_client.py - put and get against kvpoold with nothing but pyzmq and protobuf.
 
-Proves that a client in any language needs nothing of kvpool's but messages/kvpool.proto: this
+Proves that a client in any language needs nothing of kvpool's but protocol/kvpool.proto: this
 script uses no kvpool code, only pyzmq (python3-zmq) and the Python module protoc generates
 from the .proto (python3-protobuf, protoc from protobuf-compiler). It uses the generated
 kvpool_pb2.py that `make` writes into python/kvpool/, or, failing that, runs protoc on the
 .proto itself into a temporary directory.
 
     python3 python/examples/raw_zmq_client.py [--endpoint tcp://127.0.0.1:50051]
-                                              [--proto messages/kvpool.proto] [--key KEY]
+                                              [--proto protocol/kvpool.proto] [--key KEY]
 
-The wire, as messages/kvpool.proto describes it: a request is a multipart message, frame 0 a
+The wire, as protocol/kvpool.proto describes it: a request is a multipart message, frame 0 a
 serialized Request, then one raw frame per value (PUT only); the reply is frame 0 a Reply,
 then one raw frame per value (GET only). A REQ socket is the simplest client (one request at
 a time); a DEALER may pipeline requests and match replies by request_id.
@@ -43,7 +43,7 @@ def load_protocol(proto_path):
     if os.path.exists(os.path.join(generated, "kvpool_pb2.py")) and proto_path is None:
         sys.path.insert(0, generated)       # the file alone, not the kvpool package
         return importlib.import_module("kvpool_pb2")
-    proto_path = os.path.abspath(proto_path or os.path.join(REPO, "messages", "kvpool.proto"))
+    proto_path = os.path.abspath(proto_path or os.path.join(REPO, "protocol", "kvpool.proto"))
     out = tempfile.mkdtemp(prefix="kvpool-proto-")
     include = os.path.dirname(proto_path)
     subprocess.run(["protoc", "-I", include, "--python_out", out, proto_path], check=True)

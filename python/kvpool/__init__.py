@@ -10,7 +10,7 @@ kvpool.mooncake.MooncakeDistributedStore is a drop-in for Mooncake Store's Pytho
 Mooncake's return conventions (integers, b"" on a miss) instead of exceptions.
 
 The package binds libkvpool (include/kvpool.h) with ctypes; kvpool._native says where the
-library is looked for. kvpool.kvpool_pb2 (generated from messages/kvpool.proto by
+library is looked for. kvpool.kvpool_pb2 (generated from protocol/kvpool.proto by
 `make python-proto`) is the wire protocol, for clients that speak ZeroMQ directly.
 """
 

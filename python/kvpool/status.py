@@ -1,6 +1,6 @@
 """kvpool.status - the status codes of kvpool and the exceptions that carry them.
 
-The codes are defined once for the wire in messages/kvpool.proto (enum Status) and mirrored
+The codes are defined once for the wire in protocol/kvpool.proto (enum Status) and mirrored
 for C in include/kvpool.h; this table mirrors them for Python (the tests check it against the
 C library's kvpool_status_name, so the three cannot drift apart unnoticed). The numbers follow
 Mooncake Store's ErrorCode, so code written against Mooncake's return values keeps working.

@@ -1,5 +1,5 @@
 """The pure-ZeroMQ example (python/examples/raw_zmq_client.py) runs against a real kvpoold:
-put and get with only pyzmq and the protobuf module generated from messages/kvpool.proto."""
+put and get with only pyzmq and the protobuf module generated from protocol/kvpool.proto."""
 
 import os
 import subprocess
@@ -21,7 +21,7 @@ def run_example(daemon, *extra):
 
 
 def test_example_with_protoc_output(daemon):
-    result = run_example(daemon, "--proto", os.path.join(REPO, "messages", "kvpool.proto"))
+    result = run_example(daemon, "--proto", os.path.join(REPO, "protocol", "kvpool.proto"))
     assert result.returncode == 0, result.stdout + result.stderr
     assert "all steps ok" in result.stdout
     assert "FAILED" not in result.stdout
@@ -40,7 +40,7 @@ def test_example_reports_a_dead_endpoint():
     env.pop("PYTHONPATH", None)
     result = subprocess.run([sys.executable, EXAMPLE, "--endpoint", "tcp://127.0.0.1:1",
                              "--timeout-ms", "300", "--proto",
-                             os.path.join(REPO, "messages", "kvpool.proto")],
+                             os.path.join(REPO, "protocol", "kvpool.proto")],
                             cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
     assert result.returncode == 1
     assert "no reply" in result.stdout

@@ -32,13 +32,13 @@ CONFIG_FUZZ_HDR := actors/config.h lookup_server/lookup_config.h
 
 #  The request target needs the generated Request decoder, made here so that it does not
 #  depend on which build (SANITIZE) the top-level Makefile is in.
-REQUEST_FUZZ_GEN := build/fuzz-gen/messages/kvpool.pb-c.c
+REQUEST_FUZZ_GEN := build/fuzz-gen/protocol/kvpool.pb-c.c
 REQUEST_FUZZ_SRC := messages/request_check_fuzz.c messages/request_check.c $(REQUEST_FUZZ_GEN)
 REQUEST_FUZZ_HDR := messages/request_check.h messages/kvp_job.h include/kvpool.h
 
-$(REQUEST_FUZZ_GEN): messages/kvpool.proto
+$(REQUEST_FUZZ_GEN): protocol/kvpool.proto
 	@mkdir -p build/fuzz-gen
-	protoc-c --c_out=build/fuzz-gen messages/kvpool.proto
+	protoc-c --c_out=build/fuzz-gen protocol/kvpool.proto
 
 build/bin/request-fuzz: $(REQUEST_FUZZ_SRC) $(REQUEST_FUZZ_HDR)
 	@mkdir -p build/bin

@@ -1,4 +1,4 @@
-"""The generated protobuf module of messages/kvpool.proto, for the raw-protocol tests.
+"""The generated protobuf module of protocol/kvpool.proto, for the raw-protocol tests.
 
 Loaded from python/kvpool/kvpool_pb2.py by path (made with `make python-proto` if missing),
 so a test needs neither the kvpool package on sys.path nor an installed copy of it.

@@ -4,7 +4,7 @@
     any structure, and an update builds the new array beside the old one so that a failed
     update leaves the table as it was.
 */
-#include "alloc/segment_table.h"
+#include "shm/segment_table.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -13,7 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "alloc/segment.h"
+#include "shm/segment.h"
 
 typedef struct {
     uint32_t id;

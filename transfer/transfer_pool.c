@@ -35,7 +35,7 @@
     Destroy must not race with submit or wait on the same pool; it finishes every task already
     submitted before it joins the workers.
 */
-#include "actors/transfer_pool.h"
+#include "transfer/transfer_pool.h"
 
 #include <assert.h>
 #include <errno.h>

@@ -1,16 +1,16 @@
 /*  kvpool_status.c - names and descriptions of the status codes.
 
-    The codes are defined once for the wire in messages/kvpool.proto (enum Status) and mirrored
+    The codes are defined once for the wire in protocol/kvpool.proto (enum Status) and mirrored
     for C in include/kvpool.h (KVPOOL_STATUS_LIST); the self test below fails the build's tests
     if the two ever disagree.
 */
-#include "client/kvpool_status.h"
+#include "protocol/status.h"
 
 #include <assert.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "messages/kvpool.pb-c.h"
+#include "protocol/kvpool.pb-c.h"
 
 const char *
 kvpool_strerror (int status)

@@ -7,7 +7,7 @@
 #include "kvpool.h"
 
 //  Self test: every code of include/kvpool.h equals the code of the same name in
-//  messages/kvpool.proto, and every code has a name and a description.
+//  protocol/kvpool.proto, and every code has a name and a description.
 void kvpool_status_test (bool verbose);
 
 #endif

@@ -40,7 +40,7 @@
     Threads: a segment_t is used by one thread at a time; the mapped bytes are shared and
     carry no ordering of their own (the protocol above orders writes and reads).
 */
-#include "alloc/segment.h"
+#include "shm/segment.h"
 
 #include <dirent.h>
 #include <signal.h>

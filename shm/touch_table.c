@@ -1,5 +1,5 @@
 /*  touch_table.c - recently renewed keys (see touch_table.h). */
-#include "messages/touch_table.h"
+#include "shm/touch_table.h"
 
 #include <assert.h>
 #include <stdio.h>

@@ -18,11 +18,11 @@
 
     Threads: one writer thread; readers anywhere (other processes map the index read-only).
 */
-#include "messages/shm_index.h"
+#include "shm/shm_index.h"
 
-#include "messages/racy.h"
+#include "shm/racy.h"
 
-#include "alloc/segment.h"
+#include "shm/segment.h"
 
 #include <assert.h>
 #include <errno.h>
