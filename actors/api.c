@@ -1339,6 +1339,33 @@ api_test (bool verbose)
     kvpool__v1__reply__free_unpacked (reply, NULL);
     zmsg_destroy (&msg);
 
+    //  In-process actors send jobs, and get them back done: an EXIST of a key that is there
+    //  and one that is not, the stats, and a write refused (its values would live elsewhere).
+    zsock_t *actor = zsock_new_dealer (NULL);
+    assert (zsock_connect (actor, "inproc://%s-jobs", config.instance) == 0);
+    const char *exist_keys[] = {"k1", "nope"};
+    size_t exist_lens[] = {2, 4};
+    kvp_job_t *job = kvp_job_new_owning (KVP_JOB_NONE, 2, exist_keys, exist_lens);
+    job->op = KVPOOL__V1__OP__EXIST;
+    assert (kvp_job_send (actor, job) == 0);
+    assert (kvp_job_recv (actor) == job);
+    assert (job->status == KVPOOL_OK && job->context == NULL);
+    assert (job->items[0].status == KVPOOL_OK && job->items[1].status == KVPOOL_OBJECT_NOT_FOUND);
+    kvp_job_destroy (&job);
+    job = kvp_job_new (KVP_JOB_NONE, 0);
+    job->op = KVPOOL__V1__OP__STATS;
+    assert (kvp_job_send (actor, job) == 0);
+    assert (kvp_job_recv (actor) == job);
+    assert (job->status == KVPOOL_OK && job->stats.objects == 1 && job->stats.segments >= 1);
+    assert (job->stats.requests >= 2 && job->stats.max_key_len == config.max_key_len);
+    kvp_job_destroy (&job);
+    job = kvp_job_new_owning (KVP_JOB_NONE, 1, exist_keys, exist_lens);
+    job->op = KVPOOL__V1__OP__PUT;
+    assert (kvp_job_send (actor, job) == 0);
+    assert (kvp_job_recv (actor) == job && job->status == KVPOOL_INVALID_PARAMS);
+    kvp_job_destroy (&job);
+    zsock_destroy (&actor);
+
     //  Garbage is answered PROTOCOL_ERROR, and the server keeps serving.
     zstr_send (client, "garbage");
     msg = zmsg_recv (client);
@@ -1357,5 +1384,5 @@ api_test (bool verbose)
     zactor_destroy (&al);
     zactor_destroy (&rm);
     if (verbose)
-        printf ("put, get, garbage over tcp ");
+        printf ("put, get, garbage over tcp; jobs of in-process actors ");
 }

@@ -8,8 +8,14 @@
 #include "protocol/kvpool.pb-c.h"
 
 #define OP(name) KVPOOL__V1__OP__##name, #name
-#define STAGE(kind) {KVP_##kind, GATE_ALWAYS}
-#define STAGE_IF(kind, gate) {KVP_##kind, GATE_##gate}
+#define STAGE(kind)                                                                                \
+    {                                                                                              \
+        KVP_##kind, GATE_ALWAYS                                                                    \
+    }
+#define STAGE_IF(kind, gate)                                                                       \
+    {                                                                                              \
+        KVP_##kind, GATE_##gate                                                                    \
+    }
 
 static const kvp_op_t s_ops[] = {
     {OP (PING), OP_ANYONE, REPLY_NODE, {{0}}},
@@ -56,7 +62,11 @@ static const kvp_op_t s_ops[] = {
 
 static const kvp_op_t s_node_ops[] = {
     {KVP_OP_OWNER_GONE, "OWNER_GONE", 0, 0, {STAGE (RM_OWNER_GONE), STAGE (AL_OWNER_SEGMENTS)}},
-    {KVP_OP_ORPHAN_UNMOUNT, "ORPHAN_UNMOUNT", 0, 0, {STAGE (RM_REMOVE_SEGMENT), STAGE (AL_UNMOUNT)}},
+    {KVP_OP_ORPHAN_UNMOUNT,
+     "ORPHAN_UNMOUNT",
+     0,
+     0,
+     {STAGE (RM_REMOVE_SEGMENT), STAGE (AL_UNMOUNT)}},
     {KVP_OP_MAP_SEGMENTS, "MAP_SEGMENTS", 0, 0, {STAGE (AL_SEGMENTS)}},
 };
 
@@ -157,8 +167,7 @@ kvp_ops_test (bool verbose)
     kvp_job_destroy (&job);
     //  A TOUCH without keys has nothing to renew.
     job = kvp_job_new (KVP_JOB_NONE, 0);
-    assert (kvp_op_next_stage (kvp_op (KVPOOL__V1__OP__TOUCH), job, KVP_JOB_NONE)
-            == KVP_JOB_NONE);
+    assert (kvp_op_next_stage (kvp_op (KVPOOL__V1__OP__TOUCH), job, KVP_JOB_NONE) == KVP_JOB_NONE);
     assert (kvp_op_next_stage (kvp_op (KVPOOL__V1__OP__PING), job, KVP_JOB_NONE) == KVP_JOB_NONE);
     assert (kvp_op_next_stage (kvp_op (KVPOOL__V1__OP__STATS), job, KVP_RM_STATS) == KVP_AL_STATS);
     kvp_job_destroy (&job);

@@ -66,7 +66,8 @@ typedef struct {
 
 //  The node's own operations, beside the proto's (negative: no client sends them). Their jobs
 //  have no client to answer.
-#define KVP_OP_OWNER_GONE (-1)     //  job->owner_id and job->owner (its name) died: its pins
+#define KVP_OP_OWNER_GONE                                                                          \
+    (-1)                           //  job->owner_id and job->owner (its name) died: its pins
                                    //  and reservations end, and job->segments lists what it
                                    //  mounted (each then goes by a KVP_OP_ORPHAN_UNMOUNT)
 #define KVP_OP_ORPHAN_UNMOUNT (-2) //  job->segment_id: remove its objects, unmount, unlink
@@ -78,8 +79,7 @@ const kvp_op_t *kvp_op (int op);
 
 //  The stage after `done` (KVP_JOB_NONE: the job is new) for this job, or KVP_JOB_NONE when
 //  the job is to be answered.
-kvp_job_kind_t kvp_op_next_stage (const kvp_op_t *self, const kvp_job_t *job,
-                                  kvp_job_kind_t done);
+kvp_job_kind_t kvp_op_next_stage (const kvp_op_t *self, const kvp_job_t *job, kvp_job_kind_t done);
 
 void kvp_ops_test (bool verbose);
 
