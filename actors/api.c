@@ -45,7 +45,9 @@
 #include "actors/spin_poll.h"
 #include "actors/transfer_submitter.h"
 #include "messages/kvp_job.h"
+#include "messages/arena.h"
 #include "messages/ops.h"
+#include "messages/reply.h"
 #include "protocol/kvpool.pb-c.h"
 #include "messages/request_check.h"
 #include "shm/shm_index.h"
@@ -67,15 +69,6 @@
 //  While jobs are out at the actors, wait this long for their replies before sleeping.
 #define SPIN_US 50
 
-//  The decoded Request lives in a bump arena: protobuf-c would otherwise make one malloc per
-//  key (1000 for a 1000-key EXIST) and as many frees; the arena is a chunk or two, freed at
-//  once with the request.
-typedef struct _arena_chunk_t {
-    struct _arena_chunk_t *next;
-    size_t used, size;
-    max_align_t data[];
-} arena_chunk_t;
-
 typedef struct {
     zframe_t *routing_id;
     bool envelope;       //  REQ client: replies need the empty delimiter
@@ -86,56 +79,8 @@ typedef struct {
     const kvp_op_t *row; //  the operation's row (messages/ops.h)
     Kvpool__V1__Request *request; //  NULL for a job from an in-process actor
     zmsg_t *values;
-    arena_chunk_t *arena;
-    ProtobufCAllocator allocator;
+    arena_t arena; //  the decoded Request, the keys, the reply's arrays (arena.h)
 } api_ctx_t;
-
-static void *
-s_arena_alloc (void *data, size_t size)
-{
-    api_ctx_t *ctx = (api_ctx_t *) data;
-    size = (size + sizeof (max_align_t) - 1) & ~(sizeof (max_align_t) - 1);
-    arena_chunk_t *chunk = ctx->arena;
-    if (!chunk || chunk->used + size > chunk->size) {
-        size_t capacity = chunk ? chunk->size * 2 : 16384;
-        if (capacity < size)
-            capacity = size;
-        chunk = (arena_chunk_t *) malloc (sizeof (arena_chunk_t) + capacity);
-        if (!chunk)
-            return NULL;
-        chunk->next = ctx->arena;
-        chunk->used = 0;
-        chunk->size = capacity;
-        ctx->arena = chunk;
-    }
-    void *block = (char *) chunk->data + chunk->used;
-    chunk->used += size;
-    return block;
-}
-
-static void
-s_arena_free (void *data, void *block)
-{
-    //  Everything goes at once in s_ctx_destroy.
-    (void) data;
-    (void) block;
-}
-
-//  Sizes the first chunk for a request of frame_size bytes, so most requests need one.
-static void
-s_arena_prepare (api_ctx_t *ctx, size_t frame_size)
-{
-    ctx->allocator.alloc = s_arena_alloc;
-    ctx->allocator.free = s_arena_free;
-    ctx->allocator.allocator_data = ctx;
-    size_t capacity = 2 * frame_size + 4096;
-    ctx->arena = (arena_chunk_t *) malloc (sizeof (arena_chunk_t) + capacity);
-    if (ctx->arena) {
-        ctx->arena->next = NULL;
-        ctx->arena->used = 0;
-        ctx->arena->size = capacity;
-    }
-}
 
 typedef struct {
     zsock_t *pipe;
@@ -178,11 +123,7 @@ s_ctx_destroy (api_ctx_t **ctx_p)
     zframe_destroy (&ctx->routing_id);
     if (ctx->owner)
         ctx->owner->jobs_out--;
-    while (ctx->arena) {
-        arena_chunk_t *next = ctx->arena->next;
-        free (ctx->arena);
-        ctx->arena = next;
-    }
+    arena_fini (&ctx->arena);
     zmsg_destroy (&ctx->values);
     free (ctx);
     *ctx_p = NULL;
@@ -476,109 +417,6 @@ s_complete_stats (self_t *self, kvp_stats_t *stats)
     stats->resets = self->resets_done;
 }
 
-//  n elements of size bytes from the request's arena (NULL when out of memory).
-static void *
-s_reply_array (api_ctx_t *ctx, size_t n, size_t size)
-{
-    return s_arena_alloc (ctx, (n ? n : 1) * size);
-}
-
-//  Fills the reply's per-key arrays and segments, as the operation's row says. Returns 0,
-//  or -1 when the arena is out of memory.
-static int
-s_encode_arrays (api_ctx_t *ctx, const kvp_op_t *row, kvp_job_t *job, Kvpool__V1__Reply *reply)
-{
-    size_t n = job->count;
-    if (n) {
-        int32_t *statuses = (int32_t *) s_reply_array (ctx, n, sizeof (int32_t));
-        if (!statuses)
-            return -1;
-        for (size_t i = 0; i < n; i++)
-            statuses[i] = job->status != KVPOOL_OK ? job->status : job->items[i].status;
-        reply->n_statuses = n;
-        reply->statuses = statuses;
-    }
-    if (row->fills & REPLY_SIZES) {
-        uint64_t *sizes = (uint64_t *) s_reply_array (ctx, n, sizeof (uint64_t));
-        if (!sizes)
-            return -1;
-        for (size_t i = 0; i < n; i++)
-            sizes[i] = job->items[i].status == KVPOOL_OK ? job->items[i].size : 0;
-        reply->n_sizes = n;
-        reply->sizes = sizes;
-    }
-    if (row->fills & REPLY_REPLICAS) {
-        size_t total = 0;
-        for (size_t i = 0; i < n; i++)
-            if (job->items[i].status == KVPOOL_OK)
-                total += job->items[i].replica_count;
-        Kvpool__V1__KeyReplicas *keys =
-            (Kvpool__V1__KeyReplicas *) s_reply_array (ctx, n, sizeof *keys);
-        Kvpool__V1__KeyReplicas **key_ptrs =
-            (Kvpool__V1__KeyReplicas **) s_reply_array (ctx, n, sizeof *key_ptrs);
-        Kvpool__V1__Replica *replicas =
-            (Kvpool__V1__Replica *) s_reply_array (ctx, total, sizeof *replicas);
-        Kvpool__V1__Replica **replica_ptrs =
-            (Kvpool__V1__Replica **) s_reply_array (ctx, total, sizeof *replica_ptrs);
-        if (!keys || !key_ptrs || !replicas || !replica_ptrs)
-            return -1;
-        size_t next = 0;
-        for (size_t i = 0; i < n; i++) {
-            kvpool__v1__key_replicas__init (&keys[i]);
-            key_ptrs[i] = &keys[i];
-            kvp_item_t *item = &job->items[i];
-            if (item->status != KVPOOL_OK)
-                continue;
-            keys[i].replicas = &replica_ptrs[next];
-            keys[i].n_replicas = item->replica_count;
-            for (uint32_t r = 0; r < item->replica_count; r++, next++) {
-                kvpool__v1__replica__init (&replicas[next]);
-                replicas[next].segment_id = item->replicas[r].segment_id;
-                replicas[next].offset = item->replicas[r].offset;
-                replica_ptrs[next] = &replicas[next];
-            }
-        }
-        reply->n_replicas = n;
-        reply->replicas = key_ptrs;
-    }
-    if (row->fills & REPLY_SEGMENTS) {
-        //  The job's list (SEGMENTS), or the one segment a MOUNT made.
-        bool mounted = job->segment_count == 0 && job->status == KVPOOL_OK && job->segment_name;
-        size_t count = mounted ? 1 : job->segment_count;
-        if (count == 0)
-            return 0;
-        Kvpool__V1__Segment *segments =
-            (Kvpool__V1__Segment *) s_reply_array (ctx, count, sizeof *segments);
-        Kvpool__V1__Segment **segment_ptrs =
-            (Kvpool__V1__Segment **) s_reply_array (ctx, count, sizeof *segment_ptrs);
-        if (!segments || !segment_ptrs)
-            return -1;
-        for (size_t i = 0; i < count; i++) {
-            kvpool__v1__segment__init (&segments[i]);
-            segment_ptrs[i] = &segments[i];
-        }
-        if (mounted) {
-            segments->id = job->segment_id;
-            segments->name = (char *) job->segment_name;
-            segments->size = job->segment_size;
-            segments->owner = (char *) (job->owner ? job->owner : "");
-        }
-        else
-            for (size_t i = 0; i < count; i++) {
-                segments[i].id = job->segments[i].id;
-                segments[i].name = job->segments[i].name;
-                segments[i].size = job->segments[i].size;
-                segments[i].used = job->segments[i].used;
-                segments[i].owner = job->segments[i].owner;
-                segments[i].device = job->segments[i].device;
-                segments[i].inode = job->segments[i].inode;
-            }
-        reply->n_segments = count;
-        reply->segments = segment_ptrs;
-    }
-    return 0;
-}
-
 //  Sends values copied out of the read index as a GET's value frames, or drops them when
 //  send is false (the header did not go); every message is sent or closed.
 static void
@@ -609,7 +447,7 @@ s_reply (self_t *self, kvp_job_t **job_p, zmq_msg_t *copies)
     reply.status = job->status;
     reply.error = job->error;
     reply.count = job->result_count;
-    if (s_encode_arrays (ctx, row, job, &reply) != 0) {
+    if (reply_encode (&ctx->arena, row, job, &reply) != 0) {
         reply.status = kvp_job_fail (job, KVPOOL_INTERNAL_ERROR, "out of memory for the reply");
         reply.n_statuses = reply.n_sizes = reply.n_replicas = reply.n_segments = 0;
     }
@@ -621,9 +459,7 @@ s_reply (self_t *self, kvp_job_t **job_p, zmq_msg_t *copies)
     }
     if (row->fills & REPLY_STATS) {
         s_complete_stats (self, &job->stats);
-#define API_STATS_COPY(type, name, text) stats.name = job->stats.name;
-        KVPOOL_STATS_FIELDS (API_STATS_COPY)
-#undef API_STATS_COPY
+        reply_stats (&job->stats, &stats);
         reply.stats = &stats;
     }
     bool values = (row->fills & REPLY_VALUES) && reply.status == KVPOOL_OK && job->count > 0;
@@ -887,7 +723,7 @@ s_job_from_request (self_t *self, api_ctx_t *ctx)
             item->key_len = 0;
         }
         else {
-            char *key = (char *) s_arena_alloc (ctx, wire->len + 1);
+            char *key = (char *) arena_alloc (&ctx->arena, wire->len + 1);
             if (!key) {
                 kvp_job_destroy (&job);
                 s_reply_error (self, ctx, id, op, KVPOOL_INTERNAL_ERROR, "out of memory");
@@ -1024,9 +860,9 @@ s_client_message (self_t *self)
         s_ctx_destroy (&ctx);
         return;
     }
-    s_arena_prepare (ctx, zframe_size (header));
-    ctx->request =
-        kvpool__v1__request__unpack (&ctx->allocator, zframe_size (header), zframe_data (header));
+    arena_init (&ctx->arena, zframe_size (header));
+    ctx->request = kvpool__v1__request__unpack (arena_allocator (&ctx->arena), zframe_size (header),
+                                                zframe_data (header));
     zframe_destroy (&header);
     if (!ctx->request) {
         zmsg_destroy (&msg);
