@@ -525,6 +525,10 @@ allocator_actor (zsock_t *pipe, void *args)
                 self->terminated = true;
             else if (streq (command, "STATUS"))
                 zstr_send (pipe, self->error[0] ? self->error : "OK");
+            else {
+                zsys_error ("allocator: invalid pipe command '%s'", command);
+                assert (false);
+            }
             zstr_free (&command);
         }
         else if (which == self->router) {

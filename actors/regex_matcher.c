@@ -304,7 +304,8 @@ s_matcher_actor (zsock_t *pipe, void *args)
         if (zsock_recv (pipe, "sp", &command, &pointer) == -1)
             break;
         bool term = !command || streq (command, "$TERM");
-        if (!term && streq (command, "MATCH") && pointer) {
+        assert (term || (streq (command, "MATCH") && pointer)); //  nothing else is sent here
+        if (!term) {
             regex_batch_t *batch = (regex_batch_t *) pointer;
             s_handoff_acquire (batch);
             regex_batch_match (batch, self->time_limit_ms, &self->cancel);

@@ -998,6 +998,10 @@ replica_manager_actor (zsock_t *pipe, void *args)
                 self->terminated = true;
             else if (streq (command, "STOPPING"))
                 regex_matcher_stop (self->matcher);
+            else {
+                zsys_error ("replica_manager: invalid pipe command '%s'", command);
+                assert (false);
+            }
             zstr_free (&command);
         }
         else if (which == self->router) {

@@ -154,6 +154,10 @@ transfer_submitter_actor (zsock_t *pipe, void *args)
             char *command = zstr_recv (pipe);
             if (!command || streq (command, "$TERM"))
                 self->terminated = true;
+            else {
+                zsys_error ("transfer_submitter: invalid pipe command '%s'", command);
+                assert (false);
+            }
             zstr_free (&command);
             //  Finish the copies in flight but accept no more work.
             items[0].events = 0;

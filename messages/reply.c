@@ -12,8 +12,7 @@ s_array (arena_t *arena, size_t n, size_t size)
 }
 
 int
-reply_encode (arena_t *arena, const kvp_op_t *row, const kvp_job_t *job,
-              Kvpool__V1__Reply *reply)
+reply_encode (arena_t *arena, const kvp_op_t *row, const kvp_job_t *job, Kvpool__V1__Reply *reply)
 {
     size_t n = job->count;
     if (n) {
@@ -106,7 +105,6 @@ reply_encode (arena_t *arena, const kvp_op_t *row, const kvp_job_t *job,
     return 0;
 }
 
-
 void
 reply_stats (const kvp_stats_t *from, Kvpool__V1__Stats *to)
 {
@@ -127,8 +125,8 @@ reply_test (bool verbose)
     kvp_job_need_replicas (job);
     job->items[0].size = 100;
     job->items[0].replica_count = 2;
-    job->items[0].replicas[0] = (kvp_replica_t) {1, 4096, NULL};
-    job->items[0].replicas[1] = (kvp_replica_t) {2, 8192, NULL};
+    job->items[0].replicas[0] = (kvp_replica_t){1, 4096, NULL};
+    job->items[0].replicas[1] = (kvp_replica_t){2, 8192, NULL};
     job->items[1].status = KVPOOL_OBJECT_NOT_FOUND;
     job->items[1].size = 7; //  not reported for a key that failed
     Kvpool__V1__Reply reply = KVPOOL__V1__REPLY__INIT;
