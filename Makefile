@@ -49,6 +49,9 @@ DEB_PACKAGES := build-essential pkg-config libzmq3-dev libczmq-dev libprotobuf-c
 PROTO := protocol/kvpool.proto
 PROTO_C := $(GEN)/protocol/kvpool.pb-c.c
 PROTO_H := $(GEN)/protocol/kvpool.pb-c.h
+#  C headers made from the proto (protocol/gen_header.awk): the status codes and the stats
+#  fields, written once there. include/kvpool.h includes them; they are installed beside it.
+CONTRACT_H := $(GEN)/kvpool_status.h $(GEN)/kvpool_stats.h
 
 SHARED_DIRS := protocol shm transfer
 CLIENT_DIRS := client $(SHARED_DIRS)
@@ -85,7 +88,13 @@ $(PROTO_C) $(PROTO_H): $(PROTO)
 	@mkdir -p $(GEN)
 	protoc-c --c_out=$(GEN) $(PROTO)
 
-python-proto: python/kvpool/kvpool_pb2.py
+$(GEN)/kvpool_%.h: $(PROTO) protocol/gen_header.awk
+	@mkdir -p $(GEN)
+	awk -v what=$* -f protocol/gen_header.awk $(PROTO) > $@.tmp && mv $@.tmp $@
+
+python-proto: python/kvpool/kvpool_pb2.py python/kvpool/_status_text.py
+python/kvpool/_status_text.py: $(PROTO) protocol/gen_header.awk
+	awk -v what=python -f protocol/gen_header.awk $(PROTO) > $@.tmp && mv $@.tmp $@
 python/kvpool/kvpool_pb2.py: $(PROTO)
 	@mkdir -p python/kvpool
 	protoc --python_out=$(GEN) $(PROTO)
@@ -93,11 +102,11 @@ python/kvpool/kvpool_pb2.py: $(PROTO)
 
 # ---- objects and libraries -----------------------------------------------------------
 #  Every object waits for the generated protocol header; -MMD writes what else it includes.
-$(OBJ)/%.o: %.c | $(PROTO_H)
+$(OBJ)/%.o: %.c | $(PROTO_H) $(CONTRACT_H)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
-$(OBJ)/gen/kvpool.pb-c.o: $(PROTO_C)
+$(OBJ)/gen/kvpool.pb-c.o: $(PROTO_C) | $(CONTRACT_H)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
@@ -156,7 +165,7 @@ install: all
 	install -m 644 $(LIB)/libkvpool.a $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(LIB)/libkvpool.so $(DESTDIR)$(PREFIX)/lib/libkvpool.so.1
 	ln -sf libkvpool.so.1 $(DESTDIR)$(PREFIX)/lib/libkvpool.so
-	install -m 644 include/kvpool.h $(DESTDIR)$(PREFIX)/include/
+	install -m 644 include/kvpool.h $(CONTRACT_H) $(DESTDIR)$(PREFIX)/include/
 	@pydir=$(DESTDIR)$(PREFIX)/lib/python3/dist-packages; install -d $$pydir/kvpool && \
 	  cp -r python/kvpool/*.py $$pydir/kvpool/ && echo "python package installed in $$pydir"
 

@@ -30,6 +30,8 @@
 #include "actors/endpoints.h"
 #include "actors/index_reads.h"
 #include "actors/owners.h"
+#include "protocol/contract.h"
+#include "protocol/status.h"
 #include "actors/replica_manager.h"
 #include "actors/spin_poll.h"
 #include "actors/transfer_submitter.h"
@@ -45,11 +47,7 @@
 #define RCVHWM 1000
 //  How far over --max-value-size a frame may be before libzmq drops the connection.
 #define MAX_FRAME_SLACK (64ULL << 20)
-//  A client renews the lease of a key it reads from the read index at most this often, so
-//  a TOUCH grants that much beyond the TTL (kvpool.proto, Op TOUCH).
-#define CLIENT_TOUCH_INTERVAL_MS                                                                   \
-    1000 //  GET values smaller than this are copied into the reply (cheaper than a zero-copy
-         //  handle).
+//  GET values smaller than this are copied into the reply (cheaper than a zero-copy handle).
 #define COPY_VALUE_BYTES 8192
 #define OWNER_CHECK_INTERVAL_MS 1000
 //  Same-machine client processes the node tracks at once (owners.h).
@@ -157,18 +155,6 @@ typedef struct {
     bool terminated;
 } self_t;
 
-void
-kvp_host_id (char *buf, size_t size)
-{
-    buf[0] = 0;
-    FILE *file = fopen ("/proc/sys/kernel/random/boot_id", "r");
-    if (file) {
-        if (fgets (buf, (int) size, file))
-            buf[strcspn (buf, "\r\n")] = 0;
-        fclose (file);
-    }
-}
-
 static void
 s_ctx_destroy (api_ctx_t **ctx_p)
 {
@@ -269,7 +255,7 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
     zlistx_set_duplicator (self->endpoints, (zlistx_duplicator_fn *) strdup);
     zlistx_set_destructor (self->endpoints, (zlistx_destructor_fn *) zstr_free);
     if (config->endpoint_count == 0) {
-        if (s_bind (self, KVPOOL_DEFAULT_ENDPOINT) == 0)
+        if (s_bind (self, KVP_DEFAULT_ENDPOINT) == 0)
             s_bind (self, "ipc://@kvpool-50051");
     }
     else
@@ -285,7 +271,7 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
         snprintf (self->bind_error, sizeof self->bind_error, "cannot bind %s", inproc);
     self->resets = zlistx_new ();
     self->held = zlistx_new ();
-    kvp_host_id (self->host_id, sizeof self->host_id);
+    kvp_boot_id (self->host_id, sizeof self->host_id);
     snprintf (self->server_id, sizeof self->server_id, "%s/%d", self->host_id, (int) getpid ());
     if (config->index_slots != 0) {
         shm_index_make_name (self->index_name, sizeof self->index_name, config->instance);
@@ -352,6 +338,8 @@ s_send_header (self_t *self, api_ctx_t *ctx, Kvpool__V1__Reply *reply, bool more
     self->requests++;
     if (reply->status != KVPOOL_OK)
         self->errors++;
+    if (ctx->request && ctx->request->no_reply)
+        return -1; //  the client asked for none (its values, if any, are dropped)
     if (s_send_frame (socket, zframe_data (ctx->routing_id), zframe_size (ctx->routing_id), true)
         == -1)
         return -1;
@@ -373,7 +361,7 @@ s_reply_error (self_t *self, api_ctx_t *ctx, uint64_t request_id, int op, int st
                const char *reason)
 {
     Kvpool__V1__Reply reply = KVPOOL__V1__REPLY__INIT;
-    reply.version = KVPOOL_PROTOCOL_VERSION;
+    reply.version = KVP_PROTOCOL_VERSION;
     reply.request_id = request_id;
     reply.op = (Kvpool__V1__Op) op;
     reply.status = status;
@@ -381,7 +369,7 @@ s_reply_error (self_t *self, api_ctx_t *ctx, uint64_t request_id, int op, int st
     s_send_header (self, ctx, &reply, false);
     if (self->config->verbose)
         zsys_info ("api: request %llu op %d: %s (%s)", (unsigned long long) request_id, op,
-                   kvpool_status_name (status), reason);
+                   kvp_status_name (status), reason);
 }
 
 //  Drops the pins a GET took on objects that will not be sent.
@@ -441,36 +429,30 @@ s_send_values (self_t *self, kvp_job_t *job)
     reply_frames_done (&frames, used);
 }
 
+//  The replica-manager and the allocator filled their counters; the api adds its own, then
+//  every field goes into the reply.
 static void
 s_fill_stats (self_t *self, kvp_job_t *job, Kvpool__V1__Stats *stats)
 {
-    stats->objects = job->stats.objects;
-    stats->pending_puts = job->stats.pending_puts;
-    stats->bytes_stored = job->stats.bytes_stored;
-    stats->bytes_allocated = job->stats.bytes_allocated;
-    stats->bytes_mounted = job->stats.bytes_mounted;
-    stats->utilisation =
-        job->stats.bytes_mounted ? (double) job->stats.bytes_stored / job->stats.bytes_mounted : 0;
-    stats->segments = job->stats.segments;
-    stats->requests = self->requests;
-    stats->errors = self->errors;
-    stats->dropped_requests = self->dropped;
-    stats->puts = job->stats.puts;
+    kvp_stats_t *from = &job->stats;
+    from->utilisation = from->bytes_mounted ? (double) from->bytes_stored / from->bytes_mounted : 0;
+    from->requests = self->requests;
+    from->errors = self->errors;
+    from->dropped_requests = self->dropped;
     //  Reads answered from the index, by the api or by same-machine clients themselves, are
     //  gets and hits too.
-    uint64_t index_gets =
-        (self->reads ? index_reads_gets (self->reads) : 0) + self->client_index_gets;
-    stats->gets = job->stats.gets + index_gets;
-    stats->get_hits = job->stats.get_hits + index_gets;
-    stats->index_gets = index_gets;
-    stats->removes = job->stats.removes;
-    stats->revoked_puts = job->stats.revoked_puts;
-    stats->max_key_len = self->config->max_key_len;
-    stats->max_value_size = self->config->max_value_size;
-    stats->lease_ttl_ms = self->config->lease_ttl_ms;
-    stats->uptime_ms = (uint64_t) (zclock_mono () - self->started);
-    stats->transfer_workers = self->config->workers;
-    stats->resets = self->resets_done;
+    from->index_gets = (self->reads ? index_reads_gets (self->reads) : 0) + self->client_index_gets;
+    from->gets += from->index_gets;
+    from->get_hits += from->index_gets;
+    from->max_key_len = self->config->max_key_len;
+    from->max_value_size = self->config->max_value_size;
+    from->lease_ttl_ms = self->config->lease_ttl_ms;
+    from->uptime_ms = (uint64_t) (zclock_mono () - self->started);
+    from->transfer_workers = self->config->workers;
+    from->resets = self->resets_done;
+#define API_STATS_COPY(type, name, text) stats->name = from->name;
+    KVPOOL_STATS_FIELDS (API_STATS_COPY)
+#undef API_STATS_COPY
 }
 
 //  Sends values copied out of the read index as a GET's value frames, or drops them when
@@ -493,7 +475,7 @@ s_reply (self_t *self, kvp_job_t **job_p, zmq_msg_t *copies)
     api_ctx_t *ctx = (api_ctx_t *) job->context;
     Kvpool__V1__Request *request = ctx->request;
     Kvpool__V1__Reply reply = KVPOOL__V1__REPLY__INIT;
-    reply.version = KVPOOL_PROTOCOL_VERSION;
+    reply.version = KVP_PROTOCOL_VERSION;
     reply.request_id = request->request_id;
     reply.op = request->op;
     reply.status = job->status;
@@ -603,7 +585,7 @@ s_reply (self_t *self, kvp_job_t **job_p, zmq_msg_t *copies)
     if (self->config->verbose)
         zsys_info ("api: request %llu op %d: %d keys, status %s",
                    (unsigned long long) request->request_id, op, (int) n,
-                   kvpool_status_name (job->status));
+                   kvp_status_name (job->status));
 
     free (statuses);
     free (sizes);
@@ -946,7 +928,7 @@ s_job_from_request (self_t *self, api_ctx_t *ctx)
     job->force = request->force;
     job->pin = request->pin;
     if (op == KVPOOL__V1__OP__TOUCH) {
-        job->lease_ms = self->config->lease_ttl_ms + CLIENT_TOUCH_INTERVAL_MS;
+        job->lease_ms = self->config->lease_ttl_ms + KVP_TOUCH_INTERVAL_MS;
         self->client_index_gets += request->reads;
     }
     job->pattern = request->pattern;
@@ -992,9 +974,9 @@ static void
 s_handle_request (self_t *self, api_ctx_t *ctx)
 {
     Kvpool__V1__Request *request = ctx->request;
-    if (request->op == KVPOOL__V1__OP__PING && request->version == KVPOOL_PROTOCOL_VERSION) {
+    if (request->op == KVPOOL__V1__OP__PING && request->version == KVP_PROTOCOL_VERSION) {
         Kvpool__V1__Reply reply = KVPOOL__V1__REPLY__INIT;
-        reply.version = KVPOOL_PROTOCOL_VERSION;
+        reply.version = KVP_PROTOCOL_VERSION;
         reply.request_id = request->request_id;
         reply.op = KVPOOL__V1__OP__PING;
         reply.host_id = self->host_id;
@@ -1133,7 +1115,7 @@ s_owners_listed (self_t *self, kvp_job_t *job)
     for (size_t i = 0; i < job->segment_count; i++) {
         //  A client's segment goes when its owner is reported dead (owners.h).
         uint64_t owner_id;
-        if (owners_parse_name (job->segments[i].owner, &owner_id)
+        if (kvp_owner_name_parse (job->segments[i].owner, &owner_id)
             || owners_alive (self->owners, owner_id))
             continue;
         zsys_info ("kvpoold: owner of segment %u (%s) is gone: unmounting it", job->segments[i].id,

@@ -30,9 +30,6 @@
 //  The actor; args is a const kvp_config_t * that outlives it.
 void api_actor (zsock_t *pipe, void *args);
 
-//  Reads the host's boot id (trimmed) into buf; "" if unknown.
-void kvp_host_id (char *buf, size_t size);
-
 void api_test (bool verbose);
 
 #endif

@@ -11,6 +11,7 @@
 #include "shm/segment.h"
 #include "shm/segment_table.h"
 #include "protocol/kvpool.pb-c.h"
+#include "protocol/contract.h"
 #include "shm/racy.h"
 #include "shm/shm_index.h"
 #include "shm/touch_table.h"
@@ -23,7 +24,7 @@
 //  Keys recently sent for renewal (touch_table.h).
 #define TOUCH_SLOTS 65536
 //  The longest interval between renewals of a key that keeps being read.
-#define TOUCH_INTERVAL_MAX_MS 1000
+#define TOUCH_INTERVAL_MAX_MS KVP_TOUCH_INTERVAL_MS
 
 struct _index_reads_t {
     char index_name[96];

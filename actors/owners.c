@@ -16,6 +16,7 @@
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include "protocol/contract.h"
 
 typedef struct {
     owner_t owner;
@@ -137,8 +138,7 @@ owners_get (owners_t *self, pid_t pid)
     record->pidfd = pidfd;
     record->owner.id = self->next_id++;
     record->owner.pid = pid;
-    snprintf (record->owner.name, sizeof record->owner.name, "pid:%d/%llu", (int) pid,
-              (unsigned long long) record->owner.id);
+    kvp_owner_name (record->owner.name, sizeof record->owner.name, (int) pid, record->owner.id);
     zhashx_insert (self->live, key, record);
     zlistx_add_end (self->all, record);
     return &record->owner;
@@ -152,18 +152,6 @@ owners_alive (owners_t *self, uint64_t id)
         if (record->owner.id == id)
             return true;
     return false;
-}
-
-int
-owners_parse_name (const char *name, uint64_t *id)
-{
-    int pid;
-    unsigned long long value;
-    char tail;
-    if (!name || sscanf (name, "pid:%d/%llu%c", &pid, &value, &tail) != 2 || value == 0)
-        return -1;
-    *id = value;
-    return 0;
 }
 
 size_t
@@ -221,10 +209,10 @@ owners_test (bool verbose)
     assert (owners_peer ("localhost:-1:2:3").kind == PEER_REMOTE);
 
     uint64_t id;
-    assert (owners_parse_name ("pid:12/34", &id) == 0 && id == 34);
-    assert (owners_parse_name ("pid:12", &id) == -1);
-    assert (owners_parse_name ("client-12-0", &id) == -1);
-    assert (owners_parse_name ("", &id) == -1);
+    assert (kvp_owner_name_parse ("pid:12/34", &id) == 0 && id == 34);
+    assert (kvp_owner_name_parse ("pid:12", &id) == -1);
+    assert (kvp_owner_name_parse ("client-12-0", &id) == -1);
+    assert (kvp_owner_name_parse ("", &id) == -1);
 
     owners_t *owners = owners_new (2);
     //  This process: one record, found again by pid.

@@ -59,9 +59,6 @@ owner_t *owners_get (owners_t *self, pid_t pid);
 //  True while the owner with this id has not been reported dead.
 bool owners_alive (owners_t *self, uint64_t id);
 
-//  Parses an owner name ("pid:<pid>/<id>") into its id. Returns 0 or -1.
-int owners_parse_name (const char *name, uint64_t *id);
-
 //  Calls gone (arg, owner) for every owner whose process has exited and that has no
 //  request out, then forgets it. Returns the number reported.
 typedef void (owners_gone_fn) (void *arg, const owner_t *owner);

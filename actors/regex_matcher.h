@@ -24,7 +24,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "kvpool.h"
+#include "kvpool_status.h"
 
 //  PCRE2 limits for matching one key. The match limit bounds backtracking (about 10 ms of
 //  work per key here), the depth limit nested backtracking, the heap limit (KiB) the memory

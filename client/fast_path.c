@@ -33,22 +33,6 @@
 #include <time.h>
 #include <unistd.h>
 
-int
-kvpc_local_boot_id (char *buf, size_t size)
-{
-    FILE *file = fopen ("/proc/sys/kernel/random/boot_id", "r");
-    if (!file)
-        return -1;
-    char *line = fgets (buf, (int) size, file);
-    fclose (file);
-    if (!line)
-        return -1;
-    size_t len = strlen (buf);
-    while (len > 0 && isspace ((unsigned char) buf[len - 1]))
-        buf[--len] = 0;
-    return len > 0 ? 0 : -1;
-}
-
 static int s_refresh (kvpool_t *self, bool strict);
 
 static void
@@ -373,7 +357,7 @@ release:
 //  past the TTL.
 
 #define KVPC_TOUCH_SLOTS 16384
-#define KVPC_TOUCH_MS 1000
+#define KVPC_TOUCH_MS KVP_TOUCH_INTERVAL_MS
 
 static int64_t
 s_clock_ms (void)

@@ -796,7 +796,7 @@ kvpool_connect (const char *endpoint, const kvpool_options_t *options)
         return NULL;
     }
     char boot_id[64];
-    self->same_host = self->host_id[0] && kvpc_local_boot_id (boot_id, sizeof boot_id) == 0
+    self->same_host = self->host_id[0] && kvp_boot_id (boot_id, sizeof boot_id) == 0
                       && strcmp (boot_id, self->host_id) == 0;
     //  The fast path is an optimisation: when anything about it fails, the socket path
     //  does the work.
@@ -1881,28 +1881,21 @@ kvpool_stats (kvpool_t *self, kvpool_stats_t *stats)
         return KVPOOL_PROTOCOL_ERROR;
     }
     memset (stats, 0, sizeof *stats);
-    stats->objects = from->objects;
-    stats->pending_puts = from->pending_puts;
-    stats->bytes_stored = from->bytes_stored;
-    stats->bytes_allocated = from->bytes_allocated;
-    stats->bytes_mounted = from->bytes_mounted;
-    stats->utilisation = from->utilisation;
-    stats->segments = from->segments;
-    stats->requests = from->requests;
-    stats->errors = from->errors;
-    stats->dropped_requests = from->dropped_requests;
-    stats->puts = from->puts;
-    stats->gets = from->gets;
-    stats->get_hits = from->get_hits;
-    stats->removes = from->removes;
-    stats->revoked_puts = from->revoked_puts;
-    stats->resets = from->resets;
-    stats->max_key_len = from->max_key_len;
-    stats->max_value_size = from->max_value_size;
-    stats->lease_ttl_ms = from->lease_ttl_ms;
-    stats->uptime_ms = from->uptime_ms;
-    stats->transfer_workers = from->transfer_workers;
-    stats->index_gets = from->index_gets;
+#define KVPC_STATS_COPY(type, name, text) stats->name = from->name;
+    KVPOOL_STATS_FIELDS (KVPC_STATS_COPY)
+#undef KVPC_STATS_COPY
     kvpc_reply_free (&reply);
     return KVPOOL_OK;
+}
+
+const char *
+kvpool_strerror (int status)
+{
+    return kvp_strerror (status);
+}
+
+const char *
+kvpool_status_name (int status)
+{
+    return kvp_status_name (status);
 }

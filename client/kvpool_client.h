@@ -27,6 +27,8 @@
 #include "shm/shm_index.h"
 #include "shm/touch_table.h"
 #include "kvpool.h"
+#include "protocol/contract.h"
+#include "protocol/status.h"
 #include "protocol/kvpool.pb-c.h"
 
 //  Everything declared here is internal: kept out of libkvpool.so's exported symbols.
@@ -175,8 +177,6 @@ void kvpc_copies_fini (kvpc_copies_t *self);
 uint64_t kvpc_bufs_capacity (const kvpool_buf_t *bufs, size_t nbufs);
 
 //  ---- fast_path.c --------------------------------------------------------------------
-//  Reads this machine's boot id into buf (trimmed). Returns 0 or -1.
-int kvpc_local_boot_id (char *buf, size_t size);
 //  Lists the server's segments and maps every one. Returns 0 (fast path on) or -1 (off,
 //  nothing mapped).
 int kvpc_fast_path_open (kvpool_t *self);

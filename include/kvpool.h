@@ -32,39 +32,12 @@ extern "C" {
 #define KVPOOL_DEFAULT_ENDPOINT "tcp://127.0.0.1:50051"
 #define KVPOOL_DEFAULT_ADMIN_ENDPOINT "tcp://127.0.0.1:50052"
 
-/*  Status codes. The numbers are stable and equal to protocol/kvpool.proto's Status enum
-    (a unit test checks that); they follow Mooncake Store's ErrorCode where one exists.     */
-#define KVPOOL_STATUS_LIST(X)                                                                      \
-    X (KVPOOL_OK, 0, "ok")                                                                         \
-    X (KVPOOL_INTERNAL_ERROR, -1, "internal error")                                                \
-    X (KVPOOL_BUFFER_OVERFLOW, -10, "buffer too small for the value")                              \
-    X (KVPOOL_SEGMENT_NOT_FOUND, -101, "segment not found")                                        \
-    X (KVPOOL_SEGMENT_ALREADY_EXISTS, -102, "segment already mounted")                             \
-    X (KVPOOL_NO_AVAILABLE_HANDLE, -200, "no space left in the pool")                              \
-    X (KVPOOL_INVALID_VERSION, -300, "unsupported protocol version")                               \
-    X (KVPOOL_INVALID_KEY, -400, "invalid key (empty, too long, or contains NUL)")                 \
-    X (KVPOOL_WRITE_FAIL, -500, "write failed")                                                    \
-    X (KVPOOL_INVALID_PARAMS, -600, "invalid parameters")                                          \
-    X (KVPOOL_UNKNOWN_OPERATION, -601, "unknown operation")                                        \
-    X (KVPOOL_VALUE_TOO_LARGE, -602, "value larger than the server's limit")                       \
-    X (KVPOOL_PROTOCOL_ERROR, -603, "malformed request")                                           \
-    X (KVPOOL_PERMISSION_DENIED, -604, "not allowed for this client")                              \
-    X (KVPOOL_INVALID_WRITE, -700, "key is not being written")                                     \
-    X (KVPOOL_INVALID_READ, -701, "invalid read")                                                  \
-    X (KVPOOL_INVALID_REPLICA, -702, "invalid replica count")                                      \
-    X (KVPOOL_REPLICA_IS_NOT_READY, -703, "object is still being written")                         \
-    X (KVPOOL_OBJECT_NOT_FOUND, -704, "object not found")                                          \
-    X (KVPOOL_OBJECT_ALREADY_EXISTS, -705, "object already exists")                                \
-    X (KVPOOL_OBJECT_HAS_LEASE, -706, "object has a read lease")                                   \
-    X (KVPOOL_TRANSFER_FAIL, -800, "transfer failed")                                              \
-    X (KVPOOL_RPC_FAIL, -900, "no reply from the server (timeout or connection failure)")          \
-    X (KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS, -1010, "server is shutting down or resetting")
-
-typedef enum {
-#define KVPOOL_STATUS_ENUM(name, value, text) name = value,
-    KVPOOL_STATUS_LIST (KVPOOL_STATUS_ENUM)
-#undef KVPOOL_STATUS_ENUM
-} kvpool_status_t;
+/*  Status codes (kvpool_status_t, KVPOOL_STATUS_LIST): generated from protocol/kvpool.proto's
+    enum Status, the one place they are defined; the numbers are stable and follow Mooncake
+    Store's ErrorCode where one exists. kvpool_stats.h lists the fields of kvpool_stats_t,
+    generated from the proto's message Stats. Both are installed beside this header.        */
+#include "kvpool_stats.h"
+#include "kvpool_status.h"
 
 //  Returns a short English description of a status code (never NULL).
 const char *kvpool_strerror (int status);
@@ -264,16 +237,12 @@ int kvpool_mount_memory (kvpool_t *self, uint64_t size, uint32_t *id_p, const ch
 int kvpool_unmount_memory (kvpool_t *self, uint32_t id);
 
 //  ---- stats -------------------------------------------------------------------------
+//  The node's statistics: one member per field of protocol/kvpool.proto's message Stats, in
+//  its order, with the comment there (KVPOOL_STATS_FIELDS).
 typedef struct {
-    uint64_t objects, pending_puts, bytes_stored, bytes_allocated, bytes_mounted;
-    double utilisation;
-    uint32_t segments;
-    uint64_t requests, errors, dropped_requests;
-    uint64_t puts, gets, get_hits, removes, revoked_puts, resets;
-    uint64_t max_key_len, max_value_size, lease_ttl_ms, uptime_ms;
-    uint32_t transfer_workers;
-    uint64_t index_gets; //  of gets, values read from the read index (by the node, or by
-                         //  same-machine clients, as their TOUCHes report them)
+#define KVPOOL_STATS_MEMBER(type, name, text) type name;
+    KVPOOL_STATS_FIELDS (KVPOOL_STATS_MEMBER)
+#undef KVPOOL_STATS_MEMBER
 } kvpool_stats_t;
 
 int kvpool_stats (kvpool_t *self, kvpool_stats_t *stats);

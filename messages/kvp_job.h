@@ -20,9 +20,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "kvpool.h"
+#include "kvpool_stats.h"
+#include "kvpool_status.h"
+#include "protocol/contract.h"
 
-#define KVP_MAX_REPLICAS KVPOOL_MAX_REPLICAS
 #define KVP_MAX_PREFERRED 8
 
 //  What the job asks of the actor that receives it.
@@ -90,10 +91,12 @@ typedef struct {
     uint64_t device, inode; //  the object the node mapped (segment_identity)
 } kvp_segment_info_t;
 
+//  The node's statistics, one member per field of kvpool.proto's message Stats: the
+//  replica-manager fills the object side, the allocator the space side, the api the rest.
 typedef struct {
-    uint64_t objects, pending_puts, bytes_stored, bytes_allocated, bytes_mounted;
-    uint32_t segments;
-    uint64_t puts, gets, get_hits, removes, revoked_puts;
+#define KVP_STATS_MEMBER(type, name, text) type name;
+    KVPOOL_STATS_FIELDS (KVP_STATS_MEMBER)
+#undef KVP_STATS_MEMBER
 } kvp_stats_t;
 
 typedef struct {

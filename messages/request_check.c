@@ -43,9 +43,9 @@ request_check (const Kvpool__V1__Request *request, size_t value_frames, uint64_t
 {
     int op = request->op;
     size_t n = request->n_keys;
-    if (request->version != KVPOOL_PROTOCOL_VERSION) {
+    if (request->version != KVP_PROTOCOL_VERSION) {
         snprintf (reason, size, "protocol version %u is not supported (this server: %d)",
-                  request->version, KVPOOL_PROTOCOL_VERSION);
+                  request->version, KVP_PROTOCOL_VERSION);
         return KVPOOL_INVALID_VERSION;
     }
     if (!request_op_known (op)) {

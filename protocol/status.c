@@ -1,8 +1,8 @@
-/*  kvpool_status.c - names and descriptions of the status codes.
+/*  status.c - names and descriptions of the status codes (see status.h).
 
-    The codes are defined once for the wire in protocol/kvpool.proto (enum Status) and mirrored
-    for C in include/kvpool.h (KVPOOL_STATUS_LIST); the self test below fails the build's tests
-    if the two ever disagree.
+    The codes and their descriptions are written once, in protocol/kvpool.proto (enum Status),
+    from which kvpool_status.h is generated; the self test checks the generated list against
+    protobuf-c's descriptor of the same enum.
 */
 #include "protocol/status.h"
 
@@ -13,7 +13,7 @@
 #include "protocol/kvpool.pb-c.h"
 
 const char *
-kvpool_strerror (int status)
+kvp_strerror (int status)
 {
     switch (status) {
 #define KVPOOL_STATUS_TEXT(name, value, text)                                                      \
@@ -25,7 +25,7 @@ kvpool_strerror (int status)
 }
 
 const char *
-kvpool_status_name (int status)
+kvp_status_name (int status)
 {
     switch (status) {
 #define KVPOOL_STATUS_NAME(name, value, text)                                                      \
@@ -37,7 +37,7 @@ kvpool_status_name (int status)
 }
 
 void
-kvpool_status_test (bool verbose)
+kvp_status_test (bool verbose)
 {
     //  Every C code has the same number as the proto code of the same name.
     const ProtobufCEnumDescriptor *desc = &kvpool__v1__status__descriptor;
@@ -50,16 +50,16 @@ kvpool_status_test (bool verbose)
             fprintf (stderr, "status %s: C %d, proto %d\n", #name, code, v ? v->value : 1);        \
             assert (false);                                                                        \
         }                                                                                          \
-        assert (strcmp (kvpool_strerror (code), text) == 0);                                       \
+        assert (strcmp (kvp_strerror (code), text) == 0);                                          \
         checked++;                                                                                 \
     }
     KVPOOL_STATUS_LIST (KVPOOL_STATUS_CHECK)
 #undef KVPOOL_STATUS_CHECK
     //  ... and the proto has no code C lacks.
     assert (checked == desc->n_values);
-    assert (strcmp (kvpool_status_name (KVPOOL_OBJECT_NOT_FOUND), "OBJECT_NOT_FOUND") == 0);
-    assert (strcmp (kvpool_status_name (12345), "UNKNOWN") == 0);
-    assert (strcmp (kvpool_strerror (12345), "unknown status") == 0);
+    assert (strcmp (kvp_status_name (KVPOOL_OBJECT_NOT_FOUND), "OBJECT_NOT_FOUND") == 0);
+    assert (strcmp (kvp_status_name (12345), "UNKNOWN") == 0);
+    assert (strcmp (kvp_strerror (12345), "unknown status") == 0);
     if (verbose)
         printf ("%zu codes checked ", checked);
 }

@@ -1,13 +1,21 @@
-/*  kvpool_status.h - status code names and descriptions (implements kvpool_strerror). */
-#ifndef KVPOOL_STATUS_H_INCLUDED
-#define KVPOOL_STATUS_H_INCLUDED
+/*  status.h - the names and descriptions of the status codes (kvpool_strerror and
+    kvpool_status_name of include/kvpool.h). The codes themselves are generated from
+    protocol/kvpool.proto (kvpool_status.h).
+*/
+#ifndef KVP_STATUS_H_INCLUDED
+#define KVP_STATUS_H_INCLUDED
 
 #include <stdbool.h>
 
-#include "kvpool.h"
+#include "kvpool_status.h"
 
-//  Self test: every code of include/kvpool.h equals the code of the same name in
-//  protocol/kvpool.proto, and every code has a name and a description.
-void kvpool_status_test (bool verbose);
+//  Returns the status's name, e.g. "OBJECT_NOT_FOUND" (never NULL; "UNKNOWN" if unknown).
+const char *kvp_status_name (int status);
+//  Returns a short English description of a status code (never NULL).
+const char *kvp_strerror (int status);
+
+//  Self test: every code generated for C equals the code of the same name in the protobuf
+//  descriptor, and every code has a name and a description.
+void kvp_status_test (bool verbose);
 
 #endif

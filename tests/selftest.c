@@ -21,6 +21,7 @@
 #include "shm/segment.h"
 #include "alloc/segment_arena.h"
 #include "shm/segment_table.h"
+#include "protocol/contract.h"
 #include "protocol/status.h"
 #include "lookup_server/lookup_keys.h"
 #include "lookup_server/lookup_request.h"
@@ -35,7 +36,8 @@ typedef struct {
     void (*test) (bool verbose);
 } selftest_t;
 
-static selftest_t s_tests[] = {{"kvpool_status", kvpool_status_test},
+static selftest_t s_tests[] = {{"kvp_status", kvp_status_test},
+                               {"kvp_contract", kvp_contract_test},
                                {"kvp_config", kvp_config_test},
                                {"kvp_job", kvp_job_test},
                                {"request_check", request_check_test},

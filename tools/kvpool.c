@@ -500,35 +500,14 @@ s_cmd_stats (cli_t *cli, int argc, char **argv)
         s_error (pool, "stats", rc);
         return 1;
     }
-    struct {
-        const char *name;
-        uint64_t value;
-    } rows[] = {{"objects", stats.objects},
-                {"pending_puts", stats.pending_puts},
-                {"bytes_stored", stats.bytes_stored},
-                {"bytes_allocated", stats.bytes_allocated},
-                {"bytes_mounted", stats.bytes_mounted},
-                {"segments", stats.segments},
-                {"requests", stats.requests},
-                {"errors", stats.errors},
-                {"dropped_requests", stats.dropped_requests},
-                {"puts", stats.puts},
-                {"gets", stats.gets},
-                {"get_hits", stats.get_hits},
-                {"removes", stats.removes},
-                {"revoked_puts", stats.revoked_puts},
-                {"resets", stats.resets},
-                {"max_key_len", stats.max_key_len},
-                {"max_value_size", stats.max_value_size},
-                {"lease_ttl_ms", stats.lease_ttl_ms},
-                {"uptime_ms", stats.uptime_ms},
-                {"transfer_workers", stats.transfer_workers},
-                {"index_gets", stats.index_gets}};
-    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
-        printf ("%s: %" PRIu64 "\n", rows[i].name, rows[i].value);
-        if (i == 4) //  right after the byte counts it is made of
-            printf ("utilisation: %.6f\n", stats.utilisation);
-    }
+    //  One "name: value" line per field of the proto's Stats, in its order (kvpool_stats.h).
+#define CLI_STATS_ROW(type, name, text)                                                            \
+    if (sizeof (type) == sizeof (double) && (type) 0.5 != 0)                                       \
+        printf ("%s: %.6f\n", #name, (double) stats.name);                                         \
+    else                                                                                           \
+        printf ("%s: %" PRIu64 "\n", #name, (uint64_t) stats.name);
+    KVPOOL_STATS_FIELDS (CLI_STATS_ROW)
+#undef CLI_STATS_ROW
     return 0;
 }
 

@@ -89,15 +89,17 @@ class Segment(Structure):
     _fields_ = [("id", c_uint32), ("name", c_char * 64), ("size", c_uint64), ("used", c_uint64)]
 
 
+def _stats_fields():
+    """kvpool_stats_t: one member per field of kvpool.proto's message Stats, in its order, as
+    include/kvpool.h makes it (KVPOOL_STATS_FIELDS)."""
+    from .kvpool_pb2 import Stats as Message
+    from google.protobuf.descriptor import FieldDescriptor as F
+    ctype = {F.TYPE_UINT64: c_uint64, F.TYPE_UINT32: c_uint32, F.TYPE_DOUBLE: c_double}
+    return [(field.name, ctype[field.type]) for field in Message.DESCRIPTOR.fields]
+
+
 class Stats(Structure):
-    _fields_ = [(name, c_uint64) for name in ("objects", "pending_puts", "bytes_stored",
-                                              "bytes_allocated", "bytes_mounted")] + [
-        ("utilisation", c_double), ("segments", c_uint32)] + [
-        (name, c_uint64) for name in ("requests", "errors", "dropped_requests", "puts", "gets",
-                                      "get_hits", "removes", "revoked_puts", "resets",
-                                      "max_key_len", "max_value_size", "lease_ttl_ms",
-                                      "uptime_ms")] + [
-        ("transfer_workers", c_uint32), ("index_gets", c_uint64)]
+    _fields_ = _stats_fields()
 
 
 #   Pointer-array arguments are declared c_void_p: the callers pass the address of an

@@ -1,0 +1,43 @@
+/*  contract.h - what the client library and the node agree on beyond the wire format
+    (protocol/kvpool.proto): the lease renewal timing of same-machine reads, the host's
+    identity, the owner names of same-machine processes, the replica limit.
+
+    Both sides include this; it includes nothing of either.
+*/
+#ifndef KVP_CONTRACT_H_INCLUDED
+#define KVP_CONTRACT_H_INCLUDED
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+//  The protocol version of kvpool.proto this code speaks, and the node's default endpoints
+//  (include/kvpool.h repeats them for applications, as KVPOOL_*; the self test checks that
+//  the two agree).
+#define KVP_PROTOCOL_VERSION 1
+#define KVP_DEFAULT_ENDPOINT "tcp://127.0.0.1:50051"
+#define KVP_DEFAULT_ADMIN_ENDPOINT "tcp://127.0.0.1:50052"
+
+//  A reader renews the lease of a key it read from the read index itself at most this often
+//  (libkvpool's TOUCH, the api's own index reads); so the renewal grants the lease TTL plus
+//  this much, and a read between two renewals stays covered (kvpool.proto, Op TOUCH).
+#define KVP_TOUCH_INTERVAL_MS 1000
+
+//  Replicas one key can have (KVPOOL_MAX_REPLICAS in include/kvpool.h is the same number).
+#define KVP_MAX_REPLICAS 8
+
+//  Reads the host's boot id (/proc/sys/kernel/random/boot_id, whitespace trimmed) into buf.
+//  Two processes with the same boot id share the machine's memory. Returns 0, or -1 with
+//  buf = "" when it cannot be read.
+int kvp_boot_id (char *buf, size_t size);
+
+//  The name the node gives a same-machine client process that owns reservations, pins or
+//  segments: "pid:<pid>/<id>" (Segment.owner in SEGMENTS replies). kvp_owner_name_parse
+//  returns 0 and the id for such a name, -1 for any other name.
+void kvp_owner_name (char *buf, size_t size, int pid, uint64_t id);
+int kvp_owner_name_parse (const char *name, uint64_t *id);
+
+//  Self test.
+void kvp_contract_test (bool verbose);
+
+#endif
