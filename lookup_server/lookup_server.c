@@ -27,7 +27,7 @@
     it answered from the index with a TOUCH nobody waited for. This actor does the same: the
     index hits go to the api as a TOUCH job, sent before the EXIST job on the same DEALER
     (so the api sees it first) and never waited for; its reply is destroyed whenever it
-    comes back. A key is touched at most once per LOOKUP_TOUCH_INTERVAL_MS (touch_table.h),
+    comes back. A key is touched at most once per KVP_TOUCH_INTERVAL_MS (protocol/contract.h),
     so a hot prefix looked up again and again costs the replica-manager nothing, and the
     TOUCH asks for the lease TTL plus that interval (as a client's TOUCH gets), so every
     lookup, touched or not, is covered for a whole TTL.
@@ -55,6 +55,7 @@
 #include "lookup_server/lookup_keys.h"
 #include "lookup_server/lookup_request.h"
 #include "messages/kvp_job.h"
+#include "protocol/contract.h"
 #include "protocol/kvpool.pb-c.h"
 #include "shm/shm_index.h"
 #include "shm/touch_table.h"
@@ -76,9 +77,6 @@
 //  A missing read index (the replica-manager could not create it) is looked for again this
 //  often.
 #define INDEX_RETRY_MS 1000
-//  A key found in the index has its lease renewed at most this often; the renewal grants the
-//  lease TTL plus this (kvpool.proto, Op TOUCH: "the lease TTL + 1 s").
-#define LOOKUP_TOUCH_INTERVAL_MS 1000
 //  Keys recently touched (touch_table.h): a collision only costs an extra renewal.
 #define TOUCH_SLOTS 65536
 
@@ -147,7 +145,7 @@ s_self_new (zsock_t *pipe, const lookup_server_args_t *args)
     self->tp_size = lookup->tp_size ? lookup->tp_size : 1;
     self->pp_size = lookup->pp_size ? lookup->pp_size : 1;
     self->max_key_len = args->max_key_len;
-    self->touch_lease_ms = args->lease_ttl_ms ? args->lease_ttl_ms + LOOKUP_TOUCH_INTERVAL_MS : 0;
+    self->touch_lease_ms = args->lease_ttl_ms ? args->lease_ttl_ms + KVP_TOUCH_INTERVAL_MS : 0;
     self->store_timeout_ms = args->store_timeout_ms ? args->store_timeout_ms : STORE_TIMEOUT_MS;
     self->verbose = args->verbose;
     self->endpoints = zlistx_new ();
@@ -155,7 +153,7 @@ s_self_new (zsock_t *pipe, const lookup_server_args_t *args)
     zlistx_set_destructor (self->endpoints, (zlistx_destructor_fn *) zstr_free);
     const char *instance = args->instance ? args->instance : "";
     shm_index_make_name (self->index_name, sizeof self->index_name, instance);
-    self->touched = touch_table_new (TOUCH_SLOTS, LOOKUP_TOUCH_INTERVAL_MS);
+    self->touched = touch_table_new (TOUCH_SLOTS, KVP_TOUCH_INTERVAL_MS);
 
     //  Jobs never block the actor: one the DEALER cannot queue fails its request.
     self->jobs = zsock_new (ZMQ_DEALER);
@@ -1051,20 +1049,20 @@ lookup_server_test (bool verbose)
     int64_t started = zclock_mono ();
     assert (s_lookup_all_forms (req, 100, hashes, 4) == 32);
     counts = s_fake_counts (fake);
-    bool within_interval = zclock_mono () - started < LOOKUP_TOUCH_INTERVAL_MS;
+    bool within_interval = zclock_mono () - started < KVP_TOUCH_INTERVAL_MS;
     assert (counts.exist_jobs == before.exist_jobs + 3 && counts.exist_keys == 4);
     assert (counts.touch_jobs >= before.touch_jobs + 1);
     assert (counts.touch_keys >= before.touch_keys + 4 && counts.touch_keys % 4 == 0);
     if (within_interval)
         assert (counts.touch_keys == before.touch_keys + 4);
-    assert (counts.touch_lease_ms == 10000 + LOOKUP_TOUCH_INTERVAL_MS);
+    assert (counts.touch_lease_ms == 10000 + KVP_TOUCH_INTERVAL_MS);
     //  Every key in the index: no job waited for at all.
     before = counts;
     assert (s_lookup_all_forms (req, 100, hashes, 2) == 32);
     counts = s_fake_counts (fake);
     assert (counts.exist_jobs == before.exist_jobs);
     //  After the interval a lookup renews them again.
-    zclock_sleep (LOOKUP_TOUCH_INTERVAL_MS + 100);
+    zclock_sleep (KVP_TOUCH_INTERVAL_MS + 100);
     before = counts;
     assert (s_lookup_all_forms (req, 100, hashes, 2) == 32);
     counts = s_fake_counts (fake);

@@ -19,8 +19,7 @@
 #include "actors/replica_manager.h"
 #include "actors/transfer_submitter.h"
 #include "lookup_server/lookup_server.h"
-
-#include "kvpool.h"
+#include "protocol/contract.h"
 
 #define DRAIN_TIMEOUT_MS 30000
 
@@ -86,7 +85,7 @@ main (int argc, char **argv)
         goto shutdown;
 
     //  The lookup server reaches the store through the api's job socket, bound by now.
-    const char *default_admin[] = {KVPOOL_DEFAULT_ADMIN_ENDPOINT};
+    const char *default_admin[] = {KVP_DEFAULT_ADMIN_ENDPOINT};
     lookup_server_args_t lookup_args = {
         .lookup = config.lookup,
         .admin_endpoints = config.admin_endpoint_count ? config.admin_endpoints : default_admin,
