@@ -19,7 +19,8 @@
 #include "lookup_server/lookup_config.h"
 
 //  Most keys one lookup may expand to (hashes x tp x pp); more is refused. Equal to the most
-//  keys the api takes in one request (actors/api.c), since a lookup is one exist batch.
+//  keys the api takes in one request (kvpoold's --max-keys default), since the keys a lookup
+//  asks the store about go in one EXIST job.
 #define LOOKUP_KEYS_MAX 262144
 
 typedef struct _lookup_keys_t lookup_keys_t;

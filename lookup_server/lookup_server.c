@@ -1,35 +1,64 @@
 /*  lookup_server.c - the lookup/reset admin channel of kvpoold (DESIGN section 6).
 
-    One actor thread owns a ROUTER socket bound to every --admin endpoint, and a libkvpool
-    connection to the store's api (inproc, same process, fast path off: the bytes never matter
-    here, only metadata). Requests are served one at a time in arrival order, each answered
-    before the next is read; REQ clients (vLLM's LookupKeyClient) and DEALER clients both work,
-    many at once, since the ROUTER keeps their envelopes apart.
+    One actor thread owns a ROUTER socket bound to every --admin endpoint and reaches the
+    store of its own process directly, as the other actors reach each other: it reads the
+    node's read index (shm/shm_index.h) itself, and sends kvp_job_t jobs (messages/kvp_job.h)
+    to the api actor over a DEALER connected to inproc://<instance>-jobs. The api validates
+    a job like a client request, walks it through the same actors as the client operation,
+    and sends the same pointer back. No protobuf is encoded and no client library is used
+    (the op is a kvpool.v1.Op number, which is all this file takes from protocol/).
 
-    A request is decoded by lookup_request.c; anything it refuses gets b"\x00" and is counted,
-    and the actor goes on. A lookup keeps only the hashes whose blocks start before token_len
-    (the others cannot change the answer), expands them over every tp x pp rank with
-    lookup_keys.c, asks the store ONE exist batch for all those keys (exist grants each found
-    key a read lease) and answers block_size x the number of leading blocks whose keys all
-    exist, capped at token_len, as 4 bytes big-endian. A store failure answers b"\x00" too.
-    A reset is the store's RESET: the api drains every transfer in flight and then removes all
-    objects past leases before it replies, so when this actor answers b"\x01" no put accepted
-    before the reset can still land; a put that starts after the reply is kept.
+    Requests are served one at a time in arrival order, each answered before the next is
+    read; REQ clients (vLLM's LookupKeyClient) and DEALER clients both work, many at once,
+    since the ROUTER keeps their envelopes apart. A request is decoded by lookup_request.c;
+    anything it refuses gets b"\x00" and is counted, and the actor goes on.
 
-    The store connection is opened at the first request that needs it and reopened after a
-    timeout, so the actor can start before the api and survives a stalled reply; while the
-    store cannot be reached, requests that need it fail at once (b"\x00"), and a new connect
-    is tried at most once a second.
+    LOOKUP keeps only the hashes whose blocks start before token_len (the others cannot
+    change the answer) and expands them over every tp x pp rank with lookup_keys.c. Each key
+    is probed in the read index first: a key the index shows published is present, with no
+    job at all. The index is lossy (a miss means "ask the node", never "not found"), so the
+    keys it cannot answer go to the api as ONE EXIST job, and the actor waits for that job
+    alone. The answer is block_size x the number of leading blocks whose keys all exist,
+    capped at token_len, as 4 bytes big-endian; a store failure answers b"\x00".
+
+    Leases. A lookup through libkvpool granted every key it found a read lease, so the
+    engine could load the blocks before the evictor took them: EXIST leases what the
+    replica-manager finds, and libkvpool's same-machine fast path renewed the leases of keys
+    it answered from the index with a TOUCH nobody waited for. This actor does the same: the
+    index hits go to the api as a TOUCH job, sent before the EXIST job on the same DEALER
+    (so the api sees it first) and never waited for; its reply is destroyed whenever it
+    comes back. A key is touched at most once per KVP_TOUCH_INTERVAL_MS (protocol/contract.h),
+    so a hot prefix looked up again and again costs the replica-manager nothing, and the
+    TOUCH asks for the lease TTL plus that interval (as a client's TOUCH gets), so every
+    lookup, touched or not, is covered for a whole TTL.
+
+    RESET is the store's RESET: the api drains every transfer in flight and then removes all
+    objects past leases before it sends the job back, so when this actor answers b"\x01" no
+    put accepted before the reset can still land; a put that starts after the reply is kept.
+    STATS asks the api for the store's counters and adds this actor's.
+
+    Waiting. While a job is out, the actor polls its pipe and the DEALER only: $TERM ends the
+    wait at once (the job is abandoned), and a job not back within the store timeout (60 s:
+    a reset may drain long transfers) fails its request. After a timeout, requests that need
+    the store fail at once for STORE_RETRY_MS, or until a late job comes back. Every job sent
+    is counted until it returns: replies that arrive late (or TOUCH replies) are destroyed
+    as they come, and at $TERM the actor waits up to EXIT_WAIT_MS for those still out, then
+    abandons them (the api may be stopping and never answer). A job that cannot even be
+    queued (the DEALER never blocks) is destroyed and its request fails.
+
+    Threads: one, the actor's. The index is mapped read-only; the replica-manager writes it.
 */
 #include "lookup_server/lookup_server.h"
 
 #include <pthread.h>
 
-#include "actors/endpoints.h"
-
-#include "kvpool.h"
 #include "lookup_server/lookup_keys.h"
 #include "lookup_server/lookup_request.h"
+#include "messages/kvp_job.h"
+#include "protocol/contract.h"
+#include "protocol/kvpool.pb-c.h"
+#include "shm/shm_index.h"
+#include "shm/touch_table.h"
 
 //  Frames beyond this cannot be any request: refuse without looking.
 #define MAX_REQUEST_FRAMES 8
@@ -38,12 +67,18 @@
 #define MAX_FRAME_BYTES (256 << 20)
 //  Requests one admin connection may have queued before libzmq stops reading it.
 #define MAX_QUEUED_REQUESTS 16
-//  Store requests: reset drains in-flight transfers first, which can take a while.
+//  Jobs: reset drains in-flight transfers first, which can take a while.
 #define STORE_TIMEOUT_MS 60000
-#define STORE_CONNECT_TIMEOUT_MS 2000
-//  After a failed connect, requests fail at once for this long rather than each waiting out
-//  a connect timeout of its own.
+//  After a job timed out, requests fail at once for this long rather than each waiting out
+//  a timeout of its own.
 #define STORE_RETRY_MS 1000
+//  At $TERM, how long to wait for jobs still out before abandoning them.
+#define EXIT_WAIT_MS 500
+//  A missing read index (the replica-manager could not create it) is looked for again this
+//  often.
+#define INDEX_RETRY_MS 1000
+//  Keys recently touched (touch_table.h): a collision only costs an extra renewal.
+#define TOUCH_SLOTS 65536
 
 static const uint8_t s_ok[] = {1};
 static const uint8_t s_fail[] = {0};
@@ -51,17 +86,28 @@ static const uint8_t s_fail[] = {0};
 typedef struct {
     zsock_t *pipe;
     zsock_t *router;
-    const kvp_config_t *config;
-    char *store_endpoint;
-    kvpool_t *store;
-    int64_t store_retry_at; //  no connect attempt before this (zclock_mono)
+    zsock_t *jobs; //  DEALER to the api's inproc://<instance>-jobs
     lookup_keys_t *keys;
-    uint32_t block_size;
-    zlistx_t *endpoints; //  resolved bound endpoints (char *)
-    char *error;         //  why the actor cannot serve, or NULL
+    uint32_t block_size, tp_size, pp_size;
+    size_t max_key_len;
+    uint64_t touch_lease_ms; //  what a TOUCH of index hits asks for
+    uint64_t store_timeout_ms;
+    bool verbose;
+    char index_name[128];
+    shm_index_t *index; //  the node's read index, or NULL until it can be opened
+    int64_t index_retry_at;
+    touch_table_t *touched; //  index hits renewed lately
+    size_t jobs_out;        //  jobs sent and not back yet
+    int64_t store_retry_at; //  jobs fail at once before this (zclock_mono)
+    zlistx_t *endpoints;    //  resolved bound endpoints (char *)
+    char *error;            //  why the actor cannot serve, or NULL
     bool terminated;
-    int *results; //  exist outcomes, reused across lookups
-    size_t results_size;
+    //  scratch, reused across lookups (grown to the largest lookup's key count)
+    size_t scratch_size;
+    size_t *key_lens;
+    bool *present;
+    const char **picked; //  keys of the job being built
+    size_t *picked_lens;
     //  counters, reported by stats
     uint64_t requests, lookups, hit_tokens, resets, reset_failures, refused, store_errors;
 } self_t;
@@ -73,12 +119,16 @@ s_self_destroy (self_t **self_p)
     self_t *self = *self_p;
     if (self) {
         zsock_destroy (&self->router);
-        kvpool_destroy (&self->store);
+        zsock_destroy (&self->jobs);
         lookup_keys_destroy (&self->keys);
+        shm_index_destroy (&self->index);
+        touch_table_destroy (&self->touched);
         zlistx_destroy (&self->endpoints);
-        zstr_free (&self->store_endpoint);
         zstr_free (&self->error);
-        free (self->results);
+        free (self->key_lens);
+        free (self->present);
+        free ((void *) self->picked);
+        free (self->picked_lens);
         free (self);
         *self_p = NULL;
     }
@@ -90,18 +140,38 @@ s_self_new (zsock_t *pipe, const lookup_server_args_t *args)
     self_t *self = (self_t *) zmalloc (sizeof (self_t));
     assert (self);
     self->pipe = pipe;
-    self->config = args->config;
-    self->store_endpoint = strdup (args->store_endpoint ? args->store_endpoint : "");
-    self->endpoints = zlistx_new ();
-    assert (self->store_endpoint && self->endpoints);
-    zlistx_set_destructor (self->endpoints, (zlistx_destructor_fn *) zstr_free);
-    const lookup_config_t *lookup = &self->config->lookup;
+    const lookup_config_t *lookup = &args->lookup;
     self->block_size = lookup->block_size ? lookup->block_size : 16;
+    self->tp_size = lookup->tp_size ? lookup->tp_size : 1;
+    self->pp_size = lookup->pp_size ? lookup->pp_size : 1;
+    self->max_key_len = args->max_key_len;
+    self->touch_lease_ms = args->lease_ttl_ms ? args->lease_ttl_ms + KVP_TOUCH_INTERVAL_MS : 0;
+    self->store_timeout_ms = args->store_timeout_ms ? args->store_timeout_ms : STORE_TIMEOUT_MS;
+    self->verbose = args->verbose;
+    self->endpoints = zlistx_new ();
+    assert (self->endpoints);
+    zlistx_set_destructor (self->endpoints, (zlistx_destructor_fn *) zstr_free);
+    const char *instance = args->instance ? args->instance : "";
+    shm_index_make_name (self->index_name, sizeof self->index_name, instance);
+    self->touched = touch_table_new (TOUCH_SLOTS, KVP_TOUCH_INTERVAL_MS);
 
+    //  Jobs never block the actor: one the DEALER cannot queue fails its request.
+    self->jobs = zsock_new (ZMQ_DEALER);
+    assert (self->jobs);
+    zsock_set_sndtimeo (self->jobs, 0);
+    if (zsock_connect (self->jobs, "inproc://%s-jobs", instance) == -1) {
+        self->error = zsys_sprintf ("cannot connect to the store's jobs at inproc://%s-jobs: %s",
+                                    instance, zmq_strerror (zmq_errno ()));
+        return self;
+    }
     const char *reason = NULL;
     self->keys = lookup_keys_new (lookup, &reason);
     if (!self->keys) {
         self->error = zsys_sprintf ("bad --lookup-key-template: %s", reason);
+        return self;
+    }
+    if (args->admin_endpoint_count == 0 || !args->admin_endpoints) {
+        self->error = strdup ("no admin endpoint");
         return self;
     }
     self->router = zsock_new (ZMQ_ROUTER);
@@ -110,10 +180,8 @@ s_self_new (zsock_t *pipe, const lookup_server_args_t *args)
     //  vLLM's clients are REQ sockets, one request at a time: a connection that queues more
     //  is not one of them, and libzmq stops reading its socket instead.
     zsock_set_rcvhwm (self->router, MAX_QUEUED_REQUESTS);
-    size_t count = self->config->admin_endpoint_count;
-    for (size_t i = 0; i < (count ? count : 1); i++) {
-        const char *endpoint =
-            count ? self->config->admin_endpoints[i] : KVPOOL_DEFAULT_ADMIN_ENDPOINT;
+    for (size_t i = 0; i < args->admin_endpoint_count; i++) {
+        const char *endpoint = args->admin_endpoints[i];
         if (zsock_bind (self->router, "%s", endpoint) == -1) {
             self->error = zsys_sprintf ("cannot bind admin endpoint %s: %s", endpoint,
                                         zmq_strerror (zmq_errno ()));
@@ -127,36 +195,241 @@ s_self_new (zsock_t *pipe, const lookup_server_args_t *args)
     return self;
 }
 
-//  ---- the store -------------------------------------------------------------------------
+//  ---- the pipe --------------------------------------------------------------------------
 
-static kvpool_t *
-s_store (self_t *self)
+//  ENDPOINTS: "OK" and the endpoints, or "ERROR" and the reason.
+static void
+s_reply_endpoints (self_t *self)
 {
-    if (!self->store && zclock_mono () >= self->store_retry_at) {
-        kvpool_options_t options;
-        kvpool_options_init (&options);
-        //  The store is in this process: present keys are answered from its read index
-        //  (their leases renewed by a message nobody waits for), misses by the api.
-        options.fast_path = 1;
-        options.timeout_ms = STORE_TIMEOUT_MS;
-        options.connect_timeout_ms = STORE_CONNECT_TIMEOUT_MS;
-        self->store = kvpool_connect (self->store_endpoint, &options);
-        if (!self->store) {
-            zsys_warning ("lookup_server: cannot reach the store at %s", self->store_endpoint);
-            self->store_retry_at = zclock_mono () + STORE_RETRY_MS;
-        }
+    zmsg_t *reply = zmsg_new ();
+    if (self->error) {
+        zmsg_addstr (reply, "ERROR");
+        zmsg_addstr (reply, self->error);
     }
-    return self->store;
+    else {
+        zmsg_addstr (reply, "OK");
+        for (char *endpoint = (char *) zlistx_first (self->endpoints); endpoint;
+             endpoint = (char *) zlistx_next (self->endpoints))
+            zmsg_addstr (reply, endpoint);
+    }
+    zmsg_send (&reply, self->pipe);
 }
 
-//  After a timeout a late reply may still be queued on the connection: start afresh.
 static void
-s_store_failed (self_t *self, int status)
+s_handle_pipe (self_t *self)
 {
+    zmsg_t *msg = zmsg_recv (self->pipe);
+    if (!msg) {
+        self->terminated = true;
+        return;
+    }
+    char *command = zmsg_popstr (msg);
+    if (command && streq (command, "$TERM"))
+        self->terminated = true;
+    else if (command && streq (command, "ENDPOINTS"))
+        s_reply_endpoints (self);
+    else
+        zsys_error ("lookup_server: unknown pipe command '%s'", command ? command : "");
+    zstr_free (&command);
+    zmsg_destroy (&msg);
+}
+
+//  ---- the store: jobs -------------------------------------------------------------------
+
+//  A job came back on the DEALER: it is the caller's again. Any job back shows the store
+//  answers, so requests stop failing at once.
+static kvp_job_t *
+s_job_back (self_t *self)
+{
+    kvp_job_t *job = kvp_job_recv (self->jobs);
+    if (job) {
+        assert (self->jobs_out > 0);
+        self->jobs_out--;
+        self->store_retry_at = 0;
+    }
+    return job;
+}
+
+//  Queues job for the api; destroys it if it cannot be queued. Returns 0 or -1.
+static int
+s_job_send (self_t *self, kvp_job_t **job_p)
+{
+    if (kvp_job_send (self->jobs, *job_p) == -1) {
+        zsys_warning ("lookup_server: cannot queue a job for the store: %s",
+                      zmq_strerror (zmq_errno ()));
+        kvp_job_destroy (job_p);
+        return -1;
+    }
+    *job_p = NULL; //  the api's until it comes back
+    self->jobs_out++;
+    return 0;
+}
+
+//  Sends job and waits for it to come back. Returns it (the caller destroys it), or NULL
+//  when the store failed: the job could not be queued, did not come back in time, or the
+//  actor was told to end meanwhile. Other jobs that come back meanwhile are destroyed.
+static kvp_job_t *
+s_job_call (self_t *self, kvp_job_t *job)
+{
+    int64_t now = zclock_mono ();
+    if (now < self->store_retry_at) {
+        kvp_job_destroy (&job);
+        self->store_errors++;
+        return NULL;
+    }
+    kvp_job_t *sent = job;
+    if (s_job_send (self, &job)) {
+        self->store_errors++;
+        return NULL;
+    }
+    int64_t deadline = now + (int64_t) self->store_timeout_ms;
+    zmq_pollitem_t items[] = {{zsock_resolve (self->pipe), 0, ZMQ_POLLIN, 0},
+                              {zsock_resolve (self->jobs), 0, ZMQ_POLLIN, 0}};
+    while (!self->terminated) {
+        int64_t left = deadline - zclock_mono ();
+        if (left <= 0)
+            break;
+        if (zmq_poll (items, 2, (long) left) == -1) {
+            if (zmq_errno () == EINTR)
+                continue;
+            break;
+        }
+        if (items[0].revents & ZMQ_POLLIN)
+            s_handle_pipe (self);
+        if (items[1].revents & ZMQ_POLLIN) {
+            kvp_job_t *back = s_job_back (self);
+            if (back == sent)
+                return back;
+            kvp_job_destroy (&back); //  late, or a TOUCH
+        }
+    }
     self->store_errors++;
-    zsys_warning ("lookup_server: store request failed: %s", kvpool_strerror (status));
-    if (status == KVPOOL_RPC_FAIL)
-        kvpool_destroy (&self->store);
+    if (!self->terminated) {
+        zsys_warning ("lookup_server: the store did not answer within %" PRIu64 " ms",
+                      self->store_timeout_ms);
+        self->store_retry_at = zclock_mono () + STORE_RETRY_MS;
+    }
+    return NULL;
+}
+
+//  A job for the api: op, no keys.
+static kvp_job_t *
+s_job_new (int op)
+{
+    kvp_job_t *job = kvp_job_new (KVP_JOB_NONE, 0);
+    assert (job);
+    job->op = op;
+    return job;
+}
+
+//  A job that failed as a whole is logged and destroyed; returns true then.
+static bool
+s_job_failed (self_t *self, kvp_job_t **job_p, const char *what)
+{
+    kvp_job_t *job = *job_p;
+    if (!job)
+        return true;
+    if (job->status == KVPOOL_OK)
+        return false;
+    self->store_errors++;
+    zsys_warning ("lookup_server: %s failed: status %d%s%s", what, job->status,
+                  *job->error ? ": " : "", job->error);
+    kvp_job_destroy (job_p);
+    return true;
+}
+
+//  The node's read index, opened on first use (the replica-manager creates it).
+static shm_index_t *
+s_index (self_t *self)
+{
+    if (!self->index && zclock_mono () >= self->index_retry_at) {
+        self->index = shm_index_open (self->index_name);
+        if (!self->index)
+            self->index_retry_at = zclock_mono () + INDEX_RETRY_MS;
+    }
+    return self->index;
+}
+
+//  Grows the scratch arrays to hold count keys. Returns 0 or -1.
+static int
+s_scratch (self_t *self, size_t count)
+{
+    if (count <= self->scratch_size)
+        return 0;
+    size_t *key_lens = (size_t *) realloc (self->key_lens, count * sizeof (size_t));
+    if (key_lens)
+        self->key_lens = key_lens;
+    bool *present = (bool *) realloc (self->present, count * sizeof (bool));
+    if (present)
+        self->present = present;
+    const char **picked = (const char **) realloc ((void *) self->picked, count * sizeof (char *));
+    if (picked)
+        self->picked = picked;
+    size_t *picked_lens = (size_t *) realloc (self->picked_lens, count * sizeof (size_t));
+    if (picked_lens)
+        self->picked_lens = picked_lens;
+    if (!key_lens || !present || !picked || !picked_lens)
+        return -1;
+    self->scratch_size = count;
+    return 0;
+}
+
+//  Finds which of keys[0..count) exist into self->present. Returns 0, or -1 when the store
+//  failed.
+static int
+s_exist (self_t *self, const char *const *keys, size_t count)
+{
+    //  The index first: what it shows published is there. Keys due for a lease renewal are
+    //  picked for one TOUCH.
+    shm_index_t *index = s_index (self);
+    int64_t now = zclock_mono ();
+    size_t touches = 0, misses = 0;
+    for (size_t i = 0; i < count; i++) {
+        size_t len = strlen (keys[i]);
+        shm_index_hit_t hit;
+        self->key_lens[i] = len;
+        self->present[i] = index && shm_index_lookup (index, keys[i], len, &hit);
+        if (!self->present[i])
+            misses++;
+        else if (!self->touched || touch_table_due (self->touched, hit.hash, now)) {
+            self->picked[touches] = keys[i];
+            self->picked_lens[touches++] = len;
+        }
+    }
+    if (touches) {
+        kvp_job_t *touch =
+            kvp_job_new_owning (KVP_JOB_NONE, touches, self->picked, self->picked_lens);
+        touch->op = KVPOOL__V1__OP__TOUCH;
+        touch->lease_ms = self->touch_lease_ms;
+        s_job_send (self, &touch); //  never waited for: the answer is the index's
+    }
+    if (misses == 0)
+        return 0;
+    //  The rest, in one EXIST.
+    size_t picked = 0;
+    for (size_t i = 0; i < count; i++)
+        if (!self->present[i]) {
+            self->picked[picked] = keys[i];
+            self->picked_lens[picked++] = self->key_lens[i];
+        }
+    kvp_job_t *exist = kvp_job_new_owning (KVP_JOB_NONE, misses, self->picked, self->picked_lens);
+    exist->op = KVPOOL__V1__OP__EXIST;
+    exist = s_job_call (self, exist);
+    if (s_job_failed (self, &exist, "exist"))
+        return -1;
+    if (exist->count != misses) {
+        zsys_warning ("lookup_server: exist answered %zu keys of %zu", exist->count, misses);
+        self->store_errors++;
+        kvp_job_destroy (&exist);
+        return -1;
+    }
+    //  A per-key error counts as absent: a miss is always a safe answer.
+    size_t item = 0;
+    for (size_t i = 0; i < count; i++)
+        if (!self->present[i])
+            self->present[i] = exist->items[item++].status == KVPOOL_OK;
+    kvp_job_destroy (&exist);
+    return 0;
 }
 
 //  ---- requests --------------------------------------------------------------------------
@@ -173,37 +446,21 @@ s_lookup (self_t *self, lookup_request_t *request)
         const char *reason = NULL;
         const char *const *keys;
         if (lookup_keys_expand (self->keys, request->hashes, request->hash_lens, blocks,
-                                self->config->max_key_len, &keys, &reason)) {
+                                self->max_key_len, &keys, &reason)) {
             self->refused++;
-            if (self->config->verbose)
+            if (self->verbose)
                 zsys_info ("lookup_server: lookup refused: %s", reason);
             return zframe_new (s_fail, sizeof s_fail);
         }
         size_t ranks = lookup_keys_ranks (self->keys);
         size_t key_count = blocks * ranks;
-        if (key_count > self->results_size) {
-            int *results = (int *) realloc (self->results, key_count * sizeof (int));
-            if (!results)
-                return zframe_new (s_fail, sizeof s_fail);
-            self->results = results;
-            self->results_size = key_count;
-        }
-        kvpool_t *store = s_store (self);
-        if (!store) {
-            self->store_errors++;
+        if (s_scratch (self, key_count) || s_exist (self, keys, key_count))
             return zframe_new (s_fail, sizeof s_fail);
-        }
-        int rc = kvpool_exist_batch (store, key_count, keys, self->results);
-        if (rc < 0) {
-            s_store_failed (self, rc);
-            return zframe_new (s_fail, sizeof s_fail);
-        }
         //  A block counts only if every rank's key is there; the first gap ends the prefix.
-        //  A per-key error counts as absent: a miss is always a safe answer.
         for (present = 0; present < blocks; present++) {
-            const int *block = self->results + present * ranks;
+            const bool *block = self->present + present * ranks;
             size_t r = 0;
-            while (r < ranks && block[r] == 1)
+            while (r < ranks && block[r])
                 r++;
             if (r < ranks)
                 break;
@@ -214,7 +471,7 @@ s_lookup (self_t *self, lookup_request_t *request)
         hit = request->token_len;
     self->lookups++;
     self->hit_tokens += hit;
-    if (self->config->verbose)
+    if (self->verbose)
         zsys_info ("lookup_server: lookup %s token_len=%u hashes=%zu -> %u",
                    lookup_request_form_name (request->form), request->token_len,
                    request->hash_count, (unsigned) hit);
@@ -226,42 +483,35 @@ s_lookup (self_t *self, lookup_request_t *request)
 static zframe_t *
 s_reset (self_t *self)
 {
-    kvpool_t *store = s_store (self);
-    int64_t removed = store ? kvpool_reset (store) : KVPOOL_RPC_FAIL;
-    if (removed < 0) {
-        if (store)
-            s_store_failed (self, (int) removed);
+    kvp_job_t *job = s_job_call (self, s_job_new (KVPOOL__V1__OP__RESET));
+    if (s_job_failed (self, &job, "reset")) {
         self->reset_failures++;
-        zsys_warning ("lookup_server: reset failed: %s", kvpool_strerror ((int) removed));
         return zframe_new (s_fail, sizeof s_fail);
     }
     self->resets++;
-    zsys_info ("lookup_server: reset removed %" PRId64 " objects", removed);
+    zsys_info ("lookup_server: reset removed %" PRIu64 " objects", job->result_count);
+    kvp_job_destroy (&job);
     return zframe_new (s_ok, sizeof s_ok);
 }
 
 static zframe_t *
 s_stats (self_t *self)
 {
-    kvpool_t *store = s_store (self);
-    kvpool_stats_t stats;
-    int rc = store ? kvpool_stats (store, &stats) : KVPOOL_RPC_FAIL;
-    if (rc < 0) {
-        if (store)
-            s_store_failed (self, rc);
+    kvp_job_t *job = s_job_call (self, s_job_new (KVPOOL__V1__OP__STATS));
+    if (s_job_failed (self, &job, "stats"))
         return zframe_new (s_fail, sizeof s_fail);
-    }
+    const kvp_stats_t *stats = &job->stats;
     char *json = zsys_sprintf (
         "{\"objects\":%" PRIu64 ",\"bytes_used\":%" PRIu64 ",\"bytes_allocated\":%" PRIu64
         ",\"bytes_mounted\":%" PRIu64 ",\"pending_puts\":%" PRIu64 ",\"requests\":%" PRIu64
         ",\"lookups_served\":%" PRIu64 ",\"hit_tokens\":%" PRIu64 ",\"resets\":%" PRIu64
         ",\"reset_failures\":%" PRIu64 ",\"refused_requests\":%" PRIu64 ",\"store_errors\":%" PRIu64
         ",\"tp_size\":%u,\"pp_size\":%u,\"block_size\":%u}",
-        stats.objects, stats.bytes_stored, stats.bytes_allocated, stats.bytes_mounted,
-        stats.pending_puts, self->requests, self->lookups, self->hit_tokens, self->resets,
-        self->reset_failures, self->refused, self->store_errors,
-        self->config->lookup.tp_size ? self->config->lookup.tp_size : 1,
-        self->config->lookup.pp_size ? self->config->lookup.pp_size : 1, self->block_size);
+        stats->objects, stats->bytes_stored, stats->bytes_allocated, stats->bytes_mounted,
+        stats->pending_puts, self->requests, self->lookups, self->hit_tokens, self->resets,
+        self->reset_failures, self->refused, self->store_errors, self->tp_size, self->pp_size,
+        self->block_size);
+    kvp_job_destroy (&job);
     zframe_t *frame = zframe_new (json, strlen (json));
     zstr_free (&json);
     return frame;
@@ -285,7 +535,7 @@ s_serve (self_t *self, zmsg_t *body)
     }
     if (!request) {
         self->refused++;
-        if (self->config->verbose)
+        if (self->verbose)
             zsys_info ("lookup_server: refused a request: %s", reason);
         return zframe_new (s_fail, sizeof s_fail);
     }
@@ -326,23 +576,30 @@ s_handle_router (self_t *self)
     zmsg_send (&reply, self->router);
 }
 
+//  A job came back that nobody waits for (a TOUCH, or one whose wait ended): it is done.
 static void
-s_handle_pipe (self_t *self)
+s_handle_jobs (self_t *self)
 {
-    zmsg_t *msg = zmsg_recv (self->pipe);
-    if (!msg) {
-        self->terminated = true;
-        return;
+    kvp_job_t *job = s_job_back (self);
+    kvp_job_destroy (&job);
+}
+
+//  At $TERM: the jobs still out get EXIT_WAIT_MS to come back, then are abandoned (a job out
+//  at the api is the api's to touch, so it cannot be freed here).
+static void
+s_wait_jobs_out (self_t *self)
+{
+    int64_t deadline = zclock_mono () + EXIT_WAIT_MS;
+    zmq_pollitem_t item = {zsock_resolve (self->jobs), 0, ZMQ_POLLIN, 0};
+    while (self->jobs_out > 0) {
+        int64_t left = deadline - zclock_mono ();
+        if (left <= 0 || zmq_poll (&item, 1, (long) left) <= 0)
+            break;
+        s_handle_jobs (self);
     }
-    char *command = zmsg_popstr (msg);
-    if (command && streq (command, "$TERM"))
-        self->terminated = true;
-    else if (command && streq (command, "ENDPOINTS"))
-        kvp_endpoints_reply (self->pipe, self->endpoints, self->error);
-    else
-        zsys_error ("lookup_server: unknown pipe command '%s'", command ? command : "");
-    zstr_free (&command);
-    zmsg_destroy (&msg);
+    if (self->jobs_out > 0)
+        zsys_warning ("lookup_server: abandoning %zu job(s) the store has not answered",
+                      self->jobs_out);
 }
 
 void
@@ -350,161 +607,207 @@ lookup_server_actor (zsock_t *pipe, void *args)
 {
     pthread_setname_np (pthread_self (), "kvp-lookup");
     assert (args);
-    const lookup_server_args_t *server_args = (const lookup_server_args_t *) args;
-    assert (server_args->config);
-    self_t *self = s_self_new (pipe, server_args);
+    self_t *self = s_self_new (pipe, (const lookup_server_args_t *) args);
     if (self->error)
         zsys_error ("lookup_server: %s", self->error);
-    zpoller_t *poller = zpoller_new (pipe, self->router, NULL);
+    zpoller_t *poller = zpoller_new (pipe, self->jobs, NULL);
     assert (poller);
+    if (self->router)
+        zpoller_add (poller, self->router);
     zsock_signal (pipe, 0);
     while (!self->terminated) {
         void *which = zpoller_wait (poller, -1);
         if (which == pipe)
             s_handle_pipe (self);
+        else if (which && which == self->jobs)
+            s_handle_jobs (self);
         else if (which && which == self->router)
             s_handle_router (self);
         else if (zpoller_terminated (poller))
             break;
     }
     zpoller_destroy (&poller);
+    s_wait_jobs_out (self);
     s_self_destroy (&self);
 }
 
 //  ---- self test -------------------------------------------------------------------------
-//  The actor against a fake store: a ROUTER speaking just enough of protocol v1 (PING, EXIST,
-//  RESET, STATS) through the real libkvpool, so every path of the actor is checked here
-//  without the rest of kvpoold. tests/python/test_lookup.py checks the real daemon.
+//  The actor against a fake api: a ROUTER at inproc://<instance>-jobs that answers the jobs
+//  itself (EXIST from a set of keys, TOUCH, RESET, STATS), as replica_manager's test plays
+//  the allocator, and that publishes keys in a read index of that instance as the
+//  replica-manager would. Every path of the actor is checked here without the rest of
+//  kvpoold; tests/python/test_lookup.py checks the real daemon.
 
 #include <msgpack.h>
 
-#include "protocol/kvpool.pb-c.h"
+typedef enum { FAKE_ANSWER, FAKE_UNAVAILABLE, FAKE_HOLD } s_fake_mode_t;
 
 typedef struct {
-    zhashx_t *keys;        //  the keys that exist
-    size_t exist_requests; //  EXIST requests seen
-    size_t exist_keys;     //  keys in the last one
-    size_t resets;
+    zsock_t *router;
+    shm_index_t *index;
+    //  the keys that exist: 1 if unpublished, else their index slot + 2
+    zhashx_t *keys;
+    s_fake_mode_t mode;
+    zlistx_t *held;                  //  jobs kept unanswered (FAKE_HOLD)
+    uint64_t exist_jobs, exist_keys; //  EXIST jobs seen; keys in the last one
+    uint64_t touch_jobs, touch_keys; //  TOUCH jobs seen; keys in all of them
+    uint64_t touch_lease_ms;         //  lease the last TOUCH asked for
+    uint64_t resets, stats_jobs;
 } s_fake_t;
 
 static void
-s_fake_serve (s_fake_t *fake, zsock_t *router)
+s_fake_serve (s_fake_t *fake)
 {
-    zmsg_t *msg = zmsg_recv (router);
-    if (!msg)
+    zframe_t *id;
+    kvp_job_t *job = kvp_job_recv_routed (fake->router, &id);
+    if (!job)
         return;
-    zmsg_t *reply = zmsg_new ();
-    zframe_t *identity = zmsg_pop (msg);
-    zmsg_append (reply, &identity);
-    if (zmsg_first (msg) && zframe_size (zmsg_first (msg)) == 0) {
-        zframe_t *delimiter = zmsg_pop (msg);
-        zmsg_append (reply, &delimiter);
+    assert (job->kind == KVP_JOB_NONE && job->context == NULL);
+    if (fake->mode == FAKE_HOLD) {
+        zlistx_add_end (fake->held, job);
+        zframe_destroy (&id);
+        return;
     }
-    zframe_t *header = zmsg_first (msg);
-    Kvpool__V1__Request *request =
-        header ? kvpool__v1__request__unpack (NULL, zframe_size (header), zframe_data (header))
-               : NULL;
-    assert (request);
-    Kvpool__V1__Reply answer = KVPOOL__V1__REPLY__INIT;
-    Kvpool__V1__Stats stats = KVPOOL__V1__STATS__INIT;
-    int32_t *statuses = NULL;
-    answer.version = 1;
-    answer.request_id = request->request_id;
-    answer.op = request->op;
-    answer.server_id = "fake-store";
-    answer.host_id = "fake-host";
-    switch (request->op) {
-        case KVPOOL__V1__OP__PING:
-        case KVPOOL__V1__OP__SEGMENTS: break;
-        case KVPOOL__V1__OP__EXIST:
-            fake->exist_requests++;
-            fake->exist_keys = request->n_keys;
-            statuses = (int32_t *) calloc (request->n_keys + 1, sizeof (int32_t));
-            for (size_t i = 0; i < request->n_keys; i++) {
-                char key[512];
-                snprintf (key, sizeof key, "%.*s", (int) request->keys[i].len,
-                          (const char *) request->keys[i].data);
-                statuses[i] = zhashx_lookup (fake->keys, key)
-                                  ? KVPOOL__V1__STATUS__OK
-                                  : KVPOOL__V1__STATUS__OBJECT_NOT_FOUND;
-            }
-            answer.statuses = statuses;
-            answer.n_statuses = request->n_keys;
-            break;
-        case KVPOOL__V1__OP__RESET:
-            answer.count = zhashx_size (fake->keys);
-            zhashx_purge (fake->keys);
-            fake->resets++;
-            break;
-        case KVPOOL__V1__OP__STATS:
-            stats.objects = zhashx_size (fake->keys);
-            stats.bytes_stored = 100 * stats.objects;
-            answer.stats = &stats;
-            break;
-        default: answer.status = KVPOOL__V1__STATUS__UNKNOWN_OPERATION; break;
+    if (fake->mode == FAKE_UNAVAILABLE)
+        kvp_job_fail (job, KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS, "the store is stopping");
+    else if (job->op == KVPOOL__V1__OP__EXIST || job->op == KVPOOL__V1__OP__TOUCH) {
+        if (job->op == KVPOOL__V1__OP__EXIST) {
+            fake->exist_jobs++;
+            fake->exist_keys = job->count;
+        }
+        else {
+            fake->touch_jobs++;
+            fake->touch_keys += job->count;
+            fake->touch_lease_ms = job->lease_ms;
+        }
+        for (size_t i = 0; i < job->count; i++) {
+            assert (job->items[i].key_len == strlen (job->items[i].key));
+            job->items[i].status =
+                zhashx_lookup (fake->keys, job->items[i].key) ? KVPOOL_OK : KVPOOL_OBJECT_NOT_FOUND;
+        }
     }
-    size_t size = kvpool__v1__reply__get_packed_size (&answer);
-    zframe_t *packed = zframe_new (NULL, size);
-    kvpool__v1__reply__pack (&answer, zframe_data (packed));
-    zmsg_append (reply, &packed);
-    zmsg_send (&reply, router);
-    free (statuses);
-    kvpool__v1__request__free_unpacked (request, NULL);
-    zmsg_destroy (&msg);
+    else if (job->op == KVPOOL__V1__OP__RESET) {
+        assert (job->count == 0);
+        job->result_count = zhashx_size (fake->keys);
+        for (void *slot = zhashx_first (fake->keys); slot; slot = zhashx_next (fake->keys))
+            shm_index_remove (fake->index, (int64_t) (intptr_t) slot - 2);
+        zhashx_purge (fake->keys);
+        fake->resets++;
+    }
+    else if (job->op == KVPOOL__V1__OP__STATS) {
+        fake->stats_jobs++;
+        job->stats.objects = zhashx_size (fake->keys);
+        job->stats.bytes_stored = 100 * job->stats.objects;
+    }
+    else
+        assert (false); //  the actor sends nothing else
+    kvp_job_reply (fake->router, &id, job);
 }
 
-//  Pipe: "ADD" key (replies 0), "COUNTS" (replies exist_requests, exist_keys, resets, size).
+//  Pipe, each command with one argument: "ADD" key (replies 0); "PUBLISH" key, an added key
+//  into the index (replies 0); "MODE" answer|unavailable|hold (replies 0); "DROP" "" destroys
+//  the held jobs (replies 0); "COUNTS" "" serves the jobs queued first, then replies
+//  exist_jobs, exist_keys, touch_jobs, touch_keys, touch_lease_ms, resets, size, held.
 static void
-s_fake_store_actor (zsock_t *pipe, void *args)
+s_fake_api_actor (zsock_t *pipe, void *args)
 {
-    zsock_t *router = zsock_new_router ((const char *) args);
-    assert (router);
-    s_fake_t fake = {zhashx_new (), 0, 0, 0};
-    zpoller_t *poller = zpoller_new (pipe, router, NULL);
+    const char *instance = (const char *) args;
+    char index_name[128];
+    shm_index_make_name (index_name, sizeof index_name, instance);
+    s_fake_t fake = {.router = zsock_new (ZMQ_ROUTER),
+                     .index = shm_index_create (index_name, 1024),
+                     .keys = zhashx_new (),
+                     .mode = FAKE_ANSWER,
+                     .held = zlistx_new ()};
+    assert (fake.router && zsock_bind (fake.router, "inproc://%s-jobs", instance) == 0);
+    assert (fake.router && fake.index && fake.keys && fake.held);
+    zpoller_t *poller = zpoller_new (pipe, fake.router, NULL);
     zsock_signal (pipe, 0);
     bool terminated = false;
     while (!terminated) {
         void *which = zpoller_wait (poller, -1);
-        if (which == router)
-            s_fake_serve (&fake, router);
+        if (which == fake.router)
+            s_fake_serve (&fake);
         else if (which == pipe) {
-            char *command, *key;
-            zsock_recv (pipe, "ss", &command, &key);
+            char *command, *arg;
+            zsock_recv (pipe, "ss", &command, &arg);
             if (streq (command, "ADD")) {
-                zhashx_insert (fake.keys, key, (void *) 1);
+                zhashx_insert (fake.keys, arg, (void *) 1);
                 zsock_signal (pipe, 0);
             }
-            else if (streq (command, "COUNTS"))
-                zsock_send (pipe, "8888", (uint64_t) fake.exist_requests,
-                            (uint64_t) fake.exist_keys, (uint64_t) fake.resets,
-                            (uint64_t) zhashx_size (fake.keys));
+            else if (streq (command, "PUBLISH")) {
+                assert (zhashx_lookup (fake.keys, arg));
+                int64_t slot = shm_index_insert (fake.index, arg, strlen (arg), 1, 0, 100);
+                assert (slot >= 0);
+                zhashx_update (fake.keys, arg, (void *) (intptr_t) (slot + 2));
+                zsock_signal (pipe, 0);
+            }
+            else if (streq (command, "MODE")) {
+                fake.mode = streq (arg, "hold")          ? FAKE_HOLD
+                            : streq (arg, "unavailable") ? FAKE_UNAVAILABLE
+                                                         : FAKE_ANSWER;
+                zsock_signal (pipe, 0);
+            }
+            else if (streq (command, "DROP")) {
+                //  Their sender is gone: nobody else will destroy them.
+                for (kvp_job_t *job = (kvp_job_t *) zlistx_first (fake.held); job;
+                     job = (kvp_job_t *) zlistx_next (fake.held))
+                    kvp_job_destroy (&job);
+                zlistx_purge (fake.held);
+                zsock_signal (pipe, 0);
+            }
+            else if (streq (command, "COUNTS")) {
+                //  Jobs sent before the question are queued here already (inproc).
+                while (zsock_events (fake.router) & ZMQ_POLLIN)
+                    s_fake_serve (&fake);
+                zsock_send (pipe, "88888888", fake.exist_jobs, fake.exist_keys, fake.touch_jobs,
+                            fake.touch_keys, fake.touch_lease_ms, fake.resets,
+                            (uint64_t) zhashx_size (fake.keys), (uint64_t) zlistx_size (fake.held));
+            }
             else
                 terminated = true;
             zstr_free (&command);
-            zstr_free (&key);
+            zstr_free (&arg);
         }
         else
             break;
     }
+    assert (zlistx_size (fake.held) == 0);
     zpoller_destroy (&poller);
+    zlistx_destroy (&fake.held);
     zhashx_destroy (&fake.keys);
-    zsock_destroy (&router);
+    shm_index_destroy (&fake.index);
+    zsock_destroy (&fake.router);
 }
 
 static void
-s_fake_add (zactor_t *fake, const char *model, uint32_t tp, const char *hash)
+s_fake_command (zactor_t *fake, const char *command, const char *arg)
 {
-    char key[256];
-    snprintf (key, sizeof key, "%s@tp_rank:%u@pcp0@dcp0@pp_rank:0@%s", model, tp, hash);
-    zsock_send (fake, "ss", "ADD", key);
+    zsock_send (fake, "ss", command, arg);
     zsock_wait (fake);
 }
 
 static void
-s_fake_counts (zactor_t *fake, uint64_t *requests, uint64_t *keys, uint64_t *resets, uint64_t *size)
+s_fake_key (zactor_t *fake, const char *command, uint32_t tp, const char *hash)
 {
+    char key[256];
+    snprintf (key, sizeof key, "m@tp_rank:%u@pcp0@dcp0@pp_rank:0@%s", tp, hash);
+    s_fake_command (fake, command, key);
+}
+
+typedef struct {
+    uint64_t exist_jobs, exist_keys, touch_jobs, touch_keys, touch_lease_ms, resets, size, held;
+} s_counts_t;
+
+static s_counts_t
+s_fake_counts (zactor_t *fake)
+{
+    s_counts_t counts;
     zsock_send (fake, "ss", "COUNTS", "");
-    zsock_recv (fake, "8888", requests, keys, resets, size);
+    zsock_recv (fake, "88888888", &counts.exist_jobs, &counts.exist_keys, &counts.touch_jobs,
+                &counts.touch_keys, &counts.touch_lease_ms, &counts.resets, &counts.size,
+                &counts.held);
+    return counts;
 }
 
 //  Sends a request of count frames (data, size pairs) and returns the one reply frame.
@@ -603,27 +906,50 @@ s_lookup_all_forms (zsock_t *client, uint32_t token_len, const char *const *hash
     return hit;
 }
 
+//  Starts a server with args; returns it with the first endpoint it bound in *endpoint_p, or
+//  NULL (the server) with the reason in *endpoint_p when it cannot serve. Caller frees
+//  *endpoint_p.
+static zactor_t *
+s_server_start (const lookup_server_args_t *args, char **endpoint_p)
+{
+    zactor_t *server = zactor_new (lookup_server_actor, (void *) args);
+    assert (server);
+    zsock_send (server, "s", "ENDPOINTS");
+    char *status;
+    zsock_recv (server, "ss", &status, endpoint_p);
+    bool ok = streq (status, "OK");
+    zstr_free (&status);
+    if (!ok)
+        zactor_destroy (&server);
+    return server;
+}
+
+static zsock_t *
+s_client (const char *endpoint)
+{
+    zsock_t *req = zsock_new_req (endpoint);
+    assert (req);
+    zsock_set_rcvtimeo (req, 10000);
+    return req;
+}
+
 void
 lookup_server_test (bool verbose)
 {
-    char store_endpoint[64], ipc_endpoint[64];
-    //  ipc rather than inproc: libkvpool has a ZeroMQ context of its own.
-    snprintf (store_endpoint, sizeof store_endpoint, "ipc://@kvpool-lookup-test-store-%d",
-              getpid ());
+    char instance[32], ipc_endpoint[64];
+    snprintf (instance, sizeof instance, "lstest%d", getpid ());
     snprintf (ipc_endpoint, sizeof ipc_endpoint, "ipc://@kvpool-lookup-test-%d", getpid ());
-    zactor_t *fake = zactor_new (s_fake_store_actor, store_endpoint);
+    zactor_t *fake = zactor_new (s_fake_api_actor, instance);
     assert (fake);
 
-    kvp_config_t config;
-    kvp_config_defaults (&config);
-    config.admin_endpoints[0] = "tcp://127.0.0.1:*";
-    config.admin_endpoints[1] = ipc_endpoint;
-    config.admin_endpoint_count = 2;
-    config.lookup.model = "m";
-    config.lookup.tp_size = 2;
-    config.lookup.block_size = 16;
-    config.verbose = verbose;
-    lookup_server_args_t args = {&config, store_endpoint};
+    const char *admin[] = {"tcp://127.0.0.1:*", ipc_endpoint};
+    lookup_server_args_t args = {.lookup = {.model = "m", .tp_size = 2, .block_size = 16},
+                                 .admin_endpoints = admin,
+                                 .admin_endpoint_count = 2,
+                                 .instance = instance,
+                                 .max_key_len = 4096,
+                                 .lease_ttl_ms = 10000,
+                                 .verbose = verbose};
     zactor_t *server = zactor_new (lookup_server_actor, &args);
     assert (server);
 
@@ -641,10 +967,9 @@ lookup_server_test (bool verbose)
         zsys_info ("lookup_server_test: bound %s and %s", tcp, ipc);
     zmsg_destroy (&endpoints);
 
-    zsock_t *req = zsock_new_req (tcp);
+    zsock_t *req = s_client (tcp);
     zsock_t *dealer = zsock_new_dealer (ipc);
-    assert (req && dealer);
-    zsock_set_rcvtimeo (req, 10000);
+    assert (dealer);
     zsock_set_rcvtimeo (dealer, 10000);
 
     //  ping, on both sockets.
@@ -653,34 +978,35 @@ lookup_server_test (bool verbose)
     assert (s_ask_byte (req, 1, ping, ping_size, 1));
     assert (s_ask_byte (dealer, 1, ping, ping_size, 1));
 
-    //  Blocks 0 and 1 on both ranks, block 2 on rank 0 only, block 3 on both.
+    //  Blocks 0 and 1 on both ranks, block 2 on rank 0 only, block 3 on both; none of them
+    //  in the read index yet.
     const char *hashes[] = {"0a0b0c0d", "1a1b1c1d", "2a2b2c2d", "3a3b3c3d"};
     for (int b = 0; b < 4; b++)
         for (uint32_t tp = 0; tp < 2; tp++)
             if (b != 2 || tp == 0)
-                s_fake_add (fake, "m", tp, hashes[b]);
-    uint64_t exist_requests, exist_keys, resets, size;
-    s_fake_counts (fake, &exist_requests, &exist_keys, &resets, &size);
-    assert (size == 7);
+                s_fake_key (fake, "ADD", tp, hashes[b]);
+    s_counts_t counts = s_fake_counts (fake);
+    assert (counts.size == 7);
 
     //  Two leading blocks on every rank: 32 tokens; the miss in the middle ends the count.
     assert (s_lookup_all_forms (req, 100, hashes, 4) == 32);
     assert (s_lookup_all_forms (dealer, 100, hashes, 4) == 32);
-    //  One exist batch per lookup, over every key (4 blocks x 2 ranks).
-    s_fake_counts (fake, &exist_requests, &exist_keys, &resets, &size);
-    assert (exist_requests == 6 && exist_keys == 8);
+    //  One EXIST job per lookup, over every key (4 blocks x 2 ranks); no index hit, no TOUCH.
+    counts = s_fake_counts (fake);
+    assert (counts.exist_jobs == 6 && counts.exist_keys == 8);
+    assert (counts.touch_jobs == 0);
     //  token_len shorter than the stored blocks: capped, and blocks past it are not asked.
     assert (s_lookup_all_forms (req, 20, hashes, 4) == 20);
-    s_fake_counts (fake, &exist_requests, &exist_keys, &resets, &size);
-    assert (exist_requests == 9 && exist_keys == 4);
+    counts = s_fake_counts (fake);
+    assert (counts.exist_jobs == 9 && counts.exist_keys == 4);
     assert (s_lookup_all_forms (req, 32, hashes, 4) == 32);
     assert (s_lookup_all_forms (req, 1, hashes, 4) == 1);
     //  A miss in the first block; an empty list; token_len 0 (neither asks the store).
     assert (s_lookup_all_forms (req, 100, hashes + 2, 2) == 0);
     assert (s_lookup_all_forms (req, 100, hashes, 0) == 0);
     assert (s_lookup_all_forms (req, 0, hashes, 4) == 0);
-    s_fake_counts (fake, &exist_requests, &exist_keys, &resets, &size);
-    assert (exist_requests == 18);
+    counts = s_fake_counts (fake);
+    assert (counts.exist_jobs == 18);
     //  Without the partial block: three full blocks.
     const char *tail[] = {"0a0b0c0d", "1a1b1c1d", "3a3b3c3d"};
     assert (s_lookup_all_forms (req, 1000, tail, 3) == 48);
@@ -713,7 +1039,37 @@ lookup_server_test (bool verbose)
     assert (s_ask_byte (dealer, 0, NULL, NULL, 0));
     assert (s_lookup_all_forms (dealer, 100, hashes, 4) == 32);
 
-    //  stats: JSON with the counters.
+    //  Blocks 0 and 1 published in the read index: their keys are hits with no EXIST, and
+    //  their leases are renewed by one TOUCH nobody waits for, for the TTL plus the touch
+    //  interval; within the interval the same keys are not touched again.
+    for (int b = 0; b < 2; b++)
+        for (uint32_t tp = 0; tp < 2; tp++)
+            s_fake_key (fake, "PUBLISH", tp, hashes[b]);
+    s_counts_t before = s_fake_counts (fake);
+    int64_t started = zclock_mono ();
+    assert (s_lookup_all_forms (req, 100, hashes, 4) == 32);
+    counts = s_fake_counts (fake);
+    bool within_interval = zclock_mono () - started < KVP_TOUCH_INTERVAL_MS;
+    assert (counts.exist_jobs == before.exist_jobs + 3 && counts.exist_keys == 4);
+    assert (counts.touch_jobs >= before.touch_jobs + 1);
+    assert (counts.touch_keys >= before.touch_keys + 4 && counts.touch_keys % 4 == 0);
+    if (within_interval)
+        assert (counts.touch_keys == before.touch_keys + 4);
+    assert (counts.touch_lease_ms == 10000 + KVP_TOUCH_INTERVAL_MS);
+    //  Every key in the index: no job waited for at all.
+    before = counts;
+    assert (s_lookup_all_forms (req, 100, hashes, 2) == 32);
+    counts = s_fake_counts (fake);
+    assert (counts.exist_jobs == before.exist_jobs);
+    //  After the interval a lookup renews them again.
+    zclock_sleep (KVP_TOUCH_INTERVAL_MS + 100);
+    before = counts;
+    assert (s_lookup_all_forms (req, 100, hashes, 2) == 32);
+    counts = s_fake_counts (fake);
+    assert (counts.touch_keys >= before.touch_keys + 4);
+    assert (counts.exist_jobs == before.exist_jobs);
+
+    //  stats: JSON with the store's counters and the server's.
     const void *stats[] = {"stats"};
     size_t stats_size[] = {5};
     zframe_t *json = s_ask (req, 1, stats, stats_size);
@@ -726,96 +1082,135 @@ lookup_server_test (bool verbose)
     assert (strstr (text, "\"resets\":0,"));
     assert (strstr (text, "\"lookups_served\":"));
     assert (strstr (text, "\"hit_tokens\":"));
+    assert (strstr (text, "\"tp_size\":2,\"pp_size\":1,\"block_size\":16}"));
     zstr_free (&text);
     zframe_destroy (&json);
 
-    //  reset: the store's RESET, then nothing is found.
+    //  reset: the store's RESET, then nothing is found (the index is emptied too).
     const void *reset[] = {"reset"};
     size_t reset_size[] = {5};
     assert (s_ask_byte (req, 1, reset, reset_size, 1));
-    s_fake_counts (fake, &exist_requests, &exist_keys, &resets, &size);
-    assert (resets == 1 && size == 0);
+    counts = s_fake_counts (fake);
+    assert (counts.resets == 1 && counts.size == 0);
     assert (s_lookup_all_forms (req, 100, hashes, 4) == 0);
 
-    //  A second server on the same tcp endpoint cannot bind: ENDPOINTS says why.
-    kvp_config_t taken = config;
-    taken.admin_endpoints[0] = tcp;
-    taken.admin_endpoint_count = 1;
-    lookup_server_args_t taken_args = {&taken, store_endpoint};
-    zactor_t *second = zactor_new (lookup_server_actor, &taken_args);
-    zsock_send (second, "s", "ENDPOINTS");
-    char *second_status, *second_reason;
-    zsock_recv (second, "ss", &second_status, &second_reason);
-    assert (streq (second_status, "ERROR"));
-    assert (strstr (second_reason, tcp));
-    zstr_free (&second_status);
-    zstr_free (&second_reason);
-    zactor_destroy (&second);
-    //  ... nor with a bad key template.
-    kvp_config_t bad_template = config;
-    bad_template.lookup.key_template = "{model}/{rank}/{hash}";
-    bad_template.admin_endpoints[0] = "tcp://127.0.0.1:*";
-    bad_template.admin_endpoint_count = 1;
-    lookup_server_args_t bad_args = {&bad_template, store_endpoint};
-    second = zactor_new (lookup_server_actor, &bad_args);
-    zsock_send (second, "s", "ENDPOINTS");
-    zsock_recv (second, "ss", &second_status, &second_reason);
-    assert (streq (second_status, "ERROR"));
-    assert (strstr (second_reason, "unknown field"));
-    zstr_free (&second_status);
-    zstr_free (&second_reason);
-    zactor_destroy (&second);
-
-    //  A key longer than the store's limit is refused before the store is asked.
-    kvp_config_t short_keys = config;
-    short_keys.admin_endpoints[0] = "tcp://127.0.0.1:*";
-    short_keys.admin_endpoint_count = 1;
-    short_keys.max_key_len = 20;
-    lookup_server_args_t short_args = {&short_keys, store_endpoint};
-    second = zactor_new (lookup_server_actor, &short_args);
-    zsock_send (second, "s", "ENDPOINTS");
-    char *short_endpoint;
-    zsock_recv (second, "ss", &second_status, &short_endpoint);
-    assert (streq (second_status, "OK"));
-    zsock_t *short_req = zsock_new_req (short_endpoint);
-    zsock_set_rcvtimeo (short_req, 10000);
-    s_fake_counts (fake, &exist_requests, &exist_keys, &resets, &size);
-    uint64_t before = exist_requests;
-    assert (s_lookup_all_forms (short_req, 100, hashes, 4) == -1);
-    assert (s_lookup_all_forms (short_req, 100, hashes, 0) == 0);
-    s_fake_counts (fake, &exist_requests, &exist_keys, &resets, &size);
-    assert (exist_requests == before);
-    zsock_destroy (&short_req);
-    zstr_free (&second_status);
-    zstr_free (&short_endpoint);
-    zactor_destroy (&second);
-
-    //  With no store behind it, a lookup, a reset and stats fail with b"\x00"; ping works.
-    kvp_config_t alone = config;
-    alone.admin_endpoints[0] = "tcp://127.0.0.1:*";
-    alone.admin_endpoint_count = 1;
-    lookup_server_args_t alone_args = {&alone, "ipc://@kvpool-lookup-test-nobody"};
-    second = zactor_new (lookup_server_actor, &alone_args);
-    zsock_send (second, "s", "ENDPOINTS");
-    char *alone_endpoint;
-    zsock_recv (second, "ss", &second_status, &alone_endpoint);
-    assert (streq (second_status, "OK"));
-    zsock_t *alone_req = zsock_new_req (alone_endpoint);
-    zsock_set_rcvtimeo (alone_req, 10000);
-    assert (s_ask_byte (alone_req, 1, ping, ping_size, 1));
+    //  A store that is stopping answers UNAVAILABLE: lookups, resets and stats fail with
+    //  b"\x00" (at once: the store answered); ping works; then it serves again.
     uint8_t tl100[4] = {0, 0, 0, 100};
     const char *one[] = {"0a0b0c0d"};
     zframe_t *one_packed = s_msgpack_hashes (one, 1);
-    const void *alone_lookup[] = {"lookup", tl100, zframe_data (one_packed)};
-    size_t alone_lookup_size[] = {6, 4, zframe_size (one_packed)};
-    assert (s_ask_byte (alone_req, 3, alone_lookup, alone_lookup_size, 0));
-    zframe_destroy (&one_packed);
-    assert (s_ask_byte (alone_req, 1, reset, reset_size, 0));
+    const void *one_lookup[] = {"lookup", tl100, zframe_data (one_packed)};
+    size_t one_lookup_size[] = {6, 4, zframe_size (one_packed)};
+    s_fake_command (fake, "MODE", "unavailable");
+    assert (s_ask_byte (req, 3, one_lookup, one_lookup_size, 0));
+    assert (s_ask_byte (req, 1, reset, reset_size, 0));
+    assert (s_ask_byte (req, 1, stats, stats_size, 0));
+    assert (s_ask_byte (req, 1, ping, ping_size, 1));
+    s_fake_command (fake, "MODE", "answer");
+    assert (s_ask_hit (req, 3, one_lookup, one_lookup_size) == 0);
+
+    //  A second server on the same tcp endpoint cannot bind: ENDPOINTS says why.
+    lookup_server_args_t taken = args;
+    const char *taken_admin[] = {tcp};
+    taken.admin_endpoints = taken_admin;
+    taken.admin_endpoint_count = 1;
+    char *reason;
+    assert (s_server_start (&taken, &reason) == NULL);
+    assert (strstr (reason, tcp));
+    zstr_free (&reason);
+    //  ... nor with a bad key template, nor with no endpoint at all.
+    const char *any_port[] = {"tcp://127.0.0.1:*"};
+    lookup_server_args_t bad_template = args;
+    bad_template.lookup.key_template = "{model}/{rank}/{hash}";
+    bad_template.admin_endpoints = any_port;
+    bad_template.admin_endpoint_count = 1;
+    assert (s_server_start (&bad_template, &reason) == NULL);
+    assert (strstr (reason, "unknown field"));
+    zstr_free (&reason);
+    lookup_server_args_t no_endpoint = args;
+    no_endpoint.admin_endpoint_count = 0;
+    assert (s_server_start (&no_endpoint, &reason) == NULL);
+    zstr_free (&reason);
+
+    //  A key longer than the store's limit is refused before the store is asked.
+    lookup_server_args_t short_keys = args;
+    short_keys.admin_endpoints = any_port;
+    short_keys.admin_endpoint_count = 1;
+    short_keys.max_key_len = 20;
+    char *short_endpoint;
+    zactor_t *second = s_server_start (&short_keys, &short_endpoint);
+    assert (second);
+    zsock_t *short_req = s_client (short_endpoint);
+    before = s_fake_counts (fake);
+    assert (s_lookup_all_forms (short_req, 100, hashes, 4) == -1);
+    assert (s_lookup_all_forms (short_req, 100, hashes, 0) == 0);
+    counts = s_fake_counts (fake);
+    assert (counts.exist_jobs == before.exist_jobs);
+    zsock_destroy (&short_req);
+    zstr_free (&short_endpoint);
+    zactor_destroy (&second);
+
+    //  $TERM while a job is out (a store that never answers) ends the actor at once: the
+    //  job is abandoned, and the store that kept it destroys it.
+    lookup_server_args_t held_args = short_keys;
+    held_args.max_key_len = 4096;
+    char *held_endpoint;
+    second = s_server_start (&held_args, &held_endpoint);
+    assert (second);
+    zsock_t *held_req = s_client (held_endpoint);
+    s_fake_command (fake, "MODE", "hold");
+    zmsg_t *held_lookup = zmsg_new ();
+    for (size_t i = 0; i < 3; i++)
+        zmsg_addmem (held_lookup, one_lookup[i], one_lookup_size[i]);
+    zmsg_send (&held_lookup, held_req);
+    int64_t deadline = zclock_mono () + 10000;
+    while (s_fake_counts (fake).held == 0 && zclock_mono () < deadline)
+        zclock_sleep (5);
+    assert (s_fake_counts (fake).held == 1);
+    int64_t stopping = zclock_mono ();
+    zactor_destroy (&second);
+    if (verbose)
+        zsys_info ("lookup_server_test: ended with a job out in %" PRId64 " ms",
+                   zclock_mono () - stopping);
+    assert (zclock_mono () - stopping < 5000);
+    zsock_destroy (&held_req);
+    zstr_free (&held_endpoint);
+    s_fake_command (fake, "DROP", "");
+    s_fake_command (fake, "MODE", "answer");
+
+    //  With no store behind it, a lookup and a reset fail with b"\x00"; ping works. The
+    //  lookup's job waits, queued, for a store that binds later, which answers it.
+    char nobody[32];
+    snprintf (nobody, sizeof nobody, "lsnone%d", getpid ());
+    lookup_server_args_t alone = short_keys;
+    alone.max_key_len = 4096;
+    alone.instance = nobody;
+    alone.store_timeout_ms = 200;
+    char *alone_endpoint;
+    second = s_server_start (&alone, &alone_endpoint);
+    assert (second);
+    zsock_t *alone_req = s_client (alone_endpoint);
     assert (s_ask_byte (alone_req, 1, ping, ping_size, 1));
+    assert (s_ask_byte (alone_req, 3, one_lookup, one_lookup_size, 0));
+    assert (s_ask_byte (alone_req, 1, reset, reset_size, 0));
+    assert (s_ask_byte (alone_req, 1, stats, stats_size, 0));
+    assert (s_ask_byte (alone_req, 1, ping, ping_size, 1));
+    zactor_t *late = zactor_new (s_fake_api_actor, nobody);
+    assert (late);
+    int64_t hit = -1;
+    deadline = zclock_mono () + 10000;
+    while (hit == -1 && zclock_mono () < deadline) {
+        hit = s_ask_hit (alone_req, 3, one_lookup, one_lookup_size);
+        if (hit == -1)
+            zclock_sleep (50);
+    }
+    assert (hit == 0);
+    assert (s_fake_counts (late).exist_jobs >= 2);
     zsock_destroy (&alone_req);
-    zstr_free (&second_status);
     zstr_free (&alone_endpoint);
     zactor_destroy (&second);
+    zactor_destroy (&late);
+    zframe_destroy (&one_packed);
 
     zsock_destroy (&req);
     zsock_destroy (&dealer);

@@ -1,14 +1,17 @@
 /*  lookup_server.h - the lookup/reset admin channel of kvpoold (DESIGN section 6).
 
     An actor serving vLLM's Mooncake store connector protocol on one ROUTER socket bound to
-    config->admin_endpoints (default tcp://127.0.0.1:50052): lookups (how many leading tokens
-    of a request are stored, over every tp x pp rank), reset (drain in-flight transfers, then
-    remove everything, forced), ping and stats. It talks to the store as a client of kvpoold's
-    api through libkvpool, connected to store_endpoint (an inproc:// endpoint of the same
-    process). Wire forms: see lookup_request.h.
+    the admin endpoints (kvpoold's --admin, default tcp://127.0.0.1:50052): lookups (how many
+    leading tokens of a request are stored, over every tp x pp rank), reset (drain in-flight
+    transfers, then remove everything, forced), ping and stats. It reaches the store of its
+    own process directly: it probes the node's read index (shm/shm_index.h) and sends the
+    api actor kvp_job_t jobs (EXIST, TOUCH, RESET, STATS) over a DEALER connected to
+    inproc://<instance>-jobs. Wire forms: see lookup_request.h.
 
     Usage:
-        lookup_server_args_t args = {&config, "inproc://kvpool-api"};
+        lookup_server_args_t args = {.lookup = config.lookup, .admin_endpoints = endpoints,
+                                     .admin_endpoint_count = 1, .instance = config.instance,
+                                     .max_key_len = 4096, .lease_ttl_ms = 10000};
         zactor_t *server = zactor_new (lookup_server_actor, &args);
 
     Pipe commands:
@@ -16,20 +19,29 @@
                                                 resolved ("tcp://127.0.0.1:*" comes back with
                                                 its port), or "ERROR" and a reason frame if a
                                                 bind failed or the key template is bad
-        zsock_send (server, "s", "$TERM")       ends the actor (zactor_destroy sends it)
+        zsock_send (server, "s", "$TERM")       ends the actor (zactor_destroy sends it), also
+                                                while it waits for the store
 
-    args and what it points to must outlive the actor.
+    The actor copies what it needs from args before it signals ready: args and the strings it
+    points to need only outlive zactor_new.
 */
 #ifndef LOOKUP_SERVER_H_INCLUDED
 #define LOOKUP_SERVER_H_INCLUDED
 
 #include <czmq.h>
 
-#include "actors/config.h"
+#include "lookup_server/lookup_config.h"
 
 typedef struct {
-    const kvp_config_t *config;
-    const char *store_endpoint;
+    lookup_config_t lookup;             //  key template, model, ranks, block size
+    const char *const *admin_endpoints; //  where the admin ROUTER binds...
+    size_t admin_endpoint_count;        //  ... at least one
+    const char *instance;               //  the store's instance name: its job socket
+                                        //  inproc://<instance>-jobs and its read index
+    size_t max_key_len;                 //  longer lookup keys are refused (0: no limit)
+    uint64_t lease_ttl_ms;              //  the store's read lease, renewed on index hits
+    uint64_t store_timeout_ms;          //  how long a job may take (0: 60 s)
+    bool verbose;                       //  log every request
 } lookup_server_args_t;
 
 //  The actor; args is a lookup_server_args_t *.

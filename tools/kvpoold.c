@@ -19,6 +19,7 @@
 #include "actors/replica_manager.h"
 #include "actors/transfer_submitter.h"
 #include "lookup_server/lookup_server.h"
+#include "protocol/contract.h"
 
 #define DRAIN_TIMEOUT_MS 30000
 
@@ -83,9 +84,16 @@ main (int argc, char **argv)
     if (!endpoints)
         goto shutdown;
 
-    char store_endpoint[64];
-    snprintf (store_endpoint, sizeof store_endpoint, "inproc://%s-api", config.instance);
-    lookup_server_args_t lookup_args = {&config, store_endpoint};
+    //  The lookup server reaches the store through the api's job socket, bound by now.
+    const char *default_admin[] = {KVP_DEFAULT_ADMIN_ENDPOINT};
+    lookup_server_args_t lookup_args = {
+        .lookup = config.lookup,
+        .admin_endpoints = config.admin_endpoint_count ? config.admin_endpoints : default_admin,
+        .admin_endpoint_count = config.admin_endpoint_count ? config.admin_endpoint_count : 1,
+        .instance = config.instance,
+        .max_key_len = config.max_key_len,
+        .lease_ttl_ms = config.lease_ttl_ms,
+        .verbose = config.verbose};
     lookup = zactor_new (lookup_server_actor, &lookup_args);
     admin = kvp_endpoints_ask (lookup, "admin endpoint");
     if (!admin)
