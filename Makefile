@@ -66,7 +66,8 @@ ALL_OBJ := $(sort $(SERVER_OBJ) $(CLIENT_OBJ))
 TEST_BINS := $(patsubst tests/%.c,$(BIN)/%,$(TEST_SRC))
 PROGRAMS := $(BIN)/kvpoold $(BIN)/kvpool $(BIN)/kvpool-bench $(BIN)/kvpool-selftest
 
-.PHONY: all deps run test check unit integration python-test install clean format fuzz
+.PHONY: all deps run test check unit integration python-test install clean format fuzz \
+	readme-settings
 all: $(PROGRAMS) $(LIB)/libkvpool.a $(LIB)/libkvpool.so $(TEST_BINS) python-proto
 
 # ---- packages ------------------------------------------------------------------------
@@ -162,6 +163,19 @@ install: all
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')
+
+#  README.md's settings table, between its settings-table markers, is printed by kvpoold from
+#  its settings table (actors/config.c); tests/extra/readme_settings.sh fails when they differ.
+readme-settings: $(BIN)/kvpoold
+	@grep -q '^<!-- settings-table:begin -->$$' README.md && \
+	  grep -q '^<!-- settings-table:end -->$$' README.md || \
+	  { echo "README.md lacks the settings-table markers"; exit 1; }
+	$(BIN)/kvpoold --help-markdown >$(BUILD)/settings-table.md
+	awk -v table=$(BUILD)/settings-table.md \
+	  '/^<!-- settings-table:end -->$$/ { skip = 0 } \
+	   !skip { print } \
+	   /^<!-- settings-table:begin -->$$/ { while ((getline line < table) > 0) print line; skip = 1 }' \
+	  README.md >README.md.tmp && mv README.md.tmp README.md
 
 clean:
 	rm -rf build
