@@ -13,7 +13,8 @@
 #   alloc/ actors/ messages/ lookup_server/ rdma/
 #                              the node (with the shared folders)
 # A new .c file joins its folder's library; each tests/test_*.c is an integration test
-# program; each bench/*.c joins kvpool-bench. Header dependencies are tracked (-MMD).
+# program (with tests/testutil.c and tests/ready_file.c); each bench/*.c joins kvpool-bench
+# (with tests/ready_file.c). Header dependencies are tracked (-MMD).
 
 PREFIX ?= /usr/local
 SANITIZE ?=
@@ -130,12 +131,15 @@ $(BIN)/kvpool-selftest: $(OBJ)/tests/selftest.o $(LIB)/libkvpool-all.a
 	@mkdir -p $(BIN)
 	$(CC) $(LDFLAGS) -o $@ $^ $(SERVER_LIBS)
 
-# The benchmark is a plain client: libkvpool and glibc's malloc, as an application has.
-$(BIN)/kvpool-bench: $(patsubst %.c,$(OBJ)/%.o,$(BENCH_SRC)) $(LIB)/libkvpool.a
+# The benchmark is a plain client: libkvpool and glibc's malloc, as an application has. It
+# starts kvpoold as the tests do, and reads its ready file with the tests' reader.
+$(BIN)/kvpool-bench: $(patsubst %.c,$(OBJ)/%.o,$(BENCH_SRC)) $(OBJ)/tests/ready_file.o \
+		$(LIB)/libkvpool.a
 	@mkdir -p $(BIN)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS) -lhiredis -lm
 
-$(BIN)/test_%: $(OBJ)/tests/test_%.o $(OBJ)/tests/testutil.o $(LIB)/libkvpool-all.a
+$(BIN)/test_%: $(OBJ)/tests/test_%.o $(OBJ)/tests/testutil.o $(OBJ)/tests/ready_file.o \
+		$(LIB)/libkvpool-all.a
 	@mkdir -p $(BIN)
 	$(CC) $(LDFLAGS) -o $@ $^ $(SERVER_LIBS)
 
