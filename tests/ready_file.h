@@ -8,7 +8,8 @@
         pid=12345
     It writes the file under another name and renames it, so a reader sees all of it or none.
     Programs that start kvpoold on ephemeral ports (tcp://127.0.0.1:*) learn from it which
-    ports it got. Python has its own reader: tests/python/kvpool_daemon.py.
+    ports it got. The other readers: tests/python/kvpool_daemon.py for Python (the tests and the
+    Python bench), tests/extra/ready_file.bash for the shell tests.
 */
 #ifndef READY_FILE_H_INCLUDED
 #define READY_FILE_H_INCLUDED
