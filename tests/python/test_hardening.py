@@ -328,6 +328,7 @@ def test_group_widens_access_to_one_group():
         raw.close()
     finally:
         d.stop()
+        d.remove()
 
 
 def test_mount_only_own_memory_and_unmount_only_own_segments(daemon):
@@ -590,6 +591,7 @@ def test_too_many_value_bytes_in_one_request():
         raw.close()
     finally:
         d.stop()
+        d.remove()
     d2 = start_daemon("--max-keys", "100")
     try:
         raw = Raw(d2.endpoint)
@@ -598,6 +600,7 @@ def test_too_many_value_bytes_in_one_request():
         raw.close()
     finally:
         d2.stop()
+        d2.remove()
 
 
 def test_reply_amplification_costs_frames_not_copies(daemon):
