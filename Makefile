@@ -13,7 +13,8 @@
 #   alloc/ actors/ messages/ lookup_server/ rdma/
 #                              the node (with the shared folders)
 # A new .c file joins its folder's library; each tests/test_*.c is an integration test
-# program; each bench/*.c joins kvpool-bench. Header dependencies are tracked (-MMD).
+# program (with tests/testutil.c and tests/ready_file.c); each bench/*.c joins kvpool-bench
+# (with tests/ready_file.c). Header dependencies are tracked (-MMD).
 
 PREFIX ?= /usr/local
 SANITIZE ?=
@@ -69,7 +70,8 @@ ALL_OBJ := $(sort $(SERVER_OBJ) $(CLIENT_OBJ))
 TEST_BINS := $(patsubst tests/%.c,$(BIN)/%,$(TEST_SRC))
 PROGRAMS := $(BIN)/kvpoold $(BIN)/kvpool $(BIN)/kvpool-bench $(BIN)/kvpool-selftest
 
-.PHONY: all deps run test check unit integration python-test install clean format fuzz
+.PHONY: all deps run test check unit integration python-test install clean format fuzz \
+	readme-settings
 all: $(PROGRAMS) $(LIB)/libkvpool.a $(LIB)/libkvpool.so $(TEST_BINS) python-proto
 
 # ---- packages ------------------------------------------------------------------------
@@ -138,12 +140,15 @@ $(BIN)/kvpool-selftest: $(OBJ)/tests/selftest.o $(LIB)/libkvpool-all.a
 	@mkdir -p $(BIN)
 	$(CC) $(LDFLAGS) -o $@ $^ $(SERVER_LIBS)
 
-# The benchmark is a plain client: libkvpool and glibc's malloc, as an application has.
-$(BIN)/kvpool-bench: $(patsubst %.c,$(OBJ)/%.o,$(BENCH_SRC)) $(LIB)/libkvpool.a
+# The benchmark is a plain client: libkvpool and glibc's malloc, as an application has. It
+# starts kvpoold as the tests do, and reads its ready file with the tests' reader.
+$(BIN)/kvpool-bench: $(patsubst %.c,$(OBJ)/%.o,$(BENCH_SRC)) $(OBJ)/tests/ready_file.o \
+		$(LIB)/libkvpool.a
 	@mkdir -p $(BIN)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS) -lhiredis -lm
 
-$(BIN)/test_%: $(OBJ)/tests/test_%.o $(OBJ)/tests/testutil.o $(LIB)/libkvpool-all.a
+$(BIN)/test_%: $(OBJ)/tests/test_%.o $(OBJ)/tests/testutil.o $(OBJ)/tests/ready_file.o \
+		$(LIB)/libkvpool-all.a
 	@mkdir -p $(BIN)
 	$(CC) $(LDFLAGS) -o $@ $^ $(SERVER_LIBS)
 
@@ -171,6 +176,19 @@ install: all
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')
+
+#  README.md's settings table, between its settings-table markers, is printed by kvpoold from
+#  its settings table (actors/config.c); tests/extra/readme_settings.sh fails when they differ.
+readme-settings: $(BIN)/kvpoold
+	@grep -q '^<!-- settings-table:begin -->$$' README.md && \
+	  grep -q '^<!-- settings-table:end -->$$' README.md || \
+	  { echo "README.md lacks the settings-table markers"; exit 1; }
+	$(BIN)/kvpoold --help-markdown >$(BUILD)/settings-table.md
+	awk -v table=$(BUILD)/settings-table.md \
+	  '/^<!-- settings-table:end -->$$/ { skip = 0 } \
+	   !skip { print } \
+	   /^<!-- settings-table:begin -->$$/ { while ((getline line < table) > 0) print line; skip = 1 }' \
+	  README.md >README.md.tmp && mv README.md.tmp README.md
 
 clean:
 	rm -rf build

@@ -1,8 +1,18 @@
-/*  config.c - kvpoold's option table and command-line parser.
+/*  config.c - kvpoold's settings table and command-line parser.
 
-    One declarative table (s_options) lists every option with its kind, bounds, default and
-    help text; parsing, validation and --help all come from it, so an option exists in exactly
-    one place. Settings come from the command line only (DESIGN section 7: no environment).
+    One declarative table (s_options) has a row per option: its name, the form of its
+    argument, its bounds, its default and what it does. Everything about an option follows
+    from its row: parsing and validation, the defaults (kvp_config_defaults feeds each row's
+    default through the same parser as the command line, so a default is always a value the
+    option accepts), --help, and the settings table of README.md (--help-markdown, written
+    into the README by `make readme-settings`; tests/extra/readme_settings.sh fails when the
+    two differ). So each default is written once, in its row.
+
+    A few defaults are not a value but a rule applied at start-up (the number of cores, a
+    share of the pool, the descriptor limit, the built-in endpoints): their rows say the rule
+    in words, and the code that applies it is named beside the row.
+
+    Settings come from the command line only (DESIGN section 7: no environment).
 */
 #include "actors/config.h"
 
@@ -15,6 +25,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "kvpool.h"
+
 typedef enum {
     OPT_FLAG,
     OPT_UINT,
@@ -26,105 +38,268 @@ typedef enum {
 } opt_kind_t;
 
 typedef struct {
-    const char *name;
+    const char *name; //  --name
+    const char *arg;  //  the argument as --help and the README show it; NULL for a flag
     opt_kind_t kind;
     size_t offset;       //  into kvp_config_t
+    size_t size;         //  of that field: a number is uint32_t or uint64_t
     size_t count_offset; //  OPT_LIST: the count field
     uint64_t min, max;
+    //  The default as it would be written on the command line: kvp_config_defaults parses it
+    //  into the field, --help and the README print it. NULL when the default is a rule
+    //  (default_rule) or nothing (a flag that is off, an optional path).
+    const char *default_value;
+    const char *default_rule; //  the default in words, when it is computed at start-up
     const char *help;
 } opt_t;
 
 #define OFF(field) offsetof (kvp_config_t, field)
+#define FIELD(field) .offset = OFF (field), .size = sizeof (((kvp_config_t *) 0)->field)
 
 static const opt_t s_options[] = {
-    {"endpoint", OPT_LIST, OFF (endpoints), OFF (endpoint_count), 0, 0,
-     "client endpoint to bind (repeatable; tcp:// or ipc://). Default tcp://127.0.0.1:50051 "
-     "and ipc://@kvpool-50051"},
-    {"admin", OPT_LIST, OFF (admin_endpoints), OFF (admin_endpoint_count), 0, 0,
-     "lookup/reset admin endpoint (repeatable). Default tcp://127.0.0.1:50052"},
-    {"ready-file", OPT_STRING, OFF (ready_file), 0, 0, 0,
-     "write the bound endpoints here once serving (endpoint=..., admin=...)"},
-    {"segment-size", OPT_SIZE, OFF (segment_size), 0, 1 << 20, 1ULL << 44,
-     "bytes per segment (1073741824, 512MiB, 4GB, 1.5gb). Default 1GiB"},
-    {"segments", OPT_UINT, OFF (segments), 0, 1, 64, "number of local segments. Default 1"},
-    {"lock-memory", OPT_FLAG, OFF (lock_memory), 0, 0, 0, "mlock the segments"},
-    {"lease-ttl", OPT_UINT, OFF (lease_ttl_ms), 0, 1, 86400000,
-     "read lease in ms granted by get, exist and get-replica-list. Default 10000"},
-    {"put-timeout", OPT_UINT, OFF (put_timeout_ms), 0, 1, 86400000,
-     "ms after which an uncommitted put-start is revoked and its space reclaimed. "
-     "Default 30000"},
-    {"soft-pin-ttl", OPT_UINT, OFF (soft_pin_ttl_ms), 0, 1, UINT32_MAX * 1000ULL,
-     "default soft pin lifetime in ms. Default 1800000"},
-    {"max-key-len", OPT_UINT, OFF (max_key_len), 0, 1, 65536, "longest key in bytes. Default 4096"},
-    {"max-value-size", OPT_SIZE, OFF (max_value_size), 0, 1, 1ULL << 40,
-     "largest value. Default 1GiB (and never more than a segment)"},
-    {"max-request-bytes", OPT_SIZE, OFF (max_request_bytes), 0, 1, 1ULL << 44,
-     "largest request: all its value frames together. Default 4GiB"},
-    {"max-keys", OPT_UINT, OFF (max_keys), 0, 1, 1 << 22,
-     "most keys in one request. Default 262144"},
-    {"max-unread-bytes", OPT_SIZE, OFF (max_unread_bytes), 0, 1, 1ULL << 44,
-     "reply bytes a connection may leave unread: past it its GETs are refused, and after 10 s "
-     "its connection is closed (its pinned values released). Default 4GiB"},
-    {"max-regex-len", OPT_UINT, OFF (max_regex_len), 0, 1, 65536,
-     "longest remove-by-regex pattern in bytes. Default 4096"},
-    {"regex-time-limit", OPT_UINT, OFF (regex_time_limit_ms), 0, 1, 20000,
-     "ms one remove-by-regex may spend matching keys before it is refused (nothing removed; "
-     "at most 20000, within the 30 s a stopping daemon waits for requests). Default 4000"},
-    {"workers", OPT_UINT, OFF (workers), 0, 1, 256,
-     "transfer worker threads. Default: number of cores"},
-    {"index-slots", OPT_UINT, OFF (index_slots), 0, 0, 1ULL << 30,
-     "slots of the same-machine read index (256 bytes each; 0 disables it). "
-     "Default: one per 32 KiB of pool"},
-    {"placement", OPT_PLACEMENT, OFF (placement), 0, 0, 0,
-     "replica placement across segments: random or free-ratio. Default random"},
-    {"seed", OPT_UINT, OFF (seed), 0, 0, UINT64_MAX, "seed for random placement. Default 1"},
-    {"group", OPT_GROUP, OFF (group), 0, 0, 0,
-     "a group (name or gid) whose processes may use the ipc endpoint and shared memory too. "
-     "Default: only the node's own user (and root)"},
-    {"max-connections", OPT_UINT, OFF (max_connections), 0, 1, 1ULL << 24,
-     "client connections at which new ones are refused until a tenth have closed. Default: "
-     "the file descriptor limit less a reserve (a quarter, 256 to 1024)"},
-    {"verbose", OPT_FLAG, OFF (verbose), 0, 0, 0, "log every request"},
-    {"lookup-key-template", OPT_STRING, OFF (lookup.key_template), 0, 0, 0,
-     "key template of the lookup channel. Default " LOOKUP_DEFAULT_KEY_TEMPLATE},
-    {"lookup-model", OPT_STRING, OFF (lookup.model), 0, 0, 0, "{model} in lookup keys"},
-    {"lookup-tp-size", OPT_UINT, OFF (lookup.tp_size), 0, 1, 1024,
-     "tensor-parallel ranks a lookup checks. Default 1"},
-    {"lookup-pp-size", OPT_UINT, OFF (lookup.pp_size), 0, 1, 1024,
-     "pipeline-parallel ranks a lookup checks. Default 1"},
-    {"lookup-pcp-rank", OPT_UINT, OFF (lookup.pcp_rank), 0, 0, 1024, "{pcp} in lookup keys"},
-    {"lookup-dcp-rank", OPT_UINT, OFF (lookup.dcp_rank), 0, 0, 1024, "{dcp} in lookup keys"},
-    {"lookup-block-size", OPT_UINT, OFF (lookup.block_size), 0, 1, 1 << 20,
-     "tokens per block. Default 16"},
-    {NULL, 0, 0, 0, 0, 0, NULL}};
+    //  The api binds the defaults when no --endpoint is given (actors/api.c).
+    {.name = "endpoint",
+     .arg = "ENDPOINT",
+     .kind = OPT_LIST,
+     FIELD (endpoints),
+     .count_offset = OFF (endpoint_count),
+     .default_rule = KVPOOL_DEFAULT_ENDPOINT " and ipc://@kvpool-50051",
+     .help = "client endpoint to bind, repeatable: tcp:// or ipc://"},
+    //  The lookup server binds the default when no --admin is given (lookup_server.c).
+    {.name = "admin",
+     .arg = "ENDPOINT",
+     .kind = OPT_LIST,
+     FIELD (admin_endpoints),
+     .count_offset = OFF (admin_endpoint_count),
+     .default_rule = KVPOOL_DEFAULT_ADMIN_ENDPOINT,
+     .help = "lookup/reset admin endpoint, repeatable"},
+    {.name = "ready-file",
+     .arg = "PATH",
+     .kind = OPT_STRING,
+     FIELD (ready_file),
+     .help = "write the bound endpoints there once serving: endpoint=..., admin=..., pid=..."},
+    {.name = "segment-size",
+     .arg = "SIZE",
+     .kind = OPT_SIZE,
+     FIELD (segment_size),
+     .min = 1 << 20,
+     .max = 1ULL << 44,
+     .default_value = "1GiB",
+     .help = "bytes per segment: 1073741824, 512MiB, 4GB, 1.5gb"},
+    {.name = "segments",
+     .arg = "N",
+     .kind = OPT_UINT,
+     FIELD (segments),
+     .min = 1,
+     .max = 64,
+     .default_value = "1",
+     .help = "local segments; replicas go to distinct segments"},
+    {.name = "lock-memory", .kind = OPT_FLAG, FIELD (lock_memory), .help = "mlock the segments"},
+    {.name = "lease-ttl",
+     .arg = "MS",
+     .kind = OPT_UINT,
+     FIELD (lease_ttl_ms),
+     .min = 1,
+     .max = 86400000,
+     .default_value = "10000",
+     .help = "read lease in ms granted by get, exist and get-replica-list"},
+    {.name = "put-timeout",
+     .arg = "MS",
+     .kind = OPT_UINT,
+     FIELD (put_timeout_ms),
+     .min = 1,
+     .max = 86400000,
+     .default_value = "30000",
+     .help = "ms after which an uncommitted put-start is revoked and its space reclaimed"},
+    {.name = "soft-pin-ttl",
+     .arg = "MS",
+     .kind = OPT_UINT,
+     FIELD (soft_pin_ttl_ms),
+     .min = 1,
+     .max = UINT32_MAX * 1000ULL,
+     .default_value = "1800000",
+     .help = "lifetime in ms of a soft pin whose put gives none"},
+    {.name = "max-key-len",
+     .arg = "N",
+     .kind = OPT_UINT,
+     FIELD (max_key_len),
+     .min = 1,
+     .max = 65536,
+     .default_value = "4096",
+     .help = "longest key in bytes"},
+    {.name = "max-value-size",
+     .arg = "SIZE",
+     .kind = OPT_SIZE,
+     FIELD (max_value_size),
+     .min = 1,
+     .max = 1ULL << 40,
+     .default_value = "1GiB",
+     .help = "largest value, never more than a segment"},
+    {.name = "max-request-bytes",
+     .arg = "SIZE",
+     .kind = OPT_SIZE,
+     FIELD (max_request_bytes),
+     .min = 1,
+     .max = 1ULL << 44,
+     .default_value = "4GiB",
+     .help = "largest request: all its value frames together"},
+    {.name = "max-keys",
+     .arg = "N",
+     .kind = OPT_UINT,
+     FIELD (max_keys),
+     .min = 1,
+     .max = 1 << 22,
+     .default_value = "262144",
+     .help = "most keys in one request"},
+    {.name = "max-unread-bytes",
+     .arg = "SIZE",
+     .kind = OPT_SIZE,
+     FIELD (max_unread_bytes),
+     .min = 1,
+     .max = 1ULL << 44,
+     .default_value = "4GiB",
+     .help = "reply bytes a connection may leave unread: past it its GETs are refused, and "
+             "after 10 s its connection is closed, its pinned values released"},
+    {.name = "max-regex-len",
+     .arg = "N",
+     .kind = OPT_UINT,
+     FIELD (max_regex_len),
+     .min = 1,
+     .max = 65536,
+     .default_value = "4096",
+     .help = "longest remove-by-regex pattern in bytes"},
+    //  The default is answered within a client's default 5 s timeout.
+    {.name = "regex-time-limit",
+     .arg = "MS",
+     .kind = OPT_UINT,
+     FIELD (regex_time_limit_ms),
+     .min = 1,
+     .max = 20000,
+     .default_value = "4000",
+     .help = "ms one remove-by-regex may spend matching keys before it is refused, nothing "
+             "removed; at most 20000, within the 30 s a stopping daemon waits for requests"},
+    //  Set by kvp_config_defaults.
+    {.name = "workers",
+     .arg = "N",
+     .kind = OPT_UINT,
+     FIELD (workers),
+     .min = 1,
+     .max = 256,
+     .default_rule = "number of cores",
+     .help = "transfer worker threads"},
+    //  UINT64_MAX until set; the replica-manager sizes it (actors/replica_manager.c).
+    {.name = "index-slots",
+     .arg = "N",
+     .kind = OPT_UINT,
+     FIELD (index_slots),
+     .min = 0,
+     .max = 1ULL << 30,
+     .default_rule = "one per 32 KiB of pool",
+     .help = "slots of the same-machine read index, 256 bytes each; 0 disables it"},
+    {.name = "placement",
+     .arg = "POLICY",
+     .kind = OPT_PLACEMENT,
+     FIELD (placement),
+     .default_value = "random",
+     .help = "replica placement across segments: random or free-ratio"},
+    {.name = "seed",
+     .arg = "N",
+     .kind = OPT_UINT,
+     FIELD (seed),
+     .min = 0,
+     .max = UINT64_MAX,
+     .default_value = "1",
+     .help = "seed for random placement"},
+    {.name = "group",
+     .arg = "GROUP",
+     .kind = OPT_GROUP,
+     FIELD (group),
+     .default_rule = "the node's own user and root only",
+     .help = "a group (name or gid) whose processes may use the ipc endpoint and shared "
+             "memory too"},
+    //  0 until set; the api's connection guard computes it (actors/conn_guard.c).
+    {.name = "max-connections",
+     .arg = "N",
+     .kind = OPT_UINT,
+     FIELD (max_connections),
+     .min = 1,
+     .max = 1ULL << 24,
+     .default_rule = "the file descriptor limit less a reserve: a quarter of it, 256 to 1024",
+     .help = "client connections at which new ones are refused until a tenth have closed"},
+    {.name = "verbose", .kind = OPT_FLAG, FIELD (verbose), .help = "log every request"},
+    {.name = "lookup-key-template",
+     .arg = "TEMPLATE",
+     .kind = OPT_STRING,
+     FIELD (lookup.key_template),
+     .default_value = LOOKUP_DEFAULT_KEY_TEMPLATE,
+     .help = "keys a lookup checks, from {model} {tp} {pp} {pcp} {dcp} {hash}; see "
+             "docs/lookup.md"},
+    {.name = "lookup-model",
+     .arg = "NAME",
+     .kind = OPT_STRING,
+     FIELD (lookup.model),
+     .default_value = "",
+     .help = "{model} in lookup keys"},
+    {.name = "lookup-tp-size",
+     .arg = "N",
+     .kind = OPT_UINT,
+     FIELD (lookup.tp_size),
+     .min = 1,
+     .max = 1024,
+     .default_value = "1",
+     .help = "tensor-parallel ranks a lookup checks"},
+    {.name = "lookup-pp-size",
+     .arg = "N",
+     .kind = OPT_UINT,
+     FIELD (lookup.pp_size),
+     .min = 1,
+     .max = 1024,
+     .default_value = "1",
+     .help = "pipeline-parallel ranks a lookup checks"},
+    {.name = "lookup-pcp-rank",
+     .arg = "N",
+     .kind = OPT_UINT,
+     FIELD (lookup.pcp_rank),
+     .min = 0,
+     .max = 1024,
+     .default_value = "0",
+     .help = "{pcp} in lookup keys"},
+    {.name = "lookup-dcp-rank",
+     .arg = "N",
+     .kind = OPT_UINT,
+     FIELD (lookup.dcp_rank),
+     .min = 0,
+     .max = 1024,
+     .default_value = "0",
+     .help = "{dcp} in lookup keys"},
+    {.name = "lookup-block-size",
+     .arg = "N",
+     .kind = OPT_UINT,
+     FIELD (lookup.block_size),
+     .min = 1,
+     .max = 1 << 20,
+     .default_value = "16",
+     .help = "tokens per block"},
+    {.name = NULL}};
+
+static int s_set (kvp_config_t *config, const opt_t *opt, const char *value);
 
 void
 kvp_config_defaults (kvp_config_t *config)
 {
     memset (config, 0, sizeof *config);
     snprintf (config->instance, sizeof config->instance, "kvpool");
-    config->segment_size = 1ULL << 30;
-    config->segments = 1;
-    config->lease_ttl_ms = 10000;
-    config->put_timeout_ms = 30000;
-    config->soft_pin_ttl_ms = 30 * 60 * 1000;
-    config->max_key_len = 4096;
-    config->max_value_size = 1ULL << 30;
-    config->max_request_bytes = 4ULL << 30;
-    config->max_keys = 262144;
-    config->max_unread_bytes = 4ULL << 30;
-    config->max_regex_len = 4096;
-    config->regex_time_limit_ms = 4000; //  answered within a client's default 5 s timeout
+    for (const opt_t *opt = s_options; opt->name; opt++)
+        if (opt->default_value) {
+            //  A default the option itself refuses is a mistake in the table.
+            int rc = s_set (config, opt, opt->default_value);
+            assert (rc == 0);
+            (void) rc;
+        }
+    //  The defaults that are rules (their rows say them in words).
     long cores = sysconf (_SC_NPROCESSORS_ONLN);
     config->workers = cores > 0 ? (uint32_t) cores : 2;
-    config->placement = KVP_PLACEMENT_RANDOM;
-    config->seed = 1;
     config->index_slots = UINT64_MAX; //  sized by the pool unless set
-    config->lookup.key_template = LOOKUP_DEFAULT_KEY_TEMPLATE;
-    config->lookup.model = "";
-    config->lookup.tp_size = 1;
-    config->lookup.pp_size = 1;
-    config->lookup.block_size = 16;
 }
 
 int
@@ -241,17 +416,23 @@ s_set (kvp_config_t *config, const opt_t *opt, const char *value)
                          (unsigned long long) opt->min, (unsigned long long) opt->max);
                 return -1;
             }
-            //  Each numeric field is uint64_t except the uint32_t ones below.
-            if (opt->offset == OFF (segments) || opt->offset == OFF (workers)
-                || opt->offset == OFF (lookup.tp_size) || opt->offset == OFF (lookup.pp_size)
-                || opt->offset == OFF (lookup.pcp_rank) || opt->offset == OFF (lookup.dcp_rank)
-                || opt->offset == OFF (lookup.block_size))
+            //  Every numeric field is a uint32_t or a uint64_t (its bounds fit the field).
+            if (opt->size == sizeof (uint32_t))
                 *(uint32_t *) (base + opt->offset) = (uint32_t) number;
-            else
+            else {
+                assert (opt->size == sizeof (uint64_t));
                 *(uint64_t *) (base + opt->offset) = number;
+            }
             return 0;
     }
     return -1;
+}
+
+//  The option as --help and the README show it: "--segment-size SIZE".
+static void
+s_option_form (const opt_t *opt, char *form, size_t size)
+{
+    snprintf (form, size, "--%s%s%s", opt->name, opt->arg ? " " : "", opt->arg ? opt->arg : "");
 }
 
 void
@@ -260,17 +441,51 @@ kvp_config_usage (FILE *out)
     fprintf (out, "usage: kvpoold [OPTION...]\n"
                   "Serves the kvpool store (role all: master and node in one process).\n\n");
     for (const opt_t *opt = s_options; opt->name; opt++) {
-        const char *arg = opt->kind == OPT_FLAG        ? ""
-                          : opt->kind == OPT_SIZE      ? " SIZE"
-                          : opt->kind == OPT_UINT      ? " N"
-                          : opt->kind == OPT_LIST      ? " ENDPOINT"
-                          : opt->kind == OPT_PLACEMENT ? " POLICY"
-                                                       : " VALUE";
-        char left[64];
-        snprintf (left, sizeof left, "--%s%s", opt->name, arg);
-        fprintf (out, "  %-28s %s\n", left, opt->help);
+        char form[64];
+        s_option_form (opt, form, sizeof form);
+        const char *by_default =
+            opt->default_value && *opt->default_value ? opt->default_value : opt->default_rule;
+        fprintf (out, "  %-30s %s", form, opt->help);
+        if (by_default)
+            fprintf (out, " (default: %s)", by_default);
+        fprintf (out, "\n");
     }
-    fprintf (out, "  %-28s %s\n", "--help", "print this and exit");
+    fprintf (out, "  %-30s %s\n", "--help", "print this and exit");
+    fprintf (out, "  %-30s %s\n", "--help-markdown",
+             "print the settings as README.md's table and exit");
+}
+
+//  Text in a markdown table cell: a '|' would end the cell.
+static void
+s_markdown_cell (FILE *out, const char *text)
+{
+    for (; *text; text++) {
+        if (*text == '|')
+            fputc ('\\', out);
+        fputc (*text, out);
+    }
+}
+
+void
+kvp_config_markdown (FILE *out)
+{
+    fprintf (out, "| option | default | meaning |\n|---|---|---|\n");
+    for (const opt_t *opt = s_options; opt->name; opt++) {
+        char form[64];
+        s_option_form (opt, form, sizeof form);
+        fprintf (out, "| `%s` | ", form);
+        //  A value in code style, as it would be typed; a rule in words.
+        if (opt->default_value && *opt->default_value) {
+            fprintf (out, "`");
+            s_markdown_cell (out, opt->default_value);
+            fprintf (out, "`");
+        }
+        else if (opt->default_rule)
+            s_markdown_cell (out, opt->default_rule);
+        fprintf (out, " | ");
+        s_markdown_cell (out, opt->help);
+        fprintf (out, " |\n");
+    }
 }
 
 int
@@ -280,6 +495,10 @@ kvp_config_parse (kvp_config_t *config, int argc, char **argv)
         const char *arg = argv[i];
         if (!strcmp (arg, "--help") || !strcmp (arg, "-h")) {
             kvp_config_usage (stdout);
+            return 1;
+        }
+        if (!strcmp (arg, "--help-markdown")) {
+            kvp_config_markdown (stdout);
             return 1;
         }
         if (strncmp (arg, "--", 2) != 0) {
@@ -332,6 +551,48 @@ kvp_config_test (bool verbose)
 
     kvp_config_t config;
     kvp_config_defaults (&config);
+    //  The defaults, each from its row of the table.
+    assert (config.segment_size == 1ULL << 30 && config.segments == 1);
+    assert (config.lease_ttl_ms == 10000 && config.put_timeout_ms == 30000);
+    assert (config.soft_pin_ttl_ms == 30 * 60 * 1000 && config.max_key_len == 4096);
+    assert (config.max_value_size == 1ULL << 30 && config.max_request_bytes == 4ULL << 30);
+    assert (config.max_keys == 262144 && config.max_unread_bytes == 4ULL << 30);
+    assert (config.placement == KVP_PLACEMENT_RANDOM && config.seed == 1);
+    assert (config.index_slots == UINT64_MAX && config.max_connections == 0);
+    assert (config.workers >= 1 && !config.lock_memory && !config.verbose && !config.group_set);
+    assert (config.endpoint_count == 0 && config.admin_endpoint_count == 0 && !config.ready_file);
+    assert (!strcmp (config.lookup.key_template, LOOKUP_DEFAULT_KEY_TEMPLATE));
+    assert (!strcmp (config.lookup.model, "") && config.lookup.tp_size == 1);
+    assert (config.lookup.pp_size == 1 && config.lookup.pcp_rank == 0);
+    assert (config.lookup.dcp_rank == 0 && config.lookup.block_size == 16);
+    //  --help and the README table print the same defaults, from the same rows.
+    char *text = NULL;
+    size_t text_size = 0;
+    FILE *memory = open_memstream (&text, &text_size);
+    assert (memory);
+    kvp_config_usage (memory);
+    fclose (memory);
+    assert (strstr (text, "--segment-size SIZE"));
+    assert (strstr (text, "bytes per segment: 1073741824, 512MiB, 4GB, 1.5gb (default: 1GiB)"));
+    assert (strstr (text, "(default: " KVPOOL_DEFAULT_ADMIN_ENDPOINT ")"));
+    free (text);
+    memory = open_memstream (&text, &text_size);
+    assert (memory);
+    kvp_config_markdown (memory);
+    fclose (memory);
+    assert (!strncmp (text, "| option | default | meaning |\n|---|---|---|\n", 44));
+    assert (strstr (text, "\n| `--segment-size SIZE` | `1GiB` | bytes per segment: "));
+    assert (strstr (text, "\n| `--workers N` | number of cores | transfer worker threads |\n"));
+    assert (strstr (text, "\n| `--lock-memory` |  | mlock the segments |\n"));
+    size_t rows = 0;
+    for (const char *line = text; (line = strchr (line, '\n')); line++)
+        rows++;
+    size_t options = 0;
+    for (const opt_t *opt = s_options; opt->name; opt++)
+        options++;
+    assert (rows == options + 2); //  the header, the rule, a row per option
+    free (text);
+
     char *args[] = {"--segment-size", "256MiB",        "--segments=3",     "--endpoint",
                     "tcp://a",        "--endpoint",    "ipc://@b",         "--placement",
                     "free-ratio",     "--lock-memory", "--lookup-tp-size", "2"};

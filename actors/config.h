@@ -1,6 +1,7 @@
-/*  config.h - kvpoold's settings: one table of options (name, bounds, default, help), parsed
-    from the command line. Every actor reads its settings from one kvp_config_t that the
-    daemon fills before it starts them and never changes afterwards.
+/*  config.h - kvpoold's settings: one table of options (name, argument, bounds, default,
+    help), parsed from the command line, from which --help and README.md's settings table are
+    printed. Every actor reads its settings from one kvp_config_t that the daemon fills before
+    it starts them and never changes afterwards.
 */
 #ifndef KVP_CONFIG_H_INCLUDED
 #define KVP_CONFIG_H_INCLUDED
@@ -48,19 +49,23 @@ typedef struct {
     lookup_config_t lookup;
 } kvp_config_t;
 
-//  Fills config with the defaults.
+//  Fills config with the defaults (each option's row in the settings table says its own).
 void kvp_config_defaults (kvp_config_t *config);
 
-//  Parses argv (without argv[0]) into config. Returns 0, 1 when --help was printed, or -1
-//  with a one-line error on stderr. Strings in config point into argv.
+//  Parses argv (without argv[0]) into config. Returns 0, 1 when --help or --help-markdown
+//  was printed, or -1 with a one-line error on stderr. Strings in config point into argv.
 int kvp_config_parse (kvp_config_t *config, int argc, char **argv);
 
 //  Parses a size: 1073741824, 512MiB, 4GB, 1.5gb, 64k (K/M/G/T, with or without i and B;
 //  binary multiples). Returns 0 or -1.
 int kvp_parse_size (const char *text, uint64_t *size_p);
 
-//  Prints the option table.
+//  Prints the option table (--help): each option, what it does and its default.
 void kvp_config_usage (FILE *out);
+
+//  Prints the settings as a markdown table (--help-markdown): the lines README.md holds
+//  between its settings-table markers (`make readme-settings` writes them there).
+void kvp_config_markdown (FILE *out);
 
 void kvp_config_test (bool verbose);
 

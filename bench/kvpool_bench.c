@@ -54,6 +54,7 @@
 */
 #include "kvpool.h"
 #include "bench/bench.h"
+#include "tests/ready_file.h"
 
 #include <hiredis/hiredis.h>
 
@@ -354,26 +355,6 @@ s_copy (char *dest, size_t size, const char *text)
     dest[length] = 0;
 }
 
-//  Reads endpoint=tcp://... and admin=... from kvpoold's ready file. Returns 0 once the
-//  client endpoint is there.
-static int
-s_read_ready_file (bench_t *self)
-{
-    FILE *file = fopen (self->ready_file, "r");
-    if (!file)
-        return -1;
-    char line[512];
-    while (fgets (line, sizeof line, file)) {
-        line[strcspn (line, "\r\n")] = 0;
-        if (!strncmp (line, "endpoint=tcp://", 15) && !self->endpoint[0])
-            s_copy (self->endpoint, sizeof self->endpoint, line + 9);
-        else if (!strncmp (line, "admin=", 6) && !self->admin[0])
-            s_copy (self->admin, sizeof self->admin, line + 6);
-    }
-    fclose (file);
-    return self->endpoint[0] ? 0 : -1;
-}
-
 static int
 s_kvpoold_start (bench_t *self)
 {
@@ -404,17 +385,18 @@ s_kvpoold_start (bench_t *self)
     if (self->kvpoold_pid < 0)
         return -1;
     s_kvpoold_pid = self->kvpoold_pid;
-    double deadline = s_now () + 20;
-    while (s_now () < deadline) {
-        if (s_exited (self->kvpoold_pid)) {
-            fprintf (stderr, "kvpool-bench: kvpoold exited before it was ready (log: %s)\n",
-                     self->kvpoold_log);
-            self->kvpoold_pid = s_kvpoold_pid = 0;
-            return -1;
-        }
-        if (s_read_ready_file (self) == 0)
-            return 0;
-        s_sleep_ms (10);
+    ready_file_t ready;
+    int rc = ready_file_wait (self->ready_file, self->kvpoold_pid, 20000, &ready);
+    if (rc == 0) {
+        s_copy (self->endpoint, sizeof self->endpoint, ready.endpoint);
+        s_copy (self->admin, sizeof self->admin, ready.admin_endpoint);
+        return 0;
+    }
+    if (rc == -2) {
+        fprintf (stderr, "kvpool-bench: kvpoold exited before it was ready (log: %s)\n",
+                 self->kvpoold_log);
+        self->kvpoold_pid = s_kvpoold_pid = 0;
+        return -1;
     }
     fprintf (stderr, "kvpool-bench: kvpoold not ready within 20 s (log: %s)\n", self->kvpoold_log);
     return -1;

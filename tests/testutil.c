@@ -1,6 +1,8 @@
 /*  testutil.c - start and stop the real kvpoold for integration tests (see testutil.h). */
 #include "tests/testutil.h"
 
+#include "tests/ready_file.h"
+
 #include <errno.h>
 #include <signal.h>
 #include <string.h>
@@ -25,26 +27,6 @@ s_now_ms (void)
     struct timespec ts;
     clock_gettime (CLOCK_MONOTONIC, &ts);
     return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void
-s_read_ready (testutil_server_t *server, FILE *file)
-{
-    char line[512];
-    while (fgets (line, sizeof line, file)) {
-        line[strcspn (line, "\r\n")] = 0;
-        char *eq = strchr (line, '=');
-        if (!eq)
-            continue;
-        *eq = 0;
-        const char *value = eq + 1;
-        if (!strcmp (line, "endpoint") && strncmp (value, "tcp://", 6) == 0)
-            snprintf (server->endpoint, sizeof server->endpoint, "%s", value);
-        else if (!strcmp (line, "endpoint") && strncmp (value, "ipc://", 6) == 0)
-            snprintf (server->ipc_endpoint, sizeof server->ipc_endpoint, "%s", value);
-        else if (!strcmp (line, "admin") && !server->admin_endpoint[0])
-            snprintf (server->admin_endpoint, sizeof server->admin_endpoint, "%s", value);
-    }
 }
 
 int
@@ -76,22 +58,19 @@ testutil_server_start (testutil_server_t *server, const char *const *args)
         _exit (127);
     }
     server->pid = pid;
-    int64_t deadline = s_now_ms () + 10000;
-    while (s_now_ms () < deadline) {
-        int status;
-        if (waitpid (pid, &status, WNOHANG) == pid) {
-            fprintf (stderr, "kvpoold exited before it was ready\n");
-            server->pid = 0;
-            return -1;
-        }
-        FILE *file = fopen (server->ready_file, "r");
-        if (file) {
-            s_read_ready (server, file);
-            fclose (file);
-            if (server->endpoint[0])
-                return 0;
-        }
-        usleep (10000);
+    ready_file_t ready;
+    int rc = ready_file_wait (server->ready_file, pid, 10000, &ready);
+    if (rc == 0) {
+        snprintf (server->endpoint, sizeof server->endpoint, "%s", ready.endpoint);
+        snprintf (server->ipc_endpoint, sizeof server->ipc_endpoint, "%s", ready.ipc_endpoint);
+        snprintf (server->admin_endpoint, sizeof server->admin_endpoint, "%s",
+                  ready.admin_endpoint);
+        return 0;
+    }
+    if (rc == -2) {
+        fprintf (stderr, "kvpoold exited before it was ready\n");
+        server->pid = 0;
+        return -1;
     }
     fprintf (stderr, "kvpoold not ready within 10 s\n");
     testutil_server_stop (server, SIGKILL);

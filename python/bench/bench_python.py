@@ -38,52 +38,32 @@ import array
 import ctypes
 import os
 import re
-import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.normpath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, os.path.join(REPO, "python"))
+sys.path.append(os.path.join(REPO, "tests", "python"))  # kvpool_daemon, shared with the tests
 
 import numpy as np  # noqa: E402
 
 import kvpool  # noqa: E402
 from kvpool import _native  # noqa: E402
 from kvpool.mooncake import MooncakeDistributedStore  # noqa: E402
+from kvpool_daemon import Kvpoold, bin_dir  # noqa: E402
 
 BATCH = 32
 SIZES = [(64 << 10, "64KiB"), (1 << 20, "1MiB")]
 
 
-def bin_dir():
-    return os.environ.get("KVPOOL_BIN") or os.path.join(REPO, "build", "bin")
-
-
 def start_daemon():
-    workdir = tempfile.mkdtemp(prefix="kvpool-bench-py-")
-    ready = os.path.join(workdir, "ready")
-    log = open(os.path.join(workdir, "kvpoold.log"), "wb")
-    proc = subprocess.Popen([os.path.join(bin_dir(), "kvpoold"), "--endpoint",
-                             "tcp://127.0.0.1:*", "--admin", "tcp://127.0.0.1:*",
-                             "--ready-file", ready, "--segment-size", "1GiB"],
-                            stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            sys.exit("bench_python: kvpoold exited with %s (log in %s)" % (proc.returncode,
-                                                                          workdir))
-        if os.path.exists(ready):
-            with open(ready) as file:
-                for line in file:
-                    if line.startswith("endpoint=tcp://"):
-                        return proc, line.strip().split("=", 1)[1]
-        time.sleep(0.02)
-    proc.kill()
-    sys.exit("bench_python: kvpoold not ready (log in %s)" % workdir)
+    try:
+        return Kvpoold("--segment-size", "1GiB", prefix="kvpool-bench-py-")
+    except AssertionError as error:
+        sys.exit("bench_python: %s" % error)
 
 
 class CBatchInto:
@@ -148,10 +128,11 @@ def measure(fn, time_ms):
 
 
 def run(args):
-    proc = None
+    daemon = None
     endpoint = args.endpoint
     if not endpoint:
-        proc, endpoint = start_daemon()
+        daemon = start_daemon()
+        endpoint = daemon.endpoint
     failures = []
     results = {}            # (size_name, fast, path) -> GB/s
     try:
@@ -184,12 +165,13 @@ def run(args):
         if args.kvpool_bench:
             run_kvpool_bench(endpoint, args, failures)
     finally:
-        if proc is not None:
-            proc.send_signal(signal.SIGTERM)
+        if daemon is not None:
             try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+                daemon.stop(timeout=20)
+            except AssertionError as error:
+                failures.append(str(error))
+            else:
+                daemon.remove()
     for failure in failures:
         print("FAILED: " + failure)
     return 1 if failures else 0

@@ -6,6 +6,7 @@
 # must exit non-zero with one "kvpool: ..." line on stderr. The daemon is killed on any exit.
 set -u
 cd "$(dirname "$0")/../.."
+. tests/extra/ready_file.bash
 BIN=${KVPOOL_BIN:-build/bin}
 KVPOOL="$BIN/kvpool"
 TMP=$(mktemp -d /tmp/kvpool-cli.XXXXXX)
@@ -27,13 +28,7 @@ fail() {
 "$BIN/kvpoold" --endpoint 'tcp://127.0.0.1:*' --admin 'tcp://127.0.0.1:*' \
   --ready-file "$TMP/ready" --segment-size 64MiB --segments 2 >"$TMP/daemon.log" 2>&1 &
 DAEMON=$!
-for _ in $(seq 1 500); do
-  grep -q '^endpoint=tcp://' "$TMP/ready" 2>/dev/null && break
-  kill -0 "$DAEMON" 2>/dev/null || { cat "$TMP/daemon.log"; echo "kvpoold died"; exit 1; }
-  sleep 0.02
-done
-EP=$(sed -n 's/^endpoint=\(tcp:\/\/.*\)$/\1/p' "$TMP/ready" | head -1)
-[ -n "$EP" ] || { echo "kvpoold not ready"; exit 1; }
+EP=$(kvpoold_wait_ready "$TMP/ready" "$DAEMON" "$TMP/daemon.log") || { echo "kvpoold not ready"; exit 1; }
 kv() { "$KVPOOL" -s "$EP" "$@"; }
 
 # Runs a command that must fail: non-zero exit, exactly one stderr line starting "kvpool: ".

@@ -9,6 +9,7 @@
 # Needs root for unshare; skipped (exit 0) without it.
 set -u
 cd "$(dirname "$0")/../.."
+. tests/extra/ready_file.bash
 BIN=${KVPOOL_BIN:-build/bin}
 KVPOOL="$BIN/kvpool"
 TMP=$(mktemp -d /tmp/kvpool-pidns.XXXXXX)
@@ -41,21 +42,10 @@ fail() {
   failures=$((failures + 1))
 }
 
-# Waits for a ready file; prints the tcp endpoint.
-wait_ready() {
-  local ready=$1 pid=$2 log=$3
-  for _ in $(seq 1 500); do
-    grep -q '^endpoint=tcp://' "$ready" 2>/dev/null && break
-    kill -0 "$pid" 2>/dev/null || { cat "$log" >&2; echo "kvpoold died" >&2; return 1; }
-    sleep 0.02
-  done
-  sed -n 's/^endpoint=\(tcp:\/\/.*\)$/\1/p' "$ready" | head -1
-}
-
 "$BIN/kvpoold" --endpoint 'tcp://127.0.0.1:*' --admin 'tcp://127.0.0.1:*' \
   --ready-file "$TMP/ready-a" --segment-size 16MiB --segments 2 >"$TMP/a.log" 2>&1 &
 A=$!
-EP=$(wait_ready "$TMP/ready-a" "$A" "$TMP/a.log") && [ -n "$EP" ] || { echo "A not ready"; exit 1; }
+EP=$(kvpoold_wait_ready "$TMP/ready-a" "$A" "$TMP/a.log") && [ -n "$EP" ] || { echo "A not ready"; exit 1; }
 kv() { "$KVPOOL" -s "$EP" "$@"; }
 head -c 200000 /dev/urandom >"$TMP/blob"
 kv put before "$TMP/blob" || fail "put to A"
@@ -73,7 +63,7 @@ unshare --pid --fork --mount-proc "$BIN/kvpoold" --endpoint 'tcp://127.0.0.1:*' 
   --admin 'tcp://127.0.0.1:*' --ready-file "$TMP/ready-b" --segment-size 16MiB \
   >"$TMP/b.log" 2>&1 &
 B=$!
-EPB=$(wait_ready "$TMP/ready-b" "$B" "$TMP/b.log") && [ -n "$EPB" ] || { echo "B not ready"; exit 1; }
+EPB=$(kvpoold_wait_ready "$TMP/ready-b" "$B" "$TMP/b.log") && [ -n "$EPB" ] || { echo "B not ready"; exit 1; }
 
 for f in "${a_files[@]}"; do
   [ -e "/dev/shm/$f" ] || fail "B unlinked A's live object $f"
@@ -93,7 +83,7 @@ unshare --pid --fork --mount-proc "$BIN/kvpoold" --endpoint 'tcp://127.0.0.1:*' 
   --admin 'tcp://127.0.0.1:*' --ready-file "$TMP/ready-c" --segment-size 16MiB \
   >"$TMP/c.log" 2>&1 &
 C=$!
-EPC=$(wait_ready "$TMP/ready-c" "$C" "$TMP/c.log") && [ -n "$EPC" ] || fail "C did not start beside B"
+EPC=$(kvpoold_wait_ready "$TMP/ready-c" "$C" "$TMP/c.log") && [ -n "$EPC" ] || fail "C did not start beside B"
 if [ -n "${EPC:-}" ]; then
   printf 'c' | "$KVPOOL" -s "$EPC" put onc || fail "put to C"
   [ "$("$KVPOOL" -s "$EPB" get onb)" = b ] || fail "B's value after C started"

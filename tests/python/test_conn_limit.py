@@ -13,45 +13,27 @@ Run by `make test` (cwd = repo root, KVPOOL_BIN = build/bin) with Debian's /usr/
 
 import os
 import resource
-import subprocess
-import tempfile
 import time
 
 import pytest
 import zmq
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.normpath(os.path.join(HERE, "..", ".."))
+from kvpool_daemon import Kvpoold
+from kvpool_test_pb import pb  # the generated protocol module
+
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
-from kvpool_test_pb import pb  # noqa: E402 (the generated protocol module)
-
-
 def _start_daemon(fd_limit, extra, transport="tcp"):
-    bin_dir = os.environ.get("KVPOOL_BIN") or os.path.join(REPO, "build", "bin")
-    ready = tempfile.mktemp(prefix="kvpool-conn-", suffix=".ready")
-    log = tempfile.NamedTemporaryFile(prefix="kvpool-conn-", suffix=".log", delete=False)
-
+    """kvpoold under a descriptor limit; returns it, the endpoint to use and its log."""
     def limit():
         resource.setrlimit(resource.RLIMIT_NOFILE, (fd_limit, fd_limit))
 
     endpoint = "tcp://127.0.0.1:*" if transport == "tcp" else "ipc://@kvpool-conn-%d" % os.getpid()
-    proc = subprocess.Popen([os.path.join(bin_dir, "kvpoold"), "--endpoint", endpoint,
-                             "--admin", "tcp://127.0.0.1:*", "--ready-file", ready,
-                             "--segment-size", "16MiB", "--index-slots", "0", "--workers", "2"]
-                            + extra, stdout=log, stderr=subprocess.STDOUT, preexec_fn=limit)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        if os.path.exists(ready):
-            with open(ready) as f:
-                lines = dict(line.strip().split("=", 1) for line in f if "=" in line)
-            if "endpoint" in lines:
-                return proc, lines["endpoint"], log.name
-        assert proc.poll() is None, "kvpoold exited at start: " + open(log.name).read()
-        time.sleep(0.02)
-    proc.kill()
-    raise AssertionError("kvpoold not ready")
+    daemon = Kvpoold("--segment-size", "16MiB", "--index-slots", "0", "--workers", "2", *extra,
+                     endpoints=(endpoint,), prefix="kvpool-conn-", start_timeout=10,
+                     preexec_fn=limit)
+    return daemon, daemon.endpoint if transport == "tcp" else daemon.ipc, daemon.log_path
 
 
 def _cpu_seconds(pid):
@@ -90,7 +72,8 @@ def _open_fds(pid):
     (300, ["--max-connections", "20"], "ipc", 320, "ipc"),
 ])
 def test_limit_refuses_without_spinning(fd_limit, extra, transport, clients, label):
-    proc, endpoint, log = _start_daemon(fd_limit, extra, transport)
+    daemon, endpoint, log = _start_daemon(fd_limit, extra, transport)
+    proc = daemon.proc
     ctx = zmq.Context()
     ctx.setsockopt(zmq.MAX_SOCKETS, 4096)
     socks = []
@@ -139,10 +122,7 @@ def test_limit_refuses_without_spinning(fd_limit, extra, transport, clients, lab
         for s in socks:
             s.close(0)
         ctx.destroy(0)
-        proc.terminate()
         try:
-            assert proc.wait(timeout=30) == 0
+            assert daemon.stop(timeout=30) == 0
         finally:
-            if proc.poll() is None:
-                proc.kill()
-            os.unlink(log)
+            daemon.remove()

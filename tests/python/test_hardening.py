@@ -22,7 +22,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 
 import pytest
@@ -32,6 +31,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.normpath(os.path.join(HERE, "..", ".."))
 
 
+from kvpool_daemon import Kvpoold  # noqa: E402
 from kvpool_test_pb import pb  # noqa: E402 (the generated protocol module)
 
 OK = 0
@@ -209,45 +209,18 @@ class Agent:
 
 # ---- the daemon --------------------------------------------------------------------------
 
-class Daemon:
-    def __init__(self, *extra):
-        bin_dir = os.environ.get("KVPOOL_BIN") or os.path.join(REPO, "build", "bin")
-        self.dir = tempfile.mkdtemp(prefix="kvpool-hardening-")
-        ready = os.path.join(self.dir, "ready")
-        self.log = open(os.path.join(self.dir, "log"), "wb")
-        self.proc = subprocess.Popen(
-            [os.path.join(bin_dir, "kvpoold"), "--endpoint", "tcp://127.0.0.1:*",
-             "--admin", "tcp://127.0.0.1:*", "--ready-file", ready, "--segment-size", "8MiB",
-             "--put-timeout", str(PUT_TIMEOUT_MS), "--lease-ttl", str(LEASE_MS)] + list(extra),
-            stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline and not os.path.exists(ready):
-            assert self.proc.poll() is None, "kvpoold exited at start"
-            time.sleep(0.02)
-        values = {}
-        with open(ready) as file:
-            for line in file:
-                name, _, value = line.strip().partition("=")
-                values.setdefault(name, []).append(value)
-        self.tcp = [e for e in values["endpoint"] if e.startswith("tcp://")][0]
-        self.ipc = [e for e in values["endpoint"] if e.startswith("ipc://")][0]
-        self.admin = values["admin"][0]
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            self.proc.wait(15)
-        self.log.close()
-        with open(os.path.join(self.dir, "log"), "rb") as file:
-            return file.read().decode("utf-8", "replace")
+def start_daemon(*extra):
+    """kvpoold with short put and lease timeouts: .endpoint (tcp), .ipc, .admin."""
+    return Kvpoold("--segment-size", "8MiB", "--put-timeout", str(PUT_TIMEOUT_MS),
+                   "--lease-ttl", str(LEASE_MS), *extra, prefix="kvpool-hardening-")
 
 
 @pytest.fixture
 def daemon():
-    d = Daemon()
+    d = start_daemon()
     yield d
-    log = d.stop()
-    assert d.proc.returncode == 0, log
+    assert d.stop() == 0, d.log_text()
+    d.remove()
 
 
 def wait_for(predicate, seconds=5.0):
@@ -284,7 +257,7 @@ def verify(raw, stored, size):
 # ---- who may do what ---------------------------------------------------------------------
 
 def test_tcp_clients_cannot_touch_shared_memory(daemon):
-    raw = Raw(daemon.tcp)
+    raw = Raw(daemon.endpoint)
     assert raw.put("t/a", b"secret" * 1000) == OK
     for op in (pb.PUT_END, pb.PUT_REVOKE, pb.GET_REPLICA_LIST, pb.RELEASE):
         reply, _ = raw.call(op, ["t/a"])
@@ -303,7 +276,7 @@ def test_tcp_clients_cannot_touch_shared_memory(daemon):
 
 def test_removed_bytes_never_reach_another_client(daemon):
     """Item 7: a tcp client cannot reserve space and commit whatever was there before."""
-    raw = Raw(daemon.tcp)
+    raw = Raw(daemon.endpoint)
     assert raw.put("secret", b"S" * (1 << 20)) == OK
     reply, _ = raw.call(pb.REMOVE, ["secret"], force=True)
     assert reply.statuses[0] == OK
@@ -329,7 +302,7 @@ def test_other_users_are_refused_on_the_ipc_endpoint(daemon):
     finally:
         agent.close()
     # ... and the node's shared-memory files are its user's alone.
-    raw = Raw(daemon.tcp)
+    raw = Raw(daemon.endpoint)
     for seg in raw.segments():
         mode = os.stat("/dev/shm" + seg.name).st_mode & 0o777
         assert mode & 0o077 == 0, oct(mode)
@@ -340,9 +313,9 @@ def test_group_widens_access_to_one_group():
     if os.geteuid() != 0:
         pytest.skip("needs root to run a client as another user")
     nobody = 65534  # user nobody, group nogroup
-    d = Daemon("--group", str(nobody))
+    d = start_daemon("--group", str(nobody))
     try:
-        raw = Raw(d.tcp)
+        raw = Raw(d.endpoint)
         for seg in raw.segments():
             info = os.stat("/dev/shm" + seg.name)
             assert info.st_mode & 0o777 == 0o660 and info.st_gid == nobody
@@ -355,13 +328,14 @@ def test_group_widens_access_to_one_group():
         raw.close()
     finally:
         d.stop()
+        d.remove()
 
 
 def test_mount_only_own_memory_and_unmount_only_own_segments(daemon):
     """Item 2 and 8: another process's memfd, the node's segments, another's segment."""
     owner = Agent(daemon.ipc)
     intruder = Agent(daemon.ipc)
-    raw = Raw(daemon.tcp)
+    raw = Raw(daemon.endpoint)
     try:
         name = owner.do("memfd", size=4 << 20)["name"]
         # The intruder names the owner's descriptor: refused, nothing opened.
@@ -397,7 +371,7 @@ def test_reservations_and_pins_belong_to_their_process(daemon):
     """Item 8: another process can neither commit, revoke nor release what A holds."""
     a = Agent(daemon.ipc)
     b = Agent(daemon.ipc)
-    raw = Raw(daemon.tcp)
+    raw = Raw(daemon.endpoint)
     try:
         assert a.call("PUT_START", ["own/k"], sizes=[4096])["statuses"] == [OK]
         for name in ("PUT_END", "PUT_REVOKE"):
@@ -428,7 +402,7 @@ SIZE = 256 * 1024
 def test_stalled_writer_never_writes_into_other_objects(daemon):
     """Item 3: SIGSTOP past --put-timeout, the pool refilled, then SIGCONT: no corruption."""
     writer = Agent(daemon.ipc)
-    raw = Raw(daemon.tcp)
+    raw = Raw(daemon.endpoint)
     try:
         answer = writer.call("PUT_START", ["w/stalled"], sizes=[SIZE])
         assert answer["statuses"] == [OK]
@@ -460,7 +434,7 @@ def test_stalled_writer_never_writes_into_other_objects(daemon):
 def test_reset_revokes_writes_in_flight(daemon):
     """Item 5: a reset mid-copy: nothing lands after its reply, nobody else is corrupted."""
     writer = Agent(daemon.ipc)
-    raw = Raw(daemon.tcp)
+    raw = Raw(daemon.endpoint)
     admin = zmq.Context.instance().socket(zmq.REQ)
     admin.linger = 0
     admin.rcvtimeo = 10000
@@ -490,7 +464,7 @@ def test_stalled_reader_copies_what_it_was_promised(daemon):
     """Item 4: a reader stopped past its lease, its object force-removed and the space
     wanted by others, still copies exactly its value when it resumes."""
     reader = Agent(daemon.ipc)
-    raw = Raw(daemon.tcp)
+    raw = Raw(daemon.endpoint)
     long_key = "s/" + "k" * 400  # too long for the read index: the replica-list path
     try:
         value = pattern(long_key, SIZE)
@@ -521,7 +495,7 @@ def test_stalled_reader_copies_what_it_was_promised(daemon):
 
 def test_killed_clients_leave_nothing_behind(daemon):
     """Item 6: SIGKILL after GET_REPLICA_LIST(pin), after PUT_START, after MOUNT_SEGMENT."""
-    raw = Raw(daemon.tcp)
+    raw = Raw(daemon.endpoint)
     try:
         assert raw.put("k/pinned", pattern("k/pinned", SIZE)) == OK
         before = raw.stats()
@@ -550,7 +524,7 @@ def test_killed_clients_leave_nothing_behind(daemon):
 def test_sigkill_at_each_step_releases_everything(daemon, step):
     """Item 6 and the dead-client rule: SIGKILL at each step of the same-machine protocols;
     whatever the process held is released, and every other object is intact."""
-    raw = Raw(daemon.tcp)
+    raw = Raw(daemon.endpoint)
     try:
         stored = {}
         for i in range(4):
@@ -601,9 +575,9 @@ def rss_bytes(pid):
 
 def test_too_many_value_bytes_in_one_request():
     """Item 11: the limit covers a request's value frames together, not one frame."""
-    d = Daemon("--max-value-size", "1MiB", "--max-request-bytes", "8MiB")
+    d = start_daemon("--max-value-size", "1MiB", "--max-request-bytes", "8MiB")
     try:
-        raw = Raw(d.tcp)
+        raw = Raw(d.endpoint)
         keys = ["big/%d" % i for i in range(40)]
         reply, _ = raw.call(pb.PUT, keys, [b"x" * (1 << 20)] * len(keys))
         assert reply.status == -602 and "--max-request-bytes" in reply.error
@@ -617,25 +591,27 @@ def test_too_many_value_bytes_in_one_request():
         raw.close()
     finally:
         d.stop()
-    d2 = Daemon("--max-keys", "100")
+        d.remove()
+    d2 = start_daemon("--max-keys", "100")
     try:
-        raw = Raw(d2.tcp)
+        raw = Raw(d2.endpoint)
         reply, _ = raw.call(pb.EXIST, too_many)
         assert reply.status == -600 and "--max-keys" in reply.error
         raw.close()
     finally:
         d2.stop()
+        d2.remove()
 
 
 def test_reply_amplification_costs_frames_not_copies(daemon):
     """Item 12: one 8000-byte key asked 100,000 times in one GET, the reply left unread."""
-    raw = Raw(daemon.tcp)
+    raw = Raw(daemon.endpoint)
     assert raw.put("amp/k", b"a" * 8000) == OK
     before = rss_bytes(daemon.proc.pid)
     sock = zmq.Context.instance().socket(zmq.DEALER)
     sock.linger = 0
     sock.rcvbuf = 4096
-    sock.connect(daemon.tcp)
+    sock.connect(daemon.endpoint)
     request = pb.Request(version=1, request_id=1, op=pb.GET, keys=[b"amp/k"] * 100000)
     sock.send(request.SerializeToString())
     time.sleep(1.5)
@@ -690,12 +666,12 @@ class SilentDealer:
 
 def test_a_client_that_never_reads_loses_its_connection_and_its_pins():
     """Item 13: GETs never read, a forced remove-all: the pinned space comes back."""
-    d = Daemon("--max-unread-bytes", "4MiB")
+    d = start_daemon("--max-unread-bytes", "4MiB")
     try:
-        raw = Raw(d.tcp)
+        raw = Raw(d.endpoint)
         value = pattern("nr", 2 << 20)
         assert raw.put("nr/k", value) == OK
-        silent = SilentDealer(d.tcp)
+        silent = SilentDealer(d.endpoint)
         # One reply of 16 MiB: far more than the kernel's socket buffers take off libzmq.
         for i in range(3):
             request = pb.Request(version=1, request_id=i + 1, op=pb.GET, keys=[b"nr/k"] * 8)
@@ -711,8 +687,9 @@ def test_a_client_that_never_reads_loses_its_connection_and_its_pins():
         silent.close()
         raw.close()
     finally:
-        log = d.stop()
-    assert "replies unread" in log
+        d.stop()
+    assert "replies unread" in d.log_text()
+    d.remove()
 
 
 if __name__ == "__main__" and len(sys.argv) == 3 and sys.argv[1] == "--agent":

@@ -17,12 +17,9 @@ Every wait is bounded; the daemons are killed in teardown.
 import json
 import os
 import random
-import shutil
-import signal
 import struct
 import subprocess
 import sys
-import tempfile
 import time
 
 import msgpack
@@ -34,76 +31,33 @@ def _wire_keys(keys):
     return [k.encode() if isinstance(k, str) else k for k in keys]
 
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.normpath(os.path.join(HERE, "..", ".."))
 TIMEOUT_MS = 10000
 
 
+from kvpool_daemon import Kvpoold  # noqa: E402
 from kvpool_test_pb import pb  # noqa: E402 (the generated protocol module)
-
-
-def bin_dir():
-    return os.environ.get("KVPOOL_BIN") or os.path.join(REPO, "build", "bin")
 
 
 # ---- the daemon --------------------------------------------------------------------------
 
-class Daemon:
+def start_daemon(lookup_args):
     """kvpoold with the given --lookup-* options: .endpoint, .admin (tcp), .admin_ipc."""
+    ipc = "ipc://@kvpool-lookup-test-%d-%d" % (os.getpid(), random.randrange(1 << 30))
+    d = Kvpoold("--segment-size", "64MiB", *lookup_args, admins=("tcp://127.0.0.1:*", ipc),
+                prefix="kvpool-lookup-test-")
+    assert d.admin_ipc == ipc
+    assert not d.admin.endswith(":*")
+    return d
 
-    def __init__(self, lookup_args):
-        self.dir = tempfile.mkdtemp(prefix="kvpool-lookup-test-")
-        self.ready = os.path.join(self.dir, "ready")
-        self.log_path = os.path.join(self.dir, "kvpoold.log")
-        ipc = "ipc://@kvpool-lookup-test-%d-%d" % (os.getpid(), random.randrange(1 << 30))
-        args = [os.path.join(bin_dir(), "kvpoold"),
-                "--endpoint", "tcp://127.0.0.1:*",
-                "--admin", "tcp://127.0.0.1:*", "--admin", ipc,
-                "--ready-file", self.ready, "--segment-size", "64MiB"] + list(lookup_args)
-        self.log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline and not os.path.exists(self.ready):
-            if self.proc.poll() is not None:
-                raise AssertionError("kvpoold exited (%s):\n%s" % (self.proc.returncode,
-                                                                  self.stop()))
-            time.sleep(0.02)
-        if not os.path.exists(self.ready):
-            raise AssertionError("kvpoold not ready after 15 s:\n" + self.stop())
-        endpoints, admins = [], []
-        with open(self.ready) as file:
-            for line in file:
-                name, _, value = line.strip().partition("=")
-                if name == "endpoint":
-                    endpoints.append(value)
-                elif name == "admin":
-                    admins.append(value)
-        self.endpoint = [e for e in endpoints if e.startswith("tcp://")][0]
-        self.admin = [a for a in admins if a.startswith("tcp://")][0]
-        self.admin_ipc = [a for a in admins if a.startswith("ipc://")][0]
-        assert self.admin_ipc == ipc
-        assert not self.admin.endswith(":*")
 
-    def log_text(self):
-        with open(self.log_path, "rb") as file:
-            return file.read()[-4000:].decode("utf-8", "replace")
-
-    def alive(self):
-        return self.proc.poll() is None
-
-    def stop(self):
-        """Stops the daemon; returns the tail of its log (the files are removed)."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        self.log.close()
-        text = self.log_text()
-        shutil.rmtree(self.dir, ignore_errors=True)
-        return text
+def stop_daemon(d):
+    """Stops the daemon; returns the tail of its log (the files are removed)."""
+    try:
+        d.stop(timeout=10)
+    finally:
+        text = d.log_text(4000)
+        d.remove()
+    return text
 
 
 MODEL = "lookup-test"
@@ -112,25 +66,25 @@ BLOCK = 16
 
 @pytest.fixture(scope="module")
 def daemon():
-    d = Daemon(["--lookup-model", MODEL, "--lookup-tp-size", "2",
+    d = start_daemon(["--lookup-model", MODEL, "--lookup-tp-size", "2",
                 "--lookup-block-size", str(BLOCK)])
     yield d
     alive = d.alive()
-    log = d.stop()
+    log = stop_daemon(d)
     assert alive, "kvpoold died during the tests:\n" + log
 
 
 @pytest.fixture(scope="module")
 def daemon_pp():
     """Another engine's key template, 2 tp x 2 pp ranks, pcp/dcp ranks, 4-token blocks."""
-    d = Daemon(["--lookup-model", "other",
+    d = start_daemon(["--lookup-model", "other",
                 "--lookup-key-template", "{model}/{hash}/tp{tp}/pp{pp}/c{pcp}d{dcp}",
                 "--lookup-tp-size", "2", "--lookup-pp-size", "2",
                 "--lookup-pcp-rank", "1", "--lookup-dcp-rank", "3",
                 "--lookup-block-size", "4"])
     yield d
     alive = d.alive()
-    log = d.stop()
+    log = stop_daemon(d)
     assert alive, "kvpoold died during the tests:\n" + log
 
 

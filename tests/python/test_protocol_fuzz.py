@@ -9,41 +9,15 @@ seeded, so a failure replays.
 Run by `make test` (cwd = repo root, KVPOOL_BIN = build/bin) with Debian's /usr/bin/python3.
 """
 
-import os
 import random
-import signal
-import subprocess
-import tempfile
 import time
 
 import zmq
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.normpath(os.path.join(HERE, "..", ".."))
+from kvpool_daemon import Kvpoold
+from kvpool_test_pb import pb  # the generated protocol module
+
 MESSAGES = 4000
-
-
-from kvpool_test_pb import pb  # noqa: E402 (the generated protocol module)
-
-
-def _start_daemon():
-    bin_dir = os.environ.get("KVPOOL_BIN") or os.path.join(REPO, "build", "bin")
-    ready = tempfile.mktemp(prefix="kvpool-fuzz-", suffix=".ready")
-    proc = subprocess.Popen([os.path.join(bin_dir, "kvpoold"), "--endpoint", "tcp://127.0.0.1:*",
-                             "--admin", "tcp://127.0.0.1:*", "--ready-file", ready,
-                             "--segment-size", "64MiB", "--max-value-size", "1MiB"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        if os.path.exists(ready):
-            with open(ready) as f:
-                lines = dict(line.strip().split("=", 1) for line in f if "=" in line)
-            if "endpoint" in lines:
-                return proc, lines["endpoint"]
-        assert proc.poll() is None, "kvpoold exited at start"
-        time.sleep(0.02)
-    proc.kill()
-    raise AssertionError("kvpoold not ready")
 
 
 def _valid_request(rng):
@@ -121,7 +95,11 @@ def _put_and_get(endpoint):
 
 
 def test_malformed_storm_leaves_the_daemon_serving():
-    proc, endpoint = _start_daemon()
+    daemon = Kvpoold("--segment-size", "64MiB", "--max-value-size", "1MiB",
+                     prefix="kvpool-fuzz-", start_timeout=10)
+    # The same-machine ipc endpoint: there every operation is allowed (tcp clients are refused
+    # the shared-memory ones before their handlers), so the storm reaches every handler.
+    proc, endpoint = daemon.proc, daemon.ipc
     try:
         rng = random.Random(20261122)
         ctx = zmq.Context.instance()
@@ -158,9 +136,7 @@ def test_malformed_storm_leaves_the_daemon_serving():
         _put_and_get(endpoint)
         assert proc.poll() is None
     finally:
-        proc.send_signal(signal.SIGTERM)
         try:
-            assert proc.wait(timeout=10) == 0, "kvpoold did not stop cleanly"
+            assert daemon.stop(timeout=10) == 0, "kvpoold did not stop cleanly"
         finally:
-            if proc.poll() is None:
-                proc.kill()
+            daemon.remove()

@@ -12,47 +12,24 @@ Raw frames over pyzmq with the kvpool_pb2 module that `make` generates; kvpoold 
 127.0.0.1. Run by `make test` with Debian's /usr/bin/python3.
 """
 
-import os
-import signal
-import subprocess
-import tempfile
 import threading
 import time
 
 import pytest
 import zmq
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.normpath(os.path.join(HERE, "..", ".."))
+from kvpool_daemon import Kvpoold
+from kvpool_test_pb import pb  # the generated protocol module
+
 MAX_REGEX_LEN = 30000          # the daemon's --max-regex-len here: 13,000 nested parens fit
 KEY_COUNT = 300
 BIG = 1 << 20                  # over the 64 KiB the api answers from its read index
 
 
-from kvpool_test_pb import pb  # noqa: E402 (the generated protocol module)
-
-
-class Daemon:
+class Daemon(Kvpoold):
     def __init__(self, *extra):
-        bin_dir = os.environ.get("KVPOOL_BIN") or os.path.join(REPO, "build", "bin")
-        self.ready = tempfile.mktemp(prefix="kvpool-regex-", suffix=".ready")
-        self.proc = subprocess.Popen(
-            [os.path.join(bin_dir, "kvpoold"), "--endpoint", "tcp://127.0.0.1:*",
-             "--admin", "tcp://127.0.0.1:*", "--ready-file", self.ready,
-             "--segment-size", "64MiB", "--max-value-size", "2MiB"] + list(extra),
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            if os.path.exists(self.ready):
-                with open(self.ready) as f:
-                    lines = dict(line.strip().split("=", 1) for line in f if "=" in line)
-                if "endpoint" in lines:
-                    self.endpoint = lines["endpoint"]
-                    return
-            assert self.proc.poll() is None, "kvpoold exited at start"
-            time.sleep(0.02)
-        self.proc.kill()
-        raise AssertionError("kvpoold not ready")
+        super().__init__("--segment-size", "64MiB", "--max-value-size", "2MiB", *extra,
+                         prefix="kvpool-regex-", start_timeout=20)
 
     def rss_kib(self):
         with open("/proc/%d/status" % self.proc.pid) as f:
@@ -60,17 +37,6 @@ class Daemon:
                 if line.startswith("VmRSS:"):
                     return int(line.split()[1])
         return 0
-
-    def stop(self, timeout=15):
-        """SIGTERM; returns the exit status (asserting it came within timeout)."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-            raise AssertionError("kvpoold did not stop within %d s" % timeout)
 
 
 class Client:
@@ -118,6 +84,7 @@ def daemon():
     d = Daemon("--max-regex-len", str(MAX_REGEX_LEN), "--regex-time-limit", "3000")
     yield d
     assert d.stop() == 0, "kvpoold did not stop cleanly"
+    d.remove()
 
 
 @pytest.fixture
@@ -283,6 +250,7 @@ def test_the_default_length_limit():
         c.close()
     finally:
         assert d.stop() == 0
+    d.remove()
 
 
 def test_stopping_while_a_regex_runs_is_clean():
@@ -299,9 +267,8 @@ def test_stopping_while_a_regex_runs_is_clean():
         time.sleep(0.3)
         start = time.monotonic()
         status = d.stop(timeout=30)
-        assert status == 0, d.proc.stderr.read().decode(errors="replace")[-2000:]
+        assert status == 0, d.log_text(2000)
         print("stopped in %.2f s" % (time.monotonic() - start))
         c.close()
     finally:
-        if d.proc.poll() is None:
-            d.proc.kill()
+        d.remove()
