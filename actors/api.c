@@ -17,8 +17,8 @@
     the segment a MOUNT names).
 
     Three kinds of jobs come through: clients' (answered with a Reply), in-process actors'
-    on the job socket (the lookup server's EXIST, RESET, STATS: answered by sending the job
-    back), and the node's own (KVP_OP_*: lease renewals of index reads, the segment listing
+    on the job socket (the lookup server's EXIST, TOUCH, RESET, STATS: answered by sending
+    the job back), and the node's own (KVP_OP_*: lease renewals of index reads, the segment listing
     for those reads, and the end of a client process that died).
 
     Threads: one. Memory: value frames of a PUT are released after the reply; a GET's values
@@ -211,7 +211,7 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
     zlistx_set_destructor (self->endpoints, (zlistx_destructor_fn *) zstr_free);
     if (config->endpoint_count == 0) {
         if (s_bind (self, KVP_DEFAULT_ENDPOINT) == 0)
-            s_bind (self, "ipc://@kvpool-50051");
+            s_bind (self, KVP_DEFAULT_IPC_ENDPOINT);
     }
     else
         for (size_t i = 0; i < config->endpoint_count && !self->bind_error[0]; i++)
@@ -227,6 +227,8 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
     self->jobs = zsock_new (ZMQ_ROUTER);
     assert (self->jobs);
     zsock_set_sndhwm (self->jobs, 0);
+    //  A job whose actor has gone fails to send, and is destroyed, instead of vanishing.
+    zsock_set_router_mandatory (self->jobs, 1);
     zsock_set_rcvhwm (self->jobs, 0);
     if (zsock_bind (self->jobs, "inproc://%s-jobs", config->instance) == -1 && !self->bind_error[0])
         snprintf (self->bind_error, sizeof self->bind_error, "cannot bind inproc://%s-jobs",

@@ -25,7 +25,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "kvpool.h"
+#include "protocol/contract.h"
 
 typedef enum {
     OPT_FLAG,
@@ -63,7 +63,7 @@ static const opt_t s_options[] = {
      .kind = OPT_LIST,
      FIELD (endpoints),
      .count_offset = OFF (endpoint_count),
-     .default_rule = KVPOOL_DEFAULT_ENDPOINT " and ipc://@kvpool-50051",
+     .default_rule = KVP_DEFAULT_ENDPOINT " and " KVP_DEFAULT_IPC_ENDPOINT,
      .help = "client endpoint to bind, repeatable: tcp:// or ipc://"},
     //  The lookup server binds the default when no --admin is given (lookup_server.c).
     {.name = "admin",
@@ -71,7 +71,7 @@ static const opt_t s_options[] = {
      .kind = OPT_LIST,
      FIELD (admin_endpoints),
      .count_offset = OFF (admin_endpoint_count),
-     .default_rule = KVPOOL_DEFAULT_ADMIN_ENDPOINT,
+     .default_rule = KVP_DEFAULT_ADMIN_ENDPOINT,
      .help = "lookup/reset admin endpoint, repeatable"},
     {.name = "ready-file",
      .arg = "PATH",
@@ -574,7 +574,7 @@ kvp_config_test (bool verbose)
     fclose (memory);
     assert (strstr (text, "--segment-size SIZE"));
     assert (strstr (text, "bytes per segment: 1073741824, 512MiB, 4GB, 1.5gb (default: 1GiB)"));
-    assert (strstr (text, "(default: " KVPOOL_DEFAULT_ADMIN_ENDPOINT ")"));
+    assert (strstr (text, "(default: " KVP_DEFAULT_ADMIN_ENDPOINT ")"));
     free (text);
     memory = open_memstream (&text, &text_size);
     assert (memory);

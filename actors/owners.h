@@ -4,8 +4,8 @@
     libzmq reads SO_PEERCRED when an ipc connection is accepted and reports it in each
     message's "Peer-Address" property as "localhost:<uid>:<gid>:<pid>". A tcp peer's property
     is its numeric address, which never starts with "localhost", so a remote client cannot
-    pass for a local one. Messages from in-process clients (the lookup server over inproc)
-    carry no property at all.
+    pass for a local one. Messages from in-process clients (a kvpool_t over
+    inproc://<instance>-api, as the tests use) carry no property at all.
 
     Reservations, read pins and mounted memory belong to an owner: one record per client
     process, with an id that is never reused. The record holds a pidfd, so the death of that
@@ -24,7 +24,7 @@
 #include <sys/types.h>
 
 typedef enum {
-    PEER_INPROC = 0, //  an in-process client: no credentials, trusted (the lookup server)
+    PEER_INPROC = 0, //  an in-process client: no credentials, trusted (the node's own code)
     PEER_LOCAL,      //  an ipc client: the kernel's uid, gid and pid
     PEER_REMOTE      //  tcp: reaches only whole values
 } peer_kind_t;

@@ -88,7 +88,7 @@ typedef struct {
 
 typedef struct {
     zsock_t *pipe;
-    zsock_t *router;    //  jobs from the api and the lookup server
+    zsock_t *router;    //  jobs, all routed by the api
     zsock_t *allocator; //  frees go here
     const kvp_config_t *config;
     zhashx_t *objects;  //  key -> kvp_object_t

@@ -16,6 +16,7 @@
 //  the two agree).
 #define KVP_PROTOCOL_VERSION 1
 #define KVP_DEFAULT_ENDPOINT "tcp://127.0.0.1:50051"
+#define KVP_DEFAULT_IPC_ENDPOINT "ipc://@kvpool-50051"
 #define KVP_DEFAULT_ADMIN_ENDPOINT "tcp://127.0.0.1:50052"
 
 //  A reader renews the lease of a key it read from the read index itself at most this often
