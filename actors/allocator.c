@@ -19,6 +19,7 @@
 #include "actors/allocator.h"
 
 #include <pthread.h>
+#include <sys/mman.h>
 
 #include "shm/segment.h"
 #include "alloc/segment_arena.h"
@@ -308,9 +309,32 @@ s_segments (self_t *self, kvp_job_t *job)
         info->size = segment_size (seg->segment);
         info->used = segment_arena_allocated (seg->arena);
         snprintf (info->owner, sizeof info->owner, "%s", seg->owner);
-        info->base = segment_base (seg->segment);
         segment_identity (seg->segment, &info->device, &info->inode);
     }
+}
+
+//  The segments a client process mounted, to be unmounted now that it is gone (owners.h).
+static void
+s_owner_segments (self_t *self, kvp_job_t *job)
+{
+    free (job->segments);
+    job->segments = NULL;
+    job->segment_count = 0;
+    size_t n = 0;
+    for (seg_t *seg = (seg_t *) zlistx_first (self->segments); seg;
+         seg = (seg_t *) zlistx_next (self->segments))
+        n += job->owner && streq (seg->owner, job->owner);
+    if (n == 0)
+        return;
+    job->segments = (kvp_segment_info_t *) zmalloc (n * sizeof (kvp_segment_info_t));
+    for (seg_t *seg = (seg_t *) zlistx_first (self->segments); seg;
+         seg = (seg_t *) zlistx_next (self->segments))
+        if (streq (seg->owner, job->owner)) {
+            kvp_segment_info_t *info = &job->segments[job->segment_count++];
+            info->id = seg->id;
+            snprintf (info->name, sizeof info->name, "%s", segment_name (seg->segment));
+            snprintf (info->owner, sizeof info->owner, "%s", seg->owner);
+        }
 }
 
 static void
@@ -374,6 +398,11 @@ s_unmount_finish (self_t *self, seg_t *seg, int64_t now)
     zframe_t *reply_to = seg->unmount_reply_to;
     seg->unmount_reply_to = NULL;
     if (empty) {
+        //  A segment whose owner died: nobody else will unlink its name (one made with
+        //  shm_open; a memfd goes with its last descriptor).
+        const char *name = segment_name (seg->segment);
+        if (job->orphan && !segment_name_is_fd (name) && shm_unlink (name) == 0)
+            zsys_info ("allocator: unlinked %s, left by a client that died", name);
         //  Position the list cursor on seg and delete it there.
         for (seg_t *it = (seg_t *) zlistx_first (self->segments); it;
              it = (seg_t *) zlistx_next (self->segments))
@@ -473,6 +502,7 @@ s_handle_job (self_t *self, kvp_job_t *job, zframe_t **reply_to_p)
         case KVP_AL_MOUNT: s_mount (self, job); break;
         case KVP_AL_UNMOUNT_CHECK: s_unmount_check (self, job); break;
         case KVP_AL_UNMOUNT: return s_unmount (self, job, reply_to_p);
+        case KVP_AL_OWNER_SEGMENTS: s_owner_segments (self, job); break;
         default:
             kvp_job_fail (job, KVPOOL_INTERNAL_ERROR, "allocator: job kind %d", job->kind);
             break;
@@ -662,6 +692,16 @@ allocator_test (bool verbose)
     s_test_call (al, check);
     assert (check->status == KVPOOL_OK);
     kvp_job_destroy (&check);
+    //  When its owner dies, the allocator names the segments to unmount: only its own.
+    kvp_job_t *orphans = kvp_job_new (KVP_AL_OWNER_SEGMENTS, 0);
+    orphans->owner = "pid:1";
+    s_test_call (al, orphans);
+    assert (orphans->segment_count == 1 && orphans->segments[0].id == 4);
+    assert (streq (orphans->segments[0].name, name));
+    orphans->owner = "pid:2/9";
+    s_test_call (al, orphans);
+    assert (orphans->segment_count == 0);
+    kvp_job_destroy (&orphans);
     kvp_job_t *unmount = kvp_job_new (KVP_AL_UNMOUNT, 0);
     unmount->segment_id = 4;
     assert (kvp_job_send (al, unmount) == 0);

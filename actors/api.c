@@ -10,11 +10,20 @@
 
     A request becomes one kvp_job_t (context: api_ctx_t holding the routing id, the decoded
     Request and the value frames, so key and value pointers in the job stay valid until the
-    reply). s_next_stage() is the whole routing table: given the operation and the stage just
-    finished, it names the next actor, or the reply.
+    reply). What the api does with it comes from the operation's row in messages/ops.h: the
+    checks (what the request must carry, who may send it), the stages it walks (each stage
+    is a job kind, each kind one actor's), and the reply fields it fills. There is no
+    per-operation code here beyond the options a row cannot say (put options, TOUCH's lease,
+    the segment a MOUNT names).
+
+    Three kinds of jobs come through: clients' (answered with a Reply), in-process actors'
+    on the job socket (the lookup server's EXIST, RESET, STATS: answered by sending the job
+    back), and the node's own (KVP_OP_*: lease renewals of index reads, the segment listing
+    for those reads, and the end of a client process that died).
 
     Threads: one. Memory: value frames of a PUT are released after the reply; a GET's values
-    are pinned objects handed to ZeroMQ with a free callback (kvp_object_unpin_cb).
+    are pinned objects handed to ZeroMQ with a free callback (kvp_object_unpin_cb); reply
+    arrays live in the request's arena.
 */
 #include "actors/api.h"
 
@@ -36,6 +45,9 @@
 #include "actors/spin_poll.h"
 #include "actors/transfer_submitter.h"
 #include "messages/kvp_job.h"
+#include "messages/arena.h"
+#include "messages/ops.h"
+#include "messages/reply.h"
 #include "protocol/kvpool.pb-c.h"
 #include "messages/request_check.h"
 #include "shm/shm_index.h"
@@ -57,77 +69,23 @@
 //  While jobs are out at the actors, wait this long for their replies before sleeping.
 #define SPIN_US 50
 
-//  The decoded Request lives in a bump arena: protobuf-c would otherwise make one malloc per
-//  key (1000 for a 1000-key EXIST) and as many frees; the arena is a chunk or two, freed at
-//  once with the request.
-typedef struct _arena_chunk_t {
-    struct _arena_chunk_t *next;
-    size_t used, size;
-    max_align_t data[];
-} arena_chunk_t;
-
 typedef struct {
     zframe_t *routing_id;
-    bool envelope;  //  REQ client: replies need the empty delimiter
-    peer_t peer;    //  who sent it, by the kernel's word (owners.h)
-    int fd;         //  the socket it came on (ZMQ_SRCFD), -1 for inproc
-    owner_t *owner; //  the sending process's record, for requests that need one
-    Kvpool__V1__Request *request;
+    bool envelope;       //  REQ client: replies need the empty delimiter
+    peer_t peer;         //  who sent it, by the kernel's word (owners.h)
+    int fd;              //  the socket it came on (ZMQ_SRCFD), -1 for inproc
+    owner_t *owner;      //  the sending process's record, for requests that need one
+    bool from_jobs;      //  an in-process actor's job (the job socket): answered with the job
+    const kvp_op_t *row; //  the operation's row (messages/ops.h)
+    Kvpool__V1__Request *request; //  NULL for a job from an in-process actor
     zmsg_t *values;
-    arena_chunk_t *arena;
-    ProtobufCAllocator allocator;
+    arena_t arena; //  the decoded Request, the keys, the reply's arrays (arena.h)
 } api_ctx_t;
-
-static void *
-s_arena_alloc (void *data, size_t size)
-{
-    api_ctx_t *ctx = (api_ctx_t *) data;
-    size = (size + sizeof (max_align_t) - 1) & ~(sizeof (max_align_t) - 1);
-    arena_chunk_t *chunk = ctx->arena;
-    if (!chunk || chunk->used + size > chunk->size) {
-        size_t capacity = chunk ? chunk->size * 2 : 16384;
-        if (capacity < size)
-            capacity = size;
-        chunk = (arena_chunk_t *) malloc (sizeof (arena_chunk_t) + capacity);
-        if (!chunk)
-            return NULL;
-        chunk->next = ctx->arena;
-        chunk->used = 0;
-        chunk->size = capacity;
-        ctx->arena = chunk;
-    }
-    void *block = (char *) chunk->data + chunk->used;
-    chunk->used += size;
-    return block;
-}
-
-static void
-s_arena_free (void *data, void *block)
-{
-    //  Everything goes at once in s_ctx_destroy.
-    (void) data;
-    (void) block;
-}
-
-//  Sizes the first chunk for a request of frame_size bytes, so most requests need one.
-static void
-s_arena_prepare (api_ctx_t *ctx, size_t frame_size)
-{
-    ctx->allocator.alloc = s_arena_alloc;
-    ctx->allocator.free = s_arena_free;
-    ctx->allocator.allocator_data = ctx;
-    size_t capacity = 2 * frame_size + 4096;
-    ctx->arena = (arena_chunk_t *) malloc (sizeof (arena_chunk_t) + capacity);
-    if (ctx->arena) {
-        ctx->arena->next = NULL;
-        ctx->arena->used = 0;
-        ctx->arena->size = capacity;
-    }
-}
 
 typedef struct {
     zsock_t *pipe;
     zsock_t *router;
+    zsock_t *jobs; //  jobs of in-process actors (inproc://<instance>-jobs)
     zsock_t *rm, *al, *tx;
     zpoller_t *poller;
     const kvp_config_t *config;
@@ -150,7 +108,8 @@ typedef struct {
     zlistx_t *held;             //  puts that arrived during a reset
     bool reset_running;
     bool draining;
-    int64_t next_owner_check;
+    bool map_due;             //  the segments changed: list them for the index reads
+    int64_t next_owner_check; //  dead clients reaped, unread bytes swept
     uint64_t requests, errors, dropped, resets_done;
     bool terminated;
 } self_t;
@@ -164,11 +123,7 @@ s_ctx_destroy (api_ctx_t **ctx_p)
     zframe_destroy (&ctx->routing_id);
     if (ctx->owner)
         ctx->owner->jobs_out--;
-    while (ctx->arena) {
-        arena_chunk_t *next = ctx->arena->next;
-        free (ctx->arena);
-        ctx->arena = next;
-    }
+    arena_fini (&ctx->arena);
     zmsg_destroy (&ctx->values);
     free (ctx);
     *ctx_p = NULL;
@@ -269,6 +224,13 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
     snprintf (inproc, sizeof inproc, "inproc://%s-api", config->instance);
     if (zsock_bind (self->router, "%s", inproc) == -1 && !self->bind_error[0])
         snprintf (self->bind_error, sizeof self->bind_error, "cannot bind %s", inproc);
+    self->jobs = zsock_new (ZMQ_ROUTER);
+    assert (self->jobs);
+    zsock_set_sndhwm (self->jobs, 0);
+    zsock_set_rcvhwm (self->jobs, 0);
+    if (zsock_bind (self->jobs, "inproc://%s-jobs", config->instance) == -1 && !self->bind_error[0])
+        snprintf (self->bind_error, sizeof self->bind_error, "cannot bind inproc://%s-jobs",
+                  config->instance);
     self->resets = zlistx_new ();
     self->held = zlistx_new ();
     kvp_boot_id (self->host_id, sizeof self->host_id);
@@ -279,8 +241,9 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
     }
     self->started = zclock_mono ();
     //  The first listing of the segments at once: index reads need the mappings.
-    self->next_owner_check = self->started;
-    self->poller = zpoller_new (pipe, self->router, self->rm, self->al, self->tx, NULL);
+    self->map_due = true;
+    self->next_owner_check = self->started + OWNER_CHECK_INTERVAL_MS;
+    self->poller = zpoller_new (pipe, self->router, self->jobs, self->rm, self->al, self->tx, NULL);
     self->guard =
         conn_guard_new (self->router, self->endpoints, config->max_connections, config->instance);
     if (self->guard)
@@ -315,6 +278,7 @@ s_self_destroy (self_t **self_p)
         zsys_warning ("api: reply frames still held by libzmq at exit");
     connections_destroy (&self->connections);
     zsock_destroy (&self->router);
+    zsock_destroy (&self->jobs);
     zsock_destroy (&self->rm);
     zsock_destroy (&self->al);
     zsock_destroy (&self->tx);
@@ -429,30 +393,28 @@ s_send_values (self_t *self, kvp_job_t *job)
     reply_frames_done (&frames, used);
 }
 
-//  The replica-manager and the allocator filled their counters; the api adds its own, then
-//  every field goes into the reply.
+//  Completes the statistics the replica-manager and the allocator filled with the api's own
+//  counters.
 static void
-s_fill_stats (self_t *self, kvp_job_t *job, Kvpool__V1__Stats *stats)
+s_complete_stats (self_t *self, kvp_stats_t *stats)
 {
-    kvp_stats_t *from = &job->stats;
-    from->utilisation = from->bytes_mounted ? (double) from->bytes_stored / from->bytes_mounted : 0;
-    from->requests = self->requests;
-    from->errors = self->errors;
-    from->dropped_requests = self->dropped;
+    stats->utilisation =
+        stats->bytes_mounted ? (double) stats->bytes_stored / stats->bytes_mounted : 0;
+    stats->requests = self->requests;
+    stats->errors = self->errors;
+    stats->dropped_requests = self->dropped;
     //  Reads answered from the index, by the api or by same-machine clients themselves, are
     //  gets and hits too.
-    from->index_gets = (self->reads ? index_reads_gets (self->reads) : 0) + self->client_index_gets;
-    from->gets += from->index_gets;
-    from->get_hits += from->index_gets;
-    from->max_key_len = self->config->max_key_len;
-    from->max_value_size = self->config->max_value_size;
-    from->lease_ttl_ms = self->config->lease_ttl_ms;
-    from->uptime_ms = (uint64_t) (zclock_mono () - self->started);
-    from->transfer_workers = self->config->workers;
-    from->resets = self->resets_done;
-#define API_STATS_COPY(type, name, text) stats->name = from->name;
-    KVPOOL_STATS_FIELDS (API_STATS_COPY)
-#undef API_STATS_COPY
+    stats->index_gets =
+        (self->reads ? index_reads_gets (self->reads) : 0) + self->client_index_gets;
+    stats->gets += stats->index_gets;
+    stats->get_hits += stats->index_gets;
+    stats->max_key_len = self->config->max_key_len;
+    stats->max_value_size = self->config->max_value_size;
+    stats->lease_ttl_ms = self->config->lease_ttl_ms;
+    stats->uptime_ms = (uint64_t) (zclock_mono () - self->started);
+    stats->transfer_workers = self->config->workers;
+    stats->resets = self->resets_done;
 }
 
 //  Sends values copied out of the read index as a GET's value frames, or drops them when
@@ -466,224 +428,60 @@ s_send_copies (self_t *self, zmq_msg_t *copies, size_t count, bool send)
             zmq_msg_close (&copies[i]);
 }
 
-//  Answers a finished job and destroys it. A GET's values come from the job's pinned
-//  objects, or from copies (count of them) when the api read them from the index.
+//  Answers a finished client job and destroys it. A GET's values come from the job's pinned
+//  objects, or from copies (count of them) when the api read them from the index. What the
+//  reply carries is what the operation's row fills (messages/ops.h); its arrays live in the
+//  request's arena, which goes with the request.
 static void
 s_reply (self_t *self, kvp_job_t **job_p, zmq_msg_t *copies)
 {
     kvp_job_t *job = *job_p;
     api_ctx_t *ctx = (api_ctx_t *) job->context;
+    const kvp_op_t *row = ctx->row;
     Kvpool__V1__Request *request = ctx->request;
     Kvpool__V1__Reply reply = KVPOOL__V1__REPLY__INIT;
+    Kvpool__V1__Stats stats = KVPOOL__V1__STATS__INIT;
     reply.version = KVP_PROTOCOL_VERSION;
     reply.request_id = request->request_id;
     reply.op = request->op;
     reply.status = job->status;
     reply.error = job->error;
-
-    size_t n = job->count;
-    int32_t *statuses = NULL;
-    uint64_t *sizes = NULL;
-    Kvpool__V1__KeyReplicas *key_replicas = NULL, **key_replica_ptrs = NULL;
-    Kvpool__V1__Replica *replicas = NULL, **replica_ptrs = NULL;
-    Kvpool__V1__Segment *segments = NULL, **segment_ptrs = NULL;
-    Kvpool__V1__Stats stats = KVPOOL__V1__STATS__INIT;
-    int op = request->op;
-
-    if (n) {
-        statuses = (int32_t *) malloc (n * sizeof (int32_t));
-        for (size_t i = 0; i < n; i++)
-            statuses[i] = job->status != KVPOOL_OK ? job->status : job->items[i].status;
-        reply.n_statuses = n;
-        reply.statuses = statuses;
+    reply.count = job->result_count;
+    if (reply_encode (&ctx->arena, row, job, &reply) != 0) {
+        reply.status = kvp_job_fail (job, KVPOOL_INTERNAL_ERROR, "out of memory for the reply");
+        reply.n_statuses = reply.n_sizes = reply.n_replicas = reply.n_segments = 0;
     }
-    if (op == KVPOOL__V1__OP__GET || op == KVPOOL__V1__OP__GET_SIZE
-        || op == KVPOOL__V1__OP__GET_REPLICA_LIST) {
-        sizes = (uint64_t *) malloc ((n ? n : 1) * sizeof (uint64_t));
-        for (size_t i = 0; i < n; i++)
-            sizes[i] = job->items[i].status == KVPOOL_OK ? job->items[i].size : 0;
-        reply.n_sizes = n;
-        reply.sizes = sizes;
-    }
-    if (op == KVPOOL__V1__OP__PUT_START || op == KVPOOL__V1__OP__GET_REPLICA_LIST) {
-        size_t total = 0;
-        for (size_t i = 0; i < n; i++)
-            if (job->items[i].status == KVPOOL_OK)
-                total += job->items[i].replica_count;
-        key_replicas = (Kvpool__V1__KeyReplicas *) malloc ((n ? n : 1) * sizeof *key_replicas);
-        key_replica_ptrs = (Kvpool__V1__KeyReplicas **) malloc ((n ? n : 1) * sizeof (void *));
-        replicas = (Kvpool__V1__Replica *) malloc ((total ? total : 1) * sizeof *replicas);
-        replica_ptrs = (Kvpool__V1__Replica **) malloc ((total ? total : 1) * sizeof (void *));
-        size_t next = 0;
-        for (size_t i = 0; i < n; i++) {
-            kvpool__v1__key_replicas__init (&key_replicas[i]);
-            key_replica_ptrs[i] = &key_replicas[i];
-            kvp_item_t *item = &job->items[i];
-            if (item->status != KVPOOL_OK)
-                continue;
-            key_replicas[i].replicas = &replica_ptrs[next];
-            key_replicas[i].n_replicas = item->replica_count;
-            for (uint32_t r = 0; r < item->replica_count; r++, next++) {
-                kvpool__v1__replica__init (&replicas[next]);
-                replicas[next].segment_id = item->replicas[r].segment_id;
-                replicas[next].offset = item->replicas[r].offset;
-                replica_ptrs[next] = &replicas[next];
-            }
-        }
-        reply.n_replicas = n;
-        reply.replicas = key_replica_ptrs;
-    }
-    if (job->segment_count) {
-        segments = (Kvpool__V1__Segment *) malloc (job->segment_count * sizeof *segments);
-        segment_ptrs = (Kvpool__V1__Segment **) malloc (job->segment_count * sizeof (void *));
-        for (size_t i = 0; i < job->segment_count; i++) {
-            kvpool__v1__segment__init (&segments[i]);
-            segments[i].id = job->segments[i].id;
-            segments[i].name = job->segments[i].name;
-            segments[i].size = job->segments[i].size;
-            segments[i].used = job->segments[i].used;
-            segments[i].owner = job->segments[i].owner;
-            segments[i].device = job->segments[i].device;
-            segments[i].inode = job->segments[i].inode;
-            segment_ptrs[i] = &segments[i];
-        }
-        reply.n_segments = job->segment_count;
-        reply.segments = segment_ptrs;
-    }
-    else if (op == KVPOOL__V1__OP__MOUNT_SEGMENT && job->status == KVPOOL_OK) {
-        segments = (Kvpool__V1__Segment *) malloc (sizeof *segments);
-        segment_ptrs = (Kvpool__V1__Segment **) malloc (sizeof (void *));
-        kvpool__v1__segment__init (segments);
-        segments->id = job->segment_id;
-        segments->name = (char *) job->segment_name;
-        segments->size = job->segment_size;
-        segments->owner = (char *) (job->owner ? job->owner : "");
-        segment_ptrs[0] = segments;
-        reply.n_segments = 1;
-        reply.segments = segment_ptrs;
-    }
-    if (op == KVPOOL__V1__OP__SEGMENTS) {
+    if (row->fills & REPLY_NODE) {
         reply.host_id = self->host_id;
         reply.server_id = self->server_id;
         reply.index_name = self->index_name;
         reply.local_endpoint = self->local_endpoint;
     }
-    if (op == KVPOOL__V1__OP__STATS) {
-        s_fill_stats (self, job, &stats);
+    if (row->fills & REPLY_STATS) {
+        s_complete_stats (self, &job->stats);
+        reply_stats (&job->stats, &stats);
         reply.stats = &stats;
     }
-    reply.count = job->result_count;
-
-    bool values = op == KVPOOL__V1__OP__GET && job->status == KVPOOL_OK && n > 0;
+    bool values = (row->fills & REPLY_VALUES) && reply.status == KVPOOL_OK && job->count > 0;
     bool sent = s_send_header (self, ctx, &reply, values) == 0;
     if (copies)
-        s_send_copies (self, copies, n, sent && values);
+        s_send_copies (self, copies, job->count, sent && values);
     else if (sent && values)
         s_send_values (self, job);
     else
         s_unpin_items (job);
     if (self->config->verbose)
-        zsys_info ("api: request %llu op %d: %d keys, status %s",
-                   (unsigned long long) request->request_id, op, (int) n,
+        zsys_info ("api: request %llu %s: %zu keys, status %s",
+                   (unsigned long long) request->request_id, row->name, job->count,
                    kvp_status_name (job->status));
-
-    free (statuses);
-    free (sizes);
-    free (key_replicas);
-    free (key_replica_ptrs);
-    free (replicas);
-    free (replica_ptrs);
-    free (segments);
-    free (segment_ptrs);
     s_ctx_destroy (&ctx);
     kvp_job_destroy (job_p);
 }
 
 //  ---- routing -----------------------------------------------------------------------
 
-static bool
-s_is_write (int op)
-{
-    return op == KVPOOL__V1__OP__PUT || op == KVPOOL__V1__OP__PUT_START;
-}
-
-static bool
-s_any_ok (kvp_job_t *job)
-{
-    for (size_t i = 0; i < job->count; i++)
-        if (job->items[i].status == KVPOOL_OK)
-            return true;
-    return false;
-}
-
-static bool
-s_any_reserved (kvp_job_t *job)
-{
-    for (size_t i = 0; i < job->count; i++)
-        if (job->items[i].object_id)
-            return true;
-    return false;
-}
-
-//  The routing table: the stage after `done` for this operation, or KVP_JOB_NONE to reply.
-static kvp_job_kind_t
-s_next_stage (kvp_job_t *job, kvp_job_kind_t done)
-{
-    if (job->status != KVPOOL_OK)
-        return KVP_JOB_NONE;
-    switch (job->op) {
-        case KVPOOL__V1__OP__PUT:
-            //  Place, write, then insert the objects committed in one step: nobody can see
-            //  a key before its bytes are in. (A put of an existing key is refused by the
-            //  insert, its space freed.)
-            if (done == KVP_JOB_NONE)
-                return s_any_ok (job) ? KVP_AL_ALLOC : KVP_JOB_NONE;
-            if (done == KVP_AL_ALLOC)
-                return s_any_ok (job) ? KVP_TX_WRITE : KVP_JOB_NONE;
-            return done == KVP_TX_WRITE ? KVP_RM_INSERT : KVP_JOB_NONE;
-        case KVPOOL__V1__OP__PUT_START:
-            //  Reserve (the key stays invisible), place, and record where the client is to
-            //  write; its PUT_END commits.
-            if (done == KVP_JOB_NONE)
-                return KVP_RM_RESERVE;
-            if (!s_any_reserved (job))
-                return KVP_JOB_NONE;
-            if (done == KVP_RM_RESERVE)
-                return KVP_AL_ALLOC;
-            return done == KVP_AL_ALLOC ? KVP_RM_BIND : KVP_JOB_NONE;
-        case KVPOOL__V1__OP__GET: return done == KVP_JOB_NONE ? KVP_RM_GET : KVP_JOB_NONE;
-        case KVPOOL__V1__OP__EXIST: return done == KVP_JOB_NONE ? KVP_RM_EXIST : KVP_JOB_NONE;
-        case KVPOOL__V1__OP__TOUCH:
-            return done == KVP_JOB_NONE && job->count ? KVP_RM_TOUCH : KVP_JOB_NONE;
-        case KVPOOL__V1__OP__GET_SIZE: return done == KVP_JOB_NONE ? KVP_RM_GET_SIZE : KVP_JOB_NONE;
-        case KVPOOL__V1__OP__GET_REPLICA_LIST:
-            return done == KVP_JOB_NONE ? KVP_RM_REPLICA_LIST : KVP_JOB_NONE;
-        case KVPOOL__V1__OP__RELEASE: return done == KVP_JOB_NONE ? KVP_RM_RELEASE : KVP_JOB_NONE;
-        case KVPOOL__V1__OP__PUT_END: return done == KVP_JOB_NONE ? KVP_RM_COMMIT : KVP_JOB_NONE;
-        case KVPOOL__V1__OP__PUT_REVOKE: return done == KVP_JOB_NONE ? KVP_RM_REVOKE : KVP_JOB_NONE;
-        case KVPOOL__V1__OP__REMOVE: return done == KVP_JOB_NONE ? KVP_RM_REMOVE : KVP_JOB_NONE;
-        case KVPOOL__V1__OP__REMOVE_BY_REGEX:
-            return done == KVP_JOB_NONE ? KVP_RM_REMOVE_REGEX : KVP_JOB_NONE;
-        case KVPOOL__V1__OP__REMOVE_ALL:
-        case KVPOOL__V1__OP__RESET: return done == KVP_JOB_NONE ? KVP_RM_REMOVE_ALL : KVP_JOB_NONE;
-        case KVPOOL__V1__OP__STATS:
-            return done == KVP_JOB_NONE   ? KVP_RM_STATS
-                   : done == KVP_RM_STATS ? KVP_AL_STATS
-                                          : KVP_JOB_NONE;
-        case KVPOOL__V1__OP__SEGMENTS: return done == KVP_JOB_NONE ? KVP_AL_SEGMENTS : KVP_JOB_NONE;
-        case KVPOOL__V1__OP__MOUNT_SEGMENT:
-            return done == KVP_JOB_NONE ? KVP_AL_MOUNT : KVP_JOB_NONE;
-        case KVPOOL__V1__OP__UNMOUNT_SEGMENT:
-            //  Who may unmount it is checked before any object on it is removed.
-            return done == KVP_JOB_NONE            ? KVP_AL_UNMOUNT_CHECK
-                   : done == KVP_AL_UNMOUNT_CHECK  ? KVP_RM_REMOVE_SEGMENT
-                   : done == KVP_RM_REMOVE_SEGMENT ? KVP_AL_UNMOUNT
-                                                   : KVP_JOB_NONE;
-        default: return KVP_JOB_NONE;
-    }
-}
-
 static void s_start_reset (self_t *self);
+static void s_node_job_done (self_t *self, kvp_job_t *job);
 
 //  Hands the keys read from the index to the replica-manager for their lease renewal.
 static void
@@ -700,29 +498,59 @@ s_send_touches (self_t *self)
         kvp_job_destroy (&touch);
 }
 
-//  Sends the job to its next stage, or answers it.
+static zsock_t *
+s_actor_socket (self_t *self, kvp_job_kind_t kind)
+{
+    switch (kvp_job_kind_actor (kind)) {
+        case KVP_ACTOR_RM: return self->rm;
+        case KVP_ACTOR_AL: return self->al;
+        case KVP_ACTOR_TX: return self->tx;
+        default: assert (false); return NULL;
+    }
+}
+
+//  A job is done: answers its client (over the client socket, or the job socket for an
+//  in-process actor), or finishes the node's own work.
+static void
+s_finish (self_t *self, kvp_job_t *job)
+{
+    api_ctx_t *ctx = (api_ctx_t *) job->context;
+    if (!ctx)
+        s_node_job_done (self, job);
+    else if (ctx->from_jobs) {
+        if (ctx->row->fills & REPLY_STATS)
+            s_complete_stats (self, &job->stats);
+        job->context = NULL;
+        zframe_t *routing_id = ctx->routing_id;
+        ctx->routing_id = NULL;
+        if (kvp_job_reply (self->jobs, &routing_id, job) != 0) {
+            zframe_destroy (&routing_id);
+            kvp_job_destroy (&job);
+        }
+        s_ctx_destroy (&ctx);
+    }
+    else
+        s_reply (self, &job, NULL);
+}
+
+//  Sends the job to the next stage of its operation, or answers it.
 static void
 s_advance (self_t *self, kvp_job_t *job, kvp_job_kind_t done)
 {
-    kvp_job_kind_t next = s_next_stage (job, done);
+    const kvp_op_t *row = kvp_op (job->op);
+    assert (row); //  jobs are made only for operations the table has
+    kvp_job_kind_t next = kvp_op_next_stage (row, job, done);
     if (next == KVP_JOB_NONE) {
-        bool write = s_is_write (job->op) && done != KVP_JOB_NONE;
-        bool reset = job->op == KVPOOL__V1__OP__RESET;
-        if (reset) {
+        bool write = (row->flags & OP_WRITE) && done != KVP_JOB_NONE;
+        bool drain = (row->flags & OP_DRAIN) != 0;
+        if (drain) {
             self->resets_done++;
             self->reset_running = false;
         }
-        if (job->context)
-            s_reply (self, &job, NULL);
-        else {
-            if (job->op == KVPOOL__V1__OP__UNMOUNT_SEGMENT && job->status == KVPOOL_OK
-                && job->segment_count == 1 && !segment_name_is_fd (job->segments[0].name))
-                shm_unlink (job->segments[0].name);
-            kvp_job_destroy (&job);
-        }
+        s_finish (self, job);
         if (write)
             self->writes_in_flight--;
-        if (reset || write)
+        if (drain || write)
             s_start_reset (self);
         return;
     }
@@ -733,14 +561,12 @@ s_advance (self_t *self, kvp_job_t *job, kvp_job_kind_t done)
         s_advance (self, job, KVP_TX_WRITE);
         return;
     }
-    zsock_t *target = next <= KVP_RM_STATS     ? self->rm
-                      : next <= KVP_AL_UNMOUNT ? self->al
-                                               : self->tx;
+    zsock_t *target = s_actor_socket (self, next);
     //  Lease renewals of reads already answered go first: the replica-manager works in
     //  order, so this job (a remove, say) sees those leases.
     if (target == self->rm)
         s_send_touches (self);
-    if (done == KVP_JOB_NONE && s_is_write (job->op))
+    if (done == KVP_JOB_NONE && (row->flags & OP_WRITE))
         self->writes_in_flight++;
     if (kvp_job_send (target, job) == 0)
         self->in_flight++;
@@ -777,24 +603,22 @@ s_resetting (self_t *self)
     return self->reset_running || zlistx_size (self->resets) > 0;
 }
 
-//  ---- requests ----------------------------------------------------------------------
-
-//  Operations on the node's shared memory: served only to clients that share it, on the
-//  ipc endpoint, and tied to the process that asked (docs/security.md).
-static bool
-s_op_is_local (int op)
+//  Starts a job: a reset waits for the writes in flight, a write waits for the resets.
+static void
+s_start (self_t *self, kvp_job_t *job)
 {
-    switch (op) {
-        case KVPOOL__V1__OP__PUT_START:
-        case KVPOOL__V1__OP__PUT_END:
-        case KVPOOL__V1__OP__PUT_REVOKE:
-        case KVPOOL__V1__OP__GET_REPLICA_LIST:
-        case KVPOOL__V1__OP__RELEASE:
-        case KVPOOL__V1__OP__MOUNT_SEGMENT:
-        case KVPOOL__V1__OP__UNMOUNT_SEGMENT: return true;
-        default: return false;
+    const kvp_op_t *row = kvp_op (job->op);
+    if (row->flags & OP_DRAIN) {
+        zlistx_add_end (self->resets, job);
+        s_start_reset (self);
     }
+    else if ((row->flags & OP_WRITE) && s_resetting (self))
+        zlistx_add_end (self->held, job);
+    else
+        s_advance (self, job, KVP_JOB_NONE);
 }
+
+//  ---- requests ----------------------------------------------------------------------
 
 //  An ipc client of the node's own user, root, or the --group the node was given.
 static bool
@@ -810,20 +634,20 @@ static int
 s_authorize (self_t *self, api_ctx_t *ctx, char *reason, size_t size)
 {
     Kvpool__V1__Request *request = ctx->request;
-    int op = request->op;
+    unsigned flags = ctx->row->flags;
     const peer_t *peer = &ctx->peer;
-    if (peer->kind == PEER_LOCAL && !s_user_allowed (self, peer)) {
+    if (peer->kind == PEER_LOCAL && !(flags & OP_ANYONE) && !s_user_allowed (self, peer)) {
         snprintf (reason, size, "user %u may not use this node (it runs as user %u)",
                   (unsigned) peer->uid, (unsigned) geteuid ());
         return -1;
     }
-    if (!s_op_is_local (op) || peer->kind == PEER_INPROC)
+    if (!(flags & OP_LOCAL) || peer->kind == PEER_INPROC)
         return 0;
     if (peer->kind == PEER_REMOTE) {
         snprintf (reason, size,
-                  "operation %d works on the node's shared memory: only a client on the "
+                  "operation %s works on the node's shared memory: only a client on the "
                   "node's ipc endpoint (%.80s) may use it",
-                  op, self->local_endpoint[0] ? self->local_endpoint : "none");
+                  ctx->row->name, self->local_endpoint[0] ? self->local_endpoint : "none");
         return -1;
     }
     ctx->owner = owners_get (self->owners, peer->pid);
@@ -833,7 +657,7 @@ s_authorize (self_t *self, api_ctx_t *ctx, char *reason, size_t size)
         return -1;
     }
     ctx->owner->jobs_out++;
-    if (op == KVPOOL__V1__OP__MOUNT_SEGMENT && request->segment) {
+    if (request->op == KVPOOL__V1__OP__MOUNT_SEGMENT) {
         //  The node opens the name itself: it must be a descriptor of the asking process,
         //  never another's that the node (often root) could open and the client could not.
         const char *name = request->segment->name ? request->segment->name : "";
@@ -867,6 +691,7 @@ s_job_from_request (self_t *self, api_ctx_t *ctx)
     request_limits_t limits = {self->config->max_key_len, self->config->max_value_size,
                                self->config->max_keys, self->config->max_request_bytes};
     int status = request_check (request, value_frames, value_bytes, &limits, reason, sizeof reason);
+    ctx->row = kvp_op (op); //  known once the check passed
     if (status == KVPOOL_OK && s_authorize (self, ctx, reason, sizeof reason))
         status = KVPOOL_PERMISSION_DENIED;
     if (status != KVPOOL_OK) {
@@ -878,6 +703,7 @@ s_job_from_request (self_t *self, api_ctx_t *ctx)
         return NULL;
     }
     size_t n = request->n_keys;
+    unsigned flags = ctx->row->flags;
     Kvpool__V1__PutOptions *put = request->put;
 
     kvp_job_t *job = kvp_job_new (KVP_JOB_NONE, n);
@@ -897,7 +723,7 @@ s_job_from_request (self_t *self, api_ctx_t *ctx)
             item->key_len = 0;
         }
         else {
-            char *key = (char *) s_arena_alloc (ctx, wire->len + 1);
+            char *key = (char *) arena_alloc (&ctx->arena, wire->len + 1);
             if (!key) {
                 kvp_job_destroy (&job);
                 s_reply_error (self, ctx, id, op, KVPOOL_INTERNAL_ERROR, "out of memory");
@@ -907,12 +733,12 @@ s_job_from_request (self_t *self, api_ctx_t *ctx)
             key[wire->len] = 0;
             item->key = key;
         }
-        if (op == KVPOOL__V1__OP__PUT) {
+        if (flags & OP_VALUES) {
             item->src = zframe_data (frame);
             item->size = zframe_size (frame);
             frame = zmsg_next (ctx->values);
         }
-        else if (op == KVPOOL__V1__OP__PUT_START)
+        else if (flags & OP_SIZES)
             item->size = request->sizes[i];
         if (item->size > self->config->max_value_size && item->status == KVPOOL_OK)
             item->status = KVPOOL_VALUE_TOO_LARGE;
@@ -952,17 +778,15 @@ s_job_from_request (self_t *self, api_ctx_t *ctx)
 static bool
 s_serve_from_index (self_t *self, kvp_job_t *job)
 {
-    int op = job->op;
-    if (!self->reads || job->count > INDEX_READ_KEYS_MAX
-        || (op != KVPOOL__V1__OP__GET && op != KVPOOL__V1__OP__EXIST
-            && op != KVPOOL__V1__OP__GET_SIZE))
+    api_ctx_t *ctx = (api_ctx_t *) job->context;
+    if (!self->reads || job->count > INDEX_READ_KEYS_MAX || !(ctx->row->flags & OP_INDEX))
         return false;
+    bool values = (ctx->row->fills & REPLY_VALUES) != 0;
     zmq_msg_t small[8];
     zmq_msg_t *copies = NULL;
-    if (op == KVPOOL__V1__OP__GET)
+    if (values)
         copies = job->count <= 8 ? small : (zmq_msg_t *) malloc (job->count * sizeof *copies);
-    bool served =
-        (op != KVPOOL__V1__OP__GET || copies) && index_reads_serve (self->reads, job, copies);
+    bool served = (!values || copies) && index_reads_serve (self->reads, job, copies);
     if (served)
         s_reply (self, &job, copies);
     if (copies != small)
@@ -973,26 +797,12 @@ s_serve_from_index (self_t *self, kvp_job_t *job)
 static void
 s_handle_request (self_t *self, api_ctx_t *ctx)
 {
-    Kvpool__V1__Request *request = ctx->request;
-    if (request->op == KVPOOL__V1__OP__PING && request->version == KVP_PROTOCOL_VERSION) {
-        Kvpool__V1__Reply reply = KVPOOL__V1__REPLY__INIT;
-        reply.version = KVP_PROTOCOL_VERSION;
-        reply.request_id = request->request_id;
-        reply.op = KVPOOL__V1__OP__PING;
-        reply.host_id = self->host_id;
-        reply.server_id = self->server_id;
-        reply.index_name = self->index_name;
-        reply.local_endpoint = self->local_endpoint;
-        s_send_header (self, ctx, &reply, false);
-        s_ctx_destroy (&ctx);
-        return;
-    }
     kvp_job_t *job = s_job_from_request (self, ctx);
     if (!job) {
         s_ctx_destroy (&ctx);
         return;
     }
-    if (job->op == KVPOOL__V1__OP__GET) {
+    if (ctx->row->fills & REPLY_VALUES) {
         connection_t *connection =
             connections_get (self->connections, zframe_data (ctx->routing_id),
                              zframe_size (ctx->routing_id), ctx->fd);
@@ -1002,7 +812,7 @@ s_handle_request (self_t *self, api_ctx_t *ctx)
                       "%llu bytes of earlier replies are still unread (--max-unread-bytes)",
                       (unsigned long long) connection_unread (connection));
             kvp_job_destroy (&job);
-            s_reply_error (self, ctx, ctx->request->request_id, KVPOOL__V1__OP__GET,
+            s_reply_error (self, ctx, ctx->request->request_id, ctx->request->op,
                            KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS, reason);
             s_ctx_destroy (&ctx);
             return;
@@ -1012,16 +822,9 @@ s_handle_request (self_t *self, api_ctx_t *ctx)
         return;
     //  Objects are immutable: a put of a key the index shows is refused before any space is
     //  placed or byte copied.
-    if (self->reads && job->op == KVPOOL__V1__OP__PUT)
+    if (self->reads && (ctx->row->flags & OP_VALUES))
         index_reads_refuse_existing (self->reads, job);
-    if (job->op == KVPOOL__V1__OP__RESET) {
-        zlistx_add_end (self->resets, job);
-        s_start_reset (self);
-    }
-    else if (s_is_write (job->op) && s_resetting (self))
-        zlistx_add_end (self->held, job);
-    else
-        s_advance (self, job, KVP_JOB_NONE);
+    s_start (self, job);
 }
 
 static void
@@ -1057,9 +860,9 @@ s_client_message (self_t *self)
         s_ctx_destroy (&ctx);
         return;
     }
-    s_arena_prepare (ctx, zframe_size (header));
-    ctx->request =
-        kvpool__v1__request__unpack (&ctx->allocator, zframe_size (header), zframe_data (header));
+    arena_init (&ctx->arena, zframe_size (header));
+    ctx->request = kvpool__v1__request__unpack (arena_allocator (&ctx->arena), zframe_size (header),
+                                                zframe_data (header));
     zframe_destroy (&header);
     if (!ctx->request) {
         zmsg_destroy (&msg);
@@ -1075,19 +878,100 @@ s_client_message (self_t *self)
     s_handle_request (self, ctx);
 }
 
-//  ---- segments of dead clients ------------------------------------------------------
+//  ---- jobs of in-process actors -----------------------------------------------------
 
-//  Segments mounted by a process (owner "pid:N") that has died are unmounted: their objects
-//  are removed first. Internal jobs have no context and are destroyed when they finish.
+//  A job from an actor of this process (the lookup server): the same operations as a
+//  client's, with the same checks on its keys, answered by sending the job back.
 static void
-s_check_owners (self_t *self)
+s_job_message (self_t *self)
 {
+    zframe_t *routing_id = NULL;
+    kvp_job_t *job = kvp_job_recv_routed (self->jobs, &routing_id);
+    if (!job) {
+        zframe_destroy (&routing_id);
+        return;
+    }
+    const kvp_op_t *row = kvp_op (job->op);
+    //  Only the proto's operations that carry keys or nothing; not a write (values live in
+    //  the caller), not the node's own operations, not one on shared memory.
+    if (!row || job->op <= 0 || (row->flags & (OP_VALUES | OP_SIZES | OP_SEGMENT | OP_LOCAL))
+        || job->context || job->kind != KVP_JOB_NONE)
+        kvp_job_fail (job, KVPOOL_INVALID_PARAMS, "operation %d is not served to actors", job->op);
+    else if (self->draining)
+        kvp_job_fail (job, KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS, "the node is stopping");
+    else if (job->count > self->config->max_keys)
+        kvp_job_fail (job, KVPOOL_INVALID_PARAMS, "%zu keys: at most %llu", job->count,
+                      (unsigned long long) self->config->max_keys);
+    if (job->status != KVPOOL_OK) {
+        if (kvp_job_reply (self->jobs, &routing_id, job) != 0) {
+            zframe_destroy (&routing_id);
+            kvp_job_destroy (&job);
+        }
+        return;
+    }
+    for (size_t i = 0; i < job->count; i++) {
+        kvp_item_t *item = &job->items[i];
+        ProtobufCBinaryData key = {item->key_len, (uint8_t *) item->key};
+        if (!item->key || request_key_check (&key, self->config->max_key_len) != KVPOOL_OK)
+            item->status = KVPOOL_INVALID_KEY;
+    }
+    api_ctx_t *ctx = (api_ctx_t *) zmalloc (sizeof (api_ctx_t));
+    ctx->routing_id = routing_id;
+    ctx->from_jobs = true;
+    ctx->row = row;
+    ctx->fd = -1;
+    job->context = ctx;
+    s_start (self, job);
+}
+
+//  ---- the node's own jobs -----------------------------------------------------------
+
+//  Lists the segments for the index reads' mappings: at start and after any change.
+static void
+s_map_segments (self_t *self)
+{
+    self->map_due = false;
     kvp_job_t *job = kvp_job_new (KVP_JOB_NONE, 0);
-    job->op = KVPOOL__V1__OP__SEGMENTS;
+    job->op = KVP_OP_MAP_SEGMENTS;
     s_advance (self, job, KVP_JOB_NONE);
 }
 
-static void s_owners_listed (self_t *self, kvp_job_t *job);
+//  A same-machine client process died and none of its requests is out: its pins and
+//  reservations end (replica-manager), and the allocator names the segments it mounted.
+static void
+s_owner_gone (void *arg, const owner_t *owner)
+{
+    self_t *self = (self_t *) arg;
+    if (self->config->verbose)
+        zsys_info ("api: client process %d (%s) is gone", (int) owner->pid, owner->name);
+    kvp_job_t *job = kvp_job_new (KVP_JOB_NONE, 0);
+    job->op = KVP_OP_OWNER_GONE;
+    job->owner_id = owner->id;
+    job->key_storage = strdup (owner->name); //  the record goes before the job is done
+    job->owner = job->key_storage;
+    s_advance (self, job, KVP_JOB_NONE);
+}
+
+static void
+s_node_job_done (self_t *self, kvp_job_t *job)
+{
+    if (job->op == KVP_OP_MAP_SEGMENTS && self->reads && job->status == KVPOOL_OK)
+        index_reads_segments (self->reads, job->segments, job->segment_count);
+    else if (job->op == KVP_OP_OWNER_GONE)
+        //  Each of its segments goes: objects removed, unmounted, its name unlinked.
+        for (size_t i = 0; i < job->segment_count; i++) {
+            zsys_info ("kvpoold: owner of segment %u (%s) is gone: unmounting it",
+                       job->segments[i].id, job->segments[i].name);
+            kvp_job_t *unmount = kvp_job_new (KVP_JOB_NONE, 0);
+            unmount->op = KVP_OP_ORPHAN_UNMOUNT;
+            unmount->segment_id = job->segments[i].id;
+            unmount->orphan = true;
+            s_advance (self, unmount, KVP_JOB_NONE);
+        }
+    else if (job->op == KVP_OP_ORPHAN_UNMOUNT)
+        self->map_due = true;
+    kvp_job_destroy (&job);
+}
 
 //  A job came back from an actor.
 static void
@@ -1097,57 +981,16 @@ s_actor_reply (self_t *self, zsock_t *actor)
     if (!job)
         return;
     self->in_flight--;
-    if (job->kind == KVP_RM_TOUCH && !job->context)
-        self->touches_out--; //  the api's own (a client's TOUCH has a context)
-    if (!job->context && job->op == KVPOOL__V1__OP__SEGMENTS)
-        s_owners_listed (self, job);
-    //  A segment came or went: list them soon, for the index reads' mappings.
-    if (job->kind == KVP_AL_MOUNT || job->kind == KVP_AL_UNMOUNT)
-        self->next_owner_check = zclock_mono ();
-    s_advance (self, job, job->kind);
-}
-
-static void
-s_owners_listed (self_t *self, kvp_job_t *job)
-{
-    if (self->reads)
-        index_reads_segments (self->reads, job->segments, job->segment_count);
-    for (size_t i = 0; i < job->segment_count; i++) {
-        //  A client's segment goes when its owner is reported dead (owners.h).
-        uint64_t owner_id;
-        if (kvp_owner_name_parse (job->segments[i].owner, &owner_id)
-            || owners_alive (self->owners, owner_id))
-            continue;
-        zsys_info ("kvpoold: owner of segment %u (%s) is gone: unmounting it", job->segments[i].id,
-                   job->segments[i].name);
-        kvp_job_t *unmount = kvp_job_new (KVP_JOB_NONE, 0);
-        unmount->op = KVPOOL__V1__OP__UNMOUNT_SEGMENT;
-        unmount->segment_id = job->segments[i].id;
-        //  Keep the name: its owner can't unlink it any more, so we do once it's unmounted.
-        unmount->segments = (kvp_segment_info_t *) zmalloc (sizeof (kvp_segment_info_t));
-        unmount->segments[0] = job->segments[i];
-        unmount->segment_count = 1;
-        s_advance (self, unmount, KVP_JOB_NONE);
-    }
-}
-
-//  A same-machine client process died and none of its requests is out: its pins and
-//  reservations end (replica-manager), then its segments (the listing that follows).
-static void
-s_owner_gone (void *arg, const owner_t *owner)
-{
-    self_t *self = (self_t *) arg;
-    if (self->config->verbose)
-        zsys_info ("api: client process %d (%s) is gone", (int) owner->pid, owner->name);
-    kvp_job_t *job = kvp_job_new (KVP_JOB_NONE, 0);
-    job->op = KVPOOL__V1__OP__OP_NONE;
-    job->kind = KVP_RM_OWNER_GONE;
-    job->owner_id = owner->id;
-    s_send_touches (self);
-    if (kvp_job_send (self->rm, job) == 0)
-        self->in_flight++;
-    else
+    if (job->kind == KVP_RM_TOUCH && !job->context) {
+        //  The api's own lease renewal (index_reads.h): nobody waits for it.
+        self->touches_out--;
         kvp_job_destroy (&job);
+        return;
+    }
+    //  A segment came or went: the index reads' mappings follow.
+    if (job->kind == KVP_AL_MOUNT || job->kind == KVP_AL_UNMOUNT)
+        self->map_due = true;
+    s_advance (self, job, job->kind);
 }
 
 //  ---- the actor ---------------------------------------------------------------------
@@ -1168,6 +1011,11 @@ s_pipe_command (self_t *self)
     else if (streq (command, "DRAIN")) {
         self->draining = true;
         zpoller_remove (self->poller, self->router);
+    }
+    else {
+        //  Commands come from kvpoold's code, not from outside: an unknown one is a bug.
+        zsys_error ("api: invalid pipe command '%s'", command);
+        assert (false);
     }
     zstr_free (&command);
     zmsg_destroy (&msg);
@@ -1240,6 +1088,8 @@ api_actor (zsock_t *pipe, void *args)
             s_pipe_command (self);
         else if (which == self->router)
             s_client_message (self);
+        else if (which == self->jobs)
+            s_job_message (self);
         else if (which == self->rm || which == self->al || which == self->tx)
             s_actor_reply (self, (zsock_t *) which);
         else if (self->guard && which == conn_guard_socket (self->guard))
@@ -1250,11 +1100,12 @@ api_actor (zsock_t *pipe, void *args)
         if (zclock_mono () >= self->next_owner_check) {
             if (!self->draining) {
                 owners_reap (self->owners, s_owner_gone, self);
-                s_check_owners (self);
                 connections_sweep (self->connections, zclock_mono ());
             }
             self->next_owner_check = zclock_mono () + OWNER_CHECK_INTERVAL_MS;
         }
+        if (self->map_due && !self->draining)
+            s_map_segments (self);
         if (self->draining && !drained && self->in_flight == 0 && zlistx_size (self->held) == 0
             && zlistx_size (self->resets) == 0) {
             drained = true;
@@ -1324,6 +1175,33 @@ api_test (bool verbose)
     kvpool__v1__reply__free_unpacked (reply, NULL);
     zmsg_destroy (&msg);
 
+    //  In-process actors send jobs, and get them back done: an EXIST of a key that is there
+    //  and one that is not, the stats, and a write refused (its values would live elsewhere).
+    zsock_t *actor = zsock_new_dealer (NULL);
+    assert (zsock_connect (actor, "inproc://%s-jobs", config.instance) == 0);
+    const char *exist_keys[] = {"k1", "nope"};
+    size_t exist_lens[] = {2, 4};
+    kvp_job_t *job = kvp_job_new_owning (KVP_JOB_NONE, 2, exist_keys, exist_lens);
+    job->op = KVPOOL__V1__OP__EXIST;
+    assert (kvp_job_send (actor, job) == 0);
+    assert (kvp_job_recv (actor) == job);
+    assert (job->status == KVPOOL_OK && job->context == NULL);
+    assert (job->items[0].status == KVPOOL_OK && job->items[1].status == KVPOOL_OBJECT_NOT_FOUND);
+    kvp_job_destroy (&job);
+    job = kvp_job_new (KVP_JOB_NONE, 0);
+    job->op = KVPOOL__V1__OP__STATS;
+    assert (kvp_job_send (actor, job) == 0);
+    assert (kvp_job_recv (actor) == job);
+    assert (job->status == KVPOOL_OK && job->stats.objects == 1 && job->stats.segments >= 1);
+    assert (job->stats.requests >= 2 && job->stats.max_key_len == config.max_key_len);
+    kvp_job_destroy (&job);
+    job = kvp_job_new_owning (KVP_JOB_NONE, 1, exist_keys, exist_lens);
+    job->op = KVPOOL__V1__OP__PUT;
+    assert (kvp_job_send (actor, job) == 0);
+    assert (kvp_job_recv (actor) == job && job->status == KVPOOL_INVALID_PARAMS);
+    kvp_job_destroy (&job);
+    zsock_destroy (&actor);
+
     //  Garbage is answered PROTOCOL_ERROR, and the server keeps serving.
     zstr_send (client, "garbage");
     msg = zmsg_recv (client);
@@ -1342,5 +1220,5 @@ api_test (bool verbose)
     zactor_destroy (&al);
     zactor_destroy (&rm);
     if (verbose)
-        printf ("put, get, garbage over tcp ");
+        printf ("put, get, garbage over tcp; jobs of in-process actors ");
 }

@@ -167,9 +167,13 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
     assert (rc == 0);
     rc = zsock_connect (self->allocator, "inproc://%s-al", config->instance);
     assert (rc == 0);
-    //  Keys are duplicated by the table; objects are destroyed by us, not by the table.
+    //  A key is stored once, in its object: the table points at it (no duplicator), and
+    //  objects are destroyed by us, not by the table. An object leaves the table before it
+    //  is destroyed.
     self->objects = zhashx_new ();
     zhashx_set_key_hasher (self->objects, s_key_hash);
+    zhashx_set_key_duplicator (self->objects, NULL);
+    zhashx_set_key_destructor (self->objects, NULL);
     self->doomed = zlistx_new ();
     self->held = zlistx_new ();
     self->pins = zhashx_new ();

@@ -3,8 +3,9 @@
     It owns a transfer_pool (work-stealing copy workers) and serves KVP_TX_WRITE jobs on a
     ROUTER bound at inproc://<instance>-tx: every item with status OK has its value (src,
     size) copied into each of its replicas (addr). A job's copies are spread over the workers;
-    the job is answered when all of them are done. Small jobs are copied inline, where a hop to
-    a worker would cost more than the copy.
+    the job is answered when all of them are done. Jobs under TRANSFER_INLINE_BYTES never
+    come here: the api copies them itself (transfer_job_copy), where the hop would cost more
+    than the copy.
 
     Later transports (node-to-node TCP, RDMA, disk) plug in here as other job kinds.
 
@@ -22,8 +23,8 @@
 //  The actor; args is a const kvp_config_t * (workers) that outlives it.
 void transfer_submitter_actor (zsock_t *pipe, void *args);
 
-//  Jobs that move fewer bytes than this are copied where they are: a hop to the actor (a
-//  thread wake-up, tens of microseconds here) costs more than the copy.
+//  Jobs that move fewer bytes than this are copied by the api that holds them: a hop to the
+//  actor (a thread wake-up, tens of microseconds here) costs more than the copy.
 #define TRANSFER_INLINE_BYTES (64 * 1024)
 
 //  Bytes a KVP_TX_WRITE job copies (every OK item's value into each of its replicas).

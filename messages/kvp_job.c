@@ -36,6 +36,31 @@ s_zeroed (size_t size)
     return block;
 }
 
+//  Which actor owns what each kind works on: objects, space, or bytes in flight.
+static const kvp_actor_t s_kind_actor[KVP_JOB_KIND_COUNT] = {
+    [KVP_RM_RESERVE] = KVP_ACTOR_RM,        [KVP_RM_BIND] = KVP_ACTOR_RM,
+    [KVP_RM_COMMIT] = KVP_ACTOR_RM,         [KVP_RM_INSERT] = KVP_ACTOR_RM,
+    [KVP_RM_REVOKE] = KVP_ACTOR_RM,         [KVP_RM_GET] = KVP_ACTOR_RM,
+    [KVP_RM_EXIST] = KVP_ACTOR_RM,          [KVP_RM_GET_SIZE] = KVP_ACTOR_RM,
+    [KVP_RM_REPLICA_LIST] = KVP_ACTOR_RM,   [KVP_RM_RELEASE] = KVP_ACTOR_RM,
+    [KVP_RM_TOUCH] = KVP_ACTOR_RM,          [KVP_RM_REMOVE] = KVP_ACTOR_RM,
+    [KVP_RM_REMOVE_REGEX] = KVP_ACTOR_RM,   [KVP_RM_REMOVE_ALL] = KVP_ACTOR_RM,
+    [KVP_RM_REMOVE_SEGMENT] = KVP_ACTOR_RM, [KVP_RM_OWNER_GONE] = KVP_ACTOR_RM,
+    [KVP_RM_STATS] = KVP_ACTOR_RM,          [KVP_AL_ALLOC] = KVP_ACTOR_AL,
+    [KVP_AL_FREE] = KVP_ACTOR_AL,           [KVP_AL_STATS] = KVP_ACTOR_AL,
+    [KVP_AL_SEGMENTS] = KVP_ACTOR_AL,       [KVP_AL_MOUNT] = KVP_ACTOR_AL,
+    [KVP_AL_UNMOUNT_CHECK] = KVP_ACTOR_AL,  [KVP_AL_UNMOUNT] = KVP_ACTOR_AL,
+    [KVP_AL_OWNER_SEGMENTS] = KVP_ACTOR_AL, [KVP_TX_WRITE] = KVP_ACTOR_TX,
+};
+
+kvp_actor_t
+kvp_job_kind_actor (kvp_job_kind_t kind)
+{
+    assert (kind > KVP_JOB_NONE && kind < KVP_JOB_KIND_COUNT);
+    assert (s_kind_actor[kind] != KVP_ACTOR_NONE);
+    return s_kind_actor[kind];
+}
+
 kvp_job_t *
 kvp_job_new (kvp_job_kind_t kind, size_t count)
 {

@@ -2,10 +2,11 @@
 
     A client request becomes one kvp_job_t. The api actor creates it, then sends a pointer to
     it (one frame, zsock picture "p") to the actor that must work on it: replica-manager,
-    allocator or transfer-submitter. Each of those is a server on an inproc ROUTER socket: it
-    receives [routing id][job pointer], does its part, and sends the same pointer back to the
-    routing id. Ownership passes with the message: whoever last received the pointer is the
-    only one touching the job.
+    allocator or transfer-submitter (the stages of its operation, messages/ops.h; each job
+    kind belongs to one actor, kvp_job_kind_actor). Each of those is a server on an inproc ROUTER
+   socket: it receives [routing id][job pointer], does its part, and sends the same pointer back to
+   the routing id. Ownership passes with the message: whoever last received the pointer is the only
+   one touching the job.
 
     A job is batch-native: items[] holds one entry per key, each with its own status.
     Objects (kvp_object_t) are owned by the replica-manager; a job item may reference one
@@ -50,16 +51,22 @@ typedef enum {
                            //  reservations end
     KVP_RM_STATS,          //  fills job->stats (object side)
     //  allocator
-    KVP_AL_ALLOC,         //  items with status OK: place replica_num replicas, fill replicas
-    KVP_AL_FREE,          //  items: free their replicas
-    KVP_AL_STATS,         //  fills job->stats (space side) and job->segments
-    KVP_AL_SEGMENTS,      //  fills job->segments
-    KVP_AL_MOUNT,         //  job->segment_name, job->segment_size, job->owner
-    KVP_AL_UNMOUNT_CHECK, //  job->segment_id may be unmounted by job->owner (NULL: the node)
-    KVP_AL_UNMOUNT,       //  job->segment_id (objects must be gone already)
+    KVP_AL_ALLOC,          //  items with status OK: place replica_num replicas, fill replicas
+    KVP_AL_FREE,           //  items: free their replicas
+    KVP_AL_STATS,          //  fills job->stats (space side) and job->segments
+    KVP_AL_SEGMENTS,       //  fills job->segments
+    KVP_AL_MOUNT,          //  job->segment_name, job->segment_size, job->owner
+    KVP_AL_UNMOUNT_CHECK,  //  job->segment_id may be unmounted by job->owner (NULL: the node)
+    KVP_AL_UNMOUNT,        //  job->segment_id (objects must be gone already); job->orphan:
+                           //  also unlinks its name
+    KVP_AL_OWNER_SEGMENTS, //  job->owner: fills job->segments with the segments it mounted
     //  transfer-submitter
     KVP_TX_WRITE, //  items: copy value (src) into every replica
+    KVP_JOB_KIND_COUNT
 } kvp_job_kind_t;
+
+//  The actors that work on jobs (the api only routes them).
+typedef enum { KVP_ACTOR_NONE, KVP_ACTOR_RM, KVP_ACTOR_AL, KVP_ACTOR_TX } kvp_actor_t;
 
 typedef struct {
     uint32_t segment_id;
@@ -76,7 +83,8 @@ typedef struct {
     int status;           //  KVPOOL_OK or a negative kvpool_status_t
     const void *src;      //  KVP_TX_WRITE: the value's bytes (a received frame)
     kvp_object_t *object; //  KVP_RM_GET: pinned object (unpin when the send completes)
-    uint64_t object_id;   //  the pending object a server-side put reserved (0: none)
+    uint64_t object_id;   //  the pending object KVP_RM_RESERVE made for the key (PUT_START;
+                          //  0: none), which KVP_RM_BIND then finds
     uint32_t replica_count;
     kvp_replica_t *replicas; //  KVP_MAX_REPLICAS slots once kvp_job_need_replicas ran
 } kvp_item_t;
@@ -87,7 +95,6 @@ typedef struct {
     uint64_t size;
     uint64_t used;
     char owner[64];
-    void *base;
     uint64_t device, inode; //  the object the node mapped (segment_identity)
 } kvp_segment_info_t;
 
@@ -123,7 +130,9 @@ typedef struct {
     uint32_t segment_id;
     const char *segment_name;
     uint64_t segment_size;
-    const char *owner; //  MOUNT: the segment's owner; UNMOUNT: who asks (NULL: the node)
+    const char *owner; //  MOUNT: the segment's owner; UNMOUNT: who asks (NULL: the node);
+                       //  OWNER_SEGMENTS: whose segments
+    bool orphan;       //  UNMOUNT: the owner is gone, so nobody else will unlink the name
     //  who made the request: a same-machine client process (owners.h), 0 for the node and
     //  its in-process clients. Reservations and read pins belong to it.
     uint64_t owner_id;
@@ -136,6 +145,9 @@ typedef struct {
     void *context;
     char *key_storage; //  the items' keys when the job owns them (freed with the job)
 } kvp_job_t;
+
+//  The actor that works on jobs of this kind.
+kvp_actor_t kvp_job_kind_actor (kvp_job_kind_t kind);
 
 //  Creates a job with count zeroed items. Caller owns the return value.
 kvp_job_t *kvp_job_new (kvp_job_kind_t kind, size_t count);

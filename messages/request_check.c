@@ -12,30 +12,7 @@
 #include <string.h>
 
 #include "messages/kvp_job.h"
-
-bool
-request_op_known (int op)
-{
-    return op >= KVPOOL__V1__OP__PING && op <= KVPOOL__V1__OP__TOUCH;
-}
-
-bool
-request_op_takes_keys (int op)
-{
-    switch (op) {
-        case KVPOOL__V1__OP__PUT:
-        case KVPOOL__V1__OP__GET:
-        case KVPOOL__V1__OP__EXIST:
-        case KVPOOL__V1__OP__REMOVE:
-        case KVPOOL__V1__OP__GET_SIZE:
-        case KVPOOL__V1__OP__PUT_START:
-        case KVPOOL__V1__OP__PUT_END:
-        case KVPOOL__V1__OP__PUT_REVOKE:
-        case KVPOOL__V1__OP__GET_REPLICA_LIST:
-        case KVPOOL__V1__OP__RELEASE: return true;
-        default: return false;
-    }
-}
+#include "messages/ops.h"
 
 int
 request_check (const Kvpool__V1__Request *request, size_t value_frames, uint64_t value_bytes,
@@ -48,11 +25,13 @@ request_check (const Kvpool__V1__Request *request, size_t value_frames, uint64_t
                   request->version, KVP_PROTOCOL_VERSION);
         return KVPOOL_INVALID_VERSION;
     }
-    if (!request_op_known (op)) {
+    //  The node's own operations are negative: never a client's.
+    const kvp_op_t *row = op > 0 ? kvp_op (op) : NULL;
+    if (!row) {
         snprintf (reason, size, "unknown operation %d", op);
         return KVPOOL_UNKNOWN_OPERATION;
     }
-    if (request_op_takes_keys (op) && n == 0) {
+    if ((row->flags & OP_KEYS) && n == 0) {
         snprintf (reason, size, "the request has no keys");
         return KVPOOL_INVALID_PARAMS;
     }
@@ -61,7 +40,7 @@ request_check (const Kvpool__V1__Request *request, size_t value_frames, uint64_t
                   (unsigned long long) limits->max_keys);
         return KVPOOL_INVALID_PARAMS;
     }
-    if (op == KVPOOL__V1__OP__PUT ? value_frames != n : value_frames != 0) {
+    if ((row->flags & OP_VALUES) ? value_frames != n : value_frames != 0) {
         snprintf (reason, size, "%zu keys but %zu value frames", n, value_frames);
         return KVPOOL_INVALID_PARAMS;
     }
@@ -71,7 +50,7 @@ request_check (const Kvpool__V1__Request *request, size_t value_frames, uint64_t
                   (unsigned long long) value_bytes, (unsigned long long) limits->max_request_bytes);
         return KVPOOL_VALUE_TOO_LARGE;
     }
-    if (op == KVPOOL__V1__OP__PUT_START && request->n_sizes != n) {
+    if ((row->flags & OP_SIZES) && request->n_sizes != n) {
         snprintf (reason, size, "%zu keys but %zu sizes", n, request->n_sizes);
         return KVPOOL_INVALID_PARAMS;
     }
@@ -85,8 +64,7 @@ request_check (const Kvpool__V1__Request *request, size_t value_frames, uint64_t
                   KVP_MAX_PREFERRED);
         return KVPOOL_INVALID_PARAMS;
     }
-    if ((op == KVPOOL__V1__OP__MOUNT_SEGMENT || op == KVPOOL__V1__OP__UNMOUNT_SEGMENT)
-        && !request->segment) {
+    if ((row->flags & OP_SEGMENT) && !request->segment) {
         snprintf (reason, size, "the request has no segment");
         return KVPOOL_INVALID_PARAMS;
     }
@@ -137,6 +115,9 @@ request_check_test (bool verbose)
             == KVPOOL_INVALID_VERSION);
     request.version = 1;
     request.op = 999;
+    assert (request_check (&request, 0, 0, &limits, reason, sizeof reason)
+            == KVPOOL_UNKNOWN_OPERATION);
+    request.op = -1; //  the node's own operations are not a client's
     assert (request_check (&request, 0, 0, &limits, reason, sizeof reason)
             == KVPOOL_UNKNOWN_OPERATION);
     request.op = KVPOOL__V1__OP__EXIST;

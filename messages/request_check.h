@@ -2,7 +2,8 @@
 
     The api decodes frame 0 of a client message with protobuf-c (protocol/kvpool.proto) and
     hands the decoded Request, with the count and total size of the value frames that came
-    with it, to request_check. The checks are protocol facts and the node's limits only; no
+    with it, to request_check. What each operation carries comes from the operation table
+    (messages/ops.h). The checks are protocol facts and the node's limits only; no
     sockets, no state, so a fuzzer drives them with the decoder in front
     (request_check_fuzz.c), exactly as the api does. Who may ask for what is the api's
     business (actors/owners.h), after these checks.
@@ -26,11 +27,6 @@ typedef struct {
     uint64_t max_keys;          //  keys in one request
     uint64_t max_request_bytes; //  value frames of one request together
 } request_limits_t;
-
-//  Whether op is an operation of this protocol version.
-bool request_op_known (int op);
-//  Whether op needs at least one key.
-bool request_op_takes_keys (int op);
 
 //  Checks the request as a whole: version, operation, key count, value frames (count and
 //  total bytes), put-start sizes, put options, segment. Returns KVPOOL_OK, or a negative

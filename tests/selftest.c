@@ -27,6 +27,9 @@
 #include "lookup_server/lookup_request.h"
 #include "lookup_server/lookup_server.h"
 #include "messages/kvp_job.h"
+#include "messages/arena.h"
+#include "messages/ops.h"
+#include "messages/reply.h"
 #include "messages/request_check.h"
 #include "shm/shm_index.h"
 #include "shm/touch_table.h"
@@ -40,6 +43,9 @@ static selftest_t s_tests[] = {{"kvp_status", kvp_status_test},
                                {"kvp_contract", kvp_contract_test},
                                {"kvp_config", kvp_config_test},
                                {"kvp_job", kvp_job_test},
+                               {"kvp_ops", kvp_ops_test},
+                               {"arena", arena_test},
+                               {"reply", reply_test},
                                {"request_check", request_check_test},
                                {"shm_index", shm_index_test},
                                {"touch_table", touch_table_test},

@@ -33,16 +33,23 @@ CONFIG_FUZZ_HDR := actors/config.h lookup_server/lookup_config.h
 #  The request target needs the generated Request decoder, made here so that it does not
 #  depend on which build (SANITIZE) the top-level Makefile is in.
 REQUEST_FUZZ_GEN := build/fuzz-gen/protocol/kvpool.pb-c.c
-REQUEST_FUZZ_SRC := messages/request_check_fuzz.c messages/request_check.c $(REQUEST_FUZZ_GEN)
-REQUEST_FUZZ_HDR := messages/request_check.h messages/kvp_job.h include/kvpool.h
+REQUEST_FUZZ_SRC := messages/request_check_fuzz.c messages/request_check.c messages/ops.c \
+	messages/kvp_job.c $(REQUEST_FUZZ_GEN)
+REQUEST_FUZZ_CONTRACT := build/fuzz-gen/kvpool_status.h build/fuzz-gen/kvpool_stats.h
+REQUEST_FUZZ_HDR := messages/request_check.h messages/ops.h messages/kvp_job.h \
+	protocol/contract.h $(REQUEST_FUZZ_CONTRACT)
 
 $(REQUEST_FUZZ_GEN): protocol/kvpool.proto
 	@mkdir -p build/fuzz-gen
 	protoc-c --c_out=build/fuzz-gen protocol/kvpool.proto
 
+build/fuzz-gen/kvpool_%.h: protocol/kvpool.proto protocol/gen_header.awk
+	@mkdir -p build/fuzz-gen
+	awk -v what=$* -f protocol/gen_header.awk protocol/kvpool.proto > $@
+
 build/bin/request-fuzz: $(REQUEST_FUZZ_SRC) $(REQUEST_FUZZ_HDR)
 	@mkdir -p build/bin
-	$(FUZZ_CC) $(FUZZ_FLAGS) -Ibuild/fuzz-gen -o $@ $(REQUEST_FUZZ_SRC) -lprotobuf-c
+	$(FUZZ_CC) $(FUZZ_FLAGS) -Ibuild/fuzz-gen -o $@ $(REQUEST_FUZZ_SRC) -lprotobuf-c -lczmq -lzmq
 
 build/bin/lookup-fuzz: $(LOOKUP_FUZZ_SRC) $(LOOKUP_FUZZ_HDR)
 	@mkdir -p build/bin

@@ -1,0 +1,176 @@
+/*  ops.c - the table of client operations (ops.h). */
+#include "messages/ops.h"
+
+#include <assert.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "protocol/kvpool.pb-c.h"
+
+#define OP(name) KVPOOL__V1__OP__##name, #name
+#define STAGE(kind)                                                                                \
+    {                                                                                              \
+        KVP_##kind, GATE_ALWAYS                                                                    \
+    }
+#define STAGE_IF(kind, gate)                                                                       \
+    {                                                                                              \
+        KVP_##kind, GATE_##gate                                                                    \
+    }
+
+static const kvp_op_t s_ops[] = {
+    {OP (PING), OP_ANYONE, REPLY_NODE, {{0}}},
+    //  Place, write, then insert the objects committed in one step: nobody sees a key before
+    //  its bytes are in. (A put of an existing key is refused by the insert, its space freed.)
+    {OP (PUT),
+     OP_KEYS | OP_VALUES | OP_WRITE,
+     0,
+     {STAGE_IF (AL_ALLOC, ANY_OK), STAGE_IF (TX_WRITE, ANY_OK), STAGE (RM_INSERT)}},
+    {OP (GET), OP_KEYS | OP_INDEX, REPLY_SIZES | REPLY_VALUES, {STAGE (RM_GET)}},
+    {OP (EXIST), OP_KEYS | OP_INDEX, 0, {STAGE (RM_EXIST)}},
+    {OP (REMOVE), OP_KEYS, 0, {STAGE (RM_REMOVE)}},
+    {OP (REMOVE_BY_REGEX), 0, REPLY_COUNT, {STAGE (RM_REMOVE_REGEX)}},
+    {OP (REMOVE_ALL), 0, REPLY_COUNT, {STAGE (RM_REMOVE_ALL)}},
+    {OP (GET_SIZE), OP_KEYS | OP_INDEX, REPLY_SIZES, {STAGE (RM_GET_SIZE)}},
+    //  Reserve (the key stays invisible), place, and record where the client is to write;
+    //  its PUT_END commits.
+    {OP (PUT_START),
+     OP_KEYS | OP_SIZES | OP_WRITE | OP_LOCAL,
+     REPLY_REPLICAS,
+     {STAGE (RM_RESERVE), STAGE_IF (AL_ALLOC, ANY_RESERVED), STAGE_IF (RM_BIND, ANY_RESERVED)}},
+    {OP (PUT_END), OP_KEYS | OP_LOCAL, 0, {STAGE (RM_COMMIT)}},
+    {OP (PUT_REVOKE), OP_KEYS | OP_LOCAL, 0, {STAGE (RM_REVOKE)}},
+    {OP (GET_REPLICA_LIST),
+     OP_KEYS | OP_LOCAL,
+     REPLY_SIZES | REPLY_REPLICAS,
+     {STAGE (RM_REPLICA_LIST)}},
+    {OP (RELEASE), OP_KEYS | OP_LOCAL, 0, {STAGE (RM_RELEASE)}},
+    {OP (STATS), 0, REPLY_STATS, {STAGE (RM_STATS), STAGE (AL_STATS)}},
+    {OP (SEGMENTS), 0, REPLY_SEGMENTS | REPLY_NODE, {STAGE (AL_SEGMENTS)}},
+    {OP (MOUNT_SEGMENT), OP_SEGMENT | OP_LOCAL, REPLY_SEGMENTS, {STAGE (AL_MOUNT)}},
+    //  Who may unmount it is checked before any object on it is removed.
+    {OP (UNMOUNT_SEGMENT),
+     OP_SEGMENT | OP_LOCAL,
+     0,
+     {STAGE (AL_UNMOUNT_CHECK), STAGE (RM_REMOVE_SEGMENT), STAGE (AL_UNMOUNT)}},
+    {OP (RESET), OP_DRAIN, REPLY_COUNT, {STAGE (RM_REMOVE_ALL)}},
+    //  Lease renewals of reads a client served from the read index itself; a TOUCH may carry
+    //  only its count of reads, and then needs no stage.
+    {OP (TOUCH), 0, 0, {STAGE_IF (RM_TOUCH, ANY_ITEM)}},
+};
+
+#define OPS_COUNT (sizeof s_ops / sizeof s_ops[0])
+
+static const kvp_op_t s_node_ops[] = {
+    {KVP_OP_OWNER_GONE, "OWNER_GONE", 0, 0, {STAGE (RM_OWNER_GONE), STAGE (AL_OWNER_SEGMENTS)}},
+    {KVP_OP_ORPHAN_UNMOUNT,
+     "ORPHAN_UNMOUNT",
+     0,
+     0,
+     {STAGE (RM_REMOVE_SEGMENT), STAGE (AL_UNMOUNT)}},
+    {KVP_OP_MAP_SEGMENTS, "MAP_SEGMENTS", 0, 0, {STAGE (AL_SEGMENTS)}},
+};
+
+#define NODE_OPS_COUNT (sizeof s_node_ops / sizeof s_node_ops[0])
+
+const kvp_op_t *
+kvp_op (int op)
+{
+    if (op < 0) {
+        if ((size_t) -op > NODE_OPS_COUNT)
+            return NULL;
+        assert (s_node_ops[-op - 1].op == op);
+        return &s_node_ops[-op - 1];
+    }
+    //  The rows are in the proto's order, from PING (1): a lookup is an index.
+    if (op < KVPOOL__V1__OP__PING || (size_t) op > OPS_COUNT)
+        return NULL;
+    const kvp_op_t *row = &s_ops[op - KVPOOL__V1__OP__PING];
+    assert (row->op == op);
+    return row;
+}
+
+static bool
+s_gate_holds (kvp_gate_t gate, const kvp_job_t *job)
+{
+    if (gate == GATE_ALWAYS)
+        return true;
+    if (gate == GATE_ANY_ITEM)
+        return job->count > 0;
+    for (size_t i = 0; i < job->count; i++)
+        if (gate == GATE_ANY_OK ? job->items[i].status == KVPOOL_OK : job->items[i].object_id != 0)
+            return true;
+    return false;
+}
+
+kvp_job_kind_t
+kvp_op_next_stage (const kvp_op_t *self, const kvp_job_t *job, kvp_job_kind_t done)
+{
+    if (job->status != KVPOOL_OK)
+        return KVP_JOB_NONE;
+    size_t next = 0;
+    if (done != KVP_JOB_NONE) {
+        while (next < KVP_OP_STAGES_MAX && self->stages[next].kind != done)
+            next++;
+        assert (next < KVP_OP_STAGES_MAX); //  a job comes back only from its own stages
+        next++;
+    }
+    if (next >= KVP_OP_STAGES_MAX || self->stages[next].kind == KVP_JOB_NONE
+        || !s_gate_holds (self->stages[next].gate, job))
+        return KVP_JOB_NONE;
+    return self->stages[next].kind;
+}
+
+//  ---- self test ---------------------------------------------------------------------
+
+void
+kvp_ops_test (bool verbose)
+{
+    //  Every operation of the proto has its row, in order; every stage's kind is real.
+    const ProtobufCEnumDescriptor *desc = &kvpool__v1__op__descriptor;
+    size_t rows = 0;
+    for (unsigned i = 0; i < desc->n_values; i++) {
+        int op = desc->values[i].value;
+        if (op == KVPOOL__V1__OP__OP_NONE) {
+            assert (kvp_op (op) == NULL);
+            continue;
+        }
+        const kvp_op_t *row = kvp_op (op);
+        assert (row && strcmp (row->name, desc->values[i].name) == 0);
+        for (size_t s = 0; s < KVP_OP_STAGES_MAX && row->stages[s].kind; s++)
+            assert (row->stages[s].kind < KVP_JOB_KIND_COUNT);
+        rows++;
+    }
+    assert (rows == OPS_COUNT);
+    assert (kvp_op (0) == NULL && kvp_op ((int) OPS_COUNT + 1) == NULL);
+    assert (kvp_op (KVP_OP_MAP_SEGMENTS) && kvp_op (-(int) NODE_OPS_COUNT - 1) == NULL);
+
+    //  A put: placed and written while some key is OK, inserted once written.
+    const kvp_op_t *put = kvp_op (KVPOOL__V1__OP__PUT);
+    kvp_job_t *job = kvp_job_new (KVP_JOB_NONE, 2);
+    assert (kvp_op_next_stage (put, job, KVP_JOB_NONE) == KVP_AL_ALLOC);
+    job->items[0].status = KVPOOL_NO_AVAILABLE_HANDLE;
+    assert (kvp_op_next_stage (put, job, KVP_AL_ALLOC) == KVP_TX_WRITE);
+    job->items[1].status = KVPOOL_NO_AVAILABLE_HANDLE;
+    assert (kvp_op_next_stage (put, job, KVP_AL_ALLOC) == KVP_JOB_NONE);
+    assert (kvp_op_next_stage (put, job, KVP_TX_WRITE) == KVP_RM_INSERT);
+    assert (kvp_op_next_stage (put, job, KVP_RM_INSERT) == KVP_JOB_NONE);
+    //  A put-start goes on while some key is reserved, even when its placement failed.
+    const kvp_op_t *start = kvp_op (KVPOOL__V1__OP__PUT_START);
+    assert (kvp_op_next_stage (start, job, KVP_JOB_NONE) == KVP_RM_RESERVE);
+    assert (kvp_op_next_stage (start, job, KVP_RM_RESERVE) == KVP_JOB_NONE);
+    job->items[1].object_id = 5;
+    assert (kvp_op_next_stage (start, job, KVP_RM_RESERVE) == KVP_AL_ALLOC);
+    assert (kvp_op_next_stage (start, job, KVP_AL_ALLOC) == KVP_RM_BIND);
+    //  A failed job is answered at once.
+    kvp_job_fail (job, KVPOOL_INTERNAL_ERROR, "test");
+    assert (kvp_op_next_stage (start, job, KVP_AL_ALLOC) == KVP_JOB_NONE);
+    kvp_job_destroy (&job);
+    //  A TOUCH without keys has nothing to renew.
+    job = kvp_job_new (KVP_JOB_NONE, 0);
+    assert (kvp_op_next_stage (kvp_op (KVPOOL__V1__OP__TOUCH), job, KVP_JOB_NONE) == KVP_JOB_NONE);
+    assert (kvp_op_next_stage (kvp_op (KVPOOL__V1__OP__PING), job, KVP_JOB_NONE) == KVP_JOB_NONE);
+    assert (kvp_op_next_stage (kvp_op (KVPOOL__V1__OP__STATS), job, KVP_RM_STATS) == KVP_AL_STATS);
+    kvp_job_destroy (&job);
+    if (verbose)
+        printf ("%zu operations ", rows);
+}

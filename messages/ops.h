@@ -1,0 +1,86 @@
+/*  ops.h - the node's table of client operations: one row per kvpool.v1.Op.
+
+    A row says what a request of the operation carries (keys, values, sizes, a segment), who
+    may send it, whether it writes, which stages its job passes through (each stage is a job
+    kind, and each kind belongs to one actor: kvp_job_kind_actor), and which fields of the
+    reply it fills. The api validates, routes and encodes replies from this table only
+    (request_check.c reads it too); adding an operation is adding a row (ops.c).
+
+    A job walks its row's stages in order. A stage runs only while the job's status is OK and
+    its gate holds; otherwise the job is answered.
+*/
+#ifndef KVP_OPS_H_INCLUDED
+#define KVP_OPS_H_INCLUDED
+
+#include <stdbool.h>
+
+#include "messages/kvp_job.h"
+
+//  What a request carries, and who may send it.
+typedef enum {
+    OP_KEYS = 1 << 0,    //  at least one key
+    OP_VALUES = 1 << 1,  //  one value frame per key (and none otherwise)
+    OP_SIZES = 1 << 2,   //  one size per key (Request.sizes)
+    OP_SEGMENT = 1 << 3, //  Request.segment
+    OP_WRITE = 1 << 4,   //  writes objects: held back while a reset runs
+    OP_DRAIN = 1 << 5,   //  runs alone: waits until no write is in flight (RESET)
+    OP_LOCAL = 1 << 6,   //  works on the node's shared memory: same-machine clients on the
+                         //  ipc endpoint only, tied to the asking process (docs/security.md)
+    OP_ANYONE = 1 << 7,  //  open to ipc clients of other users too (PING)
+    OP_INDEX = 1 << 8,   //  may be answered from the read index (actors/index_reads.h)
+} kvp_op_flag_t;
+
+//  Which fields of the Reply it fills (every reply has status, error and one status a key).
+typedef enum {
+    REPLY_SIZES = 1 << 0,    //  sizes, one a key
+    REPLY_REPLICAS = 1 << 1, //  replicas, one KeyReplicas a key
+    REPLY_VALUES = 1 << 2,   //  one value frame a key after the Reply
+    REPLY_SEGMENTS = 1 << 3, //  segments (the job's list, or the one mounted)
+    REPLY_STATS = 1 << 4,    //  stats
+    REPLY_COUNT = 1 << 5,    //  count (objects removed)
+    REPLY_NODE = 1 << 6,     //  host_id, server_id, index_name, local_endpoint
+} kvp_reply_field_t;
+
+//  When a stage runs, besides the job's status being OK.
+typedef enum {
+    GATE_ALWAYS = 0,
+    GATE_ANY_ITEM,     //  the job has items
+    GATE_ANY_OK,       //  some item's status is OK
+    GATE_ANY_RESERVED, //  some item holds a reservation (item->object_id)
+} kvp_gate_t;
+
+typedef struct {
+    kvp_job_kind_t kind; //  KVP_JOB_NONE ends the list
+    kvp_gate_t gate;
+} kvp_stage_t;
+
+#define KVP_OP_STAGES_MAX 4
+
+typedef struct {
+    int op;           //  kvpool.v1.Op
+    const char *name; //  as in kvpool.proto
+    unsigned flags;   //  kvp_op_flag_t
+    unsigned fills;   //  kvp_reply_field_t
+    kvp_stage_t stages[KVP_OP_STAGES_MAX];
+} kvp_op_t;
+
+//  The node's own operations, beside the proto's (negative: no client sends them). Their jobs
+//  have no client to answer.
+#define KVP_OP_OWNER_GONE                                                                          \
+    (-1)                           //  job->owner_id and job->owner (its name) died: its pins
+                                   //  and reservations end, and job->segments lists what it
+                                   //  mounted (each then goes by a KVP_OP_ORPHAN_UNMOUNT)
+#define KVP_OP_ORPHAN_UNMOUNT (-2) //  job->segment_id: remove its objects, unmount, unlink
+#define KVP_OP_MAP_SEGMENTS (-3)   //  job->segments: every segment, for the api's index reads
+
+//  The row of op (a kvpool.v1.Op or a KVP_OP_*), or NULL for an operation this node does not
+//  serve.
+const kvp_op_t *kvp_op (int op);
+
+//  The stage after `done` (KVP_JOB_NONE: the job is new) for this job, or KVP_JOB_NONE when
+//  the job is to be answered.
+kvp_job_kind_t kvp_op_next_stage (const kvp_op_t *self, const kvp_job_t *job, kvp_job_kind_t done);
+
+void kvp_ops_test (bool verbose);
+
+#endif
