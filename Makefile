@@ -112,11 +112,16 @@ $(OBJ)/gen/kvpool.pb-c.o: $(PROTO_C) | $(CONTRACT_H)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
+#  libkvpool's objects (the shared folders' too: the node links them statically, where
+#  visibility does not matter) keep every name inside the library; include/kvpool.h marks
+#  the API with KVPOOL_EXPORT, the only names libkvpool.so exports.
+$(CLIENT_OBJ): CFLAGS += -fvisibility=hidden
+
 $(LIB)/libkvpool.a: $(CLIENT_OBJ)
 	@mkdir -p $(LIB)
 	rm -f $@ && ar rcs $@ $^
 
-#  Exports only kvpool_* (client/libkvpool.map).
+#  Exports only the API: KVPOOL_EXPORT names, and client/libkvpool.map as a second fence.
 $(LIB)/libkvpool.so: $(CLIENT_OBJ) client/libkvpool.map
 	@mkdir -p $(LIB)
 	$(CC) -shared $(LDFLAGS) -Wl,-soname,libkvpool.so.1 \

@@ -8,79 +8,111 @@
             copy cannot be done after PUT_START succeeded is revoked (PUT_REVOKE) and put
             over the socket instead.
       get   GET_REPLICA_LIST with pin = true says where each value is and holds it in place;
-            the client copies from one replica, then sends RELEASE without waiting for its
-            reply. A key on a segment the client cannot map is read with a plain GET.
-    A replica on a segment id the client does not know makes it list the segments again,
-    once per call (segments are mounted while clients run). After the socket reconnected
-    (the node may have restarted and reused its segment ids) every mapping is dropped and the
-    segments listed again before a reply's segment ids are trusted. Offsets are checked
-    against the segment's size, so a bad reply can never make the client touch memory
-    outside a mapping.
-    Batches of KVPC_POOL_MIN_BYTES or more are copied by the connection's transfer pool.
+            the client copies from one replica, then sends RELEASE asking for no reply. A key on a
+   segment the client cannot map is read with a plain GET. A replica on a segment id the client does
+   not know makes it list the segments again, once per call (segments are mounted while clients
+   run). After the socket reconnected (the node may have restarted and reused its segment ids) every
+   mapping is dropped and the segments listed again before a reply's segment ids are trusted.
+   Offsets are checked against the segment's size, so a bad reply can never make the client touch
+   memory outside a mapping. Batches of KVPC_POOL_MIN_BYTES or more are copied by the connection's
+   copy threads.
 
     Ordering: a put's bytes are all written before its PUT_END is sent, so no reader can see
     the key before its value is complete; a get's RELEASE is sent only after its copies are
-    done. Threads: the caller's, plus the transfer pool's workers for large copies.
+    done. RELEASE and TOUCH ask for no reply (kvpc_send_oneway): nothing waits for them, and
+    the connection sees that they leave before its socket closes. Only the TOUCH that
+    reports the last index reads at close waits for its answer (kvpc_index_report).
+    Threads: the caller's, plus the connection's copy threads for large copies.
 */
-#include "client/kvpool_client.h"
+#include "client/fast_path.h"
 
-#include "shm/touch_table.h"
-
-#include <ctype.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
-static int s_refresh (kvpool_t *self, bool strict);
+#include "client/socket_ops.h"
+#include "protocol/contract.h"
+#include "shm/segment_table.h"
+#include "shm/shm_index.h"
+#include "shm/touch_table.h"
+
+struct _kvpc_fast_path_t {
+    kvpc_conn_t *conn;
+    bool on;                   //  segments are mapped and the fast path is in use
+    segment_table_t *segments; //  the node's segments as mapped here
+    char server_id[128];       //  the node whose segments are mapped (SEGMENTS)
+    shm_index_t *index;        //  the node's same-machine read index (read-only), or NULL
+    bool use_index;            //  reads may be served from it (kvpool_set_index)
+    uint64_t index_reads;      //  values read from the index not yet reported in a TOUCH
+    touch_table_t *touched;    //  keys whose lease we renewed lately (not every read)
+    void *monitor;             //  PAIR receiving the socket's connect/disconnect events
+    uint64_t generation;       //  the connection's socket the monitor watches
+};
+
+static int s_refresh (kvpc_fast_path_t *self, bool strict);
 
 static void
-s_table_clear (kvpool_t *self)
+s_table_clear (kvpc_fast_path_t *self)
 {
     segment_table_destroy (&self->segments);
     shm_index_destroy (&self->index);
+}
+
+//  Whether the connection replaced its socket since the monitor was opened: until the
+//  segments are listed again over the new one, no replica's segment id is trusted.
+static bool
+s_stale (kvpc_fast_path_t *self)
+{
+    return self->generation != kvpc_conn_generation (self->conn);
 }
 
 //  ---- watching the connection ------------------------------------------------------------
 //  Segment ids are only meaningful to the node that gave them: a node restarted on the same
 //  endpoint numbers its new segments from the start again. The socket reconnects by itself,
 //  so the client watches its connect/disconnect events and, after any, lists the segments
-//  afresh before it trusts a replica's segment id.
+//  afresh before it trusts a replica's segment id. When the connection replaces the socket
+//  itself (kvpc_conn_generation), the new one is watched from the next check on, and that
+//  check counts as a change.
 
 static int
-s_monitor_open (kvpool_t *self)
+s_monitor_open (kvpc_fast_path_t *self)
 {
     static atomic_uint s_monitors;
-    if (!self->socket)
+    self->generation = kvpc_conn_generation (self->conn);
+    void *socket = kvpc_conn_socket (self->conn);
+    if (!socket)
         return -1;
     char endpoint[96];
     snprintf (endpoint, sizeof endpoint, "inproc://kvpool-monitor-%d-%u", (int) getpid (),
               atomic_fetch_add (&s_monitors, 1));
-    if (zmq_socket_monitor (self->socket, endpoint, ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED))
+    if (zmq_socket_monitor (socket, endpoint, ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED))
         return -1;
-    void *pair = zmq_socket (self->ctx, ZMQ_PAIR);
+    void *pair = zmq_socket (kvpc_conn_context (self->conn), ZMQ_PAIR);
     int zero = 0;
     if (pair)
         zmq_setsockopt (pair, ZMQ_LINGER, &zero, sizeof zero);
     if (!pair || zmq_connect (pair, endpoint)) {
         if (pair)
             zmq_close (pair);
-        zmq_socket_monitor (self->socket, NULL, 0);
+        zmq_socket_monitor (socket, NULL, 0);
         return -1;
     }
     self->monitor = pair;
     return 0;
 }
 
-//  Stops watching; stop_socket is false when the watched socket is already closed.
+//  Stops watching (the socket too, unless it is one the connection has closed since).
 static void
-s_monitor_close (kvpool_t *self, bool stop_socket)
+s_monitor_close (kvpc_fast_path_t *self)
 {
     if (!self->monitor)
         return;
-    if (stop_socket && self->socket)
-        zmq_socket_monitor (self->socket, NULL, 0);
+    void *socket = kvpc_conn_socket (self->conn);
+    if (socket && !s_stale (self))
+        zmq_socket_monitor (socket, NULL, 0);
     zmq_close (self->monitor);
     self->monitor = NULL;
 }
@@ -89,9 +121,14 @@ s_monitor_close (kvpool_t *self, bool stop_socket)
 //  the monitor as they happen, before any reply that travels over the new connection, so
 //  draining them after a reply tells whether that reply may come from another node.
 static bool
-s_connection_changed (kvpool_t *self)
+s_connection_changed (kvpc_fast_path_t *self)
 {
-    bool changed = self->segments_stale || !self->monitor;
+    bool changed = !self->monitor;
+    if (s_stale (self)) {
+        s_monitor_close (self);
+        s_monitor_open (self); //  on failure every check reports a change
+        changed = true;
+    }
     if (self->monitor) {
         zmq_msg_t event;
         zmq_msg_init (&event);
@@ -99,14 +136,13 @@ s_connection_changed (kvpool_t *self)
             changed = true;
         zmq_msg_close (&event);
     }
-    self->segments_stale = false;
     return changed;
 }
 
 //  After a reply that names segments: if the connection changed, forget every mapping and
 //  list the segments again (an empty table on failure: every key then takes the socket).
 static void
-s_check_connection (kvpool_t *self)
+s_check_connection (kvpc_fast_path_t *self)
 {
     if (s_connection_changed (self)) {
         s_table_clear (self);
@@ -120,17 +156,18 @@ s_check_connection (kvpool_t *self)
 //  table): fail unless every segment of the node's own maps. Returns 0, or -1 with the
 //  table unchanged.
 static int
-s_refresh (kvpool_t *self, bool strict)
+s_refresh (kvpc_fast_path_t *self, bool strict)
 {
     Kvpool__V1__Request request = KVPOOL__V1__REQUEST__INIT;
     request.op = KVPOOL__V1__OP__SEGMENTS;
     kvpc_reply_t reply;
-    if (kvpc_call (self, &request, NULL, 0, 0, &reply))
+    if (kvpc_call (self->conn, &request, NULL, 0, 0, &reply))
         return -1;
     Kvpool__V1__Reply *msg = reply.msg;
     //  A node that answers from another machine cannot share memory with us.
     if (msg->status != KVPOOL_OK
-        || (msg->host_id && *msg->host_id && strcmp (msg->host_id, self->host_id) != 0)) {
+        || (msg->host_id && *msg->host_id
+            && strcmp (msg->host_id, kvpc_conn_host_id (self->conn)) != 0)) {
         kvpc_reply_free (&reply);
         return -1;
     }
@@ -161,7 +198,7 @@ s_refresh (kvpool_t *self, bool strict)
     int rc = segment_table_update (self->segments, listing, count, same_node, &failed);
     free (listing);
     if (rc) {
-        kvpc_set_error (self, "cannot map segment %u", failed);
+        kvpc_set_error (self->conn, "cannot map segment %u", failed);
         kvpc_reply_free (&reply);
         return -1;
     }
@@ -177,39 +214,67 @@ s_refresh (kvpool_t *self, bool strict)
     return 0;
 }
 
+kvpc_fast_path_t *
+kvpc_fast_path_new (kvpc_conn_t *conn)
+{
+    kvpc_fast_path_t *self = calloc (1, sizeof *self);
+    if (!self)
+        return NULL;
+    self->conn = conn;
+    self->use_index = true;
+    self->generation = kvpc_conn_generation (conn);
+    return self;
+}
+
+void
+kvpc_fast_path_destroy (kvpc_fast_path_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    kvpc_fast_path_t *self = *self_p;
+    kvpc_fast_path_close (self);
+    touch_table_destroy (&self->touched);
+    free (self);
+    *self_p = NULL;
+}
+
 int
-kvpc_fast_path_open (kvpool_t *self)
+kvpc_fast_path_open (kvpc_fast_path_t *self)
 {
     kvpc_fast_path_close (self);
     //  The monitor first: a reconnect while the segments are listed must not go unseen.
-    self->fast_path = s_monitor_open (self) == 0 && s_refresh (self, true) == 0;
-    if (!self->fast_path)
+    self->on = s_monitor_open (self) == 0 && s_refresh (self, true) == 0;
+    if (!self->on)
         kvpc_fast_path_close (self);
-    return self->fast_path ? 0 : -1;
+    return self->on ? 0 : -1;
 }
 
 void
-kvpc_fast_path_close (kvpool_t *self)
+kvpc_fast_path_close (kvpc_fast_path_t *self)
 {
-    s_monitor_close (self, true);
+    s_monitor_close (self);
     s_table_clear (self);
     self->server_id[0] = 0;
-    self->segments_stale = false;
-    self->fast_path = false;
+    self->on = false;
 }
 
-void
-kvpc_fast_path_reconnected (kvpool_t *self)
+bool
+kvpc_fast_path_on (kvpc_fast_path_t *self)
 {
-    s_monitor_close (self, false);
-    s_monitor_open (self); //  on failure s_connection_changed reports a change every time
-    self->segments_stale = true;
+    return self->on;
+}
+
+bool
+kvpc_fast_path_use_index (kvpc_fast_path_t *self, bool enabled)
+{
+    self->use_index = enabled;
+    return enabled && self->on && self->index;
 }
 
 //  Where size bytes at offset of segment id are in our address space, or NULL when the
 //  segment is not mapped or the range does not fit in it.
 static void *
-s_resolve (kvpool_t *self, uint32_t id, uint64_t offset, uint64_t size)
+s_resolve (kvpc_fast_path_t *self, uint32_t id, uint64_t offset, uint64_t size)
 {
     return self->segments ? segment_table_resolve (self->segments, id, offset, size) : NULL;
 }
@@ -225,7 +290,7 @@ typedef enum {
 //  A get's source: one of the key's replicas that resolves, starting at a different one for
 //  each key so that a batch's reads spread over the replicas.
 static const void *
-s_get_source (kvpool_t *self, Kvpool__V1__KeyReplicas *list, uint64_t size, size_t j)
+s_get_source (kvpc_fast_path_t *self, Kvpool__V1__KeyReplicas *list, uint64_t size, size_t j)
 {
     size_t count = list ? list->n_replicas : 0;
     for (size_t k = 0; k < count; k++) {
@@ -239,7 +304,7 @@ s_get_source (kvpool_t *self, Kvpool__V1__KeyReplicas *list, uint64_t size, size
 
 //  Gets through a pinned replica list (one round trip, RELEASE sent without waiting).
 static int
-s_fast_get_listed (kvpool_t *self, const kvpc_keys_t *keys, const kvpool_buf_t *const *bufs,
+s_fast_get_listed (kvpc_fast_path_t *self, const kvpc_keys_t *keys, const kvpool_buf_t *const *bufs,
                    const size_t *nbufs, int64_t *results)
 {
     if (keys->count == 0)
@@ -250,9 +315,10 @@ s_fast_get_listed (kvpool_t *self, const kvpc_keys_t *keys, const kvpool_buf_t *
     request.keys = keys->wire;
     request.pin = true;
     kvpc_reply_t reply;
-    int rc = kvpc_call (self, &request, NULL, 0, 0, &reply);
+    int rc = kvpc_call (self->conn, &request, NULL, 0, 0, &reply);
     if (rc == 0) {
-        rc = kvpc_reply_check (self, &reply, keys->count, KVPC_NEED_SIZES | KVPC_NEED_REPLICAS);
+        rc = kvpc_reply_check (self->conn, &reply, keys->count,
+                               KVPC_NEED_SIZES | KVPC_NEED_REPLICAS);
         if (rc)
             kvpc_reply_free (&reply);
     }
@@ -321,7 +387,7 @@ s_fast_get_listed (kvpool_t *self, const kvpc_keys_t *keys, const kvpool_buf_t *
     }
     //  An out-of-memory mid-plan leaves some copies listed for keys reported as failed;
     //  running them anyway only writes into those keys' own buffers.
-    kvpc_copies_run (self, &copies);
+    kvpc_copies_run (self->conn, &copies);
     rc = msg->status;
 
 release:
@@ -330,12 +396,12 @@ release:
         release.op = KVPOOL__V1__OP__RELEASE;
         release.n_keys = pinned.count;
         release.keys = pinned.wire;
-        //  Nobody waits for this reply: the pins only have to go. They belong to this
-        //  process, so one lost with a reset socket ends when the process does.
-        kvpc_send_oneway (self, &release);
+        //  No reply wanted: the pins only have to go. They belong to this process, so one
+        //  lost with a reset socket ends when the process does.
+        kvpc_send_oneway (self->conn, &release);
     }
     if (fallback.count)
-        kvpc_socket_get_into (self, &fallback, bufs, nbufs, results);
+        kvpc_socket_get_into (self->conn, &fallback, bufs, nbufs, results);
     kvpc_copies_fini (&copies);
     kvpc_keys_fini (&pinned);
     kvpc_keys_fini (&fallback);
@@ -370,46 +436,51 @@ s_clock_ms (void)
 //  Whether the read of a key with this hash should renew its lease now. The table is made
 //  on first use; without memory for it every read renews.
 static bool
-s_touch_due (kvpool_t *self, uint64_t hash, int64_t now)
+s_touch_due (kvpc_fast_path_t *self, uint64_t hash, int64_t now)
 {
     if (!self->touched)
         self->touched = touch_table_new (KVPC_TOUCH_SLOTS, KVPC_TOUCH_MS);
     return !self->touched || touch_table_due (self->touched, hash, now);
 }
 
-//  Sends a TOUCH: the keys due for their lease renewal (touch may be NULL), and the count of
+//  Sends a TOUCH nobody waits for: the keys due for their lease renewal, and the count of
 //  values read from the index since the last TOUCH (the node's stats count them as gets).
-//  Nothing to say, nothing sent: with no key due the count waits for the next TOUCH, or for
+//  With no key due nothing is sent: the count waits for the next TOUCH, or for
 //  kvpc_index_report.
 static void
-s_touch_send (kvpool_t *self, kvpc_keys_t *touch, bool report)
+s_touch_send (kvpc_fast_path_t *self, kvpc_keys_t *touch)
 {
-    size_t count = touch ? touch->count : 0;
-    if (!self->socket || (count == 0 && !(report && self->index_reads)))
+    if (!kvpc_conn_socket (self->conn) || touch->count == 0)
         return;
     Kvpool__V1__Request request = KVPOOL__V1__REQUEST__INIT;
     request.op = KVPOOL__V1__OP__TOUCH;
-    request.n_keys = count;
-    request.keys = count ? touch->wire : NULL;
+    request.n_keys = touch->count;
+    request.keys = touch->wire;
     request.reads = self->index_reads;
-    if (kvpc_send_oneway (self, &request) == 0)
+    if (kvpc_send_oneway (self->conn, &request) == 0)
         self->index_reads = 0;
 }
 
 void
-kvpc_index_report (kvpool_t *self)
+kvpc_index_report (kvpc_fast_path_t *self)
 {
-    s_touch_send (self, NULL, true);
+    //  The one TOUCH that waits for its answer. Sent one-way, it would reach the node a
+    //  moment after the connection closed, and a STATS asked at once on another connection
+    //  could be answered first, without these reads (measured: in 1 to 28 % of tries on a
+    //  busy machine). So the reads are in the node's stats when kvpool_destroy returns.
+    if (!self->index_reads || !kvpc_conn_socket (self->conn))
+        return;
+    Kvpool__V1__Request request = KVPOOL__V1__REQUEST__INIT;
+    request.op = KVPOOL__V1__OP__TOUCH;
+    request.reads = self->index_reads;
+    kvpc_reply_t reply;
+    if (kvpc_call_brief (self->conn, &request, KVPC_CLOSE_WAIT_MS, &reply) == 0)
+        kvpc_reply_free (&reply);
+    self->index_reads = 0;
 }
 
 void
-kvpc_index_forget (kvpool_t *self)
-{
-    touch_table_destroy (&self->touched);
-}
-
-void
-kvpc_index_probe (kvpool_t *self, const kvpc_keys_t *keys, bool as_size, int64_t *results,
+kvpc_index_probe (kvpc_fast_path_t *self, const kvpc_keys_t *keys, bool as_size, int64_t *results,
                   kvpc_keys_t *rest)
 {
     s_check_connection (self);
@@ -419,7 +490,7 @@ kvpc_index_probe (kvpool_t *self, const kvpc_keys_t *keys, bool as_size, int64_t
     for (size_t j = 0; j < keys->count; j++) {
         size_t i = keys->index[j];
         shm_index_hit_t hit;
-        if (self->index && self->use_index && !self->segments_stale
+        if (self->index && self->use_index && !s_stale (self)
             && shm_index_lookup (self->index, keys->keys[j], strlen (keys->keys[j]), &hit)
             && hit.size <= INT64_MAX) {
             results[i] = as_size ? (int64_t) hit.size : 1;
@@ -429,16 +500,16 @@ kvpc_index_probe (kvpool_t *self, const kvpc_keys_t *keys, bool as_size, int64_t
         else if (kvpc_keys_add (rest, keys->keys[j], i))
             results[i] = KVPOOL_INTERNAL_ERROR;
     }
-    s_touch_send (self, &touch, false);
+    s_touch_send (self, &touch);
     kvpc_keys_fini (&touch);
 }
 
 int
-kvpc_fast_get (kvpool_t *self, const kvpc_keys_t *keys, const kvpool_buf_t *const *bufs,
+kvpc_fast_get (kvpc_fast_path_t *self, const kvpc_keys_t *keys, const kvpool_buf_t *const *bufs,
                const size_t *nbufs, int64_t *results)
 {
     s_check_connection (self);
-    if (!self->index || !self->use_index || self->segments_stale)
+    if (!self->index || !self->use_index || s_stale (self))
         return s_fast_get_listed (self, keys, bufs, nbufs, results);
     kvpc_keys_t rest;
     kvpc_keys_init (&rest);
@@ -467,7 +538,7 @@ kvpc_fast_get (kvpool_t *self, const kvpc_keys_t *keys, const kvpool_buf_t *cons
         else if (kvpc_keys_add (&rest, keys->keys[j], i))
             results[i] = KVPOOL_INTERNAL_ERROR;
     }
-    kvpc_copies_run (self, &copies);
+    kvpc_copies_run (self->conn, &copies);
     //  Only copies whose slot stayed the same are the object's bytes; the rest ask the node
     //  (their buffers are simply written again).
     kvpc_keys_t touch;
@@ -486,7 +557,7 @@ kvpc_fast_get (kvpool_t *self, const kvpc_keys_t *keys, const kvpool_buf_t *cons
         else if (kvpc_keys_add (&rest, keys->keys[j], i))
             results[i] = KVPOOL_INTERNAL_ERROR;
     }
-    s_touch_send (self, &touch, false);
+    s_touch_send (self, &touch);
     kvpc_keys_fini (&touch);
     if (rest.count)
         rc = s_fast_get_listed (self, &rest, bufs, nbufs, results);
@@ -499,7 +570,7 @@ kvpc_fast_get (kvpool_t *self, const kvpc_keys_t *keys, const kvpool_buf_t *cons
 
 //  Whether every replica of a reserved key resolves for size bytes.
 static bool
-s_put_resolves (kvpool_t *self, Kvpool__V1__KeyReplicas *list, uint64_t size)
+s_put_resolves (kvpc_fast_path_t *self, Kvpool__V1__KeyReplicas *list, uint64_t size)
 {
     if (size == 0)
         return true;
@@ -514,7 +585,7 @@ s_put_resolves (kvpool_t *self, Kvpool__V1__KeyReplicas *list, uint64_t size)
 //  Sends op (PUT_END or PUT_REVOKE) for keys and stores its per-key outcomes in results
 //  when results is not NULL.
 static int
-s_finish (kvpool_t *self, Kvpool__V1__Op op, const kvpc_keys_t *keys, int64_t *results)
+s_finish (kvpc_fast_path_t *self, Kvpool__V1__Op op, const kvpc_keys_t *keys, int64_t *results)
 {
     if (keys->count == 0)
         return KVPOOL_OK;
@@ -523,9 +594,9 @@ s_finish (kvpool_t *self, Kvpool__V1__Op op, const kvpc_keys_t *keys, int64_t *r
     request.n_keys = keys->count;
     request.keys = keys->wire;
     kvpc_reply_t reply;
-    int rc = kvpc_call (self, &request, NULL, 0, 0, &reply);
+    int rc = kvpc_call (self->conn, &request, NULL, 0, 0, &reply);
     if (rc == 0) {
-        rc = kvpc_reply_check (self, &reply, keys->count, 0);
+        rc = kvpc_reply_check (self->conn, &reply, keys->count, 0);
         if (rc)
             kvpc_reply_free (&reply);
     }
@@ -543,7 +614,7 @@ s_finish (kvpool_t *self, Kvpool__V1__Op op, const kvpc_keys_t *keys, int64_t *r
 }
 
 int
-kvpc_fast_put (kvpool_t *self, const kvpc_keys_t *keys, const kvpc_value_t *values,
+kvpc_fast_put (kvpc_fast_path_t *self, const kvpc_keys_t *keys, const kvpc_value_t *values,
                const kvpool_put_options_t *opts, int64_t *results)
 {
     if (keys->count == 0)
@@ -568,9 +639,9 @@ kvpc_fast_put (kvpool_t *self, const kvpc_keys_t *keys, const kvpc_value_t *valu
     request.sizes = sizes;
     request.put = &put;
     kvpc_reply_t reply;
-    int rc = kvpc_call (self, &request, NULL, 0, 0, &reply);
+    int rc = kvpc_call (self->conn, &request, NULL, 0, 0, &reply);
     if (rc == 0) {
-        rc = kvpc_reply_check (self, &reply, keys->count, KVPC_NEED_REPLICAS);
+        rc = kvpc_reply_check (self->conn, &reply, keys->count, KVPC_NEED_REPLICAS);
         if (rc)
             kvpc_reply_free (&reply);
     }
@@ -621,7 +692,7 @@ kvpc_fast_put (kvpool_t *self, const kvpc_keys_t *keys, const kvpc_value_t *valu
     }
     //  A key that failed mid-plan may still have copies listed: they only write into its
     //  own reserved space, which is revoked below.
-    kvpc_copies_run (self, &copies);
+    kvpc_copies_run (self->conn, &copies);
     kvpc_copies_fini (&copies);
 
     kvpc_keys_t commit, revoke, fallback;
@@ -659,7 +730,7 @@ kvpc_fast_put (kvpool_t *self, const kvpc_keys_t *keys, const kvpc_value_t *valu
             kvpc_keys_add (&revoke, commit.keys[j], commit.index[j]);
     s_finish (self, KVPOOL__V1__OP__PUT_REVOKE, &revoke, NULL);
     if (fallback.count)
-        kvpc_socket_put (self, &fallback, values, opts, results);
+        kvpc_socket_put (self->conn, &fallback, values, opts, results);
     rc = msg->status;
     kvpc_keys_fini (&commit);
     kvpc_keys_fini (&revoke);

@@ -28,6 +28,14 @@
 extern "C" {
 #endif
 
+//  What libkvpool.so exports: the functions below and nothing else (the library is built
+//  with -fvisibility=hidden; this marks the exceptions).
+#if defined(__GNUC__) || defined(__clang__)
+#define KVPOOL_EXPORT __attribute__ ((visibility ("default")))
+#else
+#define KVPOOL_EXPORT
+#endif
+
 #define KVPOOL_PROTOCOL_VERSION 1
 #define KVPOOL_DEFAULT_ENDPOINT "tcp://127.0.0.1:50051"
 #define KVPOOL_DEFAULT_ADMIN_ENDPOINT "tcp://127.0.0.1:50052"
@@ -40,9 +48,9 @@ extern "C" {
 #include "kvpool_status.h"
 
 //  Returns a short English description of a status code (never NULL).
-const char *kvpool_strerror (int status);
+KVPOOL_EXPORT const char *kvpool_strerror (int status);
 //  Returns the status's name, e.g. "OBJECT_NOT_FOUND" (never NULL; "UNKNOWN" if unknown).
-const char *kvpool_status_name (int status);
+KVPOOL_EXPORT const char *kvpool_status_name (int status);
 
 typedef struct _kvpool_t kvpool_t;
 
@@ -58,7 +66,7 @@ typedef struct {
 } kvpool_options_t;
 
 //  Fills options with the defaults (timeout 5000 ms, fast path auto).
-void kvpool_options_init (kvpool_options_t *options);
+KVPOOL_EXPORT void kvpool_options_init (kvpool_options_t *options);
 
 //  Makes glibc's malloc keep large freed blocks instead of returning them to the kernel at
 //  once (mmap threshold 32 MiB, trim threshold 256 MiB), and puts threads started after the
@@ -69,30 +77,30 @@ void kvpool_options_init (kvpool_options_t *options);
 //  before the first kvpool_connect, in a process that receives large values over tcp; it
 //  does nothing with other C libraries. The Python package calls it unless
 //  KVPOOL_MALLOC_TUNING=0. Returns 0, or -1 if the malloc is not glibc's.
-int kvpool_tune_malloc (void);
+KVPOOL_EXPORT int kvpool_tune_malloc (void);
 
 //  Connects to a node and checks it answers a PING within the connect timeout.
 //  Returns NULL on failure (bad endpoint, no answer). Caller owns the return value and must
 //  destroy it with kvpool_destroy. options may be NULL for the defaults.
-kvpool_t *kvpool_connect (const char *endpoint, const kvpool_options_t *options);
+KVPOOL_EXPORT kvpool_t *kvpool_connect (const char *endpoint, const kvpool_options_t *options);
 
 //  Closes the connection; does nothing on NULL; sets *self_p to NULL.
-void kvpool_destroy (kvpool_t **self_p);
+KVPOOL_EXPORT void kvpool_destroy (kvpool_t **self_p);
 
 //  Switches the same-machine fast path on or off. Switching on succeeds only when the node is
 //  on this machine and its segments can be mapped. Returns true if the fast path is now on.
-bool kvpool_set_fast_path (kvpool_t *self, bool enabled);
-bool kvpool_fast_path (kvpool_t *self);
+KVPOOL_EXPORT bool kvpool_set_fast_path (kvpool_t *self, bool enabled);
+KVPOOL_EXPORT bool kvpool_fast_path (kvpool_t *self);
 
 //  With the fast path on, gets into caller buffers, exist and get-size first look in the
 //  node's same-machine read index (a shared-memory table of committed objects): no round
 //  trip at all. Such reads are validated against concurrent removal but take no lease;
 //  switch the index off to have every read ask the node. On by default. Returns true if
 //  reads now use the index.
-bool kvpool_set_index (kvpool_t *self, bool enabled);
+KVPOOL_EXPORT bool kvpool_set_index (kvpool_t *self, bool enabled);
 
 //  The reason text of the last error reply from the server ("" if none).
-const char *kvpool_last_error (kvpool_t *self);
+KVPOOL_EXPORT const char *kvpool_last_error (kvpool_t *self);
 
 //  One value for a put: a caller's buffer, or several (gathered in order).
 typedef struct {
@@ -115,65 +123,70 @@ typedef struct {
     bool hard_pin;
 } kvpool_put_options_t;
 
-int kvpool_ping (kvpool_t *self);
+KVPOOL_EXPORT int kvpool_ping (kvpool_t *self);
 
 //  ---- single-key operations ----------------------------------------------------------
 //  opts may be NULL (one replica, no pin).
-int kvpool_put (kvpool_t *self, const char *key, const void *data, size_t size,
-                const kvpool_put_options_t *opts);
+KVPOOL_EXPORT int kvpool_put (kvpool_t *self, const char *key, const void *data, size_t size,
+                              const kvpool_put_options_t *opts);
 //  Puts the concatenation of parts as one value.
-int kvpool_put_parts (kvpool_t *self, const char *key, const kvpool_iov_t *parts, size_t nparts,
-                      const kvpool_put_options_t *opts);
+KVPOOL_EXPORT int kvpool_put_parts (kvpool_t *self, const char *key, const kvpool_iov_t *parts,
+                                    size_t nparts, const kvpool_put_options_t *opts);
 //  Gets a value into a buffer the library allocates with malloc. Caller owns *data_p and
 //  frees it with free(). Returns KVPOOL_OK or a negative status.
-int kvpool_get (kvpool_t *self, const char *key, void **data_p, size_t *size_p);
+KVPOOL_EXPORT int kvpool_get (kvpool_t *self, const char *key, void **data_p, size_t *size_p);
 //  Gets a value into the caller's buffer. Returns the value's size, or a negative status
 //  (KVPOOL_BUFFER_OVERFLOW when capacity is smaller than the value; nothing is written then).
-int64_t kvpool_get_into (kvpool_t *self, const char *key, void *buffer, size_t capacity);
+KVPOOL_EXPORT int64_t kvpool_get_into (kvpool_t *self, const char *key, void *buffer,
+                                       size_t capacity);
 //  Returns 1 if the key exists (committed), 0 if not, or a negative status.
-int kvpool_exist (kvpool_t *self, const char *key);
+KVPOOL_EXPORT int kvpool_exist (kvpool_t *self, const char *key);
 //  Returns the value's size, or a negative status (KVPOOL_OBJECT_NOT_FOUND).
-int64_t kvpool_get_size (kvpool_t *self, const char *key);
-int kvpool_remove (kvpool_t *self, const char *key, bool force);
+KVPOOL_EXPORT int64_t kvpool_get_size (kvpool_t *self, const char *key);
+KVPOOL_EXPORT int kvpool_remove (kvpool_t *self, const char *key, bool force);
 //  Returns the number of objects removed, or a negative status.
-int64_t kvpool_remove_by_regex (kvpool_t *self, const char *pattern, bool force);
-int64_t kvpool_remove_all (kvpool_t *self, bool force);
+KVPOOL_EXPORT int64_t kvpool_remove_by_regex (kvpool_t *self, const char *pattern, bool force);
+KVPOOL_EXPORT int64_t kvpool_remove_all (kvpool_t *self, bool force);
 //  Drains transfers in flight, then removes every object past leases. Returns the number
 //  removed or a negative status.
-int64_t kvpool_reset (kvpool_t *self);
+KVPOOL_EXPORT int64_t kvpool_reset (kvpool_t *self);
 
 //  ---- batch operations: n keys, one outcome per key ---------------------------------
 //  statuses[i]: KVPOOL_OK or a negative status for keys[i].
-int kvpool_put_batch (kvpool_t *self, size_t n, const char *const *keys, const void *const *data,
-                      const size_t *sizes, const kvpool_put_options_t *opts, int *statuses);
+KVPOOL_EXPORT int kvpool_put_batch (kvpool_t *self, size_t n, const char *const *keys,
+                                    const void *const *data, const size_t *sizes,
+                                    const kvpool_put_options_t *opts, int *statuses);
 //  Each value is the concatenation of nparts[i] buffers parts[i][0..].
-int kvpool_put_batch_parts (kvpool_t *self, size_t n, const char *const *keys,
-                            const kvpool_iov_t *const *parts, const size_t *nparts,
-                            const kvpool_put_options_t *opts, int *statuses);
+KVPOOL_EXPORT int kvpool_put_batch_parts (kvpool_t *self, size_t n, const char *const *keys,
+                                          const kvpool_iov_t *const *parts, const size_t *nparts,
+                                          const kvpool_put_options_t *opts, int *statuses);
 //  results[i]: bytes written into buffers[i], or a negative status.
-int kvpool_get_batch_into (kvpool_t *self, size_t n, const char *const *keys, void *const *buffers,
-                           const size_t *capacities, int64_t *results);
+KVPOOL_EXPORT int kvpool_get_batch_into (kvpool_t *self, size_t n, const char *const *keys,
+                                         void *const *buffers, const size_t *capacities,
+                                         int64_t *results);
 //  Scatter form: value i is written across nbufs[i] buffers bufs[i][0..] in order.
 //  results[i]: bytes written, or a negative status (BUFFER_OVERFLOW if they are too small).
-int kvpool_get_batch_into_parts (kvpool_t *self, size_t n, const char *const *keys,
-                                 const kvpool_buf_t *const *bufs, const size_t *nbufs,
-                                 int64_t *results);
+KVPOOL_EXPORT int kvpool_get_batch_into_parts (kvpool_t *self, size_t n, const char *const *keys,
+                                               const kvpool_buf_t *const *bufs, const size_t *nbufs,
+                                               int64_t *results);
 //  results[i]: 1, 0 or a negative status.
-int kvpool_exist_batch (kvpool_t *self, size_t n, const char *const *keys, int *results);
+KVPOOL_EXPORT int kvpool_exist_batch (kvpool_t *self, size_t n, const char *const *keys,
+                                      int *results);
 //  results[i]: size or a negative status.
-int kvpool_get_size_batch (kvpool_t *self, size_t n, const char *const *keys, int64_t *results);
-int kvpool_remove_batch (kvpool_t *self, size_t n, const char *const *keys, bool force,
-                         int *statuses);
+KVPOOL_EXPORT int kvpool_get_size_batch (kvpool_t *self, size_t n, const char *const *keys,
+                                         int64_t *results);
+KVPOOL_EXPORT int kvpool_remove_batch (kvpool_t *self, size_t n, const char *const *keys,
+                                       bool force, int *statuses);
 
 //  Values returned by kvpool_get_batch without a copy: each points into a message the
 //  library received. They stay valid until kvpool_values_destroy.
 typedef struct _kvpool_values_t kvpool_values_t;
 //  Gets n values. Caller owns *values_p and must destroy it. statuses[i] as for get.
-int kvpool_get_batch (kvpool_t *self, size_t n, const char *const *keys, kvpool_values_t **values_p,
-                      int *statuses);
-const void *kvpool_values_data (kvpool_values_t *self, size_t index);
-size_t kvpool_values_size (kvpool_values_t *self, size_t index);
-void kvpool_values_destroy (kvpool_values_t **self_p);
+KVPOOL_EXPORT int kvpool_get_batch (kvpool_t *self, size_t n, const char *const *keys,
+                                    kvpool_values_t **values_p, int *statuses);
+KVPOOL_EXPORT const void *kvpool_values_data (kvpool_values_t *self, size_t index);
+KVPOOL_EXPORT size_t kvpool_values_size (kvpool_values_t *self, size_t index);
+KVPOOL_EXPORT void kvpool_values_destroy (kvpool_values_t **self_p);
 
 //  ---- low-level two-phase put and replica lists -------------------------------------
 typedef struct {
@@ -192,15 +205,17 @@ typedef struct {
 
 //  Reserves space for n keys of the given sizes. placements[i] says where key i's replicas
 //  are to be written. The keys stay invisible to readers until kvpool_put_end.
-int kvpool_put_start (kvpool_t *self, size_t n, const char *const *keys, const uint64_t *sizes,
-                      const kvpool_put_options_t *opts, kvpool_placement_t *placements);
-int kvpool_put_end (kvpool_t *self, size_t n, const char *const *keys, int *statuses);
-int kvpool_put_revoke (kvpool_t *self, size_t n, const char *const *keys, int *statuses);
+KVPOOL_EXPORT int kvpool_put_start (kvpool_t *self, size_t n, const char *const *keys,
+                                    const uint64_t *sizes, const kvpool_put_options_t *opts,
+                                    kvpool_placement_t *placements);
+KVPOOL_EXPORT int kvpool_put_end (kvpool_t *self, size_t n, const char *const *keys, int *statuses);
+KVPOOL_EXPORT int kvpool_put_revoke (kvpool_t *self, size_t n, const char *const *keys,
+                                     int *statuses);
 //  Where committed keys' replicas are. With pin, the bytes stay in place until
 //  kvpool_release (or the lease ends).
-int kvpool_get_replica_list (kvpool_t *self, size_t n, const char *const *keys, bool pin,
-                             kvpool_placement_t *placements);
-int kvpool_release (kvpool_t *self, size_t n, const char *const *keys, int *statuses);
+KVPOOL_EXPORT int kvpool_get_replica_list (kvpool_t *self, size_t n, const char *const *keys,
+                                           bool pin, kvpool_placement_t *placements);
+KVPOOL_EXPORT int kvpool_release (kvpool_t *self, size_t n, const char *const *keys, int *statuses);
 
 //  ---- segments ----------------------------------------------------------------------
 typedef struct {
@@ -212,7 +227,7 @@ typedef struct {
 
 //  Lists up to capacity mounted segments into segments; returns how many there are in all
 //  (may be more than capacity), or a negative status.
-int kvpool_segments (kvpool_t *self, kvpool_segment_t *segments, size_t capacity);
+KVPOOL_EXPORT int kvpool_segments (kvpool_t *self, kvpool_segment_t *segments, size_t capacity);
 //  Asks the node to mount size bytes of memory this process contributes, as a segment owned
 //  by this connection. On success *id_p is its segment id. The node keeps other clients'
 //  data there, so it mounts only memory that cannot shrink under it (a shrunk mapping would
@@ -220,9 +235,10 @@ int kvpool_segments (kvpool_t *self, kvpool_segment_t *segments, size_t capacity
 //  F_SEAL_SHRINK (memfd_create with MFD_ALLOW_SEALING, ftruncate, fcntl F_ADD_SEALS), held
 //  open while mounted; anything else is KVPOOL_INVALID_PARAMS with the reason in
 //  kvpool_last_error. The same object under a second name is KVPOOL_SEGMENT_ALREADY_EXISTS.
-int kvpool_mount_segment (kvpool_t *self, const char *shm_name, uint64_t size, uint32_t *id_p);
+KVPOOL_EXPORT int kvpool_mount_segment (kvpool_t *self, const char *shm_name, uint64_t size,
+                                        uint32_t *id_p);
 //  Removes the segment's objects (forced) and unmounts it.
-int kvpool_unmount_segment (kvpool_t *self, uint32_t id);
+KVPOOL_EXPORT int kvpool_unmount_segment (kvpool_t *self, uint32_t id);
 
 //  Gives the pool size bytes of this process's memory, as Mooncake's embedded client does
 //  with its global segment: makes such a sealed memfd (pages committed up front), maps it,
@@ -230,11 +246,12 @@ int kvpool_unmount_segment (kvpool_t *self, uint32_t id);
 //  segment id and, when name_p is not NULL, *name_p its name (for preferred_segments), valid
 //  until the memory is given back. Needs the node on this machine. Returns 0 or a negative
 //  status (KVPOOL_NO_AVAILABLE_HANDLE when the memory can't be had).
-int kvpool_mount_memory (kvpool_t *self, uint64_t size, uint32_t *id_p, const char **name_p);
+KVPOOL_EXPORT int kvpool_mount_memory (kvpool_t *self, uint64_t size, uint32_t *id_p,
+                                       const char **name_p);
 //  Gives back memory that kvpool_mount_memory gave: the node removes the objects in it
 //  (forced) and unmounts it, then it is freed. kvpool_destroy gives back what is left.
 //  KVPOOL_SEGMENT_NOT_FOUND if id is not memory this connection gave.
-int kvpool_unmount_memory (kvpool_t *self, uint32_t id);
+KVPOOL_EXPORT int kvpool_unmount_memory (kvpool_t *self, uint32_t id);
 
 //  ---- stats -------------------------------------------------------------------------
 //  The node's statistics: one member per field of protocol/kvpool.proto's message Stats, in
@@ -245,7 +262,7 @@ typedef struct {
 #undef KVPOOL_STATS_MEMBER
 } kvpool_stats_t;
 
-int kvpool_stats (kvpool_t *self, kvpool_stats_t *stats);
+KVPOOL_EXPORT int kvpool_stats (kvpool_t *self, kvpool_stats_t *stats);
 
 #ifdef __cplusplus
 }

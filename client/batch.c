@@ -1,0 +1,255 @@
+/*  batch.c - the keys of one request, the copies of one call, chunks of a socket batch
+    (batch.h).
+
+    Keys are never copied: a kvpc_keys_t points at the caller's strings, in arrays inline in
+    the struct for up to eight keys (the common case, no allocation) and on the heap beyond.
+    Copies are collected first and run together, so that a large batch can be spread over
+    the connection's copy threads while a small one is copied at once by the caller's.
+*/
+#include "client/batch.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+//  Copy threads a connection starts (on its first large copy list).
+#define KVPC_POOL_WORKERS 2
+
+//  ---- keys ---------------------------------------------------------------------------------
+
+bool
+kvpc_key_valid (const char *key)
+{
+    return key && *key;
+}
+
+void
+kvpc_keys_init (kvpc_keys_t *self)
+{
+    memset (self, 0, sizeof *self);
+    self->capacity = sizeof self->inline_keys / sizeof self->inline_keys[0];
+    self->keys = self->inline_keys;
+    self->wire = self->inline_wire;
+    self->index = self->inline_index;
+}
+
+int
+kvpc_keys_add (kvpc_keys_t *self, const char *key, size_t index)
+{
+    if (self->count == self->capacity) {
+        size_t capacity = self->capacity * 2;
+        char **keys = malloc (capacity * sizeof *keys);
+        ProtobufCBinaryData *wire = malloc (capacity * sizeof *wire);
+        size_t *indexes = malloc (capacity * sizeof *indexes);
+        if (!keys || !wire || !indexes) {
+            free (keys);
+            free (wire);
+            free (indexes);
+            return -1;
+        }
+        memcpy (keys, self->keys, self->count * sizeof *keys);
+        memcpy (wire, self->wire, self->count * sizeof *wire);
+        memcpy (indexes, self->index, self->count * sizeof *indexes);
+        if (self->keys != self->inline_keys) {
+            free (self->keys);
+            free (self->wire);
+            free (self->index);
+        }
+        self->keys = keys;
+        self->wire = wire;
+        self->index = indexes;
+        self->capacity = capacity;
+    }
+    //  protobuf-c wants char **; it only reads the strings.
+    self->keys[self->count] = (char *) key;
+    self->wire[self->count].data = (uint8_t *) key;
+    self->wire[self->count].len = strlen (key);
+    self->index[self->count] = index;
+    self->count++;
+    return 0;
+}
+
+void
+kvpc_keys_move (kvpc_keys_t *dst, kvpc_keys_t *src)
+{
+    *dst = *src;
+    //  Inline arrays moved with the struct: point at the copies.
+    if (src->keys == src->inline_keys) {
+        dst->keys = dst->inline_keys;
+        dst->wire = dst->inline_wire;
+        dst->index = dst->inline_index;
+    }
+    kvpc_keys_init (src);
+}
+
+void
+kvpc_keys_fini (kvpc_keys_t *self)
+{
+    if (self->keys != self->inline_keys) {
+        free (self->keys);
+        free (self->wire);
+        free (self->index);
+    }
+    self->keys = NULL;
+    self->wire = NULL;
+    self->index = NULL;
+    self->count = self->capacity = 0;
+}
+
+int
+kvpc_keys_collect (kvpc_conn_t *conn, size_t n, const char *const *keys, kvpc_keys_t *out,
+                   int64_t *results)
+{
+    kvpc_keys_init (out);
+    for (size_t i = 0; i < n; i++) {
+        if (!kvpc_key_valid (keys[i])) {
+            results[i] = KVPOOL_INVALID_KEY;
+            kvpc_set_error (conn, "key %zu is %s", i, keys[i] ? "empty" : "NULL");
+        }
+        else if (kvpc_keys_add (out, keys[i], i)) {
+            kvpc_keys_fini (out);
+            kvpc_keys_init (out);
+            for (size_t k = 0; k < n; k++)
+                results[k] = KVPOOL_INTERNAL_ERROR;
+            kvpc_set_error (conn, "out of memory for %zu keys", n);
+            return KVPOOL_INTERNAL_ERROR;
+        }
+    }
+    return 0;
+}
+
+void
+kvpc_fill (const kvpc_keys_t *keys, int64_t *results, int64_t status)
+{
+    for (size_t j = 0; j < keys->count; j++)
+        results[keys->index[j]] = status;
+}
+
+void
+kvpc_put_options (const kvpool_put_options_t *opts, Kvpool__V1__PutOptions *out)
+{
+    kvpool__v1__put_options__init (out);
+    if (!opts)
+        return;
+    out->replica_num = opts->replica_num;
+    if (opts->preferred_segments && opts->preferred_segment_count) {
+        out->n_preferred_segments = opts->preferred_segment_count;
+        out->preferred_segments = (char **) opts->preferred_segments;
+    }
+    out->soft_pin = opts->soft_pin;
+    out->soft_pin_ttl_ms = opts->soft_pin_ttl_ms;
+    out->hard_pin = opts->hard_pin;
+}
+
+uint64_t
+kvpc_bufs_capacity (const kvpool_buf_t *bufs, size_t nbufs)
+{
+    uint64_t total = 0;
+    for (size_t i = 0; i < nbufs; i++)
+        total += bufs[i].size;
+    return total;
+}
+
+//  ---- chunks -------------------------------------------------------------------------------
+
+bool
+kvpc_next_chunk (const kvpc_keys_t *keys, size_t *start, kvpc_bytes_fn *bytes_of, const void *arg,
+                 kvpc_keys_t *chunk, int64_t *results)
+{
+    if (*start >= keys->count)
+        return false;
+    kvpc_keys_init (chunk);
+    uint64_t bytes = 0;
+    size_t j = *start;
+    for (; j < keys->count; j++) {
+        uint64_t size = bytes_of (arg, keys->index[j]);
+        if (j > *start && bytes + size > KVPC_CHUNK_BYTES)
+            break;
+        bytes += size;
+        if (kvpc_keys_add (chunk, keys->keys[j], keys->index[j]))
+            results[keys->index[j]] = KVPOOL_INTERNAL_ERROR;
+    }
+    *start = j;
+    return true;
+}
+
+//  ---- copies -------------------------------------------------------------------------------
+
+void
+kvpc_copies_init (kvpc_copies_t *self)
+{
+    memset (self, 0, sizeof *self);
+}
+
+int
+kvpc_copies_add (kvpc_copies_t *self, void *dst, const void *src, size_t len)
+{
+    if (len == 0)
+        return 0;
+    if (self->count == self->capacity) {
+        size_t capacity = self->capacity ? self->capacity * 2 : 16;
+        kvpc_copy_t *items = realloc (self->items, capacity * sizeof *items);
+        if (!items)
+            return -1;
+        self->items = items;
+        self->capacity = capacity;
+    }
+    self->items[self->count++] = (kvpc_copy_t){dst, src, len};
+    self->bytes += len;
+    return 0;
+}
+
+int
+kvpc_copies_scatter (kvpc_copies_t *self, const void *src, size_t len, const kvpool_buf_t *bufs,
+                     size_t nbufs)
+{
+    const char *from = src;
+    for (size_t i = 0; i < nbufs && len > 0; i++) {
+        size_t piece = bufs[i].size < len ? bufs[i].size : len;
+        if (kvpc_copies_add (self, bufs[i].data, from, piece))
+            return -1;
+        from += piece;
+        len -= piece;
+    }
+    return 0;
+}
+
+int
+kvpc_copies_gather (kvpc_copies_t *self, void *dst, const kvpool_iov_t *parts, size_t nparts)
+{
+    char *to = dst;
+    for (size_t i = 0; i < nparts; i++) {
+        if (kvpc_copies_add (self, to, parts[i].data, parts[i].size))
+            return -1;
+        to += parts[i].size;
+    }
+    return 0;
+}
+
+void
+kvpc_copies_run (kvpc_conn_t *conn, kvpc_copies_t *copies)
+{
+    transfer_pool_t **pool = kvpc_conn_pool (conn);
+    if (copies->bytes >= KVPC_POOL_MIN_BYTES && !*pool)
+        *pool = transfer_pool_new (KVPC_POOL_WORKERS, 0);
+    transfer_batch_t *batch = NULL;
+    if (copies->bytes >= KVPC_POOL_MIN_BYTES && *pool)
+        batch = transfer_batch_new (NULL, NULL);
+    if (batch) {
+        for (size_t i = 0; i < copies->count; i++)
+            transfer_batch_add_copy (batch, copies->items[i].dst, copies->items[i].src,
+                                     copies->items[i].len);
+        transfer_pool_submit (*pool, batch);
+        transfer_batch_wait (*pool, batch);
+        transfer_batch_destroy (&batch);
+    }
+    else
+        for (size_t i = 0; i < copies->count; i++)
+            memcpy (copies->items[i].dst, copies->items[i].src, copies->items[i].len);
+}
+
+void
+kvpc_copies_fini (kvpc_copies_t *self)
+{
+    free (self->items);
+    memset (self, 0, sizeof *self);
+}

@@ -1,0 +1,110 @@
+/*  connection.h - libkvpool's lowest layer: one connection to a kvpoold node.
+
+    A connection owns a DEALER socket connected to the node's ROUTER, the request ids, the
+    last error text and the copy threads its calls use. It sends requests and waits for their
+    replies (kvpc_call), or sends them asking for none (kvpc_send_oneway); it knows nothing of
+    keys, batches or the fast path. Everything above it (batch.h, socket_ops.h, fast_path.h,
+    memory.h, the public API) works through these functions.
+
+    A connection is used by one thread at a time; the only state another thread touches is
+    its count of zero-copy frames, which libzmq's I/O thread decrements (connection.c).
+*/
+#ifndef KVPC_CONNECTION_H_INCLUDED
+#define KVPC_CONNECTION_H_INCLUDED
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <zmq.h>
+
+#include "kvpool.h"
+#include "protocol/kvpool.pb-c.h"
+#include "transfer/transfer_pool.h"
+
+typedef struct _kvpc_conn_t kvpc_conn_t;
+
+//  One put value: the concatenation of nparts buffers, size bytes in all.
+typedef struct {
+    const kvpool_iov_t *parts;
+    size_t nparts;
+    uint64_t size;
+} kvpc_value_t;
+
+//  A received reply: the decoded header and the value frames after it (GET only).
+typedef struct {
+    Kvpool__V1__Reply *msg;
+    zmq_msg_t *frames;
+    size_t nframes;
+} kvpc_reply_t;
+
+//  Connects to endpoint and checks that the node answers a PING within connect_timeout_ms;
+//  then every call waits up to timeout_ms. On the node's machine the connection moves to the
+//  node's ipc endpoint unless keep_endpoint. Returns NULL with errno set on failure (ENOMEM,
+//  a bad endpoint, ETIMEDOUT: no answer, EPROTO: a bad one). Caller owns the return value and
+//  must destroy it.
+kvpc_conn_t *kvpc_conn_new (const char *endpoint, int timeout_ms, int connect_timeout_ms,
+                            bool keep_endpoint);
+//  Closes the socket. One-way requests that may still be queued on it are given up to
+//  KVPC_CLOSE_WAIT_MS to reach the node (ZMQ_LINGER); nothing waits for a reply. Does nothing on
+//  NULL; sets *self_p to NULL.
+void kvpc_conn_destroy (kvpc_conn_t **self_p);
+
+//  Sends a PING and records what the node says of itself. Returns 0 or a negative status.
+int kvpc_conn_ping (kvpc_conn_t *self);
+//  The endpoint the socket is connected to (after a move to the ipc endpoint, that one).
+const char *kvpc_conn_endpoint (kvpc_conn_t *self);
+//  The owner name this connection mounts segments under.
+const char *kvpc_conn_client_id (kvpc_conn_t *self);
+//  The node's boot id, as its PING said ("" if it did not say).
+const char *kvpc_conn_host_id (kvpc_conn_t *self);
+//  Whether the node runs on this machine (same boot id).
+bool kvpc_conn_same_host (kvpc_conn_t *self);
+//  The ZeroMQ context and the socket, for watching the socket's events (fast_path.c); the
+//  socket is NULL while not connected.
+void *kvpc_conn_context (kvpc_conn_t *self);
+void *kvpc_conn_socket (kvpc_conn_t *self);
+//  How many times the socket was replaced (after a send failed or a call timed out with
+//  values in flight): replies on a new socket may come from a restarted node.
+uint64_t kvpc_conn_generation (kvpc_conn_t *self);
+//  The copy threads of this connection's calls: made on first need (batch.h's
+//  kvpc_copies_run), stopped with the connection.
+transfer_pool_t **kvpc_conn_pool (kvpc_conn_t *self);
+
+//  Sets the last error (printf style); kvpc_conn_last_error returns it ("" if none).
+void kvpc_set_error (kvpc_conn_t *self, const char *format, ...)
+    __attribute__ ((format (printf, 2, 3)));
+void kvpc_clear_error (kvpc_conn_t *self);
+const char *kvpc_conn_last_error (kvpc_conn_t *self);
+
+//  Sends request (with one frame per value) and waits up to the connection's timeout for its
+//  reply. Returns 0 with *reply filled (free it with kvpc_reply_free), or a negative status:
+//  RPC_FAIL on timeout or socket failure, with the last error saying why. The caller may
+//  reuse the values' buffers as soon as it returns.
+int kvpc_call (kvpc_conn_t *self, Kvpool__V1__Request *request, const kvpc_value_t *values,
+               size_t nvalues, size_t expect_frames, kvpc_reply_t *reply);
+//  kvpc_call without values, waiting at most timeout_ms (or the connection's timeout when
+//  that is shorter).
+int kvpc_call_brief (kvpc_conn_t *self, Kvpool__V1__Request *request, int timeout_ms,
+                     kvpc_reply_t *reply);
+//  Sends request asking the node for no reply (Request.no_reply) and returns at once.
+//  Returns 0 or a negative status.
+int kvpc_send_oneway (kvpc_conn_t *self, Kvpool__V1__Request *request);
+
+//  The longest a closing connection spends on what it still has to tell the node: one-way
+//  requests still queued when the socket closes (ZMQ_LINGER), the last TOUCH
+//  (kvpc_index_report). Only a node that does not answer makes it wait that long.
+#define KVPC_CLOSE_WAIT_MS 1000
+void kvpc_reply_free (kvpc_reply_t *reply);
+
+//  What kvpc_reply_check requires of a reply to a keyed request.
+#define KVPC_NEED_SIZES 1
+#define KVPC_NEED_REPLICAS 2
+#define KVPC_NEED_FRAMES 4
+
+//  Checks that the reply to a request of nkeys keys carries what need asks for wherever a
+//  key succeeded. Returns 0, or PROTOCOL_ERROR with the last error set.
+int kvpc_reply_check (kvpc_conn_t *self, kvpc_reply_t *reply, size_t nkeys, int need);
+//  The outcome of key j: its own status, or the request's when the reply has none per key.
+int kvpc_reply_key_status (kvpc_reply_t *reply, size_t j);
+
+#endif

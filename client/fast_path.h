@@ -1,0 +1,45 @@
+/*  fast_path.h - libkvpool's same-machine path: values copied straight between the caller's
+    buffers and the node's shared-memory segments (fast_path.c says how). Above
+    connection.h, batch.h and socket_ops.h: it sends its own requests (PUT_START, PUT_END,
+    PUT_REVOKE, GET_REPLICA_LIST, RELEASE, TOUCH, SEGMENTS) through the connection, and hands
+    the keys it cannot serve to the socket operations. The public API chooses it.
+*/
+#ifndef KVPC_FAST_PATH_H_INCLUDED
+#define KVPC_FAST_PATH_H_INCLUDED
+
+#include <stdbool.h>
+
+#include "client/batch.h"
+#include "client/connection.h"
+
+typedef struct _kvpc_fast_path_t kvpc_fast_path_t;
+
+//  The fast path of conn, off (nothing mapped) until kvpc_fast_path_open. Returns NULL when
+//  out of memory. Caller owns the return value and must destroy it (before conn).
+kvpc_fast_path_t *kvpc_fast_path_new (kvpc_conn_t *conn);
+//  Closes it and frees it. Does nothing on NULL; sets *self_p to NULL.
+void kvpc_fast_path_destroy (kvpc_fast_path_t **self_p);
+//  Lists the node's segments and maps every one. Returns 0 (fast path on) or -1 (off,
+//  nothing mapped).
+int kvpc_fast_path_open (kvpc_fast_path_t *self);
+//  Unmaps everything; the fast path is off.
+void kvpc_fast_path_close (kvpc_fast_path_t *self);
+bool kvpc_fast_path_on (kvpc_fast_path_t *self);
+//  Whether reads may be served from the node's read index (on when made). Returns true if
+//  reads now use it (enabled, the fast path on, the index mapped).
+bool kvpc_fast_path_use_index (kvpc_fast_path_t *self, bool enabled);
+
+//  Puts and gets with the fast path on; keys it cannot serve go over the socket. Arguments
+//  as for kvpc_socket_put and kvpc_socket_get_into.
+int kvpc_fast_put (kvpc_fast_path_t *self, const kvpc_keys_t *keys, const kvpc_value_t *values,
+                   const kvpool_put_options_t *opts, int64_t *results);
+int kvpc_fast_get (kvpc_fast_path_t *self, const kvpc_keys_t *keys, const kvpool_buf_t *const *bufs,
+                   const size_t *nbufs, int64_t *results);
+//  Answers EXIST (as_size false: 1) or GET_SIZE (as_size true: the size) for the keys the
+//  same-machine index holds; adds the others, with their caller index, to rest.
+void kvpc_index_probe (kvpc_fast_path_t *self, const kvpc_keys_t *keys, bool as_size,
+                       int64_t *results, kvpc_keys_t *rest);
+//  Reports the values read from the index that no TOUCH has carried yet (at close).
+void kvpc_index_report (kvpc_fast_path_t *self);
+
+#endif

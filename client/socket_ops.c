@@ -1,0 +1,516 @@
+/*  socket_ops.c - the operations of include/kvpool.h over the socket (socket_ops.h).
+
+    Each function builds one kind of request, calls the node through the connection and turns
+    the reply into the caller's outcomes, checking first that the reply carries what the
+    request needs (kvpc_reply_check): a reply is input, never trusted to have the right
+    number of statuses, sizes, replica lists or frames.
+
+    Batches that carry values, puts and gets into caller buffers, are cut into requests of at
+    most KVPC_CHUNK_BYTES (batch.h says why). A GET reply's frames are copied into the
+    caller's buffers (kvpc_socket_get_into), into one malloc'ed buffer (kvpc_socket_get), or
+    not at all: moved out as received (kvpc_socket_get_frames, for kvpool_get_batch).
+*/
+#include "client/socket_ops.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+//  Sends a request that carries no keys; returns its status (*reply_p kept only on success
+//  when reply_p is not NULL).
+static int
+s_simple_call (kvpc_conn_t *conn, Kvpool__V1__Request *request, kvpc_reply_t *reply_p)
+{
+    kvpc_reply_t reply;
+    int rc = kvpc_call (conn, request, NULL, 0, 0, &reply);
+    if (rc)
+        return rc;
+    rc = reply.msg->status;
+    if (rc == KVPOOL_OK && reply_p)
+        *reply_p = reply;
+    else
+        kvpc_reply_free (&reply);
+    return rc;
+}
+
+//  ---- keyed requests without values ------------------------------------------------------
+
+int
+kvpc_socket_keys (kvpc_conn_t *conn, Kvpool__V1__Op op, const kvpc_keys_t *keys, bool force,
+                  kvpc_outcome_t as, int64_t *results)
+{
+    Kvpool__V1__Request request = KVPOOL__V1__REQUEST__INIT;
+    request.op = op;
+    request.n_keys = keys->count;
+    request.keys = keys->wire;
+    request.force = force;
+    kvpc_reply_t reply;
+    int rc = kvpc_call (conn, &request, NULL, 0, 0, &reply);
+    if (rc == 0) {
+        rc = kvpc_reply_check (conn, &reply, keys->count, as == KVPC_AS_SIZE ? KVPC_NEED_SIZES : 0);
+        if (rc)
+            kvpc_reply_free (&reply);
+    }
+    if (rc) {
+        kvpc_fill (keys, results, rc);
+        return rc;
+    }
+    for (size_t j = 0; j < keys->count; j++) {
+        int status = kvpc_reply_key_status (&reply, j);
+        int64_t outcome = status;
+        if (as == KVPC_AS_EXIST)
+            outcome = status == KVPOOL_OK ? 1 : status == KVPOOL_OBJECT_NOT_FOUND ? 0 : status;
+        else if (as == KVPC_AS_SIZE && status == KVPOOL_OK)
+            outcome = reply.msg->sizes[j] > INT64_MAX ? KVPOOL_PROTOCOL_ERROR
+                                                      : (int64_t) reply.msg->sizes[j];
+        results[keys->index[j]] = outcome;
+    }
+    rc = reply.msg->status;
+    kvpc_reply_free (&reply);
+    return rc;
+}
+
+int64_t
+kvpc_socket_count (kvpc_conn_t *conn, Kvpool__V1__Request *request)
+{
+    kvpc_reply_t reply;
+    int rc = s_simple_call (conn, request, &reply);
+    if (rc)
+        return rc;
+    int64_t count = reply.msg->count > INT64_MAX ? INT64_MAX : (int64_t) reply.msg->count;
+    kvpc_reply_free (&reply);
+    return count;
+}
+
+//  ---- puts ---------------------------------------------------------------------------------
+
+//  One PUT of keys.
+static int
+s_put_chunk (kvpc_conn_t *conn, const kvpc_keys_t *keys, const kvpc_value_t *values,
+             const kvpool_put_options_t *opts, int64_t *results)
+{
+    if (keys->count == 0)
+        return KVPOOL_OK;
+    kvpc_value_t small[8];
+    kvpc_value_t *sent = keys->count <= 8 ? small : malloc (keys->count * sizeof *sent);
+    if (!sent) {
+        kvpc_fill (keys, results, KVPOOL_INTERNAL_ERROR);
+        return KVPOOL_INTERNAL_ERROR;
+    }
+    for (size_t j = 0; j < keys->count; j++)
+        sent[j] = values[keys->index[j]];
+    Kvpool__V1__PutOptions put;
+    kvpc_put_options (opts, &put);
+    Kvpool__V1__Request request = KVPOOL__V1__REQUEST__INIT;
+    request.op = KVPOOL__V1__OP__PUT;
+    request.n_keys = keys->count;
+    request.keys = keys->wire;
+    request.put = &put;
+    kvpc_reply_t reply;
+    int rc = kvpc_call (conn, &request, sent, keys->count, 0, &reply);
+    if (sent != small)
+        free (sent);
+    if (rc == 0) {
+        rc = kvpc_reply_check (conn, &reply, keys->count, 0);
+        if (rc)
+            kvpc_reply_free (&reply);
+    }
+    if (rc) {
+        kvpc_fill (keys, results, rc);
+        return rc;
+    }
+    for (size_t j = 0; j < keys->count; j++)
+        results[keys->index[j]] = kvpc_reply_key_status (&reply, j);
+    rc = reply.msg->status;
+    kvpc_reply_free (&reply);
+    return rc;
+}
+
+static uint64_t
+s_value_bytes (const void *arg, size_t index)
+{
+    return ((const kvpc_value_t *) arg)[index].size;
+}
+
+int
+kvpc_socket_put (kvpc_conn_t *conn, const kvpc_keys_t *keys, const kvpc_value_t *values,
+                 const kvpool_put_options_t *opts, int64_t *results)
+{
+    int rc = KVPOOL_OK;
+    size_t start = 0;
+    kvpc_keys_t chunk;
+    while (kvpc_next_chunk (keys, &start, s_value_bytes, values, &chunk, results)) {
+        int chunk_rc = s_put_chunk (conn, &chunk, values, opts, results);
+        if (chunk_rc != KVPOOL_OK)
+            rc = chunk_rc;
+        kvpc_keys_fini (&chunk);
+    }
+    return rc;
+}
+
+//  ---- gets ---------------------------------------------------------------------------------
+
+//  Sends GET for keys and receives the reply with one value frame per key.
+static int
+s_get_call (kvpc_conn_t *conn, const kvpc_keys_t *keys, kvpc_reply_t *reply)
+{
+    Kvpool__V1__Request request = KVPOOL__V1__REQUEST__INIT;
+    request.op = KVPOOL__V1__OP__GET;
+    request.n_keys = keys->count;
+    request.keys = keys->wire;
+    int rc = kvpc_call (conn, &request, NULL, 0, keys->count, reply);
+    if (rc == 0) {
+        rc = kvpc_reply_check (conn, reply, keys->count, KVPC_NEED_FRAMES);
+        if (rc)
+            kvpc_reply_free (reply);
+    }
+    return rc;
+}
+
+//  The outcome of key j of a GET reply: its status, checked against its frame.
+static int
+s_get_key_status (kvpc_conn_t *conn, kvpc_reply_t *reply, size_t j)
+{
+    int status = kvpc_reply_key_status (reply, j);
+    if (status == KVPOOL_OK && j < reply->msg->n_sizes
+        && reply->msg->sizes[j] != zmq_msg_size (&reply->frames[j])) {
+        kvpc_set_error (conn, "GET reply: key %zu has size %" PRIu64 " but a %zu-byte frame", j,
+                        reply->msg->sizes[j], zmq_msg_size (&reply->frames[j]));
+        status = KVPOOL_PROTOCOL_ERROR;
+    }
+    return status;
+}
+
+//  One GET of keys into the caller's buffers.
+static int
+s_get_chunk (kvpc_conn_t *conn, const kvpc_keys_t *keys, const kvpool_buf_t *const *bufs,
+             const size_t *nbufs, int64_t *results)
+{
+    if (keys->count == 0)
+        return KVPOOL_OK;
+    kvpc_reply_t reply;
+    int rc = s_get_call (conn, keys, &reply);
+    if (rc) {
+        kvpc_fill (keys, results, rc);
+        return rc;
+    }
+    kvpc_copies_t copies;
+    kvpc_copies_init (&copies);
+    for (size_t j = 0; j < keys->count; j++) {
+        size_t i = keys->index[j];
+        int status = s_get_key_status (conn, &reply, j);
+        if (status != KVPOOL_OK) {
+            results[i] = status;
+            continue;
+        }
+        size_t size = zmq_msg_size (&reply.frames[j]);
+        if (kvpc_bufs_capacity (bufs[i], nbufs[i]) < size) {
+            results[i] = KVPOOL_BUFFER_OVERFLOW;
+            continue;
+        }
+        if (kvpc_copies_scatter (&copies, zmq_msg_data (&reply.frames[j]), size, bufs[i], nbufs[i]))
+            results[i] = KVPOOL_INTERNAL_ERROR;
+        else
+            results[i] = (int64_t) size;
+    }
+    kvpc_copies_run (conn, &copies);
+    kvpc_copies_fini (&copies);
+    rc = reply.msg->status;
+    kvpc_reply_free (&reply);
+    return rc;
+}
+
+typedef struct {
+    const kvpool_buf_t *const *bufs;
+    const size_t *nbufs;
+} s_bufs_t;
+
+static uint64_t
+s_buffer_bytes (const void *arg, size_t index)
+{
+    const s_bufs_t *bufs = (const s_bufs_t *) arg;
+    return kvpc_bufs_capacity (bufs->bufs[index], bufs->nbufs[index]);
+}
+
+int
+kvpc_socket_get_into (kvpc_conn_t *conn, const kvpc_keys_t *keys, const kvpool_buf_t *const *bufs,
+                      const size_t *nbufs, int64_t *results)
+{
+    int rc = KVPOOL_OK;
+    size_t start = 0;
+    s_bufs_t arg = {bufs, nbufs};
+    kvpc_keys_t chunk;
+    while (kvpc_next_chunk (keys, &start, s_buffer_bytes, &arg, &chunk, results)) {
+        int chunk_rc = s_get_chunk (conn, &chunk, bufs, nbufs, results);
+        if (chunk_rc != KVPOOL_OK)
+            rc = chunk_rc;
+        kvpc_keys_fini (&chunk);
+    }
+    return rc;
+}
+
+int
+kvpc_socket_get (kvpc_conn_t *conn, const char *key, void **data_p, size_t *size_p)
+{
+    kvpc_keys_t sent;
+    kvpc_keys_init (&sent);
+    kvpc_keys_add (&sent, key, 0); //  fits inline
+    kvpc_reply_t reply;
+    int rc = s_get_call (conn, &sent, &reply);
+    kvpc_keys_fini (&sent);
+    if (rc)
+        return rc;
+    rc = s_get_key_status (conn, &reply, 0);
+    if (rc == KVPOOL_OK) {
+        size_t size = zmq_msg_size (&reply.frames[0]);
+        void *data = malloc (size ? size : 1);
+        if (data) {
+            memcpy (data, zmq_msg_data (&reply.frames[0]), size);
+            *data_p = data;
+            *size_p = size;
+        }
+        else
+            rc = KVPOOL_INTERNAL_ERROR;
+    }
+    kvpc_reply_free (&reply);
+    return rc;
+}
+
+int
+kvpc_socket_get_frames (kvpc_conn_t *conn, const kvpc_keys_t *keys, zmq_msg_t *frames,
+                        int64_t *results)
+{
+    kvpc_reply_t reply;
+    int rc = s_get_call (conn, keys, &reply);
+    if (rc) {
+        kvpc_fill (keys, results, rc);
+        return rc;
+    }
+    for (size_t j = 0; j < keys->count; j++) {
+        size_t i = keys->index[j];
+        results[i] = s_get_key_status (conn, &reply, j);
+        //  The frame moves out: no byte is copied.
+        if (results[i] == KVPOOL_OK)
+            zmq_msg_move (&frames[i], &reply.frames[j]);
+    }
+    rc = reply.msg->status;
+    kvpc_reply_free (&reply);
+    return rc;
+}
+
+//  ---- two-phase puts and replica lists ---------------------------------------------------
+
+//  Copies key j's placement out of a PUT_START or GET_REPLICA_LIST reply.
+static void
+s_placement (kvpc_conn_t *conn, kvpc_reply_t *reply, size_t j, kvpool_placement_t *placement)
+{
+    memset (placement, 0, sizeof *placement);
+    placement->status = kvpc_reply_key_status (reply, j);
+    if (placement->status != KVPOOL_OK)
+        return;
+    Kvpool__V1__Reply *msg = reply->msg;
+    if (j < msg->n_sizes)
+        placement->size = msg->sizes[j];
+    Kvpool__V1__KeyReplicas *list = msg->replicas[j];
+    size_t count = list ? list->n_replicas : 0;
+    if (count > KVPOOL_MAX_REPLICAS) {
+        kvpc_set_error (conn, "%zu replicas for one key (at most %d)", count, KVPOOL_MAX_REPLICAS);
+        placement->status = KVPOOL_PROTOCOL_ERROR;
+        return;
+    }
+    placement->replica_count = (uint32_t) count;
+    for (size_t r = 0; r < count; r++) {
+        placement->replicas[r].segment_id = list->replicas[r]->segment_id;
+        placement->replicas[r].offset = list->replicas[r]->offset;
+    }
+}
+
+void
+kvpc_placements_fill (kvpool_placement_t *placements, size_t n, int status)
+{
+    for (size_t i = 0; i < n; i++) {
+        memset (&placements[i], 0, sizeof placements[i]);
+        placements[i].status = status;
+    }
+}
+
+//  PUT_START (with sizes) or GET_REPLICA_LIST (with pin), reported as placements.
+static int
+s_placement_op (kvpc_conn_t *conn, Kvpool__V1__Request *request, size_t n, const char *const *keys,
+                const uint64_t *sizes, kvpool_placement_t *placements)
+{
+    int64_t small[16];
+    int64_t *results = n <= 16 ? small : malloc (n * sizeof *results);
+    if (!results) {
+        kvpc_placements_fill (placements, n, KVPOOL_INTERNAL_ERROR);
+        return KVPOOL_INTERNAL_ERROR;
+    }
+    kvpc_placements_fill (placements, n, KVPOOL_OK);
+    kvpc_keys_t sent;
+    int rc = kvpc_keys_collect (conn, n, keys, &sent, results);
+    uint64_t *sent_sizes = NULL;
+    if (rc == 0 && sizes && sent.count) {
+        sent_sizes = malloc (sent.count * sizeof *sent_sizes);
+        if (sent_sizes)
+            for (size_t j = 0; j < sent.count; j++)
+                sent_sizes[j] = sizes[sent.index[j]];
+        else
+            rc = KVPOOL_INTERNAL_ERROR;
+    }
+    if (rc) {
+        kvpc_placements_fill (placements, n, rc);
+        goto done;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (!kvpc_key_valid (keys[i]))
+            placements[i].status = KVPOOL_INVALID_KEY;
+    if (sent.count == 0)
+        goto done;
+    request->n_keys = sent.count;
+    request->keys = sent.wire;
+    if (sizes) {
+        request->n_sizes = sent.count;
+        request->sizes = sent_sizes;
+    }
+    kvpc_reply_t reply;
+    rc = kvpc_call (conn, request, NULL, 0, 0, &reply);
+    if (rc == 0) {
+        rc = kvpc_reply_check (conn, &reply, sent.count,
+                               KVPC_NEED_REPLICAS | (sizes ? 0 : KVPC_NEED_SIZES));
+        if (rc)
+            kvpc_reply_free (&reply);
+    }
+    if (rc) {
+        for (size_t j = 0; j < sent.count; j++)
+            placements[sent.index[j]].status = rc;
+        goto done;
+    }
+    for (size_t j = 0; j < sent.count; j++) {
+        size_t i = sent.index[j];
+        s_placement (conn, &reply, j, &placements[i]);
+        if (sizes && placements[i].status == KVPOOL_OK)
+            placements[i].size = sizes[i];
+    }
+    rc = reply.msg->status;
+    kvpc_reply_free (&reply);
+done:
+    free (sent_sizes);
+    kvpc_keys_fini (&sent);
+    if (results != small)
+        free (results);
+    return rc;
+}
+
+int
+kvpc_socket_put_start (kvpc_conn_t *conn, size_t n, const char *const *keys, const uint64_t *sizes,
+                       const kvpool_put_options_t *opts, kvpool_placement_t *placements)
+{
+    //  A placement holds at most KVPOOL_MAX_REPLICAS replicas.
+    if (opts && opts->replica_num > KVPOOL_MAX_REPLICAS) {
+        kvpc_set_error (conn, "replica_num %u is more than %d", opts->replica_num,
+                        KVPOOL_MAX_REPLICAS);
+        kvpc_placements_fill (placements, n, KVPOOL_INVALID_REPLICA);
+        return KVPOOL_INVALID_REPLICA;
+    }
+    Kvpool__V1__PutOptions put;
+    kvpc_put_options (opts, &put);
+    Kvpool__V1__Request request = KVPOOL__V1__REQUEST__INIT;
+    request.op = KVPOOL__V1__OP__PUT_START;
+    request.put = &put;
+    return s_placement_op (conn, &request, n, keys, sizes, placements);
+}
+
+int
+kvpc_socket_replica_list (kvpc_conn_t *conn, size_t n, const char *const *keys, bool pin,
+                          kvpool_placement_t *placements)
+{
+    Kvpool__V1__Request request = KVPOOL__V1__REQUEST__INIT;
+    request.op = KVPOOL__V1__OP__GET_REPLICA_LIST;
+    request.pin = pin;
+    return s_placement_op (conn, &request, n, keys, NULL, placements);
+}
+
+//  ---- segments and stats -------------------------------------------------------------------
+
+int
+kvpc_socket_segments (kvpc_conn_t *conn, kvpool_segment_t *segments, size_t capacity)
+{
+    Kvpool__V1__Request request = KVPOOL__V1__REQUEST__INIT;
+    request.op = KVPOOL__V1__OP__SEGMENTS;
+    kvpc_reply_t reply;
+    int rc = s_simple_call (conn, &request, &reply);
+    if (rc)
+        return rc;
+    Kvpool__V1__Reply *msg = reply.msg;
+    for (size_t i = 0; i < msg->n_segments && i < capacity; i++) {
+        Kvpool__V1__Segment *from = msg->segments[i];
+        kvpool_segment_t *to = &segments[i];
+        memset (to, 0, sizeof *to);
+        to->id = from->id;
+        snprintf (to->name, sizeof to->name, "%s", from->name ? from->name : "");
+        to->size = from->size;
+        to->used = from->used;
+    }
+    int count = msg->n_segments > INT32_MAX ? INT32_MAX : (int) msg->n_segments;
+    kvpc_reply_free (&reply);
+    return count;
+}
+
+int
+kvpc_socket_mount (kvpc_conn_t *conn, const char *shm_name, uint64_t size, uint32_t *id_p)
+{
+    Kvpool__V1__Segment segment = KVPOOL__V1__SEGMENT__INIT;
+    segment.name = (char *) shm_name;
+    segment.size = size;
+    segment.owner = (char *) kvpc_conn_client_id (conn);
+    Kvpool__V1__Request request = KVPOOL__V1__REQUEST__INIT;
+    request.op = KVPOOL__V1__OP__MOUNT_SEGMENT;
+    request.segment = &segment;
+    kvpc_reply_t reply;
+    int rc = s_simple_call (conn, &request, &reply);
+    if (rc)
+        return rc;
+    if (reply.msg->n_segments < 1) {
+        kvpc_set_error (conn, "MOUNT_SEGMENT reply carries no segment");
+        rc = KVPOOL_PROTOCOL_ERROR;
+    }
+    else if (id_p)
+        *id_p = reply.msg->segments[0]->id;
+    kvpc_reply_free (&reply);
+    return rc;
+}
+
+int
+kvpc_socket_unmount (kvpc_conn_t *conn, uint32_t id)
+{
+    Kvpool__V1__Segment segment = KVPOOL__V1__SEGMENT__INIT;
+    segment.id = id;
+    Kvpool__V1__Request request = KVPOOL__V1__REQUEST__INIT;
+    request.op = KVPOOL__V1__OP__UNMOUNT_SEGMENT;
+    request.segment = &segment;
+    return s_simple_call (conn, &request, NULL);
+}
+
+int
+kvpc_socket_stats (kvpc_conn_t *conn, kvpool_stats_t *stats)
+{
+    Kvpool__V1__Request request = KVPOOL__V1__REQUEST__INIT;
+    request.op = KVPOOL__V1__OP__STATS;
+    kvpc_reply_t reply;
+    int rc = s_simple_call (conn, &request, &reply);
+    if (rc)
+        return rc;
+    Kvpool__V1__Stats *from = reply.msg->stats;
+    if (!from) {
+        kvpc_set_error (conn, "STATS reply carries no stats");
+        kvpc_reply_free (&reply);
+        return KVPOOL_PROTOCOL_ERROR;
+    }
+    memset (stats, 0, sizeof *stats);
+#define KVPC_STATS_COPY(type, name, text) stats->name = from->name;
+    KVPOOL_STATS_FIELDS (KVPC_STATS_COPY)
+#undef KVPC_STATS_COPY
+    kvpc_reply_free (&reply);
+    return KVPOOL_OK;
+}
