@@ -38,7 +38,7 @@ CFLAGS_BASE := -std=gnu11 -g -Wall -Wextra -fPIC -pthread -MMD -MP \
 	-Iinclude -I. -I$(GEN) -D_GNU_SOURCE
 CFLAGS += $(OPT) $(CFLAGS_BASE)
 LDFLAGS += $(if $(SANITIZE),-fsanitize=$(SANITIZE)) -pthread
-LIBS := -lczmq -lzmq -lprotobuf-c -lmsgpackc -lrt
+LIBS := -lczmq -lzmq -lprotobuf-c -lmsgpackc -lrt -ldl
 SERVER_LIBS := $(LIBS) -ljemalloc -lpcre2-8 $(if $(wildcard rdma/*.c),-libverbs)
 
 # Debian packages the build, the tests and the benchmark need.
@@ -69,10 +69,15 @@ ALL_OBJ := $(sort $(SERVER_OBJ) $(CLIENT_OBJ))
 
 TEST_BINS := $(patsubst tests/%.c,$(BIN)/%,$(TEST_SRC))
 PROGRAMS := $(BIN)/kvpoold $(BIN)/kvpool $(BIN)/kvpool-bench $(BIN)/kvpool-selftest
+#  The stand-in CUDA runtime the tests load (tests/fake_cudart.c), and the check of the real
+#  GPU path, run by hand on a machine with a GPU (tests/gpu/gpu_check.c); neither is installed.
+FAKE_CUDART := $(LIB)/libfake_cudart.so
+GPU_CHECK := $(BIN)/kvpool-gpu-check
 
 .PHONY: all deps run test check unit integration python-test install clean format fuzz \
-	readme-settings
-all: $(PROGRAMS) $(LIB)/libkvpool.a $(LIB)/libkvpool.so $(TEST_BINS) python-proto
+	readme-settings gpu-bundle
+all: $(PROGRAMS) $(LIB)/libkvpool.a $(LIB)/libkvpool.so $(TEST_BINS) python-proto $(FAKE_CUDART) \
+	$(GPU_CHECK)
 
 # ---- packages ------------------------------------------------------------------------
 deps:
@@ -127,6 +132,10 @@ $(LIB)/libkvpool.so: $(CLIENT_OBJ) client/libkvpool.map
 	$(CC) -shared $(LDFLAGS) -Wl,-soname,libkvpool.so.1 \
 	  -Wl,--version-script=client/libkvpool.map -o $@ $(CLIENT_OBJ) $(LIBS)
 
+#  The name programs linked with libkvpool.so look for (its soname).
+$(LIB)/libkvpool.so.1: $(LIB)/libkvpool.so
+	ln -sf libkvpool.so $@
+
 # Everything, for the daemon and the tests.
 $(LIB)/libkvpool-all.a: $(ALL_OBJ)
 	@mkdir -p $(LIB)
@@ -156,6 +165,24 @@ $(BIN)/test_%: $(OBJ)/tests/test_%.o $(OBJ)/tests/testutil.o $(OBJ)/tests/ready_
 		$(LIB)/libkvpool-all.a
 	@mkdir -p $(BIN)
 	$(CC) $(LDFLAGS) -o $@ $^ $(SERVER_LIBS)
+
+#  A shared library that stands in for libcudart in the tests (KVPOOL_CUDART=its path).
+$(FAKE_CUDART): $(OBJ)/tests/fake_cudart.o
+	@mkdir -p $(LIB)
+	$(CC) -shared $(LDFLAGS) -o $@ $^
+
+#  A plain client of libkvpool.so: the CUDA runtime is loaded at run time (dlopen), kvpoold
+#  is started from beside it (tests/testutil.c).
+$(GPU_CHECK): $(OBJ)/tests/gpu/gpu_check.o $(OBJ)/tests/testutil.o $(OBJ)/tests/ready_file.o \
+		$(LIB)/libkvpool.so.1
+	@mkdir -p $(BIN)
+	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) -L$(LIB) -l:libkvpool.so.1 \
+	  -Wl,-rpath,'$$ORIGIN/../lib' -ldl
+
+#  kvpool-gpu-check, kvpoold, libkvpool.so and the shared libraries they need beyond the C
+#  library, in one folder to copy to a GPU machine (tests/gpu/bundle.sh).
+gpu-bundle: $(GPU_CHECK) $(BIN)/kvpoold
+	bash tests/gpu/bundle.sh $(BIN) $(LIB) $(BUILD)/gpu-bundle
 
 # ---- running -------------------------------------------------------------------------
 # deps runs to completion before anything is compiled (the build needs its packages).

@@ -225,8 +225,9 @@ kvpc_copies_gather (kvpc_copies_t *self, void *dst, const kvpool_iov_t *parts, s
     return 0;
 }
 
-void
-kvpc_copies_run (kvpc_conn_t *conn, kvpc_copies_t *copies)
+//  Host memory on both sides: memcpy, on the copy threads for large lists.
+static void
+s_run_host (kvpc_conn_t *conn, kvpc_copies_t *copies)
 {
     transfer_pool_t **pool = kvpc_conn_pool (conn);
     if (copies->bytes >= KVPC_POOL_MIN_BYTES && !*pool)
@@ -245,6 +246,47 @@ kvpc_copies_run (kvpc_conn_t *conn, kvpc_copies_t *copies)
     else
         for (size_t i = 0; i < copies->count; i++)
             memcpy (copies->items[i].dst, copies->items[i].src, copies->items[i].len);
+}
+
+//  A call with device buffers: the copies with a device side go through the device layer's
+//  pinned buffers, the others as usual.
+static int
+s_run_staged (kvpc_conn_t *conn, kvpc_device_t *device, kvpc_copies_t *copies)
+{
+    kvpc_device_copy_t *staged = malloc ((copies->count ? copies->count : 1) * sizeof *staged);
+    kvpc_copies_t host;
+    kvpc_copies_init (&host);
+    size_t nstaged = 0;
+    int rc = staged ? 0 : -1;
+    for (size_t i = 0; i < copies->count && rc == 0; i++) {
+        kvpc_copy_t *item = &copies->items[i];
+        if (kvpc_device_plan (device, item->dst, item->src, item->len, &staged[nstaged]))
+            nstaged++;
+        else if (kvpc_copies_add (&host, item->dst, item->src, item->len))
+            rc = -1;
+    }
+    if (rc)
+        kvpc_set_error (conn, "out of memory for %zu copies", copies->count);
+    else {
+        s_run_host (conn, &host);
+        if (kvpc_device_copy (device, staged, nstaged)) {
+            kvpc_set_error (conn, "%s", kvpc_device_error (device));
+            rc = -1;
+        }
+    }
+    kvpc_copies_fini (&host);
+    free (staged);
+    return rc;
+}
+
+int
+kvpc_copies_run (kvpc_conn_t *conn, kvpc_copies_t *copies)
+{
+    kvpc_device_t *device = kvpc_conn_device_armed (conn);
+    if (device)
+        return s_run_staged (conn, device, copies);
+    s_run_host (conn, copies);
+    return 0;
 }
 
 void

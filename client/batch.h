@@ -90,8 +90,11 @@ int kvpc_copies_scatter (kvpc_copies_t *self, const void *src, size_t len, const
 //  Copies the concatenation of parts to dst.
 int kvpc_copies_gather (kvpc_copies_t *self, void *dst, const kvpool_iov_t *parts, size_t nparts);
 //  Runs every copy; returns when all are done. Lists of KVPC_POOL_MIN_BYTES or more run on
-//  conn's copy threads.
-void kvpc_copies_run (kvpc_conn_t *conn, kvpc_copies_t *copies);
+//  conn's copy threads. In a call with device buffers (kvpc_conn_device_armed) the copies
+//  with a device side go through the device layer's pinned buffers (device.h). Returns 0, or
+//  -1 when a device copy failed (some copies may not have been made; the last error says
+//  why; the callers report KVPOOL_INVALID_PARAMS for the keys of the list).
+int kvpc_copies_run (kvpc_conn_t *conn, kvpc_copies_t *copies);
 void kvpc_copies_fini (kvpc_copies_t *self);
 
 #endif

@@ -59,6 +59,7 @@ struct _kvpc_conn_t {
     char server_id[96];       //  the node's boot id + pid (PING)
     char local_endpoint[256]; //  the node's ipc endpoint for same-machine clients (PING)
     transfer_pool_t *pool;    //  copy threads, made on the first large copy
+    kvpc_device_t *device;    //  device memory of the calls (device.h), made on first need
     atomic_size_t zc_pending; //  zero-copy value frames libzmq still holds
 };
 
@@ -605,6 +606,8 @@ kvpc_conn_destroy (kvpc_conn_t **self_p)
     self->socket = NULL;
     //  Every call already waited for its zero-copy frames; this is only a safeguard.
     s_zc_wait (self);
+    //  After the frames: they may be the device layer's pinned buffers.
+    kvpc_device_destroy (&self->device);
     s_ctx_release (self->endpoint);
     free (self->endpoint);
     free (self);
@@ -659,4 +662,18 @@ transfer_pool_t **
 kvpc_conn_pool (kvpc_conn_t *self)
 {
     return &self->pool;
+}
+
+kvpc_device_t *
+kvpc_conn_device (kvpc_conn_t *self)
+{
+    if (!self->device)
+        self->device = kvpc_device_new ();
+    return self->device;
+}
+
+kvpc_device_t *
+kvpc_conn_device_armed (kvpc_conn_t *self)
+{
+    return kvpc_device_armed (self->device) ? self->device : NULL;
 }

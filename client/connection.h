@@ -17,6 +17,7 @@
 #include <stdint.h>
 #include <zmq.h>
 
+#include "client/device.h"
 #include "kvpool.h"
 #include "protocol/kvpool.pb-c.h"
 #include "transfer/transfer_pool.h"
@@ -69,6 +70,11 @@ uint64_t kvpc_conn_generation (kvpc_conn_t *self);
 //  The copy threads of this connection's calls: made on first need (batch.h's
 //  kvpc_copies_run), stopped with the connection.
 transfer_pool_t **kvpc_conn_pool (kvpc_conn_t *self);
+//  The device-memory layer of this connection's calls (device.h): made on first need (NULL
+//  when out of memory), destroyed with the connection after its last zero-copy frame.
+kvpc_device_t *kvpc_conn_device (kvpc_conn_t *self);
+//  The same, only while the current call has device buffers (kvpc_device_arm); else NULL.
+kvpc_device_t *kvpc_conn_device_armed (kvpc_conn_t *self);
 
 //  Sets the last error (printf style); kvpc_conn_last_error returns it ("" if none).
 void kvpc_set_error (kvpc_conn_t *self, const char *format, ...)

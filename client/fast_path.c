@@ -387,7 +387,12 @@ s_fast_get_listed (kvpc_fast_path_t *self, const kvpc_keys_t *keys, const kvpool
     }
     //  An out-of-memory mid-plan leaves some copies listed for keys reported as failed;
     //  running them anyway only writes into those keys' own buffers.
-    kvpc_copies_run (self->conn, &copies);
+    if (kvpc_copies_run (self->conn, &copies))
+        //  A device copy failed (the last error says why): no key copied here is sure to
+        //  have its bytes.
+        for (size_t j = 0; j < keys->count; j++)
+            if (state[j] == KVPC_KEY_COPY)
+                results[keys->index[j]] = KVPOOL_INVALID_PARAMS;
     rc = msg->status;
 
 release:
@@ -538,7 +543,8 @@ kvpc_fast_get (kvpc_fast_path_t *self, const kvpc_keys_t *keys, const kvpool_buf
         else if (kvpc_keys_add (&rest, keys->keys[j], i))
             results[i] = KVPOOL_INTERNAL_ERROR;
     }
-    kvpc_copies_run (self->conn, &copies);
+    //  A device copy that failed (the last error says why) fails every key copied here.
+    bool failed = kvpc_copies_run (self->conn, &copies) != 0;
     //  Only copies whose slot stayed the same are the object's bytes; the rest ask the node
     //  (their buffers are simply written again).
     kvpc_keys_t touch;
@@ -548,7 +554,9 @@ kvpc_fast_get (kvpc_fast_path_t *self, const kvpc_keys_t *keys, const kvpool_buf
         if (!copied[j])
             continue;
         size_t i = keys->index[j];
-        if (shm_index_still_valid (&hits[j])) {
+        if (failed)
+            results[i] = KVPOOL_INVALID_PARAMS;
+        else if (shm_index_still_valid (&hits[j])) {
             results[i] = (int64_t) hits[j].size;
             self->index_reads++;
             if (s_touch_due (self, hits[j].hash, now))
@@ -692,7 +700,14 @@ kvpc_fast_put (kvpc_fast_path_t *self, const kvpc_keys_t *keys, const kvpc_value
     }
     //  A key that failed mid-plan may still have copies listed: they only write into its
     //  own reserved space, which is revoked below.
-    kvpc_copies_run (self->conn, &copies);
+    if (kvpc_copies_run (self->conn, &copies))
+        //  A device copy failed (the last error says why): every key with bytes copied here
+        //  is revoked.
+        for (size_t j = 0; j < keys->count; j++)
+            if (state[j] == KVPC_KEY_COPY && sizes[j] != 0) {
+                state[j] = KVPC_KEY_FAILED;
+                results[keys->index[j]] = KVPOOL_INVALID_PARAMS;
+            }
     kvpc_copies_fini (&copies);
 
     kvpc_keys_t commit, revoke, fallback;

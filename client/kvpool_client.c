@@ -322,6 +322,49 @@ s_batch_bytes (const kvpc_keys_t *keys, const kvpc_value_t *values)
     return bytes;
 }
 
+//  ---- device memory --------------------------------------------------------------------------
+//  A caller buffer may be GPU memory (device.h): when the process has a CUDA runtime, every
+//  buffer of a put or a get into buffers is classified first, and a call with device buffers
+//  arms the device layer, which the layers below ask which copies to stage. Without a
+//  runtime nothing is asked.
+
+//  Classifies one buffer. Returns 0, or -1 when the runtime could not tell (the last error
+//  says why; the key is INVALID_PARAMS).
+static int
+s_classify (kvpool_t *self, kvpc_device_t *device, const void *ptr, size_t size)
+{
+    if (kvpc_device_classify (device, ptr, size) >= 0)
+        return 0;
+    kvpc_set_error (self->conn, "%s", kvpc_device_error (device));
+    return -1;
+}
+
+static int
+s_classify_parts (kvpool_t *self, kvpc_device_t *device, const kvpool_iov_t *parts, size_t count)
+{
+    for (size_t k = 0; k < count; k++)
+        if (s_classify (self, device, parts[k].data, parts[k].size))
+            return -1;
+    return 0;
+}
+
+static int
+s_classify_bufs (kvpool_t *self, kvpc_device_t *device, const kvpool_buf_t *bufs, size_t count)
+{
+    for (size_t k = 0; k < count; k++)
+        if (s_classify (self, device, bufs[k].data, bufs[k].size))
+            return -1;
+    return 0;
+}
+
+//  The call's device layer when the process has a CUDA runtime, else NULL.
+static kvpc_device_t *
+s_device_begin (kvpool_t *self)
+{
+    kvpc_device_t *device = kvpc_conn_device (self->conn);
+    return device && kvpc_device_begin (device) ? device : NULL;
+}
+
 //  Every put comes here: n values, value i the concatenation of parts[i][0..nparts[i]).
 static int
 s_put (kvpool_t *self, size_t n, const char *const *keys, const kvpool_iov_t *const *parts,
@@ -336,6 +379,7 @@ s_put (kvpool_t *self, size_t n, const char *const *keys, const kvpool_iov_t *co
     }
     kvpc_keys_t sent;
     kvpc_keys_init (&sent);
+    kvpc_device_t *device = s_device_begin (self);
     int rc = KVPOOL_OK;
     for (size_t i = 0; i < n && rc == KVPOOL_OK; i++) {
         values[i] = (kvpc_value_t){parts[i], nparts[i], 0};
@@ -352,9 +396,12 @@ s_put (kvpool_t *self, size_t n, const char *const *keys, const kvpool_iov_t *co
             results[i] = KVPOOL_INVALID_PARAMS;
             kvpc_set_error (self->conn, "value of key '%s' has a NULL buffer", keys[i]);
         }
+        else if (device && s_classify_parts (self, device, parts[i], nparts[i]))
+            results[i] = KVPOOL_INVALID_PARAMS;
         else if (kvpc_keys_add (&sent, keys[i], i))
             rc = KVPOOL_INTERNAL_ERROR;
     }
+    bool armed = device && kvpc_device_arm (device);
     if (rc) {
         for (size_t i = 0; i < n; i++)
             results[i] = rc;
@@ -364,6 +411,8 @@ s_put (kvpool_t *self, size_t n, const char *const *keys, const kvpool_iov_t *co
         rc = kvpc_fast_put (self->fast_path, &sent, values, opts, results);
     else
         rc = kvpc_socket_put (self->conn, &sent, values, opts, results);
+    if (armed)
+        kvpc_device_end (device);
     kvpc_keys_fini (&sent);
     if (values != small)
         free (values);
@@ -459,6 +508,7 @@ s_get_into (kvpool_t *self, size_t n, const char *const *keys, const kvpool_buf_
 {
     kvpc_keys_t sent;
     kvpc_keys_init (&sent);
+    kvpc_device_t *device = s_device_begin (self);
     int rc = KVPOOL_OK;
     for (size_t i = 0; i < n && rc == KVPOOL_OK; i++) {
         bool valid = bufs[i] || nbufs[i] == 0;
@@ -472,9 +522,12 @@ s_get_into (kvpool_t *self, size_t n, const char *const *keys, const kvpool_buf_
             results[i] = KVPOOL_INVALID_PARAMS;
             kvpc_set_error (self->conn, "buffer for key '%s' is NULL", keys[i]);
         }
+        else if (device && s_classify_bufs (self, device, bufs[i], nbufs[i]))
+            results[i] = KVPOOL_INVALID_PARAMS;
         else if (kvpc_keys_add (&sent, keys[i], i))
             rc = KVPOOL_INTERNAL_ERROR;
     }
+    bool armed = device && kvpc_device_arm (device);
     if (rc) {
         for (size_t i = 0; i < n; i++)
             results[i] = rc;
@@ -483,6 +536,8 @@ s_get_into (kvpool_t *self, size_t n, const char *const *keys, const kvpool_buf_
         rc = kvpc_fast_get (self->fast_path, &sent, bufs, nbufs, results);
     else
         rc = kvpc_socket_get_into (self->conn, &sent, bufs, nbufs, results);
+    if (armed)
+        kvpc_device_end (device);
     kvpc_keys_fini (&sent);
     return rc;
 }

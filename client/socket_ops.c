@@ -133,10 +133,120 @@ s_value_bytes (const void *arg, size_t index)
     return ((const kvpc_value_t *) arg)[index].size;
 }
 
+//  ---- puts from device memory --------------------------------------------------------------
+//  A call with device buffers (device.h) cannot hand them to libzmq. Each request's values
+//  with a device part are copied into one of two pinned frame buffers, in turn, and sent from
+//  there without a further copy; the device-to-host copies of request k + 1 are queued before
+//  request k is sent, so they run while it is on its way.
+
+//  Whether the value has bytes in device memory.
+static bool
+s_value_on_device (kvpc_device_t *device, const kvpc_value_t *value)
+{
+    for (size_t p = 0; p < value->nparts; p++)
+        if (value->parts[p].size && kvpc_device_holds (device, value->parts[p].data, NULL))
+            return true;
+    return false;
+}
+
+//  Fills staged[i] for chunk's keys: the value itself, or for a value with device bytes one
+//  part in frame slot, where its copies are queued (host parts are copied at once).
+static int
+s_stage_chunk (kvpc_device_t *device, int slot, const kvpc_keys_t *chunk,
+               const kvpc_value_t *values, kvpc_value_t *staged, kvpool_iov_t *parts)
+{
+    uint64_t bytes = 0;
+    for (size_t j = 0; j < chunk->count; j++) {
+        size_t i = chunk->index[j];
+        staged[i] = values[i];
+        if (s_value_on_device (device, &values[i]))
+            bytes += values[i].size;
+    }
+    if (bytes == 0)
+        return 0;
+    char *frame = bytes <= SIZE_MAX ? kvpc_device_frame (device, slot, (size_t) bytes) : NULL;
+    if (!frame)
+        return -1;
+    char *to = frame;
+    for (size_t j = 0; j < chunk->count; j++) {
+        size_t i = chunk->index[j];
+        const kvpc_value_t *value = &values[i];
+        if (!s_value_on_device (device, value))
+            continue;
+        parts[i] = (kvpool_iov_t){to, value->size};
+        staged[i] = (kvpc_value_t){&parts[i], 1, value->size};
+        for (size_t p = 0; p < value->nparts; p++) {
+            const kvpool_iov_t *part = &value->parts[p];
+            int on;
+            if (part->size == 0)
+                continue;
+            if (kvpc_device_holds (device, part->data, &on)) {
+                if (kvpc_device_fetch (device, slot, to, part->data, part->size, on))
+                    return -1;
+            }
+            else
+                memcpy (to, part->data, part->size);
+            to += part->size;
+        }
+    }
+    return kvpc_device_frame_seal (device, slot);
+}
+
+static int
+s_put_staged (kvpc_conn_t *conn, kvpc_device_t *device, const kvpc_keys_t *keys,
+              const kvpc_value_t *values, const kvpool_put_options_t *opts, int64_t *results)
+{
+    size_t n = 0; //  caller indexes 0 .. n - 1
+    for (size_t j = 0; j < keys->count; j++)
+        if (keys->index[j] >= n)
+            n = keys->index[j] + 1;
+    kvpc_value_t *staged = malloc ((n ? n : 1) * sizeof *staged);
+    kvpool_iov_t *parts = malloc ((n ? n : 1) * sizeof *parts);
+    if (!staged || !parts) {
+        free (staged);
+        free (parts);
+        kvpc_set_error (conn, "out of memory for a put of %zu keys", keys->count);
+        kvpc_fill (keys, results, KVPOOL_INTERNAL_ERROR);
+        return KVPOOL_INTERNAL_ERROR;
+    }
+    //  Request k is chunk[k % 2], its values queued into frame slot k % 2 while request
+    //  k - 1 went out.
+    kvpc_keys_t chunk[2];
+    bool have[2], ready[2];
+    size_t start = 0;
+    have[0] = kvpc_next_chunk (keys, &start, s_value_bytes, values, &chunk[0], results);
+    ready[0] = have[0] && s_stage_chunk (device, 0, &chunk[0], values, staged, parts) == 0;
+    int rc = KVPOOL_OK;
+    for (int now = 0; have[now]; now = 1 - now) {
+        int next = 1 - now;
+        have[next] = kvpc_next_chunk (keys, &start, s_value_bytes, values, &chunk[next], results);
+        ready[next] =
+            have[next] && s_stage_chunk (device, next, &chunk[next], values, staged, parts) == 0;
+        if (kvpc_device_frame_wait (device, now))
+            ready[now] = false;
+        if (ready[now]) {
+            int chunk_rc = s_put_chunk (conn, &chunk[now], staged, opts, results);
+            if (chunk_rc != KVPOOL_OK)
+                rc = chunk_rc;
+        }
+        else {
+            kvpc_set_error (conn, "%s", kvpc_device_error (device));
+            kvpc_fill (&chunk[now], results, KVPOOL_INVALID_PARAMS);
+        }
+        kvpc_keys_fini (&chunk[now]);
+    }
+    free (staged);
+    free (parts);
+    return rc;
+}
+
 int
 kvpc_socket_put (kvpc_conn_t *conn, const kvpc_keys_t *keys, const kvpc_value_t *values,
                  const kvpool_put_options_t *opts, int64_t *results)
 {
+    kvpc_device_t *device = kvpc_conn_device_armed (conn);
+    if (device)
+        return s_put_staged (conn, device, keys, values, opts, results);
     int rc = KVPOOL_OK;
     size_t start = 0;
     kvpc_keys_t chunk;
@@ -214,7 +324,12 @@ s_get_chunk (kvpc_conn_t *conn, const kvpc_keys_t *keys, const kvpool_buf_t *con
         else
             results[i] = (int64_t) size;
     }
-    kvpc_copies_run (conn, &copies);
+    if (kvpc_copies_run (conn, &copies))
+        //  A device copy failed (the last error says why): no key copied here is sure to
+        //  have its bytes.
+        for (size_t j = 0; j < keys->count; j++)
+            if (results[keys->index[j]] > 0)
+                results[keys->index[j]] = KVPOOL_INVALID_PARAMS;
     kvpc_copies_fini (&copies);
     rc = reply.msg->status;
     kvpc_reply_free (&reply);

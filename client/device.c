@@ -1,0 +1,967 @@
+/*  device.c - caller buffers in GPU memory: classification and pinned staging (device.h).
+
+    The CUDA runtime is declared here, not included: the few functions, enum values and the
+    struct this file uses, with the ABI of CUDA 11 to 13. cudaPointerAttributes is
+    {type, device, devicePointer, hostPointer} since CUDA 11, and CUDA 13 appends
+    long reserved[8]; it is passed with room to spare and zeroed. Runtimes older than 11.0
+    (another layout) are not used.
+
+    Copies go on one stream per device and connection, made with cudaStreamCreate: a blocking
+    stream, ordered after the legacy default stream, as a cudaMemcpy would be, so work the
+    application queued there before the call (PyTorch's default stream) is done before its
+    bytes are read. Pinned buffers are cudaHostAlloc'ed portable (usable from every device).
+    A failed runtime call leaves the thread's last error as it found it (cudaGetLastError), so
+    the application's next check does not see kvpool's failure.
+*/
+#include "client/device.h"
+
+#include <dlfcn.h>
+#include <link.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+//  ---- the CUDA runtime's declarations ------------------------------------------------------
+
+typedef int s_cuda_error_t; //  cudaError_t: 0 is cudaSuccess
+typedef void *s_stream_t;   //  cudaStream_t
+typedef void *s_event_t;    //  cudaEvent_t
+
+#define S_MEMORY_HOST 1   //  cudaMemoryTypeHost: pinned or registered host memory
+#define S_MEMORY_DEVICE 2 //  cudaMemoryTypeDevice
+#define S_MEMCPY_DEFAULT 4
+#define S_HOST_ALLOC_PORTABLE 1
+#define S_EVENT_DISABLE_TIMING 2
+//  The driver's CUpointer_attribute values for where an allocation starts and its size.
+#define S_RANGE_START_ADDR 11
+#define S_RANGE_SIZE 12
+
+//  Errors that say this process has no working CUDA (no device, no driver, runtime going
+//  away): then no buffer can be device memory.
+#define S_ERROR_INITIALIZATION 3
+#define S_ERROR_UNLOADING 4
+#define S_ERROR_STUB_LIBRARY 34
+#define S_ERROR_INSUFFICIENT_DRIVER 35
+#define S_ERROR_NEWER_DRIVER 36
+#define S_ERROR_DEVICES_UNAVAILABLE 46
+#define S_ERROR_NO_DEVICE 100
+
+typedef struct {
+    int type; //  enum cudaMemoryType
+    int device;
+    void *device_pointer;
+    void *host_pointer;
+    long reserved[8]; //  CUDA 13
+    long spare[16];   //  room for what a later runtime may append
+} s_attributes_t;
+
+typedef struct {
+    char path[512]; //  what was loaded
+    int version;    //  cudaRuntimeGetVersion
+    s_cuda_error_t (*pointer_get_attributes) (s_attributes_t *, const void *);
+    s_cuda_error_t (*host_alloc) (void **, size_t, unsigned int);
+    s_cuda_error_t (*free_host) (void *);
+    s_cuda_error_t (*memcpy_async) (void *, const void *, size_t, int, s_stream_t);
+    s_cuda_error_t (*stream_create) (s_stream_t *);
+    s_cuda_error_t (*stream_synchronize) (s_stream_t);
+    s_cuda_error_t (*stream_destroy) (s_stream_t);
+    s_cuda_error_t (*event_create) (s_event_t *, unsigned int);
+    s_cuda_error_t (*event_record) (s_event_t, s_stream_t);
+    s_cuda_error_t (*event_synchronize) (s_event_t);
+    s_cuda_error_t (*event_destroy) (s_event_t);
+    s_cuda_error_t (*get_device) (int *);
+    s_cuda_error_t (*set_device) (int);
+    s_cuda_error_t (*get_last_error) (void);
+    const char *(*get_error_string) (s_cuda_error_t);
+    void *handle;
+} s_runtime_t;
+
+//  ---- finding the runtime, once per process ------------------------------------------------
+
+enum { S_MODE_AUTO, S_MODE_NAMED, S_MODE_OFF };
+
+static pthread_once_t s_config_once = PTHREAD_ONCE_INIT;
+static pthread_once_t s_load_once = PTHREAD_ONCE_INIT;
+static int s_mode;
+static s_runtime_t s_runtime;
+static atomic_bool s_runtime_ok;
+//  Set when the runtime said this process has no working CUDA: it is not asked again.
+static atomic_bool s_runtime_dead;
+//  libcuda.so.1 was seen in the process; else the loader's count of objects added when it
+//  was last found absent (it is looked for again only once something new was loaded).
+static atomic_bool s_cuda_seen;
+static atomic_ullong s_adds_checked;
+
+//  The driver's cuPointerGetAttribute, looked up on first need: 0 not yet, 1 found, -1 none.
+typedef int (s_range_fn) (void *, int, unsigned long long);
+static s_range_fn *_Atomic s_range_query;
+static atomic_int s_range_state;
+
+static void
+s_config (void)
+{
+    const char *env = getenv ("KVPOOL_CUDART");
+    if (!env)
+        s_mode = S_MODE_AUTO;
+    else if (!*env || strcmp (env, "0") == 0 || strcasecmp (env, "none") == 0
+             || strcasecmp (env, "off") == 0)
+        s_mode = S_MODE_OFF;
+    else
+        s_mode = S_MODE_NAMED;
+}
+
+static bool
+s_bind (void *handle, const char *path)
+{
+    s_runtime_t *rt = &s_runtime;
+    memset (rt, 0, sizeof *rt);
+#define S_BIND(field, name)                                                                        \
+    if (!(*(void **) &rt->field = dlsym (handle, name)))                                           \
+        return false;
+    S_BIND (pointer_get_attributes, "cudaPointerGetAttributes");
+    S_BIND (host_alloc, "cudaHostAlloc");
+    S_BIND (free_host, "cudaFreeHost");
+    S_BIND (memcpy_async, "cudaMemcpyAsync");
+    S_BIND (stream_create, "cudaStreamCreate");
+    S_BIND (stream_synchronize, "cudaStreamSynchronize");
+    S_BIND (stream_destroy, "cudaStreamDestroy");
+    S_BIND (event_create, "cudaEventCreateWithFlags");
+    S_BIND (event_record, "cudaEventRecord");
+    S_BIND (event_synchronize, "cudaEventSynchronize");
+    S_BIND (event_destroy, "cudaEventDestroy");
+    S_BIND (get_device, "cudaGetDevice");
+    S_BIND (set_device, "cudaSetDevice");
+    S_BIND (get_last_error, "cudaGetLastError");
+    S_BIND (get_error_string, "cudaGetErrorString");
+#undef S_BIND
+    s_cuda_error_t (*get_version) (int *) = NULL;
+    *(void **) &get_version = dlsym (handle, "cudaRuntimeGetVersion");
+    //  Older runtimes lay cudaPointerAttributes out otherwise.
+    if (!get_version || get_version (&rt->version) != 0 || rt->version < 11000)
+        return false;
+    rt->handle = handle;
+    snprintf (rt->path, sizeof rt->path, "%s", path);
+    return true;
+}
+
+static void
+s_load (void)
+{
+    if (s_mode == S_MODE_NAMED) {
+        const char *path = getenv ("KVPOOL_CUDART");
+        void *handle = dlopen (path, RTLD_NOW | RTLD_LOCAL);
+        if (handle && s_bind (handle, path))
+            atomic_store (&s_runtime_ok, true);
+        else if (handle)
+            dlclose (handle);
+        return;
+    }
+    //  The application's own runtime first (PyTorch's, say), then one from the library path.
+    static const char *const names[] = {"libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0",
+                                        "libcudart.so"};
+    for (int pass = 0; pass < 2; pass++)
+        for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+            void *handle = dlopen (names[i], RTLD_NOW | RTLD_LOCAL | (pass ? 0 : RTLD_NOLOAD));
+            if (!handle)
+                continue;
+            Dl_info info;
+            const char *path = names[i];
+            void *symbol = dlsym (handle, "cudaRuntimeGetVersion");
+            if (symbol && dladdr (symbol, &info) && info.dli_fname)
+                path = info.dli_fname;
+            if (s_bind (handle, path)) {
+                atomic_store (&s_runtime_ok, true);
+                return;
+            }
+            dlclose (handle);
+        }
+}
+
+static int
+s_adds (struct dl_phdr_info *info, size_t size, void *arg)
+{
+    if (size >= offsetof (struct dl_phdr_info, dlpi_adds) + sizeof info->dlpi_adds)
+        *(unsigned long long *) arg = info->dlpi_adds;
+    return 1; //  the first object says it
+}
+
+//  Whether the CUDA driver is in the process: only then can a buffer be device memory.
+static bool
+s_cuda_in_process (void)
+{
+    if (atomic_load_explicit (&s_cuda_seen, memory_order_relaxed))
+        return true;
+    unsigned long long adds = 0;
+    dl_iterate_phdr (s_adds, &adds);
+    if (adds != 0 && adds == atomic_load_explicit (&s_adds_checked, memory_order_relaxed))
+        return false;
+    void *driver = dlopen ("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL | RTLD_NOLOAD);
+    if (driver) {
+        dlclose (driver);
+        atomic_store (&s_cuda_seen, true);
+        return true;
+    }
+    atomic_store_explicit (&s_adds_checked, adds, memory_order_relaxed);
+    return false;
+}
+
+static const s_runtime_t *
+s_get_runtime (void)
+{
+    pthread_once (&s_config_once, s_config);
+    if (s_mode == S_MODE_OFF || atomic_load_explicit (&s_runtime_dead, memory_order_relaxed))
+        return NULL;
+    if (s_mode == S_MODE_AUTO && !s_cuda_in_process ())
+        return NULL;
+    pthread_once (&s_load_once, s_load);
+    return atomic_load_explicit (&s_runtime_ok, memory_order_acquire) ? &s_runtime : NULL;
+}
+
+const char *
+kvpc_device_runtime (void)
+{
+    return atomic_load_explicit (&s_runtime_ok, memory_order_acquire) ? s_runtime.path : "";
+}
+
+//  The driver's cuPointerGetAttribute: from the runtime library itself (a stand-in may have
+//  it), else from libcuda.so.1, which a working runtime has loaded by the time a device
+//  buffer is seen. NULL when there is none.
+static s_range_fn *
+s_range_fn_get (void)
+{
+    int state = atomic_load_explicit (&s_range_state, memory_order_acquire);
+    if (state)
+        return state > 0 ? atomic_load (&s_range_query) : NULL;
+    void *fn = dlsym (s_runtime.handle, "cuPointerGetAttribute");
+    if (!fn) {
+        void *driver = dlopen ("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL | RTLD_NOLOAD);
+        if (driver)
+            fn = dlsym (driver, "cuPointerGetAttribute"); //  stays loaded: the runtime uses it
+    }
+    atomic_store (&s_range_query, (s_range_fn *) fn);
+    atomic_store_explicit (&s_range_state, fn ? 1 : -1, memory_order_release);
+    return (s_range_fn *) fn;
+}
+
+//  ---- the object ---------------------------------------------------------------------------
+
+typedef struct {
+    uintptr_t start;
+    uintptr_t end;
+    int device;
+} s_range_t;
+
+//  A device's stream and events, made on its first copy.
+typedef struct {
+    bool made;
+    s_stream_t stream;
+    s_event_t stage_events[KVPC_STAGE_BUFFERS];
+    s_event_t frame_events[2];
+} s_gpu_t;
+
+//  A staging buffer's state: for a put, the host copies to make once its event is done.
+typedef struct {
+    bool busy; //  sealed: its device copies were queued and its event recorded
+    size_t fill;
+    kvpc_device_copy_t *pieces;
+    size_t count;
+    size_t capacity;
+} s_stage_t;
+
+//  Pinned host ranges one call may remember (they are asked again in the next call).
+#define S_PINNED_RANGES 16
+
+struct _kvpc_device_t {
+    const s_runtime_t *rt; //  NULL until a call found one
+    s_range_t cache[KVPC_DEVICE_RANGES];
+    size_t cached;
+    size_t victim;   //  the entry a full cache replaces next
+    size_t last;     //  the entry that answered last
+    s_range_t *call; //  this call's device buffers (sorted and merged once armed)
+    size_t ncall;
+    size_t call_capacity;
+    s_range_t pinned[S_PINNED_RANGES]; //  this call's pinned host ranges
+    size_t npinned;
+    bool armed;
+    void *stage[KVPC_STAGE_BUFFERS];
+    s_stage_t slots[KVPC_STAGE_BUFFERS];
+    void *frame[2];
+    size_t frame_size[2];
+    uint64_t frame_pending[2]; //  devices with copies into the slot since its last seal
+    uint64_t frame_sealed[2];  //  devices whose slot event was recorded since the last wait
+    s_gpu_t *gpus;             //  KVPC_MAX_DEVICES, made on first need
+    char error[256];
+};
+
+kvpc_device_t *
+kvpc_device_new (void)
+{
+    return calloc (1, sizeof (kvpc_device_t));
+}
+
+//  Makes the runtime's last-error state what it was before a call of ours failed.
+static void
+s_clear (const s_runtime_t *rt)
+{
+    rt->get_last_error ();
+}
+
+static int s_fail (kvpc_device_t *self, s_cuda_error_t rc, const char *format, ...)
+    __attribute__ ((format (printf, 3, 4)));
+
+static int
+s_fail (kvpc_device_t *self, s_cuda_error_t rc, const char *format, ...)
+{
+    char what[160];
+    va_list args;
+    va_start (args, format);
+    vsnprintf (what, sizeof what, format, args);
+    va_end (args);
+    const char *text = self->rt->get_error_string (rc);
+    snprintf (self->error, sizeof self->error, "device memory: %s failed: %s (CUDA error %d)", what,
+              text ? text : "unknown error", rc);
+    s_clear (self->rt);
+    return -1;
+}
+
+static int s_error (kvpc_device_t *self, const char *format, ...)
+    __attribute__ ((format (printf, 2, 3)));
+
+static int
+s_error (kvpc_device_t *self, const char *format, ...)
+{
+    char what[200];
+    va_list args;
+    va_start (args, format);
+    vsnprintf (what, sizeof what, format, args);
+    va_end (args);
+    snprintf (self->error, sizeof self->error, "device memory: %s", what);
+    return -1;
+}
+
+void
+kvpc_device_destroy (kvpc_device_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    kvpc_device_t *self = *self_p;
+    const s_runtime_t *rt = self->rt;
+    if (rt) {
+        //  Errors are of no use here (at exit the runtime may already be gone).
+        for (int d = 0; self->gpus && d < KVPC_MAX_DEVICES; d++) {
+            s_gpu_t *gpu = &self->gpus[d];
+            if (!gpu->made)
+                continue;
+            rt->stream_synchronize (gpu->stream);
+            for (int i = 0; i < KVPC_STAGE_BUFFERS; i++)
+                rt->event_destroy (gpu->stage_events[i]);
+            for (int i = 0; i < 2; i++)
+                rt->event_destroy (gpu->frame_events[i]);
+            rt->stream_destroy (gpu->stream);
+        }
+        for (int i = 0; i < KVPC_STAGE_BUFFERS; i++)
+            if (self->stage[i])
+                rt->free_host (self->stage[i]);
+        for (int i = 0; i < 2; i++)
+            if (self->frame[i])
+                rt->free_host (self->frame[i]);
+        s_clear (rt);
+    }
+    for (int i = 0; i < KVPC_STAGE_BUFFERS; i++)
+        free (self->slots[i].pieces);
+    free (self->gpus);
+    free (self->call);
+    free (self);
+    *self_p = NULL;
+}
+
+const char *
+kvpc_device_error (const kvpc_device_t *self)
+{
+    return self ? self->error : "";
+}
+
+//  ---- classification -----------------------------------------------------------------------
+
+bool
+kvpc_device_begin (kvpc_device_t *self)
+{
+    self->ncall = 0;
+    self->npinned = 0;
+    self->armed = false;
+    if (!self->rt)
+        self->rt = s_get_runtime ();
+    else if (atomic_load_explicit (&s_runtime_dead, memory_order_relaxed))
+        self->rt = NULL;
+    return self->rt != NULL;
+}
+
+//  The cached device allocation that holds [start, end), or NULL.
+static const s_range_t *
+s_cache_find (kvpc_device_t *self, uintptr_t start, uintptr_t end)
+{
+    if (self->cached == 0)
+        return NULL;
+    const s_range_t *last = &self->cache[self->last];
+    if (start >= last->start && end <= last->end)
+        return last;
+    for (size_t i = 0; i < self->cached; i++)
+        if (start >= self->cache[i].start && end <= self->cache[i].end) {
+            self->last = i;
+            return &self->cache[i];
+        }
+    return NULL;
+}
+
+static void
+s_cache_add (kvpc_device_t *self, const s_range_t *range)
+{
+    size_t slot = self->cached < KVPC_DEVICE_RANGES ? self->cached++ : self->victim++;
+    self->victim %= KVPC_DEVICE_RANGES;
+    self->cache[slot] = *range;
+    self->last = slot;
+}
+
+//  Adds a device range to the call's (once for a run of buffers in the same one).
+static int
+s_call_add (kvpc_device_t *self, const s_range_t *range)
+{
+    if (self->ncall && self->call[self->ncall - 1].start == range->start
+        && self->call[self->ncall - 1].end == range->end)
+        return 0;
+    if (self->ncall == self->call_capacity) {
+        size_t capacity = self->call_capacity ? self->call_capacity * 2 : 16;
+        s_range_t *call = realloc (self->call, capacity * sizeof *call);
+        if (!call)
+            return -1;
+        self->call = call;
+        self->call_capacity = capacity;
+    }
+    self->call[self->ncall++] = *range;
+    return 0;
+}
+
+//  Widens [start, end) to the whole allocation holding it, when the driver says which.
+static void
+s_widen (s_range_t *range)
+{
+    s_range_fn *query = s_range_fn_get ();
+    if (!query)
+        return;
+    unsigned long long base = 0;
+    size_t size = 0;
+    if (query (&base, S_RANGE_START_ADDR, range->start) != 0
+        || query (&size, S_RANGE_SIZE, range->start) != 0)
+        return; //  a driver error leaves no last-error state in the runtime
+    if (base <= range->start && size > 0 && range->end - base <= size) {
+        range->start = (uintptr_t) base;
+        range->end = (uintptr_t) base + size;
+    }
+}
+
+static bool
+s_dead_runtime_error (s_cuda_error_t rc)
+{
+    return rc == S_ERROR_INITIALIZATION || rc == S_ERROR_UNLOADING || rc == S_ERROR_STUB_LIBRARY
+           || rc == S_ERROR_INSUFFICIENT_DRIVER || rc == S_ERROR_NEWER_DRIVER
+           || rc == S_ERROR_DEVICES_UNAVAILABLE || rc == S_ERROR_NO_DEVICE;
+}
+
+int
+kvpc_device_classify (kvpc_device_t *self, const void *ptr, size_t len)
+{
+    if (!self->rt || !ptr || len == 0)
+        return 0;
+    uintptr_t start = (uintptr_t) ptr;
+    uintptr_t end = start + len < start ? UINTPTR_MAX : start + len;
+    const s_range_t *hit = s_cache_find (self, start, end);
+    if (hit) {
+        if (s_call_add (self, hit))
+            return s_error (self, "out of memory");
+        return 1;
+    }
+    for (size_t i = 0; i < self->npinned; i++)
+        if (start >= self->pinned[i].start && end <= self->pinned[i].end)
+            return 0;
+    const s_runtime_t *rt = self->rt;
+    s_attributes_t attributes;
+    memset (&attributes, 0, sizeof attributes);
+    s_cuda_error_t rc = rt->pointer_get_attributes (&attributes, ptr);
+    if (rc != 0) {
+        if (s_dead_runtime_error (rc)) {
+            //  No working CUDA in this process: no buffer of it is device memory.
+            s_clear (rt);
+            atomic_store (&s_runtime_dead, true);
+            self->rt = NULL;
+            return 0;
+        }
+        return s_fail (self, rc, "cudaPointerGetAttributes (%p)", ptr);
+    }
+    s_range_t range = {start, end, attributes.device};
+    if (attributes.type == S_MEMORY_DEVICE) {
+        s_widen (&range);
+        s_cache_add (self, &range);
+        if (s_call_add (self, &range))
+            return s_error (self, "out of memory");
+        return 1;
+    }
+    if (attributes.type == S_MEMORY_HOST) {
+        //  Pinned host memory (a registered pool, say): remembered for the rest of the call,
+        //  whose buffers the application cannot free under it.
+        s_widen (&range);
+        self->pinned[self->npinned < S_PINNED_RANGES ? self->npinned++ : S_PINNED_RANGES - 1] =
+            range;
+    }
+    return 0;
+}
+
+static int
+s_range_compare (const void *a, const void *b)
+{
+    const s_range_t *x = a, *y = b;
+    return x->start < y->start ? -1 : x->start > y->start;
+}
+
+bool
+kvpc_device_arm (kvpc_device_t *self)
+{
+    if (self->ncall > 1) {
+        qsort (self->call, self->ncall, sizeof *self->call, s_range_compare);
+        size_t kept = 0;
+        for (size_t i = 1; i < self->ncall; i++) {
+            s_range_t *last = &self->call[kept];
+            if (self->call[i].start <= last->end && self->call[i].device == last->device) {
+                if (self->call[i].end > last->end)
+                    last->end = self->call[i].end;
+            }
+            else
+                self->call[++kept] = self->call[i];
+        }
+        self->ncall = kept + 1;
+    }
+    self->armed = self->ncall > 0;
+    return self->armed;
+}
+
+void
+kvpc_device_end (kvpc_device_t *self)
+{
+    if (!self)
+        return;
+    self->armed = false;
+    self->ncall = 0;
+    self->npinned = 0;
+}
+
+bool
+kvpc_device_armed (const kvpc_device_t *self)
+{
+    return self && self->armed;
+}
+
+bool
+kvpc_device_holds (const kvpc_device_t *self, const void *ptr, int *device)
+{
+    if (!self || !self->armed)
+        return false;
+    uintptr_t at = (uintptr_t) ptr;
+    size_t low = 0, high = self->ncall; //  the last range starting at or before ptr
+    while (low < high) {
+        size_t mid = low + (high - low) / 2;
+        if (self->call[mid].start <= at)
+            low = mid + 1;
+        else
+            high = mid;
+    }
+    if (low == 0 || at >= self->call[low - 1].end)
+        return false;
+    if (device)
+        *device = self->call[low - 1].device;
+    return true;
+}
+
+bool
+kvpc_device_plan (const kvpc_device_t *self, void *dst, const void *src, size_t len,
+                  kvpc_device_copy_t *item)
+{
+    int device;
+    //  The other side of a copy is always the library's (a segment, a frame): host memory.
+    if (kvpc_device_holds (self, dst, &device))
+        *item = (kvpc_device_copy_t){dst, src, len, device, true};
+    else if (kvpc_device_holds (self, src, &device))
+        *item = (kvpc_device_copy_t){dst, src, len, device, false};
+    else
+        return false;
+    return true;
+}
+
+//  ---- streams, events and pinned buffers ---------------------------------------------------
+
+//  The stream and events of device, made on first need. Streams and events belong to the
+//  device current when they are made: the thread is moved to device for that, then back.
+static s_gpu_t *
+s_gpu (kvpc_device_t *self, int device)
+{
+    if (device < 0 || device >= KVPC_MAX_DEVICES) {
+        s_error (self, "device %d is not one of 0 to %d that kvpool stages for", device,
+                 KVPC_MAX_DEVICES - 1);
+        return NULL;
+    }
+    if (!self->gpus && !(self->gpus = calloc (KVPC_MAX_DEVICES, sizeof *self->gpus))) {
+        s_error (self, "out of memory");
+        return NULL;
+    }
+    s_gpu_t *gpu = &self->gpus[device];
+    if (gpu->made)
+        return gpu;
+    const s_runtime_t *rt = self->rt;
+    int previous = -1;
+    if (rt->get_device (&previous) != 0) {
+        s_clear (rt);
+        previous = -1;
+    }
+    s_cuda_error_t rc = previous == device ? 0 : rt->set_device (device);
+    if (rc != 0) {
+        s_fail (self, rc, "cudaSetDevice (%d)", device);
+        return NULL;
+    }
+    int made_events = 0;
+    s_event_t events[KVPC_STAGE_BUFFERS + 2];
+    rc = rt->stream_create (&gpu->stream);
+    bool made_stream = rc == 0;
+    if (rc == 0)
+        for (; made_events < KVPC_STAGE_BUFFERS + 2; made_events++)
+            if ((rc = rt->event_create (&events[made_events], S_EVENT_DISABLE_TIMING)) != 0)
+                break;
+    if (rc != 0) {
+        s_fail (self, rc, "making a stream and events on device %d", device);
+        for (int i = 0; i < made_events; i++)
+            rt->event_destroy (events[i]);
+        if (made_stream)
+            rt->stream_destroy (gpu->stream);
+        s_clear (rt);
+    }
+    if (previous >= 0 && previous != device && rt->set_device (previous) != 0)
+        s_clear (rt);
+    if (rc != 0)
+        return NULL;
+    memcpy (gpu->stage_events, events, sizeof gpu->stage_events);
+    memcpy (gpu->frame_events, events + KVPC_STAGE_BUFFERS, sizeof gpu->frame_events);
+    gpu->made = true;
+    return gpu;
+}
+
+static int
+s_pinned_alloc (kvpc_device_t *self, void **buffer, size_t size, const char *what)
+{
+    *buffer = NULL;
+    s_cuda_error_t rc = self->rt->host_alloc (buffer, size, S_HOST_ALLOC_PORTABLE);
+    if (rc != 0) {
+        *buffer = NULL;
+        return s_fail (self, rc, "cudaHostAlloc of %zu MiB of pinned memory for %s",
+                       (size + (1u << 20) - 1) >> 20, what);
+    }
+    return 0;
+}
+
+//  The staging buffers, allocated on the first device copy.
+static int
+s_stage_ready (kvpc_device_t *self)
+{
+    for (int i = 0; i < KVPC_STAGE_BUFFERS; i++)
+        if (!self->stage[i] && s_pinned_alloc (self, &self->stage[i], KVPC_STAGE_BYTES, "staging"))
+            return -1;
+    return 0;
+}
+
+//  ---- staged copies ------------------------------------------------------------------------
+
+static int
+s_piece_add (s_stage_t *stage, void *dst, const void *src, size_t len)
+{
+    if (stage->count == stage->capacity) {
+        size_t capacity = stage->capacity ? stage->capacity * 2 : 64;
+        kvpc_device_copy_t *pieces = realloc (stage->pieces, capacity * sizeof *pieces);
+        if (!pieces)
+            return -1;
+        stage->pieces = pieces;
+        stage->capacity = capacity;
+    }
+    stage->pieces[stage->count++] = (kvpc_device_copy_t){dst, src, len, 0, false};
+    return 0;
+}
+
+static void
+s_stage_reset (kvpc_device_t *self)
+{
+    for (int i = 0; i < KVPC_STAGE_BUFFERS; i++) {
+        self->slots[i].busy = false;
+        self->slots[i].fill = 0;
+        self->slots[i].count = 0;
+    }
+}
+
+//  Records the end of staging buffer index's device copies.
+static int
+s_seal (kvpc_device_t *self, s_gpu_t *gpu, int index)
+{
+    s_cuda_error_t rc = self->rt->event_record (gpu->stage_events[index], gpu->stream);
+    if (rc != 0)
+        return s_fail (self, rc, "cudaEventRecord");
+    self->slots[index].busy = true;
+    return 0;
+}
+
+//  A put's buffer: waits for its device-to-host copies, then copies it out to where its
+//  pieces go.
+static int
+s_drain (kvpc_device_t *self, s_gpu_t *gpu, int index)
+{
+    s_stage_t *stage = &self->slots[index];
+    s_cuda_error_t rc = self->rt->event_synchronize (gpu->stage_events[index]);
+    if (rc != 0)
+        return s_fail (self, rc, "a device-to-host copy (cudaEventSynchronize)");
+    for (size_t i = 0; i < stage->count; i++)
+        memcpy (stage->pieces[i].dst, stage->pieces[i].src, stage->pieces[i].len);
+    stage->busy = false;
+    stage->fill = 0;
+    stage->count = 0;
+    return 0;
+}
+
+//  After a failure: waits for whatever was queued (a buffer must not be reused under a copy
+//  still running), leaves the runtime's error state as it was, and forgets the buffers.
+static void
+s_abandon (kvpc_device_t *self, s_gpu_t *gpu)
+{
+    self->rt->stream_synchronize (gpu->stream);
+    s_clear (self->rt);
+    s_stage_reset (self);
+}
+
+//  A put's copies (device to host) of one device: each chunk goes to a pinned buffer by
+//  DMA; while the next chunks' DMAs run, the oldest buffer is waited for and copied out.
+static int
+s_pull (kvpc_device_t *self, const kvpc_device_copy_t *items, size_t count)
+{
+    s_gpu_t *gpu = s_gpu (self, items[0].device);
+    if (!gpu)
+        return -1;
+    int current = 0;
+    int rc = 0;
+    for (size_t k = 0; k < count && rc == 0; k++) {
+        const char *src = items[k].src;
+        char *dst = items[k].dst;
+        size_t left = items[k].len;
+        while (left && rc == 0) {
+            s_stage_t *stage = &self->slots[current];
+            //  Back at a buffer still in flight: it is the oldest; empty it first.
+            if (stage->busy && (rc = s_drain (self, gpu, current)) != 0)
+                break;
+            size_t piece = KVPC_STAGE_BYTES - stage->fill;
+            piece = piece < left ? piece : left;
+            char *staged = (char *) self->stage[current] + stage->fill;
+            s_cuda_error_t e =
+                self->rt->memcpy_async (staged, src, piece, S_MEMCPY_DEFAULT, gpu->stream);
+            if (e != 0)
+                rc = s_fail (self, e, "cudaMemcpyAsync of %zu bytes from device %d to host", piece,
+                             items[k].device);
+            else if (s_piece_add (stage, dst, staged, piece))
+                rc = s_error (self, "out of memory");
+            if (rc)
+                break;
+            stage->fill += piece;
+            src += piece;
+            dst += piece;
+            left -= piece;
+            if (stage->fill == KVPC_STAGE_BYTES) {
+                rc = s_seal (self, gpu, current);
+                current = (current + 1) % KVPC_STAGE_BUFFERS;
+            }
+        }
+    }
+    if (rc == 0 && self->slots[current].fill && !self->slots[current].busy) {
+        rc = s_seal (self, gpu, current);
+        current = (current + 1) % KVPC_STAGE_BUFFERS;
+    }
+    //  Buffers are sealed in turn: the oldest is the one after the last sealed.
+    for (int n = 0; n < KVPC_STAGE_BUFFERS && rc == 0; n++) {
+        int index = (current + n) % KVPC_STAGE_BUFFERS;
+        if (self->slots[index].busy)
+            rc = s_drain (self, gpu, index);
+    }
+    if (rc)
+        s_abandon (self, gpu);
+    return rc;
+}
+
+//  A get's copies (host to device) of one device: each chunk is copied into a pinned buffer
+//  and its DMA queued at once, so it runs while the next chunk is copied into the next
+//  buffer; a buffer is reused once its event says its DMAs are done.
+static int
+s_push (kvpc_device_t *self, const kvpc_device_copy_t *items, size_t count)
+{
+    s_gpu_t *gpu = s_gpu (self, items[0].device);
+    if (!gpu)
+        return -1;
+    const s_runtime_t *rt = self->rt;
+    int current = 0;
+    int rc = 0;
+    for (size_t k = 0; k < count && rc == 0; k++) {
+        const char *src = items[k].src;
+        char *dst = items[k].dst;
+        size_t left = items[k].len;
+        while (left && rc == 0) {
+            s_stage_t *stage = &self->slots[current];
+            if (stage->busy) {
+                s_cuda_error_t e = rt->event_synchronize (gpu->stage_events[current]);
+                if (e != 0) {
+                    rc = s_fail (self, e, "a host-to-device copy (cudaEventSynchronize)");
+                    break;
+                }
+                stage->busy = false;
+                stage->fill = 0;
+            }
+            size_t piece = KVPC_STAGE_BYTES - stage->fill;
+            piece = piece < left ? piece : left;
+            char *staged = (char *) self->stage[current] + stage->fill;
+            memcpy (staged, src, piece);
+            s_cuda_error_t e = rt->memcpy_async (dst, staged, piece, S_MEMCPY_DEFAULT, gpu->stream);
+            if (e != 0) {
+                rc = s_fail (self, e, "cudaMemcpyAsync of %zu bytes from host to device %d", piece,
+                             items[k].device);
+                break;
+            }
+            stage->fill += piece;
+            src += piece;
+            dst += piece;
+            left -= piece;
+            if (stage->fill == KVPC_STAGE_BYTES) {
+                rc = s_seal (self, gpu, current);
+                current = (current + 1) % KVPC_STAGE_BUFFERS;
+            }
+        }
+    }
+    if (rc == 0) {
+        s_cuda_error_t e = rt->stream_synchronize (gpu->stream);
+        if (e != 0)
+            rc = s_fail (self, e, "a host-to-device copy (cudaStreamSynchronize)");
+    }
+    if (rc)
+        s_abandon (self, gpu);
+    else
+        s_stage_reset (self);
+    return rc;
+}
+
+int
+kvpc_device_copy (kvpc_device_t *self, const kvpc_device_copy_t *items, size_t count)
+{
+    if (count == 0)
+        return 0;
+    if (!self->rt)
+        return s_error (self, "no CUDA runtime");
+    if (s_stage_ready (self))
+        return -1;
+    int rc = 0;
+    //  Runs of one device and one direction each go through the buffers.
+    for (size_t i = 0; i < count && rc == 0;) {
+        size_t j = i + 1;
+        while (j < count && items[j].device == items[i].device
+               && items[j].to_device == items[i].to_device)
+            j++;
+        rc = items[i].to_device ? s_push (self, items + i, j - i) : s_pull (self, items + i, j - i);
+        i = j;
+    }
+    return rc;
+}
+
+//  ---- frames of the socket path's puts -----------------------------------------------------
+
+//  Frame buffers start at this size (one request's values, batch.h's KVPC_CHUNK_BYTES) and
+//  grow to the largest request seen.
+#define S_FRAME_MIN (16u << 20)
+
+void *
+kvpc_device_frame (kvpc_device_t *self, int slot, size_t size)
+{
+    if (!self->rt) {
+        s_error (self, "no CUDA runtime");
+        return NULL;
+    }
+    if (size <= self->frame_size[slot] && self->frame[slot])
+        return self->frame[slot];
+    if (self->frame[slot]) {
+        self->rt->free_host (self->frame[slot]);
+        self->frame[slot] = NULL;
+        self->frame_size[slot] = 0;
+    }
+    size_t want =
+        size < S_FRAME_MIN ? S_FRAME_MIN : (size + (1u << 20) - 1) & ~(size_t) ((1u << 20) - 1);
+    if (s_pinned_alloc (self, &self->frame[slot], want, "a request's values"))
+        return NULL;
+    self->frame_size[slot] = want;
+    return self->frame[slot];
+}
+
+int
+kvpc_device_fetch (kvpc_device_t *self, int slot, void *dst, const void *src, size_t len,
+                   int device)
+{
+    s_gpu_t *gpu = s_gpu (self, device);
+    if (!gpu)
+        return -1;
+    s_cuda_error_t rc = self->rt->memcpy_async (dst, src, len, S_MEMCPY_DEFAULT, gpu->stream);
+    if (rc != 0)
+        return s_fail (self, rc, "cudaMemcpyAsync of %zu bytes from device %d to host", len,
+                       device);
+    self->frame_pending[slot] |= 1ull << device;
+    return 0;
+}
+
+int
+kvpc_device_frame_seal (kvpc_device_t *self, int slot)
+{
+    int rc = 0;
+    for (int d = 0; d < KVPC_MAX_DEVICES && self->frame_pending[slot]; d++) {
+        if (!(self->frame_pending[slot] & (1ull << d)))
+            continue;
+        self->frame_pending[slot] &= ~(1ull << d);
+        s_gpu_t *gpu = &self->gpus[d];
+        s_cuda_error_t e = self->rt->event_record (gpu->frame_events[slot], gpu->stream);
+        if (e != 0) {
+            //  Without the event, waiting means waiting for the whole stream.
+            if (rc == 0)
+                rc = s_fail (self, e, "cudaEventRecord");
+            self->rt->stream_synchronize (gpu->stream);
+            s_clear (self->rt);
+            continue;
+        }
+        self->frame_sealed[slot] |= 1ull << d;
+    }
+    return rc;
+}
+
+int
+kvpc_device_frame_wait (kvpc_device_t *self, int slot)
+{
+    int rc = kvpc_device_frame_seal (self, slot);
+    for (int d = 0; d < KVPC_MAX_DEVICES && self->frame_sealed[slot]; d++) {
+        if (!(self->frame_sealed[slot] & (1ull << d)))
+            continue;
+        self->frame_sealed[slot] &= ~(1ull << d);
+        s_gpu_t *gpu = &self->gpus[d];
+        s_cuda_error_t e = self->rt->event_synchronize (gpu->frame_events[slot]);
+        if (e != 0) {
+            if (rc == 0)
+                rc = s_fail (self, e, "a device-to-host copy (cudaEventSynchronize)");
+            self->rt->stream_synchronize (gpu->stream);
+            s_clear (self->rt);
+        }
+    }
+    return rc;
+}

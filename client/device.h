@@ -1,0 +1,117 @@
+/*  device.h - libkvpool's device-memory layer: caller buffers in GPU memory.
+
+    The calls that copy from or into a caller's buffers (puts, gets into buffers) may be given
+    CUDA device addresses, as vLLM's connector passes its KV-cache tensors. A device address is
+    no host memory: memcpy on it faults. This layer tells the two apart and moves device bytes
+    through pinned host buffers with the CUDA runtime.
+
+    The runtime is loaded at run time, never linked: KVPOOL_CUDART names the library to load
+    (a path; "none" or "0" for none at all); unset, libcudart.so.13, .12, .11.0 or libcudart.so
+    already in the process is used, or loaded, but only once the CUDA driver (libcuda.so.1) is
+    in the process: a process that never used CUDA holds no device memory, and a runtime call
+    would give it a CUDA context for nothing. Without a runtime every buffer is host memory, as
+    it always was (there is no telling otherwise).
+
+    Classification: the API classifies each caller buffer of a call (kvpc_device_classify): it asks
+    cudaPointerGetAttributes unless a cached range answers: device allocations are cached per
+    connection (the whole allocation, when the driver says where it starts and ends), pinned
+    host ranges for the call. A call that has device buffers arms the layer; the layers below
+    ask it which copies touch device memory (kvpc_device_plan, kvpc_device_holds) only while it
+    is armed, so host-only calls cost one check.
+
+    Staging: kvpc_device_copy runs a list of copies between device and host memory through
+    KVPC_STAGE_BUFFERS pinned buffers of KVPC_STAGE_BYTES in turn, on one CUDA stream per
+    device: a put's device-to-host copy of chunk i+1 runs while chunk i is copied from its
+    pinned buffer to its destination, a get's host-to-device copy of chunk i while chunk i+1
+    is copied into the next pinned buffer. The socket path's put sends each request's device
+    values straight from pinned frame buffers (kvpc_device_frame), filled while the request
+    before goes out. A CUDA error yields -1 with the reason in kvpc_device_error; the calls
+    report it as KVPOOL_INVALID_PARAMS.
+
+    Threads: one object per connection, used by the connection's thread; the runtime is loaded
+    once per process.
+*/
+#ifndef KVPC_DEVICE_H_INCLUDED
+#define KVPC_DEVICE_H_INCLUDED
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+//  Pinned staging for kvpc_device_copy: this many buffers of this many bytes per connection,
+//  allocated on its first device copy.
+#define KVPC_STAGE_BYTES (8u << 20)
+#define KVPC_STAGE_BUFFERS 4
+//  Device allocations a connection remembers.
+#define KVPC_DEVICE_RANGES 64
+//  Device ordinals a connection can stage for (0 .. KVPC_MAX_DEVICES - 1).
+#define KVPC_MAX_DEVICES 64
+
+typedef struct _kvpc_device_t kvpc_device_t;
+
+//  One copy of a call that has device memory on one side.
+typedef struct {
+    void *dst;
+    const void *src;
+    size_t len;
+    int device;     //  the device whose memory the device side is
+    bool to_device; //  dst is device memory (a get); otherwise src is (a put)
+} kvpc_device_copy_t;
+
+//  An object for one connection; no runtime is touched before its first call. Returns NULL
+//  when out of memory. Caller owns it and destroys it.
+kvpc_device_t *kvpc_device_new (void);
+//  Frees the pinned buffers, streams and events. Does nothing on NULL; sets *self_p to NULL.
+void kvpc_device_destroy (kvpc_device_t **self_p);
+
+//  What this process uses for a runtime: its path ("" when none, or none yet: in automatic
+//  mode the runtime is looked for only once CUDA is in the process).
+const char *kvpc_device_runtime (void);
+
+//  ---- one call ---------------------------------------------------------------------------
+//  Starts a call that takes caller buffers: forgets the last call's buffers. Returns false
+//  when there is no runtime (then every buffer is host memory and nothing else need be
+//  asked).
+bool kvpc_device_begin (kvpc_device_t *self);
+//  Classifies the caller buffer [ptr, ptr + len). Returns 1 for device memory (the call will
+//  stage it), 0 for host memory, -1 when the runtime cannot say (the error says why: the
+//  buffer must not be touched).
+int kvpc_device_classify (kvpc_device_t *self, const void *ptr, size_t len);
+//  After the notes: arms the layer for the call if some buffer was device memory. Returns
+//  whether it did.
+bool kvpc_device_arm (kvpc_device_t *self);
+//  Ends the call (disarms).
+void kvpc_device_end (kvpc_device_t *self);
+//  Whether the current call has device buffers (false on NULL).
+bool kvpc_device_armed (const kvpc_device_t *self);
+
+//  Whether ptr lies in a device buffer of the armed call; if so *device is its device.
+bool kvpc_device_holds (const kvpc_device_t *self, const void *ptr, int *device);
+//  Whether the copy of len bytes from src to dst has a device side in the armed call; if so
+//  fills item.
+bool kvpc_device_plan (const kvpc_device_t *self, void *dst, const void *src, size_t len,
+                       kvpc_device_copy_t *item);
+
+//  ---- moving bytes -----------------------------------------------------------------------
+//  Runs count copies, each with its device side, through the pinned staging buffers; returns
+//  when all are done: 0, or -1 (some copies may be incomplete) with kvpc_device_error set.
+int kvpc_device_copy (kvpc_device_t *self, const kvpc_device_copy_t *items, size_t count);
+
+//  Pinned host memory of at least size bytes, frame buffer slot (0 or 1) of the socket path's
+//  put; kept (and grown when needed) from call to call. NULL, with the error set, when it
+//  cannot be had. The slot's copies must be done (kvpc_device_frame_wait) before it is asked
+//  for again.
+void *kvpc_device_frame (kvpc_device_t *self, int slot, size_t size);
+//  Starts copying len bytes of device memory at src (on device) to dst, in frame slot.
+//  Returns 0, or -1 with the error set.
+int kvpc_device_fetch (kvpc_device_t *self, int slot, void *dst, const void *src, size_t len,
+                       int device);
+//  Marks the end of slot's copies so far; kvpc_device_frame_wait waits for them. Each
+//  returns 0, or -1 with the error set.
+int kvpc_device_frame_seal (kvpc_device_t *self, int slot);
+int kvpc_device_frame_wait (kvpc_device_t *self, int slot);
+
+//  Why the last device operation failed ("" if none did).
+const char *kvpc_device_error (const kvpc_device_t *self);
+
+#endif

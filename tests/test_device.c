@@ -1,0 +1,837 @@
+/*  test_device.c - caller buffers in GPU memory (client/device.h), with the stand-in CUDA
+    runtime build/lib/libfake_cudart.so (tests/fake_cudart.c) against the real kvpoold.
+
+    The stand-in's device memory faults on any CPU access, and its copies run only when the
+    caller waits, so a device buffer touched with memcpy, a staging buffer read before its copy
+    is waited for or rewritten under a queued copy, each shows as a crash or as wrong bytes.
+
+    Each part runs in a child process of its own, since the runtime is looked for once per
+    process (KVPOOL_CUDART):
+      fake      classification (host, pinned, device; the caches); puts from and gets into
+                device memory, byte for byte, over the same-machine path (with and without the
+                read index) and over tcp, across staging-chunk and request boundaries, single
+                keys and batches, values gathered from and scattered to device and host parts;
+                the order of the stand-in's operations (chunks of KVPC_STAGE_BYTES at most, the
+                next chunk's copy queued before the last one is waited for); host calls stage
+                nothing
+      failures  a copy that fails, pinned memory that cannot be had, a pointer query that
+                fails: KVPOOL_INVALID_PARAMS with the reason in kvpool_last_error, no key
+                half-written, and the connection goes on working
+      none, missing, auto
+                no runtime (KVPOOL_CUDART=none, a path that does not load, unset on a machine
+                where no CUDA is in the process): host calls as before, nothing asks a runtime
+*/
+#include <dlfcn.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "client/device.h"
+#include "kvpool.h"
+#include "tests/testutil.h"
+
+#define KiB (1u << 10)
+#define MiB (1u << 20)
+#define STAGE KVPC_STAGE_BYTES
+
+static testutil_server_t s_server;
+static pid_t s_parent;
+static char s_fake_path[PATH_MAX];
+
+//  ---- the stand-in runtime, as the test drives it --------------------------------------------
+
+static struct {
+    int (*malloc_) (void **, size_t);
+    int (*free_) (void *);
+    int (*memcpy_) (void *, const void *, size_t, int);
+    int (*memset_) (void *, int, size_t);
+    int (*host_alloc) (void **, size_t, unsigned int);
+    int (*free_host) (void *);
+    int (*set_device) (int);
+    void (*reset) (void);
+    size_t (*log) (char *, size_t);
+    size_t (*log_len) (size_t);
+    long (*queries) (void);
+    long (*host_allocs) (void);
+    void (*fail_copies) (long, int);
+    void (*fail_host_alloc) (bool);
+    void (*fail_queries) (int);
+    void (*no_ranges) (bool);
+} F;
+
+static void
+s_fake_open (void)
+{
+    //  The same path as KVPOOL_CUDART: libkvpool's dlopen finds this very copy.
+    void *handle = dlopen (s_fake_path, RTLD_NOW | RTLD_LOCAL);
+    if (!handle)
+        fprintf (stderr, "%s\n", dlerror ());
+    CHECK (handle);
+#define S_SYM(field, name) CHECK ((*(void **) &F.field = dlsym (handle, name)) != NULL)
+    S_SYM (malloc_, "cudaMalloc");
+    S_SYM (free_, "cudaFree");
+    S_SYM (memcpy_, "cudaMemcpy");
+    S_SYM (memset_, "cudaMemset");
+    S_SYM (host_alloc, "cudaHostAlloc");
+    S_SYM (free_host, "cudaFreeHost");
+    S_SYM (set_device, "cudaSetDevice");
+    S_SYM (reset, "fake_cudart_reset");
+    S_SYM (log, "fake_cudart_log");
+    S_SYM (log_len, "fake_cudart_log_len");
+    S_SYM (queries, "fake_cudart_queries");
+    S_SYM (host_allocs, "fake_cudart_host_allocs");
+    S_SYM (fail_copies, "fake_cudart_fail_copies");
+    S_SYM (fail_host_alloc, "fake_cudart_fail_host_alloc");
+    S_SYM (fail_queries, "fake_cudart_fail_queries");
+    S_SYM (no_ranges, "fake_cudart_no_ranges");
+#undef S_SYM
+}
+
+static void *
+s_gpu_alloc (size_t size)
+{
+    void *ptr = NULL;
+    CHECK_EQ (F.malloc_ (&ptr, size), 0);
+    CHECK_EQ (F.memset_ (ptr, 0, size), 0);
+    return ptr;
+}
+
+//  ---- values ---------------------------------------------------------------------------------
+
+//  Deterministic bytes for (seed, size): a value check fails on any misplaced byte.
+static void
+s_fill (void *buffer, size_t size, uint64_t seed)
+{
+    uint64_t x = seed * 0x9E3779B97F4A7C15ull + size + 1;
+    unsigned char *p = buffer;
+    for (size_t i = 0; i < size; i++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        p[i] = (unsigned char) (x >> 24);
+    }
+}
+
+static void *
+s_value (size_t size, uint64_t seed)
+{
+    void *buffer = malloc (size ? size : 1);
+    CHECK (buffer);
+    s_fill (buffer, size, seed);
+    return buffer;
+}
+
+//  A device buffer holding value (seed, size).
+static void *
+s_gpu_value (size_t size, uint64_t seed)
+{
+    void *host = s_value (size, seed);
+    void *gpu = s_gpu_alloc (size);
+    CHECK_EQ (F.memcpy_ (gpu, host, size, 1), 0);
+    free (host);
+    return gpu;
+}
+
+//  Whether size bytes of device memory at gpu are value (seed, size) from offset on.
+static bool
+s_gpu_equal (const void *gpu, size_t size, uint64_t seed)
+{
+    void *expected = s_value (size, seed);
+    void *back = malloc (size ? size : 1);
+    CHECK (back);
+    CHECK_EQ (F.memcpy_ (back, gpu, size, 2), 0);
+    bool equal = memcmp (back, expected, size) == 0;
+    free (expected);
+    free (back);
+    return equal;
+}
+
+static kvpool_t *
+s_connect (bool fast)
+{
+    kvpool_options_t options;
+    kvpool_options_init (&options);
+    options.fast_path = fast;
+    options.keep_endpoint = !fast; //  "tcp": the socket path on the tcp endpoint
+    kvpool_t *pool = kvpool_connect (s_server.endpoint, &options);
+    CHECK (pool);
+    CHECK_EQ (kvpool_fast_path (pool), fast);
+    return pool;
+}
+
+static const char *
+s_mode (bool fast)
+{
+    return fast ? "fast" : "tcp";
+}
+
+//  ---- classification ----------------------------------------------------------------------
+
+static void
+s_test_classification (void)
+{
+    kvpc_device_t *device = kvpc_device_new ();
+    CHECK (device);
+    CHECK (kvpc_device_begin (device));
+    CHECK (strcmp (kvpc_device_runtime (), s_fake_path) == 0);
+    void *host = malloc (MiB);
+    void *pinned = NULL;
+    CHECK_EQ (F.host_alloc (&pinned, MiB, 0), 0);
+    char *gpu = s_gpu_alloc (4 * MiB);
+    long queries = F.queries ();
+    CHECK_EQ (kvpc_device_classify (device, host, MiB), 0);
+    CHECK_EQ (kvpc_device_classify (device, gpu, 4 * KiB), 1);
+    //  The whole allocation is known now: no further question.
+    CHECK_EQ (kvpc_device_classify (device, gpu + MiB, 64 * KiB), 1);
+    CHECK_EQ (kvpc_device_classify (device, gpu + 4 * MiB - 1, 1), 1);
+    CHECK_EQ (F.queries () - queries, 2);
+    //  Pinned host memory is host memory; its range is known for the rest of the call.
+    CHECK_EQ (kvpc_device_classify (device, pinned, 4 * KiB), 0);
+    CHECK_EQ (kvpc_device_classify (device, (char *) pinned + 8 * KiB, 4 * KiB), 0);
+    CHECK_EQ (F.queries () - queries, 3);
+    //  Empty and NULL buffers are nothing to copy.
+    CHECK_EQ (kvpc_device_classify (device, NULL, 0), 0);
+    CHECK_EQ (kvpc_device_classify (device, gpu, 0), 0);
+    CHECK (kvpc_device_arm (device));
+    int on = -1;
+    CHECK (kvpc_device_holds (device, gpu + 123, &on));
+    CHECK_EQ (on, 0);
+    CHECK (!kvpc_device_holds (device, host, NULL));
+    CHECK (!kvpc_device_holds (device, gpu + 4 * MiB + 4096, NULL));
+    kvpc_device_copy_t item;
+    char scratch[16];
+    CHECK (kvpc_device_plan (device, scratch, gpu + 5, 16, &item));
+    CHECK (!item.to_device && item.src == gpu + 5 && item.len == 16);
+    CHECK (kvpc_device_plan (device, gpu, scratch, 16, &item));
+    CHECK (item.to_device);
+    CHECK (!kvpc_device_plan (device, scratch, host, 16, &item));
+    kvpc_device_end (device);
+    CHECK (!kvpc_device_armed (device));
+    CHECK (!kvpc_device_holds (device, gpu, NULL));
+
+    //  The next call: device allocations are remembered, host memory is asked again.
+    CHECK (kvpc_device_begin (device));
+    queries = F.queries ();
+    CHECK_EQ (kvpc_device_classify (device, gpu + 2 * MiB, 4 * KiB), 1);
+    CHECK_EQ (kvpc_device_classify (device, pinned, 4 * KiB), 0);
+    CHECK_EQ (kvpc_device_classify (device, host, 4 * KiB), 0);
+    CHECK_EQ (F.queries () - queries, 2);
+    //  A call of host buffers only does not arm.
+    kvpc_device_end (device);
+    CHECK (kvpc_device_begin (device));
+    CHECK_EQ (kvpc_device_classify (device, host, 4 * KiB), 0);
+    CHECK (!kvpc_device_arm (device));
+    kvpc_device_end (device);
+
+    //  A buffer of device 1.
+    CHECK_EQ (F.set_device (1), 0);
+    char *gpu1 = s_gpu_alloc (MiB);
+    CHECK_EQ (F.set_device (0), 0);
+    CHECK (kvpc_device_begin (device));
+    CHECK_EQ (kvpc_device_classify (device, gpu1 + 10, 10), 1);
+    CHECK_EQ (kvpc_device_classify (device, gpu, 10), 1);
+    CHECK (kvpc_device_arm (device));
+    CHECK (kvpc_device_holds (device, gpu1 + 100, &on));
+    CHECK_EQ (on, 1);
+    CHECK (kvpc_device_holds (device, gpu + 100, &on));
+    CHECK_EQ (on, 0);
+    kvpc_device_end (device);
+
+    //  Without the driver's ranges each buffer is its own range.
+    kvpc_device_t *plain = kvpc_device_new ();
+    F.no_ranges (true);
+    CHECK (kvpc_device_begin (plain));
+    queries = F.queries ();
+    CHECK_EQ (kvpc_device_classify (plain, gpu, 4 * KiB), 1);
+    CHECK_EQ (kvpc_device_classify (plain, gpu + KiB, KiB), 1);
+    CHECK_EQ (kvpc_device_classify (plain, gpu + 8 * KiB, 4 * KiB), 1);
+    CHECK_EQ (F.queries () - queries, 2);
+    CHECK (kvpc_device_arm (plain));
+    CHECK (kvpc_device_holds (plain, gpu + 9 * KiB, NULL));
+    CHECK (!kvpc_device_holds (plain, gpu + 5 * KiB, NULL));
+    kvpc_device_end (plain);
+    F.no_ranges (false);
+    kvpc_device_destroy (&plain);
+    kvpc_device_destroy (&device);
+    CHECK (device == NULL);
+
+    F.free_ (gpu);
+    F.free_ (gpu1);
+    F.free_host (pinned);
+    free (host);
+    printf ("classification: host, pinned and device memory; allocations cached\n");
+}
+
+//  ---- single values --------------------------------------------------------------------------
+
+static void
+s_test_values (bool fast, bool index)
+{
+    kvpool_t *pool = s_connect (fast);
+    if (fast)
+        kvpool_set_index (pool, index);
+    const size_t sizes[] = {1,         4095,  64 * KiB,  MiB + 3,
+                            STAGE - 1, STAGE, STAGE + 1, 3 * STAGE + 12345};
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+        size_t size = sizes[s];
+        uint64_t seed = 1000 + s;
+        char key[64];
+        snprintf (key, sizeof key, "dev-%s-%d-%zu", s_mode (fast), index, size);
+        void *source = s_gpu_value (size, seed);
+        CHECK_EQ (kvpool_put (pool, key, source, size, NULL), KVPOOL_OK);
+        //  Into device memory, with room to spare, which stays untouched.
+        char *target = s_gpu_alloc (size + 16);
+        CHECK_EQ (kvpool_get_into (pool, key, target, size + 16), (int64_t) size);
+        CHECK (s_gpu_equal (target, size, seed));
+        char tail[16];
+        CHECK_EQ (F.memcpy_ (tail, target + size, 16, 2), 0);
+        for (int i = 0; i < 16; i++)
+            CHECK_EQ (tail[i], 0);
+        //  Into host memory: the value is what the device held.
+        void *host = malloc (size);
+        CHECK_EQ (kvpool_get_into (pool, key, host, size), (int64_t) size);
+        void *expected = s_value (size, seed);
+        CHECK (memcmp (host, expected, size) == 0);
+        //  A device buffer too small: BUFFER_OVERFLOW, nothing written.
+        CHECK_EQ (F.memset_ (target, 0, size + 16), 0);
+        if (size > 1) {
+            CHECK_EQ (kvpool_get_into (pool, key, target, size - 1), KVPOOL_BUFFER_OVERFLOW);
+            CHECK_EQ (F.memcpy_ (host, target, size, 2), 0);
+            for (size_t i = 0; i < size; i += 4093)
+                CHECK_EQ (((char *) host)[i], 0);
+        }
+        CHECK_EQ (kvpool_remove (pool, key, true), KVPOOL_OK);
+        //  Put from host, get into device.
+        CHECK_EQ (kvpool_put (pool, key, expected, size, NULL), KVPOOL_OK);
+        CHECK_EQ (kvpool_get_into (pool, key, target, size), (int64_t) size);
+        CHECK (s_gpu_equal (target, size, seed));
+        CHECK_EQ (kvpool_remove (pool, key, true), KVPOOL_OK);
+        free (expected);
+        free (host);
+        F.free_ (source);
+        F.free_ (target);
+    }
+    kvpool_destroy (&pool);
+    printf ("%s%s: single values of 1 B to %u MiB from and into device memory\n", s_mode (fast),
+            fast ? (index ? " (read index)" : " (replica lists)") : "",
+            (unsigned) ((3 * STAGE + 12345) >> 20));
+}
+
+//  ---- batches --------------------------------------------------------------------------------
+
+//  n values cut from one device allocation, put in one batch, read back into slices of
+//  another.
+static void
+s_test_batch (bool fast, size_t n, size_t base_size)
+{
+    kvpool_t *pool = s_connect (fast);
+    size_t *sizes = calloc (n, sizeof *sizes);
+    size_t *offsets = calloc (n, sizeof *offsets);
+    char **keys = calloc (n, sizeof *keys);
+    const void **data = calloc (n, sizeof *data);
+    void **targets = calloc (n, sizeof *targets);
+    int *statuses = calloc (n, sizeof *statuses);
+    int64_t *results = calloc (n, sizeof *results);
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++) {
+        sizes[i] = base_size + i * 37;
+        offsets[i] = total;
+        total += sizes[i];
+        keys[i] = malloc (64);
+        snprintf (keys[i], 64, "batch-%s-%zu-%zu-%zu", s_mode (fast), n, base_size, i);
+    }
+    char *host = malloc (total);
+    for (size_t i = 0; i < n; i++)
+        s_fill (host + offsets[i], sizes[i], 7 * i + n);
+    char *source = s_gpu_alloc (total);
+    CHECK_EQ (F.memcpy_ (source, host, total, 1), 0);
+    char *target = s_gpu_alloc (total);
+    for (size_t i = 0; i < n; i++) {
+        data[i] = source + offsets[i];
+        targets[i] = target + offsets[i];
+    }
+    CHECK_EQ (kvpool_put_batch (pool, n, (const char *const *) keys, data, sizes, NULL, statuses),
+              KVPOOL_OK);
+    for (size_t i = 0; i < n; i++)
+        CHECK_EQ (statuses[i], KVPOOL_OK);
+    CHECK_EQ (kvpool_get_batch_into (pool, n, (const char *const *) keys, targets, sizes, results),
+              KVPOOL_OK);
+    for (size_t i = 0; i < n; i++)
+        CHECK_EQ (results[i], (int64_t) sizes[i]);
+    char *back = malloc (total);
+    CHECK_EQ (F.memcpy_ (back, target, total, 2), 0);
+    CHECK (memcmp (back, host, total) == 0);
+    CHECK_EQ (kvpool_remove_batch (pool, n, (const char *const *) keys, true, statuses), KVPOOL_OK);
+    for (size_t i = 0; i < n; i++)
+        free (keys[i]);
+    free (back);
+    free (host);
+    F.free_ (source);
+    F.free_ (target);
+    free (sizes);
+    free (offsets);
+    free (keys);
+    free (data);
+    free (targets);
+    free (statuses);
+    free (results);
+    kvpool_destroy (&pool);
+    printf ("%s: batch of %zu values of %zu B and up, device to device\n", s_mode (fast), n,
+            base_size);
+}
+
+//  Values gathered from device, host and device parts (vLLM's multi-buffer puts: a buffer
+//  per layer), read back scattered over device and host buffers cut elsewhere.
+static void
+s_test_parts (bool fast, size_t n, size_t part_size)
+{
+    kvpool_t *pool = s_connect (fast);
+    size_t value_size = 3 * part_size;
+    char *gpu = s_gpu_alloc (2 * n * part_size);
+    char *host = malloc (n * part_size);
+    char *expected = malloc (n * value_size);
+    kvpool_iov_t *iovs = calloc (3 * n, sizeof *iovs);
+    const kvpool_iov_t **parts = calloc (n, sizeof *parts);
+    size_t *nparts = calloc (n, sizeof *nparts);
+    char **keys = calloc (n, sizeof *keys);
+    int *statuses = calloc (n, sizeof *statuses);
+    for (size_t i = 0; i < n; i++) {
+        char *value = expected + i * value_size;
+        s_fill (value, value_size, 99 + i);
+        //  Part 0 and 2 from the device (layers far apart), part 1 from the host.
+        char *first = gpu + i * part_size;
+        char *last = gpu + (n + i) * part_size;
+        CHECK_EQ (F.memcpy_ (first, value, part_size, 1), 0);
+        memcpy (host + i * part_size, value + part_size, part_size);
+        CHECK_EQ (F.memcpy_ (last, value + 2 * part_size, part_size, 1), 0);
+        iovs[3 * i] = (kvpool_iov_t){first, part_size};
+        iovs[3 * i + 1] = (kvpool_iov_t){host + i * part_size, part_size};
+        iovs[3 * i + 2] = (kvpool_iov_t){last, part_size};
+        parts[i] = &iovs[3 * i];
+        nparts[i] = 3;
+        keys[i] = malloc (64);
+        snprintf (keys[i], 64, "parts-%s-%zu-%zu", s_mode (fast), part_size, i);
+    }
+    CHECK_EQ (
+        kvpool_put_batch_parts (pool, n, (const char *const *) keys, parts, nparts, NULL, statuses),
+        KVPOOL_OK);
+    for (size_t i = 0; i < n; i++)
+        CHECK_EQ (statuses[i], KVPOOL_OK);
+
+    //  Scatter: device (a third and a bit), host (up to two thirds), device (the rest).
+    size_t cut1 = part_size + 5, cut2 = 2 * part_size - 3;
+    char *gpu_back = s_gpu_alloc (n * value_size);
+    char *host_back = malloc (n * value_size);
+    memset (host_back, 0, n * value_size);
+    kvpool_buf_t *bufs = calloc (3 * n, sizeof *bufs);
+    const kvpool_buf_t **lists = calloc (n, sizeof *lists);
+    size_t *nbufs = calloc (n, sizeof *nbufs);
+    int64_t *results = calloc (n, sizeof *results);
+    for (size_t i = 0; i < n; i++) {
+        char *g = gpu_back + i * value_size;
+        bufs[3 * i] = (kvpool_buf_t){g, cut1};
+        bufs[3 * i + 1] = (kvpool_buf_t){host_back + i * value_size + cut1, cut2 - cut1};
+        bufs[3 * i + 2] = (kvpool_buf_t){g + cut2, value_size - cut2};
+        lists[i] = &bufs[3 * i];
+        nbufs[i] = 3;
+    }
+    CHECK_EQ (
+        kvpool_get_batch_into_parts (pool, n, (const char *const *) keys, lists, nbufs, results),
+        KVPOOL_OK);
+    char *gpu_copy = malloc (n * value_size);
+    CHECK_EQ (F.memcpy_ (gpu_copy, gpu_back, n * value_size, 2), 0);
+    for (size_t i = 0; i < n; i++) {
+        CHECK_EQ (results[i], (int64_t) value_size);
+        const char *value = expected + i * value_size;
+        CHECK (memcmp (gpu_copy + i * value_size, value, cut1) == 0);
+        CHECK (memcmp (host_back + i * value_size + cut1, value + cut1, cut2 - cut1) == 0);
+        CHECK (memcmp (gpu_copy + i * value_size + cut2, value + cut2, value_size - cut2) == 0);
+    }
+    CHECK_EQ (kvpool_remove_batch (pool, n, (const char *const *) keys, true, statuses), KVPOOL_OK);
+    for (size_t i = 0; i < n; i++)
+        free (keys[i]);
+    F.free_ (gpu);
+    F.free_ (gpu_back);
+    free (gpu_copy);
+    free (host);
+    free (host_back);
+    free (expected);
+    free (iovs);
+    free (parts);
+    free (nparts);
+    free (keys);
+    free (statuses);
+    free (bufs);
+    free (lists);
+    free (nbufs);
+    free (results);
+    kvpool_destroy (&pool);
+    printf ("%s: %zu values of device, host and device parts of %zu B, scattered back\n",
+            s_mode (fast), n, part_size);
+}
+
+//  ---- the order of the staging copies ----------------------------------------------------
+
+typedef struct {
+    char ops[4096];
+    size_t count;     //  copies logged
+    size_t bytes;     //  their bytes
+    size_t largest;   //  the largest
+    long first_wait;  //  position of the first wait
+    long second_copy; //  position of the second copy
+} s_trace_t;
+
+static void
+s_trace (char op, s_trace_t *trace)
+{
+    memset (trace, 0, sizeof *trace);
+    size_t total = F.log (trace->ops, sizeof trace->ops);
+    CHECK (total < sizeof trace->ops);
+    trace->first_wait = trace->second_copy = -1;
+    for (size_t i = 0; i < total; i++) {
+        char c = trace->ops[i];
+        if (c == 'W' && trace->first_wait < 0)
+            trace->first_wait = (long) i;
+        if (c != op)
+            continue;
+        size_t len = F.log_len (i);
+        trace->count++;
+        trace->bytes += len;
+        if (len > trace->largest)
+            trace->largest = len;
+        if (trace->count == 2)
+            trace->second_copy = (long) i;
+    }
+}
+
+static void
+s_test_order (void)
+{
+    size_t size = 3 * STAGE + 5;
+    void *source = s_gpu_value (size, 5);
+    void *target = s_gpu_alloc (size);
+    s_trace_t trace;
+
+    //  Same machine: put in chunks of one staging buffer, the second queued before the first
+    //  is waited for (and copied into the segment); get likewise the other way.
+    kvpool_t *pool = s_connect (true);
+    F.reset ();
+    CHECK_EQ (kvpool_put (pool, "order-fast", source, size, NULL), KVPOOL_OK);
+    s_trace ('D', &trace);
+    CHECK_EQ (trace.count, 4);
+    CHECK_EQ (trace.bytes, size);
+    CHECK_EQ (trace.largest, STAGE);
+    CHECK (trace.first_wait > trace.second_copy && trace.second_copy > 0);
+    F.reset ();
+    CHECK_EQ (kvpool_get_into (pool, "order-fast", target, size), (int64_t) size);
+    s_trace ('H', &trace);
+    CHECK_EQ (trace.count, 4);
+    CHECK_EQ (trace.bytes, size);
+    CHECK_EQ (trace.largest, STAGE);
+    CHECK (trace.first_wait > trace.second_copy && trace.second_copy > 0);
+    CHECK (s_gpu_equal (target, size, 5));
+    kvpool_destroy (&pool);
+
+    //  tcp: three requests of 12 MiB; the second's copy is queued before the first is sent.
+    pool = s_connect (false);
+    char *values = s_gpu_value (36 * MiB, 6);
+    const char *keys[] = {"order-tcp-0", "order-tcp-1", "order-tcp-2"};
+    const void *data[] = {values, values + 12 * MiB, values + 24 * MiB};
+    size_t sizes[] = {12 * MiB, 12 * MiB, 12 * MiB};
+    int statuses[3];
+    F.reset ();
+    CHECK_EQ (kvpool_put_batch (pool, 3, keys, data, sizes, NULL, statuses), KVPOOL_OK);
+    s_trace ('D', &trace);
+    CHECK_EQ (trace.count, 3);
+    CHECK (trace.first_wait > trace.second_copy && trace.second_copy > 0);
+    char *back = s_gpu_alloc (36 * MiB);
+    void *targets[] = {back, back + 12 * MiB, back + 24 * MiB};
+    int64_t results[3];
+    F.reset ();
+    CHECK_EQ (kvpool_get_batch_into (pool, 3, keys, targets, sizes, results), KVPOOL_OK);
+    s_trace ('H', &trace);
+    CHECK_EQ (trace.bytes, 36 * MiB);
+    CHECK (trace.largest <= STAGE);
+    CHECK (trace.first_wait > trace.second_copy && trace.second_copy > 0);
+    CHECK (s_gpu_equal (back, 36 * MiB, 6));
+    CHECK_EQ (kvpool_remove_batch (pool, 3, keys, true, statuses), KVPOOL_OK);
+    CHECK_EQ (kvpool_remove (pool, "order-fast", true), KVPOOL_OK);
+
+    //  Host buffers with the runtime there: nothing staged.
+    void *host = s_value (MiB, 8);
+    void *host_back = malloc (MiB);
+    for (int fast = 0; fast < 2; fast++) {
+        kvpool_t *other = fast ? s_connect (true) : NULL;
+        kvpool_t *use = other ? other : pool;
+        F.reset ();
+        CHECK_EQ (kvpool_put (use, "order-host", host, MiB, NULL), KVPOOL_OK);
+        CHECK_EQ (kvpool_get_into (use, "order-host", host_back, MiB), (int64_t) MiB);
+        CHECK (memcmp (host, host_back, MiB) == 0);
+        CHECK_EQ (F.log (trace.ops, sizeof trace.ops), 0);
+        CHECK_EQ (kvpool_remove (use, "order-host", true), KVPOOL_OK);
+        kvpool_destroy (&other);
+    }
+    free (host);
+    free (host_back);
+    F.free_ (values);
+    F.free_ (back);
+    F.free_ (source);
+    F.free_ (target);
+    kvpool_destroy (&pool);
+    printf ("staging: chunks of %u MiB at most, the next chunk's copy queued before the last is "
+            "waited for; host buffers stage nothing\n",
+            STAGE >> 20);
+}
+
+static void
+s_with_fake (void)
+{
+    s_fake_open ();
+    s_test_classification ();
+    for (int fast = 1; fast >= 0; fast--) {
+        s_test_values (fast, true);
+        if (fast)
+            s_test_values (fast, false);
+        s_test_batch (fast, 100, 64 * KiB);
+        s_test_batch (fast, 5, 7 * MiB);
+        s_test_parts (fast, 40, 16 * KiB + 3);
+        s_test_parts (fast, 3, 3 * MiB);
+    }
+    s_test_order ();
+}
+
+//  ---- failures -----------------------------------------------------------------------------
+
+static void
+s_expect_error (kvpool_t *pool, const char *fragment)
+{
+    const char *error = kvpool_last_error (pool);
+    if (!strstr (error, fragment)) {
+        fprintf (stderr, "last error '%s' does not say '%s'\n", error, fragment);
+        CHECK (strstr (error, fragment));
+    }
+}
+
+static void
+s_test_failures (bool fast)
+{
+    kvpool_t *pool = s_connect (fast);
+    size_t size = 2 * STAGE + 100;
+    void *source = s_gpu_value (size, 11);
+    void *target = s_gpu_alloc (size);
+    char key[64];
+    snprintf (key, sizeof key, "fail-%s", s_mode (fast));
+
+    //  A copy fails (half-way, on the same machine, where the value takes three chunks; over
+    //  tcp it is one copy into a frame): the put fails, and no part of the value was stored.
+    F.fail_copies (fast ? 1 : 0, 700);
+    CHECK_EQ (kvpool_put (pool, key, source, size, NULL), KVPOOL_INVALID_PARAMS);
+    s_expect_error (pool, "illegal memory access");
+    s_expect_error (pool, "device");
+    F.fail_copies (-1, 0);
+    CHECK_EQ (kvpool_exist (pool, key), 0);
+    CHECK_EQ (kvpool_put (pool, key, source, size, NULL), KVPOOL_OK);
+
+    //  A get whose copy fails half-way: INVALID_PARAMS; the next works.
+    F.fail_copies (1, 700);
+    CHECK_EQ (kvpool_get_into (pool, key, target, size), KVPOOL_INVALID_PARAMS);
+    s_expect_error (pool, "illegal memory access");
+    F.fail_copies (-1, 0);
+    CHECK_EQ (kvpool_get_into (pool, key, target, size), (int64_t) size);
+    CHECK (s_gpu_equal (target, size, 11));
+
+    //  A batch whose copies fail: every key fails, none is stored; host values of the same
+    //  connection still go through.
+    const char *keys[] = {"fail-batch-0", "fail-batch-1", "fail-batch-2", "fail-batch-3"};
+    char *slices = source;
+    const void *data[] = {slices, slices + 64 * KiB, slices + 128 * KiB, slices + 192 * KiB};
+    size_t sizes[] = {64 * KiB, 64 * KiB, 64 * KiB, 64 * KiB};
+    int statuses[4];
+    F.fail_copies (2, 700);
+    kvpool_put_batch (pool, 4, keys, data, sizes, NULL, statuses);
+    F.fail_copies (-1, 0);
+    for (int i = 0; i < 4; i++) {
+        CHECK_EQ (statuses[i], KVPOOL_INVALID_PARAMS);
+        CHECK_EQ (kvpool_exist (pool, keys[i]), 0);
+    }
+    void *host = s_value (size, 12);
+    CHECK_EQ (kvpool_put (pool, "fail-host", host, size, NULL), KVPOOL_OK);
+    CHECK_EQ (kvpool_remove (pool, "fail-host", true), KVPOOL_OK);
+    CHECK_EQ (kvpool_remove (pool, key, true), KVPOOL_OK);
+    free (host);
+    F.free_ (source);
+    F.free_ (target);
+    kvpool_destroy (&pool);
+
+    //  Pinned memory cannot be had (a new connection has none yet).
+    pool = s_connect (fast);
+    source = s_gpu_value (MiB, 13);
+    F.fail_host_alloc (true);
+    CHECK_EQ (kvpool_put (pool, key, source, MiB, NULL), KVPOOL_INVALID_PARAMS);
+    s_expect_error (pool, "pinned");
+    s_expect_error (pool, "out of memory");
+    CHECK_EQ (kvpool_exist (pool, key), 0);
+    host = s_value (MiB, 13);
+    CHECK_EQ (kvpool_put (pool, key, host, MiB, NULL), KVPOOL_OK);
+    F.fail_host_alloc (false);
+    target = s_gpu_alloc (MiB);
+    CHECK_EQ (kvpool_get_into (pool, key, target, MiB), (int64_t) MiB);
+    CHECK (s_gpu_equal (target, MiB, 13));
+    CHECK_EQ (kvpool_remove (pool, key, true), KVPOOL_OK);
+
+    //  The runtime cannot say what a buffer is (one it did not see before: known
+    //  allocations are not asked again): INVALID_PARAMS, the buffer untouched.
+    void *fresh = s_gpu_value (MiB, 15);
+    CHECK_EQ (kvpool_put (pool, key, host, MiB, NULL), KVPOOL_OK);
+    F.fail_queries (700);
+    CHECK_EQ (kvpool_put (pool, "fail-query", fresh, MiB, NULL), KVPOOL_INVALID_PARAMS);
+    s_expect_error (pool, "cudaPointerGetAttributes");
+    CHECK_EQ (kvpool_get_into (pool, key, host, MiB), KVPOOL_INVALID_PARAMS);
+    CHECK_EQ (kvpool_get_into (pool, key, target, MiB), (int64_t) MiB);
+    F.fail_queries (0);
+    CHECK_EQ (kvpool_exist (pool, "fail-query"), 0);
+    CHECK_EQ (kvpool_remove (pool, key, true), KVPOOL_OK);
+    F.free_ (fresh);
+    free (host);
+    F.free_ (source);
+    F.free_ (target);
+    kvpool_destroy (&pool);
+    printf ("%s: failed copies, no pinned memory, failed pointer queries: INVALID_PARAMS with "
+            "the reason, nothing stored\n",
+            s_mode (fast));
+}
+
+static void
+s_failures (void)
+{
+    s_fake_open ();
+    s_test_failures (true);
+    s_test_failures (false);
+    //  A runtime that says there is no device: this process has no device memory, and
+    //  host buffers go on as before.
+    kvpool_t *pool = s_connect (true);
+    void *host = s_value (MiB, 14);
+    void *back = malloc (MiB);
+    F.fail_queries (100);
+    CHECK_EQ (kvpool_put (pool, "no-device", host, MiB, NULL), KVPOOL_OK);
+    CHECK_EQ (kvpool_get_into (pool, "no-device", back, MiB), (int64_t) MiB);
+    CHECK (memcmp (host, back, MiB) == 0);
+    long queries = F.queries ();
+    CHECK_EQ (kvpool_get_into (pool, "no-device", back, MiB), (int64_t) MiB);
+    CHECK_EQ (F.queries (), queries); //  not asked again
+    CHECK_EQ (kvpool_remove (pool, "no-device", true), KVPOOL_OK);
+    free (host);
+    free (back);
+    kvpool_destroy (&pool);
+    printf ("a runtime without devices: host memory as before, not asked again\n");
+}
+
+//  ---- no runtime -------------------------------------------------------------------------------
+
+static void
+s_without_runtime (void)
+{
+    for (int fast = 1; fast >= 0; fast--) {
+        kvpool_t *pool = s_connect (fast);
+        const size_t sizes[] = {1, 64 * KiB, 3 * STAGE + 7};
+        for (size_t s = 0; s < 3; s++) {
+            void *value = s_value (sizes[s], s);
+            void *back = malloc (sizes[s]);
+            CHECK_EQ (kvpool_put (pool, "plain", value, sizes[s], NULL), KVPOOL_OK);
+            CHECK_EQ (kvpool_get_into (pool, "plain", back, sizes[s]), (int64_t) sizes[s]);
+            CHECK (memcmp (value, back, sizes[s]) == 0);
+            CHECK_EQ (kvpool_remove (pool, "plain", true), KVPOOL_OK);
+            free (value);
+            free (back);
+        }
+        kvpool_destroy (&pool);
+    }
+    kvpc_device_t *device = kvpc_device_new ();
+    CHECK (!kvpc_device_begin (device));
+    CHECK_EQ (kvpc_device_classify (device, &device, 8), 0);
+    CHECK (!kvpc_device_arm (device));
+    kvpc_device_destroy (&device);
+    CHECK_EQ (strlen (kvpc_device_runtime ()), 0);
+    const char *env = getenv ("KVPOOL_CUDART");
+    printf ("no runtime (KVPOOL_CUDART%s%s): host calls as before\n", env ? "=" : " unset",
+            env ? env : "");
+}
+
+//  ---- main -----------------------------------------------------------------------------------
+
+static void
+s_kill_server (void)
+{
+    if (getpid () == s_parent && s_server.pid > 0) {
+        kill (s_server.pid, SIGKILL);
+        unlink (s_server.ready_file);
+    }
+}
+
+static void
+s_on_signal (int signal)
+{
+    s_kill_server ();
+    _exit (128 + signal);
+}
+
+//  Runs part in a child process with KVPOOL_CUDART set to cudart (NULL: unset).
+static void
+s_run (const char *name, void (*part) (void), const char *cudart)
+{
+    //  KVPOOL_TEST_PART=name runs that part alone, in this process (for a debugger).
+    const char *only = getenv ("KVPOOL_TEST_PART");
+    if (only && strcmp (only, name) != 0)
+        return;
+    if (only) {
+        if (cudart)
+            setenv ("KVPOOL_CUDART", cudart, 1);
+        part ();
+        return;
+    }
+    fflush (stdout);
+    pid_t pid = fork ();
+    CHECK (pid >= 0);
+    if (pid == 0) {
+        if (cudart)
+            setenv ("KVPOOL_CUDART", cudart, 1);
+        else
+            unsetenv ("KVPOOL_CUDART");
+        part ();
+        fflush (stdout);
+        _exit (0);
+    }
+    int status = 0;
+    CHECK (waitpid (pid, &status, 0) == pid);
+    if (!WIFEXITED (status) || WEXITSTATUS (status) != 0) {
+        fprintf (stderr, "part '%s' failed (status %d)\n", name, status);
+        exit (1);
+    }
+}
+
+int
+main (void)
+{
+    s_parent = getpid ();
+    atexit (s_kill_server);
+    signal (SIGTERM, s_on_signal);
+    signal (SIGINT, s_on_signal);
+    const char *bin = getenv ("KVPOOL_BIN");
+    char lib[PATH_MAX];
+    snprintf (lib, sizeof lib, "%s/../lib/libfake_cudart.so", bin ? bin : "build/bin");
+    CHECK (realpath (lib, s_fake_path) != NULL);
+
+    const char *args[] = {"--segment-size", "256MiB", NULL};
+    CHECK_EQ (testutil_server_start (&s_server, args), 0);
+    s_run ("fake", s_with_fake, s_fake_path);
+    s_run ("failures", s_failures, s_fake_path);
+    s_run ("none", s_without_runtime, "none");
+    s_run ("missing", s_without_runtime, "/nonexistent/libcudart.so.12");
+    s_run ("auto", s_without_runtime, NULL);
+    CHECK_EQ (testutil_server_stop (&s_server, SIGTERM), 0);
+    printf ("device memory: all passed\n");
+    return 0;
+}
