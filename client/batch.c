@@ -248,6 +248,32 @@ s_run_host (kvpc_conn_t *conn, kvpc_copies_t *copies)
             memcpy (copies->items[i].dst, copies->items[i].src, copies->items[i].len);
 }
 
+//  The host side of the device layer's staging (into or out of a pinned buffer), on the
+//  copy threads as a host copy list would run.
+static void
+s_run_pieces (void *arg, const kvpc_device_copy_t *pieces, size_t count)
+{
+    kvpc_conn_t *conn = arg;
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < count; i++)
+        bytes += pieces[i].len;
+    transfer_pool_t **pool = kvpc_conn_pool (conn);
+    if (bytes >= KVPC_POOL_MIN_BYTES && !*pool)
+        *pool = transfer_pool_new (KVPC_POOL_WORKERS, 0);
+    transfer_batch_t *batch =
+        bytes >= KVPC_POOL_MIN_BYTES && *pool ? transfer_batch_new (NULL, NULL) : NULL;
+    if (!batch) {
+        for (size_t i = 0; i < count; i++)
+            memcpy (pieces[i].dst, pieces[i].src, pieces[i].len);
+        return;
+    }
+    for (size_t i = 0; i < count; i++)
+        transfer_batch_add_copy (batch, pieces[i].dst, pieces[i].src, pieces[i].len);
+    transfer_pool_submit (*pool, batch);
+    transfer_batch_wait (*pool, batch);
+    transfer_batch_destroy (&batch);
+}
+
 //  A call with device buffers: the copies with a device side go through the device layer's
 //  pinned buffers, the others as usual.
 static int
@@ -269,7 +295,7 @@ s_run_staged (kvpc_conn_t *conn, kvpc_device_t *device, kvpc_copies_t *copies)
         kvpc_set_error (conn, "out of memory for %zu copies", copies->count);
     else {
         s_run_host (conn, &host);
-        if (kvpc_device_copy (device, staged, nstaged)) {
+        if (kvpc_device_copy (device, staged, nstaged, s_run_pieces, conn)) {
             kvpc_set_error (conn, "%s", kvpc_device_error (device));
             rc = -1;
         }

@@ -263,11 +263,14 @@ typedef struct {
     s_event_t frame_events[2];
 } s_gpu_t;
 
-//  A staging buffer's state: for a put, the host copies to make once its event is done.
+//  A staging buffer's state: its host copies (a put's: out of it once its event is done; a
+//  get's: into it before its device copies are queued) and, for a get, where each piece goes
+//  on the device.
 typedef struct {
     bool busy; //  sealed: its device copies were queued and its event recorded
     size_t fill;
     kvpc_device_copy_t *pieces;
+    void **targets;
     size_t count;
     size_t capacity;
 } s_stage_t;
@@ -371,8 +374,10 @@ kvpc_device_destroy (kvpc_device_t **self_p)
                 rt->free_host (self->frame[i]);
         s_clear (rt);
     }
-    for (int i = 0; i < KVPC_STAGE_BUFFERS; i++)
+    for (int i = 0; i < KVPC_STAGE_BUFFERS; i++) {
         free (self->slots[i].pieces);
+        free (self->slots[i].targets);
+    }
     free (self->gpus);
     free (self->call);
     free (self);
@@ -681,17 +686,23 @@ s_stage_ready (kvpc_device_t *self)
 //  ---- staged copies ------------------------------------------------------------------------
 
 static int
-s_piece_add (s_stage_t *stage, void *dst, const void *src, size_t len)
+s_piece_add (s_stage_t *stage, void *dst, const void *src, size_t len, void *target)
 {
     if (stage->count == stage->capacity) {
         size_t capacity = stage->capacity ? stage->capacity * 2 : 64;
         kvpc_device_copy_t *pieces = realloc (stage->pieces, capacity * sizeof *pieces);
-        if (!pieces)
+        if (pieces)
+            stage->pieces = pieces;
+        void **targets = realloc (stage->targets, capacity * sizeof *targets);
+        if (targets)
+            stage->targets = targets;
+        if (!pieces || !targets)
             return -1;
-        stage->pieces = pieces;
         stage->capacity = capacity;
     }
-    stage->pieces[stage->count++] = (kvpc_device_copy_t){dst, src, len, 0, false};
+    stage->pieces[stage->count] = (kvpc_device_copy_t){dst, src, len, 0, false};
+    stage->targets[stage->count] = target;
+    stage->count++;
     return 0;
 }
 
@@ -705,6 +716,22 @@ s_stage_reset (kvpc_device_t *self)
     }
 }
 
+//  The host side of a staging buffer: the caller's copier (its copy threads), or memcpy.
+typedef struct {
+    kvpc_host_copy_fn *fn;
+    void *arg;
+} s_copier_t;
+
+static void
+s_host_copies (const s_copier_t *copier, const s_stage_t *stage)
+{
+    if (copier->fn)
+        copier->fn (copier->arg, stage->pieces, stage->count);
+    else
+        for (size_t i = 0; i < stage->count; i++)
+            memcpy (stage->pieces[i].dst, stage->pieces[i].src, stage->pieces[i].len);
+}
+
 //  Records the end of staging buffer index's device copies.
 static int
 s_seal (kvpc_device_t *self, s_gpu_t *gpu, int index)
@@ -716,17 +743,18 @@ s_seal (kvpc_device_t *self, s_gpu_t *gpu, int index)
     return 0;
 }
 
-//  A put's buffer: waits for its device-to-host copies, then copies it out to where its
-//  pieces go.
+//  Waits for staging buffer index's device copies; a put's buffer is then copied out to
+//  where its pieces go.
 static int
-s_drain (kvpc_device_t *self, s_gpu_t *gpu, int index)
+s_drain (kvpc_device_t *self, s_gpu_t *gpu, int index, const s_copier_t *copier, bool put)
 {
     s_stage_t *stage = &self->slots[index];
     s_cuda_error_t rc = self->rt->event_synchronize (gpu->stage_events[index]);
     if (rc != 0)
-        return s_fail (self, rc, "a device-to-host copy (cudaEventSynchronize)");
-    for (size_t i = 0; i < stage->count; i++)
-        memcpy (stage->pieces[i].dst, stage->pieces[i].src, stage->pieces[i].len);
+        return s_fail (self, rc, "a %s copy (cudaEventSynchronize)",
+                       put ? "device-to-host" : "host-to-device");
+    if (put)
+        s_host_copies (copier, stage);
     stage->busy = false;
     stage->fill = 0;
     stage->count = 0;
@@ -743,12 +771,37 @@ s_abandon (kvpc_device_t *self, s_gpu_t *gpu)
     s_stage_reset (self);
 }
 
-//  A put's copies (device to host) of one device: each chunk goes to a pinned buffer by
-//  DMA; while the next chunks' DMAs run, the oldest buffer is waited for and copied out.
+//  A get's buffer once planned: its pieces are copied into it (by the copier's threads),
+//  then its device copies queued and sealed.
 static int
-s_pull (kvpc_device_t *self, const kvpc_device_copy_t *items, size_t count)
+s_push_flush (kvpc_device_t *self, s_gpu_t *gpu, int index, const s_copier_t *copier, int device)
 {
-    s_gpu_t *gpu = s_gpu (self, items[0].device);
+    s_stage_t *stage = &self->slots[index];
+    s_host_copies (copier, stage);
+    for (size_t i = 0; i < stage->count; i++) {
+        s_cuda_error_t e =
+            self->rt->memcpy_async (stage->targets[i], stage->pieces[i].dst, stage->pieces[i].len,
+                                    S_MEMCPY_DEFAULT, gpu->stream);
+        if (e != 0)
+            return s_fail (self, e, "cudaMemcpyAsync of %zu bytes from host to device %d",
+                           stage->pieces[i].len, device);
+    }
+    return s_seal (self, gpu, index);
+}
+
+//  One direction's copies of one device through the staging buffers, in turn.
+//    put (device to host): each chunk's DMA into a buffer is queued at once; when the turn
+//      comes back to a buffer still in flight, it is waited for and copied out, while the
+//      DMAs queued after it run.
+//    get (host to device): a buffer is planned until full, then copied into and its DMAs
+//      queued; the next buffer is copied into while they run. A buffer is reused once its
+//      event says its DMAs are done.
+static int
+s_stage (kvpc_device_t *self, const kvpc_device_copy_t *items, size_t count,
+         const s_copier_t *copier, bool put)
+{
+    int device = items[0].device;
+    s_gpu_t *gpu = s_gpu (self, device);
     if (!gpu)
         return -1;
     int current = 0;
@@ -760,17 +813,21 @@ s_pull (kvpc_device_t *self, const kvpc_device_copy_t *items, size_t count)
         while (left && rc == 0) {
             s_stage_t *stage = &self->slots[current];
             //  Back at a buffer still in flight: it is the oldest; empty it first.
-            if (stage->busy && (rc = s_drain (self, gpu, current)) != 0)
+            if (stage->busy && (rc = s_drain (self, gpu, current, copier, put)) != 0)
                 break;
             size_t piece = KVPC_STAGE_BYTES - stage->fill;
             piece = piece < left ? piece : left;
             char *staged = (char *) self->stage[current] + stage->fill;
-            s_cuda_error_t e =
-                self->rt->memcpy_async (staged, src, piece, S_MEMCPY_DEFAULT, gpu->stream);
-            if (e != 0)
-                rc = s_fail (self, e, "cudaMemcpyAsync of %zu bytes from device %d to host", piece,
-                             items[k].device);
-            else if (s_piece_add (stage, dst, staged, piece))
+            if (put) {
+                s_cuda_error_t e =
+                    self->rt->memcpy_async (staged, src, piece, S_MEMCPY_DEFAULT, gpu->stream);
+                if (e != 0)
+                    rc = s_fail (self, e, "cudaMemcpyAsync of %zu bytes from device %d to host",
+                                 piece, device);
+                else if (s_piece_add (stage, dst, staged, piece, NULL))
+                    rc = s_error (self, "out of memory");
+            }
+            else if (s_piece_add (stage, staged, src, piece, dst))
                 rc = s_error (self, "out of memory");
             if (rc)
                 break;
@@ -779,87 +836,30 @@ s_pull (kvpc_device_t *self, const kvpc_device_copy_t *items, size_t count)
             dst += piece;
             left -= piece;
             if (stage->fill == KVPC_STAGE_BYTES) {
-                rc = s_seal (self, gpu, current);
+                rc = put ? s_seal (self, gpu, current)
+                         : s_push_flush (self, gpu, current, copier, device);
                 current = (current + 1) % KVPC_STAGE_BUFFERS;
             }
         }
     }
     if (rc == 0 && self->slots[current].fill && !self->slots[current].busy) {
-        rc = s_seal (self, gpu, current);
+        rc = put ? s_seal (self, gpu, current) : s_push_flush (self, gpu, current, copier, device);
         current = (current + 1) % KVPC_STAGE_BUFFERS;
     }
     //  Buffers are sealed in turn: the oldest is the one after the last sealed.
     for (int n = 0; n < KVPC_STAGE_BUFFERS && rc == 0; n++) {
         int index = (current + n) % KVPC_STAGE_BUFFERS;
         if (self->slots[index].busy)
-            rc = s_drain (self, gpu, index);
+            rc = s_drain (self, gpu, index, copier, put);
     }
     if (rc)
         s_abandon (self, gpu);
-    return rc;
-}
-
-//  A get's copies (host to device) of one device: each chunk is copied into a pinned buffer
-//  and its DMA queued at once, so it runs while the next chunk is copied into the next
-//  buffer; a buffer is reused once its event says its DMAs are done.
-static int
-s_push (kvpc_device_t *self, const kvpc_device_copy_t *items, size_t count)
-{
-    s_gpu_t *gpu = s_gpu (self, items[0].device);
-    if (!gpu)
-        return -1;
-    const s_runtime_t *rt = self->rt;
-    int current = 0;
-    int rc = 0;
-    for (size_t k = 0; k < count && rc == 0; k++) {
-        const char *src = items[k].src;
-        char *dst = items[k].dst;
-        size_t left = items[k].len;
-        while (left && rc == 0) {
-            s_stage_t *stage = &self->slots[current];
-            if (stage->busy) {
-                s_cuda_error_t e = rt->event_synchronize (gpu->stage_events[current]);
-                if (e != 0) {
-                    rc = s_fail (self, e, "a host-to-device copy (cudaEventSynchronize)");
-                    break;
-                }
-                stage->busy = false;
-                stage->fill = 0;
-            }
-            size_t piece = KVPC_STAGE_BYTES - stage->fill;
-            piece = piece < left ? piece : left;
-            char *staged = (char *) self->stage[current] + stage->fill;
-            memcpy (staged, src, piece);
-            s_cuda_error_t e = rt->memcpy_async (dst, staged, piece, S_MEMCPY_DEFAULT, gpu->stream);
-            if (e != 0) {
-                rc = s_fail (self, e, "cudaMemcpyAsync of %zu bytes from host to device %d", piece,
-                             items[k].device);
-                break;
-            }
-            stage->fill += piece;
-            src += piece;
-            dst += piece;
-            left -= piece;
-            if (stage->fill == KVPC_STAGE_BYTES) {
-                rc = s_seal (self, gpu, current);
-                current = (current + 1) % KVPC_STAGE_BUFFERS;
-            }
-        }
-    }
-    if (rc == 0) {
-        s_cuda_error_t e = rt->stream_synchronize (gpu->stream);
-        if (e != 0)
-            rc = s_fail (self, e, "a host-to-device copy (cudaStreamSynchronize)");
-    }
-    if (rc)
-        s_abandon (self, gpu);
-    else
-        s_stage_reset (self);
     return rc;
 }
 
 int
-kvpc_device_copy (kvpc_device_t *self, const kvpc_device_copy_t *items, size_t count)
+kvpc_device_copy (kvpc_device_t *self, const kvpc_device_copy_t *items, size_t count,
+                  kvpc_host_copy_fn *host_copy, void *arg)
 {
     if (count == 0)
         return 0;
@@ -867,6 +867,7 @@ kvpc_device_copy (kvpc_device_t *self, const kvpc_device_copy_t *items, size_t c
         return s_error (self, "no CUDA runtime");
     if (s_stage_ready (self))
         return -1;
+    s_copier_t copier = {host_copy, arg};
     int rc = 0;
     //  Runs of one device and one direction each go through the buffers.
     for (size_t i = 0; i < count && rc == 0;) {
@@ -874,7 +875,7 @@ kvpc_device_copy (kvpc_device_t *self, const kvpc_device_copy_t *items, size_t c
         while (j < count && items[j].device == items[i].device
                && items[j].to_device == items[i].to_device)
             j++;
-        rc = items[i].to_device ? s_push (self, items + i, j - i) : s_pull (self, items + i, j - i);
+        rc = s_stage (self, items + i, j - i, &copier, !items[i].to_device);
         i = j;
     }
     return rc;

@@ -23,7 +23,8 @@
     KVPC_STAGE_BUFFERS pinned buffers of KVPC_STAGE_BYTES in turn, on one CUDA stream per
     device: a put's device-to-host copy of chunk i+1 runs while chunk i is copied from its
     pinned buffer to its destination, a get's host-to-device copy of chunk i while chunk i+1
-    is copied into the next pinned buffer. The socket path's put sends each request's device
+    is copied into the next pinned buffer. The host side of a chunk runs on the caller's copy
+    threads (the connection's, as host copies do). The socket path's put sends each request's device
     values straight from pinned frame buffers (kvpc_device_frame), filled while the request
     before goes out. A CUDA error yields -1 with the reason in kvpc_device_error; the calls
     report it as KVPOOL_INVALID_PARAMS.
@@ -77,7 +78,7 @@ bool kvpc_device_begin (kvpc_device_t *self);
 //  stage it), 0 for host memory, -1 when the runtime cannot say (the error says why: the
 //  buffer must not be touched).
 int kvpc_device_classify (kvpc_device_t *self, const void *ptr, size_t len);
-//  After the notes: arms the layer for the call if some buffer was device memory. Returns
+//  After the buffers: arms the layer for the call if some buffer was device memory. Returns
 //  whether it did.
 bool kvpc_device_arm (kvpc_device_t *self);
 //  Ends the call (disarms).
@@ -93,9 +94,16 @@ bool kvpc_device_plan (const kvpc_device_t *self, void *dst, const void *src, si
                        kvpc_device_copy_t *item);
 
 //  ---- moving bytes -----------------------------------------------------------------------
-//  Runs count copies, each with its device side, through the pinned staging buffers; returns
-//  when all are done: 0, or -1 (some copies may be incomplete) with kvpc_device_error set.
-int kvpc_device_copy (kvpc_device_t *self, const kvpc_device_copy_t *items, size_t count);
+//  Makes count host-to-host copies (dst, src, len of each; device and to_device unused), all
+//  done when it returns: the host side of the staging, into or out of a pinned buffer.
+typedef void (kvpc_host_copy_fn) (void *arg, const kvpc_device_copy_t *copies, size_t count);
+
+//  Runs count copies, each with its device side, through the pinned staging buffers; the
+//  host side of each buffer's chunk with host_copy (arg; NULL: memcpy in this thread).
+//  Returns when all are done: 0, or -1 (some copies may be incomplete) with
+//  kvpc_device_error set.
+int kvpc_device_copy (kvpc_device_t *self, const kvpc_device_copy_t *items, size_t count,
+                      kvpc_host_copy_fn *host_copy, void *arg);
 
 //  Pinned host memory of at least size bytes, frame buffer slot (0 or 1) of the socket path's
 //  put; kept (and grown when needed) from call to call. NULL, with the error set, when it

@@ -11,7 +11,8 @@
     device addresses) and gets them back into the second buffer (kvpool_get_batch_into of
     device addresses), over the same-machine fast path and over tcp (the socket path on the
     tcp endpoint), checks every byte, and prints GB/s beside plain cudaMemcpy of the same sizes
-    device-to-host and host-to-device, pinned and pageable (best of --reps runs, default 3).
+    device-to-host and host-to-device, pinned and pageable, and beside the same puts and gets
+    of host memory (best of --reps runs, default 3).
 
     kvpoold: --kvpoold PATH starts that binary (named kvpoold: the tests' helper starts the
     kvpoold in PATH's folder) on loopback ports with a segment big enough; without it, the
@@ -168,11 +169,15 @@ s_memcpy_rate (s_check_t *check, size_t size, int kind, unsigned char *host)
     return best;
 }
 
-//  Best GB/s of putting the source as values of size, and of getting them into the target;
+//  Best GB/s of putting the source as values of size, and of getting them into the target
+//  (device memory; with host, the pattern and the pageable buffer instead, for comparison);
 //  every byte checked after every get.
 static void
-s_kvpool_rates (s_check_t *check, kvpool_t *pool, size_t size, double *put_rate, double *get_rate)
+s_kvpool_rates (s_check_t *check, kvpool_t *pool, size_t size, bool host, double *put_rate,
+                double *get_rate)
 {
+    void *source = host ? (void *) check->pattern : check->source;
+    void *target = host ? (void *) check->pageable : check->target;
     size_t n = check->total / size;
     char **keys = calloc (n, sizeof *keys);
     const void **data = calloc (n, sizeof *data);
@@ -184,8 +189,8 @@ s_kvpool_rates (s_check_t *check, kvpool_t *pool, size_t size, double *put_rate,
     for (size_t i = 0; i < n; i++) {
         keys[i] = malloc (48);
         snprintf (keys[i], 48, "gpu-check-%zu-%zu", size >> 20, i);
-        data[i] = (char *) check->source + i * size;
-        targets[i] = (char *) check->target + i * size;
+        data[i] = (char *) source + i * size;
+        targets[i] = (char *) target + i * size;
         sizes[i] = size;
     }
     *put_rate = *get_rate = 0;
@@ -202,8 +207,12 @@ s_kvpool_rates (s_check_t *check, kvpool_t *pool, size_t size, double *put_rate,
                      kvpool_status_name (rc), kvpool_last_error (pool));
             exit (1);
         }
-        s_cuda (R.memset_ (check->target, 0, check->total), "cudaMemset");
-        s_cuda (R.synchronize (), "cudaDeviceSynchronize");
+        if (host)
+            memset (target, 0, check->total);
+        else {
+            s_cuda (R.memset_ (target, 0, check->total), "cudaMemset");
+            s_cuda (R.synchronize (), "cudaDeviceSynchronize");
+        }
         start = s_now ();
         rc = kvpool_get_batch_into (pool, n, (const char *const *) keys, targets, sizes, results);
         double get = (double) (n * size) / (s_now () - start) / 1e9;
@@ -215,10 +224,12 @@ s_kvpool_rates (s_check_t *check, kvpool_t *pool, size_t size, double *put_rate,
                      kvpool_status_name (rc), kvpool_last_error (pool));
             exit (1);
         }
-        s_cuda (R.memcpy_ (check->pinned, check->target, n * size, 2), "cudaMemcpy");
-        if (memcmp (check->pinned, check->pattern, n * size) != 0) {
+        unsigned char *back = host ? check->pageable : check->pinned;
+        if (!host)
+            s_cuda (R.memcpy_ (back, target, n * size, 2), "cudaMemcpy");
+        if (memcmp (back, check->pattern, n * size) != 0) {
             size_t at = 0;
-            while (check->pinned[at] == check->pattern[at])
+            while (back[at] == check->pattern[at])
                 at++;
             fprintf (stderr, "kvpool-gpu-check: %zu MiB values: byte %zu differs after a get\n",
                      size >> 20, at);
@@ -340,10 +351,10 @@ main (int argc, char **argv)
             "GB/s, best of %d%s\n",
             name, device, version / 1000, version % 1000 / 10, s_runtime_path, total_mib, reps,
             kvpool_fast_path (fast) ? "" : "; NO FAST PATH: the first pair is the socket path too");
-    printf ("%8s | %-21s | %-21s | %-15s | %-15s\n", "value", "cudaMemcpy D2H", "cudaMemcpy H2D",
-            "fast path", "tcp");
-    printf ("%8s | %10s %10s | %10s %10s | %7s %7s | %7s %7s\n", "", "pinned", "pageable", "pinned",
-            "pageable", "put", "get", "put", "get");
+    printf ("%8s | %-17s | %-17s | %-27s | %-27s\n", "value", "cudaMemcpy D2H", "cudaMemcpy H2D",
+            "kvpool fast path put/get", "kvpool tcp put/get");
+    printf ("%8s | %8s %8s | %8s %8s | %13s %13s | %13s %13s\n", "", "pinned", "pageable",
+            "pinned", "pageable", "device", "host", "device", "host");
     char *list = strdup (size_list);
     for (char *item = strtok (list, ","); item; item = strtok (NULL, ",")) {
         size_t size = strtoull (item, NULL, 10) * MiB;
@@ -353,12 +364,14 @@ main (int argc, char **argv)
         double d2h_pageable = s_memcpy_rate (&check, size, 2, check.pageable);
         double h2d_pinned = s_memcpy_rate (&check, size, 1, check.pinned);
         double h2d_pageable = s_memcpy_rate (&check, size, 1, check.pageable);
-        double fast_put, fast_get, tcp_put, tcp_get;
-        s_kvpool_rates (&check, fast, size, &fast_put, &fast_get);
-        s_kvpool_rates (&check, tcp, size, &tcp_put, &tcp_get);
-        printf ("%4zu MiB | %10.1f %10.1f | %10.1f %10.1f | %7.1f %7.1f | %7.1f %7.1f\n",
-                size >> 20, d2h_pinned, d2h_pageable, h2d_pinned, h2d_pageable, fast_put, fast_get,
-                tcp_put, tcp_get);
+        double rates[4][2]; //  fast device, fast host, tcp device, tcp host: put, get
+        for (int i = 0; i < 4; i++)
+            s_kvpool_rates (&check, i < 2 ? fast : tcp, size, i % 2, &rates[i][0], &rates[i][1]);
+        printf ("%4zu MiB | %8.1f %8.1f | %8.1f %8.1f |", size >> 20, d2h_pinned, d2h_pageable,
+                h2d_pinned, h2d_pageable);
+        for (int i = 0; i < 4; i++)
+            printf (" %6.1f %6.1f%s", rates[i][0], rates[i][1], i == 1 ? " |" : "");
+        printf ("\n");
         fflush (stdout);
     }
     free (list);
