@@ -16,6 +16,14 @@
     buffer move the bytes with memcpy (put-start, memcpy, put-end; get-replica-list, memcpy,
     release) instead of sending them over the socket. It is chosen automatically at connect
     and can be switched off (kvpool_options_t.fast_path = 0, or kvpool_set_fast_path).
+
+    GPU memory: the buffers of the puts and of the gets into buffers may be CUDA device
+    memory. libkvpool loads the CUDA runtime at run time (KVPOOL_CUDART=path, "none" for
+    none; unset: libcudart.so.13/.12/.11.0/libcudart.so, once libcuda.so.1 is in the process),
+    tells device addresses from host ones and moves device bytes through pinned host buffers.
+    Without a runtime every address is host memory. A CUDA failure while staging gives
+    KVPOOL_INVALID_PARAMS for the keys it touched, the reason in kvpool_last_error; nothing
+    half-copied is stored.
 */
 #ifndef KVPOOL_H_INCLUDED
 #define KVPOOL_H_INCLUDED
