@@ -5,6 +5,7 @@ written is not replaced; a ranged GET moves only the range, with the node's own 
 import os
 import sys
 import threading
+import time
 
 import pytest
 import zmq
@@ -128,14 +129,36 @@ def test_readers_see_old_or_new_never_a_mix(daemon, client):
 
 
 def test_upsert_frees_the_old_space(client):
-    # Replacing a value many times must not leak: stats count the stored bytes once.
+    # Replacing a value many times must not leak: stats count the stored bytes once, and the
+    # allocator gets the replaced values' space back (at once when nobody read them; values
+    # replaced under a lease, as in the test above, wait for it: 300 ms here).
     for i in range(50):
         reply, _ = client.call(pb.UPSERT, ["space"], [bytes([i]) * 200000])
         assert list(reply.statuses) == [0]
-    reply, _ = client.call(pb.STATS)
+    deadline = time.monotonic() + 3
+    while True:
+        reply, _ = client.call(pb.STATS)
+        if reply.stats.bytes_allocated < 2 * 200000 or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
     assert reply.stats.objects == 1 and reply.stats.bytes_stored == 200000
-    # The allocator got the replaced values' space back (size classes round up a little).
     assert reply.stats.bytes_allocated < 2 * 200000, reply.stats.bytes_allocated
+
+
+def test_a_value_replaced_under_a_lease_keeps_its_space_until_the_lease_ends(client):
+    client.call(pb.UPSERT, ["leased"], [b"L" * 300000])
+    client.call(pb.GET, ["leased"])  # a lease of 300 ms
+    reply, _ = client.call(pb.STATS)
+    before = reply.stats.bytes_allocated
+    start = time.monotonic()
+    client.call(pb.UPSERT, ["leased"], [b"M" * 300000])
+    reply, _ = client.call(pb.STATS)
+    if time.monotonic() - start < 0.25:
+        # Both values hold space while the old one's lease runs.
+        assert reply.stats.bytes_allocated >= before + 300000, (before, reply.stats)
+    time.sleep(0.5)
+    reply, _ = client.call(pb.STATS)
+    assert reply.stats.bytes_allocated < before + 300000, (before, reply.stats)
 
 
 def test_ranged_get_moves_only_the_range(client):
