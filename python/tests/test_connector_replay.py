@@ -29,8 +29,8 @@ for call, argument for argument, and checks what the connector checks:
   (with it), batched get through batch_get_into and batch_get_buffer, unregister_buffer,
   close().
 
-A step that needs an operation kvpool's drop-in does not have yet is skipped with a message
-naming it (the ranged GET behind batch_get_into_multi_buffer_ranges is being added)."""
+A step that needs a method kvpool's drop-in does not have yet is skipped with a message naming
+it (batch_get_into_multi_buffer_ranges, over the ranged GET, is being added)."""
 
 import asyncio
 import hashlib
@@ -47,8 +47,8 @@ from kvpool import mooncake as kvpool_mooncake
 from kvpool_daemon import Kvpoold
 from conftest import host_port
 
-MISSING_RANGES = ("batch_get_into_multi_buffer_ranges (a ranged GET: the lead's server "
-                  "operation, in progress) is not in kvpool's drop-in yet")
+MISSING_RANGES = ("batch_get_into_multi_buffer_ranges is not in kvpool's drop-in yet (ranged "
+                  "reads: the lead's, in progress)")
 
 
 @pytest.fixture
