@@ -1245,6 +1245,231 @@ class MooncakeDistributedStore:
             return [_exists_to_ok(r) for r in results]
         return _partial(n, pre, run)
 
+    # ---- upsert ----------------------------------------------------------------------
+    #   As the put forms, but a key that exists gets the new value (kvpool's UPSERT: a reader
+    #   sees the whole old or the whole new value; the old one's space is freed once its
+    #   readers are done). 0 or a negative status; REPLICA_IS_NOT_READY (-703) while the key
+    #   is being written.
+    def upsert(self, key, value, config=None):
+        """Stores value (any buffer: all its bytes) under key, replacing what is there."""
+        _buffer_only(value)
+        pins = _Pins()
+        try:
+            address, size = pins.address(value)
+            return self._upsert_one(key, [address, size], config)
+        finally:
+            pins.release()
+
+    def upsert_from(self, key, buffer_ptr, size, config=None):
+        """upsert of size bytes at address buffer_ptr."""
+        buffer_ptr = _uint(buffer_ptr, "buffer_ptr")
+        size = _uint(size, "size")
+        return self._upsert_one(key, [buffer_ptr, size], config)
+
+    def upsert_parts(self, key, *parts, config=None):
+        """upsert of the concatenation of parts (1-D bytes-likes)."""
+        pins = _Pins()
+        try:
+            flat = []
+            for part in parts:
+                view = memoryview(part)
+                if view.ndim != 1 or view.itemsize != 1:
+                    raise RuntimeError("parts must be 1-D bytes-like")
+                flat.extend(pins.address(part))
+            return self._upsert_one(key, flat, config)
+        finally:
+            pins.release()
+
+    def _upsert_one(self, key, flat, config):
+        try:
+            name = self._space.key(key)
+        except Error as exc:
+            return exc.status
+        if self._client is None:
+            return INVALID_PARAMS
+        status, opts = self._put_options(config, 1)
+        if status != OK:
+            return status
+        if sum(flat[1::2]) == 0 or any(flat[i] == 0 and flat[i + 1]
+                                       for i in range(0, len(flat), 2)):
+            return INVALID_PARAMS
+        iov = _u64(flat)
+        rc = self._code(_native.upsert_parts, name, _addr(iov), len(flat) // 2, opts)
+        self._own([name], [rc])
+        return rc
+
+    def upsert_batch(self, keys, values, config=None):
+        """upsert of values[i] under keys[i]. Returns 0 if every one succeeded, else the
+        first negative status."""
+        _key_list(keys)
+        if len(keys) != len(values):
+            return INVALID_PARAMS
+        pins = _Pins()
+        try:
+            pairs = []
+            for value in values:
+                _buffer_only(value)
+                pairs.append(pins.address(value))
+            results = self._upsert_batch(keys, [[a] for a, _ in pairs], [[s] for _, s in pairs],
+                                         config)
+        finally:
+            pins.release()
+        for result in results:
+            if result != OK:
+                return result
+        return OK
+
+    def batch_upsert_from(self, keys, buffer_ptrs, sizes, config=None):
+        """upsert_from for each key. Returns a status per key."""
+        _key_list(keys)
+        addresses = _uints(buffer_ptrs, "buffer_ptrs")
+        lengths = _uints(sizes, "sizes")
+        if len(addresses) != len(keys) or len(lengths) != len(keys):
+            return [INVALID_PARAMS] * len(keys)
+        return self._upsert_batch(keys, [[a] for a in addresses], [[s] for s in lengths], config)
+
+    def _upsert_batch(self, keys, ptrs, sizes, config):
+        n = len(keys)
+        names, pre = self._space.keys(keys)
+        if n == 0:
+            return []
+        if self._client is None:
+            return [INVALID_PARAMS] * n
+        status, opts = self._put_options(config, n)
+        if status != OK:
+            return [status] * n
+        for i in range(n):
+            if sum(sizes[i]) == 0 or any(p == 0 and s for p, s in zip(ptrs[i], sizes[i])):
+                if pre is None:
+                    pre = [None] * n
+                if pre[i] is None:
+                    pre[i] = INVALID_PARAMS
+
+        def run(index):
+            sub = [names[i] for i in index]
+            karr = (c_char_p * len(sub))(*sub)
+            flat = [x for i in index for x in _pairs(ptrs[i], sizes[i])]
+            iov, starts, nparts = _iov_table(flat, [len(ptrs[i]) for i in index])
+            statuses = array.array("i", bytes(4 * len(sub)))
+            rc = self._code(_native.upsert_batch_parts, len(sub), karr, _addr(starts),
+                            _addr(nparts), opts, _addr(statuses))
+            if rc < 0:
+                return [rc] * len(sub)
+            results = statuses.tolist()
+            self._own(sub, results)
+            return results
+        return _partial(n, pre, run)
+
+    # ---- ranges ----------------------------------------------------------------------
+    #   Byte ranges of values, read with kvpool's ranged GET: only the ranges travel. A range
+    #   must lie inside its value (INVALID_PARAMS otherwise, as a short read would be).
+    def _read_ranges(self, names, offsets, addresses, lengths):
+        """One ranged read of len(names) ranges: a list of bytes read or a negative status."""
+        n = len(names)
+        if n == 0:
+            return []
+        karr = (c_char_p * n)(*names)
+        starts, addrs, sizes = _u64(offsets), _u64(addresses), _u64(lengths)
+        results = array.array("q", bytes(8 * n))
+        rc = self._code(_native.get_ranges_into, n, karr, _addr(starts), _addr(addrs),
+                        _addr(sizes), _addr(results))
+        if rc < 0:
+            return [rc] * n
+        return [r if r < 0 or r == lengths[i] else INVALID_PARAMS
+                for i, r in enumerate(results.tolist())]
+
+    def batch_get_into_multi_buffer_ranges(self, keys, all_buffer_ptrs, all_sizes, all_offsets):
+        """For each key, reads all_sizes[i][j] bytes from byte all_offsets[i][j] of its value
+        into all_buffer_ptrs[i][j]. Returns per key the bytes read (the sum of its sizes) or a
+        negative status."""
+        _key_list(keys)
+        ptrs = _nested(all_buffer_ptrs, "all_buffer_ptrs")
+        sizes = _nested(all_sizes, "all_sizes")
+        offsets = _nested(all_offsets, "all_offsets")
+        n = len(keys)
+        if len(ptrs) != n or len(sizes) != n or len(offsets) != n:
+            return [INVALID_PARAMS] * n
+        names, pre = self._space.keys(keys)
+        if n == 0:
+            return []
+        if self._client is None:
+            return [INVALID_PARAMS] * n
+        for i in range(n):
+            if not (len(ptrs[i]) == len(sizes[i]) == len(offsets[i])) or any(
+                    p == 0 and s for p, s in zip(ptrs[i], sizes[i])):
+                if pre is None:
+                    pre = [None] * n
+                if pre[i] is None:
+                    pre[i] = INVALID_PARAMS
+
+        def run(index):
+            flat_names, flat_offsets, flat_ptrs, flat_sizes, owner = [], [], [], [], []
+            for i in index:
+                for ptr, size, offset in zip(ptrs[i], sizes[i], offsets[i]):
+                    if size == 0:
+                        continue
+                    flat_names.append(names[i])
+                    flat_offsets.append(offset)
+                    flat_ptrs.append(ptr)
+                    flat_sizes.append(size)
+                    owner.append(i)
+            totals = {i: 0 for i in index}
+            for i, result in zip(owner, self._read_ranges(flat_names, flat_offsets, flat_ptrs,
+                                                          flat_sizes)):
+                if totals[i] >= 0:
+                    totals[i] = result if result < 0 else totals[i] + result
+            return [totals[i] for i in index]
+        return _partial(n, pre, run)
+
+    def get_into_ranges(self, buffer_ptrs, all_keys, all_dst_offsets, all_src_offsets,
+                        all_sizes):
+        """Ranges of many values into a few buffers: for buffer b, key k of all_keys[b] and
+        range r, all_sizes[b][k][r] bytes from byte all_src_offsets[b][k][r] of the value go
+        to buffer_ptrs[b] + all_dst_offsets[b][k][r]. Returns the same nesting: per range the
+        bytes read or a negative status."""
+        buffers = _uints(buffer_ptrs, "buffer_ptrs")
+        if not (len(all_keys) == len(all_dst_offsets) == len(all_src_offsets) == len(all_sizes)
+                == len(buffers)):
+            raise ValueError("buffer_ptrs, all_keys, all_dst_offsets, all_src_offsets and "
+                             "all_sizes must have the same length")
+        flat_names, flat_offsets, flat_ptrs, flat_sizes, where = [], [], [], [], []
+        out = []
+        for b, base in enumerate(buffers):
+            keys = all_keys[b]
+            _key_list(keys)
+            dst, src = _nested(all_dst_offsets[b], "dst"), _nested(all_src_offsets[b], "src")
+            size = _nested(all_sizes[b], "sizes")
+            if not (len(keys) == len(dst) == len(src) == len(size)):
+                raise ValueError("the keys and offsets of buffer %d differ in length" % b)
+            names, pre = self._space.keys(keys)
+            per_buffer = []
+            for k in range(len(keys)):
+                if not (len(dst[k]) == len(src[k]) == len(size[k])):
+                    raise ValueError("the ranges of key %d of buffer %d differ in length"
+                                     % (k, b))
+                status = pre[k] if pre is not None else None
+                if base == 0 or self._client is None:
+                    status = INVALID_PARAMS
+                results = []
+                for r in range(len(size[k])):
+                    if status is not None:
+                        results.append(status)
+                    elif size[k][r] == 0:
+                        results.append(0)
+                    else:
+                        results.append(None)
+                        flat_names.append(names[k])
+                        flat_offsets.append(src[k][r])
+                        flat_ptrs.append(base + dst[k][r])
+                        flat_sizes.append(size[k][r])
+                        where.append((b, k, r))
+                per_buffer.append(results)
+            out.append(per_buffer)
+        for (b, k, r), result in zip(where, self._read_ranges(flat_names, flat_offsets,
+                                                              flat_ptrs, flat_sizes)):
+            out[b][k][r] = result
+        return out
+
     # ---- get -------------------------------------------------------------------------
     def get(self, key):
         """The value of key as bytes; b"" on a miss or any error."""

@@ -47,8 +47,7 @@ from kvpool import mooncake as kvpool_mooncake
 from kvpool_daemon import Kvpoold
 from conftest import host_port
 
-MISSING_RANGES = ("batch_get_into_multi_buffer_ranges is not in kvpool's drop-in yet (ranged "
-                  "reads: the lead's, in progress)")
+MISSING_RANGES = ("batch_get_into_multi_buffer_ranges is missing from kvpool's drop-in")
 
 
 @pytest.fixture
