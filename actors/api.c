@@ -496,6 +496,30 @@ s_actor_socket (self_t *self, kvp_job_kind_t kind)
     }
 }
 
+//  A ranged GET sends each value's range: the item then describes the range (its size and
+//  address), so the reply and the frames need nothing else. An offset past the value is
+//  that key's INVALID_PARAMS.
+static void
+s_apply_ranges (kvp_job_t *job)
+{
+    for (size_t i = 0; i < job->count; i++) {
+        kvp_item_t *item = &job->items[i];
+        if (item->status != KVPOOL_OK || !item->object)
+            continue;
+        if (item->offset > item->size) {
+            item->status = KVPOOL_INVALID_PARAMS;
+            kvp_job_fail (job, KVPOOL_OK, "offset %llu is past the end of a %llu-byte value",
+                          (unsigned long long) item->offset, (unsigned long long) item->size);
+            kvp_object_unpin (item->object);
+            item->object = NULL;
+            continue;
+        }
+        uint64_t left = item->size - item->offset;
+        item->size = item->length < left ? item->length : left;
+        item->replicas[0].addr = (char *) item->replicas[0].addr + item->offset;
+    }
+}
+
 //  A job is done: answers its client (over the client socket, or the job socket for an
 //  in-process actor), or finishes the node's own work.
 static void
@@ -516,8 +540,11 @@ s_finish (self_t *self, kvp_job_t *job)
         }
         s_ctx_destroy (&ctx);
     }
-    else
+    else {
+        if (job->ranged && job->status == KVPOOL_OK)
+            s_apply_ranges (job);
         s_reply (self, &job, NULL);
+    }
 }
 
 //  Sends the job to the next stage of its operation, or answers it.
@@ -723,6 +750,11 @@ s_job_from_request (self_t *self, api_ctx_t *ctx)
         }
         else if (flags & OP_SIZES)
             item->size = request->sizes[i];
+        if (request->n_offsets) {
+            job->ranged = true;
+            item->offset = request->offsets[i];
+            item->length = request->lengths[i];
+        }
         if (item->size > self->config->max_value_size && item->status == KVPOOL_OK)
             item->status = KVPOOL_VALUE_TOO_LARGE;
     }
@@ -760,7 +792,8 @@ static bool
 s_serve_from_index (self_t *self, kvp_job_t *job)
 {
     api_ctx_t *ctx = (api_ctx_t *) job->context;
-    if (!self->reads || job->count > INDEX_READ_KEYS_MAX || !(ctx->row->flags & OP_INDEX))
+    if (!self->reads || job->count > INDEX_READ_KEYS_MAX || !(ctx->row->flags & OP_INDEX)
+        || job->ranged)
         return false;
     bool values = (ctx->row->fills & REPLY_VALUES) != 0;
     zmq_msg_t small[8];
@@ -803,7 +836,7 @@ s_handle_request (self_t *self, api_ctx_t *ctx)
         return;
     //  Objects are immutable: a put of a key the index shows is refused before any space is
     //  placed or byte copied.
-    if (self->reads && (ctx->row->flags & OP_VALUES))
+    if (self->reads && (ctx->row->flags & OP_NEW))
         index_reads_refuse_existing (self->reads, job);
     s_start (self, job);
 }

@@ -112,6 +112,7 @@ struct _kvp_object_t {
     uint32_t departed_count;
     void *departing_handle; //  in self->departing while departed_count > 0
     int64_t lease_until;
+    int64_t keep_until; //  replaced by an upsert under a lease: its space waits until then
     int64_t put_deadline;
     int64_t soft_pin_until;
     bool hard_pin;
@@ -317,11 +318,12 @@ s_epoch_pins (kvp_object_t *object, unsigned epoch)
            + (int) object->client_pins[epoch];
 }
 
+//  Whether a dropped object's bytes may still be read: sends in flight, client pins, or
+//  (for one an upsert replaced) a lease whose readers may hold only a replica list.
 static bool
 s_has_pins (kvp_object_t *object, int64_t now)
 {
-    (void) now;
-    return s_epoch_pins (object, 0) > 0 || s_epoch_pins (object, 1) > 0;
+    return s_epoch_pins (object, 0) > 0 || s_epoch_pins (object, 1) > 0 || now < object->keep_until;
 }
 
 //  Takes an object off the departing list (its departed replicas are freed with it).
@@ -858,6 +860,33 @@ s_insert (self_t *self, kvp_job_t *job, int64_t now)
     s_free_job_send (self, &free_job);
 }
 
+//  A server-side UPSERT: as an insert, but an existing committed object is replaced. The old
+//  one leaves the index and the table before the new one enters, so a reader finds one or
+//  the other whole; its space waits for its readers (s_has_pins). A key being written by a
+//  client (PUT_START) is not replaced: REPLICA_IS_NOT_READY, and this value's space goes.
+static void
+s_upsert (self_t *self, kvp_job_t *job, int64_t now)
+{
+    kvp_job_t *free_job = NULL;
+    for (size_t i = 0; i < job->count; i++) {
+        kvp_item_t *item = &job->items[i];
+        kvp_object_t *old = item->status == KVPOOL_OK
+                                ? (kvp_object_t *) zhashx_lookup (self->objects, item->key)
+                                : NULL;
+        if (old && old->state != OBJECT_COMPLETE)
+            item->status = KVPOOL_REPLICA_IS_NOT_READY;
+        else if (old) {
+            //  Out of the index first: its last read stamps are in its lease then.
+            s_withdraw (self, old, now);
+            old->keep_until = old->lease_until;
+            s_object_drop (self, old, &free_job, now);
+        }
+    }
+    s_free_job_send (self, &free_job);
+    //  Every key that is OK is free now: the insert takes them.
+    s_insert (self, job, now);
+}
+
 static void
 s_revoke (self_t *self, kvp_job_t *job, int64_t now)
 {
@@ -1328,6 +1357,7 @@ s_handle_job (self_t *self, kvp_job_t *job)
         case KVP_RM_BIND: s_bind (self, job, now); break;
         case KVP_RM_COMMIT: s_commit (self, job, now); break;
         case KVP_RM_INSERT: s_insert (self, job, now); break;
+        case KVP_RM_UPSERT: s_upsert (self, job, now); break;
         case KVP_RM_REVOKE: s_revoke (self, job, now); break;
         case KVP_RM_GET:
         case KVP_RM_EXIST:

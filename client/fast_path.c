@@ -400,7 +400,7 @@ release:
         kvpc_send_oneway (self->conn, &release);
     }
     if (fallback.count)
-        kvpc_socket_get_into (self->conn, &fallback, bufs, nbufs, results);
+        kvpc_socket_get_into (self->conn, &fallback, bufs, nbufs, NULL, results);
     kvpc_copies_fini (&copies);
     kvpc_keys_fini (&pinned);
     kvpc_keys_fini (&fallback);
@@ -697,7 +697,7 @@ kvpc_fast_put (kvpc_fast_path_t *self, const kvpc_keys_t *keys, const kvpc_value
             kvpc_keys_add (&revoke, commit.keys[j], commit.index[j]);
     s_finish (self, KVPOOL__V1__OP__PUT_REVOKE, &revoke, NULL);
     if (fallback.count)
-        kvpc_socket_put (self->conn, &fallback, values, opts, results);
+        kvpc_socket_put (self->conn, KVPOOL__V1__OP__PUT, &fallback, values, opts, results);
     rc = msg->status;
     kvpc_keys_fini (&commit);
     kvpc_keys_fini (&revoke);

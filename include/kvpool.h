@@ -136,6 +136,19 @@ KVPOOL_EXPORT int kvpool_put_parts (kvpool_t *self, const char *key, const kvpoo
 //  Gets a value into a buffer the library allocates with malloc. Caller owns *data_p and
 //  frees it with free(). Returns KVPOOL_OK or a negative status.
 KVPOOL_EXPORT int kvpool_get (kvpool_t *self, const char *key, void **data_p, size_t *size_p);
+//  Gets at most length bytes of a value, from byte offset, into the caller's buffer: only
+//  that range travels. Returns the bytes written (fewer than length at the value's end; 0 at
+//  offset == size), or a negative status (KVPOOL_INVALID_PARAMS past the end).
+KVPOOL_EXPORT int64_t kvpool_get_range_into (kvpool_t *self, const char *key, uint64_t offset,
+                                             void *buffer, size_t length);
+//  Replaces the key's value, or puts it if the key is new: a reader sees the whole old value
+//  or the whole new one, and the old value's space is freed once its readers are done.
+//  KVPOOL_REPLICA_IS_NOT_READY while the key is being written (put-start). Goes over the
+//  socket even on the node's machine.
+KVPOOL_EXPORT int kvpool_upsert (kvpool_t *self, const char *key, const void *data, size_t size,
+                                 const kvpool_put_options_t *opts);
+KVPOOL_EXPORT int kvpool_upsert_parts (kvpool_t *self, const char *key, const kvpool_iov_t *parts,
+                                       size_t nparts, const kvpool_put_options_t *opts);
 //  Gets a value into the caller's buffer. Returns the value's size, or a negative status
 //  (KVPOOL_BUFFER_OVERFLOW when capacity is smaller than the value; nothing is written then).
 KVPOOL_EXPORT int64_t kvpool_get_into (kvpool_t *self, const char *key, void *buffer,
@@ -170,6 +183,15 @@ KVPOOL_EXPORT int kvpool_get_batch_into (kvpool_t *self, size_t n, const char *c
 KVPOOL_EXPORT int kvpool_get_batch_into_parts (kvpool_t *self, size_t n, const char *const *keys,
                                                const kvpool_buf_t *const *bufs, const size_t *nbufs,
                                                int64_t *results);
+//  Ranges of n values: results[i] is the bytes of keys[i] from offsets[i] written into
+//  buffers[i] (at most lengths[i]), or a negative status.
+KVPOOL_EXPORT int kvpool_get_ranges_into (kvpool_t *self, size_t n, const char *const *keys,
+                                          const uint64_t *offsets, void *const *buffers,
+                                          const size_t *lengths, int64_t *results);
+//  Upserts n values, each the concatenation of nparts[i] buffers parts[i][0..].
+KVPOOL_EXPORT int kvpool_upsert_batch_parts (kvpool_t *self, size_t n, const char *const *keys,
+                                             const kvpool_iov_t *const *parts, const size_t *nparts,
+                                             const kvpool_put_options_t *opts, int *statuses);
 //  results[i]: 1, 0 or a negative status.
 KVPOOL_EXPORT int kvpool_exist_batch (kvpool_t *self, size_t n, const char *const *keys,
                                       int *results);

@@ -35,6 +35,7 @@ typedef enum {
     KVP_RM_BIND,    //  items: replicas filled by the allocator -> record them (pending)
     KVP_RM_COMMIT,  //  items: make visible (PUT_END)
     KVP_RM_INSERT,  //  items placed and written by a server-side PUT -> committed objects
+    KVP_RM_UPSERT,  //  as INSERT, but an existing key's object is replaced
     KVP_RM_REVOKE,  //  items: drop pending entries and free their space
     KVP_RM_GET,     //  items: look up, pin for reading, fill size/replicas/object
     KVP_RM_EXIST,   //  items: look up, grant lease
@@ -84,6 +85,8 @@ typedef struct {
     const void *src;      //  KVP_TX_WRITE: the value's bytes (a received frame)
     kvp_object_t *object; //  KVP_RM_GET: the pin on the object (a handle: only for
                           //  kvp_object_unpin, when the send completes)
+    uint64_t offset;      //  a ranged GET (job->ranged): the first byte wanted ...
+    uint64_t length;      //  ... and at most this many bytes from there
     uint64_t object_id;   //  the pending object KVP_RM_RESERVE made for the key (PUT_START;
                           //  0: none), which KVP_RM_BIND then finds
     uint32_t replica_count;
@@ -125,6 +128,7 @@ typedef struct {
     bool hard_pin;
     bool force;
     bool pin;
+    bool ranged; //  GET: each item wants only its offset / length range
     const char *pattern;
     //  segments
     uint32_t segment_id;

@@ -28,6 +28,8 @@ typedef enum {
                          //  ipc endpoint only, tied to the asking process (docs/security.md)
     OP_ANYONE = 1 << 7,  //  open to ipc clients of other users too (PING)
     OP_INDEX = 1 << 8,   //  may be answered from the read index (actors/index_reads.h)
+    OP_NEW = 1 << 9,     //  creates keys: one the read index shows is refused at once
+    OP_RANGES = 1 << 10, //  may carry offsets / lengths (a byte range of each value)
 } kvp_op_flag_t;
 
 //  Which fields of the Reply it fills (every reply has status, error and one status a key).
