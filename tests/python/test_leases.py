@@ -61,10 +61,11 @@ def daemon():
                 admins=("tcp://127.0.0.1:*",), prefix="kvpool-leases-test-")
     yield d
     alive = d.alive()
-    d.stop()
+    rc = d.stop()
     log = d.log_text(4000)
     d.remove()
     assert alive, "kvpoold died during the tests:\n" + log
+    assert rc == 0, "kvpoold exited with %s:\n%s" % (rc, log)
 
 
 class Raw:

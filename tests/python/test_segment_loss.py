@@ -104,10 +104,11 @@ def segment_ids(raw):
 
 def stop(d):
     alive = d.alive()
-    d.stop()
+    rc = d.stop()
     log = d.log_text(4000)
     d.remove()
     assert alive, "kvpoold died during the tests:\n" + log
+    assert rc == 0, "kvpoold exited with %s:\n%s" % (rc, log)
 
 
 @pytest.fixture(scope="module")
