@@ -19,7 +19,10 @@
     shared-memory object (the stamps: readers must write them, and must not be able to write
     the index itself, which other readers trust). The node, when it decides whether an object
     is leased, takes the later of the leases it granted itself and the last stamp plus the TTL.
-    Times are shm_index_clock_ms: CLOCK_MONOTONIC, one clock for every process of a machine.
+    Times are shm_index_clock_ms: CLOCK_MONOTONIC, one clock for every process of a machine
+    (a process in a Linux time namespace of its own sees it offset: such a client's index
+    reads would lease wrongly, so same-machine clients must share the node's time namespace,
+    as containers do unless asked otherwise).
 
     A stamp is (publication tag << 40 | ms): the tag is the low 24 bits of the slot's sequence
     number divided by two when the object was published, so a stamp left by a reader of an
