@@ -94,9 +94,10 @@ KVPOOL_EXPORT bool kvpool_fast_path (kvpool_t *self);
 
 //  With the fast path on, gets into caller buffers, exist and get-size first look in the
 //  node's same-machine read index (a shared-memory table of committed objects): no round
-//  trip at all. Such reads are validated against concurrent removal but take no lease;
-//  switch the index off to have every read ask the node. On by default. Returns true if
-//  reads now use the index.
+//  trip at all. Such reads are validated against concurrent removal and lease the object as
+//  a read through the node does (the time of the read is left in the index, where the node
+//  looks before it removes the object); switch the index off to have every read ask the
+//  node. On by default. Returns true if reads now use the index.
 KVPOOL_EXPORT bool kvpool_set_index (kvpool_t *self, bool enabled);
 
 //  The reason text of the last error reply from the server ("" if none).
@@ -259,7 +260,8 @@ KVPOOL_EXPORT int kvpool_segments (kvpool_t *self, kvpool_segment_t *segments, s
 //  kvpool_last_error. The same object under a second name is KVPOOL_SEGMENT_ALREADY_EXISTS.
 KVPOOL_EXPORT int kvpool_mount_segment (kvpool_t *self, const char *shm_name, uint64_t size,
                                         uint32_t *id_p);
-//  Removes the segment's objects (forced) and unmounts it.
+//  Unmounts a segment: every object loses its replica there (forced, past leases); one left
+//  with no replica is removed, the others stay on their other segments.
 KVPOOL_EXPORT int kvpool_unmount_segment (kvpool_t *self, uint32_t id);
 
 //  Gives the pool size bytes of this process's memory, as Mooncake's embedded client does
@@ -270,9 +272,10 @@ KVPOOL_EXPORT int kvpool_unmount_segment (kvpool_t *self, uint32_t id);
 //  status (KVPOOL_NO_AVAILABLE_HANDLE when the memory can't be had).
 KVPOOL_EXPORT int kvpool_mount_memory (kvpool_t *self, uint64_t size, uint32_t *id_p,
                                        const char **name_p);
-//  Gives back memory that kvpool_mount_memory gave: the node removes the objects in it
-//  (forced) and unmounts it, then it is freed. kvpool_destroy gives back what is left.
-//  KVPOOL_SEGMENT_NOT_FOUND if id is not memory this connection gave.
+//  Gives back memory that kvpool_mount_memory gave: the node takes the replicas in it off
+//  their objects (removing those left with none, forced) and unmounts it, then it is freed.
+//  kvpool_destroy gives back what is left. KVPOOL_SEGMENT_NOT_FOUND if id is not memory this
+//  connection gave.
 KVPOOL_EXPORT int kvpool_unmount_memory (kvpool_t *self, uint32_t id);
 
 //  ---- stats -------------------------------------------------------------------------

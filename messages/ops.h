@@ -72,7 +72,7 @@ typedef struct {
     (-1)                           //  job->owner_id and job->owner (its name) died: its pins
                                    //  and reservations end, and job->segments lists what it
                                    //  mounted (each then goes by a KVP_OP_ORPHAN_UNMOUNT)
-#define KVP_OP_ORPHAN_UNMOUNT (-2) //  job->segment_id: remove its objects, unmount, unlink
+#define KVP_OP_ORPHAN_UNMOUNT (-2) //  job->segment_id: drop its replicas, unmount, unlink
 #define KVP_OP_MAP_SEGMENTS (-3)   //  job->segments: every segment, for the api's index reads
 
 //  The row of op (a kvpool.v1.Op or a KVP_OP_*), or NULL for an operation this node does not

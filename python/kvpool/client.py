@@ -828,7 +828,8 @@ class Client:
             self._idle.append(handle)
 
     def unmount_segment(self, segment_id):
-        """Removes the segment's objects (forced) and unmounts it."""
+        """Unmounts the segment: its replicas go (forced), and the objects that had no other;
+        the rest stay on their other segments."""
         self._call(_native.unmount_segment, segment_id)
 
     def stats(self):

@@ -26,8 +26,8 @@ global_segment_size > 0 this process contributes that much memory, as Mooncake's
 client does: setup() creates a kvpool.SharedSegment of that size (a memfd sealed against
 shrinking, its pages committed up front, so the node can never fault on it) and asks the
 local kvpoold to mount it; objects may then land in it (ReplicateConfig.preferred_segment =
-store.get_hostname() forces that). close() unmounts it (the node drops the objects in it) and
-closes it; so does interpreter exit. If the process dies without either, the node unmounts
+store.get_hostname() forces that). close() unmounts it (the node drops the replicas in it,
+and the objects left with none) and closes it; so does interpreter exit. If the process dies without either, the node unmounts
 the segment when it sees the owning process is gone, and the kernel frees the memory. With
 global_segment_size 0 the process contributes nothing (vLLM's standalone-store mode).
 
