@@ -11,8 +11,16 @@
     ones are freed and the item fails with NO_AVAILABLE_HANDLE (the pool is full; the evictor
     will make room in a later version).
 
-    Unmounting first stops new allocations in the segment ("draining"); the replica-manager
-    frees what lived there; the unmount completes, and is answered, when the arena is empty.
+    Unmounting first stops new allocations in the segment ("draining"), as soon as the
+    unmount is known to go ahead (UNMOUNT_CHECK passed, or OWNER_SEGMENTS named it for a
+    dead owner); the replica-manager takes every replica off it and frees what lived there
+    (some only once the readers that pinned them are gone); the unmount completes, and is
+    answered, when the arena is empty. One that times out leaves the segment draining: the
+    replica-manager has let go of it, and a reader or writer still holding a range there
+    must never find that range given to another object.
+
+    A node may own no segments at all (--segments 0): all its memory is then what clients
+    mount, and a put before any is mounted is answered NO_AVAILABLE_HANDLE.
 
     Threads: one, the actor's; the arenas are used only from it.
 */
@@ -330,6 +338,8 @@ s_owner_segments (self_t *self, kvp_job_t *job)
     for (seg_t *seg = (seg_t *) zlistx_first (self->segments); seg;
          seg = (seg_t *) zlistx_next (self->segments))
         if (streq (seg->owner, job->owner)) {
+            //  Going: nothing new is placed there while its objects are taken off it.
+            seg->draining = true;
             kvp_segment_info_t *info = &job->segments[job->segment_count++];
             info->id = seg->id;
             snprintf (info->name, sizeof info->name, "%s", segment_name (seg->segment));
@@ -412,12 +422,12 @@ s_unmount_finish (self_t *self, seg_t *seg, int64_t now)
             }
         s_seg_destroy (&seg);
     }
-    else {
-        seg->draining = false;
+    else
+        //  Still draining (see DESIGN): a later unmount may try again.
         kvp_job_fail (job, KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS,
-                      "segment %u still holds %zu allocations", seg->id,
-                      segment_arena_count (seg->arena));
-    }
+                      "segment %u still holds %zu allocations (readers of it still pin "
+                      "them); it takes no new ones",
+                      seg->id, segment_arena_count (seg->arena));
     kvp_job_reply (self->router, &reply_to, job);
     return true;
 }
@@ -455,6 +465,9 @@ s_unmount_check (self_t *self, kvp_job_t *job)
     else if (seg->unmount_job)
         kvp_job_fail (job, KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS, "segment %u is unmounting",
                       seg->id);
+    else
+        //  The unmount goes ahead: nothing new is placed there from now on.
+        seg->draining = true;
 }
 
 //  Returns true when the job was parked (the reply comes later).

@@ -13,13 +13,14 @@
     reply). What the api does with it comes from the operation's row in messages/ops.h: the
     checks (what the request must carry, who may send it), the stages it walks (each stage
     is a job kind, each kind one actor's), and the reply fields it fills. There is no
-    per-operation code here beyond the options a row cannot say (put options, TOUCH's lease,
-    the segment a MOUNT names).
+    per-operation code here beyond the options a row cannot say (put options, TOUCH's count
+    of reads, the segment a MOUNT names).
 
     Three kinds of jobs come through: clients' (answered with a Reply), in-process actors'
     on the job socket (the lookup server's EXIST, TOUCH, RESET, STATS: answered by sending
-    the job back), and the node's own (KVP_OP_*: lease renewals of index reads, the segment listing
-    for those reads, and the end of a client process that died).
+    the job back), and the node's own (KVP_OP_*: the segment listing for the index reads, and
+    the end of a client process that died). Reads answered from the read index send no job
+    at all: their leases are the read stamps they leave in the index (shm/shm_index.h).
 
     Threads: one. Memory: value frames of a PUT are released after the reply; a GET's values
     are pinned objects handed to ZeroMQ with a free callback (kvp_object_unpin_cb); reply
@@ -101,7 +102,6 @@ typedef struct {
     index_reads_t *reads;       //  small reads answered from the read index, or NULL
     conn_guard_t *guard;        //  refuses connections past --max-connections
     size_t in_flight;           //  jobs out at an actor (client and internal)
-    size_t touches_out;         //  of which lease renewals (nobody waits for those)
     uint64_t client_index_gets; //  values clients read from the index themselves (TOUCH)
     size_t writes_in_flight;    //  PUT / PUT_START jobs between reserve and reply
     zlistx_t *resets;           //  RESET jobs waiting for the writes to drain
@@ -239,7 +239,7 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
     snprintf (self->server_id, sizeof self->server_id, "%s/%d", self->host_id, (int) getpid ());
     if (config->index_slots != 0) {
         shm_index_make_name (self->index_name, sizeof self->index_name, config->instance);
-        self->reads = index_reads_new (self->index_name, config->lease_ttl_ms);
+        self->reads = index_reads_new (self->index_name);
     }
     self->started = zclock_mono ();
     //  The first listing of the segments at once: index reads need the mappings.
@@ -485,21 +485,6 @@ s_reply (self_t *self, kvp_job_t **job_p, zmq_msg_t *copies)
 static void s_start_reset (self_t *self);
 static void s_node_job_done (self_t *self, kvp_job_t *job);
 
-//  Hands the keys read from the index to the replica-manager for their lease renewal.
-static void
-s_send_touches (self_t *self)
-{
-    kvp_job_t *touch = self->reads ? index_reads_touches (self->reads) : NULL;
-    if (!touch)
-        return;
-    if (kvp_job_send (self->rm, touch) == 0) {
-        self->in_flight++;
-        self->touches_out++;
-    }
-    else
-        kvp_job_destroy (&touch);
-}
-
 static zsock_t *
 s_actor_socket (self_t *self, kvp_job_kind_t kind)
 {
@@ -508,6 +493,30 @@ s_actor_socket (self_t *self, kvp_job_kind_t kind)
         case KVP_ACTOR_AL: return self->al;
         case KVP_ACTOR_TX: return self->tx;
         default: assert (false); return NULL;
+    }
+}
+
+//  A ranged GET sends each value's range: the item then describes the range (its size and
+//  address), so the reply and the frames need nothing else. An offset past the value is
+//  that key's INVALID_PARAMS.
+static void
+s_apply_ranges (kvp_job_t *job)
+{
+    for (size_t i = 0; i < job->count; i++) {
+        kvp_item_t *item = &job->items[i];
+        if (item->status != KVPOOL_OK || !item->object)
+            continue;
+        if (item->offset > item->size) {
+            item->status = KVPOOL_INVALID_PARAMS;
+            kvp_job_fail (job, KVPOOL_OK, "offset %llu is past the end of a %llu-byte value",
+                          (unsigned long long) item->offset, (unsigned long long) item->size);
+            kvp_object_unpin (item->object);
+            item->object = NULL;
+            continue;
+        }
+        uint64_t left = item->size - item->offset;
+        item->size = item->length < left ? item->length : left;
+        item->replicas[0].addr = (char *) item->replicas[0].addr + item->offset;
     }
 }
 
@@ -531,8 +540,11 @@ s_finish (self_t *self, kvp_job_t *job)
         }
         s_ctx_destroy (&ctx);
     }
-    else
+    else {
+        if (job->ranged && job->status == KVPOOL_OK)
+            s_apply_ranges (job);
         s_reply (self, &job, NULL);
+    }
 }
 
 //  Sends the job to the next stage of its operation, or answers it.
@@ -564,10 +576,6 @@ s_advance (self_t *self, kvp_job_t *job, kvp_job_kind_t done)
         return;
     }
     zsock_t *target = s_actor_socket (self, next);
-    //  Lease renewals of reads already answered go first: the replica-manager works in
-    //  order, so this job (a remove, say) sees those leases.
-    if (target == self->rm)
-        s_send_touches (self);
     if (done == KVP_JOB_NONE && (row->flags & OP_WRITE))
         self->writes_in_flight++;
     if (kvp_job_send (target, job) == 0)
@@ -742,6 +750,11 @@ s_job_from_request (self_t *self, api_ctx_t *ctx)
         }
         else if (flags & OP_SIZES)
             item->size = request->sizes[i];
+        if (request->n_offsets) {
+            job->ranged = true;
+            item->offset = request->offsets[i];
+            item->length = request->lengths[i];
+        }
         if (item->size > self->config->max_value_size && item->status == KVPOOL_OK)
             item->status = KVPOOL_VALUE_TOO_LARGE;
     }
@@ -755,10 +768,8 @@ s_job_from_request (self_t *self, api_ctx_t *ctx)
     }
     job->force = request->force;
     job->pin = request->pin;
-    if (op == KVPOOL__V1__OP__TOUCH) {
-        job->lease_ms = self->config->lease_ttl_ms + KVP_TOUCH_INTERVAL_MS;
+    if (op == KVPOOL__V1__OP__TOUCH)
         self->client_index_gets += request->reads;
-    }
     job->pattern = request->pattern;
     if (request->segment) {
         job->segment_id = request->segment->id;
@@ -781,7 +792,8 @@ static bool
 s_serve_from_index (self_t *self, kvp_job_t *job)
 {
     api_ctx_t *ctx = (api_ctx_t *) job->context;
-    if (!self->reads || job->count > INDEX_READ_KEYS_MAX || !(ctx->row->flags & OP_INDEX))
+    if (!self->reads || job->count > INDEX_READ_KEYS_MAX || !(ctx->row->flags & OP_INDEX)
+        || job->ranged)
         return false;
     bool values = (ctx->row->fills & REPLY_VALUES) != 0;
     zmq_msg_t small[8];
@@ -824,7 +836,7 @@ s_handle_request (self_t *self, api_ctx_t *ctx)
         return;
     //  Objects are immutable: a put of a key the index shows is refused before any space is
     //  placed or byte copied.
-    if (self->reads && (ctx->row->flags & OP_VALUES))
+    if (self->reads && (ctx->row->flags & OP_NEW))
         index_reads_refuse_existing (self->reads, job);
     s_start (self, job);
 }
@@ -983,12 +995,6 @@ s_actor_reply (self_t *self, zsock_t *actor)
     if (!job)
         return;
     self->in_flight--;
-    if (job->kind == KVP_RM_TOUCH && !job->context) {
-        //  The api's own lease renewal (index_reads.h): nobody waits for it.
-        self->touches_out--;
-        kvp_job_destroy (&job);
-        return;
-    }
     //  A segment came or went: the index reads' mappings follow.
     if (job->kind == KVP_AL_MOUNT || job->kind == KVP_AL_UNMOUNT)
         self->map_due = true;
@@ -1036,8 +1042,8 @@ s_abandon (kvp_job_t **job_p)
     kvp_job_destroy (job_p);
 }
 
-//  On the way out: waits (briefly) for the jobs still out at the actors, lease renewals
-//  included, so that none is lost in a closing socket, and frees them and the held ones.
+//  On the way out: waits (briefly) for the jobs still out at the actors, so that none is
+//  lost in a closing socket, and frees them and the held ones.
 //  After a DRAIN nothing is out; this is for a stop without one.
 static void
 s_abandon_all (self_t *self)
@@ -1073,16 +1079,13 @@ api_actor (zsock_t *pipe, void *args)
     bool drained = false;
     while (!self->terminated) {
         void *which = NULL;
-        //  Spin for the replies a request waits on; lease renewals are not worth a spin.
-        if (self->in_flight > self->touches_out) {
+        //  Spin for the replies a request waits on.
+        if (self->in_flight > 0) {
             zsock_t *actors[] = {self->rm, self->al, self->tx};
             which = spin_poll (actors, 3, SPIN_US);
         }
         if (!which) {
             int64_t wake = self->next_owner_check;
-            int64_t touch_due = self->reads ? index_reads_touch_due (self->reads) : -1;
-            if (touch_due >= 0 && touch_due < wake)
-                wake = touch_due;
             int64_t wait = wake - zclock_mono ();
             which = zpoller_wait (self->poller, wait > 0 ? (int) wait : 0);
         }
@@ -1096,9 +1099,6 @@ api_actor (zsock_t *pipe, void *args)
             s_actor_reply (self, (zsock_t *) which);
         else if (self->guard && which == conn_guard_socket (self->guard))
             conn_guard_handle (self->guard);
-        if (self->reads && index_reads_touch_due (self->reads) >= 0
-            && zclock_mono () >= index_reads_touch_due (self->reads))
-            s_send_touches (self);
         if (zclock_mono () >= self->next_owner_check) {
             if (!self->draining) {
                 owners_reap (self->owners, s_owner_gone, self);

@@ -90,10 +90,11 @@ static const opt_t s_options[] = {
      .arg = "N",
      .kind = OPT_UINT,
      FIELD (segments),
-     .min = 1,
+     .min = 0,
      .max = 64,
      .default_value = "1",
-     .help = "local segments; replicas go to distinct segments"},
+     .help = "local segments; replicas go to distinct segments; 0: the node owns no memory, "
+             "all of it is what clients mount"},
     {.name = "lock-memory", .kind = OPT_FLAG, FIELD (lock_memory), .help = "mlock the segments"},
     {.name = "lease-ttl",
      .arg = "MS",
@@ -102,7 +103,8 @@ static const opt_t s_options[] = {
      .min = 1,
      .max = 86400000,
      .default_value = "10000",
-     .help = "read lease in ms granted by get, exist and get-replica-list"},
+     .help = "read lease in ms: a get, exist, get-size or get-replica-list keeps the object from "
+             "removal without force for this long after the read"},
     {.name = "put-timeout",
      .arg = "MS",
      .kind = OPT_UINT,
@@ -194,7 +196,7 @@ static const opt_t s_options[] = {
      FIELD (index_slots),
      .min = 0,
      .max = 1ULL << 30,
-     .default_rule = "one per 32 KiB of pool",
+     .default_rule = "one per 32 KiB of pool (of one segment with --segments 0)",
      .help = "slots of the same-machine read index, 256 bytes each; 0 disables it"},
     {.name = "placement",
      .arg = "POLICY",
@@ -608,7 +610,9 @@ kvp_config_test (bool verbose)
     assert (kvp_config_parse (&config, 3, regex_args) == 0);
     assert (config.max_regex_len == 100 && config.regex_time_limit_ms == 250);
 
-    char *bad1[] = {"--segments", "0"};
+    char *no_segments[] = {"--segments", "0"};
+    assert (kvp_config_parse (&config, 2, no_segments) == 0 && config.segments == 0);
+    char *bad1[] = {"--segments", "65"};
     char *bad2[] = {"--nope"};
     char *bad3[] = {"--segment-size"};
     char *bad4[] = {"--placement", "best"};

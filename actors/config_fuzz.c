@@ -66,7 +66,7 @@ s_fuzz_command_line (char *buffer, size_t size)
     s_check (config.max_value_size <= config.segment_size, "values fit in a segment");
     s_check (config.segment_size >= (1 << 20) && config.segment_size <= (1ULL << 44),
              "segment size within bounds");
-    s_check (config.segments >= 1 && config.segments <= 64, "segment count within bounds");
+    s_check (config.segments <= 64, "segment count within bounds (0: no memory of its own)");
     s_check (config.workers >= 1 && config.workers <= 256, "workers within bounds");
     s_check (config.endpoint_count <= KVP_MAX_ENDPOINTS, "endpoints bounded");
     s_check (config.admin_endpoint_count <= KVP_MAX_ENDPOINTS, "admin endpoints bounded");

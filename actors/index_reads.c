@@ -11,51 +11,28 @@
 #include "shm/segment.h"
 #include "shm/segment_table.h"
 #include "protocol/kvpool.pb-c.h"
-#include "protocol/contract.h"
 #include "shm/racy.h"
 #include "shm/shm_index.h"
-#include "shm/touch_table.h"
 
 //  A missing index (the replica-manager could not create it, or has not yet) is looked for
 //  again this often.
 #define INDEX_RETRY_MS 1000
-//  Keys waiting for their lease renewal go at once when this many have piled up.
-#define TOUCH_BATCH_MAX 4096
-//  Keys recently sent for renewal (touch_table.h).
-#define TOUCH_SLOTS 65536
-//  The longest interval between renewals of a key that keeps being read.
-#define TOUCH_INTERVAL_MAX_MS KVP_TOUCH_INTERVAL_MS
 
 struct _index_reads_t {
     char index_name[96];
     shm_index_t *index;
     int64_t index_retry_at;
     segment_table_t *segments;
-    //  keys served, waiting for their lease renewal: touch_lens[i] bytes each, one after
-    //  another in touch_storage
-    size_t *touch_lens;
-    size_t touch_count, touch_capacity;
-    char *touch_storage;
-    size_t touch_used, touch_storage_size;
-    int64_t touch_due;
-    uint64_t lease_ms;     //  what a renewal grants: the TTL plus the interval
-    touch_table_t *recent; //  keys sent within the interval
     uint64_t gets;
 };
 
 index_reads_t *
-index_reads_new (const char *index_name, uint64_t lease_ttl_ms)
+index_reads_new (const char *index_name)
 {
     index_reads_t *self = (index_reads_t *) zmalloc (sizeof (index_reads_t));
     snprintf (self->index_name, sizeof self->index_name, "%s", index_name ? index_name : "");
     self->segments = segment_table_new ();
-    self->touch_due = -1;
-    int64_t interval = (int64_t) (lease_ttl_ms / 2);
-    if (interval > TOUCH_INTERVAL_MAX_MS)
-        interval = TOUCH_INTERVAL_MAX_MS;
-    self->lease_ms = lease_ttl_ms + (uint64_t) interval;
-    self->recent = touch_table_new (TOUCH_SLOTS, interval);
-    assert (self->segments && self->recent);
+    assert (self->segments);
     return self;
 }
 
@@ -67,9 +44,6 @@ index_reads_destroy (index_reads_t **self_p)
     index_reads_t *self = *self_p;
     shm_index_destroy (&self->index);
     segment_table_destroy (&self->segments);
-    free (self->touch_lens);
-    free (self->touch_storage);
-    touch_table_destroy (&self->recent);
     free (self);
     *self_p = NULL;
 }
@@ -102,42 +76,6 @@ index_reads_segments (index_reads_t *self, const kvp_segment_info_t *segments, s
     //  Segment ids are never reused within a node: unchanged entries keep their mappings.
     segment_table_update (self->segments, listing, count, true, NULL);
     free (listing);
-}
-
-//  Remembers key (hash its index hash) for its lease renewal, unless it was sent within the
-//  touch interval. Returns -1 if memory ran out (the read is then answered the usual way).
-static int
-s_touch_add (index_reads_t *self, const char *key, size_t len, uint64_t hash, int64_t now)
-{
-    if (!touch_table_due (self->recent, hash, now))
-        return 0;
-    if (self->touch_count == self->touch_capacity) {
-        size_t capacity = self->touch_capacity ? self->touch_capacity * 2 : 64;
-        size_t *lens = (size_t *) realloc (self->touch_lens, capacity * sizeof *self->touch_lens);
-        if (!lens)
-            return -1;
-        self->touch_lens = lens;
-        self->touch_capacity = capacity;
-    }
-    if (self->touch_used + len > self->touch_storage_size) {
-        size_t size = self->touch_storage_size ? self->touch_storage_size * 2 : 16384;
-        while (size < self->touch_used + len)
-            size *= 2;
-        char *storage = (char *) realloc (self->touch_storage, size);
-        if (!storage)
-            return -1;
-        self->touch_storage = storage;
-        self->touch_storage_size = size;
-    }
-    memcpy (self->touch_storage + self->touch_used, key, len);
-    self->touch_lens[self->touch_count] = len;
-    self->touch_count++;
-    self->touch_used += len;
-    if (self->touch_due < 0)
-        self->touch_due = zclock_mono () + TOUCH_DELAY_MS;
-    if (self->touch_count >= TOUCH_BATCH_MAX)
-        self->touch_due = 0;
-    return 0;
 }
 
 //  Copies a value out of segment memory that a writer may be reusing at the same moment:
@@ -189,21 +127,14 @@ index_reads_serve (index_reads_t *self, kvp_job_t *job, zmq_msg_t *values)
         if (hit->size)
             s_copy_racy (zmq_msg_data (&values[i]), source, (size_t) hit->size);
     }
-    //  Only copies whose slot stayed the same hold the object's bytes.
+    //  Only copies whose slot stayed the same hold the object's bytes; confirming stamps
+    //  each read, which is its lease.
+    int64_t now = shm_index_clock_ms ();
     for (size_t i = 0; i < job->count && whole; i++)
-        whole = shm_index_still_valid (&hits[i]);
-    size_t touched = self->touch_count, used = self->touch_used;
-    int64_t now = zclock_mono ();
-    for (size_t i = 0; i < job->count && whole; i++)
-        whole =
-            s_touch_add (self, job->items[i].key, job->items[i].key_len, hits[i].hash, now) == 0;
+        whole = shm_index_confirm (&hits[i], now);
     if (!whole) {
         for (size_t i = 0; i < copied; i++)
             zmq_msg_close (&values[i]);
-        self->touch_count = touched;
-        self->touch_used = used;
-        if (self->touch_count == 0)
-            self->touch_due = -1;
     }
     else {
         for (size_t i = 0; i < job->count; i++)
@@ -229,38 +160,6 @@ index_reads_refuse_existing (index_reads_t *self, kvp_job_t *job)
             && shm_index_lookup (self->index, item->key, item->key_len, &hit))
             item->status = KVPOOL_OBJECT_ALREADY_EXISTS;
     }
-}
-
-kvp_job_t *
-index_reads_touches (index_reads_t *self)
-{
-    assert (self);
-    if (self->touch_count == 0)
-        return NULL;
-    const char **keys = (const char **) malloc (self->touch_count * sizeof *keys);
-    if (!keys) {
-        self->touch_due = zclock_mono () + TOUCH_DELAY_MS; //  they wait for the next try
-        return NULL;
-    }
-    const char *next = self->touch_storage;
-    for (size_t i = 0; i < self->touch_count; i++) {
-        keys[i] = next;
-        next += self->touch_lens[i];
-    }
-    kvp_job_t *job = kvp_job_new_owning (KVP_RM_TOUCH, self->touch_count, keys, self->touch_lens);
-    free (keys);
-    job->lease_ms = self->lease_ms;
-    self->touch_count = 0;
-    self->touch_used = 0;
-    self->touch_due = -1;
-    return job;
-}
-
-int64_t
-index_reads_touch_due (index_reads_t *self)
-{
-    assert (self);
-    return self->touch_due;
 }
 
 uint64_t
@@ -334,34 +233,37 @@ index_reads_test (bool verbose)
     char *base = (char *) segment_base (segment);
     memcpy (base + 0, "hello", 5);
     memset (base + 4096, 'L', INDEX_READ_VALUE_MAX + 1);
-    shm_index_insert (writer, "a", 1, 7, 0, 5);
-    shm_index_insert (writer, "empty", 5, 7, 0, 0);
+    int64_t a_slot = shm_index_insert (writer, "a", 1, 7, 0, 5);
+    int64_t empty_slot = shm_index_insert (writer, "empty", 5, 7, 0, 0);
     int64_t big_slot = shm_index_insert (writer, "big", 3, 7, 4096, INDEX_READ_VALUE_MAX + 1);
     shm_index_insert (writer, "elsewhere", 9, 8, 0, 5);
 
-    index_reads_t *self = index_reads_new (index_name, 10000);
+    index_reads_t *self = index_reads_new (index_name);
     zmq_msg_t values[4];
     //  Segment 7 is not mapped yet: the read takes the usual route.
     const char *a[] = {"a"};
     kvp_job_t *job = s_test_job (KVPOOL__V1__OP__GET, a, 1);
     assert (!index_reads_serve (self, job, values));
-    assert (index_reads_touch_due (self) == -1);
     kvp_segment_info_t listing = {.id = 7, .size = 1 << 20};
     snprintf (listing.name, sizeof listing.name, "%s", seg_name);
     index_reads_segments (self, &listing, 1);
 
-    //  Now a GET of published keys is answered here, value bytes and all.
+    //  Now a GET of published keys is answered here, value bytes and all, and each read
+    //  is stamped: that is its lease.
     const char *two[] = {"a", "empty"};
     kvp_job_destroy (&job);
     job = s_test_job (KVPOOL__V1__OP__GET, two, 2);
+    int64_t before = shm_index_clock_ms ();
     assert (index_reads_serve (self, job, values));
+    int64_t read_at = shm_index_last_read (writer, a_slot);
+    assert (read_at >= before && read_at <= shm_index_clock_ms ());
+    assert (shm_index_last_read (writer, empty_slot) == read_at);
     assert (job->items[0].size == 5 && job->items[1].size == 0);
     assert (zmq_msg_size (&values[0]) == 5 && memcmp (zmq_msg_data (&values[0]), "hello", 5) == 0);
     assert (zmq_msg_size (&values[1]) == 0);
     zmq_msg_close (&values[0]);
     zmq_msg_close (&values[1]);
     assert (index_reads_gets (self) == 2);
-    assert (index_reads_touch_due (self) >= 0);
     kvp_job_destroy (&job);
 
     //  One key the index can't serve sends the whole request the usual way: a miss (maybe
@@ -376,10 +278,12 @@ index_reads_test (bool verbose)
         assert (!index_reads_serve (self, job, values));
         kvp_job_destroy (&job);
     }
-    //  ... but the large one exists, which is all an EXIST or GET_SIZE needs.
+    //  ... but the large one exists, which is all an EXIST or GET_SIZE needs (a read too).
     job = s_test_job (KVPOOL__V1__OP__GET_SIZE, large, 2);
+    assert (shm_index_last_read (writer, big_slot) == 0);
     assert (index_reads_serve (self, job, NULL));
     assert (job->items[1].size == INDEX_READ_VALUE_MAX + 1);
+    assert (shm_index_last_read (writer, big_slot) >= read_at);
     kvp_job_destroy (&job);
     //  A key already refused by validation is left to the usual route, which reports it.
     job = s_test_job (KVPOOL__V1__OP__EXIST, a, 1);
@@ -400,17 +304,6 @@ index_reads_test (bool verbose)
     assert (job->items[1].status == KVPOOL_OK);
     kvp_job_destroy (&job);
 
-    //  Every key served waits for its lease renewal, in one job that owns the keys; a key
-    //  already sent within the interval ("a" the second time) is not sent again, and the
-    //  lease granted is longer by the interval to cover such reads.
-    kvp_job_t *touch = index_reads_touches (self);
-    assert (touch && touch->kind == KVP_RM_TOUCH && touch->count == 3);
-    assert (streq (touch->items[0].key, "a") && streq (touch->items[1].key, "empty"));
-    assert (streq (touch->items[2].key, "big") && touch->items[2].key_len == 3);
-    assert (touch->lease_ms == 10000 + TOUCH_INTERVAL_MAX_MS);
-    kvp_job_destroy (&touch);
-    assert (index_reads_touches (self) == NULL && index_reads_touch_due (self) == -1);
-
     //  The api's mapping outlives the node's unmount of the segment.
     segment_destroy (&segment);
     job = s_test_job (KVPOOL__V1__OP__GET, a, 1);
@@ -423,8 +316,6 @@ index_reads_test (bool verbose)
     job = s_test_job (KVPOOL__V1__OP__GET, a, 1);
     assert (!index_reads_serve (self, job, values));
     kvp_job_destroy (&job);
-    kvp_job_t *rest = index_reads_touches (self);
-    kvp_job_destroy (&rest);
 
     //  Reads racing a writer that reuses the bytes: whatever is served is one generation
     //  whole (a copy the writer cut into is thrown away, not served).
@@ -451,8 +342,6 @@ index_reads_test (bool verbose)
         else
             refused_reads++;
         kvp_job_destroy (&job);
-        kvp_job_t *touched = index_reads_touches (self);
-        kvp_job_destroy (&touched);
     }
     atomic_store (&rewriter.stop, true);
     pthread_join (thread, NULL);
@@ -463,7 +352,7 @@ index_reads_test (bool verbose)
     segment_destroy (&segment);
 
     //  No index at all: nothing is served.
-    index_reads_t *blind = index_reads_new ("/kvpool-irtest-no-such-index", 10000);
+    index_reads_t *blind = index_reads_new ("/kvpool-irtest-no-such-index");
     job = s_test_job (KVPOOL__V1__OP__EXIST, a, 1);
     assert (!index_reads_serve (blind, job, NULL));
     kvp_job_destroy (&job);

@@ -10,14 +10,11 @@
     takes the usual route: a key the index lacks (it is lossy, so a miss proves nothing), a
     large value (sent zero-copy, pinned by the replica-manager), a segment not mapped yet.
 
-    The replica-manager still learns of the reads: the keys served are collected and handed
-    over as one KVP_RM_TOUCH job, which renews their leases. The api sends that job before
-    any other job to the replica-manager, which handles jobs in order, so a remove that
-    follows a read finds its lease; otherwise it goes within TOUCH_DELAY_MS. A key is sent
-    at most once per touch interval (half the lease TTL, at most a second: a hot key or a
-    lookup's 1000 keys read again and again would otherwise cost the replica-manager as
-    much as the reads saved), and the lease it gets is longer by that interval, so every
-    read, sent or not, is covered for a whole TTL.
+    Each read still grants its object a lease, as one through the replica-manager would,
+    without a message: confirming a key's slot after the copy leaves the time of the read in
+    the slot's read stamp (shm_index_confirm), which the replica-manager looks at when it
+    decides whether the object may be removed. The stamp is written before the reply is
+    sent, so a remove that follows a read finds its lease.
 
     Threads: the api's.
 */
@@ -37,14 +34,12 @@
 //  Requests of more keys take the usual route: the hop saved is small beside their work,
 //  and the api would do the lookups that the replica-manager then does again for the leases.
 #define INDEX_READ_KEYS_MAX 256
-//  Keys read are sent for their lease renewal within this many ms.
-#define TOUCH_DELAY_MS 1
 
 typedef struct _index_reads_t index_reads_t;
 
 //  Reads the index named index_name (opened on first use, as the replica-manager creates
-//  it); reads renew leases of lease_ttl_ms. Caller owns the return value.
-index_reads_t *index_reads_new (const char *index_name, uint64_t lease_ttl_ms);
+//  it). Caller owns the return value.
+index_reads_t *index_reads_new (const char *index_name);
 
 //  Does nothing on NULL; sets *self_p to NULL.
 void index_reads_destroy (index_reads_t **self_p);
@@ -55,20 +50,14 @@ void index_reads_segments (index_reads_t *self, const kvp_segment_info_t *segmen
 //  Tries to answer job (op GET, EXIST or GET_SIZE, items built from the request) from the
 //  index. On true every item has status OK and its size, and for a GET values[i] holds item
 //  i's bytes (the caller sends or closes them; values has room for job->count messages);
-//  the keys wait for their lease renewal. On false nothing changed.
+//  every key's read is stamped. On false nothing changed (but stamps of keys whose read did
+//  hold: they were read).
 bool index_reads_serve (index_reads_t *self, kvp_job_t *job, zmq_msg_t *values);
 
 //  Marks the items of a PUT whose key the index shows OBJECT_ALREADY_EXISTS (objects are
 //  immutable), so that no space is placed and no byte copied for them. A key the index
 //  lacks may still exist: the replica-manager's insert decides then.
 void index_reads_refuse_existing (index_reads_t *self, kvp_job_t *job);
-
-//  The keys served since the last call, as a KVP_RM_TOUCH job for the replica-manager, or
-//  NULL when there are none. Caller owns the return value.
-kvp_job_t *index_reads_touches (index_reads_t *self);
-
-//  When the keys waiting must be sent (zclock_mono), or -1 when none wait.
-int64_t index_reads_touch_due (index_reads_t *self);
 
 //  Keys of the GETs answered since the start (each is a get and a hit in the stats).
 uint64_t index_reads_gets (index_reads_t *self);

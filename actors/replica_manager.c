@@ -13,17 +13,45 @@
     insert or reserve of a key that exists in any state is OBJECT_ALREADY_EXISTS: the first
     value wins (an insert that loses frees the space its bytes were written to).
 
-    Reads grant a lease (lease_until): removal without force refuses leased objects. Bytes
-    that are being sent (zero-copy GET) or copied by a same-machine client (GET_REPLICA_LIST
-    with pin) are protected by pins instead: a removed object with pins leaves the table at
-    once (the key is free to be put again) but its space is freed only when the pins are gone
-    - ZeroMQ pins end through kvp_object_unpin (atomic, any thread), client pins through
-    RELEASE by the process that took them, or its death (KVP_RM_OWNER_GONE). A client pin
-    never expires by time: a reader stopped in the middle of its copy (SIGSTOP, a GC pause)
-    must find the bytes it was promised when it resumes. Pinned-and-removed objects wait on
-    the `doomed` list, checked every tick. Client pins are kept per owner and key (`pins`), so
-    a RELEASE finds its object even after a forced remove, and another client cannot drop
-    them.
+    Leases. A read grants the object a lease: no removal without force (nor, later,
+    eviction) until --lease-ttl after the read. Reads this actor serves (GET, EXIST,
+    GET_SIZE, GET_REPLICA_LIST, TOUCH) set lease_until to the later of its value and now +
+    TTL, so a read never shortens a lease. Reads served from the read index (the api's own,
+    a same-machine client's, the lookup server's) never come here: their readers leave the
+    time in the slot's read stamp (shm/shm_index.h), and an object's lease ends at the later
+    of lease_until and its last stamp + TTL (s_lease_end). To remove a published object
+    without force, it is withdrawn from the index first and its stamp looked at again after
+    the withdrawal (s_take_unleased): a read confirmed before the withdrawal is seen, and an
+    object found leased then is published again. A withdrawal for any other reason (a
+    republication) folds the stamp into lease_until, so no read is lost.
+
+    Pins. Bytes that are being sent (zero-copy GET) or copied by a same-machine client
+    (GET_REPLICA_LIST with pin) are protected by pins instead: a removed object with pins
+    leaves the table at once (the key is free to be put again) but its space is freed only
+    when the pins are gone - ZeroMQ pins end through kvp_object_unpin (atomic, any thread),
+    client pins through RELEASE by the process that took them, or its death
+    (KVP_RM_OWNER_GONE). A client pin never expires by time: a reader stopped in the middle
+    of its copy (SIGSTOP, a GC pause) must find the bytes it was promised when it resumes.
+    Pinned-and-removed objects wait on the `doomed` list, checked every tick. Client pins are
+    kept per owner and key (`pins`), so a RELEASE finds its object even after a forced
+    remove, and another client cannot drop them.
+
+    Losing a segment (UNMOUNT_SEGMENT, the death of the client that mounted it: REMOVE_SEGMENT
+    jobs) takes only the replicas on it. An object whose last replica was there is removed
+    (forced: its memory is going away); the others keep their other replicas, and one whose
+    published replica was there is published again with another. The space of a lost replica
+    is freed at once unless the object has pins: a reader that pinned the object earlier may
+    be copying from that very replica (a zero-copy send reads the node's mapping, which the
+    allocator unmaps once the segment's space is all free). Such a replica is `departed`:
+    it waits until every pin taken before its departure is gone. To know which pins those
+    are without waiting for a moment when a hot object has none, pins are counted in two
+    epochs (pins[], client_pins[]): a departure moves new pins to the other epoch when that
+    one is empty, so the old count can only fall (s_departed_check). A pin handle (what GET
+    puts in item->object, and what the client pin table keeps) is the object's address with
+    the epoch in its low bit. Objects with departed replicas are on the `departing` list,
+    checked every tick. The segment's id is remembered as gone (the allocator never reuses
+    ids), so a put placed there before the unmount that reaches this actor after it keeps
+    only its other replicas (s_strip_gone).
 
     A client's PUT_START reservation belongs to the process that made it (job->owner_id):
     only that process commits or revokes it. It is busy until BIND (the discard timeout
@@ -32,8 +60,9 @@
     free again - but its space is not: the writer may still be copying into it (stopped,
     swapping), so the reservation waits on the `held` list until its writer sends PUT_END
     (answered INVALID_WRITE: nothing is stored) or PUT_REVOKE for it, or dies. Only then is the
-    space reused, so a late writer can never write into another object's bytes. Reads the api
-    answered from the read index arrive as TOUCH jobs, which renew leases like any read.
+    space reused, so a late writer can never write into another object's bytes. A reservation
+    that loses a segment keeps its other replicas (the space on the departing segment is freed
+    at once: the allocator places nothing there any more), or is revoked if it had no other.
 
     REMOVE_REGEX is the one job answered later: its pattern is compiled (PCRE2, bounded) and,
     when its turn comes, the keys of the committed objects it may remove are copied into a
@@ -44,7 +73,8 @@
     arrival order.
 
     Threads: one, the actor's, and the regex-matcher's, which sees only its batch. The only
-    cross-thread state is kvp_object_t.pins (atomic).
+    cross-thread state is kvp_object_t.pins (atomic); read stamps are written by readers in
+    any process (shm_index.h).
     Ordering: jobs are handled in arrival order (a regex removal acts on the objects that
     existed when its matching began).
 */
@@ -59,6 +89,13 @@
 
 typedef enum { OBJECT_PENDING = 1, OBJECT_COMPLETE = 2 } object_state_t;
 
+//  A replica taken from its object (its segment went) whose space waits for the pins of the
+//  epochs in `epochs` (bit e: epoch e) to end.
+typedef struct {
+    kvp_replica_t replica;
+    uint8_t epochs;
+} departed_t;
+
 struct _kvp_object_t {
     char *key;
     uint64_t id; //  unique for the life of the actor; guards stale job references
@@ -68,9 +105,14 @@ struct _kvp_object_t {
     bool bound; //  replicas recorded
     uint32_t replica_count;
     kvp_replica_t replicas[KVP_MAX_REPLICAS];
-    atomic_int pins;      //  zero-copy sends in flight
-    uint32_t client_pins; //  GET_REPLICA_LIST pins not yet released
+    atomic_int pins[2];      //  zero-copy sends in flight, by pin epoch
+    uint32_t client_pins[2]; //  GET_REPLICA_LIST pins not yet released, by pin epoch
+    uint8_t pin_epoch;       //  the epoch new pins count in
+    departed_t *departed;    //  replicas lost with their segment, space not yet freed
+    uint32_t departed_count;
+    void *departing_handle; //  in self->departing while departed_count > 0
     int64_t lease_until;
+    int64_t keep_until; //  replaced by an upsert under a lease: its space waits until then
     int64_t put_deadline;
     int64_t soft_pin_until;
     bool hard_pin;
@@ -83,7 +125,7 @@ struct _kvp_object_t {
 //  removed and put again between its reads. Released first in, first out.
 typedef struct {
     size_t count, capacity;
-    kvp_object_t **objects;
+    kvp_object_t **objects; //  pin handles (s_pin_handle)
 } pin_entry_t;
 
 typedef struct {
@@ -91,12 +133,15 @@ typedef struct {
     zsock_t *router;    //  jobs, all routed by the api
     zsock_t *allocator; //  frees go here
     const kvp_config_t *config;
-    zhashx_t *objects;  //  key -> kvp_object_t
-    shm_index_t *index; //  committed objects published for same-machine readers
-    zlistx_t *doomed;   //  removed objects whose space waits for pins to end
-    zlistx_t *held;     //  revoked reservations whose space waits for their writer
-    zhashx_t *pins;     //  "<owner>:<key>" -> pin_entry_t: client pins by owner
-    char *pin_key;      //  scratch for building pin keys
+    zhashx_t *objects;   //  key -> kvp_object_t
+    shm_index_t *index;  //  committed objects published for same-machine readers
+    zlistx_t *doomed;    //  removed objects whose space waits for pins to end
+    zlistx_t *held;      //  revoked reservations whose space waits for their writer
+    zlistx_t *departing; //  objects with departed replicas (see DESIGN)
+    uint8_t *gone;       //  bitmap of the ids of segments that went (REMOVE_SEGMENT)
+    size_t gone_bytes;
+    zhashx_t *pins; //  "<owner>:<key>" -> pin_entry_t: client pins by owner
+    char *pin_key;  //  scratch for building pin keys
     size_t pin_key_size;
     uint64_t next_id;
     int64_t next_sweep;
@@ -118,11 +163,30 @@ typedef struct {
 } regex_run_t;
 
 #define SWEEP_INTERVAL_MS 50
+//  A read stamp further ahead of the actor's clock than this is not taken for a read.
+#define STAMP_FUTURE_MAX_MS 10000
+
+//  A pin handle: the object's address with the pin's epoch in its low bit (objects are
+//  malloc'd, so at least 8-byte aligned).
+static kvp_object_t *
+s_pin_handle (kvp_object_t *object, unsigned epoch)
+{
+    return (kvp_object_t *) ((uintptr_t) object | epoch);
+}
+
+static kvp_object_t *
+s_pin_object (kvp_object_t *handle, unsigned *epoch)
+{
+    *epoch = (unsigned) ((uintptr_t) handle & 1);
+    return (kvp_object_t *) ((uintptr_t) handle & ~(uintptr_t) 1);
+}
 
 void
-kvp_object_unpin (kvp_object_t *object)
+kvp_object_unpin (kvp_object_t *handle)
 {
-    int before = atomic_fetch_sub_explicit (&object->pins, 1, memory_order_release);
+    unsigned epoch;
+    kvp_object_t *object = s_pin_object (handle, &epoch);
+    int before = atomic_fetch_sub_explicit (&object->pins[epoch], 1, memory_order_release);
     assert (before > 0);
 }
 
@@ -138,6 +202,7 @@ s_object_destroy (kvp_object_t **object_p)
 {
     if (*object_p) {
         free ((*object_p)->key);
+        free ((*object_p)->departed);
         free (*object_p);
         *object_p = NULL;
     }
@@ -176,21 +241,24 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
     zhashx_set_key_destructor (self->objects, NULL);
     self->doomed = zlistx_new ();
     self->held = zlistx_new ();
+    self->departing = zlistx_new ();
     self->pins = zhashx_new ();
     self->regex_runs = zlistx_new ();
     self->matcher = regex_matcher_new (config->regex_time_limit_ms);
     assert (self->regex_runs && self->matcher);
     self->next_id = 1;
     uint64_t slots = config->index_slots;
+    //  One slot per 32 KiB of the node's own pool; a node that owns no memory (all of it
+    //  comes from clients, which mount it later) sizes the index as for one segment.
     if (slots == UINT64_MAX)
-        slots = config->segments * config->segment_size / (32 * 1024);
+        slots = (config->segments ? config->segments : 1) * config->segment_size / (32 * 1024);
     if (slots) {
         char name[96];
         shm_index_make_name (name, sizeof name, config->instance);
         self->index = shm_index_create (name, slots);
         if (!self->index)
             zsys_warning ("replica-manager: no same-machine index %s: %s", name, strerror (errno));
-        else if (config->group_set && segment_share_with_group (name, config->group) != 0)
+        else if (config->group_set && shm_index_share_with_group (self->index, config->group) != 0)
             zsys_warning ("replica-manager: cannot open %s to group %u: %s", name,
                           (unsigned) config->group, strerror (errno));
     }
@@ -215,11 +283,11 @@ s_free_job_send (self_t *self, kvp_job_t **job_p)
         self->frees_out++;
 }
 
-//  Queues an object's space for freeing. Batches frees of one job into one message.
+//  Queues one range for freeing. Batches frees of one job into one message.
 static void
-s_free_replicas (kvp_job_t **free_job_p, kvp_object_t *object)
+s_free_range (kvp_job_t **free_job_p, uint64_t size, const kvp_replica_t *replicas, uint32_t count)
 {
-    if (!object->bound || object->replica_count == 0)
+    if (count == 0)
         return;
     kvp_job_t *job = *free_job_p;
     if (!job) {
@@ -227,17 +295,103 @@ s_free_replicas (kvp_job_t **free_job_p, kvp_object_t *object)
         *free_job_p = job;
     }
     kvp_item_t *item = kvp_job_append (job);
-    item->size = object->size;
-    item->replica_count = object->replica_count;
-    memcpy (item->replicas, object->replicas, sizeof object->replicas);
+    item->size = size;
+    item->replica_count = count;
+    memcpy (item->replicas, replicas, count * sizeof *replicas);
 }
 
+//  Queues an object's space for freeing: its replicas and its departed ones.
+static void
+s_free_replicas (kvp_job_t **free_job_p, kvp_object_t *object)
+{
+    if (object->bound)
+        s_free_range (free_job_p, object->size, object->replicas, object->replica_count);
+    for (uint32_t d = 0; d < object->departed_count; d++)
+        s_free_range (free_job_p, object->size, &object->departed[d].replica, 1);
+    object->departed_count = 0;
+}
+
+static int
+s_epoch_pins (kvp_object_t *object, unsigned epoch)
+{
+    return atomic_load_explicit (&object->pins[epoch], memory_order_acquire)
+           + (int) object->client_pins[epoch];
+}
+
+//  Whether a dropped object's bytes may still be read: sends in flight, client pins, or
+//  (for one an upsert replaced) a lease whose readers may hold only a replica list.
 static bool
 s_has_pins (kvp_object_t *object, int64_t now)
 {
-    (void) now;
-    return atomic_load_explicit (&object->pins, memory_order_acquire) > 0
-           || object->client_pins > 0;
+    return s_epoch_pins (object, 0) > 0 || s_epoch_pins (object, 1) > 0 || now < object->keep_until;
+}
+
+//  Takes an object off the departing list (its departed replicas are freed with it).
+static void
+s_departing_leave (self_t *self, kvp_object_t *object)
+{
+    if (object->departing_handle) {
+        zlistx_delete (self->departing, object->departing_handle);
+        object->departing_handle = NULL;
+    }
+}
+
+//  ---- segments that went (see DESIGN) --------------------------------------------------
+
+static bool
+s_segment_gone (self_t *self, uint32_t id)
+{
+    return (size_t) id / 8 < self->gone_bytes && (self->gone[id / 8] >> (id % 8) & 1);
+}
+
+static void
+s_segment_mark_gone (self_t *self, uint32_t id)
+{
+    size_t need = (size_t) id / 8 + 1;
+    if (need > self->gone_bytes) {
+        size_t bytes = self->gone_bytes ? self->gone_bytes : 64;
+        while (bytes < need)
+            bytes *= 2;
+        uint8_t *grown = (uint8_t *) realloc (self->gone, bytes);
+        assert (grown);
+        memset (grown + self->gone_bytes, 0, bytes - self->gone_bytes);
+        self->gone = grown;
+        self->gone_bytes = bytes;
+    }
+    self->gone[id / 8] |= (uint8_t) (1u << (id % 8));
+}
+
+//  Takes out of replicas[0..*count) those on a gone segment (or on segment, when not 0),
+//  keeping the order of the rest, and copies them into lost (room for KVP_MAX_REPLICAS).
+//  Returns how many went.
+static uint32_t
+s_replicas_split (self_t *self, kvp_replica_t *replicas, uint32_t *count, uint32_t segment,
+                  kvp_replica_t *lost)
+{
+    uint32_t kept = 0, went = 0;
+    for (uint32_t r = 0; r < *count; r++) {
+        bool gone = segment ? replicas[r].segment_id == segment
+                            : s_segment_gone (self, replicas[r].segment_id);
+        if (gone)
+            lost[went++] = replicas[r];
+        else
+            replicas[kept++] = replicas[r];
+    }
+    *count = kept;
+    return went;
+}
+
+//  Puts placed on a segment before it went reach this actor after its REMOVE_SEGMENT: their
+//  replicas there are freed and dropped. Returns false when that left the item none.
+static bool
+s_strip_gone (self_t *self, kvp_item_t *item, kvp_job_t **free_job_p)
+{
+    if (self->gone_bytes == 0)
+        return true;
+    kvp_replica_t lost[KVP_MAX_REPLICAS];
+    uint32_t went = s_replicas_split (self, item->replicas, &item->replica_count, 0, lost);
+    s_free_range (free_job_p, item->size, lost, went);
+    return went == 0 || item->replica_count > 0;
 }
 
 //  Takes an object out of the table and frees (or dooms) it. The object pointer is invalid
@@ -249,6 +403,7 @@ s_object_drop (self_t *self, kvp_object_t *object, kvp_job_t **free_job_p, int64
     if (self->index && object->index_slot >= 0)
         shm_index_remove (self->index, object->index_slot);
     object->index_slot = -1;
+    s_departing_leave (self, object);
     zhashx_delete (self->objects, object->key);
     if (object->state == OBJECT_PENDING)
         self->pending--;
@@ -290,6 +445,8 @@ s_self_destroy (self_t **self_p)
         s_object_destroy (&held);
     }
     zlistx_destroy (&self->held);
+    zlistx_destroy (&self->departing); //  its objects were destroyed above
+    free (self->gone);
     for (pin_entry_t *entry = (pin_entry_t *) zhashx_first (self->pins); entry;
          entry = (pin_entry_t *) zhashx_next (self->pins)) {
         free (entry->objects);
@@ -337,8 +494,18 @@ s_pin_add (self_t *self, uint64_t owner, kvp_object_t *object)
             (kvp_object_t **) realloc (entry->objects, entry->capacity * sizeof (kvp_object_t *));
         assert (entry->objects);
     }
-    entry->objects[entry->count++] = object;
-    object->client_pins++;
+    entry->objects[entry->count++] = s_pin_handle (object, object->pin_epoch);
+    object->client_pins[object->pin_epoch]++;
+}
+
+//  Drops a client pin by its handle.
+static void
+s_client_unpin (kvp_object_t *handle)
+{
+    unsigned epoch;
+    kvp_object_t *object = s_pin_object (handle, &epoch);
+    assert (object->client_pins[epoch] > 0);
+    object->client_pins[epoch]--;
 }
 
 //  Drops the oldest pin owner holds on key. Returns false when it holds none.
@@ -349,7 +516,7 @@ s_pin_release (self_t *self, uint64_t owner, const char *key)
     pin_entry_t *entry = (pin_entry_t *) zhashx_lookup (self->pins, pin_key);
     if (!entry)
         return false;
-    entry->objects[0]->client_pins--;
+    s_client_unpin (entry->objects[0]);
     memmove (entry->objects, entry->objects + 1, --entry->count * sizeof (kvp_object_t *));
     if (entry->count == 0) {
         free (entry->objects);
@@ -372,7 +539,7 @@ s_pins_drop_owner (self_t *self, uint64_t owner)
         const char *pin_key = (const char *) zhashx_cursor (self->pins);
         if (strncmp (pin_key, prefix, (size_t) prefix_len) == 0) {
             for (size_t i = 0; i < entry->count; i++)
-                entry->objects[i]->client_pins--;
+                s_client_unpin (entry->objects[i]);
             free (entry->objects);
             free (entry);
             zlistx_add_end (keys, strdup (pin_key));
@@ -462,7 +629,8 @@ s_object_new (self_t *self, kvp_job_t *job, kvp_item_t *item, int64_t now)
         object->soft_pin_until = now
                                  + (int64_t) (job->soft_pin_ttl_ms ? job->soft_pin_ttl_ms
                                                                    : self->config->soft_pin_ttl_ms);
-    atomic_init (&object->pins, 0);
+    atomic_init (&object->pins[0], 0);
+    atomic_init (&object->pins[1], 0);
     object->index_slot = -1;
     zhashx_insert (self->objects, object->key, object);
     return object;
@@ -506,6 +674,11 @@ s_bind (self_t *self, kvp_job_t *job, int64_t now)
                 item->status = KVPOOL_INVALID_WRITE;
             continue;
         }
+        if (item->status == KVPOOL_OK && !s_strip_gone (self, item, &free_job)) {
+            item->status = KVPOOL_NO_AVAILABLE_HANDLE;
+            snprintf (job->error, sizeof job->error,
+                      "the segment a value was placed in was unmounted meanwhile");
+        }
         if (item->status != KVPOOL_OK) {
             s_object_drop (self, object, &free_job, now);
             continue;
@@ -519,16 +692,91 @@ s_bind (self_t *self, kvp_job_t *job, int64_t now)
     s_free_job_send (self, &free_job);
 }
 
+//  ---- leases ------------------------------------------------------------------------
+
+//  The lease a read stamped at read_ms (shm_index_last_read; 0: none) grants. A stamp is a
+//  reader's word: one further ahead of now than STAMP_FUTURE_MAX_MS is no read at all, so a
+//  client can lease an object no longer than by reading it. (A true stamp can be ahead of
+//  now, the time a job started, by as long as the job has been running.)
+static int64_t
+s_stamp_lease (self_t *self, int64_t read_ms, int64_t now)
+{
+    if (read_ms <= 0 || read_ms > now + STAMP_FUTURE_MAX_MS)
+        return 0;
+    return read_ms + (int64_t) self->config->lease_ttl_ms;
+}
+
+//  When the object's lease ends: the later of the reads this actor served and the last
+//  read from the index.
+static int64_t
+s_lease_end (self_t *self, kvp_object_t *object, int64_t now)
+{
+    int64_t end = object->lease_until;
+    if (self->index && object->index_slot >= 0) {
+        int64_t stamped =
+            s_stamp_lease (self, shm_index_last_read (self->index, object->index_slot), now);
+        if (stamped > end)
+            end = stamped;
+    }
+    return end;
+}
+
+//  Publishes a committed object in the index (its first replica), unread.
+static void
+s_publish (self_t *self, kvp_object_t *object)
+{
+    if (self->index && object->replica_count && object->index_slot < 0)
+        object->index_slot = shm_index_insert (self->index, object->key, strlen (object->key),
+                                               object->replicas[0].segment_id,
+                                               object->replicas[0].offset, object->size);
+}
+
+//  Withdraws an object from the index, keeping the lease its index reads granted.
+static void
+s_withdraw (self_t *self, kvp_object_t *object, int64_t now)
+{
+    if (!self->index || object->index_slot < 0)
+        return;
+    int64_t stamped = s_stamp_lease (self, shm_index_remove (self->index, object->index_slot), now);
+    object->index_slot = -1;
+    if (stamped > object->lease_until)
+        object->lease_until = stamped;
+}
+
+//  Whether a removal without force may take the object now, as far as can be told without
+//  touching the index: no lease, no client pin.
+static bool
+s_looks_removable (self_t *self, kvp_object_t *object, bool force, int64_t now)
+{
+    return force
+           || (object->client_pins[0] == 0 && object->client_pins[1] == 0
+               && s_lease_end (self, object, now) <= now);
+}
+
+//  Whether a removal may take the object now; if so, it is out of the index already. The
+//  last word on a published object's lease comes after its withdrawal (shm_index.h): an
+//  object found leased then is published again.
+static bool
+s_take_unleased (self_t *self, kvp_object_t *object, bool force, int64_t now)
+{
+    if (!s_looks_removable (self, object, force, now))
+        return false;
+    if (force || object->index_slot < 0)
+        return true;
+    s_withdraw (self, object, now);
+    if (object->lease_until <= now)
+        return true;
+    s_publish (self, object);
+    return false;
+}
+
 //  Makes a pending object visible: published in the index and counted.
 static void
 s_object_complete (self_t *self, kvp_object_t *object)
 {
     object->state = OBJECT_COMPLETE;
     object->busy = false;
-    if (self->index && object->replica_count)
-        object->index_slot = shm_index_insert (self->index, object->key, strlen (object->key),
-                                               object->replicas[0].segment_id,
-                                               object->replicas[0].offset, object->size);
+    s_publish (self, object);
     self->bytes_stored += object->size * object->replica_count;
     self->puts++;
 }
@@ -589,6 +837,11 @@ s_insert (self_t *self, kvp_job_t *job, int64_t now)
         kvp_item_t *item = &job->items[i];
         if (item->status == KVPOOL_OK && zhashx_lookup (self->objects, item->key))
             item->status = KVPOOL_OBJECT_ALREADY_EXISTS;
+        if (item->status == KVPOOL_OK && !s_strip_gone (self, item, &free_job)) {
+            item->status = KVPOOL_NO_AVAILABLE_HANDLE;
+            snprintf (job->error, sizeof job->error,
+                      "the segment a value was placed in was unmounted meanwhile");
+        }
         if (item->status != KVPOOL_OK) {
             if (item->replica_count) {
                 kvp_object_t ghost = {
@@ -605,6 +858,33 @@ s_insert (self_t *self, kvp_job_t *job, int64_t now)
         s_object_complete (self, object);
     }
     s_free_job_send (self, &free_job);
+}
+
+//  A server-side UPSERT: as an insert, but an existing committed object is replaced. The old
+//  one leaves the index and the table before the new one enters, so a reader finds one or
+//  the other whole; its space waits for its readers (s_has_pins). A key being written by a
+//  client (PUT_START) is not replaced: REPLICA_IS_NOT_READY, and this value's space goes.
+static void
+s_upsert (self_t *self, kvp_job_t *job, int64_t now)
+{
+    kvp_job_t *free_job = NULL;
+    for (size_t i = 0; i < job->count; i++) {
+        kvp_item_t *item = &job->items[i];
+        kvp_object_t *old = item->status == KVPOOL_OK
+                                ? (kvp_object_t *) zhashx_lookup (self->objects, item->key)
+                                : NULL;
+        if (old && old->state != OBJECT_COMPLETE)
+            item->status = KVPOOL_REPLICA_IS_NOT_READY;
+        else if (old) {
+            //  Out of the index first: its last read stamps are in its lease then.
+            s_withdraw (self, old, now);
+            old->keep_until = old->lease_until;
+            s_object_drop (self, old, &free_job, now);
+        }
+    }
+    s_free_job_send (self, &free_job);
+    //  Every key that is OK is free now: the insert takes them.
+    s_insert (self, job, now);
 }
 
 static void
@@ -629,9 +909,8 @@ s_read (self_t *self, kvp_job_t *job, int64_t now)
 {
     if (job->kind == KVP_RM_GET || job->kind == KVP_RM_REPLICA_LIST)
         kvp_job_need_replicas (job);
+    //  Every read leases for the TTL from now; a lease already longer stays.
     int64_t lease_until = now + (int64_t) self->config->lease_ttl_ms;
-    if (job->kind == KVP_RM_TOUCH && job->lease_ms)
-        lease_until = now + (int64_t) job->lease_ms;
     for (size_t i = 0; i < job->count; i++) {
         kvp_item_t *item = &job->items[i];
         if (item->status != KVPOOL_OK)
@@ -650,31 +929,24 @@ s_read (self_t *self, kvp_job_t *job, int64_t now)
             continue;
         }
         item->size = object->size;
+        if (lease_until > object->lease_until)
+            object->lease_until = lease_until;
         switch (job->kind) {
             case KVP_RM_GET:
                 self->get_hits++;
-                object->lease_until = lease_until;
-                atomic_fetch_add_explicit (&object->pins, 1, memory_order_relaxed);
-                item->object = object;
+                atomic_fetch_add_explicit (&object->pins[object->pin_epoch], 1,
+                                           memory_order_relaxed);
+                item->object = s_pin_handle (object, object->pin_epoch);
                 s_fill_replicas (item, object, true);
                 break;
-            case KVP_RM_EXIST:
-            case KVP_RM_TOUCH: object->lease_until = lease_until; break;
             case KVP_RM_REPLICA_LIST:
-                object->lease_until = lease_until;
                 if (job->pin)
                     s_pin_add (self, job->owner_id, object);
                 s_fill_replicas (item, object, true);
                 break;
-            default: break;
+            default: break; //  EXIST, GET_SIZE, TOUCH: the lease only
         }
     }
-}
-
-static bool
-s_removable (kvp_object_t *object, bool force, int64_t now)
-{
-    return force || (object->lease_until <= now && object->client_pins == 0);
 }
 
 static void
@@ -688,7 +960,7 @@ s_remove (self_t *self, kvp_job_t *job, int64_t now)
         kvp_object_t *object = s_lookup_complete (self, item->key);
         if (!object)
             item->status = KVPOOL_OBJECT_NOT_FOUND;
-        else if (!s_removable (object, job->force, now))
+        else if (!s_take_unleased (self, object, job->force, now))
             item->status = KVPOOL_OBJECT_HAS_LEASE;
         else {
             s_object_drop (self, object, &free_job, now);
@@ -698,26 +970,18 @@ s_remove (self_t *self, kvp_job_t *job, int64_t now)
     s_free_job_send (self, &free_job);
 }
 
-//  REMOVE_ALL, RESET and REMOVE_SEGMENT: one pass over the table.
+//  REMOVE_ALL and RESET: one pass over the table.
 static void
 s_remove_many (self_t *self, kvp_job_t *job, int64_t now)
 {
-    //  A reset also revokes client reservations; a segment removal takes everything on it.
+    //  A reset also revokes client reservations.
     bool reset = job->op == KVPOOL__V1__OP__RESET;
-    bool segment = job->kind == KVP_RM_REMOVE_SEGMENT;
     zlistx_t *victims = zlistx_new ();
     for (kvp_object_t *object = (kvp_object_t *) zhashx_first (self->objects); object;
          object = (kvp_object_t *) zhashx_next (self->objects)) {
-        if (segment) {
-            bool on_segment = false;
-            for (uint32_t r = 0; r < object->replica_count; r++)
-                on_segment |= object->replicas[r].segment_id == job->segment_id;
-            if (!on_segment || object->busy)
-                continue;
-        }
-        else if (object->state != OBJECT_COMPLETE && !(reset && !object->busy))
+        if (object->state != OBJECT_COMPLETE && !(reset && !object->busy))
             continue;
-        if (object->state == OBJECT_COMPLETE && !s_removable (object, job->force || segment, now))
+        if (object->state == OBJECT_COMPLETE && !s_take_unleased (self, object, job->force, now))
             continue;
         zlistx_add_end (victims, object);
     }
@@ -730,12 +994,132 @@ s_remove_many (self_t *self, kvp_job_t *job, int64_t now)
             self->removes++;
             s_object_drop (self, object, &free_job, now);
         }
-        else if (reset)
+        else
             //  Nothing lands after a reset, and no late writer lands in reused space.
             s_reservation_revoke (self, object, &free_job, now);
-        else {
-            self->revoked++;
+    }
+    zlistx_destroy (&victims);
+    s_free_job_send (self, &free_job);
+    job->result_count = removed;
+}
+
+//  ---- losing a segment ----------------------------------------------------------------
+
+//  Moves the object's pins to the other epoch if its departed replicas wait for the current
+//  one and the other is empty: from then on, the pins they wait for can only end.
+static void
+s_pin_epoch_turn (kvp_object_t *object)
+{
+    unsigned current = object->pin_epoch, other = current ^ 1;
+    bool waiting = false;
+    for (uint32_t d = 0; d < object->departed_count; d++)
+        waiting |= (object->departed[d].epochs >> current & 1) != 0;
+    if (waiting && s_epoch_pins (object, other) == 0)
+        object->pin_epoch = (uint8_t) other;
+}
+
+//  Frees the departed replicas whose readers are gone: an epoch whose count is zero now
+//  holds no pin taken before the replica departed (pins are taken on this thread only).
+//  Returns true when none is left.
+static bool
+s_departed_check (kvp_object_t *object, kvp_job_t **free_job_p)
+{
+    uint8_t empty =
+        (uint8_t) ((s_epoch_pins (object, 0) == 0) | (s_epoch_pins (object, 1) == 0) << 1);
+    uint32_t kept = 0;
+    for (uint32_t d = 0; d < object->departed_count; d++) {
+        departed_t *departed = &object->departed[d];
+        departed->epochs &= (uint8_t) ~empty;
+        if (departed->epochs == 0)
+            s_free_range (free_job_p, object->size, &departed->replica, 1);
+        else
+            object->departed[kept++] = *departed;
+    }
+    object->departed_count = kept;
+    s_pin_epoch_turn (object);
+    return kept == 0;
+}
+
+//  The object lost the replicas in lost[0..count) with their segment: their space is freed
+//  now, or once the pins that may be reading them are gone.
+static void
+s_replicas_depart (self_t *self, kvp_object_t *object, const kvp_replica_t *lost, uint32_t count,
+                   kvp_job_t **free_job_p)
+{
+    uint8_t epochs =
+        (uint8_t) ((s_epoch_pins (object, 0) > 0) | (s_epoch_pins (object, 1) > 0) << 1);
+    if (epochs == 0 || object->state != OBJECT_COMPLETE) {
+        //  Nobody reads it (a reservation's writer writes into its own mapping of a segment
+        //  on which the allocator places nothing any more).
+        s_free_range (free_job_p, object->size, lost, count);
+        return;
+    }
+    if (!object->departed) {
+        object->departed = (departed_t *) malloc (KVP_MAX_REPLICAS * sizeof (departed_t));
+        assert (object->departed);
+    }
+    for (uint32_t r = 0; r < count; r++)
+        object->departed[object->departed_count++] = (departed_t){lost[r], epochs};
+    if (!object->departing_handle)
+        object->departing_handle = zlistx_add_end (self->departing, object);
+    s_pin_epoch_turn (object);
+}
+
+//  REMOVE_SEGMENT: the segment is going away (unmounted, or its owner died). Every object
+//  loses its replicas there; one left with none is removed (forced: the memory goes), a
+//  reservation left with none is revoked. The segment is remembered as gone for the puts
+//  placed there that reach this actor later. result_count: objects removed.
+static void
+s_remove_segment (self_t *self, kvp_job_t *job, int64_t now)
+{
+    uint32_t segment = job->segment_id;
+    if (segment == 0)
+        return;
+    s_segment_mark_gone (self, segment);
+    zlistx_t *victims = zlistx_new ();
+    kvp_job_t *free_job = NULL;
+    for (kvp_object_t *object = (kvp_object_t *) zhashx_first (self->objects); object;
+         object = (kvp_object_t *) zhashx_next (self->objects)) {
+        if (object->busy || !object->bound)
+            continue; //  still being placed: s_bind strips it
+        bool on_segment = false;
+        for (uint32_t r = 0; r < object->replica_count; r++)
+            on_segment |= object->replicas[r].segment_id == segment;
+        if (!on_segment)
+            continue;
+        if (object->replica_count == 1) {
+            zlistx_add_end (victims, object);
+            continue;
+        }
+        //  A reader of the index must not copy from the departing replica once its space
+        //  can be freed: withdrawn first (its reads' lease kept), published again with a
+        //  replica that stays.
+        bool published = object->index_slot >= 0;
+        if (published && object->replicas[0].segment_id == segment)
+            s_withdraw (self, object, now);
+        kvp_replica_t lost[KVP_MAX_REPLICAS];
+        uint32_t went =
+            s_replicas_split (self, object->replicas, &object->replica_count, segment, lost);
+        if (object->state == OBJECT_COMPLETE)
+            self->bytes_stored -= object->size * went;
+        s_replicas_depart (self, object, lost, went, &free_job);
+        if (published && object->index_slot < 0)
+            s_publish (self, object);
+    }
+    uint64_t removed = 0;
+    for (kvp_object_t *object = (kvp_object_t *) zlistx_first (victims); object;
+         object = (kvp_object_t *) zlistx_next (victims)) {
+        if (object->state == OBJECT_COMPLETE) {
+            removed++;
+            self->removes++;
             s_object_drop (self, object, &free_job, now);
+        }
+        else {
+            //  Its space is freed now (nobody else can be given it: see above); the writer
+            //  learns at PUT_END that nothing was stored.
+            s_free_range (&free_job, object->size, object->replicas, object->replica_count);
+            object->replica_count = 0;
+            s_reservation_revoke (self, object, &free_job, now);
         }
     }
     zlistx_destroy (&victims);
@@ -791,7 +1175,8 @@ s_regex_fill (self_t *self, regex_run_t *run, int64_t now)
 {
     for (kvp_object_t *object = (kvp_object_t *) zhashx_first (self->objects); object;
          object = (kvp_object_t *) zhashx_next (self->objects)) {
-        if (object->state != OBJECT_COMPLETE || !s_removable (object, run->job->force, now))
+        if (object->state != OBJECT_COMPLETE
+            || !s_looks_removable (self, object, run->job->force, now))
             continue;
         if (regex_batch_add (run->batch, object->key, strlen (object->key), object->id) == -1)
             return -1;
@@ -873,7 +1258,8 @@ s_regex_finish (self_t *self)
             kvp_object_t *object =
                 (kvp_object_t *) zhashx_lookup (self->objects, regex_batch_key (batch, i, NULL));
             if (!object || object->id != regex_batch_tag (batch, i)
-                || object->state != OBJECT_COMPLETE || !s_removable (object, job->force, now))
+                || object->state != OBJECT_COMPLETE
+                || !s_take_unleased (self, object, job->force, now))
                 continue;
             s_object_drop (self, object, &free_job, now);
             self->removes++;
@@ -921,7 +1307,18 @@ static void
 s_sweep (self_t *self, int64_t now)
 {
     kvp_job_t *free_job = NULL;
-    kvp_object_t *object = (kvp_object_t *) zlistx_first (self->doomed);
+    //  Departed replicas whose readers are gone.
+    kvp_object_t *object = (kvp_object_t *) zlistx_first (self->departing);
+    while (object) {
+        if (s_departed_check (object, &free_job)) {
+            zlistx_delete (self->departing, zlistx_cursor (self->departing));
+            object->departing_handle = NULL;
+            object = (kvp_object_t *) zlistx_first (self->departing);
+        }
+        else
+            object = (kvp_object_t *) zlistx_next (self->departing);
+    }
+    object = (kvp_object_t *) zlistx_first (self->doomed);
     while (object) {
         if (!s_has_pins (object, now)) {
             zlistx_delete (self->doomed, zlistx_cursor (self->doomed));
@@ -960,6 +1357,7 @@ s_handle_job (self_t *self, kvp_job_t *job)
         case KVP_RM_BIND: s_bind (self, job, now); break;
         case KVP_RM_COMMIT: s_commit (self, job, now); break;
         case KVP_RM_INSERT: s_insert (self, job, now); break;
+        case KVP_RM_UPSERT: s_upsert (self, job, now); break;
         case KVP_RM_REVOKE: s_revoke (self, job, now); break;
         case KVP_RM_GET:
         case KVP_RM_EXIST:
@@ -968,8 +1366,8 @@ s_handle_job (self_t *self, kvp_job_t *job)
         case KVP_RM_RELEASE:
         case KVP_RM_TOUCH: s_read (self, job, now); break;
         case KVP_RM_REMOVE: s_remove (self, job, now); break;
-        case KVP_RM_REMOVE_ALL:
-        case KVP_RM_REMOVE_SEGMENT: s_remove_many (self, job, now); break;
+        case KVP_RM_REMOVE_ALL: s_remove_many (self, job, now); break;
+        case KVP_RM_REMOVE_SEGMENT: s_remove_segment (self, job, now); break;
         case KVP_RM_OWNER_GONE: s_owner_gone (self, job, now); break;
         case KVP_RM_STATS: s_stats (self, job); break;
         default:
@@ -1071,6 +1469,187 @@ s_test_drain_frees (zsock_t *allocator)
         kvp_job_reply (allocator, &id, job);
     }
     return freed;
+}
+
+//  Inserts key, committed, with one replica of 100 bytes on each of segments[0..count).
+static void
+s_test_insert (zsock_t *rm, const char *key, const uint32_t *segments, uint32_t count)
+{
+    kvp_job_t *job = kvp_job_new (KVP_RM_INSERT, 1);
+    kvp_job_need_replicas (job);
+    job->items[0].key = key;
+    job->items[0].key_len = strlen (key);
+    job->items[0].size = 100;
+    job->items[0].replica_count = count;
+    for (uint32_t r = 0; r < count; r++) {
+        job->items[0].replicas[r].segment_id = segments[r];
+        job->items[0].replicas[r].offset = 4096 * (r + 1);
+    }
+    assert (kvp_job_send (rm, job) == 0 && kvp_job_recv (rm) == job);
+    assert (job->items[0].status == KVPOOL_OK);
+    kvp_job_destroy (&job);
+}
+
+static int
+s_test_status (zsock_t *rm, kvp_job_kind_t kind, const char *key)
+{
+    const char *keys[] = {key};
+    kvp_job_t *job = s_test_call (rm, kind, keys, 1);
+    int status = job->items[0].status;
+    if (job->items[0].object)
+        kvp_object_unpin (job->items[0].object);
+    kvp_job_destroy (&job);
+    return status;
+}
+
+//  REMOVE_SEGMENT of segment; returns the objects it removed.
+static uint64_t
+s_test_lose_segment (zsock_t *rm, uint32_t segment)
+{
+    kvp_job_t *job = kvp_job_new (KVP_RM_REMOVE_SEGMENT, 0);
+    job->segment_id = segment;
+    assert (kvp_job_send (rm, job) == 0 && kvp_job_recv (rm) == job);
+    uint64_t removed = job->result_count;
+    kvp_job_destroy (&job);
+    return removed;
+}
+
+//  Reads from the index as a same-machine client would: the read stamp is the lease.
+static void
+s_test_stamps (zsock_t *rm, zsock_t *allocator, const kvp_config_t *config)
+{
+    //  The stamps' clock is the actor's.
+    int64_t mono = zclock_mono (), stamp_clock = shm_index_clock_ms ();
+    assert (stamp_clock - mono <= 1 && mono - stamp_clock <= 2);
+    char name[96];
+    shm_index_make_name (name, sizeof name, config->instance);
+    shm_index_t *reader = shm_index_open (name);
+    assert (reader);
+    const uint32_t one[] = {1};
+    s_test_insert (rm, "stamped", one, 1);
+    //  Published, unread: no lease.
+    shm_index_hit_t hit;
+    assert (shm_index_lookup (reader, "stamped", 7, &hit) && hit.segment_id == 1);
+    //  A read from the index leases without a word to the actor...
+    assert (shm_index_confirm (&hit, shm_index_clock_ms ()));
+    int64_t read_at = shm_index_clock_ms ();
+    assert (s_test_status (rm, KVP_RM_REMOVE, "stamped") == KVPOOL_OBJECT_HAS_LEASE);
+    //  ... and the object stays published.
+    assert (shm_index_lookup (reader, "stamped", 7, &hit));
+    //  A read through the actor later than the stamp lengthens the lease; an earlier stamp
+    //  does not shorten it.
+    zclock_sleep (100);
+    assert (s_test_status (rm, KVP_RM_EXIST, "stamped") == KVPOOL_OK);
+    int64_t exist_at = zclock_mono ();
+    assert (shm_index_confirm (&hit, read_at));
+    zclock_sleep ((int) (read_at + 201 - zclock_mono ()));
+    assert (s_test_status (rm, KVP_RM_REMOVE, "stamped") == KVPOOL_OBJECT_HAS_LEASE);
+    zclock_sleep ((int) (exist_at + 201 - zclock_mono ()));
+    assert (s_test_status (rm, KVP_RM_REMOVE, "stamped") == KVPOOL_OK);
+    //  Gone from the index before its space was freed.
+    assert (!shm_index_lookup (reader, "stamped", 7, &hit));
+    zclock_sleep (20);
+    assert (s_test_drain_frees (allocator) == 1);
+
+    //  A stamp far in the future is no read (a reader's claim is bounded by the clock).
+    s_test_insert (rm, "future", one, 1);
+    assert (shm_index_lookup (reader, "future", 6, &hit));
+    assert (shm_index_confirm (&hit, shm_index_clock_ms () + 100 * STAMP_FUTURE_MAX_MS));
+    assert (s_test_status (rm, KVP_RM_REMOVE, "future") == KVPOOL_OK);
+    zclock_sleep (20);
+    assert (s_test_drain_frees (allocator) == 1);
+    shm_index_destroy (&reader);
+}
+
+//  Losing a segment takes only the replicas on it.
+static void
+s_test_segment_loss (zsock_t *rm, zsock_t *allocator)
+{
+    //  Three replicas, the first (published) on 11.
+    const uint32_t three[] = {11, 12, 13};
+    s_test_insert (rm, "r3", three, 3);
+    s_test_drain_frees (allocator);
+    assert (s_test_lose_segment (rm, 12) == 0);
+    zclock_sleep (20);
+    assert (s_test_drain_frees (allocator) == 1); //  the replica on 12, at once
+    const char *r3[] = {"r3"};
+    kvp_job_t *job = s_test_call (rm, KVP_RM_REPLICA_LIST, r3, 1);
+    assert (job->items[0].status == KVPOOL_OK && job->items[0].replica_count == 2);
+    for (uint32_t r = 0; r < 2; r++)
+        assert (job->items[0].replicas[r].segment_id != 12);
+    kvp_job_destroy (&job);
+    //  A pinned reader may be reading the replica on 11: its space waits for that pin, and
+    //  only that one (later readers pin another epoch).
+    job = s_test_call (rm, KVP_RM_GET, r3, 1);
+    kvp_object_t *first_pin = job->items[0].object;
+    kvp_job_destroy (&job);
+    assert (s_test_lose_segment (rm, 11) == 0);
+    job = s_test_call (rm, KVP_RM_GET, r3, 1);
+    assert (job->items[0].replica_count == 1 && job->items[0].replicas[0].segment_id == 13);
+    kvp_object_t *second_pin = job->items[0].object;
+    kvp_job_destroy (&job);
+    zclock_sleep (120);
+    assert (s_test_drain_frees (allocator) == 0);
+    kvp_object_unpin (first_pin);
+    zclock_sleep (120);
+    assert (s_test_drain_frees (allocator) == 1); //  while the second pin still holds
+    kvp_object_unpin (second_pin);
+    //  Its last replica gone, the object is gone.
+    assert (s_test_lose_segment (rm, 13) == 1);
+    assert (s_test_status (rm, KVP_RM_EXIST, "r3") == KVPOOL_OBJECT_NOT_FOUND);
+    zclock_sleep (20);
+    assert (s_test_drain_frees (allocator) == 1);
+
+    //  A put placed on a segment that went before its insert arrived keeps the rest.
+    const uint32_t late[] = {12, 14};
+    s_test_insert (rm, "late", late, 2);
+    zclock_sleep (20);
+    assert (s_test_drain_frees (allocator) == 1);
+    job = s_test_call (rm, KVP_RM_REPLICA_LIST, (const char *[]){"late"}, 1);
+    assert (job->items[0].replica_count == 1 && job->items[0].replicas[0].segment_id == 14);
+    kvp_job_destroy (&job);
+    job = kvp_job_new (KVP_RM_INSERT, 1);
+    kvp_job_need_replicas (job);
+    job->items[0].key = "only-gone";
+    job->items[0].key_len = 9;
+    job->items[0].replica_count = 1;
+    job->items[0].replicas[0].segment_id = 13;
+    assert (kvp_job_send (rm, job) == 0 && kvp_job_recv (rm) == job);
+    assert (job->items[0].status == KVPOOL_NO_AVAILABLE_HANDLE && strstr (job->error, "unmounted"));
+    kvp_job_destroy (&job);
+    zclock_sleep (20);
+    assert (s_test_drain_frees (allocator) == 1);
+
+    //  A reservation keeps its other replicas, or is revoked when it has none.
+    const char *pending[] = {"pend-two", "pend-one"};
+    job = s_test_call (rm, KVP_RM_RESERVE, pending, 2);
+    job->kind = KVP_RM_BIND;
+    kvp_job_need_replicas (job);
+    job->items[0].replica_count = 2;
+    job->items[0].replicas[0].segment_id = 15;
+    job->items[0].replicas[1].segment_id = 16;
+    job->items[1].replica_count = 1;
+    job->items[1].replicas[0].segment_id = 15;
+    assert (kvp_job_send (rm, job) == 0 && kvp_job_recv (rm) == job);
+    kvp_job_destroy (&job);
+    assert (s_test_lose_segment (rm, 15) == 0);
+    zclock_sleep (20);
+    assert (s_test_drain_frees (allocator) == 2);
+    job = s_test_call (rm, KVP_RM_COMMIT, pending, 2);
+    assert (job->items[0].status == KVPOOL_OK && job->items[1].status == KVPOOL_INVALID_WRITE);
+    kvp_job_destroy (&job);
+    job = s_test_call (rm, KVP_RM_REPLICA_LIST, pending, 1);
+    assert (job->items[0].replica_count == 1 && job->items[0].replicas[0].segment_id == 16);
+    kvp_job_destroy (&job);
+    const char *cleanup[] = {"late", "pend-two"};
+    job = s_test_call (rm, KVP_RM_REMOVE, cleanup, 2);
+    job->force = true;
+    job->items[0].status = job->items[1].status = KVPOOL_OK;
+    assert (kvp_job_send (rm, job) == 0 && kvp_job_recv (rm) == job);
+    assert (job->items[0].status == KVPOOL_OK && job->items[1].status == KVPOOL_OK);
+    kvp_job_destroy (&job);
+    zclock_sleep (20);
+    s_test_drain_frees (allocator);
 }
 
 void
@@ -1204,26 +1783,26 @@ replica_manager_test (bool verbose)
     assert (job->stats.objects == 1 && job->stats.pending_puts == 1);
     kvp_job_destroy (&job);
 
-    //  A touch (a read the api served from the index) renews the lease as a read would.
+    //  A touch (a client's report of a read) leases as any read does: for the TTL from
+    //  then, exactly.
     zclock_sleep (250); //  y1's lease from its commit-time reads, if any, is over
     const char *y1[] = {"y1"};
     size_t y1_len[] = {2};
     job = kvp_job_new_owning (KVP_RM_TOUCH, 1, y1, y1_len);
     assert (kvp_job_send (rm, job) == 0 && kvp_job_recv (rm) == job);
+    int64_t touched = zclock_mono ();
     assert (job->items[0].status == KVPOOL_OK);
     kvp_job_destroy (&job);
     job = s_test_call (rm, KVP_RM_REMOVE, y1, 1);
     assert (job->items[0].status == KVPOOL_OBJECT_HAS_LEASE);
     kvp_job_destroy (&job);
-    //  ... for as long as it asks: past the 200 ms TTL here.
-    job = kvp_job_new_owning (KVP_RM_TOUCH, 1, y1, y1_len);
-    job->lease_ms = 700;
-    assert (kvp_job_send (rm, job) == 0 && kvp_job_recv (rm) == job);
-    kvp_job_destroy (&job);
-    zclock_sleep (350);
+    zclock_sleep ((int) (touched + 201 - zclock_mono ()));
     job = s_test_call (rm, KVP_RM_REMOVE, y1, 1);
-    assert (job->items[0].status == KVPOOL_OBJECT_HAS_LEASE);
+    assert (job->items[0].status == KVPOOL_OK);
     kvp_job_destroy (&job);
+
+    s_test_stamps (rm, allocator, &config);
+    s_test_segment_loss (rm, allocator);
 
     //  A regex removal is matched off this thread: while a slow one (a*[bc] is quadratic on
     //  the long keys, ~25 ms each) runs, other jobs are answered. It removes only the

@@ -29,10 +29,11 @@ void replica_manager_actor (zsock_t *pipe, void *args);
 
 //  Ends a read pin that a KVP_RM_GET job took on an object: called when the bytes have been
 //  sent (from any thread, e.g. ZeroMQ's I/O thread through zmq_msg_init_data's free
-//  callback). The object's space is not freed or reused while a pin is held.
-void kvp_object_unpin (kvp_object_t *object);
+//  callback). The object's space is not freed or reused while a pin is held. pin is what the
+//  job's item->object holds: a handle for this call, not a pointer to dereference.
+void kvp_object_unpin (kvp_object_t *pin);
 
-//  Same signature as zmq_free_fn: unpins hint (a kvp_object_t *).
+//  Same signature as zmq_free_fn: unpins hint (an item->object pin).
 void kvp_object_unpin_cb (void *data, void *hint);
 
 void replica_manager_test (bool verbose);

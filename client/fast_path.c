@@ -19,9 +19,10 @@
 
     Ordering: a put's bytes are all written before its PUT_END is sent, so no reader can see
     the key before its value is complete; a get's RELEASE is sent only after its copies are
-    done. RELEASE and TOUCH ask for no reply (kvpc_send_oneway): nothing waits for them, and
-    the connection sees that they leave before its socket closes. Only the TOUCH that
-    reports the last index reads at close waits for its answer (kvpc_index_report).
+    done; an index read's read stamp (its lease) is written before the read returns.
+    RELEASE and TOUCH ask for no reply (kvpc_send_oneway): nothing waits for them, and the
+    connection sees that they leave before its socket closes. Only the TOUCH that reports the
+    last index reads at close waits for its answer (kvpc_index_report).
     Threads: the caller's, plus the connection's copy threads for large copies.
 */
 #include "client/fast_path.h"
@@ -37,7 +38,6 @@
 #include "protocol/contract.h"
 #include "shm/segment_table.h"
 #include "shm/shm_index.h"
-#include "shm/touch_table.h"
 
 struct _kvpc_fast_path_t {
     kvpc_conn_t *conn;
@@ -47,7 +47,7 @@ struct _kvpc_fast_path_t {
     shm_index_t *index;        //  the node's same-machine read index (read-only), or NULL
     bool use_index;            //  reads may be served from it (kvpool_set_index)
     uint64_t index_reads;      //  values read from the index not yet reported in a TOUCH
-    touch_table_t *touched;    //  keys whose lease we renewed lately (not every read)
+    int64_t reported_at;       //  when the last TOUCH reported them (shm_index_clock_ms)
     void *monitor;             //  PAIR receiving the socket's connect/disconnect events
     uint64_t generation;       //  the connection's socket the monitor watches
 };
@@ -233,7 +233,6 @@ kvpc_fast_path_destroy (kvpc_fast_path_t **self_p)
         return;
     kvpc_fast_path_t *self = *self_p;
     kvpc_fast_path_close (self);
-    touch_table_destroy (&self->touched);
     free (self);
     *self_p = NULL;
 }
@@ -406,7 +405,7 @@ release:
         kvpc_send_oneway (self->conn, &release);
     }
     if (fallback.count)
-        kvpc_socket_get_into (self->conn, &fallback, bufs, nbufs, results);
+        kvpc_socket_get_into (self->conn, &fallback, bufs, nbufs, NULL, results);
     kvpc_copies_fini (&copies);
     kvpc_keys_fini (&pinned);
     kvpc_keys_fini (&fallback);
@@ -417,53 +416,31 @@ release:
 
 //  ---- the same-machine read index ----------------------------------------------------
 //  Keys the node published in its index are read with no round trip at all: look up,
-//  copy, check the slot did not change during the copy (shm_index.h). Whatever is not
+//  copy, confirm the slot did not change during the copy (shm_index.h). Whatever is not
 //  there, or changed under us, takes the replica-list path. A miss is never taken as
 //  "not found": the index is lossy.
 //
-//  The node still learns of these reads: the keys read are sent to it as a TOUCH nobody
-//  waits for, which renews their read lease (as a GET over the socket would; the evictor
-//  will want to know what is hot too). A table of recently touched keys keeps a hot key from
-//  being sent more than once per KVPC_TOUCH_MS, which is why a TOUCH's lease runs that much
-//  past the TTL.
+//  A read grants its object a lease (as a GET over the socket would) without a message:
+//  confirming the slot leaves the time of the read in its read stamp, which the node looks
+//  at before it removes the object. The node's stats still count these reads: a TOUCH
+//  nobody waits for carries their number, at most once per KVP_READS_REPORT_MS.
 
-#define KVPC_TOUCH_SLOTS 16384
-#define KVPC_TOUCH_MS KVP_TOUCH_INTERVAL_MS
-
-static int64_t
-s_clock_ms (void)
-{
-    struct timespec ts;
-    clock_gettime (CLOCK_MONOTONIC, &ts);
-    return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-//  Whether the read of a key with this hash should renew its lease now. The table is made
-//  on first use; without memory for it every read renews.
-static bool
-s_touch_due (kvpc_fast_path_t *self, uint64_t hash, int64_t now)
-{
-    if (!self->touched)
-        self->touched = touch_table_new (KVPC_TOUCH_SLOTS, KVPC_TOUCH_MS);
-    return !self->touched || touch_table_due (self->touched, hash, now);
-}
-
-//  Sends a TOUCH nobody waits for: the keys due for their lease renewal, and the count of
-//  values read from the index since the last TOUCH (the node's stats count them as gets).
-//  With no key due nothing is sent: the count waits for the next TOUCH, or for
-//  kvpc_index_report.
+//  Sends a TOUCH nobody waits for with the count of values read from the index since the
+//  last one (the node's stats count them as gets), if the last was long enough ago; the
+//  count otherwise waits for the next, or for kvpc_index_report.
 static void
-s_touch_send (kvpc_fast_path_t *self, kvpc_keys_t *touch)
+s_reads_report (kvpc_fast_path_t *self, int64_t now)
 {
-    if (!kvpc_conn_socket (self->conn) || touch->count == 0)
+    if (!self->index_reads || !kvpc_conn_socket (self->conn)
+        || (self->reported_at && now - self->reported_at < KVP_READS_REPORT_MS))
         return;
     Kvpool__V1__Request request = KVPOOL__V1__REQUEST__INIT;
     request.op = KVPOOL__V1__OP__TOUCH;
-    request.n_keys = touch->count;
-    request.keys = touch->wire;
     request.reads = self->index_reads;
-    if (kvpc_send_oneway (self->conn, &request) == 0)
+    if (kvpc_send_oneway (self->conn, &request) == 0) {
         self->index_reads = 0;
+        self->reported_at = now;
+    }
 }
 
 void
@@ -489,24 +466,18 @@ kvpc_index_probe (kvpc_fast_path_t *self, const kvpc_keys_t *keys, bool as_size,
                   kvpc_keys_t *rest)
 {
     s_check_connection (self);
-    kvpc_keys_t touch;
-    kvpc_keys_init (&touch);
-    int64_t now = s_clock_ms ();
+    //  An EXIST or GET_SIZE is a read too: confirmed, it is stamped (its lease).
+    int64_t now = shm_index_clock_ms ();
     for (size_t j = 0; j < keys->count; j++) {
         size_t i = keys->index[j];
         shm_index_hit_t hit;
         if (self->index && self->use_index && !s_stale (self)
             && shm_index_lookup (self->index, keys->keys[j], strlen (keys->keys[j]), &hit)
-            && hit.size <= INT64_MAX) {
+            && hit.size <= INT64_MAX && shm_index_confirm (&hit, now))
             results[i] = as_size ? (int64_t) hit.size : 1;
-            if (s_touch_due (self, hit.hash, now))
-                kvpc_keys_add (&touch, keys->keys[j], i);
-        }
         else if (kvpc_keys_add (rest, keys->keys[j], i))
             results[i] = KVPOOL_INTERNAL_ERROR;
     }
-    s_touch_send (self, &touch);
-    kvpc_keys_fini (&touch);
 }
 
 int
@@ -546,27 +517,23 @@ kvpc_fast_get (kvpc_fast_path_t *self, const kvpc_keys_t *keys, const kvpool_buf
     //  A device copy that failed (the last error says why) fails every key copied here.
     bool failed = kvpc_copies_run (self->conn, &copies) != 0;
     //  Only copies whose slot stayed the same are the object's bytes; the rest ask the node
-    //  (their buffers are simply written again).
-    kvpc_keys_t touch;
-    kvpc_keys_init (&touch);
-    int64_t now = s_clock_ms ();
+    //  (their buffers are simply written again). Confirming stamps the read: its lease runs
+    //  from now, the end of the copy.
+    int64_t now = shm_index_clock_ms ();
     for (size_t j = 0; j < keys->count; j++) {
         if (!copied[j])
             continue;
         size_t i = keys->index[j];
         if (failed)
             results[i] = KVPOOL_INVALID_PARAMS;
-        else if (shm_index_still_valid (&hits[j])) {
+        else if (shm_index_confirm (&hits[j], now)) {
             results[i] = (int64_t) hits[j].size;
             self->index_reads++;
-            if (s_touch_due (self, hits[j].hash, now))
-                kvpc_keys_add (&touch, keys->keys[j], i);
         }
         else if (kvpc_keys_add (&rest, keys->keys[j], i))
             results[i] = KVPOOL_INTERNAL_ERROR;
     }
-    s_touch_send (self, &touch);
-    kvpc_keys_fini (&touch);
+    s_reads_report (self, now);
     if (rest.count)
         rc = s_fast_get_listed (self, &rest, bufs, nbufs, results);
     kvpc_copies_fini (&copies);
@@ -745,7 +712,7 @@ kvpc_fast_put (kvpc_fast_path_t *self, const kvpc_keys_t *keys, const kvpc_value
             kvpc_keys_add (&revoke, commit.keys[j], commit.index[j]);
     s_finish (self, KVPOOL__V1__OP__PUT_REVOKE, &revoke, NULL);
     if (fallback.count)
-        kvpc_socket_put (self->conn, &fallback, values, opts, results);
+        kvpc_socket_put (self->conn, KVPOOL__V1__OP__PUT, &fallback, values, opts, results);
     rc = msg->status;
     kvpc_keys_fini (&commit);
     kvpc_keys_fini (&revoke);

@@ -365,10 +365,13 @@ s_device_begin (kvpool_t *self)
     return device && kvpc_device_begin (device) ? device : NULL;
 }
 
-//  Every put comes here: n values, value i the concatenation of parts[i][0..nparts[i]).
+//  Every put and upsert comes here: n values, value i the concatenation of
+//  parts[i][0..nparts[i]). An upsert always goes over the socket: the node replaces the old
+//  value in one step.
 static int
-s_put (kvpool_t *self, size_t n, const char *const *keys, const kvpool_iov_t *const *parts,
-       const size_t *nparts, const kvpool_put_options_t *opts, int64_t *results)
+s_put (kvpool_t *self, Kvpool__V1__Op op, size_t n, const char *const *keys,
+       const kvpool_iov_t *const *parts, const size_t *nparts, const kvpool_put_options_t *opts,
+       int64_t *results)
 {
     kvpc_value_t small[8];
     kvpc_value_t *values = n <= 8 ? small : malloc (n * sizeof *values);
@@ -406,11 +409,11 @@ s_put (kvpool_t *self, size_t n, const char *const *keys, const kvpool_iov_t *co
         for (size_t i = 0; i < n; i++)
             results[i] = rc;
     }
-    else if (kvpc_fast_path_on (self->fast_path)
+    else if (op == KVPOOL__V1__OP__PUT && kvpc_fast_path_on (self->fast_path)
              && s_batch_bytes (&sent, values) >= KVPC_FAST_PUT_MIN)
         rc = kvpc_fast_put (self->fast_path, &sent, values, opts, results);
     else
-        rc = kvpc_socket_put (self->conn, &sent, values, opts, results);
+        rc = kvpc_socket_put (self->conn, op, &sent, values, opts, results);
     if (armed)
         kvpc_device_end (device);
     kvpc_keys_fini (&sent);
@@ -429,7 +432,7 @@ kvpool_put (kvpool_t *self, const char *key, const void *data, size_t size,
     const kvpool_iov_t *parts = &part;
     size_t nparts = 1;
     int64_t outcome;
-    s_put (self, 1, &key, &parts, &nparts, opts, &outcome);
+    s_put (self, KVPOOL__V1__OP__PUT, 1, &key, &parts, &nparts, opts, &outcome);
     return (int) outcome;
 }
 
@@ -440,7 +443,7 @@ kvpool_put_parts (kvpool_t *self, const char *key, const kvpool_iov_t *parts, si
     if (!self)
         return KVPOOL_INVALID_PARAMS;
     int64_t outcome;
-    s_put (self, 1, &key, &parts, &nparts, opts, &outcome);
+    s_put (self, KVPOOL__V1__OP__PUT, 1, &key, &parts, &nparts, opts, &outcome);
     return (int) outcome;
 }
 
@@ -463,7 +466,7 @@ kvpool_put_batch (kvpool_t *self, size_t n, const char *const *keys, const void 
             parts[i] = &iovs[i];
             nparts[i] = 1;
         }
-        rc = s_put (self, n, keys, parts, nparts, opts, results);
+        rc = s_put (self, KVPOOL__V1__OP__PUT, n, keys, parts, nparts, opts, results);
         for (size_t i = 0; i < n; i++)
             statuses[i] = (int) results[i];
     }
@@ -492,7 +495,54 @@ kvpool_put_batch_parts (kvpool_t *self, size_t n, const char *const *keys,
             statuses[i] = KVPOOL_INTERNAL_ERROR;
         return KVPOOL_INTERNAL_ERROR;
     }
-    int rc = s_put (self, n, keys, parts, nparts, opts, results);
+    int rc = s_put (self, KVPOOL__V1__OP__PUT, n, keys, parts, nparts, opts, results);
+    for (size_t i = 0; i < n; i++)
+        statuses[i] = (int) results[i];
+    free (results);
+    return rc;
+}
+
+int
+kvpool_upsert (kvpool_t *self, const char *key, const void *data, size_t size,
+               const kvpool_put_options_t *opts)
+{
+    if (!self)
+        return KVPOOL_INVALID_PARAMS;
+    kvpool_iov_t part = {data, size};
+    const kvpool_iov_t *parts = &part;
+    size_t nparts = 1;
+    int64_t outcome;
+    s_put (self, KVPOOL__V1__OP__UPSERT, 1, &key, &parts, &nparts, opts, &outcome);
+    return (int) outcome;
+}
+
+int
+kvpool_upsert_parts (kvpool_t *self, const char *key, const kvpool_iov_t *parts, size_t nparts,
+                     const kvpool_put_options_t *opts)
+{
+    if (!self)
+        return KVPOOL_INVALID_PARAMS;
+    int64_t outcome;
+    s_put (self, KVPOOL__V1__OP__UPSERT, 1, &key, &parts, &nparts, opts, &outcome);
+    return (int) outcome;
+}
+
+int
+kvpool_upsert_batch_parts (kvpool_t *self, size_t n, const char *const *keys,
+                           const kvpool_iov_t *const *parts, const size_t *nparts,
+                           const kvpool_put_options_t *opts, int *statuses)
+{
+    if (!self || (n && (!keys || !parts || !nparts || !statuses)))
+        return KVPOOL_INVALID_PARAMS;
+    if (n == 0)
+        return KVPOOL_OK;
+    int64_t *results = malloc (n * sizeof *results);
+    if (!results) {
+        for (size_t i = 0; i < n; i++)
+            statuses[i] = KVPOOL_INTERNAL_ERROR;
+        return KVPOOL_INTERNAL_ERROR;
+    }
+    int rc = s_put (self, KVPOOL__V1__OP__UPSERT, n, keys, parts, nparts, opts, results);
     for (size_t i = 0; i < n; i++)
         statuses[i] = (int) results[i];
     free (results);
@@ -502,9 +552,11 @@ kvpool_put_batch_parts (kvpool_t *self, size_t n, const char *const *keys,
 //  ---- gets ---------------------------------------------------------------------------------
 
 //  Every get into caller buffers comes here.
+//  With offsets (one a key), each key's range from there, as much as its buffers hold: over
+//  the socket, which moves only the range.
 static int
 s_get_into (kvpool_t *self, size_t n, const char *const *keys, const kvpool_buf_t *const *bufs,
-            const size_t *nbufs, int64_t *results)
+            const size_t *nbufs, const uint64_t *offsets, int64_t *results)
 {
     kvpc_keys_t sent;
     kvpc_keys_init (&sent);
@@ -532,10 +584,10 @@ s_get_into (kvpool_t *self, size_t n, const char *const *keys, const kvpool_buf_
         for (size_t i = 0; i < n; i++)
             results[i] = rc;
     }
-    else if (kvpc_fast_path_on (self->fast_path))
+    else if (!offsets && kvpc_fast_path_on (self->fast_path))
         rc = kvpc_fast_get (self->fast_path, &sent, bufs, nbufs, results);
     else
-        rc = kvpc_socket_get_into (self->conn, &sent, bufs, nbufs, results);
+        rc = kvpc_socket_get_into (self->conn, &sent, bufs, nbufs, offsets, results);
     if (armed)
         kvpc_device_end (device);
     kvpc_keys_fini (&sent);
@@ -551,7 +603,7 @@ kvpool_get_into (kvpool_t *self, const char *key, void *buffer, size_t capacity)
     const kvpool_buf_t *bufs = &buf;
     size_t nbufs = 1;
     int64_t outcome;
-    s_get_into (self, 1, &key, &bufs, &nbufs, &outcome);
+    s_get_into (self, 1, &key, &bufs, &nbufs, NULL, &outcome);
     return outcome;
 }
 
@@ -573,7 +625,7 @@ kvpool_get_batch_into (kvpool_t *self, size_t n, const char *const *keys, void *
             lists[i] = &bufs[i];
             nbufs[i] = 1;
         }
-        rc = s_get_into (self, n, keys, lists, nbufs, results);
+        rc = s_get_into (self, n, keys, lists, nbufs, NULL, results);
     }
     else
         for (size_t i = 0; i < n; i++)
@@ -592,7 +644,50 @@ kvpool_get_batch_into_parts (kvpool_t *self, size_t n, const char *const *keys,
         return KVPOOL_INVALID_PARAMS;
     if (n == 0)
         return KVPOOL_OK;
-    return s_get_into (self, n, keys, bufs, nbufs, results);
+    return s_get_into (self, n, keys, bufs, nbufs, NULL, results);
+}
+
+int64_t
+kvpool_get_range_into (kvpool_t *self, const char *key, uint64_t offset, void *buffer,
+                       size_t length)
+{
+    if (!self)
+        return KVPOOL_INVALID_PARAMS;
+    kvpool_buf_t buf = {buffer, length};
+    const kvpool_buf_t *bufs = &buf;
+    size_t nbufs = 1;
+    int64_t outcome;
+    s_get_into (self, 1, &key, &bufs, &nbufs, &offset, &outcome);
+    return outcome;
+}
+
+int
+kvpool_get_ranges_into (kvpool_t *self, size_t n, const char *const *keys, const uint64_t *offsets,
+                        void *const *buffers, const size_t *lengths, int64_t *results)
+{
+    if (!self || (n && (!keys || !offsets || !buffers || !lengths || !results)))
+        return KVPOOL_INVALID_PARAMS;
+    if (n == 0)
+        return KVPOOL_OK;
+    kvpool_buf_t *bufs = malloc (n * sizeof *bufs);
+    const kvpool_buf_t **lists = malloc (n * sizeof *lists);
+    size_t *nbufs = malloc (n * sizeof *nbufs);
+    int rc = KVPOOL_INTERNAL_ERROR;
+    if (bufs && lists && nbufs) {
+        for (size_t i = 0; i < n; i++) {
+            bufs[i] = (kvpool_buf_t){buffers[i], lengths[i]};
+            lists[i] = &bufs[i];
+            nbufs[i] = 1;
+        }
+        rc = s_get_into (self, n, keys, lists, nbufs, offsets, results);
+    }
+    else
+        for (size_t i = 0; i < n; i++)
+            results[i] = rc;
+    free (bufs);
+    free (lists);
+    free (nbufs);
+    return rc;
 }
 
 int

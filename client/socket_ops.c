@@ -87,8 +87,8 @@ kvpc_socket_count (kvpc_conn_t *conn, Kvpool__V1__Request *request)
 
 //  One PUT of keys.
 static int
-s_put_chunk (kvpc_conn_t *conn, const kvpc_keys_t *keys, const kvpc_value_t *values,
-             const kvpool_put_options_t *opts, int64_t *results)
+s_put_chunk (kvpc_conn_t *conn, Kvpool__V1__Op op, const kvpc_keys_t *keys,
+             const kvpc_value_t *values, const kvpool_put_options_t *opts, int64_t *results)
 {
     if (keys->count == 0)
         return KVPOOL_OK;
@@ -103,7 +103,7 @@ s_put_chunk (kvpc_conn_t *conn, const kvpc_keys_t *keys, const kvpc_value_t *val
     Kvpool__V1__PutOptions put;
     kvpc_put_options (opts, &put);
     Kvpool__V1__Request request = KVPOOL__V1__REQUEST__INIT;
-    request.op = KVPOOL__V1__OP__PUT;
+    request.op = op;
     request.n_keys = keys->count;
     request.keys = keys->wire;
     request.put = &put;
@@ -193,7 +193,7 @@ s_stage_chunk (kvpc_device_t *device, int slot, const kvpc_keys_t *chunk,
 }
 
 static int
-s_put_staged (kvpc_conn_t *conn, kvpc_device_t *device, const kvpc_keys_t *keys,
+s_put_staged (kvpc_conn_t *conn, kvpc_device_t *device, Kvpool__V1__Op op, const kvpc_keys_t *keys,
               const kvpc_value_t *values, const kvpool_put_options_t *opts, int64_t *results)
 {
     size_t n = 0; //  caller indexes 0 .. n - 1
@@ -225,7 +225,7 @@ s_put_staged (kvpc_conn_t *conn, kvpc_device_t *device, const kvpc_keys_t *keys,
         if (kvpc_device_frame_wait (device, now))
             ready[now] = false;
         if (ready[now]) {
-            int chunk_rc = s_put_chunk (conn, &chunk[now], staged, opts, results);
+            int chunk_rc = s_put_chunk (conn, op, &chunk[now], staged, opts, results);
             if (chunk_rc != KVPOOL_OK)
                 rc = chunk_rc;
         }
@@ -241,17 +241,17 @@ s_put_staged (kvpc_conn_t *conn, kvpc_device_t *device, const kvpc_keys_t *keys,
 }
 
 int
-kvpc_socket_put (kvpc_conn_t *conn, const kvpc_keys_t *keys, const kvpc_value_t *values,
-                 const kvpool_put_options_t *opts, int64_t *results)
+kvpc_socket_put (kvpc_conn_t *conn, Kvpool__V1__Op op, const kvpc_keys_t *keys,
+                 const kvpc_value_t *values, const kvpool_put_options_t *opts, int64_t *results)
 {
     kvpc_device_t *device = kvpc_conn_device_armed (conn);
     if (device)
-        return s_put_staged (conn, device, keys, values, opts, results);
+        return s_put_staged (conn, device, op, keys, values, opts, results);
     int rc = KVPOOL_OK;
     size_t start = 0;
     kvpc_keys_t chunk;
     while (kvpc_next_chunk (keys, &start, s_value_bytes, values, &chunk, results)) {
-        int chunk_rc = s_put_chunk (conn, &chunk, values, opts, results);
+        int chunk_rc = s_put_chunk (conn, op, &chunk, values, opts, results);
         if (chunk_rc != KVPOOL_OK)
             rc = chunk_rc;
         kvpc_keys_fini (&chunk);
@@ -261,14 +261,21 @@ kvpc_socket_put (kvpc_conn_t *conn, const kvpc_keys_t *keys, const kvpc_value_t 
 
 //  ---- gets ---------------------------------------------------------------------------------
 
-//  Sends GET for keys and receives the reply with one value frame per key.
+//  Sends GET for keys (each key's range when offsets and lengths, one a key, are given) and
+//  receives the reply with one value frame per key.
 static int
-s_get_call (kvpc_conn_t *conn, const kvpc_keys_t *keys, kvpc_reply_t *reply)
+s_get_call (kvpc_conn_t *conn, const kvpc_keys_t *keys, uint64_t *offsets, uint64_t *lengths,
+            kvpc_reply_t *reply)
 {
     Kvpool__V1__Request request = KVPOOL__V1__REQUEST__INIT;
     request.op = KVPOOL__V1__OP__GET;
     request.n_keys = keys->count;
     request.keys = keys->wire;
+    if (offsets) {
+        request.n_offsets = request.n_lengths = keys->count;
+        request.offsets = offsets;
+        request.lengths = lengths;
+    }
     int rc = kvpc_call (conn, &request, NULL, 0, keys->count, reply);
     if (rc == 0) {
         rc = kvpc_reply_check (conn, reply, keys->count, KVPC_NEED_FRAMES);
@@ -295,12 +302,27 @@ s_get_key_status (kvpc_conn_t *conn, kvpc_reply_t *reply, size_t j)
 //  One GET of keys into the caller's buffers.
 static int
 s_get_chunk (kvpc_conn_t *conn, const kvpc_keys_t *keys, const kvpool_buf_t *const *bufs,
-             const size_t *nbufs, int64_t *results)
+             const size_t *nbufs, const uint64_t *offsets, int64_t *results)
 {
     if (keys->count == 0)
         return KVPOOL_OK;
+    //  A ranged get asks for as many bytes as the key's buffers hold, from its offset.
+    uint64_t *ranges = NULL;
+    if (offsets) {
+        ranges = malloc (2 * keys->count * sizeof *ranges);
+        if (!ranges) {
+            kvpc_fill (keys, results, KVPOOL_INTERNAL_ERROR);
+            return KVPOOL_INTERNAL_ERROR;
+        }
+        for (size_t j = 0; j < keys->count; j++) {
+            size_t i = keys->index[j];
+            ranges[j] = offsets[i];
+            ranges[keys->count + j] = kvpc_bufs_capacity (bufs[i], nbufs[i]);
+        }
+    }
     kvpc_reply_t reply;
-    int rc = s_get_call (conn, keys, &reply);
+    int rc = s_get_call (conn, keys, ranges, ranges ? ranges + keys->count : NULL, &reply);
+    free (ranges);
     if (rc) {
         kvpc_fill (keys, results, rc);
         return rc;
@@ -350,14 +372,14 @@ s_buffer_bytes (const void *arg, size_t index)
 
 int
 kvpc_socket_get_into (kvpc_conn_t *conn, const kvpc_keys_t *keys, const kvpool_buf_t *const *bufs,
-                      const size_t *nbufs, int64_t *results)
+                      const size_t *nbufs, const uint64_t *offsets, int64_t *results)
 {
     int rc = KVPOOL_OK;
     size_t start = 0;
     s_bufs_t arg = {bufs, nbufs};
     kvpc_keys_t chunk;
     while (kvpc_next_chunk (keys, &start, s_buffer_bytes, &arg, &chunk, results)) {
-        int chunk_rc = s_get_chunk (conn, &chunk, bufs, nbufs, results);
+        int chunk_rc = s_get_chunk (conn, &chunk, bufs, nbufs, offsets, results);
         if (chunk_rc != KVPOOL_OK)
             rc = chunk_rc;
         kvpc_keys_fini (&chunk);
@@ -372,7 +394,7 @@ kvpc_socket_get (kvpc_conn_t *conn, const char *key, void **data_p, size_t *size
     kvpc_keys_init (&sent);
     kvpc_keys_add (&sent, key, 0); //  fits inline
     kvpc_reply_t reply;
-    int rc = s_get_call (conn, &sent, &reply);
+    int rc = s_get_call (conn, &sent, NULL, NULL, &reply);
     kvpc_keys_fini (&sent);
     if (rc)
         return rc;
@@ -397,7 +419,7 @@ kvpc_socket_get_frames (kvpc_conn_t *conn, const kvpc_keys_t *keys, zmq_msg_t *f
                         int64_t *results)
 {
     kvpc_reply_t reply;
-    int rc = s_get_call (conn, keys, &reply);
+    int rc = s_get_call (conn, keys, NULL, NULL, &reply);
     if (rc) {
         kvpc_fill (keys, results, rc);
         return rc;

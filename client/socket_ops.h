@@ -23,13 +23,17 @@ int kvpc_socket_keys (kvpc_conn_t *conn, Kvpool__V1__Op op, const kvpc_keys_t *k
 //  Returns the count or a negative status.
 int64_t kvpc_socket_count (kvpc_conn_t *conn, Kvpool__V1__Request *request);
 
-//  PUT of keys' values (values indexed by caller index), in requests of bounded size.
-int kvpc_socket_put (kvpc_conn_t *conn, const kvpc_keys_t *keys, const kvpc_value_t *values,
-                     const kvpool_put_options_t *opts, int64_t *results);
+//  PUT (or UPSERT) of keys' values (values indexed by caller index), in requests of bounded
+//  size.
+int kvpc_socket_put (kvpc_conn_t *conn, Kvpool__V1__Op op, const kvpc_keys_t *keys,
+                     const kvpc_value_t *values, const kvpool_put_options_t *opts,
+                     int64_t *results);
 //  GET of keys into the caller's buffers (bufs and nbufs indexed by caller index), in
-//  requests of bounded size; results[i] is the size written.
+//  requests of bounded size; results[i] is the size written. With offsets (by caller index;
+//  NULL: whole values) each key's range from its offset, as much as its buffers hold.
 int kvpc_socket_get_into (kvpc_conn_t *conn, const kvpc_keys_t *keys,
-                          const kvpool_buf_t *const *bufs, const size_t *nbufs, int64_t *results);
+                          const kvpool_buf_t *const *bufs, const size_t *nbufs,
+                          const uint64_t *offsets, int64_t *results);
 //  GET of one valid key into a buffer allocated with malloc (caller owns *data_p).
 int kvpc_socket_get (kvpc_conn_t *conn, const char *key, void **data_p, size_t *size_p);
 //  GET of keys, each value's frame moved as received into frames[i] (initialised by the

@@ -102,9 +102,10 @@ KVPOOL_EXPORT bool kvpool_fast_path (kvpool_t *self);
 
 //  With the fast path on, gets into caller buffers, exist and get-size first look in the
 //  node's same-machine read index (a shared-memory table of committed objects): no round
-//  trip at all. Such reads are validated against concurrent removal but take no lease;
-//  switch the index off to have every read ask the node. On by default. Returns true if
-//  reads now use the index.
+//  trip at all. Such reads are validated against concurrent removal and lease the object as
+//  a read through the node does (the time of the read is left in the index, where the node
+//  looks before it removes the object); switch the index off to have every read ask the
+//  node. On by default. Returns true if reads now use the index.
 KVPOOL_EXPORT bool kvpool_set_index (kvpool_t *self, bool enabled);
 
 //  The reason text of the last error reply from the server ("" if none).
@@ -143,6 +144,19 @@ KVPOOL_EXPORT int kvpool_put_parts (kvpool_t *self, const char *key, const kvpoo
 //  Gets a value into a buffer the library allocates with malloc. Caller owns *data_p and
 //  frees it with free(). Returns KVPOOL_OK or a negative status.
 KVPOOL_EXPORT int kvpool_get (kvpool_t *self, const char *key, void **data_p, size_t *size_p);
+//  Gets at most length bytes of a value, from byte offset, into the caller's buffer: only
+//  that range travels. Returns the bytes written (fewer than length at the value's end; 0 at
+//  offset == size), or a negative status (KVPOOL_INVALID_PARAMS past the end).
+KVPOOL_EXPORT int64_t kvpool_get_range_into (kvpool_t *self, const char *key, uint64_t offset,
+                                             void *buffer, size_t length);
+//  Replaces the key's value, or puts it if the key is new: a reader sees the whole old value
+//  or the whole new one, and the old value's space is freed once its readers are done.
+//  KVPOOL_REPLICA_IS_NOT_READY while the key is being written (put-start). Goes over the
+//  socket even on the node's machine.
+KVPOOL_EXPORT int kvpool_upsert (kvpool_t *self, const char *key, const void *data, size_t size,
+                                 const kvpool_put_options_t *opts);
+KVPOOL_EXPORT int kvpool_upsert_parts (kvpool_t *self, const char *key, const kvpool_iov_t *parts,
+                                       size_t nparts, const kvpool_put_options_t *opts);
 //  Gets a value into the caller's buffer. Returns the value's size, or a negative status
 //  (KVPOOL_BUFFER_OVERFLOW when capacity is smaller than the value; nothing is written then).
 KVPOOL_EXPORT int64_t kvpool_get_into (kvpool_t *self, const char *key, void *buffer,
@@ -177,6 +191,15 @@ KVPOOL_EXPORT int kvpool_get_batch_into (kvpool_t *self, size_t n, const char *c
 KVPOOL_EXPORT int kvpool_get_batch_into_parts (kvpool_t *self, size_t n, const char *const *keys,
                                                const kvpool_buf_t *const *bufs, const size_t *nbufs,
                                                int64_t *results);
+//  Ranges of n values: results[i] is the bytes of keys[i] from offsets[i] written into
+//  buffers[i] (at most lengths[i]), or a negative status.
+KVPOOL_EXPORT int kvpool_get_ranges_into (kvpool_t *self, size_t n, const char *const *keys,
+                                          const uint64_t *offsets, void *const *buffers,
+                                          const size_t *lengths, int64_t *results);
+//  Upserts n values, each the concatenation of nparts[i] buffers parts[i][0..].
+KVPOOL_EXPORT int kvpool_upsert_batch_parts (kvpool_t *self, size_t n, const char *const *keys,
+                                             const kvpool_iov_t *const *parts, const size_t *nparts,
+                                             const kvpool_put_options_t *opts, int *statuses);
 //  results[i]: 1, 0 or a negative status.
 KVPOOL_EXPORT int kvpool_exist_batch (kvpool_t *self, size_t n, const char *const *keys,
                                       int *results);
@@ -245,7 +268,8 @@ KVPOOL_EXPORT int kvpool_segments (kvpool_t *self, kvpool_segment_t *segments, s
 //  kvpool_last_error. The same object under a second name is KVPOOL_SEGMENT_ALREADY_EXISTS.
 KVPOOL_EXPORT int kvpool_mount_segment (kvpool_t *self, const char *shm_name, uint64_t size,
                                         uint32_t *id_p);
-//  Removes the segment's objects (forced) and unmounts it.
+//  Unmounts a segment: every object loses its replica there (forced, past leases); one left
+//  with no replica is removed, the others stay on their other segments.
 KVPOOL_EXPORT int kvpool_unmount_segment (kvpool_t *self, uint32_t id);
 
 //  Gives the pool size bytes of this process's memory, as Mooncake's embedded client does
@@ -256,9 +280,10 @@ KVPOOL_EXPORT int kvpool_unmount_segment (kvpool_t *self, uint32_t id);
 //  status (KVPOOL_NO_AVAILABLE_HANDLE when the memory can't be had).
 KVPOOL_EXPORT int kvpool_mount_memory (kvpool_t *self, uint64_t size, uint32_t *id_p,
                                        const char **name_p);
-//  Gives back memory that kvpool_mount_memory gave: the node removes the objects in it
-//  (forced) and unmounts it, then it is freed. kvpool_destroy gives back what is left.
-//  KVPOOL_SEGMENT_NOT_FOUND if id is not memory this connection gave.
+//  Gives back memory that kvpool_mount_memory gave: the node takes the replicas in it off
+//  their objects (removing those left with none, forced) and unmounts it, then it is freed.
+//  kvpool_destroy gives back what is left. KVPOOL_SEGMENT_NOT_FOUND if id is not memory this
+//  connection gave.
 KVPOOL_EXPORT int kvpool_unmount_memory (kvpool_t *self, uint32_t id);
 
 //  ---- stats -------------------------------------------------------------------------

@@ -21,16 +21,11 @@
     alone. The answer is block_size x the number of leading blocks whose keys all exist,
     capped at token_len, as 4 bytes big-endian; a store failure answers b"\x00".
 
-    Leases. A lookup through libkvpool granted every key it found a read lease, so the
-    engine could load the blocks before the evictor took them: EXIST leases what the
-    replica-manager finds, and libkvpool's same-machine fast path renewed the leases of keys
-    it answered from the index with a TOUCH nobody waited for. This actor does the same: the
-    index hits go to the api as a TOUCH job, sent before the EXIST job on the same DEALER
-    (so the api sees it first) and never waited for; its reply is destroyed whenever it
-    comes back. A key is touched at most once per KVP_TOUCH_INTERVAL_MS (protocol/contract.h),
-    so a hot prefix looked up again and again costs the replica-manager nothing, and the
-    TOUCH asks for the lease TTL plus that interval (as a client's TOUCH gets), so every
-    lookup, touched or not, is covered for a whole TTL.
+    Leases. A lookup through libkvpool grants every key it finds a read lease, so the
+    engine can load the blocks before the evictor takes them: EXIST leases what the
+    replica-manager finds, and an index hit is confirmed with the time of the lookup, which
+    leaves it in the slot's read stamp (shm/shm_index.h): the same lease, with no job at
+    all, as libkvpool's same-machine reads do.
 
     RESET is the store's RESET: the api drains every transfer in flight and then removes all
     objects past leases before it sends the job back, so when this actor answers b"\x01" no
@@ -41,12 +36,13 @@
     wait at once (the job is abandoned), and a job not back within the store timeout (60 s:
     a reset may drain long transfers) fails its request. After a timeout, requests that need
     the store fail at once for STORE_RETRY_MS, or until a late job comes back. Every job sent
-    is counted until it returns: replies that arrive late (or TOUCH replies) are destroyed
-    as they come, and at $TERM the actor waits up to EXIT_WAIT_MS for those still out, then
-    abandons them (the api may be stopping and never answer). A job that cannot even be
-    queued (the DEALER never blocks) is destroyed and its request fails.
+    is counted until it returns: replies that arrive late are destroyed as they come, and at $TERM
+   the actor waits up to EXIT_WAIT_MS for those still out, then abandons them (the api may be
+   stopping and never answer). A job that cannot even be queued (the DEALER never blocks) is
+   destroyed and its request fails.
 
-    Threads: one, the actor's. The index is mapped read-only; the replica-manager writes it.
+    Threads: one, the actor's. The index is mapped read-only (its read stamps read-write);
+    the replica-manager writes it.
 */
 #include "lookup_server/lookup_server.h"
 
@@ -55,10 +51,8 @@
 #include "lookup_server/lookup_keys.h"
 #include "lookup_server/lookup_request.h"
 #include "messages/kvp_job.h"
-#include "protocol/contract.h"
 #include "protocol/kvpool.pb-c.h"
 #include "shm/shm_index.h"
-#include "shm/touch_table.h"
 
 //  Frames beyond this cannot be any request: refuse without looking.
 #define MAX_REQUEST_FRAMES 8
@@ -77,8 +71,6 @@
 //  A missing read index (the replica-manager could not create it) is looked for again this
 //  often.
 #define INDEX_RETRY_MS 1000
-//  Keys recently touched (touch_table.h): a collision only costs an extra renewal.
-#define TOUCH_SLOTS 65536
 
 static const uint8_t s_ok[] = {1};
 static const uint8_t s_fail[] = {0};
@@ -90,13 +82,11 @@ typedef struct {
     lookup_keys_t *keys;
     uint32_t block_size, tp_size, pp_size;
     size_t max_key_len;
-    uint64_t touch_lease_ms; //  what a TOUCH of index hits asks for
     uint64_t store_timeout_ms;
     bool verbose;
     char index_name[128];
     shm_index_t *index; //  the node's read index, or NULL until it can be opened
     int64_t index_retry_at;
-    touch_table_t *touched; //  index hits renewed lately
     size_t jobs_out;        //  jobs sent and not back yet
     int64_t store_retry_at; //  jobs fail at once before this (zclock_mono)
     zlistx_t *endpoints;    //  resolved bound endpoints (char *)
@@ -122,7 +112,6 @@ s_self_destroy (self_t **self_p)
         zsock_destroy (&self->jobs);
         lookup_keys_destroy (&self->keys);
         shm_index_destroy (&self->index);
-        touch_table_destroy (&self->touched);
         zlistx_destroy (&self->endpoints);
         zstr_free (&self->error);
         free (self->key_lens);
@@ -145,7 +134,6 @@ s_self_new (zsock_t *pipe, const lookup_server_args_t *args)
     self->tp_size = lookup->tp_size ? lookup->tp_size : 1;
     self->pp_size = lookup->pp_size ? lookup->pp_size : 1;
     self->max_key_len = args->max_key_len;
-    self->touch_lease_ms = args->lease_ttl_ms ? args->lease_ttl_ms + KVP_TOUCH_INTERVAL_MS : 0;
     self->store_timeout_ms = args->store_timeout_ms ? args->store_timeout_ms : STORE_TIMEOUT_MS;
     self->verbose = args->verbose;
     self->endpoints = zlistx_new ();
@@ -153,7 +141,6 @@ s_self_new (zsock_t *pipe, const lookup_server_args_t *args)
     zlistx_set_destructor (self->endpoints, (zlistx_destructor_fn *) zstr_free);
     const char *instance = args->instance ? args->instance : "";
     shm_index_make_name (self->index_name, sizeof self->index_name, instance);
-    self->touched = touch_table_new (TOUCH_SLOTS, KVP_TOUCH_INTERVAL_MS);
 
     //  Jobs never block the actor: one the DEALER cannot queue fails its request.
     self->jobs = zsock_new (ZMQ_DEALER);
@@ -379,29 +366,19 @@ s_scratch (self_t *self, size_t count)
 static int
 s_exist (self_t *self, const char *const *keys, size_t count)
 {
-    //  The index first: what it shows published is there. Keys due for a lease renewal are
-    //  picked for one TOUCH.
+    //  The index first: what it shows published is there, and confirming the hit stamps
+    //  the read (its lease).
     shm_index_t *index = s_index (self);
-    int64_t now = zclock_mono ();
-    size_t touches = 0, misses = 0;
+    int64_t now = shm_index_clock_ms ();
+    size_t misses = 0;
     for (size_t i = 0; i < count; i++) {
         size_t len = strlen (keys[i]);
         shm_index_hit_t hit;
         self->key_lens[i] = len;
-        self->present[i] = index && shm_index_lookup (index, keys[i], len, &hit);
+        self->present[i] =
+            index && shm_index_lookup (index, keys[i], len, &hit) && shm_index_confirm (&hit, now);
         if (!self->present[i])
             misses++;
-        else if (!self->touched || touch_table_due (self->touched, hit.hash, now)) {
-            self->picked[touches] = keys[i];
-            self->picked_lens[touches++] = len;
-        }
-    }
-    if (touches) {
-        kvp_job_t *touch =
-            kvp_job_new_owning (KVP_JOB_NONE, touches, self->picked, self->picked_lens);
-        touch->op = KVPOOL__V1__OP__TOUCH;
-        touch->lease_ms = self->touch_lease_ms;
-        s_job_send (self, &touch); //  never waited for: the answer is the index's
     }
     if (misses == 0)
         return 0;
@@ -650,8 +627,7 @@ typedef struct {
     s_fake_mode_t mode;
     zlistx_t *held;                  //  jobs kept unanswered (FAKE_HOLD)
     uint64_t exist_jobs, exist_keys; //  EXIST jobs seen; keys in the last one
-    uint64_t touch_jobs, touch_keys; //  TOUCH jobs seen; keys in all of them
-    uint64_t touch_lease_ms;         //  lease the last TOUCH asked for
+    uint64_t touch_jobs, touch_keys; //  TOUCH jobs seen (none expected); keys in all of them
     uint64_t resets, stats_jobs;
 } s_fake_t;
 
@@ -678,7 +654,6 @@ s_fake_serve (s_fake_t *fake)
         else {
             fake->touch_jobs++;
             fake->touch_keys += job->count;
-            fake->touch_lease_ms = job->lease_ms;
         }
         for (size_t i = 0; i < job->count; i++) {
             assert (job->items[i].key_len == strlen (job->items[i].key));
@@ -706,8 +681,9 @@ s_fake_serve (s_fake_t *fake)
 
 //  Pipe, each command with one argument: "ADD" key (replies 0); "PUBLISH" key, an added key
 //  into the index (replies 0); "MODE" answer|unavailable|hold (replies 0); "DROP" "" destroys
-//  the held jobs (replies 0); "COUNTS" "" serves the jobs queued first, then replies
-//  exist_jobs, exist_keys, touch_jobs, touch_keys, touch_lease_ms, resets, size, held.
+//  the held jobs (replies 0); "STAMP" key, a published key: replies its last read
+//  (shm_index_last_read, "8"); "COUNTS" "" serves the jobs queued first, then replies
+//  exist_jobs, exist_keys, touch_jobs, touch_keys, resets, size, held.
 static void
 s_fake_api_actor (zsock_t *pipe, void *args)
 {
@@ -742,6 +718,11 @@ s_fake_api_actor (zsock_t *pipe, void *args)
                 zhashx_update (fake.keys, arg, (void *) (intptr_t) (slot + 2));
                 zsock_signal (pipe, 0);
             }
+            else if (streq (command, "STAMP")) {
+                intptr_t slot = (intptr_t) zhashx_lookup (fake.keys, arg);
+                assert (slot >= 2);
+                zsock_send (pipe, "8", (uint64_t) shm_index_last_read (fake.index, slot - 2));
+            }
             else if (streq (command, "MODE")) {
                 fake.mode = streq (arg, "hold")          ? FAKE_HOLD
                             : streq (arg, "unavailable") ? FAKE_UNAVAILABLE
@@ -760,9 +741,9 @@ s_fake_api_actor (zsock_t *pipe, void *args)
                 //  Jobs sent before the question are queued here already (inproc).
                 while (zsock_events (fake.router) & ZMQ_POLLIN)
                     s_fake_serve (&fake);
-                zsock_send (pipe, "88888888", fake.exist_jobs, fake.exist_keys, fake.touch_jobs,
-                            fake.touch_keys, fake.touch_lease_ms, fake.resets,
-                            (uint64_t) zhashx_size (fake.keys), (uint64_t) zlistx_size (fake.held));
+                zsock_send (pipe, "8888888", fake.exist_jobs, fake.exist_keys, fake.touch_jobs,
+                            fake.touch_keys, fake.resets, (uint64_t) zhashx_size (fake.keys),
+                            (uint64_t) zlistx_size (fake.held));
             }
             else
                 terminated = true;
@@ -796,17 +777,28 @@ s_fake_key (zactor_t *fake, const char *command, uint32_t tp, const char *hash)
 }
 
 typedef struct {
-    uint64_t exist_jobs, exist_keys, touch_jobs, touch_keys, touch_lease_ms, resets, size, held;
+    uint64_t exist_jobs, exist_keys, touch_jobs, touch_keys, resets, size, held;
 } s_counts_t;
+
+//  The last read of a key the fake published (0: none since it was published).
+static int64_t
+s_fake_stamp (zactor_t *fake, uint32_t tp, const char *hash)
+{
+    char key[256];
+    snprintf (key, sizeof key, "m@tp_rank:%u@pcp0@dcp0@pp_rank:0@%s", tp, hash);
+    zsock_send (fake, "ss", "STAMP", key);
+    uint64_t read_ms = 0;
+    zsock_recv (fake, "8", &read_ms);
+    return (int64_t) read_ms;
+}
 
 static s_counts_t
 s_fake_counts (zactor_t *fake)
 {
     s_counts_t counts;
     zsock_send (fake, "ss", "COUNTS", "");
-    zsock_recv (fake, "88888888", &counts.exist_jobs, &counts.exist_keys, &counts.touch_jobs,
-                &counts.touch_keys, &counts.touch_lease_ms, &counts.resets, &counts.size,
-                &counts.held);
+    zsock_recv (fake, "8888888", &counts.exist_jobs, &counts.exist_keys, &counts.touch_jobs,
+                &counts.touch_keys, &counts.resets, &counts.size, &counts.held);
     return counts;
 }
 
@@ -948,7 +940,6 @@ lookup_server_test (bool verbose)
                                  .admin_endpoint_count = 2,
                                  .instance = instance,
                                  .max_key_len = 4096,
-                                 .lease_ttl_ms = 10000,
                                  .verbose = verbose};
     zactor_t *server = zactor_new (lookup_server_actor, &args);
     assert (server);
@@ -1040,34 +1031,30 @@ lookup_server_test (bool verbose)
     assert (s_lookup_all_forms (dealer, 100, hashes, 4) == 32);
 
     //  Blocks 0 and 1 published in the read index: their keys are hits with no EXIST, and
-    //  their leases are renewed by one TOUCH nobody waits for, for the TTL plus the touch
-    //  interval; within the interval the same keys are not touched again.
+    //  each hit leaves the time of the lookup in its read stamp (its lease), with no job.
     for (int b = 0; b < 2; b++)
         for (uint32_t tp = 0; tp < 2; tp++)
             s_fake_key (fake, "PUBLISH", tp, hashes[b]);
     s_counts_t before = s_fake_counts (fake);
-    int64_t started = zclock_mono ();
+    int64_t started = shm_index_clock_ms ();
+    assert (s_fake_stamp (fake, 0, hashes[0]) == 0);
     assert (s_lookup_all_forms (req, 100, hashes, 4) == 32);
     counts = s_fake_counts (fake);
-    bool within_interval = zclock_mono () - started < KVP_TOUCH_INTERVAL_MS;
     assert (counts.exist_jobs == before.exist_jobs + 3 && counts.exist_keys == 4);
-    assert (counts.touch_jobs >= before.touch_jobs + 1);
-    assert (counts.touch_keys >= before.touch_keys + 4 && counts.touch_keys % 4 == 0);
-    if (within_interval)
-        assert (counts.touch_keys == before.touch_keys + 4);
-    assert (counts.touch_lease_ms == 10000 + KVP_TOUCH_INTERVAL_MS);
-    //  Every key in the index: no job waited for at all.
+    for (int b = 0; b < 2; b++)
+        for (uint32_t tp = 0; tp < 2; tp++) {
+            int64_t read_ms = s_fake_stamp (fake, tp, hashes[b]);
+            assert (read_ms >= started && read_ms <= shm_index_clock_ms ());
+        }
+    //  Every key in the index: no job at all; the stamps follow the lookups.
     before = counts;
+    zclock_sleep (5);
+    started = shm_index_clock_ms ();
     assert (s_lookup_all_forms (req, 100, hashes, 2) == 32);
     counts = s_fake_counts (fake);
     assert (counts.exist_jobs == before.exist_jobs);
-    //  After the interval a lookup renews them again.
-    zclock_sleep (KVP_TOUCH_INTERVAL_MS + 100);
-    before = counts;
-    assert (s_lookup_all_forms (req, 100, hashes, 2) == 32);
-    counts = s_fake_counts (fake);
-    assert (counts.touch_keys >= before.touch_keys + 4);
-    assert (counts.exist_jobs == before.exist_jobs);
+    assert (s_fake_stamp (fake, 1, hashes[1]) >= started);
+    assert (counts.touch_jobs == 0);
 
     //  stats: JSON with the store's counters and the server's.
     const void *stats[] = {"stats"};

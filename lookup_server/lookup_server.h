@@ -5,13 +5,13 @@
     leading tokens of a request are stored, over every tp x pp rank), reset (drain in-flight
     transfers, then remove everything, forced), ping and stats. It reaches the store of its
     own process directly: it probes the node's read index (shm/shm_index.h) and sends the
-    api actor kvp_job_t jobs (EXIST, TOUCH, RESET, STATS) over a DEALER connected to
+    api actor kvp_job_t jobs (EXIST, RESET, STATS) over a DEALER connected to
     inproc://<instance>-jobs. Wire forms: see lookup_request.h.
 
     Usage:
         lookup_server_args_t args = {.lookup = config.lookup, .admin_endpoints = endpoints,
                                      .admin_endpoint_count = 1, .instance = config.instance,
-                                     .max_key_len = 4096, .lease_ttl_ms = 10000};
+                                     .max_key_len = 4096};
         zactor_t *server = zactor_new (lookup_server_actor, &args);
 
     Pipe commands:
@@ -39,7 +39,6 @@ typedef struct {
     const char *instance;               //  the store's instance name: its job socket
                                         //  inproc://<instance>-jobs and its read index
     size_t max_key_len;                 //  longer lookup keys are refused (0: no limit)
-    uint64_t lease_ttl_ms;              //  the store's read lease, renewed on index hits
     uint64_t store_timeout_ms;          //  how long a job may take (0: 60 s)
     bool verbose;                       //  log every request
 } lookup_server_args_t;

@@ -35,18 +35,19 @@ typedef enum {
     KVP_RM_BIND,    //  items: replicas filled by the allocator -> record them (pending)
     KVP_RM_COMMIT,  //  items: make visible (PUT_END)
     KVP_RM_INSERT,  //  items placed and written by a server-side PUT -> committed objects
+    KVP_RM_UPSERT,  //  as INSERT, but an existing key's object is replaced
     KVP_RM_REVOKE,  //  items: drop pending entries and free their space
     KVP_RM_GET,     //  items: look up, pin for reading, fill size/replicas/object
     KVP_RM_EXIST,   //  items: look up, grant lease
     KVP_RM_GET_SIZE,
     KVP_RM_REPLICA_LIST,   //  items: look up, lease (+ client pin when job->pin)
     KVP_RM_RELEASE,        //  items: drop client pins
-    KVP_RM_TOUCH,          //  items: renew the read lease of reads the api served itself,
-                           //  for job->lease_ms when set
+    KVP_RM_TOUCH,          //  items: lease them, as a read does (a client's TOUCH)
     KVP_RM_REMOVE,         //  items; job->force
     KVP_RM_REMOVE_REGEX,   //  job->pattern, job->force -> job->count
     KVP_RM_REMOVE_ALL,     //  job->force -> job->count
-    KVP_RM_REMOVE_SEGMENT, //  job->segment_id: drop every object with a replica there
+    KVP_RM_REMOVE_SEGMENT, //  job->segment_id: drop every replica there (and the objects
+                           //  left with none)
     KVP_RM_OWNER_GONE,     //  job->owner_id died: its pins, reservations and revoked
                            //  reservations end
     KVP_RM_STATS,          //  fills job->stats (object side)
@@ -82,7 +83,10 @@ typedef struct {
     uint64_t size;        //  value size
     int status;           //  KVPOOL_OK or a negative kvpool_status_t
     const void *src;      //  KVP_TX_WRITE: the value's bytes (a received frame)
-    kvp_object_t *object; //  KVP_RM_GET: pinned object (unpin when the send completes)
+    kvp_object_t *object; //  KVP_RM_GET: the pin on the object (a handle: only for
+                          //  kvp_object_unpin, when the send completes)
+    uint64_t offset;      //  a ranged GET (job->ranged): the first byte wanted ...
+    uint64_t length;      //  ... and at most this many bytes from there
     uint64_t object_id;   //  the pending object KVP_RM_RESERVE made for the key (PUT_START;
                           //  0: none), which KVP_RM_BIND then finds
     uint32_t replica_count;
@@ -124,7 +128,7 @@ typedef struct {
     bool hard_pin;
     bool force;
     bool pin;
-    uint64_t lease_ms; //  KVP_RM_TOUCH: lease to grant (0: the configured lease TTL)
+    bool ranged; //  GET: each item wants only its offset / length range
     const char *pattern;
     //  segments
     uint32_t segment_id;

@@ -22,10 +22,10 @@ static const kvp_op_t s_ops[] = {
     //  Place, write, then insert the objects committed in one step: nobody sees a key before
     //  its bytes are in. (A put of an existing key is refused by the insert, its space freed.)
     {OP (PUT),
-     OP_KEYS | OP_VALUES | OP_WRITE,
+     OP_KEYS | OP_VALUES | OP_WRITE | OP_NEW,
      0,
      {STAGE_IF (AL_ALLOC, ANY_OK), STAGE_IF (TX_WRITE, ANY_OK), STAGE (RM_INSERT)}},
-    {OP (GET), OP_KEYS | OP_INDEX, REPLY_SIZES | REPLY_VALUES, {STAGE (RM_GET)}},
+    {OP (GET), OP_KEYS | OP_INDEX | OP_RANGES, REPLY_SIZES | REPLY_VALUES, {STAGE (RM_GET)}},
     {OP (EXIST), OP_KEYS | OP_INDEX, 0, {STAGE (RM_EXIST)}},
     {OP (REMOVE), OP_KEYS, 0, {STAGE (RM_REMOVE)}},
     {OP (REMOVE_BY_REGEX), 0, REPLY_COUNT, {STAGE (RM_REMOVE_REGEX)}},
@@ -56,6 +56,11 @@ static const kvp_op_t s_ops[] = {
     //  Lease renewals of reads a client served from the read index itself; a TOUCH may carry
     //  only its count of reads, and then needs no stage.
     {OP (TOUCH), 0, 0, {STAGE_IF (RM_TOUCH, ANY_ITEM)}},
+    //  As PUT, but the insert replaces an existing key's object.
+    {OP (UPSERT),
+     OP_KEYS | OP_VALUES | OP_WRITE,
+     0,
+     {STAGE_IF (AL_ALLOC, ANY_OK), STAGE_IF (TX_WRITE, ANY_OK), STAGE (RM_UPSERT)}},
 };
 
 #define OPS_COUNT (sizeof s_ops / sizeof s_ops[0])

@@ -28,6 +28,8 @@ typedef enum {
                          //  ipc endpoint only, tied to the asking process (docs/security.md)
     OP_ANYONE = 1 << 7,  //  open to ipc clients of other users too (PING)
     OP_INDEX = 1 << 8,   //  may be answered from the read index (actors/index_reads.h)
+    OP_NEW = 1 << 9,     //  creates keys: one the read index shows is refused at once
+    OP_RANGES = 1 << 10, //  may carry offsets / lengths (a byte range of each value)
 } kvp_op_flag_t;
 
 //  Which fields of the Reply it fills (every reply has status, error and one status a key).
@@ -70,7 +72,7 @@ typedef struct {
     (-1)                           //  job->owner_id and job->owner (its name) died: its pins
                                    //  and reservations end, and job->segments lists what it
                                    //  mounted (each then goes by a KVP_OP_ORPHAN_UNMOUNT)
-#define KVP_OP_ORPHAN_UNMOUNT (-2) //  job->segment_id: remove its objects, unmount, unlink
+#define KVP_OP_ORPHAN_UNMOUNT (-2) //  job->segment_id: drop its replicas, unmount, unlink
 #define KVP_OP_MAP_SEGMENTS (-3)   //  job->segments: every segment, for the api's index reads
 
 //  The row of op (a kvpool.v1.Op or a KVP_OP_*), or NULL for an operation this node does not

@@ -50,6 +50,16 @@ request_check (const Kvpool__V1__Request *request, size_t value_frames, uint64_t
                   (unsigned long long) value_bytes, (unsigned long long) limits->max_request_bytes);
         return KVPOOL_VALUE_TOO_LARGE;
     }
+    if ((request->n_offsets || request->n_lengths) && !(row->flags & OP_RANGES)) {
+        snprintf (reason, size, "offsets and lengths are only for GET");
+        return KVPOOL_INVALID_PARAMS;
+    }
+    if ((request->n_offsets || request->n_lengths)
+        && (request->n_offsets != n || request->n_lengths != n)) {
+        snprintf (reason, size, "%zu keys but %zu offsets and %zu lengths", n, request->n_offsets,
+                  request->n_lengths);
+        return KVPOOL_INVALID_PARAMS;
+    }
     if ((row->flags & OP_SIZES) && request->n_sizes != n) {
         snprintf (reason, size, "%zu keys but %zu sizes", n, request->n_sizes);
         return KVPOOL_INVALID_PARAMS;
@@ -128,6 +138,20 @@ request_check_test (bool verbose)
     request.n_keys = 1;
     assert (request_check (&request, 0, 0, &limits, reason, sizeof reason)
             == KVPOOL_INVALID_PARAMS);
+    //  A range a key, on GET only.
+    uint64_t offsets[1] = {4}, lengths[1] = {8};
+    request.op = KVPOOL__V1__OP__GET;
+    request.n_offsets = 1;
+    request.offsets = offsets;
+    assert (request_check (&request, 0, 0, &limits, reason, sizeof reason)
+            == KVPOOL_INVALID_PARAMS);
+    request.n_lengths = 1;
+    request.lengths = lengths;
+    assert (request_check (&request, 0, 0, &limits, reason, sizeof reason) == KVPOOL_OK);
+    request.op = KVPOOL__V1__OP__EXIST;
+    assert (request_check (&request, 0, 0, &limits, reason, sizeof reason)
+            == KVPOOL_INVALID_PARAMS);
+    request.n_offsets = request.n_lengths = 0;
     request.op = KVPOOL__V1__OP__MOUNT_SEGMENT;
     request.n_keys = 0;
     assert (request_check (&request, 0, 0, &limits, reason, sizeof reason)

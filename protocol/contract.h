@@ -1,6 +1,7 @@
 /*  contract.h - what the client library and the node agree on beyond the wire format
-    (protocol/kvpool.proto): the lease renewal timing of same-machine reads, the host's
-    identity, the owner names of same-machine processes, the replica limit.
+    (protocol/kvpool.proto): how often same-machine readers report their reads, the host's
+    identity, the owner names of same-machine processes, the replica limit. (Their leases
+    are in the read index itself: shm/shm_index.h.)
 
     Both sides include this; it includes nothing of either.
 */
@@ -19,10 +20,9 @@
 #define KVP_DEFAULT_IPC_ENDPOINT "ipc://@kvpool-50051"
 #define KVP_DEFAULT_ADMIN_ENDPOINT "tcp://127.0.0.1:50052"
 
-//  A reader renews the lease of a key it read from the read index itself at most this often
-//  (libkvpool's TOUCH, the api's own index reads); so the renewal grants the lease TTL plus
-//  this much, and a read between two renewals stays covered (kvpool.proto, Op TOUCH).
-#define KVP_TOUCH_INTERVAL_MS 1000
+//  A same-machine client reports how many values it read from the read index itself (a
+//  TOUCH's `reads`, counted in the node's stats) at most this often, and at close.
+#define KVP_READS_REPORT_MS 1000
 
 //  Replicas one key can have (KVPOOL_MAX_REPLICAS in include/kvpool.h is the same number).
 #define KVP_MAX_REPLICAS 8

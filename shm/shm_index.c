@@ -13,10 +13,16 @@
     reader used it. Because the node withdraws an object here before its space can be freed
     and reused, a copy that overlapped a reuse always sees seq move.
 
-    The creator keeps the object's descriptor open with flock(LOCK_SH) on it (segment_hold),
+    Read stamps (shm_index.h says what they are for and why no read is missed) live in an
+    object of their own, beside the slots by slot number: readers map it read-write, the
+    index read-only. Eight stamps share a cache line; a reader writes a stamp at most once a
+    millisecond, so neighbouring hot keys cost little.
+
+    The creator keeps each object's descriptor open with flock(LOCK_SH) on it (segment_hold),
     so another daemon's start-up cleaner, in any pid namespace, knows it is alive.
 
-    Threads: one writer thread; readers anywhere (other processes map the index read-only).
+    Threads: one writer thread; readers anywhere (other processes map the index read-only
+    and the stamps read-write).
 */
 #include "shm/shm_index.h"
 
@@ -33,17 +39,28 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
-#define MAGIC 0x3158444950564B00ULL //  "\0KVPIDX1"
+//  "\0KVPIDX2": version 2 has read stamps. A reader of version 1 would read without
+//  stamping, so it must not find this index usable (nor the reverse).
+#define MAGIC 0x3258444950564B00ULL
 #define HEADER_SIZE 4096
 #define SLOT_SIZE 256
 #define PROBE_MAX 8
+#define NAME_MAX_LEN 64
+
+//  A read stamp: the publication's tag above STAMP_TIME_BITS of milliseconds (2^40 ms is 34
+//  years of uptime).
+#define STAMP_TIME_BITS 40
+#define STAMP_TIME_MASK ((1ULL << STAMP_TIME_BITS) - 1)
+#define STAMP_TAG_MASK ((1ULL << (64 - STAMP_TIME_BITS)) - 1)
 
 typedef struct {
     uint64_t magic;
     uint64_t slot_count;
     uint64_t slot_size;
+    char reads_name[NAME_MAX_LEN]; //  the read stamps' object
 } header_t;
 
 typedef struct {
@@ -59,15 +76,34 @@ typedef struct {
 _Static_assert(sizeof (slot_t) == SLOT_SIZE, "slot layout");
 
 struct _shm_index_t {
-    char name[64];
+    char name[NAME_MAX_LEN];
+    char reads_name[NAME_MAX_LEN];
     bool owner;
-    int lock_fd; //  the creator's descriptor, holding flock(LOCK_SH) (see segment_hold)
+    int lock_fd; //  the creator's descriptors, holding flock(LOCK_SH) (see segment_hold)
+    int reads_lock_fd;
     void *base;
     size_t length;
     slot_t *slots;
+    _Atomic uint64_t *stamps; //  one per slot, mapped read-write
+    size_t stamps_length;
     uint64_t mask;
     size_t count;
 };
+
+//  The tag of a publication whose (even) sequence number is seq.
+static inline uint64_t
+s_tag (uint64_t seq)
+{
+    return (seq >> 1) & STAMP_TAG_MASK;
+}
+
+//  Whether tag a is of a later publication than tag b (within half the tag space).
+static inline bool
+s_tag_later (uint64_t a, uint64_t b)
+{
+    uint64_t ahead = (a - b) & STAMP_TAG_MASK;
+    return ahead != 0 && ahead < (STAMP_TAG_MASK >> 1);
+}
 
 uint64_t
 shm_index_hash (const char *key, size_t len)
@@ -89,11 +125,42 @@ shm_index_hash (const char *key, size_t len)
     return hash ? hash : 1;
 }
 
+int64_t
+shm_index_clock_ms (void)
+{
+    struct timespec ts;
+    clock_gettime (CLOCK_MONOTONIC, &ts);
+    return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 void
 shm_index_make_name (char *buf, size_t size, const char *instance)
 {
     snprintf (buf, size, "/kvpool-%d-%s-%s-index", (int) getpid (), segment_process_tag (),
               instance);
+}
+
+//  Makes a new held shared-memory object of length bytes and maps it read-write. Returns the
+//  mapping (MAP_FAILED on failure, nothing left behind) and the held descriptor in *fd_p.
+static void *
+s_create_mapped (const char *name, size_t length, int *fd_p)
+{
+    //  Held for the index's life, so a cleaner in another pid namespace leaves it alone.
+    int fd = segment_create_held (name);
+    if (fd == -1)
+        return MAP_FAILED;
+    void *base = MAP_FAILED;
+    if (ftruncate (fd, (off_t) length) == 0)
+        base = mmap (NULL, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (base == MAP_FAILED) {
+        int error = errno;
+        close (fd);
+        shm_unlink (name);
+        errno = error;
+        return MAP_FAILED;
+    }
+    *fd_p = fd;
+    return base;
 }
 
 shm_index_t *
@@ -102,34 +169,53 @@ shm_index_create (const char *name, size_t slots)
     size_t count = 64;
     while (count < slots && count < (1ULL << 30))
         count <<= 1;
-    size_t length = HEADER_SIZE + count * SLOT_SIZE;
-    //  Held for the index's life, so a cleaner in another pid namespace leaves it alone.
-    int fd = segment_create_held (name);
-    if (fd == -1)
-        return NULL;
-    if (ftruncate (fd, (off_t) length) == -1) {
-        close (fd);
-        shm_unlink (name);
+    //  The stamps' name: the index's with "-reads" for "-index" (the same length, so it fits
+    //  wherever the index's name does).
+    char reads_name[NAME_MAX_LEN];
+    size_t name_len = strlen (name);
+    if (name_len >= sizeof reads_name) {
+        errno = ENAMETOOLONG;
         return NULL;
     }
-    void *base = mmap (NULL, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (base == MAP_FAILED) {
+    if (name_len > 6 && strcmp (name + name_len - 6, "-index") == 0)
+        snprintf (reads_name, sizeof reads_name, "%.*s-reads", (int) (name_len - 6), name);
+    else if (snprintf (reads_name, sizeof reads_name, "%s-reads", name)
+             >= (int) sizeof reads_name) {
+        errno = ENAMETOOLONG;
+        return NULL;
+    }
+    size_t length = HEADER_SIZE + count * SLOT_SIZE;
+    size_t stamps_length = count * sizeof (uint64_t);
+    int fd = -1, reads_fd = -1;
+    void *base = s_create_mapped (name, length, &fd);
+    if (base == MAP_FAILED)
+        return NULL;
+    void *stamps = s_create_mapped (reads_name, stamps_length, &reads_fd);
+    if (stamps == MAP_FAILED) {
+        int error = errno;
+        munmap (base, length);
         close (fd);
         shm_unlink (name);
+        errno = error;
         return NULL;
     }
     shm_index_t *self = (shm_index_t *) calloc (1, sizeof (shm_index_t));
     assert (self);
     snprintf (self->name, sizeof self->name, "%s", name);
+    snprintf (self->reads_name, sizeof self->reads_name, "%s", reads_name);
     self->owner = true;
     self->lock_fd = fd;
+    self->reads_lock_fd = reads_fd;
     self->base = base;
     self->length = length;
     self->slots = (slot_t *) ((char *) base + HEADER_SIZE);
+    self->stamps = (_Atomic uint64_t *) stamps;
+    self->stamps_length = stamps_length;
     self->mask = count - 1;
     header_t *header = (header_t *) base;
     header->slot_count = count;
     header->slot_size = SLOT_SIZE;
+    snprintf (header->reads_name, sizeof header->reads_name, "%s", reads_name);
     atomic_thread_fence (memory_order_release);
     header->magic = MAGIC;
     return self;
@@ -153,19 +239,45 @@ shm_index_open (const char *name)
         return NULL;
     header_t *header = (header_t *) base;
     uint64_t count = header->slot_count;
+    char reads_name[NAME_MAX_LEN];
+    memcpy (reads_name, header->reads_name, sizeof reads_name);
     if (header->magic != MAGIC || header->slot_size != SLOT_SIZE || count == 0
-        || (count & (count - 1)) || HEADER_SIZE + count * SLOT_SIZE > length) {
+        || (count & (count - 1)) || HEADER_SIZE + count * SLOT_SIZE > length
+        || memchr (reads_name, 0, sizeof reads_name) == NULL) {
         munmap (base, length);
         errno = EINVAL;
+        return NULL;
+    }
+    //  The stamps, read-write: without them this process must not read from the index.
+    size_t stamps_length = count * sizeof (uint64_t);
+    void *stamps = MAP_FAILED;
+    fd = shm_open (reads_name, O_RDWR, 0);
+    if (fd != -1) {
+        if (fstat (fd, &st) == 0 && (size_t) st.st_size >= stamps_length)
+            stamps = mmap (NULL, stamps_length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        else
+            errno = EINVAL;
+        int error = errno;
+        close (fd);
+        errno = error;
+    }
+    if (stamps == MAP_FAILED) {
+        int error = errno;
+        munmap (base, length);
+        errno = error;
         return NULL;
     }
     shm_index_t *self = (shm_index_t *) calloc (1, sizeof (shm_index_t));
     assert (self);
     snprintf (self->name, sizeof self->name, "%s", name);
+    snprintf (self->reads_name, sizeof self->reads_name, "%s", reads_name);
     self->lock_fd = -1;
+    self->reads_lock_fd = -1;
     self->base = base;
     self->length = length;
     self->slots = (slot_t *) ((char *) base + HEADER_SIZE);
+    self->stamps = (_Atomic uint64_t *) stamps;
+    self->stamps_length = stamps_length;
     self->mask = count - 1;
     return self;
 }
@@ -177,10 +289,15 @@ shm_index_destroy (shm_index_t **self_p)
         return;
     shm_index_t *self = *self_p;
     munmap (self->base, self->length);
-    if (self->owner)
+    munmap ((void *) self->stamps, self->stamps_length);
+    if (self->owner) {
         shm_unlink (self->name);
+        shm_unlink (self->reads_name);
+    }
     if (self->lock_fd >= 0)
         close (self->lock_fd);
+    if (self->reads_lock_fd >= 0)
+        close (self->reads_lock_fd);
     free (self);
     *self_p = NULL;
 }
@@ -189,6 +306,20 @@ const char *
 shm_index_name (shm_index_t *self)
 {
     return self->name;
+}
+
+const char *
+shm_index_reads_name (shm_index_t *self)
+{
+    return self->reads_name;
+}
+
+int
+shm_index_share_with_group (shm_index_t *self, gid_t gid)
+{
+    if (segment_share_with_group (self->name, gid) != 0)
+        return -1;
+    return segment_share_with_group (self->reads_name, gid);
 }
 
 size_t
@@ -219,6 +350,9 @@ shm_index_insert (shm_index_t *self, const char *key, size_t key_len, uint32_t s
         uint64_t seq = atomic_load_explicit (&slot->seq, memory_order_relaxed);
         atomic_store_explicit (&slot->seq, seq + 1, memory_order_relaxed);
         atomic_thread_fence (memory_order_release);
+        //  Unread: a stamp of the slot's last object does not carry over (its tag differs
+        //  anyway; zero says so plainly).
+        atomic_store_explicit (&self->stamps[index], 0, memory_order_relaxed);
         slot->segment_id = segment_id;
         slot->key_len = (uint32_t) key_len;
         slot->offset = offset;
@@ -232,15 +366,37 @@ shm_index_insert (shm_index_t *self, const char *key, size_t key_len, uint32_t s
     return -1;
 }
 
-void
+//  The time in a stamp if it belongs to the publication with sequence number seq, else 0.
+static int64_t
+s_stamp_time (uint64_t stamp, uint64_t seq)
+{
+    if (stamp >> STAMP_TIME_BITS != s_tag (seq))
+        return 0;
+    return (int64_t) (stamp & STAMP_TIME_MASK);
+}
+
+int64_t
+shm_index_last_read (shm_index_t *self, int64_t index)
+{
+    assert (self->owner);
+    if (index < 0 || (uint64_t) index > self->mask)
+        return 0;
+    slot_t *slot = &self->slots[index];
+    if (atomic_load_explicit (&slot->hash, memory_order_relaxed) == 0)
+        return 0;
+    uint64_t seq = atomic_load_explicit (&slot->seq, memory_order_relaxed);
+    return s_stamp_time (atomic_load_explicit (&self->stamps[index], memory_order_relaxed), seq);
+}
+
+int64_t
 shm_index_remove (shm_index_t *self, int64_t index)
 {
     assert (self->owner);
     if (index < 0 || (uint64_t) index > self->mask)
-        return;
+        return 0;
     slot_t *slot = &self->slots[index];
     if (atomic_load_explicit (&slot->hash, memory_order_relaxed) == 0)
-        return;
+        return 0;
     uint64_t seq = atomic_load_explicit (&slot->seq, memory_order_relaxed);
     atomic_store_explicit (&slot->seq, seq + 1, memory_order_relaxed);
     atomic_thread_fence (memory_order_release);
@@ -249,6 +405,10 @@ shm_index_remove (shm_index_t *self, int64_t index)
     //  freeing the object's space) can be.
     atomic_store_explicit (&slot->seq, seq + 2, memory_order_seq_cst);
     self->count--;
+    //  The other half of the readers' stamp-then-confirm (shm_index.h): a read confirmed
+    //  before the withdrawal left its stamp where this load sees it.
+    atomic_thread_fence (memory_order_seq_cst);
+    return s_stamp_time (atomic_load_explicit (&self->stamps[index], memory_order_relaxed), seq);
 }
 
 //  The slot's fields are read while the writer may change them (racy.h); the sequence
@@ -279,6 +439,7 @@ s_lookup (shm_index_t *self, const char *key, size_t key_len, shm_index_hit_t *h
         hit->offset = slot->offset;
         hit->size = slot->size;
         hit->slot = slot;
+        hit->stamp = (void *) &self->stamps[(hash + probe) & self->mask];
         hit->seq = seq;
         hit->hash = hash;
         //  The key matched and nothing moved while we read it.
@@ -298,8 +459,28 @@ shm_index_lookup (shm_index_t *self, const char *key, size_t key_len, shm_index_
 }
 
 bool
-shm_index_still_valid (const shm_index_hit_t *hit)
+shm_index_confirm (const shm_index_hit_t *hit, int64_t now_ms)
 {
+    //  Raise the stamp to now, unless it says now or later already, or belongs to a later
+    //  publication in this slot (then this read's object is gone, and the confirmation
+    //  below fails).
+    _Atomic uint64_t *stamp = (_Atomic uint64_t *) hit->stamp;
+    uint64_t tag = s_tag (hit->seq);
+    uint64_t now = (uint64_t) now_ms & STAMP_TIME_MASK;
+    uint64_t mine = tag << STAMP_TIME_BITS | now;
+    uint64_t old = atomic_load_explicit (stamp, memory_order_relaxed);
+    for (;;) {
+        uint64_t old_tag = old >> STAMP_TIME_BITS;
+        if (old != 0 && old_tag == tag && (old & STAMP_TIME_MASK) >= now)
+            break;
+        if (old != 0 && old_tag != tag && s_tag_later (old_tag, tag))
+            break;
+        if (atomic_compare_exchange_weak_explicit (stamp, &old, mine, memory_order_relaxed,
+                                                   memory_order_relaxed))
+            break;
+    }
+    //  The stamp before the check, and the node's withdrawal before its look at the stamp:
+    //  one of the two sees the other (shm_index.h).
     slot_t *slot = (slot_t *) hit->slot;
     atomic_thread_fence (memory_order_seq_cst);
     return atomic_load_explicit (&slot->seq, memory_order_relaxed) == hit->seq;
@@ -322,22 +503,42 @@ shm_index_test (bool verbose)
     shm_index_hit_t hit;
     assert (shm_index_lookup (reader, "alpha", 5, &hit));
     assert (hit.segment_id == 3 && hit.offset == 4096 && hit.size == 100);
-    assert (shm_index_still_valid (&hit));
     assert (!shm_index_lookup (reader, "alph", 4, &hit));
     assert (!shm_index_lookup (reader, "gamma", 5, &hit));
 
-    //  A removal during a read invalidates the read.
-    assert (shm_index_lookup (reader, "beta", 4, &hit));
-    shm_index_remove (writer, b);
-    assert (!shm_index_still_valid (&hit));
-    assert (!shm_index_lookup (reader, "beta", 4, &hit));
-    //  ... and so does a reuse of the slot by another key.
+    //  A confirmed read leaves its time in the slot's stamp; the stamp only goes up, and
+    //  a published object starts unread.
+    assert (shm_index_last_read (writer, a) == 0);
+    int64_t now = shm_index_clock_ms ();
+    assert (now > 0);
     assert (shm_index_lookup (reader, "alpha", 5, &hit));
-    shm_index_remove (writer, a);
+    assert (shm_index_confirm (&hit, now));
+    assert (shm_index_last_read (writer, a) == now);
+    assert (shm_index_confirm (&hit, now + 5));
+    assert (shm_index_confirm (&hit, now + 2)); //  a late reader of an earlier instant
+    assert (shm_index_last_read (writer, a) == now + 5);
+
+    //  A removal during a read invalidates the read, and the removal sees every read
+    //  confirmed before it.
+    assert (shm_index_lookup (reader, "beta", 4, &hit));
+    assert (shm_index_confirm (&hit, now + 7));
+    shm_index_hit_t late = hit;
+    assert (shm_index_remove (writer, b) == now + 7);
+    assert (!shm_index_confirm (&late, now + 8));
+    assert (!shm_index_lookup (reader, "beta", 4, &hit));
+    //  ... and so does a reuse of the slot by another key; a stamp left by a reader of the
+    //  old object is not a read of the new one, nor does it replace the new one's stamp.
+    assert (shm_index_lookup (reader, "alpha", 5, &hit));
+    late = hit;
+    assert (shm_index_remove (writer, a) == now + 5);
     int64_t c = shm_index_insert (writer, "alpha", 5, 9, 8192, 100);
-    assert (c >= 0);
-    assert (!shm_index_still_valid (&hit));
+    assert (c >= 0 && c == a);
+    assert (!shm_index_confirm (&late, now + 9));
+    assert (shm_index_last_read (writer, c) == 0);
     assert (shm_index_lookup (reader, "alpha", 5, &hit) && hit.segment_id == 9);
+    assert (shm_index_confirm (&hit, now + 10));
+    assert (!shm_index_confirm (&late, now + 20));
+    assert (shm_index_last_read (writer, c) == now + 10);
 
     //  Too-long keys and full probe runs are simply not published.
     char big[SHM_INDEX_KEY_MAX + 1];
@@ -357,10 +558,13 @@ shm_index_test (bool verbose)
         if (shm_index_lookup (reader, key, (size_t) len, &hit))
             assert (hit.offset == (uint64_t) i);
     }
-    //  A reader can't open what is not an index.
+    //  A reader that cannot write the stamps (here: they are gone) does not get the index.
     shm_index_destroy (&reader);
+    assert (shm_unlink (shm_index_reads_name (writer)) == 0);
+    assert (shm_index_open (name) == NULL);
+    //  A reader can't open what is not an index.
     shm_index_destroy (&writer);
     assert (shm_index_open (name) == NULL);
     if (verbose)
-        printf ("publish, lookup, invalidation, lossy overflow ");
+        printf ("publish, lookup, read stamps, invalidation, lossy overflow ");
 }

@@ -1,9 +1,10 @@
-/*  shm_index.h - the same-machine read index: key -> where the value is, in shared memory.
+/*  shm_index.h - the same-machine read index: key -> where the value is, in shared memory,
+    and when each published object was last read from it.
 
     The replica-manager publishes every committed object it can (key, segment id, offset,
     size) in a hash table in a POSIX shared-memory object. A client on the same machine maps
     it read-only and finds a value without asking the node: look the key up, copy the bytes
-    out of the mapped segment, then check the slot did not change meanwhile. A read that
+    out of the mapped segment, then confirm the slot did not change meanwhile. A read that
     raced with a removal fails that check and goes to the node instead, so a reader never
     returns bytes of another object. (The node frees an object's space only after it has
     removed the object from this index.)
@@ -12,9 +13,42 @@
     a slot or its probe run is full, and removing an entry may hide another one behind it.
     A miss therefore means "ask the node", never "not found".
 
-    Layout: a 4 KiB header, then slot_count slots of 256 bytes, each guarded by a sequence
-    number (odd while the writer changes it). One writer (the replica-manager's thread),
-    any number of readers in any process.
+    Read stamps: leases without a round trip. A read grants the object a lease (no removal
+    without force until --lease-ttl after it). A reader of the index tells the node nothing,
+    so it leaves the time of its read in the slot's read stamp, a 64-bit word in a second
+    shared-memory object (the stamps: readers must write them, and must not be able to write
+    the index itself, which other readers trust). The node, when it decides whether an object
+    is leased, takes the later of the leases it granted itself and the last stamp plus the TTL.
+    Times are shm_index_clock_ms: CLOCK_MONOTONIC, one clock for every process of a machine
+    (a process in a Linux time namespace of its own sees it offset: such a client's index
+    reads would lease wrongly, so same-machine clients must share the node's time namespace,
+    as containers do unless asked otherwise).
+
+    A stamp is (publication tag << 40 | ms): the tag is the low 24 bits of the slot's sequence
+    number divided by two when the object was published, so a stamp left by a reader of an
+    object that has since been withdrawn, and its slot given to another object, is not taken
+    for a read of the new one. The writer zeroes the stamp while it publishes (seq odd), so a
+    reused slot starts unread. A reader only raises the stamp (compare-and-swap), never
+    replaces a stamp of a newer publication with its own, and writes it at most once per
+    millisecond per slot, so a hot key costs one cache-line write a millisecond, not one a read.
+
+    Why no read is missed. A reader stamps, then (seq_cst fence) confirms the sequence
+    number; the node, to remove an object, withdraws it (seq_cst store of the sequence
+    number), then (fence) reads the stamp once more (shm_index_remove returns it). Of two
+    such pairs at least one sees the other's write: either the reader sees the slot changed
+    (its copy is thrown away and it asks the node, which serialises with the removal), or
+    the node sees the stamp (the object is leased: the node publishes it again and refuses
+    the removal). A read that returns a value was therefore always seen by a removal that
+    followed it. A reader that stamps a slot after its object was withdrawn and the slot
+    reused writes the old tag, which the node ignores and later readers overwrite.
+
+    The stamp is a reader's claim: the node bounds it by its own clock (a stamp in the future
+    counts as now) so a client can lease an object no longer than by reading it.
+
+    Layout: a 4 KiB header (with the stamps' name), then slot_count slots of 256 bytes, each
+    guarded by a sequence number (odd while the writer changes it); the stamps object holds
+    slot_count 8-byte stamps. One writer (the replica-manager's thread), any number of
+    readers in any process.
 */
 #ifndef SHM_INDEX_H_INCLUDED
 #define SHM_INDEX_H_INCLUDED
@@ -22,54 +56,77 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #define SHM_INDEX_KEY_MAX 216 //  longest key a slot holds
 
 typedef struct _shm_index_t shm_index_t;
 
-//  A key's entry as a reader saw it, to be checked again after the copy.
+//  A key's entry as a reader saw it, to be confirmed after the copy.
 typedef struct {
     uint32_t segment_id;
     uint64_t offset;
     uint64_t size;
     const void *slot;
+    void *stamp; //  the slot's read stamp
     uint64_t seq;
     uint64_t hash; //  the key's hash (readers may use it to remember keys cheaply)
 } shm_index_hit_t;
 
 //  Creates an index of at least slots slots (rounded up to a power of two) in a new
-//  shared-memory object called name. Returns NULL on failure. Caller owns the return value.
+//  shared-memory object called name, and its read stamps in another (name with "-reads" for
+//  its "-index" ending). Returns NULL on failure. Caller owns the return value.
 shm_index_t *shm_index_create (const char *name, size_t slots);
 
-//  Maps an existing index read-only. Returns NULL if it does not exist or is not an index.
+//  Maps an existing index read-only and its read stamps read-write. Returns NULL if either
+//  does not exist, cannot be opened so, or is not an index: a reader that cannot leave its
+//  read stamps must not read from the index.
 shm_index_t *shm_index_open (const char *name);
 
-//  Unmaps; the creator also unlinks the name. Does nothing on NULL; sets *self_p to NULL.
+//  Unmaps; the creator also unlinks both names. Does nothing on NULL; sets *self_p to NULL.
 void shm_index_destroy (shm_index_t **self_p);
 
 const char *shm_index_name (shm_index_t *self);
+//  The name of the read stamps' object.
+const char *shm_index_reads_name (shm_index_t *self);
 size_t shm_index_slots (shm_index_t *self);
+
+//  Opens both objects to one group as well (segment_share_with_group). Returns 0 or -1.
+int shm_index_share_with_group (shm_index_t *self, gid_t gid);
 
 //  The 64-bit hash of a key the index uses (never 0). Mixes 8 bytes per step: keys are long
 //  (a connector key is ~100 bytes). The replica-manager's table uses it too.
 uint64_t shm_index_hash (const char *key, size_t len);
 
-//  Writes "/kvpool-<pid>-<instance>-index" into buf.
+//  The clock of read stamps and leases: CLOCK_MONOTONIC in whole milliseconds (the clock
+//  CZMQ's zclock_mono reads), the same in every process of the machine.
+int64_t shm_index_clock_ms (void);
+
+//  Writes "/kvpool-<pid>-<tag>-<instance>-index" into buf.
 void shm_index_make_name (char *buf, size_t size, const char *instance);
 
-//  Writer: publishes an object. Returns its slot number, or -1 if it was not published.
+//  Writer: publishes an object, unread. Returns its slot number, or -1 if it was not
+//  published.
 int64_t shm_index_insert (shm_index_t *self, const char *key, size_t key_len, uint32_t segment_id,
                           uint64_t offset, uint64_t size);
-//  Writer: withdraws what insert published in slot (slot < 0 does nothing).
-void shm_index_remove (shm_index_t *self, int64_t slot);
+//  Writer: withdraws what insert published in slot (slot < 0 does nothing). Returns the
+//  object's last read (as shm_index_last_read), looked at after the withdrawal was visible:
+//  no read of it can be confirmed later.
+int64_t shm_index_remove (shm_index_t *self, int64_t slot);
+//  Writer: when the object published in slot was last read from the index (ms of
+//  shm_index_clock_ms), or 0 if it was not read since it was published. Readers wrote it:
+//  take it as at most now.
+int64_t shm_index_last_read (shm_index_t *self, int64_t slot);
 //  Number of published entries.
 size_t shm_index_count (shm_index_t *self);
 
 //  Reader: finds key. Returns true and fills hit when it is published.
 bool shm_index_lookup (shm_index_t *self, const char *key, size_t key_len, shm_index_hit_t *hit);
-//  Reader: after copying the bytes, whether the entry stayed the same all along. Only then
-//  are the copied bytes the object's.
-bool shm_index_still_valid (const shm_index_hit_t *hit);
+//  Reader: after copying the bytes (or, for a read that needs no bytes, after the lookup),
+//  records the read at now_ms (shm_index_clock_ms, taken after the copy) in the slot's read
+//  stamp and says whether the entry stayed the same all along. Only then are the copied
+//  bytes the object's, and only then does the read count.
+bool shm_index_confirm (const shm_index_hit_t *hit, int64_t now_ms);
 
 void shm_index_test (bool verbose);
 

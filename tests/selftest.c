@@ -32,7 +32,6 @@
 #include "messages/reply.h"
 #include "messages/request_check.h"
 #include "shm/shm_index.h"
-#include "shm/touch_table.h"
 
 typedef struct {
     const char *name;
@@ -48,7 +47,6 @@ static selftest_t s_tests[] = {{"kvp_status", kvp_status_test},
                                {"reply", reply_test},
                                {"request_check", request_check_test},
                                {"shm_index", shm_index_test},
-                               {"touch_table", touch_table_test},
                                {"segment", segment_test},
                                {"segment_arena", segment_arena_test},
                                {"segment_table", segment_table_test},

@@ -973,6 +973,67 @@ s_test_index_reads_counted (void)
 
 //  ---- main -----------------------------------------------------------------------------------
 
+//  Upsert replaces whole values (through either path, the reads see the new one); ranged
+//  gets return exactly the bytes asked for, clipped at the value's end.
+static void
+s_test_upsert_ranges (kvpool_t *pool, const char *prefix)
+{
+    char key[128];
+    s_key (key, sizeof key, prefix, "upsert", 0);
+    void *first = s_value (3 * MiB, 1), *second = s_value (100 * 1024, 2);
+    CHECK_EQ (kvpool_upsert (pool, key, first, 3 * MiB, NULL), KVPOOL_OK);
+    CHECK_EQ (kvpool_put (pool, key, second, 100 * 1024, NULL), KVPOOL_OBJECT_ALREADY_EXISTS);
+    CHECK_EQ (kvpool_upsert (pool, key, second, 100 * 1024, NULL), KVPOOL_OK);
+    CHECK_EQ (kvpool_get_size (pool, key), 100 * 1024);
+    char *out = malloc (3 * MiB);
+    CHECK_EQ (kvpool_get_into (pool, key, out, 3 * MiB), 100 * 1024);
+    CHECK (memcmp (out, second, 100 * 1024) == 0);
+    //  Parts and batches: per-key outcomes.
+    kvpool_iov_t parts[] = {{"ab", 2}, {"cd", 2}};
+    CHECK_EQ (kvpool_upsert_parts (pool, key, parts, 2, NULL), KVPOOL_OK);
+    CHECK_EQ (kvpool_get_into (pool, key, out, 10), 4);
+    CHECK (memcmp (out, "abcd", 4) == 0);
+    char other[128];
+    s_key (other, sizeof other, prefix, "upsert", 1);
+    const char *keys[] = {key, "", other};
+    const kvpool_iov_t *lists[] = {parts, parts, parts + 1};
+    size_t nparts[] = {1, 1, 1};
+    int statuses[3];
+    CHECK_EQ (kvpool_upsert_batch_parts (pool, 3, keys, lists, nparts, NULL, statuses), KVPOOL_OK);
+    CHECK_EQ (statuses[0], KVPOOL_OK);
+    CHECK_EQ (statuses[1], KVPOOL_INVALID_KEY);
+    CHECK_EQ (statuses[2], KVPOOL_OK);
+    CHECK_EQ (kvpool_get_into (pool, other, out, 10), 2);
+    CHECK (memcmp (out, "cd", 2) == 0);
+
+    //  Ranges of a 3 MiB value: inside, across the end, at the end, past it.
+    CHECK_EQ (kvpool_upsert (pool, key, first, 3 * MiB, NULL), KVPOOL_OK);
+    CHECK_EQ (kvpool_get_range_into (pool, key, 12345, out, 1 * MiB), 1 * MiB);
+    CHECK (memcmp (out, (char *) first + 12345, 1 * MiB) == 0);
+    CHECK_EQ (kvpool_get_range_into (pool, key, 3 * MiB - 10, out, 100), 10);
+    CHECK (memcmp (out, (char *) first + 3 * MiB - 10, 10) == 0);
+    CHECK_EQ (kvpool_get_range_into (pool, key, 3 * MiB, out, 100), 0);
+    CHECK_EQ (kvpool_get_range_into (pool, key, 3 * MiB + 1, out, 100), KVPOOL_INVALID_PARAMS);
+    char missing[128];
+    s_key (missing, sizeof missing, prefix, "upsert-missing", 0);
+    const char *range_keys[] = {key, missing, key};
+    uint64_t offsets[] = {0, 0, 2 * MiB};
+    char *buffers[] = {out, out + MiB, out + 2 * MiB};
+    size_t lengths[] = {100, 100, MiB};
+    int64_t results[3];
+    CHECK_EQ (kvpool_get_ranges_into (pool, 3, range_keys, offsets, (void *const *) buffers,
+                                      lengths, results),
+              KVPOOL_OK);
+    CHECK_EQ (results[0], 100);
+    CHECK_EQ (results[1], KVPOOL_OBJECT_NOT_FOUND);
+    CHECK_EQ (results[2], MiB);
+    CHECK (memcmp (out, first, 100) == 0);
+    CHECK (memcmp (out + 2 * MiB, (char *) first + 2 * MiB, MiB) == 0);
+    free (out);
+    free (first);
+    free (second);
+}
+
 static void
 s_suite (bool fast)
 {
@@ -985,6 +1046,7 @@ s_suite (bool fast)
     s_test_replicas (pool, prefix);
     s_test_batches (pool, prefix);
     s_test_admin (pool, prefix);
+    s_test_upsert_ranges (pool, prefix);
     CHECK_EQ (kvpool_fast_path (pool), fast);
     kvpool_remove_all (pool, true);
     kvpool_destroy (&pool);

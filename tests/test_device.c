@@ -10,7 +10,8 @@
       fake      classification (host, pinned, device; the caches); puts from and gets into
                 device memory, byte for byte, over the same-machine path (with and without the
                 read index) and over tcp, across staging-chunk and request boundaries, single
-                keys and batches, values gathered from and scattered to device and host parts;
+                keys and batches, values gathered from and scattered to device and host parts,
+                upserts and range reads;
                 the order of the stand-in's operations (chunks of KVPC_STAGE_BYTES at most, the
                 next chunk's copy queued before the last one is waited for); host calls stage
                 nothing
@@ -320,6 +321,49 @@ s_test_values (bool fast, bool index)
             (unsigned) ((3 * STAGE + 12345) >> 20));
 }
 
+//  Upserts from and range reads into device memory (both take the socket path, also on the
+//  node's machine).
+static void
+s_test_upsert_ranges (bool fast)
+{
+    kvpool_t *pool = s_connect (fast);
+    size_t size = 2 * STAGE + 999;
+    char *first = s_gpu_value (size, 21);
+    char *second = s_gpu_value (size, 22);
+    CHECK_EQ (kvpool_upsert (pool, "dev-upsert", first, size, NULL), KVPOOL_OK);
+    CHECK_EQ (kvpool_upsert (pool, "dev-upsert", second, size, NULL), KVPOOL_OK);
+    char *target = s_gpu_alloc (size);
+    CHECK_EQ (kvpool_get_into (pool, "dev-upsert", target, size), (int64_t) size);
+    CHECK (s_gpu_equal (target, size, 22));
+    //  A range across the staging chunk boundary, and ranges of a batch.
+    char *expected = s_value (size, 22);
+    char *back = malloc (size);
+    CHECK_EQ (F.memset_ (target, 0, size), 0);
+    CHECK_EQ (kvpool_get_range_into (pool, "dev-upsert", STAGE - 100, target, 300), 300);
+    CHECK_EQ (F.memcpy_ (back, target, 300, 2), 0);
+    CHECK (memcmp (back, expected + STAGE - 100, 300) == 0);
+    const char *keys[] = {"dev-upsert", "dev-upsert"};
+    uint64_t offsets[] = {0, size - 10};
+    void *buffers[] = {target, target + MiB};
+    size_t lengths[] = {MiB, 100};
+    int64_t results[2];
+    CHECK_EQ (kvpool_get_ranges_into (pool, 2, keys, offsets, buffers, lengths, results),
+              KVPOOL_OK);
+    CHECK_EQ (results[0], (int64_t) MiB);
+    CHECK_EQ (results[1], 10);
+    CHECK_EQ (F.memcpy_ (back, target, MiB + 10, 2), 0);
+    CHECK (memcmp (back, expected, MiB) == 0);
+    CHECK (memcmp (back + MiB, expected + size - 10, 10) == 0);
+    CHECK_EQ (kvpool_remove (pool, "dev-upsert", true), KVPOOL_OK);
+    free (expected);
+    free (back);
+    F.free_ (first);
+    F.free_ (second);
+    F.free_ (target);
+    kvpool_destroy (&pool);
+    printf ("%s: upserts from and range reads into device memory\n", s_mode (fast));
+}
+
 //  ---- batches --------------------------------------------------------------------------------
 
 //  n values cut from one device allocation, put in one batch, read back into slices of
@@ -595,6 +639,7 @@ s_with_fake (void)
         s_test_values (fast, true);
         if (fast)
             s_test_values (fast, false);
+        s_test_upsert_ranges (fast);
         s_test_batch (fast, 100, 64 * KiB);
         s_test_batch (fast, 5, 7 * MiB);
         s_test_parts (fast, 40, 16 * KiB + 3);

@@ -35,8 +35,9 @@ static const char *s_usage =
     "  -h, --help              this text\n"
     "\n"
     "commands:\n"
-    "  put [--replicas N] [--soft-pin] [--hard-pin] KEY [FILE]\n"
-    "                          store FILE (standard input when absent) under KEY\n"
+    "  put [--replicas N] [--soft-pin] [--hard-pin] [--upsert] KEY [FILE]\n"
+    "                          store FILE (standard input when absent) under KEY;\n"
+    "                          --upsert replaces the value of a KEY that exists\n"
     "  get KEY [FILE]          write KEY's value to FILE (standard output when absent)\n"
     "  exists KEY...           print \"KEY: yes|no\"; exit 0 when all exist, 1 otherwise\n"
     "  size KEY...             print \"KEY: SIZE\" (bytes)\n"
@@ -188,6 +189,7 @@ static int
 s_cmd_put (cli_t *cli, int argc, char **argv)
 {
     kvpool_put_options_t opts = {0};
+    bool upsert = false;
     const char *args[2];
     int nargs = 0;
     bool options_done = false;
@@ -205,6 +207,8 @@ s_cmd_put (cli_t *cli, int argc, char **argv)
             opts.soft_pin = true;
         else if (!options_done && strcmp (arg, "--hard-pin") == 0)
             opts.hard_pin = true;
+        else if (!options_done && strcmp (arg, "--upsert") == 0)
+            upsert = true;
         else if (!options_done && arg[0] == '-' && arg[1])
             return s_usage_error ("put: unknown option '%s'", arg);
         else if (nargs < 2)
@@ -251,7 +255,8 @@ s_cmd_put (cli_t *cli, int argc, char **argv)
                      strerror (read_errno));
         return 1;
     }
-    int rc = kvpool_put (pool, key, data, size, &opts);
+    int rc = upsert ? kvpool_upsert (pool, key, data, size, &opts)
+                    : kvpool_put (pool, key, data, size, &opts);
     free (data);
     if (rc != KVPOOL_OK) {
         char what[512];

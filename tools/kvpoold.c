@@ -92,7 +92,6 @@ main (int argc, char **argv)
         .admin_endpoint_count = config.admin_endpoint_count ? config.admin_endpoint_count : 1,
         .instance = config.instance,
         .max_key_len = config.max_key_len,
-        .lease_ttl_ms = config.lease_ttl_ms,
         .verbose = config.verbose};
     lookup = zactor_new (lookup_server_actor, &lookup_args);
     admin = kvp_endpoints_ask (lookup, "admin endpoint");
@@ -103,8 +102,12 @@ main (int argc, char **argv)
         fprintf (stderr, "kvpoold: cannot write %s: %s\n", config.ready_file, strerror (errno));
         goto shutdown;
     }
-    printf ("kvpoold: serving %u segment(s) of %llu MiB, %u transfer workers\n", config.segments,
-            (unsigned long long) (config.segment_size >> 20), config.workers);
+    if (config.segments)
+        printf ("kvpoold: serving %u segment(s) of %llu MiB, %u transfer workers\n",
+                config.segments, (unsigned long long) (config.segment_size >> 20), config.workers);
+    else
+        printf ("kvpoold: serving no memory of its own (clients mount it), %u transfer workers\n",
+                config.workers);
     for (char *e = (char *) zlist_first (endpoints); e; e = (char *) zlist_next (endpoints))
         printf ("kvpoold: client endpoint %s\n", e);
     for (char *e = (char *) zlist_first (admin); e; e = (char *) zlist_next (admin))

@@ -514,6 +514,80 @@ class Client:
         finally:
             pins.release()
 
+    def upsert(self, key, value, options=None, size=None):
+        """Stores value under key, replacing the value if key exists (a reader sees the whole
+        old or the whole new value). Raises ReplicaIsNotReadyError while the key is being
+        written. Goes over the socket even on the node's machine."""
+        pins = _Pins()
+        try:
+            address, size = pins.address(value, size)
+            self._call(_native.upsert, _key(key), address, size, self._opts(options))
+        finally:
+            pins.release()
+
+    def upsert_parts(self, key, *parts, options=None):
+        """upsert() of the concatenation of parts."""
+        pins = _Pins()
+        try:
+            flat = []
+            for part in parts:
+                flat.extend(pins.address(part))
+            iov = _u64(flat)
+            self._call(_native.upsert_parts, _key(key), _addr(iov), len(parts),
+                       self._opts(options))
+        finally:
+            pins.release()
+
+    def upsert_batch_parts(self, keys, parts_per_key, options=None, sizes_per_key=None):
+        """upsert() of each key's parts. Returns a status per key."""
+        n = len(keys)
+        if len(parts_per_key) != n or (sizes_per_key is not None and len(sizes_per_key) != n):
+            raise InvalidParamsError(reason="keys, parts and sizes differ in length")
+        if n == 0:
+            return []
+        pins = _Pins()
+        try:
+            flat, counts = _flatten_buffers(pins, parts_per_key, sizes_per_key)
+            iov, ptrs, nparts = _iov_table(flat, counts)
+            karr = _key_array(keys)
+            statuses = array.array("i", bytes(4 * n))
+            self._batch(_native.upsert_batch_parts, n, karr, _addr(ptrs), _addr(nparts),
+                        self._opts(options), _addr(statuses))
+            return statuses.tolist()
+        finally:
+            pins.release()
+
+    def get_range_into(self, key, offset, buffer, size=None):
+        """Copies at most len(buffer) (or size) bytes of key's value, from byte offset, into
+        buffer; only that range travels. Returns the bytes written (fewer at the value's end).
+        Raises InvalidParamsError for an offset past the end, ObjectNotFoundError on a miss."""
+        pins = _Pins()
+        try:
+            address, size = pins.address(buffer, size, writable=True)
+            return self._call(_native.get_range_into, _key(key), int(offset), address, size)
+        finally:
+            pins.release()
+
+    def get_ranges_into(self, keys, offsets, buffers, sizes=None):
+        """Ranges of several values: keys[i] from offsets[i] into buffers[i]. Returns per key
+        the bytes written or a negative Status."""
+        n = len(keys)
+        if len(offsets) != n or len(buffers) != n or (sizes is not None and len(sizes) != n):
+            raise InvalidParamsError(reason="keys, offsets, buffers and sizes differ in length")
+        if n == 0:
+            return []
+        pins = _Pins()
+        try:
+            addresses, lengths = pins.addresses(buffers, sizes, writable=True)
+            karr = _key_array(keys)
+            starts = _u64(offsets)  # kept alive across the call
+            results = array.array("q", bytes(8 * n))
+            self._batch(_native.get_ranges_into, n, karr, _addr(starts),
+                        _addr(addresses), _addr(lengths), _addr(results))
+            return results.tolist()
+        finally:
+            pins.release()
+
     def get(self, key):
         """The value of key as bytes. Raises ObjectNotFoundError (a KeyError) on a miss."""
         value = self.get_batch([key], _missing=True)[0]
@@ -754,7 +828,8 @@ class Client:
             self._idle.append(handle)
 
     def unmount_segment(self, segment_id):
-        """Removes the segment's objects (forced) and unmounts it."""
+        """Unmounts the segment: its replicas go (forced), and the objects that had no other;
+        the rest stay on their other segments."""
         self._call(_native.unmount_segment, segment_id)
 
     def stats(self):

@@ -5,12 +5,18 @@
     store.setup("localhost", "unused", 512 << 20, 128 << 20, "tcp", "", "127.0.0.1:50051")
     store.put("key", b"value")
 
-Code written for `mooncake.store` keeps working: the methods vLLM's, SGLang's and LMCache's
-Mooncake connectors call have Mooncake's names, arguments and return conventions: integers
-(0 ok, negative status codes with Mooncake's numbers), b"" from get on a miss, 1 / 0 /
-negative from is_exist, bytes read or a negative code from the *_into calls, None from
-get_buffer on a miss. Nothing raises for a store-level failure; wrong argument types raise
-TypeError as a pybind11 binding would. install() makes `import mooncake.store` load this.
+Code written for `mooncake.store` keeps working: every method vLLM's, SGLang's and LMCache's
+Mooncake connectors call has Mooncake's name, arguments, defaults and return conventions, as
+Mooncake's binding (mooncake-integration/store/store_py.cpp) and its client
+(mooncake-store/src/real_client.cpp, client_service.cpp) define them: integers (0 ok, negative
+status codes with Mooncake's numbers), b"" from get on a miss, 1 / 0 / negative from is_exist,
+bytes read or a negative code from the *_into calls, None from get_buffer on a miss. A put of a
+key that exists is success (0): values are content-addressed, the first one stays (kvpool's
+native API says OBJECT_ALREADY_EXISTS). A buffer too small for a value is INVALID_PARAMS, as
+in Mooncake. Nothing raises for a store-level failure; arguments of the wrong type (a str for a
+pointer, a negative size) raise TypeError as the pybind11 binding does. install() makes
+`import mooncake.store` load this module. python/README.md has the table of every method of
+Mooncake's class and kvpool's status for it, with the deliberate differences.
 
 setup(): master_server_addr names the kvpoold node ("host:port" as Mooncake writes it, or a
 ZeroMQ endpoint such as "tcp://host:port" or "ipc://@kvpool-50051"). metadata_server,
@@ -20,11 +26,23 @@ global_segment_size > 0 this process contributes that much memory, as Mooncake's
 client does: setup() creates a kvpool.SharedSegment of that size (a memfd sealed against
 shrinking, its pages committed up front, so the node can never fault on it) and asks the
 local kvpoold to mount it; objects may then land in it (ReplicateConfig.preferred_segment =
-store.get_hostname() forces that). close() unmounts it (the node drops the objects in it) and
-closes it; so does interpreter exit. If the process dies without either, the node unmounts
-the segment when it sees the owning process is gone (libkvpool names the owner
-"client-<pid>-<n>"), and the kernel frees the memory. With global_segment_size 0 the process
-contributes nothing (vLLM's standalone-store mode).
+store.get_hostname() forces that). close() unmounts it (the node drops the replicas in it,
+and the objects left with none) and closes it; so does interpreter exit. If the process dies without either, the node unmounts
+the segment when it sees the owning process is gone, and the kernel frees the memory. With
+global_segment_size 0 the process contributes nothing (vLLM's standalone-store mode).
+
+get_hostname() is "host:port", unique per store as in Mooncake: local_hostname when it names
+a port, else local_hostname and a port this store holds bound (12300-14300, or
+MC_STORE_CLIENT_MIN_PORT / MC_STORE_CLIENT_MAX_PORT) until close().
+
+Tenants: setup(..., tenant_id="acme") keeps the store's keys apart from every other
+tenant's. The node stores them under a prefix no key of another tenant can produce:
+"\\x1f" + tenant_id + "\\n" (tenant ids are printable ASCII, as Mooncake requires, so the
+prefix ends at the first "\\n"); the default tenant's keys are stored as given and may not
+begin with "\\x1f" (INVALID_KEY). remove_all() and remove_by_regex() act on the tenant's keys
+only (a regex removal with the tenant's prefix; see _KeySpace.regex for the patterns it
+refuses so that none can reach beyond it; ^ and \\A anchor where the tenant's part of
+the key begins). Native kvpool clients see every key.
 
 register_buffer / unregister_buffer are bookkeeping only: kvpool copies from and into any
 host memory without registration.
@@ -34,41 +52,134 @@ caller); setup() and close() must not run concurrently with other calls.
 """
 
 import array
+import ctypes
 import dataclasses
 import enum
+import http.server
 import itertools
 import json
+import logging
+import operator
 import os
+import random
 import re
+import socket
 import sys
+import threading
 import types
+import warnings
 import weakref
 
-from ctypes import byref
+from ctypes import byref, c_char_p
 
 from . import _native
-from .client import (Client, PutOptions, _Pins, _key, _key_array, _u64, _addr, _encode,
-                     _iov_table,
-                     fetch, DEFAULT_TIMEOUT)
+from .client import (Client, PutOptions, _Pins, _encode, _u64, _addr, _iov_table, fetch,
+                     DEFAULT_TIMEOUT)
 from .segment import SharedSegment
-from .status import Status, Error
+from .status import Status, Error, error_for
 
-__all__ = ["MooncakeDistributedStore", "ReplicateConfig", "SoftPinAction", "MooncakeStoreConfig",
-           "parse_size", "install"]
+__all__ = ["MooncakeDistributedStore", "ReplicateConfig", "SoftPinAction", "ReplicaStatus",
+           "ObjectDataType", "ReplicaDescriptor", "MemoryDescriptor", "DiskDescriptor",
+           "Descriptor", "MooncakeHostMemAllocator", "MooncakeStoreConfig", "parse_size",
+           "install"]
+
+logger = logging.getLogger("kvpool.mooncake")
 
 OK = 0
+INTERNAL_ERROR = int(Status.INTERNAL_ERROR)
 INVALID_PARAMS = int(Status.INVALID_PARAMS)
 INVALID_KEY = int(Status.INVALID_KEY)
 NOT_FOUND = int(Status.OBJECT_NOT_FOUND)
+EXISTS = int(Status.OBJECT_ALREADY_EXISTS)
+OVERFLOW = int(Status.BUFFER_OVERFLOW)
+PERMISSION_DENIED = int(Status.PERMISSION_DENIED)
 RPC_FAIL = int(Status.RPC_FAIL)
+DFS_SERVICE_UNAVAILABLE = -1601     #  Mooncake's code; kvpool has no DFS tier
 
-#   Mooncake's setup() defaults (store_py.cpp) and its connectors' config defaults.
+#   health_check() (mooncake-store/include/pyclient.h, HealthCheckStatus)
+HC_HEALTHY, HC_NOT_INITIALIZED, HC_MASTER_UNREACHABLE = 0, 1, 2
+
+#   Mooncake's setup() defaults (store_py.cpp, types.h) and its connectors' config defaults.
 DEFAULT_SEGMENT_SIZE = 16 * 1024 * 1024
 DEFAULT_LOCAL_BUFFER_SIZE = 16 * 1024 * 1024
 DEFAULT_MASTER = "127.0.0.1:50051"
+DEFAULT_TENANT = "default"
+DEFAULT_CLIENT_HTTP_PORT = 9300
 CONFIG_GLOBAL_SEGMENT_SIZE = 3355443200
 CONFIG_LOCAL_BUFFER_SIZE = 1073741824
+CLIENT_PORT_RANGE = (12300, 14300)      #  real_client.cpp: MC_STORE_CLIENT_MIN/MAX_PORT
 
+#   batch_replica_clear() clears only keys this store put (Mooncake's client_id check); the
+#   store remembers at most this many of them, the oldest forgotten first.
+OWNED_KEYS_MAX = 1 << 20
+
+_U64_MAX = (1 << 64) - 1
+
+
+class KvpoolDropInWarning(UserWarning):
+    """A Mooncake argument kvpool accepts but does not act on (yet)."""
+
+
+def _warn(text):
+    logger.warning(text)
+    warnings.warn(text, KvpoolDropInWarning, stacklevel=4)
+
+
+# ---- argument conversion, as pybind11 does it -----------------------------------------
+
+def _uint(value, what):
+    """value as an unsigned 64-bit int (size_t, uintptr_t): pybind11 raises TypeError for
+    anything else, a negative number included."""
+    if isinstance(value, float):
+        raise TypeError("%s must be an int, not float" % what)
+    try:
+        number = operator.index(value)
+    except TypeError:
+        raise TypeError("%s must be an int, not %s" % (what, type(value).__name__)) from None
+    if number < 0 or number > _U64_MAX:
+        raise TypeError("%s out of range for an unsigned 64-bit int: %d" % (what, number))
+    return number
+
+
+def _uints(values, what):
+    """A sequence of unsigned ints as an array.array("Q"); TypeError as pybind11 would."""
+    if isinstance(values, (str, bytes, bytearray)) or not hasattr(values, "__len__"):
+        raise TypeError("%s must be a list of ints, not %s" % (what, type(values).__name__))
+    try:
+        return array.array("Q", values)
+    except OverflowError:
+        raise TypeError("%s: a negative or too large int" % what) from None
+    except TypeError:
+        return array.array("Q", [_uint(v, what) for v in values])
+
+
+def _key_list(keys):
+    if isinstance(keys, (str, bytes, bytearray)) or not hasattr(keys, "__len__"):
+        raise TypeError("keys must be a list of str, not %s" % type(keys).__name__)
+    return keys
+
+
+def _nested(lists, what):
+    """A list of lists of unsigned ints (std::vector<std::vector<...>>)."""
+    if isinstance(lists, (str, bytes, bytearray)) or not hasattr(lists, "__len__"):
+        raise TypeError("%s must be a list of lists, not %s" % (what, type(lists).__name__))
+    return [_uints(inner, what) for inner in lists]
+
+
+def _buffer_only(value):
+    """A value is a buffer (or a CPU tensor): an int address is no value (TypeError, as
+    pybind11's py::buffer raises)."""
+    if isinstance(value, (int, str)):
+        raise TypeError("a bytes-like object is required, not %s" % type(value).__name__)
+
+
+def _as_str(key):
+    if isinstance(key, str):
+        return key
+    return bytes(key).decode("utf-8", "replace")
+
+
+# ---- enums and ReplicateConfig ---------------------------------------------------------
 
 class SoftPinAction(enum.IntEnum):
     """What a put does to the object's soft pin (Mooncake's enum)."""
@@ -77,47 +188,329 @@ class SoftPinAction(enum.IntEnum):
     DISABLE = 2
 
 
+class ReplicaStatus(enum.IntEnum):
+    """A replica's state (Mooncake's replica.h). kvpool shows readers complete replicas only."""
+    UNDEFINED = 0
+    INITIALIZED = 1
+    PROCESSING = 2
+    COMPLETE = 3
+    REMOVED = 4
+    FAILED = 5
+
+
+class ObjectDataType(enum.IntEnum):
+    """What an object holds (Mooncake's types.h); a label only, in kvpool as in Mooncake."""
+    UNKNOWN = 0
+    KVCACHE = 1
+    TENSOR = 2
+    WEIGHT = 3
+    SAMPLE = 4
+    ACTIVATION = 5
+    GRADIENT = 6
+    OPTIMIZER_STATE = 7
+    METADATA = 8
+    GENERAL = 9
+
+
+def _str_list(value, what):
+    if value is None or isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+        raise TypeError("%s must be a list of str" % what)
+    out = []
+    for item in value:
+        if isinstance(item, bytes):
+            item = item.decode("utf-8")
+        if not isinstance(item, str):
+            raise TypeError("%s must be a list of str, not of %s" % (what, type(item).__name__))
+        out.append(item)
+    return out
+
+
 class ReplicateConfig:
-    """Placement and pinning of a put, with Mooncake's field names."""
+    """Placement and pinning of a put, with Mooncake's fields, defaults and type checks
+    (store_py.cpp binds replica.h's ReplicateConfig field for field).
+
+    soft_pin_ttl_ms is None (the node's default) or an int in [0, 2**64); anything else
+    raises TypeError. group_ids is None or a list of str, one per key of the put."""
 
     def __init__(self):
-        self.replica_num = 1
-        self.soft_pin_action = SoftPinAction.PRESERVE
-        self.soft_pin_ttl_ms = 0          #  0: the node's default
-        self.with_hard_pin = False
-        self.preferred_segment = ""
-        self.preferred_segments = []
-        self.prefer_alloc_in_same_node = False
+        self._replica_num = 1
+        self._nof_replica_num = 0
+        self._dfs_replica_num = 0
+        self._soft_pin_action = SoftPinAction.PRESERVE
+        self._soft_pin_ttl_ms = None
+        self._with_hard_pin = False
+        self._preferred_segment = ""
+        self._preferred_segments = []
+        self._preferred_nof_segments = []
+        self._prefer_alloc_in_same_node = False
+        self._data_type = ObjectDataType.UNKNOWN
+        self._group_ids = None
+
+    def _size(name):    # noqa: N805 (a property factory)
+        def get(self):
+            return getattr(self, "_" + name)
+
+        def set(self, value):
+            setattr(self, "_" + name, _uint(value, name))
+        return property(get, set)
+
+    replica_num = _size("replica_num")
+    nof_replica_num = _size("nof_replica_num")
+    dfs_replica_num = _size("dfs_replica_num")
+
+    def _flag(name):    # noqa: N805
+        def get(self):
+            return getattr(self, "_" + name)
+
+        def set(self, value):
+            setattr(self, "_" + name, bool(value))
+        return property(get, set)
+
+    with_hard_pin = _flag("with_hard_pin")
+    prefer_alloc_in_same_node = _flag("prefer_alloc_in_same_node")
+
+    def _strings(name):     # noqa: N805
+        def get(self):
+            return getattr(self, "_" + name)
+
+        def set(self, value):
+            setattr(self, "_" + name, _str_list(value, name))
+        return property(get, set)
+
+    preferred_segments = _strings("preferred_segments")
+    preferred_nof_segments = _strings("preferred_nof_segments")
+    del _size, _flag, _strings
+
+    @property
+    def preferred_segment(self):
+        return self._preferred_segment
+
+    @preferred_segment.setter
+    def preferred_segment(self, value):
+        if isinstance(value, bytes):
+            value = value.decode("utf-8")
+        if not isinstance(value, str):
+            raise TypeError("preferred_segment must be a str")
+        self._preferred_segment = value
+
+    @property
+    def soft_pin_action(self):
+        return self._soft_pin_action
+
+    @soft_pin_action.setter
+    def soft_pin_action(self, value):
+        try:
+            self._soft_pin_action = SoftPinAction(value)
+        except ValueError:
+            raise TypeError("soft_pin_action must be a SoftPinAction, not %r" % (value,)) from None
+
+    @property
+    def soft_pin_ttl_ms(self):
+        """None: the node's default soft-pin TTL."""
+        return self._soft_pin_ttl_ms
+
+    @soft_pin_ttl_ms.setter
+    def soft_pin_ttl_ms(self, value):
+        self._soft_pin_ttl_ms = None if value is None else _uint(value, "soft_pin_ttl_ms")
+
+    @property
+    def data_type(self):
+        return self._data_type
+
+    @data_type.setter
+    def data_type(self, value):
+        try:
+            self._data_type = ObjectDataType(value)
+        except ValueError:
+            raise TypeError("data_type must be an ObjectDataType, not %r" % (value,)) from None
+
+    @property
+    def group_ids(self):
+        """None, or per key of a put the group it belongs to ("" for none)."""
+        return self._group_ids
+
+    @group_ids.setter
+    def group_ids(self, value):
+        self._group_ids = None if value is None else _str_list(value, "group_ids")
 
     @property
     def with_soft_pin(self):
-        return self.soft_pin_action == SoftPinAction.ENABLE
+        """kvpool's shorthand: soft_pin_action == ENABLE."""
+        return self._soft_pin_action == SoftPinAction.ENABLE
 
     @with_soft_pin.setter
     def with_soft_pin(self, value):
-        self.soft_pin_action = SoftPinAction.ENABLE if value else SoftPinAction.PRESERVE
+        self._soft_pin_action = SoftPinAction.ENABLE if value else SoftPinAction.PRESERVE
 
     def __str__(self):
-        return ("ReplicateConfig: { replica_num: %d, with_soft_pin: %s, soft_pin_ttl_ms: %d, "
-                "with_hard_pin: %s, preferred_segment: %s, preferred_segments: [%s] }"
-                % (self.replica_num, self.with_soft_pin, self.soft_pin_ttl_ms,
-                   self.with_hard_pin, self.preferred_segment,
-                   ", ".join(self.preferred_segments)))
+        text = ("ReplicateConfig: { replica_num: %d, nof_replica_num: %d, dfs_replica_num: %d, "
+                "soft_pin_action: %s, soft_pin_ttl_ms: %s, with_hard_pin: %d, "
+                "preferred_segments: [%s]"
+                % (self._replica_num, self._nof_replica_num, self._dfs_replica_num,
+                   self._soft_pin_action.name,
+                   "default" if self._soft_pin_ttl_ms is None else self._soft_pin_ttl_ms,
+                   self._with_hard_pin, ", ".join(self._preferred_segments)))
+        if self._preferred_segment:
+            text += ", preferred_segment (deprecated): " + self._preferred_segment
+        text += ", preferred_nof_segments: [%s]" % ", ".join(self._preferred_nof_segments)
+        text += ", prefer_alloc_in_same_node: %d" % self._prefer_alloc_in_same_node
+        if self._group_ids is not None:
+            text += ", group_ids: [%s]" % ", ".join(self._group_ids)
+        return text + " }"
 
     __repr__ = __str__
 
+    def check(self, nkeys, multi_buffers=False):
+        """The status Mooncake's client and master answer a put with this config for nkeys keys
+        before storing anything: 0, or INVALID_PARAMS (replica_num 0, NoF replicas, a soft-pin
+        TTL without ENABLE, group_ids not one per key, prefer_alloc_in_same_node where the put
+        form refuses it) or DFS_SERVICE_UNAVAILABLE (a DFS replica: kvpool has no DFS tier)."""
+        if self._replica_num == 0 and self._nof_replica_num == 0 and self._dfs_replica_num == 0:
+            return INVALID_PARAMS
+        if self._dfs_replica_num > 1 or (self._dfs_replica_num and not self._replica_num):
+            return INVALID_PARAMS
+        if self._nof_replica_num:
+            return INVALID_PARAMS
+        if self._dfs_replica_num:
+            return DFS_SERVICE_UNAVAILABLE
+        if self._prefer_alloc_in_same_node and (not multi_buffers or self._replica_num != 1):
+            return INVALID_PARAMS
+        if self._soft_pin_ttl_ms is not None and self._soft_pin_action != SoftPinAction.ENABLE:
+            return INVALID_PARAMS
+        if self._group_ids is not None and len(self._group_ids) != nkeys:
+            return INVALID_PARAMS
+        return OK
+
     def to_put_options(self, rename=None):
         """kvpool.PutOptions for this config; rename maps segment names (hostnames) to
-        kvpool segment names."""
-        names = list(self.preferred_segments or ())
-        if not names and self.preferred_segment:
-            names = [self.preferred_segment]
+        kvpool segment names. A soft pin with TTL 0 pins nothing, as in Mooncake; TTL None is
+        the node's default."""
+        names = list(self._preferred_segments)
+        if not names and self._preferred_segment:
+            names = [self._preferred_segment]
         if rename is not None:
             names = [rename(name) for name in names]
-        return PutOptions(replica_num=self.replica_num, preferred_segments=names,
-                          soft_pin=self.soft_pin_action == SoftPinAction.ENABLE,
-                          soft_pin_ttl_ms=self.soft_pin_ttl_ms, hard_pin=self.with_hard_pin)
+        ttl = self._soft_pin_ttl_ms
+        soft = self._soft_pin_action == SoftPinAction.ENABLE and ttl != 0
+        return PutOptions(replica_num=self._replica_num, preferred_segments=names,
+                          soft_pin=soft, soft_pin_ttl_ms=ttl or 0,
+                          hard_pin=self._with_hard_pin)
 
+
+# ---- replica descriptors ----------------------------------------------------------------
+
+class Descriptor:
+    """Where a memory replica's bytes are (Mooncake's AllocatedBuffer::Descriptor). In kvpool:
+    size, buffer_address the offset in its segment, transport_endpoint the segment (this
+    store's hostname for its own segment, else the node's segment name)."""
+
+    def __init__(self, size=0, buffer_address=0, transport_endpoint=""):
+        self.size = size
+        self.buffer_address = buffer_address
+        self.transport_endpoint = transport_endpoint
+
+    def __repr__(self):
+        return ("<Descriptor size=%d buffer_address=%d transport_endpoint=%s>"
+                % (self.size, self.buffer_address, self.transport_endpoint))
+
+
+class MemoryDescriptor:
+    def __init__(self, buffer_descriptor):
+        self.buffer_descriptor = buffer_descriptor
+
+    def __repr__(self):
+        return "<MemoryDescriptor %r>" % (self.buffer_descriptor,)
+
+
+class DiskDescriptor:
+    def __init__(self, file_path="", object_size=0):
+        self.file_path = file_path
+        self.object_size = object_size
+
+
+class ReplicaDescriptor:
+    """One replica of an object (Mooncake's Replica::Descriptor). Every kvpool replica is a
+    complete memory replica."""
+
+    def __init__(self, memory, status=ReplicaStatus.COMPLETE):
+        self._memory = memory
+        self.status = status
+
+    def is_memory_replica(self):
+        return True
+
+    def is_disk_replica(self):
+        return False
+
+    def is_local_disk_replica(self):
+        return False
+
+    def get_memory_descriptor(self):
+        return self._memory
+
+    def get_disk_descriptor(self):
+        raise RuntimeError("Expected DiskDescriptor")
+
+    def __repr__(self):
+        return "<ReplicaDescriptor %s %r>" % (self.status.name, self._memory.buffer_descriptor)
+
+
+# ---- MooncakeHostMemAllocator -------------------------------------------------------------
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                       ctypes.c_int, ctypes.c_long]
+_libc.munmap.restype = ctypes.c_int
+_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+_MAP_FAILED = ctypes.c_void_p(-1).value
+_PROT_RW, _MAP_SHARED = 0x1 | 0x2, 0x01
+
+_host_memory = {}               #  address -> (fd, size): one table per process, as Mooncake's
+_host_memory_lock = threading.Lock()    #  ShmHelper is one instance per process
+
+
+class MooncakeHostMemAllocator:
+    """Shared host memory for a KV pool (Mooncake's ShmHelper through
+    MooncakeHostMemAllocator, which SGLang's standalone-storage mode allocates its host KV
+    pool with). alloc(size) returns the address of size bytes of a memfd mapped shared, its
+    pages committed; free(address) unmaps it and returns 0, or -1 for an address alloc did
+    not return. alloc raises RuntimeError when the memory cannot be had."""
+
+    def alloc(self, size):
+        size = _uint(size, "size")
+        try:
+            fd = os.memfd_create("kvpool-host-mem", os.MFD_CLOEXEC)
+        except OSError as exc:
+            raise RuntimeError("Failed to create anonymous shared memory: %s" % exc) from None
+        try:
+            os.ftruncate(fd, size)
+            if size:
+                os.posix_fallocate(fd, 0, size)
+            address = _libc.mmap(None, size, _PROT_RW, _MAP_SHARED, fd, 0)
+            if address in (None, _MAP_FAILED):
+                raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
+        except OSError as exc:
+            os.close(fd)
+            raise RuntimeError("Failed to map shared memory of %d bytes: %s"
+                               % (size, exc)) from None
+        with _host_memory_lock:
+            _host_memory[address] = (fd, size)
+        return address
+
+    def free(self, ptr):
+        ptr = _uint(ptr, "ptr")
+        with _host_memory_lock:
+            entry = _host_memory.pop(ptr, None)
+        if entry is None:
+            return -1
+        fd, size = entry
+        rc = _libc.munmap(ptr, size)
+        os.close(fd)
+        return 0 if rc == 0 else -1
+
+
+# ---- sizes, addresses, hostnames ---------------------------------------------------------
 
 _SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kmgt]?)(i?)(b?)\s*$", re.IGNORECASE)
 _SCALE = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
@@ -170,19 +563,251 @@ def endpoint_of(master_server_addr):
     return "tcp://%s:50051" % addr
 
 
-def _teardown(client, segment):
-    """Unmounts and closes segment, closes client; run by close() or at interpreter exit,
-    only in the process that made them (a forked child must not unmount its parent's)."""
-    if segment is not None and segment.pid == os.getpid():
-        if segment.id is not None and client is not None and not client.closed:
+def has_explicit_port(hostname):
+    """True for "host:port" and "[v6]:port" (Mooncake's hasExplicitPort)."""
+    if hostname.startswith("["):
+        head, _, port = hostname.rpartition("]:")
+        return bool(head) and port.isdigit()
+    if hostname.count(":") == 1:
+        return hostname.rsplit(":", 1)[1].isdigit()
+    return False
+
+
+def _with_port(hostname, port):
+    if ":" in hostname and not hostname.startswith("["):
+        return "[%s]:%d" % (hostname, port)
+    return "%s:%d" % (hostname, port)
+
+
+def _port_range():
+    """MC_STORE_CLIENT_MIN_PORT / MAX_PORT, falling back to 12300-14300 when either is not a
+    port or the range is empty (Mooncake's ValidatePortRange)."""
+    try:
+        low = int(os.environ.get("MC_STORE_CLIENT_MIN_PORT", CLIENT_PORT_RANGE[0]))
+        high = int(os.environ.get("MC_STORE_CLIENT_MAX_PORT", CLIENT_PORT_RANGE[1]))
+    except ValueError:
+        return CLIENT_PORT_RANGE
+    if not (1 <= low <= high <= 65535):
+        return CLIENT_PORT_RANGE
+    return low, high
+
+
+def _hold_port(tries=20):
+    """A TCP socket bound to a free port of the client port range, held so no other store of
+    this machine gets the port (Mooncake's AutoPortBinder); None when none is free."""
+    low, high = _port_range()
+    for _ in range(tries):
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.bind(("0.0.0.0", random.randint(low, high)))
+            return sock
+        except OSError:
+            sock.close()
+    return None
+
+
+def _valid_tenant(tenant):
+    """Mooncake's TenantId::IsValid: printable ASCII, not starting with '_'."""
+    return bool(tenant) and tenant[0] != "_" and all(0x20 <= ord(c) < 0x7f for c in tenant)
+
+
+# ---- a tenant's keys ----------------------------------------------------------------------
+
+TENANT_MARK = b"\x1f"
+TENANT_END = b"\n"
+
+#   What regex() lets through: the syntax whose parentheses this parser and PCRE2 read alike.
+_REGEX_REFUSED = (
+    (re.compile(r"\(\?[a-zA-Z^-]*x"), "the x option (comments change where groups end)"),
+    (re.compile(r"\(\?#"), "(?# comments"),
+    (re.compile(r"\(\?C"), "callouts"),
+    (re.compile(r"\(\*"), "verbs and start-of-pattern options"),
+    (re.compile(r"\\Q"), "\\Q...\\E quoting"),
+)
+
+
+def _scan(pattern):
+    """(reason, anchors) for pattern (bytes): reason None if it is a self-contained PCRE2
+    pattern, every ')' closing a group it opened, so it cannot close a group around it and
+    add an alternative outside it; anchors, the (offset, length) of each ^ and \\A that
+    anchors at the subject's start. Conservative: refuses what it does not read exactly as
+    PCRE2 does."""
+    text = pattern.decode("latin-1")
+    for regex, what in _REGEX_REFUSED:
+        if regex.search(text):
+            return "not supported in a scoped pattern: " + what, []
+    anchors = []
+    depth, i, n = 0, 0, len(text)
+    while i < n:
+        c = text[i]
+        if c == "\\":
+            if i + 1 >= n:
+                return "a trailing backslash", []
+            if text[i + 1] == "A":
+                anchors.append((i, 2))
+            i += 3 if text[i + 1] == "c" else 2         #  \cX takes one more character
+            continue
+        if c == "[":
+            i += 1
+            if i < n and text[i] == "^":
+                i += 1
+            if i < n and text[i] == "]":
+                i += 1                                  #  a leading ']' is literal
+            while i < n and text[i] != "]":
+                if text[i] == "\\":
+                    i += 2
+                    continue
+                if text[i] == "[":
+                    return "'[' inside a character class (POSIX classes)", []
+                i += 1
+            if i >= n:
+                return "an unterminated character class", []
+            i += 1
+            continue
+        if c == "^":
+            anchors.append((i, 1))
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+            if depth < 0:
+                return "an unmatched ')'", []
+        i += 1
+    return (None if depth == 0 else "an unclosed '('"), anchors
+
+
+class _KeySpace:
+    """How a tenant's keys are named in the node: prefix + the key's UTF-8 bytes, the prefix
+    "" for the default tenant and "\\x1f<tenant>\\n" for another (tenant ids are printable
+    ASCII, so no tenant's prefix begins another's, and no key of the default tenant may begin
+    with "\\x1f")."""
+
+    def __init__(self, tenant=DEFAULT_TENANT):
+        self.tenant = tenant
+        self.prefix = (b"" if tenant == DEFAULT_TENANT
+                       else TENANT_MARK + tenant.encode("ascii") + TENANT_END)
+
+    def key(self, key):
+        """The node's name for key; TypeError for a non-string, Error(INVALID_KEY) for a key
+        no C string holds (a NUL byte) or a default-tenant key that would name another
+        tenant's."""
+        data = _encode(key)
+        if b"\0" in data:
+            raise error_for(Status.INVALID_KEY, "key contains a NUL byte")
+        if not self.prefix and data.startswith(TENANT_MARK):
+            raise error_for(Status.INVALID_KEY, "a key may not begin with \\x1f (the tenant "
+                                                "mark)")
+        return self.prefix + data
+
+    def keys(self, keys):
+        """(names, statuses): the node's name per key (None where it has none) and None, or a
+        list with INVALID_KEY where a key has no name. TypeError for a non-string."""
+        names = []
+        statuses = None
+        for i, key in enumerate(_key_list(keys)):
             try:
-                client.unmount_segment(segment.id)
-            except Error:
-                pass
-            segment.id = None
-        segment.close()
-    if client is not None:
-        client.close()
+                names.append(self.key(key))
+            except Error as exc:
+                if statuses is None:
+                    statuses = [None] * len(keys)
+                statuses[i] = exc.status
+                names.append(None)
+        return names, statuses
+
+    def all_pattern(self):
+        """The pattern of every key of this tenant."""
+        if self.prefix:
+            return b"\\A" + self._quoted_prefix()
+        return b"\\A(?!\\x1f)"
+
+    def regex(self, pattern):
+        """(pattern, None): pattern (the caller's, on the tenant's keys) as a pattern on the
+        node's keys that matches only this tenant's, or (None, reason) when the pattern is
+        not self-contained (_scan). In another tenant's store ^ and \\A in the pattern anchor
+        where the caller's key begins (after the prefix)."""
+        why, anchors = _scan(pattern)
+        if why is not None:
+            return None, why
+        if not self.prefix:
+            return b"\\A(?!\\x1f)[\\s\\S]*?(?:" + pattern + b")", None
+        start = b"(?<=\\A" + self._quoted_prefix() + b")"
+        pieces, at = [], 0
+        for offset, length in anchors:
+            pieces.append(pattern[at:offset])
+            pieces.append(start)
+            at = offset + length
+        pieces.append(pattern[at:])
+        return (b"\\A" + self._quoted_prefix() + b"[\\s\\S]*?(?:" + b"".join(pieces) + b")",
+                None)
+
+    def _quoted_prefix(self):
+        return b"".join(b"\\x%02x" % byte for byte in self.prefix)
+
+
+# ---- the store ----------------------------------------------------------------------------
+
+class _Resources:
+    """What a set-up store holds, released by close() or at interpreter exit, only in the
+    process that made it (a forked child must not unmount its parent's segment)."""
+
+    def __init__(self):
+        self.pid = os.getpid()
+        self.client = None
+        self.segment = None
+        self.port_socket = None
+        self.http = None
+        self.sessions = {}
+        self.lock = threading.Lock()
+
+    def close(self):
+        if self.pid != os.getpid():
+            return
+        if self.http is not None:
+            self.http.close()
+            self.http = None
+        client = self.client
+        if client is not None and not client.closed:
+            with self.lock:
+                pinned, self.sessions = list(self.sessions), {}
+            if pinned:
+                _release(client, pinned)
+        segment = self.segment
+        if segment is not None and segment.pid == os.getpid():
+            if segment.id is not None and client is not None and not client.closed:
+                try:
+                    client.unmount_segment(segment.id)
+                except Error:
+                    pass
+                segment.id = None
+            segment.close()
+        if self.port_socket is not None:
+            self.port_socket.close()
+            self.port_socket = None
+        if client is not None:
+            client.close()
+
+
+def _release(client, names):
+    """RELEASE of the pins the session keys names hold (statuses ignored)."""
+    try:
+        handle = client._acquire()
+    except Error:
+        return
+    try:
+        karr = (c_char_p * len(names))(*names)
+        statuses = array.array("i", bytes(4 * len(names)))
+        _native.release(handle, len(names), karr, _addr(statuses))
+    finally:
+        client._idle.append(handle)
+
+
+def _exists_to_ok(status):
+    return OK if status == EXISTS else status
+
+
+def _too_small_to_invalid(result):
+    """A buffer too small for its value: INVALID_PARAMS in Mooncake."""
+    return INVALID_PARAMS if result == OVERFLOW else result
 
 
 class MooncakeDistributedStore:
@@ -192,20 +817,31 @@ class MooncakeDistributedStore:
     timeout = DEFAULT_TIMEOUT
 
     def __init__(self):
+        self._res = None
+        self._finalizer = None
         self._client = None
         self._segment = None
-        self._finalizer = None
+        self._space = _KeySpace()
         self._hostname = ""
+        self._local_hostname = ""
         self._registered = {}
+        self._owned = {}
+        self._owned_lock = threading.Lock()
+        self._prefetched_tokens = 0
 
     # ---- setup -----------------------------------------------------------------------
     def setup(self, *args, **kwargs):
-        """setup(local_hostname, metadata_server, global_segment_size=16 MiB,
-                 local_buffer_size=16 MiB, protocol="tcp", rdma_devices="",
-                 master_server_addr="127.0.0.1:50051", engine=None)
+        """setup(local_hostname, metadata_server, global_segment_size, local_buffer_size,
+                 protocol, rdma_devices, master_server_addr, engine=None,
+                 enable_ssd_offload=False, ssd_offload_path="", tenant_id="default",
+                 enable_client_http_server=False, client_http_port=9300)
         or setup(config_dict) with those keys (or the MOONCAKE_CONFIG_PATH JSON names
-        device_name, master_server_address) and string or int values.
-        Returns 0, or a negative status (RPC_FAIL when the node does not answer)."""
+        device_name, master_server_address) and string or int values; local_hostname and
+        metadata_server are required there, as in Mooncake. Returns 0, or a negative status
+        (INVALID_PARAMS for a bad argument, RPC_FAIL when the node does not answer).
+
+        engine, enable_ssd_offload and ssd_offload_path are accepted with a warning that names
+        them: kvpool has no transfer engine to share and no SSD tier yet."""
         if len(args) == 1 and not kwargs and isinstance(args[0], dict):
             try:
                 params = _params_from_dict(args[0])
@@ -213,70 +849,120 @@ class MooncakeDistributedStore:
                 return INVALID_PARAMS
         else:
             params = _bind_setup(*args, **kwargs)
-            try:
-                params["global_segment_size"] = parse_size(params["global_segment_size"])
-                params["local_buffer_size"] = parse_size(params["local_buffer_size"])
-            except ValueError:
-                return INVALID_PARAMS
+            for name in ("global_segment_size", "local_buffer_size"):
+                value = params[name]
+                if isinstance(value, int) and not isinstance(value, bool):
+                    params[name] = _uint(value, name)
+                else:
+                    try:
+                        params[name] = parse_size(value)
+                    except ValueError:
+                        return INVALID_PARAMS
         return self._setup(params)
 
     def setup_dummy(self, mem_pool_size, local_buffer_size, server_address):
-        """Mooncake's client-of-a-local-store mode: connects to server_address, contributes
-        nothing (mem_pool_size is the real client's business)."""
-        return self._setup({"local_hostname": "localhost", "global_segment_size": 0,
-                            "local_buffer_size": local_buffer_size,
+        """Mooncake's client-of-a-local-store mode: connects to server_address (here the
+        kvpoold node), contributes nothing (mem_pool_size is the real client's business).
+        Returns 0 or a negative status."""
+        _uint(mem_pool_size, "mem_pool_size")
+        _uint(local_buffer_size, "local_buffer_size")
+        if not isinstance(server_address, str):
+            raise TypeError("server_address must be a str")
+        return self._setup({"local_hostname": "localhost", "metadata_server": "",
+                            "global_segment_size": 0, "local_buffer_size": local_buffer_size,
                             "master_server_addr": server_address})
 
     def _setup(self, params):
-        if self._client is not None:
+        if self._res is not None:
             self.close()
+        local_hostname = params.get("local_hostname") or ""
+        if not local_hostname:
+            return INVALID_PARAMS
+        tenant = params.get("tenant_id") or DEFAULT_TENANT
+        if not _valid_tenant(tenant):
+            return INVALID_PARAMS
+        http_on = bool(params.get("enable_client_http_server"))
+        http_port = params.get("client_http_port", DEFAULT_CLIENT_HTTP_PORT)
+        if http_on and not 0 < http_port <= 65535:
+            return INVALID_PARAMS
         try:
             endpoint = endpoint_of(params.get("master_server_addr", DEFAULT_MASTER))
         except ValueError:
             return INVALID_PARAMS
+        res = _Resources()
         try:
-            client = Client(endpoint, timeout=self.timeout)
+            res.client = Client(endpoint, timeout=self.timeout)
         except Error as exc:
             return exc.status
-        segment = None
         size = params.get("global_segment_size", 0)
         if size > 0:
             try:
-                segment = SharedSegment(size)
+                res.segment = SharedSegment(size)
             except OSError:
-                client.close()
+                res.close()
                 return int(Status.NO_AVAILABLE_HANDLE)
             try:
-                segment.id = client.mount_segment(segment.name, size)
+                res.segment.id = res.client.mount_segment(res.segment.name, size)
             except Error as exc:
-                segment.close()
-                client.close()
+                res.close()
                 return exc.status
-        self._client = client
-        self._segment = segment
-        self._hostname = params.get("local_hostname") or "localhost"
-        self._finalizer = weakref.finalize(self, _teardown, client, segment)
+        if has_explicit_port(local_hostname):
+            hostname = local_hostname
+        else:
+            res.port_socket = _hold_port()
+            if res.port_socket is None:
+                res.close()
+                return INTERNAL_ERROR
+            hostname = _with_port(local_hostname, res.port_socket.getsockname()[1])
+        self._res = res
+        self._client = res.client
+        self._segment = res.segment
+        self._space = _KeySpace(tenant)
+        self._hostname = hostname
+        self._local_hostname = local_hostname
+        self._owned = {}
+        self._finalizer = weakref.finalize(self, res.close)
+        if params.get("engine") is not None:
+            _warn("setup(engine=...): kvpool has no Mooncake transfer engine to share; the "
+                  "engine is not used")
+        if params.get("enable_ssd_offload"):
+            _warn("setup(enable_ssd_offload=True): kvpool has no SSD tier yet; objects stay in "
+                  "memory only")
+        if params.get("ssd_offload_path"):
+            _warn("setup(ssd_offload_path=%r): kvpool has no SSD tier yet; the path is not "
+                  "used" % (params["ssd_offload_path"],))
+        if http_on:
+            try:
+                res.http = _HttpEndpoints(self, http_port)
+            except OSError as exc:
+                #  Mooncake goes on without the endpoints when the port is taken.
+                _warn("setup(enable_client_http_server=True, client_http_port=%d): cannot "
+                      "listen (%s); continuing without the HTTP endpoints" % (http_port, exc))
         return OK
 
     def close(self):
-        """Unmounts and removes this process's segment (if any) and disconnects. Returns 0."""
+        """Releases get sessions, unmounts and removes this process's segment (if any),
+        stops the HTTP endpoints, lets go of the port and disconnects. Returns 0."""
         if self._finalizer is not None:
             self._finalizer()
             self._finalizer = None
+        self._res = None
         self._client = None
         self._segment = None
         self._registered.clear()
+        self._owned = {}
         return OK
 
     def health_check(self):
-        """0 if the node answers, 1 if setup() has not succeeded, or a negative status."""
+        """0 if the node answers, 1 before setup() or after close(), 2 if the node does not
+        answer (Mooncake's HC_HEALTHY, HC_NOT_INITIALIZED, HC_MASTER_UNREACHABLE)."""
         if self._client is None:
-            return 1
-        return self._code(_native.ping)
+            return HC_NOT_INITIALIZED
+        return HC_HEALTHY if self._code(_native.ping) == OK else HC_MASTER_UNREACHABLE
 
     def get_hostname(self):
-        """The local_hostname given to setup(): the name of this process's segment for
-        ReplicateConfig.preferred_segment."""
+        """"host:port", unique per store: this store's segment name for
+        ReplicateConfig.preferred_segment. "" before setup()."""
         return self._hostname
 
     def segment_name(self):
@@ -284,14 +970,29 @@ class MooncakeDistributedStore:
         return self._segment.name if self._segment is not None else ""
 
     def register_buffer(self, buffer_ptr, size):
-        """Returns 0: kvpool needs no registration. Kept for Mooncake's callers."""
-        _check_ints(buffer_ptr, size)
+        """Returns 0 (INVALID_PARAMS before setup): kvpool needs no registration. Kept for
+        Mooncake's callers."""
+        buffer_ptr = _uint(buffer_ptr, "buffer_ptr")
+        size = _uint(size, "size")
+        if self._client is None:
+            return INVALID_PARAMS
         self._registered[buffer_ptr] = size
         return OK
 
     def unregister_buffer(self, buffer_ptr):
         """Returns 0 for a buffer registered before, INVALID_PARAMS otherwise."""
+        buffer_ptr = _uint(buffer_ptr, "buffer_ptr")
         return OK if self._registered.pop(buffer_ptr, None) is not None else INVALID_PARAMS
+
+    def get_offload_rpc_read_count(self):
+        """Reads served by the SSD offload RPC: always 0, kvpool has no SSD tier (Mooncake's
+        answer for a client without one)."""
+        return 0
+
+    def record_prefetched_tokens(self, tokens):
+        """Adds tokens to the count of prefetched tokens SGLang's direct linker reports (shown
+        by the HTTP endpoints' /metrics). Returns None."""
+        self._prefetched_tokens += _uint(tokens, "tokens")
 
     # ---- internals -------------------------------------------------------------------
     def _code(self, fn, *args):
@@ -309,63 +1010,143 @@ class MooncakeDistributedStore:
             client._idle.append(handle)
 
     def _rename(self, name):
-        if self._segment is not None and name in (self._hostname, self._segment.name):
-            return self._segment.name
+        segment = self._segment
+        if segment is not None and name in (self._hostname, self._local_hostname,
+                                            segment.name):
+            return segment.name
         return name
 
-    def _opts(self, config):
+    def _put_options(self, config, nkeys, multi_buffers=False):
+        """(status, options): the C options for config (None for none), or a status for a
+        config the put must refuse. TypeError for a config of another type."""
         if config is None:
-            return None
-        if isinstance(config, ReplicateConfig):
-            return byref(config.to_put_options(self._rename)._native())
+            return OK, None
         if isinstance(config, PutOptions):
-            return byref(config._native())
-        raise TypeError("config must be a ReplicateConfig")
+            native = config
+        elif isinstance(config, ReplicateConfig):
+            status = config.check(nkeys, multi_buffers)
+            if status != OK:
+                return status, None
+            native = config.to_put_options(self._rename)
+        else:
+            raise TypeError("config must be a ReplicateConfig, not %s" % type(config).__name__)
+        try:
+            return OK, byref(native._native())
+        except Error as exc:
+            return exc.status, None
+
+    def _own(self, names, statuses):
+        """Remembers the keys this store stored (status 0: new objects, not ones that were
+        there) for batch_replica_clear, at most OWNED_KEYS_MAX of them."""
+        owned = self._owned
+        with self._owned_lock:
+            for name, status in zip(names, statuses):
+                if status == OK and name is not None:
+                    owned[name] = None
+            excess = len(owned) - OWNED_KEYS_MAX
+            if excess > 0:
+                for name in list(itertools.islice(owned, excess)):
+                    del owned[name]
+
+    def _disown(self, names):
+        with self._owned_lock:
+            for name in names:
+                self._owned.pop(name, None)
 
     # ---- put -------------------------------------------------------------------------
     def put(self, key, value, config=None):
-        """Stores value (bytes-like) under key. Returns 0 or a negative status
-        (OBJECT_ALREADY_EXISTS if the key exists)."""
+        """Stores value (any buffer: all its bytes) under key. Returns 0 (also when key
+        exists: the first value stays), or a negative status (INVALID_PARAMS for an empty
+        value or a refused config)."""
+        _buffer_only(value)
         pins = _Pins()
         try:
             address, size = pins.address(value)
-            try:
-                bkey = _key(key)
-            except Error as exc:
-                return exc.status
-            return self._code(_native.put, bkey, address, size, self._opts(config))
+            return self._put_one(key, [address, size], config, empty=INVALID_PARAMS)
         finally:
             pins.release()
 
     def put_parts(self, key, *parts, config=None):
-        """Stores the concatenation of parts (bytes-likes) as one value. Returns 0 or < 0."""
+        """Stores the concatenation of parts (1-D bytes-likes; RuntimeError for others, as in
+        Mooncake) as one value. Returns 0 (nothing is stored when the parts are all empty,
+        as in Mooncake) or a negative status."""
         pins = _Pins()
         try:
             flat = []
             for part in parts:
+                view = memoryview(part)          #  TypeError for a non-buffer
+                if view.ndim != 1 or view.itemsize != 1:
+                    raise RuntimeError("parts must be 1-D bytes-like")
                 flat.extend(pins.address(part))
-            iov = _u64(flat)
-            try:
-                bkey = _key(key)
-            except Error as exc:
-                return exc.status
-            return self._code(_native.put_parts, bkey, _addr(iov), len(parts),
-                              self._opts(config))
+            return self._put_one(key, flat, config, empty=OK)
         finally:
             pins.release()
 
+    def put_from(self, key, buffer_ptr, size, config=None):
+        """Stores size bytes at address buffer_ptr under key. Returns 0 (also for a key that
+        exists, and for size 0, which stores nothing, as in Mooncake) or a negative status."""
+        buffer_ptr = _uint(buffer_ptr, "buffer_ptr")
+        size = _uint(size, "size")
+        return self._put_one(key, [buffer_ptr, size], config, empty=OK)
+
+    def put_from_with_metadata(self, key, buffer_ptr, metadata_buffer_ptr, size, metadata_size,
+                               config=None):
+        """Stores metadata_size bytes at metadata_buffer_ptr followed by size bytes at
+        buffer_ptr as one value. Mooncake's own codes: 0 (also for size 0, which stores
+        nothing, and for a key that exists), -1 before setup or for prefer_alloc_in_same_node,
+        and for a failed put the status negated (a positive number)."""
+        buffer_ptr = _uint(buffer_ptr, "buffer_ptr")
+        metadata_buffer_ptr = _uint(metadata_buffer_ptr, "metadata_buffer_ptr")
+        size = _uint(size, "size")
+        metadata_size = _uint(metadata_size, "metadata_size")
+        if config is not None and not isinstance(config, (ReplicateConfig, PutOptions)):
+            raise TypeError("config must be a ReplicateConfig")
+        if self._client is None or (isinstance(config, ReplicateConfig)
+                                    and config.prefer_alloc_in_same_node):
+            return -1
+        if size == 0:
+            return OK
+        rc = self._put_one(key, [metadata_buffer_ptr, metadata_size, buffer_ptr, size], config,
+                           empty=OK)
+        return -rc if rc < 0 else rc
+
+    def _put_one(self, key, flat, config, empty):
+        """Puts one value gathered from flat (address, size, ...). empty: the answer for a
+        value of no bytes (Mooncake refuses an empty put, or skips it, by method)."""
+        try:
+            name = self._space.key(key)
+        except Error as exc:
+            return exc.status
+        if self._client is None:
+            return INVALID_PARAMS
+        status, opts = self._put_options(config, 1)
+        if status != OK:
+            return status
+        total = sum(flat[1::2])
+        if total == 0:
+            return empty
+        if any(flat[i] == 0 and flat[i + 1] for i in range(0, len(flat), 2)):
+            return INVALID_PARAMS
+        if len(flat) == 2:
+            rc = self._code(_native.put, name, flat[0], flat[1], opts)
+        else:
+            iov = _u64(flat)
+            rc = self._code(_native.put_parts, name, _addr(iov), len(flat) // 2, opts)
+        self._own([name], [rc])
+        return _exists_to_ok(rc)
+
     def put_batch(self, keys, values, config=None):
-        """Stores values[i] under keys[i]. Returns 0 if every put succeeded, else the first
-        negative status."""
+        """Stores values[i] under keys[i]. Returns 0 if every put succeeded (a key that exists
+        counts as success), else the first negative status."""
+        _key_list(keys)
         if len(keys) != len(values):
             return INVALID_PARAMS
-        if not keys:
-            return OK
         pins = _Pins()
         try:
             addresses = []
             sizes = []
             for value in values:
+                _buffer_only(value)
                 address, size = pins.address(value)
                 addresses.append(address)
                 sizes.append(size)
@@ -377,88 +1158,316 @@ class MooncakeDistributedStore:
                 return result
         return OK
 
-    def put_from(self, key, buffer_ptr, size, config=None):
-        """Stores size bytes at address buffer_ptr under key. Returns 0 or < 0."""
-        _check_ints(buffer_ptr, size)
-        try:
-            bkey = _key(key)
-        except Error as exc:
-            return exc.status
-        if size < 0 or (buffer_ptr == 0 and size > 0):
-            return INVALID_PARAMS
-        return self._code(_native.put, bkey, buffer_ptr, size, self._opts(config))
-
     def batch_put_from(self, keys, buffer_ptrs, sizes, config=None):
-        """put_from for each key. Returns a status per key."""
+        """put_from for each key. Returns a status per key (0 also for a key that exists;
+        INVALID_PARAMS for size 0, as in Mooncake's batch put)."""
+        _key_list(keys)
+        addresses = _uints(buffer_ptrs, "buffer_ptrs")
+        lengths = _uints(sizes, "sizes")
         n = len(keys)
-        if len(buffer_ptrs) != n or len(sizes) != n:
-            return [INVALID_PARAMS] * n
-        if n == 0:
-            return []
-        try:
-            addresses, lengths = _u64(buffer_ptrs), _u64(sizes)
-        except OverflowError:                     #  a negative pointer or size
+        if len(addresses) != n or len(lengths) != n:
             return [INVALID_PARAMS] * n
         return self._put_batch(keys, addresses, lengths, config)
 
-    def batch_put_from_multi_buffers(self, keys, all_buffer_ptrs, all_sizes, config=None):
-        """Stores, for each key, the concatenation of the buffers all_buffer_ptrs[i] (sizes
-        all_sizes[i]). Returns a status per key."""
-        n = len(keys)
-        flat, counts = _flatten_parts(n, all_buffer_ptrs, all_sizes)
-        if flat is None:
-            return [INVALID_PARAMS] * n
-        if n == 0:
-            return []
-        return self._batch_parts(_native.put_batch_parts, keys, flat, counts, config)
-
     def _put_batch(self, keys, addresses, sizes, config):
         n = len(keys)
-        try:
-            karr = _key_array(keys)
-        except Error:
-            return self._subset(lambda k, a, s: self._put_batch(k, _u64(a), _u64(s), config),
-                                INVALID_KEY, keys, addresses, sizes)
-        statuses = array.array("i", bytes(4 * n))
-        rc = self._code(_native.put_batch, n, karr, _addr(addresses), _addr(sizes),
-                        self._opts(config), _addr(statuses))
-        if rc < 0:
-            return [rc] * n
-        return statuses.tolist()
+        names, pre = self._space.keys(keys)
+        if n == 0:
+            return []
+        if self._client is None:
+            return [INVALID_PARAMS] * n
+        status, opts = self._put_options(config, n)
+        if status != OK:
+            return [status] * n
+        for i in range(n):
+            if sizes[i] == 0 or addresses[i] == 0:
+                if pre is None:
+                    pre = [None] * n
+                if pre[i] is None:
+                    pre[i] = INVALID_PARAMS
 
-    def _batch_parts(self, fn, keys, flat, counts, config=None, is_get=False):
+        def run(index):
+            sub = [names[i] for i in index]
+            karr = (c_char_p * len(sub))(*sub)
+            addr = _u64([addresses[i] for i in index]) if pre else addresses
+            size = _u64([sizes[i] for i in index]) if pre else sizes
+            statuses = array.array("i", bytes(4 * len(sub)))
+            rc = self._code(_native.put_batch, len(sub), karr, _addr(addr), _addr(size), opts,
+                            _addr(statuses))
+            if rc < 0:
+                return [rc] * len(sub)
+            results = statuses.tolist()
+            self._own(sub, results)
+            return [_exists_to_ok(r) for r in results]
+        return _partial(n, pre, run)
+
+    def batch_put_from_multi_buffers(self, keys, all_buffer_ptrs, all_sizes, config=None):
+        """Stores, for each key, the concatenation of the buffers all_buffer_ptrs[i] (sizes
+        all_sizes[i]). Returns a status per key (0 also for a key that exists)."""
+        _key_list(keys)
+        ptrs = _nested(all_buffer_ptrs, "all_buffer_ptrs")
+        sizes = _nested(all_sizes, "all_sizes")
         n = len(keys)
+        flat, counts = _flatten_parts(n, ptrs, sizes)
+        if flat is None:
+            return [INVALID_PARAMS] * n
+        names, pre = self._space.keys(keys)
+        if n == 0:
+            return []
+        if self._client is None:
+            return [INVALID_PARAMS] * n
+        status, opts = self._put_options(config, n, multi_buffers=True)
+        if status != OK:
+            return [status] * n
+        for i in range(n):
+            if sum(sizes[i]) == 0 or any(p == 0 and s for p, s in zip(ptrs[i], sizes[i])):
+                if pre is None:
+                    pre = [None] * n
+                if pre[i] is None:
+                    pre[i] = INVALID_PARAMS
+
+        def run(index):
+            sub = [names[i] for i in index]
+            karr = (c_char_p * len(sub))(*sub)
+            if pre:
+                sub_flat = [x for i in index for x in _pairs(ptrs[i], sizes[i])]
+                sub_counts = [counts[i] for i in index]
+            else:
+                sub_flat, sub_counts = flat, counts
+            iov, starts, nparts = _iov_table(sub_flat, sub_counts)
+            statuses = array.array("i", bytes(4 * len(sub)))
+            rc = self._code(_native.put_batch_parts, len(sub), karr, _addr(starts),
+                            _addr(nparts), opts, _addr(statuses))
+            if rc < 0:
+                return [rc] * len(sub)
+            results = statuses.tolist()
+            self._own(sub, results)
+            return [_exists_to_ok(r) for r in results]
+        return _partial(n, pre, run)
+
+    # ---- upsert ----------------------------------------------------------------------
+    #   As the put forms, but a key that exists gets the new value (kvpool's UPSERT: a reader
+    #   sees the whole old or the whole new value; the old one's space is freed once its
+    #   readers are done). 0 or a negative status; REPLICA_IS_NOT_READY (-703) while the key
+    #   is being written.
+    def upsert(self, key, value, config=None):
+        """Stores value (any buffer: all its bytes) under key, replacing what is there."""
+        _buffer_only(value)
+        pins = _Pins()
         try:
-            karr = _key_array(keys)
-        except Error:
-            starts = list(itertools.accumulate([0] + counts))
-            per_key = [flat[2 * starts[i]:2 * starts[i + 1]] for i in range(n)]
-            return self._subset(
-                lambda k, f, c: self._batch_parts(fn, k, [x for part in f for x in part], c,
-                                                  config, is_get),
-                INVALID_KEY, keys, per_key, counts)
-        iov, ptrs, nparts = _iov_table(flat, counts)
-        if is_get:
-            results = array.array("q", bytes(8 * n))
-            rc = self._code(fn, n, karr, _addr(ptrs), _addr(nparts), _addr(results))
-        else:
-            results = array.array("i", bytes(4 * n))
-            rc = self._code(fn, n, karr, _addr(ptrs), _addr(nparts), self._opts(config),
-                            _addr(results))
+            address, size = pins.address(value)
+            return self._upsert_one(key, [address, size], config)
+        finally:
+            pins.release()
+
+    def upsert_from(self, key, buffer_ptr, size, config=None):
+        """upsert of size bytes at address buffer_ptr."""
+        buffer_ptr = _uint(buffer_ptr, "buffer_ptr")
+        size = _uint(size, "size")
+        return self._upsert_one(key, [buffer_ptr, size], config)
+
+    def upsert_parts(self, key, *parts, config=None):
+        """upsert of the concatenation of parts (1-D bytes-likes)."""
+        pins = _Pins()
+        try:
+            flat = []
+            for part in parts:
+                view = memoryview(part)
+                if view.ndim != 1 or view.itemsize != 1:
+                    raise RuntimeError("parts must be 1-D bytes-like")
+                flat.extend(pins.address(part))
+            return self._upsert_one(key, flat, config)
+        finally:
+            pins.release()
+
+    def _upsert_one(self, key, flat, config):
+        try:
+            name = self._space.key(key)
+        except Error as exc:
+            return exc.status
+        if self._client is None:
+            return INVALID_PARAMS
+        status, opts = self._put_options(config, 1)
+        if status != OK:
+            return status
+        if sum(flat[1::2]) == 0 or any(flat[i] == 0 and flat[i + 1]
+                                       for i in range(0, len(flat), 2)):
+            return INVALID_PARAMS
+        iov = _u64(flat)
+        rc = self._code(_native.upsert_parts, name, _addr(iov), len(flat) // 2, opts)
+        self._own([name], [rc])
+        return rc
+
+    def upsert_batch(self, keys, values, config=None):
+        """upsert of values[i] under keys[i]. Returns 0 if every one succeeded, else the
+        first negative status."""
+        _key_list(keys)
+        if len(keys) != len(values):
+            return INVALID_PARAMS
+        pins = _Pins()
+        try:
+            pairs = []
+            for value in values:
+                _buffer_only(value)
+                pairs.append(pins.address(value))
+            results = self._upsert_batch(keys, [[a] for a, _ in pairs], [[s] for _, s in pairs],
+                                         config)
+        finally:
+            pins.release()
+        for result in results:
+            if result != OK:
+                return result
+        return OK
+
+    def batch_upsert_from(self, keys, buffer_ptrs, sizes, config=None):
+        """upsert_from for each key. Returns a status per key."""
+        _key_list(keys)
+        addresses = _uints(buffer_ptrs, "buffer_ptrs")
+        lengths = _uints(sizes, "sizes")
+        if len(addresses) != len(keys) or len(lengths) != len(keys):
+            return [INVALID_PARAMS] * len(keys)
+        return self._upsert_batch(keys, [[a] for a in addresses], [[s] for s in lengths], config)
+
+    def _upsert_batch(self, keys, ptrs, sizes, config):
+        n = len(keys)
+        names, pre = self._space.keys(keys)
+        if n == 0:
+            return []
+        if self._client is None:
+            return [INVALID_PARAMS] * n
+        status, opts = self._put_options(config, n)
+        if status != OK:
+            return [status] * n
+        for i in range(n):
+            if sum(sizes[i]) == 0 or any(p == 0 and s for p, s in zip(ptrs[i], sizes[i])):
+                if pre is None:
+                    pre = [None] * n
+                if pre[i] is None:
+                    pre[i] = INVALID_PARAMS
+
+        def run(index):
+            sub = [names[i] for i in index]
+            karr = (c_char_p * len(sub))(*sub)
+            flat = [x for i in index for x in _pairs(ptrs[i], sizes[i])]
+            iov, starts, nparts = _iov_table(flat, [len(ptrs[i]) for i in index])
+            statuses = array.array("i", bytes(4 * len(sub)))
+            rc = self._code(_native.upsert_batch_parts, len(sub), karr, _addr(starts),
+                            _addr(nparts), opts, _addr(statuses))
+            if rc < 0:
+                return [rc] * len(sub)
+            results = statuses.tolist()
+            self._own(sub, results)
+            return results
+        return _partial(n, pre, run)
+
+    # ---- ranges ----------------------------------------------------------------------
+    #   Byte ranges of values, read with kvpool's ranged GET: only the ranges travel. A range
+    #   must lie inside its value (INVALID_PARAMS otherwise, as a short read would be).
+    def _read_ranges(self, names, offsets, addresses, lengths):
+        """One ranged read of len(names) ranges: a list of bytes read or a negative status."""
+        n = len(names)
+        if n == 0:
+            return []
+        karr = (c_char_p * n)(*names)
+        starts, addrs, sizes = _u64(offsets), _u64(addresses), _u64(lengths)
+        results = array.array("q", bytes(8 * n))
+        rc = self._code(_native.get_ranges_into, n, karr, _addr(starts), _addr(addrs),
+                        _addr(sizes), _addr(results))
         if rc < 0:
             return [rc] * n
-        return results.tolist()
+        return [r if r < 0 or r == lengths[i] else INVALID_PARAMS
+                for i, r in enumerate(results.tolist())]
 
-    @staticmethod
-    def _subset(method, fill, keys, *lists):
-        """Runs method on the keys that are valid (and the matching items of lists); the
-        others get fill. For batches with a key no C string can hold (a NUL byte)."""
-        good = [i for i, key in enumerate(keys) if not _bad_key(key)]
-        out = [fill] * len(keys)
-        if good:
-            sub = method([keys[i] for i in good], *[[items[i] for i in good] for items in lists])
-            for j, i in enumerate(good):
-                out[i] = sub[j]
+    def batch_get_into_multi_buffer_ranges(self, keys, all_buffer_ptrs, all_sizes, all_offsets):
+        """For each key, reads all_sizes[i][j] bytes from byte all_offsets[i][j] of its value
+        into all_buffer_ptrs[i][j]. Returns per key the bytes read (the sum of its sizes) or a
+        negative status."""
+        _key_list(keys)
+        ptrs = _nested(all_buffer_ptrs, "all_buffer_ptrs")
+        sizes = _nested(all_sizes, "all_sizes")
+        offsets = _nested(all_offsets, "all_offsets")
+        n = len(keys)
+        if len(ptrs) != n or len(sizes) != n or len(offsets) != n:
+            return [INVALID_PARAMS] * n
+        names, pre = self._space.keys(keys)
+        if n == 0:
+            return []
+        if self._client is None:
+            return [INVALID_PARAMS] * n
+        for i in range(n):
+            if not (len(ptrs[i]) == len(sizes[i]) == len(offsets[i])) or any(
+                    p == 0 and s for p, s in zip(ptrs[i], sizes[i])):
+                if pre is None:
+                    pre = [None] * n
+                if pre[i] is None:
+                    pre[i] = INVALID_PARAMS
+
+        def run(index):
+            flat_names, flat_offsets, flat_ptrs, flat_sizes, owner = [], [], [], [], []
+            for i in index:
+                for ptr, size, offset in zip(ptrs[i], sizes[i], offsets[i]):
+                    if size == 0:
+                        continue
+                    flat_names.append(names[i])
+                    flat_offsets.append(offset)
+                    flat_ptrs.append(ptr)
+                    flat_sizes.append(size)
+                    owner.append(i)
+            totals = {i: 0 for i in index}
+            for i, result in zip(owner, self._read_ranges(flat_names, flat_offsets, flat_ptrs,
+                                                          flat_sizes)):
+                if totals[i] >= 0:
+                    totals[i] = result if result < 0 else totals[i] + result
+            return [totals[i] for i in index]
+        return _partial(n, pre, run)
+
+    def get_into_ranges(self, buffer_ptrs, all_keys, all_dst_offsets, all_src_offsets,
+                        all_sizes):
+        """Ranges of many values into a few buffers: for buffer b, key k of all_keys[b] and
+        range r, all_sizes[b][k][r] bytes from byte all_src_offsets[b][k][r] of the value go
+        to buffer_ptrs[b] + all_dst_offsets[b][k][r]. Returns the same nesting: per range the
+        bytes read or a negative status."""
+        buffers = _uints(buffer_ptrs, "buffer_ptrs")
+        if not (len(all_keys) == len(all_dst_offsets) == len(all_src_offsets) == len(all_sizes)
+                == len(buffers)):
+            raise ValueError("buffer_ptrs, all_keys, all_dst_offsets, all_src_offsets and "
+                             "all_sizes must have the same length")
+        flat_names, flat_offsets, flat_ptrs, flat_sizes, where = [], [], [], [], []
+        out = []
+        for b, base in enumerate(buffers):
+            keys = all_keys[b]
+            _key_list(keys)
+            dst, src = _nested(all_dst_offsets[b], "dst"), _nested(all_src_offsets[b], "src")
+            size = _nested(all_sizes[b], "sizes")
+            if not (len(keys) == len(dst) == len(src) == len(size)):
+                raise ValueError("the keys and offsets of buffer %d differ in length" % b)
+            names, pre = self._space.keys(keys)
+            per_buffer = []
+            for k in range(len(keys)):
+                if not (len(dst[k]) == len(src[k]) == len(size[k])):
+                    raise ValueError("the ranges of key %d of buffer %d differ in length"
+                                     % (k, b))
+                status = pre[k] if pre is not None else None
+                if base == 0 or self._client is None:
+                    status = INVALID_PARAMS
+                results = []
+                for r in range(len(size[k])):
+                    if status is not None:
+                        results.append(status)
+                    elif size[k][r] == 0:
+                        results.append(0)
+                    else:
+                        results.append(None)
+                        flat_names.append(names[k])
+                        flat_offsets.append(src[k][r])
+                        flat_ptrs.append(base + dst[k][r])
+                        flat_sizes.append(size[k][r])
+                        where.append((b, k, r))
+                per_buffer.append(results)
+            out.append(per_buffer)
+        for (b, k, r), result in zip(where, self._read_ranges(flat_names, flat_offsets,
+                                                              flat_ptrs, flat_sizes)):
+            out[b][k][r] = result
         return out
 
     # ---- get -------------------------------------------------------------------------
@@ -469,17 +1478,7 @@ class MooncakeDistributedStore:
     def get_batch(self, keys):
         """The values of keys as bytes, b"" for each miss or error. Each value is copied once
         (see kvpool.client.fetch)."""
-        n = len(keys)
-        if n == 0:
-            return []
-        try:
-            karr = _key_array(keys)
-        except Error:
-            return self._subset(self.get_batch, b"", keys)
-        rc, values = self._fetch(n, karr, False)
-        if rc < 0:
-            return [b""] * n
-        return [b"" if isinstance(value, int) else value for value in values]
+        return self._values(keys, b"", False)
 
     def get_buffer(self, key):
         """The value of key as a BufferHandle (buffer protocol, ptr(), size()), or None on a
@@ -488,148 +1487,395 @@ class MooncakeDistributedStore:
 
     def batch_get_buffer(self, keys):
         """A BufferHandle per key, None for each miss or error."""
-        n = len(keys)
+        return self._values(keys, None, True)
+
+    def _values(self, keys, miss, handles):
+        names, pre = self._space.keys(keys)
+        n = len(names)
         if n == 0:
             return []
-        try:
-            karr = _key_array(keys)
-        except Error:
-            return self._subset(self.batch_get_buffer, None, keys)
-        rc, values = self._fetch(n, karr, True)
-        if rc < 0:
-            return [None] * n
-        return [None if isinstance(value, int) else value for value in values]
+        if self._client is None:
+            return [miss] * n
 
-    def _fetch(self, n, karr, handles):
-        result = self._code(fetch, n, karr, handles)
-        return (result, None) if isinstance(result, int) else result
+        def run(index):
+            sub = [names[i] for i in index]
+            karr = (c_char_p * len(sub))(*sub)
+            result = self._code(fetch, len(sub), karr, handles)
+            if isinstance(result, int):
+                return [miss] * len(sub)
+            return [miss if isinstance(value, int) else value for value in result[1]]
+        return [miss if r is None or isinstance(r, int) else r for r in _partial(n, pre, run)]
 
     def get_size(self, key):
         """The size of key's value, or a negative status (OBJECT_NOT_FOUND)."""
         try:
-            bkey = _key(key)
+            name = self._space.key(key)
         except Error as exc:
             return exc.status
-        return self._code(_native.get_size, bkey)
+        return self._code(_native.get_size, name)
 
     def get_into(self, key, buffer_ptr, size):
         """Copies key's value into size bytes at buffer_ptr. Returns the bytes read or a
-        negative status (OBJECT_NOT_FOUND, BUFFER_OVERFLOW when the value is larger)."""
-        _check_ints(buffer_ptr, size)
+        negative status (OBJECT_NOT_FOUND; INVALID_PARAMS when the value is larger than the
+        buffer, as in Mooncake)."""
+        buffer_ptr = _uint(buffer_ptr, "buffer_ptr")
+        size = _uint(size, "size")
         try:
-            bkey = _key(key)
+            name = self._space.key(key)
         except Error as exc:
             return exc.status
-        if size < 0 or (buffer_ptr == 0 and size > 0):
+        if buffer_ptr == 0 and size > 0:
             return INVALID_PARAMS
-        return self._code(_native.get_into, bkey, buffer_ptr, size)
+        return _too_small_to_invalid(self._code(_native.get_into, name, buffer_ptr, size))
 
     def batch_get_into(self, keys, buffer_ptrs, sizes):
         """get_into for each key. Returns per key the bytes read or a negative status."""
+        _key_list(keys)
+        addresses = _uints(buffer_ptrs, "buffer_ptrs")
+        capacities = _uints(sizes, "sizes")
         n = len(keys)
-        if len(buffer_ptrs) != n or len(sizes) != n:
+        if len(addresses) != n or len(capacities) != n:
             return [INVALID_PARAMS] * n
+        names, pre = self._space.keys(keys)
         if n == 0:
             return []
-        try:
-            karr = _key_array(keys)
-        except Error:
-            return self._subset(self.batch_get_into, INVALID_KEY, keys, buffer_ptrs, sizes)
-        try:
-            addresses, capacities = _u64(buffer_ptrs), _u64(sizes)
-        except OverflowError:                     #  a negative pointer or size
+        if self._client is None:
             return [INVALID_PARAMS] * n
-        results = array.array("q", bytes(8 * n))
-        rc = self._code(_native.get_batch_into, n, karr, _addr(addresses), _addr(capacities),
-                        _addr(results))
-        if rc < 0:
-            return [rc] * n
-        return results.tolist()
+        for i in range(n):
+            if addresses[i] == 0 and capacities[i]:
+                if pre is None:
+                    pre = [None] * n
+                if pre[i] is None:
+                    pre[i] = INVALID_PARAMS
+
+        def run(index):
+            sub = [names[i] for i in index]
+            karr = (c_char_p * len(sub))(*sub)
+            addr = _u64([addresses[i] for i in index]) if pre else addresses
+            cap = _u64([capacities[i] for i in index]) if pre else capacities
+            results = array.array("q", bytes(8 * len(sub)))
+            rc = self._code(_native.get_batch_into, len(sub), karr, _addr(addr), _addr(cap),
+                            _addr(results))
+            if rc < 0:
+                return [rc] * len(sub)
+            return [_too_small_to_invalid(r) for r in results.tolist()]
+        return _partial(n, pre, run)
 
     def batch_get_into_multi_buffers(self, keys, all_buffer_ptrs, all_sizes,
                                      prefer_alloc_in_same_node=False):
         """Scatters each key's value across its buffers all_buffer_ptrs[i] (sizes
         all_sizes[i]) in order. Returns per key the bytes read or a negative status.
-        prefer_alloc_in_same_node is accepted and unused."""
+        prefer_alloc_in_same_node is accepted and unused (kvpool reads in place)."""
+        _key_list(keys)
+        ptrs = _nested(all_buffer_ptrs, "all_buffer_ptrs")
+        sizes = _nested(all_sizes, "all_sizes")
         n = len(keys)
-        flat, counts = _flatten_parts(n, all_buffer_ptrs, all_sizes)
+        flat, counts = _flatten_parts(n, ptrs, sizes)
         if flat is None:
             return [INVALID_PARAMS] * n
+        names, pre = self._space.keys(keys)
         if n == 0:
             return []
-        return self._batch_parts(_native.get_batch_into_parts, keys, flat, counts, is_get=True)
+        if self._client is None:
+            return [INVALID_PARAMS] * n
+        for i in range(n):
+            if any(p == 0 and s for p, s in zip(ptrs[i], sizes[i])):
+                if pre is None:
+                    pre = [None] * n
+                if pre[i] is None:
+                    pre[i] = INVALID_PARAMS
+
+        def run(index):
+            sub = [names[i] for i in index]
+            karr = (c_char_p * len(sub))(*sub)
+            if pre:
+                sub_flat = [x for i in index for x in _pairs(ptrs[i], sizes[i])]
+                sub_counts = [counts[i] for i in index]
+            else:
+                sub_flat, sub_counts = flat, counts
+            iov, starts, nbufs = _iov_table(sub_flat, sub_counts)
+            results = array.array("q", bytes(8 * len(sub)))
+            rc = self._code(_native.get_batch_into_parts, len(sub), karr, _addr(starts),
+                            _addr(nbufs), _addr(results))
+            if rc < 0:
+                return [rc] * len(sub)
+            return [_too_small_to_invalid(r) for r in results.tolist()]
+        return _partial(n, pre, run)
 
     # ---- exist and remove ------------------------------------------------------------
     def is_exist(self, key):
         """1 if key exists, 0 if not, or a negative status."""
         try:
-            bkey = _key(key)
+            name = self._space.key(key)
         except Error as exc:
             return exc.status
-        return self._code(_native.exist, bkey)
+        return self._code(_native.exist, name)
 
     def batch_is_exist(self, keys):
         """is_exist for each key: a list of 1, 0 or negative statuses."""
-        n = len(keys)
+        names, pre = self._space.keys(keys)
+        n = len(names)
         if n == 0:
             return []
-        try:
-            karr = _key_array(keys)
-        except Error:
-            return self._subset(self.batch_is_exist, INVALID_KEY, keys)
-        results = array.array("i", bytes(4 * n))
-        rc = self._code(_native.exist_batch, n, karr, _addr(results))
-        if rc < 0:
-            return [rc] * n
-        return results.tolist()
+        if self._client is None:
+            return [INVALID_PARAMS] * n
+
+        def run(index):
+            sub = [names[i] for i in index]
+            karr = (c_char_p * len(sub))(*sub)
+            results = array.array("i", bytes(4 * len(sub)))
+            rc = self._code(_native.exist_batch, len(sub), karr, _addr(results))
+            if rc < 0:
+                return [rc] * len(sub)
+            return results.tolist()
+        return _partial(n, pre, run)
 
     def remove(self, key, force=False):
         """Removes key. Returns 0, OBJECT_NOT_FOUND, or OBJECT_HAS_LEASE (force=True removes
         past leases)."""
         try:
-            bkey = _key(key)
+            name = self._space.key(key)
         except Error as exc:
             return exc.status
-        return self._code(_native.remove, bkey, bool(force))
+        rc = self._code(_native.remove, name, bool(force))
+        if rc == OK:
+            self._disown([name])
+        return rc
 
     def batch_remove(self, keys, force=False):
         """remove for each key: a status per key."""
-        n = len(keys)
+        names, pre = self._space.keys(keys)
+        return self._remove_names(names, pre, bool(force))
+
+    def _remove_names(self, names, pre, force):
+        n = len(names)
         if n == 0:
             return []
-        try:
-            karr = _key_array(keys)
-        except Error:
-            return self._subset(lambda k: self.batch_remove(k, force), INVALID_KEY, keys)
-        statuses = array.array("i", bytes(4 * n))
-        rc = self._code(_native.remove_batch, n, karr, bool(force), _addr(statuses))
-        if rc < 0:
-            return [rc] * n
-        return statuses.tolist()
+        if self._client is None:
+            return [INVALID_PARAMS] * n
+
+        def run(index):
+            sub = [names[i] for i in index]
+            karr = (c_char_p * len(sub))(*sub)
+            statuses = array.array("i", bytes(4 * len(sub)))
+            rc = self._code(_native.remove_batch, len(sub), karr, force, _addr(statuses))
+            if rc < 0:
+                return [rc] * len(sub)
+            results = statuses.tolist()
+            self._disown([name for name, r in zip(sub, results) if r == OK])
+            return results
+        return _partial(n, pre, run)
 
     def remove_by_regex(self, regex_pattern, force=False):
-        """Removes the keys matching the pattern (PCRE2 regex, unanchored search). Returns how
-        many, or a negative status."""
-        return self._code(_native.remove_by_regex, _encode(regex_pattern), bool(force))
+        """Removes this tenant's keys matching the pattern (PCRE2, unanchored search in the
+        key as the caller named it). Returns how many, or a negative status (INVALID_PARAMS
+        for a pattern that does not compile, or one of the constructs _scan refuses: the x
+        option, comments, callouts, verbs, \\Q, '[' inside a class)."""
+        pattern, why = self._space.regex(_encode(regex_pattern))
+        if pattern is None:
+            logger.debug("remove_by_regex(%r) refused: %s", regex_pattern, why)
+            return INVALID_PARAMS
+        return self._code(_native.remove_by_regex, pattern, bool(force))
 
     def remove_all(self, force=False):
-        """Removes every object. Returns how many, or a negative status."""
-        return self._code(_native.remove_all, bool(force))
+        """Removes every object of this tenant. Returns how many, or a negative status."""
+        return self._code(_native.remove_by_regex, self._space.all_pattern(), bool(force))
+
+    # ---- replica descriptors, get sessions, replica clear ------------------------------
+    def _placements(self, names, pin):
+        """Per name (status, size, [(segment_id, offset), ...]) from a replica list (pin: the
+        bytes stay in place until released), or an int status for the whole request
+        (PERMISSION_DENIED for a client on another machine)."""
+        if not _native.has("get_replica_list"):
+            return int(Status.UNKNOWN_OPERATION)
+        n = len(names)
+        karr = (c_char_p * n)(*names)
+        table = (_native.Placement * n)()
+        rc = self._code(_native.get_replica_list, n, karr, bool(pin), ctypes.addressof(table))
+        if rc < 0:
+            return rc
+        return [(p.status, p.size, [(r.segment_id, r.offset)
+                                    for r in p.replicas[:p.replica_count]]) for p in table]
+
+    def _segment_names(self):
+        """{segment id: the name a descriptor shows}."""
+        try:
+            segments = self._client.segments()
+        except (Error, AttributeError):
+            return {}
+        own = self._segment.name if self._segment is not None else None
+        return {s.id: (self._hostname if s.name == own else s.name) for s in segments}
+
+    def get_replica_desc(self, key):
+        """The ReplicaDescriptors of key's replicas ([] on a miss or error)."""
+        return self.batch_get_replica_desc([key]).get(_as_str(key), [])
+
+    def batch_get_replica_desc(self, keys):
+        """{key: [ReplicaDescriptor, ...]} for the keys that exist (a missing key is left
+        out, as in Mooncake). The query is a read: it renews the objects' leases."""
+        names, pre = self._space.keys(keys)
+        good = [i for i, name in enumerate(names) if name is not None]
+        if self._client is None or not good:
+            return {}
+        sub = [names[i] for i in good]
+        placements = self._placements(sub, False)
+        out = {}
+        if isinstance(placements, int):
+            #  A client on another machine may not list replicas: sizes only.
+            sizes = array.array("q", bytes(8 * len(sub)))
+            karr = (c_char_p * len(sub))(*sub)
+            if self._code(_native.get_size_batch, len(sub), karr, _addr(sizes)) < 0:
+                return {}
+            for i, size in zip(good, sizes):
+                if size >= 0:
+                    out[_as_str(keys[i])] = [ReplicaDescriptor(MemoryDescriptor(
+                        Descriptor(size, 0, "")))]
+            return out
+        segment_names = self._segment_names()
+        for i, (status, size, replicas) in zip(good, placements):
+            if status != OK:
+                continue
+            out[_as_str(keys[i])] = [
+                ReplicaDescriptor(MemoryDescriptor(Descriptor(
+                    size, offset, segment_names.get(segment_id, str(segment_id)))))
+                for segment_id, offset in replicas]
+        return out
+
+    def batch_get_session_start(self, keys):
+        """Starts a get session on keys: per key 0 (the object stays readable, in place, until
+        batch_get_session_end or close(); a session already open is renewed) or a negative
+        status (OBJECT_NOT_FOUND). The node keeps a session's bytes with a pin of this
+        process (same machine) or, for a client on another machine, with a read's lease."""
+        return self._session_start(keys)[0]
+
+    def batch_get_session_start_with_sources(self, keys):
+        """(statuses, sources) as batch_get_session_start, with per key the tier the session
+        reads from: "memory" (kvpool's only tier), "" where the session did not start."""
+        return self._session_start(keys)
+
+    def _session_start(self, keys):
+        names, pre = self._space.keys(keys)
+        n = len(names)
+        if self._client is None:
+            return [INVALID_PARAMS] * n, [""] * n
+        res = self._res
+
+        def run(index):
+            sub = [names[i] for i in index]
+            with res.lock:
+                fresh = [name for name in sub if name not in res.sessions]
+            placements = self._placements(fresh, True) if fresh else []
+            if isinstance(placements, int):
+                if placements != PERMISSION_DENIED:
+                    return [placements] * len(sub)
+                #  A client on another machine holds sessions by lease (exist is a read).
+                karr = (c_char_p * len(sub))(*sub)
+                found = array.array("i", bytes(4 * len(sub)))
+                rc = self._code(_native.exist_batch, len(sub), karr, _addr(found))
+                if rc < 0:
+                    return [rc] * len(sub)
+                return [OK if r == 1 else (NOT_FOUND if r == 0 else r) for r in found]
+            status_of = {}
+            with res.lock:
+                for name, (status, _, _) in zip(fresh, placements):
+                    status_of[name] = status
+                    if status == OK:
+                        res.sessions[name] = res.sessions.get(name, 0) + 1
+            renew = [name for name in sub if name not in status_of]
+            if renew:
+                again = self._placements(renew, False)
+                for j, name in enumerate(renew):
+                    status_of[name] = again if isinstance(again, int) else again[j][0]
+            gone = [name for name in renew if status_of[name] == NOT_FOUND]
+            if gone:
+                self._session_end_names(gone)
+            return [status_of[name] for name in sub]
+        results = _partial(n, pre, run) if n else []
+        return results, ["memory" if r == OK else "" for r in results]
+
+    def batch_get_session_end(self, keys):
+        """Ends the get sessions of keys (keys without one are ignored). Returns 0, or
+        INVALID_PARAMS before setup."""
+        names, _ = self._space.keys(keys)
+        if self._client is None:
+            return INVALID_PARAMS
+        self._session_end_names([name for name in names if name is not None])
+        return OK
+
+    def _session_end_names(self, names):
+        res = self._res
+        pinned = []
+        with res.lock:
+            for name in names:
+                count = res.sessions.pop(name, 0)
+                pinned.extend([name] * count)
+        if pinned:
+            _release(self._client, pinned)
+
+    def batch_replica_clear(self, keys, segment_name=""):
+        """Removes the keys this store put whose lease has ended, as Mooncake's
+        BatchReplicaClear does (another store's keys, leased ones and missing ones are
+        skipped). Returns the keys cleared.
+
+        With segment_name (this store's get_hostname(), or a node segment name), only keys
+        whose every replica is on that segment are cleared: kvpool removes whole objects, so a
+        key that also has replicas elsewhere is left alone (Mooncake drops only the replicas
+        on that segment). Finding where the replicas are is itself a read, so these keys are
+        removed whatever their lease (bytes a reader is copying stay until it is done)."""
+        names, _ = self._space.keys(keys)
+        if not isinstance(segment_name, str):
+            raise TypeError("segment_name must be a str")
+        if self._client is None:
+            return []
+        with self._owned_lock:
+            mine = [i for i, name in enumerate(names) if name is not None and name in self._owned]
+        if not mine:
+            return []
+        if not segment_name:
+            statuses = self._remove_names([names[i] for i in mine], None, False)
+            return [_as_str(keys[i]) for i, s in zip(mine, statuses) if s == OK]
+        target = None
+        if segment_name in (self._hostname, self._local_hostname) and self._segment is not None:
+            target = self._segment.id
+        else:
+            try:
+                target = {s.name: s.id for s in self._client.segments()}.get(segment_name)
+            except Error:
+                target = None
+        if target is None:
+            return []
+        placements = self._placements([names[i] for i in mine], False)
+        if isinstance(placements, int):
+            return []
+        chosen = [i for i, (status, _, replicas) in zip(mine, placements)
+                  if status == OK and replicas and all(s == target for s, _ in replicas)]
+        if not chosen:
+            return []
+        statuses = self._remove_names([names[i] for i in chosen], None, True)
+        return [_as_str(keys[i]) for i, s in zip(chosen, statuses) if s == OK]
 
 
-def _check_ints(buffer_ptr, size):
-    """Addresses and sizes are ints, as in the pybind11 binding (which raises TypeError)."""
-    if not isinstance(buffer_ptr, int) or not isinstance(size, int):
-        raise TypeError("buffer_ptr and size must be ints, not %s and %s"
-                        % (type(buffer_ptr).__name__, type(size).__name__))
+# ---- batch helpers ---------------------------------------------------------------------------
+
+def _partial(n, pre, run):
+    """run(indices) on the keys whose pre entry is None (all of them when pre is None), the
+    others answered by their pre status. run returns one result per index."""
+    if pre is None:
+        return run(range(n))
+    out = list(pre)
+    good = [i for i in range(n) if pre[i] is None]
+    if good:
+        for i, result in zip(good, run(good)):
+            out[i] = result
+    return out
 
 
-def _bad_key(key):
-    try:
-        _key(key)
-        return False
-    except (Error, TypeError):
-        return True
+def _pairs(ptrs, sizes):
+    out = []
+    for ptr, size in zip(ptrs, sizes):
+        out.append(ptr)
+        out.append(size)
+    return out
 
 
 def _flatten_parts(n, all_ptrs, all_sizes):
@@ -641,45 +1887,157 @@ def _flatten_parts(n, all_ptrs, all_sizes):
     for ptrs, sizes in zip(all_ptrs, all_sizes):
         if len(ptrs) != len(sizes):
             return None, None
-        for ptr, size in zip(ptrs, sizes):
-            if ptr < 0 or size < 0 or (ptr == 0 and size > 0):
-                return None, None
-            flat.append(ptr)
-            flat.append(size)
+        flat.extend(_pairs(ptrs, sizes))
         counts.append(len(ptrs))
     return flat, counts
 
 
-# ---- MOONCAKE_CONFIG_PATH ------------------------------------------------------------
+# ---- the client's HTTP endpoints ------------------------------------------------------------
+
+class _HttpEndpoints:
+    """setup(enable_client_http_server=True)'s endpoints, as Mooncake's client serves them:
+    GET /health ({"status": ..., "code": health_check()}, 200 when healthy, else 503),
+    /metrics (Prometheus text: the node's counters and this client's), /metrics/summary
+    (plain text), /version."""
+
+    def __init__(self, store, port):
+        ref = weakref.ref(store)
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):   # noqa: N802 (http.server's name)
+                store = ref()
+                path = self.path.split("?", 1)[0]
+                if path == "/health":
+                    code = store.health_check() if store is not None else HC_NOT_INITIALIZED
+                    text = {HC_HEALTHY: "healthy", HC_NOT_INITIALIZED: "not_initialized",
+                            HC_MASTER_UNREACHABLE: "master_unreachable"}.get(code, "unknown")
+                    self._send(200 if code == HC_HEALTHY else 503, "application/json",
+                               json.dumps({"status": text, "code": code}))
+                elif path in ("/metrics", "/metrics/summary"):
+                    metrics = _metrics(store)
+                    if metrics is None:
+                        self._send(503, "text/plain", "client not initialized")
+                    elif path == "/metrics":
+                        body = "".join("# TYPE %s gauge\n%s %s\n" % (name, name, value)
+                                       for name, value in metrics)
+                        self._send(200, "text/plain; version=0.0.4", body)
+                    else:
+                        self._send(200, "text/plain",
+                                   "".join("%s: %s\n" % item for item in metrics))
+                elif path == "/version":
+                    from . import __version__
+                    self._send(200, "application/json",
+                               json.dumps({"version": __version__, "store": "kvpool"}))
+                else:
+                    self._send(404, "text/plain", "not found")
+
+            def _send(self, status, content_type, body):
+                data = body.encode("utf-8")
+                self.send_response(status)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("0.0.0.0", port), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True,
+                                       name="kvpool-mooncake-http")
+        self.thread.start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(5)
 
 
-def _bind_setup(local_hostname, metadata_server, global_segment_size=DEFAULT_SEGMENT_SIZE,
-                local_buffer_size=DEFAULT_LOCAL_BUFFER_SIZE, protocol="tcp", rdma_devices="",
-                master_server_addr=DEFAULT_MASTER, engine=None):
-    return {"local_hostname": local_hostname, "metadata_server": metadata_server,
+def _metrics(store):
+    """[(name, value)]: the node's counters (kvpool_node_*) and this store's
+    (kvpool_client_*), or None when the store is not set up or the node does not answer."""
+    client = store._client if store is not None else None
+    if client is None:
+        return None
+    try:
+        stats = client.stats()
+    except Error:
+        return None
+    out = [("kvpool_node_" + name, value) for name, value in stats.items()]
+    out.append(("kvpool_client_prefetched_tokens_total", store._prefetched_tokens))
+    out.append(("kvpool_client_get_sessions", len(store._res.sessions) if store._res else 0))
+    return out
+
+
+# ---- setup's arguments, MOONCAKE_CONFIG_PATH -----------------------------------------------
+
+def _bind_setup(local_hostname, metadata_server, global_segment_size, local_buffer_size,
+                protocol, rdma_devices, master_server_addr, engine=None,
+                enable_ssd_offload=False, ssd_offload_path="", tenant_id=DEFAULT_TENANT,
+                enable_client_http_server=False, client_http_port=DEFAULT_CLIENT_HTTP_PORT):
+    """setup()'s positional form, as the pybind11 binding declares it: the first seven
+    arguments are required (TypeError without them), strings are strings."""
+    for name, value in (("local_hostname", local_hostname), ("metadata_server", metadata_server),
+                        ("protocol", protocol), ("rdma_devices", rdma_devices),
+                        ("master_server_addr", master_server_addr),
+                        ("ssd_offload_path", ssd_offload_path), ("tenant_id", tenant_id)):
+        if not isinstance(value, (str, bytes)):
+            raise TypeError("setup(): %s must be a str, not %s" % (name, type(value).__name__))
+    if isinstance(tenant_id, bytes):
+        tenant_id = tenant_id.decode("utf-8")
+    return {"local_hostname": _as_str(local_hostname), "metadata_server": metadata_server,
             "global_segment_size": global_segment_size, "local_buffer_size": local_buffer_size,
             "protocol": protocol, "rdma_devices": rdma_devices,
-            "master_server_addr": master_server_addr}
+            "master_server_addr": _as_str(master_server_addr), "engine": engine,
+            "enable_ssd_offload": bool(enable_ssd_offload),
+            "ssd_offload_path": _as_str(ssd_offload_path), "tenant_id": tenant_id,
+            "enable_client_http_server": bool(enable_client_http_server),
+            "client_http_port": operator.index(client_http_port)}
 
 
 _ALIASES = {"device_name": "rdma_devices", "master_server_address": "master_server_addr"}
+_TRUE = ("true", "1", "yes", "on", "y")
+_FALSE = ("false", "0", "no", "off", "n", "")
+
+
+def _config_bool(value, default):
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    return default       #  Mooncake logs a warning and keeps the default
 
 
 def _params_from_dict(config):
-    """setup() parameters from a config dict (string or int values; JSON or setup names)."""
-    params = {"local_hostname": "localhost", "metadata_server": "",
-              "global_segment_size": DEFAULT_SEGMENT_SIZE,
+    """setup() parameters from a config dict (values as strings or ints; setup's names or the
+    JSON's). local_hostname and metadata_server are required, as in Mooncake."""
+    params = {"global_segment_size": DEFAULT_SEGMENT_SIZE,
               "local_buffer_size": DEFAULT_LOCAL_BUFFER_SIZE, "protocol": "tcp",
-              "rdma_devices": "", "master_server_addr": DEFAULT_MASTER}
+              "rdma_devices": "", "master_server_addr": DEFAULT_MASTER,
+              "tenant_id": DEFAULT_TENANT, "ssd_offload_path": "",
+              "enable_ssd_offload": False, "enable_client_http_server": False,
+              "client_http_port": DEFAULT_CLIENT_HTTP_PORT}
     for name, value in config.items():
-        name = _ALIASES.get(name, name)
-        if name in params and value is not None:
+        name = _ALIASES.get(str(name), str(name))
+        if value is not None:
             params[name] = value
+    for name in ("local_hostname", "metadata_server"):
+        if not str(params.get(name) or ""):
+            raise ValueError("%s is required" % name)
+        params[name] = str(params[name])
     params["global_segment_size"] = parse_size(params["global_segment_size"])
     params["local_buffer_size"] = parse_size(params["local_buffer_size"])
-    for name in ("local_hostname", "master_server_addr"):
-        if not isinstance(params[name], str):
-            raise TypeError("%s must be a string" % name)
+    params["master_server_addr"] = str(params["master_server_addr"])
+    params["tenant_id"] = str(params["tenant_id"]) or DEFAULT_TENANT
+    params["ssd_offload_path"] = str(params["ssd_offload_path"])
+    params["enable_ssd_offload"] = _config_bool(params["enable_ssd_offload"], False)
+    params["enable_client_http_server"] = _config_bool(params["enable_client_http_server"],
+                                                       False)
+    params["client_http_port"] = int(str(params["client_http_port"]).strip())
     return params
 
 
@@ -689,7 +2047,7 @@ class MooncakeStoreConfig:
 
         config = MooncakeStoreConfig.load_from_env()
         store = MooncakeDistributedStore()
-        rc = store.setup(*config.setup_args())      # or config.setup(store)
+        rc = store.setup(*config.setup_args(), **config.setup_kwargs())  # or config.setup(store)
     """
     local_hostname: str = "localhost"
     metadata_server: str = ""
@@ -698,6 +2056,7 @@ class MooncakeStoreConfig:
     protocol: str = "tcp"
     device_name: str = ""
     master_server_address: str = DEFAULT_MASTER
+    tenant_id: str = DEFAULT_TENANT
 
     @staticmethod
     def from_dict(config):
@@ -731,9 +2090,13 @@ class MooncakeStoreConfig:
                 self.local_buffer_size, self.protocol, self.device_name,
                 self.master_server_address)
 
+    def setup_kwargs(self):
+        """The keyword arguments (tenant_id when not the default, as vLLM passes it)."""
+        return {} if self.tenant_id == DEFAULT_TENANT else {"tenant_id": self.tenant_id}
+
     def setup(self, store):
-        """store.setup(*self.setup_args()); returns its status."""
-        return store.setup(*self.setup_args())
+        """store.setup(*self.setup_args(), **self.setup_kwargs()); returns its status."""
+        return store.setup(*self.setup_args(), **self.setup_kwargs())
 
 
 def store_from_env():
@@ -743,7 +2106,6 @@ def store_from_env():
     store = MooncakeDistributedStore()
     rc = config.setup(store)
     if rc != OK:
-        from .status import error_for
         raise error_for(rc, "setup from %s failed" % os.getenv("MOONCAKE_CONFIG_PATH"))
     return store
 

@@ -1,6 +1,8 @@
 """Tests of kvpool.mooncake.MooncakeDistributedStore: every method with Mooncake's return
-conventions, every form of setup(), and this process's contributed segment
-(global_segment_size > 0), against a real kvpoold (conftest.py)."""
+conventions and argument checks (store_py.cpp, real_client.cpp, client_service.cpp in
+Mooncake's source), every form of setup(), and this process's contributed segment
+(global_segment_size > 0), against a real kvpoold (conftest.py). The methods the connectors
+call beyond these are in test_mooncake_methods.py."""
 
 import ctypes
 import json
@@ -88,7 +90,8 @@ def test_setup_positional_and_keyword(daemon, prefix):
     assert b.setup(local_hostname="node-b", metadata_server="P2PHANDSHAKE",
                    global_segment_size=0, local_buffer_size="16MB", protocol="rdma",
                    rdma_devices="mlx5_0", master_server_addr=daemon.endpoint) == 0
-    assert b.get_hostname() == "node-b"
+    host, port = b.get_hostname().rsplit(":", 1)     # a port of its own, as in Mooncake
+    assert host == "node-b" and 12300 <= int(port) <= 14300
     assert a.put(prefix + "kw", b"shared") == 0
     assert b.get(prefix + "kw") == b"shared"
     assert a.close() == 0 and b.close() == 0
@@ -98,6 +101,12 @@ def test_setup_positional_and_keyword(daemon, prefix):
         MooncakeDistributedStore().setup("only-one-arg-that-is-not-a-dict")
     with pytest.raises(TypeError):
         MooncakeDistributedStore().setup("h", "m", bogus=1)
+    with pytest.raises(TypeError):                 # the first seven have no default
+        MooncakeDistributedStore().setup("h", "m")
+    with pytest.raises(TypeError):
+        MooncakeDistributedStore().setup("h", "m", -1, 0, "tcp", "", "x:1")
+    assert MooncakeDistributedStore().setup("", "m", 0, 0, "tcp", "",
+                                            host_port(daemon.endpoint)) == INVALID_PARAMS
 
 
 def test_setup_config_dict(daemon, prefix):
@@ -107,7 +116,7 @@ def test_setup_config_dict(daemon, prefix):
                     "protocol": "tcp", "device_name": "",
                     "master_server_address": host_port(daemon.endpoint)}) == 0
     try:
-        assert s.get_hostname() == "dict-host"
+        assert s.get_hostname().startswith("dict-host:")
         assert s.segment_name().startswith("/proc/%d/fd/" % os.getpid())
         with kvpool.Client(daemon.endpoint) as c:
             assert segment_named(c, s.segment_name()).size == 16 << 20
@@ -118,6 +127,11 @@ def test_setup_config_dict(daemon, prefix):
     assert bad.setup({"global_segment_size": "lots",
                       "master_server_addr": host_port(daemon.endpoint)}) == INVALID_PARAMS
     assert bad.setup({"master_server_addr": "etcd://x:1"}) == INVALID_PARAMS
+    # Mooncake's dict form requires local_hostname and metadata_server.
+    assert bad.setup({"local_hostname": "h",
+                      "master_server_addr": host_port(daemon.endpoint)}) == INVALID_PARAMS
+    assert bad.setup({"metadata_server": "m",
+                      "master_server_addr": host_port(daemon.endpoint)}) == INVALID_PARAMS
 
 
 def test_setup_from_mooncake_config_path(daemon, prefix, tmp_path, monkeypatch):
@@ -134,7 +148,7 @@ def test_setup_from_mooncake_config_path(daemon, prefix, tmp_path, monkeypatch):
     assert config.setup_args()[6] == host_port(daemon.endpoint)
     store = mooncake.store_from_env()
     try:
-        assert store.get_hostname() == "json-host"
+        assert store.get_hostname().startswith("json-host:")
         assert store.put(prefix + "j", b"json") == 0
         assert store.get(prefix + "j") == b"json"
     finally:
@@ -182,23 +196,31 @@ def test_put_get_conventions(store, prefix):
     assert store.get_size(key) == NOT_FOUND
     assert store.get_buffer(key) is None
     assert store.put(key, b"value") == 0
-    assert store.put(key, b"again") == EXISTS
+    assert store.put(key, b"again") == 0             # Mooncake: a key that exists is success
     assert store.is_exist(key) == 1
-    assert store.get(key) == b"value"
+    assert store.get(key) == b"value"                # and the first value stays
     assert store.get_size(key) == 5
     assert store.put("bad\0key", b"x") == INVALID_KEY
     assert store.get("bad\0key") == b""
     assert store.is_exist("bad\0key") == INVALID_KEY
     assert store.put("", b"x") < 0
+    assert store.put(prefix + "empty", b"") == INVALID_PARAMS   # Mooncake refuses empty puts
+    assert store.is_exist(prefix + "empty") == 0
+    # Every byte of the buffer (Mooncake's put takes one byte per item: a deliberate
+    # difference, see python/README.md).
     assert store.put(prefix + "np", np.arange(10, dtype=np.int16)) == 0
     assert store.get(prefix + "np") == np.arange(10, dtype=np.int16).tobytes()
+    with pytest.raises(TypeError):
+        store.put(prefix + "int", 12345)             # an address is no buffer
 
 
 def test_batches(store, prefix):
     keys = [prefix + "b%d" % i for i in range(5)]
     values = [os.urandom(10 + i) for i in range(5)]
     assert store.put_batch(keys, values) == 0
-    assert store.put_batch(keys[:1] + [prefix + "b-new"], [b"x", b"y"]) == EXISTS
+    assert store.put_batch(keys[:1] + [prefix + "b-new"], [b"x", b"y"]) == 0
+    assert store.get_batch([keys[0], prefix + "b-new"]) == [values[0], b"y"]
+    assert store.put_batch([prefix + "b-e1", prefix + "b-e2"], [b"x", b""]) == INVALID_PARAMS
     assert store.put_batch(keys, values[:2]) == INVALID_PARAMS
     assert store.get_batch(keys + [prefix + "none"]) == values + [b""]
     assert store.get_batch([]) == []
@@ -217,7 +239,16 @@ def test_put_parts_and_get_buffer(store, prefix):
     assert store.get(prefix + "p") == b"Hello, World! More"
     config = ReplicateConfig()
     assert store.put_parts(prefix + "pc", b"a", b"b", config=config) == 0
-    assert store.put_parts(prefix + "pc", b"a", config=config) == EXISTS
+    assert store.put_parts(prefix + "pc", b"a", config=config) == 0
+    assert store.get(prefix + "pc") == b"ab"
+    assert store.put_parts(prefix + "none", b"", config=config) == 0   # nothing to store
+    assert store.is_exist(prefix + "none") == 0
+    with pytest.raises(RuntimeError):                # "parts must be 1-D bytes-like"
+        store.put_parts(prefix + "2d", np.zeros((2, 2), dtype=np.uint8))
+    with pytest.raises(RuntimeError):
+        store.put_parts(prefix + "i16", np.zeros(4, dtype=np.int16))
+    with pytest.raises(TypeError):
+        store.put_parts(prefix + "int", 7)
     handle = store.get_buffer(prefix + "p")
     assert bytes(handle) == b"Hello, World! More"
     arr = np.array(handle, copy=False)
@@ -228,15 +259,20 @@ def test_zero_copy_single(store, prefix):
     src = np.random.default_rng(2).standard_normal((100, 100)).astype(np.float32)
     assert store.register_buffer(src.ctypes.data, src.nbytes) == 0
     assert store.put_from(prefix + "t", src.ctypes.data, src.nbytes) == 0
-    assert store.put_from(prefix + "t", src.ctypes.data, src.nbytes) == EXISTS
+    assert store.put_from(prefix + "t", src.ctypes.data, src.nbytes) == 0
     dst = np.empty_like(src)
     assert store.register_buffer(dst.ctypes.data, dst.nbytes) == 0
     assert store.get_into(prefix + "t", dst.ctypes.data, dst.nbytes) == src.nbytes
     assert np.array_equal(src, dst)
-    assert store.get_into(prefix + "t", dst.ctypes.data, 100) == OVERFLOW
+    assert store.get_into(prefix + "t", dst.ctypes.data, 100) == INVALID_PARAMS  # too small
     assert store.get_into(prefix + "none", dst.ctypes.data, dst.nbytes) == NOT_FOUND
     assert store.get_into(prefix + "t", 0, 100) == INVALID_PARAMS
-    assert store.put_from(prefix + "neg", src.ctypes.data, -1) == INVALID_PARAMS
+    assert store.put_from(prefix + "zero", src.ctypes.data, 0) == 0   # stores nothing
+    assert store.is_exist(prefix + "zero") == 0
+    with pytest.raises(TypeError):                   # size_t, as pybind11 converts it
+        store.put_from(prefix + "neg", src.ctypes.data, -1)
+    with pytest.raises(TypeError):
+        store.get_into(prefix + "t", -5, 100)
     assert store.unregister_buffer(src.ctypes.data) == 0
     assert store.unregister_buffer(dst.ctypes.data) == 0
     assert store.unregister_buffer(dst.ctypes.data) == INVALID_PARAMS
@@ -254,7 +290,8 @@ def test_zero_copy_batch(store, prefix):
     keys = [prefix + "z%d" % i for i in range(n)]
     ptrs = [src[i].ctypes.data for i in range(n)]
     assert store.batch_put_from(keys, ptrs, [size] * n) == [0] * n
-    assert store.batch_put_from(keys[:2], ptrs[:2], [size] * 2) == [EXISTS] * 2
+    assert store.batch_put_from(keys[:2], ptrs[:2], [size] * 2) == [0] * 2
+    assert store.batch_put_from([prefix + "z-empty"], ptrs[:1], [0]) == [INVALID_PARAMS]
     assert store.batch_put_from(keys, ptrs[:1], [size]) == [INVALID_PARAMS] * n
     dst = np.zeros_like(src)
     out = [dst[i].ctypes.data for i in range(n)]
@@ -262,11 +299,14 @@ def test_zero_copy_batch(store, prefix):
     assert np.array_equal(src, dst)
     results = store.batch_get_into([keys[0], prefix + "none", keys[1], "bad\0"],
                                    out[:4], [size, size, 10, size])
-    assert results == [size, NOT_FOUND, OVERFLOW, INVALID_KEY]
+    assert results == [size, NOT_FOUND, INVALID_PARAMS, INVALID_KEY]   # too small: -600
     assert store.batch_get_into([], [], []) == []
-    assert store.batch_get_into(keys[:1], [-1], [size]) == [INVALID_PARAMS]
+    with pytest.raises(TypeError):
+        store.batch_get_into(keys[:1], [-1], [size])
     with pytest.raises(TypeError):
         store.batch_get_into(keys[:1], [dst[0]], [size])
+    with pytest.raises(TypeError):
+        store.batch_get_into("one-key", out[:1], [size])   # keys: a list, not a str
 
 
 def test_multi_buffers(store, prefix):
@@ -285,13 +325,18 @@ def test_multi_buffers(store, prefix):
     assert store.batch_get_into_multi_buffers(keys[:1], out[:1], sizes[:1], True) == [
         layers * part]
     small = [[dst[0, 0].ctypes.data]]
-    assert store.batch_get_into_multi_buffers(keys[:1], small, [[part]]) == [OVERFLOW]
+    assert store.batch_get_into_multi_buffers(keys[:1], small, [[part]]) == [INVALID_PARAMS]
     assert store.batch_get_into_multi_buffers([prefix + "none"], small, [[part]]) == [NOT_FOUND]
     assert store.batch_put_from_multi_buffers(keys, ptrs, sizes[:1]) == [INVALID_PARAMS] * 4
     assert store.batch_put_from_multi_buffers(keys[:1], [ptrs[0][:1]], [sizes[0]]) == [
         INVALID_PARAMS]
     assert store.batch_put_from_multi_buffers(
         [prefix + "ok", "bad\0"], ptrs[:2], sizes[:2]) == [0, INVALID_KEY]
+    assert store.batch_put_from_multi_buffers(keys, ptrs, sizes) == [0] * blocks   # exist: 0
+    assert store.batch_put_from_multi_buffers(
+        [prefix + "zero"], [ptrs[0]], [[0] * layers]) == [INVALID_PARAMS]
+    with pytest.raises(TypeError):
+        store.batch_put_from_multi_buffers(keys[:1], [[-1]], [[part]])
 
 
 def test_remove_conventions(store, prefix):
@@ -317,7 +362,7 @@ def test_replicate_config():
     assert config.replica_num == 1
     assert config.soft_pin_action == SoftPinAction.PRESERVE and not config.with_soft_pin
     assert config.preferred_segment == "" and config.preferred_segments == []
-    assert config.with_hard_pin is False and config.soft_pin_ttl_ms == 0
+    assert config.with_hard_pin is False and config.soft_pin_ttl_ms is None
     config.with_soft_pin = True
     assert config.soft_pin_action == SoftPinAction.ENABLE
     config.soft_pin_action = SoftPinAction.DISABLE
@@ -339,6 +384,11 @@ def test_put_with_config(store, prefix):
     config.with_soft_pin = True
     config.soft_pin_ttl_ms = 60000
     assert store.put(prefix + "soft", b"s", config) == 0
+    ttl_without_enable = ReplicateConfig()
+    ttl_without_enable.soft_pin_ttl_ms = 1000          # Mooncake: a TTL needs ENABLE
+    assert store.put(prefix + "ttl", b"t", ttl_without_enable) == INVALID_PARAMS
+    ttl_without_enable.soft_pin_action = SoftPinAction.DISABLE
+    assert store.put(prefix + "ttl", b"t", ttl_without_enable) == INVALID_PARAMS
     hard = ReplicateConfig()
     hard.with_hard_pin = True
     assert store.put(prefix + "hard", b"h", config=hard) == 0

@@ -93,6 +93,11 @@ expect_error "get nope: object not found" kv get nope "$TMP/nope.out"
 printf 'other' >"$TMP/other"
 expect_error "put greeting: object already exists (OBJECT_ALREADY_EXISTS)" kv put greeting "$TMP/other"
 [ "$(kv get greeting)" = "hello from stdin" ] || fail "the first value must be kept"
+# --upsert replaces it (and makes a key that is new).
+kv put --upsert greeting "$TMP/other" || fail "put --upsert of an existing key"
+[ "$(kv get greeting)" = "other" ] || fail "put --upsert must replace the value"
+printf 'fresh' | kv put --upsert upserted || fail "put --upsert of a new key"
+[ "$(kv get upserted)" = "fresh" ] || fail "put --upsert of a new key must store it"
 expect_error "size nope: object not found" kv size nope
 expect_error "rm nope: object not found" kv rm nope
 expect_error "put : invalid key" kv put "" "$TMP/blob2"

@@ -353,8 +353,8 @@ main (int argc, char **argv)
             kvpool_fast_path (fast) ? "" : "; NO FAST PATH: the first pair is the socket path too");
     printf ("%8s | %-17s | %-17s | %-27s | %-27s\n", "value", "cudaMemcpy D2H", "cudaMemcpy H2D",
             "kvpool fast path put/get", "kvpool tcp put/get");
-    printf ("%8s | %8s %8s | %8s %8s | %13s %13s | %13s %13s\n", "", "pinned", "pageable",
-            "pinned", "pageable", "device", "host", "device", "host");
+    printf ("%8s | %8s %8s | %8s %8s | %13s %13s | %13s %13s\n", "", "pinned", "pageable", "pinned",
+            "pageable", "device", "host", "device", "host");
     char *list = strdup (size_list);
     for (char *item = strtok (list, ","); item; item = strtok (NULL, ",")) {
         size_t size = strtoull (item, NULL, 10) * MiB;

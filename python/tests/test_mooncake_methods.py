@@ -1,0 +1,538 @@
+"""Tests of the methods and options of kvpool.mooncake that vLLM's, SGLang's and LMCache's
+Mooncake connectors call beyond the basic data path, each with Mooncake's signature and
+return convention (mooncake-integration/store/store_py.cpp, mooncake-store/src/real_client.cpp
+and master_service.cpp in Mooncake's source): a put of a key that exists is success in every
+put form, ReplicateConfig's typed fields (soft_pin_ttl_ms optional, group_ids), get_hostname()
+as host:port unique per store, tenants, setup()'s keyword arguments and its client HTTP
+endpoints, batch_get_replica_desc, get sessions, batch_replica_clear,
+record_prefetched_tokens, MooncakeHostMemAllocator and put_from_with_metadata. Against a real
+kvpoold (conftest.py); the lease tests start one with a short --lease-ttl."""
+
+import ctypes
+import json
+import socket
+import time
+import urllib.error
+import urllib.request
+
+import numpy as np
+import pytest
+
+import kvpool
+from kvpool import mooncake
+from kvpool.mooncake import (MooncakeDistributedStore, ReplicateConfig, SoftPinAction,
+                             ObjectDataType, ReplicaStatus, MooncakeHostMemAllocator,
+                             KvpoolDropInWarning)
+from kvpool_daemon import Kvpoold
+from conftest import host_port
+
+NOT_FOUND = -704
+HAS_LEASE = -706
+INVALID_PARAMS = -600
+INVALID_KEY = -400
+LEASE_MS = 300
+
+
+def make_store(endpoint, hostname="localhost", segment=0, **kwargs):
+    store = MooncakeDistributedStore()
+    rc = store.setup(hostname, "P2PHANDSHAKE", segment, 16 << 20, "tcp", "",
+                     endpoint if endpoint.startswith("ipc") else host_port(endpoint), **kwargs)
+    assert rc == 0, rc
+    return store
+
+
+@pytest.fixture
+def store(daemon):
+    s = make_store(daemon.endpoint)
+    yield s
+    s.close()
+
+
+@pytest.fixture(scope="module")
+def lease_daemon():
+    """A kvpoold whose read leases last LEASE_MS."""
+    server = Kvpoold("--segment-size", "64MiB", "--lease-ttl", str(LEASE_MS),
+                     prefix="kvpool-pytest-lease-")
+    yield server
+    assert server.stop() == 0, server.log_text(4000)
+    server.remove()
+
+
+def eventually(check, timeout=5.0):
+    """Polls check() until it is true (leases end a little after their TTL today)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(0.05)
+
+
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+# ---- a put of a key that exists: success, in every put form ----------------------------
+
+def test_existing_key_is_success_in_every_put_form(store, client, prefix):
+    src = np.frombuffer(b"first-value!", dtype=np.uint8).copy()
+    other = np.frombuffer(b"second-value", dtype=np.uint8).copy()
+    k = [prefix + "e%d" % i for i in range(8)]
+    assert store.put(k[0], src) == 0 and store.put(k[0], other) == 0
+    assert store.put_from(k[1], src.ctypes.data, src.nbytes) == 0
+    assert store.put_from(k[1], other.ctypes.data, other.nbytes) == 0
+    assert store.put_parts(k[2], b"first-", b"value!") == 0
+    assert store.put_parts(k[2], b"second", b"-value") == 0
+    assert store.put_batch([k[3]], [src]) == 0 and store.put_batch([k[3]], [other]) == 0
+    assert store.batch_put_from([k[4]], [src.ctypes.data], [12]) == [0]
+    assert store.batch_put_from([k[4], k[5]], [other.ctypes.data] * 2, [12, 12]) == [0, 0]
+    assert store.batch_put_from_multi_buffers([k[6]], [[src.ctypes.data]], [[12]]) == [0]
+    assert store.batch_put_from_multi_buffers([k[6]], [[other.ctypes.data]], [[12]]) == [0]
+    # The first value stays (Mooncake's values are content-addressed: put never replaces).
+    assert store.get_batch(k[:5] + [k[6]]) == [b"first-value!"] * 6
+    assert store.get(k[5]) == b"second-value"
+    # The native API keeps saying so.
+    with pytest.raises(kvpool.ObjectAlreadyExistsError):
+        client.put(k[0], b"x")
+    assert client.put_batch([k[0]], [b"x"]) == [int(kvpool.Status.OBJECT_ALREADY_EXISTS)]
+
+
+def test_put_argument_checks(store, prefix):
+    buf = np.arange(64, dtype=np.uint8)
+    ptr = buf.ctypes.data
+    same_node = ReplicateConfig()
+    same_node.prefer_alloc_in_same_node = True
+    # Mooncake's put, put_parts, put_batch, put_from and batch_put_from refuse it...
+    assert store.put(prefix + "p", b"v", same_node) == INVALID_PARAMS
+    assert store.put_parts(prefix + "p", b"v", config=same_node) == INVALID_PARAMS
+    assert store.put_batch([prefix + "p"], [b"v"], same_node) == INVALID_PARAMS
+    assert store.put_from(prefix + "p", ptr, 8, same_node) == INVALID_PARAMS
+    assert store.batch_put_from([prefix + "p"], [ptr], [8], same_node) == [INVALID_PARAMS]
+    # ... the multi-buffer put takes it with one replica.
+    assert store.batch_put_from_multi_buffers([prefix + "p"], [[ptr]], [[8]], same_node) == [0]
+    same_node.replica_num = 2
+    assert store.batch_put_from_multi_buffers(
+        [prefix + "p2"], [[ptr]], [[8]], same_node) == [INVALID_PARAMS]
+    zero = ReplicateConfig()
+    zero.replica_num = 0
+    assert store.put(prefix + "z", b"v", zero) == INVALID_PARAMS
+    nof = ReplicateConfig()
+    nof.nof_replica_num = 1
+    assert store.put(prefix + "n", b"v", nof) == INVALID_PARAMS
+    dfs = ReplicateConfig()
+    dfs.dfs_replica_num = 1
+    assert store.put(prefix + "d", b"v", dfs) == mooncake.DFS_SERVICE_UNAVAILABLE
+    dfs.dfs_replica_num = 2
+    assert store.put(prefix + "d", b"v", dfs) == INVALID_PARAMS
+    assert store.batch_put_from([prefix + "x"], [ptr, ptr], [8, 8]) == [INVALID_PARAMS]
+    assert store.batch_put_from([], [], []) == []
+    with pytest.raises(TypeError):
+        store.batch_put_from([prefix + "x"], ["0x10"], [8])
+    with pytest.raises(TypeError):
+        store.put_from(prefix + "x", 1.5, 8)
+    with pytest.raises(TypeError):
+        store.put(prefix + "x", b"v", "config")
+    assert store.is_exist(prefix + "z") == 0 and store.is_exist(prefix + "n") == 0
+
+
+def test_calls_before_setup():
+    s = MooncakeDistributedStore()
+    assert s.health_check() == 1
+    assert s.get_hostname() == ""
+    assert s.register_buffer(4096, 10) == INVALID_PARAMS
+    assert s.batch_is_exist(["a", "b"]) == [INVALID_PARAMS] * 2
+    assert s.batch_put_from(["a"], [4096], [1]) == [INVALID_PARAMS]
+    assert s.batch_get_into_multi_buffers(["a"], [[4096]], [[1]]) == [INVALID_PARAMS]
+    assert s.batch_get_replica_desc(["a"]) == {}
+    assert s.batch_get_session_start(["a"]) == [INVALID_PARAMS]
+    assert s.batch_get_session_end(["a"]) == INVALID_PARAMS
+    assert s.batch_replica_clear(["a"]) == []
+    assert s.remove_all() == INVALID_PARAMS
+    assert s.get_offload_rpc_read_count() == 0
+    assert s.close() == 0
+
+
+# ---- ReplicateConfig -------------------------------------------------------------------------
+
+def test_replicate_config_types():
+    config = ReplicateConfig()
+    assert config.soft_pin_ttl_ms is None                  # the node's default
+    config.soft_pin_ttl_ms = 1000
+    assert config.soft_pin_ttl_ms == 1000
+    config.soft_pin_ttl_ms = None
+    assert config.soft_pin_ttl_ms is None
+    for bad in (-1, 1 << 64, 1.5, "10"):
+        with pytest.raises(TypeError):
+            config.soft_pin_ttl_ms = bad
+    config.soft_pin_ttl_ms = (1 << 64) - 1
+    assert config.group_ids is None
+    config.group_ids = ["g1", "", "g2"]
+    assert config.group_ids == ["g1", "", "g2"]
+    config.group_ids = None
+    for bad in ("g1", [1, 2], 5):
+        with pytest.raises(TypeError):
+            config.group_ids = bad
+    for name in ("replica_num", "nof_replica_num", "dfs_replica_num"):
+        with pytest.raises(TypeError):
+            setattr(config, name, -1)
+    assert config.data_type == ObjectDataType.UNKNOWN
+    config.data_type = ObjectDataType.KVCACHE
+    with pytest.raises(TypeError):
+        config.data_type = 99
+    with pytest.raises(TypeError):
+        config.preferred_segments = "node-a"
+    config.preferred_nof_segments = ["nof-a"]
+    assert "group_ids" not in str(config) and "soft_pin_ttl_ms: " in str(config)
+
+
+def test_soft_pin_and_group_ids_on_puts(store, prefix):
+    enable = ReplicateConfig()
+    enable.soft_pin_action = SoftPinAction.ENABLE
+    assert store.put(prefix + "s0", b"v", enable) == 0          # TTL None: the default
+    enable.soft_pin_ttl_ms = 5000
+    assert store.put(prefix + "s1", b"v", enable) == 0
+    enable.soft_pin_ttl_ms = 0                                  # zero: no pin, accepted
+    assert store.put(prefix + "s2", b"v", enable) == 0
+    grouped = ReplicateConfig()
+    keys = [prefix + "g%d" % i for i in range(3)]
+    grouped.group_ids = ["group-a", "group-a", ""]
+    assert store.batch_put_from_multi_buffers(
+        keys, [[np.zeros(8, np.uint8).ctypes.data]] * 3, [[8]] * 3, grouped) == [0, 0, 0]
+    grouped.group_ids = ["group-a"]                             # not one per key
+    assert store.batch_put_from([prefix + "g3", prefix + "g4"],
+                                [4096, 4096], [8, 8], grouped) == [INVALID_PARAMS] * 2
+    assert store.put(prefix + "g5", b"v", grouped) == 0         # one key, one group id
+    assert store.batch_is_exist(keys + [prefix + "g3", prefix + "g5"]) == [1, 1, 1, 0, 1]
+
+
+# ---- get_hostname ----------------------------------------------------------------------------
+
+def test_hostname_is_host_port_unique_per_store(daemon, monkeypatch):
+    stores = [make_store(daemon.endpoint, "localhost") for _ in range(3)]
+    try:
+        names = [s.get_hostname() for s in stores]
+        assert len(set(names)) == 3
+        for name in names:
+            host, port = name.rsplit(":", 1)
+            assert host == "localhost" and 12300 <= int(port) <= 14300
+        # The port is held: nobody else on the machine binds it while the store lives.
+        port = int(names[0].rsplit(":", 1)[1])
+        with socket.socket() as sock:
+            with pytest.raises(OSError):
+                sock.bind(("0.0.0.0", port))
+        stores[0].close()
+        with socket.socket() as sock:
+            sock.bind(("0.0.0.0", port))
+        explicit = make_store(daemon.endpoint, "node-7:4321")
+        assert explicit.get_hostname() == "node-7:4321"
+        explicit.close()
+        v6 = make_store(daemon.endpoint, "::1")
+        assert v6.get_hostname().startswith("[::1]:")
+        v6.close()
+        monkeypatch.setenv("MC_STORE_CLIENT_MIN_PORT", "20000")
+        monkeypatch.setenv("MC_STORE_CLIENT_MAX_PORT", "20100")
+        ranged = make_store(daemon.endpoint, "h")
+        assert 20000 <= int(ranged.get_hostname().rsplit(":", 1)[1]) <= 20100
+        ranged.close()
+    finally:
+        for s in stores:
+            s.close()
+
+
+def test_hostname_names_own_segment(daemon, prefix):
+    s = make_store(daemon.endpoint, "seg-host", segment=16 << 20)
+    try:
+        config = ReplicateConfig()
+        config.preferred_segment = s.get_hostname()
+        assert s.put(prefix + "own", b"x" * 4096, config) == 0
+        desc = s.batch_get_replica_desc([prefix + "own"])[prefix + "own"]
+        assert desc[0].get_memory_descriptor().buffer_descriptor.transport_endpoint == \
+            s.get_hostname()
+    finally:
+        s.close()
+
+
+# ---- tenants ---------------------------------------------------------------------------------
+
+def test_tenants_never_see_each_others_keys(daemon, client, prefix):
+    a = make_store(daemon.endpoint, tenant_id="tenant-a")
+    b = make_store(daemon.endpoint, tenant_id="tenant-b")
+    d = make_store(daemon.endpoint)                      # the default tenant
+    try:
+        key = prefix + "shared-name"
+        assert a.put(key, b"from-a") == 0
+        assert b.put(key, b"from-b") == 0
+        assert d.put(key, b"from-default") == 0
+        assert [s.get(key) for s in (a, b, d)] == [b"from-a", b"from-b", b"from-default"]
+        assert a.put(prefix + "only-a", b"a") == 0
+        assert b.is_exist(prefix + "only-a") == 0 and d.is_exist(prefix + "only-a") == 0
+        assert b.batch_is_exist([prefix + "only-a", key]) == [0, 1]
+        assert b.get_size(prefix + "only-a") == NOT_FOUND
+        # The default tenant cannot name another tenant's key.
+        assert d.put("\x1ftenant-a\n" + key, b"forged") == INVALID_KEY
+        assert d.get("\x1ftenant-a\n" + key) == b""
+        assert d.batch_is_exist(["\x1ftenant-b\n" + key, key]) == [INVALID_KEY, 1]
+        # A tenant's key bytes stay inside its own prefix.
+        assert a.put("\x1ftenant-b\n" + key, b"inside-a") == 0
+        assert b.get(key) == b"from-b"
+        # Regex removal and remove_all act on the tenant's keys only.
+        # ^ anchors where a's key begins: not inside a's own "\x1ftenant-b\n..." key.
+        assert a.remove_by_regex("^" + prefix + "shared", force=True) == 1
+        assert a.remove_by_regex("\\A\x1ftenant-b", force=True) == 1
+        assert b.get(key) == b"from-b" and d.get(key) == b"from-default"
+        assert a.remove_by_regex(".", force=True) == 1          # only-a
+        assert b.get(key) == b"from-b"
+        # A pattern that would close the group around it and add an alternative is refused.
+        assert b.remove_by_regex("x))|((?:", force=True) == INVALID_PARAMS
+        assert b.remove_by_regex("x)|(?:", force=True) == INVALID_PARAMS
+        assert b.remove_by_regex("(?x)#[\n))|((?:]", force=True) == INVALID_PARAMS
+        assert b.remove_by_regex("[)]|(", force=True) == INVALID_PARAMS
+        assert d.remove_by_regex("x))|((?:", force=True) == INVALID_PARAMS
+        assert d.get(key) == b"from-default"
+        assert b.put(prefix + "b2", b"b2") == 0
+        assert b.remove_all(force=True) == 2
+        assert d.get(key) == b"from-default" and client.get(key) == b"from-default"
+        assert a.put(key, b"again-a") == 0
+        removed = d.remove_all(force=True)                      # the default tenant's all
+        assert removed >= 1
+        assert a.get(key) == b"again-a"
+        assert d.is_exist(key) == 0
+    finally:
+        for s in (a, b, d):
+            s.close()
+
+
+def test_tenant_ids(daemon):
+    for bad in ("_reserved", "tab\there", "caf\u00e9"):
+        s = MooncakeDistributedStore()
+        assert s.setup("h", "m", 0, 0, "tcp", "", host_port(daemon.endpoint),
+                       tenant_id=bad) == INVALID_PARAMS
+    with pytest.raises(TypeError):
+        MooncakeDistributedStore().setup("h", "m", 0, 0, "tcp", "", "x:1", tenant_id=5)
+    s = MooncakeDistributedStore()
+    assert s.setup({"local_hostname": "h", "metadata_server": "m", "tenant_id": "dict-tenant",
+                    "master_server_addr": host_port(daemon.endpoint)}) == 0
+    other = make_store(daemon.endpoint, tenant_id="")          # empty: the default tenant
+    try:
+        assert s.put("tenant-key", b"t") == 0
+        assert other.is_exist("tenant-key") == 0
+    finally:
+        s.close()
+        other.close()
+
+
+# ---- setup's keyword arguments -----------------------------------------------------------
+
+def test_setup_keyword_arguments_warn(daemon):
+    s = MooncakeDistributedStore()
+    with pytest.warns(KvpoolDropInWarning) as record:
+        assert s.setup("h", "m", 0, 16 << 20, "tcp", "", host_port(daemon.endpoint), None,
+                       enable_ssd_offload=True, ssd_offload_path="/nvme/offload") == 0
+    texts = " ".join(str(w.message) for w in record)
+    assert "enable_ssd_offload" in texts and "ssd_offload_path" in texts
+    s.close()
+    with pytest.warns(KvpoolDropInWarning, match="engine"):
+        assert s.setup("h", "m", 0, 0, "tcp", "", host_port(daemon.endpoint),
+                       object()) == 0
+    s.close()
+    assert s.setup("h", "m", 0, 0, "tcp", "", host_port(daemon.endpoint),
+                   enable_client_http_server=True, client_http_port=0) == INVALID_PARAMS
+    assert s.setup("h", "m", 0, 0, "tcp", "", host_port(daemon.endpoint),
+                   enable_client_http_server=True, client_http_port=70000) == INVALID_PARAMS
+
+
+def _http(port, path):
+    try:
+        with urllib.request.urlopen("http://127.0.0.1:%d%s" % (port, path), timeout=5) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def test_client_http_server(daemon, prefix):
+    port = free_port()
+    s = make_store(daemon.endpoint, enable_client_http_server=True, client_http_port=port)
+    try:
+        status, body = _http(port, "/health")
+        assert status == 200 and json.loads(body) == {"status": "healthy", "code": 0}
+        assert s.put(prefix + "m", b"metrics") == 0
+        s.record_prefetched_tokens(128)
+        s.record_prefetched_tokens(64)
+        status, body = _http(port, "/metrics")
+        assert status == 200
+        assert "kvpool_client_prefetched_tokens_total 192" in body
+        assert "kvpool_node_objects" in body
+        status, body = _http(port, "/metrics/summary")
+        assert status == 200 and "kvpool_node_objects:" in body
+        status, body = _http(port, "/version")
+        assert status == 200 and json.loads(body)["store"] == "kvpool"
+        assert _http(port, "/nothing")[0] == 404
+        # The port is taken now: a second store warns and goes on without endpoints.
+        with pytest.warns(KvpoolDropInWarning, match="client_http_port"):
+            other = make_store(daemon.endpoint, enable_client_http_server=True,
+                               client_http_port=port)
+        other.close()
+    finally:
+        s.close()
+    with pytest.raises(OSError):
+        urllib.request.urlopen("http://127.0.0.1:%d/health" % port, timeout=2)
+    with pytest.raises(TypeError):
+        s.record_prefetched_tokens(-1)
+
+
+def test_health_check_node_gone(prefix):
+    # An ipc name of its own: a tcp port (and the ipc name kvpoold derives from it) may be
+    # taken by another node on this machine as soon as this one is gone, and the client's
+    # socket reconnects to whatever binds it.
+    endpoint = "ipc://@kvpool-pytest-gone-" + prefix
+    server = Kvpoold("--segment-size", "16MiB", endpoints=(endpoint,),
+                     prefix="kvpool-pytest-gone-")
+    s = MooncakeDistributedStore()
+    s.timeout = 0.5
+    try:
+        assert s.setup("h", "m", 0, 0, "tcp", "", endpoint) == 0
+        assert s.health_check() == 0
+        assert server.stop() == 0
+        assert s.health_check() == 2                  # HC_MASTER_UNREACHABLE
+    finally:
+        s.close()
+        server.remove()
+    assert s.health_check() == 1
+
+
+# ---- replica descriptors -------------------------------------------------------------------
+
+def test_batch_get_replica_desc(store, prefix):
+    keys = [prefix + "r0", prefix + "r1"]
+    assert store.put(keys[0], b"x" * 1000) == 0
+    assert store.put(keys[1], b"y" * 10) == 0
+    descs = store.batch_get_replica_desc(keys + [prefix + "missing", "bad\0key"])
+    assert sorted(descs) == sorted(keys)                 # a missing key is left out
+    replica = descs[keys[0]][0]
+    assert replica.is_memory_replica() and not replica.is_disk_replica()
+    assert not replica.is_local_disk_replica()
+    assert replica.status == ReplicaStatus.COMPLETE
+    buffer = replica.get_memory_descriptor().buffer_descriptor
+    assert buffer.size == 1000 and buffer.transport_endpoint
+    assert descs[keys[1]][0].get_memory_descriptor().buffer_descriptor.size == 10
+    with pytest.raises(RuntimeError):
+        replica.get_disk_descriptor()
+    assert store.get_replica_desc(keys[1])[0].get_memory_descriptor().buffer_descriptor.size == 10
+    assert store.get_replica_desc(prefix + "missing") == []
+    assert store.batch_get_replica_desc([]) == {}
+    # vLLM's tier logging reads them exactly this way.
+    tiers = {k: ("memory" if v and v[0].is_memory_replica() else "unknown")
+             for k, v in descs.items()}
+    assert tiers == {keys[0]: "memory", keys[1]: "memory"}
+
+
+# ---- get sessions --------------------------------------------------------------------------
+
+def test_get_sessions(lease_daemon, prefix):
+    s = make_store(lease_daemon.endpoint)
+    try:
+        keys = [prefix + "s0", prefix + "s1"]
+        for k in keys:
+            assert s.put(k, b"session-value") == 0
+        assert s.batch_get_session_start(keys + [prefix + "missing"]) == [0, 0, NOT_FOUND]
+        statuses, sources = s.batch_get_session_start_with_sources([keys[0], prefix + "gone"])
+        assert statuses == [0, NOT_FOUND] and sources == ["memory", ""]
+        time.sleep(LEASE_MS * 3 / 1000)
+        # In a session the object stays: a remove without force is refused past the lease.
+        assert s.remove(keys[0]) == HAS_LEASE
+        dst = np.zeros(64, dtype=np.uint8)
+        assert s.batch_get_into(keys, [dst.ctypes.data] * 2, [64, 64]) == [13, 13]
+        assert s.batch_get_session_end(keys + [prefix + "never-started"]) == 0
+        assert eventually(lambda: s.remove(keys[0]) == 0)
+        assert s.batch_get_session_start([keys[1]]) == [0]
+        s.close()                                             # close ends every session
+        other = make_store(lease_daemon.endpoint)
+        try:
+            assert eventually(lambda: other.remove(keys[1]) == 0)
+        finally:
+            other.close()
+    finally:
+        s.close()
+
+
+# ---- batch_replica_clear ---------------------------------------------------------------------
+
+def test_batch_replica_clear(lease_daemon, prefix):
+    s = make_store(lease_daemon.endpoint)
+    other = make_store(lease_daemon.endpoint)
+    try:
+        mine = [prefix + "c%d" % i for i in range(3)]
+        for k in mine:
+            assert s.put(k, b"clear-me") == 0
+        assert other.put(prefix + "theirs", b"not-mine") == 0
+        assert s.put(prefix + "theirs", b"x") == 0            # exists: still not s's
+        assert s.batch_replica_clear([]) == []
+        assert s.batch_replica_clear([prefix + "nonexistent"]) == []
+        assert s.get(mine[0]) == b"clear-me"                  # a read: a lease
+        assert mine[0] not in s.batch_replica_clear([mine[0]])
+        assert eventually(lambda: s.batch_replica_clear([mine[0]]) == [mine[0]])
+        assert s.get(mine[0]) == b""
+        cleared = s.batch_replica_clear(mine[1:] + [prefix + "theirs"])
+        assert sorted(cleared) == sorted(mine[1:])            # not another store's key
+        assert other.get(prefix + "theirs") == b"not-mine"
+    finally:
+        s.close()
+        other.close()
+
+
+def test_batch_replica_clear_segment(daemon, prefix):
+    s = make_store(daemon.endpoint, "clear-host", segment=16 << 20)
+    try:
+        here = ReplicateConfig()
+        here.preferred_segment = s.get_hostname()
+        assert s.put(prefix + "here", b"h" * 100, here) == 0
+        assert s.batch_replica_clear([prefix + "here"], "nonexistent_host:99999") == []
+        assert s.is_exist(prefix + "here") == 1
+        assert s.batch_replica_clear([prefix + "here"],
+                                     segment_name=s.get_hostname()) == [prefix + "here"]
+        assert s.is_exist(prefix + "here") == 0
+        with pytest.raises(TypeError):
+            s.batch_replica_clear([prefix + "here"], 5)
+    finally:
+        s.close()
+
+
+# ---- MooncakeHostMemAllocator, put_from_with_metadata ------------------------------------
+
+def test_host_mem_allocator(store, prefix):
+    allocator = MooncakeHostMemAllocator()
+    size = 1 << 20
+    ptr = allocator.alloc(size)
+    assert isinstance(ptr, int) and ptr % 4096 == 0
+    view = (ctypes.c_ubyte * size).from_address(ptr)
+    arr = np.frombuffer(view, dtype=np.uint8)           # as SGLang wraps it in a tensor
+    arr[:] = np.arange(size, dtype=np.uint64).astype(np.uint8)
+    assert store.register_buffer(ptr, size) == 0
+    assert store.put_from(prefix + "host", ptr, size) == 0
+    assert store.get(prefix + "host") == arr.tobytes()
+    second = MooncakeHostMemAllocator()                 # one table per process, as in Mooncake
+    assert second.free(ptr) == 0
+    assert allocator.free(ptr) == -1                    # freed already
+    assert allocator.free(12345) == -1
+    with pytest.raises(TypeError):
+        allocator.alloc(-1)
+
+
+def test_put_from_with_metadata(store, prefix):
+    meta = np.frombuffer(b"META", dtype=np.uint8).copy()
+    data = np.frombuffer(b"payload", dtype=np.uint8).copy()
+    assert store.put_from_with_metadata(prefix + "m", data.ctypes.data, meta.ctypes.data,
+                                        data.nbytes, meta.nbytes) == 0
+    assert store.get(prefix + "m") == b"METApayload"
+    assert store.put_from_with_metadata(prefix + "m", data.ctypes.data, meta.ctypes.data,
+                                        data.nbytes, meta.nbytes) == 0
+    assert store.put_from_with_metadata(prefix + "z", data.ctypes.data, meta.ctypes.data,
+                                        0, meta.nbytes) == 0
+    assert store.is_exist(prefix + "z") == 0
+    same_node = ReplicateConfig()
+    same_node.prefer_alloc_in_same_node = True
+    assert store.put_from_with_metadata(prefix + "p", data.ctypes.data, meta.ctypes.data,
+                                        data.nbytes, meta.nbytes, same_node) == -1
+    assert MooncakeDistributedStore().put_from_with_metadata("k", 1, 1, 1, 1) == -1
