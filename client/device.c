@@ -263,14 +263,20 @@ typedef struct {
     s_event_t frame_events[2];
 } s_gpu_t;
 
-//  A staging buffer's state: its host copies (a put's: out of it once its event is done; a
-//  get's: into it before its device copies are queued) and, for a get, where each piece goes
-//  on the device.
+//  One piece of a copy planned into a staging buffer.
 typedef struct {
-    bool busy; //  sealed: its device copies were queued and its event recorded
+    void *host;   //  the host side: a put's destination, a get's source
+    char *device; //  the device side
+    size_t len;
+} s_piece_t;
+
+//  A staging buffer's state: the pieces planned into it and, once laid out, their host copies
+//  (a put's: out of it once its event is done; a get's: into it before its DMAs are queued).
+typedef struct {
+    bool busy; //  sealed: its DMAs were queued and its event recorded
     size_t fill;
-    kvpc_device_copy_t *pieces;
-    void **targets;
+    s_piece_t *pieces;
+    kvpc_device_copy_t *copies;
     size_t count;
     size_t capacity;
 } s_stage_t;
@@ -376,7 +382,7 @@ kvpc_device_destroy (kvpc_device_t **self_p)
     }
     for (int i = 0; i < KVPC_STAGE_BUFFERS; i++) {
         free (self->slots[i].pieces);
-        free (self->slots[i].targets);
+        free (self->slots[i].copies);
     }
     free (self->gpus);
     free (self->call);
@@ -684,25 +690,27 @@ s_stage_ready (kvpc_device_t *self)
 }
 
 //  ---- staged copies ------------------------------------------------------------------------
+//  Pieces are planned into a buffer until it is full; then it is laid out in the order of
+//  their device addresses, so that pieces adjacent in device memory (a KV cache's blocks of
+//  one layer, say) are adjacent in the buffer too and move in one DMA: a DMA costs a few
+//  microseconds however small it is.
 
 static int
-s_piece_add (s_stage_t *stage, void *dst, const void *src, size_t len, void *target)
+s_piece_add (s_stage_t *stage, void *host, const void *device, size_t len)
 {
     if (stage->count == stage->capacity) {
         size_t capacity = stage->capacity ? stage->capacity * 2 : 64;
-        kvpc_device_copy_t *pieces = realloc (stage->pieces, capacity * sizeof *pieces);
+        s_piece_t *pieces = realloc (stage->pieces, capacity * sizeof *pieces);
         if (pieces)
             stage->pieces = pieces;
-        void **targets = realloc (stage->targets, capacity * sizeof *targets);
-        if (targets)
-            stage->targets = targets;
-        if (!pieces || !targets)
+        kvpc_device_copy_t *copies = realloc (stage->copies, capacity * sizeof *copies);
+        if (copies)
+            stage->copies = copies;
+        if (!pieces || !copies)
             return -1;
         stage->capacity = capacity;
     }
-    stage->pieces[stage->count] = (kvpc_device_copy_t){dst, src, len, 0, false};
-    stage->targets[stage->count] = target;
-    stage->count++;
+    stage->pieces[stage->count++] = (s_piece_t){host, (char *) device, len};
     return 0;
 }
 
@@ -716,7 +724,53 @@ s_stage_reset (kvpc_device_t *self)
     }
 }
 
-//  The host side of a staging buffer: the caller's copier (its copy threads), or memcpy.
+static int
+s_piece_compare (const void *a, const void *b)
+{
+    const s_piece_t *x = a, *y = b;
+    return x->device < y->device ? -1 : x->device > y->device;
+}
+
+//  Lays buffer index out in device-address order and lists its host copies.
+static void
+s_layout (kvpc_device_t *self, int index, bool put)
+{
+    s_stage_t *stage = &self->slots[index];
+    if (stage->count > 1)
+        qsort (stage->pieces, stage->count, sizeof *stage->pieces, s_piece_compare);
+    char *staged = self->stage[index];
+    for (size_t i = 0; i < stage->count; i++) {
+        s_piece_t *piece = &stage->pieces[i];
+        stage->copies[i] = put ? (kvpc_device_copy_t){piece->host, staged, piece->len, 0, false}
+                               : (kvpc_device_copy_t){staged, piece->host, piece->len, 0, false};
+        staged += piece->len;
+    }
+}
+
+//  Queues buffer index's DMAs, one for each run of pieces adjacent in device memory.
+static int
+s_dma (kvpc_device_t *self, s_gpu_t *gpu, int index, bool put, int device)
+{
+    s_stage_t *stage = &self->slots[index];
+    char *staged = self->stage[index];
+    for (size_t k = 0; k < stage->count;) {
+        char *start = stage->pieces[k].device;
+        size_t run = stage->pieces[k].len;
+        size_t j = k + 1;
+        for (; j < stage->count && stage->pieces[j].device == start + run; j++)
+            run += stage->pieces[j].len;
+        s_cuda_error_t rc = self->rt->memcpy_async (put ? staged : start, put ? start : staged, run,
+                                                    S_MEMCPY_DEFAULT, gpu->stream);
+        if (rc != 0)
+            return s_fail (self, rc, "cudaMemcpyAsync of %zu bytes %s device %d", run,
+                           put ? "to host from" : "from host to", device);
+        staged += run;
+        k = j;
+    }
+    return 0;
+}
+
+//  The host side of a buffer: the caller's copier (its copy threads), or memcpy.
 typedef struct {
     kvpc_host_copy_fn *fn;
     void *arg;
@@ -726,16 +780,23 @@ static void
 s_host_copies (const s_copier_t *copier, const s_stage_t *stage)
 {
     if (copier->fn)
-        copier->fn (copier->arg, stage->pieces, stage->count);
+        copier->fn (copier->arg, stage->copies, stage->count);
     else
         for (size_t i = 0; i < stage->count; i++)
-            memcpy (stage->pieces[i].dst, stage->pieces[i].src, stage->pieces[i].len);
+            memcpy (stage->copies[i].dst, stage->copies[i].src, stage->copies[i].len);
 }
 
-//  Records the end of staging buffer index's device copies.
+//  A full (or last) buffer: laid out; a put's DMAs queued; a get's pieces copied into it
+//  (on the copier's threads) and then its DMAs queued; and its event recorded.
 static int
-s_seal (kvpc_device_t *self, s_gpu_t *gpu, int index)
+s_seal (kvpc_device_t *self, s_gpu_t *gpu, int index, const s_copier_t *copier, bool put,
+        int device)
 {
+    s_layout (self, index, put);
+    if (!put)
+        s_host_copies (copier, &self->slots[index]);
+    if (s_dma (self, gpu, index, put, device))
+        return -1;
     s_cuda_error_t rc = self->rt->event_record (gpu->stage_events[index], gpu->stream);
     if (rc != 0)
         return s_fail (self, rc, "cudaEventRecord");
@@ -743,8 +804,7 @@ s_seal (kvpc_device_t *self, s_gpu_t *gpu, int index)
     return 0;
 }
 
-//  Waits for staging buffer index's device copies; a put's buffer is then copied out to
-//  where its pieces go.
+//  Waits for buffer index's DMAs; a put's buffer is then copied out to where its pieces go.
 static int
 s_drain (kvpc_device_t *self, s_gpu_t *gpu, int index, const s_copier_t *copier, bool put)
 {
@@ -771,31 +831,11 @@ s_abandon (kvpc_device_t *self, s_gpu_t *gpu)
     s_stage_reset (self);
 }
 
-//  A get's buffer once planned: its pieces are copied into it (by the copier's threads),
-//  then its device copies queued and sealed.
-static int
-s_push_flush (kvpc_device_t *self, s_gpu_t *gpu, int index, const s_copier_t *copier, int device)
-{
-    s_stage_t *stage = &self->slots[index];
-    s_host_copies (copier, stage);
-    for (size_t i = 0; i < stage->count; i++) {
-        s_cuda_error_t e =
-            self->rt->memcpy_async (stage->targets[i], stage->pieces[i].dst, stage->pieces[i].len,
-                                    S_MEMCPY_DEFAULT, gpu->stream);
-        if (e != 0)
-            return s_fail (self, e, "cudaMemcpyAsync of %zu bytes from host to device %d",
-                           stage->pieces[i].len, device);
-    }
-    return s_seal (self, gpu, index);
-}
-
-//  One direction's copies of one device through the staging buffers, in turn.
-//    put (device to host): each chunk's DMA into a buffer is queued at once; when the turn
-//      comes back to a buffer still in flight, it is waited for and copied out, while the
-//      DMAs queued after it run.
-//    get (host to device): a buffer is planned until full, then copied into and its DMAs
-//      queued; the next buffer is copied into while they run. A buffer is reused once its
-//      event says its DMAs are done.
+//  One direction's copies of one device through the staging buffers, in turn. A buffer is
+//  planned until full, then sealed: a put's DMAs into it queued, a get's pieces copied into
+//  it and its DMAs queued. The next buffer is planned and sealed while they run; when the turn
+//  comes back to a buffer still in flight, it is drained: waited for and, for a put, copied
+//  out to the pieces' destinations while the DMAs queued after it run.
 static int
 s_stage (kvpc_device_t *self, const kvpc_device_copy_t *items, size_t count,
          const s_copier_t *copier, bool put)
@@ -807,8 +847,8 @@ s_stage (kvpc_device_t *self, const kvpc_device_copy_t *items, size_t count,
     int current = 0;
     int rc = 0;
     for (size_t k = 0; k < count && rc == 0; k++) {
-        const char *src = items[k].src;
-        char *dst = items[k].dst;
+        const char *from = items[k].src;
+        char *to = items[k].dst;
         size_t left = items[k].len;
         while (left && rc == 0) {
             s_stage_t *stage = &self->slots[current];
@@ -817,33 +857,23 @@ s_stage (kvpc_device_t *self, const kvpc_device_copy_t *items, size_t count,
                 break;
             size_t piece = KVPC_STAGE_BYTES - stage->fill;
             piece = piece < left ? piece : left;
-            char *staged = (char *) self->stage[current] + stage->fill;
-            if (put) {
-                s_cuda_error_t e =
-                    self->rt->memcpy_async (staged, src, piece, S_MEMCPY_DEFAULT, gpu->stream);
-                if (e != 0)
-                    rc = s_fail (self, e, "cudaMemcpyAsync of %zu bytes from device %d to host",
-                                 piece, device);
-                else if (s_piece_add (stage, dst, staged, piece, NULL))
-                    rc = s_error (self, "out of memory");
-            }
-            else if (s_piece_add (stage, staged, src, piece, dst))
+            if (put ? s_piece_add (stage, to, from, piece)
+                    : s_piece_add (stage, (void *) from, to, piece)) {
                 rc = s_error (self, "out of memory");
-            if (rc)
                 break;
+            }
             stage->fill += piece;
-            src += piece;
-            dst += piece;
+            from += piece;
+            to += piece;
             left -= piece;
             if (stage->fill == KVPC_STAGE_BYTES) {
-                rc = put ? s_seal (self, gpu, current)
-                         : s_push_flush (self, gpu, current, copier, device);
+                rc = s_seal (self, gpu, current, copier, put, device);
                 current = (current + 1) % KVPC_STAGE_BUFFERS;
             }
         }
     }
     if (rc == 0 && self->slots[current].fill && !self->slots[current].busy) {
-        rc = put ? s_seal (self, gpu, current) : s_push_flush (self, gpu, current, copier, device);
+        rc = s_seal (self, gpu, current, copier, put, device);
         current = (current + 1) % KVPC_STAGE_BUFFERS;
     }
     //  Buffers are sealed in turn: the oldest is the one after the last sealed.
@@ -883,9 +913,9 @@ kvpc_device_copy (kvpc_device_t *self, const kvpc_device_copy_t *items, size_t c
 
 //  ---- frames of the socket path's puts -----------------------------------------------------
 
-//  Frame buffers start at this size (one request's values, batch.h's KVPC_CHUNK_BYTES) and
-//  grow to the largest request seen.
-#define S_FRAME_MIN (16u << 20)
+//  Frame buffers grow in powers of two from this size to the largest request seen (one of
+//  KVPC_CHUNK_BYTES, 16 MiB, unless a single value is larger), and are kept.
+#define S_FRAME_MIN (1u << 20)
 
 void *
 kvpc_device_frame (kvpc_device_t *self, int slot, size_t size)
@@ -901,8 +931,11 @@ kvpc_device_frame (kvpc_device_t *self, int slot, size_t size)
         self->frame[slot] = NULL;
         self->frame_size[slot] = 0;
     }
-    size_t want =
-        size < S_FRAME_MIN ? S_FRAME_MIN : (size + (1u << 20) - 1) & ~(size_t) ((1u << 20) - 1);
+    size_t want = S_FRAME_MIN;
+    while (want < size && want <= SIZE_MAX / 2)
+        want *= 2;
+    if (want < size)
+        want = size;
     if (s_pinned_alloc (self, &self->frame[slot], want, "a request's values"))
         return NULL;
     self->frame_size[slot] = want;

@@ -12,7 +12,9 @@
     device addresses), over the same-machine fast path and over tcp (the socket path on the
     tcp endpoint), checks every byte, and prints GB/s beside plain cudaMemcpy of the same sizes
     device-to-host and host-to-device, pinned and pageable, and beside the same puts and gets
-    of host memory (best of --reps runs, default 3).
+    of host memory (best of --reps runs, default 3). A second line per size does it again with
+    each value made of --layers parts (default 32), one from each of that many regions of the
+    buffer, as vLLM's connector passes a block of every layer's KV-cache tensor.
 
     kvpoold: --kvpoold PATH starts that binary (named kvpoold: the tests' helper starts the
     kvpoold in PATH's folder) on loopback ports with a segment big enough; without it, the
@@ -49,6 +51,7 @@ static struct {
     int (*runtime_version) (int *);
     int (*properties) (void *, int);
     const char *(*error_string) (int);
+    int (*pointer_attributes) (void *, const void *);
 } R;
 
 static testutil_server_t s_server;
@@ -107,6 +110,7 @@ s_load_runtime (const char *path)
     S_SYM (get_device, "cudaGetDevice");
     S_SYM (runtime_version, "cudaRuntimeGetVersion");
     S_SYM (error_string, "cudaGetErrorString");
+    S_SYM (pointer_attributes, "cudaPointerGetAttributes");
 #undef S_SYM
     *(void **) &R.properties = dlsym (handle, "cudaGetDeviceProperties_v2");
     if (!R.properties)
@@ -171,34 +175,47 @@ s_memcpy_rate (s_check_t *check, size_t size, int kind, unsigned char *host)
 
 //  Best GB/s of putting the source as values of size, and of getting them into the target
 //  (device memory; with host, the pattern and the pageable buffer instead, for comparison);
-//  every byte checked after every get.
+//  every byte checked after every get. With layers, each value is layers parts, part p from
+//  the p-th of layers equal regions of the buffer (a vLLM KV cache: a tensor per layer, a key
+//  a block of each), put and got with the _parts calls.
 static void
-s_kvpool_rates (s_check_t *check, kvpool_t *pool, size_t size, bool host, double *put_rate,
-                double *get_rate)
+s_kvpool_rates (s_check_t *check, kvpool_t *pool, size_t size, bool host, size_t layers,
+                double *put_rate, double *get_rate)
 {
-    void *source = host ? (void *) check->pattern : check->source;
-    void *target = host ? (void *) check->pageable : check->target;
+    char *source = host ? (char *) check->pattern : check->source;
+    char *target = host ? (char *) check->pageable : check->target;
     size_t n = check->total / size;
+    size_t nparts = layers ? layers : 1;
+    size_t part = size / nparts;
+    size_t region = check->total / nparts;
     char **keys = calloc (n, sizeof *keys);
-    const void **data = calloc (n, sizeof *data);
-    void **targets = calloc (n, sizeof *targets);
-    size_t *sizes = calloc (n, sizeof *sizes);
+    kvpool_iov_t *iovs = calloc (n * nparts, sizeof *iovs);
+    kvpool_buf_t *bufs = calloc (n * nparts, sizeof *bufs);
+    const kvpool_iov_t **puts = calloc (n, sizeof *puts);
+    const kvpool_buf_t **gets = calloc (n, sizeof *gets);
+    size_t *counts = calloc (n, sizeof *counts);
     int *statuses = calloc (n, sizeof *statuses);
     int64_t *results = calloc (n, sizeof *results);
-    CHECK (keys && data && targets && sizes && statuses && results);
+    CHECK (keys && iovs && bufs && puts && gets && counts && statuses && results);
+    CHECK (part * nparts == size);
     for (size_t i = 0; i < n; i++) {
-        keys[i] = malloc (48);
-        snprintf (keys[i], 48, "gpu-check-%zu-%zu", size >> 20, i);
-        data[i] = (char *) source + i * size;
-        targets[i] = (char *) target + i * size;
-        sizes[i] = size;
+        keys[i] = malloc (80);
+        snprintf (keys[i], 80, "gpu-check-%zu-%zu-%zu", size >> 20, nparts, i);
+        for (size_t p = 0; p < nparts; p++) {
+            size_t at = layers ? p * region + i * part : i * size;
+            iovs[i * nparts + p] = (kvpool_iov_t){source + at, part};
+            bufs[i * nparts + p] = (kvpool_buf_t){target + at, part};
+        }
+        puts[i] = &iovs[i * nparts];
+        gets[i] = &bufs[i * nparts];
+        counts[i] = nparts;
     }
     *put_rate = *get_rate = 0;
     for (int rep = 0; rep < check->reps; rep++) {
         kvpool_remove_all (pool, true);
         double start = s_now ();
-        int rc =
-            kvpool_put_batch (pool, n, (const char *const *) keys, data, sizes, NULL, statuses);
+        int rc = kvpool_put_batch_parts (pool, n, (const char *const *) keys, puts, counts, NULL,
+                                         statuses);
         double put = (double) (n * size) / (s_now () - start) / 1e9;
         for (size_t i = 0; i < n && rc == KVPOOL_OK; i++)
             rc = statuses[i];
@@ -214,7 +231,8 @@ s_kvpool_rates (s_check_t *check, kvpool_t *pool, size_t size, bool host, double
             s_cuda (R.synchronize (), "cudaDeviceSynchronize");
         }
         start = s_now ();
-        rc = kvpool_get_batch_into (pool, n, (const char *const *) keys, targets, sizes, results);
+        rc = kvpool_get_batch_into_parts (pool, n, (const char *const *) keys, gets, counts,
+                                          results);
         double get = (double) (n * size) / (s_now () - start) / 1e9;
         for (size_t i = 0; i < n && rc == KVPOOL_OK; i++)
             if (results[i] != (int64_t) size)
@@ -224,6 +242,7 @@ s_kvpool_rates (s_check_t *check, kvpool_t *pool, size_t size, bool host, double
                      kvpool_status_name (rc), kvpool_last_error (pool));
             exit (1);
         }
+        //  Values and regions tile the buffer: the target must be the source.
         unsigned char *back = host ? check->pageable : check->pinned;
         if (!host)
             s_cuda (R.memcpy_ (back, target, n * size, 2), "cudaMemcpy");
@@ -242,18 +261,34 @@ s_kvpool_rates (s_check_t *check, kvpool_t *pool, size_t size, bool host, double
     for (size_t i = 0; i < n; i++)
         free (keys[i]);
     free (keys);
-    free (data);
-    free (targets);
-    free (sizes);
+    free (iovs);
+    free (bufs);
+    free (puts);
+    free (gets);
+    free (counts);
     free (statuses);
     free (results);
+}
+
+//  Microseconds one cudaPointerGetAttributes takes on ptr (what classifying a buffer costs
+//  when no cache answers).
+static double
+s_query_us (const void *ptr)
+{
+    long attributes[32];
+    int count = 100000;
+    double start = s_now ();
+    for (int i = 0; i < count; i++)
+        R.pointer_attributes (attributes, ptr);
+    return (s_now () - start) / count * 1e6;
 }
 
 static void
 s_usage (void)
 {
     fprintf (stderr, "usage: kvpool-gpu-check [--kvpoold PATH | --endpoint ENDPOINT] "
-                     "[--total-mib N] [--sizes-mib 1,4,16,64] [--cudart PATH] [--reps N]\n");
+                     "[--total-mib N] [--sizes-mib 1,4,16,64] [--layers N] [--cudart PATH] "
+                     "[--reps N]\n");
     exit (2);
 }
 
@@ -264,6 +299,7 @@ main (int argc, char **argv)
     const char *size_list = "1,4,16,64";
     size_t total_mib = 1024;
     int reps = 3;
+    size_t layers = 32;
     for (int i = 1; i < argc; i++) {
         if (i + 1 >= argc)
             s_usage ();
@@ -279,6 +315,8 @@ main (int argc, char **argv)
             size_list = argv[++i];
         else if (strcmp (argv[i], "--reps") == 0)
             reps = atoi (argv[++i]);
+        else if (strcmp (argv[i], "--layers") == 0)
+            layers = strtoull (argv[++i], NULL, 10);
         else
             s_usage ();
     }
@@ -366,16 +404,31 @@ main (int argc, char **argv)
         double h2d_pageable = s_memcpy_rate (&check, size, 1, check.pageable);
         double rates[4][2]; //  fast device, fast host, tcp device, tcp host: put, get
         for (int i = 0; i < 4; i++)
-            s_kvpool_rates (&check, i < 2 ? fast : tcp, size, i % 2, &rates[i][0], &rates[i][1]);
+            s_kvpool_rates (&check, i < 2 ? fast : tcp, size, i % 2, 0, &rates[i][0], &rates[i][1]);
         printf ("%4zu MiB | %8.1f %8.1f | %8.1f %8.1f |", size >> 20, d2h_pinned, d2h_pageable,
                 h2d_pinned, h2d_pageable);
         for (int i = 0; i < 4; i++)
             printf (" %6.1f %6.1f%s", rates[i][0], rates[i][1], i == 1 ? " |" : "");
         printf ("\n");
+        if (layers > 1 && size % layers == 0 && check.total % (layers * size) == 0) {
+            //  The same values, each gathered from and scattered to a part in every layer.
+            for (int i = 0; i < 4; i++)
+                s_kvpool_rates (&check, i < 2 ? fast : tcp, size, i % 2, layers, &rates[i][0],
+                                &rates[i][1]);
+            char label[96];
+            snprintf (label, sizeof label, "  the same as %zu layers of %zu KiB", layers,
+                      (size / layers) >> 10);
+            printf ("%-48s |", label);
+            for (int i = 0; i < 4; i++)
+                printf (" %6.1f %6.1f%s", rates[i][0], rates[i][1], i == 1 ? " |" : "");
+            printf ("\n");
+        }
         fflush (stdout);
     }
     free (list);
-    printf ("every byte checked after every get: ok\n");
+    printf ("every byte checked after every get: ok; cudaPointerGetAttributes %.2f us on host "
+            "memory, %.2f us on device memory\n",
+            s_query_us (check.pageable + 4096), s_query_us ((char *) check.source + 4096));
     kvpool_destroy (&fast);
     kvpool_destroy (&tcp);
     R.free_ (check.source);
