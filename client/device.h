@@ -12,19 +12,23 @@
     would give it a CUDA context for nothing. Without a runtime every buffer is host memory, as
     it always was (there is no telling otherwise).
 
-    Classification: the API classifies each caller buffer of a call (kvpc_device_classify): it asks
-    cudaPointerGetAttributes unless a cached range answers: device allocations are cached per
-    connection (the whole allocation, when the driver says where it starts and ends), pinned
-    host ranges for the call. A call that has device buffers arms the layer; the layers below
-    ask it which copies touch device memory (kvpc_device_plan, kvpc_device_holds) only while it
-    is armed, so host-only calls cost one check.
+    Classification: the API classifies each caller buffer of a call (kvpc_device_classify),
+    which asks cudaPointerGetAttributes unless a cached range answers: device allocations are
+    cached per connection (the whole allocation, when the driver says where it starts and
+    ends), pinned host ranges for the call; pageable host memory is asked each time (freed, its
+    range may come back as device memory, and device memory taken for host memory faults). A
+    call that has device buffers arms the layer; the layers below ask it which copies touch
+    device memory (kvpc_device_plan, kvpc_device_holds) only while it is armed, so host-only
+    calls cost one check.
 
     Staging: kvpc_device_copy runs a list of copies between device and host memory through
     KVPC_STAGE_BUFFERS pinned buffers of KVPC_STAGE_BYTES in turn, on one CUDA stream per
     device: a put's device-to-host copy of chunk i+1 runs while chunk i is copied from its
     pinned buffer to its destination, a get's host-to-device copy of chunk i while chunk i+1
-    is copied into the next pinned buffer. The host side of a chunk runs on the caller's copy
-    threads (the connection's, as host copies do). The socket path's put sends each request's device
+    is copied into the next pinned buffer. A buffer's pieces are laid out in the order of their
+    device addresses, so pieces adjacent in device memory (one layer's blocks of a KV cache)
+    move in one DMA. The host side of a chunk runs on the caller's copy threads (the
+    connection's, as host copies do). The socket path's put sends each request's device
     values straight from pinned frame buffers (kvpc_device_frame), filled while the request
     before goes out. A CUDA error yields -1 with the reason in kvpc_device_error; the calls
     report it as KVPOOL_INVALID_PARAMS.
