@@ -971,7 +971,9 @@ class MooncakeDistributedStore:
 
     def register_buffer(self, buffer_ptr, size):
         """Returns 0 (INVALID_PARAMS before setup): kvpool needs no registration. Kept for
-        Mooncake's callers."""
+        Mooncake's callers. Host or GPU memory alike: libkvpool recognises CUDA device
+        addresses in any put or get call and stages them through pinned host buffers
+        (client/device.c), registered or not."""
         buffer_ptr = _uint(buffer_ptr, "buffer_ptr")
         size = _uint(size, "size")
         if self._client is None:
