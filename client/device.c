@@ -44,7 +44,7 @@ typedef void *s_event_t;    //  cudaEvent_t
 //  away): then no buffer can be device memory.
 #define S_ERROR_INITIALIZATION 3
 #define S_ERROR_UNLOADING 4
-#define S_ERROR_STUB_LIBRARY 34
+#define S_ERROR_DRIVER_IS_PLACEHOLDER 34 //  cudaErrorStubLibrary: no real driver installed
 #define S_ERROR_INSUFFICIENT_DRIVER 35
 #define S_ERROR_NEWER_DRIVER 36
 #define S_ERROR_DEVICES_UNAVAILABLE 46
@@ -477,9 +477,10 @@ s_widen (s_range_t *range)
 static bool
 s_dead_runtime_error (s_cuda_error_t rc)
 {
-    return rc == S_ERROR_INITIALIZATION || rc == S_ERROR_UNLOADING || rc == S_ERROR_STUB_LIBRARY
-           || rc == S_ERROR_INSUFFICIENT_DRIVER || rc == S_ERROR_NEWER_DRIVER
-           || rc == S_ERROR_DEVICES_UNAVAILABLE || rc == S_ERROR_NO_DEVICE;
+    return rc == S_ERROR_INITIALIZATION || rc == S_ERROR_UNLOADING
+           || rc == S_ERROR_DRIVER_IS_PLACEHOLDER || rc == S_ERROR_INSUFFICIENT_DRIVER
+           || rc == S_ERROR_NEWER_DRIVER || rc == S_ERROR_DEVICES_UNAVAILABLE
+           || rc == S_ERROR_NO_DEVICE;
 }
 
 int

@@ -422,29 +422,54 @@ s_put (kvpool_t *self, Kvpool__V1__Op op, size_t n, const char *const *keys,
     return rc;
 }
 
+//  One value of parts: a put or an upsert.
+static int
+s_put_one (kvpool_t *self, Kvpool__V1__Op op, const char *key, const kvpool_iov_t *parts,
+           size_t nparts, const kvpool_put_options_t *opts)
+{
+    if (!self)
+        return KVPOOL_INVALID_PARAMS;
+    int64_t outcome;
+    s_put (self, op, 1, &key, &parts, &nparts, opts, &outcome);
+    return (int) outcome;
+}
+
+//  n values of parts, a status each: puts or upserts.
+static int
+s_put_batch_parts (kvpool_t *self, Kvpool__V1__Op op, size_t n, const char *const *keys,
+                   const kvpool_iov_t *const *parts, const size_t *nparts,
+                   const kvpool_put_options_t *opts, int *statuses)
+{
+    if (!self || (n && (!keys || !parts || !nparts || !statuses)))
+        return KVPOOL_INVALID_PARAMS;
+    if (n == 0)
+        return KVPOOL_OK;
+    int64_t *results = malloc (n * sizeof *results);
+    if (!results) {
+        for (size_t i = 0; i < n; i++)
+            statuses[i] = KVPOOL_INTERNAL_ERROR;
+        return KVPOOL_INTERNAL_ERROR;
+    }
+    int rc = s_put (self, op, n, keys, parts, nparts, opts, results);
+    for (size_t i = 0; i < n; i++)
+        statuses[i] = (int) results[i];
+    free (results);
+    return rc;
+}
+
 int
 kvpool_put (kvpool_t *self, const char *key, const void *data, size_t size,
             const kvpool_put_options_t *opts)
 {
-    if (!self)
-        return KVPOOL_INVALID_PARAMS;
     kvpool_iov_t part = {data, size};
-    const kvpool_iov_t *parts = &part;
-    size_t nparts = 1;
-    int64_t outcome;
-    s_put (self, KVPOOL__V1__OP__PUT, 1, &key, &parts, &nparts, opts, &outcome);
-    return (int) outcome;
+    return s_put_one (self, KVPOOL__V1__OP__PUT, key, &part, 1, opts);
 }
 
 int
 kvpool_put_parts (kvpool_t *self, const char *key, const kvpool_iov_t *parts, size_t nparts,
                   const kvpool_put_options_t *opts)
 {
-    if (!self)
-        return KVPOOL_INVALID_PARAMS;
-    int64_t outcome;
-    s_put (self, KVPOOL__V1__OP__PUT, 1, &key, &parts, &nparts, opts, &outcome);
-    return (int) outcome;
+    return s_put_one (self, KVPOOL__V1__OP__PUT, key, parts, nparts, opts);
 }
 
 int
@@ -458,17 +483,14 @@ kvpool_put_batch (kvpool_t *self, size_t n, const char *const *keys, const void 
     kvpool_iov_t *iovs = malloc (n * sizeof *iovs);
     const kvpool_iov_t **parts = malloc (n * sizeof *parts);
     size_t *nparts = malloc (n * sizeof *nparts);
-    int64_t *results = malloc (n * sizeof *results);
     int rc = KVPOOL_INTERNAL_ERROR;
-    if (iovs && parts && nparts && results) {
+    if (iovs && parts && nparts) {
         for (size_t i = 0; i < n; i++) {
             iovs[i] = (kvpool_iov_t){data[i], sizes[i]};
             parts[i] = &iovs[i];
             nparts[i] = 1;
         }
-        rc = s_put (self, KVPOOL__V1__OP__PUT, n, keys, parts, nparts, opts, results);
-        for (size_t i = 0; i < n; i++)
-            statuses[i] = (int) results[i];
+        rc = s_put_batch_parts (self, KVPOOL__V1__OP__PUT, n, keys, parts, nparts, opts, statuses);
     }
     else
         for (size_t i = 0; i < n; i++)
@@ -476,7 +498,6 @@ kvpool_put_batch (kvpool_t *self, size_t n, const char *const *keys, const void 
     free (iovs);
     free (parts);
     free (nparts);
-    free (results);
     return rc;
 }
 
@@ -485,46 +506,22 @@ kvpool_put_batch_parts (kvpool_t *self, size_t n, const char *const *keys,
                         const kvpool_iov_t *const *parts, const size_t *nparts,
                         const kvpool_put_options_t *opts, int *statuses)
 {
-    if (!self || (n && (!keys || !parts || !nparts || !statuses)))
-        return KVPOOL_INVALID_PARAMS;
-    if (n == 0)
-        return KVPOOL_OK;
-    int64_t *results = malloc (n * sizeof *results);
-    if (!results) {
-        for (size_t i = 0; i < n; i++)
-            statuses[i] = KVPOOL_INTERNAL_ERROR;
-        return KVPOOL_INTERNAL_ERROR;
-    }
-    int rc = s_put (self, KVPOOL__V1__OP__PUT, n, keys, parts, nparts, opts, results);
-    for (size_t i = 0; i < n; i++)
-        statuses[i] = (int) results[i];
-    free (results);
-    return rc;
+    return s_put_batch_parts (self, KVPOOL__V1__OP__PUT, n, keys, parts, nparts, opts, statuses);
 }
 
 int
 kvpool_upsert (kvpool_t *self, const char *key, const void *data, size_t size,
                const kvpool_put_options_t *opts)
 {
-    if (!self)
-        return KVPOOL_INVALID_PARAMS;
     kvpool_iov_t part = {data, size};
-    const kvpool_iov_t *parts = &part;
-    size_t nparts = 1;
-    int64_t outcome;
-    s_put (self, KVPOOL__V1__OP__UPSERT, 1, &key, &parts, &nparts, opts, &outcome);
-    return (int) outcome;
+    return s_put_one (self, KVPOOL__V1__OP__UPSERT, key, &part, 1, opts);
 }
 
 int
 kvpool_upsert_parts (kvpool_t *self, const char *key, const kvpool_iov_t *parts, size_t nparts,
                      const kvpool_put_options_t *opts)
 {
-    if (!self)
-        return KVPOOL_INVALID_PARAMS;
-    int64_t outcome;
-    s_put (self, KVPOOL__V1__OP__UPSERT, 1, &key, &parts, &nparts, opts, &outcome);
-    return (int) outcome;
+    return s_put_one (self, KVPOOL__V1__OP__UPSERT, key, parts, nparts, opts);
 }
 
 int
@@ -532,21 +529,7 @@ kvpool_upsert_batch_parts (kvpool_t *self, size_t n, const char *const *keys,
                            const kvpool_iov_t *const *parts, const size_t *nparts,
                            const kvpool_put_options_t *opts, int *statuses)
 {
-    if (!self || (n && (!keys || !parts || !nparts || !statuses)))
-        return KVPOOL_INVALID_PARAMS;
-    if (n == 0)
-        return KVPOOL_OK;
-    int64_t *results = malloc (n * sizeof *results);
-    if (!results) {
-        for (size_t i = 0; i < n; i++)
-            statuses[i] = KVPOOL_INTERNAL_ERROR;
-        return KVPOOL_INTERNAL_ERROR;
-    }
-    int rc = s_put (self, KVPOOL__V1__OP__UPSERT, n, keys, parts, nparts, opts, results);
-    for (size_t i = 0; i < n; i++)
-        statuses[i] = (int) results[i];
-    free (results);
-    return rc;
+    return s_put_batch_parts (self, KVPOOL__V1__OP__UPSERT, n, keys, parts, nparts, opts, statuses);
 }
 
 //  ---- gets ---------------------------------------------------------------------------------
@@ -607,12 +590,11 @@ kvpool_get_into (kvpool_t *self, const char *key, void *buffer, size_t capacity)
     return outcome;
 }
 
-int
-kvpool_get_batch_into (kvpool_t *self, size_t n, const char *const *keys, void *const *buffers,
-                       const size_t *capacities, int64_t *results)
+//  n gets into one buffer each (whole values, or ranges from offsets when given).
+static int
+s_get_buffers (kvpool_t *self, size_t n, const char *const *keys, void *const *buffers,
+               const size_t *capacities, const uint64_t *offsets, int64_t *results)
 {
-    if (!self || (n && (!keys || !buffers || !capacities || !results)))
-        return KVPOOL_INVALID_PARAMS;
     if (n == 0)
         return KVPOOL_OK;
     kvpool_buf_t *bufs = malloc (n * sizeof *bufs);
@@ -625,7 +607,7 @@ kvpool_get_batch_into (kvpool_t *self, size_t n, const char *const *keys, void *
             lists[i] = &bufs[i];
             nbufs[i] = 1;
         }
-        rc = s_get_into (self, n, keys, lists, nbufs, NULL, results);
+        rc = s_get_into (self, n, keys, lists, nbufs, offsets, results);
     }
     else
         for (size_t i = 0; i < n; i++)
@@ -634,6 +616,15 @@ kvpool_get_batch_into (kvpool_t *self, size_t n, const char *const *keys, void *
     free (lists);
     free (nbufs);
     return rc;
+}
+
+int
+kvpool_get_batch_into (kvpool_t *self, size_t n, const char *const *keys, void *const *buffers,
+                       const size_t *capacities, int64_t *results)
+{
+    if (!self || (n && (!keys || !buffers || !capacities || !results)))
+        return KVPOOL_INVALID_PARAMS;
+    return s_get_buffers (self, n, keys, buffers, capacities, NULL, results);
 }
 
 int
@@ -667,27 +658,7 @@ kvpool_get_ranges_into (kvpool_t *self, size_t n, const char *const *keys, const
 {
     if (!self || (n && (!keys || !offsets || !buffers || !lengths || !results)))
         return KVPOOL_INVALID_PARAMS;
-    if (n == 0)
-        return KVPOOL_OK;
-    kvpool_buf_t *bufs = malloc (n * sizeof *bufs);
-    const kvpool_buf_t **lists = malloc (n * sizeof *lists);
-    size_t *nbufs = malloc (n * sizeof *nbufs);
-    int rc = KVPOOL_INTERNAL_ERROR;
-    if (bufs && lists && nbufs) {
-        for (size_t i = 0; i < n; i++) {
-            bufs[i] = (kvpool_buf_t){buffers[i], lengths[i]};
-            lists[i] = &bufs[i];
-            nbufs[i] = 1;
-        }
-        rc = s_get_into (self, n, keys, lists, nbufs, offsets, results);
-    }
-    else
-        for (size_t i = 0; i < n; i++)
-            results[i] = rc;
-    free (bufs);
-    free (lists);
-    free (nbufs);
-    return rc;
+    return s_get_buffers (self, n, keys, buffers, lengths, offsets, results);
 }
 
 int

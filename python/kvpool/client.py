@@ -490,10 +490,14 @@ class Client:
     def put(self, key, value, options=None, size=None):
         """Stores value under key. value: bytes-like, a CPU tensor, or an int address with
         size. Raises ObjectAlreadyExistsError if key exists (objects are immutable)."""
+        self._store(_native.put, key, value, options, size)
+
+    def _store(self, fn, key, value, options, size):
+        """One value through fn (kvpool_put or kvpool_upsert)."""
         pins = _Pins()
         try:
             address, size = pins.address(value, size)
-            self._call(_native.put, _key(key), address, size, self._opts(options))
+            self._call(fn, _key(key), address, size, self._opts(options))
         finally:
             pins.release()
 
@@ -503,14 +507,17 @@ class Client:
 
     def put_parts(self, key, *parts, options=None):
         """Stores the concatenation of parts (each bytes-like or a tensor) as one value."""
+        self._store_parts(_native.put_parts, key, parts, options)
+
+    def _store_parts(self, fn, key, parts, options):
+        """One value of parts through fn (kvpool_put_parts or kvpool_upsert_parts)."""
         pins = _Pins()
         try:
             flat = []
             for part in parts:
                 flat.extend(pins.address(part))
             iov = _u64(flat)
-            self._call(_native.put_parts, _key(key), _addr(iov), len(parts),
-                       self._opts(options))
+            self._call(fn, _key(key), _addr(iov), len(parts), self._opts(options))
         finally:
             pins.release()
 
@@ -518,25 +525,11 @@ class Client:
         """Stores value under key, replacing the value if key exists (a reader sees the whole
         old or the whole new value). Raises ReplicaIsNotReadyError while the key is being
         written. Goes over the socket even on the node's machine."""
-        pins = _Pins()
-        try:
-            address, size = pins.address(value, size)
-            self._call(_native.upsert, _key(key), address, size, self._opts(options))
-        finally:
-            pins.release()
+        self._store(_native.upsert, key, value, options, size)
 
     def upsert_parts(self, key, *parts, options=None):
         """upsert() of the concatenation of parts."""
-        pins = _Pins()
-        try:
-            flat = []
-            for part in parts:
-                flat.extend(pins.address(part))
-            iov = _u64(flat)
-            self._call(_native.upsert_parts, _key(key), _addr(iov), len(parts),
-                       self._opts(options))
-        finally:
-            pins.release()
+        self._store_parts(_native.upsert_parts, key, parts, options)
 
     def upsert_batch_parts(self, keys, parts_per_key, options=None, sizes_per_key=None):
         """upsert() of each key's parts. Returns a status per key."""
@@ -548,12 +541,8 @@ class Client:
         pins = _Pins()
         try:
             flat, counts = _flatten_buffers(pins, parts_per_key, sizes_per_key)
-            iov, ptrs, nparts = _iov_table(flat, counts)
-            karr = _key_array(keys)
-            statuses = array.array("i", bytes(4 * n))
-            self._batch(_native.upsert_batch_parts, n, karr, _addr(ptrs), _addr(nparts),
-                        self._opts(options), _addr(statuses))
-            return statuses.tolist()
+            return self._put_batch_parts(n, keys, flat, counts, options,
+                                         fn=_native.upsert_batch_parts)
         finally:
             pins.release()
 
@@ -674,12 +663,13 @@ class Client:
         finally:
             pins.release()
 
-    def _put_batch_parts(self, n, keys, flat, counts, options):
-        """flat: address, size, address, size... for all parts of all keys in order."""
+    def _put_batch_parts(self, n, keys, flat, counts, options, fn=None):
+        """flat: address, size, address, size... for all parts of all keys in order. fn:
+        kvpool_put_batch_parts (None) or kvpool_upsert_batch_parts."""
         iov, ptrs, nparts = _iov_table(flat, counts)
         karr = _key_array(keys)
         statuses = array.array("i", bytes(4 * n))
-        self._batch(_native.put_batch_parts, n, karr, _addr(ptrs), _addr(nparts),
+        self._batch(fn or _native.put_batch_parts, n, karr, _addr(ptrs), _addr(nparts),
                     self._opts(options), _addr(statuses))
         return statuses.tolist()
 

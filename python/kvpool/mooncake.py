@@ -1210,15 +1210,23 @@ class MooncakeDistributedStore:
         ptrs = _nested(all_buffer_ptrs, "all_buffer_ptrs")
         sizes = _nested(all_sizes, "all_sizes")
         n = len(keys)
-        flat, counts = _flatten_parts(n, ptrs, sizes)
+        flat, _ = _flatten_parts(n, ptrs, sizes)
         if flat is None:
             return [INVALID_PARAMS] * n
+        return self._store_batch(keys, ptrs, sizes, config, _native.put_batch_parts,
+                                 multi_buffers=True)
+
+    def _store_batch(self, keys, ptrs, sizes, config, fn, multi_buffers=False):
+        """Each key's value gathered from its buffers ptrs[i] (sizes[i]), through fn
+        (kvpool_put_batch_parts or kvpool_upsert_batch_parts). A status per key; a key that
+        exists is success, as in Mooncake."""
+        n = len(keys)
         names, pre = self._space.keys(keys)
         if n == 0:
             return []
         if self._client is None:
             return [INVALID_PARAMS] * n
-        status, opts = self._put_options(config, n, multi_buffers=True)
+        status, opts = self._put_options(config, n, multi_buffers=multi_buffers)
         if status != OK:
             return [status] * n
         for i in range(n):
@@ -1231,15 +1239,11 @@ class MooncakeDistributedStore:
         def run(index):
             sub = [names[i] for i in index]
             karr = (c_char_p * len(sub))(*sub)
-            if pre:
-                sub_flat = [x for i in index for x in _pairs(ptrs[i], sizes[i])]
-                sub_counts = [counts[i] for i in index]
-            else:
-                sub_flat, sub_counts = flat, counts
-            iov, starts, nparts = _iov_table(sub_flat, sub_counts)
+            flat = [x for i in index for x in _pairs(ptrs[i], sizes[i])]
+            iov, starts, nparts = _iov_table(flat, [len(ptrs[i]) for i in index])
             statuses = array.array("i", bytes(4 * len(sub)))
-            rc = self._code(_native.put_batch_parts, len(sub), karr, _addr(starts),
-                            _addr(nparts), opts, _addr(statuses))
+            rc = self._code(fn, len(sub), karr, _addr(starts), _addr(nparts), opts,
+                            _addr(statuses))
             if rc < 0:
                 return [rc] * len(sub)
             results = statuses.tolist()
@@ -1312,8 +1316,8 @@ class MooncakeDistributedStore:
             for value in values:
                 _buffer_only(value)
                 pairs.append(pins.address(value))
-            results = self._upsert_batch(keys, [[a] for a, _ in pairs], [[s] for _, s in pairs],
-                                         config)
+            results = self._store_batch(keys, [[a] for a, _ in pairs], [[s] for _, s in pairs],
+                                        config, _native.upsert_batch_parts)
         finally:
             pins.release()
         for result in results:
@@ -1328,39 +1332,8 @@ class MooncakeDistributedStore:
         lengths = _uints(sizes, "sizes")
         if len(addresses) != len(keys) or len(lengths) != len(keys):
             return [INVALID_PARAMS] * len(keys)
-        return self._upsert_batch(keys, [[a] for a in addresses], [[s] for s in lengths], config)
-
-    def _upsert_batch(self, keys, ptrs, sizes, config):
-        n = len(keys)
-        names, pre = self._space.keys(keys)
-        if n == 0:
-            return []
-        if self._client is None:
-            return [INVALID_PARAMS] * n
-        status, opts = self._put_options(config, n)
-        if status != OK:
-            return [status] * n
-        for i in range(n):
-            if sum(sizes[i]) == 0 or any(p == 0 and s for p, s in zip(ptrs[i], sizes[i])):
-                if pre is None:
-                    pre = [None] * n
-                if pre[i] is None:
-                    pre[i] = INVALID_PARAMS
-
-        def run(index):
-            sub = [names[i] for i in index]
-            karr = (c_char_p * len(sub))(*sub)
-            flat = [x for i in index for x in _pairs(ptrs[i], sizes[i])]
-            iov, starts, nparts = _iov_table(flat, [len(ptrs[i]) for i in index])
-            statuses = array.array("i", bytes(4 * len(sub)))
-            rc = self._code(_native.upsert_batch_parts, len(sub), karr, _addr(starts),
-                            _addr(nparts), opts, _addr(statuses))
-            if rc < 0:
-                return [rc] * len(sub)
-            results = statuses.tolist()
-            self._own(sub, results)
-            return results
-        return _partial(n, pre, run)
+        return self._store_batch(keys, [[a] for a in addresses], [[s] for s in lengths], config,
+                                 _native.upsert_batch_parts)
 
     # ---- ranges ----------------------------------------------------------------------
     #   Byte ranges of values, read with kvpool's ranged GET: only the ranges travel. A range
