@@ -10,7 +10,7 @@
 #   protocol/ shm/ transfer/   shared by the client and the node: the wire contract, the shared
 #                              memory both map, the copy pool
 #   client/                    libkvpool (with the shared folders)
-#   alloc/ actors/ messages/ lookup_server/ rdma/
+#   alloc/ actors/ messages/ lookup_server/ rdma/ tier/
 #                              the node (with the shared folders)
 # A new .c file joins its folder's library; each tests/test_*.c is an integration test
 # program (with tests/testutil.c and tests/ready_file.c); each bench/*.c joins kvpool-bench
@@ -39,12 +39,12 @@ CFLAGS_BASE := -std=gnu11 -g -Wall -Wextra -fPIC -pthread -MMD -MP \
 CFLAGS += $(OPT) $(CFLAGS_BASE)
 LDFLAGS += $(if $(SANITIZE),-fsanitize=$(SANITIZE)) -pthread
 LIBS := -lczmq -lzmq -lprotobuf-c -lmsgpackc -lrt -ldl
-SERVER_LIBS := $(LIBS) -ljemalloc -lpcre2-8 $(if $(wildcard rdma/*.c),-libverbs)
+SERVER_LIBS := $(LIBS) -ljemalloc -lpcre2-8 -luring -lxxhash $(if $(wildcard rdma/*.c),-libverbs)
 
 # Debian packages the build, the tests and the benchmark need.
 DEB_PACKAGES := build-essential pkg-config libzmq3-dev libczmq-dev libprotobuf-c-dev \
 	protobuf-c-compiler protobuf-compiler libjemalloc-dev libibverbs-dev libmsgpack-dev \
-	libhiredis-dev libpcre2-dev redis-server clang libclang-rt-14-dev python3 python3-zmq python3-msgpack \
+	libhiredis-dev libpcre2-dev liburing-dev libxxhash-dev redis-server clang libclang-rt-14-dev python3 python3-zmq python3-msgpack \
 	python3-pytest python3-numpy python3-protobuf procps
 
 PROTO := protocol/kvpool.proto
@@ -56,7 +56,7 @@ CONTRACT_H := $(GEN)/kvpool_status.h $(GEN)/kvpool_stats.h
 
 SHARED_DIRS := protocol shm transfer
 CLIENT_DIRS := client $(SHARED_DIRS)
-SERVER_DIRS := alloc actors messages lookup_server rdma $(SHARED_DIRS)
+SERVER_DIRS := alloc actors messages lookup_server rdma tier $(SHARED_DIRS)
 sources_in = $(filter-out %_fuzz.c,$(wildcard $(addsuffix /*.c,$(1))))
 SERVER_SRC := $(call sources_in,$(SERVER_DIRS))
 CLIENT_SRC := $(call sources_in,$(CLIENT_DIRS))
