@@ -8,8 +8,8 @@
     Placement of an object with R replicas: first the preferred segments named in the job (in
     order), then the rest in random order (seeded, reproducible) or by decreasing free ratio;
     each replica on a distinct segment. If the R replicas can't all be allocated the partial
-    ones are freed and the item fails with NO_AVAILABLE_HANDLE (the pool is full; the evictor
-    will make room in a later version).
+    ones are freed and the item fails with NO_AVAILABLE_HANDLE (the pool is full; the api then
+    has the evictor make room and retries once: KVP_AL_RETRY).
 
     Unmounting first stops new allocations in the segment ("draining"), as soon as the
     unmount is known to go ahead (UNMOUNT_CHECK passed, or OWNER_SEGMENTS named it for a
@@ -264,14 +264,23 @@ s_alloc_reason (self_t *self, kvp_job_t *job, kvp_item_t *item, uint32_t wanted,
                   (unsigned long long) total, segments);
 }
 
+//  ALLOC places every item that is OK; RETRY (after the evictor made room) only those that
+//  found no space the first time.
 static void
-s_alloc (self_t *self, kvp_job_t *job)
+s_alloc (self_t *self, kvp_job_t *job, bool retry)
 {
     uint32_t wanted = job->replica_num ? job->replica_num : 1;
     seg_t *order[64];
     kvp_job_need_replicas (job);
+    if (retry)
+        job->error[0] = 0; //  the reason is given again if it still holds
     for (size_t i = 0; i < job->count; i++) {
         kvp_item_t *item = &job->items[i];
+        if (retry) {
+            if (item->status != KVPOOL_NO_AVAILABLE_HANDLE)
+                continue;
+            item->status = KVPOOL_OK;
+        }
         item->replica_count = 0;
         if (item->status != KVPOOL_OK)
             continue;
@@ -504,7 +513,8 @@ s_handle_job (self_t *self, kvp_job_t *job, zframe_t **reply_to_p)
         return false;
     }
     switch (job->kind) {
-        case KVP_AL_ALLOC: s_alloc (self, job); break;
+        case KVP_AL_ALLOC: s_alloc (self, job, false); break;
+        case KVP_AL_RETRY: s_alloc (self, job, true); break;
         case KVP_AL_FREE:
             for (size_t i = 0; i < job->count; i++)
                 s_free_item (self, &job->items[i]);

@@ -38,6 +38,7 @@
 #include "actors/conn_guard.h"
 #include "shm/segment.h"
 #include "actors/endpoints.h"
+#include "actors/evictor.h"
 #include "actors/index_reads.h"
 #include "actors/owners.h"
 #include "protocol/contract.h"
@@ -87,7 +88,7 @@ typedef struct {
     zsock_t *pipe;
     zsock_t *router;
     zsock_t *jobs; //  jobs of in-process actors (inproc://<instance>-jobs)
-    zsock_t *rm, *al, *tx;
+    zsock_t *rm, *al, *tx, *ev;
     zpoller_t *poller;
     const kvp_config_t *config;
     zlistx_t *endpoints; //  resolved endpoint strings
@@ -192,7 +193,8 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
     self->rm = zsock_new (ZMQ_DEALER);
     self->al = zsock_new (ZMQ_DEALER);
     self->tx = zsock_new (ZMQ_DEALER);
-    assert (self->router && self->rm && self->al && self->tx);
+    self->ev = zsock_new (ZMQ_DEALER);
+    assert (self->router && self->rm && self->al && self->tx && self->ev);
     zsock_set_sndhwm (self->router, 100000);
     zsock_set_rcvhwm (self->router, RCVHWM);
     zsock_set_linger (self->router, 0);
@@ -203,9 +205,11 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
     zsock_set_sndhwm (self->rm, 0);
     zsock_set_sndhwm (self->al, 0);
     zsock_set_sndhwm (self->tx, 0);
+    zsock_set_sndhwm (self->ev, 0);
     zsock_connect (self->rm, "inproc://%s-rm", config->instance);
     zsock_connect (self->al, "inproc://%s-al", config->instance);
     zsock_connect (self->tx, "inproc://%s-tx", config->instance);
+    zsock_connect (self->ev, "inproc://%s-ev", config->instance);
     self->endpoints = zlistx_new ();
     zlistx_set_duplicator (self->endpoints, (zlistx_duplicator_fn *) strdup);
     zlistx_set_destructor (self->endpoints, (zlistx_destructor_fn *) zstr_free);
@@ -245,7 +249,8 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
     //  The first listing of the segments at once: index reads need the mappings.
     self->map_due = true;
     self->next_owner_check = self->started + OWNER_CHECK_INTERVAL_MS;
-    self->poller = zpoller_new (pipe, self->router, self->jobs, self->rm, self->al, self->tx, NULL);
+    self->poller =
+        zpoller_new (pipe, self->router, self->jobs, self->rm, self->al, self->tx, self->ev, NULL);
     self->guard =
         conn_guard_new (self->router, self->endpoints, config->max_connections, config->instance);
     if (self->guard)
@@ -284,6 +289,7 @@ s_self_destroy (self_t **self_p)
     zsock_destroy (&self->rm);
     zsock_destroy (&self->al);
     zsock_destroy (&self->tx);
+    zsock_destroy (&self->ev);
     free (self);
     *self_p = NULL;
 }
@@ -367,9 +373,10 @@ s_send_values (self_t *self, kvp_job_t *job)
         bool more = i + 1 < job->count;
         zmq_msg_t msg;
         void *copy = NULL;
-        if (item->status != KVPOOL_OK || !item->object || !frames || item->size == 0) {
+        bool held = item->object || item->buffer; //  a pinned object or a value read from disk
+        if (item->status != KVPOOL_OK || !held || !frames || item->size == 0) {
             zmq_msg_init (&msg);
-            if (item->object && item->status == KVPOOL_OK && item->size && !frames)
+            if (held && item->status == KVPOOL_OK && item->size && !frames)
                 item->status = KVPOOL_INTERNAL_ERROR; //  (the header is out: an empty frame)
         }
         else if (item->size < COPY_VALUE_BYTES && copied + item->size <= COPY_BUDGET_BYTES
@@ -377,11 +384,18 @@ s_send_values (self_t *self, kvp_job_t *job)
             memcpy (copy, item->replicas[0].addr, item->size);
             copied += item->size;
             zmq_msg_init_data (&msg, copy, item->size, connections_frame_sent,
-                               reply_frames_slot (frames, used++, NULL, copy, item->size));
+                               reply_frames_slot (frames, used++, NULL, copy, NULL, item->size));
+        }
+        else if (item->buffer) {
+            zmq_msg_init_data (&msg, item->replicas[0].addr, item->size, connections_frame_sent,
+                               reply_frames_slot (frames, used++, NULL, item->buffer,
+                                                  item->buffer_free, item->size));
+            item->buffer = NULL; //  the frame's callback frees it
         }
         else {
-            zmq_msg_init_data (&msg, item->replicas[0].addr, item->size, connections_frame_sent,
-                               reply_frames_slot (frames, used++, item->object, NULL, item->size));
+            zmq_msg_init_data (
+                &msg, item->replicas[0].addr, item->size, connections_frame_sent,
+                reply_frames_slot (frames, used++, item->object, NULL, NULL, item->size));
             item->object = NULL; //  the frame's callback unpins it
         }
         if (item->object) {
@@ -484,6 +498,7 @@ s_reply (self_t *self, kvp_job_t **job_p, zmq_msg_t *copies)
 
 static void s_start_reset (self_t *self);
 static void s_node_job_done (self_t *self, kvp_job_t *job);
+static void s_advance (self_t *self, kvp_job_t *job, kvp_job_kind_t done);
 
 static zsock_t *
 s_actor_socket (self_t *self, kvp_job_kind_t kind)
@@ -492,6 +507,7 @@ s_actor_socket (self_t *self, kvp_job_kind_t kind)
         case KVP_ACTOR_RM: return self->rm;
         case KVP_ACTOR_AL: return self->al;
         case KVP_ACTOR_TX: return self->tx;
+        case KVP_ACTOR_EV: return self->ev;
         default: assert (false); return NULL;
     }
 }
@@ -504,13 +520,14 @@ s_apply_ranges (kvp_job_t *job)
 {
     for (size_t i = 0; i < job->count; i++) {
         kvp_item_t *item = &job->items[i];
-        if (item->status != KVPOOL_OK || !item->object)
+        if (item->status != KVPOOL_OK || (!item->object && !item->buffer))
             continue;
         if (item->offset > item->size) {
             item->status = KVPOOL_INVALID_PARAMS;
             kvp_job_fail (job, KVPOOL_OK, "offset %llu is past the end of a %llu-byte value",
                           (unsigned long long) item->offset, (unsigned long long) item->size);
-            kvp_object_unpin (item->object);
+            if (item->object)
+                kvp_object_unpin (item->object);
             item->object = NULL;
             continue;
         }
@@ -522,10 +539,56 @@ s_apply_ranges (kvp_job_t *job)
 
 //  A job is done: answers its client (over the client socket, or the job socket for an
 //  in-process actor), or finishes the node's own work.
+//  After a GET that read from disk: copies that failed verification are forgotten and
+//  unlinked (KVP_OP_DISK_LOST), and values read often enough go back to memory
+//  (KVP_OP_PROMOTE, with its own copy of the bytes: the reply sends the read buffer).
+static void
+s_disk_follow_up (self_t *self, kvp_job_t *job)
+{
+    kvp_job_t *lost = NULL, *promote = NULL;
+    size_t promote_bytes = 0;
+    for (size_t i = 0; i < job->count; i++) {
+        kvp_item_t *item = &job->items[i];
+        if (item->lost) {
+            if (!lost) {
+                lost = kvp_job_new (KVP_JOB_NONE, 0);
+                lost->op = KVP_OP_DISK_LOST;
+            }
+            kvp_job_append_key (lost, item->key, item->key_len)->disk_id = item->disk_id;
+        }
+        else if (item->promote && item->buffer && item->status == KVPOOL_OK)
+            promote_bytes += item->size;
+    }
+    if (promote_bytes && (promote = kvp_job_new (KVP_JOB_NONE, 0))) {
+        promote->op = KVP_OP_PROMOTE;
+        promote->value_storage = malloc (promote_bytes);
+        char *next = (char *) promote->value_storage;
+        for (size_t i = 0; next && i < job->count; i++) {
+            kvp_item_t *item = &job->items[i];
+            if (!item->promote || !item->buffer || item->status != KVPOOL_OK)
+                continue;
+            kvp_item_t *copy = kvp_job_append_key (promote, item->key, item->key_len);
+            memcpy (next, item->replicas[0].addr, item->size);
+            copy->src = next;
+            copy->size = item->size;
+            copy->object_id = item->object_id;
+            next += item->size;
+        }
+        if (!next)
+            kvp_job_destroy (&promote);
+    }
+    if (lost)
+        s_advance (self, lost, KVP_JOB_NONE);
+    if (promote)
+        s_advance (self, promote, KVP_JOB_NONE);
+}
+
 static void
 s_finish (self_t *self, kvp_job_t *job)
 {
     api_ctx_t *ctx = (api_ctx_t *) job->context;
+    if (ctx && job->kind == KVP_TX_DISK_READ)
+        s_disk_follow_up (self, job);
     if (!ctx)
         s_node_job_done (self, job);
     else if (ctx->from_jobs) {
@@ -1048,7 +1111,7 @@ s_abandon (kvp_job_t **job_p)
 static void
 s_abandon_all (self_t *self)
 {
-    zpoller_t *poller = zpoller_new (self->rm, self->al, self->tx, NULL);
+    zpoller_t *poller = zpoller_new (self->rm, self->al, self->tx, self->ev, NULL);
     int64_t deadline = zclock_mono () + ABANDON_WAIT_MS;
     while (self->in_flight > 0 && zclock_mono () < deadline) {
         zsock_t *which = (zsock_t *) zpoller_wait (poller, (int) (deadline - zclock_mono ()));
@@ -1081,8 +1144,8 @@ api_actor (zsock_t *pipe, void *args)
         void *which = NULL;
         //  Spin for the replies a request waits on.
         if (self->in_flight > 0) {
-            zsock_t *actors[] = {self->rm, self->al, self->tx};
-            which = spin_poll (actors, 3, SPIN_US);
+            zsock_t *actors[] = {self->rm, self->al, self->tx, self->ev};
+            which = spin_poll (actors, 4, SPIN_US);
         }
         if (!which) {
             int64_t wake = self->next_owner_check;
@@ -1095,7 +1158,7 @@ api_actor (zsock_t *pipe, void *args)
             s_client_message (self);
         else if (which == self->jobs)
             s_job_message (self);
-        else if (which == self->rm || which == self->al || which == self->tx)
+        else if (which == self->rm || which == self->al || which == self->tx || which == self->ev)
             s_actor_reply (self, (zsock_t *) which);
         else if (self->guard && which == conn_guard_socket (self->guard))
             conn_guard_handle (self->guard);
@@ -1134,6 +1197,7 @@ api_test (bool verbose)
     zactor_t *rm = zactor_new (replica_manager_actor, &config);
     zactor_t *al = zactor_new (allocator_actor, &config);
     zactor_t *tx = zactor_new (transfer_submitter_actor, &config);
+    zactor_t *ev = zactor_new (evictor_actor, &config);
     zactor_t *api = zactor_new (api_actor, &config);
     zstr_send (api, "ENDPOINTS");
     zmsg_t *endpoints = zmsg_recv (api);
@@ -1218,9 +1282,10 @@ api_test (bool verbose)
     zstr_free (&tcp);
     zmsg_destroy (&endpoints);
     zactor_destroy (&api);
+    zactor_destroy (&ev);
+    zactor_destroy (&rm);
     zactor_destroy (&tx);
     zactor_destroy (&al);
-    zactor_destroy (&rm);
     if (verbose)
         printf ("put, get, garbage over tcp; jobs of in-process actors ");
 }

@@ -34,7 +34,10 @@ typedef enum {
     OPT_STRING,
     OPT_LIST,
     OPT_PLACEMENT,
-    OPT_GROUP
+    OPT_GROUP,
+    OPT_RATIO,   //  a double from min/1000 to max/1000
+    OPT_SWITCH,  //  on or off
+    OPT_OFFLOAD, //  off, eager or on-evict
 } opt_kind_t;
 
 typedef struct {
@@ -229,6 +232,102 @@ static const opt_t s_options[] = {
      .default_rule = "the file descriptor limit less a reserve: a quarter of it, 256 to 1024",
      .help = "client connections at which new ones are refused until a tenth have closed"},
     {.name = "verbose", .kind = OPT_FLAG, FIELD (verbose), .help = "log every request"},
+    {.name = "eviction-high-watermark",
+     .arg = "RATIO",
+     .kind = OPT_RATIO,
+     FIELD (eviction_high_watermark),
+     .min = 10,
+     .max = 1000,
+     .default_value = "0.90",
+     .help = "share of the memory pool in use at which the evictor frees space"},
+    {.name = "eviction-ratio",
+     .arg = "RATIO",
+     .kind = OPT_RATIO,
+     FIELD (eviction_ratio),
+     .min = 1,
+     .max = 900,
+     .default_value = "0.05",
+     .help = "share of the pool an eviction cycle frees at least, least recently used first"},
+    {.name = "evict-soft-pinned",
+     .arg = "on|off",
+     .kind = OPT_SWITCH,
+     FIELD (evict_soft_pinned),
+     .default_value = "on",
+     .help = "soft-pinned objects may be evicted, after all others"},
+    {.name = "disk-dir",
+     .arg = "DIR",
+     .kind = OPT_STRING,
+     FIELD (disk_dir),
+     .help = "the disk tier: keep evicted objects in this directory (needs --disk-capacity)"},
+    {.name = "disk-capacity",
+     .arg = "SIZE",
+     .kind = OPT_SIZE,
+     FIELD (disk_capacity),
+     .min = 1 << 20,
+     .max = 1ULL << 50,
+     .help = "bytes the disk tier may use"},
+    {.name = "disk-high-watermark",
+     .arg = "RATIO",
+     .kind = OPT_RATIO,
+     FIELD (disk_high_watermark),
+     .min = 10,
+     .max = 1000,
+     .default_value = "0.90",
+     .help = "share of --disk-capacity in use at which the oldest disk copies are dropped"},
+    {.name = "disk-low-watermark",
+     .arg = "RATIO",
+     .kind = OPT_RATIO,
+     FIELD (disk_low_watermark),
+     .min = 0,
+     .max = 1000,
+     .default_value = "0.80",
+     .help = "share of --disk-capacity the drops bring the disk tier down to"},
+    //  Applied at the end of kvp_config_parse.
+    {.name = "offload",
+     .arg = "MODE",
+     .kind = OPT_OFFLOAD,
+     FIELD (offload),
+     .default_rule = "on-evict with --disk-dir, off without",
+     .help = "when objects get a disk copy: off, eager (every committed object) or on-evict "
+             "(when the evictor picks it)"},
+    {.name = "offload-queue-limit",
+     .arg = "N",
+     .kind = OPT_UINT,
+     FIELD (offload_queue_limit),
+     .min = 0,
+     .max = 1 << 24,
+     .default_value = "50000",
+     .help = "disk copies queued at once"},
+    {.name = "offload-cap-ratio",
+     .arg = "RATIO",
+     .kind = OPT_RATIO,
+     FIELD (offload_cap_ratio),
+     .min = 0,
+     .max = 1000,
+     .default_value = "0.5",
+     .help = "share of --offload-queue-limit one eviction cycle may queue; past it objects "
+             "are kept"},
+    {.name = "offload-force-evict",
+     .kind = OPT_FLAG,
+     FIELD (offload_force_evict),
+     .help = "with a disk tier, evict objects that cannot get a disk copy (their data is lost)"},
+    {.name = "promote-on-hit",
+     .arg = "N",
+     .kind = OPT_UINT,
+     FIELD (promote_on_hit),
+     .min = 0,
+     .max = 1000,
+     .default_value = "2",
+     .help = "reads from disk within --promote-window that copy an object back to memory; "
+             "0: never"},
+    {.name = "promote-window",
+     .arg = "MS",
+     .kind = OPT_UINT,
+     FIELD (promote_window_ms),
+     .min = 1,
+     .max = 86400000,
+     .default_value = "60000",
+     .help = "ms over which disk reads are counted for --promote-on-hit"},
     {.name = "lookup-key-template",
      .arg = "TEMPLATE",
      .kind = OPT_STRING,
@@ -404,6 +503,42 @@ s_set (kvp_config_t *config, const opt_t *opt, const char *value)
             config->group_set = true;
             return 0;
         }
+        case OPT_RATIO: {
+            char *end;
+            errno = 0;
+            double ratio = strtod (value, &end);
+            if (errno || end == value || *end || !(ratio >= opt->min / 1000.0)
+                || !(ratio <= opt->max / 1000.0)) {
+                fprintf (stderr, "kvpoold: --%s takes a number from %g to %g, not '%s'\n",
+                         opt->name, opt->min / 1000.0, opt->max / 1000.0, value);
+                return -1;
+            }
+            *(double *) (base + opt->offset) = ratio;
+            return 0;
+        }
+        case OPT_SWITCH:
+            if (!strcmp (value, "on") || !strcmp (value, "true") || !strcmp (value, "1"))
+                *(bool *) (base + opt->offset) = true;
+            else if (!strcmp (value, "off") || !strcmp (value, "false") || !strcmp (value, "0"))
+                *(bool *) (base + opt->offset) = false;
+            else {
+                fprintf (stderr, "kvpoold: --%s takes on or off, not '%s'\n", opt->name, value);
+                return -1;
+            }
+            return 0;
+        case OPT_OFFLOAD:
+            if (!strcmp (value, "off"))
+                *(kvp_offload_t *) (base + opt->offset) = KVP_OFFLOAD_OFF;
+            else if (!strcmp (value, "eager"))
+                *(kvp_offload_t *) (base + opt->offset) = KVP_OFFLOAD_EAGER;
+            else if (!strcmp (value, "on-evict"))
+                *(kvp_offload_t *) (base + opt->offset) = KVP_OFFLOAD_ON_EVICT;
+            else {
+                fprintf (stderr, "kvpoold: --%s takes off, eager or on-evict, not '%s'\n",
+                         opt->name, value);
+                return -1;
+            }
+            return 0;
         case OPT_UINT:
         case OPT_SIZE:
             if ((opt->kind == OPT_SIZE ? kvp_parse_size (value, &number)
@@ -490,6 +625,35 @@ kvp_config_markdown (FILE *out)
     }
 }
 
+//  What no single row can say: settings that go together, and defaults that follow from
+//  others.
+static int
+s_config_check (kvp_config_t *config)
+{
+    if (config->disk_dir && !*config->disk_dir)
+        config->disk_dir = NULL;
+    if (config->disk_dir && config->disk_capacity == 0) {
+        fprintf (stderr, "kvpoold: --disk-dir needs --disk-capacity (how much of the disk "
+                         "the tier may use)\n");
+        return -1;
+    }
+    if (config->disk_low_watermark >= config->disk_high_watermark) {
+        fprintf (stderr, "kvpoold: --disk-low-watermark must be below --disk-high-watermark\n");
+        return -1;
+    }
+    if (config->eviction_ratio >= config->eviction_high_watermark) {
+        fprintf (stderr, "kvpoold: --eviction-ratio must be below --eviction-high-watermark\n");
+        return -1;
+    }
+    if (config->offload == KVP_OFFLOAD_DEFAULT)
+        config->offload = config->disk_dir ? KVP_OFFLOAD_ON_EVICT : KVP_OFFLOAD_OFF;
+    else if (config->offload != KVP_OFFLOAD_OFF && !config->disk_dir) {
+        fprintf (stderr, "kvpoold: --offload eager or on-evict needs --disk-dir\n");
+        return -1;
+    }
+    return 0;
+}
+
 int
 kvp_config_parse (kvp_config_t *config, int argc, char **argv)
 {
@@ -534,7 +698,7 @@ kvp_config_parse (kvp_config_t *config, int argc, char **argv)
     }
     if (config->max_value_size > config->segment_size)
         config->max_value_size = config->segment_size;
-    return 0;
+    return s_config_check (config);
 }
 
 void
@@ -567,6 +731,11 @@ kvp_config_test (bool verbose)
     assert (!strcmp (config.lookup.model, "") && config.lookup.tp_size == 1);
     assert (config.lookup.pp_size == 1 && config.lookup.pcp_rank == 0);
     assert (config.lookup.dcp_rank == 0 && config.lookup.block_size == 16);
+    assert (config.eviction_high_watermark == 0.90 && config.eviction_ratio == 0.05);
+    assert (config.evict_soft_pinned && !config.disk_dir && config.disk_capacity == 0);
+    assert (config.disk_high_watermark == 0.90 && config.disk_low_watermark == 0.80);
+    assert (config.offload_queue_limit == 50000 && config.offload_cap_ratio == 0.5);
+    assert (!config.offload_force_evict && config.promote_on_hit == 2);
     //  --help and the README table print the same defaults, from the same rows.
     char *text = NULL;
     size_t text_size = 0;
@@ -610,6 +779,18 @@ kvp_config_test (bool verbose)
     assert (kvp_config_parse (&config, 3, regex_args) == 0);
     assert (config.max_regex_len == 100 && config.regex_time_limit_ms == 250);
 
+    //  The disk tier: on-evict by default once it has a directory; off without one.
+    assert (config.offload == KVP_OFFLOAD_OFF);
+    kvp_config_defaults (&config);
+    char *tier_args[] = {
+        "--disk-dir",          "/tmp/x", "--disk-capacity", "1GiB", "--eviction-high-watermark=0.5",
+        "--evict-soft-pinned", "off"};
+    assert (kvp_config_parse (&config, 7, tier_args) == 0);
+    assert (config.offload == KVP_OFFLOAD_ON_EVICT && config.disk_capacity == 1ULL << 30);
+    assert (config.eviction_high_watermark == 0.5 && !config.evict_soft_pinned);
+    char *eager[] = {"--offload", "eager"};
+    assert (kvp_config_parse (&config, 2, eager) == 0 && config.offload == KVP_OFFLOAD_EAGER);
+
     char *no_segments[] = {"--segments", "0"};
     assert (kvp_config_parse (&config, 2, no_segments) == 0 && config.segments == 0);
     char *bad1[] = {"--segments", "65"};
@@ -617,6 +798,10 @@ kvp_config_test (bool verbose)
     char *bad3[] = {"--segment-size"};
     char *bad4[] = {"--placement", "best"};
     char *bad5[] = {"--regex-time-limit", "60000"}; //  past the daemon's drain wait
+    char *bad6[] = {"--eviction-ratio", "1.5"};
+    char *bad7[] = {"--disk-dir", "/tmp/y"}; //  no capacity
+    char *bad8[] = {"--offload", "sometimes"};
+    char *bad9[] = {"--disk-low-watermark", "0.95"}; //  above the high one
     FILE *saved = stderr;
     stderr = fopen ("/dev/null", "w");
     assert (kvp_config_parse (&config, 2, bad1) == -1);
@@ -624,6 +809,15 @@ kvp_config_test (bool verbose)
     assert (kvp_config_parse (&config, 1, bad3) == -1);
     assert (kvp_config_parse (&config, 2, bad4) == -1);
     assert (kvp_config_parse (&config, 2, bad5) == -1);
+    assert (kvp_config_parse (&config, 2, bad6) == -1);
+    kvp_config_defaults (&config);
+    assert (kvp_config_parse (&config, 2, bad7) == -1);
+    assert (kvp_config_parse (&config, 2, bad8) == -1);
+    kvp_config_defaults (&config);
+    assert (kvp_config_parse (&config, 2, bad9) == -1);
+    kvp_config_defaults (&config);
+    char *offload_alone[] = {"--offload", "eager"};
+    assert (kvp_config_parse (&config, 2, offload_alone) == -1);
     fclose (stderr);
     stderr = saved;
     if (verbose)

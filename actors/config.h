@@ -18,6 +18,14 @@
 
 typedef enum { KVP_PLACEMENT_RANDOM = 0, KVP_PLACEMENT_FREE_RATIO = 1 } kvp_placement_t;
 
+//  When objects get a disk copy (the disk tier, actors/evictor.c).
+typedef enum {
+    KVP_OFFLOAD_DEFAULT = 0, //  not set: on-evict with a disk dir, off without
+    KVP_OFFLOAD_OFF,
+    KVP_OFFLOAD_EAGER,
+    KVP_OFFLOAD_ON_EVICT
+} kvp_offload_t;
+
 typedef struct {
     char instance[32];                        //  names this store's inproc endpoints
     const char *endpoints[KVP_MAX_ENDPOINTS]; //  client ROUTER binds
@@ -46,6 +54,19 @@ typedef struct {
     bool group_set; //  --group: processes of this gid may use the ipc endpoint and shm too
     gid_t group;
     uint64_t max_connections; //  client connections before new ones are refused; 0: by fd limit
+    //  eviction and the disk tier (actors/evictor.c)
+    double eviction_high_watermark; //  share of the pool in use that starts a cycle
+    double eviction_ratio;          //  share of the pool a cycle frees at least
+    bool evict_soft_pinned;         //  soft-pinned objects may go, after all others
+    const char *disk_dir;           //  the disk tier's directory, or NULL: none
+    uint64_t disk_capacity;
+    double disk_high_watermark, disk_low_watermark;
+    kvp_offload_t offload;
+    uint64_t offload_queue_limit; //  disk copies queued at once
+    double offload_cap_ratio;     //  share of the queue limit one cycle may queue
+    bool offload_force_evict;     //  evict without a disk copy when none can be made
+    uint64_t promote_on_hit;      //  disk reads within the window that bring it back; 0: never
+    uint64_t promote_window_ms;
     lookup_config_t lookup;
 } kvp_config_t;
 
@@ -54,6 +75,8 @@ void kvp_config_defaults (kvp_config_t *config);
 
 //  Parses argv (without argv[0]) into config. Returns 0, 1 when --help or --help-markdown
 //  was printed, or -1 with a one-line error on stderr. Strings in config point into argv.
+//  Settings that depend on each other are checked, and defaults that follow from others
+//  (--offload) are applied, at the end.
 int kvp_config_parse (kvp_config_t *config, int argc, char **argv);
 
 //  Parses a size: 1073741824, 512MiB, 4GB, 1.5gb, 64k (K/M/G/T, with or without i and B;

@@ -37,6 +37,7 @@ typedef struct {
     reply_frames_t *frames;
     kvp_object_t *object;
     void *buffer;
+    void (*buffer_free) (void *buffer);
     uint64_t size;
 } slot_t;
 
@@ -168,13 +169,14 @@ s_frames_release (reply_frames_t *self, size_t n)
 
 void *
 reply_frames_slot (reply_frames_t *self, size_t i, kvp_object_t *object, void *buffer,
-                   uint64_t size)
+                   void (*buffer_free) (void *), uint64_t size)
 {
     assert (i < self->count);
     slot_t *slot = &self->slots[i];
     slot->frames = self;
     slot->object = object;
     slot->buffer = buffer;
+    slot->buffer_free = buffer_free;
     slot->size = size;
     atomic_fetch_add_explicit (&self->connection->unread, size, memory_order_relaxed);
     return slot;
@@ -198,7 +200,10 @@ connections_frame_sent (void *data, void *hint)
     reply_frames_t *frames = slot->frames;
     if (slot->object)
         kvp_object_unpin (slot->object);
-    free (slot->buffer);
+    if (slot->buffer_free)
+        slot->buffer_free (slot->buffer);
+    else
+        free (slot->buffer);
     atomic_fetch_sub_explicit (&frames->connection->unread, slot->size, memory_order_relaxed);
     s_frames_release (frames, 1);
 }
@@ -271,8 +276,8 @@ connections_test (bool verbose)
 
     //  Frames count as unread until libzmq lets go of them, in any order.
     reply_frames_t *frames = reply_frames_new (a, 3);
-    void *one = reply_frames_slot (frames, 0, NULL, malloc (600), 600);
-    void *two = reply_frames_slot (frames, 1, NULL, NULL, 500);
+    void *one = reply_frames_slot (frames, 0, NULL, malloc (600), NULL, 600);
+    void *two = reply_frames_slot (frames, 1, NULL, NULL, NULL, 500);
     assert (connection_unread (a) == 1100 && connection_over (connections, a));
     connections_frame_sent (NULL, one); //  before the api is done: the block stays
     assert (connection_unread (a) == 500 && !connection_over (connections, a));
@@ -283,7 +288,7 @@ connections_test (bool verbose)
 
     //  A connection the table forgets lives on until its last frame is released.
     frames = reply_frames_new (b, 1);
-    void *last = reply_frames_slot (frames, 0, NULL, NULL, 10);
+    void *last = reply_frames_slot (frames, 0, NULL, NULL, NULL, 10);
     reply_frames_done (&frames, 1);
     connections_destroy (&connections);
     connections_frame_sent (NULL, last);
@@ -294,7 +299,7 @@ connections_test (bool verbose)
     connections = connections_new (100);
     connection_t *slow = connections_get (connections, "slow", 4, pair[0]);
     frames = reply_frames_new (slow, 1);
-    last = reply_frames_slot (frames, 0, NULL, NULL, 1000);
+    last = reply_frames_slot (frames, 0, NULL, NULL, NULL, 1000);
     reply_frames_done (&frames, 1);
     int64_t now = zclock_mono ();
     assert (connections_sweep (connections, now) == 0);

@@ -50,9 +50,10 @@ bool connection_over (connections_t *self, connection_t *connection);
 //  zmq_msg_init_data (data, size, connections_frame_sent, reply_frames_slot (frames, i)).
 reply_frames_t *reply_frames_new (connection_t *connection, size_t count);
 //  Records what slot i releases when its frame is done: the object's pin (object may be
-//  NULL) and the buffer to free (NULL for a zero-copy frame); counts size as unread.
+//  NULL) and the buffer to free (NULL for a zero-copy frame of segment memory) with
+//  buffer_free (NULL: free()); counts size as unread.
 void *reply_frames_slot (reply_frames_t *self, size_t i, kvp_object_t *object, void *buffer,
-                         uint64_t size);
+                         void (*buffer_free) (void *), uint64_t size);
 //  Gives up the slots never used (count - used of them); frees the whole when none is held.
 void reply_frames_done (reply_frames_t **self_p, size_t used);
 

@@ -82,10 +82,13 @@
 
 #include <pthread.h>
 
+#include "actors/admission.h"
+#include "actors/lru_list.h"
 #include "actors/regex_matcher.h"
 #include "shm/segment.h"
 #include "protocol/kvpool.pb-c.h"
 #include "shm/shm_index.h"
+#include "tier/disk_store.h"
 
 typedef enum { OBJECT_PENDING = 1, OBJECT_COMPLETE = 2 } object_state_t;
 
@@ -119,6 +122,16 @@ struct _kvp_object_t {
     uint32_t next_replica; //  round robin over replicas for reads
     int64_t index_slot;    //  where it is published in the same-machine index, or -1
     uint64_t owner;        //  a reservation's writer (owners.h id; 0: the node)
+    //  Eviction (see EVICTION below).
+    lru_link_t in_memory;    //  in self->memory while it has memory replicas
+    lru_link_t on_disk;      //  in self->disk while it has a disk copy
+    lru_link_t unsaved;      //  in self->unsaved while waiting for an eager disk copy
+    int64_t touched;         //  its last read or write this actor saw
+    int64_t memory_since;    //  when it took its place in self->memory
+    int64_t disk_since;      //  ... in self->disk
+    uint64_t disk_id;        //  its disk copy (tier/disk_store.h), or 0
+    uint64_t disk_footprint; //  what that copy takes on disk
+    bool offloading;         //  pinned while the evictor writes its disk copy
 };
 
 //  The client pins one owner holds on one key: usually one object; more when the key was
@@ -149,6 +162,18 @@ typedef struct {
     uint64_t bytes_stored;
     uint64_t puts, gets, get_hits, removes, revoked;
     size_t frees_out; //  free jobs the allocator has not handed back yet
+    //  Eviction and the disk tier (see EVICTION below).
+    zsock_t *tx;             //  disk copies to unlink go here
+    kvp_job_t *unlinks;      //  disk copies to unlink, sent at the end of each job
+    size_t unlinks_out;      //  unlink jobs the transfer-submitter has not handed back
+    lru_list_t memory;       //  objects with memory replicas, least recently used first
+    lru_list_t disk;         //  objects with a disk copy, least recently used first
+    lru_list_t unsaved;      //  --offload eager: committed objects without a disk copy yet
+    admission_t *disk_reads; //  reads of disk-only objects, for --promote-on-hit
+    bool eager;              //  --offload eager
+    uint64_t disk_bytes;     //  footprints of the disk copies recorded
+    uint64_t evictions, evicted_bytes, dropped_evictions;
+    uint64_t disk_hits, promotions, disk_drops, disk_lost;
     regex_matcher_t *matcher;
     zlistx_t *regex_runs; //  regex_run_t, oldest first; the first is at the matcher if out
     bool regex_out;
@@ -232,6 +257,17 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
     assert (rc == 0);
     rc = zsock_connect (self->allocator, "inproc://%s-al", config->instance);
     assert (rc == 0);
+    self->tx = zsock_new (ZMQ_DEALER);
+    assert (self->tx);
+    zsock_set_sndhwm (self->tx, 0);
+    rc = zsock_connect (self->tx, "inproc://%s-tx", config->instance);
+    assert (rc == 0);
+    lru_list_init (&self->memory);
+    lru_list_init (&self->disk);
+    lru_list_init (&self->unsaved);
+    self->eager = config->offload == KVP_OFFLOAD_EAGER;
+    self->disk_reads = admission_new (16384, (int64_t) config->promote_window_ms);
+    assert (self->disk_reads);
     //  A key is stored once, in its object: the table points at it (no duplicator), and
     //  objects are destroyed by us, not by the table. An object leaves the table before it
     //  is destroyed.
@@ -394,6 +430,63 @@ s_strip_gone (self_t *self, kvp_item_t *item, kvp_job_t **free_job_p)
     return went == 0 || item->replica_count > 0;
 }
 
+//  ---- the disk tier's bookkeeping (see EVICTION below) -------------------------------
+
+//  Queues a disk copy for unlinking by the transfer-submitter (sent by s_unlinks_send).
+static void
+s_unlink_queue (self_t *self, uint64_t disk_id)
+{
+    if (!self->unlinks)
+        self->unlinks = kvp_job_new (KVP_TX_DISK_DROP, 0);
+    kvp_job_append (self->unlinks)->disk_id = disk_id;
+}
+
+static void
+s_unlinks_send (self_t *self)
+{
+    if (self->unlinks && kvp_job_send (self->tx, self->unlinks) == -1)
+        kvp_job_destroy (&self->unlinks);
+    else if (self->unlinks)
+        self->unlinks_out++;
+    self->unlinks = NULL;
+}
+
+//  Records the object's disk copy.
+static void
+s_disk_attach (self_t *self, kvp_object_t *object, uint64_t disk_id, uint64_t footprint,
+               int64_t now)
+{
+    object->disk_id = disk_id;
+    object->disk_footprint = footprint;
+    object->disk_since = now;
+    lru_append (&self->disk, &object->on_disk);
+    lru_remove (&self->unsaved, &object->unsaved);
+    self->disk_bytes += footprint;
+}
+
+//  Forgets the object's disk copy; it is unlinked too when unlink is true.
+static void
+s_disk_detach (self_t *self, kvp_object_t *object, bool unlink)
+{
+    if (!object->disk_id)
+        return;
+    if (unlink)
+        s_unlink_queue (self, object->disk_id);
+    lru_remove (&self->disk, &object->on_disk);
+    self->disk_bytes -= object->disk_footprint;
+    object->disk_id = 0;
+    object->disk_footprint = 0;
+}
+
+//  Takes a dropped object out of the eviction orders; its disk copy goes.
+static void
+s_lists_leave (self_t *self, kvp_object_t *object)
+{
+    lru_remove (&self->memory, &object->in_memory);
+    lru_remove (&self->unsaved, &object->unsaved);
+    s_disk_detach (self, object, true);
+}
+
 //  Takes an object out of the table and frees (or dooms) it. The object pointer is invalid
 //  afterwards unless it was doomed.
 static void
@@ -404,6 +497,7 @@ s_object_drop (self_t *self, kvp_object_t *object, kvp_job_t **free_job_p, int64
         shm_index_remove (self->index, object->index_slot);
     object->index_slot = -1;
     s_departing_leave (self, object);
+    s_lists_leave (self, object);
     zhashx_delete (self->objects, object->key);
     if (object->state == OBJECT_PENDING)
         self->pending--;
@@ -456,8 +550,11 @@ s_self_destroy (self_t **self_p)
     free (self->pin_key);
     zlistx_destroy (&self->regex_runs);
     shm_index_destroy (&self->index);
+    kvp_job_destroy (&self->unlinks);
+    admission_destroy (&self->disk_reads);
     zsock_destroy (&self->router);
     zsock_destroy (&self->allocator);
+    zsock_destroy (&self->tx);
     free (self);
     *self_p = NULL;
 }
@@ -772,10 +869,14 @@ s_take_unleased (self_t *self, kvp_object_t *object, bool force, int64_t now)
 
 //  Makes a pending object visible: published in the index and counted.
 static void
-s_object_complete (self_t *self, kvp_object_t *object)
+s_object_complete (self_t *self, kvp_object_t *object, int64_t now)
 {
     object->state = OBJECT_COMPLETE;
     object->busy = false;
+    object->touched = object->memory_since = now;
+    lru_append (&self->memory, &object->in_memory);
+    if (self->eager)
+        lru_append (&self->unsaved, &object->unsaved);
     s_publish (self, object);
     self->bytes_stored += object->size * object->replica_count;
     self->puts++;
@@ -809,7 +910,6 @@ s_own_reservation (self_t *self, kvp_job_t *job, kvp_item_t *item, kvp_job_t **f
 static void
 s_commit (self_t *self, kvp_job_t *job, int64_t now)
 {
-    (void) now;
     kvp_job_t *free_job = NULL;
     for (size_t i = 0; i < job->count; i++) {
         kvp_item_t *item = &job->items[i];
@@ -819,7 +919,7 @@ s_commit (self_t *self, kvp_job_t *job, int64_t now)
         if (!object)
             continue;
         self->pending--;
-        s_object_complete (self, object);
+        s_object_complete (self, object, now);
     }
     s_free_job_send (self, &free_job);
 }
@@ -855,7 +955,7 @@ s_insert (self_t *self, kvp_job_t *job, int64_t now)
         object->replica_count = item->replica_count;
         memcpy (object->replicas, item->replicas, sizeof object->replicas);
         object->bound = true;
-        s_object_complete (self, object);
+        s_object_complete (self, object, now);
     }
     s_free_job_send (self, &free_job);
 }
@@ -904,6 +1004,19 @@ s_revoke (self_t *self, kvp_job_t *job, int64_t now)
     s_free_job_send (self, &free_job);
 }
 
+//  Whether a read of a disk-only object makes it hot enough to go back to memory.
+static bool
+s_promote_due (self_t *self, kvp_object_t *object, int64_t now)
+{
+    if (self->config->promote_on_hit == 0)
+        return false;
+    uint64_t hash = shm_index_hash (object->key, strlen (object->key));
+    if (admission_hit (self->disk_reads, hash, now) < self->config->promote_on_hit)
+        return false;
+    admission_forget (self->disk_reads, hash);
+    return true;
+}
+
 static void
 s_read (self_t *self, kvp_job_t *job, int64_t now)
 {
@@ -931,6 +1044,18 @@ s_read (self_t *self, kvp_job_t *job, int64_t now)
         item->size = object->size;
         if (lease_until > object->lease_until)
             object->lease_until = lease_until;
+        object->touched = now;
+        if (job->kind == KVP_RM_GET && object->replica_count == 0) {
+            //  On disk only: the transfer-submitter reads it next (no pin: an unlinked
+            //  copy stays readable to a read that opened it, and ids are never reused).
+            self->get_hits++;
+            self->disk_hits++;
+            item->replica_count = 0;
+            item->disk_id = object->disk_id;
+            item->object_id = object->id;
+            item->promote = s_promote_due (self, object, now);
+            continue;
+        }
         switch (job->kind) {
             case KVP_RM_GET:
                 self->get_hits++;
@@ -1154,6 +1279,335 @@ s_owner_gone (self_t *self, kvp_job_t *job, int64_t now)
     s_free_job_send (self, &free_job);
 }
 
+//  ---- eviction and the disk tier (see EVICTION) ------------------------------------
+
+//  Gives the space an eviction freed to the evictor to free (kvp_evict_t.frees), so that it
+//  knows when the allocator has it.
+static void
+s_frees_hand_over (kvp_job_t *job, kvp_job_t **free_job_p)
+{
+    assert (job->evict.frees == NULL);
+    if (*free_job_p && (*free_job_p)->count)
+        job->evict.frees = *free_job_p;
+    else
+        kvp_job_destroy (free_job_p);
+    *free_job_p = NULL;
+}
+
+//  When the object was last used: its last write or read here, or its last read from the
+//  index (its read stamp), whichever is later.
+static int64_t
+s_last_use (self_t *self, kvp_object_t *object, int64_t now)
+{
+    int64_t last = object->touched;
+    if (self->index && object->index_slot >= 0) {
+        int64_t read = shm_index_last_read (self->index, object->index_slot);
+        if (read > last && read <= now + STAMP_FUTURE_MAX_MS)
+            last = read;
+    }
+    return last;
+}
+
+//  Whether anything holds the object's bytes in memory: sends, client pins, departed
+//  replicas, its disk copy being written.
+static bool
+s_held (kvp_object_t *object)
+{
+    return s_epoch_pins (object, 0) > 0 || s_epoch_pins (object, 1) > 0
+           || object->departed_count > 0 || object->offloading;
+}
+
+//  Frees the memory replicas of an object that keeps its disk copy. It is out of the index
+//  already (s_take_unleased) and nothing holds it (s_held).
+static void
+s_memory_evict (self_t *self, kvp_object_t *object, kvp_job_t **free_job_p)
+{
+    assert (object->disk_id && object->index_slot < 0 && !s_held (object));
+    lru_remove (&self->memory, &object->in_memory);
+    lru_remove (&self->unsaved, &object->unsaved);
+    self->bytes_stored -= object->size * object->replica_count;
+    s_free_range (free_job_p, object->size, object->replicas, object->replica_count);
+    object->replica_count = 0;
+    self->evictions++;
+}
+
+//  Pins a committed object for the evictor's disk write and lists it in the job.
+static void
+s_offload_pin (kvp_job_t *job, kvp_object_t *object, bool evict)
+{
+    kvp_evict_t *plan = &job->evict;
+    object->offloading = true;
+    atomic_fetch_add_explicit (&object->pins[object->pin_epoch], 1, memory_order_relaxed);
+    kvp_item_t *item = kvp_job_append_key (job, object->key, strlen (object->key));
+    item->object = s_pin_handle (object, object->pin_epoch);
+    item->object_id = object->id;
+    item->size = object->size;
+    item->src = object->replicas[0].addr;
+    item->evict = evict;
+    plan->queued++;
+    plan->queued_bytes += disk_store_footprint (strlen (object->key), object->size);
+}
+
+//  Whether a disk copy of the object fits what the plan still allows.
+static bool
+s_offload_fits (kvp_evict_t *plan, kvp_object_t *object)
+{
+    return plan->queued < plan->limit
+           && plan->queued_bytes + disk_store_footprint (strlen (object->key), object->size)
+                  <= plan->disk_room;
+}
+
+//  One eviction candidate, the oldest not yet looked at in this pass. Returns the memory
+//  bytes its eviction frees now or once its disk copy is written (0: none).
+static uint64_t
+s_evict_one (self_t *self, kvp_job_t *job, kvp_object_t *object, int pass, kvp_job_t **free_job_p,
+             int64_t now)
+{
+    kvp_evict_t *plan = &job->evict;
+    uint64_t bytes = object->size * object->replica_count;
+    //  Second chance: used since it took its place, it goes to the back.
+    if (s_last_use (self, object, now) > object->memory_since || object->hard_pin) {
+        object->memory_since = now;
+        lru_append (&self->memory, &object->in_memory);
+        if (object->hard_pin)
+            plan->pinned++;
+        return 0;
+    }
+    bool soft = object->soft_pin_until > now;
+    if (soft != (pass == 1))
+        return 0; //  soft-pinned objects go in the second pass, the others in the first
+    if (s_held (object)) {
+        plan->pinned++;
+        return 0;
+    }
+    if (s_lease_end (self, object, now) > now) {
+        plan->leased++;
+        return 0;
+    }
+    bool keep_copy = object->disk_id != 0;
+    if (plan->offload && !keep_copy) {
+        if (s_offload_fits (plan, object)) {
+            s_offload_pin (job, object, true);
+            return bytes;
+        }
+        if (!plan->force) {
+            plan->skipped++;
+            return 0;
+        }
+    }
+    //  Out of the index now; a read confirmed just before keeps it (a lease after all).
+    if (!s_take_unleased (self, object, false, now)) {
+        plan->leased++;
+        return 0;
+    }
+    if (keep_copy)
+        s_memory_evict (self, object, free_job_p);
+    else {
+        if (plan->offload)
+            plan->forced++;
+        self->evictions++;
+        self->dropped_evictions++;
+        s_object_drop (self, object, free_job_p, now);
+    }
+    self->evicted_bytes += bytes;
+    plan->freed_objects++;
+    plan->freed_bytes += bytes;
+    return bytes;
+}
+
+//  RM_EVICT: frees plan->want bytes of memory, least recently used first (see EVICTION).
+//  Items out: the objects pinned for a disk copy.
+static void
+s_evict (self_t *self, kvp_job_t *job, int64_t now)
+{
+    kvp_evict_t *plan = &job->evict;
+    kvp_job_t *free_job = NULL;
+    job->count = 0;
+    //  Eager copies first: committed objects in the order they came.
+    lru_link_t *link;
+    while (plan->eager && (link = lru_first (&self->unsaved)) && plan->queued < plan->eager) {
+        kvp_object_t *object = lru_entry (link, kvp_object_t, unsaved);
+        lru_remove (&self->unsaved, link);
+        if (!object->disk_id && !object->offloading && object->replica_count
+            && s_offload_fits (plan, object))
+            s_offload_pin (job, object, false);
+        else if (!object->disk_id && !object->offloading && object->replica_count) {
+            lru_append (&self->unsaved, link); //  no room now: it waits
+            break;
+        }
+    }
+    uint64_t gained = 0;
+    for (int pass = 0; pass < 2 && gained < plan->want; pass++) {
+        if (pass == 1 && !plan->soft)
+            break;
+        //  Each object is looked at once a pass, even if it moves to the back.
+        size_t budget = self->memory.count;
+        link = lru_first (&self->memory);
+        while (link && budget-- > 0 && gained < plan->want) {
+            lru_link_t *next = lru_next (&self->memory, link);
+            kvp_object_t *object = lru_entry (link, kvp_object_t, in_memory);
+            gained += s_evict_one (self, job, object, pass, &free_job, now);
+            link = next;
+        }
+    }
+    plan->disk_bytes = self->disk_bytes;
+    plan->disk_objects = self->disk.count;
+    s_frees_hand_over (job, &free_job);
+}
+
+//  RM_OFFLOADED: the disk copies of the objects s_evict pinned are written (or failed). Each
+//  is recorded on its object, if that is still the same object and has none; an item whose
+//  copy nobody wants comes back OBJECT_NOT_FOUND, and the evictor unlinks it.
+static void
+s_offloaded (self_t *self, kvp_job_t *job, int64_t now)
+{
+    kvp_job_t *free_job = NULL;
+    for (size_t i = 0; i < job->count; i++) {
+        kvp_item_t *item = &job->items[i];
+        kvp_object_t *object = (kvp_object_t *) zhashx_lookup (self->objects, item->key);
+        if (object && (object->id != item->object_id || object->state != OBJECT_COMPLETE))
+            object = NULL;
+        if (object)
+            object->offloading = false;
+        //  The pin ends here; a doomed object waits for the sweep.
+        if (item->object) {
+            kvp_object_unpin (item->object);
+            item->object = NULL;
+        }
+        if (item->status != KVPOOL_OK || !item->disk_id)
+            continue; //  no copy: the object keeps its memory (skipped)
+        if (!object || object->disk_id) {
+            item->status = KVPOOL_OBJECT_NOT_FOUND;
+            continue;
+        }
+        s_disk_attach (self, object, item->disk_id, item->disk_footprint, now);
+        if (item->evict && object->replica_count && !s_held (object)
+            && s_lease_end (self, object, now) <= now
+            && s_take_unleased (self, object, false, now)) {
+            self->evicted_bytes += object->size * object->replica_count;
+            s_memory_evict (self, object, &free_job);
+        }
+    }
+    job->evict.disk_bytes = self->disk_bytes;
+    job->evict.disk_objects = self->disk.count;
+    s_frees_hand_over (job, &free_job);
+}
+
+//  RM_DISK_EVICT: drops disk copies, least recently used first, until plan->want bytes of
+//  disk are free. A copy whose object is in memory too is only forgotten; a disk-only object
+//  goes with its copy, unless it is leased or pinned.
+static void
+s_disk_evict (self_t *self, kvp_job_t *job, int64_t now)
+{
+    kvp_evict_t *plan = &job->evict;
+    kvp_job_t *free_job = NULL;
+    uint64_t freed = 0;
+    size_t budget = self->disk.count;
+    lru_link_t *link = lru_first (&self->disk);
+    while (link && budget-- > 0 && freed < plan->want) {
+        lru_link_t *next = lru_next (&self->disk, link);
+        kvp_object_t *object = lru_entry (link, kvp_object_t, on_disk);
+        link = next;
+        if (object->touched > object->disk_since || object->hard_pin) {
+            object->disk_since = now;
+            lru_append (&self->disk, &object->on_disk);
+            continue;
+        }
+        uint64_t footprint = object->disk_footprint;
+        if (object->replica_count == 0) {
+            if (s_held (object) || !s_take_unleased (self, object, false, now)) {
+                plan->leased++;
+                continue;
+            }
+            s_object_drop (self, object, &free_job, now);
+        }
+        else
+            s_disk_detach (self, object, true);
+        self->disk_drops++;
+        plan->freed_objects++;
+        freed += footprint;
+    }
+    plan->freed_bytes = freed;
+    plan->disk_bytes = self->disk_bytes;
+    plan->disk_objects = self->disk.count;
+    s_free_job_send (self, &free_job);
+}
+
+//  RM_DISK_REGISTER: the copies a restarted node found on its disk become disk-only
+//  objects; a key that exists already keeps its object (the item comes back
+//  OBJECT_ALREADY_EXISTS, and its copy is unlinked).
+static void
+s_disk_register (self_t *self, kvp_job_t *job, int64_t now)
+{
+    for (size_t i = 0; i < job->count; i++) {
+        kvp_item_t *item = &job->items[i];
+        if (item->status != KVPOOL_OK || !item->disk_id)
+            continue;
+        if (zhashx_lookup (self->objects, item->key)) {
+            item->status = KVPOOL_OBJECT_ALREADY_EXISTS;
+            s_unlink_queue (self, item->disk_id);
+            continue;
+        }
+        kvp_object_t *object = s_object_new (self, job, item, now);
+        object->state = OBJECT_COMPLETE;
+        object->bound = true;
+        object->touched = now;
+        s_disk_attach (self, object, item->disk_id, item->disk_footprint, now);
+        self->puts++;
+    }
+}
+
+//  RM_DISK_LOST: copies that failed a read's verification are forgotten (the job's next
+//  stage unlinks them); a disk-only object goes with its copy.
+static void
+s_disk_lost (self_t *self, kvp_job_t *job, int64_t now)
+{
+    kvp_job_t *free_job = NULL;
+    for (size_t i = 0; i < job->count; i++) {
+        kvp_item_t *item = &job->items[i];
+        kvp_object_t *object = (kvp_object_t *) zhashx_lookup (self->objects, item->key);
+        if (!object || object->disk_id != item->disk_id || !item->disk_id)
+            continue;
+        self->disk_lost++;
+        s_disk_detach (self, object, false);
+        if (object->state == OBJECT_COMPLETE && object->replica_count == 0) {
+            self->removes++;
+            s_object_drop (self, object, &free_job, now);
+        }
+    }
+    s_free_job_send (self, &free_job);
+}
+
+//  RM_PROMOTE: a disk-only object read often is back in memory (placed and written by the
+//  job's earlier stages) if it is still the same object and still on disk only; otherwise
+//  the space goes back.
+static void
+s_promote (self_t *self, kvp_job_t *job, int64_t now)
+{
+    kvp_job_need_replicas (job);
+    kvp_job_t *free_job = NULL;
+    for (size_t i = 0; i < job->count; i++) {
+        kvp_item_t *item = &job->items[i];
+        if (item->status != KVPOOL_OK || item->replica_count == 0)
+            continue;
+        kvp_object_t *object = (kvp_object_t *) zhashx_lookup (self->objects, item->key);
+        if (!object || object->id != item->object_id || object->state != OBJECT_COMPLETE
+            || object->replica_count || !s_strip_gone (self, item, &free_job)
+            || item->replica_count == 0) {
+            s_free_range (&free_job, item->size, item->replicas, item->replica_count);
+            continue;
+        }
+        object->replica_count = item->replica_count;
+        memcpy (object->replicas, item->replicas, item->replica_count * sizeof (kvp_replica_t));
+        object->touched = object->memory_since = now;
+        lru_append (&self->memory, &object->in_memory);
+        self->bytes_stored += object->size * object->replica_count;
+        self->promotions++;
+        s_publish (self, object);
+    }
+    s_free_job_send (self, &free_job);
+}
+
 //  ---- remove by regex, matched on the regex-matcher's thread --------------------------
 
 //  Answers a run's job and frees the run.
@@ -1299,6 +1753,15 @@ s_stats (self_t *self, kvp_job_t *job)
     job->stats.get_hits = self->get_hits;
     job->stats.removes = self->removes;
     job->stats.revoked_puts = self->revoked;
+    job->stats.evictions = self->evictions;
+    job->stats.evicted_bytes = self->evicted_bytes;
+    job->stats.evictions_dropped = self->dropped_evictions;
+    job->stats.disk_objects = self->disk.count;
+    job->stats.disk_bytes = self->disk_bytes;
+    job->stats.disk_hits = self->disk_hits;
+    job->stats.disk_drops = self->disk_drops;
+    job->stats.disk_corrupt = self->disk_lost;
+    job->stats.promotions = self->promotions;
 }
 
 //  Frees doomed objects whose pins are gone and revokes client reservations past their
@@ -1370,6 +1833,12 @@ s_handle_job (self_t *self, kvp_job_t *job)
         case KVP_RM_REMOVE_SEGMENT: s_remove_segment (self, job, now); break;
         case KVP_RM_OWNER_GONE: s_owner_gone (self, job, now); break;
         case KVP_RM_STATS: s_stats (self, job); break;
+        case KVP_RM_EVICT: s_evict (self, job, now); break;
+        case KVP_RM_OFFLOADED: s_offloaded (self, job, now); break;
+        case KVP_RM_DISK_EVICT: s_disk_evict (self, job, now); break;
+        case KVP_RM_DISK_REGISTER: s_disk_register (self, job, now); break;
+        case KVP_RM_DISK_LOST: s_disk_lost (self, job, now); break;
+        case KVP_RM_PROMOTE: s_promote (self, job, now); break;
         default:
             kvp_job_fail (job, KVPOOL_INTERNAL_ERROR, "replica-manager: job kind %d", job->kind);
             break;
@@ -1381,8 +1850,8 @@ replica_manager_actor (zsock_t *pipe, void *args)
 {
     pthread_setname_np (pthread_self (), "kvp-replicas");
     self_t *self = s_self_new (pipe, (const kvp_config_t *) args);
-    zpoller_t *poller =
-        zpoller_new (pipe, self->router, self->allocator, regex_matcher_sock (self->matcher), NULL);
+    zpoller_t *poller = zpoller_new (pipe, self->router, self->allocator, self->tx,
+                                     regex_matcher_sock (self->matcher), NULL);
     zsock_signal (pipe, 0);
     self->next_sweep = zclock_mono () + SWEEP_INTERVAL_MS;
     while (!self->terminated) {
@@ -1411,6 +1880,13 @@ replica_manager_actor (zsock_t *pipe, void *args)
                 s_handle_job (self, job);
                 kvp_job_reply (self->router, &routing_id, job);
             }
+            s_unlinks_send (self);
+        }
+        else if (which == self->tx) {
+            //  The transfer-submitter hands our unlink jobs back when done.
+            kvp_job_t *job = kvp_job_recv (self->tx);
+            kvp_job_destroy (&job);
+            self->unlinks_out--;
         }
         else if (which == regex_matcher_sock (self->matcher))
             s_regex_finish (self);
@@ -1422,6 +1898,7 @@ replica_manager_actor (zsock_t *pipe, void *args)
         }
         if (zclock_mono () >= self->next_sweep) {
             s_sweep (self, zclock_mono ());
+            s_unlinks_send (self);
             self->next_sweep = zclock_mono () + SWEEP_INTERVAL_MS;
         }
     }
@@ -1434,6 +1911,14 @@ replica_manager_actor (zsock_t *pipe, void *args)
             break;
         kvp_job_destroy (&job);
         self->frees_out--;
+    }
+    zsock_set_rcvtimeo (self->tx, 1000);
+    while (self->unlinks_out > 0) {
+        kvp_job_t *job = kvp_job_recv (self->tx);
+        if (!job)
+            break;
+        kvp_job_destroy (&job);
+        self->unlinks_out--;
     }
     zpoller_destroy (&poller);
     s_self_destroy (&self);

@@ -7,6 +7,14 @@
     mutex-protected list and writes to an eventfd; the actor polls that eventfd beside its
     sockets (zmq_poll accepts plain file descriptors) and answers the finished jobs.
 
+    The disk tier's I/O runs here too (with --disk-dir): a disk store (tier/disk_store.h)
+    whose io_uring completions wake this actor through the store's eventfd, polled beside the
+    rest. A TX_DISK_WRITE or TX_DISK_READ job queues one disk op per item and is answered when
+    the last of them is done, so a batch has all its reads in flight at once. A read that
+    fails verification marks its item `lost` (the api then has the copy forgotten and
+    unlinked: KVP_OP_DISK_LOST). Unlinks (TX_DISK_DROP) and the start-up scan (TX_DISK_SCAN)
+    are synchronous.
+
     Threads: the actor's own, plus the pool's workers (only in copies and the done callback).
     Ordering: jobs are answered as they finish, not necessarily in arrival order.
 */
@@ -16,6 +24,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include "tier/disk_store.h"
 #include "transfer/transfer_pool.h"
 
 typedef struct _pending_t {
@@ -33,8 +42,24 @@ typedef struct {
     pthread_mutex_t lock; //  guards done
     pending_t *done;      //  finished batches, pushed by workers
     size_t in_flight;
+    disk_store_t *disk; //  the disk tier, or NULL
+    char disk_error[200];
     bool terminated;
 } self_t;
+
+//  A disk job under way: answered when its last op is done.
+typedef struct {
+    self_t *self;
+    kvp_job_t *job;
+    zframe_t *reply_to;
+    size_t ops; //  ops not done yet
+} disk_job_t;
+
+//  One item's disk op.
+typedef struct {
+    disk_job_t *owner;
+    kvp_item_t *item;
+} disk_op_t;
 
 //  The done callback needs both the actor and the pending entry.
 typedef struct {
@@ -124,6 +149,151 @@ s_answer_done (self_t *self)
     }
 }
 
+//  ---- the disk tier ------------------------------------------------------------------
+
+static void
+s_disk_buffer_free (void *buffer)
+{
+    disk_buffer_t *disk_buffer = (disk_buffer_t *) buffer;
+    disk_buffer_destroy (&disk_buffer);
+}
+
+static void
+s_disk_job_end (disk_job_t *pending)
+{
+    self_t *self = pending->self;
+    kvp_job_reply (self->router, &pending->reply_to, pending->job);
+    zframe_destroy (&pending->reply_to);
+    free (pending);
+    self->in_flight--;
+}
+
+static void
+s_disk_done (void *arg, int status, const disk_copy_t *copy, disk_buffer_t **buffer_p)
+{
+    disk_op_t *op = (disk_op_t *) arg;
+    disk_job_t *pending = op->owner;
+    kvp_item_t *item = op->item;
+    kvp_job_t *job = pending->job;
+    if (job->kind == KVP_TX_DISK_WRITE) {
+        if (status == 0) {
+            item->disk_id = copy->id;
+            item->disk_footprint = copy->footprint;
+        }
+        else {
+            item->status = KVPOOL_WRITE_FAIL;
+            snprintf (job->error, sizeof job->error, "disk tier write: %s", strerror (-status));
+        }
+    }
+    else if (status == 0) {
+        item->buffer = *buffer_p;
+        item->buffer_free = s_disk_buffer_free;
+        *buffer_p = NULL;
+        item->replicas[0].addr = (void *) disk_buffer_data ((disk_buffer_t *) item->buffer);
+        item->size = disk_buffer_size ((disk_buffer_t *) item->buffer);
+    }
+    else if (status == -ENOENT)
+        item->status = KVPOOL_OBJECT_NOT_FOUND; //  removed since the replica-manager said
+    else {
+        //  -EBADMSG: the copy is not what was written. The key is lost, never served wrong.
+        item->status = status == -EBADMSG ? KVPOOL_OBJECT_NOT_FOUND : KVPOOL_TRANSFER_FAIL;
+        item->lost = status == -EBADMSG;
+        snprintf (job->error, sizeof job->error, "disk tier read: %s",
+                  status == -EBADMSG ? "a copy failed verification and was dropped"
+                                     : strerror (-status));
+    }
+    free (op);
+    if (--pending->ops == 0)
+        s_disk_job_end (pending);
+}
+
+//  TX_DISK_WRITE (items: key, src, size) and TX_DISK_READ (items: key, disk_id, size).
+static void
+s_disk_io (self_t *self, kvp_job_t *job, zframe_t **reply_to_p)
+{
+    disk_job_t *pending = (disk_job_t *) zmalloc (sizeof (disk_job_t));
+    pending->self = self;
+    pending->job = job;
+    pending->reply_to = *reply_to_p;
+    *reply_to_p = NULL;
+    pending->ops = 1; //  held until every op is queued
+    self->in_flight++;
+    bool write = job->kind == KVP_TX_DISK_WRITE;
+    if (!write)
+        kvp_job_need_replicas (job);
+    for (size_t i = 0; i < job->count; i++) {
+        kvp_item_t *item = &job->items[i];
+        if (item->status != KVPOOL_OK
+            || (write ? !item->src : !item->disk_id || item->replica_count))
+            continue;
+        disk_op_t *op = (disk_op_t *) zmalloc (sizeof (disk_op_t));
+        op->owner = pending;
+        op->item = item;
+        pending->ops++;
+        int rc = write ? disk_store_write (self->disk, item->key, item->key_len, item->src,
+                                           item->size, s_disk_done, op)
+                       : disk_store_read (self->disk, item->disk_id, item->key, item->key_len,
+                                          item->size, s_disk_done, op);
+        if (rc != 0) {
+            free (op);
+            pending->ops--;
+            item->status = write ? KVPOOL_WRITE_FAIL : KVPOOL_TRANSFER_FAIL;
+            snprintf (job->error, sizeof job->error, "disk tier: %s", strerror (-rc));
+        }
+    }
+    if (--pending->ops == 0)
+        s_disk_job_end (pending);
+}
+
+static void
+s_disk_found (void *arg, const char *key, size_t key_len, const disk_copy_t *copy)
+{
+    kvp_item_t *item = kvp_job_append_key ((kvp_job_t *) arg, key, key_len);
+    item->disk_id = copy->id;
+    item->size = copy->size;
+    item->disk_footprint = copy->footprint;
+}
+
+//  TX_DISK_SCAN: what a previous run left on disk, verified (tier/disk_store.h).
+static void
+s_disk_scan (self_t *self, kvp_job_t *job)
+{
+    disk_scan_report_t report;
+    int rc = disk_store_scan (self->disk, s_disk_found, job, &report);
+    if (rc != 0) {
+        job->count = 0;
+        kvp_job_fail (job, KVPOOL_INTERNAL_ERROR, "scan failed: %s", strerror (-rc));
+        return;
+    }
+    if (report.partial_dropped || report.corrupt_dropped)
+        zsys_warning ("kvpoold: disk tier: %llu half-written and %llu corrupt files dropped",
+                      (unsigned long long) report.partial_dropped,
+                      (unsigned long long) report.corrupt_dropped);
+}
+
+static void
+s_disk_job (self_t *self, kvp_job_t *job, zframe_t **reply_to_p)
+{
+    if (!self->disk) {
+        kvp_job_fail (job, KVPOOL_INTERNAL_ERROR, "%s",
+                      self->disk_error[0] ? self->disk_error : "this node has no disk tier");
+        for (size_t i = 0; i < job->count; i++)
+            if (job->kind != KVP_TX_DISK_DROP && job->items[i].status == KVPOOL_OK)
+                job->items[i].status = KVPOOL_TRANSFER_FAIL;
+    }
+    else if (job->kind == KVP_TX_DISK_WRITE || job->kind == KVP_TX_DISK_READ) {
+        s_disk_io (self, job, reply_to_p);
+        return;
+    }
+    else if (job->kind == KVP_TX_DISK_SCAN)
+        s_disk_scan (self, job);
+    else
+        for (size_t i = 0; i < job->count; i++)
+            if (job->items[i].disk_id)
+                disk_store_drop (self->disk, job->items[i].disk_id);
+    kvp_job_reply (self->router, reply_to_p, job);
+}
+
 void
 transfer_submitter_actor (zsock_t *pipe, void *args)
 {
@@ -142,13 +312,22 @@ transfer_submitter_actor (zsock_t *pipe, void *args)
     self->wake_fd = eventfd (0, EFD_NONBLOCK | EFD_CLOEXEC);
     assert (self->wake_fd >= 0);
     pthread_mutex_init (&self->lock, NULL);
+    if (config->disk_dir) {
+        self->disk =
+            disk_store_new (config->disk_dir, 64, self->disk_error, sizeof self->disk_error);
+        if (self->disk)
+            zsys_info ("kvpoold: disk tier %s (%s), %llu MiB", config->disk_dir,
+                       disk_store_describe (self->disk),
+                       (unsigned long long) (config->disk_capacity >> 20));
+    }
     zsock_signal (pipe, 0);
 
     zmq_pollitem_t items[] = {{zsock_resolve (pipe), 0, ZMQ_POLLIN, 0},
                               {zsock_resolve (self->router), 0, ZMQ_POLLIN, 0},
-                              {NULL, self->wake_fd, ZMQ_POLLIN, 0}};
+                              {NULL, self->wake_fd, ZMQ_POLLIN, 0},
+                              {NULL, self->disk ? disk_store_fd (self->disk) : -1, ZMQ_POLLIN, 0}};
     while (!self->terminated || self->in_flight) {
-        if (zmq_poll (items, 3, -1) == -1 && errno != EINTR)
+        if (zmq_poll (items, self->disk ? 4 : 3, -1) == -1 && errno != EINTR)
             break;
         if (items[0].revents & ZMQ_POLLIN) {
             char *command = zstr_recv (pipe);
@@ -168,6 +347,10 @@ transfer_submitter_actor (zsock_t *pipe, void *args)
             kvp_job_t *job = kvp_job_recv_routed (self->router, &reply_to);
             if (job && job->kind == KVP_TX_WRITE)
                 s_write (self, job, &reply_to);
+            else if (job
+                     && (job->kind == KVP_TX_DISK_WRITE || job->kind == KVP_TX_DISK_READ
+                         || job->kind == KVP_TX_DISK_DROP || job->kind == KVP_TX_DISK_SCAN))
+                s_disk_job (self, job, &reply_to);
             else if (job) {
                 kvp_job_fail (job, KVPOOL_INTERNAL_ERROR, "transfer: job kind %d", job->kind);
                 kvp_job_reply (self->router, &reply_to, job);
@@ -176,7 +359,10 @@ transfer_submitter_actor (zsock_t *pipe, void *args)
         }
         if (items[2].revents & ZMQ_POLLIN)
             s_answer_done (self);
+        if (self->disk && (items[3].revents & ZMQ_POLLIN))
+            disk_store_reap (self->disk);
     }
+    disk_store_destroy (&self->disk);
     transfer_pool_destroy (&self->pool);
     close (self->wake_fd);
     pthread_mutex_destroy (&self->lock);

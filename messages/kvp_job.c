@@ -51,7 +51,13 @@ static const kvp_actor_t s_kind_actor[KVP_JOB_KIND_COUNT] = {
     [KVP_AL_STATS] = KVP_ACTOR_AL,      [KVP_AL_SEGMENTS] = KVP_ACTOR_AL,
     [KVP_AL_MOUNT] = KVP_ACTOR_AL,      [KVP_AL_UNMOUNT_CHECK] = KVP_ACTOR_AL,
     [KVP_AL_UNMOUNT] = KVP_ACTOR_AL,    [KVP_AL_OWNER_SEGMENTS] = KVP_ACTOR_AL,
-    [KVP_TX_WRITE] = KVP_ACTOR_TX,
+    [KVP_RM_EVICT] = KVP_ACTOR_RM,      [KVP_RM_OFFLOADED] = KVP_ACTOR_RM,
+    [KVP_RM_DISK_EVICT] = KVP_ACTOR_RM, [KVP_RM_DISK_REGISTER] = KVP_ACTOR_RM,
+    [KVP_RM_DISK_LOST] = KVP_ACTOR_RM,  [KVP_RM_PROMOTE] = KVP_ACTOR_RM,
+    [KVP_AL_RETRY] = KVP_ACTOR_AL,      [KVP_EV_MAKE_ROOM] = KVP_ACTOR_EV,
+    [KVP_EV_STATS] = KVP_ACTOR_EV,      [KVP_TX_WRITE] = KVP_ACTOR_TX,
+    [KVP_TX_DISK_WRITE] = KVP_ACTOR_TX, [KVP_TX_DISK_READ] = KVP_ACTOR_TX,
+    [KVP_TX_DISK_DROP] = KVP_ACTOR_TX,  [KVP_TX_DISK_SCAN] = KVP_ACTOR_TX,
 };
 
 kvp_actor_t
@@ -134,12 +140,55 @@ kvp_job_append (kvp_job_t *self)
     return item;
 }
 
+//  Keys appended by kvp_job_append_key live in chunks that never move (items point into them).
+typedef struct _key_chunk_t {
+    struct _key_chunk_t *next;
+    size_t used, size;
+    char data[];
+} key_chunk_t;
+
+#define KEY_CHUNK_BYTES (64 * 1024)
+
+kvp_item_t *
+kvp_job_append_key (kvp_job_t *self, const char *key, size_t key_len)
+{
+    key_chunk_t *chunk = (key_chunk_t *) self->key_chunks;
+    if (!chunk || chunk->size - chunk->used < key_len + 1) {
+        size_t size = key_len + 1 > KEY_CHUNK_BYTES ? key_len + 1 : KEY_CHUNK_BYTES;
+        key_chunk_t *fresh = (key_chunk_t *) malloc (sizeof (key_chunk_t) + size);
+        assert (fresh);
+        fresh->next = chunk;
+        fresh->used = 0;
+        fresh->size = size;
+        self->key_chunks = chunk = fresh;
+    }
+    char *copy = chunk->data + chunk->used;
+    memcpy (copy, key, key_len);
+    copy[key_len] = 0;
+    chunk->used += key_len + 1;
+    kvp_item_t *item = kvp_job_append (self);
+    item->key = copy;
+    item->key_len = key_len;
+    return item;
+}
+
 void
 kvp_job_destroy (kvp_job_t **self_p)
 {
     if (!self_p || !*self_p)
         return;
     kvp_job_t *self = *self_p;
+    for (size_t i = 0; i < self->count; i++)
+        if (self->items[i].buffer)
+            self->items[i].buffer_free (self->items[i].buffer);
+    free (self->value_storage);
+    kvp_job_t *frees = (kvp_job_t *) self->evict.frees;
+    kvp_job_destroy (&frees);
+    for (key_chunk_t *chunk = (key_chunk_t *) self->key_chunks; chunk;) {
+        key_chunk_t *next = chunk->next;
+        free (chunk);
+        chunk = next;
+    }
     free (self->items);
     free (self->replica_slots);
     free (self->segments);
@@ -225,6 +274,16 @@ kvp_job_test (bool verbose)
     for (int i = 0; i < 20; i++)
         kvp_job_append (job)->size = (uint64_t) i;
     assert (job->count == 23 && job->items[22].size == 19 && job->items[22].replicas);
+    //  Appended keys are the job's own copies, and stay put as more are appended.
+    char long_key[3000];
+    memset (long_key, 'k', sizeof long_key);
+    kvp_item_t *keyed = kvp_job_append_key (job, "first", 5);
+    const char *first_copy = keyed->key;
+    for (int i = 0; i < 100; i++)
+        kvp_job_append_key (job, long_key, sizeof long_key);
+    assert (streq (first_copy, "first") && streq (job->items[23].key, "first"));
+    assert (job->items[123].key_len == sizeof long_key && job->items[123].key[2999] == 'k');
+    job->count = 23;
     assert (job->items[2].replicas[KVP_MAX_REPLICAS - 1].offset == 9);
     job->count = 3;
 

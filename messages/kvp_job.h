@@ -51,6 +51,18 @@ typedef enum {
     KVP_RM_OWNER_GONE,     //  job->owner_id died: its pins, reservations and revoked
                            //  reservations end
     KVP_RM_STATS,          //  fills job->stats (object side)
+    KVP_RM_EVICT,          //  job->evict: frees memory, oldest first, by the evictor's plan;
+                           //  items out: objects pinned for a disk copy (offload)
+    KVP_RM_OFFLOADED,      //  items: disk copies written for the pinned objects
+                           //  (item->disk_id; 0: failed): recorded, pins ended; items whose
+                           //  copy nobody wants come back OBJECT_NOT_FOUND (to be dropped)
+    KVP_RM_DISK_EVICT,     //  job->evict.want: drops disk copies, oldest first; items out:
+                           //  the disk ids to unlink
+    KVP_RM_DISK_REGISTER,  //  items (key, size, disk_id, disk_footprint): disk copies found
+                           //  at start become disk-only objects
+    KVP_RM_DISK_LOST,      //  items (key, disk_id): copies that failed verification
+    KVP_RM_PROMOTE,        //  items placed and written from a disk copy: memory replicas
+                           //  for disk-only objects
     //  allocator
     KVP_AL_ALLOC,          //  items with status OK: place replica_num replicas, fill replicas
     KVP_AL_FREE,           //  items: free their replicas
@@ -61,13 +73,23 @@ typedef enum {
     KVP_AL_UNMOUNT,        //  job->segment_id (objects must be gone already); job->orphan:
                            //  also unlinks its name
     KVP_AL_OWNER_SEGMENTS, //  job->owner: fills job->segments with the segments it mounted
+    KVP_AL_RETRY,          //  as ALLOC, for the items NO_AVAILABLE_HANDLE after the evictor ran
+    //  evictor
+    KVP_EV_MAKE_ROOM, //  items NO_AVAILABLE_HANDLE: an eviction cycle runs now (AL_RETRY next)
+    KVP_EV_STATS,     //  fills job->stats (eviction and disk tier side)
     //  transfer-submitter
-    KVP_TX_WRITE, //  items: copy value (src) into every replica
+    KVP_TX_WRITE,      //  items: copy value (src) into every replica
+    KVP_TX_DISK_WRITE, //  items: write a disk copy of src (size bytes); fills disk_id,
+                       //  disk_footprint (status not OK: no copy)
+    KVP_TX_DISK_READ,  //  items with disk_id and no replica: read and verify the copy into a
+                       //  buffer (item->buffer), the value at replicas[0].addr
+    KVP_TX_DISK_DROP,  //  items: unlink disk copy disk_id (0: none)
+    KVP_TX_DISK_SCAN,  //  at start: items out (owned keys) are the verified copies on disk
     KVP_JOB_KIND_COUNT
 } kvp_job_kind_t;
 
 //  The actors that work on jobs (the api only routes them).
-typedef enum { KVP_ACTOR_NONE, KVP_ACTOR_RM, KVP_ACTOR_AL, KVP_ACTOR_TX } kvp_actor_t;
+typedef enum { KVP_ACTOR_NONE, KVP_ACTOR_RM, KVP_ACTOR_AL, KVP_ACTOR_TX, KVP_ACTOR_EV } kvp_actor_t;
 
 typedef struct {
     uint32_t segment_id;
@@ -91,7 +113,38 @@ typedef struct {
                           //  0: none), which KVP_RM_BIND then finds
     uint32_t replica_count;
     kvp_replica_t *replicas; //  KVP_MAX_REPLICAS slots once kvp_job_need_replicas ran
+    //  The disk tier: the object's disk copy (0: none) and what it takes on disk; a GET of a
+    //  disk-only object carries its disk_id and no replica until TX_DISK_READ.
+    uint64_t disk_id;
+    uint64_t disk_footprint;
+    //  A value read from disk: owned by the item until it is sent; freed with buffer_free.
+    void *buffer;
+    void (*buffer_free) (void *buffer);
+    bool evict;   //  KVP_RM_EVICT out: free the memory once the disk copy is written
+    bool promote; //  a disk read of an object read often enough to go back to memory
+    bool lost;    //  TX_DISK_READ: the copy failed verification (to be forgotten, unlinked)
 } kvp_item_t;
+
+//  An eviction cycle's plan (the evictor's) and its outcome (the replica-manager's).
+typedef struct {
+    uint64_t want;      //  bytes of memory (RM_EVICT) or disk (RM_DISK_EVICT) to free
+    uint64_t limit;     //  most objects to pin for a disk copy
+    uint64_t disk_room; //  disk bytes those copies may take
+    uint64_t eager;     //  most committed objects without a disk copy to pin for one
+    bool offload;       //  victims without a disk copy are written to disk, not dropped
+    bool force;         //  ... and dropped when they cannot be (offload refused)
+    bool soft;          //  soft-pinned objects may go, after all others
+    //  outcome
+    uint64_t freed_bytes, freed_objects; //  memory freed now (objects dropped or disk-only)
+    uint64_t queued, queued_bytes;       //  pinned for a disk copy (freed when written)
+    uint64_t skipped, forced;            //  no room for a disk copy: kept / dropped
+    uint64_t leased, pinned;             //  passed over for a lease / a pin
+    uint64_t disk_bytes, disk_objects;   //  the disk copies recorded, after the job
+    //  The memory the job freed, as a KVP_AL_FREE job (a kvp_job_t *, or NULL) that the
+    //  evictor hands to the allocator itself: once it comes back, a retried placement is sure
+    //  to see the space.
+    void *frees;
+} kvp_evict_t;
 
 typedef struct {
     uint32_t id;
@@ -145,6 +198,9 @@ typedef struct {
     kvp_stats_t stats;
     kvp_segment_info_t *segments; //  owned by the job (freed by kvp_job_destroy)
     size_t segment_count;
+    kvp_evict_t evict;   //  KVP_RM_EVICT, KVP_RM_DISK_EVICT, KVP_RM_OFFLOADED
+    void *value_storage; //  values the job owns (a promotion's bytes), freed with it
+    void *key_chunks;    //  keys copied by kvp_job_append_key, freed with the job
     //  the api's context (client routing id, decoded request, received frames)
     void *context;
     char *key_storage; //  the items' keys when the job owns them (freed with the job)
@@ -160,6 +216,9 @@ kvp_job_t *kvp_job_new (kvp_job_kind_t kind, size_t count);
 void kvp_job_need_replicas (kvp_job_t *self);
 //  Appends a zeroed item (with replica room) and returns it.
 kvp_item_t *kvp_job_append (kvp_job_t *self);
+//  Appends an item (as kvp_job_append) whose key is a copy of key[0..key_len), owned by the
+//  job: for an actor that builds a job of keys it does not own.
+kvp_item_t *kvp_job_append_key (kvp_job_t *self, const char *key, size_t key_len);
 //  Makes a job of count items whose keys are copies of keys[0..count) (key_lens given), held
 //  in one block the job owns: for a job that outlives the request its keys came from.
 kvp_job_t *kvp_job_new_owning (kvp_job_kind_t kind, size_t count, const char *const *keys,

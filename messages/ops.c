@@ -21,11 +21,17 @@ static const kvp_op_t s_ops[] = {
     {OP (PING), OP_ANYONE, REPLY_NODE, {{0}}},
     //  Place, write, then insert the objects committed in one step: nobody sees a key before
     //  its bytes are in. (A put of an existing key is refused by the insert, its space freed.)
+    //  A placement that finds no space runs an eviction cycle at once and is retried once.
     {OP (PUT),
      OP_KEYS | OP_VALUES | OP_WRITE | OP_NEW,
      0,
-     {STAGE_IF (AL_ALLOC, ANY_OK), STAGE_IF (TX_WRITE, ANY_OK), STAGE (RM_INSERT)}},
-    {OP (GET), OP_KEYS | OP_INDEX | OP_RANGES, REPLY_SIZES | REPLY_VALUES, {STAGE (RM_GET)}},
+     {STAGE_IF (AL_ALLOC, ANY_OK), STAGE_IF (EV_MAKE_ROOM, ANY_NO_ROOM),
+      STAGE_IF (AL_RETRY, ANY_NO_ROOM), STAGE_IF (TX_WRITE, ANY_OK), STAGE_IF (RM_INSERT, ANY_OK)}},
+    //  Values only on disk are read from there.
+    {OP (GET),
+     OP_KEYS | OP_INDEX | OP_RANGES,
+     REPLY_SIZES | REPLY_VALUES,
+     {STAGE (RM_GET), STAGE_IF (TX_DISK_READ, ANY_ON_DISK)}},
     {OP (EXIST), OP_KEYS | OP_INDEX, 0, {STAGE (RM_EXIST)}},
     {OP (REMOVE), OP_KEYS, 0, {STAGE (RM_REMOVE)}},
     {OP (REMOVE_BY_REGEX), 0, REPLY_COUNT, {STAGE (RM_REMOVE_REGEX)}},
@@ -36,7 +42,8 @@ static const kvp_op_t s_ops[] = {
     {OP (PUT_START),
      OP_KEYS | OP_SIZES | OP_WRITE | OP_LOCAL,
      REPLY_REPLICAS,
-     {STAGE (RM_RESERVE), STAGE_IF (AL_ALLOC, ANY_RESERVED), STAGE_IF (RM_BIND, ANY_RESERVED)}},
+     {STAGE (RM_RESERVE), STAGE_IF (AL_ALLOC, ANY_RESERVED), STAGE_IF (EV_MAKE_ROOM, ANY_NO_ROOM),
+      STAGE_IF (AL_RETRY, ANY_NO_ROOM), STAGE_IF (RM_BIND, ANY_RESERVED)}},
     {OP (PUT_END), OP_KEYS | OP_LOCAL, 0, {STAGE (RM_COMMIT)}},
     {OP (PUT_REVOKE), OP_KEYS | OP_LOCAL, 0, {STAGE (RM_REVOKE)}},
     {OP (GET_REPLICA_LIST),
@@ -44,7 +51,7 @@ static const kvp_op_t s_ops[] = {
      REPLY_SIZES | REPLY_REPLICAS,
      {STAGE (RM_REPLICA_LIST)}},
     {OP (RELEASE), OP_KEYS | OP_LOCAL, 0, {STAGE (RM_RELEASE)}},
-    {OP (STATS), 0, REPLY_STATS, {STAGE (RM_STATS), STAGE (AL_STATS)}},
+    {OP (STATS), 0, REPLY_STATS, {STAGE (RM_STATS), STAGE (AL_STATS), STAGE (EV_STATS)}},
     {OP (SEGMENTS), 0, REPLY_SEGMENTS | REPLY_NODE, {STAGE (AL_SEGMENTS)}},
     {OP (MOUNT_SEGMENT), OP_SEGMENT | OP_LOCAL, REPLY_SEGMENTS, {STAGE (AL_MOUNT)}},
     //  Who may unmount it is checked before any object on it is removed.
@@ -60,7 +67,8 @@ static const kvp_op_t s_ops[] = {
     {OP (UPSERT),
      OP_KEYS | OP_VALUES | OP_WRITE,
      0,
-     {STAGE_IF (AL_ALLOC, ANY_OK), STAGE_IF (TX_WRITE, ANY_OK), STAGE (RM_UPSERT)}},
+     {STAGE_IF (AL_ALLOC, ANY_OK), STAGE_IF (EV_MAKE_ROOM, ANY_NO_ROOM),
+      STAGE_IF (AL_RETRY, ANY_NO_ROOM), STAGE_IF (TX_WRITE, ANY_OK), STAGE_IF (RM_UPSERT, ANY_OK)}},
 };
 
 #define OPS_COUNT (sizeof s_ops / sizeof s_ops[0])
@@ -73,6 +81,13 @@ static const kvp_op_t s_node_ops[] = {
      0,
      {STAGE (RM_REMOVE_SEGMENT), STAGE (AL_UNMOUNT)}},
     {KVP_OP_MAP_SEGMENTS, "MAP_SEGMENTS", 0, 0, {STAGE (AL_SEGMENTS)}},
+    {KVP_OP_DISK_LOST, "DISK_LOST", 0, 0, {STAGE (RM_DISK_LOST), STAGE (TX_DISK_DROP)}},
+    //  No eviction for a promotion: a full pool keeps the value on disk.
+    {KVP_OP_PROMOTE,
+     "PROMOTE",
+     0,
+     0,
+     {STAGE_IF (AL_ALLOC, ANY_OK), STAGE_IF (TX_WRITE, ANY_OK), STAGE_IF (RM_PROMOTE, ANY_OK)}},
 };
 
 #define NODE_OPS_COUNT (sizeof s_node_ops / sizeof s_node_ops[0])
@@ -101,9 +116,21 @@ s_gate_holds (kvp_gate_t gate, const kvp_job_t *job)
         return true;
     if (gate == GATE_ANY_ITEM)
         return job->count > 0;
-    for (size_t i = 0; i < job->count; i++)
-        if (gate == GATE_ANY_OK ? job->items[i].status == KVPOOL_OK : job->items[i].object_id != 0)
+    for (size_t i = 0; i < job->count; i++) {
+        const kvp_item_t *item = &job->items[i];
+        bool holds;
+        switch (gate) {
+            case GATE_ANY_OK: holds = item->status == KVPOOL_OK; break;
+            case GATE_ANY_RESERVED: holds = item->object_id != 0; break;
+            case GATE_ANY_NO_ROOM: holds = item->status == KVPOOL_NO_AVAILABLE_HANDLE; break;
+            case GATE_ANY_ON_DISK:
+                holds = item->status == KVPOOL_OK && item->disk_id && item->replica_count == 0;
+                break;
+            default: holds = false; break;
+        }
+        if (holds)
             return true;
+    }
     return false;
 }
 
@@ -119,10 +146,11 @@ kvp_op_next_stage (const kvp_op_t *self, const kvp_job_t *job, kvp_job_kind_t do
         assert (next < KVP_OP_STAGES_MAX); //  a job comes back only from its own stages
         next++;
     }
-    if (next >= KVP_OP_STAGES_MAX || self->stages[next].kind == KVP_JOB_NONE
-        || !s_gate_holds (self->stages[next].gate, job))
-        return KVP_JOB_NONE;
-    return self->stages[next].kind;
+    //  A stage whose gate does not hold is passed over.
+    for (; next < KVP_OP_STAGES_MAX && self->stages[next].kind != KVP_JOB_NONE; next++)
+        if (s_gate_holds (self->stages[next].gate, job))
+            return self->stages[next].kind;
+    return KVP_JOB_NONE;
 }
 
 //  ---- self test ---------------------------------------------------------------------
@@ -154,10 +182,17 @@ kvp_ops_test (bool verbose)
     kvp_job_t *job = kvp_job_new (KVP_JOB_NONE, 2);
     assert (kvp_op_next_stage (put, job, KVP_JOB_NONE) == KVP_AL_ALLOC);
     job->items[0].status = KVPOOL_NO_AVAILABLE_HANDLE;
-    assert (kvp_op_next_stage (put, job, KVP_AL_ALLOC) == KVP_TX_WRITE);
+    //  ... a key that found no space makes room, and its placement is retried, first.
+    assert (kvp_op_next_stage (put, job, KVP_AL_ALLOC) == KVP_EV_MAKE_ROOM);
+    assert (kvp_op_next_stage (put, job, KVP_EV_MAKE_ROOM) == KVP_AL_RETRY);
+    assert (kvp_op_next_stage (put, job, KVP_AL_RETRY) == KVP_TX_WRITE);
     job->items[1].status = KVPOOL_NO_AVAILABLE_HANDLE;
+    assert (kvp_op_next_stage (put, job, KVP_AL_RETRY) == KVP_JOB_NONE);
+    job->items[0].status = job->items[1].status = KVPOOL_INVALID_KEY;
     assert (kvp_op_next_stage (put, job, KVP_AL_ALLOC) == KVP_JOB_NONE);
+    job->items[1].status = KVPOOL_OK;
     assert (kvp_op_next_stage (put, job, KVP_TX_WRITE) == KVP_RM_INSERT);
+    job->items[1].status = KVPOOL_INVALID_KEY;
     assert (kvp_op_next_stage (put, job, KVP_RM_INSERT) == KVP_JOB_NONE);
     //  A put-start goes on while some key is reserved, even when its placement failed.
     const kvp_op_t *start = kvp_op (KVPOOL__V1__OP__PUT_START);
@@ -166,6 +201,14 @@ kvp_ops_test (bool verbose)
     job->items[1].object_id = 5;
     assert (kvp_op_next_stage (start, job, KVP_RM_RESERVE) == KVP_AL_ALLOC);
     assert (kvp_op_next_stage (start, job, KVP_AL_ALLOC) == KVP_RM_BIND);
+    //  A get goes to disk only for a value found there alone.
+    const kvp_op_t *get = kvp_op (KVPOOL__V1__OP__GET);
+    job->items[1].status = KVPOOL_OK;
+    assert (kvp_op_next_stage (get, job, KVP_RM_GET) == KVP_JOB_NONE);
+    job->items[1].disk_id = 7;
+    assert (kvp_op_next_stage (get, job, KVP_RM_GET) == KVP_TX_DISK_READ);
+    job->items[1].replica_count = 1;
+    assert (kvp_op_next_stage (get, job, KVP_RM_GET) == KVP_JOB_NONE);
     //  A failed job is answered at once.
     kvp_job_fail (job, KVPOOL_INTERNAL_ERROR, "test");
     assert (kvp_op_next_stage (start, job, KVP_AL_ALLOC) == KVP_JOB_NONE);

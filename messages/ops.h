@@ -7,7 +7,8 @@
     (request_check.c reads it too); adding an operation is adding a row (ops.c).
 
     A job walks its row's stages in order. A stage runs only while the job's status is OK and
-    its gate holds; otherwise the job is answered.
+    its gate holds: a stage whose gate does not hold is passed over, and a job whose status
+    is not OK, or that has no stage left, is answered.
 */
 #ifndef KVP_OPS_H_INCLUDED
 #define KVP_OPS_H_INCLUDED
@@ -49,6 +50,8 @@ typedef enum {
     GATE_ANY_ITEM,     //  the job has items
     GATE_ANY_OK,       //  some item's status is OK
     GATE_ANY_RESERVED, //  some item holds a reservation (item->object_id)
+    GATE_ANY_NO_ROOM,  //  some item found no space (NO_AVAILABLE_HANDLE)
+    GATE_ANY_ON_DISK,  //  some item found is on disk only (disk_id, no replica)
 } kvp_gate_t;
 
 typedef struct {
@@ -56,7 +59,7 @@ typedef struct {
     kvp_gate_t gate;
 } kvp_stage_t;
 
-#define KVP_OP_STAGES_MAX 4
+#define KVP_OP_STAGES_MAX 6
 
 typedef struct {
     int op;           //  kvpool.v1.Op
@@ -74,6 +77,12 @@ typedef struct {
                                    //  mounted (each then goes by a KVP_OP_ORPHAN_UNMOUNT)
 #define KVP_OP_ORPHAN_UNMOUNT (-2) //  job->segment_id: drop its replicas, unmount, unlink
 #define KVP_OP_MAP_SEGMENTS (-3)   //  job->segments: every segment, for the api's index reads
+#define KVP_OP_DISK_LOST                                                                           \
+    (-4) //  items (key, disk_id): disk copies that failed a read's
+         //  verification: forgotten, then unlinked
+#define KVP_OP_PROMOTE                                                                             \
+    (-5) //  items (key, src, size): values read from disk often go
+         //  back to memory: placed, written, recorded
 
 //  The row of op (a kvpool.v1.Op or a KVP_OP_*), or NULL for an operation this node does not
 //  serve.

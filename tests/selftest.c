@@ -10,7 +10,9 @@
 #include "actors/allocator.h"
 #include "actors/api.h"
 #include "actors/config.h"
+#include "actors/admission.h"
 #include "actors/connections.h"
+#include "actors/evictor.h"
 #include "actors/conn_guard.h"
 #include "actors/index_reads.h"
 #include "actors/owners.h"
@@ -57,6 +59,8 @@ static selftest_t s_tests[] = {{"kvp_status", kvp_status_test},
                                {"connections", connections_test},
                                {"regex_matcher", regex_matcher_test},
                                {"replica_manager", replica_manager_test},
+                               {"admission", admission_test},
+                               {"evictor", evictor_test},
                                {"transfer_submitter", transfer_submitter_test},
                                {"conn_guard", conn_guard_test},
                                {"api", api_test},

@@ -16,6 +16,7 @@
 #include "actors/config.h"
 #include "actors/conn_guard.h"
 #include "actors/endpoints.h"
+#include "actors/evictor.h"
 #include "actors/replica_manager.h"
 #include "actors/transfer_submitter.h"
 #include "lookup_server/lookup_server.h"
@@ -67,6 +68,8 @@ main (int argc, char **argv)
     zactor_t *rm = zactor_new (replica_manager_actor, &config);
     zactor_t *al = zactor_new (allocator_actor, &config);
     zactor_t *tx = zactor_new (transfer_submitter_actor, &config);
+    //  The evictor registers what the disk tier holds before the api serves.
+    zactor_t *ev = zactor_new (evictor_actor, &config);
     zactor_t *api = zactor_new (api_actor, &config);
     zactor_t *lookup = NULL;
     zlist_t *endpoints = NULL, *admin = NULL;
@@ -80,6 +83,14 @@ main (int argc, char **argv)
         goto shutdown;
     }
     zstr_free (&al_status);
+    zstr_send (ev, "STATUS");
+    char *ev_status = zstr_recv (ev);
+    if (!ev_status || !streq (ev_status, "OK")) {
+        fprintf (stderr, "kvpoold: %s\n", ev_status ? ev_status : "evictor failed");
+        zstr_free (&ev_status);
+        goto shutdown;
+    }
+    zstr_free (&ev_status);
     endpoints = kvp_endpoints_ask (api, "client endpoint");
     if (!endpoints)
         goto shutdown;
@@ -134,8 +145,9 @@ shutdown:
         fprintf (stderr, "kvpoold: requests still in flight after %d ms\n", DRAIN_TIMEOUT_MS);
     zstr_free (&drained);
     zactor_destroy (&api);
+    zactor_destroy (&ev);
+    zactor_destroy (&rm); //  before the transfer-submitter: it waits for its unlinks
     zactor_destroy (&tx);
-    zactor_destroy (&rm);
     zactor_destroy (&al);
     zlist_destroy (&endpoints);
     zlist_destroy (&admin);
