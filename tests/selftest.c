@@ -34,6 +34,7 @@
 #include "messages/reply.h"
 #include "messages/request_check.h"
 #include "shm/shm_index.h"
+#include "tier/disk_store.h"
 
 typedef struct {
     const char *name;
@@ -67,6 +68,7 @@ static selftest_t s_tests[] = {{"kvp_status", kvp_status_test},
                                {"lookup_request", lookup_request_test},
                                {"lookup_keys", lookup_keys_test},
                                {"lookup_server", lookup_server_test},
+                               {"disk_store", disk_store_test},
                                //  new self tests go above this line
                                {NULL, NULL}};
 
