@@ -283,12 +283,15 @@ s_cycle_start (self_t *self, int64_t now)
     uint64_t cap = (uint64_t) (config->offload_queue_limit * config->offload_cap_ratio);
     uint64_t limit = queue_room < cap ? queue_room : cap;
     bool eager = self->offload == KVP_OFFLOAD_EAGER && limit > 0;
-    //  The disk: past its high watermark, its oldest copies go down to the low one.
+    //  The disk: past its high watermark, or short of room for what this cycle will write
+    //  there, its least recently used copies go, down to the low watermark.
     double disk_size = (double) config->disk_capacity;
     uint64_t disk_used = self->disk_bytes + self->pending_disk;
-    if (self->tier && disk_used > config->disk_high_watermark * disk_size) {
+    uint64_t to_write = self->offload == KVP_OFFLOAD_ON_EVICT ? want : 0;
+    if (self->tier && disk_used + to_write > config->disk_high_watermark * disk_size) {
         kvp_job_t *drop = kvp_job_new (KVP_RM_DISK_EVICT, 0);
-        drop->evict.want = disk_used - (uint64_t) (config->disk_low_watermark * disk_size);
+        double target = config->disk_low_watermark * disk_size - (double) to_write;
+        drop->evict.want = disk_used - (target > 0 ? (uint64_t) target : 0);
         s_send (self->rm, drop, &self->cycle_out);
     }
     if (want == 0 && !eager) {
@@ -303,8 +306,9 @@ s_cycle_start (self_t *self, int64_t now)
     plan->soft = config->evict_soft_pinned;
     plan->limit = limit;
     plan->eager = eager ? limit : 0;
-    double room = config->disk_high_watermark * disk_size - (double) disk_used;
-    plan->disk_room = room > 0 ? (uint64_t) room : 0;
+    //  The replica-manager subtracts the copies it has recorded (after the drops above).
+    double limit_bytes = config->disk_high_watermark * disk_size - (double) self->pending_disk;
+    plan->disk_limit = limit_bytes > 0 ? (uint64_t) limit_bytes : 0;
     self->cycle_id++;
     self->cycle_wanted = want;
     self->cycle_freed = 0;
@@ -335,6 +339,15 @@ s_evicted (self_t *self, kvp_job_t *job, int64_t now)
 {
     kvp_evict_t *plan = &job->evict;
     self->disk_bytes = plan->disk_bytes;
+    if (self->config->verbose)
+        zsys_info ("evictor: %s wanted %llu, freed %llu (%llu objects), queued %llu, skipped %llu, "
+                   "forced %llu, leased %llu, pinned %llu; disk %llu",
+                   job->kind == KVP_RM_EVICT ? "memory" : "disk",
+                   (unsigned long long) plan->want, (unsigned long long) plan->freed_bytes,
+                   (unsigned long long) plan->freed_objects, (unsigned long long) plan->queued,
+                   (unsigned long long) plan->skipped, (unsigned long long) plan->forced,
+                   (unsigned long long) plan->leased, (unsigned long long) plan->pinned,
+                   (unsigned long long) plan->disk_bytes);
     if (job->kind == KVP_RM_EVICT) {
         self->skipped += plan->skipped;
         self->forced += plan->forced;

@@ -1350,11 +1350,12 @@ s_offload_pin (kvp_job_t *job, kvp_object_t *object, bool evict)
 
 //  Whether a disk copy of the object fits what the plan still allows.
 static bool
-s_offload_fits (kvp_evict_t *plan, kvp_object_t *object)
+s_offload_fits (self_t *self, kvp_evict_t *plan, kvp_object_t *object)
 {
     return plan->queued < plan->limit
-           && plan->queued_bytes + disk_store_footprint (strlen (object->key), object->size)
-                  <= plan->disk_room;
+           && self->disk_bytes + plan->queued_bytes
+                      + disk_store_footprint (strlen (object->key), object->size)
+                  <= plan->disk_limit;
 }
 
 //  One eviction candidate, the oldest not yet looked at in this pass. Returns the memory
@@ -1386,7 +1387,7 @@ s_evict_one (self_t *self, kvp_job_t *job, kvp_object_t *object, int pass, kvp_j
     }
     bool keep_copy = object->disk_id != 0;
     if (plan->offload && !keep_copy) {
-        if (s_offload_fits (plan, object)) {
+        if (s_offload_fits (self, plan, object)) {
             s_offload_pin (job, object, true);
             return bytes;
         }
@@ -1429,7 +1430,7 @@ s_evict (self_t *self, kvp_job_t *job, int64_t now)
         kvp_object_t *object = lru_entry (link, kvp_object_t, unsaved);
         lru_remove (&self->unsaved, link);
         if (!object->disk_id && !object->offloading && object->replica_count
-            && s_offload_fits (plan, object))
+            && s_offload_fits (self, plan, object))
             s_offload_pin (job, object, false);
         else if (!object->disk_id && !object->offloading && object->replica_count) {
             lru_append (&self->unsaved, link); //  no room now: it waits

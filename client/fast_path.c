@@ -9,7 +9,8 @@
             over the socket instead.
       get   GET_REPLICA_LIST with pin = true says where each value is and holds it in place;
             the client copies from one replica, then sends RELEASE asking for no reply. A key on a
-   segment the client cannot map is read with a plain GET. A replica on a segment id the client does
+   segment the client cannot map, or with no replica in memory (on the node's disk only), is
+   read with a plain GET. A replica on a segment id the client does
    not know makes it list the segments again, once per call (segments are mounted while clients
    run). After the socket reconnected (the node may have restarted and reused its segment ids) every
    mapping is dropped and the segments listed again before a reply's segment ids are trusted.
@@ -358,8 +359,11 @@ s_fast_get_listed (kvpc_fast_path_t *self, const kvpc_keys_t *keys, const kvpool
         else if (s_get_source (self, msg->replicas[j], msg->sizes[j], j))
             state[j] = KVPC_KEY_COPY;
         else {
+            //  No replica at all: on the node's disk only, read over the socket. Segments
+            //  listed again only for a replica that did not resolve.
             state[j] = KVPC_KEY_MISSING;
-            missing++;
+            if (msg->replicas[j] && msg->replicas[j]->n_replicas)
+                missing++;
         }
     }
     //  Sources are looked up again after a refresh, which may unmap segments.

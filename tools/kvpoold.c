@@ -63,6 +63,8 @@ main (int argc, char **argv)
     sigaddset (&signals, SIGTERM);
     pthread_sigmask (SIG_BLOCK, &signals, NULL);
     signal (SIGPIPE, SIG_IGN);
+    //  A file size limit fails a disk tier write (EFBIG), it does not end the node.
+    signal (SIGXFSZ, SIG_IGN);
     zsys_set_logident ("kvpoold");
 
     zactor_t *rm = zactor_new (replica_manager_actor, &config);

@@ -1,0 +1,79 @@
+"""A raw kvpool.v1 client for the Python tests: one DEALER socket, protobuf frames, no
+libkvpool. Tests that must see exactly what goes over the wire (statuses, pins, replica
+lists) use it beside the kvpool package.
+
+    raw = Raw(daemon.endpoint)            # or daemon.ipc for the same-machine operations
+    raw.put("k", b"value")                # returns the key's status
+    status, value = raw.get("k")
+    reply, frames = raw.call(pb.STATS)
+"""
+
+import time
+
+import zmq
+
+from kvpool_test_pb import pb  # noqa: E402 (the generated protocol module)
+
+OK = 0
+
+
+class Raw:
+    """One DEALER socket speaking kvpool.v1 with raw frames."""
+
+    def __init__(self, endpoint, timeout_ms=10000):
+        self.sock = zmq.Context.instance().socket(zmq.DEALER)
+        self.sock.linger = 0
+        self.sock.connect(endpoint)
+        self.timeout_ms = timeout_ms
+        self.next_id = 1
+
+    def send(self, op, keys=(), values=(), **fields):
+        request = pb.Request(version=1, request_id=self.next_id, op=op,
+                             keys=[k.encode() for k in keys], **fields)
+        self.next_id += 1
+        self.sock.send_multipart([request.SerializeToString()] + list(values))
+        return request.request_id
+
+    def recv(self, request_id):
+        """The reply to request_id and its value frames, or (None, None) after the timeout."""
+        deadline = time.monotonic() + self.timeout_ms / 1000
+        while True:
+            left = int((deadline - time.monotonic()) * 1000)
+            if left <= 0 or not self.sock.poll(left):
+                return None, None
+            frames = self.sock.recv_multipart()
+            reply = pb.Reply()
+            reply.ParseFromString(frames[0])
+            if reply.request_id == request_id:
+                return reply, frames[1:]
+
+    def call(self, op, keys=(), values=(), **fields):
+        reply, frames = self.recv(self.send(op, keys, values, **fields))
+        assert reply is not None, "no answer to op %d" % op
+        return reply, frames
+
+    def status(self, op, key, **fields):
+        reply, _ = self.call(op, [key], **fields)
+        return reply.status or reply.statuses[0]
+
+    def put(self, key, value, **options):
+        reply, _ = self.call(pb.PUT, [key], [value], **options)
+        return reply.status or reply.statuses[0]
+
+    def get(self, key):
+        reply, frames = self.call(pb.GET, [key])
+        status = reply.status or reply.statuses[0]
+        return status, (frames[0] if status == OK else None)
+
+    def exist(self, key):
+        return self.status(pb.EXIST, key) == OK
+
+    def remove(self, key, force=False):
+        return self.status(pb.REMOVE, key, force=force)
+
+    def stats(self):
+        reply, _ = self.call(pb.STATS)
+        return reply.stats
+
+    def close(self):
+        self.sock.close()

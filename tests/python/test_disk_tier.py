@@ -1,0 +1,321 @@
+"""The disk tier (issue 11, items 2 to 6): evicted objects kept on local disk and read back.
+
+- on-evict below the watermark writes nothing to disk.
+- 2x overflow of a 64 MiB pool: every object reads back bit-exact, most from disk, over tcp
+  and through the same-machine client, and the pool ends under its high watermark.
+- An offload path that is blocked (queue limit 0, or a disk whose copies are all leased)
+  loses nothing: puts get NO_AVAILABLE_HANDLE; --offload-force-evict evicts anyway.
+- Past its capacity the disk drops its oldest copies; a restarted node registers its disk
+  copies and serves them; a half-written or corrupted file is dropped, never served.
+- --offload eager copies every committed object; --promote-on-hit brings hot ones back.
+
+Run by `make test` (cwd = repo root, KVPOOL_BIN = build/bin) with Debian's /usr/bin/python3.
+"""
+
+import glob
+import hashlib
+import os
+import resource
+import shutil
+import tempfile
+import time
+
+import pytest
+
+import kvpool
+
+from kvpool_daemon import Kvpoold  # noqa: E402
+from kvpool_raw import Raw  # noqa: E402
+
+OK = 0
+NO_AVAILABLE_HANDLE = -200
+OBJECT_NOT_FOUND = -704
+MiB = 1 << 20
+
+
+def value_of(key, size=MiB):
+    block = hashlib.sha256(key.encode()).digest()
+    return (block * (size // 32 + 1))[:size]
+
+
+@pytest.fixture
+def disk_dir():
+    # /tmp, not /dev/shm: a real filesystem, where O_DIRECT works.
+    path = tempfile.mkdtemp(prefix="kvpool-disk-", dir="/tmp")
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def start(disk_dir, *args, pool="64MiB", capacity="1GiB"):
+    return Kvpoold("--segment-size", pool, "--disk-dir", disk_dir, "--disk-capacity", capacity,
+                   *args)
+
+
+def stop(d):
+    alive = d.alive()
+    rc = d.stop()
+    log = d.log_text(4000)
+    d.remove()
+    assert alive, "kvpoold died during the test:\n" + log
+    assert rc == 0, log
+    return log
+
+
+def wait_for(predicate, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return predicate()
+
+
+def copies(disk_dir):
+    return glob.glob(os.path.join(disk_dir, "*", "*.kv"))
+
+
+def test_on_evict_below_the_watermark_writes_nothing(disk_dir):
+    d = start(disk_dir)
+    try:
+        raw = Raw(d.endpoint)
+        for i in range(40):  # 40 MiB of a 64 MiB pool
+            assert raw.put("fits-%d" % i, value_of("fits-%d" % i)) == OK
+        time.sleep(0.2)
+        stats = raw.stats()
+        assert stats.offloads == 0 and stats.evictions == 0 and stats.disk_objects == 0
+        assert stats.disk_capacity == 1 << 30
+        assert copies(disk_dir) == []
+        raw.close()
+    finally:
+        stop(d)
+
+
+def test_double_overflow_reads_back_from_disk(disk_dir):
+    d = start(disk_dir)
+    try:
+        raw = Raw(d.endpoint)
+        client = kvpool.Client(d.endpoint)  # same machine
+        keys = ["double-%03d" % i for i in range(128)]
+        for key in keys:
+            client.put(key, value_of(key))
+        # Half over tcp, half through the same-machine client; every one bit-exact.
+        for key in keys[::2]:
+            assert raw.get(key) == (OK, value_of(key)), key
+        for key in keys[1::2]:
+            assert client.get(key) == value_of(key), key
+        stats = raw.stats()
+        assert stats.disk_hits >= 60, stats
+        assert stats.offloads >= 60 and stats.evictions_dropped == 0
+        assert stats.offloaded_bytes == stats.offloads * MiB
+        assert wait_for(lambda: raw.stats().bytes_allocated <= 0.9 * raw.stats().bytes_mounted)
+        assert len(copies(disk_dir)) == raw.stats().disk_objects
+        client.close()
+        raw.close()
+    finally:
+        stop(d)
+
+
+def test_a_blocked_offload_keeps_every_object(disk_dir):
+    d = start(disk_dir, "--offload-queue-limit", "0", pool="16MiB")
+    try:
+        raw = Raw(d.endpoint)
+        stored = []
+        status = OK
+        for i in range(40):
+            key = "kept-%03d" % i
+            status = raw.put(key, value_of(key))
+            if status != OK:
+                break
+            stored.append(key)
+        assert status == NO_AVAILABLE_HANDLE
+        assert len(stored) >= 12
+        for key in stored:
+            assert raw.get(key) == (OK, value_of(key)), key
+        stats = raw.stats()
+        assert stats.evictions == 0 and stats.evict_skipped > 0 and stats.offloads == 0
+        raw.close()
+    finally:
+        log = stop(d)
+    assert "kept" in log and "no room for a disk copy" in log
+
+
+def test_force_evict_proceeds_without_a_copy(disk_dir):
+    d = start(disk_dir, "--offload-queue-limit", "0", "--offload-force-evict", pool="16MiB")
+    try:
+        raw = Raw(d.endpoint)
+        for i in range(40):
+            key = "forced-%03d" % i
+            assert raw.put(key, value_of(key)) == OK, key
+        stats = raw.stats()
+        assert stats.evict_forced > 0 and stats.evictions_dropped == stats.evict_forced
+        assert not raw.exist("forced-000") and raw.exist("forced-039")
+        raw.close()
+    finally:
+        stop(d)
+
+
+def test_a_disk_that_refuses_writes_loses_nothing(disk_dir):
+    d = start(disk_dir, pool="16MiB")
+    try:
+        # Files of at most 256 KiB from now on: disk copies fail with EFBIG, as on a full
+        # disk (kvpoold ignores SIGXFSZ; its segments exist already).
+        resource.prlimit(d.pid, resource.RLIMIT_FSIZE, (256 * 1024, 256 * 1024))
+        raw = Raw(d.endpoint)
+        stored = []
+        status = OK
+        for i in range(40):
+            key = "refused-%03d" % i
+            status = raw.put(key, value_of(key))
+            if status != OK:
+                break
+            stored.append(key)
+        assert status == NO_AVAILABLE_HANDLE
+        assert len(stored) >= 12
+        for key in stored:
+            assert raw.get(key) == (OK, value_of(key)), key
+        stats = raw.stats()
+        assert stats.offload_failures > 0 and stats.offloads == 0 and stats.evictions == 0
+        assert copies(disk_dir) == [] and glob.glob(os.path.join(disk_dir, "*", "*.tmp")) == []
+        raw.close()
+    finally:
+        stop(d)
+
+
+def test_the_disk_drops_its_oldest_copies(disk_dir):
+    d = start(disk_dir, "--lease-ttl", "1", pool="16MiB", capacity="32MiB")
+    try:
+        raw = Raw(d.endpoint)
+        keys = ["aging-%03d" % i for i in range(100)]
+        for key in keys:
+            assert raw.put(key, value_of(key)) == OK, key
+        assert wait_for(lambda: raw.stats().disk_bytes <= 0.9 * 32 * MiB)
+        stats = raw.stats()
+        assert stats.disk_drops > 0 and stats.disk_bytes <= 0.9 * 32 * MiB
+        assert not any(raw.exist(key) for key in keys[:20])
+        assert all(raw.exist(key) for key in keys[-30:])
+        for key in keys:
+            status, value = raw.get(key)
+            assert status == OBJECT_NOT_FOUND or value == value_of(key), key
+        assert sum(os.path.getsize(f) for f in copies(disk_dir)) <= 32 * MiB
+        raw.close()
+    finally:
+        stop(d)
+
+
+def test_a_restarted_node_serves_its_disk(disk_dir):
+    keys = ["restart-%03d" % i for i in range(40)]
+    d = start(disk_dir, pool="16MiB")
+    try:
+        raw = Raw(d.endpoint)
+        for key in keys:
+            assert raw.put(key, value_of(key)) == OK
+        assert wait_for(lambda: raw.stats().offload_queue == 0)
+        on_disk = raw.stats().disk_objects
+        assert on_disk >= 20
+        raw.close()
+    finally:
+        stop(d)
+    # A write a crash cut short is a .tmp file: dropped, never served.
+    half = os.path.join(disk_dir, "00", "00000000000fff00.tmp")
+    os.makedirs(os.path.dirname(half), exist_ok=True)
+    with open(half, "wb") as f:
+        f.write(b"KVPDISK1" + b"\0" * 100)
+    d = start(disk_dir, pool="16MiB")
+    try:
+        raw = Raw(d.endpoint)
+        found = [key for key in keys if raw.exist(key)]
+        assert len(found) == on_disk
+        for key in found:
+            assert raw.get(key) == (OK, value_of(key)), key
+        assert raw.stats().disk_objects == on_disk
+        assert not os.path.exists(half)
+        raw.close()
+    finally:
+        log = stop(d)
+    assert "found and registered" in log
+
+
+def corrupt_copy_of(disk_dir, key):
+    """Flips a byte of the value in key's disk copy; returns the file's path."""
+    for path in copies(disk_dir):
+        with open(path, "r+b") as f:
+            data = f.read()
+            at = data.find(key.encode())
+            if at < 0 or at > 4096:
+                continue
+            start = 4096 * ((at + len(key) + 4095) // 4096)  # the value's first block
+            f.seek(start + 100)
+            f.write(bytes([data[start + 100] ^ 0xFF]))
+            return path
+    raise AssertionError("no disk copy of " + key)
+
+
+def test_a_corrupt_copy_is_dropped_never_served(disk_dir):
+    keys = ["bitrot-%03d" % i for i in range(30)]
+    d = start(disk_dir, pool="16MiB")
+    try:
+        raw = Raw(d.endpoint)
+        for key in keys:
+            assert raw.put(key, value_of(key)) == OK
+        assert wait_for(lambda: raw.stats().offload_queue == 0)
+        path = corrupt_copy_of(disk_dir, keys[0])  # the oldest: on disk only
+        status, value = raw.get(keys[0])
+        assert status == OBJECT_NOT_FOUND and value is None
+        assert wait_for(lambda: not os.path.exists(path))  # forgotten, then unlinked
+        assert not raw.exist(keys[0])
+        assert raw.stats().disk_corrupt == 1
+        raw.close()
+    finally:
+        stop(d)
+    # Corrupted while the node was down: dropped by the start-up scan.
+    path = corrupt_copy_of(disk_dir, keys[1])
+    d = start(disk_dir, pool="16MiB")
+    try:
+        raw = Raw(d.endpoint)
+        assert not raw.exist(keys[1]) and not os.path.exists(path)
+        assert raw.get(keys[2]) == (OK, value_of(keys[2]))
+        raw.close()
+    finally:
+        log = stop(d)
+    assert "corrupt" in log
+
+
+def test_eager_copies_every_object(disk_dir):
+    d = start(disk_dir, "--offload", "eager")
+    try:
+        raw = Raw(d.endpoint)
+        for i in range(10):
+            assert raw.put("eager-%d" % i, value_of("eager-%d" % i)) == OK
+        assert wait_for(lambda: raw.stats().disk_objects == 10)
+        stats = raw.stats()
+        assert stats.offloads == 10 and stats.evictions == 0
+        assert stats.bytes_stored == 10 * MiB  # still in memory too
+        assert len(copies(disk_dir)) == 10
+        raw.close()
+    finally:
+        stop(d)
+
+
+def test_hot_disk_objects_are_promoted(disk_dir):
+    d = start(disk_dir, "--promote-on-hit", "2", pool="16MiB")
+    try:
+        raw = Raw(d.endpoint)
+        for i in range(30):
+            assert raw.put("hot-%03d" % i, value_of("hot-%03d" % i)) == OK
+        assert wait_for(lambda: raw.stats().offload_queue == 0)
+        for i in range(30):  # let the pool drain under the watermark with room to spare
+            if raw.stats().bytes_allocated < 10 * MiB:
+                break
+        assert raw.remove("hot-029", force=True) == OK  # room for the promotion
+        assert raw.remove("hot-028", force=True) == OK
+        key = "hot-000"  # the oldest: on disk only
+        before = raw.stats().disk_hits
+        assert raw.get(key) == (OK, value_of(key))
+        assert raw.get(key) == (OK, value_of(key))  # the second disk read promotes it
+        assert raw.stats().disk_hits == before + 2
+        assert wait_for(lambda: raw.stats().promotions == 1)
+        assert raw.get(key) == (OK, value_of(key))  # from memory now
+        assert raw.stats().disk_hits == before + 2
+        raw.close()
+    finally:
+        stop(d)
