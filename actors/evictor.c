@@ -75,14 +75,15 @@ typedef struct {
     int64_t stalled_until; //  the last cycle freed nothing: no new one for a while
     zlistx_t *waiters;     //  waiter_t: placements waiting for room
     //  offloads
-    size_t writes_out;         //  TX_DISK_WRITE / RM_OFFLOADED jobs not back
-    uint64_t queue;            //  disk copies being written
-    uint64_t pending_free;     //  memory those will free (on-evict)
-    uint64_t pending_disk;     //  disk bytes they will take
-    uint64_t disk_bytes;       //  disk copies recorded (the replica-manager's last word)
+    size_t writes_out;     //  TX_DISK_WRITE / RM_OFFLOADED jobs not back
+    uint64_t queue;        //  disk copies being written
+    uint64_t pending_free; //  memory those will free (on-evict)
+    uint64_t pending_disk; //  disk bytes they will take
+    uint64_t disk_bytes;   //  disk copies recorded (the replica-manager's last word)
     size_t frees_out, drops_out;
     //  statistics
     uint64_t cycles, stalls, skipped, forced, blocked, offloads, offloaded_bytes, failures;
+    uint64_t walk_us, walk_max_us;
     uint64_t log_skipped, log_forced, log_blocked, log_freed;
     int64_t next_log;
     bool terminated;
@@ -265,7 +266,8 @@ s_cycle_start (self_t *self, int64_t now)
     uint64_t used = self->pool_used > self->pending_free ? self->pool_used - self->pending_free : 0;
     uint64_t want = 0;
     if (size > 0 && used > config->eviction_high_watermark * size)
-        want = used - (uint64_t) ((config->eviction_high_watermark - config->eviction_ratio) * size);
+        want =
+            used - (uint64_t) ((config->eviction_high_watermark - config->eviction_ratio) * size);
     bool waiting = zlistx_size (self->waiters) > 0;
     if (waiting && now < self->stalled_until) {
         //  Nothing could be freed a moment ago: no walk over every object for each put.
@@ -342,13 +344,17 @@ s_evicted (self_t *self, kvp_job_t *job, int64_t now)
     if (self->config->verbose)
         zsys_info ("evictor: %s wanted %llu, freed %llu (%llu objects), queued %llu, skipped %llu, "
                    "forced %llu, leased %llu, pinned %llu; disk %llu",
-                   job->kind == KVP_RM_EVICT ? "memory" : "disk",
-                   (unsigned long long) plan->want, (unsigned long long) plan->freed_bytes,
-                   (unsigned long long) plan->freed_objects, (unsigned long long) plan->queued,
-                   (unsigned long long) plan->skipped, (unsigned long long) plan->forced,
-                   (unsigned long long) plan->leased, (unsigned long long) plan->pinned,
-                   (unsigned long long) plan->disk_bytes);
+                   job->kind == KVP_RM_EVICT ? "memory" : "disk", (unsigned long long) plan->want,
+                   (unsigned long long) plan->freed_bytes, (unsigned long long) plan->freed_objects,
+                   (unsigned long long) plan->queued, (unsigned long long) plan->skipped,
+                   (unsigned long long) plan->forced, (unsigned long long) plan->leased,
+                   (unsigned long long) plan->pinned, (unsigned long long) plan->disk_bytes);
     if (job->kind == KVP_RM_EVICT) {
+        if (plan->want) {
+            self->walk_us = plan->walk_us;
+            if (plan->walk_us > self->walk_max_us)
+                self->walk_max_us = plan->walk_us;
+        }
         self->skipped += plan->skipped;
         self->forced += plan->forced;
         self->blocked = plan->leased + plan->pinned;
@@ -483,6 +489,8 @@ s_stats (self_t *self, kvp_job_t *job)
     stats->offload_queue = self->queue;
     stats->offload_failures = self->failures;
     stats->disk_capacity = self->tier ? self->config->disk_capacity : 0;
+    stats->eviction_walk_us = self->walk_us;
+    stats->eviction_walk_max_us = self->walk_max_us;
 }
 
 static void
@@ -634,7 +642,8 @@ evictor_test (bool verbose)
     assert (exist->items[1].status == KVPOOL_OK);
     kvp_job_destroy (&exist);
     stats = s_test_call (to_rm, kvp_job_new (KVP_RM_STATS, 0));
-    assert (stats->stats.evictions >= 8 && stats->stats.evictions_dropped == stats->stats.evictions);
+    assert (stats->stats.evictions >= 8
+            && stats->stats.evictions_dropped == stats->stats.evictions);
     stats->kind = KVP_EV_STATS;
     s_test_call (to_ev, stats);
     assert (stats->stats.eviction_cycles >= 1 && stats->stats.disk_capacity == 0);

@@ -21,7 +21,7 @@ typedef struct {
 } lru_list_t;
 
 //  The struct that embeds link as its member `member`.
-#define lru_entry(link, type, member) ((type *) ((char *) (link) - offsetof (type, member)))
+#define lru_entry(link, type, member) ((type *) ((char *) (link) -offsetof (type, member)))
 
 static inline void
 lru_list_init (lru_list_t *list)

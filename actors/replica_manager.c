@@ -1423,6 +1423,7 @@ s_evict (self_t *self, kvp_job_t *job, int64_t now)
 {
     kvp_evict_t *plan = &job->evict;
     kvp_job_t *free_job = NULL;
+    int64_t started = zclock_usecs ();
     job->count = 0;
     //  Eager copies first: committed objects in the order they came.
     lru_link_t *link;
@@ -1454,6 +1455,7 @@ s_evict (self_t *self, kvp_job_t *job, int64_t now)
     plan->disk_bytes = self->disk_bytes;
     plan->disk_objects = self->disk.count;
     s_frees_hand_over (job, &free_job);
+    plan->walk_us = (uint64_t) (zclock_usecs () - started);
 }
 
 //  RM_OFFLOADED: the disk copies of the objects s_evict pinned are written (or failed). Each

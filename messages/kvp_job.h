@@ -127,19 +127,20 @@ typedef struct {
 
 //  An eviction cycle's plan (the evictor's) and its outcome (the replica-manager's).
 typedef struct {
-    uint64_t want;      //  bytes of memory (RM_EVICT) or disk (RM_DISK_EVICT) to free
-    uint64_t limit;     //  most objects to pin for a disk copy
-    uint64_t disk_room; //  disk bytes those copies may take
-    uint64_t eager;     //  most committed objects without a disk copy to pin for one
-    bool offload;       //  victims without a disk copy are written to disk, not dropped
-    bool force;         //  ... and dropped when they cannot be (offload refused)
-    bool soft;          //  soft-pinned objects may go, after all others
+    uint64_t want;       //  bytes of memory (RM_EVICT) or disk (RM_DISK_EVICT) to free
+    uint64_t limit;      //  most objects to pin for a disk copy
+    uint64_t disk_limit; //  disk bytes all recorded copies and these may take together
+    uint64_t eager;      //  most committed objects without a disk copy to pin for one
+    bool offload;        //  victims without a disk copy are written to disk, not dropped
+    bool force;          //  ... and dropped when they cannot be (offload refused)
+    bool soft;           //  soft-pinned objects may go, after all others
     //  outcome
     uint64_t freed_bytes, freed_objects; //  memory freed now (objects dropped or disk-only)
     uint64_t queued, queued_bytes;       //  pinned for a disk copy (freed when written)
     uint64_t skipped, forced;            //  no room for a disk copy: kept / dropped
     uint64_t leased, pinned;             //  passed over for a lease / a pin
     uint64_t disk_bytes, disk_objects;   //  the disk copies recorded, after the job
+    uint64_t walk_us;                    //  how long the replica-manager's walk took
     //  The memory the job freed, as a KVP_AL_FREE job (a kvp_job_t *, or NULL) that the
     //  evictor hands to the allocator itself: once it comes back, a retried placement is sure
     //  to see the space.

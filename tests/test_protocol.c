@@ -90,18 +90,26 @@ s_request (Kvpool__V1__Op op, char **keys, size_t n)
 
 //  One-key helpers returning the key's status.
 static int
-s_put (zsock_t *sock, const char *key, const char *value, size_t size, uint32_t replicas)
+s_put_pinned (zsock_t *sock, const char *key, const char *value, size_t size, uint32_t replicas,
+              bool hard_pin)
 {
     char *keys[] = {(char *) key};
     Kvpool__V1__Request request = s_request (KVPOOL__V1__OP__PUT, keys, 1);
     Kvpool__V1__PutOptions put = KVPOOL__V1__PUT_OPTIONS__INIT;
     put.replica_num = replicas;
+    put.hard_pin = hard_pin;
     request.put = &put;
     const char *values[] = {value};
     result_t r = s_call (sock, &request, values, &size, 1);
     int status = r.reply->status ? r.reply->status : r.reply->statuses[0];
     s_result_free (&r);
     return status;
+}
+
+static int
+s_put (zsock_t *sock, const char *key, const char *value, size_t size, uint32_t replicas)
+{
+    return s_put_pinned (sock, key, value, size, replicas, false);
 }
 
 static int
@@ -546,14 +554,15 @@ test_replicas_and_full (testutil_server_t *server)
     CHECK_EQ (stats.segments, 3);
     CHECK (stats.bytes_stored >= 30);
 
-    //  Fill the pool: 3 x 16 MiB of 1 MiB values ends in NO_AVAILABLE_HANDLE.
+    //  Fill the pool with values the evictor may not take (hard-pinned): 3 x 16 MiB of 1 MiB
+    //  values ends in NO_AVAILABLE_HANDLE.
     size_t mib = 1 << 20;
     char *data = (char *) zmalloc (mib);
     int ok = 0, full = 0;
     for (int i = 0; i < 60 && full == 0; i++) {
         char key[32];
         snprintf (key, sizeof key, "full/%d", i);
-        int status = s_put (sock, key, data, mib, 1);
+        int status = s_put_pinned (sock, key, data, mib, 1, true);
         ok += status == KVPOOL_OK;
         full += status == KVPOOL_NO_AVAILABLE_HANDLE;
     }
