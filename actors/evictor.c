@@ -1,7 +1,8 @@
 /*  evictor.c - the evictor actor (see evictor.h).
 
     DESIGN
-    A cycle: AL_STATS says how much of the pool is allocated. Past the high watermark (or
+    A cycle: AL_STATS says how much of the pool is allocated (every 10 ms; every 50 ms while
+    the pool is far from its watermark). Past the high watermark (or
     when a placement is waiting for room) the evictor asks the replica-manager to free
     enough to bring the pool down to (high watermark - eviction ratio) of its size, at least
     the ratio, plus what the waiting placements need (RM_EVICT). The replica-manager walks
@@ -43,6 +44,8 @@
 #include "tier/disk_store.h"
 
 #define TICK_MS 10
+//  ... or this, while the pool is under three quarters of its high watermark.
+#define IDLE_TICK_MS 50
 //  A placement waits at most this long for room (offloads included) before its retry.
 #define MAKE_ROOM_WAIT_MS 5000
 //  After a cycle that freed nothing, placements are answered at once for this long.
@@ -526,7 +529,10 @@ s_job (self_t *self, int64_t now)
 static void
 s_tick (self_t *self, int64_t now)
 {
-    self->next_tick = now + TICK_MS;
+    double high = self->config->eviction_high_watermark * (double) self->pool_size;
+    bool idle = self->pool_size && (double) self->pool_used < 0.75 * high
+                && zlistx_size (self->waiters) == 0;
+    self->next_tick = now + (idle ? IDLE_TICK_MS : TICK_MS);
     if (self->measuring || self->cycle_out)
         return;
     kvp_job_t *job = kvp_job_new (KVP_AL_STATS, 0);

@@ -26,6 +26,7 @@ import kvpool
 
 from kvpool_daemon import Kvpoold  # noqa: E402
 from kvpool_raw import Raw  # noqa: E402
+from kvpool_test_pb import pb  # noqa: E402
 
 OK = 0
 NO_AVAILABLE_HANDLE = -200
@@ -316,6 +317,35 @@ def test_hot_disk_objects_are_promoted(disk_dir):
         assert wait_for(lambda: raw.stats().promotions == 1)
         assert raw.get(key) == (OK, value_of(key))  # from memory now
         assert raw.stats().disk_hits == before + 2
+        raw.close()
+    finally:
+        stop(d)
+
+
+def test_ranges_and_replicas_from_disk(disk_dir):
+    # Two segments, two replicas each: an evicted object leaves both replicas' memory in the
+    # same cycle, and a ranged get of a value on disk only sends just the range.
+    d = start(disk_dir, "--segments", "2", pool="16MiB")
+    try:
+        raw = Raw(d.endpoint)
+        keys = ["twice-%03d" % i for i in range(30)]
+        for key in keys:
+            reply, _ = raw.call(pb.PUT, [key], [value_of(key)], put=pb.PutOptions(replica_num=2))
+            assert (reply.status or reply.statuses[0]) == OK, key
+        assert wait_for(lambda: raw.stats().offload_queue == 0)
+        stats = raw.stats()
+        # Memory holds two replicas of each object still there, none of those on disk only.
+        in_memory = stats.bytes_stored // (2 * MiB)
+        assert stats.bytes_stored == 2 * MiB * in_memory
+        assert stats.disk_objects >= 30 - in_memory - 1 and stats.disk_objects >= 10
+        key = keys[0]  # on disk only
+        reply, frames = raw.call(pb.GET, [key], offsets=[1000], lengths=[5000])
+        assert reply.statuses[0] == OK and reply.sizes[0] == 5000
+        assert frames[0] == value_of(key)[1000:6000]
+        reply, frames = raw.call(pb.GET, [key], offsets=[MiB - 10], lengths=[100])
+        assert reply.statuses[0] == OK and frames[0] == value_of(key)[MiB - 10:]
+        reply, _ = raw.call(pb.GET, [key], offsets=[MiB + 1], lengths=[1])
+        assert reply.statuses[0] == -600  # INVALID_PARAMS: past the end
         raw.close()
     finally:
         stop(d)
