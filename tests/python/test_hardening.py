@@ -85,8 +85,8 @@ class Raw:
         reply, _ = self.call(op, [key], **fields)
         return reply.status or reply.statuses[0]
 
-    def put(self, key, value):
-        reply, _ = self.call(pb.PUT, [key], [value])
+    def put(self, key, value, **options):
+        reply, _ = self.call(pb.PUT, [key], [value], **options)
         return reply.status or reply.statuses[0]
 
     def get(self, key):
@@ -233,11 +233,12 @@ def wait_for(predicate, seconds=5.0):
 
 
 def fill(raw, prefix, size, limit=10000):
-    """Puts objects of `size` until the pool is full; returns {key: seed}."""
+    """Puts objects of `size` until the pool is full; returns {key: seed}. They are hard-pinned:
+    the evictor may not make room by dropping them, so the pool does fill up."""
     stored = {}
     for i in range(limit):
         key = "%s/%d" % (prefix, i)
-        status = raw.put(key, pattern(key, size))
+        status = raw.put(key, pattern(key, size), put=pb.PutOptions(hard_pin=True))
         if status == NO_AVAILABLE_HANDLE:
             break
         assert status == OK, status

@@ -17,7 +17,9 @@ from kvpool_test_pb import pb  # noqa: E402 (the generated protocol module)
 
 @pytest.fixture(scope="module")
 def daemon():
-    d = Kvpoold("--segment-size", "64MiB", "--lease-ttl", "300")
+    # Room for every replaced value of the tests to wait out its lease at once: a pool that
+    # filled would evict the current value, and a reader would find the key gone.
+    d = Kvpoold("--segment-size", "256MiB", "--lease-ttl", "300")
     yield d
     assert d.stop() == 0
     d.remove()
