@@ -272,7 +272,7 @@ s_cycle_start (self_t *self, int64_t now)
         want =
             used - (uint64_t) ((config->eviction_high_watermark - config->eviction_ratio) * size);
     bool waiting = zlistx_size (self->waiters) > 0;
-    if (waiting && now < self->stalled_until) {
+    if (waiting && now < self->stalled_until && self->writes_out == 0) {
         //  Nothing could be freed a moment ago: no walk over every object for each put.
         s_answer_waiters (self, true, now);
         waiting = false;
@@ -373,7 +373,9 @@ s_evicted (self_t *self, kvp_job_t *job, int64_t now)
         gained += pending;
         if (plan->want && gained < plan->want) {
             self->stalls++;
-            if (gained == 0)
+            //  Nothing to free, and no disk copy under way that will free some: the pool
+            //  cannot be helped for now.
+            if (gained == 0 && self->writes_out == 0)
                 self->stalled_until = now + STALL_BACKOFF_MS;
         }
         if (job->count) {

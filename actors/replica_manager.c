@@ -13,15 +13,15 @@
     insert or reserve of a key that exists in any state is OBJECT_ALREADY_EXISTS: the first
     value wins (an insert that loses frees the space its bytes were written to).
 
-    Leases. A read grants the object a lease: no removal without force (nor, later,
-    eviction) until --lease-ttl after the read. Reads this actor serves (GET, EXIST,
+    Leases. A read grants the object a lease: no removal without force (nor eviction) until
+    --lease-ttl after the read. Reads this actor serves (GET, EXIST,
     GET_SIZE, GET_REPLICA_LIST, TOUCH) set lease_until to the later of its value and now +
     TTL, so a read never shortens a lease. Reads served from the read index (the api's own,
     a same-machine client's, the lookup server's) never come here: their readers leave the
     time in the slot's read stamp (shm/shm_index.h), and an object's lease ends at the later
-    of lease_until and its last stamp + TTL (s_lease_end). To remove a published object
+    of lease_until and its last stamp + TTL (rm_lease_end). To remove a published object
     without force, it is withdrawn from the index first and its stamp looked at again after
-    the withdrawal (s_take_unleased): a read confirmed before the withdrawal is seen, and an
+    the withdrawal (rm_take_unleased): a read confirmed before the withdrawal is seen, and an
     object found leased then is published again. A withdrawal for any other reason (a
     republication) folds the stamp into lease_until, so no read is lost.
 
@@ -51,7 +51,7 @@
     the epoch in its low bit. Objects with departed replicas are on the `departing` list,
     checked every tick. The segment's id is remembered as gone (the allocator never reuses
     ids), so a put placed there before the unmount that reaches this actor after it keeps
-    only its other replicas (s_strip_gone).
+    only its other replicas (rm_strip_gone).
 
     A client's PUT_START reservation belongs to the process that made it (job->owner_id):
     only that process commits or revokes it. It is busy until BIND (the discard timeout
@@ -72,6 +72,27 @@
     batch refused for a limit removes nothing. Batches go to the matcher one at a time, in
     arrival order.
 
+    EVICTION. Objects with memory replicas are kept in `memory`, an intrusive list in the
+    order they took their place (their commit, or a second chance); objects with a disk copy
+    in `disk`, likewise. The evictor's RM_EVICT walks `memory` from the oldest: an object
+    used since it took its place (touched here, or read from the index: its read stamp) goes
+    to the back instead; hard-pinned objects stay; leased, pinned or departing ones are
+    passed over and counted; soft-pinned ones are taken only in a second pass, if the plan
+    allows. A victim with a disk copy loses its memory at once (s_memory_evict); one without
+    is dropped when there is no disk tier, or pinned (`offloading`) and handed back to the
+    evictor for a disk copy while the plan's queue and disk room allow, kept (skipped) past
+    them, or dropped anyway if the plan forces it. Memory is only ever freed after the object
+    left the index and its lease was looked at again (rm_take_unleased), exactly as a remove
+    does, so no same-machine reader can validate bytes that are being reused. RM_OFFLOADED
+    records the copies (the object must still be the same one, by id) and frees the memory
+    of those still unleased and unpinned; RM_DISK_EVICT drops the least recently used disk
+    copies (a disk-only object goes with its copy, unless leased). A disk-only object is
+    COMPLETE with no replica: a GET answers its disk id (no pin: ids are never reused, and an
+    unlinked file stays readable to a read that opened it) and the transfer-submitter reads
+    it; reads of it are counted in a sketch (admission.h) for --promote-on-hit. Every disk
+    copy an object loses (removed, replaced, dropped) is unlinked by the transfer-submitter
+    (`unlinks`, sent after each job).
+
     Threads: one, the actor's, and the regex-matcher's, which sees only its batch. The only
     cross-thread state is kvp_object_t.pins (atomic); read stamps are written by readers in
     any process (shm_index.h).
@@ -79,106 +100,14 @@
     existed when its matching began).
 */
 #include "actors/replica_manager.h"
+#include "actors/replica_objects.h"
 
 #include <pthread.h>
 
-#include "actors/admission.h"
-#include "actors/lru_list.h"
-#include "actors/regex_matcher.h"
 #include "shm/segment.h"
 #include "protocol/kvpool.pb-c.h"
-#include "shm/shm_index.h"
-#include "tier/disk_store.h"
 
-typedef enum { OBJECT_PENDING = 1, OBJECT_COMPLETE = 2 } object_state_t;
-
-//  A replica taken from its object (its segment went) whose space waits for the pins of the
-//  epochs in `epochs` (bit e: epoch e) to end.
-typedef struct {
-    kvp_replica_t replica;
-    uint8_t epochs;
-} departed_t;
-
-struct _kvp_object_t {
-    char *key;
-    uint64_t id; //  unique for the life of the actor; guards stale job references
-    uint64_t size;
-    object_state_t state;
-    bool busy;  //  reserved, not yet bound: the allocator is still placing it
-    bool bound; //  replicas recorded
-    uint32_t replica_count;
-    kvp_replica_t replicas[KVP_MAX_REPLICAS];
-    atomic_int pins[2];      //  zero-copy sends in flight, by pin epoch
-    uint32_t client_pins[2]; //  GET_REPLICA_LIST pins not yet released, by pin epoch
-    uint8_t pin_epoch;       //  the epoch new pins count in
-    departed_t *departed;    //  replicas lost with their segment, space not yet freed
-    uint32_t departed_count;
-    void *departing_handle; //  in self->departing while departed_count > 0
-    int64_t lease_until;
-    int64_t keep_until; //  replaced by an upsert under a lease: its space waits until then
-    int64_t put_deadline;
-    int64_t soft_pin_until;
-    bool hard_pin;
-    uint32_t next_replica; //  round robin over replicas for reads
-    int64_t index_slot;    //  where it is published in the same-machine index, or -1
-    uint64_t owner;        //  a reservation's writer (owners.h id; 0: the node)
-    //  Eviction (see EVICTION below).
-    lru_link_t in_memory;    //  in self->memory while it has memory replicas
-    lru_link_t on_disk;      //  in self->disk while it has a disk copy
-    lru_link_t unsaved;      //  in self->unsaved while waiting for an eager disk copy
-    int64_t touched;         //  its last read or write this actor saw
-    int64_t memory_since;    //  when it took its place in self->memory
-    int64_t disk_since;      //  ... in self->disk
-    uint64_t disk_id;        //  its disk copy (tier/disk_store.h), or 0
-    uint64_t disk_footprint; //  what that copy takes on disk
-    bool offloading;         //  pinned while the evictor writes its disk copy
-};
-
-//  The client pins one owner holds on one key: usually one object; more when the key was
-//  removed and put again between its reads. Released first in, first out.
-typedef struct {
-    size_t count, capacity;
-    kvp_object_t **objects; //  pin handles (s_pin_handle)
-} pin_entry_t;
-
-typedef struct {
-    zsock_t *pipe;
-    zsock_t *router;    //  jobs, all routed by the api
-    zsock_t *allocator; //  frees go here
-    const kvp_config_t *config;
-    zhashx_t *objects;   //  key -> kvp_object_t
-    shm_index_t *index;  //  committed objects published for same-machine readers
-    zlistx_t *doomed;    //  removed objects whose space waits for pins to end
-    zlistx_t *held;      //  revoked reservations whose space waits for their writer
-    zlistx_t *departing; //  objects with departed replicas (see DESIGN)
-    uint8_t *gone;       //  bitmap of the ids of segments that went (REMOVE_SEGMENT)
-    size_t gone_bytes;
-    zhashx_t *pins; //  "<owner>:<key>" -> pin_entry_t: client pins by owner
-    char *pin_key;  //  scratch for building pin keys
-    size_t pin_key_size;
-    uint64_t next_id;
-    int64_t next_sweep;
-    size_t pending;
-    uint64_t bytes_stored;
-    uint64_t puts, gets, get_hits, removes, revoked;
-    size_t frees_out; //  free jobs the allocator has not handed back yet
-    //  Eviction and the disk tier (see EVICTION below).
-    zsock_t *tx;             //  disk copies to unlink go here
-    kvp_job_t *unlinks;      //  disk copies to unlink, sent at the end of each job
-    size_t unlinks_out;      //  unlink jobs the transfer-submitter has not handed back
-    lru_list_t memory;       //  objects with memory replicas, least recently used first
-    lru_list_t disk;         //  objects with a disk copy, least recently used first
-    lru_list_t unsaved;      //  --offload eager: committed objects without a disk copy yet
-    admission_t *disk_reads; //  reads of disk-only objects, for --promote-on-hit
-    bool eager;              //  --offload eager
-    uint64_t disk_bytes;     //  footprints of the disk copies recorded
-    uint64_t evictions, evicted_bytes, dropped_evictions;
-    uint64_t disk_hits, promotions, disk_drops, disk_lost;
-    regex_matcher_t *matcher;
-    zlistx_t *regex_runs; //  regex_run_t, oldest first; the first is at the matcher if out
-    bool regex_out;
-    bool terminated;
-} self_t;
+typedef rm_state_t self_t;
 
 //  A REMOVE_REGEX job waiting for its batch's verdicts.
 typedef struct {
@@ -188,16 +117,6 @@ typedef struct {
 } regex_run_t;
 
 #define SWEEP_INTERVAL_MS 50
-//  A read stamp further ahead of the actor's clock than this is not taken for a read.
-#define STAMP_FUTURE_MAX_MS 10000
-
-//  A pin handle: the object's address with the pin's epoch in its low bit (objects are
-//  malloc'd, so at least 8-byte aligned).
-static kvp_object_t *
-s_pin_handle (kvp_object_t *object, unsigned epoch)
-{
-    return (kvp_object_t *) ((uintptr_t) object | epoch);
-}
 
 static kvp_object_t *
 s_pin_object (kvp_object_t *handle, unsigned *epoch)
@@ -302,8 +221,8 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
 }
 
 //  Sends the replicas of objects to the allocator to be freed. Takes ownership of the job.
-static void
-s_free_job_send (self_t *self, kvp_job_t **job_p)
+void
+rm_free_job_send (self_t *self, kvp_job_t **job_p)
 {
     kvp_job_t *job = *job_p;
     *job_p = NULL;
@@ -320,8 +239,8 @@ s_free_job_send (self_t *self, kvp_job_t **job_p)
 }
 
 //  Queues one range for freeing. Batches frees of one job into one message.
-static void
-s_free_range (kvp_job_t **free_job_p, uint64_t size, const kvp_replica_t *replicas, uint32_t count)
+void
+rm_free_range (kvp_job_t **free_job_p, uint64_t size, const kvp_replica_t *replicas, uint32_t count)
 {
     if (count == 0)
         return;
@@ -341,17 +260,10 @@ static void
 s_free_replicas (kvp_job_t **free_job_p, kvp_object_t *object)
 {
     if (object->bound)
-        s_free_range (free_job_p, object->size, object->replicas, object->replica_count);
+        rm_free_range (free_job_p, object->size, object->replicas, object->replica_count);
     for (uint32_t d = 0; d < object->departed_count; d++)
-        s_free_range (free_job_p, object->size, &object->departed[d].replica, 1);
+        rm_free_range (free_job_p, object->size, &object->departed[d].replica, 1);
     object->departed_count = 0;
-}
-
-static int
-s_epoch_pins (kvp_object_t *object, unsigned epoch)
-{
-    return atomic_load_explicit (&object->pins[epoch], memory_order_acquire)
-           + (int) object->client_pins[epoch];
 }
 
 //  Whether a dropped object's bytes may still be read: sends in flight, client pins, or
@@ -359,7 +271,8 @@ s_epoch_pins (kvp_object_t *object, unsigned epoch)
 static bool
 s_has_pins (kvp_object_t *object, int64_t now)
 {
-    return s_epoch_pins (object, 0) > 0 || s_epoch_pins (object, 1) > 0 || now < object->keep_until;
+    return rm_epoch_pins (object, 0) > 0 || rm_epoch_pins (object, 1) > 0
+           || now < object->keep_until;
 }
 
 //  Takes an object off the departing list (its departed replicas are freed with it).
@@ -419,85 +332,28 @@ s_replicas_split (self_t *self, kvp_replica_t *replicas, uint32_t *count, uint32
 
 //  Puts placed on a segment before it went reach this actor after its REMOVE_SEGMENT: their
 //  replicas there are freed and dropped. Returns false when that left the item none.
-static bool
-s_strip_gone (self_t *self, kvp_item_t *item, kvp_job_t **free_job_p)
+bool
+rm_strip_gone (self_t *self, kvp_item_t *item, kvp_job_t **free_job_p)
 {
     if (self->gone_bytes == 0)
         return true;
     kvp_replica_t lost[KVP_MAX_REPLICAS];
     uint32_t went = s_replicas_split (self, item->replicas, &item->replica_count, 0, lost);
-    s_free_range (free_job_p, item->size, lost, went);
+    rm_free_range (free_job_p, item->size, lost, went);
     return went == 0 || item->replica_count > 0;
-}
-
-//  ---- the disk tier's bookkeeping (see EVICTION below) -------------------------------
-
-//  Queues a disk copy for unlinking by the transfer-submitter (sent by s_unlinks_send).
-static void
-s_unlink_queue (self_t *self, uint64_t disk_id)
-{
-    if (!self->unlinks)
-        self->unlinks = kvp_job_new (KVP_TX_DISK_DROP, 0);
-    kvp_job_append (self->unlinks)->disk_id = disk_id;
-}
-
-static void
-s_unlinks_send (self_t *self)
-{
-    if (self->unlinks && kvp_job_send (self->tx, self->unlinks) == -1)
-        kvp_job_destroy (&self->unlinks);
-    else if (self->unlinks)
-        self->unlinks_out++;
-    self->unlinks = NULL;
-}
-
-//  Records the object's disk copy.
-static void
-s_disk_attach (self_t *self, kvp_object_t *object, uint64_t disk_id, uint64_t footprint,
-               int64_t now)
-{
-    object->disk_id = disk_id;
-    object->disk_footprint = footprint;
-    object->disk_since = now;
-    lru_append (&self->disk, &object->on_disk);
-    lru_remove (&self->unsaved, &object->unsaved);
-    self->disk_bytes += footprint;
-}
-
-//  Forgets the object's disk copy; it is unlinked too when unlink is true.
-static void
-s_disk_detach (self_t *self, kvp_object_t *object, bool unlink)
-{
-    if (!object->disk_id)
-        return;
-    if (unlink)
-        s_unlink_queue (self, object->disk_id);
-    lru_remove (&self->disk, &object->on_disk);
-    self->disk_bytes -= object->disk_footprint;
-    object->disk_id = 0;
-    object->disk_footprint = 0;
-}
-
-//  Takes a dropped object out of the eviction orders; its disk copy goes.
-static void
-s_lists_leave (self_t *self, kvp_object_t *object)
-{
-    lru_remove (&self->memory, &object->in_memory);
-    lru_remove (&self->unsaved, &object->unsaved);
-    s_disk_detach (self, object, true);
 }
 
 //  Takes an object out of the table and frees (or dooms) it. The object pointer is invalid
 //  afterwards unless it was doomed.
-static void
-s_object_drop (self_t *self, kvp_object_t *object, kvp_job_t **free_job_p, int64_t now)
+void
+rm_object_drop (self_t *self, kvp_object_t *object, kvp_job_t **free_job_p, int64_t now)
 {
     //  Withdrawn from the index before its space can be freed (see shm_index.h).
     if (self->index && object->index_slot >= 0)
         shm_index_remove (self->index, object->index_slot);
     object->index_slot = -1;
     s_departing_leave (self, object);
-    s_lists_leave (self, object);
+    rm_lists_leave (self, object);
     zhashx_delete (self->objects, object->key);
     if (object->state == OBJECT_PENDING)
         self->pending--;
@@ -591,7 +447,7 @@ s_pin_add (self_t *self, uint64_t owner, kvp_object_t *object)
             (kvp_object_t **) realloc (entry->objects, entry->capacity * sizeof (kvp_object_t *));
         assert (entry->objects);
     }
-    entry->objects[entry->count++] = s_pin_handle (object, object->pin_epoch);
+    entry->objects[entry->count++] = rm_pin_handle (object, object->pin_epoch);
     object->client_pins[object->pin_epoch]++;
 }
 
@@ -659,7 +515,7 @@ s_reservation_revoke (self_t *self, kvp_object_t *object, kvp_job_t **free_job_p
     self->revoked++;
     if (object->owner == 0 || !object->bound) {
         //  Nobody outside the node can be writing into it.
-        s_object_drop (self, object, free_job_p, now);
+        rm_object_drop (self, object, free_job_p, now);
         return;
     }
     zhashx_delete (self->objects, object->key);
@@ -714,8 +570,8 @@ s_fill_replicas (kvp_item_t *item, kvp_object_t *object, bool rotate)
 }
 
 //  A new object for item, with the job's pins, in the table (the caller sets its state).
-static kvp_object_t *
-s_object_new (self_t *self, kvp_job_t *job, kvp_item_t *item, int64_t now)
+kvp_object_t *
+rm_object_new (self_t *self, kvp_job_t *job, kvp_item_t *item, int64_t now)
 {
     kvp_object_t *object = (kvp_object_t *) zmalloc (sizeof (kvp_object_t));
     object->key = strdup (item->key);
@@ -746,7 +602,7 @@ s_reserve (self_t *self, kvp_job_t *job, int64_t now)
             item->status = KVPOOL_OBJECT_ALREADY_EXISTS;
             continue;
         }
-        kvp_object_t *object = s_object_new (self, job, item, now);
+        kvp_object_t *object = rm_object_new (self, job, item, now);
         object->state = OBJECT_PENDING;
         object->busy = true;
         object->owner = job->owner_id;
@@ -771,13 +627,13 @@ s_bind (self_t *self, kvp_job_t *job, int64_t now)
                 item->status = KVPOOL_INVALID_WRITE;
             continue;
         }
-        if (item->status == KVPOOL_OK && !s_strip_gone (self, item, &free_job)) {
+        if (item->status == KVPOOL_OK && !rm_strip_gone (self, item, &free_job)) {
             item->status = KVPOOL_NO_AVAILABLE_HANDLE;
             snprintf (job->error, sizeof job->error,
                       "the segment a value was placed in was unmounted meanwhile");
         }
         if (item->status != KVPOOL_OK) {
-            s_object_drop (self, object, &free_job, now);
+            rm_object_drop (self, object, &free_job, now);
             continue;
         }
         object->replica_count = item->replica_count;
@@ -786,7 +642,7 @@ s_bind (self_t *self, kvp_job_t *job, int64_t now)
         object->busy = false;
         object->put_deadline = now + (int64_t) self->config->put_timeout_ms;
     }
-    s_free_job_send (self, &free_job);
+    rm_free_job_send (self, &free_job);
 }
 
 //  ---- leases ------------------------------------------------------------------------
@@ -805,8 +661,8 @@ s_stamp_lease (self_t *self, int64_t read_ms, int64_t now)
 
 //  When the object's lease ends: the later of the reads this actor served and the last
 //  read from the index.
-static int64_t
-s_lease_end (self_t *self, kvp_object_t *object, int64_t now)
+int64_t
+rm_lease_end (self_t *self, kvp_object_t *object, int64_t now)
 {
     int64_t end = object->lease_until;
     if (self->index && object->index_slot >= 0) {
@@ -819,8 +675,8 @@ s_lease_end (self_t *self, kvp_object_t *object, int64_t now)
 }
 
 //  Publishes a committed object in the index (its first replica), unread.
-static void
-s_publish (self_t *self, kvp_object_t *object)
+void
+rm_publish (self_t *self, kvp_object_t *object)
 {
     if (self->index && object->replica_count && object->index_slot < 0)
         object->index_slot = shm_index_insert (self->index, object->key, strlen (object->key),
@@ -847,14 +703,14 @@ s_looks_removable (self_t *self, kvp_object_t *object, bool force, int64_t now)
 {
     return force
            || (object->client_pins[0] == 0 && object->client_pins[1] == 0
-               && s_lease_end (self, object, now) <= now);
+               && rm_lease_end (self, object, now) <= now);
 }
 
 //  Whether a removal may take the object now; if so, it is out of the index already. The
 //  last word on a published object's lease comes after its withdrawal (shm_index.h): an
 //  object found leased then is published again.
-static bool
-s_take_unleased (self_t *self, kvp_object_t *object, bool force, int64_t now)
+bool
+rm_take_unleased (self_t *self, kvp_object_t *object, bool force, int64_t now)
 {
     if (!s_looks_removable (self, object, force, now))
         return false;
@@ -863,7 +719,7 @@ s_take_unleased (self_t *self, kvp_object_t *object, bool force, int64_t now)
     s_withdraw (self, object, now);
     if (object->lease_until <= now)
         return true;
-    s_publish (self, object);
+    rm_publish (self, object);
     return false;
 }
 
@@ -877,7 +733,7 @@ s_object_complete (self_t *self, kvp_object_t *object, int64_t now)
     lru_append (&self->memory, &object->in_memory);
     if (self->eager)
         lru_append (&self->unsaved, &object->unsaved);
-    s_publish (self, object);
+    rm_publish (self, object);
     self->bytes_stored += object->size * object->replica_count;
     self->puts++;
 }
@@ -921,7 +777,7 @@ s_commit (self_t *self, kvp_job_t *job, int64_t now)
         self->pending--;
         s_object_complete (self, object, now);
     }
-    s_free_job_send (self, &free_job);
+    rm_free_job_send (self, &free_job);
 }
 
 //  The end of a server-side PUT, in one step: the allocator placed each value and the api
@@ -937,7 +793,7 @@ s_insert (self_t *self, kvp_job_t *job, int64_t now)
         kvp_item_t *item = &job->items[i];
         if (item->status == KVPOOL_OK && zhashx_lookup (self->objects, item->key))
             item->status = KVPOOL_OBJECT_ALREADY_EXISTS;
-        if (item->status == KVPOOL_OK && !s_strip_gone (self, item, &free_job)) {
+        if (item->status == KVPOOL_OK && !rm_strip_gone (self, item, &free_job)) {
             item->status = KVPOOL_NO_AVAILABLE_HANDLE;
             snprintf (job->error, sizeof job->error,
                       "the segment a value was placed in was unmounted meanwhile");
@@ -951,13 +807,13 @@ s_insert (self_t *self, kvp_job_t *job, int64_t now)
             }
             continue;
         }
-        kvp_object_t *object = s_object_new (self, job, item, now);
+        kvp_object_t *object = rm_object_new (self, job, item, now);
         object->replica_count = item->replica_count;
         memcpy (object->replicas, item->replicas, sizeof object->replicas);
         object->bound = true;
         s_object_complete (self, object, now);
     }
-    s_free_job_send (self, &free_job);
+    rm_free_job_send (self, &free_job);
 }
 
 //  A server-side UPSERT: as an insert, but an existing committed object is replaced. The old
@@ -979,10 +835,10 @@ s_upsert (self_t *self, kvp_job_t *job, int64_t now)
             //  Out of the index first: its last read stamps are in its lease then.
             s_withdraw (self, old, now);
             old->keep_until = old->lease_until;
-            s_object_drop (self, old, &free_job, now);
+            rm_object_drop (self, old, &free_job, now);
         }
     }
-    s_free_job_send (self, &free_job);
+    rm_free_job_send (self, &free_job);
     //  Every key that is OK is free now: the insert takes them.
     s_insert (self, job, now);
 }
@@ -998,23 +854,10 @@ s_revoke (self_t *self, kvp_job_t *job, int64_t now)
         kvp_object_t *object = s_own_reservation (self, job, item, &free_job);
         if (!object)
             continue;
-        s_object_drop (self, object, &free_job, now);
+        rm_object_drop (self, object, &free_job, now);
         self->revoked++;
     }
-    s_free_job_send (self, &free_job);
-}
-
-//  Whether a read of a disk-only object makes it hot enough to go back to memory.
-static bool
-s_promote_due (self_t *self, kvp_object_t *object, int64_t now)
-{
-    if (self->config->promote_on_hit == 0)
-        return false;
-    uint64_t hash = shm_index_hash (object->key, strlen (object->key));
-    if (admission_hit (self->disk_reads, hash, now) < self->config->promote_on_hit)
-        return false;
-    admission_forget (self->disk_reads, hash);
-    return true;
+    rm_free_job_send (self, &free_job);
 }
 
 static void
@@ -1053,7 +896,7 @@ s_read (self_t *self, kvp_job_t *job, int64_t now)
             item->replica_count = 0;
             item->disk_id = object->disk_id;
             item->object_id = object->id;
-            item->promote = s_promote_due (self, object, now);
+            item->promote = rm_promote_due (self, object, now);
             continue;
         }
         switch (job->kind) {
@@ -1061,7 +904,7 @@ s_read (self_t *self, kvp_job_t *job, int64_t now)
                 self->get_hits++;
                 atomic_fetch_add_explicit (&object->pins[object->pin_epoch], 1,
                                            memory_order_relaxed);
-                item->object = s_pin_handle (object, object->pin_epoch);
+                item->object = rm_pin_handle (object, object->pin_epoch);
                 s_fill_replicas (item, object, true);
                 break;
             case KVP_RM_REPLICA_LIST:
@@ -1085,14 +928,14 @@ s_remove (self_t *self, kvp_job_t *job, int64_t now)
         kvp_object_t *object = s_lookup_complete (self, item->key);
         if (!object)
             item->status = KVPOOL_OBJECT_NOT_FOUND;
-        else if (!s_take_unleased (self, object, job->force, now))
+        else if (!rm_take_unleased (self, object, job->force, now))
             item->status = KVPOOL_OBJECT_HAS_LEASE;
         else {
-            s_object_drop (self, object, &free_job, now);
+            rm_object_drop (self, object, &free_job, now);
             self->removes++;
         }
     }
-    s_free_job_send (self, &free_job);
+    rm_free_job_send (self, &free_job);
 }
 
 //  REMOVE_ALL and RESET: one pass over the table.
@@ -1106,7 +949,7 @@ s_remove_many (self_t *self, kvp_job_t *job, int64_t now)
          object = (kvp_object_t *) zhashx_next (self->objects)) {
         if (object->state != OBJECT_COMPLETE && !(reset && !object->busy))
             continue;
-        if (object->state == OBJECT_COMPLETE && !s_take_unleased (self, object, job->force, now))
+        if (object->state == OBJECT_COMPLETE && !rm_take_unleased (self, object, job->force, now))
             continue;
         zlistx_add_end (victims, object);
     }
@@ -1117,14 +960,14 @@ s_remove_many (self_t *self, kvp_job_t *job, int64_t now)
         if (object->state == OBJECT_COMPLETE) {
             removed++;
             self->removes++;
-            s_object_drop (self, object, &free_job, now);
+            rm_object_drop (self, object, &free_job, now);
         }
         else
             //  Nothing lands after a reset, and no late writer lands in reused space.
             s_reservation_revoke (self, object, &free_job, now);
     }
     zlistx_destroy (&victims);
-    s_free_job_send (self, &free_job);
+    rm_free_job_send (self, &free_job);
     job->result_count = removed;
 }
 
@@ -1139,7 +982,7 @@ s_pin_epoch_turn (kvp_object_t *object)
     bool waiting = false;
     for (uint32_t d = 0; d < object->departed_count; d++)
         waiting |= (object->departed[d].epochs >> current & 1) != 0;
-    if (waiting && s_epoch_pins (object, other) == 0)
+    if (waiting && rm_epoch_pins (object, other) == 0)
         object->pin_epoch = (uint8_t) other;
 }
 
@@ -1150,13 +993,13 @@ static bool
 s_departed_check (kvp_object_t *object, kvp_job_t **free_job_p)
 {
     uint8_t empty =
-        (uint8_t) ((s_epoch_pins (object, 0) == 0) | (s_epoch_pins (object, 1) == 0) << 1);
+        (uint8_t) ((rm_epoch_pins (object, 0) == 0) | (rm_epoch_pins (object, 1) == 0) << 1);
     uint32_t kept = 0;
     for (uint32_t d = 0; d < object->departed_count; d++) {
         departed_t *departed = &object->departed[d];
         departed->epochs &= (uint8_t) ~empty;
         if (departed->epochs == 0)
-            s_free_range (free_job_p, object->size, &departed->replica, 1);
+            rm_free_range (free_job_p, object->size, &departed->replica, 1);
         else
             object->departed[kept++] = *departed;
     }
@@ -1172,11 +1015,11 @@ s_replicas_depart (self_t *self, kvp_object_t *object, const kvp_replica_t *lost
                    kvp_job_t **free_job_p)
 {
     uint8_t epochs =
-        (uint8_t) ((s_epoch_pins (object, 0) > 0) | (s_epoch_pins (object, 1) > 0) << 1);
+        (uint8_t) ((rm_epoch_pins (object, 0) > 0) | (rm_epoch_pins (object, 1) > 0) << 1);
     if (epochs == 0 || object->state != OBJECT_COMPLETE) {
         //  Nobody reads it (a reservation's writer writes into its own mapping of a segment
         //  on which the allocator places nothing any more).
-        s_free_range (free_job_p, object->size, lost, count);
+        rm_free_range (free_job_p, object->size, lost, count);
         return;
     }
     if (!object->departed) {
@@ -1229,7 +1072,7 @@ s_remove_segment (self_t *self, kvp_job_t *job, int64_t now)
             self->bytes_stored -= object->size * went;
         s_replicas_depart (self, object, lost, went, &free_job);
         if (published && object->index_slot < 0)
-            s_publish (self, object);
+            rm_publish (self, object);
     }
     uint64_t removed = 0;
     for (kvp_object_t *object = (kvp_object_t *) zlistx_first (victims); object;
@@ -1237,18 +1080,18 @@ s_remove_segment (self_t *self, kvp_job_t *job, int64_t now)
         if (object->state == OBJECT_COMPLETE) {
             removed++;
             self->removes++;
-            s_object_drop (self, object, &free_job, now);
+            rm_object_drop (self, object, &free_job, now);
         }
         else {
             //  Its space is freed now (nobody else can be given it: see above); the writer
             //  learns at PUT_END that nothing was stored.
-            s_free_range (&free_job, object->size, object->replicas, object->replica_count);
+            rm_free_range (&free_job, object->size, object->replicas, object->replica_count);
             object->replica_count = 0;
             s_reservation_revoke (self, object, &free_job, now);
         }
     }
     zlistx_destroy (&victims);
-    s_free_job_send (self, &free_job);
+    rm_free_job_send (self, &free_job);
     job->result_count = removed;
 }
 
@@ -1269,346 +1112,14 @@ s_owner_gone (self_t *self, kvp_job_t *job, int64_t now)
             zlistx_add_end (reservations, object);
     for (kvp_object_t *object = (kvp_object_t *) zlistx_first (reservations); object;
          object = (kvp_object_t *) zlistx_next (reservations)) {
-        s_object_drop (self, object, &free_job, now);
+        rm_object_drop (self, object, &free_job, now);
         self->revoked++;
     }
     job->result_count = zlistx_size (reservations);
     zlistx_destroy (&reservations);
     while (s_revoked_end (self, owner, NULL, &free_job))
         job->result_count++;
-    s_free_job_send (self, &free_job);
-}
-
-//  ---- eviction and the disk tier (see EVICTION) ------------------------------------
-
-//  Gives the space an eviction freed to the evictor to free (kvp_evict_t.frees), so that it
-//  knows when the allocator has it.
-static void
-s_frees_hand_over (kvp_job_t *job, kvp_job_t **free_job_p)
-{
-    assert (job->evict.frees == NULL);
-    if (*free_job_p && (*free_job_p)->count)
-        job->evict.frees = *free_job_p;
-    else
-        kvp_job_destroy (free_job_p);
-    *free_job_p = NULL;
-}
-
-//  When the object was last used: its last write or read here, or its last read from the
-//  index (its read stamp), whichever is later.
-static int64_t
-s_last_use (self_t *self, kvp_object_t *object, int64_t now)
-{
-    int64_t last = object->touched;
-    if (self->index && object->index_slot >= 0) {
-        int64_t read = shm_index_last_read (self->index, object->index_slot);
-        if (read > last && read <= now + STAMP_FUTURE_MAX_MS)
-            last = read;
-    }
-    return last;
-}
-
-//  Whether anything holds the object's bytes in memory: sends, client pins, departed
-//  replicas, its disk copy being written.
-static bool
-s_held (kvp_object_t *object)
-{
-    return s_epoch_pins (object, 0) > 0 || s_epoch_pins (object, 1) > 0
-           || object->departed_count > 0 || object->offloading;
-}
-
-//  Frees the memory replicas of an object that keeps its disk copy. It is out of the index
-//  already (s_take_unleased) and nothing holds it (s_held).
-static void
-s_memory_evict (self_t *self, kvp_object_t *object, kvp_job_t **free_job_p)
-{
-    assert (object->disk_id && object->index_slot < 0 && !s_held (object));
-    lru_remove (&self->memory, &object->in_memory);
-    lru_remove (&self->unsaved, &object->unsaved);
-    self->bytes_stored -= object->size * object->replica_count;
-    s_free_range (free_job_p, object->size, object->replicas, object->replica_count);
-    object->replica_count = 0;
-    self->evictions++;
-}
-
-//  Pins a committed object for the evictor's disk write and lists it in the job.
-static void
-s_offload_pin (kvp_job_t *job, kvp_object_t *object, bool evict)
-{
-    kvp_evict_t *plan = &job->evict;
-    object->offloading = true;
-    atomic_fetch_add_explicit (&object->pins[object->pin_epoch], 1, memory_order_relaxed);
-    kvp_item_t *item = kvp_job_append_key (job, object->key, strlen (object->key));
-    item->object = s_pin_handle (object, object->pin_epoch);
-    item->object_id = object->id;
-    item->size = object->size;
-    item->src = object->replicas[0].addr;
-    item->evict = evict;
-    plan->queued++;
-    plan->queued_bytes += disk_store_footprint (strlen (object->key), object->size);
-}
-
-//  Whether a disk copy of the object fits what the plan still allows.
-static bool
-s_offload_fits (self_t *self, kvp_evict_t *plan, kvp_object_t *object)
-{
-    return plan->queued < plan->limit
-           && self->disk_bytes + plan->queued_bytes
-                      + disk_store_footprint (strlen (object->key), object->size)
-                  <= plan->disk_limit;
-}
-
-//  One eviction candidate, the oldest not yet looked at in this pass. Returns the memory
-//  bytes its eviction frees now or once its disk copy is written (0: none).
-static uint64_t
-s_evict_one (self_t *self, kvp_job_t *job, kvp_object_t *object, int pass, kvp_job_t **free_job_p,
-             int64_t now)
-{
-    kvp_evict_t *plan = &job->evict;
-    uint64_t bytes = object->size * object->replica_count;
-    //  Second chance: used since it took its place, it goes to the back.
-    if (s_last_use (self, object, now) > object->memory_since || object->hard_pin) {
-        object->memory_since = now;
-        lru_append (&self->memory, &object->in_memory);
-        if (object->hard_pin)
-            plan->pinned++;
-        return 0;
-    }
-    bool soft = object->soft_pin_until > now;
-    if (soft != (pass == 1))
-        return 0; //  soft-pinned objects go in the second pass, the others in the first
-    if (s_held (object)) {
-        plan->pinned++;
-        return 0;
-    }
-    if (s_lease_end (self, object, now) > now) {
-        plan->leased++;
-        return 0;
-    }
-    bool keep_copy = object->disk_id != 0;
-    if (plan->offload && !keep_copy) {
-        if (s_offload_fits (self, plan, object)) {
-            s_offload_pin (job, object, true);
-            return bytes;
-        }
-        if (!plan->force) {
-            plan->skipped++;
-            return 0;
-        }
-    }
-    //  Out of the index now; a read confirmed just before keeps it (a lease after all).
-    if (!s_take_unleased (self, object, false, now)) {
-        plan->leased++;
-        return 0;
-    }
-    if (keep_copy)
-        s_memory_evict (self, object, free_job_p);
-    else {
-        if (plan->offload)
-            plan->forced++;
-        self->evictions++;
-        self->dropped_evictions++;
-        s_object_drop (self, object, free_job_p, now);
-    }
-    self->evicted_bytes += bytes;
-    plan->freed_objects++;
-    plan->freed_bytes += bytes;
-    return bytes;
-}
-
-//  RM_EVICT: frees plan->want bytes of memory, least recently used first (see EVICTION).
-//  Items out: the objects pinned for a disk copy.
-static void
-s_evict (self_t *self, kvp_job_t *job, int64_t now)
-{
-    kvp_evict_t *plan = &job->evict;
-    kvp_job_t *free_job = NULL;
-    int64_t started = zclock_usecs ();
-    job->count = 0;
-    //  Eager copies first: committed objects in the order they came.
-    lru_link_t *link;
-    while (plan->eager && (link = lru_first (&self->unsaved)) && plan->queued < plan->eager) {
-        kvp_object_t *object = lru_entry (link, kvp_object_t, unsaved);
-        lru_remove (&self->unsaved, link);
-        if (!object->disk_id && !object->offloading && object->replica_count
-            && s_offload_fits (self, plan, object))
-            s_offload_pin (job, object, false);
-        else if (!object->disk_id && !object->offloading && object->replica_count) {
-            lru_append (&self->unsaved, link); //  no room now: it waits
-            break;
-        }
-    }
-    uint64_t gained = 0;
-    for (int pass = 0; pass < 2 && gained < plan->want; pass++) {
-        if (pass == 1 && !plan->soft)
-            break;
-        //  Each object is looked at once a pass, even if it moves to the back.
-        size_t budget = self->memory.count;
-        link = lru_first (&self->memory);
-        while (link && budget-- > 0 && gained < plan->want) {
-            lru_link_t *next = lru_next (&self->memory, link);
-            kvp_object_t *object = lru_entry (link, kvp_object_t, in_memory);
-            gained += s_evict_one (self, job, object, pass, &free_job, now);
-            link = next;
-        }
-    }
-    plan->disk_bytes = self->disk_bytes;
-    plan->disk_objects = self->disk.count;
-    s_frees_hand_over (job, &free_job);
-    plan->walk_us = (uint64_t) (zclock_usecs () - started);
-}
-
-//  RM_OFFLOADED: the disk copies of the objects s_evict pinned are written (or failed). Each
-//  is recorded on its object, if that is still the same object and has none; an item whose
-//  copy nobody wants comes back OBJECT_NOT_FOUND, and the evictor unlinks it.
-static void
-s_offloaded (self_t *self, kvp_job_t *job, int64_t now)
-{
-    kvp_job_t *free_job = NULL;
-    for (size_t i = 0; i < job->count; i++) {
-        kvp_item_t *item = &job->items[i];
-        kvp_object_t *object = (kvp_object_t *) zhashx_lookup (self->objects, item->key);
-        if (object && (object->id != item->object_id || object->state != OBJECT_COMPLETE))
-            object = NULL;
-        if (object)
-            object->offloading = false;
-        //  The pin ends here; a doomed object waits for the sweep.
-        if (item->object) {
-            kvp_object_unpin (item->object);
-            item->object = NULL;
-        }
-        if (item->status != KVPOOL_OK || !item->disk_id)
-            continue; //  no copy: the object keeps its memory (skipped)
-        if (!object || object->disk_id) {
-            item->status = KVPOOL_OBJECT_NOT_FOUND;
-            continue;
-        }
-        s_disk_attach (self, object, item->disk_id, item->disk_footprint, now);
-        if (item->evict && object->replica_count && !s_held (object)
-            && s_lease_end (self, object, now) <= now
-            && s_take_unleased (self, object, false, now)) {
-            self->evicted_bytes += object->size * object->replica_count;
-            s_memory_evict (self, object, &free_job);
-        }
-    }
-    job->evict.disk_bytes = self->disk_bytes;
-    job->evict.disk_objects = self->disk.count;
-    s_frees_hand_over (job, &free_job);
-}
-
-//  RM_DISK_EVICT: drops disk copies, least recently used first, until plan->want bytes of
-//  disk are free. A copy whose object is in memory too is only forgotten; a disk-only object
-//  goes with its copy, unless it is leased or pinned.
-static void
-s_disk_evict (self_t *self, kvp_job_t *job, int64_t now)
-{
-    kvp_evict_t *plan = &job->evict;
-    kvp_job_t *free_job = NULL;
-    uint64_t freed = 0;
-    size_t budget = self->disk.count;
-    lru_link_t *link = lru_first (&self->disk);
-    while (link && budget-- > 0 && freed < plan->want) {
-        lru_link_t *next = lru_next (&self->disk, link);
-        kvp_object_t *object = lru_entry (link, kvp_object_t, on_disk);
-        link = next;
-        if (object->touched > object->disk_since || object->hard_pin) {
-            object->disk_since = now;
-            lru_append (&self->disk, &object->on_disk);
-            continue;
-        }
-        uint64_t footprint = object->disk_footprint;
-        if (object->replica_count == 0) {
-            if (s_held (object) || !s_take_unleased (self, object, false, now)) {
-                plan->leased++;
-                continue;
-            }
-            s_object_drop (self, object, &free_job, now);
-        }
-        else
-            s_disk_detach (self, object, true);
-        self->disk_drops++;
-        plan->freed_objects++;
-        freed += footprint;
-    }
-    plan->freed_bytes = freed;
-    plan->disk_bytes = self->disk_bytes;
-    plan->disk_objects = self->disk.count;
-    s_free_job_send (self, &free_job);
-}
-
-//  RM_DISK_REGISTER: the copies a restarted node found on its disk become disk-only
-//  objects; a key that exists already keeps its object (the item comes back
-//  OBJECT_ALREADY_EXISTS, and its copy is unlinked).
-static void
-s_disk_register (self_t *self, kvp_job_t *job, int64_t now)
-{
-    for (size_t i = 0; i < job->count; i++) {
-        kvp_item_t *item = &job->items[i];
-        if (item->status != KVPOOL_OK || !item->disk_id)
-            continue;
-        if (zhashx_lookup (self->objects, item->key)) {
-            item->status = KVPOOL_OBJECT_ALREADY_EXISTS;
-            s_unlink_queue (self, item->disk_id);
-            continue;
-        }
-        kvp_object_t *object = s_object_new (self, job, item, now);
-        object->state = OBJECT_COMPLETE;
-        object->bound = true;
-        object->touched = now;
-        s_disk_attach (self, object, item->disk_id, item->disk_footprint, now);
-        self->puts++;
-    }
-}
-
-//  RM_DISK_LOST: copies that failed a read's verification are forgotten (the job's next
-//  stage unlinks them); a disk-only object goes with its copy.
-static void
-s_disk_lost (self_t *self, kvp_job_t *job, int64_t now)
-{
-    kvp_job_t *free_job = NULL;
-    for (size_t i = 0; i < job->count; i++) {
-        kvp_item_t *item = &job->items[i];
-        kvp_object_t *object = (kvp_object_t *) zhashx_lookup (self->objects, item->key);
-        if (!object || object->disk_id != item->disk_id || !item->disk_id)
-            continue;
-        self->disk_lost++;
-        s_disk_detach (self, object, false);
-        if (object->state == OBJECT_COMPLETE && object->replica_count == 0) {
-            self->removes++;
-            s_object_drop (self, object, &free_job, now);
-        }
-    }
-    s_free_job_send (self, &free_job);
-}
-
-//  RM_PROMOTE: a disk-only object read often is back in memory (placed and written by the
-//  job's earlier stages) if it is still the same object and still on disk only; otherwise
-//  the space goes back.
-static void
-s_promote (self_t *self, kvp_job_t *job, int64_t now)
-{
-    kvp_job_need_replicas (job);
-    kvp_job_t *free_job = NULL;
-    for (size_t i = 0; i < job->count; i++) {
-        kvp_item_t *item = &job->items[i];
-        if (item->status != KVPOOL_OK || item->replica_count == 0)
-            continue;
-        kvp_object_t *object = (kvp_object_t *) zhashx_lookup (self->objects, item->key);
-        if (!object || object->id != item->object_id || object->state != OBJECT_COMPLETE
-            || object->replica_count || !s_strip_gone (self, item, &free_job)
-            || item->replica_count == 0) {
-            s_free_range (&free_job, item->size, item->replicas, item->replica_count);
-            continue;
-        }
-        object->replica_count = item->replica_count;
-        memcpy (object->replicas, item->replicas, item->replica_count * sizeof (kvp_replica_t));
-        object->touched = object->memory_since = now;
-        lru_append (&self->memory, &object->in_memory);
-        self->bytes_stored += object->size * object->replica_count;
-        self->promotions++;
-        s_publish (self, object);
-    }
-    s_free_job_send (self, &free_job);
+    rm_free_job_send (self, &free_job);
 }
 
 //  ---- remove by regex, matched on the regex-matcher's thread --------------------------
@@ -1716,13 +1227,13 @@ s_regex_finish (self_t *self)
                 (kvp_object_t *) zhashx_lookup (self->objects, regex_batch_key (batch, i, NULL));
             if (!object || object->id != regex_batch_tag (batch, i)
                 || object->state != OBJECT_COMPLETE
-                || !s_take_unleased (self, object, job->force, now))
+                || !rm_take_unleased (self, object, job->force, now))
                 continue;
-            s_object_drop (self, object, &free_job, now);
+            rm_object_drop (self, object, &free_job, now);
             self->removes++;
             removed++;
         }
-        s_free_job_send (self, &free_job);
+        rm_free_job_send (self, &free_job);
         job->result_count = removed;
     }
     s_regex_run_end (self, &run);
@@ -1811,7 +1322,7 @@ s_sweep (self_t *self, int64_t now)
             zlistx_destroy (&expired);
         }
     }
-    s_free_job_send (self, &free_job);
+    rm_free_job_send (self, &free_job);
 }
 
 static void
@@ -1836,12 +1347,12 @@ s_handle_job (self_t *self, kvp_job_t *job)
         case KVP_RM_REMOVE_SEGMENT: s_remove_segment (self, job, now); break;
         case KVP_RM_OWNER_GONE: s_owner_gone (self, job, now); break;
         case KVP_RM_STATS: s_stats (self, job); break;
-        case KVP_RM_EVICT: s_evict (self, job, now); break;
-        case KVP_RM_OFFLOADED: s_offloaded (self, job, now); break;
-        case KVP_RM_DISK_EVICT: s_disk_evict (self, job, now); break;
-        case KVP_RM_DISK_REGISTER: s_disk_register (self, job, now); break;
-        case KVP_RM_DISK_LOST: s_disk_lost (self, job, now); break;
-        case KVP_RM_PROMOTE: s_promote (self, job, now); break;
+        case KVP_RM_EVICT: rm_evict (self, job, now); break;
+        case KVP_RM_OFFLOADED: rm_offloaded (self, job, now); break;
+        case KVP_RM_DISK_EVICT: rm_disk_evict (self, job, now); break;
+        case KVP_RM_DISK_REGISTER: rm_disk_register (self, job, now); break;
+        case KVP_RM_DISK_LOST: rm_disk_lost (self, job, now); break;
+        case KVP_RM_PROMOTE: rm_promote (self, job, now); break;
         default:
             kvp_job_fail (job, KVPOOL_INTERNAL_ERROR, "replica-manager: job kind %d", job->kind);
             break;
@@ -1883,7 +1394,7 @@ replica_manager_actor (zsock_t *pipe, void *args)
                 s_handle_job (self, job);
                 kvp_job_reply (self->router, &routing_id, job);
             }
-            s_unlinks_send (self);
+            rm_unlinks_send (self);
         }
         else if (which == self->tx) {
             //  The transfer-submitter hands our unlink jobs back when done.
@@ -1901,7 +1412,7 @@ replica_manager_actor (zsock_t *pipe, void *args)
         }
         if (zclock_mono () >= self->next_sweep) {
             s_sweep (self, zclock_mono ());
-            s_unlinks_send (self);
+            rm_unlinks_send (self);
             self->next_sweep = zclock_mono () + SWEEP_INTERVAL_MS;
         }
     }

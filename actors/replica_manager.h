@@ -4,10 +4,13 @@
     (insert for the api's puts; reserve -> bind -> commit, or revoke, for a client's),
     reads (get, exist, get-size, replica lists, touches),
     removal (by key, by regex, all, by segment), leases, the discard timeout of uncommitted
-    put-starts and the deferred freeing of objects that are still being read.
+    put-starts and the deferred freeing of objects that are still being read. It keeps the
+    objects in least-recently-used order and does the evictor's cycles on them (the
+    evictor's plan decides; see actors/evictor.h), and records their disk copies.
 
     It serves kvp_job_t pointers on a ROUTER bound at inproc://<instance>-rm (see
-    messages/kvp_job.h), and sends space it frees to the allocator (inproc://<instance>-al).
+    messages/kvp_job.h), and sends space it frees to the allocator (inproc://<instance>-al)
+    and disk copies to unlink to the transfer-submitter (inproc://<instance>-tx).
     Jobs are handled one at a time in arrival order, so two jobs on the same key are ordered.
 
     Pipe commands:

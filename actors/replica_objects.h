@@ -1,0 +1,169 @@
+/*  replica_objects.h - the replica-manager's state, shared by its two files (internal: no
+    other file includes it).
+
+    actors/replica_manager.c   the actor, the table, puts, reads, removal, pins, leases,
+                               segments that go
+    actors/replica_tier.c      eviction and the disk tier: the least-recently-used orders, the
+                               evictor's cycles, disk copies, promotion
+
+    Both run on the actor's one thread; the functions below are its, called from either file.
+*/
+#ifndef REPLICA_OBJECTS_H_INCLUDED
+#define REPLICA_OBJECTS_H_INCLUDED
+
+#include <czmq.h>
+#include <stdatomic.h>
+
+#include "actors/admission.h"
+#include "actors/config.h"
+#include "actors/lru_list.h"
+#include "actors/regex_matcher.h"
+#include "messages/kvp_job.h"
+#include "shm/shm_index.h"
+
+//  A read stamp further ahead of the actor's clock than this is not taken for a read.
+#define STAMP_FUTURE_MAX_MS 10000
+
+typedef enum { OBJECT_PENDING = 1, OBJECT_COMPLETE = 2 } object_state_t;
+
+//  A replica taken from its object (its segment went) whose space waits for the pins of the
+//  epochs in `epochs` (bit e: epoch e) to end.
+typedef struct {
+    kvp_replica_t replica;
+    uint8_t epochs;
+} departed_t;
+
+struct _kvp_object_t {
+    char *key;
+    uint64_t id; //  unique for the life of the actor; guards stale job references
+    uint64_t size;
+    object_state_t state;
+    bool busy;  //  reserved, not yet bound: the allocator is still placing it
+    bool bound; //  replicas recorded
+    uint32_t replica_count;
+    kvp_replica_t replicas[KVP_MAX_REPLICAS];
+    atomic_int pins[2];      //  zero-copy sends in flight, by pin epoch
+    uint32_t client_pins[2]; //  GET_REPLICA_LIST pins not yet released, by pin epoch
+    uint8_t pin_epoch;       //  the epoch new pins count in
+    departed_t *departed;    //  replicas lost with their segment, space not yet freed
+    uint32_t departed_count;
+    void *departing_handle; //  in self->departing while departed_count > 0
+    int64_t lease_until;
+    int64_t keep_until; //  replaced by an upsert under a lease: its space waits until then
+    int64_t put_deadline;
+    int64_t soft_pin_until;
+    bool hard_pin;
+    uint32_t next_replica; //  round robin over replicas for reads
+    int64_t index_slot;    //  where it is published in the same-machine index, or -1
+    uint64_t owner;        //  a reservation's writer (owners.h id; 0: the node)
+    //  Eviction (see EVICTION below).
+    lru_link_t in_memory;    //  in self->memory while it has memory replicas
+    lru_link_t on_disk;      //  in self->disk while it has a disk copy
+    lru_link_t unsaved;      //  in self->unsaved while waiting for an eager disk copy
+    int64_t touched;         //  its last read or write this actor saw
+    int64_t memory_since;    //  when it took its place in self->memory
+    int64_t disk_since;      //  ... in self->disk
+    uint64_t disk_id;        //  its disk copy (tier/disk_store.h), or 0
+    uint64_t disk_footprint; //  what that copy takes on disk
+    bool offloading;         //  pinned while the evictor writes its disk copy
+};
+
+//  The client pins one owner holds on one key: usually one object; more when the key was
+//  removed and put again between its reads. Released first in, first out.
+typedef struct {
+    size_t count, capacity;
+    kvp_object_t **objects; //  pin handles (rm_pin_handle)
+} pin_entry_t;
+
+typedef struct {
+    zsock_t *pipe;
+    zsock_t *router;    //  jobs, all routed by the api
+    zsock_t *allocator; //  frees go here
+    const kvp_config_t *config;
+    zhashx_t *objects;   //  key -> kvp_object_t
+    shm_index_t *index;  //  committed objects published for same-machine readers
+    zlistx_t *doomed;    //  removed objects whose space waits for pins to end
+    zlistx_t *held;      //  revoked reservations whose space waits for their writer
+    zlistx_t *departing; //  objects with departed replicas (see DESIGN)
+    uint8_t *gone;       //  bitmap of the ids of segments that went (REMOVE_SEGMENT)
+    size_t gone_bytes;
+    zhashx_t *pins; //  "<owner>:<key>" -> pin_entry_t: client pins by owner
+    char *pin_key;  //  scratch for building pin keys
+    size_t pin_key_size;
+    uint64_t next_id;
+    int64_t next_sweep;
+    size_t pending;
+    uint64_t bytes_stored;
+    uint64_t puts, gets, get_hits, removes, revoked;
+    size_t frees_out; //  free jobs the allocator has not handed back yet
+    //  Eviction and the disk tier (see EVICTION below).
+    zsock_t *tx;             //  disk copies to unlink go here
+    kvp_job_t *unlinks;      //  disk copies to unlink, sent at the end of each job
+    size_t unlinks_out;      //  unlink jobs the transfer-submitter has not handed back
+    lru_list_t memory;       //  objects with memory replicas, least recently used first
+    lru_list_t disk;         //  objects with a disk copy, least recently used first
+    lru_list_t unsaved;      //  --offload eager: committed objects without a disk copy yet
+    admission_t *disk_reads; //  reads of disk-only objects, for --promote-on-hit
+    bool eager;              //  --offload eager
+    uint64_t disk_bytes;     //  footprints of the disk copies recorded
+    uint64_t evictions, evicted_bytes, dropped_evictions;
+    uint64_t disk_hits, promotions, disk_drops, disk_lost;
+    regex_matcher_t *matcher;
+    zlistx_t *regex_runs; //  regex_run_t, oldest first; the first is at the matcher if out
+    bool regex_out;
+    bool terminated;
+} rm_state_t;
+
+//  A pin handle: the object's address with the pin's epoch in its low bit (objects are
+//  malloc'd, so at least 8-byte aligned).
+static inline kvp_object_t *
+rm_pin_handle (kvp_object_t *object, unsigned epoch)
+{
+    return (kvp_object_t *) ((uintptr_t) object | epoch);
+}
+
+static inline int
+rm_epoch_pins (kvp_object_t *object, unsigned epoch)
+{
+    return atomic_load_explicit (&object->pins[epoch], memory_order_acquire)
+           + (int) object->client_pins[epoch];
+}
+
+
+//  ---- replica_manager.c --------------------------------------------------------------
+
+//  Queues one range for freeing (batched into one KVP_AL_FREE job) / sends that job.
+void rm_free_range (kvp_job_t **free_job_p, uint64_t size, const kvp_replica_t *replicas,
+                    uint32_t count);
+void rm_free_job_send (rm_state_t *self, kvp_job_t **job_p);
+//  A new object for item, with the job's pins, in the table (the caller sets its state).
+kvp_object_t *rm_object_new (rm_state_t *self, kvp_job_t *job, kvp_item_t *item, int64_t now);
+//  Takes an object out of the table and frees (or dooms) it.
+void rm_object_drop (rm_state_t *self, kvp_object_t *object, kvp_job_t **free_job_p, int64_t now);
+//  When the object's lease ends (its reads here and its read stamp).
+int64_t rm_lease_end (rm_state_t *self, kvp_object_t *object, int64_t now);
+//  Whether a removal may take the object now; if so, it is out of the index already.
+bool rm_take_unleased (rm_state_t *self, kvp_object_t *object, bool force, int64_t now);
+//  Publishes a committed object in the read index.
+void rm_publish (rm_state_t *self, kvp_object_t *object);
+//  Drops an item's replicas on segments that went; false when that left it none.
+bool rm_strip_gone (rm_state_t *self, kvp_item_t *item, kvp_job_t **free_job_p);
+
+//  ---- replica_tier.c -----------------------------------------------------------------
+
+//  Sends the disk copies queued for unlinking to the transfer-submitter.
+void rm_unlinks_send (rm_state_t *self);
+//  Takes a dropped object out of the eviction orders; its disk copy goes.
+void rm_lists_leave (rm_state_t *self, kvp_object_t *object);
+//  Whether a read of a disk-only object makes it hot enough to go back to memory.
+bool rm_promote_due (rm_state_t *self, kvp_object_t *object, int64_t now);
+//  The jobs: RM_EVICT, RM_OFFLOADED, RM_DISK_EVICT, RM_DISK_REGISTER, RM_DISK_LOST,
+//  RM_PROMOTE (messages/kvp_job.h).
+void rm_evict (rm_state_t *self, kvp_job_t *job, int64_t now);
+void rm_offloaded (rm_state_t *self, kvp_job_t *job, int64_t now);
+void rm_disk_evict (rm_state_t *self, kvp_job_t *job, int64_t now);
+void rm_disk_register (rm_state_t *self, kvp_job_t *job, int64_t now);
+void rm_disk_lost (rm_state_t *self, kvp_job_t *job, int64_t now);
+void rm_promote (rm_state_t *self, kvp_job_t *job, int64_t now);
+
+#endif
