@@ -1,6 +1,7 @@
-/*  bench.h - the sections of kvpool-bench. Each section runs against servers that are already
-    up and prints its own table to stdout; bench/kvpool_bench.c starts the servers, calls the
-    sections and prints the ratios.
+/*  bench.h - the sections of kvpool-bench, and the processes they start. The lookup section
+    runs against servers that are already up, the tier section starts its own; each prints its
+    own table to stdout. bench/kvpool_bench.c starts the main servers, calls the sections and
+    prints the ratios; bench/bench_proc.c starts and stops every process the bench runs.
 */
 #ifndef BENCH_H_INCLUDED
 #define BENCH_H_INCLUDED
@@ -8,6 +9,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 //  Lookup channel latency (p50, p99) for 1, 100, 1000 and 10000 hashes with 2 tp ranks, and
 //  the time of a reset of a pool holding many objects. store_endpoint is kvpoold's client
@@ -20,5 +22,66 @@ int bench_lookup_run (const char *store_endpoint, const char *admin_endpoint, bo
 //  4 KiB over tcp on 127.0.0.1:port, to a child process, over reps runs of rep_seconds.
 //  Returns -1 if the echo could not be measured.
 double bench_floor_p50_us (int port, int reps, double rep_seconds);
+
+//  The eviction and disk tier section (bench_tier.c): disk-tier get throughput of 1 MiB
+//  values beside `dd iflag=direct` of the same bytes on the same disk, the time of an
+//  eviction cycle over a million small objects, and 4 MiB put throughput into a pool in
+//  constant overflow against an empty one. Starts its own kvpoold processes from
+//  kvpoold_path, with their disk directories in a scratch directory under /tmp, and stops
+//  and removes them at the end. quick: smaller figures (for smoke runs). Returns 0, or -1
+//  when a call failed or a check did not pass (missed targets are reported, not failed).
+int bench_tier_run (const char *kvpoold_path, bool quick);
+
+//  ---- processes (bench_proc.c) ---------------------------------------------------------
+//  Every child the bench starts goes through bench_spawn, so an interrupted bench stops them
+//  all (bench_on_signal) and a bench that dies takes them with it (PR_SET_PDEATHSIG).
+
+//  Seconds on the monotonic clock.
+double bench_now (void);
+void bench_sleep_ms (int ms);
+
+//  Starts argv[0] (argv NULL-terminated) with stdin from /dev/null and stdout and stderr going
+//  to the file log. Returns its pid, or -1.
+pid_t bench_spawn (const char *const *argv, const char *log);
+
+//  SIGTERM, then up to 10 s for the exit, then SIGKILL. Returns the exit status, 128+signal,
+//  or -1 if it had to be killed (or was reaped already). 0 for pid <= 0.
+int bench_stop (pid_t pid);
+
+//  Waits for the child to exit. Returns its exit status, 128+signal, or -1.
+int bench_wait (pid_t pid);
+
+//  Whether the child has exited (then it is reaped).
+bool bench_exited (pid_t pid);
+
+//  A kvpoold the bench started, and what its ready file said.
+typedef struct {
+    pid_t pid;            //  0 when not running
+    char ready_file[256]; //  /tmp/kvpool-bench-PID-NAME.ready
+    char log[256];        //  /tmp/kvpool-bench-PID-NAME.log; "" once removed
+    char endpoint[256];   //  its tcp client endpoint
+    char admin[256];      //  its lookup/reset endpoint
+} bench_kvpoold_t;
+
+//  Starts the kvpoold at path on ephemeral loopback ports (client and admin), with the
+//  further arguments args (NULL-terminated, may be NULL), and waits up to 20 s for its ready
+//  file. name tells its files apart. Returns 0, or -1 (the reason on stderr; nothing left
+//  running).
+int bench_kvpoold_start (bench_kvpoold_t *self, const char *path, const char *name,
+                         const char *const *args);
+
+//  Stops it (as bench_stop) and removes its ready file, and its log when it exited with 0
+//  and keep_log is false. Returns the exit status, reported on stderr when not 0.
+int bench_kvpoold_stop (bench_kvpoold_t *self, bool keep_log);
+
+//  Makes a fresh directory /tmp/kvpool-bench-NAME-XXXXXX (mkdtemp) and copies its path into
+//  path. One at a time: bench_scratch_remove removes it with all it holds, and so does
+//  bench_on_signal. Returns 0 or -1.
+int bench_scratch_new (const char *name, char *path, size_t size);
+void bench_scratch_remove (void);
+
+//  The handler for SIGINT and SIGTERM: stops every child (SIGTERM, up to 5 s, then SIGKILL),
+//  removes the scratch directory and exits with 128 + signum.
+void bench_on_signal (int signum);
 
 #endif

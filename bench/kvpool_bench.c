@@ -23,7 +23,11 @@
               count).
       redis   the Redis side of kv and exist (without it, no Redis is started).
       lookup  bench_lookup_run (bench/bench_lookup.c) against the same kvpoold.
-    Then a summary of kvpool/Redis ratios and the targets.
+      tier    bench_tier_run (bench/bench_tier.c): eviction and the disk tier, against
+              kvpoolds of its own (started after the others are stopped): disk-tier reads
+              beside dd, an eviction cycle over a million objects, puts under overflow.
+    A summary of kvpool/Redis ratios and the targets follows the data sections; lookup and
+    tier print their own targets.
 
     Method: the machine is shared and noisy, so every measurement (operation, size, batch,
     path) is repeated --reps times and the median throughput is reported. A repetition calls
@@ -41,12 +45,13 @@
     the run instead of looking fast. Values are distinct per key, so a value returned for the
     wrong key fails too.
 
-    Servers: unless --endpoint is given, starts kvpoold from the directory of argv[0] on
-    ephemeral loopback ports (the endpoints come from its ready file) and stops it with SIGTERM
-    at the end; against an external kvpoold only the bench's own keys are removed (by regex).
-    Starts /usr/bin/redis-server on a free loopback port without persistence and stops it at
-    the end. Both children are also sent SIGTERM if the bench dies (PR_SET_PDEATHSIG) or is
-    interrupted.
+    Servers: unless --endpoint is given, starts kvpoold from the directory of argv[0] (or
+    --kvpoold) on ephemeral loopback ports (the endpoints come from its ready file; processes
+    are started and stopped by bench/bench_proc.c) and stops it with SIGTERM at the end;
+    against an external kvpoold only the bench's own keys are removed (by regex). Starts
+    /usr/bin/redis-server on a free loopback port without persistence and stops it at the
+    end. Every child is also sent SIGTERM if the bench dies (PR_SET_PDEATHSIG) or is
+    interrupted (bench_on_signal, which also removes the tier section's scratch directory).
 
     Threads: one (libkvpool and libzmq run their own I/O threads). Output: tables on stdout,
     progress and errors on stderr. Exit status 0 when every call succeeded and every check
@@ -54,13 +59,11 @@
 */
 #include "kvpool.h"
 #include "bench/bench.h"
-#include "tests/ready_file.h"
 
 #include <hiredis/hiredis.h>
 
 #include <arpa/inet.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <getopt.h>
 #include <limits.h>
 #include <math.h>
@@ -70,9 +73,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -118,9 +119,6 @@ s_exist_is_kvpool (int row)
     return row == EX_KV_HIT || row == EX_KV_MISS || row == EX_LOCAL_HIT || row == EX_LOCAL_MISS;
 }
 
-//  Children to stop from the signal handler; only async-signal-safe calls touch them there.
-static volatile pid_t s_kvpoold_pid;
-static volatile pid_t s_redis_pid;
 //  Read after memcpy loops so the compiler keeps them.
 static volatile uint8_t s_sink;
 
@@ -154,14 +152,13 @@ typedef struct {
     int reps, min_calls;
     double rep_seconds;
     uint64_t put_cap; //  bytes per put repetition, so the pool never fills
-    bool do_memcpy, do_kv, do_exist, do_lookup;
+    bool do_memcpy, do_kv, do_exist, do_lookup, do_tier;
     bool use_kvpool, use_redis;
     char prefix[32]; //  every key starts with it ("bench-PID/")
     char kvpoold_default[PATH_MAX + 16];
 
     //  servers
-    pid_t kvpoold_pid;
-    char ready_file[256], kvpoold_log[256];
+    bench_kvpoold_t kvpoold; //  when the bench started it
     char endpoint[256], admin[256];
     pid_t redis_pid;
     int redis_port;
@@ -196,21 +193,6 @@ typedef struct {
     result_t memcpy_result;
     int errors;
 } bench_t;
-
-static double
-s_now (void)
-{
-    struct timespec ts;
-    clock_gettime (CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static void
-s_sleep_ms (int ms)
-{
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    nanosleep (&ts, NULL);
-}
 
 static void
 samples_add (samples_t *self, double value)
@@ -280,126 +262,18 @@ s_latency_us (result_t *result, double q)
     return s_measured (result) ? samples_quantile (&result->latency, q) * 1e6 : NAN;
 }
 
-//  ---- child processes ---------------------------------------------------------------------
-
-static void
-s_on_signal (int signum)
-{
-    if (s_kvpoold_pid > 0)
-        kill (s_kvpoold_pid, SIGTERM);
-    if (s_redis_pid > 0)
-        kill (s_redis_pid, SIGTERM);
-    _exit (128 + signum);
-}
-
-//  Starts argv[0] with stdout and stderr going to log. The child gets SIGTERM if we die.
-static pid_t
-s_spawn (const char *const *argv, const char *log)
-{
-    pid_t parent = getpid ();
-    pid_t pid = fork ();
-    if (pid != 0)
-        return pid;
-    prctl (PR_SET_PDEATHSIG, SIGTERM);
-    if (getppid () != parent)
-        _exit (127);
-    int null = open ("/dev/null", O_RDONLY);
-    int out = open (log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (null >= 0)
-        dup2 (null, 0);
-    if (out >= 0) {
-        dup2 (out, 1);
-        dup2 (out, 2);
-    }
-    execv (argv[0], (char *const *) argv);
-    fprintf (stderr, "exec %s: %s\n", argv[0], strerror (errno));
-    _exit (127);
-}
-
-//  SIGTERM, then up to 10 s for the exit, then SIGKILL. Returns the exit status, 128+signal,
-//  or -1 if it had to be killed.
-static int
-s_stop (pid_t pid)
-{
-    if (pid <= 0)
-        return 0;
-    kill (pid, SIGTERM);
-    int status;
-    double deadline = s_now () + 10;
-    while (s_now () < deadline) {
-        pid_t done = waitpid (pid, &status, WNOHANG);
-        if (done == pid)
-            return WIFEXITED (status) ? WEXITSTATUS (status) : 128 + WTERMSIG (status);
-        if (done < 0)
-            return -1;
-        s_sleep_ms (10);
-    }
-    kill (pid, SIGKILL);
-    waitpid (pid, &status, 0);
-    return -1;
-}
-
-static bool
-s_exited (pid_t pid)
-{
-    int status;
-    return waitpid (pid, &status, WNOHANG) == pid;
-}
-
-//  Copies a string, truncating it to the destination.
-static void
-s_copy (char *dest, size_t size, const char *text)
-{
-    size_t length = strnlen (text, size - 1);
-    memcpy (dest, text, length);
-    dest[length] = 0;
-}
+//  ---- servers ---------------------------------------------------------------------------
 
 static int
 s_kvpoold_start (bench_t *self)
 {
-    snprintf (self->ready_file, sizeof self->ready_file, "/tmp/kvpool-bench-%d.ready",
-              (int) getpid ());
-    snprintf (self->kvpoold_log, sizeof self->kvpoold_log, "/tmp/kvpool-bench-%d-kvpoold.log",
-              (int) getpid ());
-    unlink (self->ready_file);
-    const char *argv[] = {self->kvpoold_path,
-                          "--endpoint",
-                          "tcp://127.0.0.1:*",
-                          "--admin",
-                          "tcp://127.0.0.1:*",
-                          "--ready-file",
-                          self->ready_file,
-                          "--segment-size",
-                          "4GiB",
-                          "--lookup-model",
-                          "bench",
-                          "--lookup-tp-size",
-                          "2",
-                          NULL};
-    if (access (self->kvpoold_path, X_OK) != 0) {
-        fprintf (stderr, "kvpool-bench: cannot run %s: %s\n", self->kvpoold_path, strerror (errno));
+    const char *args[] = {
+        "--segment-size", "4GiB", "--lookup-model", "bench", "--lookup-tp-size", "2", NULL};
+    if (bench_kvpoold_start (&self->kvpoold, self->kvpoold_path, "kvpoold", args))
         return -1;
-    }
-    self->kvpoold_pid = s_spawn (argv, self->kvpoold_log);
-    if (self->kvpoold_pid < 0)
-        return -1;
-    s_kvpoold_pid = self->kvpoold_pid;
-    ready_file_t ready;
-    int rc = ready_file_wait (self->ready_file, self->kvpoold_pid, 20000, &ready);
-    if (rc == 0) {
-        s_copy (self->endpoint, sizeof self->endpoint, ready.endpoint);
-        s_copy (self->admin, sizeof self->admin, ready.admin_endpoint);
-        return 0;
-    }
-    if (rc == -2) {
-        fprintf (stderr, "kvpool-bench: kvpoold exited before it was ready (log: %s)\n",
-                 self->kvpoold_log);
-        self->kvpoold_pid = s_kvpoold_pid = 0;
-        return -1;
-    }
-    fprintf (stderr, "kvpool-bench: kvpoold not ready within 20 s (log: %s)\n", self->kvpoold_log);
-    return -1;
+    snprintf (self->endpoint, sizeof self->endpoint, "%s", self->kvpoold.endpoint);
+    snprintf (self->admin, sizeof self->admin, "%s", self->kvpoold.admin);
+    return 0;
 }
 
 //  An ephemeral loopback port nobody holds right now (redis-server cannot bind port 0 and
@@ -453,12 +327,11 @@ s_redis_start (bench_t *self)
                               "--dir",
                               "/tmp",
                               NULL};
-        self->redis_pid = s_spawn (argv, self->redis_log);
+        self->redis_pid = bench_spawn (argv, self->redis_log);
         if (self->redis_pid < 0)
             return -1;
-        s_redis_pid = self->redis_pid;
-        double deadline = s_now () + 10;
-        while (s_now () < deadline && !s_exited (self->redis_pid)) {
+        double deadline = bench_now () + 10;
+        while (bench_now () < deadline && !bench_exited (self->redis_pid)) {
             struct timeval timeout = {1, 0};
             redisContext *context = redisConnectWithTimeout ("127.0.0.1", port, timeout);
             if (context && !context->err) {
@@ -475,10 +348,10 @@ s_redis_start (bench_t *self)
                 }
             }
             redisFree (context);
-            s_sleep_ms (20);
+            bench_sleep_ms (20);
         }
-        s_stop (self->redis_pid);
-        self->redis_pid = s_redis_pid = 0;
+        bench_stop (self->redis_pid);
+        self->redis_pid = 0;
     }
     fprintf (stderr, "kvpool-bench: redis-server did not start (log: %s)\n", self->redis_log);
     return -1;
@@ -560,7 +433,7 @@ s_kvpool_clean (bench_t *self)
     if (!self->tcp)
         return 0;
     int64_t removed;
-    if (self->kvpoold_pid > 0)
+    if (self->kvpoold.pid > 0)
         removed = kvpool_remove_all (self->tcp, true);
     else {
         char pattern[64];
@@ -1011,7 +884,7 @@ s_measure (bench_t *self, const job_t *job, int rep, result_t *result)
         return;
     }
     uint64_t calls = 0;
-    double start = s_now ();
+    double start = bench_now ();
     double now = start;
     while (calls < (uint64_t) self->min_calls
            || (now - start < self->rep_seconds
@@ -1023,7 +896,7 @@ s_measure (bench_t *self, const job_t *job, int rep, result_t *result)
                 s_clean (self, path);
             return;
         }
-        now = s_now ();
+        now = bench_now ();
         samples_add (&result->latency, now - before);
         calls++;
     }
@@ -1050,12 +923,12 @@ s_memcpy_reps (bench_t *self)
     result_t *result = &self->memcpy_result;
     for (int rep = 0; rep < self->reps && result->reps < MAX_REPS; rep++) {
         uint64_t rounds = 0;
-        double start = s_now (), now = start;
+        double start = bench_now (), now = start;
         while (rounds < 2 || now - start < self->rep_seconds) {
             for (int j = 0; j < BATCH; j++)
                 memcpy (self->dst[j], self->src[j], chunk);
             rounds++;
-            now = s_now ();
+            now = bench_now ();
         }
         s_sink = self->dst[rounds % BATCH][rounds % chunk];
         result->rate[result->reps] = rounds * BATCH * chunk / (now - start);
@@ -1443,15 +1316,18 @@ s_usage (FILE *out)
              "the kvpool/redis ratios and the targets. Starts kvpoold (from its own directory)\n"
              "and redis-server on loopback itself and stops them at the end.\n\n"
              "  --quick            few iterations (smoke test; well under a minute)\n"
-             "  --only LIST        sections, comma-separated: memcpy, kv, exist, redis, lookup.\n"
-             "                     'redis' adds the Redis side to kv and exist; 'redis' alone\n"
-             "                     runs kv and exist on Redis only. Default: all\n"
+             "  --only LIST        sections, comma-separated: memcpy, kv, exist, redis, lookup,\n"
+             "                     tier. 'redis' adds the Redis side to kv and exist; 'redis'\n"
+             "                     alone runs kv and exist on Redis only. 'tier' (eviction and\n"
+             "                     the disk tier) starts kvpoolds of its own, with disk\n"
+             "                     directories under /tmp. Default: all\n"
              "  --endpoint EP      use an already-running kvpoold at EP (only the bench's own\n"
              "                     keys are removed)\n"
              "  --admin EP         its lookup/reset endpoint (for the lookup section)\n"
              "  --reps N           repetitions per measurement (default 5, quick 2)\n"
              "  --time-ms N        duration of one repetition (default 200, quick 20)\n"
-             "  --kvpoold PATH     daemon to start (default: kvpoold next to this program)\n"
+             "  --kvpoold PATH     daemon to start, for every section (default: kvpoold next to\n"
+             "                     this program)\n"
              "  --redis-server PATH (default /usr/bin/redis-server)\n"
              "  --help             print this and exit\n");
 }
@@ -1459,7 +1335,7 @@ s_usage (FILE *out)
 static int
 s_parse_only (bench_t *self, const char *list)
 {
-    bool kv = false, exist = false, redis = false, lookup = false, mem = false;
+    bool kv = false, exist = false, redis = false, lookup = false, mem = false, tier = false;
     char copy[256];
     snprintf (copy, sizeof copy, "%s", list);
     char *save = NULL;
@@ -1474,10 +1350,12 @@ s_parse_only (bench_t *self, const char *list)
             lookup = true;
         else if (!strcmp (item, "memcpy"))
             mem = true;
+        else if (!strcmp (item, "tier"))
+            tier = true;
         else {
             fprintf (stderr,
                      "kvpool-bench: unknown section '%s' (memcpy, kv, exist, redis, "
-                     "lookup)\n",
+                     "lookup, tier)\n",
                      item);
             return -1;
         }
@@ -1489,6 +1367,7 @@ s_parse_only (bench_t *self, const char *list)
     self->do_exist = exist;
     self->do_lookup = lookup;
     self->do_memcpy = mem;
+    self->do_tier = tier;
     self->use_redis = redis;
     return 0;
 }
@@ -1537,7 +1416,7 @@ s_parse_options (bench_t *self, int argc, char **argv)
         fprintf (stderr, "kvpool-bench: unexpected argument '%s' (see --help)\n", argv[optind]);
         return 2;
     }
-    self->do_memcpy = self->do_kv = self->do_exist = self->do_lookup = true;
+    self->do_memcpy = self->do_kv = self->do_exist = self->do_lookup = self->do_tier = true;
     self->use_kvpool = self->use_redis = true;
     if (only && s_parse_only (self, only))
         return 2;
@@ -1642,8 +1521,8 @@ main (int argc, char **argv)
     if (!self->redis_path)
         self->redis_path = "/usr/bin/redis-server";
     snprintf (self->prefix, sizeof self->prefix, "bench-%d/", (int) getpid ());
-    signal (SIGINT, s_on_signal);
-    signal (SIGTERM, s_on_signal);
+    signal (SIGINT, bench_on_signal);
+    signal (SIGTERM, bench_on_signal);
     signal (SIGPIPE, SIG_IGN);
     setvbuf (stdout, NULL, _IOLBF, 0);
 
@@ -1668,7 +1547,7 @@ main (int argc, char **argv)
         if (self->endpoint[0]) {
             printf ("kvpoold: %s (admin %s)%s\n", self->endpoint,
                     self->admin[0] ? self->admin : "none",
-                    self->kvpoold_pid > 0 ? ", started by the bench" : "");
+                    self->kvpoold.pid > 0 ? ", started by the bench" : "");
             s_connect_kvpool (self);
         }
     }
@@ -1698,7 +1577,7 @@ main (int argc, char **argv)
         }
         else {
             fprintf (stderr, "kvpool-bench: lookup\n");
-            if (self->path_ok[PATH_TCP] && self->kvpoold_pid > 0)
+            if (self->path_ok[PATH_TCP] && self->kvpoold.pid > 0)
                 s_kvpool_clean (self);
             if (bench_lookup_run (self->endpoint, self->admin, self->quick) != 0) {
                 fprintf (stderr, "kvpool-bench: the lookup section failed\n");
@@ -1712,22 +1591,20 @@ main (int argc, char **argv)
     if (self->redis)
         redisFree (self->redis);
     if (self->redis_pid > 0) {
-        s_stop (self->redis_pid);
-        s_redis_pid = 0;
+        bench_stop (self->redis_pid);
         if (!self->errors)
             unlink (self->redis_log);
     }
-    if (self->kvpoold_pid > 0) {
-        int status = s_stop (self->kvpoold_pid);
-        s_kvpoold_pid = 0;
-        if (status != 0) {
-            fprintf (stderr, "kvpool-bench: kvpoold exited with status %d on SIGTERM (log: %s)\n",
-                     status, self->kvpoold_log);
+    if (self->kvpoold.pid > 0 && bench_kvpoold_stop (&self->kvpoold, self->errors > 0) != 0)
+        self->errors++;
+
+    //  Last, with the main servers gone: it starts kvpoolds of its own.
+    if (self->do_tier) {
+        fprintf (stderr, "kvpool-bench: tier\n");
+        if (bench_tier_run (self->kvpoold_path, self->quick) != 0) {
+            fprintf (stderr, "kvpool-bench: the tier section failed\n");
             self->errors++;
         }
-        else if (!self->errors)
-            unlink (self->kvpoold_log);
-        unlink (self->ready_file);
     }
     for (int i = 0; i < BATCH; i++) {
         if (self->src[i] && self->src[i] != MAP_FAILED)
@@ -1739,8 +1616,7 @@ main (int argc, char **argv)
     int errors = self->errors;
     if (errors)
         fprintf (stderr, "kvpool-bench: %d error(s); see above%s%s%s%s\n", errors,
-                 self->kvpoold_pid > 0 ? "; kvpoold log " : "",
-                 self->kvpoold_pid > 0 ? self->kvpoold_log : "",
+                 self->kvpoold.log[0] ? "; kvpoold log " : "", self->kvpoold.log,
                  self->redis_pid > 0 ? "; redis log " : "",
                  self->redis_pid > 0 ? self->redis_log : "");
     free (self);

@@ -3,7 +3,8 @@
 # kvpoold and redis-server on loopback and stops them). Fails if the bench exits non-zero (a
 # failed call, a value that did not read back, a server that would not start), takes 55 s or
 # more, or prints no figures: it must print numeric kvpool and Redis throughputs for the
-# 1 MiB batched get, a memcpy reference and the targets. Run by tests/run.sh with cwd = repo
+# 1 MiB batched get, a memcpy reference, the targets, and the tier section's figures (disk-tier
+# reads against dd, puts under overflow). Run by tests/run.sh with cwd = repo
 # root; KVPOOL_BIN (set by run.sh) picks the build directory.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -36,4 +37,6 @@ expect "^get 1MiB batch32 tcp: kvpool $num GB/s, redis $num GB/s, ratio $num"
 expect "^get 1MiB batch32 same-machine: kvpool $num GB/s"
 expect "^exist 1000 keys tcp: kvpool $num M keys/s, redis $num M keys/s"
 expect "^== targets =="
+expect "^target: disk-tier get throughput of 1 MiB objects >= 80% of dd iflag=direct: (met|MISS) \\($num"
+expect "^target: 4 MiB put throughput at 1.5x overflow >= 80% of an empty pool's, 0 failed puts: (met|MISS) \\(memory only $num"
 exit $fail

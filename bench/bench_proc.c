@@ -1,0 +1,298 @@
+/*  bench_proc.c - the processes and scratch files of kvpool-bench (see bench.h).
+
+    The sections start their own servers: kvpool_bench.c one kvpoold and redis-server for the
+    kv, exist and lookup sections, bench_tier.c a kvpoold per setting it measures. All of them
+    are started here, so one list knows every child the bench has running: an interrupted
+    bench (SIGINT, SIGTERM: bench_on_signal) stops them and removes the scratch directory
+    before it exits, and a bench that dies anyway takes them with it (PR_SET_PDEATHSIG).
+
+    The list and the scratch path are written by the main thread only and read by the signal
+    handler, which uses async-signal-safe calls only (kill, waitpid, nanosleep, fork, execv):
+    the directory is removed by /bin/rm in a child, as nftw may not run in a handler.
+*/
+#include "bench/bench.h"
+#include "tests/ready_file.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_CHILDREN 16
+#define READY_TIMEOUT_MS 20000
+
+static volatile pid_t s_children[MAX_CHILDREN];
+static char s_scratch[256]; //  "" when there is none
+static volatile sig_atomic_t s_scratch_set;
+
+double
+bench_now (void)
+{
+    struct timespec ts;
+    clock_gettime (CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+void
+bench_sleep_ms (int ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep (&ts, NULL);
+}
+
+static void
+s_remember (pid_t pid)
+{
+    for (int i = 0; i < MAX_CHILDREN; i++)
+        if (s_children[i] == 0) {
+            s_children[i] = pid;
+            return;
+        }
+    //  More children than slots: PR_SET_PDEATHSIG still stops this one when the bench ends.
+}
+
+static void
+s_forget (pid_t pid)
+{
+    for (int i = 0; i < MAX_CHILDREN; i++)
+        if (s_children[i] == pid)
+            s_children[i] = 0;
+}
+
+pid_t
+bench_spawn (const char *const *argv, const char *log)
+{
+    pid_t parent = getpid ();
+    pid_t pid = fork ();
+    if (pid > 0)
+        s_remember (pid);
+    if (pid != 0)
+        return pid;
+    prctl (PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid () != parent)
+        _exit (127);
+    int null = open ("/dev/null", O_RDONLY);
+    int out = open (log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (null >= 0)
+        dup2 (null, 0);
+    if (out >= 0) {
+        dup2 (out, 1);
+        dup2 (out, 2);
+    }
+    execv (argv[0], (char *const *) argv);
+    fprintf (stderr, "exec %s: %s\n", argv[0], strerror (errno));
+    _exit (127);
+}
+
+int
+bench_stop (pid_t pid)
+{
+    if (pid <= 0)
+        return 0;
+    kill (pid, SIGTERM);
+    int status;
+    double deadline = bench_now () + 10;
+    while (bench_now () < deadline) {
+        pid_t done = waitpid (pid, &status, WNOHANG);
+        if (done == pid) {
+            s_forget (pid);
+            return WIFEXITED (status) ? WEXITSTATUS (status) : 128 + WTERMSIG (status);
+        }
+        if (done < 0) {
+            s_forget (pid);
+            return -1;
+        }
+        bench_sleep_ms (10);
+    }
+    kill (pid, SIGKILL);
+    waitpid (pid, &status, 0);
+    s_forget (pid);
+    return -1;
+}
+
+int
+bench_wait (pid_t pid)
+{
+    int status;
+    pid_t done;
+    while ((done = waitpid (pid, &status, 0)) < 0 && errno == EINTR)
+        ;
+    s_forget (pid);
+    if (done != pid)
+        return -1;
+    return WIFEXITED (status) ? WEXITSTATUS (status) : 128 + WTERMSIG (status);
+}
+
+bool
+bench_exited (pid_t pid)
+{
+    int status;
+    if (waitpid (pid, &status, WNOHANG) != pid)
+        return false;
+    s_forget (pid);
+    return true;
+}
+
+int
+bench_kvpoold_start (bench_kvpoold_t *self, const char *path, const char *name,
+                     const char *const *args)
+{
+    memset (self, 0, sizeof *self);
+    snprintf (self->ready_file, sizeof self->ready_file, "/tmp/kvpool-bench-%d-%s.ready",
+              (int) getpid (), name);
+    snprintf (self->log, sizeof self->log, "/tmp/kvpool-bench-%d-%s.log", (int) getpid (), name);
+    unlink (self->ready_file);
+    if (access (path, X_OK) != 0) {
+        fprintf (stderr, "kvpool-bench: cannot run %s: %s\n", path, strerror (errno));
+        self->log[0] = 0;
+        return -1;
+    }
+    const char *argv[64] = {
+        path,           "--endpoint",    "tcp://127.0.0.1:*", "--admin", "tcp://127.0.0.1:*",
+        "--ready-file", self->ready_file};
+    size_t argc = 7;
+    for (size_t i = 0; args && args[i]; i++) {
+        if (argc + 1 >= sizeof argv / sizeof argv[0]) {
+            fprintf (stderr, "kvpool-bench: too many kvpoold arguments\n");
+            self->log[0] = 0;
+            return -1;
+        }
+        argv[argc++] = args[i];
+    }
+    argv[argc] = NULL;
+    self->pid = bench_spawn (argv, self->log);
+    if (self->pid < 0) {
+        fprintf (stderr, "kvpool-bench: fork: %s\n", strerror (errno));
+        self->pid = 0;
+        return -1;
+    }
+    ready_file_t ready;
+    int rc = ready_file_wait (self->ready_file, self->pid, READY_TIMEOUT_MS, &ready);
+    if (rc == 0) {
+        snprintf (self->endpoint, sizeof self->endpoint, "%s", ready.endpoint);
+        snprintf (self->admin, sizeof self->admin, "%s", ready.admin_endpoint);
+        return 0;
+    }
+    if (rc == -2) {
+        //  ready_file_wait reaped it.
+        s_forget (self->pid);
+        self->pid = 0;
+        fprintf (stderr, "kvpool-bench: kvpoold (%s) exited before it was ready (log: %s)\n", name,
+                 self->log);
+    }
+    else {
+        fprintf (stderr, "kvpool-bench: kvpoold (%s) not ready within %d s (log: %s)\n", name,
+                 READY_TIMEOUT_MS / 1000, self->log);
+        bench_stop (self->pid);
+        self->pid = 0;
+    }
+    unlink (self->ready_file);
+    return -1;
+}
+
+int
+bench_kvpoold_stop (bench_kvpoold_t *self, bool keep_log)
+{
+    if (self->pid <= 0)
+        return 0;
+    int status = bench_stop (self->pid);
+    self->pid = 0;
+    unlink (self->ready_file);
+    if (status != 0)
+        fprintf (stderr, "kvpool-bench: kvpoold exited with status %d on SIGTERM (log: %s)\n",
+                 status, self->log);
+    else if (!keep_log) {
+        unlink (self->log);
+        self->log[0] = 0;
+    }
+    return status;
+}
+
+//  ---- the scratch directory ---------------------------------------------------------------
+
+int
+bench_scratch_new (const char *name, char *path, size_t size)
+{
+    if (s_scratch_set) {
+        fprintf (stderr, "kvpool-bench: a scratch directory exists already (%s)\n", s_scratch);
+        return -1;
+    }
+    char template[sizeof s_scratch];
+    snprintf (template, sizeof template, "/tmp/kvpool-bench-%s-XXXXXX", name);
+    if (!mkdtemp (template)) {
+        fprintf (stderr, "kvpool-bench: mkdtemp %s: %s\n", template, strerror (errno));
+        return -1;
+    }
+    snprintf (s_scratch, sizeof s_scratch, "%s", template);
+    s_scratch_set = 1;
+    snprintf (path, size, "%s", template);
+    return 0;
+}
+
+static int
+s_remove_entry (const char *path, const struct stat *info, int type, struct FTW *ftw)
+{
+    (void) info;
+    (void) ftw;
+    if ((type == FTW_DP ? rmdir (path) : unlink (path)) != 0 && errno != ENOENT)
+        fprintf (stderr, "kvpool-bench: cannot remove %s: %s\n", path, strerror (errno));
+    return 0;
+}
+
+void
+bench_scratch_remove (void)
+{
+    if (!s_scratch_set)
+        return;
+    nftw (s_scratch, s_remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    s_scratch_set = 0;
+    s_scratch[0] = 0;
+}
+
+//  ---- interruption ----------------------------------------------------------------------
+
+void
+bench_on_signal (int signum)
+{
+    for (int i = 0; i < MAX_CHILDREN; i++)
+        if (s_children[i] > 0)
+            kill (s_children[i], SIGTERM);
+    //  The children must be gone before their files go: up to 5 s, then SIGKILL.
+    struct timespec tick = {0, 20 * 1000000L};
+    for (int round = 0; round < 250; round++) {
+        bool running = false;
+        for (int i = 0; i < MAX_CHILDREN; i++)
+            if (s_children[i] > 0) {
+                if (waitpid (s_children[i], NULL, WNOHANG) != 0)
+                    s_children[i] = 0;
+                else
+                    running = true;
+            }
+        if (!running)
+            break;
+        nanosleep (&tick, NULL);
+    }
+    for (int i = 0; i < MAX_CHILDREN; i++)
+        if (s_children[i] > 0) {
+            kill (s_children[i], SIGKILL);
+            waitpid (s_children[i], NULL, 0);
+        }
+    if (s_scratch_set) {
+        pid_t rm = fork ();
+        if (rm == 0) {
+            char *const argv[] = {"/bin/rm", "-rf", s_scratch, NULL};
+            execv (argv[0], argv);
+            _exit (127);
+        }
+        if (rm > 0)
+            waitpid (rm, NULL, 0);
+    }
+    _exit (128 + signum);
+}
