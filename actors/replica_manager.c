@@ -145,19 +145,17 @@ static void
 s_object_destroy (kvp_object_t **object_p)
 {
     if (*object_p) {
-        free ((*object_p)->key);
         free ((*object_p)->departed);
         free (*object_p);
         *object_p = NULL;
     }
 }
 
-//  The table hashes keys 8 bytes per step (shm_index_hash) instead of CZMQ's byte-at-a-time
-//  default, which was the largest single cost of a 1000-key EXIST.
-static size_t
-s_key_hash (const void *key)
+//  The key of an object, for the table (object_table.h).
+static const char *
+s_object_key (const void *object)
 {
-    return (size_t) shm_index_hash ((const char *) key, strlen ((const char *) key));
+    return ((const kvp_object_t *) object)->key;
 }
 
 static self_t *
@@ -187,13 +185,10 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
     self->eager = config->offload == KVP_OFFLOAD_EAGER;
     self->disk_reads = admission_new (16384, (int64_t) config->promote_window_ms);
     assert (self->disk_reads);
-    //  A key is stored once, in its object: the table points at it (no duplicator), and
-    //  objects are destroyed by us, not by the table. An object leaves the table before it
-    //  is destroyed.
-    self->objects = zhashx_new ();
-    zhashx_set_key_hasher (self->objects, s_key_hash);
-    zhashx_set_key_duplicator (self->objects, NULL);
-    zhashx_set_key_destructor (self->objects, NULL);
+    //  A key is stored once, in its object: the table points at the object, and objects are
+    //  destroyed by us, not by the table. An object leaves the table before it is destroyed.
+    self->objects = object_table_new (s_object_key);
+    assert (self->objects);
     self->doomed = zlistx_new ();
     self->held = zlistx_new ();
     self->departing = zlistx_new ();
@@ -354,7 +349,7 @@ rm_object_drop (self_t *self, kvp_object_t *object, kvp_job_t **free_job_p, int6
     object->index_slot = -1;
     s_departing_leave (self, object);
     rm_lists_leave (self, object);
-    zhashx_delete (self->objects, object->key);
+    object_table_delete (self->objects, object);
     if (object->state == OBJECT_PENDING)
         self->pending--;
     else
@@ -374,13 +369,13 @@ s_self_destroy (self_t **self_p)
     if (!self)
         return;
     //  At shutdown the segments go away with the process: no frees are sent.
-    kvp_object_t *object = (kvp_object_t *) zhashx_first (self->objects);
+    kvp_object_t *object = (kvp_object_t *) object_table_first (self->objects);
     while (object) {
         kvp_object_t *doomed = object;
-        object = (kvp_object_t *) zhashx_next (self->objects);
+        object = (kvp_object_t *) object_table_next (self->objects);
         s_object_destroy (&doomed);
     }
-    zhashx_destroy (&self->objects);
+    object_table_destroy (&self->objects);
     object = (kvp_object_t *) zlistx_first (self->doomed);
     while (object) {
         kvp_object_t *doomed = object;
@@ -518,7 +513,7 @@ s_reservation_revoke (self_t *self, kvp_object_t *object, kvp_job_t **free_job_p
         rm_object_drop (self, object, free_job_p, now);
         return;
     }
-    zhashx_delete (self->objects, object->key);
+    object_table_delete (self->objects, object);
     self->pending--;
     zlistx_add_end (self->held, object);
 }
@@ -542,7 +537,7 @@ s_revoked_end (self_t *self, uint64_t owner, const char *key, kvp_job_t **free_j
 static kvp_object_t *
 s_lookup_complete (self_t *self, const char *key)
 {
-    kvp_object_t *object = (kvp_object_t *) zhashx_lookup (self->objects, key);
+    kvp_object_t *object = (kvp_object_t *) object_table_lookup (self->objects, key);
     return object && object->state == OBJECT_COMPLETE ? object : NULL;
 }
 
@@ -550,7 +545,7 @@ s_lookup_complete (self_t *self, const char *key)
 static kvp_object_t *
 s_lookup_reserved (self_t *self, kvp_item_t *item)
 {
-    kvp_object_t *object = (kvp_object_t *) zhashx_lookup (self->objects, item->key);
+    kvp_object_t *object = (kvp_object_t *) object_table_lookup (self->objects, item->key);
     if (object && object->state == OBJECT_PENDING && item->object_id
         && object->id == item->object_id)
         return object;
@@ -573,8 +568,9 @@ s_fill_replicas (kvp_item_t *item, kvp_object_t *object, bool rotate)
 kvp_object_t *
 rm_object_new (self_t *self, kvp_job_t *job, kvp_item_t *item, int64_t now)
 {
-    kvp_object_t *object = (kvp_object_t *) zmalloc (sizeof (kvp_object_t));
-    object->key = strdup (item->key);
+    size_t key_size = strlen (item->key) + 1;
+    kvp_object_t *object = (kvp_object_t *) zmalloc (sizeof (kvp_object_t) + key_size);
+    memcpy (object->key, item->key, key_size);
     object->id = self->next_id++;
     object->size = item->size;
     object->hard_pin = job->hard_pin;
@@ -585,7 +581,8 @@ rm_object_new (self_t *self, kvp_job_t *job, kvp_item_t *item, int64_t now)
     atomic_init (&object->pins[0], 0);
     atomic_init (&object->pins[1], 0);
     object->index_slot = -1;
-    zhashx_insert (self->objects, object->key, object);
+    int rc = object_table_insert (self->objects, object);
+    assert (rc == 0); //  out of memory, as zhashx would abort
     return object;
 }
 
@@ -598,7 +595,7 @@ s_reserve (self_t *self, kvp_job_t *job, int64_t now)
         item->object_id = 0;
         if (item->status != KVPOOL_OK)
             continue;
-        if (zhashx_lookup (self->objects, item->key)) {
+        if (object_table_lookup (self->objects, item->key)) {
             item->status = KVPOOL_OBJECT_ALREADY_EXISTS;
             continue;
         }
@@ -743,7 +740,7 @@ s_object_complete (self_t *self, kvp_object_t *object, int64_t now)
 static kvp_object_t *
 s_own_reservation (self_t *self, kvp_job_t *job, kvp_item_t *item, kvp_job_t **free_job_p)
 {
-    kvp_object_t *object = (kvp_object_t *) zhashx_lookup (self->objects, item->key);
+    kvp_object_t *object = (kvp_object_t *) object_table_lookup (self->objects, item->key);
     if (object && object->state == OBJECT_PENDING && object->owner == job->owner_id && object->bound
         && !object->busy)
         return object;
@@ -791,7 +788,7 @@ s_insert (self_t *self, kvp_job_t *job, int64_t now)
     kvp_job_t *free_job = NULL;
     for (size_t i = 0; i < job->count; i++) {
         kvp_item_t *item = &job->items[i];
-        if (item->status == KVPOOL_OK && zhashx_lookup (self->objects, item->key))
+        if (item->status == KVPOOL_OK && object_table_lookup (self->objects, item->key))
             item->status = KVPOOL_OBJECT_ALREADY_EXISTS;
         if (item->status == KVPOOL_OK && !rm_strip_gone (self, item, &free_job)) {
             item->status = KVPOOL_NO_AVAILABLE_HANDLE;
@@ -827,7 +824,7 @@ s_upsert (self_t *self, kvp_job_t *job, int64_t now)
     for (size_t i = 0; i < job->count; i++) {
         kvp_item_t *item = &job->items[i];
         kvp_object_t *old = item->status == KVPOOL_OK
-                                ? (kvp_object_t *) zhashx_lookup (self->objects, item->key)
+                                ? (kvp_object_t *) object_table_lookup (self->objects, item->key)
                                 : NULL;
         if (old && old->state != OBJECT_COMPLETE)
             item->status = KVPOOL_REPLICA_IS_NOT_READY;
@@ -945,8 +942,8 @@ s_remove_many (self_t *self, kvp_job_t *job, int64_t now)
     //  A reset also revokes client reservations.
     bool reset = job->op == KVPOOL__V1__OP__RESET;
     zlistx_t *victims = zlistx_new ();
-    for (kvp_object_t *object = (kvp_object_t *) zhashx_first (self->objects); object;
-         object = (kvp_object_t *) zhashx_next (self->objects)) {
+    for (kvp_object_t *object = (kvp_object_t *) object_table_first (self->objects); object;
+         object = (kvp_object_t *) object_table_next (self->objects)) {
         if (object->state != OBJECT_COMPLETE && !(reset && !object->busy))
             continue;
         if (object->state == OBJECT_COMPLETE && !rm_take_unleased (self, object, job->force, now))
@@ -1046,8 +1043,8 @@ s_remove_segment (self_t *self, kvp_job_t *job, int64_t now)
     s_segment_mark_gone (self, segment);
     zlistx_t *victims = zlistx_new ();
     kvp_job_t *free_job = NULL;
-    for (kvp_object_t *object = (kvp_object_t *) zhashx_first (self->objects); object;
-         object = (kvp_object_t *) zhashx_next (self->objects)) {
+    for (kvp_object_t *object = (kvp_object_t *) object_table_first (self->objects); object;
+         object = (kvp_object_t *) object_table_next (self->objects)) {
         if (object->busy || !object->bound)
             continue; //  still being placed: s_bind strips it
         bool on_segment = false;
@@ -1106,8 +1103,8 @@ s_owner_gone (self_t *self, kvp_job_t *job, int64_t now)
     s_pins_drop_owner (self, owner);
     kvp_job_t *free_job = NULL;
     zlistx_t *reservations = zlistx_new ();
-    for (kvp_object_t *object = (kvp_object_t *) zhashx_first (self->objects); object;
-         object = (kvp_object_t *) zhashx_next (self->objects))
+    for (kvp_object_t *object = (kvp_object_t *) object_table_first (self->objects); object;
+         object = (kvp_object_t *) object_table_next (self->objects))
         if (object->state == OBJECT_PENDING && object->owner == owner && !object->busy)
             zlistx_add_end (reservations, object);
     for (kvp_object_t *object = (kvp_object_t *) zlistx_first (reservations); object;
@@ -1141,8 +1138,8 @@ s_regex_run_end (self_t *self, regex_run_t **run_p)
 static int
 s_regex_fill (self_t *self, regex_run_t *run, int64_t now)
 {
-    for (kvp_object_t *object = (kvp_object_t *) zhashx_first (self->objects); object;
-         object = (kvp_object_t *) zhashx_next (self->objects)) {
+    for (kvp_object_t *object = (kvp_object_t *) object_table_first (self->objects); object;
+         object = (kvp_object_t *) object_table_next (self->objects)) {
         if (object->state != OBJECT_COMPLETE
             || !s_looks_removable (self, object, run->job->force, now))
             continue;
@@ -1223,8 +1220,8 @@ s_regex_finish (self_t *self)
             if (!regex_batch_hit (batch, i))
                 continue;
             //  Only the object the key was copied from, if it is still there and removable.
-            kvp_object_t *object =
-                (kvp_object_t *) zhashx_lookup (self->objects, regex_batch_key (batch, i, NULL));
+            kvp_object_t *object = (kvp_object_t *) object_table_lookup (
+                self->objects, regex_batch_key (batch, i, NULL));
             if (!object || object->id != regex_batch_tag (batch, i)
                 || object->state != OBJECT_COMPLETE
                 || !rm_take_unleased (self, object, job->force, now))
@@ -1259,7 +1256,7 @@ s_regex_stop (self_t *self)
 static void
 s_stats (self_t *self, kvp_job_t *job)
 {
-    job->stats.objects = zhashx_size (self->objects) - self->pending;
+    job->stats.objects = object_table_size (self->objects) - self->pending;
     job->stats.pending_puts = self->pending;
     job->stats.bytes_stored = self->bytes_stored;
     job->stats.puts = self->puts;
@@ -1308,8 +1305,8 @@ s_sweep (self_t *self, int64_t now)
     }
     if (self->pending) {
         zlistx_t *expired = NULL;
-        for (object = (kvp_object_t *) zhashx_first (self->objects); object;
-             object = (kvp_object_t *) zhashx_next (self->objects))
+        for (object = (kvp_object_t *) object_table_first (self->objects); object;
+             object = (kvp_object_t *) object_table_next (self->objects))
             if (object->state == OBJECT_PENDING && !object->busy && object->put_deadline <= now) {
                 if (!expired)
                     expired = zlistx_new ();

@@ -17,6 +17,7 @@
 #include "actors/admission.h"
 #include "actors/config.h"
 #include "actors/lru_list.h"
+#include "actors/object_table.h"
 #include "actors/regex_matcher.h"
 #include "messages/kvp_job.h"
 #include "shm/shm_index.h"
@@ -34,7 +35,6 @@ typedef struct {
 } departed_t;
 
 struct _kvp_object_t {
-    char *key;
     uint64_t id; //  unique for the life of the actor; guards stale job references
     uint64_t size;
     object_state_t state;
@@ -66,6 +66,9 @@ struct _kvp_object_t {
     uint64_t disk_id;        //  its disk copy (tier/disk_store.h), or 0
     uint64_t disk_footprint; //  what that copy takes on disk
     bool offloading;         //  pinned while the evictor writes its disk copy
+    //  Last, in the same allocation: one allocation an object, and its key in the cache line
+    //  after its eviction fields, which an eviction walk reads together.
+    char key[];
 };
 
 //  The client pins one owner holds on one key: usually one object; more when the key was
@@ -80,12 +83,12 @@ typedef struct {
     zsock_t *router;    //  jobs, all routed by the api
     zsock_t *allocator; //  frees go here
     const kvp_config_t *config;
-    zhashx_t *objects;   //  key -> kvp_object_t
-    shm_index_t *index;  //  committed objects published for same-machine readers
-    zlistx_t *doomed;    //  removed objects whose space waits for pins to end
-    zlistx_t *held;      //  revoked reservations whose space waits for their writer
-    zlistx_t *departing; //  objects with departed replicas (see DESIGN)
-    uint8_t *gone;       //  bitmap of the ids of segments that went (REMOVE_SEGMENT)
+    object_table_t *objects; //  key -> kvp_object_t
+    shm_index_t *index;      //  committed objects published for same-machine readers
+    zlistx_t *doomed;        //  removed objects whose space waits for pins to end
+    zlistx_t *held;          //  revoked reservations whose space waits for their writer
+    zlistx_t *departing;     //  objects with departed replicas (see DESIGN)
+    uint8_t *gone;           //  bitmap of the ids of segments that went (REMOVE_SEGMENT)
     size_t gone_bytes;
     zhashx_t *pins; //  "<owner>:<key>" -> pin_entry_t: client pins by owner
     char *pin_key;  //  scratch for building pin keys
@@ -128,7 +131,6 @@ rm_epoch_pins (kvp_object_t *object, unsigned epoch)
     return atomic_load_explicit (&object->pins[epoch], memory_order_acquire)
            + (int) object->client_pins[epoch];
 }
-
 
 //  ---- replica_manager.c --------------------------------------------------------------
 

@@ -254,6 +254,13 @@ rm_evict (self_t *self, kvp_job_t *job, int64_t now)
         link = lru_first (&self->memory);
         while (link && budget-- > 0 && gained < plan->want) {
             lru_link_t *next = lru_next (&self->memory, link);
+            //  The walk is bound by cache misses (the object, its key, its index slot): the
+            //  objects after this one are fetched while it is decided.
+            if (next) {
+                __builtin_prefetch (lru_entry (next, kvp_object_t, in_memory)->key);
+                if (next->next)
+                    __builtin_prefetch (lru_entry (next->next, kvp_object_t, in_memory));
+            }
             kvp_object_t *object = lru_entry (link, kvp_object_t, in_memory);
             gained += s_evict_one (self, job, object, pass, &free_job, now);
             link = next;
@@ -274,7 +281,7 @@ rm_offloaded (self_t *self, kvp_job_t *job, int64_t now)
     kvp_job_t *free_job = NULL;
     for (size_t i = 0; i < job->count; i++) {
         kvp_item_t *item = &job->items[i];
-        kvp_object_t *object = (kvp_object_t *) zhashx_lookup (self->objects, item->key);
+        kvp_object_t *object = (kvp_object_t *) object_table_lookup (self->objects, item->key);
         if (object && (object->id != item->object_id || object->state != OBJECT_COMPLETE))
             object = NULL;
         if (object)
@@ -353,7 +360,7 @@ rm_disk_register (self_t *self, kvp_job_t *job, int64_t now)
         kvp_item_t *item = &job->items[i];
         if (item->status != KVPOOL_OK || !item->disk_id)
             continue;
-        if (zhashx_lookup (self->objects, item->key)) {
+        if (object_table_lookup (self->objects, item->key)) {
             item->status = KVPOOL_OBJECT_ALREADY_EXISTS;
             s_unlink_queue (self, item->disk_id);
             continue;
@@ -375,7 +382,7 @@ rm_disk_lost (self_t *self, kvp_job_t *job, int64_t now)
     kvp_job_t *free_job = NULL;
     for (size_t i = 0; i < job->count; i++) {
         kvp_item_t *item = &job->items[i];
-        kvp_object_t *object = (kvp_object_t *) zhashx_lookup (self->objects, item->key);
+        kvp_object_t *object = (kvp_object_t *) object_table_lookup (self->objects, item->key);
         if (!object || object->disk_id != item->disk_id || !item->disk_id)
             continue;
         self->disk_lost++;
@@ -400,7 +407,7 @@ rm_promote (self_t *self, kvp_job_t *job, int64_t now)
         kvp_item_t *item = &job->items[i];
         if (item->status != KVPOOL_OK || item->replica_count == 0)
             continue;
-        kvp_object_t *object = (kvp_object_t *) zhashx_lookup (self->objects, item->key);
+        kvp_object_t *object = (kvp_object_t *) object_table_lookup (self->objects, item->key);
         if (!object || object->id != item->object_id || object->state != OBJECT_COMPLETE
             || object->replica_count || !rm_strip_gone (self, item, &free_job)
             || item->replica_count == 0) {
@@ -417,4 +424,3 @@ rm_promote (self_t *self, kvp_job_t *job, int64_t now)
     }
     rm_free_job_send (self, &free_job);
 }
-

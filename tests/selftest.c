@@ -13,6 +13,7 @@
 #include "actors/admission.h"
 #include "actors/connections.h"
 #include "actors/evictor.h"
+#include "actors/object_table.h"
 #include "actors/conn_guard.h"
 #include "actors/index_reads.h"
 #include "actors/owners.h"
@@ -61,6 +62,7 @@ static selftest_t s_tests[] = {{"kvp_status", kvp_status_test},
                                {"regex_matcher", regex_matcher_test},
                                {"replica_manager", replica_manager_test},
                                {"admission", admission_test},
+                               {"object_table", object_table_test},
                                {"evictor", evictor_test},
                                {"transfer_submitter", transfer_submitter_test},
                                {"conn_guard", conn_guard_test},
