@@ -155,13 +155,6 @@ bool
 kvpc_next_chunk (const kvpc_keys_t *keys, size_t *start, kvpc_bytes_fn *bytes_of, const void *arg,
                  kvpc_keys_t *chunk, int64_t *results)
 {
-    return kvpc_next_chunk_of (keys, start, bytes_of, arg, KVPC_CHUNK_BYTES, chunk, results);
-}
-
-bool
-kvpc_next_chunk_of (const kvpc_keys_t *keys, size_t *start, kvpc_bytes_fn *bytes_of,
-                    const void *arg, uint64_t limit, kvpc_keys_t *chunk, int64_t *results)
-{
     if (*start >= keys->count)
         return false;
     kvpc_keys_init (chunk);
@@ -169,7 +162,7 @@ kvpc_next_chunk_of (const kvpc_keys_t *keys, size_t *start, kvpc_bytes_fn *bytes
     size_t j = *start;
     for (; j < keys->count; j++) {
         uint64_t size = bytes_of (arg, keys->index[j]);
-        if (j > *start && bytes + size > limit)
+        if (j > *start && bytes + size > KVPC_CHUNK_BYTES)
             break;
         bytes += size;
         if (kvpc_keys_add (chunk, keys->keys[j], keys->index[j]))

@@ -62,15 +62,6 @@ typedef uint64_t (kvpc_bytes_fn) (const void *arg, size_t index);
 //  past it. Returns false when no keys are left.
 bool kvpc_next_chunk (const kvpc_keys_t *keys, size_t *start, kvpc_bytes_fn *bytes_of,
                       const void *arg, kvpc_keys_t *chunk, int64_t *results);
-//  The same with chunks of at most limit bytes.
-bool kvpc_next_chunk_of (const kvpc_keys_t *keys, size_t *start, kvpc_bytes_fn *bytes_of,
-                         const void *arg, uint64_t limit, kvpc_keys_t *chunk, int64_t *results);
-
-//  A socket get moves in requests of at most KVPC_GET_CHUNK_BYTES, up to KVPC_GET_WINDOW of
-//  them in flight at once (as much memory as one KVPC_CHUNK_BYTES request): the node works
-//  on the next requests (disk reads, above all) while the replies to the first ones travel.
-#define KVPC_GET_CHUNK_BYTES (4u << 20)
-#define KVPC_GET_WINDOW 4
 
 //  ---- copies: a list of memcpys, run inline or on the connection's copy threads ---------
 //  Lists of at least this many bytes go to the copy threads; smaller ones are cheaper to

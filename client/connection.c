@@ -287,8 +287,8 @@ broken:
 //  (-1). Value frames of that reply are kept, up to expect_frames of them; further ones are
 //  counted in extra.
 static int
-s_recv_reply (kvpc_conn_t *self, int64_t deadline, const uint64_t *want_ids, const size_t *expect,
-              size_t nwant, size_t *which, kvpc_reply_t *reply, size_t *extra)
+s_recv_reply (kvpc_conn_t *self, int64_t deadline, uint64_t want_id, size_t expect_frames,
+              kvpc_reply_t *reply, size_t *extra)
 {
     while (self->socket) {
         int64_t left = deadline - s_now_ms ();
@@ -312,13 +312,7 @@ s_recv_reply (kvpc_conn_t *self, int64_t deadline, const uint64_t *want_ids, con
         Kvpool__V1__Reply *msg =
             kvpool__v1__reply__unpack (NULL, zmq_msg_size (&head), zmq_msg_data (&head));
         zmq_msg_close (&head);
-        //  One of the replies waited for (the others are late answers to calls that timed
-        //  out: dropped).
-        size_t w = 0;
-        while (msg && w < nwant && msg->request_id != want_ids[w])
-            w++;
-        bool mine = msg && w < nwant;
-        size_t expect_frames = mine ? expect[w] : 0;
+        bool mine = msg && msg->request_id == want_id;
         zmq_msg_t *frames = NULL;
         if (mine && expect_frames) {
             frames = malloc (expect_frames * sizeof *frames);
@@ -362,7 +356,6 @@ s_recv_reply (kvpc_conn_t *self, int64_t deadline, const uint64_t *want_ids, con
         reply->frames = frames;
         reply->nframes = nframes;
         *extra = extras;
-        *which = w;
         return 0;
     }
     return -1;
@@ -381,8 +374,6 @@ kvpc_reply_free (kvpc_reply_t *reply)
     memset (reply, 0, sizeof *reply);
 }
 
-static int s_reply_accept (kvpc_conn_t *self, int op, int rc, kvpc_reply_t *reply, size_t extra);
-
 int
 kvpc_call (kvpc_conn_t *self, Kvpool__V1__Request *request, const kvpc_value_t *values,
            size_t nvalues, size_t expect_frames, kvpc_reply_t *reply)
@@ -391,26 +382,17 @@ kvpc_call (kvpc_conn_t *self, Kvpool__V1__Request *request, const kvpc_value_t *
     int rc = s_send_request (self, request, values, nvalues);
     if (rc)
         return rc;
-    size_t extra = 0, which;
-    rc = s_recv_reply (self, s_now_ms () + self->timeout_ms, &request->request_id, &expect_frames,
-                       1, &which, reply, &extra);
+    size_t extra = 0;
+    rc = s_recv_reply (self, s_now_ms () + self->timeout_ms, request->request_id, expect_frames,
+                       reply, &extra);
     s_zc_drain (self, rc != 0);
-    return s_reply_accept (self, request->op, rc, reply, extra);
-}
-
-//  What every call does with what came back: the reply checked (positive codes are not
-//  statuses), its error kept as the last error, a missing one reported. Returns 0 or a
-//  negative status.
-static int
-s_reply_accept (kvpc_conn_t *self, int op, int rc, kvpc_reply_t *reply, size_t extra)
-{
     //  The node reads a connection's requests in order: it has every one-way request sent
     //  before this one.
     if (rc == 0)
         self->oneway_pending = false;
     if (rc) {
-        kvpc_set_error (self, "no reply to %s from %s within %d ms", s_op_name (op), self->endpoint,
-                        self->timeout_ms);
+        kvpc_set_error (self, "no reply to %s from %s within %d ms", s_op_name (request->op),
+                        self->endpoint, self->timeout_ms);
         return KVPOOL_RPC_FAIL;
     }
     Kvpool__V1__Reply *msg = reply->msg;
@@ -418,37 +400,19 @@ s_reply_accept (kvpc_conn_t *self, int op, int rc, kvpc_reply_t *reply, size_t e
         snprintf (self->last_error, sizeof self->last_error, "%s", msg->error);
     //  Positive codes would read as counts or sizes to our callers.
     if (msg->status > 0) {
-        kvpc_set_error (self, "%s reply with status %d", s_op_name (op), msg->status);
+        kvpc_set_error (self, "%s reply with status %d", s_op_name (request->op), msg->status);
         msg->status = KVPOOL_PROTOCOL_ERROR;
     }
     for (size_t j = 0; j < msg->n_statuses; j++)
         if (msg->statuses[j] > 0)
             msg->statuses[j] = KVPOOL_PROTOCOL_ERROR;
     if (extra) {
-        kvpc_set_error (self, "%s reply has %zu value frames more than expected", s_op_name (op),
-                        extra);
+        kvpc_set_error (self, "%s reply has %zu value frames more than expected",
+                        s_op_name (request->op), extra);
         kvpc_reply_free (reply);
         return KVPOOL_PROTOCOL_ERROR;
     }
     return 0;
-}
-
-int
-kvpc_send (kvpc_conn_t *self, Kvpool__V1__Request *request)
-{
-    return s_send_request (self, request, NULL, 0);
-}
-
-int
-kvpc_recv_any (kvpc_conn_t *self, const uint64_t *ids, const size_t *expect_frames, size_t count,
-               size_t *which, kvpc_reply_t *reply)
-{
-    memset (reply, 0, sizeof *reply);
-    size_t extra = 0;
-    *which = 0;
-    int rc = s_recv_reply (self, s_now_ms () + self->timeout_ms, ids, expect_frames, count, which,
-                           reply, &extra);
-    return s_reply_accept (self, KVPOOL__V1__OP__GET, rc, reply, extra);
 }
 
 int

@@ -88,14 +88,6 @@ const char *kvpc_conn_last_error (kvpc_conn_t *self);
 //  reuse the values' buffers as soon as it returns.
 int kvpc_call (kvpc_conn_t *self, Kvpool__V1__Request *request, const kvpc_value_t *values,
                size_t nvalues, size_t expect_frames, kvpc_reply_t *reply);
-//  Pipelined calls without values: kvpc_send sends a request (its request_id is set) and
-//  returns at once; kvpc_recv_any waits up to the connection's timeout for the reply to any
-//  of ids[0..count) (each with expect_frames[i] value frames), in the order the node answers
-//  them, and says which in *which. Replies to other ids are dropped. Both return 0 or a
-//  negative status, as kvpc_call.
-int kvpc_send (kvpc_conn_t *self, Kvpool__V1__Request *request);
-int kvpc_recv_any (kvpc_conn_t *self, const uint64_t *ids, const size_t *expect_frames,
-                   size_t count, size_t *which, kvpc_reply_t *reply);
 //  kvpc_call without values, waiting at most timeout_ms (or the connection's timeout when
 //  that is shorter).
 int kvpc_call_brief (kvpc_conn_t *self, Kvpool__V1__Request *request, int timeout_ms,

@@ -299,52 +299,30 @@ s_get_key_status (kvpc_conn_t *conn, kvpc_reply_t *reply, size_t j)
     return status;
 }
 
-//  One GET request in flight into the caller's buffers: its keys and their ranges.
-typedef struct {
-    kvpc_keys_t keys;
-    uint64_t *ranges; //  offsets then lengths, one a key (a ranged get), or NULL
-    uint64_t id;      //  the request's id once sent
-} s_get_slot_t;
-
-//  Sends the GET of slot->keys (a ranged get asks for as many bytes as each key's buffers
-//  hold, from its offset). Returns 0 or a status (every key's result is then set).
+//  One GET of keys into the caller's buffers.
 static int
-s_get_send (kvpc_conn_t *conn, s_get_slot_t *slot, const kvpool_buf_t *const *bufs,
-            const size_t *nbufs, const uint64_t *offsets, int64_t *results)
+s_get_chunk (kvpc_conn_t *conn, const kvpc_keys_t *keys, const kvpool_buf_t *const *bufs,
+             const size_t *nbufs, const uint64_t *offsets, int64_t *results)
 {
-    const kvpc_keys_t *keys = &slot->keys;
-    Kvpool__V1__Request request = KVPOOL__V1__REQUEST__INIT;
-    request.op = KVPOOL__V1__OP__GET;
-    request.n_keys = keys->count;
-    request.keys = keys->wire;
+    if (keys->count == 0)
+        return KVPOOL_OK;
+    //  A ranged get asks for as many bytes as the key's buffers hold, from its offset.
+    uint64_t *ranges = NULL;
     if (offsets) {
-        slot->ranges = malloc (2 * keys->count * sizeof *slot->ranges);
-        if (!slot->ranges) {
+        ranges = malloc (2 * keys->count * sizeof *ranges);
+        if (!ranges) {
             kvpc_fill (keys, results, KVPOOL_INTERNAL_ERROR);
             return KVPOOL_INTERNAL_ERROR;
         }
         for (size_t j = 0; j < keys->count; j++) {
             size_t i = keys->index[j];
-            slot->ranges[j] = offsets[i];
-            slot->ranges[keys->count + j] = kvpc_bufs_capacity (bufs[i], nbufs[i]);
+            ranges[j] = offsets[i];
+            ranges[keys->count + j] = kvpc_bufs_capacity (bufs[i], nbufs[i]);
         }
-        request.n_offsets = request.n_lengths = keys->count;
-        request.offsets = slot->ranges;
-        request.lengths = slot->ranges + keys->count;
     }
-    int rc = kvpc_send (conn, &request);
-    if (rc)
-        kvpc_fill (keys, results, rc);
-    slot->id = request.request_id;
-    return rc;
-}
-
-//  A GET reply: each value copied into its key's buffers. Returns the reply's status.
-static int
-s_get_apply (kvpc_conn_t *conn, const kvpc_keys_t *keys, kvpc_reply_t *reply,
-             const kvpool_buf_t *const *bufs, const size_t *nbufs, int64_t *results)
-{
-    int rc = kvpc_reply_check (conn, reply, keys->count, KVPC_NEED_FRAMES);
+    kvpc_reply_t reply;
+    int rc = s_get_call (conn, keys, ranges, ranges ? ranges + keys->count : NULL, &reply);
+    free (ranges);
     if (rc) {
         kvpc_fill (keys, results, rc);
         return rc;
@@ -353,18 +331,17 @@ s_get_apply (kvpc_conn_t *conn, const kvpc_keys_t *keys, kvpc_reply_t *reply,
     kvpc_copies_init (&copies);
     for (size_t j = 0; j < keys->count; j++) {
         size_t i = keys->index[j];
-        int status = s_get_key_status (conn, reply, j);
+        int status = s_get_key_status (conn, &reply, j);
         if (status != KVPOOL_OK) {
             results[i] = status;
             continue;
         }
-        size_t size = zmq_msg_size (&reply->frames[j]);
+        size_t size = zmq_msg_size (&reply.frames[j]);
         if (kvpc_bufs_capacity (bufs[i], nbufs[i]) < size) {
             results[i] = KVPOOL_BUFFER_OVERFLOW;
             continue;
         }
-        if (kvpc_copies_scatter (&copies, zmq_msg_data (&reply->frames[j]), size, bufs[i],
-                                 nbufs[i]))
+        if (kvpc_copies_scatter (&copies, zmq_msg_data (&reply.frames[j]), size, bufs[i], nbufs[i]))
             results[i] = KVPOOL_INTERNAL_ERROR;
         else
             results[i] = (int64_t) size;
@@ -376,7 +353,9 @@ s_get_apply (kvpc_conn_t *conn, const kvpc_keys_t *keys, kvpc_reply_t *reply,
             if (results[keys->index[j]] > 0)
                 results[keys->index[j]] = KVPOOL_INVALID_PARAMS;
     kvpc_copies_fini (&copies);
-    return reply->msg->status;
+    rc = reply.msg->status;
+    kvpc_reply_free (&reply);
+    return rc;
 }
 
 typedef struct {
@@ -391,8 +370,6 @@ s_buffer_bytes (const void *arg, size_t index)
     return kvpc_bufs_capacity (bufs->bufs[index], bufs->nbufs[index]);
 }
 
-//  Gets in requests of at most KVPC_GET_CHUNK_BYTES, KVPC_GET_WINDOW of them in flight, each
-//  reply applied as it comes (batch.h).
 int
 kvpc_socket_get_into (kvpc_conn_t *conn, const kvpc_keys_t *keys, const kvpool_buf_t *const *bufs,
                       const size_t *nbufs, const uint64_t *offsets, int64_t *results)
@@ -400,65 +377,12 @@ kvpc_socket_get_into (kvpc_conn_t *conn, const kvpc_keys_t *keys, const kvpool_b
     int rc = KVPOOL_OK;
     size_t start = 0;
     s_bufs_t arg = {bufs, nbufs};
-    s_get_slot_t slots[KVPC_GET_WINDOW];
-    uint64_t ids[KVPC_GET_WINDOW];
-    size_t expect[KVPC_GET_WINDOW];
-    size_t out = 0; //  slots[0..out) are in flight
-    bool more = true;
-    while (more || out) {
-        //  Fill the window.
-        while (more && out < KVPC_GET_WINDOW) {
-            s_get_slot_t *slot = &slots[out];
-            memset (slot, 0, sizeof *slot);
-            more = kvpc_next_chunk_of (keys, &start, s_buffer_bytes, &arg, KVPC_GET_CHUNK_BYTES,
-                                       &slot->keys, results);
-            if (!more)
-                break;
-            int sent = slot->keys.count ? s_get_send (conn, slot, bufs, nbufs, offsets, results)
-                                        : KVPOOL_OK;
-            if (sent != KVPOOL_OK || slot->keys.count == 0) {
-                if (sent != KVPOOL_OK)
-                    rc = sent;
-                free (slot->ranges);
-                kvpc_keys_fini (&slot->keys);
-                continue;
-            }
-            ids[out] = slot->id;
-            expect[out] = slot->keys.count;
-            out++;
-        }
-        if (out == 0)
-            break;
-        size_t which;
-        kvpc_reply_t reply;
-        int got = kvpc_recv_any (conn, ids, expect, out, &which, &reply);
-        if (got != KVPOOL_OK) {
-            //  No answer: every request in flight has failed (late replies are dropped).
-            for (size_t k = 0; k < out; k++) {
-                kvpc_fill (&slots[k].keys, results, got);
-                free (slots[k].ranges);
-                kvpc_keys_fini (&slots[k].keys);
-            }
-            out = 0;
-            rc = got;
-            continue;
-        }
-        int applied = s_get_apply (conn, &slots[which].keys, &reply, bufs, nbufs, results);
-        if (applied != KVPOOL_OK)
-            rc = applied;
-        kvpc_reply_free (&reply);
-        free (slots[which].ranges);
-        kvpc_keys_fini (&slots[which].keys);
-        //  The last slot takes the freed one's place (keys keep their first few inline:
-        //  moved, not copied).
-        out--;
-        if (which != out) {
-            kvpc_keys_move (&slots[which].keys, &slots[out].keys);
-            slots[which].ranges = slots[out].ranges;
-            slots[which].id = slots[out].id;
-            ids[which] = ids[out];
-            expect[which] = expect[out];
-        }
+    kvpc_keys_t chunk;
+    while (kvpc_next_chunk (keys, &start, s_buffer_bytes, &arg, &chunk, results)) {
+        int chunk_rc = s_get_chunk (conn, &chunk, bufs, nbufs, offsets, results);
+        if (chunk_rc != KVPOOL_OK)
+            rc = chunk_rc;
+        kvpc_keys_fini (&chunk);
     }
     return rc;
 }
