@@ -84,4 +84,11 @@ void bench_scratch_remove (void);
 //  removes the scratch directory and exits with 128 + signum.
 void bench_on_signal (int signum);
 
+//  Values (bench_values.c): a 64-bit mix (splitmix64's finaliser); size bytes that follow
+//  from seed (whole 8-byte words; a tail past them is left as it is); whether a buffer holds
+//  them.
+uint64_t bench_mix (uint64_t x);
+void bench_fill (void *buffer, size_t size, uint64_t seed);
+bool bench_holds (const void *buffer, size_t size, uint64_t seed);
+
 #endif

@@ -104,37 +104,6 @@ s_fail (tier_t *self, const char *format, ...)
     self->errors++;
 }
 
-static uint64_t
-s_mix (uint64_t x)
-{
-    x += 0x9E3779B97F4A7C15ULL;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
-    return x ^ (x >> 31);
-}
-
-//  Every value's bytes follow from its seed (its key's number), so a value returned for the
-//  wrong key fails s_holds as surely as a damaged one.
-static void
-s_fill (void *buffer, size_t size, uint64_t seed)
-{
-    uint64_t *words = (uint64_t *) buffer;
-    uint64_t base = s_mix (seed);
-    for (size_t i = 0; i < size / 8; i++)
-        words[i] = base ^ (i * 0x100000001B3ULL);
-}
-
-static bool
-s_holds (const void *buffer, size_t size, uint64_t seed)
-{
-    const uint64_t *words = (const uint64_t *) buffer;
-    uint64_t base = s_mix (seed);
-    for (size_t i = 0; i < size / 8; i++)
-        if (words[i] != (base ^ (i * 0x100000001B3ULL)))
-            return false;
-    return true;
-}
-
 static int
 s_compare_doubles (const void *a, const void *b)
 {
@@ -341,7 +310,7 @@ s_write_file (tier_t *self, const char *path, size_t mib, uint8_t *buffer, size_
     for (size_t done = 0; rc == 0 && done < mib; done += buffer_mib) {
         size_t n = mib - done < buffer_mib ? mib - done : buffer_mib;
         for (size_t i = 0; i < n; i++)
-            s_fill (buffer + i * MiB, MiB, (1ULL << 40) + done + i);
+            bench_fill (buffer + i * MiB, MiB, (1ULL << 40) + done + i);
         size_t length = n * MiB, written = 0;
         while (rc == 0 && written < length) {
             ssize_t w = write (fd, buffer + written, length - written);
@@ -471,7 +440,7 @@ s_read_run (tier_t *self, size_t first, size_t count, int passes, bool zero_copy
             if (results[i] != (int64_t) DISK_VALUE || !targets[i])
                 s_fail (self, "%s %s: %s", api, keys[i],
                         results[i] < 0 ? kvpool_status_name ((int) results[i]) : "wrong size");
-            else if (!s_holds (targets[i], DISK_VALUE, first + done % count + i))
+            else if (!bench_holds (targets[i], DISK_VALUE, first + done % count + i))
                 s_fail (self, "%s %s: the value differs from what was put", api, keys[i]);
             else
                 bad = false;
@@ -545,7 +514,7 @@ s_part_disk (tier_t *self)
     double start = bench_now ();
     for (size_t k = 0; k < total; k++) {
         s_disk_key (key, k);
-        s_fill (buffers, DISK_VALUE, k);
+        bench_fill (buffers, DISK_VALUE, k);
         int rc;
         size_t before = refusals;
         double deadline = bench_now () + 5;
@@ -665,7 +634,7 @@ s_put_small (tier_t *self, size_t batches, size_t *next_p, uint8_t *values)
         for (size_t i = 0; i < SMALL_BATCH; i++) {
             s_small_key (names[i], *next_p + i);
             keys[i] = names[i];
-            s_fill (values + i * SMALL_VALUE, SMALL_VALUE, *next_p + i);
+            bench_fill (values + i * SMALL_VALUE, SMALL_VALUE, *next_p + i);
             data[i] = values + i * SMALL_VALUE;
             sizes[i] = SMALL_VALUE;
         }
@@ -805,7 +774,7 @@ s_part_eviction (tier_t *self)
     for (size_t i = 1; i <= 3; i++) {
         s_small_key (key, next - i);
         int64_t got = kvpool_get_into (self->client, key, value, sizeof value);
-        if (got != SMALL_VALUE || !s_holds (value, SMALL_VALUE, next - i)) {
+        if (got != SMALL_VALUE || !bench_holds (value, SMALL_VALUE, next - i)) {
             s_fail (self, "get %s after the cycles: %s", key,
                     got < 0 ? kvpool_status_name ((int) got) : "the value differs");
             goto done;
@@ -1027,7 +996,7 @@ s_part_puts (tier_t *self)
     for (int i = 0; i < PUT_SOURCES; i++) {
         sources[i] = (uint8_t *) s_buffer (PUT_VALUE);
         if (sources[i])
-            s_fill (sources[i], PUT_VALUE, (2ULL << 40) + i);
+            bench_fill (sources[i], PUT_VALUE, (2ULL << 40) + i);
         ok = ok && sources[i];
     }
     if (!ok) {

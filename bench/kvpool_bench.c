@@ -359,26 +359,6 @@ s_redis_start (bench_t *self)
 
 //  ---- keys, values and checks -----------------------------------------------------------
 
-static uint64_t
-s_mix (uint64_t x)
-{
-    x += 0x9E3779B97F4A7C15ULL;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
-    return x ^ (x >> 31);
-}
-
-//  Every source buffer gets contents of its own, so a value returned for the wrong key fails
-//  the comparison.
-static void
-s_fill_value (uint8_t *buffer, size_t size, uint64_t seed)
-{
-    uint64_t *words = (uint64_t *) buffer;
-    uint64_t base = s_mix (seed);
-    for (size_t i = 0; i < size / 8; i++)
-        words[i] = base ^ (i * 0x100000001B3ULL);
-}
-
 static void
 s_put_key (bench_t *self, char *key, int path, int size_index, int batch, int rep, uint64_t index)
 {
@@ -1111,7 +1091,7 @@ s_section_exist (bench_t *self)
     fprintf (stderr, "kvpool-bench: exist\n");
     //  Keys shaped like the vLLM connector's: a model/rank prefix and a 64-hex-digit hash.
     for (int i = 0; i < EXIST_KEYS; i++) {
-        uint64_t h = s_mix (i), g = s_mix (h), f = s_mix (g), e = s_mix (f);
+        uint64_t h = bench_mix (i), g = bench_mix (h), f = bench_mix (g), e = bench_mix (f);
         snprintf (self->hit_keys[i], KEY_MAX,
                   "%sbench@tp_rank:0@pp_rank:0@%016llx%016llx%016llx%016llx", self->prefix,
                   (unsigned long long) h, (unsigned long long) g, (unsigned long long) f,
@@ -1459,7 +1439,7 @@ s_alloc_buffers (bench_t *self)
             fprintf (stderr, "kvpool-bench: out of memory for buffers\n");
             return -1;
         }
-        s_fill_value (self->src[i], MAX_VALUE, (uint64_t) i);
+        bench_fill (self->src[i], MAX_VALUE, (uint64_t) i);
         memset (self->dst[i], 0, MAX_VALUE);
     }
     return 0;

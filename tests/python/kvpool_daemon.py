@@ -140,6 +140,17 @@ class Kvpoold:
         self._log.close()
         return self.proc.returncode
 
+    def finish(self):
+        """The end of a test: checks that kvpoold was still running and stops cleanly (exit
+        status 0), removes its folder, and returns its log."""
+        alive = self.alive()
+        status = self.stop()
+        log = self.log_text()
+        self.remove()
+        assert alive, "kvpoold died during the test:\n" + log[-4000:]
+        assert status == 0, "kvpoold exited with %s:\n%s" % (status, log[-4000:])
+        return log
+
     def log_text(self, tail=None):
         """kvpoold's output so far (its last `tail` characters when given)."""
         try:
@@ -156,3 +167,13 @@ class Kvpoold:
             self.proc.wait()
         self._log.close()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def wait_for(predicate, seconds=5.0):
+    """Polls predicate until it holds or seconds have passed; returns its last value."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return predicate()

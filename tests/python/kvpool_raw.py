@@ -20,8 +20,8 @@ OK = 0
 class Raw:
     """One DEALER socket speaking kvpool.v1 with raw frames."""
 
-    def __init__(self, endpoint, timeout_ms=10000):
-        self.sock = zmq.Context.instance().socket(zmq.DEALER)
+    def __init__(self, endpoint, context=None, timeout_ms=10000):
+        self.sock = (context or zmq.Context.instance()).socket(zmq.DEALER)
         self.sock.linger = 0
         self.sock.connect(endpoint)
         self.timeout_ms = timeout_ms
@@ -29,14 +29,17 @@ class Raw:
 
     def send(self, op, keys=(), values=(), **fields):
         request = pb.Request(version=1, request_id=self.next_id, op=op,
-                             keys=[k.encode() for k in keys], **fields)
+                             keys=[k.encode() if isinstance(k, str) else k for k in keys],
+                             **fields)
         self.next_id += 1
         self.sock.send_multipart([request.SerializeToString()] + list(values))
         return request.request_id
 
-    def recv(self, request_id):
-        """The reply to request_id and its value frames, or (None, None) after the timeout."""
-        deadline = time.monotonic() + self.timeout_ms / 1000
+    def recv(self, request_id, timeout_ms=None):
+        """The reply to request_id and its value frames, or (None, None) after the timeout
+        (timeout_ms, or the client's)."""
+        wait = self.timeout_ms if timeout_ms is None else timeout_ms
+        deadline = time.monotonic() + wait / 1000
         while True:
             left = int((deadline - time.monotonic()) * 1000)
             if left <= 0 or not self.sock.poll(left):
@@ -74,6 +77,20 @@ class Raw:
     def stats(self):
         reply, _ = self.call(pb.STATS)
         return reply.stats
+
+    def index_gets(self):
+        return self.stats().index_gets
+
+    def segments(self):
+        reply, _ = self.call(pb.SEGMENTS)
+        return list(reply.segments)
+
+    def replica_segments(self, key):
+        """The sorted segment ids of key's replicas, or None when it has none to list."""
+        reply, _ = self.call(pb.GET_REPLICA_LIST, [key])
+        if (reply.status or reply.statuses[0]) != OK:
+            return None
+        return sorted(r.segment_id for r in reply.replicas[0].replicas)
 
     def close(self):
         self.sock.close()

@@ -24,7 +24,7 @@ import pytest
 
 import kvpool
 
-from kvpool_daemon import Kvpoold  # noqa: E402
+from kvpool_daemon import Kvpoold, wait_for  # noqa: E402
 from kvpool_raw import Raw  # noqa: E402
 from kvpool_test_pb import pb  # noqa: E402
 
@@ -52,23 +52,19 @@ def start(disk_dir, *args, pool="64MiB", capacity="1GiB"):
                    *args)
 
 
-def stop(d):
-    alive = d.alive()
-    rc = d.stop()
-    log = d.log_text(4000)
-    d.remove()
-    assert alive, "kvpoold died during the test:\n" + log
-    assert rc == 0, log
-    return log
-
-
-def wait_for(predicate, timeout=5.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return predicate()
+def put_until_refused(raw, prefix):
+    """Puts 1 MiB values into a 16 MiB pool until one is refused, which must happen, with
+    NO_AVAILABLE_HANDLE; returns the keys stored."""
+    stored = []
+    for i in range(40):
+        key = "%s-%03d" % (prefix, i)
+        status = raw.put(key, value_of(key))
+        if status != OK:
+            assert status == NO_AVAILABLE_HANDLE, status
+            assert len(stored) >= 12, stored
+            return stored
+        stored.append(key)
+    raise AssertionError("40 MiB went into a 16 MiB pool that could not evict")
 
 
 def copies(disk_dir):
@@ -88,7 +84,7 @@ def test_on_evict_below_the_watermark_writes_nothing(disk_dir):
         assert copies(disk_dir) == []
         raw.close()
     finally:
-        stop(d)
+        d.finish()
 
 
 def test_double_overflow_reads_back_from_disk(disk_dir):
@@ -113,30 +109,21 @@ def test_double_overflow_reads_back_from_disk(disk_dir):
         client.close()
         raw.close()
     finally:
-        stop(d)
+        d.finish()
 
 
 def test_a_blocked_offload_keeps_every_object(disk_dir):
     d = start(disk_dir, "--offload-queue-limit", "0", pool="16MiB")
     try:
         raw = Raw(d.endpoint)
-        stored = []
-        status = OK
-        for i in range(40):
-            key = "kept-%03d" % i
-            status = raw.put(key, value_of(key))
-            if status != OK:
-                break
-            stored.append(key)
-        assert status == NO_AVAILABLE_HANDLE
-        assert len(stored) >= 12
+        stored = put_until_refused(raw, "kept")
         for key in stored:
             assert raw.get(key) == (OK, value_of(key)), key
         stats = raw.stats()
         assert stats.evictions == 0 and stats.evict_skipped > 0 and stats.offloads == 0
         raw.close()
     finally:
-        log = stop(d)
+        log = d.finish()
     assert "kept" in log and "no room for a disk copy" in log
 
 
@@ -152,7 +139,7 @@ def test_force_evict_proceeds_without_a_copy(disk_dir):
         assert not raw.exist("forced-000") and raw.exist("forced-039")
         raw.close()
     finally:
-        stop(d)
+        d.finish()
 
 
 def test_a_disk_that_refuses_writes_loses_nothing(disk_dir):
@@ -162,23 +149,14 @@ def test_a_disk_that_refuses_writes_loses_nothing(disk_dir):
         # disk (kvpoold ignores SIGXFSZ; its segments exist already).
         resource.prlimit(d.pid, resource.RLIMIT_FSIZE, (256 * 1024, 256 * 1024))
         raw = Raw(d.endpoint)
-        stored = []
-        status = OK
-        for i in range(40):
-            key = "refused-%03d" % i
-            status = raw.put(key, value_of(key))
-            if status != OK:
-                break
-            stored.append(key)
-        assert status == NO_AVAILABLE_HANDLE
-        assert len(stored) >= 12
+        stored = put_until_refused(raw, "refused")
         for key in stored:
             assert raw.get(key) == (OK, value_of(key)), key
         stats = raw.stats()
         assert stats.offload_failures > 0 and stats.offloads == 0 and stats.evictions == 0
         raw.close()
     finally:
-        stop(d)
+        d.finish()
     # Every failed write took its half-written file with it (the last ones once the node
     # stopped: it finishes the writes under way).
     assert copies(disk_dir) == [] and glob.glob(os.path.join(disk_dir, "*", "*.tmp")) == []
@@ -202,7 +180,7 @@ def test_the_disk_drops_its_oldest_copies(disk_dir):
         assert sum(os.path.getsize(f) for f in copies(disk_dir)) <= 32 * MiB
         raw.close()
     finally:
-        stop(d)
+        d.finish()
 
 
 def test_a_restarted_node_serves_its_disk(disk_dir):
@@ -217,7 +195,7 @@ def test_a_restarted_node_serves_its_disk(disk_dir):
         assert on_disk >= 20
         raw.close()
     finally:
-        stop(d)
+        d.finish()
     # A write a crash cut short is a .tmp file: dropped, never served.
     half = os.path.join(disk_dir, "00", "00000000000fff00.tmp")
     os.makedirs(os.path.dirname(half), exist_ok=True)
@@ -234,7 +212,7 @@ def test_a_restarted_node_serves_its_disk(disk_dir):
         assert not os.path.exists(half)
         raw.close()
     finally:
-        log = stop(d)
+        log = d.finish()
     assert "found and registered" in log
 
 
@@ -269,7 +247,7 @@ def test_a_corrupt_copy_is_dropped_never_served(disk_dir):
         assert raw.stats().disk_corrupt == 1
         raw.close()
     finally:
-        stop(d)
+        d.finish()
     # Corrupted while the node was down: dropped by the start-up scan.
     path = corrupt_copy_of(disk_dir, keys[1])
     d = start(disk_dir, pool="16MiB")
@@ -279,7 +257,7 @@ def test_a_corrupt_copy_is_dropped_never_served(disk_dir):
         assert raw.get(keys[2]) == (OK, value_of(keys[2]))
         raw.close()
     finally:
-        log = stop(d)
+        log = d.finish()
     assert "corrupt" in log
 
 
@@ -296,7 +274,7 @@ def test_eager_copies_every_object(disk_dir):
         assert len(copies(disk_dir)) == 10
         raw.close()
     finally:
-        stop(d)
+        d.finish()
 
 
 def test_hot_disk_objects_are_promoted(disk_dir):
@@ -321,7 +299,7 @@ def test_hot_disk_objects_are_promoted(disk_dir):
         assert raw.stats().disk_hits == before + 2
         raw.close()
     finally:
-        stop(d)
+        d.finish()
 
 
 def test_ranges_and_replicas_from_disk(disk_dir):
@@ -350,4 +328,4 @@ def test_ranges_and_replicas_from_disk(disk_dir):
         assert reply.statuses[0] == -600  # INVALID_PARAMS: past the end
         raw.close()
     finally:
-        stop(d)
+        d.finish()

@@ -20,7 +20,7 @@ import pytest
 
 import kvpool
 
-from kvpool_daemon import Kvpoold  # noqa: E402
+from kvpool_daemon import Kvpoold, wait_for  # noqa: E402
 from kvpool_raw import Raw  # noqa: E402
 from kvpool_test_pb import pb  # noqa: E402
 
@@ -33,25 +33,6 @@ def value_of(key, size):
     """size bytes that only this key has."""
     block = hashlib.sha256(key.encode()).digest()
     return (block * (size // 32 + 1))[:size]
-
-
-def stop(d):
-    alive = d.alive()
-    rc = d.stop()
-    log = d.log_text(4000)
-    d.remove()
-    assert alive, "kvpoold died during the test:\n" + log
-    assert rc == 0, log
-    return log
-
-
-def wait_for(predicate, timeout=3.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return predicate()
 
 
 def test_overflow_keeps_the_newest():
@@ -79,7 +60,7 @@ def test_overflow_keeps_the_newest():
         raw.close()
         client.close()
     finally:
-        stop(d)
+        d.finish()
 
 
 def test_leases_and_pins_are_never_evicted():
@@ -107,7 +88,7 @@ def test_leases_and_pins_are_never_evicted():
         raw.close()
         local.close()
     finally:
-        stop(d)
+        d.finish()
 
 
 def test_client_pins_and_hard_pins_without_leases():
@@ -137,7 +118,7 @@ def test_client_pins_and_hard_pins_without_leases():
         raw.close()
         local.close()
     finally:
-        stop(d)
+        d.finish()
 
 
 def soft(ttl_ms=0):
@@ -160,7 +141,7 @@ def test_soft_pins_go_last():
         assert raw.exist("soft-039")
         raw.close()
     finally:
-        stop(d)
+        d.finish()
 
 
 def test_soft_pins_kept_when_told_until_their_ttl():
@@ -189,7 +170,7 @@ def test_soft_pins_kept_when_told_until_their_ttl():
         assert all(raw.exist(key) for key in keys[2:])
         raw.close()
     finally:
-        stop(d)
+        d.finish()
 
 
 def test_a_pool_full_of_leases_says_so():
@@ -210,7 +191,7 @@ def test_a_pool_full_of_leases_says_so():
         assert stats.evictions == 0
         raw.close()
     finally:
-        log = stop(d)
+        log = d.finish()
     assert "passed over" in log and "leased or pinned" in log
 
 
@@ -259,4 +240,4 @@ def test_evicted_while_read_is_never_torn():
         assert Raw(d.endpoint).stats().evictions > 400
     finally:
         done.set()
-        stop(d)
+        d.finish()

@@ -31,7 +31,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.normpath(os.path.join(HERE, "..", ".."))
 
 
-from kvpool_daemon import Kvpoold  # noqa: E402
+from kvpool_daemon import Kvpoold, wait_for  # noqa: E402
+from kvpool_raw import Raw  # noqa: E402
 from kvpool_test_pb import pb  # noqa: E402 (the generated protocol module)
 
 OK = 0
@@ -57,54 +58,6 @@ def pattern(seed, size):
 
 
 # ---- a raw protocol client ---------------------------------------------------------------
-
-class Raw:
-    """One DEALER socket speaking kvpool.v1 with raw frames."""
-
-    def __init__(self, endpoint, context=None):
-        self.ctx = context or zmq.Context.instance()
-        self.sock = self.ctx.socket(zmq.DEALER)
-        self.sock.linger = 0
-        self.sock.rcvtimeo = 10000
-        self.sock.connect(endpoint)
-        self.next_id = 1
-
-    def call(self, op, keys=(), values=(), **fields):
-        request = pb.Request(version=1, request_id=self.next_id, op=op, keys=[k.encode() if isinstance(k, str) else k for k in keys],
-                             **fields)
-        self.next_id += 1
-        self.sock.send_multipart([request.SerializeToString()] + list(values))
-        while True:
-            frames = self.sock.recv_multipart()
-            reply = pb.Reply()
-            reply.ParseFromString(frames[0])
-            if reply.request_id == request.request_id:
-                return reply, frames[1:]
-
-    def status(self, op, key, **fields):
-        reply, _ = self.call(op, [key], **fields)
-        return reply.status or reply.statuses[0]
-
-    def put(self, key, value, **options):
-        reply, _ = self.call(pb.PUT, [key], [value], **options)
-        return reply.status or reply.statuses[0]
-
-    def get(self, key):
-        reply, frames = self.call(pb.GET, [key])
-        status = reply.status or reply.statuses[0]
-        return status, (frames[0] if status == OK else None)
-
-    def stats(self):
-        reply, _ = self.call(pb.STATS)
-        return reply.stats
-
-    def segments(self):
-        reply, _ = self.call(pb.SEGMENTS)
-        return list(reply.segments)
-
-    def close(self):
-        self.sock.close()
-
 
 # ---- an agent: a client process of its own, driven over stdin ----------------------------
 
@@ -221,15 +174,6 @@ def daemon():
     yield d
     assert d.stop() == 0, d.log_text()
     d.remove()
-
-
-def wait_for(predicate, seconds=5.0):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return predicate()
 
 
 def fill(raw, prefix, size, limit=10000):

@@ -37,6 +37,7 @@ import zmq
 import kvpool
 
 from kvpool_daemon import Kvpoold  # noqa: E402
+from kvpool_raw import Raw  # noqa: E402
 from kvpool_test_pb import pb  # noqa: E402 (the generated protocol module)
 
 OK = 0
@@ -66,53 +67,6 @@ def daemon():
     d.remove()
     assert alive, "kvpoold died during the tests:\n" + log
     assert rc == 0, "kvpoold exited with %s:\n%s" % (rc, log)
-
-
-class Raw:
-    """One DEALER socket speaking kvpool.v1 with raw frames."""
-
-    def __init__(self, endpoint):
-        self.sock = zmq.Context.instance().socket(zmq.DEALER)
-        self.sock.linger = 0
-        self.sock.rcvtimeo = 10000
-        self.sock.connect(endpoint)
-        self.next_id = 1
-
-    def call(self, op, keys=(), values=(), **fields):
-        request = pb.Request(version=1, request_id=self.next_id, op=op,
-                             keys=[k.encode() for k in keys], **fields)
-        self.next_id += 1
-        self.sock.send_multipart([request.SerializeToString()] + list(values))
-        while True:
-            frames = self.sock.recv_multipart()
-            reply = pb.Reply()
-            reply.ParseFromString(frames[0])
-            if reply.request_id == request.request_id:
-                return reply, frames[1:]
-
-    def status(self, op, key, **fields):
-        reply, _ = self.call(op, [key], **fields)
-        return reply.status or reply.statuses[0]
-
-    def put(self, key, value):
-        reply, _ = self.call(pb.PUT, [key], [value])
-        assert (reply.status or reply.statuses[0]) == OK, reply
-        return OK
-
-    def get(self, key):
-        reply, frames = self.call(pb.GET, [key])
-        status = reply.status or reply.statuses[0]
-        return status, (frames[0] if status == OK else None)
-
-    def remove(self, key, force=False):
-        return self.status(pb.REMOVE, key, force=force)
-
-    def index_gets(self):
-        reply, _ = self.call(pb.STATS)
-        return reply.stats.index_gets
-
-    def close(self):
-        self.sock.close()
 
 
 @pytest.fixture(scope="module")
@@ -186,7 +140,7 @@ def check_lease(raw, put, read, name):
 def put_small(raw, prefix="small"):
     def put():
         key = fresh(prefix)
-        raw.put(key, b"s" * 1000)
+        assert raw.put(key, b"s" * 1000) == OK
         return key
     return put
 
@@ -194,7 +148,7 @@ def put_small(raw, prefix="small"):
 def put_big(raw):
     def put():
         key = fresh("big")
-        raw.put(key, b"b" * BIG)
+        assert raw.put(key, b"b" * BIG) == OK
         return key
     return put
 
@@ -202,7 +156,7 @@ def put_big(raw):
 def put_long(raw):
     def put():
         key = LONG + fresh()
-        raw.put(key, b"l" * 5000)
+        assert raw.put(key, b"l" * 5000) == OK
         return key
     return put
 
@@ -303,7 +257,7 @@ def test_lookup_hits(daemon, raw):
     def put():
         digest = os.urandom(32)
         key = "%s@tp_rank:0@pcp0@dcp0@pp_rank:0@%s" % (MODEL, digest.hex())
-        raw.put(key, b"k" * 100)
+        assert raw.put(key, b"k" * 100) == OK
         return key
 
     def lookup(key):
@@ -376,7 +330,7 @@ def test_remove_all_and_regex_see_index_leases(raw, client):
     # Removals of many objects look at the index's read stamps too.
     keys = [fresh("many") for _ in range(3)]
     for key in keys:
-        raw.put(key, b"m" * 100)
+        assert raw.put(key, b"m" * 100) == OK
     assert client.get(keys[0]) == b"m" * 100
     reply, _ = raw.call(pb.REMOVE_BY_REGEX, pattern="^many-%d-" % os.getpid())
     assert reply.status == OK and reply.count == 2

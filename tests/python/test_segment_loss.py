@@ -26,6 +26,7 @@ import kvpool
 from kvpool.mooncake import MooncakeDistributedStore, ReplicateConfig
 
 from kvpool_daemon import Kvpoold  # noqa: E402
+from kvpool_raw import Raw  # noqa: E402
 from kvpool_test_pb import pb  # noqa: E402 (the generated protocol module)
 
 OK = 0
@@ -38,63 +39,6 @@ LONG = "L" * 230    # keys longer than an index slot holds are read through repl
 def value_of(key, size):
     seed = sum(key.encode()) % 251
     return bytes((seed + i * 7) % 256 for i in range(256)) * (size // 256) + b"t" * (size % 256)
-
-
-class Raw:
-    """One DEALER socket speaking kvpool.v1 with raw frames."""
-
-    def __init__(self, endpoint):
-        self.sock = zmq.Context.instance().socket(zmq.DEALER)
-        self.sock.linger = 0
-        self.sock.rcvtimeo = 10000
-        self.sock.connect(endpoint)
-        self.next_id = 1
-
-    def send(self, op, keys=(), values=(), **fields):
-        request = pb.Request(version=1, request_id=self.next_id, op=op,
-                             keys=[k.encode() for k in keys], **fields)
-        self.next_id += 1
-        self.sock.send_multipart([request.SerializeToString()] + list(values))
-        return request.request_id
-
-    def recv(self, request_id, timeout_ms=10000):
-        deadline = time.monotonic() + timeout_ms / 1000
-        while True:
-            left = int((deadline - time.monotonic()) * 1000)
-            if left <= 0 or not self.sock.poll(left):
-                return None, None
-            frames = self.sock.recv_multipart()
-            reply = pb.Reply()
-            reply.ParseFromString(frames[0])
-            if reply.request_id == request_id:
-                return reply, frames[1:]
-
-    def call(self, op, keys=(), values=(), **fields):
-        reply, frames = self.recv(self.send(op, keys, values, **fields))
-        assert reply is not None, "no answer to op %d" % op
-        return reply, frames
-
-    def status(self, op, key, **fields):
-        reply, _ = self.call(op, [key], **fields)
-        return reply.status or reply.statuses[0]
-
-    def get(self, key):
-        reply, frames = self.call(pb.GET, [key])
-        status = reply.status or reply.statuses[0]
-        return status, (frames[0] if status == OK else None)
-
-    def replica_segments(self, key):
-        reply, _ = self.call(pb.GET_REPLICA_LIST, [key])
-        if (reply.status or reply.statuses[0]) != OK:
-            return None
-        return sorted(r.segment_id for r in reply.replicas[0].replicas)
-
-    def stats(self):
-        reply, _ = self.call(pb.STATS)
-        return reply.stats
-
-    def close(self):
-        self.sock.close()
 
 
 def segment_ids(raw):
