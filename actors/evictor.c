@@ -76,6 +76,7 @@ typedef struct {
     uint64_t pool_size, pool_used;
     int64_t next_tick;
     int64_t stalled_until; //  the last cycle freed nothing: no new one for a while
+    bool disk_short;       //  the last cycle kept objects for want of disk room
     zlistx_t *waiters;     //  waiter_t: placements waiting for room
     //  offloads
     size_t writes_out;     //  TX_DISK_WRITE / RM_OFFLOADED jobs not back
@@ -232,7 +233,7 @@ s_answer_waiters (self_t *self, bool all, int64_t now)
     while (waiter) {
         bool done = all || now >= waiter->deadline
                     || (waiter->cycle < self->cycle_id && self->cycle_out == 0
-                        && self->frees_out == 0 && self->writes_out == 0);
+                        && self->frees_out == 0 && self->writes_out == 0 && !self->disk_short);
         if (done) {
             zlistx_delete (self->waiters, zlistx_cursor (self->waiters));
             kvp_job_reply (self->router, &waiter->routing_id, waiter->job);
@@ -293,10 +294,18 @@ s_cycle_start (self_t *self, int64_t now)
     double disk_size = (double) config->disk_capacity;
     uint64_t disk_used = self->disk_bytes + self->pending_disk;
     uint64_t to_write = self->offload == KVP_OFFLOAD_ON_EVICT ? want : 0;
-    if (self->tier && disk_used + to_write > config->disk_high_watermark * disk_size) {
+    if (self->tier
+        && (self->disk_short || disk_used + to_write > config->disk_high_watermark * disk_size)) {
+        self->disk_short = false;
         kvp_job_t *drop = kvp_job_new (KVP_RM_DISK_EVICT, 0);
-        double target = config->disk_low_watermark * disk_size - (double) to_write;
-        drop->evict.want = disk_used - (target > 0 ? (uint64_t) target : 0);
+        //  Down to the low watermark, or lower if this cycle's copies would not fit under
+        //  the high one from there.
+        double target = config->disk_high_watermark * disk_size - (double) to_write;
+        if (target > config->disk_low_watermark * disk_size)
+            target = config->disk_low_watermark * disk_size;
+        uint64_t floor_bytes = target > 0 ? (uint64_t) target : 0;
+        //  Nothing to drop when the copies being written are what fills it: they land soon.
+        drop->evict.want = disk_used > floor_bytes ? disk_used - floor_bytes : 0;
         s_send (self->rm, drop, &self->cycle_out);
     }
     if (want == 0 && !eager) {
@@ -373,11 +382,19 @@ s_evicted (self_t *self, kvp_job_t *job, int64_t now)
         gained += pending;
         if (plan->want && gained < plan->want) {
             self->stalls++;
-            //  Nothing to free, and no disk copy under way that will free some: the pool
-            //  cannot be helped for now.
-            if (gained == 0 && self->writes_out == 0)
+            //  Nothing to free because what there is is leased or pinned, no disk copy under
+            //  way that will free some, and nothing kept for lack of disk room (which the
+            //  next cycle's drops may make): the pool cannot be helped for now.
+            if (gained == 0 && self->writes_out == 0 && plan->skipped == 0
+                && plan->leased + plan->pinned > 0)
                 self->stalled_until = now + STALL_BACKOFF_MS;
         }
+        //  Objects kept for want of disk room: the next cycle drops disk copies first, and
+        //  placements waiting for room wait for it.
+        self->disk_short = self->tier && plan->skipped > 0 && gained == 0
+                           && plan->queued < plan->limit; //  the queue had room: the disk had not
+        if (self->disk_short)
+            self->next_tick = now;
         if (job->count) {
             //  The pinned objects' disk copies: written, then recorded.
             self->queue += job->count;

@@ -177,8 +177,11 @@ s_evict_one (self_t *self, kvp_job_t *job, kvp_object_t *object, int pass, kvp_j
     if (s_last_use (self, object, now) > object->memory_since || object->hard_pin) {
         object->memory_since = now;
         lru_append (&self->memory, &object->in_memory);
-        if (object->hard_pin)
+        //  What holds it is counted all the same: a pool full of leased objects says so.
+        if (object->hard_pin || s_held (object))
             plan->pinned++;
+        else if (rm_lease_end (self, object, now) > now)
+            plan->leased++;
         return 0;
     }
     bool soft = object->soft_pin_until > now;

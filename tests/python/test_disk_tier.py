@@ -173,7 +173,9 @@ def test_the_disk_drops_its_oldest_copies(disk_dir):
         stats = raw.stats()
         assert stats.disk_drops > 0 and stats.disk_bytes <= 0.9 * 32 * MiB
         assert not any(raw.exist(key) for key in keys[:20])
-        assert all(raw.exist(key) for key in keys[-30:])
+        # The newest: in memory (about 14) and the disk's most recent copies (down to its
+        # low watermark, 24 of them, or fewer while the cycles run behind the puts).
+        assert all(raw.exist(key) for key in keys[-24:])
         for key in keys:
             status, value = raw.get(key)
             assert status == OBJECT_NOT_FOUND or value == value_of(key), key
