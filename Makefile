@@ -50,6 +50,9 @@ DEB_PACKAGES := build-essential pkg-config libzmq3-dev libczmq-dev libprotobuf-c
 PROTO := protocol/kvpool.proto
 PROTO_C := $(GEN)/protocol/kvpool.pb-c.c
 PROTO_H := $(GEN)/protocol/kvpool.pb-c.h
+CLUSTER_PROTO := protocol/cluster.proto
+CLUSTER_PROTO_C := $(GEN)/protocol/cluster.pb-c.c
+CLUSTER_PROTO_H := $(GEN)/protocol/cluster.pb-c.h
 #  C headers made from the proto (protocol/gen_header.awk): the status codes and the stats
 #  fields, written once there. include/kvpool.h includes them; they are installed beside it.
 CONTRACT_H := $(GEN)/kvpool_status.h $(GEN)/kvpool_stats.h
@@ -63,7 +66,8 @@ CLIENT_SRC := $(call sources_in,$(CLIENT_DIRS))
 TEST_SRC := $(wildcard tests/test_*.c)
 BENCH_SRC := $(wildcard bench/*.c)
 
-SERVER_OBJ := $(patsubst %.c,$(OBJ)/%.o,$(SERVER_SRC)) $(OBJ)/gen/kvpool.pb-c.o
+SERVER_OBJ := $(patsubst %.c,$(OBJ)/%.o,$(SERVER_SRC)) $(OBJ)/gen/kvpool.pb-c.o \
+	$(OBJ)/gen/cluster.pb-c.o
 CLIENT_OBJ := $(patsubst %.c,$(OBJ)/%.o,$(sort $(CLIENT_SRC))) $(OBJ)/gen/kvpool.pb-c.o
 ALL_OBJ := $(sort $(SERVER_OBJ) $(CLIENT_OBJ))
 
@@ -95,6 +99,10 @@ $(PROTO_C) $(PROTO_H): $(PROTO)
 	@mkdir -p $(GEN)
 	protoc-c --c_out=$(GEN) $(PROTO)
 
+$(CLUSTER_PROTO_C) $(CLUSTER_PROTO_H): $(CLUSTER_PROTO)
+	@mkdir -p $(GEN)
+	protoc-c --c_out=$(GEN) $(CLUSTER_PROTO)
+
 $(GEN)/kvpool_%.h: $(PROTO) protocol/gen_header.awk
 	@mkdir -p $(GEN)
 	awk -v what=$* -f protocol/gen_header.awk $(PROTO) > $@.tmp && mv $@.tmp $@
@@ -109,11 +117,15 @@ python/kvpool/kvpool_pb2.py: $(PROTO)
 
 # ---- objects and libraries -----------------------------------------------------------
 #  Every object waits for the generated protocol header; -MMD writes what else it includes.
-$(OBJ)/%.o: %.c | $(PROTO_H) $(CONTRACT_H)
+$(OBJ)/%.o: %.c | $(PROTO_H) $(CLUSTER_PROTO_H) $(CONTRACT_H)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
 $(OBJ)/gen/kvpool.pb-c.o: $(PROTO_C) | $(CONTRACT_H)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(OBJ)/gen/cluster.pb-c.o: $(CLUSTER_PROTO_C)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 

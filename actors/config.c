@@ -38,6 +38,7 @@ typedef enum {
     OPT_RATIO,   //  a double from min/1000 to max/1000
     OPT_SWITCH,  //  on or off
     OPT_OFFLOAD, //  off, eager or on-evict
+    OPT_ROLE,    //  all, master or node
 } opt_kind_t;
 
 typedef struct {
@@ -60,6 +61,87 @@ typedef struct {
 #define FIELD(field) .offset = OFF (field), .size = sizeof (((kvp_config_t *) 0)->field)
 
 static const opt_t s_options[] = {
+    {.name = "role",
+     .arg = "ROLE",
+     .kind = OPT_ROLE,
+     FIELD (role),
+     .default_value = "all",
+     .help = "all: the one-process store; master: a cluster's metadata and placement, no "
+             "memory; node: contributes memory to --master and serves clients"},
+    {.name = "master",
+     .arg = "ENDPOINT",
+     .kind = OPT_STRING,
+     FIELD (master),
+     .default_value = KVP_DEFAULT_MASTER_ENDPOINT,
+     .help = "role master: the endpoint to bind for nodes; role node: the master to join"},
+    {.name = "host-id",
+     .arg = "ID",
+     .kind = OPT_STRING,
+     FIELD (host_id),
+     .default_rule = "the machine's boot id",
+     .help = "the machine this node is on: replicas go to distinct hosts, and same-machine "
+             "clients map segments only of their own host"},
+    {.name = "node-id",
+     .arg = "ID",
+     .kind = OPT_STRING,
+     FIELD (node_id),
+     .default_rule = "host id and the first client tcp port",
+     .help = "the node's name in the cluster; a node restarted with the same id takes its "
+             "place again"},
+    {.name = "peer-endpoint",
+     .arg = "ENDPOINT",
+     .kind = OPT_STRING,
+     FIELD (peer_endpoint),
+     .default_rule = "the first client tcp endpoint's host, any free port",
+     .help = "role node: the data plane, where other nodes read and write this node's values"},
+    {.name = "node-ttl",
+     .arg = "MS",
+     .kind = OPT_UINT,
+     FIELD (node_ttl_ms),
+     .min = 100,
+     .max = 3600000,
+     .default_value = "10000",
+     .help = "role master: a node silent this long is dead: its replicas are dropped"},
+    {.name = "heartbeat-interval",
+     .arg = "MS",
+     .kind = OPT_UINT,
+     FIELD (heartbeat_ms),
+     .min = 10,
+     .max = 600000,
+     .default_value = "1000",
+     .help = "role node: how often the node tells the master it lives (and its free space)"},
+    {.name = "cluster-timeout",
+     .arg = "MS",
+     .kind = OPT_UINT,
+     FIELD (cluster_timeout_ms),
+     .min = 10,
+     .max = 600000,
+     .default_value = "5000",
+     .help = "role node: a request to the master or another node unanswered this long fails"},
+    {.name = "peer-connections",
+     .arg = "N",
+     .kind = OPT_UINT,
+     FIELD (peer_connections),
+     .min = 1,
+     .max = 64,
+     .default_value = "4",
+     .help = "role node: persistent data-plane connections to each other node"},
+    {.name = "stripe-size",
+     .arg = "SIZE",
+     .kind = OPT_SIZE,
+     FIELD (stripe_size),
+     .min = 64 << 10,
+     .max = 1ULL << 32,
+     .default_value = "4MiB",
+     .help = "role node: a remote value larger than this moves as stripes over several "
+             "connections in parallel"},
+    {.name = "transport",
+     .arg = "NAME",
+     .kind = OPT_STRING,
+     FIELD (transport),
+     .default_value = "auto",
+     .help = "role node: the data plane between nodes: tcp, rdma, or auto (rdma when a "
+             "device is found)"},
     //  The api binds the defaults when no --endpoint is given (actors/api.c).
     {.name = "endpoint",
      .arg = "ENDPOINT",
@@ -206,7 +288,8 @@ static const opt_t s_options[] = {
      .kind = OPT_PLACEMENT,
      FIELD (placement),
      .default_value = "random",
-     .help = "replica placement across segments: random or free-ratio"},
+     .help = "replica placement across segments (a cluster's master: across nodes): random, "
+             "free-ratio, or local-first (the writer's node first; one node: random)"},
     {.name = "seed",
      .arg = "N",
      .kind = OPT_UINT,
@@ -485,9 +568,11 @@ s_set (kvp_config_t *config, const opt_t *opt, const char *value)
                 *(kvp_placement_t *) (base + opt->offset) = KVP_PLACEMENT_RANDOM;
             else if (!strcmp (value, "free-ratio"))
                 *(kvp_placement_t *) (base + opt->offset) = KVP_PLACEMENT_FREE_RATIO;
+            else if (!strcmp (value, "local-first"))
+                *(kvp_placement_t *) (base + opt->offset) = KVP_PLACEMENT_LOCAL_FIRST;
             else {
-                fprintf (stderr, "kvpoold: --%s takes random or free-ratio, not '%s'\n", opt->name,
-                         value);
+                fprintf (stderr, "kvpoold: --%s takes random, free-ratio or local-first, not '%s'\n",
+                         opt->name, value);
                 return -1;
             }
             return 0;
@@ -523,6 +608,19 @@ s_set (kvp_config_t *config, const opt_t *opt, const char *value)
                 *(bool *) (base + opt->offset) = false;
             else {
                 fprintf (stderr, "kvpoold: --%s takes on or off, not '%s'\n", opt->name, value);
+                return -1;
+            }
+            return 0;
+        case OPT_ROLE:
+            if (!strcmp (value, "all"))
+                *(kvp_role_t *) (base + opt->offset) = KVP_ROLE_ALL;
+            else if (!strcmp (value, "master"))
+                *(kvp_role_t *) (base + opt->offset) = KVP_ROLE_MASTER;
+            else if (!strcmp (value, "node"))
+                *(kvp_role_t *) (base + opt->offset) = KVP_ROLE_NODE;
+            else {
+                fprintf (stderr, "kvpoold: --%s takes all, master or node, not '%s'\n",
+                         opt->name, value);
                 return -1;
             }
             return 0;
@@ -643,6 +741,12 @@ s_config_check (kvp_config_t *config)
     }
     if (config->eviction_ratio >= config->eviction_high_watermark) {
         fprintf (stderr, "kvpoold: --eviction-ratio must be below --eviction-high-watermark\n");
+        return -1;
+    }
+    if (strcmp (config->transport, "tcp") && strcmp (config->transport, "rdma")
+        && strcmp (config->transport, "auto")) {
+        fprintf (stderr, "kvpoold: --transport takes tcp, rdma or auto, not '%s'\n",
+                 config->transport);
         return -1;
     }
     if (config->offload == KVP_OFFLOAD_DEFAULT)

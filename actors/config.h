@@ -16,7 +16,17 @@
 
 #define KVP_MAX_ENDPOINTS 8
 
-typedef enum { KVP_PLACEMENT_RANDOM = 0, KVP_PLACEMENT_FREE_RATIO = 1 } kvp_placement_t;
+typedef enum {
+    KVP_PLACEMENT_RANDOM = 0,
+    KVP_PLACEMENT_FREE_RATIO = 1,
+    KVP_PLACEMENT_LOCAL_FIRST = 2 //  the writer's node first (a cluster; one node: random)
+} kvp_placement_t;
+
+//  What the process is (DESIGN §2).
+typedef enum { KVP_ROLE_ALL = 0, KVP_ROLE_MASTER, KVP_ROLE_NODE } kvp_role_t;
+
+//  Preferred nodes one PLACE may name.
+#define KVP_MAX_PREFERRED_NODES 8
 
 //  When objects get a disk copy (the disk tier, actors/evictor.c).
 typedef enum {
@@ -67,6 +77,18 @@ typedef struct {
     bool offload_force_evict;     //  evict without a disk copy when none can be made
     uint64_t promote_on_hit;      //  disk reads within the window that bring it back; 0: never
     uint64_t promote_window_ms;
+    //  the cluster (DESIGN §2, docs/cluster.md)
+    kvp_role_t role;
+    const char *master;        //  master: the endpoint it binds; node: the master to join
+    const char *host_id;       //  NULL: the boot id
+    const char *node_id;       //  NULL: host id + the first client tcp port
+    const char *peer_endpoint; //  the data plane's bind; NULL: the client tcp host, any port
+    uint64_t node_ttl_ms;
+    uint64_t heartbeat_ms;
+    uint64_t cluster_timeout_ms; //  a master or peer request unanswered this long fails
+    uint32_t peer_connections;   //  data-plane connections to each other node
+    uint64_t stripe_size;        //  remote reads larger than this move in stripes
+    const char *transport;       //  tcp, rdma or auto
     lookup_config_t lookup;
 } kvp_config_t;
 

@@ -19,6 +19,7 @@
 #define KVP_DEFAULT_ENDPOINT "tcp://127.0.0.1:50051"
 #define KVP_DEFAULT_IPC_ENDPOINT "ipc://@kvpool-50051"
 #define KVP_DEFAULT_ADMIN_ENDPOINT "tcp://127.0.0.1:50052"
+#define KVP_DEFAULT_MASTER_ENDPOINT "tcp://127.0.0.1:50060"
 
 //  A same-machine client reports how many values it read from the read index itself (a
 //  TOUCH's `reads`, counted in the node's stats) at most this often, and at close.

@@ -13,6 +13,9 @@
 #include "actors/admission.h"
 #include "actors/connections.h"
 #include "actors/evictor.h"
+#include "actors/directory.h"
+#include "actors/master.h"
+#include "actors/node_table.h"
 #include "actors/object_table.h"
 #include "actors/conn_guard.h"
 #include "actors/index_reads.h"
@@ -71,6 +74,9 @@ static selftest_t s_tests[] = {{"kvp_status", kvp_status_test},
                                {"lookup_keys", lookup_keys_test},
                                {"lookup_server", lookup_server_test},
                                {"disk_store", disk_store_test},
+                               {"directory", directory_test},
+                               {"node_table", node_table_test},
+                               {"master", master_test},
                                //  new self tests go above this line
                                {NULL, NULL}};
 

@@ -1,0 +1,77 @@
+/*  directory.h - the master's metadata: key -> {size, the nodes that hold it, state}.
+
+    The master of a cluster knows which nodes hold each object, never where inside a node
+    (each node's allocator chooses its own offsets, DESIGN §4). An entry is one allocation:
+    a small header and the key after it, found through object_table.h (open addressing,
+    64-bit hashes in the slots). That keeps the master at about 60 bytes per object plus
+    the key (docs/scaling.md has the measured figure).
+
+    An entry is pending from PLACE until COMMIT (invisible to LOCATE; a second PLACE of the
+    key is refused) or until its reservation's token is swept by the master's put timeout.
+    Nodes are named by their slot in the master's node table (node_table.h), at most
+    KVP_MAX_REPLICAS holders an entry.
+
+    Threads: none of its own; the master actor's thread owns a directory.
+*/
+#ifndef DIRECTORY_H_INCLUDED
+#define DIRECTORY_H_INCLUDED
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "protocol/contract.h"
+
+typedef struct _directory_t directory_t;
+
+typedef enum { DIR_PENDING = 1, DIR_COMMITTED = 2 } dir_state_t;
+
+typedef struct {
+    uint64_t size;
+    uint32_t token; //  PENDING: the reservation (directory_reserve's); 0 once committed
+    uint8_t state;  //  dir_state_t
+    uint8_t holder_count;
+    uint16_t holders[KVP_MAX_REPLICAS]; //  node slots
+    char key[];                         //  NUL-terminated
+} dir_entry_t;
+
+//  Caller owns the return value. NULL when out of memory.
+directory_t *directory_new (void);
+//  Frees every entry. Does nothing on NULL; sets *self_p to NULL.
+void directory_destroy (directory_t **self_p);
+
+dir_entry_t *directory_find (directory_t *self, const char *key);
+//  A new pending entry for key (which must not be in the directory). NULL when out of memory.
+dir_entry_t *directory_reserve (directory_t *self, const char *key, size_t key_len,
+                                uint64_t size, uint32_t token);
+//  Makes entry committed, held by holders[0..count) (duplicates and count past
+//  KVP_MAX_REPLICAS ignored).
+void directory_commit (directory_t *self, dir_entry_t *entry, const uint16_t *holders,
+                       size_t count);
+//  A node reports it holds key (INVENTORY): the entry is made (committed) or the node added
+//  to its holders. A pending entry becomes committed. Returns the entry, or NULL when out of
+//  memory or the entry has all the holders it can take.
+dir_entry_t *directory_add_holder (directory_t *self, const char *key, size_t key_len,
+                                   uint64_t size, uint16_t node);
+//  Takes node out of entry's holders; when none is left the entry is removed (and freed).
+//  Returns true when the entry was removed.
+bool directory_drop_holder (directory_t *self, dir_entry_t *entry, uint16_t node);
+//  Removes and frees entry.
+void directory_remove (directory_t *self, dir_entry_t *entry);
+//  Takes node out of every entry (a dead or re-registering node). Returns the entries removed
+//  because node was their last holder; *held_p (optional) the entries node held.
+size_t directory_drop_node (directory_t *self, uint16_t node, size_t *held_p);
+//  Removes every committed entry. Returns how many.
+size_t directory_remove_all (directory_t *self);
+
+size_t directory_size (directory_t *self);
+//  Committed entries.
+size_t directory_committed (directory_t *self);
+
+//  Iteration (the directory must not change meanwhile).
+dir_entry_t *directory_first (directory_t *self);
+dir_entry_t *directory_next (directory_t *self);
+
+void directory_test (bool verbose);
+
+#endif

@@ -1,0 +1,929 @@
+/*  master.c - the master actor (master.h).
+
+    DESIGN
+    One thread, one ROUTER socket, no connection of its own to any node: nodes ask, the
+    master answers (protocol/cluster.proto). What it knows:
+    - the nodes (node_table.h): identity, endpoints, free space, when each was last heard;
+    - the directory (directory.h): for each key, its size and the nodes that hold it.
+    Any message from a node counts as a sign of life. Every LIVENESS_TICK_MS the master
+    declares dead the nodes silent for --node-ttl and drops them from every entry: an object
+    whose last holder that was is gone (a get is OBJECT_NOT_FOUND), the others keep their
+    other replicas. A dead node that speaks again is told it is unknown and registers anew.
+
+    Puts are two-phase across the cluster: PLACE reserves the key (pending: invisible, and a
+    second PLACE is refused) and chooses its nodes; the writing node moves the bytes, then
+    COMMIT makes the key visible with the nodes that really hold it. A reservation neither
+    committed nor aborted within --put-timeout (a writer that died mid-put) is dropped.
+
+    A master restart loses the directory, not the cache: each node holds a record of what it
+    stores, and re-reports it (REGISTER, then INVENTORY) when its heartbeat is answered by
+    a master that does not know it. Until then its objects are not found through the master,
+    but the node itself keeps serving them.
+
+    Threads: one. Memory: each request and its reply live in one arena.
+*/
+#include "actors/master.h"
+
+#include "actors/config.h"
+#include "actors/directory.h"
+#include "actors/endpoints.h"
+#include "actors/node_table.h"
+#include "actors/regex_matcher.h"
+#include "kvpool_status.h"
+#include "messages/arena.h"
+#include "protocol/cluster.pb-c.h"
+#include "protocol/contract.h"
+#include "protocol/status.h"
+
+#define LIVENESS_TICK_MS 50
+
+typedef struct {
+    char *key;
+    uint32_t token;
+    int64_t deadline;
+} reservation_t;
+
+typedef struct {
+    zsock_t *pipe;
+    zsock_t *router;
+    const kvp_config_t *config;
+    zlistx_t *endpoints;
+    char bind_error[256];
+    directory_t *directory;
+    node_table_t *nodes;
+    zlistx_t *reservations; //  reservation_t, oldest first
+    uint32_t next_token;
+    uint64_t epoch;
+    char master_id[96];
+    int64_t next_tick;
+    //  per reply: slot -> index in reply.nodes (+1; 0: not in it yet)
+    uint32_t node_index[NODE_TABLE_MAX];
+    uint64_t requests, dropped, nodes_lost;
+    bool terminated;
+} self_t;
+
+static void
+s_reservation_free (void **item)
+{
+    reservation_t *reservation = (reservation_t *) *item;
+    if (reservation) {
+        free (reservation->key);
+        free (reservation);
+        *item = NULL;
+    }
+}
+
+static self_t *
+s_self_new (zsock_t *pipe, const kvp_config_t *config)
+{
+    self_t *self = (self_t *) zmalloc (sizeof (self_t));
+    self->pipe = pipe;
+    self->config = config;
+    self->router = zsock_new (ZMQ_ROUTER);
+    assert (self->router);
+    zsock_set_linger (self->router, 0);
+    zsock_set_sndhwm (self->router, 100000);
+    zsock_set_rcvhwm (self->router, 100000);
+    //  A request is keys and sizes, never values: 256 MiB bounds what a node may send.
+    zsock_set_maxmsgsize (self->router, 256 << 20);
+    self->endpoints = zlistx_new ();
+    zlistx_set_duplicator (self->endpoints, (zlistx_duplicator_fn *) strdup);
+    zlistx_set_destructor (self->endpoints, (zlistx_destructor_fn *) zstr_free);
+    int port = zsock_bind (self->router, "%s", config->master);
+    if (port == -1)
+        snprintf (self->bind_error, sizeof self->bind_error, "cannot bind %s: %s", config->master,
+                  zmq_strerror (zmq_errno ()));
+    else {
+        size_t len = strlen (config->master);
+        char resolved[300];
+        if (len >= 2 && streq (config->master + len - 2, ":*"))
+            snprintf (resolved, sizeof resolved, "%.*s:%d", (int) (len - 2), config->master, port);
+        else
+            snprintf (resolved, sizeof resolved, "%s", config->master);
+        zlistx_add_end (self->endpoints, resolved);
+    }
+    self->directory = directory_new ();
+    self->nodes = node_table_new (config->placement, config->seed);
+    assert (self->directory && self->nodes);
+    self->reservations = zlistx_new ();
+    zlistx_set_destructor (self->reservations, s_reservation_free);
+    //  The epoch tells nodes this is a master they have not registered with.
+    self->epoch = (uint64_t) zclock_time ();
+    char host[64];
+    kvp_boot_id (host, sizeof host);
+    snprintf (self->master_id, sizeof self->master_id, "%s/%d/%llu", host, (int) getpid (),
+              (unsigned long long) self->epoch);
+    self->next_tick = zclock_mono () + LIVENESS_TICK_MS;
+    return self;
+}
+
+static void
+s_self_destroy (self_t **self_p)
+{
+    self_t *self = *self_p;
+    if (!self)
+        return;
+    zsock_destroy (&self->router);
+    zlistx_destroy (&self->endpoints);
+    zlistx_destroy (&self->reservations);
+    directory_destroy (&self->directory);
+    node_table_destroy (&self->nodes);
+    free (self);
+    *self_p = NULL;
+}
+
+//  ---- replies -----------------------------------------------------------------------
+
+typedef struct {
+    Kvpool__Cluster__V1__MasterReply reply;
+    arena_t *arena;
+    size_t nodes_capacity;
+} reply_t;
+
+static void
+s_reply_init (self_t *self, reply_t *r, arena_t *arena, const Kvpool__Cluster__V1__NodeRequest *request)
+{
+    kvpool__cluster__v1__master_reply__init (&r->reply);
+    r->reply.version = KVP_PROTOCOL_VERSION;
+    r->reply.request_id = request ? request->request_id : 0;
+    r->reply.kind = request ? request->kind : 0;
+    r->reply.epoch = self->epoch;
+    r->reply.master_id = self->master_id;
+    r->arena = arena;
+    r->nodes_capacity = 0;
+    memset (self->node_index, 0, sizeof self->node_index);
+}
+
+static int
+s_reply_fail (reply_t *r, int status, const char *format, ...)
+{
+    char *error = (char *) arena_alloc (r->arena, 200);
+    if (error) {
+        va_list args;
+        va_start (args, format);
+        vsnprintf (error, 200, format, args);
+        va_end (args);
+        r->reply.error = error;
+    }
+    r->reply.status = status;
+    return status;
+}
+
+//  Arrays for n keys' statuses (and, as asked, sizes and holders). Returns 0 or -1.
+static int
+s_reply_keys (reply_t *r, size_t n, bool sizes, bool holders)
+{
+    Kvpool__Cluster__V1__MasterReply *reply = &r->reply;
+    reply->statuses = (int32_t *) arena_alloc (r->arena, (n ? n : 1) * sizeof (int32_t));
+    if (!reply->statuses)
+        return -1;
+    memset (reply->statuses, 0, n * sizeof (int32_t));
+    reply->n_statuses = n;
+    if (sizes) {
+        reply->sizes = (uint64_t *) arena_alloc (r->arena, (n ? n : 1) * sizeof (uint64_t));
+        if (!reply->sizes)
+            return -1;
+        memset (reply->sizes, 0, n * sizeof (uint64_t));
+        reply->n_sizes = n;
+    }
+    if (holders) {
+        reply->holders = (Kvpool__Cluster__V1__Holders **) arena_alloc (
+            r->arena, (n ? n : 1) * sizeof (Kvpool__Cluster__V1__Holders *));
+        Kvpool__Cluster__V1__Holders *each = (Kvpool__Cluster__V1__Holders *) arena_alloc (
+            r->arena, (n ? n : 1) * sizeof (Kvpool__Cluster__V1__Holders));
+        if (!reply->holders || !each)
+            return -1;
+        for (size_t i = 0; i < n; i++) {
+            kvpool__cluster__v1__holders__init (&each[i]);
+            reply->holders[i] = &each[i];
+        }
+        reply->n_holders = n;
+    }
+    return 0;
+}
+
+//  The index of slot's node in reply.nodes, adding it. Returns -1 when out of memory.
+static int
+s_reply_node (self_t *self, reply_t *r, int slot)
+{
+    if (self->node_index[slot])
+        return (int) self->node_index[slot] - 1;
+    Kvpool__Cluster__V1__MasterReply *reply = &r->reply;
+    if (reply->n_nodes == r->nodes_capacity) {
+        size_t capacity = r->nodes_capacity ? r->nodes_capacity * 2 : 8;
+        Kvpool__Cluster__V1__Node **grown = (Kvpool__Cluster__V1__Node **) arena_alloc (
+            r->arena, capacity * sizeof (Kvpool__Cluster__V1__Node *));
+        if (!grown)
+            return -1;
+        if (reply->n_nodes)
+            memcpy (grown, reply->nodes, reply->n_nodes * sizeof *grown);
+        reply->nodes = grown;
+        r->nodes_capacity = capacity;
+    }
+    Kvpool__Cluster__V1__Node *out =
+        (Kvpool__Cluster__V1__Node *) arena_alloc (r->arena, sizeof (Kvpool__Cluster__V1__Node));
+    if (!out)
+        return -1;
+    kvpool__cluster__v1__node__init (out);
+    node_t *node = node_table_get (self->nodes, slot);
+    out->node_id = node->node_id;
+    out->host_id = node->host_id;
+    out->client_endpoint = node->client_endpoint;
+    out->peer_endpoint = node->peer_endpoint;
+    out->capacity = node->capacity;
+    out->free = node->free;
+    out->alive = node->alive;
+    out->last_heard_ms = (uint64_t) (zclock_mono () - node->last_heard);
+    reply->nodes[reply->n_nodes] = out;
+    self->node_index[slot] = (uint32_t) ++reply->n_nodes;
+    return (int) reply->n_nodes - 1;
+}
+
+//  Fills holders with the live nodes among slots[0..count).
+static int
+s_reply_holders (self_t *self, reply_t *r, Kvpool__Cluster__V1__Holders *holders,
+                 const uint16_t *slots, size_t count)
+{
+    holders->nodes = (uint32_t *) arena_alloc (r->arena, (count ? count : 1) * sizeof (uint32_t));
+    if (!holders->nodes)
+        return -1;
+    holders->n_nodes = 0;
+    for (size_t i = 0; i < count; i++) {
+        node_t *node = node_table_get (self->nodes, slots[i]);
+        if (!node || !node->alive)
+            continue;
+        int index = s_reply_node (self, r, slots[i]);
+        if (index < 0)
+            return -1;
+        holders->nodes[holders->n_nodes++] = (uint32_t) index;
+    }
+    return 0;
+}
+
+static void
+s_send (self_t *self, zframe_t *routing_id, reply_t *r)
+{
+    size_t size = kvpool__cluster__v1__master_reply__get_packed_size (&r->reply);
+    zframe_t *frame = zframe_new (NULL, size);
+    kvpool__cluster__v1__master_reply__pack (&r->reply, zframe_data (frame));
+    zframe_send (&routing_id, self->router, ZFRAME_MORE);
+    zframe_send (&frame, self->router, 0);
+}
+
+//  ---- requests ----------------------------------------------------------------------
+
+//  The key as a C string in the arena, or NULL when it is not a valid key.
+static char *
+s_key (self_t *self, arena_t *arena, const ProtobufCBinaryData *wire)
+{
+    if (wire->len == 0 || wire->len > self->config->max_key_len
+        || memchr (wire->data, 0, wire->len))
+        return NULL;
+    char *key = (char *) arena_alloc (arena, wire->len + 1);
+    if (key) {
+        memcpy (key, wire->data, wire->len);
+        key[wire->len] = 0;
+    }
+    return key;
+}
+
+static void
+s_node_dead (self_t *self, int slot, const char *why)
+{
+    node_t *node = node_table_get (self->nodes, slot);
+    node->alive = false;
+    size_t held = 0;
+    size_t lost = directory_drop_node (self->directory, (uint16_t) slot, &held);
+    self->nodes_lost++;
+    zsys_warning ("master: node %s (%s) %s: %zu replicas dropped, %zu objects lost with it",
+                  node->node_id, node->client_endpoint, why, held, lost);
+}
+
+static void
+s_node_fill (node_t *node, const Kvpool__Cluster__V1__Node *info)
+{
+    snprintf (node->host_id, sizeof node->host_id, "%s", info->host_id ? info->host_id : "");
+    snprintf (node->client_endpoint, sizeof node->client_endpoint, "%s",
+              info->client_endpoint ? info->client_endpoint : "");
+    snprintf (node->peer_endpoint, sizeof node->peer_endpoint, "%s",
+              info->peer_endpoint ? info->peer_endpoint : "");
+    node->capacity = info->capacity;
+    node->free = info->free;
+    node->placed = 0;
+}
+
+static void
+s_register (self_t *self, reply_t *r, const Kvpool__Cluster__V1__NodeRequest *request)
+{
+    const Kvpool__Cluster__V1__Node *info = request->node;
+    int slot = node_table_slot (self->nodes, info->node_id);
+    if (slot < 0) {
+        s_reply_fail (r, KVPOOL_NO_AVAILABLE_HANDLE, "the master knows %d nodes: no more",
+                      NODE_TABLE_MAX);
+        return;
+    }
+    node_t *node = node_table_get (self->nodes, slot);
+    //  What it held before is forgotten: the inventory that follows says what it holds now.
+    size_t held = 0, lost = directory_drop_node (self->directory, (uint16_t) slot, &held);
+    if (held)
+        zsys_info ("master: node %s registers again: %zu replicas it had reported dropped (%zu "
+                   "objects until it reports them again)",
+                   info->node_id, held, lost);
+    s_node_fill (node, info);
+    node->alive = true;
+    node->last_heard = zclock_mono ();
+    zsys_info ("master: node %s (host %s) registered: clients %s, data plane %s, %llu MiB",
+               node->node_id, node->host_id, node->client_endpoint, node->peer_endpoint,
+               (unsigned long long) (node->capacity >> 20));
+}
+
+//  The slot of a registered, live sender whose epoch is this master's, or -1 after failing
+//  the reply (the node then registers again).
+static int
+s_member (self_t *self, reply_t *r, const Kvpool__Cluster__V1__NodeRequest *request)
+{
+    int slot = node_table_find (self->nodes, request->node->node_id);
+    node_t *node = node_table_get (self->nodes, slot);
+    if (!node || !node->alive || request->epoch != self->epoch) {
+        s_reply_fail (r, KVPOOL_INVALID_PARAMS, "unknown node %s: register", request->node->node_id);
+        return -1;
+    }
+    return slot;
+}
+
+static void
+s_inventory (self_t *self, reply_t *r, arena_t *arena,
+             const Kvpool__Cluster__V1__NodeRequest *request)
+{
+    int slot = s_member (self, r, request);
+    if (slot < 0)
+        return;
+    if (request->n_sizes != request->n_keys) {
+        s_reply_fail (r, KVPOOL_INVALID_PARAMS, "%zu keys, %zu sizes", request->n_keys,
+                      request->n_sizes);
+        return;
+    }
+    size_t added = 0;
+    for (size_t i = 0; i < request->n_keys; i++) {
+        char *key = s_key (self, arena, &request->keys[i]);
+        if (key && directory_add_holder (self->directory, key, request->keys[i].len,
+                                         request->sizes[i], (uint16_t) slot))
+            added++;
+    }
+    r->reply.count = added;
+}
+
+static void
+s_place (self_t *self, reply_t *r, arena_t *arena, const Kvpool__Cluster__V1__NodeRequest *request)
+{
+    size_t n = request->n_keys;
+    if (request->n_sizes != n) {
+        s_reply_fail (r, KVPOOL_INVALID_PARAMS, "%zu keys, %zu sizes", n, request->n_sizes);
+        return;
+    }
+    if (request->replica_num > KVP_MAX_REPLICAS) {
+        s_reply_fail (r, KVPOOL_INVALID_REPLICA, "replica_num %u: at most %d", request->replica_num,
+                      KVP_MAX_REPLICAS);
+        return;
+    }
+    if (s_reply_keys (r, n, false, true) != 0
+        || (request->upsert && !(r->reply.old_holders = (Kvpool__Cluster__V1__Holders **)
+                                     arena_alloc (arena, (n ? n : 1) * sizeof (void *))))) {
+        s_reply_fail (r, KVPOOL_INTERNAL_ERROR, "out of memory");
+        return;
+    }
+    int writer = node_table_find (self->nodes, request->node->node_id);
+    int preferred[KVP_MAX_PREFERRED_NODES];
+    size_t preferred_count = 0;
+    for (size_t p = 0; p < request->n_preferred && preferred_count < KVP_MAX_PREFERRED_NODES; p++) {
+        int slot = node_table_find (self->nodes, request->preferred[p]);
+        if (slot >= 0)
+            preferred[preferred_count++] = slot;
+    }
+    if (request->upsert) {
+        r->reply.n_old_holders = n;
+        for (size_t i = 0; i < n; i++) {
+            Kvpool__Cluster__V1__Holders *old = (Kvpool__Cluster__V1__Holders *) arena_alloc (
+                arena, sizeof (Kvpool__Cluster__V1__Holders));
+            if (!old) {
+                s_reply_fail (r, KVPOOL_INTERNAL_ERROR, "out of memory");
+                return;
+            }
+            kvpool__cluster__v1__holders__init (old);
+            r->reply.old_holders[i] = old;
+        }
+    }
+    int64_t deadline = zclock_mono () + (int64_t) self->config->put_timeout_ms;
+    for (size_t i = 0; i < n; i++) {
+        int32_t *status = &r->reply.statuses[i];
+        char *key = s_key (self, arena, &request->keys[i]);
+        if (!key) {
+            *status = KVPOOL_INVALID_KEY;
+            continue;
+        }
+        dir_entry_t *entry = directory_find (self->directory, key);
+        if (entry && entry->state == DIR_PENDING) {
+            *status = request->upsert ? KVPOOL_REPLICA_IS_NOT_READY : KVPOOL_OBJECT_ALREADY_EXISTS;
+            continue;
+        }
+        if (entry && !request->upsert) {
+            *status = KVPOOL_OBJECT_ALREADY_EXISTS;
+            continue;
+        }
+        uint16_t chosen[KVP_MAX_REPLICAS];
+        size_t count = node_table_place (self->nodes, request->sizes[i], request->replica_num,
+                                         writer, preferred, preferred_count, chosen);
+        if (count == 0) {
+            *status = KVPOOL_NO_AVAILABLE_HANDLE;
+            continue;
+        }
+        if (entry) {
+            //  An upsert of a committed key: readers keep the old value until the commit.
+            if (s_reply_holders (self, r, r->reply.old_holders[i], entry->holders,
+                                 entry->holder_count)
+                != 0) {
+                *status = KVPOOL_INTERNAL_ERROR;
+                continue;
+            }
+        }
+        else {
+            uint32_t token = ++self->next_token ? self->next_token : ++self->next_token;
+            reservation_t *reservation = (reservation_t *) malloc (sizeof (reservation_t));
+            char *copy = strdup (key);
+            if (!reservation || !copy
+                || !directory_reserve (self->directory, key, request->keys[i].len,
+                                       request->sizes[i], token)) {
+                free (reservation);
+                free (copy);
+                *status = KVPOOL_INTERNAL_ERROR;
+                continue;
+            }
+            reservation->key = copy;
+            reservation->token = token;
+            reservation->deadline = deadline;
+            zlistx_add_end (self->reservations, reservation);
+        }
+        if (s_reply_holders (self, r, r->reply.holders[i], chosen, count) != 0)
+            *status = KVPOOL_INTERNAL_ERROR;
+    }
+}
+
+static void
+s_commit (self_t *self, reply_t *r, arena_t *arena, const Kvpool__Cluster__V1__NodeRequest *request)
+{
+    size_t n = request->n_keys;
+    if (request->n_holders != n) {
+        s_reply_fail (r, KVPOOL_INVALID_PARAMS, "%zu keys, %zu holder lists", n,
+                      request->n_holders);
+        return;
+    }
+    if (s_reply_keys (r, n, false, false) != 0) {
+        s_reply_fail (r, KVPOOL_INTERNAL_ERROR, "out of memory");
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        int32_t *status = &r->reply.statuses[i];
+        char *key = s_key (self, arena, &request->keys[i]);
+        dir_entry_t *entry = key ? directory_find (self->directory, key) : NULL;
+        if (!entry) {
+            //  Its reservation timed out, or a remove-all came between.
+            *status = KVPOOL_INVALID_WRITE;
+            continue;
+        }
+        uint16_t slots[KVP_MAX_REPLICAS];
+        size_t count = 0;
+        const Kvpool__Cluster__V1__Holders *holders = request->holders[i];
+        for (size_t h = 0; h < holders->n_nodes && count < KVP_MAX_REPLICAS; h++) {
+            uint32_t index = holders->nodes[h];
+            if (index >= request->n_nodes)
+                continue;
+            int slot = node_table_find (self->nodes, request->nodes[index]);
+            node_t *node = node_table_get (self->nodes, slot);
+            if (node && node->alive)
+                slots[count++] = (uint16_t) slot;
+        }
+        if (count == 0) {
+            if (entry->state == DIR_PENDING)
+                directory_remove (self->directory, entry);
+            *status = KVPOOL_TRANSFER_FAIL;
+            continue;
+        }
+        directory_commit (self->directory, entry, slots, count);
+    }
+}
+
+static void
+s_abort (self_t *self, arena_t *arena, const Kvpool__Cluster__V1__NodeRequest *request)
+{
+    for (size_t i = 0; i < request->n_keys; i++) {
+        char *key = s_key (self, arena, &request->keys[i]);
+        dir_entry_t *entry = key ? directory_find (self->directory, key) : NULL;
+        if (entry && entry->state == DIR_PENDING)
+            directory_remove (self->directory, entry);
+    }
+}
+
+//  LOCATE and REMOVE: statuses, sizes and holders of committed keys; REMOVE also removes.
+static void
+s_locate (self_t *self, reply_t *r, arena_t *arena, const Kvpool__Cluster__V1__NodeRequest *request,
+          bool remove)
+{
+    size_t n = request->n_keys;
+    if (s_reply_keys (r, n, true, true) != 0) {
+        s_reply_fail (r, KVPOOL_INTERNAL_ERROR, "out of memory");
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        char *key = s_key (self, arena, &request->keys[i]);
+        if (!key) {
+            r->reply.statuses[i] = KVPOOL_INVALID_KEY;
+            continue;
+        }
+        dir_entry_t *entry = directory_find (self->directory, key);
+        if (!entry || entry->state != DIR_COMMITTED) {
+            r->reply.statuses[i] = KVPOOL_OBJECT_NOT_FOUND;
+            continue;
+        }
+        r->reply.sizes[i] = entry->size;
+        if (s_reply_holders (self, r, r->reply.holders[i], entry->holders, entry->holder_count)
+            != 0) {
+            r->reply.statuses[i] = KVPOOL_INTERNAL_ERROR;
+            continue;
+        }
+        if (!remove && r->reply.holders[i]->n_nodes == 0)
+            r->reply.statuses[i] = KVPOOL_OBJECT_NOT_FOUND;
+        if (remove) {
+            directory_remove (self->directory, entry);
+            r->reply.count++;
+        }
+    }
+}
+
+static void
+s_all_nodes (self_t *self, reply_t *r, bool live_only)
+{
+    for (size_t slot = 0; slot < node_table_size (self->nodes); slot++)
+        if (!live_only || node_table_get (self->nodes, (int) slot)->alive)
+            s_reply_node (self, r, (int) slot);
+}
+
+static void
+s_remove_regex (self_t *self, reply_t *r, arena_t *arena,
+                const Kvpool__Cluster__V1__NodeRequest *request)
+{
+    const char *pattern = request->pattern ? request->pattern : "";
+    char error[200];
+    regex_batch_t *batch = regex_batch_new (pattern, strlen (pattern),
+                                            self->config->max_regex_len, error, sizeof error);
+    if (!batch) {
+        s_reply_fail (r, KVPOOL_INVALID_PARAMS, "%s", error);
+        return;
+    }
+    for (dir_entry_t *entry = directory_first (self->directory); entry;
+         entry = directory_next (self->directory))
+        if (entry->state == DIR_COMMITTED
+            && regex_batch_add (batch, entry->key, strlen (entry->key), 0) != 0) {
+            regex_batch_destroy (&batch);
+            s_reply_fail (r, KVPOOL_INTERNAL_ERROR, "out of memory");
+            return;
+        }
+    if (regex_batch_match (batch, self->config->regex_time_limit_ms, NULL) != 0) {
+        s_reply_fail (r, regex_batch_status (batch), "%s", regex_batch_error (batch));
+        regex_batch_destroy (&batch);
+        return;
+    }
+    size_t hits = 0, count = regex_batch_count (batch);
+    for (size_t i = 0; i < count; i++)
+        hits += regex_batch_hit (batch, i);
+    if (s_reply_keys (r, hits, false, true) != 0
+        || !(r->reply.keys = (ProtobufCBinaryData *) arena_alloc (
+                 arena, (hits ? hits : 1) * sizeof (ProtobufCBinaryData)))) {
+        regex_batch_destroy (&batch);
+        s_reply_fail (r, KVPOOL_INTERNAL_ERROR, "out of memory");
+        return;
+    }
+    size_t out = 0;
+    for (size_t i = 0; i < count; i++) {
+        if (!regex_batch_hit (batch, i))
+            continue;
+        size_t key_len;
+        const char *key = regex_batch_key (batch, i, &key_len);
+        dir_entry_t *entry = directory_find (self->directory, key);
+        if (!entry)
+            continue;
+        char *copy = (char *) arena_alloc (arena, key_len + 1);
+        if (!copy || s_reply_holders (self, r, r->reply.holders[out], entry->holders,
+                                      entry->holder_count)
+                         != 0)
+            break;
+        memcpy (copy, key, key_len + 1);
+        r->reply.keys[out].data = (uint8_t *) copy;
+        r->reply.keys[out].len = key_len;
+        directory_remove (self->directory, entry);
+        out++;
+    }
+    r->reply.n_keys = r->reply.n_statuses = r->reply.n_holders = out;
+    r->reply.count = out;
+    regex_batch_destroy (&batch);
+}
+
+static void
+s_dropped (self_t *self, arena_t *arena, const Kvpool__Cluster__V1__NodeRequest *request)
+{
+    int slot = node_table_find (self->nodes, request->node->node_id);
+    if (slot < 0)
+        return;
+    for (size_t i = 0; i < request->n_keys; i++) {
+        char *key = s_key (self, arena, &request->keys[i]);
+        dir_entry_t *entry = key ? directory_find (self->directory, key) : NULL;
+        if (entry && entry->state == DIR_COMMITTED)
+            directory_drop_holder (self->directory, entry, (uint16_t) slot);
+    }
+}
+
+static void
+s_nodes (self_t *self, reply_t *r)
+{
+    s_all_nodes (self, r, false);
+    //  Objects per node: counted here, not kept up to date on every put.
+    for (dir_entry_t *entry = directory_first (self->directory); entry;
+         entry = directory_next (self->directory))
+        for (uint8_t h = 0; h < entry->holder_count; h++) {
+            uint32_t index = self->node_index[entry->holders[h]];
+            if (index)
+                r->reply.nodes[index - 1]->objects++;
+        }
+    r->reply.count = directory_committed (self->directory);
+}
+
+static void
+s_request (self_t *self)
+{
+    zmsg_t *msg = zmsg_recv (self->router);
+    if (!msg)
+        return;
+    zframe_t *routing_id = zmsg_pop (msg);
+    zframe_t *body = zmsg_pop (msg);
+    if (!routing_id || !body || zmsg_size (msg)) {
+        self->dropped++;
+        zframe_destroy (&routing_id);
+        zframe_destroy (&body);
+        zmsg_destroy (&msg);
+        return;
+    }
+    zmsg_destroy (&msg);
+    arena_t arena;
+    arena_init (&arena, zframe_size (body) * 2);
+    Kvpool__Cluster__V1__NodeRequest *request = kvpool__cluster__v1__node_request__unpack (
+        arena_allocator (&arena), zframe_size (body), zframe_data (body));
+    zframe_destroy (&body);
+    reply_t r;
+    s_reply_init (self, &r, &arena, request);
+    self->requests++;
+    if (!request)
+        s_reply_fail (&r, KVPOOL_PROTOCOL_ERROR, "not a kvpool.cluster.v1.NodeRequest");
+    else if (request->version != KVP_PROTOCOL_VERSION)
+        s_reply_fail (&r, KVPOOL_INVALID_VERSION, "version %u: this master speaks %d",
+                      request->version, KVP_PROTOCOL_VERSION);
+    else if (!request->node || !request->node->node_id || !*request->node->node_id)
+        s_reply_fail (&r, KVPOOL_INVALID_PARAMS, "the request names no node");
+    else {
+        //  Any message is a sign of life from a node the master counts as alive.
+        node_t *sender =
+            node_table_get (self->nodes, node_table_find (self->nodes, request->node->node_id));
+        if (sender && sender->alive)
+            sender->last_heard = zclock_mono ();
+        switch (request->kind) {
+            case KVPOOL__CLUSTER__V1__KIND__REGISTER: s_register (self, &r, request); break;
+            case KVPOOL__CLUSTER__V1__KIND__HEARTBEAT:
+                if (s_member (self, &r, request) >= 0) {
+                    sender->free = request->node->free;
+                    sender->capacity = request->node->capacity;
+                    sender->placed = 0;
+                }
+                break;
+            case KVPOOL__CLUSTER__V1__KIND__INVENTORY: s_inventory (self, &r, &arena, request); break;
+            case KVPOOL__CLUSTER__V1__KIND__PLACE: s_place (self, &r, &arena, request); break;
+            case KVPOOL__CLUSTER__V1__KIND__COMMIT: s_commit (self, &r, &arena, request); break;
+            case KVPOOL__CLUSTER__V1__KIND__ABORT: s_abort (self, &arena, request); break;
+            case KVPOOL__CLUSTER__V1__KIND__LOCATE: s_locate (self, &r, &arena, request, false); break;
+            case KVPOOL__CLUSTER__V1__KIND__REMOVE: s_locate (self, &r, &arena, request, true); break;
+            case KVPOOL__CLUSTER__V1__KIND__REMOVE_ALL:
+                r.reply.count = directory_remove_all (self->directory);
+                s_all_nodes (self, &r, true);
+                break;
+            case KVPOOL__CLUSTER__V1__KIND__REMOVE_REGEX:
+                s_remove_regex (self, &r, &arena, request);
+                break;
+            case KVPOOL__CLUSTER__V1__KIND__DROPPED: s_dropped (self, &arena, request); break;
+            case KVPOOL__CLUSTER__V1__KIND__NODES: s_nodes (self, &r); break;
+            default: s_reply_fail (&r, KVPOOL_UNKNOWN_OPERATION, "unknown kind %d", request->kind);
+        }
+    }
+    if (self->config->verbose && request)
+        zsys_info ("master: %s from %s: %zu keys, %s",
+                   protobuf_c_enum_descriptor_get_value (&kvpool__cluster__v1__kind__descriptor,
+                                                         request->kind)
+                       ? protobuf_c_enum_descriptor_get_value (
+                             &kvpool__cluster__v1__kind__descriptor, request->kind)
+                             ->name
+                       : "?",
+                   request->node && request->node->node_id ? request->node->node_id : "?",
+                   request->n_keys, kvp_status_name (r.reply.status));
+    s_send (self, routing_id, &r);
+    arena_fini (&arena);
+}
+
+//  Nodes silent too long are dead; reservations nobody finished are dropped.
+static void
+s_tick (self_t *self)
+{
+    int64_t now = zclock_mono ();
+    for (size_t slot = 0; slot < node_table_size (self->nodes); slot++) {
+        node_t *node = node_table_get (self->nodes, (int) slot);
+        if (node->alive && now - node->last_heard > (int64_t) self->config->node_ttl_ms) {
+            char why[64];
+            snprintf (why, sizeof why, "silent for %lld ms", (long long) (now - node->last_heard));
+            s_node_dead (self, (int) slot, why);
+        }
+    }
+    reservation_t *reservation;
+    while ((reservation = (reservation_t *) zlistx_first (self->reservations))
+           && reservation->deadline <= now) {
+        dir_entry_t *entry = directory_find (self->directory, reservation->key);
+        if (entry && entry->state == DIR_PENDING && entry->token == reservation->token)
+            directory_remove (self->directory, entry);
+        zlistx_delete (self->reservations, zlistx_cursor (self->reservations));
+    }
+    self->next_tick = now + LIVENESS_TICK_MS;
+}
+
+static void
+s_pipe_command (self_t *self)
+{
+    char *command = zstr_recv (self->pipe);
+    if (!command || streq (command, "$TERM"))
+        self->terminated = true;
+    else if (streq (command, "ENDPOINTS"))
+        kvp_endpoints_reply (self->pipe, self->endpoints, self->bind_error);
+    else {
+        zsys_error ("master: invalid pipe command '%s'", command);
+        assert (false);
+    }
+    zstr_free (&command);
+}
+
+void
+master_actor (zsock_t *pipe, void *args)
+{
+    self_t *self = s_self_new (pipe, (const kvp_config_t *) args);
+    zpoller_t *poller = zpoller_new (pipe, self->router, NULL);
+    zsock_signal (pipe, 0);
+    while (!self->terminated) {
+        int64_t wait = self->next_tick - zclock_mono ();
+        void *which = zpoller_wait (poller, wait > 0 ? (int) wait : 0);
+        if (which == pipe)
+            s_pipe_command (self);
+        else if (which == self->router) {
+            //  Drain what is queued, but let the liveness tick run between bursts.
+            for (int i = 0; i < 1000 && (zsock_events (self->router) & ZMQ_POLLIN); i++)
+                s_request (self);
+        }
+        else if (zpoller_terminated (poller))
+            break;
+        if (zclock_mono () >= self->next_tick)
+            s_tick (self);
+    }
+    zpoller_destroy (&poller);
+    s_self_destroy (&self);
+}
+
+//  ---- self test ---------------------------------------------------------------------
+
+static Kvpool__Cluster__V1__MasterReply *
+s_call (zsock_t *dealer, Kvpool__Cluster__V1__NodeRequest *request)
+{
+    size_t size = kvpool__cluster__v1__node_request__get_packed_size (request);
+    zframe_t *frame = zframe_new (NULL, size);
+    kvpool__cluster__v1__node_request__pack (request, zframe_data (frame));
+    zframe_send (&frame, dealer, 0);
+    frame = zframe_recv (dealer);
+    assert (frame);
+    Kvpool__Cluster__V1__MasterReply *reply =
+        kvpool__cluster__v1__master_reply__unpack (NULL, zframe_size (frame), zframe_data (frame));
+    zframe_destroy (&frame);
+    assert (reply);
+    return reply;
+}
+
+void
+master_test (bool verbose)
+{
+    kvp_config_t config;
+    kvp_config_defaults (&config);
+    config.master = "inproc://master-test";
+    config.node_ttl_ms = 300;
+    zactor_t *master = zactor_new (master_actor, &config);
+    zsock_t *dealer = zsock_new_dealer ("inproc://master-test");
+    zsock_set_rcvtimeo (dealer, 2000);
+
+    Kvpool__Cluster__V1__Node node = KVPOOL__CLUSTER__V1__NODE__INIT;
+    node.node_id = "n1";
+    node.host_id = "h1";
+    node.client_endpoint = "tcp://127.0.0.1:1";
+    node.peer_endpoint = "tcp://127.0.0.1:2";
+    node.capacity = node.free = 1 << 20;
+    Kvpool__Cluster__V1__NodeRequest request = KVPOOL__CLUSTER__V1__NODE_REQUEST__INIT;
+    request.version = 1;
+    request.node = &node;
+    request.kind = KVPOOL__CLUSTER__V1__KIND__REGISTER;
+    Kvpool__Cluster__V1__MasterReply *reply = s_call (dealer, &request);
+    assert (reply->status == 0 && reply->epoch);
+    uint64_t epoch = reply->epoch;
+    kvpool__cluster__v1__master_reply__free_unpacked (reply, NULL);
+    //  A heartbeat with a wrong epoch is told to register.
+    request.kind = KVPOOL__CLUSTER__V1__KIND__HEARTBEAT;
+    request.epoch = epoch + 1;
+    reply = s_call (dealer, &request);
+    assert (reply->status == KVPOOL_INVALID_PARAMS);
+    kvpool__cluster__v1__master_reply__free_unpacked (reply, NULL);
+    request.epoch = epoch;
+
+    //  PLACE, then LOCATE misses until COMMIT.
+    ProtobufCBinaryData keys[2] = {{1, (uint8_t *) "a"}, {1, (uint8_t *) "b"}};
+    uint64_t sizes[2] = {10, 20};
+    request.kind = KVPOOL__CLUSTER__V1__KIND__PLACE;
+    request.keys = keys;
+    request.n_keys = 2;
+    request.sizes = sizes;
+    request.n_sizes = 2;
+    reply = s_call (dealer, &request);
+    assert (reply->status == 0 && reply->n_statuses == 2 && reply->statuses[0] == 0);
+    assert (reply->n_holders == 2 && reply->holders[0]->n_nodes == 1 && reply->n_nodes == 1);
+    assert (streq (reply->nodes[0]->peer_endpoint, "tcp://127.0.0.1:2"));
+    kvpool__cluster__v1__master_reply__free_unpacked (reply, NULL);
+    reply = s_call (dealer, &request); //  a second PLACE of the same keys is refused
+    assert (reply->statuses[0] == KVPOOL_OBJECT_ALREADY_EXISTS);
+    kvpool__cluster__v1__master_reply__free_unpacked (reply, NULL);
+    request.kind = KVPOOL__CLUSTER__V1__KIND__LOCATE;
+    reply = s_call (dealer, &request);
+    assert (reply->statuses[0] == KVPOOL_OBJECT_NOT_FOUND);
+    kvpool__cluster__v1__master_reply__free_unpacked (reply, NULL);
+    char *ids[] = {"n1"};
+    uint32_t zero = 0;
+    Kvpool__Cluster__V1__Holders holders = KVPOOL__CLUSTER__V1__HOLDERS__INIT;
+    holders.nodes = &zero;
+    holders.n_nodes = 1;
+    Kvpool__Cluster__V1__Holders *each[2] = {&holders, &holders};
+    request.kind = KVPOOL__CLUSTER__V1__KIND__COMMIT;
+    request.n_sizes = 0;
+    request.holders = each;
+    request.n_holders = 2;
+    request.nodes = ids;
+    request.n_nodes = 1;
+    reply = s_call (dealer, &request);
+    assert (reply->status == 0 && reply->statuses[0] == 0 && reply->statuses[1] == 0);
+    kvpool__cluster__v1__master_reply__free_unpacked (reply, NULL);
+    request.n_holders = request.n_nodes = 0;
+    request.kind = KVPOOL__CLUSTER__V1__KIND__LOCATE;
+    reply = s_call (dealer, &request);
+    assert (reply->statuses[0] == 0 && reply->sizes[1] == 20 && reply->holders[1]->n_nodes == 1);
+    kvpool__cluster__v1__master_reply__free_unpacked (reply, NULL);
+
+    //  The node falls silent: after the TTL its objects are gone and it must register.
+    zclock_sleep (500);
+    reply = s_call (dealer, &request);
+    assert (reply->statuses[0] == KVPOOL_OBJECT_NOT_FOUND);
+    kvpool__cluster__v1__master_reply__free_unpacked (reply, NULL);
+    request.kind = KVPOOL__CLUSTER__V1__KIND__HEARTBEAT;
+    request.n_keys = 0;
+    reply = s_call (dealer, &request);
+    assert (reply->status == KVPOOL_INVALID_PARAMS);
+    kvpool__cluster__v1__master_reply__free_unpacked (reply, NULL);
+    //  It comes back and reports what it holds: found again.
+    request.kind = KVPOOL__CLUSTER__V1__KIND__REGISTER;
+    kvpool__cluster__v1__master_reply__free_unpacked (s_call (dealer, &request), NULL);
+    request.kind = KVPOOL__CLUSTER__V1__KIND__INVENTORY;
+    request.keys = keys;
+    request.n_keys = 2;
+    request.n_sizes = 2;
+    reply = s_call (dealer, &request);
+    assert (reply->status == 0 && reply->count == 2);
+    kvpool__cluster__v1__master_reply__free_unpacked (reply, NULL);
+    request.kind = KVPOOL__CLUSTER__V1__KIND__REMOVE;
+    request.n_sizes = 0;
+    reply = s_call (dealer, &request);
+    assert (reply->count == 2 && reply->holders[0]->n_nodes == 1);
+    kvpool__cluster__v1__master_reply__free_unpacked (reply, NULL);
+    //  Garbage is answered PROTOCOL_ERROR.
+    zstr_send (dealer, "garbage");
+    zframe_t *frame = zframe_recv (dealer);
+    reply = kvpool__cluster__v1__master_reply__unpack (NULL, zframe_size (frame), zframe_data (frame));
+    assert (reply && reply->status == KVPOOL_PROTOCOL_ERROR);
+    kvpool__cluster__v1__master_reply__free_unpacked (reply, NULL);
+    zframe_destroy (&frame);
+    zsock_destroy (&dealer);
+    zactor_destroy (&master);
+    if (verbose)
+        printf ("master ok ");
+}

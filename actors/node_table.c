@@ -1,0 +1,257 @@
+/*  node_table.c - the master's nodes and replica placement (node_table.h). */
+#include "actors/node_table.h"
+
+#include <assert.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "protocol/contract.h"
+
+struct _node_table_t {
+    node_t *nodes[NODE_TABLE_MAX];
+    size_t size;
+    kvp_placement_t strategy;
+    uint64_t rng;
+};
+
+node_table_t *
+node_table_new (kvp_placement_t strategy, uint64_t seed)
+{
+    node_table_t *self = (node_table_t *) calloc (1, sizeof (node_table_t));
+    if (self) {
+        self->strategy = strategy;
+        self->rng = seed ? seed : 0x9E3779B97F4A7C15ULL;
+    }
+    return self;
+}
+
+void
+node_table_destroy (node_table_t **self_p)
+{
+    node_table_t *self = *self_p;
+    if (!self)
+        return;
+    for (size_t i = 0; i < self->size; i++)
+        free (self->nodes[i]);
+    free (self);
+    *self_p = NULL;
+}
+
+int
+node_table_find (node_table_t *self, const char *node_id)
+{
+    for (size_t i = 0; i < self->size; i++)
+        if (strcmp (self->nodes[i]->node_id, node_id) == 0)
+            return (int) i;
+    return -1;
+}
+
+int
+node_table_slot (node_table_t *self, const char *node_id)
+{
+    int slot = node_table_find (self, node_id);
+    if (slot >= 0)
+        return slot;
+    if (self->size == NODE_TABLE_MAX)
+        return -1;
+    node_t *node = (node_t *) calloc (1, sizeof (node_t));
+    if (!node)
+        return -1;
+    snprintf (node->node_id, sizeof node->node_id, "%s", node_id);
+    self->nodes[self->size] = node;
+    return (int) self->size++;
+}
+
+node_t *
+node_table_get (node_table_t *self, int slot)
+{
+    return slot >= 0 && (size_t) slot < self->size ? self->nodes[slot] : NULL;
+}
+
+size_t
+node_table_size (node_table_t *self)
+{
+    return self->size;
+}
+
+size_t
+node_table_alive (node_table_t *self)
+{
+    size_t alive = 0;
+    for (size_t i = 0; i < self->size; i++)
+        alive += self->nodes[i]->alive;
+    return alive;
+}
+
+//  xorshift64*: spread and reproducibility, not secrecy.
+static uint64_t
+s_random (node_table_t *self)
+{
+    self->rng ^= self->rng >> 12;
+    self->rng ^= self->rng << 25;
+    self->rng ^= self->rng >> 27;
+    return self->rng * 0x2545F4914F6CDD1DULL;
+}
+
+static double
+s_free_ratio (const node_t *node)
+{
+    if (node->capacity == 0)
+        return 0;
+    uint64_t free = node->free > node->placed ? node->free - node->placed : 0;
+    return (double) free / (double) node->capacity;
+}
+
+//  Whether slot may take one more replica: alive, big enough, not chosen yet, and (distinct)
+//  on a host none of the chosen is on.
+static bool
+s_eligible (node_table_t *self, int slot, uint64_t size, const uint16_t *out, size_t chosen,
+            bool distinct)
+{
+    const node_t *node = node_table_get (self, slot);
+    if (!node || !node->alive || node->capacity < size)
+        return false;
+    for (size_t i = 0; i < chosen; i++) {
+        if (out[i] == slot)
+            return false;
+        if (distinct && strcmp (self->nodes[out[i]]->host_id, node->host_id) == 0)
+            return false;
+    }
+    return true;
+}
+
+size_t
+node_table_place (node_table_t *self, uint64_t size, uint32_t replica_num, int writer,
+                  const int *preferred, size_t preferred_count, uint16_t *out)
+{
+    if (replica_num == 0)
+        replica_num = 1;
+    if (replica_num > KVP_MAX_REPLICAS)
+        replica_num = KVP_MAX_REPLICAS;
+    //  The candidates in the order they are taken.
+    int order[NODE_TABLE_MAX + KVP_MAX_PREFERRED_NODES + 1];
+    size_t count = 0;
+    for (size_t i = 0; i < preferred_count && i < KVP_MAX_PREFERRED_NODES; i++)
+        order[count++] = preferred[i];
+    if (self->strategy == KVP_PLACEMENT_LOCAL_FIRST && writer >= 0)
+        order[count++] = writer;
+    size_t rest = count;
+    for (size_t i = 0; i < self->size; i++)
+        if (self->nodes[i]->alive)
+            order[count++] = (int) i;
+    if (self->strategy == KVP_PLACEMENT_FREE_RATIO || self->strategy == KVP_PLACEMENT_LOCAL_FIRST) {
+        //  Insertion sort by free ratio, largest first (a cluster has few nodes).
+        for (size_t i = rest + 1; i < count; i++) {
+            int slot = order[i];
+            double ratio = s_free_ratio (self->nodes[slot]);
+            size_t j = i;
+            while (j > rest && s_free_ratio (self->nodes[order[j - 1]]) < ratio) {
+                order[j] = order[j - 1];
+                j--;
+            }
+            order[j] = slot;
+        }
+    }
+    else
+        for (size_t i = count; i > rest + 1; i--) {
+            size_t j = rest + (size_t) (s_random (self) % (i - rest));
+            int swap = order[i - 1];
+            order[i - 1] = order[j];
+            order[j] = swap;
+        }
+    size_t chosen = 0;
+    for (int pass = 0; pass < 2 && chosen < replica_num; pass++)
+        for (size_t i = 0; i < count && chosen < replica_num; i++)
+            if (s_eligible (self, order[i], size, out, chosen, pass == 0))
+                out[chosen++] = (uint16_t) order[i];
+    for (size_t i = 0; i < chosen; i++)
+        self->nodes[out[i]]->placed += size;
+    return chosen;
+}
+
+//  ---- self test ---------------------------------------------------------------------
+
+static void
+s_add (node_table_t *table, const char *id, const char *host, uint64_t capacity, uint64_t free)
+{
+    int slot = node_table_slot (table, id);
+    assert (slot >= 0);
+    node_t *node = node_table_get (table, slot);
+    snprintf (node->host_id, sizeof node->host_id, "%s", host);
+    node->capacity = capacity;
+    node->free = free;
+    node->alive = true;
+}
+
+void
+node_table_test (bool verbose)
+{
+    node_table_t *table = node_table_new (KVP_PLACEMENT_RANDOM, 42);
+    s_add (table, "a1", "hostA", 1000, 1000);
+    s_add (table, "a2", "hostA", 1000, 1000);
+    s_add (table, "b1", "hostB", 1000, 1000);
+    s_add (table, "c1", "hostC", 100, 100);
+    assert (node_table_size (table) == 4 && node_table_alive (table) == 4);
+    assert (node_table_slot (table, "b1") == 2 && node_table_find (table, "zz") == -1);
+    uint16_t out[KVP_MAX_REPLICAS];
+    //  Three replicas of a 50-byte value: three distinct hosts.
+    for (int round = 0; round < 50; round++) {
+        size_t n = node_table_place (table, 50, 3, -1, NULL, 0, out);
+        assert (n == 3);
+        bool host[3] = {false, false, false};
+        for (size_t i = 0; i < n; i++) {
+            const char *h = node_table_get (table, out[i])->host_id;
+            int index = h[4] - 'A';
+            assert (!host[index]);
+            host[index] = true;
+        }
+    }
+    //  A 500-byte value does not fit c1: hosts A and B, then the second node of A.
+    size_t n = node_table_place (table, 500, 3, -1, NULL, 0, out);
+    assert (n == 3);
+    int a = 0;
+    for (size_t i = 0; i < n; i++) {
+        assert (out[i] != 3);
+        a += out[i] <= 1;
+    }
+    assert (a == 2);
+    //  Random placement spreads single replicas over every node.
+    int seen[4] = {0};
+    for (int i = 0; i < 400; i++) {
+        assert (node_table_place (table, 10, 1, -1, NULL, 0, out) == 1);
+        seen[out[0]]++;
+    }
+    for (int i = 0; i < 4; i++)
+        assert (seen[i] > 40);
+    //  Preferred first; a dead node is never chosen.
+    int preferred[] = {3};
+    assert (node_table_place (table, 10, 1, -1, preferred, 1, out) == 1 && out[0] == 3);
+    node_table_get (table, 3)->alive = false;
+    assert (node_table_place (table, 10, 1, -1, preferred, 1, out) == 1 && out[0] != 3);
+    assert (node_table_alive (table) == 3);
+    node_table_destroy (&table);
+
+    //  Free-ratio: the emptiest first; what was placed since the last report counts.
+    table = node_table_new (KVP_PLACEMENT_FREE_RATIO, 1);
+    s_add (table, "x", "h1", 1000, 900);
+    s_add (table, "y", "h2", 1000, 500);
+    assert (node_table_place (table, 300, 1, -1, NULL, 0, out) == 1 && out[0] == 0);
+    assert (node_table_place (table, 300, 1, -1, NULL, 0, out) == 1 && out[0] == 0);
+    assert (node_table_place (table, 300, 1, -1, NULL, 0, out) == 1 && out[0] == 1);
+    node_table_destroy (&table);
+
+    //  Local-first: the writer's node, then the freest.
+    table = node_table_new (KVP_PLACEMENT_LOCAL_FIRST, 1);
+    s_add (table, "x", "h1", 1000, 100);
+    s_add (table, "y", "h2", 1000, 900);
+    s_add (table, "z", "h3", 1000, 500);
+    assert (node_table_place (table, 10, 2, 0, NULL, 0, out) == 2 && out[0] == 0 && out[1] == 1);
+    //  No live node: nothing.
+    for (int i = 0; i < 3; i++)
+        node_table_get (table, i)->alive = false;
+    assert (node_table_place (table, 10, 1, 0, NULL, 0, out) == 0);
+    node_table_destroy (&table);
+    if (verbose)
+        printf ("node_table ok ");
+}

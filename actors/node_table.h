@@ -1,0 +1,67 @@
+/*  node_table.h - the master's nodes: who they are, whether they live, how full they are,
+    and the placement of an object's replicas across them.
+
+    A node keeps its slot for the master's life: a node that dies and comes back (same node
+    id) gets its old slot again, so a slot number in the directory always means one node.
+    Liveness is the time since the node's last message; the master declares a node dead
+    after --node-ttl and then drops it from every entry (directory_drop_node).
+
+    Placement (DESIGN §4): the master chooses which nodes hold an object's replicas, each
+    node the offsets. Order: the caller's preferred nodes, then (local-first) the writer's
+    node, then the rest by the strategy: random (seeded, reproducible) or free-ratio (the
+    node with the largest share of free space first, less what was placed on it since its
+    last report). Replicas go to distinct hosts while there are enough; then to distinct
+    nodes of one host. Free space orders the choice but never refuses it: a full node evicts
+    to make room, as a cache does, and only a node smaller than the value is passed over.
+
+    Threads: none of its own; the master actor owns the table.
+*/
+#ifndef NODE_TABLE_H_INCLUDED
+#define NODE_TABLE_H_INCLUDED
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "actors/config.h"
+
+#define NODE_TABLE_MAX 4096
+
+typedef struct {
+    char node_id[128];
+    char host_id[64];
+    char client_endpoint[256];
+    char peer_endpoint[256];
+    uint64_t capacity; //  bytes of memory it contributes
+    uint64_t free;     //  as it last reported
+    uint64_t placed;   //  bytes placed on it since that report
+    int64_t last_heard; //  zclock_mono ms
+    bool alive;
+    uint64_t objects; //  directory entries it holds
+} node_t;
+
+typedef struct _node_table_t node_table_t;
+
+//  Caller owns the return value.
+node_table_t *node_table_new (kvp_placement_t strategy, uint64_t seed);
+void node_table_destroy (node_table_t **self_p);
+
+//  The slot of node_id, or -1.
+int node_table_find (node_table_t *self, const char *node_id);
+//  The slot for node_id: its old one, or a new one. -1 when the table is full.
+int node_table_slot (node_table_t *self, const char *node_id);
+node_t *node_table_get (node_table_t *self, int slot);
+//  Slots in use (alive or not).
+size_t node_table_size (node_table_t *self);
+size_t node_table_alive (node_table_t *self);
+
+//  Chooses up to replica_num (at least 1, at most KVP_MAX_REPLICAS) live nodes for a value
+//  of size bytes into out[], as described above; writer is the asking node's slot (-1: none),
+//  preferred[0..preferred_count) slots to take first. Returns how many were chosen (0: no
+//  live node can hold it).
+size_t node_table_place (node_table_t *self, uint64_t size, uint32_t replica_num, int writer,
+                         const int *preferred, size_t preferred_count, uint16_t *out);
+
+void node_table_test (bool verbose);
+
+#endif
