@@ -73,6 +73,8 @@
 
 typedef struct {
     zframe_t *routing_id;
+    zsock_t *socket;     //  the socket it came on, and its reply goes out on
+    bool cluster;        //  a cluster node's client: the cluster's rows (messages/ops.h)
     bool envelope;       //  REQ client: replies need the empty delimiter
     peer_t peer;         //  who sent it, by the kernel's word (owners.h)
     int fd;              //  the socket it came on (ZMQ_SRCFD), -1 for inproc
@@ -87,8 +89,10 @@ typedef struct {
 typedef struct {
     zsock_t *pipe;
     zsock_t *router;
+    zsock_t *peer; //  role node: the data plane (other nodes' requests, on local rows)
     zsock_t *jobs; //  jobs of in-process actors (inproc://<instance>-jobs)
-    zsock_t *rm, *al, *tx, *ev;
+    zsock_t *rm, *al, *tx, *ev, *cl;
+    bool cluster; //  role node
     zpoller_t *poller;
     const kvp_config_t *config;
     zlistx_t *endpoints; //  resolved endpoint strings
@@ -97,6 +101,7 @@ typedef struct {
     char server_id[96];
     char index_name[96];        //  the replica-manager's same-machine index
     char local_endpoint[300];   //  the ipc endpoint same-machine clients use (PING)
+    char peer_endpoint[300];    //  role node: the data plane's, resolved
     owners_t *owners;           //  same-machine client processes
     connections_t *connections; //  unread reply bytes per connection
     int64_t started;
@@ -183,6 +188,45 @@ s_bind_local (self_t *self)
     snprintf (self->local_endpoint, sizeof self->local_endpoint, "%s", endpoint);
 }
 
+//  Role node: the data plane. Other nodes read and write this node's values there, with the
+//  client protocol; its requests are about this node's own objects (the rows of one
+//  process). By default it listens on the first client tcp endpoint's host, any port.
+static void
+s_bind_peer (self_t *self)
+{
+    char endpoint[300] = "";
+    if (self->config->peer_endpoint)
+        snprintf (endpoint, sizeof endpoint, "%s", self->config->peer_endpoint);
+    else
+        for (const char *e = (const char *) zlistx_first (self->endpoints); e;
+             e = (const char *) zlistx_next (self->endpoints))
+            if (strncmp (e, "tcp://", 6) == 0) {
+                const char *colon = strrchr (e, ':');
+                snprintf (endpoint, sizeof endpoint, "%.*s:*", (int) (colon - e), e);
+                break;
+            }
+    if (!*endpoint)
+        snprintf (endpoint, sizeof endpoint, "tcp://127.0.0.1:*");
+    self->peer = zsock_new (ZMQ_ROUTER);
+    assert (self->peer);
+    zsock_set_sndhwm (self->peer, 100000);
+    zsock_set_rcvhwm (self->peer, RCVHWM);
+    zsock_set_linger (self->peer, 0);
+    zsock_set_maxmsgsize (self->peer, -1);
+    int port = zsock_bind (self->peer, "%s", endpoint);
+    if (port == -1) {
+        snprintf (self->bind_error, sizeof self->bind_error, "cannot bind the data plane %s: %s",
+                  endpoint, zmq_strerror (zmq_errno ()));
+        return;
+    }
+    size_t len = strlen (endpoint);
+    if (len >= 2 && streq (endpoint + len - 2, ":*"))
+        snprintf (self->peer_endpoint, sizeof self->peer_endpoint, "%.*s:%d", (int) (len - 2),
+                  endpoint, port);
+    else
+        snprintf (self->peer_endpoint, sizeof self->peer_endpoint, "%s", endpoint);
+}
+
 static self_t *
 s_self_new (zsock_t *pipe, const kvp_config_t *config)
 {
@@ -194,7 +238,9 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
     self->al = zsock_new (ZMQ_DEALER);
     self->tx = zsock_new (ZMQ_DEALER);
     self->ev = zsock_new (ZMQ_DEALER);
-    assert (self->router && self->rm && self->al && self->tx && self->ev);
+    self->cl = zsock_new (ZMQ_DEALER);
+    assert (self->router && self->rm && self->al && self->tx && self->ev && self->cl);
+    self->cluster = config->role == KVP_ROLE_NODE;
     zsock_set_sndhwm (self->router, 100000);
     zsock_set_rcvhwm (self->router, RCVHWM);
     zsock_set_linger (self->router, 0);
@@ -206,6 +252,8 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
     zsock_set_sndhwm (self->al, 0);
     zsock_set_sndhwm (self->tx, 0);
     zsock_set_sndhwm (self->ev, 0);
+    zsock_set_sndhwm (self->cl, 0);
+    zsock_connect (self->cl, "inproc://%s-cl", config->instance);
     zsock_connect (self->rm, "inproc://%s-rm", config->instance);
     zsock_connect (self->al, "inproc://%s-al", config->instance);
     zsock_connect (self->tx, "inproc://%s-tx", config->instance);
@@ -222,6 +270,8 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
             s_bind (self, config->endpoints[i]);
     if (!self->bind_error[0])
         s_bind_local (self);
+    if (self->cluster && !self->bind_error[0])
+        s_bind_peer (self);
     self->owners = owners_new (MAX_OWNERS);
     self->connections = connections_new (config->max_unread_bytes);
     char inproc[64];
@@ -239,7 +289,10 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
                   config->instance);
     self->resets = zlistx_new ();
     self->held = zlistx_new ();
-    kvp_boot_id (self->host_id, sizeof self->host_id);
+    if (config->host_id)
+        snprintf (self->host_id, sizeof self->host_id, "%s", config->host_id);
+    else
+        kvp_boot_id (self->host_id, sizeof self->host_id);
     snprintf (self->server_id, sizeof self->server_id, "%s/%d", self->host_id, (int) getpid ());
     if (config->index_slots != 0) {
         shm_index_make_name (self->index_name, sizeof self->index_name, config->instance);
@@ -249,8 +302,10 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
     //  The first listing of the segments at once: index reads need the mappings.
     self->map_due = true;
     self->next_owner_check = self->started + OWNER_CHECK_INTERVAL_MS;
-    self->poller =
-        zpoller_new (pipe, self->router, self->jobs, self->rm, self->al, self->tx, self->ev, NULL);
+    self->poller = zpoller_new (pipe, self->router, self->jobs, self->rm, self->al, self->tx,
+                                self->ev, self->cl, NULL);
+    if (self->peer)
+        zpoller_add (self->poller, self->peer);
     self->guard =
         conn_guard_new (self->router, self->endpoints, config->max_connections, config->instance);
     if (self->guard)
@@ -279,13 +334,17 @@ s_self_destroy (self_t **self_p)
     int64_t deadline = zclock_mono () + 2000;
     while (!connections_wait_released (0) && zclock_mono () < deadline) {
         zsock_events (self->router);
+        if (self->peer)
+            zsock_events (self->peer);
         zclock_sleep (1);
     }
     if (!connections_wait_released (0))
         zsys_warning ("api: reply frames still held by libzmq at exit");
     connections_destroy (&self->connections);
     zsock_destroy (&self->router);
+    zsock_destroy (&self->peer);
     zsock_destroy (&self->jobs);
+    zsock_destroy (&self->cl);
     zsock_destroy (&self->rm);
     zsock_destroy (&self->al);
     zsock_destroy (&self->tx);
@@ -306,7 +365,7 @@ s_send_frame (void *socket, const void *data, size_t size, bool more)
 static int
 s_send_header (self_t *self, api_ctx_t *ctx, Kvpool__V1__Reply *reply, bool more)
 {
-    void *socket = zsock_resolve (self->router);
+    void *socket = zsock_resolve (ctx->socket);
     self->requests++;
     if (reply->status != KVPOOL_OK)
         self->errors++;
@@ -362,7 +421,7 @@ static void
 s_send_values (self_t *self, kvp_job_t *job)
 {
     api_ctx_t *ctx = (api_ctx_t *) job->context;
-    void *socket = zsock_resolve (self->router);
+    void *socket = zsock_resolve (ctx->socket);
     connection_t *connection = connections_get (self->connections, zframe_data (ctx->routing_id),
                                                 zframe_size (ctx->routing_id), ctx->fd);
     reply_frames_t *frames = reply_frames_new (connection, job->count);
@@ -436,12 +495,30 @@ s_complete_stats (self_t *self, kvp_stats_t *stats)
 //  Sends values copied out of the read index as a GET's value frames, or drops them when
 //  send is false (the header did not go); every message is sent or closed.
 static void
-s_send_copies (self_t *self, zmq_msg_t *copies, size_t count, bool send)
+s_send_copies (zsock_t *sock, zmq_msg_t *copies, size_t count, bool send)
 {
-    void *socket = zsock_resolve (self->router);
+    void *socket = zsock_resolve (sock);
     for (size_t i = 0; i < count; i++)
         if (!send || zmq_msg_send (&copies[i], socket, i + 1 < count ? ZMQ_SNDMORE : 0) == -1)
             zmq_msg_close (&copies[i]);
+}
+
+//  LOCATE and NODES of the one-process store: the node itself holds what it has.
+static void
+s_name_self (self_t *self, kvp_job_t *job)
+{
+    if (!(job->nodes = (kvp_node_info_t *) calloc (1, sizeof (kvp_node_info_t))))
+        return;
+    kvp_node_info_t *node = job->nodes;
+    job->node_count = 1;
+    snprintf (node->node_id, sizeof node->node_id, "%s", self->server_id);
+    snprintf (node->host_id, sizeof node->host_id, "%s", self->host_id);
+    const char *first = (const char *) zlistx_first (self->endpoints);
+    snprintf (node->client_endpoint, sizeof node->client_endpoint, "%s", first ? first : "");
+    node->alive = true;
+    for (size_t i = 0; i < job->count; i++)
+        if (job->items[i].status == KVPOOL_OK)
+            job->items[i].location_count = 1; //  locations[0] is 0: this node
 }
 
 //  Answers a finished client job and destroys it. A GET's values come from the job's pinned
@@ -463,6 +540,8 @@ s_reply (self_t *self, kvp_job_t **job_p, zmq_msg_t *copies)
     reply.status = job->status;
     reply.error = job->error;
     reply.count = job->result_count;
+    if ((row->fills & REPLY_NODES) && !job->cluster)
+        s_name_self (self, job);
     if (reply_encode (&ctx->arena, row, job, &reply) != 0) {
         reply.status = kvp_job_fail (job, KVPOOL_INTERNAL_ERROR, "out of memory for the reply");
         reply.n_statuses = reply.n_sizes = reply.n_replicas = reply.n_segments = 0;
@@ -481,7 +560,7 @@ s_reply (self_t *self, kvp_job_t **job_p, zmq_msg_t *copies)
     bool values = (row->fills & REPLY_VALUES) && reply.status == KVPOOL_OK && job->count > 0;
     bool sent = s_send_header (self, ctx, &reply, values) == 0;
     if (copies)
-        s_send_copies (self, copies, job->count, sent && values);
+        s_send_copies (ctx->socket, copies, job->count, sent && values);
     else if (sent && values)
         s_send_values (self, job);
     else
@@ -508,6 +587,7 @@ s_actor_socket (self_t *self, kvp_job_kind_t kind)
         case KVP_ACTOR_AL: return self->al;
         case KVP_ACTOR_TX: return self->tx;
         case KVP_ACTOR_EV: return self->ev;
+        case KVP_ACTOR_CL: return self->cl;
         default: assert (false); return NULL;
     }
 }
@@ -614,7 +694,7 @@ s_finish (self_t *self, kvp_job_t *job)
 static void
 s_advance (self_t *self, kvp_job_t *job, kvp_job_kind_t done)
 {
-    const kvp_op_t *row = kvp_op (job->op);
+    const kvp_op_t *row = kvp_op_for (job->op, job->cluster);
     assert (row); //  jobs are made only for operations the table has
     kvp_job_kind_t next = kvp_op_next_stage (row, job, done);
     if (next == KVP_JOB_NONE) {
@@ -680,7 +760,7 @@ s_resetting (self_t *self)
 static void
 s_start (self_t *self, kvp_job_t *job)
 {
-    const kvp_op_t *row = kvp_op (job->op);
+    const kvp_op_t *row = kvp_op_for (job->op, job->cluster);
     if (row->flags & OP_DRAIN) {
         zlistx_add_end (self->resets, job);
         s_start_reset (self);
@@ -764,7 +844,7 @@ s_job_from_request (self_t *self, api_ctx_t *ctx)
     request_limits_t limits = {self->config->max_key_len, self->config->max_value_size,
                                self->config->max_keys, self->config->max_request_bytes};
     int status = request_check (request, value_frames, value_bytes, &limits, reason, sizeof reason);
-    ctx->row = kvp_op (op); //  known once the check passed
+    ctx->row = kvp_op_for (op, ctx->cluster); //  known once the check passed
     if (status == KVPOOL_OK && s_authorize (self, ctx, reason, sizeof reason))
         status = KVPOOL_PERMISSION_DENIED;
     if (status != KVPOOL_OK) {
@@ -782,6 +862,7 @@ s_job_from_request (self_t *self, api_ctx_t *ctx)
     kvp_job_t *job = kvp_job_new (KVP_JOB_NONE, n);
     job->op = op;
     job->context = ctx;
+    job->cluster = ctx->cluster;
     zframe_t *frame = ctx->values ? zmsg_first (ctx->values) : NULL;
     for (size_t i = 0; i < n; i++) {
         kvp_item_t *item = &job->items[i];
@@ -905,12 +986,14 @@ s_handle_request (self_t *self, api_ctx_t *ctx)
 }
 
 static void
-s_client_message (self_t *self)
+s_client_message (self_t *self, zsock_t *socket)
 {
-    zmsg_t *msg = zmsg_recv (self->router);
+    zmsg_t *msg = zmsg_recv (socket);
     if (!msg)
         return;
     api_ctx_t *ctx = (api_ctx_t *) zmalloc (sizeof (api_ctx_t));
+    ctx->socket = socket;
+    ctx->cluster = self->cluster && socket == self->router;
     ctx->routing_id = zmsg_pop (msg);
     ctx->fd = -1;
     zframe_t *header = zmsg_pop (msg);
@@ -968,7 +1051,7 @@ s_job_message (self_t *self)
         zframe_destroy (&routing_id);
         return;
     }
-    const kvp_op_t *row = kvp_op (job->op);
+    const kvp_op_t *row = kvp_op_for (job->op, self->cluster);
     //  Only the proto's operations that carry keys or nothing; not a write (values live in
     //  the caller), not the node's own operations, not one on shared memory.
     if (!row || job->op <= 0 || (row->flags & (OP_VALUES | OP_SIZES | OP_SEGMENT | OP_LOCAL))
@@ -996,6 +1079,8 @@ s_job_message (self_t *self)
     ctx->routing_id = routing_id;
     ctx->from_jobs = true;
     ctx->row = row;
+    ctx->cluster = self->cluster;
+    job->cluster = self->cluster;
     ctx->fd = -1;
     job->context = ctx;
     s_start (self, job);
@@ -1079,9 +1164,13 @@ s_pipe_command (self_t *self)
         self->terminated = true;
     else if (streq (command, "ENDPOINTS"))
         kvp_endpoints_reply (self->pipe, self->endpoints, self->bind_error);
+    else if (streq (command, "PEER"))
+        zstr_sendx (self->pipe, self->peer_endpoint, self->host_id, NULL);
     else if (streq (command, "DRAIN")) {
         self->draining = true;
         zpoller_remove (self->poller, self->router);
+        if (self->peer)
+            zpoller_remove (self->poller, self->peer);
     }
     else {
         //  Commands come from kvpoold's code, not from outside: an unknown one is a bug.
@@ -1144,8 +1233,8 @@ api_actor (zsock_t *pipe, void *args)
         void *which = NULL;
         //  Spin for the replies a request waits on.
         if (self->in_flight > 0) {
-            zsock_t *actors[] = {self->rm, self->al, self->tx, self->ev};
-            which = spin_poll (actors, 4, SPIN_US);
+            zsock_t *actors[] = {self->rm, self->al, self->tx, self->ev, self->cl};
+            which = spin_poll (actors, 5, SPIN_US);
         }
         if (!which) {
             int64_t wake = self->next_owner_check;
@@ -1154,11 +1243,12 @@ api_actor (zsock_t *pipe, void *args)
         }
         if (which == pipe)
             s_pipe_command (self);
-        else if (which == self->router)
-            s_client_message (self);
+        else if (which == self->router || (which && which == self->peer))
+            s_client_message (self, (zsock_t *) which);
         else if (which == self->jobs)
             s_job_message (self);
-        else if (which == self->rm || which == self->al || which == self->tx || which == self->ev)
+        else if (which == self->rm || which == self->al || which == self->tx || which == self->ev
+                 || which == self->cl)
             s_actor_reply (self, (zsock_t *) which);
         else if (self->guard && which == conn_guard_socket (self->guard))
             conn_guard_handle (self->guard);

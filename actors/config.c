@@ -571,7 +571,8 @@ s_set (kvp_config_t *config, const opt_t *opt, const char *value)
             else if (!strcmp (value, "local-first"))
                 *(kvp_placement_t *) (base + opt->offset) = KVP_PLACEMENT_LOCAL_FIRST;
             else {
-                fprintf (stderr, "kvpoold: --%s takes random, free-ratio or local-first, not '%s'\n",
+                fprintf (stderr,
+                         "kvpoold: --%s takes random, free-ratio or local-first, not '%s'\n",
                          opt->name, value);
                 return -1;
             }
@@ -619,8 +620,8 @@ s_set (kvp_config_t *config, const opt_t *opt, const char *value)
             else if (!strcmp (value, "node"))
                 *(kvp_role_t *) (base + opt->offset) = KVP_ROLE_NODE;
             else {
-                fprintf (stderr, "kvpoold: --%s takes all, master or node, not '%s'\n",
-                         opt->name, value);
+                fprintf (stderr, "kvpoold: --%s takes all, master or node, not '%s'\n", opt->name,
+                         value);
                 return -1;
             }
             return 0;

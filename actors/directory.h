@@ -42,8 +42,8 @@ void directory_destroy (directory_t **self_p);
 
 dir_entry_t *directory_find (directory_t *self, const char *key);
 //  A new pending entry for key (which must not be in the directory). NULL when out of memory.
-dir_entry_t *directory_reserve (directory_t *self, const char *key, size_t key_len,
-                                uint64_t size, uint32_t token);
+dir_entry_t *directory_reserve (directory_t *self, const char *key, size_t key_len, uint64_t size,
+                                uint32_t token);
 //  Makes entry committed, held by holders[0..count) (duplicates and count past
 //  KVP_MAX_REPLICAS ignored).
 void directory_commit (directory_t *self, dir_entry_t *entry, const uint16_t *holders,

@@ -141,7 +141,8 @@ typedef struct {
 } reply_t;
 
 static void
-s_reply_init (self_t *self, reply_t *r, arena_t *arena, const Kvpool__Cluster__V1__NodeRequest *request)
+s_reply_init (self_t *self, reply_t *r, arena_t *arena,
+              const Kvpool__Cluster__V1__NodeRequest *request)
 {
     kvpool__cluster__v1__master_reply__init (&r->reply);
     r->reply.version = KVP_PROTOCOL_VERSION;
@@ -345,7 +346,8 @@ s_member (self_t *self, reply_t *r, const Kvpool__Cluster__V1__NodeRequest *requ
     int slot = node_table_find (self->nodes, request->node->node_id);
     node_t *node = node_table_get (self->nodes, slot);
     if (!node || !node->alive || request->epoch != self->epoch) {
-        s_reply_fail (r, KVPOOL_INVALID_PARAMS, "unknown node %s: register", request->node->node_id);
+        s_reply_fail (r, KVPOOL_INVALID_PARAMS, "unknown node %s: register",
+                      request->node->node_id);
         return -1;
     }
     return slot;
@@ -366,8 +368,9 @@ s_inventory (self_t *self, reply_t *r, arena_t *arena,
     size_t added = 0;
     for (size_t i = 0; i < request->n_keys; i++) {
         char *key = s_key (self, arena, &request->keys[i]);
-        if (key && directory_add_holder (self->directory, key, request->keys[i].len,
-                                         request->sizes[i], (uint16_t) slot))
+        if (key
+            && directory_add_holder (self->directory, key, request->keys[i].len, request->sizes[i],
+                                     (uint16_t) slot))
             added++;
     }
     r->reply.count = added;
@@ -387,8 +390,9 @@ s_place (self_t *self, reply_t *r, arena_t *arena, const Kvpool__Cluster__V1__No
         return;
     }
     if (s_reply_keys (r, n, false, true) != 0
-        || (request->upsert && !(r->reply.old_holders = (Kvpool__Cluster__V1__Holders **)
-                                     arena_alloc (arena, (n ? n : 1) * sizeof (void *))))) {
+        || (request->upsert
+            && !(r->reply.old_holders = (Kvpool__Cluster__V1__Holders **) arena_alloc (
+                     arena, (n ? n : 1) * sizeof (void *))))) {
         s_reply_fail (r, KVPOOL_INTERNAL_ERROR, "out of memory");
         return;
     }
@@ -573,8 +577,8 @@ s_remove_regex (self_t *self, reply_t *r, arena_t *arena,
 {
     const char *pattern = request->pattern ? request->pattern : "";
     char error[200];
-    regex_batch_t *batch = regex_batch_new (pattern, strlen (pattern),
-                                            self->config->max_regex_len, error, sizeof error);
+    regex_batch_t *batch = regex_batch_new (pattern, strlen (pattern), self->config->max_regex_len,
+                                            error, sizeof error);
     if (!batch) {
         s_reply_fail (r, KVPOOL_INVALID_PARAMS, "%s", error);
         return;
@@ -612,9 +616,9 @@ s_remove_regex (self_t *self, reply_t *r, arena_t *arena,
         if (!entry)
             continue;
         char *copy = (char *) arena_alloc (arena, key_len + 1);
-        if (!copy || s_reply_holders (self, r, r->reply.holders[out], entry->holders,
-                                      entry->holder_count)
-                         != 0)
+        if (!copy
+            || s_reply_holders (self, r, r->reply.holders[out], entry->holders, entry->holder_count)
+                   != 0)
             break;
         memcpy (copy, key, key_len + 1);
         r->reply.keys[out].data = (uint8_t *) copy;
@@ -702,12 +706,18 @@ s_request (self_t *self)
                     sender->placed = 0;
                 }
                 break;
-            case KVPOOL__CLUSTER__V1__KIND__INVENTORY: s_inventory (self, &r, &arena, request); break;
+            case KVPOOL__CLUSTER__V1__KIND__INVENTORY:
+                s_inventory (self, &r, &arena, request);
+                break;
             case KVPOOL__CLUSTER__V1__KIND__PLACE: s_place (self, &r, &arena, request); break;
             case KVPOOL__CLUSTER__V1__KIND__COMMIT: s_commit (self, &r, &arena, request); break;
             case KVPOOL__CLUSTER__V1__KIND__ABORT: s_abort (self, &arena, request); break;
-            case KVPOOL__CLUSTER__V1__KIND__LOCATE: s_locate (self, &r, &arena, request, false); break;
-            case KVPOOL__CLUSTER__V1__KIND__REMOVE: s_locate (self, &r, &arena, request, true); break;
+            case KVPOOL__CLUSTER__V1__KIND__LOCATE:
+                s_locate (self, &r, &arena, request, false);
+                break;
+            case KVPOOL__CLUSTER__V1__KIND__REMOVE:
+                s_locate (self, &r, &arena, request, true);
+                break;
             case KVPOOL__CLUSTER__V1__KIND__REMOVE_ALL:
                 r.reply.count = directory_remove_all (self->directory);
                 s_all_nodes (self, &r, true);
@@ -918,7 +928,8 @@ master_test (bool verbose)
     //  Garbage is answered PROTOCOL_ERROR.
     zstr_send (dealer, "garbage");
     zframe_t *frame = zframe_recv (dealer);
-    reply = kvpool__cluster__v1__master_reply__unpack (NULL, zframe_size (frame), zframe_data (frame));
+    reply =
+        kvpool__cluster__v1__master_reply__unpack (NULL, zframe_size (frame), zframe_data (frame));
     assert (reply && reply->status == KVPOOL_PROTOCOL_ERROR);
     kvpool__cluster__v1__master_reply__free_unpacked (reply, NULL);
     zframe_destroy (&frame);

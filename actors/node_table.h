@@ -32,9 +32,9 @@ typedef struct {
     char host_id[64];
     char client_endpoint[256];
     char peer_endpoint[256];
-    uint64_t capacity; //  bytes of memory it contributes
-    uint64_t free;     //  as it last reported
-    uint64_t placed;   //  bytes placed on it since that report
+    uint64_t capacity;  //  bytes of memory it contributes
+    uint64_t free;      //  as it last reported
+    uint64_t placed;    //  bytes placed on it since that report
     int64_t last_heard; //  zclock_mono ms
     bool alive;
     uint64_t objects; //  directory entries it holds

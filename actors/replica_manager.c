@@ -179,6 +179,13 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
     zsock_set_sndhwm (self->tx, 0);
     rc = zsock_connect (self->tx, "inproc://%s-tx", config->instance);
     assert (rc == 0);
+    if (config->role == KVP_ROLE_NODE) {
+        self->cluster = zsock_new (ZMQ_DEALER);
+        assert (self->cluster);
+        zsock_set_sndhwm (self->cluster, 0);
+        zsock_set_linger (self->cluster, 0);
+        zsock_connect (self->cluster, "inproc://%s-cl", config->instance);
+    }
     lru_list_init (&self->memory);
     lru_list_init (&self->disk);
     lru_list_init (&self->unsaved);
@@ -406,6 +413,8 @@ s_self_destroy (self_t **self_p)
     zsock_destroy (&self->router);
     zsock_destroy (&self->allocator);
     zsock_destroy (&self->tx);
+    kvp_job_destroy (&self->dropped);
+    zsock_destroy (&self->cluster);
     free (self);
     *self_p = NULL;
 }
@@ -1253,6 +1262,17 @@ s_regex_stop (self_t *self)
     self->regex_out = false;
 }
 
+//  Every committed object held here (in memory or on disk), for the master (a node that
+//  registers reports what it holds).
+static void
+s_inventory (self_t *self, kvp_job_t *job)
+{
+    for (kvp_object_t *object = (kvp_object_t *) object_table_first (self->objects); object;
+         object = (kvp_object_t *) object_table_next (self->objects))
+        if (object->state == OBJECT_COMPLETE)
+            kvp_job_append_key (job, object->key, strlen (object->key))->size = object->size;
+}
+
 static void
 s_stats (self_t *self, kvp_job_t *job)
 {
@@ -1344,6 +1364,7 @@ s_handle_job (self_t *self, kvp_job_t *job)
         case KVP_RM_REMOVE_SEGMENT: s_remove_segment (self, job, now); break;
         case KVP_RM_OWNER_GONE: s_owner_gone (self, job, now); break;
         case KVP_RM_STATS: s_stats (self, job); break;
+        case KVP_RM_INVENTORY: s_inventory (self, job); break;
         case KVP_RM_EVICT: rm_evict (self, job, now); break;
         case KVP_RM_OFFLOADED: rm_offloaded (self, job, now); break;
         case KVP_RM_DISK_EVICT: rm_disk_evict (self, job, now); break;

@@ -111,6 +111,9 @@ typedef struct {
     uint64_t disk_bytes;     //  footprints of the disk copies recorded
     uint64_t evictions, evicted_bytes, dropped_evictions;
     uint64_t disk_hits, promotions, disk_drops, disk_lost;
+    //  Role node: the cluster actor hears of objects evicted or lost here (for the master).
+    zsock_t *cluster;
+    kvp_job_t *dropped; //  KVP_CL_DROPPED, sent at the end of each job
     regex_matcher_t *matcher;
     zlistx_t *regex_runs; //  regex_run_t, oldest first; the first is at the matcher if out
     bool regex_out;
@@ -155,6 +158,9 @@ bool rm_strip_gone (rm_state_t *self, kvp_item_t *item, kvp_job_t **free_job_p);
 
 //  Sends the disk copies queued for unlinking to the transfer-submitter.
 void rm_unlinks_send (rm_state_t *self);
+//  Role node: the object is no longer held here by the cache's own doing (evicted, its disk
+//  copy dropped or lost): the master is to be told (rm_unlinks_send sends it with the rest).
+void rm_dropped_note (rm_state_t *self, const kvp_object_t *object);
 //  Takes a dropped object out of the eviction orders; its disk copy goes.
 void rm_lists_leave (rm_state_t *self, kvp_object_t *object);
 //  Whether a read of a disk-only object makes it hot enough to go back to memory.

@@ -30,11 +30,25 @@ s_unlink_queue (self_t *self, uint64_t disk_id)
 void
 rm_unlinks_send (self_t *self)
 {
+    if (self->dropped && kvp_job_send (self->cluster, self->dropped) == -1)
+        kvp_job_destroy (&self->dropped);
+    self->dropped = NULL;
     if (self->unlinks && kvp_job_send (self->tx, self->unlinks) == -1)
         kvp_job_destroy (&self->unlinks);
     else if (self->unlinks)
         self->unlinks_out++;
     self->unlinks = NULL;
+}
+
+void
+rm_dropped_note (self_t *self, const kvp_object_t *object)
+{
+    if (!self->cluster)
+        return;
+    if (!self->dropped) {
+        self->dropped = kvp_job_new (KVP_CL_DROPPED, 0);
+    }
+    kvp_job_append_key (self->dropped, object->key, strlen (object->key));
 }
 
 //  Records the object's disk copy.
@@ -218,6 +232,7 @@ s_evict_one (self_t *self, kvp_job_t *job, kvp_object_t *object, int pass, kvp_j
             plan->forced++;
         self->evictions++;
         self->dropped_evictions++;
+        rm_dropped_note (self, object);
         rm_object_drop (self, object, free_job_p, now);
     }
     self->evicted_bytes += bytes;
@@ -339,6 +354,7 @@ rm_disk_evict (self_t *self, kvp_job_t *job, int64_t now)
                 plan->leased++;
                 continue;
             }
+            rm_dropped_note (self, object);
             rm_object_drop (self, object, &free_job, now);
         }
         else
@@ -392,6 +408,7 @@ rm_disk_lost (self_t *self, kvp_job_t *job, int64_t now)
         s_disk_detach (self, object, false);
         if (object->state == OBJECT_COMPLETE && object->replica_count == 0) {
             self->removes++;
+            rm_dropped_note (self, object);
             rm_object_drop (self, object, &free_job, now);
         }
     }

@@ -58,6 +58,11 @@ static const kvp_actor_t s_kind_actor[KVP_JOB_KIND_COUNT] = {
     [KVP_EV_STATS] = KVP_ACTOR_EV,      [KVP_TX_WRITE] = KVP_ACTOR_TX,
     [KVP_TX_DISK_WRITE] = KVP_ACTOR_TX, [KVP_TX_DISK_READ] = KVP_ACTOR_TX,
     [KVP_TX_DISK_DROP] = KVP_ACTOR_TX,  [KVP_TX_DISK_SCAN] = KVP_ACTOR_TX,
+    [KVP_RM_INVENTORY] = KVP_ACTOR_RM,  [KVP_CL_PLACE] = KVP_ACTOR_CL,
+    [KVP_CL_COMMIT] = KVP_ACTOR_CL,     [KVP_CL_ABORT] = KVP_ACTOR_CL,
+    [KVP_CL_FETCH] = KVP_ACTOR_CL,      [KVP_CL_EXIST] = KVP_ACTOR_CL,
+    [KVP_CL_REMOVE] = KVP_ACTOR_CL,     [KVP_CL_LOCATE] = KVP_ACTOR_CL,
+    [KVP_CL_NODES] = KVP_ACTOR_CL,      [KVP_CL_DROPPED] = KVP_ACTOR_CL,
 };
 
 kvp_actor_t
@@ -182,6 +187,9 @@ kvp_job_destroy (kvp_job_t **self_p)
         if (self->items[i].buffer)
             self->items[i].buffer_free (self->items[i].buffer);
     free (self->value_storage);
+    if (self->plan && self->plan_free)
+        self->plan_free (self->plan);
+    free (self->nodes);
     kvp_job_t *frees = (kvp_job_t *) self->evict.frees;
     kvp_job_destroy (&frees);
     for (key_chunk_t *chunk = (key_chunk_t *) self->key_chunks; chunk;) {

@@ -85,11 +85,47 @@ typedef enum {
                        //  buffer (item->buffer), the value at replicas[0].addr
     KVP_TX_DISK_DROP,  //  items: unlink disk copy disk_id (0: none)
     KVP_TX_DISK_SCAN,  //  at start: items out (owned keys) are the verified copies on disk
+    //  replica-manager, for the cluster
+    KVP_RM_INVENTORY, //  items out (owned keys, sizes): every committed object the node holds
+    //  cluster (role node: actors/cluster.c)
+    KVP_CL_PLACE,   //  items OK: the master reserves them and chooses their nodes (job->plan);
+                    //  items not to be held here become KVP_ITEM_ELSEWHERE
+    KVP_CL_COMMIT,  //  writes the placed items to their other nodes, then commits them at the
+                    //  master (a PUT_END's items: held here alone)
+    KVP_CL_ABORT,   //  drops the master's reservations of items not OK (PUT_REVOKE: all)
+    KVP_CL_FETCH,   //  GET items OBJECT_NOT_FOUND here: located, read from the nodes that
+                    //  hold them (item->buffer)
+    KVP_CL_EXIST,   //  EXIST / GET_SIZE items OBJECT_NOT_FOUND here: asked of the master
+    KVP_CL_REMOVE,  //  REMOVE, REMOVE_BY_REGEX, REMOVE_ALL, RESET across the cluster
+    KVP_CL_LOCATE,  //  items: the nodes that hold them (job->nodes, item->locations)
+    KVP_CL_NODES,   //  job->nodes: the cluster's nodes
+    KVP_CL_DROPPED, //  items (owned keys): objects this node no longer holds (evicted): the
+                    //  master is told; no reply
     KVP_JOB_KIND_COUNT
 } kvp_job_kind_t;
 
 //  The actors that work on jobs (the api only routes them).
-typedef enum { KVP_ACTOR_NONE, KVP_ACTOR_RM, KVP_ACTOR_AL, KVP_ACTOR_TX, KVP_ACTOR_EV } kvp_actor_t;
+typedef enum {
+    KVP_ACTOR_NONE,
+    KVP_ACTOR_RM,
+    KVP_ACTOR_AL,
+    KVP_ACTOR_TX,
+    KVP_ACTOR_EV,
+    KVP_ACTOR_CL
+} kvp_actor_t;
+
+//  An item status that is not a kvpool_status_t: placed on other nodes only (KVP_CL_PLACE),
+//  so this node's own stages pass over it. Never sent to a client.
+#define KVP_ITEM_ELSEWHERE 1
+
+//  A node of the cluster as a reply names it (LOCATE, NODES).
+typedef struct {
+    char node_id[128];
+    char host_id[64];
+    char client_endpoint[256];
+    uint64_t capacity, free, objects, last_heard_ms;
+    bool alive;
+} kvp_node_info_t;
 
 typedef struct {
     uint32_t segment_id;
@@ -123,6 +159,9 @@ typedef struct {
     bool evict;   //  KVP_RM_EVICT out: free the memory once the disk copy is written
     bool promote; //  a disk read of an object read often enough to go back to memory
     bool lost;    //  TX_DISK_READ: the copy failed verification (to be forgotten, unlinked)
+    //  KVP_CL_LOCATE: the nodes that hold it (indices into job->nodes)
+    uint8_t location_count;
+    uint16_t locations[KVP_MAX_REPLICAS];
 } kvp_item_t;
 
 //  An eviction cycle's plan (the evictor's) and its outcome (the replica-manager's).
@@ -202,6 +241,14 @@ typedef struct {
     kvp_evict_t evict;   //  KVP_RM_EVICT, KVP_RM_DISK_EVICT, KVP_RM_OFFLOADED
     void *value_storage; //  values the job owns (a promotion's bytes), freed with it
     void *key_chunks;    //  keys copied by kvp_job_append_key, freed with the job
+    //  the cluster (role node): the job walks the cluster's row of its operation; plan is
+    //  the cluster actor's (placement between KVP_CL_PLACE and KVP_CL_COMMIT), freed with
+    //  the job by plan_free
+    bool cluster;
+    void *plan;
+    void (*plan_free) (void *plan);
+    kvp_node_info_t *nodes; //  LOCATE, NODES (owned by the job)
+    size_t node_count;
     //  the api's context (client routing id, decoded request, received frames)
     void *context;
     char *key_storage; //  the items' keys when the job owns them (freed with the job)

@@ -69,9 +69,61 @@ static const kvp_op_t s_ops[] = {
      0,
      {STAGE_IF (AL_ALLOC, ANY_OK), STAGE_IF (EV_MAKE_ROOM, ANY_NO_ROOM),
       STAGE_IF (AL_RETRY, ANY_NO_ROOM), STAGE_IF (TX_WRITE, ANY_OK), STAGE_IF (RM_UPSERT, ANY_OK)}},
+    //  One process: the node itself holds what it has (the api names itself).
+    {OP (LOCATE), OP_KEYS, REPLY_SIZES | REPLY_NODES, {STAGE (RM_GET_SIZE)}},
+    {OP (NODES), 0, REPLY_NODES, {{0}}},
 };
 
 #define OPS_COUNT (sizeof s_ops / sizeof s_ops[0])
+
+//  A node of a cluster (--role node) serves its clients with these rows where they differ:
+//  the master places and finds keys, other nodes hold some of them. What this node holds
+//  itself is found here first. (Requests on the data plane, from other nodes, take the
+//  rows above: they are about this node's own objects.)
+static const kvp_op_t s_cluster_ops[] = {
+    //  Placed by the master first: the items held here are written here as in one process,
+    //  the rest are passed over (KVP_ITEM_ELSEWHERE); then the other nodes' copies are
+    //  written and the master commits.
+    {OP (PUT),
+     OP_KEYS | OP_VALUES | OP_WRITE | OP_NEW,
+     0,
+     {STAGE_IF (CL_PLACE, ANY_OK), STAGE_IF (AL_ALLOC, ANY_OK),
+      STAGE_IF (EV_MAKE_ROOM, ANY_NO_ROOM), STAGE_IF (AL_RETRY, ANY_NO_ROOM),
+      STAGE_IF (TX_WRITE, ANY_OK), STAGE_IF (RM_INSERT, ANY_OK), STAGE (CL_COMMIT)}},
+    {OP (UPSERT),
+     OP_KEYS | OP_VALUES | OP_WRITE,
+     0,
+     {STAGE_IF (CL_PLACE, ANY_OK), STAGE_IF (AL_ALLOC, ANY_OK),
+      STAGE_IF (EV_MAKE_ROOM, ANY_NO_ROOM), STAGE_IF (AL_RETRY, ANY_NO_ROOM),
+      STAGE_IF (TX_WRITE, ANY_OK), STAGE_IF (RM_UPSERT, ANY_OK), STAGE (CL_COMMIT)}},
+    {OP (GET),
+     OP_KEYS | OP_INDEX | OP_RANGES,
+     REPLY_SIZES | REPLY_VALUES,
+     {STAGE (RM_GET), STAGE_IF (TX_DISK_READ, ANY_ON_DISK), STAGE_IF (CL_FETCH, ANY_MISSING)}},
+    {OP (EXIST), OP_KEYS | OP_INDEX, 0, {STAGE (RM_EXIST), STAGE_IF (CL_EXIST, ANY_MISSING)}},
+    {OP (REMOVE), OP_KEYS, 0, {STAGE (CL_REMOVE)}},
+    {OP (REMOVE_BY_REGEX), 0, REPLY_COUNT, {STAGE (CL_REMOVE)}},
+    {OP (REMOVE_ALL), 0, REPLY_COUNT, {STAGE (CL_REMOVE)}},
+    {OP (GET_SIZE),
+     OP_KEYS | OP_INDEX,
+     REPLY_SIZES,
+     {STAGE (RM_GET_SIZE), STAGE_IF (CL_EXIST, ANY_MISSING)}},
+    //  A same-machine client's put: reserved at the master for this node, then as in one
+    //  process; the master's reservations of keys that could not be reserved here end.
+    {OP (PUT_START),
+     OP_KEYS | OP_SIZES | OP_WRITE | OP_LOCAL,
+     REPLY_REPLICAS,
+     {STAGE_IF (CL_PLACE, ANY_OK), STAGE_IF (RM_RESERVE, ANY_OK), STAGE_IF (AL_ALLOC, ANY_RESERVED),
+      STAGE_IF (EV_MAKE_ROOM, ANY_NO_ROOM), STAGE_IF (AL_RETRY, ANY_NO_ROOM),
+      STAGE_IF (RM_BIND, ANY_RESERVED), STAGE (CL_ABORT)}},
+    {OP (PUT_END), OP_KEYS | OP_LOCAL, 0, {STAGE (RM_COMMIT), STAGE_IF (CL_COMMIT, ANY_OK)}},
+    {OP (PUT_REVOKE), OP_KEYS | OP_LOCAL, 0, {STAGE (RM_REVOKE), STAGE (CL_ABORT)}},
+    {OP (RESET), OP_DRAIN, REPLY_COUNT, {STAGE (CL_REMOVE)}},
+    {OP (LOCATE), OP_KEYS, REPLY_SIZES | REPLY_NODES, {STAGE (CL_LOCATE)}},
+    {OP (NODES), 0, REPLY_NODES, {STAGE (CL_NODES)}},
+};
+
+#define CLUSTER_OPS_COUNT (sizeof s_cluster_ops / sizeof s_cluster_ops[0])
 
 static const kvp_op_t s_node_ops[] = {
     {KVP_OP_OWNER_GONE, "OWNER_GONE", 0, 0, {STAGE (RM_OWNER_GONE), STAGE (AL_OWNER_SEGMENTS)}},
@@ -109,6 +161,16 @@ kvp_op (int op)
     return row;
 }
 
+const kvp_op_t *
+kvp_op_for (int op, bool cluster)
+{
+    if (cluster)
+        for (size_t i = 0; i < CLUSTER_OPS_COUNT; i++)
+            if (s_cluster_ops[i].op == op)
+                return &s_cluster_ops[i];
+    return kvp_op (op);
+}
+
 static bool
 s_gate_holds (kvp_gate_t gate, const kvp_job_t *job)
 {
@@ -123,6 +185,7 @@ s_gate_holds (kvp_gate_t gate, const kvp_job_t *job)
             case GATE_ANY_OK: holds = item->status == KVPOOL_OK; break;
             case GATE_ANY_RESERVED: holds = item->object_id != 0; break;
             case GATE_ANY_NO_ROOM: holds = item->status == KVPOOL_NO_AVAILABLE_HANDLE; break;
+            case GATE_ANY_MISSING: holds = item->status == KVPOOL_OBJECT_NOT_FOUND; break;
             case GATE_ANY_ON_DISK:
                 holds = item->status == KVPOOL_OK && item->disk_id && item->replica_count == 0;
                 break;
@@ -212,6 +275,24 @@ kvp_ops_test (bool verbose)
     //  A failed job is answered at once.
     kvp_job_fail (job, KVPOOL_INTERNAL_ERROR, "test");
     assert (kvp_op_next_stage (start, job, KVP_AL_ALLOC) == KVP_JOB_NONE);
+    kvp_job_destroy (&job);
+    //  A cluster's put: placed by the master, written here, then elsewhere and committed
+    //  even when nothing was held here.
+    const kvp_op_t *cluster_put = kvp_op_for (KVPOOL__V1__OP__PUT, true);
+    assert (cluster_put != put && cluster_put->flags == put->flags);
+    job = kvp_job_new (KVP_JOB_NONE, 1);
+    assert (kvp_op_next_stage (cluster_put, job, KVP_JOB_NONE) == KVP_CL_PLACE);
+    job->items[0].status = KVP_ITEM_ELSEWHERE;
+    assert (kvp_op_next_stage (cluster_put, job, KVP_CL_PLACE) == KVP_CL_COMMIT);
+    //  A cluster's get asks the cluster only for what is not here.
+    const kvp_op_t *cluster_get = kvp_op_for (KVPOOL__V1__OP__GET, true);
+    job->items[0].status = KVPOOL_OK;
+    assert (kvp_op_next_stage (cluster_get, job, KVP_RM_GET) == KVP_JOB_NONE);
+    job->items[0].status = KVPOOL_OBJECT_NOT_FOUND;
+    assert (kvp_op_next_stage (cluster_get, job, KVP_RM_GET) == KVP_CL_FETCH);
+    assert (kvp_op_for (KVPOOL__V1__OP__STATS, true) == kvp_op (KVPOOL__V1__OP__STATS));
+    for (size_t i = 0; i < CLUSTER_OPS_COUNT; i++)
+        assert (kvp_op (s_cluster_ops[i].op)->flags == s_cluster_ops[i].flags);
     kvp_job_destroy (&job);
     //  A TOUCH without keys has nothing to renew.
     job = kvp_job_new (KVP_JOB_NONE, 0);

@@ -42,6 +42,7 @@ typedef enum {
     REPLY_STATS = 1 << 4,    //  stats
     REPLY_COUNT = 1 << 5,    //  count (objects removed)
     REPLY_NODE = 1 << 6,     //  host_id, server_id, index_name, local_endpoint
+    REPLY_NODES = 1 << 7,    //  nodes (job->nodes), locations (LOCATE: item->locations)
 } kvp_reply_field_t;
 
 //  When a stage runs, besides the job's status being OK.
@@ -52,6 +53,7 @@ typedef enum {
     GATE_ANY_RESERVED, //  some item holds a reservation (item->object_id)
     GATE_ANY_NO_ROOM,  //  some item found no space (NO_AVAILABLE_HANDLE)
     GATE_ANY_ON_DISK,  //  some item found is on disk only (disk_id, no replica)
+    GATE_ANY_MISSING,  //  some item is OBJECT_NOT_FOUND (here: the cluster may have it)
 } kvp_gate_t;
 
 typedef struct {
@@ -59,7 +61,7 @@ typedef struct {
     kvp_gate_t gate;
 } kvp_stage_t;
 
-#define KVP_OP_STAGES_MAX 6
+#define KVP_OP_STAGES_MAX 8
 
 typedef struct {
     int op;           //  kvpool.v1.Op
@@ -87,6 +89,9 @@ typedef struct {
 //  The row of op (a kvpool.v1.Op or a KVP_OP_*), or NULL for an operation this node does not
 //  serve.
 const kvp_op_t *kvp_op (int op);
+//  The row a job of op walks: a cluster node's (cluster true) where it has its own, else as
+//  kvp_op.
+const kvp_op_t *kvp_op_for (int op, bool cluster);
 
 //  The stage after `done` (KVP_JOB_NONE: the job is new) for this job, or KVP_JOB_NONE when
 //  the job is to be answered.

@@ -67,6 +67,52 @@ reply_encode (arena_t *arena, const kvp_op_t *row, const kvp_job_t *job, Kvpool_
         reply->n_replicas = n;
         reply->replicas = key_ptrs;
     }
+    if (row->fills & REPLY_NODES) {
+        size_t count = job->node_count;
+        Kvpool__V1__NodeInfo *nodes =
+            (Kvpool__V1__NodeInfo *) s_array (arena, count, sizeof *nodes);
+        Kvpool__V1__NodeInfo **node_ptrs =
+            (Kvpool__V1__NodeInfo **) s_array (arena, count, sizeof *node_ptrs);
+        if (!nodes || !node_ptrs)
+            return -1;
+        for (size_t i = 0; i < count; i++) {
+            const kvp_node_info_t *info = &job->nodes[i];
+            kvpool__v1__node_info__init (&nodes[i]);
+            nodes[i].node_id = (char *) info->node_id;
+            nodes[i].host_id = (char *) info->host_id;
+            nodes[i].client_endpoint = (char *) info->client_endpoint;
+            nodes[i].capacity = info->capacity;
+            nodes[i].free = info->free;
+            nodes[i].alive = info->alive;
+            nodes[i].objects = info->objects;
+            nodes[i].last_heard_ms = info->last_heard_ms;
+            node_ptrs[i] = &nodes[i];
+        }
+        reply->n_nodes = count;
+        reply->nodes = node_ptrs;
+        if (job->op == KVPOOL__V1__OP__LOCATE) {
+            Kvpool__V1__KeyNodes *keys = (Kvpool__V1__KeyNodes *) s_array (arena, n, sizeof *keys);
+            Kvpool__V1__KeyNodes **key_ptrs =
+                (Kvpool__V1__KeyNodes **) s_array (arena, n, sizeof *key_ptrs);
+            uint32_t *indices =
+                (uint32_t *) s_array (arena, n * KVP_MAX_REPLICAS, sizeof (uint32_t));
+            if (!keys || !key_ptrs || !indices)
+                return -1;
+            for (size_t i = 0; i < n; i++) {
+                const kvp_item_t *item = &job->items[i];
+                kvpool__v1__key_nodes__init (&keys[i]);
+                key_ptrs[i] = &keys[i];
+                if (item->status != KVPOOL_OK)
+                    continue;
+                keys[i].nodes = &indices[i * KVP_MAX_REPLICAS];
+                for (uint8_t l = 0; l < item->location_count && l < KVP_MAX_REPLICAS; l++)
+                    if (item->locations[l] < count)
+                        keys[i].nodes[keys[i].n_nodes++] = item->locations[l];
+            }
+            reply->n_locations = n;
+            reply->locations = key_ptrs;
+        }
+    }
     if (row->fills & REPLY_SEGMENTS) {
         //  The job's list (SEGMENTS), or the one segment a MOUNT made.
         bool mounted = job->segment_count == 0 && job->status == KVPOOL_OK && job->segment_name;

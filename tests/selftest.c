@@ -15,6 +15,7 @@
 #include "actors/evictor.h"
 #include "actors/directory.h"
 #include "actors/master.h"
+#include "actors/cluster.h"
 #include "actors/node_table.h"
 #include "actors/object_table.h"
 #include "actors/conn_guard.h"
@@ -77,6 +78,7 @@ static selftest_t s_tests[] = {{"kvp_status", kvp_status_test},
                                {"directory", directory_test},
                                {"node_table", node_table_test},
                                {"master", master_test},
+                               {"cluster", cluster_test},
                                //  new self tests go above this line
                                {NULL, NULL}};
 

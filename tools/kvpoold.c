@@ -1,8 +1,10 @@
-/*  kvpoold.c - the kvpool daemon, role `all`: master and node in one process.
+/*  kvpoold.c - the kvpool daemon: role `all` (master and node in one process, the default),
+    `master` (a cluster's metadata and placement) or `node` (memory for a cluster).
 
-    Starts the actors (replica-manager, allocator, transfer-submitter, api, lookup server),
-    reports where it listens, and waits for SIGINT or SIGTERM. Shutdown is orderly: the admin
-    channel stops, the api stops reading requests and answers everything in flight, then the
+    Starts the actors (replica-manager, allocator, transfer-submitter, evictor, api, lookup
+    server; a node adds the cluster and membership actors; a master runs the master actor
+    alone), reports where it listens, and waits for SIGINT or SIGTERM. Shutdown is orderly: the
+   admin channel stops, the api stops reading requests and answers everything in flight, then the
     actors end in reverse order of dependence and the process exits 0.
 
     Threads: main only waits for signals (blocked in every thread, taken with sigtimedwait),
@@ -13,10 +15,13 @@
 
 #include "actors/allocator.h"
 #include "actors/api.h"
+#include "actors/cluster.h"
 #include "actors/config.h"
 #include "actors/conn_guard.h"
 #include "actors/endpoints.h"
 #include "actors/evictor.h"
+#include "actors/master.h"
+#include "actors/membership.h"
 #include "actors/replica_manager.h"
 #include "actors/transfer_submitter.h"
 #include "lookup_server/lookup_server.h"
@@ -40,6 +45,47 @@ s_write_ready_file (const char *path, zlist_t *endpoints, zlist_t *admin)
     fclose (file);
     //  Rename, so a reader never sees half a file.
     return rename (tmp, path);
+}
+
+static int
+s_wait_for_signal (sigset_t *signals)
+{
+    int signo;
+    do
+        signo = sigwaitinfo (signals, NULL);
+    while (signo == -1 && errno == EINTR);
+    printf ("kvpoold: %s: finishing requests in flight\n", strsignal (signo));
+    fflush (stdout);
+    return signo;
+}
+
+//  Role master: the master actor alone; it owns no memory.
+static int
+s_run_master (kvp_config_t *config, sigset_t *signals)
+{
+    zactor_t *master = zactor_new (master_actor, config);
+    zlist_t *endpoints = kvp_endpoints_ask (master, "master endpoint");
+    int status = 1;
+    if (endpoints) {
+        if (config->ready_file && s_write_ready_file (config->ready_file, endpoints, NULL) != 0)
+            fprintf (stderr, "kvpoold: cannot write %s: %s\n", config->ready_file,
+                     strerror (errno));
+        else {
+            for (char *e = (char *) zlist_first (endpoints); e; e = (char *) zlist_next (endpoints))
+                printf ("kvpoold: master: nodes join at %s (node ttl %llu ms)\n", e,
+                        (unsigned long long) config->node_ttl_ms);
+            fflush (stdout);
+            s_wait_for_signal (signals);
+            status = 0;
+        }
+    }
+    zactor_destroy (&master);
+    zlist_destroy (&endpoints);
+    if (config->ready_file)
+        unlink (config->ready_file);
+    if (status == 0)
+        printf ("kvpoold: stopped\n");
+    return status;
 }
 
 int
@@ -66,6 +112,8 @@ main (int argc, char **argv)
     //  A file size limit fails a disk tier write (EFBIG), it does not end the node.
     signal (SIGXFSZ, SIG_IGN);
     zsys_set_logident ("kvpoold");
+    if (config.role == KVP_ROLE_MASTER)
+        return s_run_master (&config, &signals);
 
     zactor_t *rm = zactor_new (replica_manager_actor, &config);
     zactor_t *al = zactor_new (allocator_actor, &config);
@@ -73,8 +121,11 @@ main (int argc, char **argv)
     //  The evictor registers what the disk tier holds before the api serves.
     zactor_t *ev = zactor_new (evictor_actor, &config);
     zactor_t *api = zactor_new (api_actor, &config);
-    zactor_t *lookup = NULL;
+    zactor_t *lookup = NULL, *cluster = NULL, *membership = NULL;
     zlist_t *endpoints = NULL, *admin = NULL;
+    char *peer_endpoint = NULL, *host_id = NULL;
+    char node_id[256] = "", client_endpoint[300] = "";
+    cluster_args_t cluster_args = {0};
     int status = 1;
 
     zstr_send (al, "STATUS");
@@ -96,6 +147,27 @@ main (int argc, char **argv)
     endpoints = kvp_endpoints_ask (api, "client endpoint");
     if (!endpoints)
         goto shutdown;
+    if (config.role == KVP_ROLE_NODE) {
+        //  The node's identity: its data plane and host as the api bound and names them, its
+        //  client endpoint (the first tcp one), its name.
+        zstr_send (api, "PEER");
+        zstr_recvx (api, &peer_endpoint, &host_id, NULL);
+        for (char *e = (char *) zlist_first (endpoints); e; e = (char *) zlist_next (endpoints))
+            if (strncmp (e, "tcp://", 6) == 0) {
+                snprintf (client_endpoint, sizeof client_endpoint, "%s", e);
+                break;
+            }
+        if (config.node_id)
+            snprintf (node_id, sizeof node_id, "%s", config.node_id);
+        else
+            snprintf (node_id, sizeof node_id, "%s:%s", host_id,
+                      *client_endpoint ? strrchr (client_endpoint, ':') + 1 : config.instance);
+        cluster_args = (cluster_args_t){&config, node_id, host_id, peer_endpoint, client_endpoint};
+        cluster = zactor_new (cluster_actor, &cluster_args);
+        membership = zactor_new (membership_actor, &cluster_args);
+        printf ("kvpoold: node %s joins the master at %s; data plane %s\n", node_id, config.master,
+                peer_endpoint);
+    }
 
     //  The lookup server reaches the store through the api's job socket, bound by now.
     const char *default_admin[] = {KVP_DEFAULT_ADMIN_ENDPOINT};
@@ -127,12 +199,7 @@ main (int argc, char **argv)
         printf ("kvpoold: lookup/reset admin endpoint %s\n", e);
     fflush (stdout);
 
-    int signo;
-    do
-        signo = sigwaitinfo (&signals, NULL);
-    while (signo == -1 && errno == EINTR);
-    printf ("kvpoold: %s: finishing requests in flight\n", strsignal (signo));
-    fflush (stdout);
+    s_wait_for_signal (&signals);
     status = 0;
 
 shutdown:
@@ -147,12 +214,16 @@ shutdown:
         fprintf (stderr, "kvpoold: requests still in flight after %d ms\n", DRAIN_TIMEOUT_MS);
     zstr_free (&drained);
     zactor_destroy (&api);
+    zactor_destroy (&membership);
     zactor_destroy (&ev);
-    zactor_destroy (&rm); //  before the transfer-submitter: it waits for its unlinks
+    zactor_destroy (&rm);      //  before the transfer-submitter: it waits for its unlinks
+    zactor_destroy (&cluster); //  after the replica-manager: it takes its last drop reports
     zactor_destroy (&tx);
     zactor_destroy (&al);
     zlist_destroy (&endpoints);
     zlist_destroy (&admin);
+    zstr_free (&peer_endpoint);
+    zstr_free (&host_id);
     if (config.ready_file)
         unlink (config.ready_file);
     if (status == 0)

@@ -1,0 +1,36 @@
+/*  cluster.h - the cluster actor (kvpoold --role node): this node's part of a cluster's
+    data path.
+
+    The api sends it the KVP_CL_* stages of its clients' jobs (messages/ops.c, the cluster's
+    rows): the master places and finds keys (protocol/cluster.proto), and values move to and
+    from the other nodes over their data planes (the client protocol, kvpool.proto, on each
+    node's --peer-endpoint), over persistent connections: --peer-connections DEALERs to each
+    node, made once and kept. The replica-manager sends it KVP_CL_DROPPED jobs (objects it
+    evicted) to tell the master.
+
+    Pipe commands:
+        zstr_send (cluster, "$TERM")
+
+    Sockets: a ROUTER on inproc://<instance>-cl for jobs (answered by sending them back).
+*/
+#ifndef CLUSTER_H_INCLUDED
+#define CLUSTER_H_INCLUDED
+
+#include <czmq.h>
+
+#include "actors/config.h"
+
+typedef struct {
+    const kvp_config_t *config;
+    const char *node_id;         //  this node's name in the cluster
+    const char *host_id;         //  its machine
+    const char *peer_endpoint;   //  its own data plane (removes reach it there too)
+    const char *client_endpoint; //  where its clients connect
+} cluster_args_t;
+
+//  args: a cluster_args_t * that outlives the actor.
+void cluster_actor (zsock_t *pipe, void *args);
+
+void cluster_test (bool verbose);
+
+#endif

@@ -1,0 +1,229 @@
+/*  membership.c - the membership actor (membership.h).
+
+    States: unregistered (REGISTER sent each beat until answered), reporting (the inventory
+    asked of the replica-manager, then sent in chunks of INVENTORY_CHUNK keys), registered
+    (heartbeats). Any reply that says the master does not know this node, or carries another
+    epoch, sends it back to unregistered. A reply that does not come is not an error: the
+    next beat goes anyway (the master may be restarting), and requests to an absent master
+    fail at once (ZMQ_IMMEDIATE) rather than queue up for its return.
+
+    Threads: one. Talks to the replica-manager and the allocator with jobs, like any actor.
+*/
+#include "actors/membership.h"
+
+#include "kvpool_status.h"
+#include "messages/kvp_job.h"
+#include "protocol/cluster.pb-c.h"
+#include "protocol/contract.h"
+
+#define INVENTORY_CHUNK 10000
+
+typedef enum { UNREGISTERED, REPORTING, REGISTERED } state_t;
+
+typedef struct {
+    zsock_t *pipe;
+    zsock_t *master;
+    zsock_t *rm, *al;
+    const cluster_args_t *args;
+    const kvp_config_t *config;
+    state_t state;
+    uint64_t epoch;
+    uint64_t capacity, free;
+    bool stats_out, inventory_out;
+    uint64_t next_id;
+    uint64_t register_id; //  the REGISTER whose reply counts
+    int64_t next_beat;
+    bool terminated;
+} self_t;
+
+static void
+s_send (self_t *self, Kvpool__Cluster__V1__NodeRequest *request)
+{
+    Kvpool__Cluster__V1__Node node = KVPOOL__CLUSTER__V1__NODE__INIT;
+    node.node_id = (char *) self->args->node_id;
+    node.host_id = (char *) self->args->host_id;
+    node.client_endpoint = (char *) self->args->client_endpoint;
+    node.peer_endpoint = (char *) self->args->peer_endpoint;
+    node.capacity = self->capacity;
+    node.free = self->free;
+    request->version = KVP_PROTOCOL_VERSION;
+    request->request_id = ++self->next_id;
+    request->node = &node;
+    request->epoch = self->epoch;
+    size_t size = kvpool__cluster__v1__node_request__get_packed_size (request);
+    zmq_msg_t msg;
+    zmq_msg_init_size (&msg, size);
+    kvpool__cluster__v1__node_request__pack (request, (uint8_t *) zmq_msg_data (&msg));
+    if (zmq_msg_send (&msg, zsock_resolve (self->master), ZMQ_DONTWAIT) == -1)
+        zmq_msg_close (&msg);
+}
+
+static void
+s_beat (self_t *self)
+{
+    //  Free space for the next beat; this one says what was known.
+    if (!self->stats_out) {
+        kvp_job_t *job = kvp_job_new (KVP_AL_STATS, 0);
+        if (kvp_job_send (self->al, job) == 0)
+            self->stats_out = true;
+        else
+            kvp_job_destroy (&job);
+    }
+    Kvpool__Cluster__V1__NodeRequest request = KVPOOL__CLUSTER__V1__NODE_REQUEST__INIT;
+    if (self->state == UNREGISTERED) {
+        request.kind = KVPOOL__CLUSTER__V1__KIND__REGISTER;
+        s_send (self, &request);
+        self->register_id = self->next_id;
+    }
+    else {
+        request.kind = KVPOOL__CLUSTER__V1__KIND__HEARTBEAT;
+        s_send (self, &request);
+    }
+    self->next_beat = zclock_mono () + (int64_t) self->config->heartbeat_ms;
+}
+
+static void
+s_inventory_send (self_t *self, kvp_job_t *job)
+{
+    size_t chunk = INVENTORY_CHUNK;
+    ProtobufCBinaryData *keys = (ProtobufCBinaryData *) malloc (chunk * sizeof *keys);
+    uint64_t *sizes = (uint64_t *) malloc (chunk * sizeof (uint64_t));
+    assert (keys && sizes);
+    for (size_t start = 0; start < job->count; start += chunk) {
+        size_t n = job->count - start < chunk ? job->count - start : chunk;
+        for (size_t k = 0; k < n; k++) {
+            keys[k].data = (uint8_t *) job->items[start + k].key;
+            keys[k].len = job->items[start + k].key_len;
+            sizes[k] = job->items[start + k].size;
+        }
+        Kvpool__Cluster__V1__NodeRequest request = KVPOOL__CLUSTER__V1__NODE_REQUEST__INIT;
+        request.kind = KVPOOL__CLUSTER__V1__KIND__INVENTORY;
+        request.keys = keys;
+        request.n_keys = n;
+        request.sizes = sizes;
+        request.n_sizes = n;
+        s_send (self, &request);
+    }
+    free (keys);
+    free (sizes);
+    zsys_info ("membership: node %s registered with %s: %zu objects reported", self->args->node_id,
+               self->config->master, job->count);
+}
+
+static void
+s_master_reply (self_t *self)
+{
+    zframe_t *frame = zframe_recv (self->master);
+    if (!frame)
+        return;
+    Kvpool__Cluster__V1__MasterReply *reply =
+        kvpool__cluster__v1__master_reply__unpack (NULL, zframe_size (frame), zframe_data (frame));
+    zframe_destroy (&frame);
+    if (!reply)
+        return;
+    if (reply->kind == KVPOOL__CLUSTER__V1__KIND__REGISTER) {
+        if (reply->request_id == self->register_id && reply->status == KVPOOL_OK
+            && self->state == UNREGISTERED) {
+            self->epoch = reply->epoch;
+            self->state = REPORTING;
+            //  What this node holds, for the master to know again.
+            kvp_job_t *job = kvp_job_new (KVP_RM_INVENTORY, 0);
+            if (kvp_job_send (self->rm, job) == 0)
+                self->inventory_out = true;
+            else {
+                kvp_job_destroy (&job);
+                self->state = UNREGISTERED;
+            }
+        }
+    }
+    else if (reply->status != KVPOOL_OK || reply->epoch != self->epoch) {
+        //  The master does not know this node (restarted, or declared it dead): again.
+        if (self->state == REGISTERED) {
+            zsys_warning ("membership: the master (%s) does not know node %s: registering again",
+                          self->config->master, self->args->node_id);
+            self->state = UNREGISTERED;
+            self->next_beat = zclock_mono (); //  at once
+        }
+    }
+    kvpool__cluster__v1__master_reply__free_unpacked (reply, NULL);
+}
+
+void
+membership_actor (zsock_t *pipe, void *args)
+{
+    pthread_setname_np (pthread_self (), "kvp-membership");
+    self_t *self = (self_t *) zmalloc (sizeof (self_t));
+    self->pipe = pipe;
+    self->args = (const cluster_args_t *) args;
+    self->config = self->args->config;
+    self->master = zsock_new (ZMQ_DEALER);
+    self->rm = zsock_new (ZMQ_DEALER);
+    self->al = zsock_new (ZMQ_DEALER);
+    assert (self->master && self->rm && self->al);
+    zsock_set_linger (self->master, 0);
+    zsock_set_immediate (self->master, 1);
+    zsock_set_sndhwm (self->master, 100000);
+    zsock_set_reconnect_ivl (self->master, 100);
+    zsock_set_reconnect_ivl_max (self->master, 1000);
+    zsock_set_heartbeat_ivl (self->master, 1000);
+    zsock_set_heartbeat_timeout (self->master, 3000);
+    zsock_connect (self->master, "%s", self->config->master);
+    zsock_connect (self->rm, "inproc://%s-rm", self->config->instance);
+    zsock_connect (self->al, "inproc://%s-al", self->config->instance);
+    zpoller_t *poller = zpoller_new (pipe, self->master, self->rm, self->al, NULL);
+    zsock_signal (pipe, 0);
+    //  The first REGISTER as soon as the connection is up.
+    self->next_beat = zclock_mono () + 20;
+    while (!self->terminated) {
+        int64_t wait = self->next_beat - zclock_mono ();
+        void *which = zpoller_wait (poller, wait > 0 ? (int) wait : 0);
+        if (which == pipe) {
+            char *command = zstr_recv (pipe);
+            if (!command || streq (command, "$TERM"))
+                self->terminated = true;
+            zstr_free (&command);
+        }
+        else if (which == self->master)
+            s_master_reply (self);
+        else if (which == self->al) {
+            kvp_job_t *job = kvp_job_recv (self->al);
+            if (job) {
+                self->capacity = job->stats.bytes_mounted;
+                self->free = job->stats.bytes_mounted > job->stats.bytes_allocated
+                                 ? job->stats.bytes_mounted - job->stats.bytes_allocated
+                                 : 0;
+            }
+            kvp_job_destroy (&job);
+            self->stats_out = false;
+        }
+        else if (which == self->rm) {
+            kvp_job_t *job = kvp_job_recv (self->rm);
+            self->inventory_out = false;
+            if (job && self->state == REPORTING) {
+                s_inventory_send (self, job);
+                self->state = REGISTERED;
+            }
+            kvp_job_destroy (&job);
+        }
+        else if (zpoller_terminated (poller))
+            break;
+        if (zclock_mono () >= self->next_beat)
+            s_beat (self);
+    }
+    //  Jobs still out come back before the sockets go (the actors end after this one).
+    zsock_set_rcvtimeo (self->al, 1000);
+    zsock_set_rcvtimeo (self->rm, 5000);
+    if (self->stats_out) {
+        kvp_job_t *job = kvp_job_recv (self->al);
+        kvp_job_destroy (&job);
+    }
+    if (self->inventory_out) {
+        kvp_job_t *job = kvp_job_recv (self->rm);
+        kvp_job_destroy (&job);
+    }
+    zpoller_destroy (&poller);
+    zsock_destroy (&self->master);
+    zsock_destroy (&self->rm);
+    zsock_destroy (&self->al);
+    free (self);
+}
