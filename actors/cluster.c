@@ -69,9 +69,9 @@ typedef struct {
     uint64_t id;
     call_kind_t kind;
     op_t *op;
-    int peer;         //  CALL_PEER: index into self->peers
-    int what;         //  the master's Kind, or the client protocol's Op sent
-    size_t *items;    //  job item of each key sent, in order
+    int peer;      //  CALL_PEER: index into self->peers
+    int what;      //  the master's Kind, or the client protocol's Op sent
+    size_t *items; //  job item of each key sent, in order
     size_t count;
     uint64_t offset;  //  a stripe: its offset in the value (one item)
     uint32_t attempt; //  a fetch: the item's attempt it belongs to
@@ -237,8 +237,8 @@ s_node_fill (self_t *self, Kvpool__Cluster__V1__Node *node)
 //  Sends a request to the master. With an op, the call is tracked and the op waits for it;
 //  without, nobody waits (ABORT, DROPPED). Returns 0, or -1 when the master is unreachable.
 static int
-s_master_send (self_t *self, op_t *op, Kvpool__Cluster__V1__NodeRequest *request,
-               size_t *items, size_t count)
+s_master_send (self_t *self, op_t *op, Kvpool__Cluster__V1__NodeRequest *request, size_t *items,
+               size_t count)
 {
     Kvpool__Cluster__V1__Node node = KVPOOL__CLUSTER__V1__NODE__INIT;
     s_node_fill (self, &node);
@@ -383,8 +383,8 @@ s_place_start (self_t *self, op_t *op)
         request.n_preferred = job->preferred_count;
     }
     if (s_master_send (self, op, &request, items, n) != 0)
-        kvp_job_fail (job, KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS,
-                      "the master (%s) is unreachable", self->config->master);
+        kvp_job_fail (job, KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS, "the master (%s) is unreachable",
+                      self->config->master);
     free (keys);
     free (sizes);
 }
@@ -498,7 +498,8 @@ s_commit_start (self_t *self, op_t *op)
     plan_t *plan = (plan_t *) job->plan;
     op->phase = 0;
     if (plan) {
-        int op_code = job->op == KVPOOL__V1__OP__UPSERT ? KVPOOL__V1__OP__UPSERT : KVPOOL__V1__OP__PUT;
+        int op_code =
+            job->op == KVPOOL__V1__OP__UPSERT ? KVPOOL__V1__OP__UPSERT : KVPOOL__V1__OP__PUT;
         for (size_t p = 0; p < self->peer_count; p++) {
             size_t n = 0;
             for (size_t i = 0; i < job->count; i++) {
@@ -559,7 +560,7 @@ s_commit_copies_reply (self_t *self, op_t *op, call_t *call, Kvpool__V1__Reply *
     plan_t *plan = (plan_t *) op->job->plan;
     for (size_t k = 0; k < call->count; k++) {
         plan_item_t *placed = &plan->items[call->items[k]];
-        int status = !reply ? KVPOOL_TRANSFER_FAIL
+        int status = !reply                       ? KVPOOL_TRANSFER_FAIL
                      : reply->status != KVPOOL_OK ? reply->status
                      : k < reply->n_statuses      ? reply->statuses[k]
                                                   : KVPOOL_INTERNAL_ERROR;
@@ -581,13 +582,14 @@ s_commit_master (self_t *self, op_t *op)
     op->phase = 1;
     size_t n = 0;
     size_t *items = (size_t *) malloc ((job->count ? job->count : 1) * sizeof (size_t));
-    ProtobufCBinaryData *keys = (ProtobufCBinaryData *) malloc ((job->count ? job->count : 1) * sizeof *keys);
+    ProtobufCBinaryData *keys =
+        (ProtobufCBinaryData *) malloc ((job->count ? job->count : 1) * sizeof *keys);
     Kvpool__Cluster__V1__Holders *holders =
         (Kvpool__Cluster__V1__Holders *) malloc ((job->count ? job->count : 1) * sizeof *holders);
     Kvpool__Cluster__V1__Holders **holder_ptrs =
         (Kvpool__Cluster__V1__Holders **) malloc ((job->count ? job->count : 1) * sizeof (void *));
-    uint32_t *indices = (uint32_t *) malloc ((job->count ? job->count : 1) * KVP_MAX_REPLICAS
-                                             * sizeof (uint32_t));
+    uint32_t *indices =
+        (uint32_t *) malloc ((job->count ? job->count : 1) * KVP_MAX_REPLICAS * sizeof (uint32_t));
     char **node_ids = (char **) malloc ((self->peer_count + 1) * sizeof (char *));
     int *node_index = (int *) malloc ((self->peer_count + 1) * sizeof (int));
     assert (items && keys && holders && holder_ptrs && indices && node_ids && node_index);
@@ -600,7 +602,8 @@ s_commit_master (self_t *self, op_t *op)
         plan_item_t *placed = plan ? &plan->items[i] : NULL;
         if (placed && !placed->placed)
             continue;
-        bool local = placed ? placed->local && item->status == KVPOOL_OK : item->status == KVPOOL_OK;
+        bool local =
+            placed ? placed->local && item->status == KVPOOL_OK : item->status == KVPOOL_OK;
         if (!placed && !local)
             continue;
         int who[KVP_MAX_REPLICAS + 1];
@@ -676,7 +679,7 @@ s_commit_reply (self_t *self, op_t *op, call_t *call, Kvpool__Cluster__V1__Maste
         size_t i = call->items[k];
         kvp_item_t *item = &job->items[i];
         plan_item_t *placed = plan ? &plan->items[i] : NULL;
-        int status = !reply ? KVPOOL_RPC_FAIL
+        int status = !reply                       ? KVPOOL_RPC_FAIL
                      : reply->status != KVPOOL_OK ? reply->status
                      : k < reply->n_statuses      ? reply->statuses[k]
                                                   : KVPOOL_INTERNAL_ERROR;
@@ -712,7 +715,8 @@ s_locate_start (self_t *self, op_t *op, bool missing_only)
     kvp_job_t *job = op->job;
     size_t n = 0;
     size_t *items = (size_t *) malloc ((job->count ? job->count : 1) * sizeof (size_t));
-    ProtobufCBinaryData *keys = (ProtobufCBinaryData *) malloc ((job->count ? job->count : 1) * sizeof *keys);
+    ProtobufCBinaryData *keys =
+        (ProtobufCBinaryData *) malloc ((job->count ? job->count : 1) * sizeof *keys);
     assert (items && keys);
     for (size_t i = 0; i < job->count; i++) {
         kvp_item_t *item = &job->items[i];
@@ -747,8 +751,7 @@ s_msg_free (void *buffer)
     free (msg);
 }
 
-static void
-s_fetch_issue (self_t *self, op_t *op, size_t i);
+static void s_fetch_issue (self_t *self, op_t *op, size_t i);
 
 //  The order in which a get tries the nodes that hold an item: this host's first, then the
 //  least busy; nodes that timed out lately last.
@@ -761,10 +764,10 @@ s_fetch_order (self_t *self, fetch_t *fetch)
         uint8_t b = a;
         while (b > 0) {
             peer_t *x = self->peers[peer], *y = self->peers[fetch->peers[b - 1]];
-            int rank_x = (x->suspect_until > now) * 4
-                         + (strcmp (x->host_id, self->args->host_id) != 0) * 2;
-            int rank_y = (y->suspect_until > now) * 4
-                         + (strcmp (y->host_id, self->args->host_id) != 0) * 2;
+            int rank_x =
+                (x->suspect_until > now) * 4 + (strcmp (x->host_id, self->args->host_id) != 0) * 2;
+            int rank_y =
+                (y->suspect_until > now) * 4 + (strcmp (y->host_id, self->args->host_id) != 0) * 2;
             if (rank_x > rank_y || (rank_x == rank_y && x->calls_out >= y->calls_out))
                 break;
             fetch->peers[b] = fetch->peers[b - 1];
@@ -785,7 +788,7 @@ s_fetch_located (self_t *self, op_t *op, call_t *call, Kvpool__Cluster__V1__Mast
         size_t i = call->items[k];
         kvp_item_t *item = &job->items[i];
         fetch_t *fetch = &op->fetch[i];
-        int status = !reply ? KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS
+        int status = !reply                       ? KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS
                      : reply->status != KVPOOL_OK ? reply->status
                      : k < reply->n_statuses      ? reply->statuses[k]
                                                   : KVPOOL_INTERNAL_ERROR;
@@ -893,7 +896,7 @@ s_fetch_reply (self_t *self, op_t *op, call_t *call, Kvpool__V1__Reply *reply, z
     if (call->attempt != fetch->attempt)
         return; //  a stripe of an attempt given up already
     fetch->stripes_out--;
-    int status = !reply ? KVPOOL_TRANSFER_FAIL
+    int status = !reply                       ? KVPOOL_TRANSFER_FAIL
                  : reply->status != KVPOOL_OK ? reply->status
                  : reply->n_statuses >= 1     ? reply->statuses[0]
                                               : KVPOOL_INTERNAL_ERROR;
@@ -942,7 +945,7 @@ s_exist_reply (op_t *op, call_t *call, Kvpool__Cluster__V1__MasterReply *reply)
     kvp_job_t *job = op->job;
     for (size_t k = 0; k < call->count; k++) {
         kvp_item_t *item = &job->items[call->items[k]];
-        int status = !reply ? KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS
+        int status = !reply                       ? KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS
                      : reply->status != KVPOOL_OK ? reply->status
                      : k < reply->n_statuses      ? reply->statuses[k]
                                                   : KVPOOL_INTERNAL_ERROR;
@@ -967,8 +970,8 @@ s_nodes_reply (self_t *self, op_t *op, call_t *call, Kvpool__Cluster__V1__Master
         kvp_job_fail (job, reply->status, "master: %s", reply->error ? reply->error : "");
         return;
     }
-    job->nodes = (kvp_node_info_t *) calloc (reply->n_nodes ? reply->n_nodes : 1,
-                                             sizeof (kvp_node_info_t));
+    job->nodes =
+        (kvp_node_info_t *) calloc (reply->n_nodes ? reply->n_nodes : 1, sizeof (kvp_node_info_t));
     assert (job->nodes);
     job->node_count = reply->n_nodes;
     for (size_t n = 0; n < reply->n_nodes; n++) {
@@ -989,8 +992,10 @@ s_nodes_reply (self_t *self, op_t *op, call_t *call, Kvpool__Cluster__V1__Master
         if (item->status != KVPOOL_OK)
             continue;
         item->size = k < reply->n_sizes ? reply->sizes[k] : 0;
-        const Kvpool__Cluster__V1__Holders *holders = k < reply->n_holders ? reply->holders[k] : NULL;
-        for (size_t h = 0; holders && h < holders->n_nodes && item->location_count < KVP_MAX_REPLICAS; h++)
+        const Kvpool__Cluster__V1__Holders *holders =
+            k < reply->n_holders ? reply->holders[k] : NULL;
+        for (size_t h = 0;
+             holders && h < holders->n_nodes && item->location_count < KVP_MAX_REPLICAS; h++)
             item->locations[item->location_count++] = (uint16_t) holders->nodes[h];
     }
 }
@@ -1250,7 +1255,7 @@ s_peer_message (self_t *self, zsock_t *sock)
         count++;
     }
     Kvpool__V1__Reply *reply = kvpool__v1__reply__unpack (NULL, zmq_msg_size (&header),
-                                                         (const uint8_t *) zmq_msg_data (&header));
+                                                          (const uint8_t *) zmq_msg_data (&header));
     zmq_msg_close (&header);
     call_t *call = reply ? s_call_take (self, reply->request_id) : NULL;
     if (call) {
@@ -1306,7 +1311,8 @@ s_self_new (zsock_t *pipe, const cluster_args_t *args)
     zsock_set_heartbeat_ivl (self->master, 1000);
     zsock_set_heartbeat_timeout (self->master, 3000);
     zsock_set_reconnect_ivl (self->master, 100);
-    zsock_set_reconnect_ivl_max (self->master, 1000);
+    zsock_set_reconnect_ivl_max (self->master,
+                                 0); //  no back-off: a returning master is found at once
     zsock_connect (self->master, "%s", self->config->master);
     self->calls = zlistx_new ();
     self->poller = zpoller_new (pipe, self->router, self->master, NULL);

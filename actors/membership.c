@@ -164,7 +164,8 @@ membership_actor (zsock_t *pipe, void *args)
     zsock_set_immediate (self->master, 1);
     zsock_set_sndhwm (self->master, 100000);
     zsock_set_reconnect_ivl (self->master, 100);
-    zsock_set_reconnect_ivl_max (self->master, 1000);
+    zsock_set_reconnect_ivl_max (self->master,
+                                 0); //  no back-off: a returning master is found at once
     zsock_set_heartbeat_ivl (self->master, 1000);
     zsock_set_heartbeat_timeout (self->master, 3000);
     zsock_connect (self->master, "%s", self->config->master);
@@ -172,7 +173,13 @@ membership_actor (zsock_t *pipe, void *args)
     zsock_connect (self->al, "inproc://%s-al", self->config->instance);
     zpoller_t *poller = zpoller_new (pipe, self->master, self->rm, self->al, NULL);
     zsock_signal (pipe, 0);
-    //  The first REGISTER as soon as the connection is up.
+    //  The first REGISTER once the allocator said how much memory the node has (placement
+    //  passes over a node too small for a value), and the connection had a moment.
+    kvp_job_t *stats = kvp_job_new (KVP_AL_STATS, 0);
+    if (kvp_job_send (self->al, stats) == 0)
+        self->stats_out = true;
+    else
+        kvp_job_destroy (&stats);
     self->next_beat = zclock_mono () + 20;
     while (!self->terminated) {
         int64_t wait = self->next_beat - zclock_mono ();

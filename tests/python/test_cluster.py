@@ -1,0 +1,310 @@
+"""A real cluster (issue 12): one master and three nodes, each its own kvpoold process on
+loopback, with distinct ports and host ids.
+
+- A put on one node is read back, byte for byte, from every node (small values in one
+  request, large ones in stripes); a key exists once in the cluster; removes reach every
+  node that held the key.
+- Replicas go to distinct hosts while there are enough, then to distinct nodes.
+- kill -9 of a node under traffic: keys with a replica elsewhere still read back right, keys
+  that lived only there become OBJECT_NOT_FOUND within --node-ttl plus a heartbeat, no read
+  returns wrong bytes or hangs past its timeout, and new puts go to the survivors.
+- kill -9 of the master: nodes keep serving what they hold and fail the rest fast; once a
+  master is back on the same endpoint, every committed key is readable again within two
+  heartbeats (the nodes re-register and report what they hold).
+
+Run by `make test` (cwd = repo root, KVPOOL_BIN = build/bin) with Debian's /usr/bin/python3.
+"""
+
+import hashlib
+import threading
+import time
+
+import pytest
+
+from kvpool_daemon import Kvpoold, wait_for  # noqa: E402
+from kvpool_raw import Raw  # noqa: E402
+from kvpool_test_pb import pb  # noqa: E402
+
+OK = 0
+OBJECT_NOT_FOUND = -704
+OBJECT_ALREADY_EXISTS = -705
+MiB = 1 << 20
+
+TTL_MS = 2000
+HEARTBEAT_MS = 200
+TIMEOUT_MS = 1000
+
+
+def value_of(key, size):
+    """size bytes that only this key has."""
+    block = hashlib.sha256(key.encode()).digest()
+    return (block * (size // 32 + 1))[:size]
+
+
+class Cluster:
+    """A master and nodes; hosts[i] is node i's --host-id."""
+
+    def __init__(self, hosts=("hA", "hB", "hC"), master_args=(), node_args=()):
+        self.master_args = ["--role", "master", "--node-ttl", str(TTL_MS)] + list(master_args)
+        self.master = Kvpoold(*self.master_args, "--master", "tcp://127.0.0.1:*",
+                              prefix="kvpool-master-")
+        self.master_endpoint = self.master.endpoint
+        self.nodes = []
+        self.hosts = list(hosts)
+        self.node_args = list(node_args)
+        try:
+            for host in hosts:
+                self.nodes.append(self.start_node(host))
+            assert wait_for(lambda: self.live_nodes() == len(hosts), 10), self.logs()
+        except BaseException:
+            self.close()
+            raise
+
+    def start_node(self, host, *extra):
+        return Kvpoold("--role", "node", "--master", self.master_endpoint, "--host-id", host,
+                       "--segment-size", "64MiB", "--heartbeat-interval", str(HEARTBEAT_MS),
+                       "--cluster-timeout", str(TIMEOUT_MS), "--stripe-size", "1MiB",
+                       *self.node_args, *extra, prefix="kvpool-node-")
+
+    def raw(self, i, timeout_ms=10000):
+        return Raw(self.nodes[i].endpoint, timeout_ms=timeout_ms)
+
+    def live_nodes(self, via=0):
+        reply, _ = self.raw(via).call(pb.NODES)
+        if reply.status != OK:
+            return -1
+        return sum(1 for n in reply.nodes if n.alive and n.capacity > 0)
+
+    def locate(self, key, via=0):
+        """The host ids of the nodes that hold key, or None."""
+        reply, _ = self.raw(via).call(pb.LOCATE, [key])
+        if reply.status != OK or reply.statuses[0] != OK:
+            return None
+        return [reply.nodes[i].host_id for i in reply.locations[0].nodes]
+
+    def logs(self):
+        return "\n".join("--- %s\n%s" % (d.dir, d.log_text(3000))
+                         for d in [self.master] + self.nodes)
+
+    def close(self):
+        for d in self.nodes + [self.master]:
+            d.remove()
+
+
+@pytest.fixture
+def cluster():
+    c = Cluster()
+    yield c
+    logs = c.logs()
+    alive = [d.alive() for d in c.nodes + [c.master]]
+    statuses = [d.stop() for d in c.nodes + [c.master]]
+    c.close()
+    assert all(alive), logs
+    assert statuses == [0] * len(statuses), logs
+
+
+def test_put_on_one_node_reads_back_from_every_node(cluster):
+    sizes = [0, 1, 100, 64 << 10, MiB, 3 * MiB + 17]
+    keys = ["k-%d-%d" % (size, i) for size in sizes for i in range(4)]
+    writer = cluster.raw(0)
+    for key in keys:
+        size = int(key.split("-")[1])
+        assert writer.put(key, value_of(key, size)) == OK, key
+    # Random placement spread them: some are held only by other nodes than the writer.
+    holders = {key: cluster.locate(key) for key in keys}
+    assert all(h and len(h) == 1 for h in holders.values()), holders
+    assert {h[0] for h in holders.values()} == {"hA", "hB", "hC"}
+    for i in range(3):
+        reader = cluster.raw(i)
+        for key in keys:
+            size = int(key.split("-")[1])
+            status, value = reader.get(key)
+            assert status == OK, (i, key, status)
+            assert value == value_of(key, size), (i, key)
+    # A batch get across nodes: one request, values from three nodes.
+    reply, frames = cluster.raw(1).call(pb.GET, keys)
+    assert reply.status == OK and list(reply.statuses) == [OK] * len(keys)
+    for key, frame in zip(keys, frames):
+        assert frame == value_of(key, int(key.split("-")[1]))
+    # Exist, size and ranges through any node.
+    reader = cluster.raw(2)
+    assert reader.exist(keys[-1]) and not reader.exist("nope")
+    reply, _ = reader.call(pb.GET_SIZE, [keys[-1], "nope"])
+    assert list(reply.statuses) == [OK, OBJECT_NOT_FOUND]
+    assert reply.sizes[0] == 3 * MiB + 17
+    reply, frames = reader.call(pb.GET, [keys[-1]], offsets=[MiB + 5], lengths=[1000])
+    assert reply.statuses[0] == OK and frames[0] == value_of(keys[-1], 3 * MiB + 17)[MiB + 5:MiB + 1005]
+
+
+def test_a_key_exists_once_in_the_cluster(cluster):
+    assert cluster.raw(0).put("once", b"first") == OK
+    assert cluster.raw(1).put("once", b"second") == OBJECT_ALREADY_EXISTS
+    assert cluster.raw(2).put("once", b"third") == OBJECT_ALREADY_EXISTS
+    for i in range(3):
+        assert cluster.raw(i).get("once") == (OK, b"first")
+
+
+def test_replicas_on_distinct_hosts(cluster):
+    for i in range(10):
+        key = "r3-%d" % i
+        assert cluster.raw(i % 3).put(key, value_of(key, 5000), put={"replica_num": 3}) == OK
+        assert sorted(cluster.locate(key)) == ["hA", "hB", "hC"]
+        key = "r2-%d" % i
+        assert cluster.raw(i % 3).put(key, value_of(key, 5000), put={"replica_num": 2}) == OK
+        hosts = cluster.locate(key)
+        assert len(hosts) == 2 and len(set(hosts)) == 2
+
+
+def test_replicas_on_one_host_go_to_distinct_nodes():
+    c = Cluster(hosts=("hA", "hB", "hB"))
+    try:
+        for i in range(10):
+            key = "k%d" % i
+            assert c.raw(0).put(key, b"v" * 100, put={"replica_num": 2}) == OK
+            assert sorted(c.locate(key)) == ["hA", "hB"], key  # distinct hosts first
+            key = "all%d" % i
+            assert c.raw(1).put(key, b"w" * 100, put={"replica_num": 3}) == OK
+            reply, _ = c.raw(2).call(pb.LOCATE, [key])
+            assert len(set(reply.locations[0].nodes)) == 3  # then distinct nodes
+        for d in c.nodes + [c.master]:
+            assert d.stop() == 0, c.logs()
+    finally:
+        c.close()
+
+
+def test_removes_reach_every_holder(cluster):
+    for i in range(6):
+        assert cluster.raw(0).put("rm-%d" % i, b"x" * 1000, put={"replica_num": 3}) == OK
+    assert cluster.raw(1).remove("rm-0") == OK
+    for i in range(3):
+        assert cluster.raw(i).get("rm-0")[0] == OBJECT_NOT_FOUND
+        stats = cluster.raw(i).stats()
+        assert stats.objects == 5, (i, stats.objects)  # each node dropped its own copy
+    reply, _ = cluster.raw(2).call(pb.REMOVE_BY_REGEX, pattern="^rm-[12]$")
+    assert reply.status == OK and reply.count == 2
+    for i in range(3):
+        assert not cluster.raw(i).exist("rm-1") and cluster.raw(i).exist("rm-3")
+        assert cluster.raw(i).stats().objects == 3
+    reply, _ = cluster.raw(0).call(pb.REMOVE_ALL, force=True)
+    assert reply.status == OK and reply.count == 3
+    for i in range(3):
+        assert cluster.raw(i).stats().objects == 0
+        assert not cluster.raw(i).exist("rm-5")
+    # The key is free again: a new put of it succeeds.
+    assert cluster.raw(1).put("rm-0", b"again") == OK
+    assert cluster.raw(2).get("rm-0") == (OK, b"again")
+
+
+def test_node_killed_under_traffic():
+    c = Cluster()
+    try:
+        # Keys with two replicas survive any one node; keys with one may not.
+        both, single = [], []
+        for i in range(60):
+            key = "two-%d" % i
+            assert c.raw(i % 3).put(key, value_of(key, 20000), put={"replica_num": 2}) == OK
+            both.append(key)
+            key = "one-%d" % i
+            assert c.raw(i % 3).put(key, value_of(key, 20000)) == OK
+            single.append(key)
+        victim = 2
+        on_victim = [k for k in single if c.locate(k) == ["hC"]]
+        elsewhere = [k for k in single if c.locate(k) != ["hC"]]
+        assert on_victim and elsewhere
+
+        wrong, slow, errors = [], [], []
+        stop = threading.Event()
+
+        def reader(node):
+            raw = c.raw(node, timeout_ms=TIMEOUT_MS * 4)
+            while not stop.is_set():
+                for key in both + elsewhere:
+                    started = time.monotonic()
+                    reply, frames = raw.recv(raw.send(pb.GET, [key]))
+                    took = time.monotonic() - started
+                    if reply is None:
+                        slow.append((key, took))
+                        continue
+                    status = reply.status or reply.statuses[0]
+                    if status == OK and frames[0] != value_of(key, 20000):
+                        wrong.append(key)
+                    elif status != OK:
+                        errors.append((key, status))
+
+        threads = [threading.Thread(target=reader, args=(n,)) for n in (0, 1)]
+        for t in threads:
+            t.start()
+        time.sleep(0.3)
+        killed = time.monotonic()
+        c.nodes[victim].proc.kill()
+        c.nodes[victim].proc.wait()
+        # Its single-replica keys are gone once the master gives up on it.
+        gone = wait_for(lambda: all(c.raw(0).get(k)[0] == OBJECT_NOT_FOUND for k in on_victim),
+                        TTL_MS / 1000 + 5)
+        invalidated = time.monotonic() - killed
+        time.sleep(0.5)
+        stop.set()
+        for t in threads:
+            t.join()
+        assert gone, c.logs()
+        assert invalidated <= (TTL_MS + HEARTBEAT_MS) / 1000 + 1.0, invalidated
+        assert not wrong, wrong
+        assert not slow, slow  # every read answered within its timeout
+        assert not errors, errors[:10]
+        # Every key with a replica elsewhere reads back from both survivors.
+        for node in (0, 1):
+            for key in both + elsewhere:
+                assert c.raw(node).get(key) == (OK, value_of(key, 20000)), (node, key)
+        # New puts go to the survivors only.
+        for i in range(20):
+            key = "after-%d" % i
+            assert c.raw(i % 2).put(key, b"z" * 100, put={"replica_num": 2}) == OK
+            assert sorted(c.locate(key)) == ["hA", "hB"]
+        assert c.live_nodes() == 2
+        for d in c.nodes[:2] + [c.master]:
+            assert d.stop() == 0, c.logs()
+    finally:
+        c.close()
+
+
+def test_master_restart_keeps_the_cache():
+    c = Cluster()
+    try:
+        keys = ["m-%d" % i for i in range(300)]
+        for i, key in enumerate(keys):
+            assert c.raw(i % 3).put(key, value_of(key, 3000)) == OK
+        where = {key: c.locate(key)[0] for key in keys}
+        port = c.master_endpoint.rsplit(":", 1)[1]
+        c.master.proc.kill()
+        c.master.proc.wait()
+        # The master is away: a node serves what it holds, and fails the rest fast.
+        node_a = c.raw(0)
+        mine = [k for k in keys if where[k] == "hA"]
+        other = [k for k in keys if where[k] != "hA"]
+        for key in mine[:20]:
+            assert node_a.get(key) == (OK, value_of(key, 3000))
+        started = time.monotonic()
+        status, _ = node_a.get(other[0])
+        assert status not in (OK, OBJECT_NOT_FOUND), status  # a clear error, not a miss
+        assert time.monotonic() - started < TIMEOUT_MS / 1000 + 0.5
+        # A master comes back on the same endpoint: everything is readable within two
+        # heartbeats (plus start-up and scheduling slack on a loaded 2-core machine).
+        c.master = Kvpoold(*c.master_args, "--master", "tcp://127.0.0.1:%s" % port,
+                           prefix="kvpool-master-")
+        back = time.monotonic()
+
+        def all_readable():
+            # LOCATE asks the master (EXIST would count what the asking node holds itself).
+            reply, _ = c.raw(1).call(pb.LOCATE, keys)
+            return reply.status == OK and list(reply.statuses) == [OK] * len(keys)
+
+        assert wait_for(all_readable, 10), c.logs()
+        took = time.monotonic() - back
+        assert took <= 2 * HEARTBEAT_MS / 1000 + 1.0, took
+        for i in range(3):
+            for key in keys[::7]:
+                assert c.raw(i).get(key) == (OK, value_of(key, 3000)), (i, key, c.locate(key), c.logs())
+        for d in c.nodes + [c.master]:
+            assert d.stop() == 0, c.logs()
+    finally:
+        c.close()
