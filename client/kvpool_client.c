@@ -782,6 +782,23 @@ kvpool_segments (kvpool_t *self, kvpool_segment_t *segments, size_t capacity)
 }
 
 int
+kvpool_nodes (kvpool_t *self, kvpool_node_t *nodes, size_t capacity)
+{
+    if (!self || (capacity && !nodes))
+        return KVPOOL_INVALID_PARAMS;
+    return kvpc_socket_nodes (self->conn, NULL, NULL, nodes, capacity);
+}
+
+int
+kvpool_locate (kvpool_t *self, const char *key, uint64_t *size_p, kvpool_node_t *nodes,
+               size_t capacity)
+{
+    if (!self || !key || !*key || (capacity && !nodes))
+        return KVPOOL_INVALID_PARAMS;
+    return kvpc_socket_nodes (self->conn, key, size_p, nodes, capacity);
+}
+
+int
 kvpool_mount_segment (kvpool_t *self, const char *shm_name, uint64_t size, uint32_t *id_p)
 {
     if (!self || !shm_name || !*shm_name)

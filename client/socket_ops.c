@@ -594,6 +594,66 @@ kvpc_socket_segments (kvpc_conn_t *conn, kvpool_segment_t *segments, size_t capa
     return count;
 }
 
+static void
+s_node_copy (const Kvpool__V1__NodeInfo *from, kvpool_node_t *to)
+{
+    memset (to, 0, sizeof *to);
+    snprintf (to->node_id, sizeof to->node_id, "%s", from->node_id ? from->node_id : "");
+    snprintf (to->host_id, sizeof to->host_id, "%s", from->host_id ? from->host_id : "");
+    snprintf (to->client_endpoint, sizeof to->client_endpoint, "%s",
+              from->client_endpoint ? from->client_endpoint : "");
+    to->capacity = from->capacity;
+    to->free = from->free;
+    to->objects = from->objects;
+    to->last_heard_ms = from->last_heard_ms;
+    to->alive = from->alive;
+}
+
+int
+kvpc_socket_nodes (kvpc_conn_t *conn, const char *key, uint64_t *size_p, kvpool_node_t *nodes,
+                   size_t capacity)
+{
+    Kvpool__V1__Request request = KVPOOL__V1__REQUEST__INIT;
+    ProtobufCBinaryData wire = {0};
+    if (key) {
+        request.op = KVPOOL__V1__OP__LOCATE;
+        wire.data = (uint8_t *) key;
+        wire.len = strlen (key);
+        request.keys = &wire;
+        request.n_keys = 1;
+    }
+    else
+        request.op = KVPOOL__V1__OP__NODES;
+    kvpc_reply_t reply;
+    int rc = s_simple_call (conn, &request, &reply);
+    if (rc)
+        return rc;
+    Kvpool__V1__Reply *msg = reply.msg;
+    int count = 0;
+    if (key) {
+        if (msg->n_statuses < 1 || msg->n_locations < 1)
+            count = KVPOOL_INTERNAL_ERROR;
+        else if (msg->statuses[0] != KVPOOL_OK)
+            count = msg->statuses[0];
+        else {
+            const Kvpool__V1__KeyNodes *where = msg->locations[0];
+            for (size_t i = 0; i < where->n_nodes; i++)
+                if (where->nodes[i] < msg->n_nodes && (size_t) count < capacity)
+                    s_node_copy (msg->nodes[where->nodes[i]], &nodes[count++]);
+            count = (int) where->n_nodes;
+            if (size_p)
+                *size_p = msg->n_sizes ? msg->sizes[0] : 0;
+        }
+    }
+    else {
+        for (size_t i = 0; i < msg->n_nodes && i < capacity; i++)
+            s_node_copy (msg->nodes[i], &nodes[i]);
+        count = msg->n_nodes > INT32_MAX ? INT32_MAX : (int) msg->n_nodes;
+    }
+    kvpc_reply_free (&reply);
+    return count;
+}
+
 int
 kvpc_socket_mount (kvpc_conn_t *conn, const char *shm_name, uint64_t size, uint32_t *id_p)
 {

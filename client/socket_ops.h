@@ -53,6 +53,10 @@ void kvpc_placements_fill (kvpool_placement_t *placements, size_t n, int status)
 
 //  SEGMENTS: up to capacity segments; returns how many the node has, or a negative status.
 int kvpc_socket_segments (kvpc_conn_t *conn, kvpool_segment_t *segments, size_t capacity);
+//  NODES (key NULL) or LOCATE of one key: up to capacity nodes; returns how many, or a
+//  negative status.
+int kvpc_socket_nodes (kvpc_conn_t *conn, const char *key, uint64_t *size_p, kvpool_node_t *nodes,
+                       size_t capacity);
 //  MOUNT_SEGMENT owned by this connection, UNMOUNT_SEGMENT.
 int kvpc_socket_mount (kvpc_conn_t *conn, const char *shm_name, uint64_t size, uint32_t *id_p);
 int kvpc_socket_unmount (kvpc_conn_t *conn, uint32_t id);

@@ -256,6 +256,27 @@ typedef struct {
     uint64_t used;
 } kvpool_segment_t;
 
+//  ---- the cluster -------------------------------------------------------------------
+//  A node of the cluster (LOCATE, NODES). A one-process store is a cluster of one.
+typedef struct {
+    char node_id[128];
+    char host_id[64];          //  its machine
+    char client_endpoint[256]; //  where clients reach it
+    uint64_t capacity;         //  bytes of memory it contributes
+    uint64_t free;             //  of which free, as it last reported
+    uint64_t objects;          //  kvpool_nodes: keys it holds
+    uint64_t last_heard_ms;    //  kvpool_nodes: since the master last heard from it
+    bool alive;
+} kvpool_node_t;
+
+//  Lists up to capacity of the cluster's nodes (alive or not) into nodes; returns how many
+//  there are in all, or a negative status.
+KVPOOL_EXPORT int kvpool_nodes (kvpool_t *self, kvpool_node_t *nodes, size_t capacity);
+//  The nodes that hold key: up to capacity of them into nodes, its size into *size_p (may
+//  be NULL); returns how many hold it, or a negative status (OBJECT_NOT_FOUND).
+KVPOOL_EXPORT int kvpool_locate (kvpool_t *self, const char *key, uint64_t *size_p,
+                                 kvpool_node_t *nodes, size_t capacity);
+
 //  Lists up to capacity mounted segments into segments; returns how many there are in all
 //  (may be more than capacity), or a negative status.
 KVPOOL_EXPORT int kvpool_segments (kvpool_t *self, kvpool_segment_t *segments, size_t capacity);

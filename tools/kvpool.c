@@ -49,6 +49,8 @@ static const char *s_usage =
     "  reset                   drain transfers, remove every object; print the count\n"
     "  stats                   node statistics, one \"name: value\" per line\n"
     "  segments                mounted segments: id, name, size, used bytes\n"
+    "  nodes                   the cluster's nodes: id, host, client endpoint, alive, space\n"
+    "  locate KEY...           the nodes that hold each key\n"
     "  ping                    round-trip time of one request\n";
 
 //  Prints "kvpool: WHAT: reason (NAME)[: server's reason]".
@@ -547,6 +549,62 @@ s_cmd_segments (cli_t *cli, int argc, char **argv)
     return 0;
 }
 
+//  The cluster's nodes, or (with keys) the nodes that hold each key.
+static int
+s_cmd_nodes (cli_t *cli, int argc, char **argv, bool locate)
+{
+    if (!locate && argc > 0)
+        return s_usage_error ("nodes: unexpected argument '%s'", argv[0]);
+    if (locate && argc == 0)
+        return s_usage_error ("locate: which keys?");
+    kvpool_t *pool = s_connect (cli);
+    if (!pool)
+        return 1;
+    kvpool_node_t nodes[64];
+    int failed = 0;
+    if (!locate) {
+        int count = kvpool_nodes (pool, nodes, 64);
+        if (count < 0) {
+            s_error (pool, "nodes", count);
+            return 1;
+        }
+        printf ("%-32s %-24s %-28s %6s %12s %12s %10s\n", "node", "host", "clients", "alive",
+                "capacity", "free", "objects");
+        for (int i = 0; i < count && i < 64; i++)
+            printf ("%-32s %-24.24s %-28s %6s %12" PRIu64 " %12" PRIu64 " %10" PRIu64 "\n",
+                    nodes[i].node_id, nodes[i].host_id, nodes[i].client_endpoint,
+                    nodes[i].alive ? "yes" : "no", nodes[i].capacity, nodes[i].free,
+                    nodes[i].objects);
+        return 0;
+    }
+    for (int k = 0; k < argc; k++) {
+        uint64_t size = 0;
+        int count = kvpool_locate (pool, argv[k], &size, nodes, 64);
+        if (count < 0) {
+            s_error (pool, argv[k], count);
+            failed = 1;
+            continue;
+        }
+        printf ("%s: %" PRIu64 " bytes on", argv[k], size);
+        for (int i = 0; i < count && i < 64; i++)
+            printf (" %s (%s)", nodes[i].node_id, nodes[i].client_endpoint);
+        printf ("\n");
+    }
+    return failed;
+}
+
+static int
+s_cmd_list_nodes (cli_t *cli, int argc, char **argv)
+{
+    return s_cmd_nodes (cli, argc, argv, false);
+}
+
+static int
+s_cmd_locate (cli_t *cli, int argc, char **argv)
+{
+    return s_cmd_nodes (cli, argc, argv, true);
+}
+
 static int
 s_cmd_ping (cli_t *cli, int argc, char **argv)
 {
@@ -604,9 +662,17 @@ main (int argc, char **argv)
     static const struct {
         const char *name;
         int (*run) (cli_t *cli, int argc, char **argv);
-    } commands[] = {{"put", s_cmd_put},           {"get", s_cmd_get},     {"exists", s_cmd_exists},
-                    {"size", s_cmd_size},         {"rm", s_cmd_rm},       {"reset", s_cmd_reset},
-                    {"segments", s_cmd_segments}, {"stats", s_cmd_stats}, {"ping", s_cmd_ping}};
+    } commands[] = {{"put", s_cmd_put},
+                    {"get", s_cmd_get},
+                    {"exists", s_cmd_exists},
+                    {"size", s_cmd_size},
+                    {"rm", s_cmd_rm},
+                    {"reset", s_cmd_reset},
+                    {"segments", s_cmd_segments},
+                    {"nodes", s_cmd_list_nodes},
+                    {"locate", s_cmd_locate},
+                    {"stats", s_cmd_stats},
+                    {"ping", s_cmd_ping}};
     if (!strcmp (command, "help")) {
         fputs (s_usage, stdout);
         return 0;
