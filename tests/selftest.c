@@ -40,6 +40,7 @@
 #include "messages/request_check.h"
 #include "shm/shm_index.h"
 #include "tier/disk_store.h"
+#include "rdma/rdma.h"
 
 typedef struct {
     const char *name;
@@ -79,6 +80,11 @@ static selftest_t s_tests[] = {{"kvp_status", kvp_status_test},
                                {"node_table", node_table_test},
                                {"master", master_test},
                                {"cluster", cluster_test},
+                               {"rdma_regs", kvp_rdma_regs_test},
+                               {"rdma_wire", kvp_rdma_wire_test},
+                               {"rdma_plan", kvp_rdma_plan_test},
+                               {"rdma_track", kvp_rdma_track_test},
+                               {"rdma_verbs", kvp_rdma_test},
                                //  new self tests go above this line
                                {NULL, NULL}};
 
