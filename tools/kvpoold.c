@@ -25,6 +25,7 @@
 #include "actors/replica_manager.h"
 #include "actors/transfer_submitter.h"
 #include "lookup_server/lookup_server.h"
+#include "rdma/rdma.h"
 #include "protocol/contract.h"
 
 #define DRAIN_TIMEOUT_MS 30000
@@ -167,6 +168,15 @@ main (int argc, char **argv)
         membership = zactor_new (membership_actor, &cluster_args);
         printf ("kvpoold: node %s joins the master at %s; data plane %s\n", node_id, config.master,
                 peer_endpoint);
+        //  One line on the transport: rdma when asked for (or auto) and a device opens.
+        char why[256];
+        int transport = kvp_rdma_choose (config.transport, NULL, NULL, NULL, why, sizeof why);
+        if (transport == KVP_RDMA_TRANSPORT_RDMA)
+            printf ("kvpoold: RDMA device found (%s), but this version moves values between nodes "
+                    "over tcp only\n",
+                    why);
+        else
+            printf ("kvpoold: data plane transport tcp (%s)\n", why);
     }
 
     //  The lookup server reaches the store through the api's job socket, bound by now.
