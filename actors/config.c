@@ -116,8 +116,9 @@ static const opt_t s_options[] = {
      FIELD (cluster_timeout_ms),
      .min = 10,
      .max = 600000,
-     .default_value = "5000",
-     .help = "role node: a request to the master or another node unanswered this long fails"},
+     .default_value = "2000",
+     .help = "role node: a request to the master or another node unanswered this long fails "
+             "(a read then tries another replica)"},
     {.name = "peer-connections",
      .arg = "N",
      .kind = OPT_UINT,

@@ -71,19 +71,21 @@ class Kvpoold:
 
     args are extra kvpoold options. endpoints and admins replace the loopback defaults
     (--endpoint and --admin each). preexec_fn runs in the child before kvpoold (limits).
+    wrapper is a command that runs kvpoold (["ip", "netns", "exec", NAME]: one that execs it,
+    so that .pid stays kvpoold's).
     Raises AssertionError, with the end of the log, if kvpoold exits or is not ready within
     start_timeout seconds (then it is killed).
     """
 
     def __init__(self, *args, endpoints=(LOOPBACK,), admins=(LOOPBACK,), prefix="kvpool-test-",
-                 start_timeout=15.0, preexec_fn=None):
+                 start_timeout=15.0, preexec_fn=None, wrapper=()):
         exe = os.path.join(bin_dir(), "kvpoold")
         if not os.access(exe, os.X_OK):
             raise AssertionError("no kvpoold at %s: run make first" % exe)
         self.dir = tempfile.mkdtemp(prefix=prefix)
         self.ready_path = os.path.join(self.dir, "ready")
         self.log_path = os.path.join(self.dir, "kvpoold.log")
-        command = [exe]
+        command = list(wrapper) + [exe]
         for endpoint in endpoints:
             command += ["--endpoint", endpoint]
         for admin in admins:

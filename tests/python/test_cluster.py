@@ -16,6 +16,9 @@ Run by `make test` (cwd = repo root, KVPOOL_BIN = build/bin) with Debian's /usr/
 """
 
 import hashlib
+import os
+import shutil
+import subprocess
 import threading
 import time
 
@@ -308,3 +311,111 @@ def test_master_restart_keeps_the_cache():
             assert d.stop() == 0, c.logs()
     finally:
         c.close()
+
+
+# ---- each node in its own network namespace ----------------------------------------------
+
+NETNS_PREFIX = "kvpt%d" % (os.getpid() % 100000)
+SUBNET = "10.%d.%d" % (100 + os.getpid() % 100, os.getpid() // 100 % 250)
+
+
+def _ip(*args, check=True):
+    return subprocess.run(["ip"] + list(args), check=check, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL).returncode
+
+
+def _netns_usable():
+    if os.geteuid() != 0 or not shutil.which("ip"):
+        return False
+    name = NETNS_PREFIX + "probe"
+    if _ip("netns", "add", name, check=False) != 0:
+        return False
+    _ip("netns", "del", name, check=False)
+    return True
+
+
+class Netns:
+    """A bridge in this namespace (SUBNET.1) and one namespace a node, each on a veth pair
+    with its own address (SUBNET.11, .12, ...). Only these addresses: nothing leaves the
+    machine."""
+
+    def __init__(self, count):
+        self.names = []
+        self.bridge = NETNS_PREFIX + "br"
+        _ip("link", "add", self.bridge, "type", "bridge")
+        try:
+            _ip("addr", "add", SUBNET + ".1/24", "dev", self.bridge)
+            _ip("link", "set", self.bridge, "up")
+            for i in range(count):
+                name = "%sn%d" % (NETNS_PREFIX, i)
+                veth, peer = "%sv%d" % (NETNS_PREFIX, i), "%sp%d" % (NETNS_PREFIX, i)
+                _ip("netns", "add", name)
+                self.names.append(name)
+                _ip("link", "add", veth, "type", "veth", "peer", "name", peer)
+                _ip("link", "set", peer, "netns", name)
+                _ip("link", "set", veth, "master", self.bridge, "up")
+                _ip("netns", "exec", name, "ip", "addr", "add", self.address(i) + "/24", "dev",
+                    peer)
+                _ip("netns", "exec", name, "ip", "link", "set", peer, "up")
+                _ip("netns", "exec", name, "ip", "link", "set", "lo", "up")
+        except BaseException:
+            self.close()
+            raise
+
+    @staticmethod
+    def address(i):
+        return "%s.%d" % (SUBNET, 11 + i)
+
+    def close(self):
+        for name in self.names:
+            _ip("netns", "del", name, check=False)  # its end of the veth pair goes with it
+        _ip("link", "del", self.bridge, check=False)
+
+
+@pytest.mark.skipif(not _netns_usable(), reason="needs root and ip netns")
+def test_nodes_in_their_own_network_namespaces():
+    net = Netns(3)
+    daemons = []
+    try:
+        master = Kvpoold("--role", "master", "--node-ttl", str(TTL_MS), "--master",
+                         "tcp://%s.1:*" % SUBNET, prefix="kvpool-master-")
+        daemons.append(master)
+        nodes = []
+        for i in range(3):
+            here = "tcp://%s:*" % Netns.address(i)
+            node = Kvpoold("--role", "node", "--master", master.endpoint, "--host-id", "ns%d" % i,
+                           "--segment-size", "64MiB", "--heartbeat-interval", str(HEARTBEAT_MS),
+                           "--cluster-timeout", str(TIMEOUT_MS), "--stripe-size", "1MiB",
+                           endpoints=(here,), admins=(here,), prefix="kvpool-node-",
+                           wrapper=("ip", "netns", "exec", net.names[i]))
+            daemons.append(node)
+            nodes.append(node)
+            assert node.endpoint.startswith("tcp://" + Netns.address(i))
+
+        def live():
+            reply, _ = Raw(nodes[0].endpoint).call(pb.NODES)
+            return sum(1 for n in reply.nodes if n.alive and n.capacity) == 3
+
+        assert wait_for(live, 10)
+        keys = ["ns-%d" % i for i in range(30)]
+        for i, key in enumerate(keys):
+            size = 2 * MiB + i if i % 10 == 0 else 1000 + i
+            assert Raw(nodes[i % 3].endpoint).put(key, value_of(key, size),
+                                                  put={"replica_num": 2}) == OK
+        for node in nodes:
+            raw = Raw(node.endpoint)
+            for i, key in enumerate(keys):
+                size = 2 * MiB + i if i % 10 == 0 else 1000 + i
+                assert raw.get(key) == (OK, value_of(key, size)), (node.endpoint, key)
+        reply, _ = Raw(nodes[1].endpoint).call(pb.LOCATE, keys)
+        for where in reply.locations:
+            hosts = {reply.nodes[n].host_id for n in where.nodes}
+            assert len(hosts) == 2
+        # Each node's data plane is on its own address.
+        assert all(n.client_endpoint.startswith("tcp://" + SUBNET) for n in reply.nodes)
+        for d in reversed(daemons):
+            assert d.stop() == 0, d.log_text(3000)
+    finally:
+        for d in daemons:
+            d.remove()
+        net.close()
