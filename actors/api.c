@@ -215,7 +215,7 @@ s_bind_peer (self_t *self)
     zsock_set_maxmsgsize (self->peer, -1);
     int port = zsock_bind (self->peer, "%s", endpoint);
     if (port == -1) {
-        snprintf (self->bind_error, sizeof self->bind_error, "cannot bind the data plane %s: %s",
+        snprintf (self->bind_error, sizeof self->bind_error, "cannot bind the data plane %.120s: %s",
                   endpoint, zmq_strerror (zmq_errno ()));
         return;
     }

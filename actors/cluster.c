@@ -634,7 +634,9 @@ s_commit_master (self_t *self, op_t *op)
         keys[n++].len = item->key_len;
     }
     s_abort_keys (self, job, false);
-    if (n) {
+    if (n == 0)
+        free (items);
+    else {
         Kvpool__Cluster__V1__NodeRequest request = KVPOOL__CLUSTER__V1__NODE_REQUEST__INIT;
         request.kind = KVPOOL__CLUSTER__V1__KIND__COMMIT;
         request.keys = keys;

@@ -102,8 +102,8 @@ def cluster():
     alive = [d.alive() for d in c.nodes + [c.master]]
     statuses = [d.stop() for d in c.nodes + [c.master]]
     c.close()
-    assert all(alive), logs
-    assert statuses == [0] * len(statuses), logs
+    assert all(alive), (alive, logs)
+    assert statuses == [0] * len(statuses), (statuses, [d.log_text(6000) for d in c.nodes + [c.master]])
 
 
 def test_put_on_one_node_reads_back_from_every_node(cluster):
