@@ -215,8 +215,8 @@ s_bind_peer (self_t *self)
     zsock_set_maxmsgsize (self->peer, -1);
     int port = zsock_bind (self->peer, "%s", endpoint);
     if (port == -1) {
-        snprintf (self->bind_error, sizeof self->bind_error, "cannot bind the data plane %.120s: %s",
-                  endpoint, zmq_strerror (zmq_errno ()));
+        snprintf (self->bind_error, sizeof self->bind_error,
+                  "cannot bind the data plane %.120s: %s", endpoint, zmq_strerror (zmq_errno ()));
         return;
     }
     size_t len = strlen (endpoint);
@@ -912,6 +912,7 @@ s_job_from_request (self_t *self, api_ctx_t *ctx)
     }
     job->force = request->force;
     job->pin = request->pin;
+    job->redirect = request->redirect;
     if (op == KVPOOL__V1__OP__TOUCH)
         self->client_index_gets += request->reads;
     job->pattern = request->pattern;

@@ -46,6 +46,9 @@
 //  A node whose call timed out is tried last for this long.
 #define SUSPECT_MS 10000
 #define TICK_MS 10
+//  A GET with redirect: values at least this large are read by the client from their node
+//  (one hop); smaller ones are relayed here, where the extra round trip would cost more.
+#define REDIRECT_MIN_BYTES (64 << 10)
 
 typedef struct {
     char node_id[128];
@@ -73,7 +76,8 @@ typedef struct {
     int what;      //  the master's Kind, or the client protocol's Op sent
     size_t *items; //  job item of each key sent, in order
     size_t count;
-    uint64_t offset;  //  a stripe: its offset in the value (one item)
+    uint64_t offset;  //  a stripe: its offset in the value (one item) ...
+    uint64_t length;  //  ... and its length
     uint32_t attempt; //  a fetch: the item's attempt it belongs to
     int64_t deadline;
 } call_t;
@@ -123,6 +127,7 @@ typedef struct {
     size_t peer_count;
     zlistx_t *calls; //  call_t, oldest first
     uint64_t next_id;
+    uint64_t remote_gets, remote_get_bytes, redirects, remote_puts, failures;
     bool terminated;
 } self_t;
 
@@ -252,6 +257,7 @@ s_master_send (self_t *self, op_t *op, Kvpool__Cluster__V1__NodeRequest *request
     kvpool__cluster__v1__node_request__pack (request, (uint8_t *) zmq_msg_data (&msg));
     if (zmq_msg_send (&msg, zsock_resolve (self->master), ZMQ_DONTWAIT) == -1) {
         zmq_msg_close (&msg);
+        self->failures++;
         s_call_destroy (&call);
         free (items);
         return -1;
@@ -565,8 +571,10 @@ s_commit_copies_reply (self_t *self, op_t *op, call_t *call, Kvpool__V1__Reply *
                      : k < reply->n_statuses      ? reply->statuses[k]
                                                   : KVPOOL_INTERNAL_ERROR;
         //  Objects are immutable: a node that has the key already has the value.
-        if (status == KVPOOL_OK || status == KVPOOL_OBJECT_ALREADY_EXISTS)
+        if (status == KVPOOL_OK || status == KVPOOL_OBJECT_ALREADY_EXISTS) {
             placed->done[placed->done_count++] = call->peer;
+            self->remote_puts++;
+        }
         else if (!placed->status)
             placed->status = status;
     }
@@ -779,6 +787,43 @@ s_fetch_order (self_t *self, fetch_t *fetch)
     }
 }
 
+//  The client reads item's value from a node that holds it, in one hop: its status says so,
+//  and its locations name those nodes (job->nodes, the reply's node list).
+static void
+s_redirect (self_t *self, kvp_job_t *job, kvp_item_t *item,
+            const Kvpool__Cluster__V1__MasterReply *reply,
+            const Kvpool__Cluster__V1__Holders *holders)
+{
+    item->status = KVPOOL_REDIRECT;
+    self->redirects++;
+    item->location_count = 0;
+    for (size_t h = 0; h < holders->n_nodes && item->location_count < KVP_MAX_REPLICAS; h++) {
+        if (holders->nodes[h] >= reply->n_nodes)
+            continue;
+        const Kvpool__Cluster__V1__Node *node = reply->nodes[holders->nodes[h]];
+        if (strcmp (node->node_id, self->args->node_id) == 0)
+            continue;
+        size_t index = 0;
+        while (index < job->node_count && strcmp (job->nodes[index].node_id, node->node_id))
+            index++;
+        if (index == job->node_count) {
+            kvp_node_info_t *grown = (kvp_node_info_t *) realloc (
+                job->nodes, (job->node_count + 1) * sizeof (kvp_node_info_t));
+            assert (grown);
+            job->nodes = grown;
+            kvp_node_info_t *to = &job->nodes[job->node_count++];
+            memset (to, 0, sizeof *to);
+            snprintf (to->node_id, sizeof to->node_id, "%s", node->node_id);
+            snprintf (to->host_id, sizeof to->host_id, "%s", node->host_id);
+            snprintf (to->client_endpoint, sizeof to->client_endpoint, "%s", node->client_endpoint);
+            to->alive = true;
+        }
+        item->locations[item->location_count++] = (uint16_t) index;
+    }
+    if (item->location_count == 0)
+        item->status = KVPOOL_OBJECT_NOT_FOUND; //  (fetched from a peer below)
+}
+
 static void
 s_fetch_located (self_t *self, op_t *op, call_t *call, Kvpool__Cluster__V1__MasterReply *reply)
 {
@@ -809,6 +854,8 @@ s_fetch_located (self_t *self, op_t *op, call_t *call, Kvpool__Cluster__V1__Mast
         }
         item->size = k < reply->n_sizes ? reply->sizes[k] : 0;
         s_fetch_order (self, fetch);
+        if (job->redirect && !job->ranged && item->size >= REDIRECT_MIN_BYTES)
+            s_redirect (self, job, item, reply, reply->holders[k]);
     }
     //  Small values to one node go in one request; large ones in stripes.
     for (size_t k = 0; k < call->count; k++) {
@@ -874,6 +921,7 @@ s_fetch_issue (self_t *self, op_t *op, size_t i)
                 sent = false;
             else {
                 call->offset = offset;
+                call->length = item->size - offset < length ? item->size - offset : length;
                 call->attempt = fetch->attempt;
                 fetch->stripes_out++;
             }
@@ -906,11 +954,14 @@ s_fetch_reply (self_t *self, op_t *op, call_t *call, Kvpool__V1__Reply *reply, z
     if (status == KVPOOL_OK && frame_count == 1) {
         size_t got = zmq_msg_size (&frames[0]);
         if (striped) {
-            if (call->offset + got <= item->size) {
+            //  Every stripe exactly as long as asked: a short one would leave a hole.
+            if (got == call->length && call->offset + got <= item->size) {
                 memcpy ((char *) item->buffer + call->offset, zmq_msg_data (&frames[0]), got);
                 if (fetch->stripes_out == 0) {
                     item->status = KVPOOL_OK;
                     fetch->done = true;
+                    self->remote_gets++;
+                    self->remote_get_bytes += item->size;
                 }
                 return;
             }
@@ -927,6 +978,8 @@ s_fetch_reply (self_t *self, op_t *op, call_t *call, Kvpool__V1__Reply *reply, z
             item->replica_count = 0;
             item->status = KVPOOL_OK;
             fetch->done = true;
+            self->remote_gets++;
+            self->remote_get_bytes += item->size;
             return;
         }
         status = KVPOOL_TRANSFER_FAIL; //  not the bytes asked for: never passed on
@@ -1146,6 +1199,13 @@ s_job (self_t *self, kvp_job_t *job, zframe_t *routing_id)
             break;
         }
         case KVP_CL_REMOVE: s_remove_start (self, op); break;
+        case KVP_CL_STATS:
+            job->stats.remote_gets = self->remote_gets;
+            job->stats.remote_get_bytes = self->remote_get_bytes;
+            job->stats.redirects = self->redirects;
+            job->stats.remote_puts = self->remote_puts;
+            job->stats.cluster_failures = self->failures;
+            break;
         default: kvp_job_fail (job, KVPOOL_INTERNAL_ERROR, "cluster: job kind %d", job->kind);
     }
     if (op->calls_out == 0)
@@ -1282,6 +1342,7 @@ s_expire (self_t *self)
             zlistx_delete (self->calls, zlistx_cursor (self->calls));
             if (call->kind == CALL_PEER)
                 self->peers[call->peer]->suspect_until = now + SUSPECT_MS;
+            self->failures++;
             s_call_done (self, call, NULL, NULL, NULL, 0);
             s_call_destroy (&call);
             call = (call_t *) zlistx_first (self->calls);

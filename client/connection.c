@@ -61,6 +61,9 @@ struct _kvpc_conn_t {
     transfer_pool_t *pool;    //  copy threads, made on the first large copy
     kvpc_device_t *device;    //  device memory of the calls (device.h), made on first need
     atomic_size_t zc_pending; //  zero-copy value frames libzmq still holds
+    kvpc_conn_t *peers[KVPC_MAX_PEERS];   //  other nodes of a cluster (kvpc_conn_peer)
+    char *peer_endpoints[KVPC_MAX_PEERS]; //  ... as the REDIRECT named them
+    size_t peer_count;
 };
 
 //  ---- the shared ZeroMQ context ----------------------------------------------------------
@@ -584,12 +587,41 @@ kvpc_conn_new (const char *endpoint, int timeout_ms, int connect_timeout_ms, boo
     return self;
 }
 
+kvpc_conn_t *
+kvpc_conn_peer (kvpc_conn_t *self, const char *endpoint)
+{
+    for (size_t i = 0; i < self->peer_count; i++)
+        if (strcmp (self->peer_endpoints[i], endpoint) == 0)
+            return self->peers[i];
+    if (self->peer_count == KVPC_MAX_PEERS) {
+        kvpc_set_error (self, "more than %d other nodes to read from", KVPC_MAX_PEERS);
+        return NULL;
+    }
+    //  keep_endpoint: a REDIRECT names the node's tcp endpoint; a node on this machine
+    //  moves the connection to its ipc endpoint as any connection does.
+    kvpc_conn_t *peer = kvpc_conn_new (endpoint, self->timeout_ms, self->timeout_ms, false);
+    if (!peer) {
+        kvpc_set_error (self, "cannot reach node %s: %s", endpoint, strerror (errno));
+        return NULL;
+    }
+    if (!(self->peer_endpoints[self->peer_count] = strdup (endpoint))) {
+        kvpc_conn_destroy (&peer);
+        return NULL;
+    }
+    self->peers[self->peer_count++] = peer;
+    return peer;
+}
+
 void
 kvpc_conn_destroy (kvpc_conn_t **self_p)
 {
     if (!self_p || !*self_p)
         return;
     kvpc_conn_t *self = *self_p;
+    for (size_t i = 0; i < self->peer_count; i++) {
+        kvpc_conn_destroy (&self->peers[i]);
+        free (self->peer_endpoints[i]);
+    }
     transfer_pool_destroy (&self->pool);
     if (self->socket) {
         //  A one-way request may still be queued: RELEASEs whose pins would otherwise hold

@@ -45,6 +45,12 @@ typedef struct {
 //  must destroy it.
 kvpc_conn_t *kvpc_conn_new (const char *endpoint, int timeout_ms, int connect_timeout_ms,
                             bool keep_endpoint);
+//  A connection to another node of the cluster (a client endpoint a GET's REDIRECT named),
+//  made on first need with this connection's timeouts and kept until this one is destroyed
+//  (at most KVPC_MAX_PEERS). NULL when it cannot be made (the last error says why).
+kvpc_conn_t *kvpc_conn_peer (kvpc_conn_t *self, const char *endpoint);
+#define KVPC_MAX_PEERS 64
+
 //  Closes the socket. One-way requests that may still be queued on it are given up to
 //  KVPC_CLOSE_WAIT_MS to reach the node (ZMQ_LINGER); nothing waits for a reply. Does nothing on
 //  NULL; sets *self_p to NULL.

@@ -265,10 +265,13 @@ kvpc_socket_put (kvpc_conn_t *conn, Kvpool__V1__Op op, const kvpc_keys_t *keys,
 //  receives the reply with one value frame per key.
 static int
 s_get_call (kvpc_conn_t *conn, const kvpc_keys_t *keys, uint64_t *offsets, uint64_t *lengths,
-            kvpc_reply_t *reply)
+            kvpc_reply_t *reply, bool redirect)
 {
     Kvpool__V1__Request request = KVPOOL__V1__REQUEST__INIT;
     request.op = KVPOOL__V1__OP__GET;
+    //  A cluster node may answer REDIRECT for large values other nodes hold: read there, in
+    //  one hop. Not with device buffers: their copies run on this connection's device layer.
+    request.redirect = redirect && !kvpc_conn_device_armed (conn);
     request.n_keys = keys->count;
     request.keys = keys->wire;
     if (offsets) {
@@ -299,10 +302,95 @@ s_get_key_status (kvpc_conn_t *conn, kvpc_reply_t *reply, size_t j)
     return status;
 }
 
+static int s_get_chunk (kvpc_conn_t *conn, const kvpc_keys_t *keys, const kvpool_buf_t *const *bufs,
+                        const size_t *nbufs, const uint64_t *offsets, int64_t *results,
+                        bool redirect);
+
+//  The client endpoint of the attempt-th node a REDIRECT names for key j, or NULL.
+static const char *
+s_redirect_target (kvpc_reply_t *reply, size_t j, size_t attempt)
+{
+    Kvpool__V1__Reply *msg = reply->msg;
+    if (j >= msg->n_locations || attempt >= msg->locations[j]->n_nodes)
+        return NULL;
+    uint32_t node = msg->locations[j]->nodes[attempt];
+    if (node >= msg->n_nodes || !msg->nodes[node]->client_endpoint
+        || !*msg->nodes[node]->client_endpoint)
+        return NULL;
+    return msg->nodes[node]->client_endpoint;
+}
+
+//  Reads keys from a node without redirect (into the caller's buffers, or as frames).
+typedef void (s_fetch_fn) (kvpc_conn_t *conn, const kvpc_keys_t *keys, void *arg, int64_t *results);
+
+//  Keys the node answered REDIRECT (results[i] == KVPOOL_REDIRECT) are read from the nodes
+//  that hold them, one request a node, in the order the reply names them; a key that none of
+//  those serves (evicted, the node gone) is asked of this node again without redirect, and
+//  it relays.
+static void
+s_follow_redirects (kvpc_conn_t *conn, const kvpc_keys_t *keys, kvpc_reply_t *reply,
+                    s_fetch_fn *fetch, void *arg, int64_t *results)
+{
+    uint8_t *tried = (uint8_t *) calloc (keys->count ? keys->count : 1, 1);
+    while (tried) {
+        const char *endpoint = NULL;
+        for (size_t j = 0; j < keys->count && !endpoint; j++)
+            if (results[keys->index[j]] == KVPOOL_REDIRECT)
+                endpoint = s_redirect_target (reply, j, tried[j]);
+        if (!endpoint)
+            break;
+        kvpc_keys_t batch;
+        kvpc_keys_init (&batch);
+        size_t *members = (size_t *) malloc (keys->count * sizeof (size_t));
+        size_t count = 0;
+        for (size_t j = 0; members && j < keys->count; j++) {
+            const char *where = s_redirect_target (reply, j, tried[j]);
+            if (results[keys->index[j]] == KVPOOL_REDIRECT && where && !strcmp (where, endpoint)
+                && kvpc_keys_add (&batch, keys->keys[j], keys->index[j]) == 0)
+                members[count++] = j;
+        }
+        kvpc_conn_t *peer = kvpc_conn_peer (conn, endpoint);
+        if (peer)
+            fetch (peer, &batch, arg, results);
+        for (size_t m = 0; m < count; m++) {
+            size_t j = members[m];
+            int64_t *result = &results[keys->index[j]];
+            tried[j]++;
+            if (!peer || *result == KVPOOL_OBJECT_NOT_FOUND || *result == KVPOOL_RPC_FAIL)
+                *result = KVPOOL_REDIRECT;
+        }
+        free (members);
+        kvpc_keys_fini (&batch);
+        if (count == 0)
+            break; //  out of memory: what is left goes to this node below
+    }
+    free (tried);
+    kvpc_keys_t again;
+    kvpc_keys_init (&again);
+    for (size_t j = 0; j < keys->count; j++)
+        if (results[keys->index[j]] == KVPOOL_REDIRECT)
+            kvpc_keys_add (&again, keys->keys[j], keys->index[j]);
+    if (again.count)
+        fetch (conn, &again, arg, results);
+    kvpc_keys_fini (&again);
+}
+
+typedef struct {
+    const kvpool_buf_t *const *bufs;
+    const size_t *nbufs;
+} s_into_t;
+
+static void
+s_fetch_into (kvpc_conn_t *conn, const kvpc_keys_t *keys, void *arg, int64_t *results)
+{
+    s_into_t *into = (s_into_t *) arg;
+    s_get_chunk (conn, keys, into->bufs, into->nbufs, NULL, results, false);
+}
+
 //  One GET of keys into the caller's buffers.
 static int
 s_get_chunk (kvpc_conn_t *conn, const kvpc_keys_t *keys, const kvpool_buf_t *const *bufs,
-             const size_t *nbufs, const uint64_t *offsets, int64_t *results)
+             const size_t *nbufs, const uint64_t *offsets, int64_t *results, bool redirect)
 {
     if (keys->count == 0)
         return KVPOOL_OK;
@@ -321,7 +409,8 @@ s_get_chunk (kvpc_conn_t *conn, const kvpc_keys_t *keys, const kvpool_buf_t *con
         }
     }
     kvpc_reply_t reply;
-    int rc = s_get_call (conn, keys, ranges, ranges ? ranges + keys->count : NULL, &reply);
+    int rc = s_get_call (conn, keys, ranges, ranges ? ranges + keys->count : NULL, &reply,
+                         redirect && !offsets);
     free (ranges);
     if (rc) {
         kvpc_fill (keys, results, rc);
@@ -354,6 +443,13 @@ s_get_chunk (kvpc_conn_t *conn, const kvpc_keys_t *keys, const kvpool_buf_t *con
                 results[keys->index[j]] = KVPOOL_INVALID_PARAMS;
     kvpc_copies_fini (&copies);
     rc = reply.msg->status;
+    bool redirected = false;
+    for (size_t j = 0; j < keys->count; j++)
+        redirected |= results[keys->index[j]] == KVPOOL_REDIRECT;
+    if (redirected) {
+        s_into_t into = {bufs, nbufs};
+        s_follow_redirects (conn, keys, &reply, s_fetch_into, &into, results);
+    }
     kvpc_reply_free (&reply);
     return rc;
 }
@@ -379,7 +475,7 @@ kvpc_socket_get_into (kvpc_conn_t *conn, const kvpc_keys_t *keys, const kvpool_b
     s_bufs_t arg = {bufs, nbufs};
     kvpc_keys_t chunk;
     while (kvpc_next_chunk (keys, &start, s_buffer_bytes, &arg, &chunk, results)) {
-        int chunk_rc = s_get_chunk (conn, &chunk, bufs, nbufs, offsets, results);
+        int chunk_rc = s_get_chunk (conn, &chunk, bufs, nbufs, offsets, results, true);
         if (chunk_rc != KVPOOL_OK)
             rc = chunk_rc;
         kvpc_keys_fini (&chunk);
@@ -394,7 +490,26 @@ kvpc_socket_get (kvpc_conn_t *conn, const char *key, void **data_p, size_t *size
     kvpc_keys_init (&sent);
     kvpc_keys_add (&sent, key, 0); //  fits inline
     kvpc_reply_t reply;
-    int rc = s_get_call (conn, &sent, NULL, NULL, &reply);
+    int rc = s_get_call (conn, &sent, NULL, NULL, &reply, true);
+    if (rc == 0 && kvpc_reply_key_status (&reply, 0) == KVPOOL_REDIRECT) {
+        //  Read from a node that holds it; failing that, relayed by this one.
+        for (size_t attempt = 0; attempt < KVPOOL_MAX_REPLICAS; attempt++) {
+            const char *endpoint = s_redirect_target (&reply, 0, attempt);
+            kvpc_conn_t *peer = endpoint ? kvpc_conn_peer (conn, endpoint) : NULL;
+            if (!endpoint)
+                break;
+            int peer_rc = peer ? kvpc_socket_get (peer, key, data_p, size_p) : KVPOOL_RPC_FAIL;
+            if (peer_rc == KVPOOL_OK
+                || (peer_rc != KVPOOL_OBJECT_NOT_FOUND && peer_rc != KVPOOL_RPC_FAIL
+                    && peer_rc != KVPOOL_REDIRECT)) {
+                kvpc_reply_free (&reply);
+                kvpc_keys_fini (&sent);
+                return peer_rc;
+            }
+        }
+        kvpc_reply_free (&reply);
+        rc = s_get_call (conn, &sent, NULL, NULL, &reply, false);
+    }
     kvpc_keys_fini (&sent);
     if (rc)
         return rc;
@@ -414,12 +529,28 @@ kvpc_socket_get (kvpc_conn_t *conn, const char *key, void **data_p, size_t *size
     return rc;
 }
 
+static int s_get_frames (kvpc_conn_t *conn, const kvpc_keys_t *keys, zmq_msg_t *frames,
+                         int64_t *results, bool redirect);
+
+static void
+s_fetch_frames (kvpc_conn_t *conn, const kvpc_keys_t *keys, void *arg, int64_t *results)
+{
+    s_get_frames (conn, keys, (zmq_msg_t *) arg, results, false);
+}
+
 int
 kvpc_socket_get_frames (kvpc_conn_t *conn, const kvpc_keys_t *keys, zmq_msg_t *frames,
                         int64_t *results)
 {
+    return s_get_frames (conn, keys, frames, results, true);
+}
+
+static int
+s_get_frames (kvpc_conn_t *conn, const kvpc_keys_t *keys, zmq_msg_t *frames, int64_t *results,
+              bool redirect)
+{
     kvpc_reply_t reply;
-    int rc = s_get_call (conn, keys, NULL, NULL, &reply);
+    int rc = s_get_call (conn, keys, NULL, NULL, &reply, redirect);
     if (rc) {
         kvpc_fill (keys, results, rc);
         return rc;
@@ -431,6 +562,12 @@ kvpc_socket_get_frames (kvpc_conn_t *conn, const kvpc_keys_t *keys, zmq_msg_t *f
         if (results[i] == KVPOOL_OK)
             zmq_msg_move (&frames[i], &reply.frames[j]);
     }
+    //  Keys held elsewhere: from their nodes, one request a node (or relayed by this one).
+    bool redirected = false;
+    for (size_t j = 0; j < keys->count; j++)
+        redirected |= results[keys->index[j]] == KVPOOL_REDIRECT;
+    if (redirected)
+        s_follow_redirects (conn, keys, &reply, s_fetch_frames, frames, results);
     rc = reply.msg->status;
     kvpc_reply_free (&reply);
     return rc;

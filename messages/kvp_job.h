@@ -99,6 +99,7 @@ typedef enum {
     KVP_CL_REMOVE,  //  REMOVE, REMOVE_BY_REGEX, REMOVE_ALL, RESET across the cluster
     KVP_CL_LOCATE,  //  items: the nodes that hold them (job->nodes, item->locations)
     KVP_CL_NODES,   //  job->nodes: the cluster's nodes
+    KVP_CL_STATS,   //  fills job->stats (the cluster side)
     KVP_CL_DROPPED, //  items (owned keys): objects this node no longer holds (evicted): the
                     //  master is told; no reply
     KVP_JOB_KIND_COUNT
@@ -221,7 +222,8 @@ typedef struct {
     bool hard_pin;
     bool force;
     bool pin;
-    bool ranged; //  GET: each item wants only its offset / length range
+    bool ranged;   //  GET: each item wants only its offset / length range
+    bool redirect; //  GET (cluster): large values held elsewhere answer REDIRECT + locations
     const char *pattern;
     //  segments
     uint32_t segment_id;

@@ -121,6 +121,10 @@ static const kvp_op_t s_cluster_ops[] = {
     {OP (RESET), OP_DRAIN, REPLY_COUNT, {STAGE (CL_REMOVE)}},
     {OP (LOCATE), OP_KEYS, REPLY_SIZES | REPLY_NODES, {STAGE (CL_LOCATE)}},
     {OP (NODES), 0, REPLY_NODES, {STAGE (CL_NODES)}},
+    {OP (STATS),
+     0,
+     REPLY_STATS,
+     {STAGE (RM_STATS), STAGE (AL_STATS), STAGE (EV_STATS), STAGE (CL_STATS)}},
 };
 
 #define CLUSTER_OPS_COUNT (sizeof s_cluster_ops / sizeof s_cluster_ops[0])
@@ -290,7 +294,7 @@ kvp_ops_test (bool verbose)
     assert (kvp_op_next_stage (cluster_get, job, KVP_RM_GET) == KVP_JOB_NONE);
     job->items[0].status = KVPOOL_OBJECT_NOT_FOUND;
     assert (kvp_op_next_stage (cluster_get, job, KVP_RM_GET) == KVP_CL_FETCH);
-    assert (kvp_op_for (KVPOOL__V1__OP__STATS, true) == kvp_op (KVPOOL__V1__OP__STATS));
+    assert (kvp_op_for (KVPOOL__V1__OP__PING, true) == kvp_op (KVPOOL__V1__OP__PING));
     for (size_t i = 0; i < CLUSTER_OPS_COUNT; i++)
         assert (kvp_op (s_cluster_ops[i].op)->flags == s_cluster_ops[i].flags);
     kvp_job_destroy (&job);

@@ -67,7 +67,7 @@ reply_encode (arena_t *arena, const kvp_op_t *row, const kvp_job_t *job, Kvpool_
         reply->n_replicas = n;
         reply->replicas = key_ptrs;
     }
-    if (row->fills & REPLY_NODES) {
+    if ((row->fills & REPLY_NODES) || job->node_count) {
         size_t count = job->node_count;
         Kvpool__V1__NodeInfo *nodes =
             (Kvpool__V1__NodeInfo *) s_array (arena, count, sizeof *nodes);
@@ -90,7 +90,7 @@ reply_encode (arena_t *arena, const kvp_op_t *row, const kvp_job_t *job, Kvpool_
         }
         reply->n_nodes = count;
         reply->nodes = node_ptrs;
-        if (job->op == KVPOOL__V1__OP__LOCATE) {
+        if (job->op == KVPOOL__V1__OP__LOCATE || job->op == KVPOOL__V1__OP__GET) {
             Kvpool__V1__KeyNodes *keys = (Kvpool__V1__KeyNodes *) s_array (arena, n, sizeof *keys);
             Kvpool__V1__KeyNodes **key_ptrs =
                 (Kvpool__V1__KeyNodes **) s_array (arena, n, sizeof *key_ptrs);
@@ -102,7 +102,7 @@ reply_encode (arena_t *arena, const kvp_op_t *row, const kvp_job_t *job, Kvpool_
                 const kvp_item_t *item = &job->items[i];
                 kvpool__v1__key_nodes__init (&keys[i]);
                 key_ptrs[i] = &keys[i];
-                if (item->status != KVPOOL_OK)
+                if (item->status != KVPOOL_OK && item->status != KVPOOL_REDIRECT)
                     continue;
                 keys[i].nodes = &indices[i * KVP_MAX_REPLICAS];
                 for (uint8_t l = 0; l < item->location_count && l < KVP_MAX_REPLICAS; l++)

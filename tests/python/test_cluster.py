@@ -313,6 +313,45 @@ def test_master_restart_keeps_the_cache():
         c.close()
 
 
+def test_libkvpool_reads_large_values_from_the_node_that_holds_them(cluster):
+    import kvpool
+    # Large values written through node A; read with libkvpool through node B. Those held
+    # by C come straight from C (one hop): C serves the gets, B relays none of them.
+    writer = cluster.raw(0)
+    keys = ["big-%d" % i for i in range(24)]
+    for key in keys:
+        assert writer.put(key, value_of(key, 300 << 10)) == OK
+    on_c = [k for k in keys if cluster.locate(k) == ["hC"]]
+    assert on_c
+    before = cluster.raw(1).stats()
+    with kvpool.Client(cluster.nodes[1].endpoint) as client:
+        for key in on_c:
+            assert client.get(key) == value_of(key, 300 << 10)
+        values = client.get_batch(keys)
+        assert values == [value_of(k, 300 << 10) for k in keys]
+        into = [bytearray(300 << 10) for _ in on_c]
+        sizes = client.get_batch_into(on_c, into)
+        assert list(sizes) == [300 << 10] * len(on_c)
+        assert [bytes(b) for b in into] == [value_of(k, 300 << 10) for k in on_c]
+    after = cluster.raw(1).stats()
+    # B sent the client to the nodes that hold the values (one hop) and relayed none.
+    assert after.redirects - before.redirects >= 2 * len(on_c) + len(on_c)
+    assert after.remote_gets == before.remote_gets
+    # A raw client that did not ask for redirects gets the same bytes relayed by B.
+    status, value = cluster.raw(1).get(on_c[0])
+    assert status == OK and value == value_of(on_c[0], 300 << 10)
+    assert cluster.raw(1).stats().remote_gets == before.remote_gets + 1
+    # Small values are relayed even for libkvpool (one round trip fewer for the client).
+    assert writer.put("small", b"s" * 100) == OK
+    small_on = cluster.locate("small")
+    reader = [i for i, h in enumerate(["hA", "hB", "hC"]) if h not in small_on][0]
+    before = cluster.raw(reader).stats()
+    with kvpool.Client(cluster.nodes[reader].endpoint) as client:
+        assert client.get("small") == b"s" * 100
+    after = cluster.raw(reader).stats()
+    assert after.remote_gets == before.remote_gets + 1 and after.redirects == before.redirects
+
+
 # ---- each node in its own network namespace ----------------------------------------------
 
 NETNS_PREFIX = "kvpt%d" % (os.getpid() % 100000)
