@@ -85,12 +85,15 @@ segment_dir_open (const char *dir, char *reason, size_t reason_size)
 {
     assert (dir && reason);
     if (dir[0] != '/' || strlen (dir) > 200) {
-        snprintf (reason, reason_size, "--segment-dir %s: give an absolute path of at most 200 "
-                  "characters", dir);
+        snprintf (reason, reason_size,
+                  "--segment-dir %s: give an absolute path of at most 200 "
+                  "characters",
+                  dir);
         return NULL;
     }
     if (mkdir (dir, 0700) == -1 && errno != EEXIST) {
-        snprintf (reason, reason_size, "--segment-dir %s: cannot make it: %s", dir, strerror (errno));
+        snprintf (reason, reason_size, "--segment-dir %s: cannot make it: %s", dir,
+                  strerror (errno));
         return NULL;
     }
     segment_dir_t *self = (segment_dir_t *) zmalloc (sizeof (segment_dir_t));
@@ -214,8 +217,7 @@ segment_dir_adopt (segment_dir_t *self, segment_dir_place_fn *place, void *arg, 
                 missing++;
             else if (zhashx_lookup (keys, record->key))
                 replicas++;
-            else if (object_log_checksum (base + record->offset, record->size)
-                     != record->checksum)
+            else if (object_log_checksum (base + record->offset, record->size) != record->checksum)
                 corrupt++;
             else {
                 kvp_replica_t replica;
@@ -326,8 +328,7 @@ segment_dir_test (bool verbose)
     assert (job->count == 2);
     assert (streq (job->items[0].key, "one") && streq (job->items[1].key, "three"));
     assert (((char *) job->items[1].replicas[0].addr)[4999] == 'c');
-    assert (job->items[1].checksum
-            == object_log_checksum (job->items[1].replicas[0].addr, 5000));
+    assert (job->items[1].checksum == object_log_checksum (job->items[1].replicas[0].addr, 5000));
     assert (access (old_path, F_OK) == -1); //  unlinked once adopted
     kvp_job_destroy (&job);
     segment_destroy (&seg);

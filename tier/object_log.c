@@ -73,9 +73,9 @@ _Static_assert(sizeof (record_fields_t) == 48, "the fields take 48 bytes");
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "records are little-endian");
 
 struct _object_log_t {
-    char *path;  //  the log's name once installed
-    char *tmp;   //  "<path>.tmp"
-    int fd;      //  O_APPEND
+    char *path; //  the log's name once installed
+    char *tmp;  //  "<path>.tmp"
+    int fd;     //  O_APPEND
     bool installed;
     bool failed;
     char *buffer; //  records not yet written
@@ -205,7 +205,8 @@ object_log_read (const char *path, object_record_t **records_p, size_t *count_p,
             if (!in_bad)
                 stats->bad++;
             in_bad = true;
-            const char *next = (const char *) memmem (data + pos + 1, size - pos - 1, RECORD_MAGIC, 4);
+            const char *next =
+                (const char *) memmem (data + pos + 1, size - pos - 1, RECORD_MAGIC, 4);
             if (!next)
                 break;
             pos = (size_t) (next - data);
@@ -532,7 +533,8 @@ object_log_test (bool verbose)
     assert (count == 5);
     assert (s_find (records, count, "a")->checksum == 11);
     assert (!s_find (records, count, "c") && !s_find (records, count, "e"));
-    assert (s_find (records, count, "d")->object_id == 5 && s_find (records, count, "d")->size == 6);
+    assert (s_find (records, count, "d")->object_id == 5
+            && s_find (records, count, "d")->size == 6);
     assert (s_find (records, count, "f")->checksum == 77);
     //  Sorted by segment and offset.
     for (size_t i = 1; i < count; i++)
@@ -591,9 +593,12 @@ object_log_test (bool verbose)
     for (int i = 0; i < 1000; i++) {
         char key[32];
         int len = snprintf (key, sizeof key, "key-%d", i);
-        assert (object_log_put (log, key, (size_t) len, 0, (uint64_t) i * 64, 64, (uint64_t) i + 1, i) == 0);
+        assert (
+            object_log_put (log, key, (size_t) len, 0, (uint64_t) i * 64, 64, (uint64_t) i + 1, i)
+            == 0);
         if (i % 2)
-            assert (object_log_del (log, key, (size_t) len, 0, (uint64_t) i * 64, (uint64_t) i + 1) == 0);
+            assert (object_log_del (log, key, (size_t) len, 0, (uint64_t) i * 64, (uint64_t) i + 1)
+                    == 0);
     }
     assert (object_log_install (log) == 0);
     object_log_destroy (&log);

@@ -44,10 +44,10 @@ typedef struct {
 typedef struct {
     uint64_t records; //  well-formed records
     uint64_t puts, dels;
-    uint64_t bad;         //  stretches of bytes that were no record (torn, damaged), skipped
-    uint64_t superseded;  //  live PUTs of a key whose later object is live too (dropped)
-    uint64_t bytes;       //  the file's size
-    bool header_ok;       //  the file had a valid header
+    uint64_t bad;        //  stretches of bytes that were no record (torn, damaged), skipped
+    uint64_t superseded; //  live PUTs of a key whose later object is live too (dropped)
+    uint64_t bytes;      //  the file's size
+    bool header_ok;      //  the file had a valid header
 } object_log_stats_t;
 
 //  XXH3-64 of a value, as records carry it.
