@@ -31,6 +31,7 @@
 
 #include "shm/segment.h"
 #include "alloc/segment_arena.h"
+#include "actors/segment_dir.h"
 
 #define UNMOUNT_TIMEOUT_MS 30000
 
@@ -52,7 +53,8 @@ typedef struct {
     zlistx_t *segments; //  seg_t, in id order
     uint32_t next_id;
     uint64_t rng;
-    char error[200]; //  why the node's own segments could not be made
+    char error[300];    //  why the node's own segments could not be made
+    segment_dir_t *dir; //  --segment-dir: its lock, held for the node's life
     bool terminated;
 } self_t;
 
@@ -104,6 +106,64 @@ s_seg_find_name (self_t *self, const char *name)
     return NULL;
 }
 
+//  Places an adopted object (segment_dir.h): in the new segment of the same index if it has
+//  room, else in any other of the node's own.
+static bool
+s_adopt_try (seg_t *seg, uint64_t size, kvp_replica_t *replica)
+{
+    uint64_t offset;
+    if (segment_arena_alloc (seg->arena, size ? size : 1, &offset) != 0)
+        return false;
+    replica->segment_id = seg->id;
+    replica->offset = offset;
+    replica->addr = (char *) segment_base (seg->segment) + offset;
+    return true;
+}
+
+static int
+s_adopt_place (void *arg, uint64_t size, uint32_t hint, kvp_replica_t *replica)
+{
+    self_t *self = (self_t *) arg;
+    seg_t *hinted = s_seg_find (self, hint + 1);
+    if (hinted && s_adopt_try (hinted, size, replica))
+        return 0;
+    for (seg_t *seg = (seg_t *) zlistx_first (self->segments); seg;
+         seg = (seg_t *) zlistx_next (self->segments))
+        if (seg != hinted && s_adopt_try (seg, size, replica))
+            return 0;
+    return -1;
+}
+
+//  --segment-dir at start: the previous run's objects are copied into the new segments, the
+//  segments' pages committed, and the objects handed to the replica-manager (which starts
+//  the object log afresh with them), all before the node serves.
+static void
+s_adopt (self_t *self)
+{
+    kvp_job_t *job = kvp_job_new (KVP_RM_ADOPT, 0);
+    segment_dir_adopt (self->dir, s_adopt_place, self, job);
+    for (seg_t *seg = (seg_t *) zlistx_first (self->segments); seg;
+         seg = (seg_t *) zlistx_next (self->segments))
+        if (segment_commit (seg->segment) != 0) {
+            snprintf (self->error, sizeof self->error, "cannot allocate the pages of %s: %s",
+                      segment_name (seg->segment), strerror (errno));
+            kvp_job_destroy (&job);
+            return;
+        }
+    zsock_t *rm = zsock_new (ZMQ_DEALER);
+    assert (rm);
+    int rc = zsock_connect (rm, "inproc://%s-rm", self->config->instance);
+    assert (rc == 0);
+    if (kvp_job_send (rm, job) == 0)
+        job = kvp_job_recv (rm);
+    if (!job || job->status != KVPOOL_OK)
+        snprintf (self->error, sizeof self->error, "--segment-dir %s: %s",
+                  self->config->segment_dir,
+                  job ? job->error : "no answer from the replica-manager");
+    kvp_job_destroy (&job);
+    zsock_destroy (&rm);
+}
+
 static self_t *
 s_self_new (zsock_t *pipe, const kvp_config_t *config)
 {
@@ -122,10 +182,23 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
     int stale = segment_remove_stale ();
     if (stale)
         zsys_info ("allocator: removed %d shared-memory segment(s) left by dead processes", stale);
+    if (config->segment_dir) {
+        self->dir = segment_dir_open (config->segment_dir, self->error, sizeof self->error);
+        if (!self->dir)
+            return self;
+    }
     for (uint32_t i = 0; i < config->segments; i++) {
-        char name[64];
-        segment_make_name (name, sizeof name, config->instance, i);
-        segment_t *segment = segment_new (name, config->segment_size, config->lock_memory);
+        char name[300];
+        segment_t *segment;
+        if (self->dir) {
+            //  Sparse until the adoption is done (segment_dir.c: memory during adoption).
+            segment_dir_path (self->dir, i, name, sizeof name);
+            segment = segment_new_file (name, config->segment_size, config->lock_memory, false);
+        }
+        else {
+            segment_make_name (name, sizeof name, config->instance, i);
+            segment = segment_new (name, config->segment_size, config->lock_memory);
+        }
         if (segment && config->group_set
             && segment_share_with_group (segment_name (segment), config->group) != 0)
             zsys_warning ("allocator: cannot open %s to group %u: %s", segment_name (segment),
@@ -137,6 +210,8 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
             break;
         }
     }
+    if (self->dir && !self->error[0])
+        s_adopt (self);
     return self;
 }
 
@@ -156,6 +231,7 @@ s_self_destroy (self_t **self_p)
         seg = (seg_t *) zlistx_next (self->segments);
     }
     zlistx_destroy (&self->segments);
+    segment_dir_destroy (&self->dir);
     zsock_destroy (&self->router);
     free (self);
     *self_p = NULL;

@@ -182,6 +182,12 @@ static const opt_t s_options[] = {
      .help = "local segments; replicas go to distinct segments; 0: the node owns no memory, "
              "all of it is what clients mount"},
     {.name = "lock-memory", .kind = OPT_FLAG, FIELD (lock_memory), .help = "mlock the segments"},
+    {.name = "segment-dir",
+     .arg = "DIR",
+     .kind = OPT_STRING,
+     FIELD (segment_dir),
+     .help = "keep the segments as files in DIR (tmpfs: /dev/shm/...) that outlive the process: "
+             "a restarted node adopts the objects in them (docs/tiers.md)"},
     {.name = "lease-ttl",
      .arg = "MS",
      .kind = OPT_UINT,
@@ -732,6 +738,16 @@ s_config_check (kvp_config_t *config)
 {
     if (config->disk_dir && !*config->disk_dir)
         config->disk_dir = NULL;
+    if (config->segment_dir && !*config->segment_dir)
+        config->segment_dir = NULL;
+    if (config->segment_dir && config->segment_dir[0] != '/') {
+        fprintf (stderr, "kvpoold: --segment-dir needs an absolute path\n");
+        return -1;
+    }
+    if (config->segment_dir && strlen (config->segment_dir) > 200) {
+        fprintf (stderr, "kvpoold: --segment-dir: a path of at most 200 characters\n");
+        return -1;
+    }
     if (config->disk_dir && config->disk_capacity == 0) {
         fprintf (stderr, "kvpoold: --disk-dir needs --disk-capacity (how much of the disk "
                          "the tier may use)\n");

@@ -46,6 +46,7 @@ typedef struct {
     uint64_t segment_size;
     uint32_t segments;
     bool lock_memory;
+    const char *segment_dir; //  the segments as files that outlive the process, or NULL
     uint64_t lease_ttl_ms;
     uint64_t put_timeout_ms; //  discard timeout of an uncommitted put-start
     uint64_t soft_pin_ttl_ms;

@@ -230,6 +230,8 @@ rm_free_job_send (self_t *self, kvp_job_t **job_p)
     *job_p = NULL;
     if (!job)
         return;
+    //  The DEL records of what is freed are on the file before the space can be reused.
+    rm_log_flush (self);
     if (job->count == 0) {
         kvp_job_destroy (&job);
         return;
@@ -350,6 +352,7 @@ rm_strip_gone (self_t *self, kvp_item_t *item, kvp_job_t **free_job_p)
 void
 rm_object_drop (self_t *self, kvp_object_t *object, kvp_job_t **free_job_p, int64_t now)
 {
+    rm_log_del (self, object);
     //  Withdrawn from the index before its space can be freed (see shm_index.h).
     if (self->index && object->index_slot >= 0)
         shm_index_remove (self->index, object->index_slot);
@@ -408,6 +411,7 @@ s_self_destroy (self_t **self_p)
     free (self->pin_key);
     zlistx_destroy (&self->regex_runs);
     shm_index_destroy (&self->index);
+    object_log_destroy (&self->log);
     kvp_job_destroy (&self->unlinks);
     admission_destroy (&self->disk_reads);
     zsock_destroy (&self->router);
@@ -740,6 +744,7 @@ s_object_complete (self_t *self, kvp_object_t *object, int64_t now)
     if (self->eager)
         lru_append (&self->unsaved, &object->unsaved);
     rm_publish (self, object);
+    rm_log_put (self, object, NULL);
     self->bytes_stored += object->size * object->replica_count;
     self->puts++;
 }
@@ -1262,6 +1267,163 @@ s_regex_stop (self_t *self)
     self->regex_out = false;
 }
 
+//  ---- the object log (--segment-dir) -------------------------------------------------
+
+//  The index of one of the node's own segments in the directory (the allocator makes them
+//  first: ids 1..segments), or -1 for memory a client mounted (not kept across restarts).
+static int64_t
+s_own_index (self_t *self, uint32_t segment_id)
+{
+    return segment_id >= 1 && segment_id <= self->config->segments ? (int64_t) segment_id - 1 : -1;
+}
+
+//  A log that could not be written is no record: it is removed, so the next start adopts
+//  nothing rather than something a lost DEL would have cancelled.
+static void
+s_log_broken (self_t *self)
+{
+    zsys_error ("replica-manager: the object log in %s cannot be written (%s): it is removed, "
+                "and a restart will not adopt this run's objects",
+                self->config->segment_dir, strerror (errno));
+    object_log_abandon (self->log);
+    object_log_destroy (&self->log);
+}
+
+void
+rm_log_put (self_t *self, kvp_object_t *object, const uint64_t *checksum)
+{
+    if (!self->log || object->logged || object->state != OBJECT_COMPLETE)
+        return;
+    bool hashed = checksum != NULL;
+    for (uint32_t r = 0; r < object->replica_count; r++) {
+        int64_t index = s_own_index (self, object->replicas[r].segment_id);
+        if (index < 0)
+            continue;
+        if (!hashed) {
+            int64_t started = zclock_usecs ();
+            object->checksum = object_log_checksum (object->replicas[r].addr, object->size);
+            self->log_hash_us += (uint64_t) (zclock_usecs () - started);
+            hashed = true;
+        }
+        else if (checksum)
+            object->checksum = *checksum;
+        if (object_log_put (self->log, object->key, strlen (object->key), (uint32_t) index,
+                            object->replicas[r].offset, object->size, object->id, object->checksum)
+            == 0) {
+            object->logged = true;
+            self->log_live++;
+        }
+    }
+}
+
+void
+rm_log_del (self_t *self, kvp_object_t *object)
+{
+    if (!self->log || !object->logged)
+        return;
+    object->logged = false;
+    for (uint32_t r = 0; r < object->replica_count; r++) {
+        int64_t index = s_own_index (self, object->replicas[r].segment_id);
+        if (index < 0)
+            continue;
+        object_log_del (self->log, object->key, strlen (object->key), (uint32_t) index,
+                        object->replicas[r].offset, object->id);
+        self->log_live--;
+    }
+}
+
+//  Starts a fresh log at DIR/objects.log with the live records of every object that has
+//  them, replacing the old one. Returns 0 or -1 (the old log, if any, stays).
+static int
+s_log_rewrite (self_t *self)
+{
+    char path[300];
+    snprintf (path, sizeof path, "%s/objects.log", self->config->segment_dir);
+    object_log_t *fresh = object_log_create (path);
+    if (!fresh)
+        return -1;
+    object_log_t *old = self->log;
+    self->log = fresh;
+    self->log_live = 0;
+    for (kvp_object_t *object = (kvp_object_t *) object_table_first (self->objects); object;
+         object = (kvp_object_t *) object_table_next (self->objects))
+        if (object->logged || !old) {
+            object->logged = false;
+            rm_log_put (self, object, &object->checksum);
+        }
+    if (object_log_install (fresh) != 0) {
+        object_log_abandon (fresh);
+        object_log_destroy (&fresh);
+        self->log = old;
+        return -1;
+    }
+    object_log_destroy (&old);
+    return 0;
+}
+
+void
+rm_log_flush (self_t *self)
+{
+    if (!self->log)
+        return;
+    if (object_log_flush (self->log) != 0) {
+        s_log_broken (self);
+        return;
+    }
+    //  Compaction: when the file holds far more records than are live.
+    if (object_log_records (self->log) > 4 * self->log_live + 100000) {
+        int64_t started = zclock_usecs ();
+        if (s_log_rewrite (self) != 0)
+            s_log_broken (self);
+        else if (self->config->verbose)
+            zsys_info ("replica-manager: object log compacted to %llu records in %lld us",
+                       (unsigned long long) self->log_live,
+                       (long long) (zclock_usecs () - started));
+    }
+}
+
+//  KVP_RM_ADOPT (at start, with --segment-dir): the objects the allocator adopted from the
+//  previous run become committed objects (in memory, published, in the eviction order), and
+//  the object log starts afresh with exactly them (the compaction at start).
+static void
+s_adopt (self_t *self, kvp_job_t *job, int64_t now)
+{
+    kvp_job_need_replicas (job);
+    kvp_job_t *free_job = NULL;
+    for (size_t i = 0; i < job->count; i++) {
+        kvp_item_t *item = &job->items[i];
+        if (item->status != KVPOOL_OK || item->replica_count == 0)
+            continue;
+        if (object_table_lookup (self->objects, item->key)) {
+            item->status = KVPOOL_OBJECT_ALREADY_EXISTS;
+            rm_free_range (&free_job, item->size, item->replicas, item->replica_count);
+            continue;
+        }
+        kvp_object_t *object = rm_object_new (self, job, item, now);
+        object->replica_count = item->replica_count;
+        memcpy (object->replicas, item->replicas, item->replica_count * sizeof (kvp_replica_t));
+        object->bound = true;
+        object->state = OBJECT_COMPLETE;
+        object->checksum = item->checksum;
+        object->touched = object->memory_since = now;
+        lru_append (&self->memory, &object->in_memory);
+        if (self->eager)
+            lru_append (&self->unsaved, &object->unsaved);
+        rm_publish (self, object);
+        self->bytes_stored += object->size * object->replica_count;
+    }
+    object_log_destroy (&self->log);
+    if (s_log_rewrite (self) != 0) {
+        zsys_error ("replica-manager: cannot start the object log in %s: %s; objects put from "
+                    "now on will not survive a restart",
+                    self->config->segment_dir, strerror (errno));
+        char path[300];
+        snprintf (path, sizeof path, "%s/objects.log", self->config->segment_dir);
+        unlink (path);
+    }
+    rm_free_job_send (self, &free_job);
+}
+
 //  Every committed object held here (in memory or on disk), for the master (a node that
 //  registers reports what it holds).
 static void
@@ -1371,6 +1533,7 @@ s_handle_job (self_t *self, kvp_job_t *job)
         case KVP_RM_DISK_REGISTER: rm_disk_register (self, job, now); break;
         case KVP_RM_DISK_LOST: rm_disk_lost (self, job, now); break;
         case KVP_RM_PROMOTE: rm_promote (self, job, now); break;
+        case KVP_RM_ADOPT: s_adopt (self, job, now); break;
         default:
             kvp_job_fail (job, KVPOOL_INTERNAL_ERROR, "replica-manager: job kind %d", job->kind);
             break;
@@ -1410,6 +1573,8 @@ replica_manager_actor (zsock_t *pipe, void *args)
                 s_regex_start (self, job, &routing_id);
             else if (job) {
                 s_handle_job (self, job);
+                //  A committed object's record is on the file before its writer hears OK.
+                rm_log_flush (self);
                 kvp_job_reply (self->router, &routing_id, job);
             }
             rm_unlinks_send (self);

@@ -21,6 +21,7 @@
 #include "actors/regex_matcher.h"
 #include "messages/kvp_job.h"
 #include "shm/shm_index.h"
+#include "tier/object_log.h"
 
 //  A read stamp further ahead of the actor's clock than this is not taken for a read.
 #define STAMP_FUTURE_MAX_MS 10000
@@ -66,6 +67,8 @@ struct _kvp_object_t {
     uint64_t disk_id;        //  its disk copy (tier/disk_store.h), or 0
     uint64_t disk_footprint; //  what that copy takes on disk
     bool offloading;         //  pinned while the evictor writes its disk copy
+    bool logged;             //  --segment-dir: its PUT records are live in the object log
+    uint64_t checksum;       //  ... with this XXH3-64 of the value
     //  Last, in the same allocation: one allocation an object, and its key in the cache line
     //  after its eviction fields, which an eviction walk reads together.
     char key[];
@@ -114,6 +117,10 @@ typedef struct {
     //  Role node: the cluster actor hears of objects evicted or lost here (for the master).
     zsock_t *cluster;
     kvp_job_t *dropped; //  KVP_CL_DROPPED, sent at the end of each job
+    //  --segment-dir: the record of the objects in the node's own segments (see DESIGN)
+    object_log_t *log;
+    uint64_t log_live;    //  live PUT records in it
+    uint64_t log_hash_us; //  time spent hashing values for it
     regex_matcher_t *matcher;
     zlistx_t *regex_runs; //  regex_run_t, oldest first; the first is at the matcher if out
     bool regex_out;
@@ -151,6 +158,12 @@ int64_t rm_lease_end (rm_state_t *self, kvp_object_t *object, int64_t now);
 bool rm_take_unleased (rm_state_t *self, kvp_object_t *object, bool force, int64_t now);
 //  Publishes a committed object in the read index.
 void rm_publish (rm_state_t *self, kvp_object_t *object);
+//  --segment-dir: records a committed object's replicas on the node's own segments (hashing
+//  its value unless checksum is given) / records that they are no longer its (before their
+//  space can be freed). Both no-ops without a log; written by rm_log_flush.
+void rm_log_put (rm_state_t *self, kvp_object_t *object, const uint64_t *checksum);
+void rm_log_del (rm_state_t *self, kvp_object_t *object);
+void rm_log_flush (rm_state_t *self);
 //  Drops an item's replicas on segments that went; false when that left it none.
 bool rm_strip_gone (rm_state_t *self, kvp_item_t *item, kvp_job_t **free_job_p);
 

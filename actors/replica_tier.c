@@ -147,6 +147,7 @@ s_memory_evict (self_t *self, kvp_object_t *object, kvp_job_t **free_job_p)
     lru_remove (&self->memory, &object->in_memory);
     lru_remove (&self->unsaved, &object->unsaved);
     self->bytes_stored -= object->size * object->replica_count;
+    rm_log_del (self, object);
     rm_free_range (free_job_p, object->size, object->replicas, object->replica_count);
     object->replica_count = 0;
     self->evictions++;
@@ -441,6 +442,7 @@ rm_promote (self_t *self, kvp_job_t *job, int64_t now)
         self->bytes_stored += object->size * object->replica_count;
         self->promotions++;
         rm_publish (self, object);
+        rm_log_put (self, object, NULL);
     }
     rm_free_job_send (self, &free_job);
 }

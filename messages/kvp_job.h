@@ -63,6 +63,9 @@ typedef enum {
     KVP_RM_DISK_LOST,      //  items (key, disk_id): copies that failed verification
     KVP_RM_PROMOTE,        //  items placed and written from a disk copy: memory replicas
                            //  for disk-only objects
+    KVP_RM_ADOPT,          //  at start, with --segment-dir: items (owned keys, size, one
+                           //  replica, checksum) adopted from a previous run become
+                           //  committed objects; the object log starts afresh with them
     //  allocator
     KVP_AL_ALLOC,          //  items with status OK: place replica_num replicas, fill replicas
     KVP_AL_FREE,           //  items: free their replicas
@@ -157,9 +160,10 @@ typedef struct {
     //  A value read from disk: owned by the item until it is sent; freed with buffer_free.
     void *buffer;
     void (*buffer_free) (void *buffer);
-    bool evict;   //  KVP_RM_EVICT out: free the memory once the disk copy is written
-    bool promote; //  a disk read of an object read often enough to go back to memory
-    bool lost;    //  TX_DISK_READ: the copy failed verification (to be forgotten, unlinked)
+    bool evict;        //  KVP_RM_EVICT out: free the memory once the disk copy is written
+    bool promote;      //  a disk read of an object read often enough to go back to memory
+    bool lost;         //  TX_DISK_READ: the copy failed verification (to be forgotten, unlinked)
+    uint64_t checksum; //  KVP_RM_ADOPT: XXH3-64 of the value (tier/object_log.h)
     //  KVP_CL_LOCATE: the nodes that hold it (indices into job->nodes)
     uint8_t location_count;
     uint16_t locations[KVP_MAX_REPLICAS];
@@ -189,7 +193,7 @@ typedef struct {
 
 typedef struct {
     uint32_t id;
-    char name[64];
+    char name[256]; //  a shm name, a /proc/<pid>/fd/<fd> or a --segment-dir path
     uint64_t size;
     uint64_t used;
     char owner[64];

@@ -62,8 +62,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-//  Longest name: shm_open names ("/name") and "/proc/<pid>/fd/<fd>" both fit.
-#define SEGMENT_NAME_MAX 63
+//  Longest name: shm_open names ("/name"), "/proc/<pid>/fd/<fd>" and the paths of a
+//  --segment-dir's files all fit.
+#define SEGMENT_NAME_MAX 255
 
 struct _segment_t {
     char name[SEGMENT_NAME_MAX + 1];
@@ -73,6 +74,7 @@ struct _segment_t {
     bool locked; //  mlock succeeded
     int fd;      //  a sealed memfd this process made, held open for its name; else -1
     int lock_fd; //  a created /dev/shm object, held open with flock(LOCK_SH); else -1
+    int file_fd; //  a file made by segment_new_file, held open for segment_commit; else -1
     dev_t dev;   //  the object's identity, whatever name it was opened by
     ino_t ino;
 };
@@ -98,12 +100,21 @@ segment_name_is_fd (const char *name)
     return *c == 0 && strlen (name) <= SEGMENT_NAME_MAX;
 }
 
+bool
+segment_name_is_path (const char *name)
+{
+    if (!name || name[0] != '/' || segment_name_is_fd (name) || strncmp (name, "/proc/", 6) == 0)
+        return false;
+    size_t length = strlen (name);
+    return length <= SEGMENT_NAME_MAX && strchr (name + 1, '/') != NULL && name[length - 1] != '/';
+}
+
 static bool
 s_name_valid (const char *name)
 {
     if (!name || name[0] != '/')
         return false;
-    if (segment_name_is_fd (name))
+    if (segment_name_is_fd (name) || segment_name_is_path (name))
         return true;
     size_t length = strlen (name);
     if (length < 2 || length > SEGMENT_NAME_MAX)
@@ -117,6 +128,8 @@ s_open_existing (const char *name, int flags)
 {
     if (segment_name_is_fd (name))
         return open (name, flags | O_CLOEXEC);
+    if (segment_name_is_path (name))
+        return open (name, flags | O_CLOEXEC | O_NOFOLLOW);
     return shm_open (name, flags, 0);
 }
 
@@ -152,6 +165,7 @@ s_segment_map (const char *name, int fd, size_t size, bool owner)
     self->owner = owner;
     self->fd = -1;
     self->lock_fd = -1;
+    self->file_fd = -1;
     struct stat st;
     if (fstat (fd, &st) == 0) {
         self->dev = st.st_dev;
@@ -168,7 +182,8 @@ s_segment_map (const char *name, int fd, size_t size, bool owner)
 segment_t *
 segment_new (const char *name, size_t size, bool lock)
 {
-    if (!s_name_valid (name) || size == 0 || size > (size_t) INT64_MAX) {
+    if (!s_name_valid (name) || segment_name_is_path (name) || segment_name_is_fd (name)
+        || size == 0 || size > (size_t) INT64_MAX) {
         errno = EINVAL;
         return NULL;
     }
@@ -246,7 +261,8 @@ segment_mount (const char *name, size_t size, char *reason, size_t reason_size)
         reason = unused;
         reason_size = sizeof unused;
     }
-    if (!s_name_valid (name) || size == 0 || size > (size_t) INT64_MAX) {
+    if (!s_name_valid (name) || segment_name_is_path (name) || size == 0
+        || size > (size_t) INT64_MAX) {
         snprintf (reason, reason_size,
                   "mount needs a name (/proc/<pid>/fd/<fd> of a sealed memfd) and a size");
         errno = EINVAL;
@@ -350,8 +366,75 @@ segment_destroy (segment_t **self_p)
         close (self->fd);
     if (self->lock_fd >= 0)
         close (self->lock_fd);
+    if (self->file_fd >= 0)
+        close (self->file_fd);
     free (self);
     *self_p = NULL;
+}
+
+segment_t *
+segment_new_file (const char *path, size_t size, bool lock, bool commit)
+{
+    if (!segment_name_is_path (path) || size == 0 || size > (size_t) INT64_MAX) {
+        errno = EINVAL;
+        return NULL;
+    }
+    int fd = open (path, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd == -1)
+        return NULL;
+    if (ftruncate (fd, (off_t) size) == -1)
+        goto failed;
+    if (commit) {
+        int rc = posix_fallocate (fd, 0, (off_t) size);
+        if (rc != 0) {
+            errno = rc;
+            goto failed;
+        }
+    }
+    segment_t *self = s_segment_map (path, fd, size, false);
+    if (!self)
+        goto failed;
+    self->file_fd = fd;
+    if (lock)
+        self->locked = mlock (self->base, self->size) == 0;
+    return self;
+failed:
+    s_cleanup (fd, NULL);
+    unlink (path);
+    return NULL;
+}
+
+int
+segment_commit (segment_t *self)
+{
+    assert (self);
+    if (self->file_fd < 0) {
+        errno = EINVAL;
+        return -1;
+    }
+    int rc = posix_fallocate (self->file_fd, 0, (off_t) self->size);
+    if (rc != 0) {
+        errno = rc;
+        return -1;
+    }
+    return 0;
+}
+
+int
+segment_release (segment_t *self, uint64_t offset, uint64_t length)
+{
+    assert (self);
+    long page = sysconf (_SC_PAGESIZE);
+    if (offset > self->size || length > self->size - offset) {
+        errno = EINVAL;
+        return -1;
+    }
+    //  Only whole pages inside the range: the pages at its ends may hold other bytes.
+    uint64_t first = (offset + (uint64_t) page - 1) / (uint64_t) page * (uint64_t) page;
+    uint64_t end = (offset + length) / (uint64_t) page * (uint64_t) page;
+    if (end <= first)
+        return 0;
+    return madvise ((char *) self->base + first, end - first, MADV_REMOVE);
 }
 
 void *
@@ -632,8 +715,42 @@ segment_test (bool verbose)
         assert (created == NULL && errno == EINVAL);
         errno = 0;
         segment_t *opened = segment_open (bad[i], 4096);
-        assert (opened == NULL && errno == EINVAL);
+        //  "/a/b" is a file's path (a --segment-dir's), which does not exist.
+        assert (opened == NULL && errno == (i == 4 ? ENOENT : EINVAL));
     }
+    //  A file segment: kept after destroy, opened by its path, pages given back on demand.
+    char dir_path[] = "/tmp/kvpool-segtest-XXXXXX";
+    assert (mkdtemp (dir_path));
+    char file_path[300];
+    snprintf (file_path, sizeof file_path, "%s/segment-0", dir_path);
+    assert (segment_name_is_path (file_path) && !segment_name_is_path ("/kvpool-1"));
+    assert (!segment_name_is_path ("/proc/1/fd/3") && !segment_name_is_path ("/a/"));
+    segment_t *file_seg = segment_new_file (file_path, 1 << 20, false, false);
+    assert (file_seg && strcmp (segment_name (file_seg), file_path) == 0);
+    errno = 0;
+    assert (segment_new_file (file_path, 1 << 20, false, false) == NULL && errno == EEXIST);
+    memset (segment_base (file_seg), 0x6B, 1 << 20);
+    assert (segment_commit (file_seg) == 0);
+    segment_t *file_view = segment_open (file_path, 1 << 20);
+    assert (file_view && segment_same_object (file_view, file_seg));
+    assert (((unsigned char *) segment_base (file_view))[4097] == 0x6B);
+    //  Releasing a range zeroes only the whole pages inside it.
+    assert (segment_release (file_seg, 100, 3 * 4096) == 0);
+    assert (((unsigned char *) segment_base (file_view))[4095] == 0x6B);
+    assert (((unsigned char *) segment_base (file_view))[4096] == 0);
+    assert (((unsigned char *) segment_base (file_view))[3 * 4096 + 99] == 0x6B);
+    assert (segment_release (file_seg, 1 << 20, 1) == -1);
+    char reason_path[256];
+    assert (!segment_mount (file_path, 4096, reason_path, sizeof reason_path));
+    segment_destroy (&file_view);
+    segment_destroy (&file_seg);
+    struct stat kept;
+    assert (stat (file_path, &kept) == 0 && kept.st_size == 1 << 20);
+    file_view = segment_open (file_path, 1 << 20);
+    assert (file_view && ((unsigned char *) segment_base (file_view))[0] == 0x6B);
+    segment_destroy (&file_view);
+    unlink (file_path);
+    rmdir (dir_path);
     too_long[SEGMENT_NAME_MAX] = 0; //  exactly the limit is accepted
     segment_t *edge = segment_new (too_long, 4096, false);
     assert (edge);
@@ -754,7 +871,7 @@ segment_test (bool verbose)
     segment_destroy (&other);
     segment_destroy (&again);
     //  Destroying the creator closes the descriptor: the name is gone with it.
-    char sealed_name[64];
+    char sealed_name[SEGMENT_NAME_MAX + 1];
     snprintf (sealed_name, sizeof sealed_name, "%s", segment_name (sealed));
     segment_destroy (&sealed);
     errno = 0;
@@ -825,8 +942,13 @@ segment_test (bool verbose)
 int
 segment_share_with_group (const char *shm_name, gid_t gid)
 {
+    if (segment_name_is_path (shm_name)) {
+        if (chown (shm_name, (uid_t) -1, gid) != 0)
+            return -1;
+        return chmod (shm_name, 0660);
+    }
     //  POSIX shared memory lives in /dev/shm on Linux; the name starts with '/'.
-    char path[128];
+    char path[300];
     if (!shm_name || shm_name[0] != '/'
         || snprintf (path, sizeof path, "/dev/shm%s", shm_name) >= (int) sizeof path) {
         errno = EINVAL;

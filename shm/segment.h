@@ -5,6 +5,11 @@
     other process on the machine (a same-machine client) opens it by name and maps the same
     bytes. Names follow shm_open rules: one leading '/', no other '/', at most 63 characters.
 
+    With --segment-dir a node's own segment is a file in that directory instead
+    (segment_new_file): named by its path, kept when the node stops or dies, so that a node
+    restarted on the same machine finds its objects in it (actors/segment_dir.c). Clients open
+    it by that path like any other name.
+
     Memory a client contributes is a memfd sealed against shrinking, named
     "/proc/<pid>/fd/<fd>" (segment_new_sealed makes one, segment_mount maps one). A node
     refuses anything else: an object that can shrink under its mapping would kill it with
@@ -51,6 +56,21 @@ int segment_share_with_group (const char *shm_name, gid_t gid);
 
 //  Whether name has the "/proc/<pid>/fd/<fd>" form (nothing to unlink for it).
 bool segment_name_is_fd (const char *name);
+//  Whether name is the path of a file (absolute, with a directory, not under /proc): the
+//  files of a --segment-dir.
+bool segment_name_is_path (const char *name);
+
+//  Creates the file path (fails if it exists), size bytes, mapped MAP_SHARED. With commit,
+//  every page is allocated now (posix_fallocate); without, later by segment_commit (a node
+//  that copies objects into it from a previous run's files first). Destroying it unmaps and
+//  never unlinks: the file outlives the process. Returns NULL with errno set. Caller owns the
+//  return value.
+segment_t *segment_new_file (const char *path, size_t size, bool lock, bool commit);
+//  Allocates every page of a segment made by segment_new_file. Returns 0 or -1 with errno.
+int segment_commit (segment_t *self);
+//  Gives the whole pages inside [offset, offset + length) back to the system (MADV_REMOVE:
+//  a hole is punched in the object; they read as zeros after). Returns 0 or -1 with errno.
+int segment_release (segment_t *self, uint64_t offset, uint64_t length);
 
 //  Unmaps; unlinks the name if this process created it. Does nothing on NULL; sets *self_p
 //  to NULL.

@@ -17,7 +17,7 @@
 
 typedef struct {
     uint32_t id;
-    char name[64];
+    char name[256];
     uint64_t size;
     uint64_t device, inode; //  as listed
     segment_t *map;         //  NULL when it could not be mapped

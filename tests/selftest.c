@@ -40,6 +40,8 @@
 #include "messages/request_check.h"
 #include "shm/shm_index.h"
 #include "tier/disk_store.h"
+#include "tier/object_log.h"
+#include "actors/segment_dir.h"
 #include "rdma/rdma.h"
 
 typedef struct {
@@ -76,6 +78,8 @@ static selftest_t s_tests[] = {{"kvp_status", kvp_status_test},
                                {"lookup_keys", lookup_keys_test},
                                {"lookup_server", lookup_server_test},
                                {"disk_store", disk_store_test},
+                               {"object_log", object_log_test},
+                               {"segment_dir", segment_dir_test},
                                {"directory", directory_test},
                                {"node_table", node_table_test},
                                {"master", master_test},
