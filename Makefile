@@ -45,7 +45,7 @@ SERVER_LIBS := $(LIBS) -ljemalloc -lpcre2-8 -luring -lxxhash $(if $(wildcard rdm
 DEB_PACKAGES := build-essential pkg-config libzmq3-dev libczmq-dev libprotobuf-c-dev \
 	protobuf-c-compiler protobuf-compiler libjemalloc-dev libibverbs-dev libmsgpack-dev \
 	libhiredis-dev libpcre2-dev liburing-dev libxxhash-dev redis-server clang libclang-rt-14-dev python3 python3-zmq python3-msgpack \
-	python3-pytest python3-numpy python3-protobuf procps
+	python3-pytest python3-numpy python3-protobuf procps iperf3
 
 PROTO := protocol/kvpool.proto
 PROTO_C := $(GEN)/protocol/kvpool.pb-c.c
@@ -167,9 +167,10 @@ $(BIN)/kvpool-selftest: $(OBJ)/tests/selftest.o $(LIB)/libkvpool-all.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(SERVER_LIBS)
 
 # The benchmark is a plain client: libkvpool and glibc's malloc, as an application has. It
-# starts kvpoold as the tests do, and reads its ready file with the tests' reader.
+# starts kvpoold as the tests do, and reads its ready file with the tests' reader; its master
+# section speaks the cluster protocol to a master, with the generated codec.
 $(BIN)/kvpool-bench: $(patsubst %.c,$(OBJ)/%.o,$(BENCH_SRC)) $(OBJ)/tests/ready_file.o \
-		$(LIB)/libkvpool.a
+		$(OBJ)/gen/cluster.pb-c.o $(LIB)/libkvpool.a
 	@mkdir -p $(BIN)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS) -lhiredis -lm
 

@@ -1,7 +1,8 @@
 /*  bench.h - the sections of kvpool-bench, and the processes they start. The lookup section
-    runs against servers that are already up, the tier section starts its own; each prints its
-    own table to stdout. bench/kvpool_bench.c starts the main servers, calls the sections and
-    prints the ratios; bench/bench_proc.c starts and stops every process the bench runs.
+    runs against servers that are already up, the tier, cluster and master sections start
+    their own; each prints its own table to stdout. bench/kvpool_bench.c starts the main
+    servers, calls the sections and prints the ratios; bench/bench_proc.c starts and stops
+    every process the bench runs.
 */
 #ifndef BENCH_H_INCLUDED
 #define BENCH_H_INCLUDED
@@ -32,6 +33,22 @@ double bench_floor_p50_us (int port, int reps, double rep_seconds);
 //  when a call failed or a check did not pass (missed targets are reported, not failed).
 int bench_tier_run (const char *kvpoold_path, bool quick);
 
+//  The cluster section (bench_cluster.c): a master and two nodes of its own (kvpoold at
+//  kvpoold_path, distinct host ids), and batched get and put throughput of 64 KiB, 1 MiB and
+//  4 MiB values through libkvpool connected to node 1 while the values live on node 2 (read
+//  and written over the nodes' data plane), beside the same calls through node 2 itself and
+//  beside the loopback bandwidth iperf3 measures (a ratio; skipped when iperf3 is missing).
+//  reps repetitions of rep_seconds each, the median reported. quick: smaller figures. Returns
+//  0, or -1 when a call failed or a check did not pass (missed targets are reported only).
+int bench_cluster_run (const char *kvpoold_path, bool quick, int reps, double rep_seconds);
+
+//  The master section (bench_master.c): a master of its own (kvpoold --role master), driven
+//  over its ROUTER with the cluster protocol as fake nodes: keys per second of INVENTORY,
+//  PLACE+COMMIT and LOCATE in batches, single-key LOCATE round trips, and the master's
+//  resident memory per object, over 10 million keys (200000 with quick). Returns 0 or -1, as
+//  bench_cluster_run.
+int bench_master_run (const char *kvpoold_path, bool quick);
+
 //  ---- processes (bench_proc.c) ---------------------------------------------------------
 //  Every child the bench starts goes through bench_spawn, so an interrupted bench stops them
 //  all (bench_on_signal) and a bench that dies takes them with it (PR_SET_PDEATHSIG).
@@ -53,6 +70,11 @@ int bench_wait (pid_t pid);
 
 //  Whether the child has exited (then it is reaped).
 bool bench_exited (pid_t pid);
+
+//  A loopback tcp port that was free a moment ago (the kernel's pick), for a server that
+//  cannot bind port 0 and say which it got; the caller retries if it was taken meanwhile.
+//  -1 on failure.
+int bench_free_port (void);
 
 //  A kvpoold the bench started, and what its ready file said.
 typedef struct {
@@ -90,5 +112,11 @@ void bench_on_signal (int signum);
 uint64_t bench_mix (uint64_t x);
 void bench_fill (void *buffer, size_t size, uint64_t seed);
 bool bench_holds (const void *buffer, size_t size, uint64_t seed);
+
+//  Statistics (bench_values.c): the median of count values (NAN when none; the values are
+//  left as they are); the nearest-rank quantile q of count values (NAN when none; sorts them
+//  in place).
+double bench_median (const double *values, int count);
+double bench_quantile (double *values, size_t count, double q);
 
 #endif

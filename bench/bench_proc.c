@@ -13,14 +13,17 @@
 #include "bench/bench.h"
 #include "tests/ready_file.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -138,6 +141,25 @@ bench_exited (pid_t pid)
         return false;
     s_forget (pid);
     return true;
+}
+
+//  redis-server and iperf3 cannot bind port 0 and say which port they got: the bench picks
+//  one here, and retries when another process took it meanwhile.
+int
+bench_free_port (void)
+{
+    int fd = socket (AF_INET, SOCK_STREAM, 0);
+    if (fd < 0)
+        return -1;
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = 0};
+    addr.sin_addr.s_addr = htonl (INADDR_LOOPBACK);
+    socklen_t length = sizeof addr;
+    int port = -1;
+    if (bind (fd, (struct sockaddr *) &addr, sizeof addr) == 0
+        && getsockname (fd, (struct sockaddr *) &addr, &length) == 0)
+        port = ntohs (addr.sin_port);
+    close (fd);
+    return port;
 }
 
 int

@@ -104,36 +104,6 @@ s_fail (tier_t *self, const char *format, ...)
     self->errors++;
 }
 
-static int
-s_compare_doubles (const void *a, const void *b)
-{
-    double x = *(const double *) a, y = *(const double *) b;
-    return x < y ? -1 : x > y;
-}
-
-static double
-s_median (const double *values, int count)
-{
-    if (count <= 0)
-        return NAN;
-    double sorted[64];
-    count = count < 64 ? count : 64;
-    memcpy (sorted, values, count * sizeof (double));
-    qsort (sorted, count, sizeof (double), s_compare_doubles);
-    return count % 2 ? sorted[count / 2] : (sorted[count / 2 - 1] + sorted[count / 2]) / 2;
-}
-
-//  Nearest-rank quantile; sorts the values in place.
-static double
-s_quantile (double *values, size_t count, double q)
-{
-    if (count == 0)
-        return NAN;
-    qsort (values, count, sizeof (double), s_compare_doubles);
-    size_t rank = (size_t) ceil (q * count);
-    return values[rank ? rank - 1 : 0];
-}
-
 static void *
 s_buffer (size_t size)
 {
@@ -561,9 +531,9 @@ s_part_disk (tier_t *self)
             || s_dd_run (self, file, bytes, &dd_rate[reps]))
             goto done;
 
-    double median[READ_COUNT], dd = s_median (dd_rate, reps);
+    double median[READ_COUNT], dd = bench_median (dd_rate, reps);
     for (int r = 0; r < READ_COUNT; r++)
-        median[r] = s_median (rate[r], r == READ_MEMORY && !in_memory ? 0 : reps);
+        median[r] = bench_median (rate[r], r == READ_MEMORY && !in_memory ? 0 : reps);
     int best = median[READ_ZERO_COPY] > median[READ_INTO] ? READ_ZERO_COPY : READ_INTO;
     printf ("\n== tier: disk-tier reads of 1 MiB values against dd iflag=direct on the same disk "
             "(median of %d runs, alternated) ==\n",
@@ -806,7 +776,7 @@ s_part_eviction (tier_t *self)
         printf ("%-6d %14" PRIu64 " %10" PRIu64 " %12.2f %8" PRIu64 "\n", i + 1, cycles[i].held,
                 cycles[i].evicted, cycles[i].walk_us / 1e3, cycles[i].cycles);
     }
-    double median = s_median (walks, measured);
+    double median = bench_median (walks, measured);
     printf ("walk (eviction_walk_us): median %.2f ms, last %.2f ms, longest %.2f ms "
             "(eviction_walk_max_us) over %" PRIu64 " cycles; the pool holds %" PRIu64 " objects\n",
             median / 1e3, stats.eviction_walk_us / 1e3, stats.eviction_walk_max_us / 1e3,
@@ -1030,14 +1000,14 @@ s_part_puts (tier_t *self)
                 printf (" %9s\n", "FAILED");
                 continue;
             }
-            double rate = s_median (row->rate[phase], row->reps);
-            double p50 = s_quantile (row->latency[phase], row->calls[phase], 0.5) * 1e3;
-            double p99 = s_quantile (row->latency[phase], row->calls[phase], 0.99) * 1e3;
+            double rate = bench_median (row->rate[phase], row->reps);
+            double p50 = bench_quantile (row->latency[phase], row->calls[phase], 0.5) * 1e3;
+            double p99 = bench_quantile (row->latency[phase], row->calls[phase], 0.99) * 1e3;
             printf (" %9.1f %9.2f %9.2f %7zu %7" PRIu64, rate / 1e6, p50, p99, row->calls[phase],
                     row->failed[phase]);
             s_print_runs (row->rate[phase], row->reps, 1e6);
             if (phase == PHASE_OVERFLOW) {
-                ratio[r] = rate / s_median (row->rate[PHASE_EMPTY], row->reps);
+                ratio[r] = rate / bench_median (row->rate[PHASE_EMPTY], row->reps);
                 p50_overflow[r] = p50;
             }
         }

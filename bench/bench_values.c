@@ -1,8 +1,12 @@
 /*  bench_values.c - the values the benchmark writes and checks (bench.h): every value's bytes
     follow from a seed (its key's number), so a value returned for the wrong key fails the
-    check as surely as a damaged one.
+    check as surely as a damaged one. And the statistics the sections report.
 */
 #include "bench/bench.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 uint64_t
 bench_mix (uint64_t x)
@@ -31,4 +35,35 @@ bench_holds (const void *buffer, size_t size, uint64_t seed)
         if (words[i] != (base ^ (i * 0x100000001B3ULL)))
             return false;
     return true;
+}
+
+//  ---- statistics ----------------------------------------------------------------------
+
+static int
+s_compare_doubles (const void *a, const void *b)
+{
+    double x = *(const double *) a, y = *(const double *) b;
+    return x < y ? -1 : x > y;
+}
+
+double
+bench_median (const double *values, int count)
+{
+    if (count <= 0)
+        return NAN;
+    double sorted[64];
+    count = count < 64 ? count : 64;
+    memcpy (sorted, values, count * sizeof (double));
+    qsort (sorted, count, sizeof (double), s_compare_doubles);
+    return count % 2 ? sorted[count / 2] : (sorted[count / 2 - 1] + sorted[count / 2]) / 2;
+}
+
+double
+bench_quantile (double *values, size_t count, double q)
+{
+    if (count == 0)
+        return NAN;
+    qsort (values, count, sizeof (double), s_compare_doubles);
+    size_t rank = (size_t) ceil (q * count);
+    return values[rank ? rank - 1 : 0];
 }

@@ -26,8 +26,16 @@
       tier    bench_tier_run (bench/bench_tier.c): eviction and the disk tier, against
               kvpoolds of its own (started after the others are stopped): disk-tier reads
               beside dd, an eviction cycle over a million objects, puts under overflow.
-    A summary of kvpool/Redis ratios and the targets follows the data sections; lookup and
-    tier print their own targets.
+    Not in the default set (each starts a cluster of its own and takes longer; --cluster or
+    --only names them):
+      cluster bench_cluster_run (bench/bench_cluster.c): a master and two nodes; batched get
+              and put throughput through node 1 of values that live on node 2, as a share of
+              the loopback bandwidth iperf3 measures.
+      master  bench_master_run (bench/bench_master.c): one master driven with the cluster
+              protocol by fake nodes: keys per second of INVENTORY, LOCATE and PLACE+COMMIT,
+              and its memory per object, over 10 million keys.
+    A summary of kvpool/Redis ratios and the targets follows the data sections; lookup, tier,
+    cluster and master print their own targets.
 
     Method: the machine is shared and noisy, so every measurement (operation, size, batch,
     path) is repeated --reps times and the median throughput is reported. A repetition calls
@@ -62,18 +70,15 @@
 
 #include <hiredis/hiredis.h>
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
 #include <math.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -152,7 +157,7 @@ typedef struct {
     int reps, min_calls;
     double rep_seconds;
     uint64_t put_cap; //  bytes per put repetition, so the pool never fills
-    bool do_memcpy, do_kv, do_exist, do_lookup, do_tier;
+    bool do_memcpy, do_kv, do_exist, do_lookup, do_tier, do_cluster, do_master;
     bool use_kvpool, use_redis;
     char prefix[32]; //  every key starts with it ("bench-PID/")
     char kvpoold_default[PATH_MAX + 16];
@@ -276,25 +281,6 @@ s_kvpoold_start (bench_t *self)
     return 0;
 }
 
-//  An ephemeral loopback port nobody holds right now (redis-server cannot bind port 0 and
-//  tell us which port it got, so we pick one and retry if it is taken meanwhile).
-static int
-s_free_port (void)
-{
-    int fd = socket (AF_INET, SOCK_STREAM, 0);
-    if (fd < 0)
-        return -1;
-    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = 0};
-    addr.sin_addr.s_addr = htonl (INADDR_LOOPBACK);
-    socklen_t length = sizeof addr;
-    int port = -1;
-    if (bind (fd, (struct sockaddr *) &addr, sizeof addr) == 0
-        && getsockname (fd, (struct sockaddr *) &addr, &length) == 0)
-        port = ntohs (addr.sin_port);
-    close (fd);
-    return port;
-}
-
 static int
 s_redis_start (bench_t *self)
 {
@@ -306,7 +292,7 @@ s_redis_start (bench_t *self)
         return -1;
     }
     for (int attempt = 0; attempt < 3; attempt++) {
-        int port = s_free_port ();
+        int port = bench_free_port ();
         if (port < 0)
             return -1;
         char port_text[16];
@@ -1217,7 +1203,7 @@ s_print_summary (bench_t *self)
                 s_latency_us (&self->kv[OP_GET][s][b][PATH_LOCAL], 0.5),
                 s_latency_us (&self->kv[OP_GET][s][b][PATH_REDIS], 0.5));
         //  The floor under the tcp figure: a ZeroMQ round trip with no kvpool in it.
-        double floor = bench_floor_p50_us (s_free_port (), self->reps, self->rep_seconds);
+        double floor = bench_floor_p50_us (bench_free_port (), self->reps, self->rep_seconds);
         if (floor > 0)
             printf ("loopback floor: a bare libzmq DEALER -> ROUTER echo of 4 KiB, p50 %.1f us "
                     "(kvpool tcp get / floor: %.2f)\n",
@@ -1297,10 +1283,17 @@ s_usage (FILE *out)
              "and redis-server on loopback itself and stops them at the end.\n\n"
              "  --quick            few iterations (smoke test; well under a minute)\n"
              "  --only LIST        sections, comma-separated: memcpy, kv, exist, redis, lookup,\n"
-             "                     tier. 'redis' adds the Redis side to kv and exist; 'redis'\n"
-             "                     alone runs kv and exist on Redis only. 'tier' (eviction and\n"
-             "                     the disk tier) starts kvpoolds of its own, with disk\n"
-             "                     directories under /tmp. Default: all\n"
+             "                     tier, cluster, master. 'redis' adds the Redis side to kv and\n"
+             "                     exist; 'redis' alone runs kv and exist on Redis only. 'tier'\n"
+             "                     (eviction and the disk tier) starts kvpoolds of its own, with\n"
+             "                     disk directories under /tmp. 'master' drives a master of\n"
+             "                     its own with 10 million keys (200000 with --quick; the\n"
+             "                     master reaches about 2 GB). Default: all but cluster and\n"
+             "                     master\n"
+             "  --cluster          the cluster section: a master and two nodes of its own; reads\n"
+             "                     and writes of values held by the other node, against iperf3\n"
+             "                     on loopback (alone, the same as --only cluster; with --only,\n"
+             "                     added to its list)\n"
              "  --endpoint EP      use an already-running kvpoold at EP (only the bench's own\n"
              "                     keys are removed)\n"
              "  --admin EP         its lookup/reset endpoint (for the lookup section)\n"
@@ -1315,7 +1308,8 @@ s_usage (FILE *out)
 static int
 s_parse_only (bench_t *self, const char *list)
 {
-    bool kv = false, exist = false, redis = false, lookup = false, mem = false, tier = false;
+    bool kv = false, exist = false, redis = false, lookup = false, mem = false, tier = false,
+         cluster = false, master = false;
     char copy[256];
     snprintf (copy, sizeof copy, "%s", list);
     char *save = NULL;
@@ -1332,10 +1326,14 @@ s_parse_only (bench_t *self, const char *list)
             mem = true;
         else if (!strcmp (item, "tier"))
             tier = true;
+        else if (!strcmp (item, "cluster"))
+            cluster = true;
+        else if (!strcmp (item, "master"))
+            master = true;
         else {
             fprintf (stderr,
                      "kvpool-bench: unknown section '%s' (memcpy, kv, exist, redis, "
-                     "lookup, tier)\n",
+                     "lookup, tier, cluster, master)\n",
                      item);
             return -1;
         }
@@ -1348,6 +1346,8 @@ s_parse_only (bench_t *self, const char *list)
     self->do_lookup = lookup;
     self->do_memcpy = mem;
     self->do_tier = tier;
+    self->do_cluster = cluster;
+    self->do_master = master;
     self->use_redis = redis;
     return 0;
 }
@@ -1355,13 +1355,19 @@ s_parse_only (bench_t *self, const char *list)
 static int
 s_parse_options (bench_t *self, int argc, char **argv)
 {
-    static const struct option options[] = {
-        {"quick", no_argument, NULL, 'q'},          {"only", required_argument, NULL, 'o'},
-        {"endpoint", required_argument, NULL, 'e'}, {"admin", required_argument, NULL, 'a'},
-        {"reps", required_argument, NULL, 'r'},     {"time-ms", required_argument, NULL, 't'},
-        {"kvpoold", required_argument, NULL, 'k'},  {"redis-server", required_argument, NULL, 's'},
-        {"help", no_argument, NULL, 'h'},           {NULL, 0, NULL, 0}};
+    static const struct option options[] = {{"quick", no_argument, NULL, 'q'},
+                                            {"only", required_argument, NULL, 'o'},
+                                            {"endpoint", required_argument, NULL, 'e'},
+                                            {"admin", required_argument, NULL, 'a'},
+                                            {"reps", required_argument, NULL, 'r'},
+                                            {"time-ms", required_argument, NULL, 't'},
+                                            {"kvpoold", required_argument, NULL, 'k'},
+                                            {"redis-server", required_argument, NULL, 's'},
+                                            {"cluster", no_argument, NULL, 'c'},
+                                            {"help", no_argument, NULL, 'h'},
+                                            {NULL, 0, NULL, 0}};
     const char *only = NULL;
+    bool cluster = false;
     int reps = 0, time_ms = 0;
     int c;
     while ((c = getopt_long (argc, argv, "h", options, NULL)) != -1) {
@@ -1369,6 +1375,7 @@ s_parse_options (bench_t *self, int argc, char **argv)
         switch (c) {
             case 'q': self->quick = true; break;
             case 'o': only = optarg; break;
+            case 'c': cluster = true; break;
             case 'e': self->endpoint_opt = optarg; break;
             case 'a': self->admin_opt = optarg; break;
             case 'r':
@@ -1400,6 +1407,9 @@ s_parse_options (bench_t *self, int argc, char **argv)
     self->use_kvpool = self->use_redis = true;
     if (only && s_parse_only (self, only))
         return 2;
+    if (cluster && !only && s_parse_only (self, "cluster"))
+        return 2;
+    self->do_cluster = self->do_cluster || cluster;
     self->reps = reps ? reps : self->quick ? 2 : 5;
     self->rep_seconds = (time_ms ? time_ms : self->quick ? 20 : 200) / 1000.0;
     self->min_calls = 1;
@@ -1585,6 +1595,17 @@ main (int argc, char **argv)
             fprintf (stderr, "kvpool-bench: the tier section failed\n");
             self->errors++;
         }
+    }
+    //  Each starts a cluster of its own, one after the other.
+    if (self->do_cluster
+        && bench_cluster_run (self->kvpoold_path, self->quick, self->reps, self->rep_seconds)
+               != 0) {
+        fprintf (stderr, "kvpool-bench: the cluster section failed\n");
+        self->errors++;
+    }
+    if (self->do_master && bench_master_run (self->kvpoold_path, self->quick) != 0) {
+        fprintf (stderr, "kvpool-bench: the master section failed\n");
+        self->errors++;
     }
     for (int i = 0; i < BATCH; i++) {
         if (self->src[i] && self->src[i] != MAP_FAILED)
