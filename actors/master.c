@@ -73,6 +73,57 @@ s_reservation_free (void **item)
     }
 }
 
+//  A pending entry keeps its reservation's list handle where its holders will go (it has
+//  none until committed): the reservation ends, and its record goes, when the entry is
+//  committed, aborted or removed.
+static void
+s_reservation_end (self_t *self, dir_entry_t *entry)
+{
+    if (entry->state != DIR_PENDING)
+        return;
+    void *handle;
+    memcpy (&handle, entry->holders, sizeof handle);
+    if (handle)
+        zlistx_delete (self->reservations, handle);
+    memset (entry->holders, 0, sizeof entry->holders);
+}
+
+//  Keeps each node's count of the keys it holds (NODES, and whether a node's entries need a
+//  walk when it re-registers or dies) as an entry's holders change by delta.
+static void
+s_count (self_t *self, const dir_entry_t *entry, int delta)
+{
+    if (entry->state != DIR_COMMITTED)
+        return;
+    for (uint8_t h = 0; h < entry->holder_count; h++) {
+        node_t *node = node_table_get (self->nodes, entry->holders[h]);
+        if (node)
+            node->objects += (uint64_t) (int64_t) delta;
+    }
+}
+
+//  Removes entry from the directory, keeping the counts and the reservations right.
+static void
+s_remove (self_t *self, dir_entry_t *entry)
+{
+    s_reservation_end (self, entry);
+    s_count (self, entry, -1);
+    directory_remove (self->directory, entry);
+}
+
+//  Takes every key off node slot (a node that died or registers anew).
+static size_t
+s_drop_node (self_t *self, int slot, size_t *held_p)
+{
+    node_t *node = node_table_get (self->nodes, slot);
+    *held_p = 0;
+    if (!node || node->objects == 0)
+        return 0; //  nothing to walk for
+    size_t lost = directory_drop_node (self->directory, (uint16_t) slot, held_p);
+    node->objects = 0;
+    return lost;
+}
+
 static self_t *
 s_self_new (zsock_t *pipe, const kvp_config_t *config)
 {
@@ -234,6 +285,7 @@ s_reply_node (self_t *self, reply_t *r, int slot)
     out->capacity = node->capacity;
     out->free = node->free;
     out->alive = node->alive;
+    out->objects = node->objects;
     out->last_heard_ms = (uint64_t) (zclock_mono () - node->last_heard);
     reply->nodes[reply->n_nodes] = out;
     self->node_index[slot] = (uint32_t) ++reply->n_nodes;
@@ -294,7 +346,7 @@ s_node_dead (self_t *self, int slot, const char *why)
     node_t *node = node_table_get (self->nodes, slot);
     node->alive = false;
     size_t held = 0;
-    size_t lost = directory_drop_node (self->directory, (uint16_t) slot, &held);
+    size_t lost = s_drop_node (self, slot, &held);
     self->nodes_lost++;
     zsys_warning ("master: node %s (%s) %s: %zu replicas dropped, %zu objects lost with it",
                   node->node_id, node->client_endpoint, why, held, lost);
@@ -325,7 +377,7 @@ s_register (self_t *self, reply_t *r, const Kvpool__Cluster__V1__NodeRequest *re
     }
     node_t *node = node_table_get (self->nodes, slot);
     //  What it held before is forgotten: the inventory that follows says what it holds now.
-    size_t held = 0, lost = directory_drop_node (self->directory, (uint16_t) slot, &held);
+    size_t held = 0, lost = s_drop_node (self, slot, &held);
     if (held)
         zsys_info ("master: node %s registers again: %zu replicas it had reported dropped (%zu "
                    "objects until it reports them again)",
@@ -368,10 +420,18 @@ s_inventory (self_t *self, reply_t *r, arena_t *arena,
     size_t added = 0;
     for (size_t i = 0; i < request->n_keys; i++) {
         char *key = s_key (self, arena, &request->keys[i]);
-        if (key
-            && directory_add_holder (self->directory, key, request->keys[i].len, request->sizes[i],
-                                     (uint16_t) slot))
+        if (!key)
+            continue;
+        dir_entry_t *entry = directory_find (self->directory, key);
+        if (entry)
+            s_reservation_end (self, entry); //  a pending key the node holds: committed now
+        uint8_t before = entry && entry->state == DIR_COMMITTED ? entry->holder_count : 0;
+        entry = directory_add_holder (self->directory, key, request->keys[i].len, request->sizes[i],
+                                      (uint16_t) slot);
+        if (entry && entry->holder_count > before) {
+            node_table_get (self->nodes, slot)->objects++;
             added++;
+        }
     }
     r->reply.count = added;
 }
@@ -465,7 +525,8 @@ s_place (self_t *self, reply_t *r, arena_t *arena, const Kvpool__Cluster__V1__No
             reservation->key = copy;
             reservation->token = token;
             reservation->deadline = deadline;
-            zlistx_add_end (self->reservations, reservation);
+            void *handle = zlistx_add_end (self->reservations, reservation);
+            memcpy (directory_find (self->directory, key)->holders, &handle, sizeof handle);
         }
         if (s_reply_holders (self, r, r->reply.holders[i], chosen, count) != 0)
             *status = KVPOOL_INTERNAL_ERROR;
@@ -508,11 +569,14 @@ s_commit (self_t *self, reply_t *r, arena_t *arena, const Kvpool__Cluster__V1__N
         }
         if (count == 0) {
             if (entry->state == DIR_PENDING)
-                directory_remove (self->directory, entry);
+                s_remove (self, entry);
             *status = KVPOOL_TRANSFER_FAIL;
             continue;
         }
+        s_reservation_end (self, entry);
+        s_count (self, entry, -1); //  an upsert's old holders
         directory_commit (self->directory, entry, slots, count);
+        s_count (self, entry, 1);
     }
 }
 
@@ -523,7 +587,7 @@ s_abort (self_t *self, arena_t *arena, const Kvpool__Cluster__V1__NodeRequest *r
         char *key = s_key (self, arena, &request->keys[i]);
         dir_entry_t *entry = key ? directory_find (self->directory, key) : NULL;
         if (entry && entry->state == DIR_PENDING)
-            directory_remove (self->directory, entry);
+            s_remove (self, entry);
     }
 }
 
@@ -557,7 +621,7 @@ s_locate (self_t *self, reply_t *r, arena_t *arena, const Kvpool__Cluster__V1__N
         if (!remove && r->reply.holders[i]->n_nodes == 0)
             r->reply.statuses[i] = KVPOOL_OBJECT_NOT_FOUND;
         if (remove) {
-            directory_remove (self->directory, entry);
+            s_remove (self, entry);
             r->reply.count++;
         }
     }
@@ -623,7 +687,7 @@ s_remove_regex (self_t *self, reply_t *r, arena_t *arena,
         memcpy (copy, key, key_len + 1);
         r->reply.keys[out].data = (uint8_t *) copy;
         r->reply.keys[out].len = key_len;
-        directory_remove (self->directory, entry);
+        s_remove (self, entry);
         out++;
     }
     r->reply.n_keys = r->reply.n_statuses = r->reply.n_holders = out;
@@ -640,8 +704,12 @@ s_dropped (self_t *self, arena_t *arena, const Kvpool__Cluster__V1__NodeRequest 
     for (size_t i = 0; i < request->n_keys; i++) {
         char *key = s_key (self, arena, &request->keys[i]);
         dir_entry_t *entry = key ? directory_find (self->directory, key) : NULL;
-        if (entry && entry->state == DIR_COMMITTED)
-            directory_drop_holder (self->directory, entry, (uint16_t) slot);
+        if (!entry || entry->state != DIR_COMMITTED)
+            continue;
+        uint8_t before = entry->holder_count;
+        bool gone = directory_drop_holder (self->directory, entry, (uint16_t) slot);
+        if (gone || entry->holder_count < before)
+            node_table_get (self->nodes, slot)->objects--;
     }
 }
 
@@ -649,14 +717,6 @@ static void
 s_nodes (self_t *self, reply_t *r)
 {
     s_all_nodes (self, r, false);
-    //  Objects per node: counted here, not kept up to date on every put.
-    for (dir_entry_t *entry = directory_first (self->directory); entry;
-         entry = directory_next (self->directory))
-        for (uint8_t h = 0; h < entry->holder_count; h++) {
-            uint32_t index = self->node_index[entry->holders[h]];
-            if (index)
-                r->reply.nodes[index - 1]->objects++;
-        }
     r->reply.count = directory_committed (self->directory);
 }
 
@@ -720,6 +780,8 @@ s_request (self_t *self)
                 break;
             case KVPOOL__CLUSTER__V1__KIND__REMOVE_ALL:
                 r.reply.count = directory_remove_all (self->directory);
+                for (size_t n = 0; n < node_table_size (self->nodes); n++)
+                    node_table_get (self->nodes, (int) n)->objects = 0;
                 s_all_nodes (self, &r, true);
                 break;
             case KVPOOL__CLUSTER__V1__KIND__REMOVE_REGEX:
@@ -762,7 +824,7 @@ s_tick (self_t *self)
            && reservation->deadline <= now) {
         dir_entry_t *entry = directory_find (self->directory, reservation->key);
         if (entry && entry->state == DIR_PENDING && entry->token == reservation->token)
-            directory_remove (self->directory, entry);
+            directory_remove (self->directory, entry); //  (its record goes just below)
         zlistx_delete (self->reservations, zlistx_cursor (self->reservations));
     }
     self->next_tick = now + LIVENESS_TICK_MS;
@@ -899,6 +961,12 @@ master_test (bool verbose)
     reply = s_call (dealer, &request);
     assert (reply->statuses[0] == 0 && reply->sizes[1] == 20 && reply->holders[1]->n_nodes == 1);
     kvpool__cluster__v1__master_reply__free_unpacked (reply, NULL);
+    //  NODES counts what each node holds.
+    request.kind = KVPOOL__CLUSTER__V1__KIND__NODES;
+    reply = s_call (dealer, &request);
+    assert (reply->n_nodes == 1 && reply->nodes[0]->objects == 2 && reply->count == 2);
+    kvpool__cluster__v1__master_reply__free_unpacked (reply, NULL);
+    request.kind = KVPOOL__CLUSTER__V1__KIND__LOCATE;
 
     //  The node falls silent: after the TTL its objects are gone and it must register.
     zclock_sleep (500);

@@ -8,9 +8,12 @@
 
 #include "protocol/contract.h"
 
+#define ID_SLOTS (NODE_TABLE_MAX * 2) //  node id -> slot: open addressing, never deleted
+
 struct _node_table_t {
     node_t *nodes[NODE_TABLE_MAX];
     size_t size;
+    int16_t ids[ID_SLOTS]; //  slot + 1; 0: free
     kvp_placement_t strategy;
     uint64_t rng;
 };
@@ -38,12 +41,21 @@ node_table_destroy (node_table_t **self_p)
     *self_p = NULL;
 }
 
+static size_t
+s_id_hash (const char *id)
+{
+    uint64_t hash = 0xcbf29ce484222325ULL; //  FNV-1a
+    for (; *id; id++)
+        hash = (hash ^ (uint8_t) *id) * 0x100000001b3ULL;
+    return (size_t) (hash % ID_SLOTS);
+}
+
 int
 node_table_find (node_table_t *self, const char *node_id)
 {
-    for (size_t i = 0; i < self->size; i++)
-        if (strcmp (self->nodes[i]->node_id, node_id) == 0)
-            return (int) i;
+    for (size_t i = s_id_hash (node_id); self->ids[i]; i = (i + 1) % ID_SLOTS)
+        if (strcmp (self->nodes[self->ids[i] - 1]->node_id, node_id) == 0)
+            return self->ids[i] - 1;
     return -1;
 }
 
@@ -59,6 +71,10 @@ node_table_slot (node_table_t *self, const char *node_id)
     if (!node)
         return -1;
     snprintf (node->node_id, sizeof node->node_id, "%s", node_id);
+    size_t i = s_id_hash (node->node_id);
+    while (self->ids[i])
+        i = (i + 1) % ID_SLOTS;
+    self->ids[i] = (int16_t) (self->size + 1);
     self->nodes[self->size] = node;
     return (int) self->size++;
 }
@@ -140,31 +156,44 @@ node_table_place (node_table_t *self, uint64_t size, uint32_t replica_num, int w
     for (size_t i = 0; i < self->size; i++)
         if (self->nodes[i]->alive)
             order[count++] = (int) i;
-    if (self->strategy == KVP_PLACEMENT_FREE_RATIO || self->strategy == KVP_PLACEMENT_LOCAL_FIRST) {
-        //  Insertion sort by free ratio, largest first (a cluster has few nodes).
-        for (size_t i = rest + 1; i < count; i++) {
-            int slot = order[i];
-            double ratio = s_free_ratio (self->nodes[slot]);
-            size_t j = i;
-            while (j > rest && s_free_ratio (self->nodes[order[j - 1]]) < ratio) {
-                order[j] = order[j - 1];
-                j--;
-            }
-            order[j] = slot;
-        }
-    }
-    else
+    bool by_ratio =
+        self->strategy == KVP_PLACEMENT_FREE_RATIO || self->strategy == KVP_PLACEMENT_LOCAL_FIRST;
+    if (!by_ratio)
         for (size_t i = count; i > rest + 1; i--) {
             size_t j = rest + (size_t) (s_random (self) % (i - rest));
             int swap = order[i - 1];
             order[i - 1] = order[j];
             order[j] = swap;
         }
+    //  The preferred (and the writer's) first, in order; then the rest: in their shuffled
+    //  order, or (by_ratio) the freest eligible each time, a scan per replica rather than a
+    //  sort per key (a master may have thousands of nodes).
     size_t chosen = 0;
-    for (int pass = 0; pass < 2 && chosen < replica_num; pass++)
-        for (size_t i = 0; i < count && chosen < replica_num; i++)
+    for (int pass = 0; pass < 2 && chosen < replica_num; pass++) {
+        for (size_t i = 0; i < rest && chosen < replica_num; i++)
             if (s_eligible (self, order[i], size, out, chosen, pass == 0))
                 out[chosen++] = (uint16_t) order[i];
+        while (chosen < replica_num) {
+            int best = -1;
+            double best_ratio = -1;
+            for (size_t i = rest; i < count; i++) {
+                if (!s_eligible (self, order[i], size, out, chosen, pass == 0))
+                    continue;
+                if (!by_ratio) {
+                    best = order[i];
+                    break;
+                }
+                double ratio = s_free_ratio (self->nodes[order[i]]);
+                if (ratio > best_ratio) {
+                    best = order[i];
+                    best_ratio = ratio;
+                }
+            }
+            if (best < 0)
+                break;
+            out[chosen++] = (uint16_t) best;
+        }
+    }
     for (size_t i = 0; i < chosen; i++)
         self->nodes[out[i]]->placed += size;
     return chosen;
