@@ -76,8 +76,19 @@ s_fuzz_command_line (char *buffer, size_t size)
     s_check (config.lease_ttl_ms >= 1 && config.put_timeout_ms >= 1, "timeouts positive");
     s_check (config.lookup.tp_size >= 1 && config.lookup.block_size >= 1, "lookup sizes");
     s_check (config.placement == KVP_PLACEMENT_RANDOM
-                 || config.placement == KVP_PLACEMENT_FREE_RATIO,
+                 || config.placement == KVP_PLACEMENT_FREE_RATIO
+                 || config.placement == KVP_PLACEMENT_LOCAL_FIRST,
              "placement is a known policy");
+    s_check (config.role == KVP_ROLE_ALL || config.role == KVP_ROLE_MASTER
+                 || config.role == KVP_ROLE_NODE,
+             "role is a known role");
+    s_check (config.master && *config.master, "a cluster has a master endpoint");
+    s_check (config.peer_connections >= 1 && config.cluster_timeout_ms >= 10
+                 && config.node_ttl_ms >= 100,
+             "cluster settings within bounds");
+    s_check (!strcmp (config.transport, "tcp") || !strcmp (config.transport, "rdma")
+                 || !strcmp (config.transport, "auto"),
+             "transport is a known one");
 }
 
 int

@@ -10,6 +10,7 @@
 #   config   actors/config_fuzz.c: kvpoold's size parser and command-line parser
 #   request  messages/request_check_fuzz.c: a client message, decoded by protobuf-c and
 #            checked as the api does (messages/request_check.c)
+#   rdma     rdma/rdma_wire_fuzz.c: the RDMA connection data two nodes exchange
 #
 # The committed seed corpora are only read: libFuzzer writes the inputs it finds into the
 # first corpus directory, which is the copy. An input that once crashed a target is added to
@@ -18,7 +19,7 @@
 
 FUZZ_CC ?= clang
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS := lookup config request
+FUZZ_TARGETS := lookup config request rdma
 FUZZ_FLAGS := -std=gnu11 -g -O1 -fno-omit-frame-pointer -Wall -Wextra -Wno-unused-parameter \
 	-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
 	-Iinclude -I. -D_GNU_SOURCE
@@ -54,6 +55,13 @@ build/bin/request-fuzz: $(REQUEST_FUZZ_SRC) $(REQUEST_FUZZ_HDR)
 build/bin/lookup-fuzz: $(LOOKUP_FUZZ_SRC) $(LOOKUP_FUZZ_HDR)
 	@mkdir -p build/bin
 	$(FUZZ_CC) $(FUZZ_FLAGS) -o $@ $(LOOKUP_FUZZ_SRC) -lmsgpackc
+
+RDMA_FUZZ_SRC := rdma/rdma_wire_fuzz.c rdma/rdma_wire.c rdma/rdma_regs.c
+RDMA_FUZZ_HDR := rdma/rdma_wire.h rdma/rdma_regs.h
+
+build/bin/rdma-fuzz: $(RDMA_FUZZ_SRC) $(RDMA_FUZZ_HDR)
+	@mkdir -p build/bin
+	$(FUZZ_CC) $(FUZZ_FLAGS) -o $@ $(RDMA_FUZZ_SRC)
 
 build/bin/config-fuzz: $(CONFIG_FUZZ_SRC) $(CONFIG_FUZZ_HDR)
 	@mkdir -p build/bin
