@@ -352,6 +352,48 @@ def test_libkvpool_reads_large_values_from_the_node_that_holds_them(cluster):
     assert after.remote_gets == before.remote_gets + 1 and after.redirects == before.redirects
 
 
+def test_vllm_lookup_and_reset_through_any_node():
+    import msgpack
+    import zmq
+    c = Cluster(node_args=("--lookup-model", "m", "--lookup-tp-size", "1",
+                           "--lookup-block-size", "16"))
+    try:
+        hashes = [bytes([i]) * 32 for i in range(1, 9)]
+        # Blocks 0..5 stored through three different nodes; 6 and 7 missing.
+        for i, h in enumerate(hashes[:6]):
+            key = "m@tp_rank:0@pcp0@dcp0@pp_rank:0@" + h.hex()
+            assert c.raw(i % 3).put(key, b"kv" * 100) == OK
+
+        def lookup(node):
+            sock = zmq.Context.instance().socket(zmq.REQ)
+            sock.linger = 0
+            sock.rcvtimeo = 10000
+            sock.connect(c.nodes[node].admin)
+            sock.send_multipart([b"lookup", (1000).to_bytes(4, "big"),
+                                 msgpack.packb([h.hex() for h in hashes])])
+            reply = sock.recv_multipart()
+            sock.close()
+            return int.from_bytes(reply[0], "big")
+
+        # Every node sees the leading six blocks, wherever they live.
+        assert [lookup(n) for n in range(3)] == [96, 96, 96]
+        # A reset through one node empties the whole cluster.
+        sock = zmq.Context.instance().socket(zmq.REQ)
+        sock.linger = 0
+        sock.rcvtimeo = 10000
+        sock.connect(c.nodes[1].admin)
+        sock.send_multipart([b"reset"])
+        assert sock.recv_multipart() == [b"\x01"]
+        sock.close()
+        assert [lookup(n) for n in range(3)] == [0, 0, 0]
+        for n in range(3):
+            assert c.raw(n).stats().objects == 0
+        for d in c.nodes + [c.master]:
+            assert d.stop() == 0, c.logs()
+    finally:
+        c.close()
+
+
 # ---- each node in its own network namespace ----------------------------------------------
 
 NETNS_PREFIX = "kvpt%d" % (os.getpid() % 100000)
