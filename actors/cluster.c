@@ -59,6 +59,7 @@ typedef struct {
     uint32_t next;
     size_t calls_out;
     int64_t suspect_until;
+    int64_t last_used;
 } peer_t;
 
 typedef struct _op_t op_t;
@@ -193,6 +194,7 @@ s_peer (self_t *self, const char *node_id, const char *host_id, const char *endp
     snprintf (peer->node_id, sizeof peer->node_id, "%s", node_id);
     snprintf (peer->host_id, sizeof peer->host_id, "%s", host_id ? host_id : "");
     snprintf (peer->endpoint, sizeof peer->endpoint, "%s", endpoint);
+    peer->last_used = zclock_mono ();
     s_peer_connect (self, peer);
     self->peers[self->peer_count] = peer;
     return (int) self->peer_count++;
@@ -285,6 +287,9 @@ s_peer_send (self_t *self, op_t *op, int peer_index, Kvpool__V1__Request *reques
     request->version = KVP_PROTOCOL_VERSION;
     request->request_id = call ? call->id : ++self->next_id;
     request->no_reply = call == NULL;
+    if (peer->count == 0)
+        s_peer_connect (self, peer); //  disconnected after a timeout, or idle
+    peer->last_used = zclock_mono ();
     zsock_t *sock = peer->socks[peer->next++ % peer->count];
     void *handle = zsock_resolve (sock);
     size_t size = kvpool__v1__request__get_packed_size (request);
@@ -1331,17 +1336,33 @@ s_peer_message (self_t *self, zsock_t *sock)
     free (frames);
 }
 
-//  Calls past their deadline end as failed.
+//  Connections to nodes unused for this long are closed (a node that left the cluster is
+//  not reconnected to forever); the next call to the node makes them again.
+#define PEER_IDLE_MS 60000
+
+//  Calls past their deadline end as failed; idle peers are disconnected.
 static void
 s_expire (self_t *self)
 {
     int64_t now = zclock_mono ();
+    for (size_t i = 0; i < self->peer_count; i++) {
+        peer_t *peer = self->peers[i];
+        if (peer->count && peer->calls_out == 0 && now - peer->last_used > PEER_IDLE_MS
+            && strcmp (peer->node_id, self->args->node_id) != 0)
+            s_peer_disconnect (self, peer);
+    }
     call_t *call = (call_t *) zlistx_first (self->calls);
     while (call) {
         if (call->deadline <= now) {
             zlistx_delete (self->calls, zlistx_cursor (self->calls));
-            if (call->kind == CALL_PEER)
-                self->peers[call->peer]->suspect_until = now + SUSPECT_MS;
+            if (call->kind == CALL_PEER) {
+                //  A node that does not answer may be gone: its connections are closed, so
+                //  that libzmq stops reconnecting to its port (which another process may
+                //  take) and what was queued for it goes; the next call connects again.
+                peer_t *peer = self->peers[call->peer];
+                peer->suspect_until = now + SUSPECT_MS;
+                s_peer_disconnect (self, peer);
+            }
             self->failures++;
             s_call_done (self, call, NULL, NULL, NULL, 0);
             s_call_destroy (&call);
