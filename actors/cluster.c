@@ -509,8 +509,11 @@ s_commit_start (self_t *self, op_t *op)
     plan_t *plan = (plan_t *) job->plan;
     op->phase = 0;
     if (plan) {
-        int op_code =
-            job->op == KVPOOL__V1__OP__UPSERT ? KVPOOL__V1__OP__UPSERT : KVPOOL__V1__OP__PUT;
+        //  An upsert even for a put: the master reserved the key for this put, so a copy the
+        //  node already has can only be an orphan (a commit that failed, whose removal did
+        //  not reach it), and it may hold other bytes: it is replaced, never taken for the
+        //  value.
+        int op_code = KVPOOL__V1__OP__UPSERT;
         for (size_t p = 0; p < self->peer_count; p++) {
             size_t n = 0;
             for (size_t i = 0; i < job->count; i++) {
@@ -575,8 +578,7 @@ s_commit_copies_reply (self_t *self, op_t *op, call_t *call, Kvpool__V1__Reply *
                      : reply->status != KVPOOL_OK ? reply->status
                      : k < reply->n_statuses      ? reply->statuses[k]
                                                   : KVPOOL_INTERNAL_ERROR;
-        //  Objects are immutable: a node that has the key already has the value.
-        if (status == KVPOOL_OK || status == KVPOOL_OBJECT_ALREADY_EXISTS) {
+        if (status == KVPOOL_OK) {
             placed->done[placed->done_count++] = call->peer;
             self->remote_puts++;
         }

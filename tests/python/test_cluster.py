@@ -147,6 +147,22 @@ def test_a_key_exists_once_in_the_cluster(cluster):
         assert cluster.raw(i).get("once") == (OK, b"first")
 
 
+def test_an_orphan_copy_never_stands_in_for_a_put(cluster):
+    # A copy the master does not know (a commit that failed, whose removal did not reach its
+    # node): here written straight into node B's data plane. A put of the key placed on B
+    # must replace it, never commit the orphan's bytes.
+    import re
+    plane = re.search(r"data plane (tcp://\S+)", cluster.nodes[1].log_text()).group(1)
+    assert Raw(plane).put("orphan", b"stale bytes") == OK
+    reply, _ = cluster.raw(0).call(pb.NODES)
+    b_id = next(n.node_id for n in reply.nodes if n.host_id == "hB")
+    assert cluster.raw(0).put("orphan", b"the value",
+                              put={"preferred_segments": [b_id]}) == OK
+    assert cluster.locate("orphan") == ["hB"]
+    for i in range(3):
+        assert cluster.raw(i).get("orphan") == (OK, b"the value"), i
+
+
 def test_replicas_on_distinct_hosts(cluster):
     for i in range(10):
         key = "r3-%d" % i
