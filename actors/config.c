@@ -761,6 +761,18 @@ s_config_check (kvp_config_t *config)
         fprintf (stderr, "kvpoold: --eviction-ratio must be below --eviction-high-watermark\n");
         return -1;
     }
+    //  Empty names mean "not set"; an empty master endpoint is a mistake.
+    if (config->host_id && !*config->host_id)
+        config->host_id = NULL;
+    if (config->node_id && !*config->node_id)
+        config->node_id = NULL;
+    if (config->peer_endpoint && !*config->peer_endpoint)
+        config->peer_endpoint = NULL;
+    if (!config->master || !*config->master) {
+        fprintf (stderr, "kvpoold: --master needs an endpoint (e.g. %s)\n",
+                 KVP_DEFAULT_MASTER_ENDPOINT);
+        return -1;
+    }
     if (strcmp (config->transport, "tcp") && strcmp (config->transport, "rdma")
         && strcmp (config->transport, "auto")) {
         fprintf (stderr, "kvpoold: --transport takes tcp, rdma or auto, not '%s'\n",
@@ -935,6 +947,18 @@ kvp_config_test (bool verbose)
     kvp_config_defaults (&config);
     assert (kvp_config_parse (&config, 2, bad7) == -1);
     assert (kvp_config_parse (&config, 2, bad8) == -1);
+    kvp_config_defaults (&config);
+    char *bad_master[] = {"--master", ""};
+    assert (kvp_config_parse (&config, 2, bad_master) == -1);
+    char *bad_role[] = {"--role", "leader"};
+    assert (kvp_config_parse (&config, 2, bad_role) == -1);
+    char *bad_transport[] = {"--transport", "carrier-pigeon"};
+    kvp_config_defaults (&config);
+    assert (kvp_config_parse (&config, 2, bad_transport) == -1);
+    kvp_config_defaults (&config);
+    char *node[] = {"--role", "node", "--host-id", "", "--master", "tcp://10.0.0.1:1"};
+    assert (kvp_config_parse (&config, 6, node) == 0);
+    assert (config.role == KVP_ROLE_NODE && config.host_id == NULL);
     kvp_config_defaults (&config);
     assert (kvp_config_parse (&config, 2, bad9) == -1);
     kvp_config_defaults (&config);

@@ -83,6 +83,9 @@ s_fuzz_command_line (char *buffer, size_t size)
                  || config.role == KVP_ROLE_NODE,
              "role is a known role");
     s_check (config.master && *config.master, "a cluster has a master endpoint");
+    s_check ((!config.host_id || *config.host_id) && (!config.node_id || *config.node_id)
+                 && (!config.peer_endpoint || *config.peer_endpoint),
+             "names are set or not, never empty");
     s_check (config.peer_connections >= 1 && config.cluster_timeout_ms >= 10
                  && config.node_ttl_ms >= 100,
              "cluster settings within bounds");
