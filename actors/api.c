@@ -147,14 +147,9 @@ s_bind (self_t *self, const char *endpoint)
         return -1;
     }
     //  Report ephemeral ports as the real port.
-    size_t len = strlen (endpoint);
-    if (len >= 2 && streq (endpoint + len - 2, ":*")) {
-        char resolved[300];
-        snprintf (resolved, sizeof resolved, "%.*s:%d", (int) (len - 2), endpoint, port);
-        zlistx_add_end (self->endpoints, resolved);
-    }
-    else
-        zlistx_add_end (self->endpoints, (void *) endpoint);
+    char resolved[300];
+    kvp_endpoint_resolved (endpoint, port, resolved, sizeof resolved);
+    zlistx_add_end (self->endpoints, resolved);
     return 0;
 }
 
@@ -219,12 +214,7 @@ s_bind_peer (self_t *self)
                   "cannot bind the data plane %.120s: %s", endpoint, zmq_strerror (zmq_errno ()));
         return;
     }
-    size_t len = strlen (endpoint);
-    if (len >= 2 && streq (endpoint + len - 2, ":*"))
-        snprintf (self->peer_endpoint, sizeof self->peer_endpoint, "%.*s:%d", (int) (len - 2),
-                  endpoint, port);
-    else
-        snprintf (self->peer_endpoint, sizeof self->peer_endpoint, "%s", endpoint);
+    kvp_endpoint_resolved (endpoint, port, self->peer_endpoint, sizeof self->peer_endpoint);
 }
 
 static self_t *

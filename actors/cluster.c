@@ -232,13 +232,13 @@ s_call_destroy (call_t **call_p)
     }
 }
 
-static void
-s_node_fill (self_t *self, Kvpool__Cluster__V1__Node *node)
+void
+cluster_node_describe (const cluster_args_t *args, Kvpool__Cluster__V1__Node *node)
 {
-    node->node_id = (char *) self->args->node_id;
-    node->host_id = (char *) self->args->host_id;
-    node->client_endpoint = (char *) self->args->client_endpoint;
-    node->peer_endpoint = (char *) self->args->peer_endpoint;
+    node->node_id = (char *) args->node_id;
+    node->host_id = (char *) args->host_id;
+    node->client_endpoint = (char *) args->client_endpoint;
+    node->peer_endpoint = (char *) args->peer_endpoint;
 }
 
 //  Sends a request to the master. With an op, the call is tracked and the op waits for it;
@@ -248,7 +248,7 @@ s_master_send (self_t *self, op_t *op, Kvpool__Cluster__V1__NodeRequest *request
                size_t count)
 {
     Kvpool__Cluster__V1__Node node = KVPOOL__CLUSTER__V1__NODE__INIT;
-    s_node_fill (self, &node);
+    cluster_node_describe (self->args, &node);
     request->version = KVP_PROTOCOL_VERSION;
     request->node = &node;
     call_t *call = op ? s_call_new (self, op, CALL_MASTER, request->kind, -1) : NULL;
@@ -321,6 +321,25 @@ s_peer_send (self_t *self, op_t *op, int peer_index, Kvpool__V1__Request *reques
     else
         free (items);
     return 0;
+}
+
+//  Key k's outcome in a reply, the master's or a node's (both carry a request status and one
+//  status a key); missing when no reply came (the call timed out).
+#define s_key_status(reply, k, missing)                                                            \
+    (!(reply)                             ? (missing)                                              \
+     : (reply)->status != KVPOOL_OK       ? (reply)->status                                        \
+     : (size_t) (k) < (reply)->n_statuses ? (reply)->statuses[k]                                   \
+                                          : KVPOOL_INTERNAL_ERROR)
+
+//  Whether the master answered a job's call and accepted it; fails the job otherwise.
+static bool
+s_master_answered (self_t *self, kvp_job_t *job, const Kvpool__Cluster__V1__MasterReply *reply)
+{
+    if (!reply)
+        kvp_job_fail (job, KVPOOL_RPC_FAIL, "the master (%s) did not answer", self->config->master);
+    else if (reply->status != KVPOOL_OK)
+        kvp_job_fail (job, reply->status, "master: %s", reply->error ? reply->error : "refused");
+    return reply && reply->status == KVPOOL_OK;
 }
 
 static void
@@ -574,10 +593,7 @@ s_commit_copies_reply (self_t *self, op_t *op, call_t *call, Kvpool__V1__Reply *
     plan_t *plan = (plan_t *) op->job->plan;
     for (size_t k = 0; k < call->count; k++) {
         plan_item_t *placed = &plan->items[call->items[k]];
-        int status = !reply                       ? KVPOOL_TRANSFER_FAIL
-                     : reply->status != KVPOOL_OK ? reply->status
-                     : k < reply->n_statuses      ? reply->statuses[k]
-                                                  : KVPOOL_INTERNAL_ERROR;
+        int status = s_key_status (reply, k, KVPOOL_TRANSFER_FAIL);
         if (status == KVPOOL_OK) {
             placed->done[placed->done_count++] = call->peer;
             self->remote_puts++;
@@ -696,10 +712,7 @@ s_commit_reply (self_t *self, op_t *op, call_t *call, Kvpool__Cluster__V1__Maste
         size_t i = call->items[k];
         kvp_item_t *item = &job->items[i];
         plan_item_t *placed = plan ? &plan->items[i] : NULL;
-        int status = !reply                       ? KVPOOL_RPC_FAIL
-                     : reply->status != KVPOOL_OK ? reply->status
-                     : k < reply->n_statuses      ? reply->statuses[k]
-                                                  : KVPOOL_INTERNAL_ERROR;
+        int status = s_key_status (reply, k, KVPOOL_RPC_FAIL);
         if (status == KVPOOL_OK) {
             item->status = KVPOOL_OK;
             //  An upsert's old copies on nodes that do not hold the new value go.
@@ -842,10 +855,7 @@ s_fetch_located (self_t *self, op_t *op, call_t *call, Kvpool__Cluster__V1__Mast
         size_t i = call->items[k];
         kvp_item_t *item = &job->items[i];
         fetch_t *fetch = &op->fetch[i];
-        int status = !reply                       ? KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS
-                     : reply->status != KVPOOL_OK ? reply->status
-                     : k < reply->n_statuses      ? reply->statuses[k]
-                                                  : KVPOOL_INTERNAL_ERROR;
+        int status = s_key_status (reply, k, KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS);
         if (status != KVPOOL_OK) {
             item->status = status;
             continue;
@@ -953,10 +963,7 @@ s_fetch_reply (self_t *self, op_t *op, call_t *call, Kvpool__V1__Reply *reply, z
     if (call->attempt != fetch->attempt)
         return; //  a stripe of an attempt given up already
     fetch->stripes_out--;
-    int status = !reply                       ? KVPOOL_TRANSFER_FAIL
-                 : reply->status != KVPOOL_OK ? reply->status
-                 : reply->n_statuses >= 1     ? reply->statuses[0]
-                                              : KVPOOL_INTERNAL_ERROR;
+    int status = s_key_status (reply, 0, KVPOOL_TRANSFER_FAIL);
     bool striped = item->buffer && item->buffer_free == free;
     if (status == KVPOOL_OK && frame_count == 1) {
         size_t got = zmq_msg_size (&frames[0]);
@@ -1007,10 +1014,7 @@ s_exist_reply (op_t *op, call_t *call, Kvpool__Cluster__V1__MasterReply *reply)
     kvp_job_t *job = op->job;
     for (size_t k = 0; k < call->count; k++) {
         kvp_item_t *item = &job->items[call->items[k]];
-        int status = !reply                       ? KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS
-                     : reply->status != KVPOOL_OK ? reply->status
-                     : k < reply->n_statuses      ? reply->statuses[k]
-                                                  : KVPOOL_INTERNAL_ERROR;
+        int status = s_key_status (reply, k, KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS);
         item->status = status;
         if (status == KVPOOL_OK)
             item->size = k < reply->n_sizes ? reply->sizes[k] : 0;
@@ -1024,14 +1028,8 @@ static void
 s_nodes_reply (self_t *self, op_t *op, call_t *call, Kvpool__Cluster__V1__MasterReply *reply)
 {
     kvp_job_t *job = op->job;
-    if (!reply) {
-        kvp_job_fail (job, KVPOOL_RPC_FAIL, "the master (%s) did not answer", self->config->master);
+    if (!s_master_answered (self, job, reply))
         return;
-    }
-    if (reply->status != KVPOOL_OK) {
-        kvp_job_fail (job, reply->status, "master: %s", reply->error ? reply->error : "");
-        return;
-    }
     job->nodes =
         (kvp_node_info_t *) calloc (reply->n_nodes ? reply->n_nodes : 1, sizeof (kvp_node_info_t));
     assert (job->nodes);
@@ -1103,14 +1101,8 @@ static void
 s_remove_reply (self_t *self, op_t *op, call_t *call, Kvpool__Cluster__V1__MasterReply *reply)
 {
     kvp_job_t *job = op->job;
-    if (!reply) {
-        kvp_job_fail (job, KVPOOL_RPC_FAIL, "the master (%s) did not answer", self->config->master);
+    if (!s_master_answered (self, job, reply))
         return;
-    }
-    if (reply->status != KVPOOL_OK) {
-        kvp_job_fail (job, reply->status, "%s", reply->error ? reply->error : "master refused");
-        return;
-    }
     op->phase = 1;
     job->result_count = reply->count;
     bool all = reply->kind == KVPOOL__CLUSTER__V1__KIND__REMOVE_ALL;

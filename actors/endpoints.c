@@ -1,6 +1,16 @@
 /*  endpoints.c - the ENDPOINTS pipe command (see endpoints.h). */
 #include "actors/endpoints.h"
 
+void
+kvp_endpoint_resolved (const char *endpoint, int port, char *out, size_t size)
+{
+    size_t len = strlen (endpoint);
+    if (len >= 2 && streq (endpoint + len - 2, ":*"))
+        snprintf (out, size, "%.*s:%d", (int) (len - 2), endpoint, port);
+    else
+        snprintf (out, size, "%s", endpoint);
+}
+
 int
 kvp_endpoints_reply (zsock_t *pipe, zlistx_t *endpoints, const char *error)
 {

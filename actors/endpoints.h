@@ -13,6 +13,10 @@
 //  Answers ENDPOINTS on pipe: error (when not NULL or "") or the endpoints (strings).
 int kvp_endpoints_reply (zsock_t *pipe, zlistx_t *endpoints, const char *error);
 
+//  The endpoint a bind of endpoint made, into out: an ephemeral port ("tcp://host:*") as the
+//  port zsock_bind returned.
+void kvp_endpoint_resolved (const char *endpoint, int port, char *out, size_t size);
+
 //  Asks an actor for its endpoints. Returns them (caller destroys the list) or NULL after
 //  printing "kvpoold: <what>: <reason>" on stderr.
 zlist_t *kvp_endpoints_ask (zactor_t *actor, const char *what);

@@ -145,12 +145,8 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
         snprintf (self->bind_error, sizeof self->bind_error, "cannot bind %s: %s", config->master,
                   zmq_strerror (zmq_errno ()));
     else {
-        size_t len = strlen (config->master);
         char resolved[300];
-        if (len >= 2 && streq (config->master + len - 2, ":*"))
-            snprintf (resolved, sizeof resolved, "%.*s:%d", (int) (len - 2), config->master, port);
-        else
-            snprintf (resolved, sizeof resolved, "%s", config->master);
+        kvp_endpoint_resolved (config->master, port, resolved, sizeof resolved);
         zlistx_add_end (self->endpoints, resolved);
     }
     self->directory = directory_new ();

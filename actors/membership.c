@@ -40,10 +40,7 @@ static void
 s_send (self_t *self, Kvpool__Cluster__V1__NodeRequest *request)
 {
     Kvpool__Cluster__V1__Node node = KVPOOL__CLUSTER__V1__NODE__INIT;
-    node.node_id = (char *) self->args->node_id;
-    node.host_id = (char *) self->args->host_id;
-    node.client_endpoint = (char *) self->args->client_endpoint;
-    node.peer_endpoint = (char *) self->args->peer_endpoint;
+    cluster_node_describe (self->args, &node);
     node.capacity = self->capacity;
     node.free = self->free;
     request->version = KVP_PROTOCOL_VERSION;
