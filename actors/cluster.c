@@ -39,6 +39,11 @@
 #include "protocol/contract.h"
 #include "protocol/kvpool.pb-c.h"
 #include "protocol/status.h"
+#include "transfer/data_plane.h"
+
+#include <pthread.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #define MAX_PEERS 4096
 //  Fetches striped across a node's connections: the most stripes one value is split into.
@@ -77,9 +82,6 @@ typedef struct {
     int what;      //  the master's Kind, or the client protocol's Op sent
     size_t *items; //  job item of each key sent, in order
     size_t count;
-    uint64_t offset;  //  a stripe: its offset in the value (one item) ...
-    uint64_t length;  //  ... and its length
-    uint32_t attempt; //  a fetch: the item's attempt it belongs to
     int64_t deadline;
 } call_t;
 
@@ -103,11 +105,20 @@ typedef struct {
 typedef struct {
     uint8_t count, next;
     int peers[KVP_MAX_REPLICAS];
-    uint32_t attempt;
-    size_t stripes_out;
-    bool done;
     bool any_failure; //  a node failed (rather than not having it)
 } fetch_t;
+
+//  Transfers of one operation on the data plane's workers (transfer/data_plane.h): a get's
+//  reads or a put's copies. Its done callback, on a worker, queues it for the actor.
+typedef struct _run_t {
+    struct _self_t *self;
+    op_t *op;
+    data_plane_xfer_t *xfers;
+    size_t *items; //  the job item of each transfer
+    int *peers;    //  the node of each transfer
+    size_t count, capacity;
+    struct _run_t *next;
+} run_t;
 
 struct _op_t {
     kvp_job_t *job;
@@ -117,7 +128,7 @@ struct _op_t {
     fetch_t *fetch; //  KVP_CL_FETCH: one a job item
 };
 
-typedef struct {
+typedef struct _self_t {
     zsock_t *pipe;
     zsock_t *router; //  jobs
     zsock_t *master;
@@ -128,6 +139,10 @@ typedef struct {
     size_t peer_count;
     zlistx_t *calls; //  call_t, oldest first
     uint64_t next_id;
+    data_plane_t *plane;   //  values to and from other nodes, on its workers
+    int wake_fd;           //  an eventfd: runs finished
+    pthread_mutex_t lock;  //  guards finished
+    run_t *finished;       //  runs the workers are done with
     uint64_t remote_gets, remote_get_bytes, redirects, remote_puts, failures;
     bool terminated;
 } self_t;
@@ -275,12 +290,11 @@ s_master_send (self_t *self, op_t *op, Kvpool__Cluster__V1__NodeRequest *request
     return 0;
 }
 
-//  Sends a client-protocol request to a node's data plane, values[i] (sizes[i] bytes) as
-//  the value frames, copied. With an op, tracked as send_master's. Returns 0 or -1.
+//  Sends a client-protocol request without values (a remove) to a node's data plane. With
+//  an op, tracked as send_master's. Returns 0 or -1.
 static int
-s_peer_send (self_t *self, op_t *op, int peer_index, Kvpool__V1__Request *request,
-             const void *const *values, const uint64_t *sizes, size_t value_count, size_t *items,
-             size_t count, call_t **call_p)
+s_peer_send (self_t *self, op_t *op, int peer_index, Kvpool__V1__Request *request, size_t *items,
+             size_t count)
 {
     peer_t *peer = self->peers[peer_index];
     call_t *call = op ? s_call_new (self, op, CALL_PEER, request->op, peer_index) : NULL;
@@ -296,13 +310,7 @@ s_peer_send (self_t *self, op_t *op, int peer_index, Kvpool__V1__Request *reques
     zmq_msg_t msg;
     zmq_msg_init_size (&msg, size);
     kvpool__v1__request__pack (request, (uint8_t *) zmq_msg_data (&msg));
-    int rc = zmq_msg_send (&msg, handle, value_count ? ZMQ_SNDMORE : 0);
-    for (size_t i = 0; rc != -1 && i < value_count; i++) {
-        zmq_msg_init_size (&msg, sizes[i]);
-        if (sizes[i])
-            memcpy (zmq_msg_data (&msg), values[i], sizes[i]);
-        rc = zmq_msg_send (&msg, handle, i + 1 < value_count ? ZMQ_SNDMORE : 0);
-    }
+    int rc = zmq_msg_send (&msg, handle, 0);
     if (rc == -1) {
         zmq_msg_close (&msg);
         s_call_destroy (&call);
@@ -315,8 +323,6 @@ s_peer_send (self_t *self, op_t *op, int peer_index, Kvpool__V1__Request *reques
         zlistx_add_end (self->calls, call);
         op->calls_out++;
         peer->calls_out++;
-        if (call_p)
-            *call_p = call;
     }
     else
         free (items);
@@ -352,6 +358,90 @@ s_op_done (self_t *self, op_t *op)
     }
     free (op->fetch);
     free (op);
+}
+
+//  ---- runs on the data plane ---------------------------------------------------------
+
+static run_t *
+s_run_new (self_t *self, op_t *op)
+{
+    run_t *run = (run_t *) zmalloc (sizeof (run_t));
+    run->self = self;
+    run->op = op;
+    return run;
+}
+
+static data_plane_xfer_t *
+s_run_add (run_t *run, size_t item, int peer)
+{
+    if (run->count == run->capacity) {
+        run->capacity = run->capacity ? run->capacity * 2 : 16;
+        run->xfers =
+            (data_plane_xfer_t *) realloc (run->xfers, run->capacity * sizeof (data_plane_xfer_t));
+        run->items = (size_t *) realloc (run->items, run->capacity * sizeof (size_t));
+        run->peers = (int *) realloc (run->peers, run->capacity * sizeof (int));
+        assert (run->xfers && run->items && run->peers);
+    }
+    data_plane_xfer_t *xfer = &run->xfers[run->count];
+    memset (xfer, 0, sizeof *xfer);
+    run->items[run->count] = item;
+    run->peers[run->count++] = peer;
+    return xfer;
+}
+
+static void
+s_run_destroy (run_t **run_p)
+{
+    run_t *run = *run_p;
+    if (!run)
+        return;
+    for (size_t x = 0; x < run->count; x++)
+        zmq_msg_close (&run->xfers[x].frame); //  (a frame taken by an item is empty now)
+    free (run->xfers);
+    free (run->items);
+    free (run->peers);
+    free (run);
+    *run_p = NULL;
+}
+
+//  On a worker: the run is over; the actor takes it from here.
+static void
+s_run_done (data_plane_xfer_t *xfers, size_t count, void *arg)
+{
+    run_t *run = (run_t *) arg;
+    self_t *self = run->self;
+    pthread_mutex_lock (&self->lock);
+    run->next = self->finished;
+    self->finished = run;
+    pthread_mutex_unlock (&self->lock);
+    uint64_t one = 1;
+    ssize_t rc = write (self->wake_fd, &one, sizeof one);
+    (void) rc;
+    (void) xfers;
+    (void) count;
+}
+
+//  Hands a run to the workers, or frees it when it has nothing to move. The operation waits
+//  for it as for a call.
+static void
+s_run_start (self_t *self, run_t *run, const data_plane_put_t *put)
+{
+    if (run->count == 0 || !self->plane) {
+        if (run->count) //  the node is stopping (s_self_destroy)
+            kvp_job_fail (run->op->job, KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS,
+                          "the node is stopping");
+        s_run_destroy (&run);
+        return;
+    }
+    run->op->calls_out++;
+    for (size_t x = 0; x < run->count; x++) {
+        peer_t *peer = self->peers[run->peers[x]];
+        run->xfers[x].endpoint = peer->endpoint;
+        peer->calls_out++;
+        peer->last_used = zclock_mono ();
+    }
+    data_plane_run (self->plane, run->xfers, run->count, put, self->config->stripe_size,
+                    s_run_done, run);
 }
 
 //  ---- puts --------------------------------------------------------------------------
@@ -511,7 +601,7 @@ s_drop_at (self_t *self, int peer, const char *key, size_t key_len)
     request.keys = &wire;
     request.n_keys = 1;
     request.force = true;
-    s_peer_send (self, NULL, peer, &request, NULL, NULL, 0, NULL, 0, NULL);
+    s_peer_send (self, NULL, peer, &request, NULL, 0);
 }
 
 static int
@@ -520,88 +610,54 @@ s_self_peer (self_t *self)
     return s_peer (self, self->args->node_id, self->args->host_id, self->args->peer_endpoint);
 }
 
-//  Phase 0 of a commit: the copies on other nodes, one request per node.
+//  Phase 0 of a commit: the copies on other nodes, on the data plane's workers (all nodes and
+//  all items at once, a few MiB a request).
 static void
 s_commit_start (self_t *self, op_t *op)
 {
     kvp_job_t *job = op->job;
     plan_t *plan = (plan_t *) job->plan;
     op->phase = 0;
-    if (plan) {
-        //  An upsert even for a put: the master reserved the key for this put, so a copy the
-        //  node already has can only be an orphan (a commit that failed, whose removal did
-        //  not reach it), and it may hold other bytes: it is replaced, never taken for the
-        //  value.
-        int op_code = KVPOOL__V1__OP__UPSERT;
-        for (size_t p = 0; p < self->peer_count; p++) {
-            size_t n = 0;
-            for (size_t i = 0; i < job->count; i++) {
-                plan_item_t *placed = &plan->items[i];
-                int status = job->items[i].status;
-                if (!placed->placed || (status != KVPOOL_OK && status != KVP_ITEM_ELSEWHERE))
-                    continue;
-                for (uint8_t h = 0; h < placed->peer_count; h++)
-                    n += placed->peers[h] == (int) p;
-            }
-            if (n == 0)
-                continue;
-            size_t *items = (size_t *) malloc (n * sizeof (size_t));
-            ProtobufCBinaryData *keys = (ProtobufCBinaryData *) malloc (n * sizeof *keys);
-            const void **values = (const void **) malloc (n * sizeof (void *));
-            uint64_t *sizes = (uint64_t *) malloc (n * sizeof (uint64_t));
-            assert (items && keys && values && sizes);
-            n = 0;
-            for (size_t i = 0; i < job->count; i++) {
-                plan_item_t *placed = &plan->items[i];
-                int status = job->items[i].status;
-                if (!placed->placed || (status != KVPOOL_OK && status != KVP_ITEM_ELSEWHERE))
-                    continue;
-                for (uint8_t h = 0; h < placed->peer_count; h++)
-                    if (placed->peers[h] == (int) p) {
-                        items[n] = i;
-                        keys[n].data = (uint8_t *) job->items[i].key;
-                        keys[n].len = job->items[i].key_len;
-                        values[n] = job->items[i].src;
-                        sizes[n++] = job->items[i].size;
-                    }
-            }
-            Kvpool__V1__Request request = KVPOOL__V1__REQUEST__INIT;
-            Kvpool__V1__PutOptions put = KVPOOL__V1__PUT_OPTIONS__INIT;
-            request.op = (Kvpool__V1__Op) op_code;
-            request.keys = keys;
-            request.n_keys = n;
-            put.replica_num = 1;
-            put.soft_pin = job->soft_pin;
-            put.soft_pin_ttl_ms = job->soft_pin_ttl_ms;
-            put.hard_pin = job->hard_pin;
-            request.put = &put;
-            if (s_peer_send (self, op, (int) p, &request, values, sizes, n, items, n, NULL) != 0)
-                for (size_t k = 0; k < n; k++)
-                    if (!plan->items[items[k]].status)
-                        plan->items[items[k]].status = KVPOOL_TRANSFER_FAIL;
-            free (keys);
-            free (values);
-            free (sizes);
+    if (!plan)
+        return;
+    run_t *run = s_run_new (self, op);
+    for (size_t i = 0; i < job->count; i++) {
+        plan_item_t *placed = &plan->items[i];
+        kvp_item_t *item = &job->items[i];
+        if (!placed->placed || (item->status != KVPOOL_OK && item->status != KVP_ITEM_ELSEWHERE))
+            continue;
+        for (uint8_t h = 0; h < placed->peer_count; h++) {
+            data_plane_xfer_t *xfer = s_run_add (run, i, placed->peers[h]);
+            //  An upsert even for a put (data_plane.c): the master reserved the key for this
+            //  put, so a copy the node already has can only be an orphan (a commit that
+            //  failed, whose removal did not reach it), and it may hold other bytes: it is
+            //  replaced, never taken for the value.
+            xfer->kind = DATA_PLANE_WRITE;
+            xfer->key = item->key;
+            xfer->key_len = item->key_len;
+            xfer->src = item->src;
+            xfer->size = item->size;
         }
     }
+    data_plane_put_t put = {job->soft_pin, job->soft_pin_ttl_ms, job->hard_pin};
+    s_run_start (self, run, &put);
 }
 
-//  A node answered (or did not: reply NULL) the copies it was sent.
+//  The copies ended, written or not.
 static void
-s_commit_copies_reply (self_t *self, op_t *op, call_t *call, Kvpool__V1__Reply *reply)
+s_commit_copies_done (self_t *self, op_t *op, run_t *run)
 {
     plan_t *plan = (plan_t *) op->job->plan;
-    for (size_t k = 0; k < call->count; k++) {
-        plan_item_t *placed = &plan->items[call->items[k]];
-        int status = s_key_status (reply, k, KVPOOL_TRANSFER_FAIL);
+    for (size_t x = 0; x < run->count; x++) {
+        plan_item_t *placed = &plan->items[run->items[x]];
+        int status = run->xfers[x].status;
         if (status == KVPOOL_OK) {
-            placed->done[placed->done_count++] = call->peer;
+            placed->done[placed->done_count++] = run->peers[x];
             self->remote_puts++;
         }
         else if (!placed->status)
             placed->status = status;
     }
-    (void) self;
 }
 
 //  Phase 1: the keys with at least one copy are committed at the master, the rest aborted.
@@ -781,7 +837,7 @@ s_msg_free (void *buffer)
     free (msg);
 }
 
-static void s_fetch_issue (self_t *self, op_t *op, size_t i);
+static void s_fetch_add (self_t *self, op_t *op, run_t *run, size_t i);
 
 //  The order in which a get tries the nodes that hold an item: this host's first, then the
 //  least busy; nodes that timed out lately last.
@@ -875,19 +931,21 @@ s_fetch_located (self_t *self, op_t *op, call_t *call, Kvpool__Cluster__V1__Mast
             s_redirect (self, job, item, reply, reply->holders[k]);
     }
     //  Small values to one node go in one request; large ones in stripes.
+    run_t *run = s_run_new (self, op);
     for (size_t k = 0; k < call->count; k++) {
         size_t i = call->items[k];
         if (op->fetch[i].count && job->items[i].status == KVPOOL_OBJECT_NOT_FOUND)
-            s_fetch_issue (self, op, i);
+            s_fetch_add (self, op, run, i);
     }
+    s_run_start (self, run, NULL);
     if (!reply)
         kvp_job_fail (job, KVPOOL_OK, "the master (%s) did not answer", self->config->master);
 }
 
-//  Reads item i from its next candidate: a whole GET, or stripes. Marks the item failed
-//  when no candidate is left.
+//  Adds the reads of item i from its next candidate to run: the whole value, or stripes of
+//  it into one buffer. Marks the item failed when no candidate is left.
 static void
-s_fetch_issue (self_t *self, op_t *op, size_t i)
+s_fetch_add (self_t *self, op_t *op, run_t *run, size_t i)
 {
     kvp_job_t *job = op->job;
     kvp_item_t *item = &job->items[i];
@@ -896,116 +954,128 @@ s_fetch_issue (self_t *self, op_t *op, size_t i)
         item->buffer_free (item->buffer);
         item->buffer = NULL;
     }
-    while (fetch->next < fetch->count) {
-        int peer = fetch->peers[fetch->next++];
-        fetch->attempt++;
-        ProtobufCBinaryData key = {item->key_len, (uint8_t *) item->key};
-        uint64_t stripe = self->config->stripe_size;
-        uint64_t stripes = item->size > stripe ? (item->size + stripe - 1) / stripe : 1;
-        if (stripes > MAX_STRIPES) {
-            stripe = (item->size + MAX_STRIPES - 1) / MAX_STRIPES;
-            stripes = (item->size + stripe - 1) / stripe;
-        }
-        if (stripes > 1) {
-            void *buffer = malloc (item->size);
-            if (!buffer) {
-                item->status = KVPOOL_INTERNAL_ERROR;
-                fetch->done = true;
-                return;
-            }
-            item->buffer = buffer;
-            item->buffer_free = free;
-            item->replicas[0].addr = buffer;
-        }
-        bool sent = true;
-        for (uint64_t s = 0; s < stripes && sent; s++) {
-            Kvpool__V1__Request request = KVPOOL__V1__REQUEST__INIT;
-            request.op = KVPOOL__V1__OP__GET;
-            request.keys = &key;
-            request.n_keys = 1;
-            uint64_t offset = s * stripe, length = stripe;
-            if (stripes > 1) {
-                request.offsets = &offset;
-                request.n_offsets = 1;
-                request.lengths = &length;
-                request.n_lengths = 1;
-            }
-            size_t *items = (size_t *) malloc (sizeof (size_t));
-            assert (items);
-            items[0] = i;
-            call_t *call = NULL;
-            if (s_peer_send (self, op, peer, &request, NULL, NULL, 0, items, 1, &call) != 0)
-                sent = false;
-            else {
-                call->offset = offset;
-                call->length = item->size - offset < length ? item->size - offset : length;
-                call->attempt = fetch->attempt;
-                fetch->stripes_out++;
-            }
-        }
-        if (sent)
-            return;
-        fetch->any_failure = true;
+    if (fetch->next == fetch->count) {
+        item->status = fetch->any_failure ? KVPOOL_TRANSFER_FAIL : KVPOOL_OBJECT_NOT_FOUND;
+        return;
     }
-    item->status = fetch->any_failure ? KVPOOL_TRANSFER_FAIL : KVPOOL_OBJECT_NOT_FOUND;
-    fetch->done = true;
+    int peer = fetch->peers[fetch->next++];
+    uint64_t stripe = self->config->stripe_size;
+    uint64_t stripes = item->size > stripe ? (item->size + stripe - 1) / stripe : 1;
+    if (stripes > MAX_STRIPES) {
+        stripe = (item->size + MAX_STRIPES - 1) / MAX_STRIPES;
+        stripes = (item->size + stripe - 1) / stripe;
+    }
+    char *buffer = NULL;
+    if (stripes > 1) {
+        buffer = (char *) malloc (item->size);
+        if (!buffer) {
+            item->status = KVPOOL_INTERNAL_ERROR;
+            return;
+        }
+        item->buffer = buffer;
+        item->buffer_free = free;
+        item->replicas[0].addr = buffer;
+    }
+    for (uint64_t s = 0; s < stripes; s++) {
+        data_plane_xfer_t *xfer = s_run_add (run, i, peer);
+        xfer->kind = DATA_PLANE_READ;
+        xfer->key = item->key;
+        xfer->key_len = item->key_len;
+        if (stripes > 1) {
+            xfer->offset = s * stripe;
+            xfer->length = item->size - xfer->offset < stripe ? item->size - xfer->offset : stripe;
+            xfer->dst = buffer + xfer->offset;
+        }
+    }
 }
 
-//  A node answered a read (or timed out: reply NULL). frames: the value frames received.
+//  A get's reads ended: items read whole or in every stripe are done; the others are read
+//  again from their next candidate, in a run of their own.
 static void
-s_fetch_reply (self_t *self, op_t *op, call_t *call, Kvpool__V1__Reply *reply, zmq_msg_t *frames,
-               size_t frame_count)
+s_fetch_done (self_t *self, op_t *op, run_t *run)
 {
     kvp_job_t *job = op->job;
-    size_t i = call->items[0];
-    kvp_item_t *item = &job->items[i];
-    fetch_t *fetch = &op->fetch[i];
-    if (call->attempt != fetch->attempt)
-        return; //  a stripe of an attempt given up already
-    fetch->stripes_out--;
-    int status = s_key_status (reply, 0, KVPOOL_TRANSFER_FAIL);
-    bool striped = item->buffer && item->buffer_free == free;
-    if (status == KVPOOL_OK && frame_count == 1) {
-        size_t got = zmq_msg_size (&frames[0]);
-        if (striped) {
-            //  Every stripe exactly as long as asked: a short one would leave a hole.
-            if (got == call->length && call->offset + got <= item->size) {
-                memcpy ((char *) item->buffer + call->offset, zmq_msg_data (&frames[0]), got);
-                if (fetch->stripes_out == 0) {
-                    item->status = KVPOOL_OK;
-                    fetch->done = true;
-                    self->remote_gets++;
-                    self->remote_get_bytes += item->size;
-                }
-                return;
+    run_t *again = s_run_new (self, op);
+    for (size_t x = 0; x < run->count;) {
+        size_t i = run->items[x], first = x;
+        kvp_item_t *item = &job->items[i];
+        fetch_t *fetch = &op->fetch[i];
+        bool ok = true;
+        for (; x < run->count && run->items[x] == i; x++) {
+            data_plane_xfer_t *xfer = &run->xfers[x];
+            if (xfer->status == KVPOOL_OK)
+                continue;
+            ok = false;
+            if (xfer->status != KVPOOL_OBJECT_NOT_FOUND)
+                fetch->any_failure = true;
+            if (!xfer->answered) {
+                self->peers[run->peers[x]]->suspect_until = zclock_mono () + SUSPECT_MS;
+                self->failures++;
             }
         }
-        else if (got == item->size || (reply->n_sizes && reply->sizes[0] == got)) {
+        if (!ok) {
+            //  This node could not serve it: the next one is tried.
+            s_fetch_add (self, op, again, i);
+            continue;
+        }
+        if (!item->buffer) {
+            //  Read whole: the received message is the value, sent on without a copy.
             zmq_msg_t *msg = (zmq_msg_t *) malloc (sizeof (zmq_msg_t));
             assert (msg);
             zmq_msg_init (msg);
-            zmq_msg_move (msg, &frames[0]);
+            zmq_msg_move (msg, &run->xfers[first].frame);
             item->buffer = msg;
             item->buffer_free = s_msg_free;
             item->size = zmq_msg_size (msg);
             item->replicas[0].addr = zmq_msg_data (msg);
-            item->replica_count = 0;
-            item->status = KVPOOL_OK;
-            fetch->done = true;
-            self->remote_gets++;
-            self->remote_get_bytes += item->size;
-            return;
         }
-        status = KVPOOL_TRANSFER_FAIL; //  not the bytes asked for: never passed on
+        item->replica_count = 0;
+        item->status = KVPOOL_OK;
+        self->remote_gets++;
+        self->remote_get_bytes += item->size;
     }
-    if (status != KVPOOL_OBJECT_NOT_FOUND)
-        fetch->any_failure = true;
-    if (!reply)
-        self->peers[call->peer]->suspect_until = zclock_mono () + SUSPECT_MS;
-    //  This node could not serve it: the next one is tried (the stripes still out of this
-    //  attempt are ignored when they come).
-    fetch->stripes_out = 0;
-    s_fetch_issue (self, op, i);
+    s_run_start (self, again, NULL);
+}
+
+//  The workers are done with a run: its operation goes on.
+static void s_op_next (self_t *self, op_t *op);
+
+static void
+s_run_finished (self_t *self, run_t *run)
+{
+    op_t *op = run->op;
+    op->calls_out--;
+    for (size_t x = 0; x < run->count; x++)
+        self->peers[run->peers[x]]->calls_out--;
+    if (self->terminated) {
+        kvp_job_fail (op->job, KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS, "the node is stopping");
+        for (size_t x = 0; x < run->count; x++)
+            if (op->job->items[run->items[x]].status == KVPOOL_OBJECT_NOT_FOUND)
+                op->job->items[run->items[x]].status = KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS;
+    }
+    else if (op->job->kind == KVP_CL_FETCH)
+        s_fetch_done (self, op, run);
+    else if (op->job->kind == KVP_CL_COMMIT)
+        s_commit_copies_done (self, op, run);
+    s_run_destroy (&run);
+    s_op_next (self, op);
+}
+
+static void
+s_runs_finished (self_t *self)
+{
+    uint64_t count;
+    ssize_t rc = read (self->wake_fd, &count, sizeof count);
+    (void) rc;
+    pthread_mutex_lock (&self->lock);
+    run_t *list = self->finished;
+    self->finished = NULL;
+    pthread_mutex_unlock (&self->lock);
+    while (list) {
+        run_t *run = list;
+        list = run->next;
+        s_run_finished (self, run);
+    }
 }
 
 static void
@@ -1146,7 +1216,7 @@ s_remove_reply (self_t *self, op_t *op, call_t *call, Kvpool__Cluster__V1__Maste
             request.keys = keys;
             request.n_keys = n;
         }
-        s_peer_send (self, op, peer, &request, NULL, NULL, 0, NULL, 0, NULL);
+        s_peer_send (self, op, peer, &request, NULL, 0);
         free (keys);
     }
 }
@@ -1180,11 +1250,7 @@ s_job (self_t *self, kvp_job_t *job, zframe_t *routing_id)
     op->routing_id = routing_id;
     switch (job->kind) {
         case KVP_CL_PLACE: s_place_start (self, op); break;
-        case KVP_CL_COMMIT:
-            s_commit_start (self, op);
-            if (op->calls_out == 0)
-                s_commit_master (self, op);
-            break;
+        case KVP_CL_COMMIT: s_commit_start (self, op); break;
         case KVP_CL_ABORT: s_abort_keys (self, job, job->op == KVPOOL__V1__OP__PUT_REVOKE); break;
         case KVP_CL_FETCH:
         case KVP_CL_EXIST: s_locate_start (self, op, true); break;
@@ -1207,8 +1273,7 @@ s_job (self_t *self, kvp_job_t *job, zframe_t *routing_id)
             break;
         default: kvp_job_fail (job, KVPOOL_INTERNAL_ERROR, "cluster: job kind %d", job->kind);
     }
-    if (op->calls_out == 0)
-        s_op_done (self, op);
+    s_op_next (self, op);
 }
 
 //  A call ended: replied (master_reply or reply, and value frames) or timed out (both
@@ -1223,20 +1288,8 @@ s_call_done (self_t *self, call_t *call, Kvpool__Cluster__V1__MasterReply *maste
         self->peers[call->peer]->calls_out--;
     switch (op->job->kind) {
         case KVP_CL_PLACE: s_place_reply (self, op, call, master_reply); break;
-        case KVP_CL_COMMIT:
-            if (call->kind == CALL_PEER)
-                s_commit_copies_reply (self, op, call, reply);
-            else
-                s_commit_reply (self, op, call, master_reply);
-            if (op->calls_out == 0 && op->phase == 0)
-                s_commit_master (self, op);
-            break;
-        case KVP_CL_FETCH:
-            if (call->kind == CALL_MASTER)
-                s_fetch_located (self, op, call, master_reply);
-            else
-                s_fetch_reply (self, op, call, reply, frames, frame_count);
-            break;
+        case KVP_CL_COMMIT: s_commit_reply (self, op, call, master_reply); break;
+        case KVP_CL_FETCH: s_fetch_located (self, op, call, master_reply); break;
         case KVP_CL_EXIST: s_exist_reply (op, call, master_reply); break;
         case KVP_CL_LOCATE:
         case KVP_CL_NODES: s_nodes_reply (self, op, call, master_reply); break;
@@ -1249,6 +1302,18 @@ s_call_done (self_t *self, call_t *call, Kvpool__Cluster__V1__MasterReply *maste
     if (call->kind == CALL_MASTER && !master_reply && op->job->kind == KVP_CL_PLACE)
         kvp_job_fail (op->job, KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS,
                       "the master (%s) did not answer", self->config->master);
+    (void) reply;
+    (void) frames;
+    (void) frame_count;
+    s_op_next (self, op);
+}
+
+//  With nothing left out, an operation takes its next step or answers its job.
+static void
+s_op_next (self_t *self, op_t *op)
+{
+    if (op->calls_out == 0 && op->job->kind == KVP_CL_COMMIT && op->phase == 0)
+        s_commit_master (self, op);
     if (op->calls_out == 0)
         s_op_done (self, op);
 }
@@ -1393,7 +1458,13 @@ s_self_new (zsock_t *pipe, const cluster_args_t *args)
                                  0); //  no back-off: a returning master is found at once
     zsock_connect (self->master, "%s", self->config->master);
     self->calls = zlistx_new ();
-    self->poller = zpoller_new (pipe, self->router, self->master, NULL);
+    pthread_mutex_init (&self->lock, NULL);
+    self->wake_fd = eventfd (0, EFD_NONBLOCK | EFD_CLOEXEC);
+    assert (self->wake_fd >= 0);
+    self->plane = data_plane_new ((int) self->config->peer_connections,
+                                  (int) self->config->cluster_timeout_ms);
+    assert (self->plane);
+    self->poller = zpoller_new (pipe, self->router, self->master, &self->wake_fd, NULL);
     return self;
 }
 
@@ -1403,7 +1474,11 @@ s_self_destroy (self_t **self_p)
     self_t *self = *self_p;
     if (!self)
         return;
-    //  Jobs still waiting are failed back to the api, which is stopping.
+    //  Jobs still waiting are failed back to the api, which is stopping: the transfers under
+    //  way end first (within --cluster-timeout), then every call.
+    self->terminated = true;
+    data_plane_destroy (&self->plane);
+    s_runs_finished (self);
     call_t *call;
     while ((call = (call_t *) zlistx_first (self->calls))) {
         zlistx_delete (self->calls, zlistx_cursor (self->calls));
@@ -1416,6 +1491,8 @@ s_self_destroy (self_t **self_p)
         free (self->peers[i]);
     }
     zpoller_destroy (&self->poller);
+    close (self->wake_fd);
+    pthread_mutex_destroy (&self->lock);
     zsock_destroy (&self->master);
     zsock_destroy (&self->router);
     free (self);
@@ -1450,6 +1527,8 @@ cluster_actor (zsock_t *pipe, void *args)
         }
         else if (which == self->master)
             s_master_message (self);
+        else if (which == &self->wake_fd)
+            s_runs_finished (self);
         else if (which)
             s_peer_message (self, (zsock_t *) which);
         else if (zpoller_terminated (self->poller))

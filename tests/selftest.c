@@ -24,6 +24,7 @@
 #include "actors/regex_matcher.h"
 #include "actors/replica_manager.h"
 #include "transfer/transfer_pool.h"
+#include "transfer/data_plane.h"
 #include "actors/transfer_submitter.h"
 #include "shm/segment.h"
 #include "alloc/segment_arena.h"
@@ -62,6 +63,7 @@ static selftest_t s_tests[] = {{"kvp_status", kvp_status_test},
                                {"segment_arena", segment_arena_test},
                                {"segment_table", segment_table_test},
                                {"transfer_pool", transfer_pool_test},
+                               {"data_plane", data_plane_test},
                                {"allocator", allocator_test},
                                {"index_reads", index_reads_test},
                                {"owners", owners_test},

@@ -63,6 +63,7 @@ typedef struct {
     char *dst;
     const char *src;
     size_t len;
+    transfer_call_fn *call; //  a call task: call (src, worker) instead of a copy
     transfer_batch_t *batch;
 } transfer_task_t;
 
@@ -70,6 +71,7 @@ typedef struct {
     void *dst;
     const void *src;
     size_t len;
+    transfer_call_fn *call;
 } transfer_copy_t;
 
 //  One worker and its deque. Aligned to a cache line so that workers do not share lines.
@@ -242,12 +244,15 @@ s_batch_complete (transfer_batch_t *batch)
 }
 
 static void
-s_task_run (transfer_task_t *task)
+s_task_run (transfer_task_t *task, int worker)
 {
     //  Read everything first: once the count drops, the batch (and this task, which lives in
     //  the batch) may be freed by another thread.
     transfer_batch_t *batch = task->batch;
-    memcpy (task->dst, task->src, task->len);
+    if (task->call)
+        task->call ((void *) task->src, worker);
+    else
+        memcpy (task->dst, task->src, task->len);
     //  Release publishes this copy; acquire on the last decrement gathers every other one.
     if (atomic_fetch_sub_explicit (&batch->remaining, 1, memory_order_acq_rel) == 1)
         s_batch_complete (batch);
@@ -278,7 +283,7 @@ s_worker_main (void *args)
             atomic_fetch_add_explicit (&me->tasks_run, 1, memory_order_relaxed);
             if (stolen)
                 atomic_fetch_add_explicit (&me->tasks_stolen, 1, memory_order_relaxed);
-            s_task_run (task);
+            s_task_run (task, me->index);
             spins = 0;
             continue;
         }
@@ -447,7 +452,9 @@ transfer_pool_submit (transfer_pool_t *self, transfer_batch_t *batch)
     size_t chunk = self->chunk_size;
     size_t task_count = 0;
     for (size_t i = 0; i < batch->copy_count; i++)
-        task_count += batch->copies[i].len / chunk + (batch->copies[i].len % chunk != 0);
+        task_count += batch->copies[i].call
+                          ? 1
+                          : batch->copies[i].len / chunk + (batch->copies[i].len % chunk != 0);
     if (task_count == 0) {
         s_batch_complete (batch);
         return;
@@ -456,10 +463,16 @@ transfer_pool_submit (transfer_pool_t *self, transfer_batch_t *batch)
     size_t k = 0;
     for (size_t i = 0; i < batch->copy_count; i++) {
         transfer_copy_t *copy = &batch->copies[i];
+        if (copy->call) {
+            tasks[k] = (transfer_task_t){NULL, (const char *) copy->src, 0, copy->call, batch};
+            k++;
+            continue;
+        }
         for (size_t offset = 0; offset < copy->len; offset += chunk) {
             tasks[k].dst = (char *) copy->dst + offset;
             tasks[k].src = (const char *) copy->src + offset;
             tasks[k].len = copy->len - offset < chunk ? copy->len - offset : chunk;
+            tasks[k].call = NULL;
             tasks[k].batch = batch;
             k++;
         }
@@ -506,12 +519,9 @@ transfer_batch_new (transfer_done_fn *done, void *arg)
     return self;
 }
 
-void
-transfer_batch_add_copy (transfer_batch_t *self, void *dst, const void *src, size_t len)
+static void
+s_batch_add (transfer_batch_t *self, transfer_copy_t copy)
 {
-    assert (self);
-    assert (!self->submitted);
-    assert (len == 0 || (dst && src));
     if (self->copy_count == self->copy_alloc) {
         size_t alloc = self->copy_alloc ? self->copy_alloc * 2 : 8;
         transfer_copy_t *copies = realloc (self->copies, alloc * sizeof (*copies));
@@ -522,8 +532,26 @@ transfer_batch_add_copy (transfer_batch_t *self, void *dst, const void *src, siz
         self->copies = copies;
         self->copy_alloc = alloc;
     }
-    self->copies[self->copy_count++] = (transfer_copy_t){dst, src, len};
+    self->copies[self->copy_count++] = copy;
+}
+
+void
+transfer_batch_add_copy (transfer_batch_t *self, void *dst, const void *src, size_t len)
+{
+    assert (self);
+    assert (!self->submitted);
+    assert (len == 0 || (dst && src));
+    s_batch_add (self, (transfer_copy_t){dst, src, len, NULL});
     self->bytes += len;
+}
+
+void
+transfer_batch_add_call (transfer_batch_t *self, transfer_call_fn *call, void *arg)
+{
+    assert (self);
+    assert (!self->submitted);
+    assert (call);
+    s_batch_add (self, (transfer_copy_t){NULL, arg, 0, call});
 }
 
 size_t
@@ -566,7 +594,7 @@ transfer_batch_wait (transfer_pool_t *self, transfer_batch_t *batch)
             break;
         }
         atomic_fetch_add_explicit (&self->helper_run, 1, memory_order_relaxed);
-        s_task_run (task);
+        s_task_run (task, -1);
     }
     //  Return only through the lock: the finishing thread holds it until it is done with the
     //  batch, so the caller may destroy the batch as soon as we return.
@@ -595,6 +623,20 @@ transfer_batch_destroy (transfer_batch_t **self_p)
 
 //  --------------------------------------------------------------------------
 //  Self test
+
+//  A call task: records which worker ran it.
+typedef struct {
+    atomic_int ran;
+    int worker;
+} test_call_t;
+
+static void
+s_test_call (void *arg, int worker)
+{
+    test_call_t *call = (test_call_t *) arg;
+    call->worker = worker;
+    atomic_fetch_add (&call->ran, 1);
+}
 
 #define TEST_GUARD 64
 #define TEST_GUARD_BYTE 0xA5
@@ -869,6 +911,30 @@ transfer_pool_test (bool verbose)
     batch = transfer_batch_new (NULL, NULL);
     transfer_pool_submit (pool, batch);
     transfer_batch_wait (pool, batch);
+    transfer_batch_destroy (&batch);
+
+    //  Call tasks run once each, on a worker (0 .. 2) or the waiting thread (-1), mixed with
+    //  copies in one batch.
+    test_call_t calls[40];
+    memset (calls, 0, sizeof calls);
+    char call_src[10000], call_dst[10000];
+    memset (call_src, 7, sizeof call_src);
+    batch = transfer_batch_new (NULL, NULL);
+    for (int i = 0; i < 40; i++)
+        transfer_batch_add_call (batch, s_test_call, &calls[i]);
+    transfer_batch_add_copy (batch, call_dst, call_src, sizeof call_src);
+    assert (transfer_batch_copies (batch) == 41);
+    assert (transfer_batch_bytes (batch) == sizeof call_src);
+    uint64_t before = transfer_pool_tasks_run (pool);
+    transfer_pool_submit (pool, batch);
+    transfer_batch_wait (pool, batch);
+    for (int i = 0; i < 40; i++)
+        assert (atomic_load (&calls[i].ran) == 1 && calls[i].worker >= -1
+                && calls[i].worker < 3);
+    assert (memcmp (call_dst, call_src, sizeof call_src) == 0);
+    tasks += 40 + (sizeof call_src + chunk - 1) / chunk;
+    assert (transfer_pool_tasks_run (pool) == tasks);
+    assert (before + 40 + (sizeof call_src + chunk - 1) / chunk == tasks);
     transfer_batch_destroy (&batch);
     uint8_t byte = 0;
     batch = transfer_batch_new (NULL, NULL);

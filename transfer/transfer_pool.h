@@ -23,6 +23,9 @@ typedef struct _transfer_pool_t transfer_pool_t;
 typedef struct _transfer_batch_t transfer_batch_t;
 
 typedef void (transfer_done_fn) (transfer_batch_t *batch, void *arg);
+//  A task that is not a copy: runs arg's work on a worker (worker is its index, 0 .. workers
+//  - 1), or on a thread helping in transfer_batch_wait (worker -1).
+typedef void (transfer_call_fn) (void *arg, int worker);
 
 //  Starts a pool of workers threads (>= 1). chunk_size: the largest piece one task copies
 //  (0 means 1 MiB). Returns NULL on failure. Caller owns the return value.
@@ -46,7 +49,11 @@ transfer_batch_t *transfer_batch_new (transfer_done_fn *done, void *arg);
 //  Adds a copy of len bytes from src to dst.
 void transfer_batch_add_copy (transfer_batch_t *self, void *dst, const void *src, size_t len);
 
-//  Number of copies added and total bytes.
+//  Adds a task that runs call (arg, worker): one task, never cut, stolen like any other. The
+//  node's data plane (transfer/data_plane.h) sends and receives on workers this way.
+void transfer_batch_add_call (transfer_batch_t *self, transfer_call_fn *call, void *arg);
+
+//  Number of copies (and calls) added, and total bytes copied.
 size_t transfer_batch_copies (transfer_batch_t *self);
 uint64_t transfer_batch_bytes (transfer_batch_t *self);
 

@@ -1,0 +1,669 @@
+/*  data_plane.c - values moved between nodes over their data planes (data_plane.h).
+
+    DESIGN
+    A run is cut into tasks when it is submitted: transfers are grouped by (endpoint, kind,
+    ranged) in the order they come, a group closing at 256 keys or task_bytes of values, and a
+    range of task_bytes or more is a group of its own. Each task is a transfer_pool call task
+    (transfer_batch_add_call), so tasks are spread over the workers' deques and stolen by idle
+    workers like the pool's copies. The pool's done callback is the run's.
+
+    A task is one request and its reply, on the connection its worker keeps to that endpoint
+    (worker_t.links, created on first use, owned and touched only by that worker's thread;
+    the pool joins the workers before data_plane_destroy closes them). Request ids grow per
+    connection; a connection whose node did not answer in time is closed, so a late answer can
+    never be taken for a later request's. Connections unused for LINK_IDLE_MS are closed when
+    their worker next runs a task.
+
+    A write's value is copied into the request's frame on the worker: the source belongs to
+    the caller only until done runs, and libzmq may hold a frame longer than that when a node
+    stalls. Values received are kept as the received messages (whole reads) or copied into
+    their destinations (ranges).
+
+    Threads: the pool's workers; data_plane_run from any thread. Ordering: none between tasks.
+*/
+#include "transfer/data_plane.h"
+
+#include <assert.h>
+#include <czmq.h>
+#include <stdatomic.h>
+
+#include "kvpool_status.h"
+#include "protocol/contract.h"
+#include "protocol/kvpool.pb-c.h"
+#include "transfer/transfer_pool.h"
+
+#define TASK_MAX_KEYS 256
+#define LINK_IDLE_MS 60000
+#define LINK_SWEEP_MS 1000
+
+typedef struct {
+    zsock_t *sock;
+    uint64_t next_id;
+    int64_t last_used;
+} link_t;
+
+typedef struct {
+    zhashx_t *links; //  endpoint -> link_t
+    int64_t next_sweep;
+} worker_t;
+
+struct _data_plane_t {
+    transfer_pool_t *pool;
+    worker_t *workers;
+    int worker_count;
+    int timeout_ms;
+    atomic_uint_fast64_t requests, timeouts;
+};
+
+typedef struct _run_t run_t;
+
+typedef struct {
+    run_t *run;
+    size_t *items; //  indices into run->xfers
+    size_t count;
+} task_t;
+
+struct _run_t {
+    data_plane_t *plane;
+    data_plane_xfer_t *xfers;
+    size_t count;
+    data_plane_put_t put;
+    bool has_put;
+    data_plane_done_fn *done;
+    void *arg;
+    task_t *tasks;
+    size_t task_count;
+    size_t *indices; //  every task's items, in one block
+};
+
+//  ---- connections ---------------------------------------------------------------------
+
+static void
+s_link_destroy (void **item)
+{
+    link_t *link = (link_t *) *item;
+    if (link) {
+        zsock_destroy (&link->sock);
+        free (link);
+        *item = NULL;
+    }
+}
+
+static link_t *
+s_link (worker_t *worker, const char *endpoint)
+{
+    int64_t now = zclock_mono ();
+    if (now >= worker->next_sweep) {
+        worker->next_sweep = now + LINK_SWEEP_MS;
+        zlistx_t *idle = zlistx_new ();
+        for (link_t *link = (link_t *) zhashx_first (worker->links); link;
+             link = (link_t *) zhashx_next (worker->links))
+            if (now - link->last_used > LINK_IDLE_MS)
+                zlistx_add_end (idle, (void *) zhashx_cursor (worker->links));
+        for (const char *key = (const char *) zlistx_first (idle); key;
+             key = (const char *) zlistx_next (idle))
+            zhashx_delete (worker->links, key);
+        zlistx_destroy (&idle);
+    }
+    link_t *link = (link_t *) zhashx_lookup (worker->links, endpoint);
+    if (!link) {
+        zsock_t *sock = zsock_new (ZMQ_DEALER);
+        if (!sock)
+            return NULL;
+        zsock_set_linger (sock, 0);
+        zsock_set_sndhwm (sock, 0);
+        zsock_set_rcvhwm (sock, 0);
+        zsock_set_reconnect_ivl (sock, 100);
+        if (zsock_connect (sock, "%s", endpoint) != 0) {
+            zsock_destroy (&sock);
+            return NULL;
+        }
+        link = (link_t *) zmalloc (sizeof (link_t));
+        link->sock = sock;
+        zhashx_insert (worker->links, endpoint, link);
+    }
+    link->last_used = now;
+    return link;
+}
+
+//  ---- a task: one request, one reply ---------------------------------------------------
+
+static void
+s_fail (task_t *task, int status, bool answered)
+{
+    for (size_t k = 0; k < task->count; k++) {
+        data_plane_xfer_t *xfer = &task->run->xfers[task->items[k]];
+        xfer->status = status;
+        xfer->answered = answered;
+    }
+}
+
+static int
+s_send (task_t *task, link_t *link, uint64_t id)
+{
+    run_t *run = task->run;
+    data_plane_xfer_t *first = &run->xfers[task->items[0]];
+    size_t n = task->count;
+    ProtobufCBinaryData *keys = (ProtobufCBinaryData *) malloc (n * sizeof *keys);
+    uint64_t *offsets = (uint64_t *) malloc (n * sizeof (uint64_t));
+    uint64_t *lengths = (uint64_t *) malloc (n * sizeof (uint64_t));
+    assert (keys && offsets && lengths);
+    for (size_t k = 0; k < n; k++) {
+        data_plane_xfer_t *xfer = &run->xfers[task->items[k]];
+        keys[k].data = (uint8_t *) xfer->key;
+        keys[k].len = xfer->key_len;
+        offsets[k] = xfer->offset;
+        lengths[k] = xfer->length;
+    }
+    Kvpool__V1__Request request = KVPOOL__V1__REQUEST__INIT;
+    Kvpool__V1__PutOptions put = KVPOOL__V1__PUT_OPTIONS__INIT;
+    request.version = KVP_PROTOCOL_VERSION;
+    request.request_id = id;
+    request.keys = keys;
+    request.n_keys = n;
+    bool write = first->kind == DATA_PLANE_WRITE;
+    if (write) {
+        //  An upsert: see docs/cluster.md (a copy already there can only be an orphan).
+        request.op = KVPOOL__V1__OP__UPSERT;
+        put.replica_num = 1;
+        if (run->has_put) {
+            put.soft_pin = run->put.soft_pin;
+            put.soft_pin_ttl_ms = run->put.soft_pin_ttl_ms;
+            put.hard_pin = run->put.hard_pin;
+        }
+        request.put = &put;
+    }
+    else {
+        request.op = KVPOOL__V1__OP__GET;
+        if (first->length > 0) {
+            request.offsets = offsets;
+            request.n_offsets = n;
+            request.lengths = lengths;
+            request.n_lengths = n;
+        }
+    }
+    void *handle = zsock_resolve (link->sock);
+    size_t size = kvpool__v1__request__get_packed_size (&request);
+    zmq_msg_t msg;
+    zmq_msg_init_size (&msg, size);
+    kvpool__v1__request__pack (&request, (uint8_t *) zmq_msg_data (&msg));
+    free (keys);
+    free (offsets);
+    free (lengths);
+    int rc = zmq_msg_send (&msg, handle, write ? ZMQ_SNDMORE : 0);
+    for (size_t k = 0; write && rc != -1 && k < n; k++) {
+        data_plane_xfer_t *xfer = &run->xfers[task->items[k]];
+        zmq_msg_init_size (&msg, xfer->size);
+        if (xfer->size)
+            memcpy (zmq_msg_data (&msg), xfer->src, xfer->size);
+        rc = zmq_msg_send (&msg, handle, k + 1 < n ? ZMQ_SNDMORE : 0);
+    }
+    if (rc == -1)
+        zmq_msg_close (&msg);
+    return rc == -1 ? -1 : 0;
+}
+
+//  Receives one whole message: header and value frames. Returns the frame count (header
+//  included), or 0.
+static size_t
+s_recv (void *handle, zmq_msg_t **frames_p)
+{
+    size_t capacity = 8, count = 0;
+    zmq_msg_t *frames = (zmq_msg_t *) malloc (capacity * sizeof (zmq_msg_t));
+    assert (frames);
+    int more = 1;
+    while (more) {
+        if (count == capacity) {
+            capacity *= 2;
+            frames = (zmq_msg_t *) realloc (frames, capacity * sizeof (zmq_msg_t));
+            assert (frames);
+        }
+        zmq_msg_init (&frames[count]);
+        if (zmq_msg_recv (&frames[count], handle, 0) == -1) {
+            zmq_msg_close (&frames[count]);
+            break;
+        }
+        more = zmq_msg_more (&frames[count]);
+        count++;
+    }
+    if (more) { //  cut short: drop what came
+        for (size_t i = 0; i < count; i++)
+            zmq_msg_close (&frames[i]);
+        count = 0;
+    }
+    *frames_p = frames;
+    return count;
+}
+
+//  Takes the node's answer to request id: a status per key and, for reads, the bytes.
+static bool
+s_take_reply (task_t *task, uint64_t id, zmq_msg_t *frames, size_t frame_count)
+{
+    Kvpool__V1__Reply *reply = kvpool__v1__reply__unpack (NULL, zmq_msg_size (&frames[0]),
+                                                          (const uint8_t *) zmq_msg_data (&frames[0]));
+    if (!reply)
+        return false;
+    if (reply->request_id != id) {
+        kvpool__v1__reply__free_unpacked (reply, NULL);
+        return false; //  not ours (cannot happen on a connection closed after a timeout)
+    }
+    run_t *run = task->run;
+    bool read = run->xfers[task->items[0]].kind == DATA_PLANE_READ;
+    for (size_t k = 0; k < task->count; k++) {
+        data_plane_xfer_t *xfer = &run->xfers[task->items[k]];
+        xfer->answered = true;
+        int status = reply->status != KVPOOL_OK ? reply->status
+                     : k < reply->n_statuses     ? reply->statuses[k]
+                                                 : KVPOOL_INTERNAL_ERROR;
+        if (status == KVPOOL_OK && read) {
+            zmq_msg_t *got = k + 1 < frame_count ? &frames[k + 1] : NULL;
+            size_t got_size = got ? zmq_msg_size (got) : 0;
+            if (!got)
+                status = KVPOOL_TRANSFER_FAIL;
+            else if (xfer->length > 0) {
+                //  A range: exactly as long as asked, or it would leave a hole.
+                if (got_size != xfer->length)
+                    status = KVPOOL_TRANSFER_FAIL;
+                else
+                    memcpy (xfer->dst, zmq_msg_data (got), got_size);
+            }
+            else if (k >= reply->n_sizes || reply->sizes[k] != got_size)
+                status = KVPOOL_TRANSFER_FAIL; //  not the bytes the node says it has
+            else
+                zmq_msg_move (&xfer->frame, got);
+        }
+        xfer->status = status;
+    }
+    kvpool__v1__reply__free_unpacked (reply, NULL);
+    return true;
+}
+
+static void
+s_task_run (void *arg, int worker_index)
+{
+    task_t *task = (task_t *) arg;
+    data_plane_t *plane = task->run->plane;
+    const char *endpoint = task->run->xfers[task->items[0]].endpoint;
+    assert (worker_index >= 0 && worker_index < plane->worker_count);
+    worker_t *worker = &plane->workers[worker_index];
+    link_t *link = s_link (worker, endpoint);
+    if (!link) {
+        s_fail (task, KVPOOL_TRANSFER_FAIL, false);
+        return;
+    }
+    uint64_t id = ++link->next_id;
+    atomic_fetch_add_explicit (&plane->requests, 1, memory_order_relaxed);
+    if (s_send (task, link, id) != 0) {
+        s_fail (task, KVPOOL_TRANSFER_FAIL, false);
+        zhashx_delete (worker->links, endpoint);
+        return;
+    }
+    int64_t deadline = zclock_mono () + plane->timeout_ms;
+    void *handle = zsock_resolve (link->sock);
+    while (true) {
+        int64_t wait = deadline - zclock_mono ();
+        zmq_pollitem_t item = {handle, 0, ZMQ_POLLIN, 0};
+        if (wait <= 0 || zmq_poll (&item, 1, (long) wait) <= 0 || !(item.revents & ZMQ_POLLIN)) {
+            if (zclock_mono () < deadline)
+                continue; //  interrupted
+            //  The node did not answer: its connection goes, and with it what is queued.
+            atomic_fetch_add_explicit (&plane->timeouts, 1, memory_order_relaxed);
+            s_fail (task, KVPOOL_TRANSFER_FAIL, false);
+            zhashx_delete (worker->links, endpoint);
+            return;
+        }
+        zmq_msg_t *frames = NULL;
+        size_t count = s_recv (handle, &frames);
+        bool taken = count > 0 && s_take_reply (task, id, frames, count);
+        for (size_t i = 0; i < count; i++)
+            zmq_msg_close (&frames[i]);
+        free (frames);
+        if (taken)
+            return;
+    }
+}
+
+//  ---- runs --------------------------------------------------------------------------
+
+static void
+s_run_done (transfer_batch_t *batch, void *arg)
+{
+    run_t *run = (run_t *) arg;
+    run->done (run->xfers, run->count, run->arg);
+    transfer_batch_destroy (&batch);
+    free (run->tasks);
+    free (run->indices);
+    free (run);
+}
+
+data_plane_t *
+data_plane_new (int workers, int timeout_ms)
+{
+    if (workers < 1 || timeout_ms < 1)
+        return NULL;
+    data_plane_t *self = (data_plane_t *) zmalloc (sizeof (data_plane_t));
+    self->worker_count = workers;
+    self->timeout_ms = timeout_ms;
+    self->workers = (worker_t *) zmalloc (workers * sizeof (worker_t));
+    for (int i = 0; i < workers; i++) {
+        self->workers[i].links = zhashx_new ();
+        zhashx_set_destructor (self->workers[i].links, s_link_destroy);
+    }
+    self->pool = transfer_pool_new (workers, 0);
+    if (!self->pool) {
+        data_plane_destroy (&self);
+        return NULL;
+    }
+    return self;
+}
+
+void
+data_plane_destroy (data_plane_t **self_p)
+{
+    data_plane_t *self = *self_p;
+    if (!self)
+        return;
+    //  The workers are joined first: the connections were theirs.
+    transfer_pool_destroy (&self->pool);
+    for (int i = 0; i < self->worker_count; i++)
+        zhashx_destroy (&self->workers[i].links);
+    free (self->workers);
+    free (self);
+    *self_p = NULL;
+}
+
+typedef struct {
+    const char *endpoint;
+    data_plane_kind_t kind;
+    bool ranged;
+    size_t task; //  the open task of this group
+    uint64_t bytes;
+} group_t;
+
+void
+data_plane_run (data_plane_t *self, data_plane_xfer_t *xfers, size_t count,
+                const data_plane_put_t *put, uint64_t task_bytes, data_plane_done_fn *done,
+                void *arg)
+{
+    assert (self && done);
+    run_t *run = (run_t *) zmalloc (sizeof (run_t));
+    run->plane = self;
+    run->xfers = xfers;
+    run->count = count;
+    if (put) {
+        run->put = *put;
+        run->has_put = true;
+    }
+    run->done = done;
+    run->arg = arg;
+    //  Two passes over the groups: count each task's items, then place them.
+    run->tasks = (task_t *) zmalloc ((count ? count : 1) * sizeof (task_t));
+    run->indices = (size_t *) malloc ((count ? count : 1) * sizeof (size_t));
+    size_t *task_of = (size_t *) malloc ((count ? count : 1) * sizeof (size_t));
+    group_t *groups = (group_t *) malloc ((count ? count : 1) * sizeof (group_t));
+    assert (run->indices && task_of && groups);
+    size_t group_count = 0;
+    for (size_t i = 0; i < count; i++) {
+        data_plane_xfer_t *xfer = &xfers[i];
+        xfer->status = KVPOOL_TRANSFER_FAIL;
+        xfer->answered = false;
+        zmq_msg_init (&xfer->frame);
+        bool ranged = xfer->kind == DATA_PLANE_READ && xfer->length > 0;
+        uint64_t bytes = xfer->kind == DATA_PLANE_WRITE ? xfer->size : xfer->length;
+        group_t *group = NULL;
+        if (!(ranged && bytes >= task_bytes))
+            for (size_t g = 0; g < group_count && !group; g++)
+                if (groups[g].kind == xfer->kind && groups[g].ranged == ranged
+                    && strcmp (groups[g].endpoint, xfer->endpoint) == 0)
+                    group = &groups[g];
+        if (!group || group->bytes >= task_bytes || run->tasks[group->task].count >= TASK_MAX_KEYS) {
+            if (!group)
+                group = &groups[group_count++];
+            *group = (group_t){xfer->endpoint, xfer->kind, ranged, run->task_count++, 0};
+        }
+        group->bytes += bytes;
+        task_of[i] = group->task;
+        run->tasks[group->task].count++;
+    }
+    size_t at = 0;
+    for (size_t t = 0; t < run->task_count; t++) {
+        run->tasks[t].run = run;
+        run->tasks[t].items = &run->indices[at];
+        at += run->tasks[t].count;
+        run->tasks[t].count = 0;
+    }
+    for (size_t i = 0; i < count; i++) {
+        task_t *task = &run->tasks[task_of[i]];
+        task->items[task->count++] = i;
+    }
+    free (task_of);
+    free (groups);
+    transfer_batch_t *batch = transfer_batch_new (s_run_done, run);
+    assert (batch);
+    for (size_t t = 0; t < run->task_count; t++)
+        transfer_batch_add_call (batch, s_task_run, &run->tasks[t]);
+    transfer_pool_submit (self->pool, batch);
+}
+
+uint64_t
+data_plane_requests (data_plane_t *self)
+{
+    return atomic_load_explicit (&self->requests, memory_order_relaxed);
+}
+
+uint64_t
+data_plane_timeouts (data_plane_t *self)
+{
+    return atomic_load_explicit (&self->timeouts, memory_order_relaxed);
+}
+
+uint64_t
+data_plane_stolen (data_plane_t *self)
+{
+    return transfer_pool_tasks_stolen (self->pool);
+}
+
+//  ---- self test ------------------------------------------------------------------------
+
+//  A fake node: answers GET from one value ("v" -> 0..size-1 pattern), ranges included, and
+//  UPSERT by counting bytes; key "silent" is never answered, key "liar" gets one byte too
+//  many.
+typedef struct {
+    const char *endpoint;
+    uint8_t *value;
+    size_t size;
+    uint64_t written;
+} fake_node_t;
+
+static void
+s_fake_node (zsock_t *pipe, void *args)
+{
+    fake_node_t *node = (fake_node_t *) args;
+    zsock_t *router = zsock_new_router (node->endpoint);
+    assert (router);
+    zsock_signal (pipe, 0);
+    zpoller_t *poller = zpoller_new (pipe, router, NULL);
+    while (true) {
+        void *which = zpoller_wait (poller, -1);
+        if (which != router)
+            break;
+        zmsg_t *msg = zmsg_recv (router);
+        zframe_t *id = zmsg_pop (msg);
+        zframe_t *header = zmsg_pop (msg);
+        Kvpool__V1__Request *request =
+            kvpool__v1__request__unpack (NULL, zframe_size (header), zframe_data (header));
+        assert (request);
+        bool silent = false;
+        Kvpool__V1__Reply reply = KVPOOL__V1__REPLY__INIT;
+        reply.request_id = request->request_id;
+        int32_t statuses[TASK_MAX_KEYS];
+        uint64_t sizes[TASK_MAX_KEYS];
+        zmsg_t *out = zmsg_new ();
+        for (size_t k = 0; k < request->n_keys; k++) {
+            const char *key = (const char *) request->keys[k].data;
+            size_t len = request->keys[k].len;
+            silent |= len == 6 && memcmp (key, "silent", 6) == 0;
+            statuses[k] = KVPOOL_OK;
+            sizes[k] = 0;
+            if (request->op == KVPOOL__V1__OP__UPSERT) {
+                zframe_t *value = zmsg_pop (msg);
+                node->written += zframe_size (value);
+                zframe_destroy (&value);
+            }
+            else if (len == 1 && key[0] == 'v') {
+                uint64_t off = k < request->n_offsets ? request->offsets[k] : 0;
+                uint64_t want = k < request->n_lengths ? request->lengths[k] : node->size;
+                if (off > node->size)
+                    off = node->size;
+                if (want > node->size - off)
+                    want = node->size - off;
+                sizes[k] = node->size;
+                zmsg_addmem (out, node->value + off, want);
+            }
+            else if (len == 4 && memcmp (key, "liar", 4) == 0) {
+                sizes[k] = 3;
+                zmsg_addmem (out, "abcd", 4);
+            }
+            else {
+                statuses[k] = KVPOOL_OBJECT_NOT_FOUND;
+                zmsg_addmem (out, NULL, 0);
+            }
+        }
+        reply.statuses = statuses;
+        reply.n_statuses = request->n_keys;
+        reply.sizes = sizes;
+        reply.n_sizes = request->n_keys;
+        size_t size = kvpool__v1__reply__get_packed_size (&reply);
+        uint8_t *packed = (uint8_t *) malloc (size);
+        kvpool__v1__reply__pack (&reply, packed);
+        if (request->op == KVPOOL__V1__OP__UPSERT)
+            zmsg_destroy (&out), out = zmsg_new ();
+        zmsg_pushmem (out, packed, size);
+        zmsg_push (out, id);
+        free (packed);
+        if (silent)
+            zmsg_destroy (&out);
+        else
+            zmsg_send (&out, router);
+        kvpool__v1__request__free_unpacked (request, NULL);
+        zframe_destroy (&header);
+        zmsg_destroy (&msg);
+    }
+    zpoller_destroy (&poller);
+    zsock_destroy (&router);
+}
+
+typedef struct {
+    zsock_t *signal; //  pair: told when a run is done
+} test_wait_t;
+
+static void
+s_test_done (data_plane_xfer_t *xfers, size_t count, void *arg)
+{
+    (void) xfers;
+    (void) count;
+    zsock_signal ((zsock_t *) arg, 0);
+}
+
+void
+data_plane_test (bool verbose)
+{
+    char endpoint[64];
+    snprintf (endpoint, sizeof endpoint, "inproc://dptest-%d", (int) getpid ());
+    fake_node_t node = {endpoint, NULL, 3 << 20, 0};
+    node.value = (uint8_t *) malloc (node.size);
+    for (size_t i = 0; i < node.size; i++)
+        node.value[i] = (uint8_t) (i * 7 + 3);
+    zactor_t *fake = zactor_new (s_fake_node, &node);
+    zsock_t *done_rx = zsock_new_pair ("@inproc://dptest-done");
+    zsock_t *done_tx = zsock_new_pair (">inproc://dptest-done");
+    assert (data_plane_new (0, 100) == NULL);
+    data_plane_t *plane = data_plane_new (3, 300);
+    assert (plane);
+
+    //  A whole read, six striped ranges into one buffer, a missing key, a liar, writes.
+    uint8_t *striped = (uint8_t *) malloc (node.size);
+    size_t stripe = node.size / 6;
+    data_plane_xfer_t xfers[12];
+    memset (xfers, 0, sizeof xfers);
+    xfers[0] = (data_plane_xfer_t){.kind = DATA_PLANE_READ, .endpoint = endpoint, .key = "v",
+                                   .key_len = 1};
+    for (int s = 0; s < 6; s++)
+        xfers[1 + s] = (data_plane_xfer_t){.kind = DATA_PLANE_READ,
+                                           .endpoint = endpoint,
+                                           .key = "v",
+                                           .key_len = 1,
+                                           .offset = s * stripe,
+                                           .length = stripe,
+                                           .dst = striped + s * stripe};
+    xfers[7] = (data_plane_xfer_t){.kind = DATA_PLANE_READ, .endpoint = endpoint, .key = "nope",
+                                   .key_len = 4};
+    xfers[8] = (data_plane_xfer_t){.kind = DATA_PLANE_READ, .endpoint = endpoint, .key = "liar",
+                                   .key_len = 4};
+    static const char small[] = "hello";
+    for (int w = 0; w < 3; w++)
+        xfers[9 + w] = (data_plane_xfer_t){.kind = DATA_PLANE_WRITE,
+                                           .endpoint = endpoint,
+                                           .key = "w",
+                                           .key_len = 1,
+                                           .src = w == 2 ? (const void *) node.value : small,
+                                           .size = w == 2 ? node.size : 5};
+    data_plane_put_t put = {true, 1000, false};
+    data_plane_run (plane, xfers, 12, &put, stripe, s_test_done, done_tx);
+    assert (zsock_wait (done_rx) == 0);
+    assert (xfers[0].status == KVPOOL_OK && xfers[0].answered);
+    assert (zmq_msg_size (&xfers[0].frame) == node.size);
+    assert (memcmp (zmq_msg_data (&xfers[0].frame), node.value, node.size) == 0);
+    for (int s = 0; s < 6; s++)
+        assert (xfers[1 + s].status == KVPOOL_OK);
+    assert (memcmp (striped, node.value, node.size) == 0);
+    assert (xfers[7].status == KVPOOL_OBJECT_NOT_FOUND && xfers[7].answered);
+    assert (xfers[8].status == KVPOOL_TRANSFER_FAIL && xfers[8].answered);
+    for (int w = 0; w < 3; w++)
+        assert (xfers[9 + w].status == KVPOOL_OK);
+    assert (node.written == 10 + node.size);
+    //  Ranges went out as requests of their own (one each), whole reads and writes grouped:
+    //  one whole-read request (v, nope, liar) and one of writes (the group was under a
+    //  stripe's bytes when the large one came).
+    assert (data_plane_requests (plane) == 6 + 1 + 1);
+    for (int i = 0; i < 12; i++)
+        zmq_msg_close (&xfers[i].frame);
+
+    //  A node that does not answer: the transfer fails in about the timeout, not answered.
+    int64_t started = zclock_mono ();
+    data_plane_xfer_t quiet = {.kind = DATA_PLANE_READ, .endpoint = endpoint, .key = "silent",
+                               .key_len = 6};
+    data_plane_run (plane, &quiet, 1, NULL, stripe, s_test_done, done_tx);
+    assert (zsock_wait (done_rx) == 0);
+    int64_t took = zclock_mono () - started;
+    assert (quiet.status == KVPOOL_TRANSFER_FAIL && !quiet.answered);
+    assert (took >= 250 && took < 3000);
+    assert (data_plane_timeouts (plane) == 1);
+    zmq_msg_close (&quiet.frame);
+    //  ... and the connection made again afterwards works.
+    data_plane_xfer_t again = {.kind = DATA_PLANE_READ, .endpoint = endpoint, .key = "v",
+                               .key_len = 1};
+    data_plane_run (plane, &again, 1, NULL, stripe, s_test_done, done_tx);
+    assert (zsock_wait (done_rx) == 0);
+    assert (again.status == KVPOOL_OK && zmq_msg_size (&again.frame) == node.size);
+    zmq_msg_close (&again.frame);
+
+    //  An empty run is done at once; an endpoint nobody serves times out.
+    data_plane_run (plane, NULL, 0, NULL, stripe, s_test_done, done_tx);
+    assert (zsock_wait (done_rx) == 0);
+    data_plane_xfer_t nobody = {.kind = DATA_PLANE_WRITE, .endpoint = "inproc://dptest-nobody",
+                                .key = "k", .key_len = 1, .src = small, .size = 5};
+    data_plane_run (plane, &nobody, 1, NULL, stripe, s_test_done, done_tx);
+    assert (zsock_wait (done_rx) == 0);
+    assert (nobody.status == KVPOOL_TRANSFER_FAIL && !nobody.answered);
+
+    data_plane_destroy (&plane);
+    assert (plane == NULL);
+    zsock_destroy (&done_tx);
+    zsock_destroy (&done_rx);
+    zactor_destroy (&fake);
+    free (striped);
+    free (node.value);
+    if (verbose)
+        printf ("data_plane ok ");
+}

@@ -1,0 +1,88 @@
+/*  data_plane.h - values moved between nodes over their data planes, by transfer workers.
+
+    A node's data plane is the client protocol (kvpool.proto) on its --peer-endpoint, about
+    that node's own objects. A data_plane_t moves values to and from such endpoints for the
+    cluster actor: reads (GET, whole or a range) and writes (UPSERT). It runs them on a
+    transfer_pool (transfer_pool.h) of its own: a batch of transfers is cut into tasks, one
+    request to one node each, spread over the workers' deques, and an idle worker steals from
+    a busy one. Each worker keeps its own persistent DEALER to each node it has talked to
+    (never a socket per transfer), so the stripes of one large value, given to different
+    workers, travel over different TCP connections in parallel.
+
+    A task sends its request and waits for the answer up to the data plane's timeout; a node
+    that does not answer in time has that worker's connection closed (what was queued for it
+    goes, and libzmq stops reconnecting to a port another process may take) and its transfers
+    fail with KVPOOL_TRANSFER_FAIL, answered = false. A read is accepted only with exactly the
+    bytes expected: a range exactly its length, a whole value exactly the size the node
+    reported; anything else fails the transfer rather than pass on wrong bytes.
+
+    Threads: data_plane_run may be called from any thread; the done callback runs on a worker
+    thread (or on the caller's, for an empty batch). The transfers, their keys, sources and
+    destinations belong to the caller and must stay put until done runs; workers write only
+    the out fields of their own transfers and their destinations.
+*/
+#ifndef DATA_PLANE_H_INCLUDED
+#define DATA_PLANE_H_INCLUDED
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <zmq.h>
+
+typedef struct _data_plane_t data_plane_t;
+
+typedef enum {
+    DATA_PLANE_READ = 1, //  GET key (a range when length > 0) from the node
+    DATA_PLANE_WRITE,    //  UPSERT key = src[0 .. size) at the node
+} data_plane_kind_t;
+
+typedef struct {
+    //  in
+    data_plane_kind_t kind;
+    const char *endpoint; //  the node's data plane
+    const char *key;
+    size_t key_len;
+    uint64_t offset, length; //  READ: a range (length 0: the whole value)
+    void *dst;               //  READ of a range: its length bytes land here
+    const void *src;         //  WRITE: the value
+    uint64_t size;           //  WRITE: its size
+    //  out
+    int status;      //  KVPOOL_OK, the node's status for the key, or KVPOOL_TRANSFER_FAIL
+    bool answered;   //  the node answered in time (false: it may be gone)
+    zmq_msg_t frame; //  a whole READ, OK: the value as received (the caller closes it)
+} data_plane_xfer_t;
+
+//  Put options that every WRITE of one run carries.
+typedef struct {
+    bool soft_pin;
+    uint64_t soft_pin_ttl_ms;
+    bool hard_pin;
+} data_plane_put_t;
+
+typedef void (data_plane_done_fn) (data_plane_xfer_t *xfers, size_t count, void *arg);
+
+//  Starts workers (>= 1) transfer workers. timeout_ms: how long a node has to answer one
+//  request. Returns NULL on failure. Caller owns the return value.
+data_plane_t *data_plane_new (int workers, int timeout_ms);
+
+//  Finishes the transfers under way, stops the workers, closes their connections. Does nothing
+//  on NULL; sets *self_p to NULL.
+void data_plane_destroy (data_plane_t **self_p);
+
+//  Runs xfers[0 .. count) on the workers. Transfers to one endpoint of one kind (and, for
+//  reads, all ranged or all whole) are sent together, up to task_bytes of values or 256 keys
+//  a request; every range of task_bytes or more is a request of its own. put may be NULL.
+//  done (xfers, count, arg) runs once all have ended. Every transfer ends with a status.
+void data_plane_run (data_plane_t *self, data_plane_xfer_t *xfers, size_t count,
+                     const data_plane_put_t *put, uint64_t task_bytes, data_plane_done_fn *done,
+                     void *arg);
+
+//  Counters: requests sent, requests that timed out, tasks stolen by an idle worker.
+uint64_t data_plane_requests (data_plane_t *self);
+uint64_t data_plane_timeouts (data_plane_t *self);
+uint64_t data_plane_stolen (data_plane_t *self);
+
+//  Self test: a fake node on inproc answers reads and writes, stays silent, or lies.
+void data_plane_test (bool verbose);
+
+#endif
