@@ -674,7 +674,8 @@ s_finish (self_t *self, kvp_job_t *job)
         s_ctx_destroy (&ctx);
     }
     else {
-        if (job->ranged && job->status == KVPOOL_OK)
+        //  (A PUT_PART's offsets say where its frames went: nothing to cut.)
+        if (job->ranged && job->status == KVPOOL_OK && (ctx->row->fills & REPLY_VALUES))
             s_apply_ranges (job);
         s_reply (self, &job, NULL);
     }
@@ -786,6 +787,8 @@ s_authorize (self_t *self, api_ctx_t *ctx, char *reason, size_t size)
     }
     if (!(flags & OP_LOCAL) || peer->kind == PEER_INPROC)
         return 0;
+    if ((flags & OP_PEER) && ctx->socket == self->peer)
+        return 0; //  another node, on the data plane: its reservations are the node's
     if (peer->kind == PEER_REMOTE) {
         snprintf (reason, size,
                   "operation %s works on the node's shared memory: only a client on the "

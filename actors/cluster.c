@@ -94,6 +94,9 @@ typedef struct {
     int done[KVP_MAX_REPLICAS];  //  of which acknowledged
     int old[KVP_MAX_REPLICAS];   //  an upsert: the nodes of the old value
     int status;                  //  the first failure a node reported
+    //  A value in stripes, by index into peers: reserved there, a stripe failed there, an
+    //  orphan in the way there (a whole write instead)
+    uint8_t reserved, part_failed, rewrite;
 } plan_item_t;
 
 typedef struct {
@@ -125,6 +128,7 @@ struct _op_t {
     zframe_t *routing_id;
     size_t calls_out;
     int phase;
+    int step;       //  KVP_CL_COMMIT, phase 0: the step of the copies (s_commit_start)
     fetch_t *fetch; //  KVP_CL_FETCH: one a job item
 };
 
@@ -610,14 +614,18 @@ s_self_peer (self_t *self)
     return s_peer (self, self->args->node_id, self->args->host_id, self->args->peer_endpoint);
 }
 
-//  Phase 0 of a commit: the copies on other nodes, on the data plane's workers (all nodes and
-//  all items at once, a few MiB a request).
+//  Phase 0 of a commit: the copies on other nodes, on the data plane's workers, all nodes and
+//  all items at once. A value of up to a stripe is one write (an upsert; data_plane.c). A
+//  larger one moves in stripes: reserved at the node (step 0), its stripes written in
+//  parallel over the workers' connections (step 1), then committed there, or revoked if a
+//  stripe failed (step 2). Each step is a run; the next starts when it ends.
 static void
 s_commit_start (self_t *self, op_t *op)
 {
     kvp_job_t *job = op->job;
     plan_t *plan = (plan_t *) job->plan;
     op->phase = 0;
+    op->step = 0;
     if (!plan)
         return;
     run_t *run = s_run_new (self, op);
@@ -628,11 +636,13 @@ s_commit_start (self_t *self, op_t *op)
             continue;
         for (uint8_t h = 0; h < placed->peer_count; h++) {
             data_plane_xfer_t *xfer = s_run_add (run, i, placed->peers[h]);
-            //  An upsert even for a put (data_plane.c): the master reserved the key for this
-            //  put, so a copy the node already has can only be an orphan (a commit that
-            //  failed, whose removal did not reach it), and it may hold other bytes: it is
-            //  replaced, never taken for the value.
-            xfer->kind = DATA_PLANE_WRITE;
+            //  An upsert even for a put: the master reserved the key for this put, so a copy
+            //  the node already has can only be an orphan (a commit that failed, whose
+            //  removal did not reach it), and it may hold other bytes: it is replaced, never
+            //  taken for the value. (A reservation finds such an orphan in the way: that
+            //  node gets a whole write instead.)
+            xfer->kind =
+                item->size > self->config->stripe_size ? DATA_PLANE_RESERVE : DATA_PLANE_WRITE;
             xfer->key = item->key;
             xfer->key_len = item->key_len;
             xfer->src = item->src;
@@ -643,21 +653,94 @@ s_commit_start (self_t *self, op_t *op)
     s_run_start (self, run, &put);
 }
 
-//  The copies ended, written or not.
+//  Which of an item's other nodes a peer is.
+static int
+s_placed_index (const plan_item_t *placed, int peer)
+{
+    for (uint8_t h = 0; h < placed->peer_count; h++)
+        if (placed->peers[h] == peer)
+            return h;
+    return -1;
+}
+
+//  The stripes of item i to node h of its placement.
+static void
+s_commit_parts (self_t *self, run_t *run, size_t i, int peer)
+{
+    kvp_item_t *item = &run->op->job->items[i];
+    uint64_t stripe = self->config->stripe_size;
+    if ((item->size + stripe - 1) / stripe > MAX_STRIPES)
+        stripe = (item->size + MAX_STRIPES - 1) / MAX_STRIPES;
+    for (uint64_t offset = 0; offset < item->size; offset += stripe) {
+        data_plane_xfer_t *xfer = s_run_add (run, i, peer);
+        xfer->kind = DATA_PLANE_PART;
+        xfer->key = item->key;
+        xfer->key_len = item->key_len;
+        xfer->offset = offset;
+        xfer->src = (const char *) item->src + offset;
+        xfer->size = item->size - offset < stripe ? item->size - offset : stripe;
+    }
+}
+
+//  A step of the copies ended: what was written is recorded, and the next step starts.
 static void
 s_commit_copies_done (self_t *self, op_t *op, run_t *run)
 {
-    plan_t *plan = (plan_t *) op->job->plan;
+    kvp_job_t *job = op->job;
+    plan_t *plan = (plan_t *) job->plan;
     for (size_t x = 0; x < run->count; x++) {
         plan_item_t *placed = &plan->items[run->items[x]];
-        int status = run->xfers[x].status;
-        if (status == KVPOOL_OK) {
+        data_plane_xfer_t *xfer = &run->xfers[x];
+        int h = s_placed_index (placed, run->peers[x]);
+        assert (h >= 0);
+        bool written = xfer->status == KVPOOL_OK
+                       && (xfer->kind == DATA_PLANE_WRITE || xfer->kind == DATA_PLANE_END);
+        if (written) {
             placed->done[placed->done_count++] = run->peers[x];
             self->remote_puts++;
         }
-        else if (!placed->status)
-            placed->status = status;
+        else if (xfer->kind == DATA_PLANE_RESERVE && xfer->status == KVPOOL_OK)
+            placed->reserved |= 1u << h;
+        else if (xfer->kind == DATA_PLANE_RESERVE && xfer->status == KVPOOL_OBJECT_ALREADY_EXISTS)
+            placed->rewrite |= 1u << h;
+        else if (xfer->status != KVPOOL_OK) {
+            if (xfer->kind == DATA_PLANE_PART)
+                placed->part_failed |= 1u << h;
+            if (!placed->status && xfer->kind != DATA_PLANE_REVOKE)
+                placed->status = xfer->status;
+        }
+        if (!xfer->answered)
+            self->failures++;
     }
+    if (op->step == 2)
+        return;
+    op->step++;
+    run_t *next = s_run_new (self, op);
+    for (size_t i = 0; i < job->count; i++) {
+        plan_item_t *placed = &plan->items[i];
+        kvp_item_t *item = &job->items[i];
+        for (uint8_t h = 0; h < placed->peer_count; h++) {
+            int peer = placed->peers[h];
+            if (op->step == 1 && (placed->reserved & (1u << h)))
+                s_commit_parts (self, next, i, peer);
+            else if (op->step == 1 && (placed->rewrite & (1u << h))) {
+                data_plane_xfer_t *xfer = s_run_add (next, i, peer);
+                xfer->kind = DATA_PLANE_WRITE;
+                xfer->key = item->key;
+                xfer->key_len = item->key_len;
+                xfer->src = item->src;
+                xfer->size = item->size;
+            }
+            else if (op->step == 2 && (placed->reserved & (1u << h))) {
+                data_plane_xfer_t *xfer = s_run_add (next, i, peer);
+                xfer->kind = (placed->part_failed & (1u << h)) ? DATA_PLANE_REVOKE : DATA_PLANE_END;
+                xfer->key = item->key;
+                xfer->key_len = item->key_len;
+            }
+        }
+    }
+    data_plane_put_t put = {job->soft_pin, job->soft_pin_ttl_ms, job->hard_pin};
+    s_run_start (self, next, &put);
 }
 
 //  Phase 1: the keys with at least one copy are committed at the master, the rest aborted.

@@ -785,6 +785,14 @@ s_commit (self_t *self, kvp_job_t *job, int64_t now)
         kvp_object_t *object = s_own_reservation (self, job, item, &free_job);
         if (!object)
             continue;
+        if (rm_epoch_pins (object, 0) + rm_epoch_pins (object, 1) > 0) {
+            //  Only PUT_PART pins a reservation: its bytes are not all in yet.
+            item->status = KVPOOL_INVALID_WRITE;
+            snprintf (job->error, sizeof job->error,
+                      "parts of a value are still being written (PUT_PART): PUT_END after "
+                      "their replies");
+            continue;
+        }
         self->pending--;
         s_object_complete (self, object, now);
     }
@@ -852,6 +860,49 @@ s_upsert (self_t *self, kvp_job_t *job, int64_t now)
     rm_free_job_send (self, &free_job);
     //  Every key that is OK is free now: the insert takes them.
     s_insert (self, job, now);
+}
+
+//  A PUT_PART: each item's bytes go at its offset into its key's reservation, which this job's
+//  owner made (PUT_START) and which the allocator has bound. The reservation is pinned until
+//  the api has copied them (it unpins at the reply), so a revoke or a put timeout meanwhile
+//  frees the space only after the copy, as a removal waits for a zero-copy send.
+static void
+s_part (self_t *self, kvp_job_t *job, int64_t now)
+{
+    kvp_job_need_replicas (job);
+    for (size_t i = 0; i < job->count; i++) {
+        kvp_item_t *item = &job->items[i];
+        if (item->status != KVPOOL_OK)
+            continue;
+        kvp_object_t *object = (kvp_object_t *) object_table_lookup (self->objects, item->key);
+        if (!object || object->state != OBJECT_PENDING || object->owner != job->owner_id
+            || !object->bound || object->busy) {
+            item->status = KVPOOL_INVALID_WRITE;
+            snprintf (job->error, sizeof job->error,
+                      "PUT_PART of a key with no reservation of this client's to write into "
+                      "(PUT_START first)");
+            continue;
+        }
+        if (item->length != item->size || item->offset > object->size
+            || item->size > object->size - item->offset) {
+            item->status = KVPOOL_INVALID_PARAMS;
+            snprintf (job->error, sizeof job->error,
+                      "PUT_PART of %llu bytes at %llu (length %llu) does not fit a %llu-byte "
+                      "reservation",
+                      (unsigned long long) item->size, (unsigned long long) item->offset,
+                      (unsigned long long) item->length, (unsigned long long) object->size);
+            continue;
+        }
+        atomic_fetch_add_explicit (&object->pins[object->pin_epoch], 1, memory_order_relaxed);
+        item->object = rm_pin_handle (object, object->pin_epoch);
+        uint64_t size = item->size;
+        s_fill_replicas (item, object, false);
+        item->size = size;
+        for (uint32_t r = 0; r < item->replica_count; r++)
+            item->replicas[r].addr = (char *) item->replicas[r].addr + item->offset;
+        //  The writer is making progress: its reservation lasts.
+        object->put_deadline = now + (int64_t) self->config->put_timeout_ms;
+    }
 }
 
 static void
@@ -1512,6 +1563,7 @@ s_handle_job (self_t *self, kvp_job_t *job)
         case KVP_RM_RESERVE: s_reserve (self, job, now); break;
         case KVP_RM_BIND: s_bind (self, job, now); break;
         case KVP_RM_COMMIT: s_commit (self, job, now); break;
+        case KVP_RM_PART: s_part (self, job, now); break;
         case KVP_RM_INSERT: s_insert (self, job, now); break;
         case KVP_RM_UPSERT: s_upsert (self, job, now); break;
         case KVP_RM_REVOKE: s_revoke (self, job, now); break;

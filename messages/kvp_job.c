@@ -40,6 +40,7 @@ s_zeroed (size_t size)
 static const kvp_actor_t s_kind_actor[KVP_JOB_KIND_COUNT] = {
     [KVP_RM_RESERVE] = KVP_ACTOR_RM,    [KVP_RM_BIND] = KVP_ACTOR_RM,
     [KVP_RM_COMMIT] = KVP_ACTOR_RM,     [KVP_RM_INSERT] = KVP_ACTOR_RM,
+    [KVP_RM_PART] = KVP_ACTOR_RM,
     [KVP_RM_UPSERT] = KVP_ACTOR_RM,     [KVP_RM_REVOKE] = KVP_ACTOR_RM,
     [KVP_RM_GET] = KVP_ACTOR_RM,        [KVP_RM_EXIST] = KVP_ACTOR_RM,
     [KVP_RM_GET_SIZE] = KVP_ACTOR_RM,   [KVP_RM_REPLICA_LIST] = KVP_ACTOR_RM,

@@ -34,6 +34,8 @@ typedef enum {
     KVP_RM_RESERVE, //  items: keys (+ sizes) -> reserve pending entries
     KVP_RM_BIND,    //  items: replicas filled by the allocator -> record them (pending)
     KVP_RM_COMMIT,  //  items: make visible (PUT_END)
+    KVP_RM_PART,    //  items (offset, src, size): the reservation's replicas, at offset,
+                    //  pinned until the copy is sent (PUT_PART)
     KVP_RM_INSERT,  //  items placed and written by a server-side PUT -> committed objects
     KVP_RM_UPSERT,  //  as INSERT, but an existing key's object is replaced
     KVP_RM_REVOKE,  //  items: drop pending entries and free their space

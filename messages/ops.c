@@ -40,12 +40,12 @@ static const kvp_op_t s_ops[] = {
     //  Reserve (the key stays invisible), place, and record where the client is to write;
     //  its PUT_END commits.
     {OP (PUT_START),
-     OP_KEYS | OP_SIZES | OP_WRITE | OP_LOCAL,
+     OP_KEYS | OP_SIZES | OP_WRITE | OP_LOCAL | OP_PEER,
      REPLY_REPLICAS,
      {STAGE (RM_RESERVE), STAGE_IF (AL_ALLOC, ANY_RESERVED), STAGE_IF (EV_MAKE_ROOM, ANY_NO_ROOM),
       STAGE_IF (AL_RETRY, ANY_NO_ROOM), STAGE_IF (RM_BIND, ANY_RESERVED)}},
-    {OP (PUT_END), OP_KEYS | OP_LOCAL, 0, {STAGE (RM_COMMIT)}},
-    {OP (PUT_REVOKE), OP_KEYS | OP_LOCAL, 0, {STAGE (RM_REVOKE)}},
+    {OP (PUT_END), OP_KEYS | OP_LOCAL | OP_PEER, 0, {STAGE (RM_COMMIT)}},
+    {OP (PUT_REVOKE), OP_KEYS | OP_LOCAL | OP_PEER, 0, {STAGE (RM_REVOKE)}},
     {OP (GET_REPLICA_LIST),
      OP_KEYS | OP_LOCAL,
      REPLY_SIZES | REPLY_REPLICAS,
@@ -72,6 +72,12 @@ static const kvp_op_t s_ops[] = {
     //  One process: the node itself holds what it has (the api names itself).
     {OP (LOCATE), OP_KEYS, REPLY_SIZES | REPLY_NODES, {STAGE (RM_GET_SIZE)}},
     {OP (NODES), 0, REPLY_NODES, {{0}}},
+    //  A part of a reserved value: the reservation is found and pinned (a revoke meanwhile
+    //  frees the space only after the copy), then the bytes are copied in.
+    {OP (PUT_PART),
+     OP_KEYS | OP_VALUES | OP_RANGES | OP_LOCAL | OP_PEER,
+     0,
+     {STAGE (RM_PART), STAGE_IF (TX_WRITE, ANY_OK)}},
 };
 
 #define OPS_COUNT (sizeof s_ops / sizeof s_ops[0])
@@ -111,13 +117,16 @@ static const kvp_op_t s_cluster_ops[] = {
     //  A same-machine client's put: reserved at the master for this node, then as in one
     //  process; the master's reservations of keys that could not be reserved here end.
     {OP (PUT_START),
-     OP_KEYS | OP_SIZES | OP_WRITE | OP_LOCAL,
+     OP_KEYS | OP_SIZES | OP_WRITE | OP_LOCAL | OP_PEER,
      REPLY_REPLICAS,
      {STAGE_IF (CL_PLACE, ANY_OK), STAGE_IF (RM_RESERVE, ANY_OK), STAGE_IF (AL_ALLOC, ANY_RESERVED),
       STAGE_IF (EV_MAKE_ROOM, ANY_NO_ROOM), STAGE_IF (AL_RETRY, ANY_NO_ROOM),
       STAGE_IF (RM_BIND, ANY_RESERVED), STAGE (CL_ABORT)}},
-    {OP (PUT_END), OP_KEYS | OP_LOCAL, 0, {STAGE (RM_COMMIT), STAGE_IF (CL_COMMIT, ANY_OK)}},
-    {OP (PUT_REVOKE), OP_KEYS | OP_LOCAL, 0, {STAGE (RM_REVOKE), STAGE (CL_ABORT)}},
+    {OP (PUT_END),
+     OP_KEYS | OP_LOCAL | OP_PEER,
+     0,
+     {STAGE (RM_COMMIT), STAGE_IF (CL_COMMIT, ANY_OK)}},
+    {OP (PUT_REVOKE), OP_KEYS | OP_LOCAL | OP_PEER, 0, {STAGE (RM_REVOKE), STAGE (CL_ABORT)}},
     {OP (RESET), OP_DRAIN, REPLY_COUNT, {STAGE (CL_REMOVE)}},
     {OP (LOCATE), OP_KEYS, REPLY_SIZES | REPLY_NODES, {STAGE (CL_LOCATE)}},
     {OP (NODES), 0, REPLY_NODES, {STAGE (CL_NODES)}},

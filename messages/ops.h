@@ -31,6 +31,8 @@ typedef enum {
     OP_INDEX = 1 << 8,   //  may be answered from the read index (actors/index_reads.h)
     OP_NEW = 1 << 9,     //  creates keys: one the read index shows is refused at once
     OP_RANGES = 1 << 10, //  may carry offsets / lengths (a byte range of each value)
+    OP_PEER = 1 << 11,   //  OP_LOCAL, but open to other nodes on a cluster node's data plane
+                         //  too (their reservations belong to the node: owner 0)
 } kvp_op_flag_t;
 
 //  Which fields of the Reply it fills (every reply has status, error and one status a key).

@@ -51,7 +51,7 @@ request_check (const Kvpool__V1__Request *request, size_t value_frames, uint64_t
         return KVPOOL_VALUE_TOO_LARGE;
     }
     if ((request->n_offsets || request->n_lengths) && !(row->flags & OP_RANGES)) {
-        snprintf (reason, size, "offsets and lengths are only for GET");
+        snprintf (reason, size, "offsets and lengths are only for GET and PUT_PART");
         return KVPOOL_INVALID_PARAMS;
     }
     if ((request->n_offsets || request->n_lengths)

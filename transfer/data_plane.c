@@ -147,13 +147,16 @@ s_send (task_t *task, link_t *link, uint64_t id)
     ProtobufCBinaryData *keys = (ProtobufCBinaryData *) malloc (n * sizeof *keys);
     uint64_t *offsets = (uint64_t *) malloc (n * sizeof (uint64_t));
     uint64_t *lengths = (uint64_t *) malloc (n * sizeof (uint64_t));
-    assert (keys && offsets && lengths);
+    uint64_t *sizes = (uint64_t *) malloc (n * sizeof (uint64_t));
+    assert (keys && offsets && lengths && sizes);
+    bool part = first->kind == DATA_PLANE_PART;
     for (size_t k = 0; k < n; k++) {
         data_plane_xfer_t *xfer = &run->xfers[task->items[k]];
         keys[k].data = (uint8_t *) xfer->key;
         keys[k].len = xfer->key_len;
         offsets[k] = xfer->offset;
-        lengths[k] = xfer->length;
+        lengths[k] = part ? xfer->size : xfer->length;
+        sizes[k] = xfer->size;
     }
     Kvpool__V1__Request request = KVPOOL__V1__REQUEST__INIT;
     Kvpool__V1__PutOptions put = KVPOOL__V1__PUT_OPTIONS__INIT;
@@ -161,26 +164,37 @@ s_send (task_t *task, link_t *link, uint64_t id)
     request.request_id = id;
     request.keys = keys;
     request.n_keys = n;
-    bool write = first->kind == DATA_PLANE_WRITE;
-    if (write) {
-        //  An upsert: see docs/cluster.md (a copy already there can only be an orphan).
-        request.op = KVPOOL__V1__OP__UPSERT;
-        put.replica_num = 1;
-        if (run->has_put) {
-            put.soft_pin = run->put.soft_pin;
-            put.soft_pin_ttl_ms = run->put.soft_pin_ttl_ms;
-            put.hard_pin = run->put.hard_pin;
-        }
-        request.put = &put;
+    //  Frames go with writes and parts; put options with what creates an object.
+    bool write = first->kind == DATA_PLANE_WRITE || part;
+    bool ranged = part || (first->kind == DATA_PLANE_READ && first->length > 0);
+    put.replica_num = 1;
+    if (run->has_put) {
+        put.soft_pin = run->put.soft_pin;
+        put.soft_pin_ttl_ms = run->put.soft_pin_ttl_ms;
+        put.hard_pin = run->put.hard_pin;
     }
-    else {
-        request.op = KVPOOL__V1__OP__GET;
-        if (first->length > 0) {
-            request.offsets = offsets;
-            request.n_offsets = n;
-            request.lengths = lengths;
-            request.n_lengths = n;
-        }
+    switch (first->kind) {
+        case DATA_PLANE_READ: request.op = KVPOOL__V1__OP__GET; break;
+        //  An upsert: see docs/cluster.md (a copy already there can only be an orphan).
+        case DATA_PLANE_WRITE:
+            request.op = KVPOOL__V1__OP__UPSERT;
+            request.put = &put;
+            break;
+        case DATA_PLANE_RESERVE:
+            request.op = KVPOOL__V1__OP__PUT_START;
+            request.put = &put;
+            request.sizes = sizes;
+            request.n_sizes = n;
+            break;
+        case DATA_PLANE_PART: request.op = KVPOOL__V1__OP__PUT_PART; break;
+        case DATA_PLANE_END: request.op = KVPOOL__V1__OP__PUT_END; break;
+        case DATA_PLANE_REVOKE: request.op = KVPOOL__V1__OP__PUT_REVOKE; break;
+    }
+    if (ranged) {
+        request.offsets = offsets;
+        request.n_offsets = n;
+        request.lengths = lengths;
+        request.n_lengths = n;
     }
     void *handle = zsock_resolve (link->sock);
     size_t size = kvpool__v1__request__get_packed_size (&request);
@@ -190,6 +204,7 @@ s_send (task_t *task, link_t *link, uint64_t id)
     free (keys);
     free (offsets);
     free (lengths);
+    free (sizes);
     int rc = zmq_msg_send (&msg, handle, write ? ZMQ_SNDMORE : 0);
     for (size_t k = 0; write && rc != -1 && k < n; k++) {
         data_plane_xfer_t *xfer = &run->xfers[task->items[k]];
@@ -408,8 +423,11 @@ data_plane_run (data_plane_t *self, data_plane_xfer_t *xfers, size_t count,
         xfer->status = KVPOOL_TRANSFER_FAIL;
         xfer->answered = false;
         zmq_msg_init (&xfer->frame);
-        bool ranged = xfer->kind == DATA_PLANE_READ && xfer->length > 0;
-        uint64_t bytes = xfer->kind == DATA_PLANE_WRITE ? xfer->size : xfer->length;
+        bool ranged = (xfer->kind == DATA_PLANE_READ && xfer->length > 0)
+                      || xfer->kind == DATA_PLANE_PART;
+        uint64_t bytes = xfer->kind == DATA_PLANE_READ      ? xfer->length
+                         : xfer->kind == DATA_PLANE_RESERVE ? 0
+                                                            : xfer->size;
         group_t *group = NULL;
         if (!(ranged && bytes >= task_bytes))
             for (size_t g = 0; g < group_count && !group; g++)
@@ -505,11 +523,18 @@ s_fake_node (zsock_t *pipe, void *args)
             silent |= len == 6 && memcmp (key, "silent", 6) == 0;
             statuses[k] = KVPOOL_OK;
             sizes[k] = 0;
-            if (request->op == KVPOOL__V1__OP__UPSERT) {
+            bool framed =
+                request->op == KVPOOL__V1__OP__UPSERT || request->op == KVPOOL__V1__OP__PUT_PART;
+            if (request->op == KVPOOL__V1__OP__PUT_PART
+                && (k >= request->n_offsets || k >= request->n_lengths))
+                statuses[k] = KVPOOL_INVALID_PARAMS;
+            if (framed) {
                 zframe_t *value = zmsg_pop (msg);
                 node->written += zframe_size (value);
                 zframe_destroy (&value);
             }
+            else if (request->op != KVPOOL__V1__OP__GET)
+                ; //  PUT_START, PUT_END, PUT_REVOKE: OK
             else if (len == 1 && key[0] == 'v') {
                 uint64_t off = k < request->n_offsets ? request->offsets[k] : 0;
                 uint64_t want = k < request->n_lengths ? request->lengths[k] : node->size;
@@ -536,7 +561,7 @@ s_fake_node (zsock_t *pipe, void *args)
         size_t size = kvpool__v1__reply__get_packed_size (&reply);
         uint8_t *packed = (uint8_t *) malloc (size);
         kvpool__v1__reply__pack (&reply, packed);
-        if (request->op == KVPOOL__V1__OP__UPSERT)
+        if (request->op != KVPOOL__V1__OP__GET)
             zmsg_destroy (&out), out = zmsg_new ();
         zmsg_pushmem (out, packed, size);
         zmsg_push (out, id);
@@ -628,6 +653,33 @@ data_plane_test (bool verbose)
     assert (data_plane_requests (plane) == 6 + 1 + 1);
     for (int i = 0; i < 12; i++)
         zmq_msg_close (&xfers[i].frame);
+
+    //  A value in stripes: a reservation, parts (each of a stripe or more goes alone, with
+    //  offsets and lengths), an end.
+    node.written = 0;
+    uint64_t requests = data_plane_requests (plane);
+    data_plane_xfer_t parts[5];
+    memset (parts, 0, sizeof parts);
+    parts[0] = (data_plane_xfer_t){.kind = DATA_PLANE_RESERVE, .endpoint = endpoint, .key = "p",
+                                   .key_len = 1, .size = node.size};
+    for (int s = 0; s < 3; s++)
+        parts[1 + s] = (data_plane_xfer_t){.kind = DATA_PLANE_PART,
+                                           .endpoint = endpoint,
+                                           .key = "p",
+                                           .key_len = 1,
+                                           .offset = s * (node.size / 3),
+                                           .src = node.value + s * (node.size / 3),
+                                           .size = node.size / 3};
+    parts[4] = (data_plane_xfer_t){.kind = DATA_PLANE_END, .endpoint = endpoint, .key = "p",
+                                   .key_len = 1};
+    data_plane_run (plane, parts, 5, &put, stripe, s_test_done, done_tx);
+    assert (zsock_wait (done_rx) == 0);
+    for (int i = 0; i < 5; i++) {
+        assert (parts[i].status == KVPOOL_OK && parts[i].answered);
+        zmq_msg_close (&parts[i].frame);
+    }
+    assert (node.written == node.size);
+    assert (data_plane_requests (plane) == requests + 5);
 
     //  A node that does not answer: the transfer fails in about the timeout, not answered.
     int64_t started = zclock_mono ();

@@ -34,6 +34,12 @@ typedef struct _data_plane_t data_plane_t;
 typedef enum {
     DATA_PLANE_READ = 1, //  GET key (a range when length > 0) from the node
     DATA_PLANE_WRITE,    //  UPSERT key = src[0 .. size) at the node
+    //  A value in stripes: reserved, written in parts (in parallel), then committed or given
+    //  up. The reservation is the node's own (PUT_START on its data plane).
+    DATA_PLANE_RESERVE, //  PUT_START key, size bytes
+    DATA_PLANE_PART,    //  PUT_PART key: src[0 .. size) at offset
+    DATA_PLANE_END,     //  PUT_END key
+    DATA_PLANE_REVOKE,  //  PUT_REVOKE key
 } data_plane_kind_t;
 
 typedef struct {
@@ -42,10 +48,10 @@ typedef struct {
     const char *endpoint; //  the node's data plane
     const char *key;
     size_t key_len;
-    uint64_t offset, length; //  READ: a range (length 0: the whole value)
+    uint64_t offset, length; //  READ: a range (length 0: the whole value); PART: offset
     void *dst;               //  READ of a range: its length bytes land here
-    const void *src;         //  WRITE: the value
-    uint64_t size;           //  WRITE: its size
+    const void *src;         //  WRITE, PART: the bytes
+    uint64_t size;           //  WRITE, PART: their size; RESERVE: the value's
     //  out
     int status;      //  KVPOOL_OK, the node's status for the key, or KVPOOL_TRANSFER_FAIL
     bool answered;   //  the node answered in time (false: it may be gone)
