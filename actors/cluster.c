@@ -148,6 +148,7 @@ typedef struct _self_t {
     pthread_mutex_t lock;  //  guards finished
     run_t *finished;       //  runs the workers are done with
     uint64_t remote_gets, remote_get_bytes, redirects, remote_puts, failures;
+    uint64_t remote_put_parts, remote_get_parts;
     bool terminated;
 } self_t;
 
@@ -701,6 +702,8 @@ s_commit_copies_done (self_t *self, op_t *op, run_t *run)
         }
         else if (xfer->kind == DATA_PLANE_RESERVE && xfer->status == KVPOOL_OK)
             placed->reserved |= 1u << h;
+        else if (xfer->kind == DATA_PLANE_PART && xfer->status == KVPOOL_OK)
+            self->remote_put_parts++;
         else if (xfer->kind == DATA_PLANE_RESERVE && xfer->status == KVPOOL_OBJECT_ALREADY_EXISTS)
             placed->rewrite |= 1u << h;
         else if (xfer->status != KVPOOL_OK) {
@@ -1086,8 +1089,10 @@ s_fetch_done (self_t *self, op_t *op, run_t *run)
         bool ok = true;
         for (; x < run->count && run->items[x] == i; x++) {
             data_plane_xfer_t *xfer = &run->xfers[x];
-            if (xfer->status == KVPOOL_OK)
+            if (xfer->status == KVPOOL_OK) {
+                self->remote_get_parts += xfer->length > 0;
                 continue;
+            }
             ok = false;
             if (xfer->status != KVPOOL_OBJECT_NOT_FOUND)
                 fetch->any_failure = true;
@@ -1352,6 +1357,8 @@ s_job (self_t *self, kvp_job_t *job, zframe_t *routing_id)
             job->stats.remote_get_bytes = self->remote_get_bytes;
             job->stats.redirects = self->redirects;
             job->stats.remote_puts = self->remote_puts;
+            job->stats.remote_put_parts = self->remote_put_parts;
+            job->stats.remote_get_parts = self->remote_get_parts;
             job->stats.cluster_failures = self->failures;
             break;
         default: kvp_job_fail (job, KVPOOL_INTERNAL_ERROR, "cluster: job kind %d", job->kind);

@@ -31,6 +31,9 @@ from kvpool_test_pb import pb  # noqa: E402
 OK = 0
 OBJECT_NOT_FOUND = -704
 OBJECT_ALREADY_EXISTS = -705
+INVALID_PARAMS = -600
+PERMISSION_DENIED = -604
+INVALID_WRITE = -700
 MiB = 1 << 20
 
 TTL_MS = 2000
@@ -161,6 +164,59 @@ def test_an_orphan_copy_never_stands_in_for_a_put(cluster):
     assert cluster.locate("orphan") == ["hB"]
     for i in range(3):
         assert cluster.raw(i).get("orphan") == (OK, b"the value"), i
+
+
+def test_large_values_move_in_stripes_both_ways(cluster):
+    # --stripe-size is 1 MiB here. A 5 MiB + 3 value written through A and placed on B and
+    # C goes to each as 6 PUT_PART stripes (reserved, written in parallel, committed);
+    # read back through A it comes from one of them as 6 ranged reads.
+    reply, _ = cluster.raw(0).call(pb.NODES)
+    ids = {n.host_id: n.node_id for n in reply.nodes}
+    size = 5 * MiB + 3
+    before = cluster.raw(0).stats()
+    for i in range(3):
+        key = "striped-%d" % i
+        assert cluster.raw(0).put(key, value_of(key, size),
+                                  put={"replica_num": 2,
+                                       "preferred_segments": [ids["hB"], ids["hC"]]}) == OK
+        assert sorted(cluster.locate(key)) == ["hB", "hC"]
+    after = cluster.raw(0).stats()
+    assert after.remote_put_parts - before.remote_put_parts == 3 * 2 * 6
+    assert after.remote_puts - before.remote_puts == 3 * 2
+    for i in range(3):
+        key = "striped-%d" % i
+        assert cluster.raw(0).get(key) == (OK, value_of(key, size))
+        for reader in (1, 2):  # held there: served from its own memory
+            assert cluster.raw(reader).get(key) == (OK, value_of(key, size))
+    assert cluster.raw(0).stats().remote_get_parts - after.remote_get_parts == 3 * 6
+    # Nothing pending is left behind on B or C.
+    for i in (1, 2):
+        assert cluster.raw(i).stats().pending_puts == 0
+
+
+def test_put_part_is_for_the_data_plane_and_checks_its_reservation(cluster):
+    import re
+    plane = Raw(re.search(r"data plane (tcp://\S+)", cluster.nodes[1].log_text()).group(1))
+    # No reservation: refused, nothing written.
+    reply, _ = plane.call(pb.PUT_PART, ["p"], [b"abc"], offsets=[0], lengths=[3])
+    assert reply.statuses[0] == INVALID_WRITE
+    reply, _ = plane.call(pb.PUT_START, ["p"], sizes=[10])
+    assert reply.status == OK and reply.statuses[0] == OK, reply
+    # Past the reservation's end, or a length that is not the frame's: INVALID_PARAMS.
+    reply, _ = plane.call(pb.PUT_PART, ["p"], [b"abc"], offsets=[8], lengths=[3])
+    assert reply.statuses[0] == INVALID_PARAMS
+    reply, _ = plane.call(pb.PUT_PART, ["p"], [b"abc"], offsets=[0], lengths=[4])
+    assert reply.statuses[0] == INVALID_PARAMS
+    # Parts in any order, then the end: the value is the parts.
+    for offset, part in ((5, b"56789"), (0, b"01234")):
+        reply, _ = plane.call(pb.PUT_PART, ["p"], [part], offsets=[offset], lengths=[5])
+        assert reply.status == OK and reply.statuses[0] == OK, reply
+    reply, _ = plane.call(pb.PUT_END, ["p"])
+    assert reply.statuses[0] == OK
+    assert plane.get("p") == (OK, b"0123456789")
+    # A client's socket does not take PUT_PART (nor PUT_START) over tcp.
+    reply, _ = cluster.raw(1).call(pb.PUT_PART, ["q"], [b"abc"], offsets=[0], lengths=[3])
+    assert (reply.status or reply.statuses[0]) == PERMISSION_DENIED
 
 
 def test_replicas_on_distinct_hosts(cluster):
