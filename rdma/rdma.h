@@ -71,6 +71,13 @@
 #include "rdma/rdma_wire.h"
 
 typedef struct _kvp_rdma_t kvp_rdma_t;
+
+//  The loop device: kvp_rdma_open of this name gives a software device that moves bytes with
+//  process_vm_readv / process_vm_writev between processes of one machine (the peer's process
+//  id travels in its connection data, in place of a GID). It exists to run the RDMA data
+//  path end to end where there is no RDMA hardware (tests/python/test_cluster.py); it needs
+//  ptrace rights over the peer (same user, or CAP_SYS_PTRACE). Never chosen by "auto".
+#define KVP_RDMA_LOOP_DEVICE "kvpool-loop"
 typedef struct _kvp_rdma_conn_t kvp_rdma_conn_t;
 
 typedef enum { KVP_RDMA_TRANSPORT_TCP = 0, KVP_RDMA_TRANSPORT_RDMA = 1 } kvp_rdma_transport_t;
@@ -168,6 +175,14 @@ int kvp_rdma_conn_poll (kvp_rdma_conn_t *self, kvp_rdma_done_t *done, size_t max
 
 //  Transfers submitted and not yet returned by kvp_rdma_conn_poll.
 size_t kvp_rdma_conn_active (kvp_rdma_conn_t *self);
+
+//  Adds a region of the peer's (its address, length and rkey, as it sent them) to the
+//  connection's table, so that transfers may name it as remote_segment id: for memory the
+//  peer registers per transfer, after the connection was made. Returns 0, or -1 with a
+//  reason (an id in use, an overlap). kvp_rdma_conn_remove_remote takes it out again.
+int kvp_rdma_conn_add_remote (kvp_rdma_conn_t *self, uint32_t id, uint64_t addr, uint64_t len,
+                              uint32_t rkey, char *reason, size_t reason_size);
+int kvp_rdma_conn_remove_remote (kvp_rdma_conn_t *self, uint32_t id);
 
 //  The last error a completion or a verbs call reported, "" if none.
 const char *kvp_rdma_conn_error (kvp_rdma_conn_t *self);
