@@ -536,6 +536,11 @@ s_reply (self_t *self, kvp_job_t **job_p, zmq_msg_t *copies)
         reply.status = kvp_job_fail (job, KVPOOL_INTERNAL_ERROR, "out of memory for the reply");
         reply.n_statuses = reply.n_sizes = reply.n_replicas = reply.n_segments = 0;
     }
+    if (row->fills & REPLY_RDMA) {
+        reply.rdma_data.data = job->rdma_data;
+        reply.rdma_data.len = job->rdma_size;
+        reply.rdma_conn = job->rdma_conn;
+    }
     if (row->fills & REPLY_NODE) {
         reply.host_id = self->host_id;
         reply.server_id = self->server_id;
@@ -837,7 +842,9 @@ s_job_from_request (self_t *self, api_ctx_t *ctx)
     request_limits_t limits = {self->config->max_key_len, self->config->max_value_size,
                                self->config->max_keys, self->config->max_request_bytes};
     int status = request_check (request, value_frames, value_bytes, &limits, reason, sizeof reason);
-    ctx->row = kvp_op_for (op, ctx->cluster); //  known once the check passed
+    //  (known once the check passed)
+    const kvp_op_t *rdma_row = request->rdma_conn ? kvp_op_rdma (op) : NULL;
+    ctx->row = rdma_row ? rdma_row : kvp_op_for (op, ctx->cluster);
     if (status == KVPOOL_OK && s_authorize (self, ctx, reason, sizeof reason))
         status = KVPOOL_PERMISSION_DENIED;
     if (status != KVPOOL_OK) {
@@ -892,6 +899,13 @@ s_job_from_request (self_t *self, api_ctx_t *ctx)
             item->offset = request->offsets[i];
             item->length = request->lengths[i];
         }
+        if (flags & OP_RDMA) {
+            item->rdma_addr = request->rdma_addrs[i];
+            item->rdma_key = request->rdma_keys[i];
+            item->rdma_len = request->n_rdma_lengths ? request->rdma_lengths[i] : 0;
+            if (!(flags & OP_SIZES))
+                item->size = item->length; //  a PUT_PART: its bytes are its range
+        }
         if (item->size > self->config->max_value_size && item->status == KVPOOL_OK)
             item->status = KVPOOL_VALUE_TOO_LARGE;
     }
@@ -906,6 +920,17 @@ s_job_from_request (self_t *self, api_ctx_t *ctx)
     job->force = request->force;
     job->pin = request->pin;
     job->redirect = request->redirect;
+    job->rdma_conn = request->rdma_conn;
+    if (request->rdma_data.len) {
+        job->rdma_data = (uint8_t *) malloc (request->rdma_data.len);
+        if (!job->rdma_data) {
+            kvp_job_destroy (&job);
+            s_reply_error (self, ctx, id, op, KVPOOL_INTERNAL_ERROR, "out of memory");
+            return NULL;
+        }
+        memcpy (job->rdma_data, request->rdma_data.data, request->rdma_data.len);
+        job->rdma_size = request->rdma_data.len;
+    }
     if (op == KVPOOL__V1__OP__TOUCH)
         self->client_index_gets += request->reads;
     job->pattern = request->pattern;

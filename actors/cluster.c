@@ -143,10 +143,10 @@ typedef struct _self_t {
     size_t peer_count;
     zlistx_t *calls; //  call_t, oldest first
     uint64_t next_id;
-    data_plane_t *plane;   //  values to and from other nodes, on its workers
-    int wake_fd;           //  an eventfd: runs finished
-    pthread_mutex_t lock;  //  guards finished
-    run_t *finished;       //  runs the workers are done with
+    data_plane_t *plane;  //  values to and from other nodes, on its workers
+    int wake_fd;          //  an eventfd: runs finished
+    pthread_mutex_t lock; //  guards finished
+    run_t *finished;      //  runs the workers are done with
     uint64_t remote_gets, remote_get_bytes, redirects, remote_puts, failures;
     uint64_t remote_put_parts, remote_get_parts;
     bool terminated;
@@ -445,8 +445,8 @@ s_run_start (self_t *self, run_t *run, const data_plane_put_t *put)
         peer->calls_out++;
         peer->last_used = zclock_mono ();
     }
-    data_plane_run (self->plane, run->xfers, run->count, put, self->config->stripe_size,
-                    s_run_done, run);
+    data_plane_run (self->plane, run->xfers, run->count, put, self->config->stripe_size, s_run_done,
+                    run);
 }
 
 //  ---- puts --------------------------------------------------------------------------

@@ -143,6 +143,14 @@ static const opt_t s_options[] = {
      .default_value = "auto",
      .help = "role node: the data plane between nodes: tcp, rdma, or auto (rdma when a "
              "device is found)"},
+    {.name = "rdma-device",
+     .arg = "NAME",
+     .kind = OPT_STRING,
+     FIELD (rdma_device),
+     .default_rule = "the first device, its first active port",
+     .help = "role node: the RDMA device for --transport rdma or auto, as "
+             "NAME[:PORT[:GID_INDEX]]; kvpool-loop is a software device for tests "
+             "(process_vm_readv/writev between nodes of one machine)"},
     //  The api binds the defaults when no --endpoint is given (actors/api.c).
     {.name = "endpoint",
      .arg = "ENDPOINT",
@@ -768,6 +776,8 @@ s_config_check (kvp_config_t *config)
         config->node_id = NULL;
     if (config->peer_endpoint && !*config->peer_endpoint)
         config->peer_endpoint = NULL;
+    if (config->rdma_device && !*config->rdma_device)
+        config->rdma_device = NULL;
     if (!config->master || !*config->master) {
         fprintf (stderr, "kvpoold: --master needs an endpoint (e.g. %s)\n",
                  KVP_DEFAULT_MASTER_ENDPOINT);

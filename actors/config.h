@@ -90,6 +90,10 @@ typedef struct {
     uint32_t peer_connections;   //  data-plane connections to each other node
     uint64_t stripe_size;        //  remote reads larger than this move in stripes
     const char *transport;       //  tcp, rdma or auto
+    const char *rdma_device;     //  NAME[:PORT[:GID_INDEX]]; NULL: the first device
+    //  Not a setting: whether the data plane moves values by RDMA, decided at start from
+    //  --transport and --rdma-device (kvpoold, kvp_rdma_choose).
+    bool rdma;
     lookup_config_t lookup;
 } kvp_config_t;
 

@@ -24,6 +24,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include "actors/rdma_serve.h"
 #include "tier/disk_store.h"
 #include "transfer/transfer_pool.h"
 
@@ -31,6 +32,7 @@ typedef struct _pending_t {
     kvp_job_t *job;
     zframe_t *reply_to;
     transfer_batch_t *batch;
+    void *move; //  an RDMA move's task argument, freed with the entry
     struct _pending_t *next;
 } pending_t;
 
@@ -44,6 +46,8 @@ typedef struct {
     size_t in_flight;
     disk_store_t *disk; //  the disk tier, or NULL
     char disk_error[200];
+    rdma_serve_t *rdma; //  values by RDMA for other nodes (config->rdma), or NULL
+    char rdma_error[256];
     bool terminated;
 } self_t;
 
@@ -66,6 +70,12 @@ typedef struct {
     self_t *self;
     pending_t *pending;
 } done_arg_t;
+
+//  An RDMA move, run as a call task on a worker.
+typedef struct {
+    rdma_serve_t *rdma;
+    kvp_job_t *job;
+} rdma_move_t;
 
 static void
 s_on_done (transfer_batch_t *batch, void *arg)
@@ -129,6 +139,50 @@ s_write (self_t *self, kvp_job_t *job, zframe_t **reply_to_p)
 }
 
 static void
+s_rdma_move (void *arg, int worker)
+{
+    rdma_move_t *move = (rdma_move_t *) arg;
+    rdma_serve_move (move->rdma, move->job);
+    (void) worker;
+}
+
+//  TX_RDMA_CONNECT here; TX_RDMA_PUSH and TX_RDMA_PULL on a worker, which waits for the
+//  completions (rdma_serve.h).
+static void
+s_rdma_job (self_t *self, kvp_job_t *job, zframe_t **reply_to_p)
+{
+    if (!self->rdma) {
+        kvp_job_fail (job, KVPOOL_TRANSFER_FAIL, "this node moves no values by RDMA%s%s",
+                      self->rdma_error[0] ? ": " : "", self->rdma_error);
+        for (size_t i = 0; i < job->count; i++)
+            if (job->items[i].status == KVPOOL_OK)
+                job->items[i].status = KVPOOL_TRANSFER_FAIL;
+        kvp_job_reply (self->router, reply_to_p, job);
+        return;
+    }
+    if (job->kind == KVP_TX_RDMA_CONNECT) {
+        rdma_serve_connect (self->rdma, job);
+        kvp_job_reply (self->router, reply_to_p, job);
+        return;
+    }
+    pending_t *pending = (pending_t *) zmalloc (sizeof (pending_t));
+    done_arg_t *done = (done_arg_t *) zmalloc (sizeof (done_arg_t));
+    rdma_move_t *move = (rdma_move_t *) zmalloc (sizeof (rdma_move_t));
+    done->self = self;
+    done->pending = pending;
+    move->rdma = self->rdma;
+    move->job = job;
+    pending->job = job;
+    pending->reply_to = *reply_to_p;
+    pending->move = move;
+    *reply_to_p = NULL;
+    pending->batch = transfer_batch_new (s_on_done, done);
+    transfer_batch_add_call (pending->batch, s_rdma_move, move);
+    self->in_flight++;
+    transfer_pool_submit (self->pool, pending->batch);
+}
+
+static void
 s_answer_done (self_t *self)
 {
     uint64_t count;
@@ -141,6 +195,7 @@ s_answer_done (self_t *self)
     while (list) {
         pending_t *next = list->next;
         transfer_batch_destroy (&list->batch);
+        free (list->move);
         kvp_job_reply (self->router, &list->reply_to, list->job);
         zframe_destroy (&list->reply_to);
         free (list);
@@ -320,6 +375,12 @@ transfer_submitter_actor (zsock_t *pipe, void *args)
                        disk_store_describe (self->disk),
                        (unsigned long long) (config->disk_capacity >> 20));
     }
+    if (config->rdma) {
+        self->rdma = rdma_serve_new (config->rdma_device, (int) config->cluster_timeout_ms,
+                                     self->rdma_error, sizeof self->rdma_error);
+        if (!self->rdma)
+            zsys_warning ("kvpoold: cannot serve values by RDMA: %s", self->rdma_error);
+    }
     zsock_signal (pipe, 0);
 
     zmq_pollitem_t items[] = {{zsock_resolve (pipe), 0, ZMQ_POLLIN, 0},
@@ -351,6 +412,10 @@ transfer_submitter_actor (zsock_t *pipe, void *args)
                      && (job->kind == KVP_TX_DISK_WRITE || job->kind == KVP_TX_DISK_READ
                          || job->kind == KVP_TX_DISK_DROP || job->kind == KVP_TX_DISK_SCAN))
                 s_disk_job (self, job, &reply_to);
+            else if (job
+                     && (job->kind == KVP_TX_RDMA_CONNECT || job->kind == KVP_TX_RDMA_PUSH
+                         || job->kind == KVP_TX_RDMA_PULL))
+                s_rdma_job (self, job, &reply_to);
             else if (job) {
                 kvp_job_fail (job, KVPOOL_INTERNAL_ERROR, "transfer: job kind %d", job->kind);
                 kvp_job_reply (self->router, &reply_to, job);
@@ -364,6 +429,7 @@ transfer_submitter_actor (zsock_t *pipe, void *args)
     }
     disk_store_destroy (&self->disk);
     transfer_pool_destroy (&self->pool);
+    rdma_serve_destroy (&self->rdma);
     close (self->wake_fd);
     pthread_mutex_destroy (&self->lock);
     zsock_destroy (&self->router);

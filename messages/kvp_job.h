@@ -83,13 +83,19 @@ typedef enum {
     KVP_EV_MAKE_ROOM, //  items NO_AVAILABLE_HANDLE: an eviction cycle runs now (AL_RETRY next)
     KVP_EV_STATS,     //  fills job->stats (eviction and disk tier side)
     //  transfer-submitter
-    KVP_TX_WRITE,      //  items: copy value (src) into every replica
-    KVP_TX_DISK_WRITE, //  items: write a disk copy of src (size bytes); fills disk_id,
-                       //  disk_footprint (status not OK: no copy)
-    KVP_TX_DISK_READ,  //  items with disk_id and no replica: read and verify the copy into a
-                       //  buffer (item->buffer), the value at replicas[0].addr
-    KVP_TX_DISK_DROP,  //  items: unlink disk copy disk_id (0: none)
-    KVP_TX_DISK_SCAN,  //  at start: items out (owned keys) are the verified copies on disk
+    KVP_TX_WRITE,        //  items: copy value (src) into every replica
+    KVP_TX_DISK_WRITE,   //  items: write a disk copy of src (size bytes); fills disk_id,
+                         //  disk_footprint (status not OK: no copy)
+    KVP_TX_DISK_READ,    //  items with disk_id and no replica: read and verify the copy into a
+                         //  buffer (item->buffer), the value at replicas[0].addr
+    KVP_TX_DISK_DROP,    //  items: unlink disk copy disk_id (0: none)
+    KVP_TX_DISK_SCAN,    //  at start: items out (owned keys) are the verified copies on disk
+    KVP_TX_RDMA_CONNECT, //  job->rdma_data in (the asker's connection data), out (this
+                         //  node's); job->rdma_conn out
+    KVP_TX_RDMA_PUSH,    //  items OK: the value (its range, job->ranged) written by RDMA
+                         //  into the asker's memory (rdma_addr, rdma_key, room rdma_len)
+    KVP_TX_RDMA_PULL,    //  items OK: the value read by RDMA from the asker's memory into
+                         //  every replica
     //  replica-manager, for the cluster
     KVP_RM_INVENTORY, //  items out (owned keys, sizes): every committed object the node holds
     //  cluster (role node: actors/cluster.c)
@@ -166,6 +172,11 @@ typedef struct {
     bool promote;      //  a disk read of an object read often enough to go back to memory
     bool lost;         //  TX_DISK_READ: the copy failed verification (to be forgotten, unlinked)
     uint64_t checksum; //  KVP_RM_ADOPT: XXH3-64 of the value (tier/object_log.h)
+    //  Values by RDMA (job->rdma_conn): the asking node's memory for this value, its key,
+    //  and (GET) the room there
+    uint64_t rdma_addr;
+    uint32_t rdma_key;
+    uint64_t rdma_len;
     //  KVP_CL_LOCATE: the nodes that hold it (indices into job->nodes)
     uint8_t location_count;
     uint16_t locations[KVP_MAX_REPLICAS];
@@ -257,6 +268,11 @@ typedef struct {
     void (*plan_free) (void *plan);
     kvp_node_info_t *nodes; //  LOCATE, NODES (owned by the job)
     size_t node_count;
+    //  values by RDMA on the data plane (RDMA_CONNECT; rdma_conn): connection data, owned
+    //  by the job (freed with it)
+    uint64_t rdma_conn;
+    uint8_t *rdma_data;
+    size_t rdma_size;
     //  the api's context (client routing id, decoded request, received frames)
     void *context;
     char *key_storage; //  the items' keys when the job owns them (freed with the job)

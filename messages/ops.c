@@ -78,6 +78,8 @@ static const kvp_op_t s_ops[] = {
      OP_KEYS | OP_VALUES | OP_RANGES | OP_LOCAL | OP_PEER,
      0,
      {STAGE (RM_PART), STAGE_IF (TX_WRITE, ANY_OK)}},
+    //  Made by the transfer-submitter, which owns this node's RDMA device and connections.
+    {OP (RDMA_CONNECT), OP_LOCAL | OP_PEER, REPLY_RDMA, {STAGE (TX_RDMA_CONNECT)}},
 };
 
 #define OPS_COUNT (sizeof s_ops / sizeof s_ops[0])
@@ -137,6 +139,37 @@ static const kvp_op_t s_cluster_ops[] = {
 };
 
 #define CLUSTER_OPS_COUNT (sizeof s_cluster_ops / sizeof s_cluster_ops[0])
+
+//  The data plane's operations whose values move by RDMA (docs/cluster.md): as their rows
+//  above, but the bytes are written into the asking node's memory (GET) or read from it
+//  (UPSERT, PUT_PART) by the transfer-submitter, before the answer.
+static const kvp_op_t s_rdma_ops[] = {
+    {OP (GET),
+     OP_KEYS | OP_RANGES | OP_LOCAL | OP_PEER | OP_RDMA,
+     REPLY_SIZES,
+     {STAGE (RM_GET), STAGE_IF (TX_DISK_READ, ANY_ON_DISK), STAGE_IF (TX_RDMA_PUSH, ANY_OK)}},
+    {OP (UPSERT),
+     OP_KEYS | OP_SIZES | OP_WRITE | OP_LOCAL | OP_PEER | OP_RDMA,
+     0,
+     {STAGE_IF (AL_ALLOC, ANY_OK), STAGE_IF (EV_MAKE_ROOM, ANY_NO_ROOM),
+      STAGE_IF (AL_RETRY, ANY_NO_ROOM), STAGE_IF (TX_RDMA_PULL, ANY_OK),
+      STAGE_IF (RM_UPSERT, ANY_OK)}},
+    {OP (PUT_PART),
+     OP_KEYS | OP_RANGES | OP_LOCAL | OP_PEER | OP_RDMA,
+     0,
+     {STAGE (RM_PART), STAGE_IF (TX_RDMA_PULL, ANY_OK)}},
+};
+
+#define RDMA_OPS_COUNT (sizeof s_rdma_ops / sizeof s_rdma_ops[0])
+
+const kvp_op_t *
+kvp_op_rdma (int op)
+{
+    for (size_t i = 0; i < RDMA_OPS_COUNT; i++)
+        if (s_rdma_ops[i].op == op)
+            return &s_rdma_ops[i];
+    return NULL;
+}
 
 static const kvp_op_t s_node_ops[] = {
     {KVP_OP_OWNER_GONE, "OWNER_GONE", 0, 0, {STAGE (RM_OWNER_GONE), STAGE (AL_OWNER_SEGMENTS)}},
@@ -288,6 +321,22 @@ kvp_ops_test (bool verbose)
     //  A failed job is answered at once.
     kvp_job_fail (job, KVPOOL_INTERNAL_ERROR, "test");
     assert (kvp_op_next_stage (start, job, KVP_AL_ALLOC) == KVP_JOB_NONE);
+    kvp_job_destroy (&job);
+    //  Values by RDMA: only a GET, an UPSERT and a PUT_PART, for the data plane alone; a get
+    //  pushes what it found, an upsert pulls what it placed.
+    assert (kvp_op_rdma (KVPOOL__V1__OP__PUT) == NULL
+            && kvp_op_rdma (KVPOOL__V1__OP__EXIST) == NULL);
+    const kvp_op_t *rdma_get = kvp_op_rdma (KVPOOL__V1__OP__GET);
+    assert (rdma_get && (rdma_get->flags & OP_PEER) && !(rdma_get->fills & REPLY_VALUES));
+    job = kvp_job_new (KVP_JOB_NONE, 1);
+    assert (kvp_op_next_stage (rdma_get, job, KVP_RM_GET) == KVP_TX_RDMA_PUSH);
+    const kvp_op_t *rdma_upsert = kvp_op_rdma (KVPOOL__V1__OP__UPSERT);
+    assert (kvp_op_next_stage (rdma_upsert, job, KVP_AL_ALLOC) == KVP_TX_RDMA_PULL);
+    assert (kvp_op_next_stage (rdma_upsert, job, KVP_TX_RDMA_PULL) == KVP_RM_UPSERT);
+    assert (kvp_op_next_stage (kvp_op_rdma (KVPOOL__V1__OP__PUT_PART), job, KVP_RM_PART)
+            == KVP_TX_RDMA_PULL);
+    job->items[0].status = KVPOOL_OBJECT_NOT_FOUND;
+    assert (kvp_op_next_stage (rdma_get, job, KVP_RM_GET) == KVP_JOB_NONE);
     kvp_job_destroy (&job);
     //  A cluster's put: placed by the master, written here, then elsewhere and committed
     //  even when nothing was held here.

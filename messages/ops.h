@@ -33,6 +33,9 @@ typedef enum {
     OP_RANGES = 1 << 10, //  may carry offsets / lengths (a byte range of each value)
     OP_PEER = 1 << 11,   //  OP_LOCAL, but open to other nodes on a cluster node's data plane
                          //  too (their reservations belong to the node: owner 0)
+    OP_RDMA = 1 << 12,   //  values move by RDMA, not in frames (Request.rdma_conn): each
+                         //  key's rdma_addrs / rdma_keys (/ rdma_lengths); a PUT_PART's size
+                         //  is its length
 } kvp_op_flag_t;
 
 //  Which fields of the Reply it fills (every reply has status, error and one status a key).
@@ -45,6 +48,7 @@ typedef enum {
     REPLY_COUNT = 1 << 5,    //  count (objects removed)
     REPLY_NODE = 1 << 6,     //  host_id, server_id, index_name, local_endpoint
     REPLY_NODES = 1 << 7,    //  nodes (job->nodes), locations (LOCATE: item->locations)
+    REPLY_RDMA = 1 << 8,     //  rdma_data, rdma_conn (RDMA_CONNECT)
 } kvp_reply_field_t;
 
 //  When a stage runs, besides the job's status being OK.
@@ -94,6 +98,9 @@ const kvp_op_t *kvp_op (int op);
 //  The row a job of op walks: a cluster node's (cluster true) where it has its own, else as
 //  kvp_op.
 const kvp_op_t *kvp_op_for (int op, bool cluster);
+//  The row of op when its values move by RDMA (Request.rdma_conn: GET, UPSERT, PUT_PART on a
+//  node's data plane), or NULL for an operation that moves none that way.
+const kvp_op_t *kvp_op_rdma (int op);
 
 //  The stage after `done` (KVP_JOB_NONE: the job is new) for this job, or KVP_JOB_NONE when
 //  the job is to be answered.

@@ -31,6 +31,24 @@ request_check (const Kvpool__V1__Request *request, size_t value_frames, uint64_t
         snprintf (reason, size, "unknown operation %d", op);
         return KVPOOL_UNKNOWN_OPERATION;
     }
+    if (request->rdma_conn) {
+        row = kvp_op_rdma (op);
+        if (!row) {
+            snprintf (reason, size, "operation %d does not move values by RDMA (rdma_conn)", op);
+            return KVPOOL_INVALID_PARAMS;
+        }
+        if (request->n_rdma_addrs != n || request->n_rdma_keys != n
+            || (op == KVPOOL__V1__OP__GET && request->n_rdma_lengths != n)) {
+            snprintf (reason, size,
+                      "%zu keys but %zu rdma_addrs, %zu rdma_keys and %zu rdma_lengths", n,
+                      request->n_rdma_addrs, request->n_rdma_keys, request->n_rdma_lengths);
+            return KVPOOL_INVALID_PARAMS;
+        }
+    }
+    else if (request->n_rdma_addrs || request->n_rdma_keys || request->n_rdma_lengths) {
+        snprintf (reason, size, "rdma_addrs, rdma_keys and rdma_lengths need an rdma_conn");
+        return KVPOOL_INVALID_PARAMS;
+    }
     if ((row->flags & OP_KEYS) && n == 0) {
         snprintf (reason, size, "the request has no keys");
         return KVPOOL_INVALID_PARAMS;

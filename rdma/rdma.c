@@ -142,9 +142,14 @@ s_loop_post (kvp_rdma_conn_t *self, unsigned qp, struct ibv_send_wr *wr)
         return -1;
     }
     loop->ring[qp][(loop->head[qp] + loop->count[qp]++) % loop->depth] =
-        (s_loop_wr_t){wr->wr_id,          wr->opcode,          wr->send_flags,
-                      wr->sg_list->addr,  wr->wr.rdma.remote_addr, wr->sg_list->length,
-                      wr->sg_list->lkey,  wr->wr.rdma.rkey};
+        (s_loop_wr_t){wr->wr_id,
+                      wr->opcode,
+                      wr->send_flags,
+                      wr->sg_list->addr,
+                      wr->wr.rdma.remote_addr,
+                      wr->sg_list->length,
+                      wr->sg_list->lkey,
+                      wr->wr.rdma.rkey};
     return 0;
 }
 

@@ -25,6 +25,7 @@
 #include "actors/replica_manager.h"
 #include "transfer/transfer_pool.h"
 #include "transfer/data_plane.h"
+#include "actors/rdma_serve.h"
 #include "actors/transfer_submitter.h"
 #include "shm/segment.h"
 #include "alloc/segment_arena.h"
@@ -64,6 +65,7 @@ static selftest_t s_tests[] = {{"kvp_status", kvp_status_test},
                                {"segment_table", segment_table_test},
                                {"transfer_pool", transfer_pool_test},
                                {"data_plane", data_plane_test},
+                               {"rdma_serve", rdma_serve_test},
                                {"allocator", allocator_test},
                                {"index_reads", index_reads_test},
                                {"owners", owners_test},

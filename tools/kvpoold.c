@@ -115,6 +115,13 @@ main (int argc, char **argv)
     zsys_set_logident ("kvpoold");
     if (config.role == KVP_ROLE_MASTER)
         return s_run_master (&config, &signals);
+    //  A node's data plane: rdma when asked for (or auto) and the device opens; said in one
+    //  line once the node has joined.
+    char transport_why[256] = "";
+    if (config.role == KVP_ROLE_NODE)
+        config.rdma = kvp_rdma_choose (config.transport, config.rdma_device, NULL, NULL,
+                                       transport_why, sizeof transport_why)
+                      == KVP_RDMA_TRANSPORT_RDMA;
 
     zactor_t *rm = zactor_new (replica_manager_actor, &config);
     zactor_t *al = zactor_new (allocator_actor, &config);
@@ -168,15 +175,11 @@ main (int argc, char **argv)
         membership = zactor_new (membership_actor, &cluster_args);
         printf ("kvpoold: node %s joins the master at %s; data plane %s\n", node_id, config.master,
                 peer_endpoint);
-        //  One line on the transport: rdma when asked for (or auto) and a device opens.
-        char why[256];
-        int transport = kvp_rdma_choose (config.transport, NULL, NULL, NULL, why, sizeof why);
-        if (transport == KVP_RDMA_TRANSPORT_RDMA)
-            printf ("kvpoold: RDMA device found (%s), but this version moves values between nodes "
-                    "over tcp only\n",
-                    why);
+        if (config.rdma)
+            printf ("kvpoold: data plane transport rdma (%s); requests still go over tcp\n",
+                    transport_why);
         else
-            printf ("kvpoold: data plane transport tcp (%s)\n", why);
+            printf ("kvpoold: data plane transport tcp (%s)\n", transport_why);
     }
 
     //  The lookup server reaches the store through the api's job socket, bound by now.

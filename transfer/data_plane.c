@@ -254,8 +254,8 @@ s_recv (void *handle, zmq_msg_t **frames_p)
 static bool
 s_take_reply (task_t *task, uint64_t id, zmq_msg_t *frames, size_t frame_count)
 {
-    Kvpool__V1__Reply *reply = kvpool__v1__reply__unpack (NULL, zmq_msg_size (&frames[0]),
-                                                          (const uint8_t *) zmq_msg_data (&frames[0]));
+    Kvpool__V1__Reply *reply = kvpool__v1__reply__unpack (
+        NULL, zmq_msg_size (&frames[0]), (const uint8_t *) zmq_msg_data (&frames[0]));
     if (!reply)
         return false;
     if (reply->request_id != id) {
@@ -268,8 +268,8 @@ s_take_reply (task_t *task, uint64_t id, zmq_msg_t *frames, size_t frame_count)
         data_plane_xfer_t *xfer = &run->xfers[task->items[k]];
         xfer->answered = true;
         int status = reply->status != KVPOOL_OK ? reply->status
-                     : k < reply->n_statuses     ? reply->statuses[k]
-                                                 : KVPOOL_INTERNAL_ERROR;
+                     : k < reply->n_statuses    ? reply->statuses[k]
+                                                : KVPOOL_INTERNAL_ERROR;
         if (status == KVPOOL_OK && read) {
             zmq_msg_t *got = k + 1 < frame_count ? &frames[k + 1] : NULL;
             size_t got_size = got ? zmq_msg_size (got) : 0;
@@ -423,8 +423,8 @@ data_plane_run (data_plane_t *self, data_plane_xfer_t *xfers, size_t count,
         xfer->status = KVPOOL_TRANSFER_FAIL;
         xfer->answered = false;
         zmq_msg_init (&xfer->frame);
-        bool ranged = (xfer->kind == DATA_PLANE_READ && xfer->length > 0)
-                      || xfer->kind == DATA_PLANE_PART;
+        bool ranged =
+            (xfer->kind == DATA_PLANE_READ && xfer->length > 0) || xfer->kind == DATA_PLANE_PART;
         uint64_t bytes = xfer->kind == DATA_PLANE_READ      ? xfer->length
                          : xfer->kind == DATA_PLANE_RESERVE ? 0
                                                             : xfer->size;
@@ -434,7 +434,8 @@ data_plane_run (data_plane_t *self, data_plane_xfer_t *xfers, size_t count,
                 if (groups[g].kind == xfer->kind && groups[g].ranged == ranged
                     && strcmp (groups[g].endpoint, xfer->endpoint) == 0)
                     group = &groups[g];
-        if (!group || group->bytes >= task_bytes || run->tasks[group->task].count >= TASK_MAX_KEYS) {
+        if (!group || group->bytes >= task_bytes
+            || run->tasks[group->task].count >= TASK_MAX_KEYS) {
             if (!group)
                 group = &groups[group_count++];
             *group = (group_t){xfer->endpoint, xfer->kind, ranged, run->task_count++, 0};
@@ -611,8 +612,8 @@ data_plane_test (bool verbose)
     size_t stripe = node.size / 6;
     data_plane_xfer_t xfers[12];
     memset (xfers, 0, sizeof xfers);
-    xfers[0] = (data_plane_xfer_t){.kind = DATA_PLANE_READ, .endpoint = endpoint, .key = "v",
-                                   .key_len = 1};
+    xfers[0] = (data_plane_xfer_t){
+        .kind = DATA_PLANE_READ, .endpoint = endpoint, .key = "v", .key_len = 1};
     for (int s = 0; s < 6; s++)
         xfers[1 + s] = (data_plane_xfer_t){.kind = DATA_PLANE_READ,
                                            .endpoint = endpoint,
@@ -621,10 +622,10 @@ data_plane_test (bool verbose)
                                            .offset = s * stripe,
                                            .length = stripe,
                                            .dst = striped + s * stripe};
-    xfers[7] = (data_plane_xfer_t){.kind = DATA_PLANE_READ, .endpoint = endpoint, .key = "nope",
-                                   .key_len = 4};
-    xfers[8] = (data_plane_xfer_t){.kind = DATA_PLANE_READ, .endpoint = endpoint, .key = "liar",
-                                   .key_len = 4};
+    xfers[7] = (data_plane_xfer_t){
+        .kind = DATA_PLANE_READ, .endpoint = endpoint, .key = "nope", .key_len = 4};
+    xfers[8] = (data_plane_xfer_t){
+        .kind = DATA_PLANE_READ, .endpoint = endpoint, .key = "liar", .key_len = 4};
     static const char small[] = "hello";
     for (int w = 0; w < 3; w++)
         xfers[9 + w] = (data_plane_xfer_t){.kind = DATA_PLANE_WRITE,
@@ -660,8 +661,11 @@ data_plane_test (bool verbose)
     uint64_t requests = data_plane_requests (plane);
     data_plane_xfer_t parts[5];
     memset (parts, 0, sizeof parts);
-    parts[0] = (data_plane_xfer_t){.kind = DATA_PLANE_RESERVE, .endpoint = endpoint, .key = "p",
-                                   .key_len = 1, .size = node.size};
+    parts[0] = (data_plane_xfer_t){.kind = DATA_PLANE_RESERVE,
+                                   .endpoint = endpoint,
+                                   .key = "p",
+                                   .key_len = 1,
+                                   .size = node.size};
     for (int s = 0; s < 3; s++)
         parts[1 + s] = (data_plane_xfer_t){.kind = DATA_PLANE_PART,
                                            .endpoint = endpoint,
@@ -670,8 +674,8 @@ data_plane_test (bool verbose)
                                            .offset = s * (node.size / 3),
                                            .src = node.value + s * (node.size / 3),
                                            .size = node.size / 3};
-    parts[4] = (data_plane_xfer_t){.kind = DATA_PLANE_END, .endpoint = endpoint, .key = "p",
-                                   .key_len = 1};
+    parts[4] =
+        (data_plane_xfer_t){.kind = DATA_PLANE_END, .endpoint = endpoint, .key = "p", .key_len = 1};
     data_plane_run (plane, parts, 5, &put, stripe, s_test_done, done_tx);
     assert (zsock_wait (done_rx) == 0);
     for (int i = 0; i < 5; i++) {
@@ -683,8 +687,8 @@ data_plane_test (bool verbose)
 
     //  A node that does not answer: the transfer fails in about the timeout, not answered.
     int64_t started = zclock_mono ();
-    data_plane_xfer_t quiet = {.kind = DATA_PLANE_READ, .endpoint = endpoint, .key = "silent",
-                               .key_len = 6};
+    data_plane_xfer_t quiet = {
+        .kind = DATA_PLANE_READ, .endpoint = endpoint, .key = "silent", .key_len = 6};
     data_plane_run (plane, &quiet, 1, NULL, stripe, s_test_done, done_tx);
     assert (zsock_wait (done_rx) == 0);
     int64_t took = zclock_mono () - started;
@@ -693,8 +697,8 @@ data_plane_test (bool verbose)
     assert (data_plane_timeouts (plane) == 1);
     zmq_msg_close (&quiet.frame);
     //  ... and the connection made again afterwards works.
-    data_plane_xfer_t again = {.kind = DATA_PLANE_READ, .endpoint = endpoint, .key = "v",
-                               .key_len = 1};
+    data_plane_xfer_t again = {
+        .kind = DATA_PLANE_READ, .endpoint = endpoint, .key = "v", .key_len = 1};
     data_plane_run (plane, &again, 1, NULL, stripe, s_test_done, done_tx);
     assert (zsock_wait (done_rx) == 0);
     assert (again.status == KVPOOL_OK && zmq_msg_size (&again.frame) == node.size);
@@ -703,8 +707,12 @@ data_plane_test (bool verbose)
     //  An empty run is done at once; an endpoint nobody serves times out.
     data_plane_run (plane, NULL, 0, NULL, stripe, s_test_done, done_tx);
     assert (zsock_wait (done_rx) == 0);
-    data_plane_xfer_t nobody = {.kind = DATA_PLANE_WRITE, .endpoint = "inproc://dptest-nobody",
-                                .key = "k", .key_len = 1, .src = small, .size = 5};
+    data_plane_xfer_t nobody = {.kind = DATA_PLANE_WRITE,
+                                .endpoint = "inproc://dptest-nobody",
+                                .key = "k",
+                                .key_len = 1,
+                                .src = small,
+                                .size = 5};
     data_plane_run (plane, &nobody, 1, NULL, stripe, s_test_done, done_tx);
     assert (zsock_wait (done_rx) == 0);
     assert (nobody.status == KVPOOL_TRANSFER_FAIL && !nobody.answered);

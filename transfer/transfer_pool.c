@@ -929,8 +929,7 @@ transfer_pool_test (bool verbose)
     transfer_pool_submit (pool, batch);
     transfer_batch_wait (pool, batch);
     for (int i = 0; i < 40; i++)
-        assert (atomic_load (&calls[i].ran) == 1 && calls[i].worker >= -1
-                && calls[i].worker < 3);
+        assert (atomic_load (&calls[i].ran) == 1 && calls[i].worker >= -1 && calls[i].worker < 3);
     assert (memcmp (call_dst, call_src, sizeof call_src) == 0);
     tasks += 40 + (sizeof call_src + chunk - 1) / chunk;
     assert (transfer_pool_tasks_run (pool) == tasks);
