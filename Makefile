@@ -10,7 +10,7 @@
 #   protocol/ shm/ transfer/   shared by the client and the node: the wire contract, the shared
 #                              memory both map, the copy pool
 #   client/                    libkvpool (with the shared folders)
-#   alloc/ actors/ messages/ lookup_server/ rdma/ tier/
+#   alloc/ actors/ messages/ lookup_server/ rdma/ tier/ dataplane/
 #                              the node (with the shared folders)
 # A new .c file joins its folder's library; each tests/test_*.c is an integration test
 # program (with tests/testutil.c and tests/ready_file.c); each bench/*.c joins kvpool-bench
@@ -59,7 +59,7 @@ CONTRACT_H := $(GEN)/kvpool_status.h $(GEN)/kvpool_stats.h
 
 SHARED_DIRS := protocol shm transfer
 CLIENT_DIRS := client $(SHARED_DIRS)
-SERVER_DIRS := alloc actors messages lookup_server rdma tier $(SHARED_DIRS)
+SERVER_DIRS := alloc actors messages lookup_server rdma tier dataplane $(SHARED_DIRS)
 sources_in = $(filter-out %_fuzz.c,$(wildcard $(addsuffix /*.c,$(1))))
 SERVER_SRC := $(call sources_in,$(SERVER_DIRS))
 CLIENT_SRC := $(call sources_in,$(CLIENT_DIRS))

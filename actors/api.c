@@ -690,7 +690,7 @@ s_finish (self_t *self, kvp_job_t *job)
 static void
 s_advance (self_t *self, kvp_job_t *job, kvp_job_kind_t done)
 {
-    const kvp_op_t *row = kvp_op_for (job->op, job->cluster);
+    const kvp_op_t *row = kvp_op_of_job (job);
     assert (row); //  jobs are made only for operations the table has
     kvp_job_kind_t next = kvp_op_next_stage (row, job, done);
     if (next == KVP_JOB_NONE) {
@@ -756,7 +756,7 @@ s_resetting (self_t *self)
 static void
 s_start (self_t *self, kvp_job_t *job)
 {
-    const kvp_op_t *row = kvp_op_for (job->op, job->cluster);
+    const kvp_op_t *row = kvp_op_of_job (job);
     if (row->flags & OP_DRAIN) {
         zlistx_add_end (self->resets, job);
         s_start_reset (self);

@@ -39,7 +39,7 @@
 #include "protocol/contract.h"
 #include "protocol/kvpool.pb-c.h"
 #include "protocol/status.h"
-#include "transfer/data_plane.h"
+#include "dataplane/data_plane.h"
 
 #include <pthread.h>
 #include <sys/eventfd.h>
@@ -1067,6 +1067,7 @@ s_fetch_add (self_t *self, op_t *op, run_t *run, size_t i)
         xfer->kind = DATA_PLANE_READ;
         xfer->key = item->key;
         xfer->key_len = item->key_len;
+        xfer->size = item->size; //  as the master knows it: the room for a read by RDMA
         if (stripes > 1) {
             xfer->offset = s * stripe;
             xfer->length = item->size - xfer->offset < stripe ? item->size - xfer->offset : stripe;
@@ -1359,6 +1360,7 @@ s_job (self_t *self, kvp_job_t *job, zframe_t *routing_id)
             job->stats.remote_puts = self->remote_puts;
             job->stats.remote_put_parts = self->remote_put_parts;
             job->stats.remote_get_parts = self->remote_get_parts;
+            job->stats.rdma_transfers = data_plane_rdma_transfers (self->plane);
             job->stats.cluster_failures = self->failures;
             break;
         default: kvp_job_fail (job, KVPOOL_INTERNAL_ERROR, "cluster: job kind %d", job->kind);
@@ -1551,8 +1553,10 @@ s_self_new (zsock_t *pipe, const cluster_args_t *args)
     pthread_mutex_init (&self->lock, NULL);
     self->wake_fd = eventfd (0, EFD_NONBLOCK | EFD_CLOEXEC);
     assert (self->wake_fd >= 0);
-    self->plane = data_plane_new ((int) self->config->peer_connections,
-                                  (int) self->config->cluster_timeout_ms);
+    const char *device = self->config->rdma_device ? self->config->rdma_device : "";
+    self->plane =
+        data_plane_new ((int) self->config->peer_connections,
+                        (int) self->config->cluster_timeout_ms, self->config->rdma ? device : NULL);
     assert (self->plane);
     self->poller = zpoller_new (pipe, self->router, self->master, &self->wake_fd, NULL);
     return self;

@@ -181,8 +181,8 @@ rdma_serve_move (rdma_serve_t *self, kvp_job_t *job)
                 }
             }
             //  The asker's range, announced once an item (a pull reads it once a replica).
-            move->remote_id = r ? moves[count - 1].remote_id
-                                : TEMP_ID_BASE + self->next_temp++ % 0x10000000u;
+            move->remote_id =
+                r ? moves[count - 1].remote_id : TEMP_ID_BASE + self->next_temp++ % 0x10000000u;
             move->remote_owner = r == 0;
             if (r == 0
                 && kvp_rdma_conn_add_remote (slot->conn, move->remote_id, item->rdma_addr, len,
@@ -193,8 +193,12 @@ rdma_serve_move (rdma_serve_t *self, kvp_job_t *job)
                 kvp_job_fail (job, KVPOOL_OK, "RDMA: %s", reason);
                 break;
             }
-            xfers[count] = (kvp_rdma_xfer_t){count, push ? KVP_RDMA_WRITE : KVP_RDMA_READ,
-                                             (uint64_t) (uintptr_t) local, move->remote_id, 0, len};
+            xfers[count] = (kvp_rdma_xfer_t){count,
+                                             push ? KVP_RDMA_WRITE : KVP_RDMA_READ,
+                                             (uint64_t) (uintptr_t) local,
+                                             move->remote_id,
+                                             0,
+                                             len};
             count++;
         }
     }
@@ -267,8 +271,7 @@ rdma_serve_test (bool verbose)
     kvp_rdma_conn_t *conn = kvp_rdma_conn_new (asker, NULL, reason, sizeof reason);
     assert (asker && conn);
     kvp_job_t *job = kvp_job_new (KVP_TX_RDMA_CONNECT, 0);
-    assert (kvp_rdma_conn_local_data (conn, &job->rdma_data, &job->rdma_size, reason,
-                                      sizeof reason)
+    assert (kvp_rdma_conn_local_data (conn, &job->rdma_data, &job->rdma_size, reason, sizeof reason)
             == 0);
     rdma_serve_connect (serve, job);
     assert (job->status == KVPOOL_OK && job->rdma_conn);

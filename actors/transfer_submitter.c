@@ -103,9 +103,22 @@ transfer_job_bytes (kvp_job_t *job)
     return bytes;
 }
 
+//  An item to write with no bytes to write from would be committed holding whatever its
+//  space held before: it fails instead (no row should ever make one).
+static void
+s_refuse_sourceless (kvp_job_t *job)
+{
+    for (size_t i = 0; i < job->count; i++)
+        if (job->items[i].status == KVPOOL_OK && !job->items[i].src && job->items[i].size) {
+            job->items[i].status = KVPOOL_INTERNAL_ERROR;
+            snprintf (job->error, sizeof job->error, "a value to write came without its bytes");
+        }
+}
+
 void
 transfer_job_copy (kvp_job_t *job)
 {
+    s_refuse_sourceless (job);
     for (size_t i = 0; i < job->count; i++) {
         kvp_item_t *item = &job->items[i];
         if (item->status != KVPOOL_OK || !item->src)
@@ -127,6 +140,7 @@ s_write (self_t *self, kvp_job_t *job, zframe_t **reply_to_p)
     pending->reply_to = *reply_to_p;
     *reply_to_p = NULL;
     pending->batch = transfer_batch_new (s_on_done, done);
+    s_refuse_sourceless (job);
     for (size_t i = 0; i < job->count; i++) {
         kvp_item_t *item = &job->items[i];
         if (item->status != KVPOOL_OK || !item->src)

@@ -163,6 +163,13 @@ static const kvp_op_t s_rdma_ops[] = {
 #define RDMA_OPS_COUNT (sizeof s_rdma_ops / sizeof s_rdma_ops[0])
 
 const kvp_op_t *
+kvp_op_of_job (const kvp_job_t *job)
+{
+    const kvp_op_t *row = job->rdma_conn ? kvp_op_rdma (job->op) : NULL;
+    return row ? row : kvp_op_for (job->op, job->cluster);
+}
+
+const kvp_op_t *
 kvp_op_rdma (int op)
 {
     for (size_t i = 0; i < RDMA_OPS_COUNT; i++)

@@ -24,7 +24,7 @@
 #include "actors/regex_matcher.h"
 #include "actors/replica_manager.h"
 #include "transfer/transfer_pool.h"
-#include "transfer/data_plane.h"
+#include "dataplane/data_plane.h"
 #include "actors/rdma_serve.h"
 #include "actors/transfer_submitter.h"
 #include "shm/segment.h"

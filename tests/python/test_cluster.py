@@ -219,6 +219,55 @@ def test_put_part_is_for_the_data_plane_and_checks_its_reservation(cluster):
     assert (reply.status or reply.statuses[0]) == PERMISSION_DENIED
 
 
+def test_values_move_by_rdma_on_the_loop_device():
+    # --transport rdma --rdma-device kvpool-loop: values between nodes move by one-sided RDMA
+    # (the loop device: process_vm_readv/writev standing in for the HCA), requests on tcp.
+    # Node C serves tcp only: A reaches it over tcp, and B's values never touch a frame.
+    rdma = ("--transport", "rdma", "--rdma-device", "kvpool-loop")
+    c = Cluster(hosts=("hA", "hB"), node_args=rdma)
+    try:
+        c.nodes.append(c.start_node("hC", "--transport", "tcp"))
+        c.hosts.append("hC")
+        assert wait_for(lambda: c.live_nodes() == 3, 10), c.logs()
+        log = c.nodes[0].log_text()
+        assert "data plane transport rdma" in log and "kvpool-loop" in log, log
+        assert "data plane transport tcp" in c.nodes[2].log_text()
+        reply, _ = c.raw(0).call(pb.NODES)
+        ids = {n.host_id: n.node_id for n in reply.nodes}
+        sizes = [1, 100, 64 << 10, MiB, 3 * MiB + 17]
+        before = c.raw(0).stats()
+        for host in ("hB", "hC"):
+            for size in sizes:
+                key = "rdma-%s-%d" % (host, size)
+                assert c.raw(0).put(key, value_of(key, size),
+                                    put={"preferred_segments": [ids[host]]}) == OK, key
+                assert c.locate(key) == [host], key
+        after_puts = c.raw(0).stats()
+        # To B: four whole values and four stripes of the largest, each by RDMA; to C none.
+        assert after_puts.rdma_transfers - before.rdma_transfers == 4 + 4
+        assert after_puts.remote_put_parts - before.remote_put_parts == 2 * 4
+        for host in ("hB", "hC"):
+            for size in sizes:
+                key = "rdma-%s-%d" % (host, size)
+                for reader in range(3):
+                    assert c.raw(reader).get(key) == (OK, value_of(key, size)), (key, reader)
+        # Reads through A of B's values: four whole, four stripes, by RDMA.
+        assert c.raw(0).stats().rdma_transfers - after_puts.rdma_transfers == 8
+        # A batch through A: B's by RDMA, C's by tcp, all exact.
+        keys = ["rdma-%s-%d" % (h, s) for h in ("hB", "hC") for s in sizes]
+        reply, frames = c.raw(0).call(pb.GET, keys)
+        assert list(reply.statuses) == [OK] * len(keys)
+        assert frames == [value_of(k, int(k.rsplit("-", 1)[1])) for k in keys]
+        # A value replaced on B (another size) reads back as the new one.
+        key = "rdma-hB-100"
+        assert c.raw(1).call(pb.UPSERT, [key], [b"n" * 5000])[0].statuses[0] == OK
+        assert c.raw(0).get(key) == (OK, b"n" * 5000)
+    finally:
+        for d in c.nodes + [c.master]:
+            d.stop()
+        c.close()
+
+
 def test_replicas_on_distinct_hosts(cluster):
     for i in range(10):
         key = "r3-%d" % i

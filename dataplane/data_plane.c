@@ -21,7 +21,7 @@
 
     Threads: the pool's workers; data_plane_run from any thread. Ordering: none between tasks.
 */
-#include "transfer/data_plane.h"
+#include "dataplane/data_plane.h"
 
 #include <assert.h>
 #include <czmq.h>
@@ -30,21 +30,32 @@
 #include "kvpool_status.h"
 #include "protocol/contract.h"
 #include "protocol/kvpool.pb-c.h"
+#include "rdma/rdma.h"
 #include "transfer/transfer_pool.h"
 
 #define TASK_MAX_KEYS 256
 #define LINK_IDLE_MS 60000
 #define LINK_SWEEP_MS 1000
+//  A node (or a device) that could not do RDMA is tried again after this long.
+#define RDMA_RETRY_MS 10000
+//  Ids of a worker's per-task registrations.
+#define TEMP_ID_BASE 0x80000000u
 
 typedef struct {
     zsock_t *sock;
     uint64_t next_id;
     int64_t last_used;
+    kvp_rdma_conn_t *conn; //  RDMA to this node, once connected ...
+    uint64_t conn_id;      //  ... and the node's id for it
+    int64_t rdma_retry_at; //  it refused: tcp until then
 } link_t;
 
 typedef struct {
     zhashx_t *links; //  endpoint -> link_t
     int64_t next_sweep;
+    kvp_rdma_t *rdma; //  the device, opened on first use
+    int64_t rdma_retry_at;
+    uint32_t next_temp;
 } worker_t;
 
 struct _data_plane_t {
@@ -52,7 +63,8 @@ struct _data_plane_t {
     worker_t *workers;
     int worker_count;
     int timeout_ms;
-    atomic_uint_fast64_t requests, timeouts;
+    char *rdma_device; //  NULL: tcp alone
+    atomic_uint_fast64_t requests, timeouts, rdma_transfers;
 };
 
 typedef struct _run_t run_t;
@@ -83,6 +95,8 @@ s_link_destroy (void **item)
 {
     link_t *link = (link_t *) *item;
     if (link) {
+        //  The queue pairs go first: nothing moves into memory this side lets go of.
+        kvp_rdma_conn_destroy (&link->conn);
         zsock_destroy (&link->sock);
         free (link);
         *item = NULL;
@@ -250,18 +264,54 @@ s_recv (void *handle, zmq_msg_t **frames_p)
     return count;
 }
 
-//  Takes the node's answer to request id: a status per key and, for reads, the bytes.
-static bool
-s_take_reply (task_t *task, uint64_t id, zmq_msg_t *frames, size_t frame_count)
+//  Waits for the node's answer to request id on link: the decoded reply and its value frames
+//  (the caller frees both). NULL when none came in time.
+static Kvpool__V1__Reply *
+s_await (data_plane_t *plane, link_t *link, uint64_t id, zmq_msg_t **frames_p, size_t *count_p)
 {
-    Kvpool__V1__Reply *reply = kvpool__v1__reply__unpack (
-        NULL, zmq_msg_size (&frames[0]), (const uint8_t *) zmq_msg_data (&frames[0]));
-    if (!reply)
-        return false;
-    if (reply->request_id != id) {
-        kvpool__v1__reply__free_unpacked (reply, NULL);
-        return false; //  not ours (cannot happen on a connection closed after a timeout)
+    int64_t deadline = zclock_mono () + plane->timeout_ms;
+    void *handle = zsock_resolve (link->sock);
+    while (true) {
+        int64_t wait = deadline - zclock_mono ();
+        zmq_pollitem_t item = {handle, 0, ZMQ_POLLIN, 0};
+        if (wait <= 0 || zmq_poll (&item, 1, (long) wait) <= 0 || !(item.revents & ZMQ_POLLIN)) {
+            if (zclock_mono () < deadline)
+                continue; //  interrupted
+            atomic_fetch_add_explicit (&plane->timeouts, 1, memory_order_relaxed);
+            return NULL;
+        }
+        zmq_msg_t *frames = NULL;
+        size_t count = s_recv (handle, &frames);
+        Kvpool__V1__Reply *reply =
+            count ? kvpool__v1__reply__unpack (NULL, zmq_msg_size (&frames[0]),
+                                               (const uint8_t *) zmq_msg_data (&frames[0]))
+                  : NULL;
+        //  Not ours can only be a late answer to an earlier request of this link: dropped.
+        if (reply && reply->request_id == id) {
+            *frames_p = frames;
+            *count_p = count;
+            return reply;
+        }
+        if (reply)
+            kvpool__v1__reply__free_unpacked (reply, NULL);
+        for (size_t i = 0; i < count; i++)
+            zmq_msg_close (&frames[i]);
+        free (frames);
     }
+}
+
+static void
+s_frames_free (zmq_msg_t *frames, size_t count)
+{
+    for (size_t i = 0; i < count; i++)
+        zmq_msg_close (&frames[i]);
+    free (frames);
+}
+
+//  Takes the node's answer: a status per key and, for reads, the bytes.
+static void
+s_take_reply (task_t *task, Kvpool__V1__Reply *reply, zmq_msg_t *frames, size_t frame_count)
+{
     run_t *run = task->run;
     bool read = run->xfers[task->items[0]].kind == DATA_PLANE_READ;
     for (size_t k = 0; k < task->count; k++) {
@@ -289,8 +339,264 @@ s_take_reply (task_t *task, uint64_t id, zmq_msg_t *frames, size_t frame_count)
         }
         xfer->status = status;
     }
-    kvpool__v1__reply__free_unpacked (reply, NULL);
-    return true;
+}
+
+//  ---- RDMA ------------------------------------------------------------------------------
+
+static void
+s_buffer_free (void *data, void *hint)
+{
+    (void) hint;
+    free (data);
+}
+
+//  Whether values to link's node can move by RDMA: connects on first use (RDMA_CONNECT).
+static bool
+s_rdma_ready (data_plane_t *plane, worker_t *worker, link_t *link)
+{
+    if (!plane->rdma_device)
+        return false;
+    if (link->conn)
+        return true;
+    int64_t now = zclock_mono ();
+    if (now < link->rdma_retry_at || now < worker->rdma_retry_at)
+        return false;
+    char reason[256];
+    const char *device = *plane->rdma_device ? plane->rdma_device : NULL; //  "": the first
+    if (!worker->rdma && !(worker->rdma = kvp_rdma_open (device, reason, sizeof reason))) {
+        worker->rdma_retry_at = now + RDMA_RETRY_MS;
+        return false;
+    }
+    link->rdma_retry_at = now + RDMA_RETRY_MS; //  unless it works out below
+    uint8_t *data = NULL;
+    size_t size = 0;
+    kvp_rdma_conn_t *conn = kvp_rdma_conn_new (worker->rdma, NULL, reason, sizeof reason);
+    if (!conn || kvp_rdma_conn_local_data (conn, &data, &size, reason, sizeof reason)) {
+        kvp_rdma_conn_destroy (&conn);
+        return false;
+    }
+    Kvpool__V1__Request request = KVPOOL__V1__REQUEST__INIT;
+    request.version = KVP_PROTOCOL_VERSION;
+    request.request_id = ++link->next_id;
+    request.op = KVPOOL__V1__OP__RDMA_CONNECT;
+    request.rdma_data.data = data;
+    request.rdma_data.len = size;
+    zmq_msg_t msg;
+    zmq_msg_init_size (&msg, kvpool__v1__request__get_packed_size (&request));
+    kvpool__v1__request__pack (&request, (uint8_t *) zmq_msg_data (&msg));
+    free (data);
+    atomic_fetch_add_explicit (&plane->requests, 1, memory_order_relaxed);
+    if (zmq_msg_send (&msg, zsock_resolve (link->sock), 0) == -1) {
+        zmq_msg_close (&msg);
+        kvp_rdma_conn_destroy (&conn);
+        return false;
+    }
+    zmq_msg_t *frames = NULL;
+    size_t count = 0;
+    Kvpool__V1__Reply *reply = s_await (plane, link, request.request_id, &frames, &count);
+    bool connected = reply && reply->status == KVPOOL_OK && reply->rdma_conn
+                     && kvp_rdma_conn_connect (conn, reply->rdma_data.data, reply->rdma_data.len,
+                                               reason, sizeof reason)
+                            == 0;
+    if (connected) {
+        link->conn = conn;
+        link->conn_id = reply->rdma_conn;
+        link->rdma_retry_at = 0;
+    }
+    else
+        kvp_rdma_conn_destroy (&conn);
+    if (reply) {
+        kvpool__v1__reply__free_unpacked (reply, NULL);
+        s_frames_free (frames, count);
+    }
+    return connected;
+}
+
+//  Runs task by RDMA: registers this side's bytes and asks the node to move them. Returns 0
+//  when the task is over (every transfer has its status), -1 when nothing was asked of the
+//  node and tcp is to do it.
+static int
+s_task_rdma (task_t *task, worker_t *worker, link_t *link)
+{
+    run_t *run = task->run;
+    data_plane_t *plane = run->plane;
+    data_plane_xfer_t *first = &run->xfers[task->items[0]];
+    if (first->kind != DATA_PLANE_READ && first->kind != DATA_PLANE_WRITE
+        && first->kind != DATA_PLANE_PART)
+        return -1;
+    size_t n = task->count;
+    for (size_t k = 0; k < n; k++) {
+        data_plane_xfer_t *xfer = &run->xfers[task->items[k]];
+        if (xfer->kind == DATA_PLANE_READ && xfer->length == 0 && xfer->size == 0)
+            return -1; //  a whole value of unknown size: no room to offer
+    }
+    uint64_t *addrs = (uint64_t *) calloc (n, sizeof (uint64_t));
+    uint32_t *keys = (uint32_t *) calloc (n, sizeof (uint32_t));
+    uint64_t *lens = (uint64_t *) calloc (n, sizeof (uint64_t));
+    uint64_t *offsets = (uint64_t *) calloc (n, sizeof (uint64_t));
+    uint32_t *temps = (uint32_t *) calloc (n, sizeof (uint32_t));
+    char **buffers = (char **) calloc (n, sizeof (char *));
+    ProtobufCBinaryData *wire = (ProtobufCBinaryData *) calloc (n, sizeof *wire);
+    assert (addrs && keys && lens && offsets && temps && buffers && wire);
+    int rc = 0;
+    char reason[256];
+    const kvp_rdma_regs_t *regions = kvp_rdma_regions (worker->rdma);
+    for (size_t k = 0; k < n && rc == 0; k++) {
+        data_plane_xfer_t *xfer = &run->xfers[task->items[k]];
+        wire[k].data = (uint8_t *) xfer->key;
+        wire[k].len = xfer->key_len;
+        offsets[k] = xfer->offset;
+        char *addr;
+        if (xfer->kind == DATA_PLANE_READ && xfer->length > 0) {
+            addr = (char *) xfer->dst;
+            lens[k] = xfer->length;
+        }
+        else if (xfer->kind == DATA_PLANE_READ) {
+            addr = buffers[k] = (char *) malloc (xfer->size);
+            lens[k] = xfer->size;
+        }
+        else {
+            addr = (char *) xfer->src;
+            lens[k] = xfer->size;
+        }
+        if (lens[k] == 0)
+            continue; //  nothing to move: no memory named
+        if (!addr) {
+            rc = -1;
+            break;
+        }
+        addrs[k] = (uint64_t) (uintptr_t) addr;
+        if (!kvp_rdma_regs_find (regions, addrs[k], lens[k])) {
+            temps[k] = TEMP_ID_BASE + worker->next_temp++ % 0x10000000u;
+            if (kvp_rdma_register (worker->rdma, temps[k], addr, lens[k], reason, sizeof reason)) {
+                temps[k] = 0;
+                rc = -1;
+                break;
+            }
+        }
+        keys[k] = kvp_rdma_regs_find (regions, addrs[k], lens[k])->rkey;
+    }
+    Kvpool__V1__Reply *reply = NULL;
+    zmq_msg_t *frames = NULL;
+    size_t frame_count = 0;
+    if (rc == 0) {
+        Kvpool__V1__Request request = KVPOOL__V1__REQUEST__INIT;
+        Kvpool__V1__PutOptions put = KVPOOL__V1__PUT_OPTIONS__INIT;
+        request.version = KVP_PROTOCOL_VERSION;
+        request.request_id = ++link->next_id;
+        request.keys = wire;
+        request.n_keys = n;
+        request.rdma_conn = link->conn_id;
+        request.rdma_addrs = addrs;
+        request.n_rdma_addrs = n;
+        request.rdma_keys = keys;
+        request.n_rdma_keys = n;
+        put.replica_num = 1;
+        if (run->has_put) {
+            put.soft_pin = run->put.soft_pin;
+            put.soft_pin_ttl_ms = run->put.soft_pin_ttl_ms;
+            put.hard_pin = run->put.hard_pin;
+        }
+        if (first->kind == DATA_PLANE_READ) {
+            request.op = KVPOOL__V1__OP__GET;
+            request.rdma_lengths = lens;
+            request.n_rdma_lengths = n;
+            if (first->length > 0) {
+                request.offsets = offsets;
+                request.n_offsets = n;
+                request.lengths = lens;
+                request.n_lengths = n;
+            }
+        }
+        else if (first->kind == DATA_PLANE_WRITE) {
+            request.op = KVPOOL__V1__OP__UPSERT;
+            request.put = &put;
+            request.sizes = lens;
+            request.n_sizes = n;
+        }
+        else {
+            request.op = KVPOOL__V1__OP__PUT_PART;
+            request.offsets = offsets;
+            request.n_offsets = n;
+            request.lengths = lens;
+            request.n_lengths = n;
+        }
+        zmq_msg_t msg;
+        zmq_msg_init_size (&msg, kvpool__v1__request__get_packed_size (&request));
+        kvpool__v1__request__pack (&request, (uint8_t *) zmq_msg_data (&msg));
+        atomic_fetch_add_explicit (&plane->requests, 1, memory_order_relaxed);
+        if (zmq_msg_send (&msg, zsock_resolve (link->sock), 0) == -1) {
+            zmq_msg_close (&msg);
+            rc = -1;
+        }
+        else
+            reply = s_await (plane, link, request.request_id, &frames, &frame_count);
+        if (rc == 0 && !reply) {
+            //  No answer: the queue pairs go before the memory they may write is let go.
+            kvp_rdma_conn_destroy (&link->conn);
+            s_fail (task, KVPOOL_TRANSFER_FAIL, false);
+        }
+    }
+    size_t moved = 0;
+    for (size_t k = 0; reply && k < n; k++) {
+        int status = reply->status != KVPOOL_OK ? reply->status
+                     : k < reply->n_statuses    ? reply->statuses[k]
+                                                : KVPOOL_INTERNAL_ERROR;
+        moved += status == KVPOOL_OK;
+    }
+    if (reply && moved == 0 && n > 0) {
+        //  Nothing moved: the node forgot the connection (it restarted, or made room for
+        //  others) or cannot move by RDMA now. Connect again later; tcp now.
+        kvp_rdma_conn_destroy (&link->conn);
+        link->rdma_retry_at = zclock_mono () + RDMA_RETRY_MS;
+        rc = -1;
+    }
+    else if (reply) {
+        for (size_t k = 0; k < n; k++) {
+            data_plane_xfer_t *xfer = &run->xfers[task->items[k]];
+            xfer->answered = true;
+            int status = reply->status != KVPOOL_OK ? reply->status
+                         : k < reply->n_statuses    ? reply->statuses[k]
+                                                    : KVPOOL_INTERNAL_ERROR;
+            if (status == KVPOOL_OK && xfer->kind == DATA_PLANE_READ) {
+                uint64_t got = k < reply->n_sizes ? reply->sizes[k] : UINT64_MAX;
+                if (xfer->length > 0 ? got != xfer->length : got > lens[k])
+                    status = KVPOOL_TRANSFER_FAIL; //  not what was asked for
+                else if (xfer->length == 0) {
+                    zmq_msg_close (&xfer->frame);
+                    if (got == 0) {
+                        free (buffers[k]);
+                        zmq_msg_init (&xfer->frame);
+                    }
+                    else
+                        zmq_msg_init_data (&xfer->frame, buffers[k], got, s_buffer_free, NULL);
+                    buffers[k] = NULL;
+                }
+            }
+            xfer->status = status;
+            if (status == KVPOOL_OK && lens[k] > 0) {
+                xfer->rdma = true;
+                atomic_fetch_add_explicit (&plane->rdma_transfers, 1, memory_order_relaxed);
+            }
+        }
+    }
+    if (reply) {
+        kvpool__v1__reply__free_unpacked (reply, NULL);
+        s_frames_free (frames, frame_count);
+    }
+    for (size_t k = 0; k < n; k++) {
+        if (temps[k])
+            kvp_rdma_deregister (worker->rdma, temps[k]);
+        free (buffers[k]);
+    }
+    free (addrs);
+    free (keys);
+    free (lens);
+    free (offsets);
+    free (temps);
+    free (buffers);
+    free (wire);
+    return rc;
 }
 
 static void
@@ -306,6 +612,13 @@ s_task_run (void *arg, int worker_index)
         s_fail (task, KVPOOL_TRANSFER_FAIL, false);
         return;
     }
+    if (s_rdma_ready (plane, worker, link)) {
+        if (s_task_rdma (task, worker, link) == 0) {
+            if (!link->conn && !task->run->xfers[task->items[0]].answered)
+                zhashx_delete (worker->links, endpoint); //  timed out
+            return;
+        }
+    }
     uint64_t id = ++link->next_id;
     atomic_fetch_add_explicit (&plane->requests, 1, memory_order_relaxed);
     if (s_send (task, link, id) != 0) {
@@ -313,29 +626,18 @@ s_task_run (void *arg, int worker_index)
         zhashx_delete (worker->links, endpoint);
         return;
     }
-    int64_t deadline = zclock_mono () + plane->timeout_ms;
-    void *handle = zsock_resolve (link->sock);
-    while (true) {
-        int64_t wait = deadline - zclock_mono ();
-        zmq_pollitem_t item = {handle, 0, ZMQ_POLLIN, 0};
-        if (wait <= 0 || zmq_poll (&item, 1, (long) wait) <= 0 || !(item.revents & ZMQ_POLLIN)) {
-            if (zclock_mono () < deadline)
-                continue; //  interrupted
-            //  The node did not answer: its connection goes, and with it what is queued.
-            atomic_fetch_add_explicit (&plane->timeouts, 1, memory_order_relaxed);
-            s_fail (task, KVPOOL_TRANSFER_FAIL, false);
-            zhashx_delete (worker->links, endpoint);
-            return;
-        }
-        zmq_msg_t *frames = NULL;
-        size_t count = s_recv (handle, &frames);
-        bool taken = count > 0 && s_take_reply (task, id, frames, count);
-        for (size_t i = 0; i < count; i++)
-            zmq_msg_close (&frames[i]);
-        free (frames);
-        if (taken)
-            return;
+    zmq_msg_t *frames = NULL;
+    size_t count = 0;
+    Kvpool__V1__Reply *reply = s_await (plane, link, id, &frames, &count);
+    if (!reply) {
+        //  The node did not answer: its connection goes, and with it what is queued.
+        s_fail (task, KVPOOL_TRANSFER_FAIL, false);
+        zhashx_delete (worker->links, endpoint);
+        return;
     }
+    s_take_reply (task, reply, frames, count);
+    kvpool__v1__reply__free_unpacked (reply, NULL);
+    s_frames_free (frames, count);
 }
 
 //  ---- runs --------------------------------------------------------------------------
@@ -352,13 +654,14 @@ s_run_done (transfer_batch_t *batch, void *arg)
 }
 
 data_plane_t *
-data_plane_new (int workers, int timeout_ms)
+data_plane_new (int workers, int timeout_ms, const char *rdma_device)
 {
     if (workers < 1 || timeout_ms < 1)
         return NULL;
     data_plane_t *self = (data_plane_t *) zmalloc (sizeof (data_plane_t));
     self->worker_count = workers;
     self->timeout_ms = timeout_ms;
+    self->rdma_device = rdma_device ? strdup (rdma_device) : NULL;
     self->workers = (worker_t *) zmalloc (workers * sizeof (worker_t));
     for (int i = 0; i < workers; i++) {
         self->workers[i].links = zhashx_new ();
@@ -380,9 +683,12 @@ data_plane_destroy (data_plane_t **self_p)
         return;
     //  The workers are joined first: the connections were theirs.
     transfer_pool_destroy (&self->pool);
-    for (int i = 0; i < self->worker_count; i++)
+    for (int i = 0; i < self->worker_count; i++) {
         zhashx_destroy (&self->workers[i].links);
+        kvp_rdma_close (&self->workers[i].rdma);
+    }
     free (self->workers);
+    free (self->rdma_device);
     free (self);
     *self_p = NULL;
 }
@@ -480,6 +786,12 @@ uint64_t
 data_plane_stolen (data_plane_t *self)
 {
     return transfer_pool_tasks_stolen (self->pool);
+}
+
+uint64_t
+data_plane_rdma_transfers (data_plane_t *self)
+{
+    return atomic_load_explicit (&self->rdma_transfers, memory_order_relaxed);
 }
 
 //  ---- self test ------------------------------------------------------------------------
@@ -603,8 +915,8 @@ data_plane_test (bool verbose)
     zactor_t *fake = zactor_new (s_fake_node, &node);
     zsock_t *done_rx = zsock_new_pair ("@inproc://dptest-done");
     zsock_t *done_tx = zsock_new_pair (">inproc://dptest-done");
-    assert (data_plane_new (0, 100) == NULL);
-    data_plane_t *plane = data_plane_new (3, 300);
+    assert (data_plane_new (0, 100, NULL) == NULL);
+    data_plane_t *plane = data_plane_new (3, 300, NULL);
     assert (plane);
 
     //  A whole read, six striped ranges into one buffer, a missing key, a liar, writes.

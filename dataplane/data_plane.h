@@ -51,10 +51,12 @@ typedef struct {
     uint64_t offset, length; //  READ: a range (length 0: the whole value); PART: offset
     void *dst;               //  READ of a range: its length bytes land here
     const void *src;         //  WRITE, PART: the bytes
-    uint64_t size;           //  WRITE, PART: their size; RESERVE: the value's
+    uint64_t size;           //  WRITE, PART: their size; RESERVE: the value's; a whole READ:
+                             //  the value's as far as known (0: unknown; needed for RDMA)
     //  out
     int status;      //  KVPOOL_OK, the node's status for the key, or KVPOOL_TRANSFER_FAIL
     bool answered;   //  the node answered in time (false: it may be gone)
+    bool rdma;       //  the bytes moved by RDMA
     zmq_msg_t frame; //  a whole READ, OK: the value as received (the caller closes it)
 } data_plane_xfer_t;
 
@@ -68,8 +70,10 @@ typedef struct {
 typedef void (data_plane_done_fn) (data_plane_xfer_t *xfers, size_t count, void *arg);
 
 //  Starts workers (>= 1) transfer workers. timeout_ms: how long a node has to answer one
-//  request. Returns NULL on failure. Caller owns the return value.
-data_plane_t *data_plane_new (int workers, int timeout_ms);
+//  request. rdma_device: NULL for tcp alone; else the device ("": the first; rdma/rdma.h) by which
+//  values move wherever the other node serves RDMA (see RDMA below). Returns NULL on failure.
+//  Caller owns the return value.
+data_plane_t *data_plane_new (int workers, int timeout_ms, const char *rdma_device);
 
 //  Finishes the transfers under way, stops the workers, closes their connections. Does nothing
 //  on NULL; sets *self_p to NULL.
@@ -83,10 +87,21 @@ void data_plane_run (data_plane_t *self, data_plane_xfer_t *xfers, size_t count,
                      const data_plane_put_t *put, uint64_t task_bytes, data_plane_done_fn *done,
                      void *arg);
 
-//  Counters: requests sent, requests that timed out, tasks stolen by an idle worker.
+//  RDMA. With a device, each worker opens it on first use and makes, per node, a connection
+//  (RDMA_CONNECT over its link to that node: queue pairs on both sides). Then reads, writes
+//  and parts to that node carry no value frames: the worker registers the bytes on its side
+//  (a read of a whole value lands in a buffer of the size the caller gave, which becomes the
+//  frame) and the node moves them by one-sided RDMA before it answers (actors/rdma_serve.h).
+//  A node that refuses the connection (it serves no RDMA) is asked again after a while;
+//  meanwhile, and for whole reads of unknown size, tcp. A connection whose request timed out
+//  is destroyed with its queue pairs before the registered memory is let go.
+
+//  Counters: requests sent, requests that timed out, tasks stolen by an idle worker, values
+//  and stripes moved by RDMA.
 uint64_t data_plane_requests (data_plane_t *self);
 uint64_t data_plane_timeouts (data_plane_t *self);
 uint64_t data_plane_stolen (data_plane_t *self);
+uint64_t data_plane_rdma_transfers (data_plane_t *self);
 
 //  Self test: a fake node on inproc answers reads and writes, stays silent, or lies.
 void data_plane_test (bool verbose);
