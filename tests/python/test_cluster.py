@@ -262,9 +262,9 @@ def test_values_move_by_rdma_on_the_loop_device():
         key = "rdma-hB-100"
         assert c.raw(1).call(pb.UPSERT, [key], [b"n" * 5000])[0].statuses[0] == OK
         assert c.raw(0).get(key) == (OK, b"n" * 5000)
+        statuses = [d.stop() for d in c.nodes + [c.master]]
+        assert statuses == [0] * len(statuses), [d.log_text(6000) for d in c.nodes]
     finally:
-        for d in c.nodes + [c.master]:
-            d.stop()
         c.close()
 
 
