@@ -166,8 +166,10 @@ static void
 s_rdma_job (self_t *self, kvp_job_t *job, zframe_t **reply_to_p)
 {
     if (!self->rdma) {
-        kvp_job_fail (job, KVPOOL_TRANSFER_FAIL, "this node moves no values by RDMA%s%s",
-                      self->rdma_error[0] ? ": " : "", self->rdma_error);
+        //  Item by item, not the job: an upsert's next stage frees the space placed for it.
+        kvp_job_fail (job, job->kind == KVP_TX_RDMA_CONNECT ? KVPOOL_TRANSFER_FAIL : KVPOOL_OK,
+                      "this node moves no values by RDMA%s%s", self->rdma_error[0] ? ": " : "",
+                      self->rdma_error);
         for (size_t i = 0; i < job->count; i++)
             if (job->items[i].status == KVPOOL_OK)
                 job->items[i].status = KVPOOL_TRANSFER_FAIL;

@@ -153,7 +153,7 @@ static const kvp_op_t s_rdma_ops[] = {
      0,
      {STAGE_IF (AL_ALLOC, ANY_OK), STAGE_IF (EV_MAKE_ROOM, ANY_NO_ROOM),
       STAGE_IF (AL_RETRY, ANY_NO_ROOM), STAGE_IF (TX_RDMA_PULL, ANY_OK),
-      STAGE_IF (RM_UPSERT, ANY_OK)}},
+      STAGE (RM_UPSERT)}}, //  always: it frees the space of values whose pull failed
     {OP (PUT_PART),
      OP_KEYS | OP_RANGES | OP_LOCAL | OP_PEER | OP_RDMA,
      0,
@@ -344,6 +344,8 @@ kvp_ops_test (bool verbose)
             == KVP_TX_RDMA_PULL);
     job->items[0].status = KVPOOL_OBJECT_NOT_FOUND;
     assert (kvp_op_next_stage (rdma_get, job, KVP_RM_GET) == KVP_JOB_NONE);
+    job->items[0].status = KVPOOL_TRANSFER_FAIL; //  a pull that failed: its space is freed
+    assert (kvp_op_next_stage (rdma_upsert, job, KVP_TX_RDMA_PULL) == KVP_RM_UPSERT);
     kvp_job_destroy (&job);
     //  A cluster's put: placed by the master, written here, then elsewhere and committed
     //  even when nothing was held here.

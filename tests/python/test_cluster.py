@@ -34,6 +34,7 @@ OBJECT_ALREADY_EXISTS = -705
 INVALID_PARAMS = -600
 PERMISSION_DENIED = -604
 INVALID_WRITE = -700
+TRANSFER_FAIL = -800
 MiB = 1 << 20
 
 TTL_MS = 2000
@@ -214,6 +215,18 @@ def test_put_part_is_for_the_data_plane_and_checks_its_reservation(cluster):
     reply, _ = plane.call(pb.PUT_END, ["p"])
     assert reply.statuses[0] == OK
     assert plane.get("p") == (OK, b"0123456789")
+    # Values by RDMA over a connection the node does not have (or with no RDMA at all):
+    # each key fails, and the space placed for an upsert is given back.
+    before = cluster.raw(1).stats()
+    reply, _ = plane.call(pb.UPSERT, ["r1", "r2"], sizes=[5000, 70000], rdma_conn=12345,
+                          rdma_addrs=[4096, 8192], rdma_keys=[1, 2])
+    assert list(reply.statuses) == [TRANSFER_FAIL] * 2, reply
+    after = cluster.raw(1).stats()
+    assert after.bytes_allocated == before.bytes_allocated
+    assert after.objects == before.objects and plane.get("r1")[0] == OBJECT_NOT_FOUND
+    reply, _ = plane.call(pb.GET, ["p"], rdma_conn=12345, rdma_addrs=[4096], rdma_keys=[1],
+                          rdma_lengths=[10])
+    assert reply.statuses[0] == TRANSFER_FAIL
     # A client's socket does not take PUT_PART (nor PUT_START) over tcp.
     reply, _ = cluster.raw(1).call(pb.PUT_PART, ["q"], [b"abc"], offsets=[0], lengths=[3])
     assert (reply.status or reply.statuses[0]) == PERMISSION_DENIED
