@@ -600,6 +600,8 @@ s_task_rdma (task_t *task, worker_t *worker, link_t *link)
     return rc;
 }
 
+static void s_task_tcp (task_t *task, worker_t *worker, link_t *link, const char *endpoint);
+
 static void
 s_task_run (void *arg, int worker_index)
 {
@@ -615,11 +617,33 @@ s_task_run (void *arg, int worker_index)
     }
     if (s_rdma_ready (plane, worker, link)) {
         if (s_task_rdma (task, worker, link) == 0) {
-            if (!link->conn && !task->run->xfers[task->items[0]].answered)
+            if (!link->conn && !task->run->xfers[task->items[0]].answered) {
                 zhashx_delete (worker->links, endpoint); //  timed out
+                return;
+            }
+            //  Values larger than the room offered (replaced since the master said their
+            //  size) come again over tcp.
+            task_t again = {task->run, task->items, 0};
+            size_t *items = (size_t *) malloc (task->count * sizeof (size_t));
+            assert (items);
+            for (size_t k = 0; k < task->count; k++)
+                if (task->run->xfers[task->items[k]].status == KVPOOL_BUFFER_OVERFLOW)
+                    items[again.count++] = task->items[k];
+            again.items = items;
+            if (again.count)
+                s_task_tcp (&again, worker, link, endpoint);
+            free (items);
             return;
         }
     }
+    s_task_tcp (task, worker, link, endpoint);
+}
+
+//  Runs task over tcp: the values in frames.
+static void
+s_task_tcp (task_t *task, worker_t *worker, link_t *link, const char *endpoint)
+{
+    data_plane_t *plane = task->run->plane;
     uint64_t id = ++link->next_id;
     atomic_fetch_add_explicit (&plane->requests, 1, memory_order_relaxed);
     if (s_send (task, link, id) != 0) {
