@@ -664,6 +664,8 @@ s_finish (self_t *self, kvp_job_t *job)
     api_ctx_t *ctx = (api_ctx_t *) job->context;
     if (ctx && job->kind == KVP_TX_DISK_READ)
         s_disk_follow_up (self, job);
+    if (ctx && job->op == KVPOOL__V1__OP__PREFIX_MATCH && job->status == KVPOOL_OK)
+        job->result_count = kvp_job_prefix_count (job);
     if (!ctx)
         s_node_job_done (self, job);
     else if (ctx->from_jobs) {
@@ -920,6 +922,7 @@ s_job_from_request (self_t *self, api_ctx_t *ctx)
     job->force = request->force;
     job->pin = request->pin;
     job->redirect = request->redirect;
+    job->ranks = request->ranks ? request->ranks : 1;
     job->rdma_conn = request->rdma_conn;
     if (request->rdma_data.len) {
         job->rdma_data = (uint8_t *) malloc (request->rdma_data.len);

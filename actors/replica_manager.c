@@ -979,6 +979,37 @@ s_read (self_t *self, kvp_job_t *job, int64_t now)
     }
 }
 
+//  PREFIX_MATCH: blocks of job->ranks keys, in order. Every key of a whole block is leased as
+//  a read leases it (the engine loads those blocks next); the first block with a key missing
+//  ends the walk: from there on every key is OBJECT_NOT_FOUND, unchecked past the missing
+//  one (kvp_job_prefix_count then counts the whole blocks).
+static void
+s_prefix (self_t *self, kvp_job_t *job, int64_t now)
+{
+    size_t ranks = job->ranks ? job->ranks : 1;
+    int64_t lease_until = now + (int64_t) self->config->lease_ttl_ms;
+    size_t at = 0;
+    for (; at + ranks <= job->count; at += ranks) {
+        bool whole = true;
+        for (size_t r = 0; r < ranks && whole; r++) {
+            kvp_item_t *item = &job->items[at + r];
+            whole = item->status == KVPOOL_OK && s_lookup_complete (self, item->key);
+        }
+        if (!whole)
+            break;
+        for (size_t r = 0; r < ranks; r++) {
+            kvp_object_t *object = s_lookup_complete (self, job->items[at + r].key);
+            job->items[at + r].size = object->size;
+            if (lease_until > object->lease_until)
+                object->lease_until = lease_until;
+            object->touched = now;
+        }
+    }
+    for (size_t i = at; i < job->count; i++)
+        if (job->items[i].status == KVPOOL_OK)
+            job->items[i].status = KVPOOL_OBJECT_NOT_FOUND;
+}
+
 static void
 s_remove (self_t *self, kvp_job_t *job, int64_t now)
 {
@@ -1573,6 +1604,7 @@ s_handle_job (self_t *self, kvp_job_t *job)
         case KVP_RM_REPLICA_LIST:
         case KVP_RM_RELEASE:
         case KVP_RM_TOUCH: s_read (self, job, now); break;
+        case KVP_RM_PREFIX: s_prefix (self, job, now); break;
         case KVP_RM_REMOVE: s_remove (self, job, now); break;
         case KVP_RM_REMOVE_ALL: s_remove_many (self, job, now); break;
         case KVP_RM_REMOVE_SEGMENT: s_remove_segment (self, job, now); break;

@@ -240,6 +240,76 @@ kvpool_exist_batch (kvpool_t *self, size_t n, const char *const *keys, int *resu
     return s_keys_op_int (self, KVPOOL__V1__OP__EXIST, n, keys, false, KVPC_AS_EXIST, results);
 }
 
+//  Whole blocks a request carries at most: well under the node's default --max-keys.
+#define PREFIX_CHUNK_KEYS 65536
+
+int64_t
+kvpool_prefix_match (kvpool_t *self, size_t blocks, size_t ranks, const char *const *keys)
+{
+    if (!self || ranks == 0 || ranks > UINT32_MAX || (blocks && !keys)
+        || (blocks && ranks > SIZE_MAX / blocks))
+        return KVPOOL_INVALID_PARAMS;
+    //  A block with a key that cannot exist ends the prefix before it.
+    size_t limit = 0;
+    for (; limit < blocks; limit++) {
+        size_t r = 0;
+        while (r < ranks && kvpc_key_valid (keys[limit * ranks + r]))
+            r++;
+        if (r < ranks)
+            break;
+    }
+    size_t n = limit * ranks;
+    if (n == 0)
+        return 0;
+    int64_t *results = (int64_t *) calloc (n, sizeof (int64_t));
+    if (!results)
+        return KVPOOL_INTERNAL_ERROR;
+    kvpc_keys_t sent;
+    int rc = kvpc_keys_collect (self->conn, n, keys, &sent, results);
+    if (rc) {
+        free (results);
+        return rc;
+    }
+    //  Blocks the same-machine index shows whole need no request (the probe leases them).
+    size_t first = 0;
+    if (kvpc_fast_path_on (self->fast_path)) {
+        kvpc_keys_t rest;
+        kvpc_keys_init (&rest);
+        kvpc_index_probe (self->fast_path, &sent, false, results, &rest);
+        kvpc_keys_fini (&rest);
+        while (first < limit) {
+            size_t r = 0;
+            while (r < ranks && results[first * ranks + r] == 1)
+                r++;
+            if (r < ranks)
+                break;
+            first++;
+        }
+    }
+    int64_t count = (int64_t) first;
+    size_t chunk = PREFIX_CHUNK_KEYS / ranks ? PREFIX_CHUNK_KEYS / ranks : 1;
+    for (size_t at = first; at < limit;) {
+        size_t take = limit - at < chunk ? limit - at : chunk;
+        Kvpool__V1__Request request = KVPOOL__V1__REQUEST__INIT;
+        request.op = KVPOOL__V1__OP__PREFIX_MATCH;
+        request.keys = sent.wire + at * ranks;
+        request.n_keys = take * ranks;
+        request.ranks = (uint32_t) ranks;
+        int64_t got = kvpc_socket_count (self->conn, &request);
+        if (got < 0) {
+            count = got;
+            break;
+        }
+        count += got;
+        if ((size_t) got < take)
+            break; //  a block is missing: the prefix ends there
+        at += take;
+    }
+    kvpc_keys_fini (&sent);
+    free (results);
+    return count;
+}
+
 int
 kvpool_get_size_batch (kvpool_t *self, size_t n, const char *const *keys, int64_t *results)
 {

@@ -203,6 +203,14 @@ KVPOOL_EXPORT int kvpool_upsert_batch_parts (kvpool_t *self, size_t n, const cha
 //  results[i]: 1, 0 or a negative status.
 KVPOOL_EXPORT int kvpool_exist_batch (kvpool_t *self, size_t n, const char *const *keys,
                                       int *results);
+//  How many leading blocks of keys are stored: keys holds blocks x ranks keys, block-major
+//  (keys[b * ranks + r]); a block counts only if every one of its ranks' keys exists, and the
+//  first block with one missing ends the count. The keys of the counted blocks get read
+//  leases (they stay until the engine loads them). One request to the node (several past the
+//  node's --max-keys), none at all when the same-machine index shows every block. Returns the
+//  count, or a negative status (a NULL or empty key counts as missing).
+KVPOOL_EXPORT int64_t kvpool_prefix_match (kvpool_t *self, size_t blocks, size_t ranks,
+                                           const char *const *keys);
 //  results[i]: size or a negative status.
 KVPOOL_EXPORT int kvpool_get_size_batch (kvpool_t *self, size_t n, const char *const *keys,
                                          int64_t *results);

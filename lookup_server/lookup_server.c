@@ -14,18 +14,20 @@
     anything it refuses gets b"\x00" and is counted, and the actor goes on.
 
     LOOKUP keeps only the hashes whose blocks start before token_len (the others cannot
-    change the answer) and expands them over every tp x pp rank with lookup_keys.c. Each key
-    is probed in the read index first: a key the index shows published is present, with no
-    job at all. The index is lossy (a miss means "ask the node", never "not found"), so the
-    keys it cannot answer go to the api as ONE EXIST job, and the actor waits for that job
-    alone. The answer is block_size x the number of leading blocks whose keys all exist,
-    capped at token_len, as 4 bytes big-endian; a store failure answers b"\x00".
+    change the answer) and expands them over every tp x pp rank with lookup_keys.c. Blocks are
+    probed in the read index first, in order: a block whose keys the index all shows
+    published is present, with no job at all. The index is lossy (a miss means "ask the
+    node", never "not found"), so from the first block it cannot vouch for on, the keys go to
+    the api as ONE PREFIX_MATCH job (the store operation a client's prefix match is), and the
+    actor waits for that job alone. The answer is block_size x the number of leading blocks
+    whose keys all exist, capped at token_len, as 4 bytes big-endian; a store failure
+    answers b"\x00".
 
-    Leases. A lookup through libkvpool grants every key it finds a read lease, so the
-    engine can load the blocks before the evictor takes them: EXIST leases what the
-    replica-manager finds, and an index hit is confirmed with the time of the lookup, which
-    leaves it in the slot's read stamp (shm/shm_index.h): the same lease, with no job at
-    all, as libkvpool's same-machine reads do.
+    Leases. A lookup grants every key of the blocks it counts a read lease, so the engine can
+    load them before the evictor takes them: PREFIX_MATCH leases what the replica-manager
+    counts, and an index hit is confirmed with the time of the lookup, which leaves it in the
+    slot's read stamp (shm/shm_index.h): the same lease, with no job at all, as libkvpool's
+    same-machine reads do.
 
     RESET is the store's RESET: the api drains every transfer in flight and then removes all
     objects past leases before it sends the job back, so when this actor answers b"\x01" no
@@ -361,51 +363,46 @@ s_scratch (self_t *self, size_t count)
     return 0;
 }
 
-//  Finds which of keys[0..count) exist into self->present. Returns 0, or -1 when the store
-//  failed.
+//  How many leading blocks of keys[0 .. blocks x ranks) are whole (every rank's key stored)
+//  into *whole. Returns 0, or -1 when the store failed.
 static int
-s_exist (self_t *self, const char *const *keys, size_t count)
+s_prefix (self_t *self, const char *const *keys, size_t blocks, size_t ranks, size_t *whole)
 {
-    //  The index first: what it shows published is there, and confirming the hit stamps
-    //  the read (its lease).
+    //  The index first: a block it shows whole is there, and confirming the hits stamps the
+    //  reads (their leases).
     shm_index_t *index = s_index (self);
     int64_t now = shm_index_clock_ms ();
-    size_t misses = 0;
-    for (size_t i = 0; i < count; i++) {
-        size_t len = strlen (keys[i]);
-        shm_index_hit_t hit;
-        self->key_lens[i] = len;
-        self->present[i] =
-            index && shm_index_lookup (index, keys[i], len, &hit) && shm_index_confirm (&hit, now);
-        if (!self->present[i])
-            misses++;
-    }
-    if (misses == 0)
-        return 0;
-    //  The rest, in one EXIST.
-    size_t picked = 0;
-    for (size_t i = 0; i < count; i++)
-        if (!self->present[i]) {
-            self->picked[picked] = keys[i];
-            self->picked_lens[picked++] = self->key_lens[i];
+    size_t first = 0;
+    for (; first < blocks; first++) {
+        size_t r = 0;
+        for (; r < ranks; r++) {
+            const char *key = keys[first * ranks + r];
+            shm_index_hit_t hit;
+            if (!index || !shm_index_lookup (index, key, strlen (key), &hit)
+                || !shm_index_confirm (&hit, now))
+                break;
         }
-    kvp_job_t *exist = kvp_job_new_owning (KVP_JOB_NONE, misses, self->picked, self->picked_lens);
-    exist->op = KVPOOL__V1__OP__EXIST;
-    exist = s_job_call (self, exist);
-    if (s_job_failed (self, &exist, "exist"))
-        return -1;
-    if (exist->count != misses) {
-        zsys_warning ("lookup_server: exist answered %zu keys of %zu", exist->count, misses);
-        self->store_errors++;
-        kvp_job_destroy (&exist);
-        return -1;
+        if (r < ranks)
+            break;
     }
-    //  A per-key error counts as absent: a miss is always a safe answer.
-    size_t item = 0;
-    for (size_t i = 0; i < count; i++)
-        if (!self->present[i])
-            self->present[i] = exist->items[item++].status == KVPOOL_OK;
-    kvp_job_destroy (&exist);
+    *whole = first;
+    if (first == blocks)
+        return 0;
+    //  From the first block the index cannot vouch for: the store's PREFIX_MATCH, the same
+    //  operation a client's prefix match is (it leases what it counts).
+    size_t count = (blocks - first) * ranks;
+    for (size_t i = 0; i < count; i++) {
+        self->picked[i] = keys[first * ranks + i];
+        self->picked_lens[i] = strlen (self->picked[i]);
+    }
+    kvp_job_t *job = kvp_job_new_owning (KVP_JOB_NONE, count, self->picked, self->picked_lens);
+    job->op = KVPOOL__V1__OP__PREFIX_MATCH;
+    job->ranks = (uint32_t) ranks;
+    job = s_job_call (self, job);
+    if (s_job_failed (self, &job, "prefix match"))
+        return -1;
+    *whole += job->result_count <= blocks - first ? (size_t) job->result_count : blocks - first;
+    kvp_job_destroy (&job);
     return 0;
 }
 
@@ -430,18 +427,8 @@ s_lookup (self_t *self, lookup_request_t *request)
             return zframe_new (s_fail, sizeof s_fail);
         }
         size_t ranks = lookup_keys_ranks (self->keys);
-        size_t key_count = blocks * ranks;
-        if (s_scratch (self, key_count) || s_exist (self, keys, key_count))
+        if (s_scratch (self, blocks * ranks) || s_prefix (self, keys, blocks, ranks, &present))
             return zframe_new (s_fail, sizeof s_fail);
-        //  A block counts only if every rank's key is there; the first gap ends the prefix.
-        for (present = 0; present < blocks; present++) {
-            const bool *block = self->present + present * ranks;
-            size_t r = 0;
-            while (r < ranks && block[r])
-                r++;
-            if (r < ranks)
-                break;
-        }
     }
     uint64_t hit = (uint64_t) present * self->block_size;
     if (hit > request->token_len)
@@ -610,7 +597,7 @@ lookup_server_actor (zsock_t *pipe, void *args)
 
 //  ---- self test -------------------------------------------------------------------------
 //  The actor against a fake api: a ROUTER at inproc://<instance>-jobs that answers the jobs
-//  itself (EXIST from a set of keys, TOUCH, RESET, STATS), as replica_manager's test plays
+//  itself (PREFIX_MATCH, TOUCH, RESET, STATS), as replica_manager's test plays
 //  the allocator, and that publishes keys in a read index of that instance as the
 //  replica-manager would. Every path of the actor is checked here without the rest of
 //  kvpoold; tests/python/test_lookup.py checks the real daemon.
@@ -626,7 +613,7 @@ typedef struct {
     zhashx_t *keys;
     s_fake_mode_t mode;
     zlistx_t *held;                  //  jobs kept unanswered (FAKE_HOLD)
-    uint64_t exist_jobs, exist_keys; //  EXIST jobs seen; keys in the last one
+    uint64_t exist_jobs, exist_keys; //  PREFIX_MATCH jobs seen; keys in the last one
     uint64_t touch_jobs, touch_keys; //  TOUCH jobs seen (none expected); keys in all of them
     uint64_t resets, stats_jobs;
 } s_fake_t;
@@ -646,8 +633,8 @@ s_fake_serve (s_fake_t *fake)
     }
     if (fake->mode == FAKE_UNAVAILABLE)
         kvp_job_fail (job, KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS, "the store is stopping");
-    else if (job->op == KVPOOL__V1__OP__EXIST || job->op == KVPOOL__V1__OP__TOUCH) {
-        if (job->op == KVPOOL__V1__OP__EXIST) {
+    else if (job->op == KVPOOL__V1__OP__PREFIX_MATCH || job->op == KVPOOL__V1__OP__TOUCH) {
+        if (job->op == KVPOOL__V1__OP__PREFIX_MATCH) {
             fake->exist_jobs++;
             fake->exist_keys = job->count;
         }
@@ -660,6 +647,9 @@ s_fake_serve (s_fake_t *fake)
             job->items[i].status =
                 zhashx_lookup (fake->keys, job->items[i].key) ? KVPOOL_OK : KVPOOL_OBJECT_NOT_FOUND;
         }
+        //  As the api does for a prefix match: leading whole blocks.
+        if (job->op == KVPOOL__V1__OP__PREFIX_MATCH)
+            job->result_count = kvp_job_prefix_count (job);
     }
     else if (job->op == KVPOOL__V1__OP__RESET) {
         assert (job->count == 0);
@@ -982,7 +972,8 @@ lookup_server_test (bool verbose)
     //  Two leading blocks on every rank: 32 tokens; the miss in the middle ends the count.
     assert (s_lookup_all_forms (req, 100, hashes, 4) == 32);
     assert (s_lookup_all_forms (dealer, 100, hashes, 4) == 32);
-    //  One EXIST job per lookup, over every key (4 blocks x 2 ranks); no index hit, no TOUCH.
+    //  One PREFIX_MATCH job per lookup, over every key (4 blocks x 2 ranks); no index hit,
+    //  no TOUCH.
     counts = s_fake_counts (fake);
     assert (counts.exist_jobs == 6 && counts.exist_keys == 8);
     assert (counts.touch_jobs == 0);
@@ -1030,8 +1021,9 @@ lookup_server_test (bool verbose)
     assert (s_ask_byte (dealer, 0, NULL, NULL, 0));
     assert (s_lookup_all_forms (dealer, 100, hashes, 4) == 32);
 
-    //  Blocks 0 and 1 published in the read index: their keys are hits with no EXIST, and
-    //  each hit leaves the time of the lookup in its read stamp (its lease), with no job.
+    //  Blocks 0 and 1 published in the read index: their keys are hits with no job, and each
+    //  hit leaves the time of the lookup in its read stamp (its lease); the store is asked
+    //  from block 2 on.
     for (int b = 0; b < 2; b++)
         for (uint32_t tp = 0; tp < 2; tp++)
             s_fake_key (fake, "PUBLISH", tp, hashes[b]);

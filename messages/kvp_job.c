@@ -38,34 +38,35 @@ s_zeroed (size_t size)
 
 //  Which actor owns what each kind works on: objects, space, or bytes in flight.
 static const kvp_actor_t s_kind_actor[KVP_JOB_KIND_COUNT] = {
-    [KVP_RM_RESERVE] = KVP_ACTOR_RM,        [KVP_RM_BIND] = KVP_ACTOR_RM,
-    [KVP_RM_COMMIT] = KVP_ACTOR_RM,         [KVP_RM_INSERT] = KVP_ACTOR_RM,
-    [KVP_RM_PART] = KVP_ACTOR_RM,           [KVP_RM_UPSERT] = KVP_ACTOR_RM,
-    [KVP_RM_REVOKE] = KVP_ACTOR_RM,         [KVP_RM_GET] = KVP_ACTOR_RM,
-    [KVP_RM_EXIST] = KVP_ACTOR_RM,          [KVP_RM_GET_SIZE] = KVP_ACTOR_RM,
-    [KVP_RM_REPLICA_LIST] = KVP_ACTOR_RM,   [KVP_RM_RELEASE] = KVP_ACTOR_RM,
-    [KVP_RM_TOUCH] = KVP_ACTOR_RM,          [KVP_RM_REMOVE] = KVP_ACTOR_RM,
-    [KVP_RM_REMOVE_REGEX] = KVP_ACTOR_RM,   [KVP_RM_REMOVE_ALL] = KVP_ACTOR_RM,
-    [KVP_RM_REMOVE_SEGMENT] = KVP_ACTOR_RM, [KVP_RM_OWNER_GONE] = KVP_ACTOR_RM,
-    [KVP_RM_STATS] = KVP_ACTOR_RM,          [KVP_AL_ALLOC] = KVP_ACTOR_AL,
-    [KVP_AL_FREE] = KVP_ACTOR_AL,           [KVP_AL_STATS] = KVP_ACTOR_AL,
-    [KVP_AL_SEGMENTS] = KVP_ACTOR_AL,       [KVP_AL_MOUNT] = KVP_ACTOR_AL,
-    [KVP_AL_UNMOUNT_CHECK] = KVP_ACTOR_AL,  [KVP_AL_UNMOUNT] = KVP_ACTOR_AL,
-    [KVP_AL_OWNER_SEGMENTS] = KVP_ACTOR_AL, [KVP_RM_EVICT] = KVP_ACTOR_RM,
-    [KVP_RM_OFFLOADED] = KVP_ACTOR_RM,      [KVP_RM_DISK_EVICT] = KVP_ACTOR_RM,
-    [KVP_RM_DISK_REGISTER] = KVP_ACTOR_RM,  [KVP_RM_ADOPT] = KVP_ACTOR_RM,
-    [KVP_RM_DISK_LOST] = KVP_ACTOR_RM,      [KVP_RM_PROMOTE] = KVP_ACTOR_RM,
-    [KVP_AL_RETRY] = KVP_ACTOR_AL,          [KVP_EV_MAKE_ROOM] = KVP_ACTOR_EV,
-    [KVP_EV_STATS] = KVP_ACTOR_EV,          [KVP_TX_WRITE] = KVP_ACTOR_TX,
-    [KVP_TX_DISK_WRITE] = KVP_ACTOR_TX,     [KVP_TX_DISK_READ] = KVP_ACTOR_TX,
-    [KVP_TX_DISK_DROP] = KVP_ACTOR_TX,      [KVP_TX_DISK_SCAN] = KVP_ACTOR_TX,
-    [KVP_RM_INVENTORY] = KVP_ACTOR_RM,      [KVP_TX_RDMA_CONNECT] = KVP_ACTOR_TX,
-    [KVP_TX_RDMA_PUSH] = KVP_ACTOR_TX,      [KVP_TX_RDMA_PULL] = KVP_ACTOR_TX,
-    [KVP_CL_PLACE] = KVP_ACTOR_CL,          [KVP_CL_COMMIT] = KVP_ACTOR_CL,
-    [KVP_CL_ABORT] = KVP_ACTOR_CL,          [KVP_CL_FETCH] = KVP_ACTOR_CL,
-    [KVP_CL_EXIST] = KVP_ACTOR_CL,          [KVP_CL_REMOVE] = KVP_ACTOR_CL,
-    [KVP_CL_LOCATE] = KVP_ACTOR_CL,         [KVP_CL_NODES] = KVP_ACTOR_CL,
-    [KVP_CL_DROPPED] = KVP_ACTOR_CL,        [KVP_CL_STATS] = KVP_ACTOR_CL,
+    [KVP_RM_RESERVE] = KVP_ACTOR_RM,      [KVP_RM_BIND] = KVP_ACTOR_RM,
+    [KVP_RM_COMMIT] = KVP_ACTOR_RM,       [KVP_RM_INSERT] = KVP_ACTOR_RM,
+    [KVP_RM_PART] = KVP_ACTOR_RM,         [KVP_RM_PREFIX] = KVP_ACTOR_RM,
+    [KVP_RM_UPSERT] = KVP_ACTOR_RM,       [KVP_RM_REVOKE] = KVP_ACTOR_RM,
+    [KVP_RM_GET] = KVP_ACTOR_RM,          [KVP_RM_EXIST] = KVP_ACTOR_RM,
+    [KVP_RM_GET_SIZE] = KVP_ACTOR_RM,     [KVP_RM_REPLICA_LIST] = KVP_ACTOR_RM,
+    [KVP_RM_RELEASE] = KVP_ACTOR_RM,      [KVP_RM_TOUCH] = KVP_ACTOR_RM,
+    [KVP_RM_REMOVE] = KVP_ACTOR_RM,       [KVP_RM_REMOVE_REGEX] = KVP_ACTOR_RM,
+    [KVP_RM_REMOVE_ALL] = KVP_ACTOR_RM,   [KVP_RM_REMOVE_SEGMENT] = KVP_ACTOR_RM,
+    [KVP_RM_OWNER_GONE] = KVP_ACTOR_RM,   [KVP_RM_STATS] = KVP_ACTOR_RM,
+    [KVP_AL_ALLOC] = KVP_ACTOR_AL,        [KVP_AL_FREE] = KVP_ACTOR_AL,
+    [KVP_AL_STATS] = KVP_ACTOR_AL,        [KVP_AL_SEGMENTS] = KVP_ACTOR_AL,
+    [KVP_AL_MOUNT] = KVP_ACTOR_AL,        [KVP_AL_UNMOUNT_CHECK] = KVP_ACTOR_AL,
+    [KVP_AL_UNMOUNT] = KVP_ACTOR_AL,      [KVP_AL_OWNER_SEGMENTS] = KVP_ACTOR_AL,
+    [KVP_RM_EVICT] = KVP_ACTOR_RM,        [KVP_RM_OFFLOADED] = KVP_ACTOR_RM,
+    [KVP_RM_DISK_EVICT] = KVP_ACTOR_RM,   [KVP_RM_DISK_REGISTER] = KVP_ACTOR_RM,
+    [KVP_RM_ADOPT] = KVP_ACTOR_RM,        [KVP_RM_DISK_LOST] = KVP_ACTOR_RM,
+    [KVP_RM_PROMOTE] = KVP_ACTOR_RM,      [KVP_AL_RETRY] = KVP_ACTOR_AL,
+    [KVP_EV_MAKE_ROOM] = KVP_ACTOR_EV,    [KVP_EV_STATS] = KVP_ACTOR_EV,
+    [KVP_TX_WRITE] = KVP_ACTOR_TX,        [KVP_TX_DISK_WRITE] = KVP_ACTOR_TX,
+    [KVP_TX_DISK_READ] = KVP_ACTOR_TX,    [KVP_TX_DISK_DROP] = KVP_ACTOR_TX,
+    [KVP_TX_DISK_SCAN] = KVP_ACTOR_TX,    [KVP_RM_INVENTORY] = KVP_ACTOR_RM,
+    [KVP_TX_RDMA_CONNECT] = KVP_ACTOR_TX, [KVP_TX_RDMA_PUSH] = KVP_ACTOR_TX,
+    [KVP_TX_RDMA_PULL] = KVP_ACTOR_TX,    [KVP_CL_PLACE] = KVP_ACTOR_CL,
+    [KVP_CL_COMMIT] = KVP_ACTOR_CL,       [KVP_CL_ABORT] = KVP_ACTOR_CL,
+    [KVP_CL_FETCH] = KVP_ACTOR_CL,        [KVP_CL_EXIST] = KVP_ACTOR_CL,
+    [KVP_CL_REMOVE] = KVP_ACTOR_CL,       [KVP_CL_LOCATE] = KVP_ACTOR_CL,
+    [KVP_CL_NODES] = KVP_ACTOR_CL,        [KVP_CL_DROPPED] = KVP_ACTOR_CL,
+    [KVP_CL_STATS] = KVP_ACTOR_CL,
 };
 
 kvp_actor_t
@@ -207,6 +208,18 @@ kvp_job_destroy (kvp_job_t **self_p)
     free (self->key_storage);
     free (self);
     *self_p = NULL;
+}
+
+uint64_t
+kvp_job_prefix_count (const kvp_job_t *self)
+{
+    size_t ranks = self->ranks ? self->ranks : 1;
+    uint64_t blocks = 0;
+    for (size_t at = 0; at + ranks <= self->count; at += ranks, blocks++)
+        for (size_t r = 0; r < ranks; r++)
+            if (self->items[at + r].status != KVPOOL_OK)
+                return blocks;
+    return blocks;
 }
 
 int

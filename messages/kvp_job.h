@@ -41,6 +41,8 @@ typedef enum {
     KVP_RM_REVOKE,  //  items: drop pending entries and free their space
     KVP_RM_GET,     //  items: look up, pin for reading, fill size/replicas/object
     KVP_RM_EXIST,   //  items: look up, grant lease
+    KVP_RM_PREFIX,  //  items, job->ranks a block: OK while every block so far is whole
+                    //  (leased), OBJECT_NOT_FOUND from the first missing key's block on
     KVP_RM_GET_SIZE,
     KVP_RM_REPLICA_LIST,   //  items: look up, lease (+ client pin when job->pin)
     KVP_RM_RELEASE,        //  items: drop client pins
@@ -239,8 +241,9 @@ typedef struct {
     bool hard_pin;
     bool force;
     bool pin;
-    bool ranged;   //  GET: each item wants only its offset / length range
-    bool redirect; //  GET (cluster): large values held elsewhere answer REDIRECT + locations
+    bool ranged;    //  GET: each item wants only its offset / length range
+    bool redirect;  //  GET (cluster): large values held elsewhere answer REDIRECT + locations
+    uint32_t ranks; //  PREFIX_MATCH: keys a block (>= 1)
     const char *pattern;
     //  segments
     uint32_t segment_id;
@@ -297,6 +300,9 @@ kvp_job_t *kvp_job_new_owning (kvp_job_kind_t kind, size_t count, const char *co
                                const size_t *key_lens);
 //  Does nothing on NULL; sets *self_p to NULL. Does not touch job->context.
 void kvp_job_destroy (kvp_job_t **self_p);
+//  PREFIX_MATCH: the number of leading blocks (job->ranks items each) whose items are all
+//  KVPOOL_OK.
+uint64_t kvp_job_prefix_count (const kvp_job_t *self);
 //  Sets the request-level status and a printf-style reason; returns status.
 int kvp_job_fail (kvp_job_t *self, int status, const char *format, ...)
     __attribute__ ((format (printf, 3, 4)));

@@ -80,6 +80,9 @@ static const kvp_op_t s_ops[] = {
      {STAGE (RM_PART), STAGE_IF (TX_WRITE, ANY_OK)}},
     //  Made by the transfer-submitter, which owns this node's RDMA device and connections.
     {OP (RDMA_CONNECT), OP_LOCAL | OP_PEER, REPLY_RDMA, {STAGE (TX_RDMA_CONNECT)}},
+    //  Leading whole blocks: the count is made from the items' statuses at the reply
+    //  (kvp_job_prefix_count), so that the cluster's row can add what other nodes hold.
+    {OP (PREFIX_MATCH), OP_KEYS, REPLY_COUNT, {STAGE (RM_PREFIX)}},
 };
 
 #define OPS_COUNT (sizeof s_ops / sizeof s_ops[0])
@@ -132,6 +135,11 @@ static const kvp_op_t s_cluster_ops[] = {
     {OP (RESET), OP_DRAIN, REPLY_COUNT, {STAGE (CL_REMOVE)}},
     {OP (LOCATE), OP_KEYS, REPLY_SIZES | REPLY_NODES, {STAGE (CL_LOCATE)}},
     {OP (NODES), 0, REPLY_NODES, {STAGE (CL_NODES)}},
+    //  This node's own blocks first; the master says which of the rest exist elsewhere.
+    {OP (PREFIX_MATCH),
+     OP_KEYS,
+     REPLY_COUNT,
+     {STAGE (RM_PREFIX), STAGE_IF (CL_EXIST, ANY_MISSING)}},
     {OP (STATS),
      0,
      REPLY_STATS,

@@ -78,6 +78,10 @@ request_check (const Kvpool__V1__Request *request, size_t value_frames, uint64_t
                   request->n_lengths);
         return KVPOOL_INVALID_PARAMS;
     }
+    if (op == KVPOOL__V1__OP__PREFIX_MATCH && request->ranks > 1 && n % request->ranks != 0) {
+        snprintf (reason, size, "%zu keys are not whole blocks of %u ranks", n, request->ranks);
+        return KVPOOL_INVALID_PARAMS;
+    }
     if ((row->flags & OP_SIZES) && request->n_sizes != n) {
         snprintf (reason, size, "%zu keys but %zu sizes", n, request->n_sizes);
         return KVPOOL_INVALID_PARAMS;

@@ -40,6 +40,10 @@ static const char *s_usage =
     "                          --upsert replaces the value of a KEY that exists\n"
     "  get KEY [FILE]          write KEY's value to FILE (standard output when absent)\n"
     "  exists KEY...           print \"KEY: yes|no\"; exit 0 when all exist, 1 otherwise\n"
+    "  prefix [--ranks N] KEY...\n"
+    "                          how many leading blocks are stored (N keys a block, one\n"
+    "                          per rank, in block order): print the count; exit 0 when\n"
+    "                          all are, 1 otherwise"
     "  size KEY...             print \"KEY: SIZE\" (bytes)\n"
     "  rm [--force] KEY...     remove keys (--force: even under a read lease)\n"
     "  rm [--force] --regex PATTERN\n"
@@ -338,6 +342,37 @@ s_skip_dashes (int *argc, char ***argv)
         (*argc)--;
         (*argv)++;
     }
+}
+
+static int
+s_cmd_prefix (cli_t *cli, int argc, char **argv)
+{
+    size_t ranks = 1;
+    if (argc >= 2 && strcmp (argv[0], "--ranks") == 0) {
+        char *end;
+        unsigned long n = strtoul (argv[1], &end, 10);
+        if (*end || n == 0 || n > 65536)
+            return s_usage_error ("prefix: --ranks needs a count of 1 to 65536");
+        ranks = n;
+        argc -= 2;
+        argv += 2;
+    }
+    s_skip_dashes (&argc, &argv);
+    if (argc < 1)
+        return s_usage_error ("prefix: KEY missing");
+    if ((size_t) argc % ranks)
+        return s_usage_error ("prefix: %d keys are not whole blocks of %zu ranks", argc, ranks);
+    kvpool_t *pool = s_connect (cli);
+    if (!pool)
+        return 1;
+    size_t blocks = (size_t) argc / ranks;
+    int64_t count = kvpool_prefix_match (pool, blocks, ranks, (const char *const *) argv);
+    if (count < 0) {
+        s_error (pool, "prefix", (int) count);
+        return 1;
+    }
+    printf ("%lld\n", (long long) count);
+    return (size_t) count == blocks ? 0 : 1;
 }
 
 static int
@@ -671,6 +706,7 @@ main (int argc, char **argv)
                     {"segments", s_cmd_segments},
                     {"nodes", s_cmd_list_nodes},
                     {"locate", s_cmd_locate},
+                    {"prefix", s_cmd_prefix},
                     {"stats", s_cmd_stats},
                     {"ping", s_cmd_ping}};
     if (!strcmp (command, "help")) {

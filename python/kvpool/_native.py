@@ -137,6 +137,7 @@ _PROTOTYPES = {
     "kvpool_get_batch_into": (c_int, [K, c_size_t, P, P, P, P]),
     "kvpool_get_batch_into_parts": (c_int, [K, c_size_t, P, P, P, P]),
     "kvpool_exist_batch": (c_int, [K, c_size_t, P, P]),
+    "kvpool_prefix_match": (ctypes.c_int64, [K, c_size_t, c_size_t, P]),
     "kvpool_get_size_batch": (c_int, [K, c_size_t, P, P]),
     "kvpool_remove_batch": (c_int, [K, c_size_t, P, c_bool, P]),
     "kvpool_get_batch": (c_int, [K, c_size_t, P, POINTER(c_void_p), P]),

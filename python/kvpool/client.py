@@ -758,6 +758,19 @@ class Client:
                 raise error_for(result, "key %r" % (keys[i],))
         return [result == 1 for result in results]
 
+    def prefix_match(self, keys, ranks=1):
+        """How many leading blocks of keys are stored: keys is a flat list of blocks of ranks
+        keys each (block-major: keys[b * ranks + r]); a block counts only if every one of its
+        keys exists, and the first block with one missing ends the count. The counted blocks'
+        keys are leased. One request to the node at most."""
+        ranks = int(ranks)
+        if ranks < 1 or len(keys) % ranks:
+            raise error_for(Status.INVALID_PARAMS,
+                            "%d keys are not whole blocks of %d ranks" % (len(keys), ranks))
+        if not keys:
+            return 0
+        return self._call(_native.prefix_match, len(keys) // ranks, ranks, _key_array(keys))
+
     def _exist_batch(self, keys):
         n = len(keys)
         if n == 0:

@@ -133,6 +133,12 @@ def test_put_on_one_node_reads_back_from_every_node(cluster):
     assert reply.status == OK and list(reply.statuses) == [OK] * len(keys)
     for key, frame in zip(keys, frames):
         assert frame == value_of(key, int(key.split("-")[1]))
+    # A prefix match through any node counts blocks held anywhere, up to the first gap.
+    for i in range(3):
+        reply, _ = cluster.raw(i).call(pb.PREFIX_MATCH, keys + ["nope"] + keys[:2], ranks=1)
+        assert reply.status == OK and reply.count == len(keys), (i, reply.count)
+    reply, _ = cluster.raw(1).call(pb.PREFIX_MATCH, keys[:4] + ["nope", keys[5]], ranks=2)
+    assert reply.count == 2
     # Exist, size and ranges through any node.
     reader = cluster.raw(2)
     assert reader.exist(keys[-1]) and not reader.exist("nope")
