@@ -97,6 +97,11 @@ enum {
     EX_KV_MISS,
     EX_LOCAL_HIT,
     EX_LOCAL_MISS,
+    //  1000 blocks x 2 ranks: PREFIX_MATCH, against exist of the same keys and counting
+    EX_PREFIX_TCP,
+    EX_COUNT_TCP,
+    EX_PREFIX_LOCAL,
+    EX_COUNT_LOCAL,
     EX_REDIS_PIPE,
     EX_REDIS_MULTI,
     EX_COUNT
@@ -110,18 +115,41 @@ static const int s_batches[2] = {1, BATCH};
 static const char *s_op_names[OP_COUNT] = {"put", "get"};
 static const char *s_path_names[PATH_COUNT] = {"kvpool tcp", "kvpool tcp zero-copy",
                                                "kvpool same-machine", "redis", "redis pipelined"};
-static const char *s_exist_names[EX_COUNT] = {
-    "kvpool tcp, all present",     "kvpool tcp, all absent", "kvpool same-machine, present",
-    "kvpool same-machine, absent", "redis, all present",     "redis, all present"};
-static const char *s_exist_apis[EX_COUNT] = {
-    "kvpool_exist_batch",         "kvpool_exist_batch",    "kvpool_exist_batch (index)",
-    "kvpool_exist_batch (index)", "1000 pipelined EXISTS", "EXISTS k1..k1000 (count)"};
+static const char *s_exist_names[EX_COUNT] = {"kvpool tcp, all present",
+                                              "kvpool tcp, all absent",
+                                              "kvpool same-machine, present",
+                                              "kvpool same-machine, absent",
+                                              "kvpool tcp, 1000x2 blocks",
+                                              "kvpool tcp, 1000x2 blocks",
+                                              "kvpool same-machine, 1000x2",
+                                              "kvpool same-machine, 1000x2",
+                                              "redis, all present",
+                                              "redis, all present"};
+static const char *s_exist_apis[EX_COUNT] = {"kvpool_exist_batch",
+                                             "kvpool_exist_batch",
+                                             "kvpool_exist_batch (index)",
+                                             "kvpool_exist_batch (index)",
+                                             "kvpool_prefix_match",
+                                             "exist_batch 2000 + count",
+                                             "kvpool_prefix_match (index)",
+                                             "exist_batch + count (index)",
+                                             "1000 pipelined EXISTS",
+                                             "EXISTS k1..k1000 (count)"};
+
+//  A prefix row (2 x EXIST_KEYS keys a call).
+static bool
+s_exist_is_prefix (int row)
+{
+    return row == EX_PREFIX_TCP || row == EX_COUNT_TCP || row == EX_PREFIX_LOCAL
+           || row == EX_COUNT_LOCAL;
+}
 
 //  A kvpool exist row: which keys, and over which connection.
 static bool
 s_exist_is_kvpool (int row)
 {
-    return row == EX_KV_HIT || row == EX_KV_MISS || row == EX_LOCAL_HIT || row == EX_LOCAL_MISS;
+    return row == EX_KV_HIT || row == EX_KV_MISS || row == EX_LOCAL_HIT || row == EX_LOCAL_MISS
+           || s_exist_is_prefix (row);
 }
 
 //  Read after memcpy loops so the compiler keeps them.
@@ -184,6 +212,9 @@ typedef struct {
     char hit_keys[EXIST_KEYS][KEY_MAX], miss_keys[EXIST_KEYS][KEY_MAX];
     const char *keyp[EXIST_KEYS];
     const char *hitp[EXIST_KEYS], *missp[EXIST_KEYS];
+    char rank1_keys[EXIST_KEYS][KEY_MAX]; //  the prefix rows' second rank
+    const char *prefixp[2 * EXIST_KEYS];  //  block-major: block i's rank 0, rank 1
+    int prefix_status[2 * EXIST_KEYS];
     const void *datap[EXIST_KEYS];
     void *dstp[BATCH];
     size_t sizes[EXIST_KEYS];
@@ -711,6 +742,26 @@ s_put_verify (bench_t *self, const job_t *job, int rep, uint64_t calls)
 static int
 s_exist_call (bench_t *self, int row)
 {
+    if (s_exist_is_prefix (row)) {
+        kvpool_t *client = row == EX_PREFIX_LOCAL || row == EX_COUNT_LOCAL ? self->local : self->tcp;
+        int64_t count;
+        if (row == EX_PREFIX_TCP || row == EX_PREFIX_LOCAL)
+            count = kvpool_prefix_match (client, EXIST_KEYS, 2, self->prefixp);
+        else {
+            int rc = kvpool_exist_batch (client, 2 * EXIST_KEYS, self->prefixp,
+                                         self->prefix_status);
+            count = rc;
+            for (int b = 0; rc == KVPOOL_OK && b < EXIST_KEYS; b++, count++)
+                if (self->prefix_status[2 * b] != 1 || self->prefix_status[2 * b + 1] != 1)
+                    break;
+        }
+        if (count != EXIST_KEYS) {
+            snprintf (self->why, sizeof self->why, "%s: %lld blocks, expected %d",
+                      s_exist_apis[row], (long long) count, EXIST_KEYS);
+            return -1;
+        }
+        return 0;
+    }
     if (s_exist_is_kvpool (row)) {
         bool hit = row == EX_KV_HIT || row == EX_LOCAL_HIT;
         const char *const *keys = hit ? self->hitp : self->missp;
@@ -789,9 +840,10 @@ s_job_path (const job_t *job)
 {
     if (job->section == SECTION_KV)
         return job->path;
-    if (job->row == EX_LOCAL_HIT || job->row == EX_LOCAL_MISS)
+    if (job->row == EX_LOCAL_HIT || job->row == EX_LOCAL_MISS || job->row == EX_PREFIX_LOCAL
+        || job->row == EX_COUNT_LOCAL)
         return PATH_LOCAL;
-    return job->row == EX_KV_HIT || job->row == EX_KV_MISS ? PATH_TCP : PATH_REDIS;
+    return s_exist_is_kvpool (job->row) ? PATH_TCP : PATH_REDIS;
 }
 
 static void
@@ -840,8 +892,8 @@ s_measure (bench_t *self, const job_t *job, int rep, result_t *result)
         bytes_per_call = (uint64_t) s_sizes[job->size_index] * job->batch;
         values_per_call = job->batch;
     }
-    else
-        bytes_per_call = EXIST_KEYS; //  "rate" of an exist row counts keys
+    else //  "rate" of an exist row counts keys
+        bytes_per_call = s_exist_is_prefix (job->row) ? 2 * EXIST_KEYS : EXIST_KEYS;
     bool is_put = job->section == SECTION_KV && job->op == OP_PUT;
     //  Quick runs check the first repetition only, to stay short; full runs check them all.
     bool verify = rep == 0 || !self->quick;
@@ -1086,8 +1138,14 @@ s_section_exist (bench_t *self)
                   "%sbench@tp_rank:1@pp_rank:0@%016llx%016llx%016llx%016llx", self->prefix,
                   (unsigned long long) h, (unsigned long long) g, (unsigned long long) f,
                   (unsigned long long) e);
+        snprintf (self->rank1_keys[i], KEY_MAX,
+                  "%sbench@tp_rank:1@pp_rank:0@%016llx%016llx%016llx%016llxp", self->prefix,
+                  (unsigned long long) h, (unsigned long long) g, (unsigned long long) f,
+                  (unsigned long long) e);
         self->hitp[i] = self->hit_keys[i];
         self->missp[i] = self->miss_keys[i];
+        self->prefixp[2 * i] = self->hit_keys[i];
+        self->prefixp[2 * i + 1] = self->rank1_keys[i];
         self->datap[i] = self->src[i % BATCH];
         self->sizes[i] = EXIST_VALUE;
     }
@@ -1096,12 +1154,22 @@ s_section_exist (bench_t *self)
                                    NULL, self->status);
         for (int i = 0; rc == KVPOOL_OK && i < EXIST_KEYS; i++)
             rc = self->status[i];
+        const char *rank1[EXIST_KEYS];
+        for (int i = 0; i < EXIST_KEYS; i++)
+            rank1[i] = self->rank1_keys[i];
+        if (rc == KVPOOL_OK)
+            rc = kvpool_put_batch (self->tcp, EXIST_KEYS, rank1, self->datap, self->sizes, NULL,
+                                   self->status);
+        for (int i = 0; rc == KVPOOL_OK && i < EXIST_KEYS; i++)
+            rc = self->status[i];
         if (rc != KVPOOL_OK) {
             s_kv_error (self, self->tcp, "exist: loading keys: kvpool_put_batch", rc);
             fprintf (stderr, "kvpool-bench: %s\n", self->why);
             self->errors++;
             self->exist[EX_KV_HIT].failed = self->exist[EX_KV_MISS].failed = true;
             self->exist[EX_LOCAL_HIT].failed = self->exist[EX_LOCAL_MISS].failed = true;
+            for (int row = EX_PREFIX_TCP; row <= EX_COUNT_LOCAL; row++)
+                self->exist[row].failed = true;
         }
     }
     if (self->path_ok[PATH_REDIS]) {
@@ -1133,8 +1201,9 @@ s_section_exist (bench_t *self)
     if (self->path_ok[PATH_REDIS])
         s_redis_clean (self);
 
-    printf ("\n== batch exist, %d keys per call (median of %d runs; p50/p99 per call) ==\n",
-            EXIST_KEYS, self->reps);
+    printf ("\n== batch exist, %d keys per call, and prefix match of %d blocks x 2 ranks "
+            "(median of %d runs; p50/p99 per call) ==\n",
+            EXIST_KEYS, EXIST_KEYS, self->reps);
     printf ("%-26s %-26s %10s %9s %9s %7s %8s\n", "path", "api", "M keys/s", "p50 us", "p99 us",
             "calls", "x redis");
     double redis_rate = s_rate (&self->exist[EX_REDIS_PIPE]);
@@ -1151,9 +1220,23 @@ s_section_exist (bench_t *self)
         s_print_number (9, "%.1f", s_latency_us (result, 0.50));
         s_print_number (9, "%.1f", s_latency_us (result, 0.99));
         printf (" %7llu", (unsigned long long) result->calls);
-        if (s_exist_is_kvpool (row))
+        if (s_exist_is_kvpool (row) && !s_exist_is_prefix (row))
             s_print_number (7, "%.2fx", s_rate (result) / redis_rate);
         printf ("\n");
+    }
+    //  The prefix rows side by side: one PREFIX_MATCH against exist of the same keys and
+    //  counting the leading whole blocks in the caller.
+    static const int pairs[2][2] = {{EX_PREFIX_TCP, EX_COUNT_TCP},
+                                    {EX_PREFIX_LOCAL, EX_COUNT_LOCAL}};
+    for (int p = 0; p < 2; p++) {
+        result_t *prefix = &self->exist[pairs[p][0]], *count = &self->exist[pairs[p][1]];
+        if (prefix->reps == 0 || count->reps == 0 || prefix->failed || count->failed)
+            continue;
+        printf ("prefix match %dx2, %s: p50 %.1f us against %.1f us for exist + count: %.2fx "
+                "faster\n",
+                EXIST_KEYS, p ? "same-machine" : "tcp", s_latency_us (prefix, 0.50),
+                s_latency_us (count, 0.50),
+                s_latency_us (count, 0.50) / s_latency_us (prefix, 0.50));
     }
     fflush (stdout);
 }

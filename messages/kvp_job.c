@@ -289,6 +289,19 @@ kvp_job_test (bool verbose)
 {
     if (verbose)
         printf (" * kvp_job: ");
+    //  Leading whole blocks: 6 items, 2 a block; item 3 missing ends it after block 0.
+    kvp_job_t *prefix = kvp_job_new (KVP_RM_PREFIX, 6);
+    prefix->ranks = 2;
+    prefix->items[3].status = KVPOOL_OBJECT_NOT_FOUND;
+    assert (kvp_job_prefix_count (prefix) == 1);
+    prefix->items[3].status = KVPOOL_OK;
+    assert (kvp_job_prefix_count (prefix) == 3);
+    prefix->ranks = 4; //  a partial block at the end does not count
+    assert (kvp_job_prefix_count (prefix) == 1);
+    prefix->ranks = 0; //  (0 means 1)
+    prefix->items[0].status = KVPOOL_INVALID_KEY;
+    assert (kvp_job_prefix_count (prefix) == 0);
+    kvp_job_destroy (&prefix);
     kvp_job_t *job = kvp_job_new (KVP_RM_GET, 3);
     assert (job->count == 3 && job->items[2].status == 0);
     assert (kvp_job_fail (job, KVPOOL_INVALID_KEY, "key %d", 7) == KVPOOL_INVALID_KEY);
