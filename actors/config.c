@@ -426,13 +426,49 @@ static const opt_t s_options[] = {
      .max = 86400000,
      .default_value = "60000",
      .help = "ms over which disk reads are counted for --promote-on-hit"},
+    {.name = "lookup-key-scheme",
+     .arg = "NAME",
+     .kind = OPT_STRING,
+     FIELD (lookup.key_scheme),
+     .default_value = LOOKUP_DEFAULT_KEY_SCHEME,
+     .help = "the keys vLLM's connector writes: current (its keys since June 2026), group "
+             "(May-June 2026: a block's hashes concatenated) or v1 (its first, May 2026); see "
+             "docs/lookup.md"},
     {.name = "lookup-key-template",
      .arg = "TEMPLATE",
      .kind = OPT_STRING,
      FIELD (lookup.key_template),
-     .default_value = LOOKUP_DEFAULT_KEY_TEMPLATE,
-     .help = "keys a lookup checks, from {model} {tp} {pp} {pcp} {dcp} {hash}; see "
-             "docs/lookup.md"},
+     .default_rule = "the scheme's",
+     .help = "keys a lookup checks, from {model} {tp} {pp} {pcp} {dcp} {group} {cache_prefix} "
+             "{hash}; see docs/lookup.md"},
+    {.name = "lookup-cache-prefix",
+     .arg = "TEXT",
+     .kind = OPT_STRING,
+     FIELD (lookup.cache_prefix),
+     .default_value = "",
+     .help = "{cache_prefix} in lookup keys (the connector's cache_prefix; an @ follows it)"},
+    {.name = "lookup-group",
+     .arg = "N",
+     .kind = OPT_UINT,
+     FIELD (lookup.group),
+     .min = 0,
+     .max = 1024,
+     .default_value = "0",
+     .help = "{group} in lookup keys (the KV-cache group)"},
+    {.name = "lookup-hash-block-size",
+     .arg = "N",
+     .kind = OPT_UINT,
+     FIELD (lookup.hash_block_size),
+     .min = 0,
+     .max = 1 << 20,
+     .default_value = "0",
+     .help = "tokens per hash the engine sends, when smaller than --lookup-block-size (0: the "
+             "same)"},
+    {.name = "lookup-eagle",
+     .kind = OPT_FLAG,
+     FIELD (lookup.eagle),
+     .help = "the engine runs EAGLE/MTP: a nonzero hit drops its last block, as vLLM's does "
+             "(unless the request's apply_eagle frame says 0)"},
     {.name = "lookup-model",
      .arg = "NAME",
      .kind = OPT_STRING,
@@ -871,7 +907,9 @@ kvp_config_test (bool verbose)
     assert (config.index_slots == UINT64_MAX && config.max_connections == 0);
     assert (config.workers >= 1 && !config.lock_memory && !config.verbose && !config.group_set);
     assert (config.endpoint_count == 0 && config.admin_endpoint_count == 0 && !config.ready_file);
-    assert (!strcmp (config.lookup.key_template, LOOKUP_DEFAULT_KEY_TEMPLATE));
+    assert (config.lookup.key_template == NULL && !config.lookup.eagle);
+    assert (!strcmp (config.lookup.key_scheme, LOOKUP_DEFAULT_KEY_SCHEME));
+    assert (config.lookup.group == 0 && config.lookup.hash_block_size == 0);
     assert (!strcmp (config.lookup.model, "") && config.lookup.tp_size == 1);
     assert (config.lookup.pp_size == 1 && config.lookup.pcp_rank == 0);
     assert (config.lookup.dcp_rank == 0 && config.lookup.block_size == 16);

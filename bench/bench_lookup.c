@@ -78,8 +78,8 @@ static void
 s_block_key (size_t index, char *key, size_t key_size, const void *arg)
 {
     const s_hashes_t *hashes = (const s_hashes_t *) arg;
-    snprintf (key, key_size, "bench@tp_rank:%zu@pcp0@dcp0@pp_rank:0@%s", index % BENCH_RANKS,
-              hashes->hex[index / BENCH_RANKS]);
+    snprintf (key, key_size, "bench@tp_rank:%zu@pcp0@dcp0@pp_rank:0@group:0@%s",
+              index % BENCH_RANKS, hashes->hex[index / BENCH_RANKS]);
 }
 
 static void

@@ -115,26 +115,16 @@ static const int s_batches[2] = {1, BATCH};
 static const char *s_op_names[OP_COUNT] = {"put", "get"};
 static const char *s_path_names[PATH_COUNT] = {"kvpool tcp", "kvpool tcp zero-copy",
                                                "kvpool same-machine", "redis", "redis pipelined"};
-static const char *s_exist_names[EX_COUNT] = {"kvpool tcp, all present",
-                                              "kvpool tcp, all absent",
-                                              "kvpool same-machine, present",
-                                              "kvpool same-machine, absent",
-                                              "kvpool tcp, 1000x2 blocks",
-                                              "kvpool tcp, 1000x2 blocks",
-                                              "kvpool same-machine, 1000x2",
-                                              "kvpool same-machine, 1000x2",
-                                              "redis, all present",
-                                              "redis, all present"};
-static const char *s_exist_apis[EX_COUNT] = {"kvpool_exist_batch",
-                                             "kvpool_exist_batch",
-                                             "kvpool_exist_batch (index)",
-                                             "kvpool_exist_batch (index)",
-                                             "kvpool_prefix_match",
-                                             "exist_batch 2000 + count",
-                                             "kvpool_prefix_match (index)",
-                                             "exist_batch + count (index)",
-                                             "1000 pipelined EXISTS",
-                                             "EXISTS k1..k1000 (count)"};
+static const char *s_exist_names[EX_COUNT] = {
+    "kvpool tcp, all present",     "kvpool tcp, all absent",      "kvpool same-machine, present",
+    "kvpool same-machine, absent", "kvpool tcp, 1000x2 blocks",   "kvpool tcp, 1000x2 blocks",
+    "kvpool same-machine, 1000x2", "kvpool same-machine, 1000x2", "redis, all present",
+    "redis, all present"};
+static const char *s_exist_apis[EX_COUNT] = {
+    "kvpool_exist_batch",          "kvpool_exist_batch",          "kvpool_exist_batch (index)",
+    "kvpool_exist_batch (index)",  "kvpool_prefix_match",         "exist_batch 2000 + count",
+    "kvpool_prefix_match (index)", "exist_batch + count (index)", "1000 pipelined EXISTS",
+    "EXISTS k1..k1000 (count)"};
 
 //  A prefix row (2 x EXIST_KEYS keys a call).
 static bool
@@ -743,13 +733,14 @@ static int
 s_exist_call (bench_t *self, int row)
 {
     if (s_exist_is_prefix (row)) {
-        kvpool_t *client = row == EX_PREFIX_LOCAL || row == EX_COUNT_LOCAL ? self->local : self->tcp;
+        kvpool_t *client =
+            row == EX_PREFIX_LOCAL || row == EX_COUNT_LOCAL ? self->local : self->tcp;
         int64_t count;
         if (row == EX_PREFIX_TCP || row == EX_PREFIX_LOCAL)
             count = kvpool_prefix_match (client, EXIST_KEYS, 2, self->prefixp);
         else {
-            int rc = kvpool_exist_batch (client, 2 * EXIST_KEYS, self->prefixp,
-                                         self->prefix_status);
+            int rc =
+                kvpool_exist_batch (client, 2 * EXIST_KEYS, self->prefixp, self->prefix_status);
             count = rc;
             for (int b = 0; rc == KVPOOL_OK && b < EXIST_KEYS; b++, count++)
                 if (self->prefix_status[2 * b] != 1 || self->prefix_status[2 * b + 1] != 1)

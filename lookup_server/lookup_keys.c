@@ -35,6 +35,8 @@ typedef enum {
     FIELD_PP,
     FIELD_PCP,
     FIELD_DCP,
+    FIELD_GROUP,
+    FIELD_CACHE_PREFIX,
     FIELD_HASH
 } field_t;
 
@@ -69,8 +71,10 @@ s_field (const char *name, size_t len)
     static const struct {
         const char *name;
         field_t field;
-    } fields[] = {{"model", FIELD_MODEL}, {"tp", FIELD_TP},   {"pp", FIELD_PP},
-                  {"pcp", FIELD_PCP},     {"dcp", FIELD_DCP}, {"hash", FIELD_HASH}};
+    } fields[] = {{"model", FIELD_MODEL}, {"tp", FIELD_TP},
+                  {"pp", FIELD_PP},       {"pcp", FIELD_PCP},
+                  {"dcp", FIELD_DCP},     {"group", FIELD_GROUP},
+                  {"hash", FIELD_HASH},   {"cache_prefix", FIELD_CACHE_PREFIX}};
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
         if (strlen (fields[i].name) == len && memcmp (fields[i].name, name, len) == 0)
             return fields[i].field;
@@ -111,7 +115,7 @@ s_compile (const char *template, const lookup_config_t *config, uint32_t tp, uin
             field = s_field (p + 1, (size_t) (close - p - 1));
             if (field == FIELD_NONE) {
                 *reason_p = "key template has an unknown field (known: {model} {tp} {pp} "
-                            "{pcp} {dcp} {hash})";
+                            "{pcp} {dcp} {group} {cache_prefix} {hash})";
                 return -1;
             }
             p = close + 1;
@@ -136,11 +140,23 @@ s_compile (const char *template, const lookup_config_t *config, uint32_t tp, uin
                 add = config->model ? config->model : "";
                 add_len = strlen (add);
             }
+            else if (field == FIELD_CACHE_PREFIX) {
+                //  vLLM's: the prefix and an "@" when there is one, nothing otherwise.
+                add = config->cache_prefix ? config->cache_prefix : "";
+                add_len = strlen (add);
+                if (add_len && s_text_add (text, add, add_len)) {
+                    *reason_p = "out of memory";
+                    return -1;
+                }
+                add = add_len ? "@" : "";
+                add_len = add_len ? 1 : 0;
+            }
             else if (field != FIELD_NONE) {
                 uint32_t value = field == FIELD_TP    ? tp
                                  : field == FIELD_PP  ? pp
                                  : field == FIELD_PCP ? config->pcp_rank
-                                                      : config->dcp_rank;
+                                 : field == FIELD_DCP ? config->dcp_rank
+                                                      : config->group;
                 add_len = (size_t) snprintf (number, sizeof number, "%u", value);
                 add = number;
             }
@@ -168,9 +184,14 @@ lookup_keys_new (const lookup_config_t *config, const char **reason_p)
 {
     assert (config);
     const char *reason = NULL;
-    const char *template = config->key_template && *config->key_template
-                               ? config->key_template
-                               : LOOKUP_DEFAULT_KEY_TEMPLATE;
+    const char *template =
+        config->key_template && *config->key_template ? config->key_template : NULL;
+    lookup_grouping_t grouping;
+    if (!template && lookup_key_scheme (config->key_scheme, &template, &grouping)) {
+        if (reason_p)
+            *reason_p = "unknown key scheme (known: v1, group, current)";
+        return NULL;
+    }
     uint32_t tp_size = config->tp_size ? config->tp_size : 1;
     uint32_t pp_size = config->pp_size ? config->pp_size : 1;
     lookup_keys_t *self = (lookup_keys_t *) calloc (1, sizeof *self);
@@ -318,7 +339,13 @@ fail:
 static lookup_keys_t *
 s_keys (const char *template, const char *model, uint32_t tp, uint32_t pp, const char **reason)
 {
-    lookup_config_t config = {template, model, tp, pp, 3, 4, 16};
+    lookup_config_t config = {.key_template = template,
+                              .model = model,
+                              .tp_size = tp,
+                              .pp_size = pp,
+                              .pcp_rank = 3,
+                              .dcp_rank = 4,
+                              .block_size = 16};
     *reason = NULL;
     return lookup_keys_new (&config, reason);
 }
@@ -336,17 +363,17 @@ lookup_keys_test (bool verbose)
     assert (self);
     assert (lookup_keys_ranks (self) == 4);
     assert (lookup_keys_expand (self, hashes, lens, 2, 0, &keys, &reason) == 0);
-    assert (strcmp (keys[0], "llama@tp_rank:0@pcp3@dcp4@pp_rank:0@ab01") == 0);
-    assert (strcmp (keys[1], "llama@tp_rank:0@pcp3@dcp4@pp_rank:1@ab01") == 0);
-    assert (strcmp (keys[2], "llama@tp_rank:1@pcp3@dcp4@pp_rank:0@ab01") == 0);
-    assert (strcmp (keys[3], "llama@tp_rank:1@pcp3@dcp4@pp_rank:1@ab01") == 0);
-    assert (strcmp (keys[7], "llama@tp_rank:1@pcp3@dcp4@pp_rank:1@ffee") == 0);
+    assert (strcmp (keys[0], "llama@tp_rank:0@pcp3@dcp4@pp_rank:0@group:0@ab01") == 0);
+    assert (strcmp (keys[1], "llama@tp_rank:0@pcp3@dcp4@pp_rank:1@group:0@ab01") == 0);
+    assert (strcmp (keys[2], "llama@tp_rank:1@pcp3@dcp4@pp_rank:0@group:0@ab01") == 0);
+    assert (strcmp (keys[3], "llama@tp_rank:1@pcp3@dcp4@pp_rank:1@group:0@ab01") == 0);
+    assert (strcmp (keys[7], "llama@tp_rank:1@pcp3@dcp4@pp_rank:1@group:0@ffee") == 0);
     if (verbose)
         printf ("\n  %s", keys[7]);
-    //  An empty expansion, and a key-length limit: the longest key here is 40 bytes.
+    //  An empty expansion, and a key-length limit: the longest key here is 48 bytes.
     assert (lookup_keys_expand (self, hashes, lens, 0, 0, &keys, &reason) == 0);
-    assert (lookup_keys_expand (self, hashes, lens, 2, 40, &keys, &reason) == 0);
-    assert (lookup_keys_expand (self, hashes, lens, 2, 39, &keys, &reason) == -1);
+    assert (lookup_keys_expand (self, hashes, lens, 2, 48, &keys, &reason) == 0);
+    assert (lookup_keys_expand (self, hashes, lens, 2, 47, &keys, &reason) == -1);
     assert (strcmp (reason, "key longer than the store's limit") == 0);
     //  The key-count cap: LOOKUP_KEYS_MAX / 4 hashes is the most.
     assert (lookup_keys_expand (self, hashes, lens, LOOKUP_KEYS_MAX / 4 + 1, 0, &keys, &reason)
@@ -393,18 +420,32 @@ lookup_keys_test (bool verbose)
     self = s_keys ("", "x", 0, 0, &reason);
     assert (self && lookup_keys_ranks (self) == 1);
     assert (lookup_keys_expand (self, hashes, lens, 1, 0, &keys, &reason) == 0);
-    assert (strcmp (keys[0], "x@tp_rank:0@pcp3@dcp4@pp_rank:0@ab01") == 0);
+    assert (strcmp (keys[0], "x@tp_rank:0@pcp3@dcp4@pp_rank:0@group:0@ab01") == 0);
     lookup_keys_destroy (&self);
+
+    //  The schemes: v1 (no group), and a cache prefix and a group in the default one.
+    lookup_config_t scheme = {.key_scheme = "v1", .model = "m", .block_size = 16};
+    self = lookup_keys_new (&scheme, &reason);
+    assert (self && lookup_keys_expand (self, hashes, lens, 1, 0, &keys, &reason) == 0);
+    assert (strcmp (keys[0], "m@tp_rank:0@pcp0@dcp0@pp_rank:0@ab01") == 0);
+    lookup_keys_destroy (&self);
+    scheme = (lookup_config_t){.model = "m", .cache_prefix = "tenant7", .group = 2};
+    self = lookup_keys_new (&scheme, &reason);
+    assert (self && lookup_keys_expand (self, hashes, lens, 1, 0, &keys, &reason) == 0);
+    assert (strcmp (keys[0], "tenant7@m@tp_rank:0@pcp0@dcp0@pp_rank:0@group:2@ab01") == 0);
+    lookup_keys_destroy (&self);
+    scheme.key_scheme = "v9";
+    assert (lookup_keys_new (&scheme, &reason) == NULL && strstr (reason, "key scheme"));
 
     //  Bad templates.
     const char *bad[][2] = {
         {"{model}@{tp}", "key template has no {hash}"},
         {"{hash}{rank}", "key template has an unknown field (known: {model} {tp} {pp} {pcp} "
-                         "{dcp} {hash})"},
+                         "{dcp} {group} {cache_prefix} {hash})"},
         {"{hash}{", "key template has an unmatched '{'"},
         {"{hash}}", "key template has an unmatched '}'"},
         {"{}{hash}", "key template has an unknown field (known: {model} {tp} {pp} {pcp} "
-                     "{dcp} {hash})"},
+                     "{dcp} {group} {cache_prefix} {hash})"},
         {"{{hash}}", "key template has no {hash}"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {

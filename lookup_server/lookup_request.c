@@ -272,8 +272,13 @@ lookup_request_decode (const lookup_frame_t *frames, size_t count, const char **
                 form = LOOKUP_FORM_MSGPACK;
             else if (body_count == 3)
                 form = LOOKUP_FORM_BINARY;
+            else if (body_count == 4)
+                form = LOOKUP_FORM_BINARY_EAGLE;
             else
                 reason = body_count < 2 ? "missing frames after lookup" : "extra frames";
+            if (form == LOOKUP_FORM_BINARY_EAGLE
+                && (body[3].size != 1 || ((const uint8_t *) body[3].data)[0] > 1))
+                reason = "apply_eagle frame is not one byte 0 or 1";
         }
         else if (count == 2 && frames[0].size == TOKEN_LEN_SIZE) {
             body = frames;
@@ -293,7 +298,9 @@ lookup_request_decode (const lookup_frame_t *frames, size_t count, const char **
         if (!reason) {
             self->form = form;
             self->token_len = s_get_u32 ((const uint8_t *) body[0].data);
-            int rc = form == LOOKUP_FORM_BINARY
+            self->apply_eagle =
+                form != LOOKUP_FORM_BINARY_EAGLE || ((const uint8_t *) body[3].data)[0] == 1;
+            int rc = form == LOOKUP_FORM_BINARY || form == LOOKUP_FORM_BINARY_EAGLE
                          ? s_decode_binary (self, &body[1], &body[2], &reason)
                          : s_decode_msgpack (self, &body[1], &reason);
             assert (rc == 0 || reason);
@@ -341,6 +348,7 @@ lookup_request_form_name (lookup_form_t form)
         case LOOKUP_FORM_NONE: return "none";
         case LOOKUP_FORM_MSGPACK: return "msgpack";
         case LOOKUP_FORM_BINARY: return "binary";
+        case LOOKUP_FORM_BINARY_EAGLE: return "binary+eagle";
         case LOOKUP_FORM_UNTAGGED: return "untagged";
     }
     return "?";
@@ -648,13 +656,40 @@ lookup_request_test (bool verbose)
     s_msg_str (&m, "lookup");
     s_msg_u32 (&m, 16);
     s_expect_refused (&m, "missing frames after lookup", verbose);
-    //  An extra frame after the binary form.
+    //  A fifth frame after the binary form is vLLM's apply_eagle: one byte 0 or 1, nothing
+    //  else; a sixth is one too many.
     s_msg_init (&m);
     s_msg_str (&m, "lookup");
     s_msg_u32 (&m, 16);
     s_msg_u16 (&m, 2);
     s_msg_add (&m, "ab", 2);
     s_msg_str (&m, "extra");
+    s_expect_refused (&m, "apply_eagle frame is not one byte 0 or 1", verbose);
+    for (uint8_t flag = 0; flag < 3; flag++) {
+        s_msg_init (&m);
+        s_msg_str (&m, "lookup");
+        s_msg_u32 (&m, 16);
+        s_msg_u16 (&m, 2);
+        s_msg_add (&m, "ab", 2);
+        s_msg_add (&m, &flag, 1);
+        if (flag == 2) {
+            s_expect_refused (&m, "apply_eagle frame is not one byte 0 or 1", verbose);
+            continue;
+        }
+        const char *reason = NULL;
+        lookup_request_t *request = lookup_request_decode (m.frames, m.count, &reason);
+        assert (request && request->form == LOOKUP_FORM_BINARY_EAGLE);
+        assert (request->hash_count == 1 && strcmp (request->hashes[0], "6162") == 0);
+        assert (request->apply_eagle == (flag == 1));
+        lookup_request_destroy (&request);
+    }
+    s_msg_init (&m);
+    s_msg_str (&m, "lookup");
+    s_msg_u32 (&m, 16);
+    s_msg_u16 (&m, 2);
+    s_msg_add (&m, "ab", 2);
+    s_msg_add (&m, "\0", 1);
+    s_msg_add (&m, "", 0);
     s_expect_refused (&m, "extra frames", verbose);
     //  token_len frames of 0, 3, 5 and 8 bytes, in both tagged forms.
     const size_t bad_sizes[] = {0, 3, 5, 8};

@@ -8,6 +8,8 @@
     Wire forms (integers big-endian unsigned):
         [b"lookup"][token_len:4][msgpack array of hex strings]     tagged msgpack
         [b"lookup"][token_len:4][hash_len:2][raw hashes, concatenated]   tagged binary
+        [b"lookup"][token_len:4][hash_len:2][raw hashes][apply_eagle:1]  tagged binary with
+                                                                   vLLM's apply_eagle flag
         [token_len:4][msgpack array of hex strings]                untagged (two frames)
         [b"reset"]   [b"ping"]   [b"stats"]                        one frame each
     A first frame equal to a tag is always read as that tag (so a 4-byte token_len that spells
@@ -18,7 +20,8 @@
     lowered, since store keys are lowercase). Refused: any other tag, a missing or extra frame,
     a token_len frame that is not 4 bytes or a hash_len frame that is not 2, bad or truncated
     msgpack, trailing bytes after the array, an entry that is not a string, an empty, odd-length
-    or non-hex string, a blob that is not a multiple of hash_len, hash_len 0 with data, and more
+    or non-hex string, a blob that is not a multiple of hash_len, hash_len 0 with data, an
+    apply_eagle frame that is not one byte 0 or 1, and more
     than LOOKUP_REQUEST_MAX_HASHES hashes.
 
     msgpack is read by a small bounded reader of exactly this shape (array of str) rather than
@@ -46,10 +49,11 @@ typedef enum {
 } lookup_request_type_t;
 
 typedef enum {
-    LOOKUP_FORM_NONE = 0, //  not a lookup
-    LOOKUP_FORM_MSGPACK,  //  [b"lookup"][token_len][msgpack]
-    LOOKUP_FORM_BINARY,   //  [b"lookup"][token_len][hash_len][blob]
-    LOOKUP_FORM_UNTAGGED  //  [token_len][msgpack]
+    LOOKUP_FORM_NONE = 0,    //  not a lookup
+    LOOKUP_FORM_MSGPACK,     //  [b"lookup"][token_len][msgpack]
+    LOOKUP_FORM_BINARY,      //  [b"lookup"][token_len][hash_len][blob]
+    LOOKUP_FORM_UNTAGGED,    //  [token_len][msgpack]
+    LOOKUP_FORM_BINARY_EAGLE //  [b"lookup"][token_len][hash_len][blob][apply_eagle: 0 or 1]
 } lookup_form_t;
 
 //  One frame of a request, as received.
@@ -63,6 +67,7 @@ typedef struct {
     lookup_request_type_t type;
     lookup_form_t form;
     uint32_t token_len; //  lookups only
+    bool apply_eagle;   //  lookups: false only when the eagle frame says 0 (docs/lookup.md)
     size_t hash_count;  //  lookups only; may be 0
     char **hashes;      //  hash_count NUL-terminated lowercase hex strings
     size_t *hash_lens;  //  their lengths (even, > 0)

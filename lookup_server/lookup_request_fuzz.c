@@ -66,7 +66,7 @@ LLVMFuzzerTestOneInput (const uint8_t *data, size_t size)
 {
     static lookup_keys_t *keys;
     if (!keys) {
-        lookup_config_t config = {LOOKUP_DEFAULT_KEY_TEMPLATE, "fuzz", 2, 1, 0, 0, 16};
+        lookup_config_t config = {.model = "fuzz", .tp_size = 2, .pp_size = 1, .block_size = 16};
         keys = lookup_keys_new (&config, NULL);
         s_check (keys != NULL, "default template compiles");
     }
@@ -106,11 +106,17 @@ LLVMFuzzerTestOneInput (const uint8_t *data, size_t size)
         s_check_msgpack (request, &frames[2]);
     else if (request->form == LOOKUP_FORM_UNTAGGED)
         s_check_msgpack (request, &frames[1]);
-    else if (request->form == LOOKUP_FORM_BINARY) {
+    else if (request->form == LOOKUP_FORM_BINARY || request->form == LOOKUP_FORM_BINARY_EAGLE) {
         size_t hex = 0;
         for (size_t i = 0; i < request->hash_count; i++)
             hex += request->hash_lens[i];
         s_check (hex == 2 * frames[3].size, "binary hashes cover the blob");
+        if (request->form == LOOKUP_FORM_BINARY_EAGLE)
+            s_check (count == 5 && frames[4].size == 1
+                         && request->apply_eagle == (((const uint8_t *) frames[4].data)[0] == 1),
+                     "apply_eagle is the fifth frame's one byte");
+        else
+            s_check (count == 4 && request->apply_eagle, "no eagle frame: apply_eagle");
     }
     else
         s_check (false, "a lookup has a form");

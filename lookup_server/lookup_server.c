@@ -83,6 +83,13 @@ typedef struct {
     zsock_t *jobs; //  DEALER to the api's inproc://<instance>-jobs
     lookup_keys_t *keys;
     uint32_t block_size, tp_size, pp_size;
+    uint32_t scale;             //  the engine's hashes a block (block size / hash block size)
+    lookup_grouping_t grouping; //  how a block's hash is made from them
+    bool eagle;                 //  --lookup-eagle
+    char **grouped;             //  scratch: the blocks' hashes (grouping CONCAT, TRAILING)
+    size_t *grouped_lens;
+    char *grouped_text;
+    size_t grouped_size, grouped_text_size;
     size_t max_key_len;
     uint64_t store_timeout_ms;
     bool verbose;
@@ -120,6 +127,9 @@ s_self_destroy (self_t **self_p)
         free (self->present);
         free ((void *) self->picked);
         free (self->picked_lens);
+        free (self->grouped);
+        free (self->grouped_lens);
+        free (self->grouped_text);
         free (self);
         *self_p = NULL;
     }
@@ -154,6 +164,26 @@ s_self_new (zsock_t *pipe, const lookup_server_args_t *args)
         return self;
     }
     const char *reason = NULL;
+    const char *template;
+    if (lookup_key_scheme (lookup->key_scheme, &template, &self->grouping)) {
+        self->error = zsys_sprintf ("bad --lookup-key-scheme '%s' (known: v1, group, current)",
+                                    lookup->key_scheme);
+        return self;
+    }
+    uint32_t hash_block = lookup->hash_block_size ? lookup->hash_block_size : self->block_size;
+    if (hash_block > self->block_size || self->block_size % hash_block) {
+        self->error = zsys_sprintf ("--lookup-hash-block-size %u does not divide "
+                                    "--lookup-block-size %u",
+                                    hash_block, self->block_size);
+        return self;
+    }
+    self->scale = self->block_size / hash_block;
+    if (self->scale > 1 && self->grouping == LOOKUP_GROUPING_NONE) {
+        self->error = strdup ("the v1 key scheme has one hash a block: --lookup-hash-block-size "
+                              "must equal --lookup-block-size");
+        return self;
+    }
+    self->eagle = lookup->eagle;
     self->keys = lookup_keys_new (lookup, &reason);
     if (!self->keys) {
         self->error = zsys_sprintf ("bad --lookup-key-template: %s", reason);
@@ -408,31 +438,112 @@ s_prefix (self_t *self, const char *const *keys, size_t blocks, size_t ranks, si
 
 //  ---- requests --------------------------------------------------------------------------
 
+//  The hashes of blocks [0, blocks) when a block spans scale of the engine's hashes: the
+//  block's hashes concatenated (the group scheme) or its last one (current). Returns 0 with
+//  *hashes_p / *lens_p pointing into self, or -1 when out of memory.
+static int
+s_group_hashes (self_t *self, const lookup_request_t *request, size_t blocks,
+                char *const **hashes_p, const size_t **lens_p)
+{
+    if (self->scale == 1) {
+        *hashes_p = request->hashes;
+        *lens_p = request->hash_lens;
+        return 0;
+    }
+    size_t text = 0;
+    for (size_t b = 0; b < blocks; b++)
+        for (size_t s = 0; s < self->scale; s++)
+            if (self->grouping == LOOKUP_GROUPING_CONCAT || s + 1 == self->scale)
+                text += request->hash_lens[b * self->scale + s];
+    text += blocks;
+    if (blocks > self->grouped_size) {
+        char **grouped = (char **) realloc (self->grouped, blocks * sizeof (char *));
+        if (grouped)
+            self->grouped = grouped;
+        size_t *lens = (size_t *) realloc (self->grouped_lens, blocks * sizeof (size_t));
+        if (lens)
+            self->grouped_lens = lens;
+        if (!grouped || !lens)
+            return -1;
+        self->grouped_size = blocks;
+    }
+    if (text > self->grouped_text_size) {
+        char *grown = (char *) realloc (self->grouped_text, text);
+        if (!grown)
+            return -1;
+        self->grouped_text = grown;
+        self->grouped_text_size = text;
+    }
+    char *at = self->grouped_text;
+    for (size_t b = 0; b < blocks; b++) {
+        self->grouped[b] = at;
+        for (size_t s = 0; s < self->scale; s++)
+            if (self->grouping == LOOKUP_GROUPING_CONCAT || s + 1 == self->scale) {
+                size_t h = b * self->scale + s;
+                memcpy (at, request->hashes[h], request->hash_lens[h]);
+                at += request->hash_lens[h];
+            }
+        self->grouped_lens[b] = (size_t) (at - self->grouped[b]);
+        *at++ = 0;
+    }
+    *hashes_p = self->grouped;
+    *lens_p = self->grouped_lens;
+    return 0;
+}
+
+//  The hit, in tokens, of `whole` leading blocks stored, for a request of token_len whose
+//  blocks may count up to `limit`: an EAGLE engine drops the last block of a nonzero hit
+//  (unless the request says not to).
+static uint64_t
+s_hit (self_t *self, const lookup_request_t *request, size_t whole, uint64_t limit)
+{
+    uint64_t blocks = whole < limit ? whole : limit;
+    if (self->eagle && request->apply_eagle && blocks > 0)
+        blocks--;
+    return blocks * self->block_size;
+}
+
 //  Answers a lookup: the hit token count as 4 bytes big-endian, or b"\x00" on a failure.
+//
+//  The binary forms follow vLLM's server since July 2026: frame 1 is the request's token count
+//  as it is; only whole blocks within it count, and a hit of every token (which would leave
+//  the engine nothing to compute) is taken again within one token less. The msgpack forms'
+//  clients aligned token_len and lowered a full hit themselves: there the hit is the whole
+//  blocks found, capped at token_len (docs/lookup.md).
 static zframe_t *
 s_lookup (self_t *self, lookup_request_t *request)
 {
-    //  Blocks that start at or past token_len cannot add to the hit.
-    uint64_t useful = ((uint64_t) request->token_len + self->block_size - 1) / self->block_size;
-    size_t blocks = request->hash_count < useful ? request->hash_count : (size_t) useful;
-    size_t present = 0;
+    bool binary = request->form == LOOKUP_FORM_BINARY || request->form == LOOKUP_FORM_BINARY_EAGLE;
+    uint64_t token_len = request->token_len;
+    //  Blocks that can count: those within token_len (binary), or that start before it.
+    uint64_t limit = binary ? token_len / self->block_size
+                            : (token_len + self->block_size - 1) / self->block_size;
+    size_t chunks = request->hash_count / self->scale;
+    size_t blocks = chunks < limit ? chunks : (size_t) limit;
+    size_t whole = 0;
     if (blocks > 0) {
         const char *reason = NULL;
         const char *const *keys;
-        if (lookup_keys_expand (self->keys, request->hashes, request->hash_lens, blocks,
-                                self->max_key_len, &keys, &reason)) {
+        char *const *hashes;
+        const size_t *hash_lens;
+        if (s_group_hashes (self, request, blocks, &hashes, &hash_lens))
+            return zframe_new (s_fail, sizeof s_fail);
+        if (lookup_keys_expand (self->keys, hashes, hash_lens, blocks, self->max_key_len, &keys,
+                                &reason)) {
             self->refused++;
             if (self->verbose)
                 zsys_info ("lookup_server: lookup refused: %s", reason);
             return zframe_new (s_fail, sizeof s_fail);
         }
         size_t ranks = lookup_keys_ranks (self->keys);
-        if (s_scratch (self, blocks * ranks) || s_prefix (self, keys, blocks, ranks, &present))
+        if (s_scratch (self, blocks * ranks) || s_prefix (self, keys, blocks, ranks, &whole))
             return zframe_new (s_fail, sizeof s_fail);
     }
-    uint64_t hit = (uint64_t) present * self->block_size;
-    if (hit > request->token_len)
-        hit = request->token_len;
+    uint64_t hit = s_hit (self, request, whole, limit);
+    if (binary && hit >= token_len && token_len > 0)
+        hit = s_hit (self, request, whole, (token_len - 1) / self->block_size);
+    else if (hit > token_len)
+        hit = token_len;
     self->lookups++;
     self->hit_tokens += hit;
     if (self->verbose)
@@ -762,7 +873,7 @@ static void
 s_fake_key (zactor_t *fake, const char *command, uint32_t tp, const char *hash)
 {
     char key[256];
-    snprintf (key, sizeof key, "m@tp_rank:%u@pcp0@dcp0@pp_rank:0@%s", tp, hash);
+    snprintf (key, sizeof key, "m@tp_rank:%u@pcp0@dcp0@pp_rank:0@group:0@%s", tp, hash);
     s_fake_command (fake, command, key);
 }
 
@@ -775,7 +886,7 @@ static int64_t
 s_fake_stamp (zactor_t *fake, uint32_t tp, const char *hash)
 {
     char key[256];
-    snprintf (key, sizeof key, "m@tp_rank:%u@pcp0@dcp0@pp_rank:0@%s", tp, hash);
+    snprintf (key, sizeof key, "m@tp_rank:%u@pcp0@dcp0@pp_rank:0@group:0@%s", tp, hash);
     zsock_send (fake, "ss", "STAMP", key);
     uint64_t read_ms = 0;
     zsock_recv (fake, "8", &read_ms);
@@ -858,7 +969,8 @@ s_msgpack_hashes (const char *const *hashes, size_t count)
 
 //  A lookup in each wire form; returns the hit, checking the three forms agree.
 static int64_t
-s_lookup_all_forms (zsock_t *client, uint32_t token_len, const char *const *hashes, size_t count)
+s_lookup_all_forms (zsock_t *client, uint32_t token_len, const char *const *hashes, size_t count,
+                    int64_t binary_hit)
 {
     uint8_t tl[4] = {(uint8_t) (token_len >> 24), (uint8_t) (token_len >> 16),
                      (uint8_t) (token_len >> 8), (uint8_t) token_len};
@@ -880,10 +992,17 @@ s_lookup_all_forms (zsock_t *client, uint32_t token_len, const char *const *hash
             blob[4 * i + j] = (uint8_t) byte;
         }
     }
+    //  The binary forms take frame 1 as the request's token count, vLLM's newest rule: whole
+    //  blocks within it, and never all of it (binary_hit); the same with apply_eagle 1 or 0
+    //  when the server runs no EAGLE.
     uint8_t hash_len[2] = {0, 4};
-    const void *binary[] = {"lookup", tl, hash_len, blob};
-    size_t binary_sizes[] = {6, 4, 2, 4 * count};
-    assert (s_ask_hit (client, 4, binary, binary_sizes) == hit);
+    uint8_t eagle[2] = {1, 0};
+    const void *binary[] = {"lookup", tl, hash_len, blob, eagle};
+    size_t binary_sizes[] = {6, 4, 2, 4 * count, 1};
+    assert (s_ask_hit (client, 4, binary, binary_sizes) == binary_hit);
+    assert (s_ask_hit (client, 5, binary, binary_sizes) == binary_hit);
+    binary[4] = eagle + 1;
+    assert (s_ask_hit (client, 5, binary, binary_sizes) == binary_hit);
     zframe_destroy (&packed);
     return hit;
 }
@@ -970,28 +1089,29 @@ lookup_server_test (bool verbose)
     assert (counts.size == 7);
 
     //  Two leading blocks on every rank: 32 tokens; the miss in the middle ends the count.
-    assert (s_lookup_all_forms (req, 100, hashes, 4) == 32);
-    assert (s_lookup_all_forms (dealer, 100, hashes, 4) == 32);
+    assert (s_lookup_all_forms (req, 100, hashes, 4, 32) == 32);
+    assert (s_lookup_all_forms (dealer, 100, hashes, 4, 32) == 32);
     //  One PREFIX_MATCH job per lookup, over every key (4 blocks x 2 ranks); no index hit,
     //  no TOUCH.
     counts = s_fake_counts (fake);
-    assert (counts.exist_jobs == 6 && counts.exist_keys == 8);
+    assert (counts.exist_jobs == 10 && counts.exist_keys == 8); //  (5 forms a call)
     assert (counts.touch_jobs == 0);
     //  token_len shorter than the stored blocks: capped, and blocks past it are not asked.
-    assert (s_lookup_all_forms (req, 20, hashes, 4) == 20);
+    assert (s_lookup_all_forms (req, 20, hashes, 4, 16) == 20);
     counts = s_fake_counts (fake);
-    assert (counts.exist_jobs == 9 && counts.exist_keys == 4);
-    assert (s_lookup_all_forms (req, 32, hashes, 4) == 32);
-    assert (s_lookup_all_forms (req, 1, hashes, 4) == 1);
+    //  (the binary forms ask about the one block within 20 tokens)
+    assert (counts.exist_jobs == 15 && counts.exist_keys == 2);
+    assert (s_lookup_all_forms (req, 32, hashes, 4, 16) == 32);
+    assert (s_lookup_all_forms (req, 1, hashes, 4, 0) == 1);
     //  A miss in the first block; an empty list; token_len 0 (neither asks the store).
-    assert (s_lookup_all_forms (req, 100, hashes + 2, 2) == 0);
-    assert (s_lookup_all_forms (req, 100, hashes, 0) == 0);
-    assert (s_lookup_all_forms (req, 0, hashes, 4) == 0);
+    assert (s_lookup_all_forms (req, 100, hashes + 2, 2, 0) == 0);
+    assert (s_lookup_all_forms (req, 100, hashes, 0, 0) == 0);
+    assert (s_lookup_all_forms (req, 0, hashes, 4, 0) == 0);
     counts = s_fake_counts (fake);
-    assert (counts.exist_jobs == 18);
+    assert (counts.exist_jobs == 27); //  (1 token: no block within it for the binary forms)
     //  Without the partial block: three full blocks.
     const char *tail[] = {"0a0b0c0d", "1a1b1c1d", "3a3b3c3d"};
-    assert (s_lookup_all_forms (req, 1000, tail, 3) == 48);
+    assert (s_lookup_all_forms (req, 1000, tail, 3, 48) == 48);
 
     //  Malformed requests: one byte 0 each, and the server keeps serving.
     uint8_t tl16[4] = {0, 0, 0, 16};
@@ -1019,7 +1139,7 @@ lookup_server_test (bool verbose)
     assert (s_ask_byte (req, 10, many, many_size, 0));
     //  An empty message from a DEALER (delimiter only).
     assert (s_ask_byte (dealer, 0, NULL, NULL, 0));
-    assert (s_lookup_all_forms (dealer, 100, hashes, 4) == 32);
+    assert (s_lookup_all_forms (dealer, 100, hashes, 4, 32) == 32);
 
     //  Blocks 0 and 1 published in the read index: their keys are hits with no job, and each
     //  hit leaves the time of the lookup in its read stamp (its lease); the store is asked
@@ -1030,9 +1150,9 @@ lookup_server_test (bool verbose)
     s_counts_t before = s_fake_counts (fake);
     int64_t started = shm_index_clock_ms ();
     assert (s_fake_stamp (fake, 0, hashes[0]) == 0);
-    assert (s_lookup_all_forms (req, 100, hashes, 4) == 32);
+    assert (s_lookup_all_forms (req, 100, hashes, 4, 32) == 32);
     counts = s_fake_counts (fake);
-    assert (counts.exist_jobs == before.exist_jobs + 3 && counts.exist_keys == 4);
+    assert (counts.exist_jobs == before.exist_jobs + 5 && counts.exist_keys == 4);
     for (int b = 0; b < 2; b++)
         for (uint32_t tp = 0; tp < 2; tp++) {
             int64_t read_ms = s_fake_stamp (fake, tp, hashes[b]);
@@ -1042,7 +1162,7 @@ lookup_server_test (bool verbose)
     before = counts;
     zclock_sleep (5);
     started = shm_index_clock_ms ();
-    assert (s_lookup_all_forms (req, 100, hashes, 2) == 32);
+    assert (s_lookup_all_forms (req, 100, hashes, 2, 32) == 32);
     counts = s_fake_counts (fake);
     assert (counts.exist_jobs == before.exist_jobs);
     assert (s_fake_stamp (fake, 1, hashes[1]) >= started);
@@ -1071,7 +1191,7 @@ lookup_server_test (bool verbose)
     assert (s_ask_byte (req, 1, reset, reset_size, 1));
     counts = s_fake_counts (fake);
     assert (counts.resets == 1 && counts.size == 0);
-    assert (s_lookup_all_forms (req, 100, hashes, 4) == 0);
+    assert (s_lookup_all_forms (req, 100, hashes, 4, 0) == 0);
 
     //  A store that is stopping answers UNAVAILABLE: lookups, resets and stats fail with
     //  b"\x00" (at once: the store answered); ping works; then it serves again.
@@ -1121,8 +1241,8 @@ lookup_server_test (bool verbose)
     assert (second);
     zsock_t *short_req = s_client (short_endpoint);
     before = s_fake_counts (fake);
-    assert (s_lookup_all_forms (short_req, 100, hashes, 4) == -1);
-    assert (s_lookup_all_forms (short_req, 100, hashes, 0) == 0);
+    assert (s_lookup_all_forms (short_req, 100, hashes, 4, -1) == -1);
+    assert (s_lookup_all_forms (short_req, 100, hashes, 0, 0) == 0);
     counts = s_fake_counts (fake);
     assert (counts.exist_jobs == before.exist_jobs);
     zsock_destroy (&short_req);

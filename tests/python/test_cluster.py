@@ -510,7 +510,7 @@ def test_vllm_lookup_and_reset_through_any_node():
         hashes = [bytes([i]) * 32 for i in range(1, 9)]
         # Blocks 0..5 stored through three different nodes; 6 and 7 missing.
         for i, h in enumerate(hashes[:6]):
-            key = "m@tp_rank:0@pcp0@dcp0@pp_rank:0@" + h.hex()
+            key = "m@tp_rank:0@pcp0@dcp0@pp_rank:0@group:0@" + h.hex()
             assert c.raw(i % 3).put(key, b"kv" * 100) == OK
 
         def lookup(node):

@@ -256,7 +256,7 @@ def test_lookup_hits(daemon, raw):
 
     def put():
         digest = os.urandom(32)
-        key = "%s@tp_rank:0@pcp0@dcp0@pp_rank:0@%s" % (MODEL, digest.hex())
+        key = "%s@tp_rank:0@pcp0@dcp0@pp_rank:0@group:0@%s" % (MODEL, digest.hex())
         assert raw.put(key, b"k" * 100) == OK
         return key
 

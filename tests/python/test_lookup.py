@@ -135,8 +135,10 @@ class Store:
         self.sock.close(0)
 
 
-def key(model, tp, h, pp=0, pcp=0, dcp=0):
-    return "%s@tp_rank:%d@pcp%d@dcp%d@pp_rank:%d@%s" % (model, tp, pcp, dcp, pp, h.hex())
+def key(model, tp, h, pp=0, pcp=0, dcp=0, group=0):
+    """The connector's key today (--lookup-key-scheme current, the default)."""
+    return "%s@tp_rank:%d@pcp%d@dcp%d@pp_rank:%d@group:%d@%s" % (model, tp, pcp, dcp, pp, group,
+                                                                 h.hex())
 
 
 def new_hashes(n, size=32):
@@ -164,16 +166,24 @@ class Admin:
             reply = self.ask([b"lookup", tl, msgpack.packb([h.hex() for h in hashes])])
         elif form == "untagged":
             reply = self.ask([tl, msgpack.packb([h.hex() for h in hashes])])
-        else:
+        else:  # binary, or binary with vLLM's apply_eagle frame ("eagle0", "eagle1")
             size = len(hashes[0]) if hashes else 0
-            reply = self.ask([b"lookup", tl, size.to_bytes(2, "big"), b"".join(hashes)])
+            frames = [b"lookup", tl, size.to_bytes(2, "big"), b"".join(hashes)]
+            if form.startswith("eagle"):
+                frames.append(bytes([int(form[-1])]))
+            reply = self.ask(frames)
         assert len(reply) == 4, "lookup failed: %r" % reply
         return int.from_bytes(reply, "big")
 
-    def lookup_all_forms(self, token_len, hashes):
+    def lookup_all_forms(self, token_len, hashes, binary=None):
+        """The msgpack forms' hit. The binary forms (with or without the apply_eagle frame:
+        the daemon runs no EAGLE) must answer `binary` (default: the same): they follow
+        vLLM's newest rule, whole blocks within token_len and never all of it."""
         hits = {form: self.lookup(token_len, hashes, form)
-                for form in ("msgpack", "binary", "untagged")}
-        assert len(set(hits.values())) == 1, hits
+                for form in ("msgpack", "untagged", "binary", "eagle0", "eagle1")}
+        assert hits["msgpack"] == hits["untagged"], hits
+        expected = hits["msgpack"] if binary is None else binary
+        assert hits["binary"] == hits["eagle0"] == hits["eagle1"] == expected, hits
         return hits["msgpack"]
 
     def reset(self):
@@ -231,11 +241,11 @@ def test_token_len_shorter_than_stored_blocks(store, admin):
     h = new_hashes(4)
     keys = [key(MODEL, tp, x) for x in h for tp in (0, 1)]
     assert store.put(keys) == [0] * len(keys)
-    assert admin.lookup_all_forms(64, h) == 64
+    assert admin.lookup_all_forms(64, h, binary=48) == 64  # binary: never every token
     assert admin.lookup_all_forms(1000, h) == 64
-    assert admin.lookup_all_forms(40, h) == 40   # capped at token_len
-    assert admin.lookup_all_forms(16, h) == 16
-    assert admin.lookup_all_forms(1, h) == 1
+    assert admin.lookup_all_forms(40, h, binary=32) == 40   # capped at token_len
+    assert admin.lookup_all_forms(16, h, binary=0) == 16
+    assert admin.lookup_all_forms(1, h, binary=0) == 1
     assert admin.lookup_all_forms(0, h) == 0
     # The largest token_len the frame can carry.
     assert admin.lookup_all_forms(0xFFFFFFFF, h) == 64
@@ -314,7 +324,7 @@ def test_pp_ranks_and_custom_template(daemon_pp):
         keys += [k(h[3], tp, pp) for tp, pp in ranks if (tp, pp) != (1, 1)]
         assert s.put(keys) == [0] * len(keys)
         assert a.lookup_all_forms(100, h) == 12  # 3 blocks x 4 tokens; block 3 lacks tp1/pp1
-        assert a.lookup_all_forms(10, h) == 10
+        assert a.lookup_all_forms(10, h, binary=8) == 10
         assert s.put([k(h[3], 1, 1)]) == [0]
         assert a.lookup_all_forms(100, h) == 16
         # Keys of the default template do not count here.
@@ -324,6 +334,110 @@ def test_pp_ranks_and_custom_template(daemon_pp):
     finally:
         s.close()
         a.close()
+
+
+# ---- every form vLLM has sent, as each version frames it (docs/lookup.md) --------------
+
+def vllm_frames(form, num_tokens, hashes, block=BLOCK):
+    """A lookup as vLLM's LookupKeyClient of each era sends it:
+    A #40900 (2026-05-13): untagged, token_len aligned by the client, msgpack hex list
+    B #42694 (05-27): b"lookup", aligned token_len, msgpack hex list
+    C #45969 (06-20): b"lookup", aligned token_len, hash_len u16, raw hashes
+    D #49481 (07-23): as C but the raw token count (the server aligns)
+    E (lookahead hashing): D plus the one-byte apply_eagle flag (0 here: hashes cover it)"""
+    aligned = num_tokens // block * block
+    hexes = msgpack.packb([h.hex() for h in hashes])
+    blob = [len(hashes[0]).to_bytes(2, "big") if hashes else b"\0\0", b"".join(hashes)]
+    if form == "A":
+        return [aligned.to_bytes(4, "big"), hexes]
+    if form == "B":
+        return [b"lookup", aligned.to_bytes(4, "big"), hexes]
+    if form == "C":
+        return [b"lookup", aligned.to_bytes(4, "big")] + blob
+    if form == "D":
+        return [b"lookup", num_tokens.to_bytes(4, "big")] + blob
+    return [b"lookup", num_tokens.to_bytes(4, "big")] + blob + [b"\0"]
+
+
+def vllm_hit(admin, form, num_tokens, hashes):
+    """The hit as each client era decodes and then lowers it (A-C lower a full hit)."""
+    reply = admin.ask(vllm_frames(form, num_tokens, hashes))
+    assert len(reply) == 4, reply  # one 4-byte frame: what every client decodes
+    hit = int.from_bytes(reply, "big")
+    if form in "ABC" and hit == num_tokens:
+        hit = max(0, (num_tokens - 1) // BLOCK * BLOCK)
+    return hit
+
+
+def test_every_vllm_form_as_its_client_sends_it(store, admin):
+    h = new_hashes(6)
+    store.put([key(MODEL, tp, x) for x in h[:4] for tp in (0, 1)])
+    # 70 tokens: four whole blocks stored, the prompt goes on; every era hits 64.
+    for form in "ABCDE":
+        expected = 48 if form == "C" else 64  # C: an aligned 64 may not hit every token
+        assert vllm_hit(admin, form, 70, h) == expected, form
+    # An aligned prompt whose every block is stored: never every token (the engine must
+    # compute one), in every era.
+    for form in "ABCDE":
+        assert vllm_hit(admin, form, 64, h[:4]) == 48, form
+    # The apply_eagle frame is one byte 0 or 1; anything else is refused with b"\x00".
+    bad = vllm_frames("E", 70, h)
+    bad[-1] = b"\x02"
+    assert admin.ask(bad) == b"\x00"
+    bad[-1] = b"\x00\x00"
+    assert admin.ask(bad) == b"\x00"
+
+
+def test_an_eagle_deployment_drops_the_last_block():
+    d = start_daemon(["--lookup-model", MODEL, "--lookup-eagle"])
+    s, a = Store(d.endpoint), Admin(d.admin)
+    try:
+        h = new_hashes(5)
+        s.put([key(MODEL, 0, x) for x in h[:4]])
+        assert vllm_hit(a, "D", 100, h) == 48          # four blocks, the last one dropped
+        assert vllm_hit(a, "B", 96, h) == 48
+        assert int.from_bytes(a.ask(vllm_frames("E", 100, h)), "big") == 64  # flag 0: kept
+        assert vllm_hit(a, "D", 16, h) == 0             # one block, dropped
+    finally:
+        s.close()
+        a.close()
+        stop_daemon(d)
+
+
+def test_key_schemes_and_hash_blocks():
+    # Blocks of 16 tokens, hashes of 4: a block's key carries its last hash (current) or its
+    # four hashes concatenated (group); v1 keys have no group; a cache prefix leads.
+    h = new_hashes(12)  # 3 blocks of 4 hashes
+    cases = [
+        (["--lookup-key-scheme", "current", "--lookup-hash-block-size", "4",
+          "--lookup-cache-prefix", "pfx", "--lookup-group", "1"],
+         lambda b: "pfx@%s@tp_rank:0@pcp0@dcp0@pp_rank:0@group:1@%s" % (MODEL, h[4 * b + 3].hex())),
+        (["--lookup-key-scheme", "group", "--lookup-hash-block-size", "4"],
+         lambda b: "%s@tp_rank:0@pcp0@dcp0@pp_rank:0@group:0@%s"
+         % (MODEL, b"".join(h[4 * b:4 * b + 4]).hex())),
+        (["--lookup-key-scheme", "v1"],
+         lambda b: "%s@tp_rank:0@pcp0@dcp0@pp_rank:0@%s" % (MODEL, h[b].hex())),
+    ]
+    for args, block_key in cases:
+        d = start_daemon(["--lookup-model", MODEL] + args)
+        s, a = Store(d.endpoint), Admin(d.admin)
+        try:
+            s.put([block_key(0), block_key(1)])
+            hashes = h if "v1" not in args else h[:3]
+            assert vllm_hit(a, "D", 1000, hashes) == 32, args
+            assert vllm_hit(a, "B", 1000 // 16 * 16, hashes) == 32, args
+        finally:
+            s.close()
+            a.close()
+            stop_daemon(d)
+    # A hash block that does not divide the block, or v1 with several hashes a block, stops
+    # the daemon at start with the reason.
+    for args in (["--lookup-hash-block-size", "5"],
+                 ["--lookup-key-scheme", "v1", "--lookup-hash-block-size", "4"],
+                 ["--lookup-key-scheme", "v7"]):
+        with pytest.raises(Exception):
+            d = start_daemon(args)
+            stop_daemon(d)
 
 
 def test_stats(store, admin):
