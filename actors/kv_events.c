@@ -221,8 +221,8 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
     self->keys = lookup_keys_new (&config->lookup, &reason);
     if (!self->keys)
         snprintf (self->error, sizeof self->error, "--lookup-key-template: %s", reason);
-    self->encoder = kv_events_encoder_new (
-        config->kv_events_medium ? config->kv_events_medium : "", config->lookup.block_size, 0);
+    self->encoder = kv_events_encoder_new (config->kv_events_medium ? config->kv_events_medium : "",
+                                           config->lookup.block_size, 0);
     assert (self->encoder);
     self->ring_size = config->kv_events_replay_size ? config->kv_events_replay_size : 1;
     self->ring = (replay_slot_t *) calloc (self->ring_size, sizeof (replay_slot_t));
@@ -395,7 +395,8 @@ s_replay (self_t *self)
         const char *topic = self->config->kv_events_topic ? self->config->kv_events_topic : "";
         int flags = ZMQ_SNDMORE | ZMQ_DONTWAIT;
         for (uint64_t seq = from; seq < self->next_seq; seq++) {
-            replay_slot_t *slot = &self->ring[(self->ring_first + (seq - oldest)) % self->ring_size];
+            replay_slot_t *slot =
+                &self->ring[(self->ring_first + (seq - oldest)) % self->ring_size];
             unsigned char seq_bytes[8];
             s_seq_bytes (slot->seq, seq_bytes);
             zmq_msg_t copy;
@@ -510,7 +511,10 @@ kv_events_test (bool verbose)
         //  [ts, [stored, removed(, cleared)], 0]: the stored event's hash is 0xff.
         const byte *data = zframe_data (payload);
         assert (data[0] == 0x93 && data[1] == 0xcb && data[10] == (seq == 4 ? 0x93 : 0x92));
-        assert (memmem (data, zframe_size (payload), "\xac" "block_hashes\x91\xcc\xff", 16));
+        assert (memmem (data, zframe_size (payload),
+                        "\xac"
+                        "block_hashes\x91\xcc\xff",
+                        16));
         assert (memmem (data, zframe_size (payload), "\x91\xc4\x05plain", 8));
         zmsg_destroy (&msg);
     }

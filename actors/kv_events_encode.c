@@ -211,20 +211,20 @@ kv_events_encode_test (bool verbose)
     kv_events_encoder_add (self, &stored);
     void *payload = kv_events_encoder_end (self, &size);
     s_check (payload, size,
-             "93"                             //  array(3): the batch
-             "cb41da39de00200000"             //  ts float64 1760000000.5
-             "91"                             //  events: array(1)
-             "88"                             //  map(8)
-             "a474797065ab426c6f636b53746f726564" //  "type": "BlockStored"
-             "ac626c6f636b5f686173686573"     //  "block_hashes":
-             "91cfdab89baa7b5857c0"           //  [u64]
+             "93"                                     //  array(3): the batch
+             "cb41da39de00200000"                     //  ts float64 1760000000.5
+             "91"                                     //  events: array(1)
+             "88"                                     //  map(8)
+             "a474797065ab426c6f636b53746f726564"     //  "type": "BlockStored"
+             "ac626c6f636b5f686173686573"             //  "block_hashes":
+             "91cfdab89baa7b5857c0"                   //  [u64]
              "b1706172656e745f626c6f636b5f68617368c0" //  "parent_block_hash": nil
-             "a9746f6b656e5f69647390"         //  "token_ids": []
-             "aa626c6f636b5f73697a6504"       //  "block_size": 4
-             "a76c6f72615f6964c0"             //  "lora_id": nil
-             "a66d656469756da3435055"         //  "medium": "CPU"
-             "a96c6f72615f6e616d65c0"         //  "lora_name": nil
-             "00");                           //  data_parallel_rank 0
+             "a9746f6b656e5f69647390"                 //  "token_ids": []
+             "aa626c6f636b5f73697a6504"               //  "block_size": 4
+             "a76c6f72615f6964c0"                     //  "lora_id": nil
+             "a66d656469756da3435055"                 //  "medium": "CPU"
+             "a96c6f72615f6e616d65c0"                 //  "lora_name": nil
+             "00");                                   //  data_parallel_rank 0
     free (payload);
 
     //  BlockRemoved with ranks and a small int hash (positive fixint), BlockRemoved with
@@ -243,16 +243,16 @@ kv_events_encode_test (bool verbose)
     payload = kv_events_encoder_end (self, &size);
     s_check (payload, size,
              "93cb000000000000000093"
-             "85"                                  //  map(5)
+             "85"                                   //  map(5)
              "a474797065ac426c6f636b52656d6f766564" //  "type": "BlockRemoved"
-             "ac626c6f636b5f686173686573"          //  "block_hashes":
-             "91cf1122334455667788"                //  [u64]
-             "a66d656469756da3435055"              //  "medium": "CPU"
-             "ae6b76706f6f6c5f74705f72616e6b01"    //  "kvpool_tp_rank": 1
-             "ae6b76706f6f6c5f70705f72616e6bccc8"  //  "kvpool_pp_rank": 200 (uint8)
+             "ac626c6f636b5f686173686573"           //  "block_hashes":
+             "91cf1122334455667788"                 //  [u64]
+             "a66d656469756da3435055"               //  "medium": "CPU"
+             "ae6b76706f6f6c5f74705f72616e6b01"     //  "kvpool_tp_rank": 1
+             "ae6b76706f6f6c5f70705f72616e6bccc8"   //  "kvpool_pp_rank": 200 (uint8)
              "83a474797065ac426c6f636b52656d6f766564"
              "ac626c6f636b5f686173686573"
-             "91c4026b31"                          //  [bin8 "k1"]
+             "91c4026b31" //  [bin8 "k1"]
              "a66d656469756da3435055"
              "81a474797065b0416c6c426c6f636b73436c6561726564" //  AllBlocksCleared
              "00");
