@@ -462,7 +462,7 @@ kv_events_actor (zsock_t *pipe, void *args)
         else if (zpoller_terminated (poller))
             break;
     }
-    if (self->dropped && self->config->verbose)
+    if (self->dropped)
         zsys_warning ("kv_events: %llu events dropped (the publisher was behind)",
                       (unsigned long long) self->dropped);
     zpoller_destroy (&poller);
