@@ -6,7 +6,9 @@
    4 KiB values in batches of 64 over tcp (kvpool_put_batch) to one and then the other (interleaved,
    so load from other users hits both alike), then empties the pool untimed (kvpool_remove_all,
     forced). The medians and their ratio are printed, with the cost against the target (at
-    most 5% at 100k puts/s) and whether the subscriber saw every event.
+    most 5% at 100k puts/s), each daemon's CPU time per put (steadier than throughput when
+    the machine is shared; the same work went to both), and whether the subscriber saw every
+    event.
 
     Threads: the bench's, and the subscriber's, which shares only atomic counters and a
     stop flag with it.
@@ -67,6 +69,31 @@ s_subscriber (void *args)
     }
     zsock_destroy (&sub);
     return NULL;
+}
+
+//  CPU seconds (user and system) the process has used, or NAN.
+static double
+s_cpu_seconds (pid_t pid)
+{
+    char path[64];
+    snprintf (path, sizeof path, "/proc/%d/stat", (int) pid);
+    FILE *file = fopen (path, "r");
+    if (!file)
+        return NAN;
+    char line[1024];
+    double seconds = NAN;
+    if (fgets (line, sizeof line, file)) {
+        //  Fields 14 and 15 (utime, stime), counted after the ")" that ends the name.
+        const char *at = strrchr (line, ')');
+        unsigned long long utime, stime;
+        if (at
+            && sscanf (at + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &utime,
+                       &stime)
+                   == 2)
+            seconds = (double) (utime + stime) / (double) sysconf (_SC_CLK_TCK);
+    }
+    fclose (file);
+    return seconds;
 }
 
 //  Puts `puts` fresh values through client; returns puts per second, or -1.
@@ -145,6 +172,7 @@ bench_kv_events_run (const char *kvpoold_path, bool quick)
     for (int wait = 0; wait < 100 && atomic_load (&subscriber.events) < EV_BATCH * 16 + 1; wait++)
         bench_sleep_ms (10);
     uint64_t events_before = atomic_load (&subscriber.events);
+    double cpu_off = s_cpu_seconds (off.pid), cpu_on = s_cpu_seconds (on.pid);
     for (int r = 0; r < reps && rc == 0; r++) {
         //  Which goes first alternates, so neither always follows the other's load.
         if (r % 2 == 0) {
@@ -166,6 +194,8 @@ bench_kv_events_run (const char *kvpoold_path, bool quick)
             break;
         bench_sleep_ms (20);
     }
+    cpu_off = s_cpu_seconds (off.pid) - cpu_off;
+    cpu_on = s_cpu_seconds (on.pid) - cpu_on;
     atomic_store (&subscriber.stop, true);
     pthread_join (thread, NULL);
     if (rc == 0) {
@@ -180,6 +210,12 @@ bench_kv_events_run (const char *kvpoold_path, bool quick)
         printf ("  %-40s %12.0f puts/s\n", "--kv-events-endpoint, subscriber attached", on_median);
         printf ("  ratio with/without %.3f: cost %.1f%% (target: at most 5%%)%s\n", ratio,
                 (1 - ratio) * 100, ratio >= 0.95 ? "" : "  MISSED");
+        //  Steadier than throughput on a busy machine: the daemons did the same work.
+        double per_put_off = cpu_off / (double) (reps * puts) * 1e6;
+        double per_put_on = cpu_on / (double) (reps * puts) * 1e6;
+        printf ("  kvpoold CPU per put (all threads): %.2f us without, %.2f us with events "
+                "(%+.1f%%)\n",
+                per_put_off, per_put_on, (per_put_on / per_put_off - 1) * 100);
         printf ("  subscriber: %llu messages, %llu of %llu events (a BlockStored per put, an "
                 "AllBlocksCleared per repetition)%s\n",
                 (unsigned long long) atomic_load (&subscriber.messages), (unsigned long long) seen,

@@ -221,11 +221,12 @@ def test_workload_in_order_with_template_hashes():
 
 
 def test_replay_recovers_a_dropped_range():
-    d = events_daemon("--segment-size", "64MiB", "--kv-events-replay-size", "1000")
+    d = events_daemon("--segment-size", "64MiB", "--kv-events-replay-size", "1000",
+                      "--kv-events-interval", "1")
     try:
         raw = Raw(d.endpoint)
         sub, last_seq = subscribed(d, raw)
-        for i in range(12):  # one batch each: the gathering interval is 2 ms
+        for i in range(12):  # one batch each: the gathering interval is 1 ms
             assert raw.put("r-%02d" % i, b"x") == OK
             time.sleep(0.01)
         reply, _ = raw.call(pb.REMOVE_ALL, force=True)
@@ -263,7 +264,8 @@ def test_replay_recovers_a_dropped_range():
 
 
 def test_replay_older_than_the_ring():
-    d = events_daemon("--segment-size", "64MiB", "--kv-events-replay-size", "4")
+    d = events_daemon("--segment-size", "64MiB", "--kv-events-replay-size", "4",
+                      "--kv-events-interval", "1")
     try:
         raw = Raw(d.endpoint)
         for i in range(10):
