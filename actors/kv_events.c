@@ -29,6 +29,11 @@
     subscriber sees that the first seq is not the one it asked for); a malformed request is
     dropped and counted.
 
+    Outside input. The only bytes from outside are replay requests, and they are not decoded:
+    a request is taken only if it is exactly [identity, "", 8 bytes] (frame count and sizes,
+    nothing else is read), so there is no parser here to fuzz. Everything else this actor
+    reads (keys, through lookup_keys_parse) is the store's own, already checked by the api.
+
     Threads: this actor's, which owns every socket here, the ring and the parser; the feed
     runs on the replica-manager's thread and shares nothing with it but the batches it hands
     over (ownership passes with the pointer).

@@ -9,7 +9,10 @@ kvpoold over tcp on loopback:
 - a subscriber that lost a range of batches gets it back, byte for byte, from the replay
   ROUTER (vLLM >= 0.26 layout: topic, seq, payload; then the end marker); a request older
   than the replay ring replays from its oldest batch; a malformed request is dropped;
-- eviction (a small --segment-size) gives BlockRemoved for exactly the keys that went.
+- eviction (a small --segment-size) gives BlockRemoved for exactly the keys that went;
+- segment loss (a client that mounted memory leaves) gives BlockRemoved for the keys whose
+  only replica was there, and none for the others;
+- without --kv-events-endpoint there is no publisher.
 
 Run by `make test` (cwd = repo root, KVPOOL_BIN = build/bin) with Debian's /usr/bin/python3.
 """
@@ -307,6 +310,42 @@ def test_eviction_gives_removed_events():
         raw.close()
         sub.close()
     finally:
+        d.finish()
+
+
+def test_segment_loss_gives_removed_events():
+    from kvpool.mooncake import MooncakeDistributedStore, ReplicateConfig
+
+    d = events_daemon("--segments", "0")
+    stores = []
+    try:
+        def mount(name):
+            store = MooncakeDistributedStore()
+            assert store.setup(name, "unused", 16 * MiB, 0, "tcp", "", d.endpoint) == 0
+            stores.append(store)
+            return store
+
+        a = mount("a:1")
+        raw = Raw(d.endpoint)
+        sub, last_seq = subscribed(d, raw)
+        assert a.put("only-a", b"x" * 1000) == 0  # the only memory there is: a's
+        b = mount("b:1")
+        config = ReplicateConfig()
+        config.replica_num = 2
+        assert b.put("both", b"y" * 1000, config) == 0  # one replica in each
+        assert a.close() == 0  # its segment goes, with "only-a" (and "both"'s replica there)
+        stores.remove(a)
+        assert not raw.exist("only-a") and raw.exist("both")
+        assert raw.remove("both", force=True) == OK
+        events, _ = collect(sub, lambda e: brief(e)[:2] == ("BlockRemoved", b"both"), last_seq)
+        assert [brief(e)[:2] for e in events] == [
+            ("BlockStored", b"only-a"), ("BlockStored", b"both"),
+            ("BlockRemoved", b"only-a"), ("BlockRemoved", b"both")]
+        raw.close()
+        sub.close()
+    finally:
+        for store in stores:
+            store.close()
         d.finish()
 
 
