@@ -515,6 +515,47 @@ static const opt_t s_options[] = {
      .max = 1 << 20,
      .default_value = "16",
      .help = "tokens per block"},
+    {.name = "kv-events-endpoint",
+     .arg = "ENDPOINT",
+     .kind = OPT_STRING,
+     FIELD (kv_events_endpoint),
+     .help = "publish stored/removed/cleared events in vLLM's KV-events format on a PUB "
+             "socket bound here (e.g. tcp://*:5557); off when not set (docs/kv_events.md)"},
+    {.name = "kv-events-replay-endpoint",
+     .arg = "ENDPOINT",
+     .kind = OPT_STRING,
+     FIELD (kv_events_replay_endpoint),
+     .help = "with --kv-events-endpoint: a ROUTER bound here resends the batches kept for "
+             "replay from a sequence number"},
+    {.name = "kv-events-topic",
+     .arg = "TOPIC",
+     .kind = OPT_STRING,
+     FIELD (kv_events_topic),
+     .default_value = "",
+     .help = "the topic frame of every KV-events message (llm-d: kv@POD@MODEL)"},
+    {.name = "kv-events-replay-size",
+     .arg = "N",
+     .kind = OPT_UINT,
+     FIELD (kv_events_replay_size),
+     .min = 1,
+     .max = 1 << 24,
+     .default_value = "10000",
+     .help = "KV-events batches kept for replay, newest last"},
+    {.name = "kv-events-medium",
+     .arg = "NAME",
+     .kind = OPT_STRING,
+     FIELD (kv_events_medium),
+     .default_value = "shared_storage",
+     .help = "the medium KV events name (llm-d: shared_storage; Dynamo: SHARED)"},
+    {.name = "kv-events-interval",
+     .arg = "MS",
+     .kind = OPT_UINT,
+     FIELD (kv_events_interval_ms),
+     .min = 1,
+     .max = 1000,
+     .default_value = "10",
+     .help = "ms over which KV events are gathered into one batch (fewer, larger batches "
+             "cost puts less: kvpool-bench --only kv-events)"},
     {.name = NULL}};
 
 static int s_set (kvp_config_t *config, const opt_t *opt, const char *value);
@@ -823,6 +864,19 @@ s_config_check (kvp_config_t *config)
         && strcmp (config->transport, "auto")) {
         fprintf (stderr, "kvpoold: --transport takes tcp, rdma or auto, not '%s'\n",
                  config->transport);
+        return -1;
+    }
+    if (config->kv_events_endpoint && !*config->kv_events_endpoint)
+        config->kv_events_endpoint = NULL;
+    if (config->kv_events_replay_endpoint && !*config->kv_events_replay_endpoint)
+        config->kv_events_replay_endpoint = NULL;
+    if (config->kv_events_replay_endpoint && !config->kv_events_endpoint) {
+        fprintf (stderr, "kvpoold: --kv-events-replay-endpoint needs --kv-events-endpoint\n");
+        return -1;
+    }
+    if (config->kv_events_endpoint && config->role == KVP_ROLE_MASTER) {
+        fprintf (stderr, "kvpoold: --kv-events-endpoint: a master holds no objects; each "
+                         "node publishes the events of the objects it holds\n");
         return -1;
     }
     if (config->offload == KVP_OFFLOAD_DEFAULT)

@@ -95,6 +95,13 @@ typedef struct {
     //  --transport and --rdma-device (kvpoold, kvp_rdma_choose).
     bool rdma;
     lookup_config_t lookup;
+    //  KV events for KV-aware routers (actors/kv_events.c, docs/kv_events.md)
+    const char *kv_events_endpoint;        //  the PUB bind, or NULL: no events at all
+    const char *kv_events_replay_endpoint; //  the replay ROUTER bind, or NULL: none
+    const char *kv_events_topic;           //  frame 1 of every message ("" by default)
+    const char *kv_events_medium;          //  "medium" of every event
+    uint64_t kv_events_replay_size;        //  batches kept for replay
+    uint64_t kv_events_interval_ms;        //  how long the replica-manager gathers a batch
 } kvp_config_t;
 
 //  Fills config with the defaults (each option's row in the settings table says its own).

@@ -93,6 +93,17 @@
     copy an object loses (removed, replaced, dropped) is unlinked by the transfer-submitter
     (`unlinks`, sent after each job).
 
+    KV EVENTS (--kv-events-endpoint, actors/kv_events.h). This actor is where keys become
+    visible and go, so it is the source of the store's KV-events stream: s_object_complete
+    (PUT_END, server-side PUT and UPSERT), an adopted object (--segment-dir) and a
+    registered disk copy (a restart) note BlockStored; rm_object_drop of a committed object
+    (remove, regex removal, eviction, a disk-only object losing its copy, a lost segment, an
+    upsert's old value) notes BlockRemoved; a REMOVE_ALL or RESET that takes every committed
+    object notes one AllBlocksCleared instead of an event per key. Going to disk and coming
+    back (offload, promotion) is not an event: the key stays visible. Noting is an append to
+    a buffer; the batch goes to the publisher over inproc, never waiting (the feed drops
+    and counts when the publisher is behind), when due (the poll wakes for it).
+
     Threads: one, the actor's, and the regex-matcher's, which sees only its batch. The only
     cross-thread state is kvp_object_t.pins (atomic); read stamps are written by readers in
     any process (shm_index.h).
@@ -198,6 +209,8 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
     assert (self->objects);
     self->doomed = zlistx_new ();
     self->held = zlistx_new ();
+    if (config->kv_events_endpoint)
+        self->events = kv_events_feed_new (config->instance, config->kv_events_interval_ms);
     self->departing = zlistx_new ();
     self->pins = zhashx_new ();
     self->regex_runs = zlistx_new ();
@@ -362,8 +375,10 @@ rm_object_drop (self_t *self, kvp_object_t *object, kvp_job_t **free_job_p, int6
     object_table_delete (self->objects, object);
     if (object->state == OBJECT_PENDING)
         self->pending--;
-    else
+    else {
         self->bytes_stored -= object->size * object->replica_count;
+        rm_event_removed (self, object);
+    }
     if (s_has_pins (object, now))
         zlistx_add_end (self->doomed, object);
     else {
@@ -414,6 +429,7 @@ s_self_destroy (self_t **self_p)
     object_log_destroy (&self->log);
     kvp_job_destroy (&self->unlinks);
     admission_destroy (&self->disk_reads);
+    kv_events_feed_destroy (&self->events); //  hands over the last batch
     zsock_destroy (&self->router);
     zsock_destroy (&self->allocator);
     zsock_destroy (&self->tx);
@@ -747,6 +763,7 @@ s_object_complete (self_t *self, kvp_object_t *object, int64_t now)
     rm_log_put (self, object, NULL);
     self->bytes_stored += object->size * object->replica_count;
     self->puts++;
+    rm_event_stored (self, object);
 }
 
 //  The reservation of item's key that this job's owner may end (PUT_END, PUT_REVOKE), or
@@ -1038,13 +1055,20 @@ s_remove_many (self_t *self, kvp_job_t *job, int64_t now)
     //  A reset also revokes client reservations.
     bool reset = job->op == KVPOOL__V1__OP__RESET;
     zlistx_t *victims = zlistx_new ();
+    bool all_go = true; //  every committed object: one AllBlocksCleared, no event per key
     for (kvp_object_t *object = (kvp_object_t *) object_table_first (self->objects); object;
          object = (kvp_object_t *) object_table_next (self->objects)) {
         if (object->state != OBJECT_COMPLETE && !(reset && !object->busy))
             continue;
-        if (object->state == OBJECT_COMPLETE && !rm_take_unleased (self, object, job->force, now))
+        if (object->state == OBJECT_COMPLETE && !rm_take_unleased (self, object, job->force, now)) {
+            all_go = false;
             continue;
+        }
         zlistx_add_end (victims, object);
+    }
+    if (self->events && all_go) {
+        kv_events_feed_add (self->events, KV_EVENT_CLEARED, NULL, 0);
+        self->events_quiet = true;
     }
     kvp_job_t *free_job = NULL;
     uint64_t removed = 0;
@@ -1060,6 +1084,7 @@ s_remove_many (self_t *self, kvp_job_t *job, int64_t now)
             s_reservation_revoke (self, object, &free_job, now);
     }
     zlistx_destroy (&victims);
+    self->events_quiet = false;
     rm_free_job_send (self, &free_job);
     job->result_count = removed;
 }
@@ -1184,6 +1209,7 @@ s_remove_segment (self_t *self, kvp_job_t *job, int64_t now)
         }
     }
     zlistx_destroy (&victims);
+    self->events_quiet = false;
     rm_free_job_send (self, &free_job);
     job->result_count = removed;
 }
@@ -1493,6 +1519,7 @@ s_adopt (self_t *self, kvp_job_t *job, int64_t now)
             lru_append (&self->unsaved, &object->unsaved);
         rm_publish (self, object);
         self->bytes_stored += object->size * object->replica_count;
+        rm_event_stored (self, object);
     }
     object_log_destroy (&self->log);
     if (s_log_rewrite (self) != 0) {
@@ -1637,6 +1664,9 @@ replica_manager_actor (zsock_t *pipe, void *args)
         //  No spinning here: measured, a spinning replica-manager takes a core from the I/O
         //  threads on a 2-core machine and single-key latency got worse.
         int64_t wait = self->next_sweep - zclock_mono ();
+        int64_t events_wait = kv_events_feed_wait (self->events, zclock_mono ());
+        if (events_wait >= 0 && events_wait < wait)
+            wait = events_wait;
         void *which = zpoller_wait (poller, wait > 0 ? (int) wait : 0);
         if (which == pipe) {
             char *command = zstr_recv (pipe);
@@ -1682,6 +1712,9 @@ replica_manager_actor (zsock_t *pipe, void *args)
             rm_unlinks_send (self);
             self->next_sweep = zclock_mono () + SWEEP_INTERVAL_MS;
         }
+        //  The events gathered go to the publisher once the batch is due.
+        if (self->events)
+            kv_events_feed_flush (self->events, zclock_mono (), false);
     }
     s_regex_stop (self);
     //  Take back the free jobs still at the allocator (it ends after us), so none leaks.

@@ -16,6 +16,7 @@
 
 #include "actors/admission.h"
 #include "actors/config.h"
+#include "actors/kv_events.h"
 #include "actors/lru_list.h"
 #include "actors/object_table.h"
 #include "actors/regex_matcher.h"
@@ -121,6 +122,9 @@ typedef struct {
     object_log_t *log;
     uint64_t log_live;    //  live PUT records in it
     uint64_t log_hash_us; //  time spent hashing values for it
+    //  --kv-events-endpoint: keys that become visible and go, for the publisher (or NULL)
+    kv_events_feed_t *events;
+    bool events_quiet; //  a remove-all that ends in AllBlocksCleared: no event per key
     regex_matcher_t *matcher;
     zlistx_t *regex_runs; //  regex_run_t, oldest first; the first is at the matcher if out
     bool regex_out;
@@ -140,6 +144,21 @@ rm_epoch_pins (kvp_object_t *object, unsigned epoch)
 {
     return atomic_load_explicit (&object->pins[epoch], memory_order_acquire)
            + (int) object->client_pins[epoch];
+}
+
+//  The KV events (actors/kv_events.h): a committed object became visible / one went.
+static inline void
+rm_event_stored (rm_state_t *self, const kvp_object_t *object)
+{
+    if (self->events)
+        kv_events_feed_add (self->events, KV_EVENT_STORED, object->key, strlen (object->key));
+}
+
+static inline void
+rm_event_removed (rm_state_t *self, const kvp_object_t *object)
+{
+    if (self->events && !self->events_quiet)
+        kv_events_feed_add (self->events, KV_EVENT_REMOVED, object->key, strlen (object->key));
 }
 
 //  ---- replica_manager.c --------------------------------------------------------------

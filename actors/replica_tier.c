@@ -391,6 +391,7 @@ rm_disk_register (self_t *self, kvp_job_t *job, int64_t now)
         object->touched = now;
         s_disk_attach (self, object, item->disk_id, item->disk_footprint, now);
         self->puts++;
+        rm_event_stored (self, object);
     }
 }
 

@@ -49,6 +49,13 @@ int bench_cluster_run (const char *kvpoold_path, bool quick, int reps, double re
 //  bench_cluster_run.
 int bench_master_run (const char *kvpoold_path, bool quick);
 
+//  The kv-events section (bench_kv_events.c): put throughput of 4 KiB values in batches of
+//  64 over tcp into a kvpoold without KV events and one publishing them to an attached
+//  subscriber, interleaved repetitions, the medians and their ratio (target: at most 5%
+//  cost). Starts and stops its own kvpoolds. Returns 0 or -1 (a missed target is reported,
+//  not failed).
+int bench_kv_events_run (const char *kvpoold_path, bool quick);
+
 //  ---- processes (bench_proc.c) ---------------------------------------------------------
 //  Every child the bench starts goes through bench_spawn, so an interrupted bench stops them
 //  all (bench_on_signal) and a bench that dies takes them with it (PR_SET_PDEATHSIG).

@@ -34,6 +34,8 @@
       master  bench_master_run (bench/bench_master.c): one master driven with the cluster
               protocol by fake nodes: keys per second of INVENTORY, LOCATE and PLACE+COMMIT,
               and its memory per object, over 10 million keys.
+      kv-events  bench_kv_events_run (bench/bench_kv_events.c): 4 KiB batched put throughput
+              with KV events published to a subscriber against none, and the ratio.
     A summary of kvpool/Redis ratios and the targets follows the data sections; lookup, tier,
     cluster and master print their own targets.
 
@@ -175,7 +177,7 @@ typedef struct {
     int reps, min_calls;
     double rep_seconds;
     uint64_t put_cap; //  bytes per put repetition, so the pool never fills
-    bool do_memcpy, do_kv, do_exist, do_lookup, do_tier, do_cluster, do_master;
+    bool do_memcpy, do_kv, do_exist, do_lookup, do_tier, do_cluster, do_master, do_kv_events;
     bool use_kvpool, use_redis;
     char prefix[32]; //  every key starts with it ("bench-PID/")
     char kvpoold_default[PATH_MAX + 16];
@@ -1357,13 +1359,15 @@ s_usage (FILE *out)
              "and redis-server on loopback itself and stops them at the end.\n\n"
              "  --quick            few iterations (smoke test; well under a minute)\n"
              "  --only LIST        sections, comma-separated: memcpy, kv, exist, redis, lookup,\n"
-             "                     tier, cluster, master. 'redis' adds the Redis side to kv and\n"
-             "                     exist; 'redis' alone runs kv and exist on Redis only. 'tier'\n"
+             "                     tier, cluster, master, kv-events. 'redis' adds the Redis side\n"
+             "                     to kv and exist; 'redis' alone runs kv and exist on Redis\n"
+             "                     only. 'tier'\n"
              "                     (eviction and the disk tier) starts kvpoolds of its own, with\n"
              "                     disk directories under /tmp. 'master' drives a master of\n"
              "                     its own with 10 million keys (200000 with --quick; the\n"
-             "                     master reaches about 2 GB). Default: all but cluster and\n"
-             "                     master\n"
+             "                     master reaches about 2 GB). 'kv-events': put throughput\n"
+             "                     with KV events published, against none. Default: all but\n"
+             "                     cluster, master and kv-events\n"
              "  --cluster          the cluster section: a master and two nodes of its own; reads\n"
              "                     and writes of values held by the other node, against iperf3\n"
              "                     on loopback (alone, the same as --only cluster; with --only,\n"
@@ -1383,7 +1387,7 @@ static int
 s_parse_only (bench_t *self, const char *list)
 {
     bool kv = false, exist = false, redis = false, lookup = false, mem = false, tier = false,
-         cluster = false, master = false;
+         cluster = false, master = false, kv_events = false;
     char copy[256];
     snprintf (copy, sizeof copy, "%s", list);
     char *save = NULL;
@@ -1404,10 +1408,12 @@ s_parse_only (bench_t *self, const char *list)
             cluster = true;
         else if (!strcmp (item, "master"))
             master = true;
+        else if (!strcmp (item, "kv-events"))
+            kv_events = true;
         else {
             fprintf (stderr,
                      "kvpool-bench: unknown section '%s' (memcpy, kv, exist, redis, "
-                     "lookup, tier, cluster, master)\n",
+                     "lookup, tier, cluster, master, kv-events)\n",
                      item);
             return -1;
         }
@@ -1422,6 +1428,7 @@ s_parse_only (bench_t *self, const char *list)
     self->do_tier = tier;
     self->do_cluster = cluster;
     self->do_master = master;
+    self->do_kv_events = kv_events;
     self->use_redis = redis;
     return 0;
 }
@@ -1679,6 +1686,10 @@ main (int argc, char **argv)
     }
     if (self->do_master && bench_master_run (self->kvpoold_path, self->quick) != 0) {
         fprintf (stderr, "kvpool-bench: the master section failed\n");
+        self->errors++;
+    }
+    if (self->do_kv_events && bench_kv_events_run (self->kvpoold_path, self->quick) != 0) {
+        fprintf (stderr, "kvpool-bench: the kv-events section failed\n");
         self->errors++;
     }
     for (int i = 0; i < BATCH; i++) {

@@ -5,6 +5,11 @@
     keys of the lookup, writes them, and only then points keys[] into it (the buffer may move
     when it grows, so no pointer is taken before the last resize). The buffers are kept for the
     next lookup, so a steady stream of lookups does no allocation. One thread per instance.
+
+    Parsing (lookup_keys_parse, for the KV events) compiles the template a second time into a
+    pattern: literal runs (with {model}, {pcp} and {dcp} substituted) and the variable fields
+    {tp}, {pp} and {hash}. A key is matched against it from the left; a variable field tries
+    its longest run of digits first and backtracks, so "{hash}0" still parses "ab0".
 */
 #include "lookup_server/lookup_keys.h"
 
@@ -26,6 +31,10 @@ struct _lookup_keys_t {
     size_t keys_text_size;
     const char **keys;
     size_t keys_size;
+    //  The parse pattern: tokens, literal ones pointing into pattern_text.
+    struct s_token *tokens;
+    size_t token_count;
+    char *pattern_text;
 };
 
 typedef enum {
@@ -39,6 +48,11 @@ typedef enum {
     FIELD_CACHE_PREFIX,
     FIELD_HASH
 } field_t;
+
+typedef struct s_token {
+    field_t field; //  FIELD_NONE: literal text; else FIELD_TP, FIELD_PP or FIELD_HASH
+    size_t offset, len;
+} s_token_t;
 
 //  A growable string for compilation.
 typedef struct {
@@ -179,6 +193,83 @@ s_compile (const char *template, const lookup_config_t *config, uint32_t tp, uin
     return 0;
 }
 
+//  Compiles the parse pattern (the template is known to be good by now). Returns 0 or -1.
+static int
+s_pattern_compile (lookup_keys_t *self, const char *template, const lookup_config_t *config)
+{
+    size_t max_tokens = 2 * strlen (template) + 1;
+    self->tokens = (s_token_t *) calloc (max_tokens, sizeof (s_token_t));
+    s_text_t text = {NULL, 0, 0};
+    if (!self->tokens || s_text_add (&text, "", 0))
+        goto fail;
+    size_t count = 0;
+    const char *p = template;
+    while (*p) {
+        const char *add = p;
+        size_t add_len = 0;
+        char number[16];
+        field_t field = FIELD_NONE;
+        if ((p[0] == '{' && p[1] == '{') || (p[0] == '}' && p[1] == '}')) {
+            add_len = 1;
+            p += 2;
+        }
+        else if (p[0] == '{') {
+            const char *close = strchr (p + 1, '}');
+            field = s_field (p + 1, (size_t) (close - p - 1));
+            p = close + 1;
+            if (field == FIELD_MODEL) {
+                add = config->model ? config->model : "";
+                add_len = strlen (add);
+                field = FIELD_NONE;
+            }
+            else if (field == FIELD_PCP || field == FIELD_DCP || field == FIELD_GROUP) {
+                add_len = (size_t) snprintf (number, sizeof number, "%u",
+                                             field == FIELD_PCP   ? config->pcp_rank
+                                             : field == FIELD_DCP ? config->dcp_rank
+                                                                  : config->group);
+                add = number;
+                field = FIELD_NONE;
+            }
+            else if (field == FIELD_CACHE_PREFIX) {
+                //  As compiled: the prefix and an "@", or nothing.
+                const char *prefix = config->cache_prefix ? config->cache_prefix : "";
+                if (*prefix && s_text_add (&text, "", 0))
+                    goto fail;
+                add_len = *prefix ? (size_t) snprintf (number, 0, "%s@", prefix) : 0;
+                field = FIELD_NONE;
+                if (add_len) {
+                    if (count == 0 || self->tokens[count - 1].field != FIELD_NONE)
+                        self->tokens[count++] = (s_token_t){FIELD_NONE, text.len, 0};
+                    if (s_text_add (&text, prefix, strlen (prefix)) || s_text_add (&text, "@", 1))
+                        goto fail;
+                    self->tokens[count - 1].len += add_len;
+                    add_len = 0;
+                }
+            }
+        }
+        else {
+            add_len = strcspn (p, "{}");
+            p += add_len;
+        }
+        if (field != FIELD_NONE)
+            self->tokens[count++] = (s_token_t){field, 0, 0};
+        else if (add_len) {
+            //  Runs of literal text join into one token.
+            if (count == 0 || self->tokens[count - 1].field != FIELD_NONE)
+                self->tokens[count++] = (s_token_t){FIELD_NONE, text.len, 0};
+            if (s_text_add (&text, add, add_len))
+                goto fail;
+            self->tokens[count - 1].len += add_len;
+        }
+    }
+    self->token_count = count;
+    self->pattern_text = text.data;
+    return 0;
+fail:
+    free (text.data);
+    return -1;
+}
+
 lookup_keys_t *
 lookup_keys_new (const lookup_config_t *config, const char **reason_p)
 {
@@ -228,7 +319,7 @@ lookup_keys_new (const lookup_config_t *config, const char **reason_p)
     }
     //  A template of nothing but {hash} has no literal text at all.
     self->part_text = text.data ? text.data : (char *) calloc (1, 1);
-    if (!self->part_text) {
+    if (!self->part_text || s_pattern_compile (self, template, config)) {
         lookup_keys_destroy (&self);
         if (reason_p)
             *reason_p = "out of memory";
@@ -248,6 +339,8 @@ lookup_keys_destroy (lookup_keys_t **self_p)
         free (self->fixed_len);
         free (self->keys_text);
         free ((void *) self->keys);
+        free (self->tokens);
+        free (self->pattern_text);
         free (self);
         *self_p = NULL;
     }
@@ -332,6 +425,77 @@ fail:
     if (reason_p)
         *reason_p = reason;
     return -1;
+}
+
+//  ---- parsing ---------------------------------------------------------------------------
+
+typedef struct {
+    const char *hash;
+    size_t hash_len;
+    uint32_t tp, pp;
+} s_parsed_t;
+
+static bool
+s_is_hex (char c)
+{
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+}
+
+//  Matches tokens[t..] against key[at..len]; depth is bounded by the token count.
+static bool
+s_match (const lookup_keys_t *self, size_t t, const char *key, size_t at, size_t len,
+         s_parsed_t *parsed)
+{
+    if (t == self->token_count)
+        return at == len;
+    const s_token_t *token = &self->tokens[t];
+    if (token->field == FIELD_NONE)
+        return token->len <= len - at
+               && memcmp (key + at, self->pattern_text + token->offset, token->len) == 0
+               && s_match (self, t + 1, key, at + token->len, len, parsed);
+    size_t run = 0;
+    if (token->field == FIELD_HASH)
+        while (at + run < len && s_is_hex (key[at + run]))
+            run++;
+    else
+        while (at + run < len && run < 9 && key[at + run] >= '0' && key[at + run] <= '9')
+            run++; //  at most 9 digits: always a uint32_t
+    for (; run > 0; run--) {
+        s_parsed_t saved = *parsed;
+        if (token->field == FIELD_HASH) {
+            //  Every {hash} of a key is the same hash.
+            if (parsed->hash
+                && (parsed->hash_len != run || memcmp (parsed->hash, key + at, run) != 0))
+                continue;
+            parsed->hash = key + at;
+            parsed->hash_len = run;
+        }
+        else {
+            uint32_t value = 0;
+            for (size_t i = 0; i < run; i++)
+                value = value * 10 + (uint32_t) (key[at + i] - '0');
+            *(token->field == FIELD_TP ? &parsed->tp : &parsed->pp) = value;
+        }
+        if (s_match (self, t + 1, key, at + run, len, parsed))
+            return true;
+        *parsed = saved;
+    }
+    return false;
+}
+
+bool
+lookup_keys_parse (const lookup_keys_t *self, const char *key, size_t len, const char **hash_p,
+                   size_t *hash_len_p, uint32_t *tp_p, uint32_t *pp_p)
+{
+    assert (self && key);
+    s_parsed_t parsed = {NULL, 0, 0, 0};
+    if (!s_match (self, 0, key, 0, len, &parsed))
+        return false;
+    *hash_p = parsed.hash;
+    *hash_len_p = parsed.hash_len;
+    *tp_p = parsed.tp;
+    *pp_p = parsed.pp;
+    return true;
 }
 
 //  ---- self test -----------------------------------------------------------------------
@@ -436,6 +600,38 @@ lookup_keys_test (bool verbose)
     lookup_keys_destroy (&self);
     scheme.key_scheme = "v9";
     assert (lookup_keys_new (&scheme, &reason) == NULL && strstr (reason, "key scheme"));
+    //  Parsing: the keys the template makes come back to their hash and ranks.
+    {
+        const char *hash;
+        size_t hash_len;
+        uint32_t tp, pp;
+        self = s_keys (NULL, "llama", 2, 2, &reason);
+        assert (self);
+        const char *key = "llama@tp_rank:1@pcp3@dcp4@pp_rank:12@group:0@ab01Ff";
+        assert (lookup_keys_parse (self, key, strlen (key), &hash, &hash_len, &tp, &pp));
+        assert (hash_len == 6 && memcmp (hash, "ab01Ff", 6) == 0 && tp == 1 && pp == 12);
+        const char *others[] = {"llama@tp_rank:1@pcp3@dcp4@pp_rank:0@group:0@",    //  no hash
+                                "llama@tp_rank:1@pcp3@dcp4@pp_rank:0@group:0@xyz", //  not hex
+                                "llama@tp_rank:1@pcp9@dcp4@pp_rank:0@group:0@ab",  //  another pcp
+                                "llamb@tp_rank:1@pcp3@dcp4@pp_rank:0@group:0@ab",  //  another model
+                                "llama@tp_rank:@pcp3@dcp4@pp_rank:0@group:0@ab",   //  no rank
+                                "llama@tp_rank:1234567890@pcp3@dcp4@pp_rank:0@group:0@ab",
+                                "plain-key",
+                                ""};
+        for (size_t i = 0; i < sizeof others / sizeof others[0]; i++)
+            assert (!lookup_keys_parse (self, others[i], strlen (others[i]), &hash, &hash_len, &tp,
+                                        &pp));
+        lookup_keys_destroy (&self);
+        //  Backtracking: a hex literal after {hash}; {hash} twice must agree.
+        self = s_keys ("{hash}0/{tp}{{x}}{hash}", "m", 1, 1, &reason);
+        assert (self);
+        key = "ab00/7{x}ab0";
+        assert (lookup_keys_parse (self, key, strlen (key), &hash, &hash_len, &tp, &pp));
+        assert (hash_len == 3 && memcmp (hash, "ab0", 3) == 0 && tp == 7 && pp == 0);
+        key = "ab00/7{x}ab1";
+        assert (!lookup_keys_parse (self, key, strlen (key), &hash, &hash_len, &tp, &pp));
+        lookup_keys_destroy (&self);
+    }
 
     //  Bad templates.
     const char *bad[][2] = {

@@ -44,6 +44,14 @@ int lookup_keys_expand (lookup_keys_t *self, char *const *hashes, const size_t *
                         size_t count, size_t max_key_len, const char *const **keys_p,
                         const char **reason_p);
 
+//  The other way: whether key (len bytes) is one the template makes for some hash and rank
+//  pair, with this instance's model, pcp and dcp. {tp} and {pp} match decimal numbers (any,
+//  not only those below the sizes), {hash} a run of hex digits (the same run at every place
+//  it appears). On a match, sets the hash (pointing into key) and the ranks and returns true.
+//  Allocates nothing; the instance is only read.
+bool lookup_keys_parse (const lookup_keys_t *self, const char *key, size_t len, const char **hash_p,
+                        size_t *hash_len_p, uint32_t *tp_p, uint32_t *pp_p);
+
 void lookup_keys_test (bool verbose);
 
 #endif

@@ -23,6 +23,8 @@
 #include "actors/owners.h"
 #include "actors/regex_matcher.h"
 #include "actors/replica_manager.h"
+#include "actors/kv_events.h"
+#include "actors/kv_events_encode.h"
 #include "transfer/transfer_pool.h"
 #include "dataplane/data_plane.h"
 #include "actors/rdma_serve.h"
@@ -72,6 +74,8 @@ static selftest_t s_tests[] = {{"kvp_status", kvp_status_test},
                                {"connections", connections_test},
                                {"regex_matcher", regex_matcher_test},
                                {"replica_manager", replica_manager_test},
+                               {"kv_events_encode", kv_events_encode_test},
+                               {"kv_events", kv_events_test},
                                {"admission", admission_test},
                                {"object_table", object_table_test},
                                {"evictor", evictor_test},

@@ -2,10 +2,11 @@
     `master` (a cluster's metadata and placement) or `node` (memory for a cluster).
 
     Starts the actors (replica-manager, allocator, transfer-submitter, evictor, api, lookup
-    server; a node adds the cluster and membership actors; a master runs the master actor
-    alone), reports where it listens, and waits for SIGINT or SIGTERM. Shutdown is orderly: the
-   admin channel stops, the api stops reading requests and answers everything in flight, then the
-    actors end in reverse order of dependence and the process exits 0.
+    server; the kv-events publisher with --kv-events-endpoint; a node adds the cluster and
+    membership actors; a master runs the master actor alone), reports where it listens, and
+    waits for SIGINT or SIGTERM. Shutdown is orderly: the admin channel stops, the api stops
+    reading requests and answers everything in flight, then the actors end in reverse order
+    of dependence and the process exits 0.
 
     Threads: main only waits for signals (blocked in every thread, taken with sigtimedwait),
     so no actor is ever interrupted by a signal handler.
@@ -20,6 +21,7 @@
 #include "actors/conn_guard.h"
 #include "actors/endpoints.h"
 #include "actors/evictor.h"
+#include "actors/kv_events.h"
 #include "actors/master.h"
 #include "actors/membership.h"
 #include "actors/replica_manager.h"
@@ -31,7 +33,7 @@
 #define DRAIN_TIMEOUT_MS 30000
 
 static int
-s_write_ready_file (const char *path, zlist_t *endpoints, zlist_t *admin)
+s_write_ready_file (const char *path, zlist_t *endpoints, zlist_t *admin, zlist_t *kv_events)
 {
     char tmp[4096];
     snprintf (tmp, sizeof tmp, "%s.tmp", path);
@@ -42,6 +44,12 @@ s_write_ready_file (const char *path, zlist_t *endpoints, zlist_t *admin)
         fprintf (file, "endpoint=%s\n", e);
     for (char *e = admin ? (char *) zlist_first (admin) : NULL; e; e = (char *) zlist_next (admin))
         fprintf (file, "admin=%s\n", e);
+    //  The PUB endpoint first, then the replay one (actors/kv_events.h).
+    const char *kv_names[] = {"kv_events", "kv_events_replay"};
+    size_t kv_index = 0;
+    for (char *e = kv_events ? (char *) zlist_first (kv_events) : NULL; e && kv_index < 2;
+         e = (char *) zlist_next (kv_events))
+        fprintf (file, "%s=%s\n", kv_names[kv_index++], e);
     fprintf (file, "pid=%d\n", (int) getpid ());
     fclose (file);
     //  Rename, so a reader never sees half a file.
@@ -68,7 +76,8 @@ s_run_master (kvp_config_t *config, sigset_t *signals)
     zlist_t *endpoints = kvp_endpoints_ask (master, "master endpoint");
     int status = 1;
     if (endpoints) {
-        if (config->ready_file && s_write_ready_file (config->ready_file, endpoints, NULL) != 0)
+        if (config->ready_file
+            && s_write_ready_file (config->ready_file, endpoints, NULL, NULL) != 0)
             fprintf (stderr, "kvpoold: cannot write %s: %s\n", config->ready_file,
                      strerror (errno));
         else {
@@ -123,6 +132,11 @@ main (int argc, char **argv)
                                        transport_why, sizeof transport_why)
                       == KVP_RDMA_TRANSPORT_RDMA;
 
+    //  The publisher binds the inproc socket the replica-manager's feed connects to.
+    zactor_t *kv_events = NULL;
+    zlist_t *kv_endpoints = NULL;
+    if (config.kv_events_endpoint)
+        kv_events = zactor_new (kv_events_actor, &config);
     zactor_t *rm = zactor_new (replica_manager_actor, &config);
     zactor_t *al = zactor_new (allocator_actor, &config);
     zactor_t *tx = zactor_new (transfer_submitter_actor, &config);
@@ -152,6 +166,8 @@ main (int argc, char **argv)
         goto shutdown;
     }
     zstr_free (&ev_status);
+    if (kv_events && !(kv_endpoints = kvp_endpoints_ask (kv_events, "kv events endpoint")))
+        goto shutdown;
     endpoints = kvp_endpoints_ask (api, "client endpoint");
     if (!endpoints)
         goto shutdown;
@@ -196,7 +212,8 @@ main (int argc, char **argv)
     if (!admin)
         goto shutdown;
 
-    if (config.ready_file && s_write_ready_file (config.ready_file, endpoints, admin) != 0) {
+    if (config.ready_file
+        && s_write_ready_file (config.ready_file, endpoints, admin, kv_endpoints) != 0) {
         fprintf (stderr, "kvpoold: cannot write %s: %s\n", config.ready_file, strerror (errno));
         goto shutdown;
     }
@@ -210,6 +227,9 @@ main (int argc, char **argv)
         printf ("kvpoold: client endpoint %s\n", e);
     for (char *e = (char *) zlist_first (admin); e; e = (char *) zlist_next (admin))
         printf ("kvpoold: lookup/reset admin endpoint %s\n", e);
+    for (char *e = kv_endpoints ? (char *) zlist_first (kv_endpoints) : NULL; e;
+         e = (char *) zlist_next (kv_endpoints))
+        printf ("kvpoold: kv events %s\n", e);
     fflush (stdout);
 
     s_wait_for_signal (&signals);
@@ -229,12 +249,14 @@ shutdown:
     zactor_destroy (&api);
     zactor_destroy (&membership);
     zactor_destroy (&ev);
-    zactor_destroy (&rm);      //  before the transfer-submitter: it waits for its unlinks
-    zactor_destroy (&cluster); //  after the replica-manager: it takes its last drop reports
+    zactor_destroy (&rm);        //  before the transfer-submitter: it waits for its unlinks
+    zactor_destroy (&kv_events); //  after the replica-manager: it publishes its last batch
+    zactor_destroy (&cluster);   //  after the replica-manager: it takes its last drop reports
     zactor_destroy (&tx);
     zactor_destroy (&al);
     zlist_destroy (&endpoints);
     zlist_destroy (&admin);
+    zlist_destroy (&kv_endpoints);
     zstr_free (&peer_endpoint);
     zstr_free (&host_id);
     if (config.ready_file)

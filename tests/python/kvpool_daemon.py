@@ -17,6 +17,8 @@ then renames it, so a reader sees all of it or none):
     endpoint=tcp://127.0.0.1:41234
     endpoint=ipc://@kvpool-41234       (the same-machine endpoint kvpoold adds by itself)
     admin=tcp://127.0.0.1:41235
+    kv_events=tcp://127.0.0.1:41236    (with --kv-events-endpoint)
+    kv_events_replay=tcp://127.0.0.1:41237   (with --kv-events-replay-endpoint)
     pid=12345
 
 read_ready_file here is its only reader in Python; the C tests and kvpool-bench have
@@ -102,6 +104,9 @@ class Kvpoold:
         self.ipc = _first(self.endpoints, "ipc://")
         self.admin = _first(self.admins, "tcp://")
         self.admin_ipc = _first(self.admins, "ipc://")
+        # --kv-events-endpoint / --kv-events-replay-endpoint, as bound (None when not asked)
+        self.kv_events = _first(ready.get("kv_events", []), "")
+        self.kv_events_replay = _first(ready.get("kv_events_replay", []), "")
 
     def _wait_ready(self, timeout):
         deadline = time.monotonic() + timeout
