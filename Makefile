@@ -39,12 +39,12 @@ CFLAGS_BASE := -std=gnu11 -g -Wall -Wextra -fPIC -pthread -MMD -MP \
 CFLAGS += $(OPT) $(CFLAGS_BASE)
 LDFLAGS += $(if $(SANITIZE),-fsanitize=$(SANITIZE)) -pthread
 LIBS := -lczmq -lzmq -lprotobuf-c -lmsgpackc -lrt -ldl
-SERVER_LIBS := $(LIBS) -ljemalloc -lpcre2-8 -luring -lxxhash $(if $(wildcard rdma/*.c),-libverbs)
+SERVER_LIBS := $(LIBS) -ljemalloc -lpcre2-8 -luring -lxxhash -lmicrohttpd $(if $(wildcard rdma/*.c),-libverbs)
 
 # Debian packages the build, the tests and the benchmark need.
 DEB_PACKAGES := build-essential pkg-config libzmq3-dev libczmq-dev libprotobuf-c-dev \
 	protobuf-c-compiler protobuf-compiler libjemalloc-dev libibverbs-dev libmsgpack-dev \
-	libhiredis-dev libpcre2-dev liburing-dev libxxhash-dev redis-server clang libclang-rt-14-dev python3 python3-zmq python3-msgpack \
+	libhiredis-dev libpcre2-dev liburing-dev libxxhash-dev libmicrohttpd-dev prometheus tmux help2man gnuplot-nox redis-server clang libclang-rt-14-dev python3 python3-zmq python3-msgpack \
 	python3-pytest python3-numpy python3-protobuf procps iperf3
 
 PROTO := protocol/kvpool.proto
@@ -78,8 +78,8 @@ PROGRAMS := $(BIN)/kvpoold $(BIN)/kvpool $(BIN)/kvpool-bench $(BIN)/kvpool-selft
 FAKE_CUDART := $(LIB)/libfake_cudart.so
 GPU_CHECK := $(BIN)/kvpool-gpu-check
 
-.PHONY: all deps run test check unit integration python-test install clean format fuzz \
-	readme-settings gpu-bundle
+.PHONY: all deps run test check unit integration python-test install man clean format fuzz \
+	readme-settings docs-metrics gpu-bundle
 all: $(PROGRAMS) $(LIB)/libkvpool.a $(LIB)/libkvpool.so $(TEST_BINS) python-proto $(FAKE_CUDART) \
 	$(GPU_CHECK)
 
@@ -158,9 +158,9 @@ $(BIN)/kvpoold: $(OBJ)/tools/kvpoold.o $(LIB)/libkvpool-all.a
 	@mkdir -p $(BIN)
 	$(CC) $(LDFLAGS) -o $@ $^ $(SERVER_LIBS)
 
-$(BIN)/kvpool: $(OBJ)/tools/kvpool.o $(LIB)/libkvpool.a
+$(BIN)/kvpool: $(OBJ)/tools/kvpool.o $(OBJ)/tools/kvpool_top.o $(LIB)/libkvpool.a
 	@mkdir -p $(BIN)
-	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS) -lm
 
 $(BIN)/kvpool-selftest: $(OBJ)/tests/selftest.o $(LIB)/libkvpool-all.a
 	@mkdir -p $(BIN)
@@ -209,7 +209,22 @@ test: deps
 
 check: test
 
-install: all
+# ---- man pages, from the programs' own --help (help2man) ------------------------------
+VERSION := $(shell sed -n 's/^\#define KVP_VERSION "\(.*\)"/\1/p' protocol/contract.h)
+MAN := $(BUILD)/man/kvpoold.8 $(BUILD)/man/kvpool.1
+$(BUILD)/man/kvpoold.8: $(BIN)/kvpoold
+	@mkdir -p $(dir $@)
+	help2man -N -s 8 -n "a node of kvpool, the KV-cache store for LLM inference" \
+	  --version-string=$(VERSION) -o $@ $<
+$(BUILD)/man/kvpool.1: $(BIN)/kvpool
+	@mkdir -p $(dir $@)
+	help2man -N -s 1 -n "put, get, inspect and watch a kvpool node" \
+	  --version-string=$(VERSION) -o $@ $<
+man: $(MAN)
+
+#  systemd's unit directory under PREFIX (/usr/local/lib/systemd/system is on its path).
+SYSTEMD_DIR ?= $(PREFIX)/lib/systemd/system
+install: all man
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include
 	install -m 755 $(PROGRAMS) $(DESTDIR)$(PREFIX)/bin/
 	install -m 644 $(LIB)/libkvpool.a $(DESTDIR)$(PREFIX)/lib/
@@ -218,22 +233,43 @@ install: all
 	install -m 644 include/kvpool.h $(CONTRACT_H) $(DESTDIR)$(PREFIX)/include/
 	@pydir=$(DESTDIR)$(PREFIX)/lib/python3/dist-packages; install -d $$pydir/kvpool && \
 	  cp -r python/kvpool/*.py $$pydir/kvpool/ && echo "python package installed in $$pydir"
+	install -d $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man8
+	install -m 644 $(BUILD)/man/kvpool.1 $(DESTDIR)$(PREFIX)/share/man/man1/
+	install -m 644 $(BUILD)/man/kvpoold.8 $(DESTDIR)$(PREFIX)/share/man/man8/
+	install -d $(DESTDIR)$(SYSTEMD_DIR) $(DESTDIR)/etc/kvpool
+	sed 's|@BINDIR@|$(PREFIX)/bin|' packaging/kvpoold.service.in \
+	  >$(DESTDIR)$(SYSTEMD_DIR)/kvpoold.service
+	@# The settings file is the administrator's once it is there.
+	@[ -e $(DESTDIR)/etc/kvpool/kvpoold.conf ] || \
+	  install -m 644 packaging/kvpoold.conf $(DESTDIR)/etc/kvpool/kvpoold.conf
+	@# The service's user, on a real install (not into a staging DESTDIR).
+	@if [ -z "$(DESTDIR)" ] && ! id kvpool >/dev/null 2>&1; then \
+	  useradd --system --no-create-home --shell /usr/sbin/nologin kvpool && \
+	  echo "created the system user kvpool"; fi
+	@echo "installed; as a service: systemctl daemon-reload && systemctl enable --now kvpoold"
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')
 
-#  README.md's settings table, between its settings-table markers, is printed by kvpoold from
-#  its settings table (actors/config.c); tests/extra/readme_settings.sh fails when they differ.
-readme-settings: $(BIN)/kvpoold
-	@grep -q '^<!-- settings-table:begin -->$$' README.md && \
-	  grep -q '^<!-- settings-table:end -->$$' README.md || \
-	  { echo "README.md lacks the settings-table markers"; exit 1; }
-	$(BIN)/kvpoold --help-markdown >$(BUILD)/settings-table.md
-	awk -v table=$(BUILD)/settings-table.md \
-	  '/^<!-- settings-table:end -->$$/ { skip = 0 } \
+#  Tables kvpoold prints from its own tables, written between markers in the documentation:
+#  README.md's settings table (actors/config.c) and docs/metrics.md's metric table
+#  (actors/metrics.c); tests/extra/generated_tables.sh fails when they differ.
+#  $(call write_table,FILE,MARKER,OPTION)
+define write_table
+	@grep -q '^<!-- $(2):begin -->$$' $(1) && grep -q '^<!-- $(2):end -->$$' $(1) || \
+	  { echo "$(1) lacks the $(2) markers"; exit 1; }
+	$(BIN)/kvpoold $(3) >$(BUILD)/$(2).md
+	awk -v table=$(BUILD)/$(2).md \
+	  '/^<!-- $(2):end -->$$/ { skip = 0 } \
 	   !skip { print } \
-	   /^<!-- settings-table:begin -->$$/ { while ((getline line < table) > 0) print line; skip = 1 }' \
-	  README.md >README.md.tmp && mv README.md.tmp README.md
+	   /^<!-- $(2):begin -->$$/ { while ((getline line < table) > 0) print line; skip = 1 }' \
+	  $(1) >$(1).tmp && mv $(1).tmp $(1)
+endef
+readme-settings: $(BIN)/kvpoold
+	$(call write_table,README.md,settings-table,--help-markdown)
+	$(call write_table,docs/settings.md,settings-table,--help-markdown)
+docs-metrics: $(BIN)/kvpoold
+	$(call write_table,docs/metrics.md,metrics-table,--metrics-markdown)
 
 clean:
 	rm -rf build

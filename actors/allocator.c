@@ -26,8 +26,12 @@
 */
 #include "actors/allocator.h"
 
+#include "actors/log.h"
+
 #include <pthread.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "shm/segment.h"
 #include "alloc/segment_arena.h"
@@ -181,11 +185,18 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
     self->rng = config->seed * 0x9E3779B97F4A7C15ULL + 1;
     int stale = segment_remove_stale ();
     if (stale)
-        zsys_info ("allocator: removed %d shared-memory segment(s) left by dead processes", stale);
+        kvp_info ("removed %d shared-memory segment(s) left by dead processes", stale);
     if (config->segment_dir) {
         self->dir = segment_dir_open (config->segment_dir, self->error, sizeof self->error);
         if (!self->dir)
             return self;
+        //  --group's clients map the segment files in it: they need to get through it.
+        if (config->group_set
+            && (chown (config->segment_dir, (uid_t) -1, config->group) != 0
+                || chmod (config->segment_dir, 0750) != 0))
+            kvp_warning ("--segment-dir %s: cannot open it to group %u: %s (its clients will "
+                         "use the socket)",
+                         config->segment_dir, (unsigned) config->group, strerror (errno));
     }
     for (uint32_t i = 0; i < config->segments; i++) {
         char name[300];
@@ -201,8 +212,13 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
         }
         if (segment && config->group_set
             && segment_share_with_group (segment_name (segment), config->group) != 0)
-            zsys_warning ("allocator: cannot open %s to group %u: %s", segment_name (segment),
-                          (unsigned) config->group, strerror (errno));
+            kvp_warning ("cannot open %s to group %u: %s", segment_name (segment),
+                         (unsigned) config->group, strerror (errno));
+        //  mlock is often refused by RLIMIT_MEMLOCK: the node serves on, unlocked, and says so.
+        if (segment && config->lock_memory && !segment_locked (segment))
+            kvp_warning ("--lock-memory: segment %u (%s) is not locked in memory: raise the "
+                         "memlock limit (ulimit -l; LimitMEMLOCK= in a systemd unit)",
+                         i, segment_name (segment));
         if (!segment || !s_seg_add (self, segment, NULL)) {
             snprintf (self->error, sizeof self->error, "cannot create segment %u of %llu bytes: %s",
                       i, (unsigned long long) config->segment_size, strerror (errno));
@@ -443,6 +459,7 @@ s_stats (self_t *self, kvp_job_t *job)
         job->stats.bytes_allocated += segment_arena_allocated (seg->arena);
         job->stats.bytes_mounted += segment_size (seg->segment);
     }
+    s_segments (self, job); //  each segment's size and use (the metrics show them)
 }
 
 static void
@@ -497,7 +514,7 @@ s_unmount_finish (self_t *self, seg_t *seg, int64_t now)
         //  shm_open; a memfd goes with its last descriptor).
         const char *name = segment_name (seg->segment);
         if (job->orphan && !segment_name_is_fd (name) && shm_unlink (name) == 0)
-            zsys_info ("allocator: unlinked %s, left by a client that died", name);
+            kvp_info ("unlinked %s, left by a client that died", name);
         //  Position the list cursor on seg and delete it there.
         for (seg_t *it = (seg_t *) zlistx_first (self->segments); it;
              it = (seg_t *) zlistx_next (self->segments))
@@ -625,7 +642,7 @@ allocator_actor (zsock_t *pipe, void *args)
             else if (streq (command, "STATUS"))
                 zstr_send (pipe, self->error[0] ? self->error : "OK");
             else {
-                zsys_error ("allocator: invalid pipe command '%s'", command);
+                kvp_error ("invalid pipe command '%s'", command);
                 assert (false);
             }
             zstr_free (&command);

@@ -28,6 +28,8 @@
 */
 #include "actors/api.h"
 
+#include "actors/log.h"
+
 #include <pthread.h>
 
 #include <signal.h>
@@ -40,6 +42,7 @@
 #include "actors/endpoints.h"
 #include "actors/evictor.h"
 #include "actors/index_reads.h"
+#include "actors/metrics.h"
 #include "actors/owners.h"
 #include "protocol/contract.h"
 #include "protocol/status.h"
@@ -77,6 +80,7 @@ typedef struct {
     bool cluster;        //  a cluster node's client: the cluster's rows (messages/ops.h)
     bool envelope;       //  REQ client: replies need the empty delimiter
     peer_t peer;         //  who sent it, by the kernel's word (owners.h)
+    int64_t arrived_us;  //  when it came in (zclock_usecs), for its latency
     int fd;              //  the socket it came on (ZMQ_SRCFD), -1 for inproc
     owner_t *owner;      //  the sending process's record, for requests that need one
     bool from_jobs;      //  an in-process actor's job (the job socket): answered with the job
@@ -94,8 +98,9 @@ typedef struct {
     zsock_t *rm, *al, *tx, *ev, *cl;
     bool cluster; //  role node
     zpoller_t *poller;
-    const kvp_config_t *config;
-    zlistx_t *endpoints; //  resolved endpoint strings
+    const kvp_config_t *config; //  = &settings
+    kvp_config_t settings;      //  its own copy: settings changed at run time land here
+    zlistx_t *endpoints;        //  resolved endpoint strings
     char bind_error[256];
     char host_id[64];
     char server_id[96];
@@ -106,6 +111,8 @@ typedef struct {
     connections_t *connections; //  unread reply bytes per connection
     int64_t started;
     index_reads_t *reads;       //  small reads answered from the read index, or NULL
+    kvp_metrics_t *metrics;     //  per-operation counters (config's, or own_metrics)
+    kvp_metrics_t *own_metrics; //  made here when the daemon gave none
     conn_guard_t *guard;        //  refuses connections past --max-connections
     size_t in_flight;           //  jobs out at an actor (client and internal)
     uint64_t client_index_gets; //  values clients read from the index themselves (TOUCH)
@@ -175,8 +182,8 @@ s_bind_local (self_t *self)
     else
         snprintf (endpoint, sizeof endpoint, "ipc://@kvpool-%s", self->config->instance);
     if (zsock_bind (self->router, "%s", endpoint) == -1) {
-        zsys_warning ("api: cannot bind %s (%s): same-machine clients will use tcp", endpoint,
-                      zmq_strerror (zmq_errno ()));
+        kvp_warning ("cannot bind %s (%s): same-machine clients will use tcp", endpoint,
+                     zmq_strerror (zmq_errno ()));
         return;
     }
     zlistx_add_end (self->endpoints, endpoint);
@@ -222,7 +229,8 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
 {
     self_t *self = (self_t *) zmalloc (sizeof (self_t));
     self->pipe = pipe;
-    self->config = config;
+    self->settings = *config;
+    self->config = &self->settings;
     self->router = zsock_new (ZMQ_ROUTER);
     self->rm = zsock_new (ZMQ_DEALER);
     self->al = zsock_new (ZMQ_DEALER);
@@ -289,6 +297,12 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
         self->reads = index_reads_new (self->index_name);
     }
     self->started = zclock_mono ();
+    self->metrics = config->metrics;
+    if (!self->metrics) {
+        self->own_metrics = metrics_new ("all");
+        assert (self->own_metrics);
+        self->metrics = self->own_metrics;
+    }
     //  The first listing of the segments at once: index reads need the mappings.
     self->map_due = true;
     self->next_owner_check = self->started + OWNER_CHECK_INTERVAL_MS;
@@ -329,7 +343,7 @@ s_self_destroy (self_t **self_p)
         zclock_sleep (1);
     }
     if (!connections_wait_released (0))
-        zsys_warning ("api: reply frames still held by libzmq at exit");
+        kvp_warning ("reply frames still held by libzmq at exit");
     connections_destroy (&self->connections);
     zsock_destroy (&self->router);
     zsock_destroy (&self->peer);
@@ -339,6 +353,7 @@ s_self_destroy (self_t **self_p)
     zsock_destroy (&self->al);
     zsock_destroy (&self->tx);
     zsock_destroy (&self->ev);
+    metrics_destroy (&self->own_metrics);
     free (self);
     *self_p = NULL;
 }
@@ -351,6 +366,15 @@ s_send_frame (void *socket, const void *data, size_t size, bool more)
     return zmq_send (socket, data, size, more ? ZMQ_SNDMORE : 0) == -1 ? -1 : 0;
 }
 
+//  The transport a request came over, for the byte counters.
+static kvp_transport_t
+s_transport (const api_ctx_t *ctx)
+{
+    return ctx->peer.kind == PEER_REMOTE  ? KVP_TRANSPORT_TCP
+           : ctx->peer.kind == PEER_LOCAL ? KVP_TRANSPORT_IPC
+                                          : KVP_TRANSPORT_INPROC;
+}
+
 //  Sends [routing id][delimiter?][reply][values?]. Returns 0 or -1.
 static int
 s_send_header (self_t *self, api_ctx_t *ctx, Kvpool__V1__Reply *reply, bool more)
@@ -359,6 +383,8 @@ s_send_header (self_t *self, api_ctx_t *ctx, Kvpool__V1__Reply *reply, bool more
     self->requests++;
     if (reply->status != KVPOOL_OK)
         self->errors++;
+    metrics_request (self->metrics, reply->op, reply->status,
+                     ctx->arrived_us ? (uint64_t) (zclock_usecs () - ctx->arrived_us) : 0);
     if (ctx->request && ctx->request->no_reply)
         return -1; //  the client asked for none (its values, if any, are dropped)
     if (s_send_frame (socket, zframe_data (ctx->routing_id), zframe_size (ctx->routing_id), true)
@@ -388,9 +414,8 @@ s_reply_error (self_t *self, api_ctx_t *ctx, uint64_t request_id, int op, int st
     reply.status = status;
     reply.error = (char *) reason;
     s_send_header (self, ctx, &reply, false);
-    if (self->config->verbose)
-        zsys_info ("api: request %llu op %d: %s (%s)", (unsigned long long) request_id, op,
-                   kvp_status_name (status), reason);
+    kvp_debug ("request %llu op %d: %s (%s)", (unsigned long long) request_id, op,
+               kvp_status_name (status), reason);
 }
 
 //  Drops the pins a GET took on objects that will not be sent.
@@ -480,6 +505,8 @@ s_complete_stats (self_t *self, kvp_stats_t *stats)
     stats->uptime_ms = (uint64_t) (zclock_mono () - self->started);
     stats->transfer_workers = self->config->workers;
     stats->resets = self->resets_done;
+    stats->connections = self->guard ? conn_guard_connections (self->guard) : 0;
+    metrics_bytes_totals (self->metrics, &stats->value_bytes_in, &stats->value_bytes_out);
 }
 
 //  Sends values copied out of the read index as a GET's value frames, or drops them when
@@ -509,6 +536,41 @@ s_name_self (self_t *self, kvp_job_t *job)
     for (size_t i = 0; i < job->count; i++)
         if (job->items[i].status == KVPOOL_OK)
             job->items[i].location_count = 1; //  locations[0] is 0: this node
+}
+
+//  STATS: the per-operation counters, for the operations asked for since the start, in the
+//  request's arena. (Out of memory: the reply goes without them.)
+static void
+s_op_stats (self_t *self, api_ctx_t *ctx, Kvpool__V1__Reply *reply)
+{
+    Kvpool__V1__OpStats **list = (Kvpool__V1__OpStats **) arena_alloc (
+        &ctx->arena, KVP_METRICS_OPS * sizeof (Kvpool__V1__OpStats *));
+    if (!list)
+        return;
+    size_t count = 0;
+    for (int op = 0; op < KVP_METRICS_OPS; op++) {
+        kvp_op_metrics_t counts;
+        metrics_op_read (self->metrics, op, &counts);
+        if (!counts.requests)
+            continue;
+        Kvpool__V1__OpStats *entry =
+            (Kvpool__V1__OpStats *) arena_alloc (&ctx->arena, sizeof (Kvpool__V1__OpStats));
+        uint64_t *buckets =
+            (uint64_t *) arena_alloc (&ctx->arena, KVP_METRICS_BUCKETS * sizeof (uint64_t));
+        if (!entry || !buckets)
+            return;
+        kvpool__v1__op_stats__init (entry);
+        entry->op = (Kvpool__V1__Op) op;
+        entry->requests = counts.requests;
+        entry->failures = counts.failures;
+        entry->latency_sum_us = counts.latency_sum_us;
+        memcpy (buckets, counts.buckets, sizeof counts.buckets);
+        entry->latency_buckets = buckets;
+        entry->n_latency_buckets = KVP_METRICS_BUCKETS;
+        list[count++] = entry;
+    }
+    reply->op_stats = list;
+    reply->n_op_stats = count;
 }
 
 //  Answers a finished client job and destroys it. A GET's values come from the job's pinned
@@ -547,23 +609,32 @@ s_reply (self_t *self, kvp_job_t **job_p, zmq_msg_t *copies)
         reply.index_name = self->index_name;
         reply.local_endpoint = self->local_endpoint;
     }
+    if ((row->fills & REPLY_SETTING) && job->setting
+        && (reply.setting_value = (char *) arena_alloc (&ctx->arena, 1024)))
+        kvp_config_value (self->config, job->setting, reply.setting_value, 1024);
     if (row->fills & REPLY_STATS) {
         s_complete_stats (self, &job->stats);
         reply_stats (&job->stats, &stats);
         reply.stats = &stats;
+        s_op_stats (self, ctx, &reply);
     }
     bool values = (row->fills & REPLY_VALUES) && reply.status == KVPOOL_OK && job->count > 0;
     bool sent = s_send_header (self, ctx, &reply, values) == 0;
+    if (sent && values) {
+        uint64_t bytes = 0;
+        for (size_t i = 0; i < job->count; i++)
+            if (job->items[i].status == KVPOOL_OK)
+                bytes += job->items[i].size;
+        metrics_bytes_out (self->metrics, s_transport (ctx), bytes);
+    }
     if (copies)
         s_send_copies (ctx->socket, copies, job->count, sent && values);
     else if (sent && values)
         s_send_values (self, job);
     else
         s_unpin_items (job);
-    if (self->config->verbose)
-        zsys_info ("api: request %llu %s: %zu keys, status %s",
-                   (unsigned long long) request->request_id, row->name, job->count,
-                   kvp_status_name (job->status));
+    kvp_debug ("request %llu %s: %zu keys, status %s", (unsigned long long) request->request_id,
+               row->name, job->count, kvp_status_name (job->status));
     s_ctx_destroy (&ctx);
     kvp_job_destroy (job_p);
 }
@@ -828,6 +899,36 @@ s_authorize (self_t *self, api_ctx_t *ctx, char *reason, size_t size)
 }
 
 //  Validates a decoded request and builds its job. Returns NULL after replying an error.
+//  CONFIG: the setting read, or changed here first (checked against the settings table; the
+//  log level applies at once), then in the actors that read it (the row's stages). Returns
+//  0, or -1 with why.
+static int
+s_config (self_t *self, const Kvpool__V1__Request *request, kvp_job_t *job, char *why,
+          size_t why_size)
+{
+    const char *name = request->setting;
+    char value[64];
+    if (!name || !*name || kvp_config_value (self->config, name, value, sizeof value) != 0) {
+        snprintf (why, why_size, "no setting '%s' (kvpoold --help lists them, without --)",
+                  name ? name : "");
+        return -1;
+    }
+    const char *change =
+        request->setting_value && *request->setting_value ? request->setting_value : NULL;
+    if (change) {
+        if (kvp_config_change (&self->settings, name, change, why, why_size) != 0)
+            return -1;
+        kvp_log_level_t level;
+        if (!strcmp (name, "log-level")
+            && kvp_log_level_parse (self->settings.log_level, &level) == 0)
+            kvp_log_setup (level, self->settings.log_syslog, "kvpoold");
+        kvp_info ("setting %s changed to %s", name, change);
+    }
+    job->setting = name;
+    job->setting_value = change;
+    return 0;
+}
+
 static kvp_job_t *
 s_job_from_request (self_t *self, api_ctx_t *ctx)
 {
@@ -936,6 +1037,14 @@ s_job_from_request (self_t *self, api_ctx_t *ctx)
     }
     if (op == KVPOOL__V1__OP__TOUCH)
         self->client_index_gets += request->reads;
+    if (op == KVPOOL__V1__OP__CONFIG) {
+        char why[300];
+        if (s_config (self, request, job, why, sizeof why) != 0) {
+            kvp_job_destroy (&job);
+            s_reply_error (self, ctx, id, op, KVPOOL_INVALID_PARAMS, why);
+            return NULL;
+        }
+    }
     job->pattern = request->pattern;
     if (request->segment) {
         job->segment_id = request->segment->id;
@@ -1018,6 +1127,7 @@ s_client_message (self_t *self, zsock_t *socket)
     ctx->cluster = self->cluster && socket == self->router;
     ctx->routing_id = zmsg_pop (msg);
     ctx->fd = -1;
+    ctx->arrived_us = zclock_usecs ();
     zframe_t *header = zmsg_pop (msg);
     if (header && zframe_size (header) == 0 && zmsg_size (msg) > 0) {
         //  REQ clients put an empty delimiter before the body.
@@ -1053,8 +1163,10 @@ s_client_message (self_t *self, zsock_t *socket)
         s_ctx_destroy (&ctx);
         return;
     }
-    if (zmsg_size (msg))
+    if (zmsg_size (msg)) {
+        metrics_bytes_in (self->metrics, s_transport (ctx), zmsg_content_size (msg));
         ctx->values = msg;
+    }
     else
         zmsg_destroy (&msg);
     s_handle_request (self, ctx);
@@ -1126,8 +1238,7 @@ static void
 s_owner_gone (void *arg, const owner_t *owner)
 {
     self_t *self = (self_t *) arg;
-    if (self->config->verbose)
-        zsys_info ("api: client process %d (%s) is gone", (int) owner->pid, owner->name);
+    kvp_debug ("client process %d (%s) is gone", (int) owner->pid, owner->name);
     kvp_job_t *job = kvp_job_new (KVP_JOB_NONE, 0);
     job->op = KVP_OP_OWNER_GONE;
     job->owner_id = owner->id;
@@ -1144,8 +1255,8 @@ s_node_job_done (self_t *self, kvp_job_t *job)
     else if (job->op == KVP_OP_OWNER_GONE)
         //  Each of its segments goes: objects removed, unmounted, its name unlinked.
         for (size_t i = 0; i < job->segment_count; i++) {
-            zsys_info ("kvpoold: owner of segment %u (%s) is gone: unmounting it",
-                       job->segments[i].id, job->segments[i].name);
+            kvp_info ("kvpoold: owner of segment %u (%s) is gone: unmounting it",
+                      job->segments[i].id, job->segments[i].name);
             kvp_job_t *unmount = kvp_job_new (KVP_JOB_NONE, 0);
             unmount->op = KVP_OP_ORPHAN_UNMOUNT;
             unmount->segment_id = job->segments[i].id;
@@ -1196,7 +1307,7 @@ s_pipe_command (self_t *self)
     }
     else {
         //  Commands come from kvpoold's code, not from outside: an unknown one is a bug.
-        zsys_error ("api: invalid pipe command '%s'", command);
+        kvp_error ("invalid pipe command '%s'", command);
         assert (false);
     }
     zstr_free (&command);

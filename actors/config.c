@@ -12,7 +12,15 @@
     share of the pool, the descriptor limit, the built-in endpoints): their rows say the rule
     in words, and the code that applies it is named beside the row.
 
-    Settings come from the command line only (DESIGN section 7: no environment).
+    Settings come from the command line and from a config file (--config FILE), never from
+    the environment (DESIGN section 7). The file holds the same settings under the same
+    names, in ZPL (ZeroMQ's property language, read by CZMQ's zconfig, which the node links
+    already: `name = value` lines, # comments, no other parser to trust or ship). The file is
+    applied first and the command line after it, so a flag overrides the file; a repeatable
+    setting (endpoint, admin) given on the command line replaces the file's list. An unknown
+    name, a section, a value out of bounds: kvpoold refuses to start and names it. What the
+    settings came to, defaults and rules included, is printed by --print-config in the same
+    format, so its output is a valid config file.
 */
 #include "actors/config.h"
 
@@ -25,7 +33,15 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <czmq.h>
+#include <pthread.h>
+#include <sys/stat.h>
+
+#include "actors/log.h"
+
 #include "protocol/contract.h"
+
+#define CONFIG_FILE_MAX (1 << 20)
 
 typedef enum {
     OPT_FLAG,
@@ -55,7 +71,15 @@ typedef struct {
     const char *default_value;
     const char *default_rule; //  the default in words, when it is computed at start-up
     const char *help;
+    //  May change while the node runs (kvpool config set; CONFIG in the protocol): the
+    //  actors that read it each keep their own copy of the settings and take the change.
+    bool runtime;
 } opt_t;
+
+//  Where option errors are written: stderr at start-up; a buffer while a setting changes at
+//  run time (kvp_config_change), on the thread that changes it.
+static __thread FILE *s_errors;
+#define ERRORS (s_errors ? s_errors : stderr)
 
 #define OFF(field) offsetof (kvp_config_t, field)
 #define FIELD(field) .offset = OFF (field), .size = sizeof (((kvp_config_t *) 0)->field)
@@ -204,7 +228,8 @@ static const opt_t s_options[] = {
      .max = 86400000,
      .default_value = "10000",
      .help = "read lease in ms: a get, exist, get-size or get-replica-list keeps the object from "
-             "removal without force for this long after the read"},
+             "removal without force for this long after the read",
+     .runtime = true},
     {.name = "put-timeout",
      .arg = "MS",
      .kind = OPT_UINT,
@@ -329,7 +354,22 @@ static const opt_t s_options[] = {
      .max = 1ULL << 24,
      .default_rule = "the file descriptor limit less a reserve: a quarter of it, 256 to 1024",
      .help = "client connections at which new ones are refused until a tenth have closed"},
-    {.name = "verbose", .kind = OPT_FLAG, FIELD (verbose), .help = "log every request"},
+    {.name = "verbose",
+     .kind = OPT_FLAG,
+     FIELD (verbose),
+     .help = "log every request: the same as --log-level debug"},
+    {.name = "log-level",
+     .arg = "LEVEL",
+     .kind = OPT_STRING,
+     FIELD (log_level),
+     .default_value = "info",
+     .help = "error, warning, info (nothing per request) or debug (every request); a call site "
+             "writes at most 10 lines a second, the rest counted",
+     .runtime = true},
+    {.name = "log-syslog",
+     .kind = OPT_FLAG,
+     FIELD (log_syslog),
+     .help = "log to syslog (ident kvpoold, facility daemon) instead of stderr"},
     {.name = "eviction-high-watermark",
      .arg = "RATIO",
      .kind = OPT_RATIO,
@@ -337,7 +377,8 @@ static const opt_t s_options[] = {
      .min = 10,
      .max = 1000,
      .default_value = "0.90",
-     .help = "share of the memory pool in use at which the evictor frees space"},
+     .help = "share of the memory pool in use at which the evictor frees space",
+     .runtime = true},
     {.name = "eviction-ratio",
      .arg = "RATIO",
      .kind = OPT_RATIO,
@@ -345,7 +386,8 @@ static const opt_t s_options[] = {
      .min = 1,
      .max = 900,
      .default_value = "0.05",
-     .help = "share of the pool an eviction cycle frees at least, least recently used first"},
+     .help = "share of the pool an eviction cycle frees at least, least recently used first",
+     .runtime = true},
     {.name = "evict-soft-pinned",
      .arg = "on|off",
      .kind = OPT_SWITCH,
@@ -371,7 +413,8 @@ static const opt_t s_options[] = {
      .min = 10,
      .max = 1000,
      .default_value = "0.90",
-     .help = "share of --disk-capacity in use at which the oldest disk copies are dropped"},
+     .help = "share of --disk-capacity in use at which the oldest disk copies are dropped",
+     .runtime = true},
     {.name = "disk-low-watermark",
      .arg = "RATIO",
      .kind = OPT_RATIO,
@@ -379,7 +422,8 @@ static const opt_t s_options[] = {
      .min = 0,
      .max = 1000,
      .default_value = "0.80",
-     .help = "share of --disk-capacity the drops bring the disk tier down to"},
+     .help = "share of --disk-capacity the drops bring the disk tier down to",
+     .runtime = true},
     //  Applied at the end of kvp_config_parse.
     {.name = "offload",
      .arg = "MODE",
@@ -556,6 +600,21 @@ static const opt_t s_options[] = {
      .default_value = "10",
      .help = "ms over which KV events are gathered into one batch (fewer, larger batches "
              "cost puts less: kvpool-bench --only kv-events)"},
+    {.name = "metrics-port",
+     .arg = "PORT",
+     .kind = OPT_UINT,
+     FIELD (metrics_port),
+     .min = 0,
+     .max = 65535,
+     .default_value = "9003",
+     .help = "serve /metrics (Prometheus) and /health over HTTP on this port; 0: off; a port "
+             "in use is logged and skipped (docs/metrics.md)"},
+    {.name = "metrics-host",
+     .arg = "ADDRESS",
+     .kind = OPT_STRING,
+     FIELD (metrics_host),
+     .default_value = "127.0.0.1",
+     .help = "the address the metrics HTTP server binds (0.0.0.0 or :: for every interface)"},
     {.name = NULL}};
 
 static int s_set (kvp_config_t *config, const opt_t *opt, const char *value);
@@ -649,7 +708,7 @@ s_set (kvp_config_t *config, const opt_t *opt, const char *value)
         case OPT_LIST: {
             size_t *count = (size_t *) (base + opt->count_offset);
             if (*count >= KVP_MAX_ENDPOINTS) {
-                fprintf (stderr, "kvpoold: at most %d --%s\n", KVP_MAX_ENDPOINTS, opt->name);
+                fprintf (ERRORS, "kvpoold: at most %d --%s\n", KVP_MAX_ENDPOINTS, opt->name);
                 return -1;
             }
             ((const char **) (base + opt->offset))[(*count)++] = value;
@@ -663,7 +722,7 @@ s_set (kvp_config_t *config, const opt_t *opt, const char *value)
             else if (!strcmp (value, "local-first"))
                 *(kvp_placement_t *) (base + opt->offset) = KVP_PLACEMENT_LOCAL_FIRST;
             else {
-                fprintf (stderr,
+                fprintf (ERRORS,
                          "kvpoold: --%s takes random, free-ratio or local-first, not '%s'\n",
                          opt->name, value);
                 return -1;
@@ -674,7 +733,7 @@ s_set (kvp_config_t *config, const opt_t *opt, const char *value)
             if (entry)
                 number = entry->gr_gid;
             else if (s_parse_uint (value, &number) == -1 || number >= UINT32_MAX) {
-                fprintf (stderr, "kvpoold: --%s: no group '%s'\n", opt->name, value);
+                fprintf (ERRORS, "kvpoold: --%s: no group '%s'\n", opt->name, value);
                 return -1;
             }
             config->group = (gid_t) number;
@@ -687,7 +746,7 @@ s_set (kvp_config_t *config, const opt_t *opt, const char *value)
             double ratio = strtod (value, &end);
             if (errno || end == value || *end || !(ratio >= opt->min / 1000.0)
                 || !(ratio <= opt->max / 1000.0)) {
-                fprintf (stderr, "kvpoold: --%s takes a number from %g to %g, not '%s'\n",
+                fprintf (ERRORS, "kvpoold: --%s takes a number from %g to %g, not '%s'\n",
                          opt->name, opt->min / 1000.0, opt->max / 1000.0, value);
                 return -1;
             }
@@ -700,7 +759,7 @@ s_set (kvp_config_t *config, const opt_t *opt, const char *value)
             else if (!strcmp (value, "off") || !strcmp (value, "false") || !strcmp (value, "0"))
                 *(bool *) (base + opt->offset) = false;
             else {
-                fprintf (stderr, "kvpoold: --%s takes on or off, not '%s'\n", opt->name, value);
+                fprintf (ERRORS, "kvpoold: --%s takes on or off, not '%s'\n", opt->name, value);
                 return -1;
             }
             return 0;
@@ -712,7 +771,7 @@ s_set (kvp_config_t *config, const opt_t *opt, const char *value)
             else if (!strcmp (value, "node"))
                 *(kvp_role_t *) (base + opt->offset) = KVP_ROLE_NODE;
             else {
-                fprintf (stderr, "kvpoold: --%s takes all, master or node, not '%s'\n", opt->name,
+                fprintf (ERRORS, "kvpoold: --%s takes all, master or node, not '%s'\n", opt->name,
                          value);
                 return -1;
             }
@@ -725,7 +784,7 @@ s_set (kvp_config_t *config, const opt_t *opt, const char *value)
             else if (!strcmp (value, "on-evict"))
                 *(kvp_offload_t *) (base + opt->offset) = KVP_OFFLOAD_ON_EVICT;
             else {
-                fprintf (stderr, "kvpoold: --%s takes off, eager or on-evict, not '%s'\n",
+                fprintf (ERRORS, "kvpoold: --%s takes off, eager or on-evict, not '%s'\n",
                          opt->name, value);
                 return -1;
             }
@@ -735,12 +794,12 @@ s_set (kvp_config_t *config, const opt_t *opt, const char *value)
             if ((opt->kind == OPT_SIZE ? kvp_parse_size (value, &number)
                                        : s_parse_uint (value, &number))
                 == -1) {
-                fprintf (stderr, "kvpoold: --%s: '%s' is not a %s\n", opt->name, value,
+                fprintf (ERRORS, "kvpoold: --%s: '%s' is not a %s\n", opt->name, value,
                          opt->kind == OPT_SIZE ? "size (e.g. 512MiB, 4GB)" : "whole number");
                 return -1;
             }
             if (number < opt->min || number > opt->max) {
-                fprintf (stderr, "kvpoold: --%s must be between %llu and %llu\n", opt->name,
+                fprintf (ERRORS, "kvpoold: --%s must be between %llu and %llu\n", opt->name,
                          (unsigned long long) opt->min, (unsigned long long) opt->max);
                 return -1;
             }
@@ -766,7 +825,7 @@ s_option_form (const opt_t *opt, char *form, size_t size)
 void
 kvp_config_usage (FILE *out)
 {
-    fprintf (out, "usage: kvpoold [OPTION...]\n"
+    fprintf (out, "Usage: kvpoold [OPTION...]\n"
                   "Serves the kvpool store (role all: master and node in one process).\n\n");
     for (const opt_t *opt = s_options; opt->name; opt++) {
         char form[64];
@@ -776,9 +835,17 @@ kvp_config_usage (FILE *out)
         fprintf (out, "  %-30s %s", form, opt->help);
         if (by_default)
             fprintf (out, " (default: %s)", by_default);
+        if (opt->runtime)
+            fprintf (out, " [changes at run time: kvpool config set %s VALUE]", opt->name);
         fprintf (out, "\n");
     }
+    fprintf (out, "  %-30s %s\n", "--config FILE",
+             "read settings from FILE (ZPL: name = value lines, the names without --); "
+             "the command line overrides it");
+    fprintf (out, "  %-30s %s\n", "--print-config",
+             "print the settings as they came out, as a config file, and exit");
     fprintf (out, "  %-30s %s\n", "--help", "print this and exit");
+    fprintf (out, "  %-30s %s\n", "--version", "print the version and exit");
     fprintf (out, "  %-30s %s\n", "--help-markdown",
              "print the settings as README.md's table and exit");
 }
@@ -797,7 +864,7 @@ s_markdown_cell (FILE *out, const char *text)
 void
 kvp_config_markdown (FILE *out)
 {
-    fprintf (out, "| option | default | meaning |\n|---|---|---|\n");
+    fprintf (out, "| option | default | run time | meaning |\n|---|---|---|---|\n");
     for (const opt_t *opt = s_options; opt->name; opt++) {
         char form[64];
         s_option_form (opt, form, sizeof form);
@@ -810,7 +877,7 @@ kvp_config_markdown (FILE *out)
         }
         else if (opt->default_rule)
             s_markdown_cell (out, opt->default_rule);
-        fprintf (out, " | ");
+        fprintf (out, " | %s | ", opt->runtime ? "yes" : "");
         s_markdown_cell (out, opt->help);
         fprintf (out, " |\n");
     }
@@ -821,29 +888,35 @@ kvp_config_markdown (FILE *out)
 static int
 s_config_check (kvp_config_t *config)
 {
+    kvp_log_level_t level;
+    if (kvp_log_level_parse (config->log_level, &level) != 0) {
+        fprintf (ERRORS, "kvpoold: --log-level takes error, warning, info or debug, not '%s'\n",
+                 config->log_level);
+        return -1;
+    }
     if (config->disk_dir && !*config->disk_dir)
         config->disk_dir = NULL;
     if (config->segment_dir && !*config->segment_dir)
         config->segment_dir = NULL;
     if (config->segment_dir && config->segment_dir[0] != '/') {
-        fprintf (stderr, "kvpoold: --segment-dir needs an absolute path\n");
+        fprintf (ERRORS, "kvpoold: --segment-dir needs an absolute path\n");
         return -1;
     }
     if (config->segment_dir && strlen (config->segment_dir) > 200) {
-        fprintf (stderr, "kvpoold: --segment-dir: a path of at most 200 characters\n");
+        fprintf (ERRORS, "kvpoold: --segment-dir: a path of at most 200 characters\n");
         return -1;
     }
     if (config->disk_dir && config->disk_capacity == 0) {
-        fprintf (stderr, "kvpoold: --disk-dir needs --disk-capacity (how much of the disk "
+        fprintf (ERRORS, "kvpoold: --disk-dir needs --disk-capacity (how much of the disk "
                          "the tier may use)\n");
         return -1;
     }
     if (config->disk_low_watermark >= config->disk_high_watermark) {
-        fprintf (stderr, "kvpoold: --disk-low-watermark must be below --disk-high-watermark\n");
+        fprintf (ERRORS, "kvpoold: --disk-low-watermark must be below --disk-high-watermark\n");
         return -1;
     }
     if (config->eviction_ratio >= config->eviction_high_watermark) {
-        fprintf (stderr, "kvpoold: --eviction-ratio must be below --eviction-high-watermark\n");
+        fprintf (ERRORS, "kvpoold: --eviction-ratio must be below --eviction-high-watermark\n");
         return -1;
     }
     //  Empty names mean "not set"; an empty master endpoint is a mistake.
@@ -856,13 +929,13 @@ s_config_check (kvp_config_t *config)
     if (config->rdma_device && !*config->rdma_device)
         config->rdma_device = NULL;
     if (!config->master || !*config->master) {
-        fprintf (stderr, "kvpoold: --master needs an endpoint (e.g. %s)\n",
+        fprintf (ERRORS, "kvpoold: --master needs an endpoint (e.g. %s)\n",
                  KVP_DEFAULT_MASTER_ENDPOINT);
         return -1;
     }
     if (strcmp (config->transport, "tcp") && strcmp (config->transport, "rdma")
         && strcmp (config->transport, "auto")) {
-        fprintf (stderr, "kvpoold: --transport takes tcp, rdma or auto, not '%s'\n",
+        fprintf (ERRORS, "kvpoold: --transport takes tcp, rdma or auto, not '%s'\n",
                  config->transport);
         return -1;
     }
@@ -871,28 +944,335 @@ s_config_check (kvp_config_t *config)
     if (config->kv_events_replay_endpoint && !*config->kv_events_replay_endpoint)
         config->kv_events_replay_endpoint = NULL;
     if (config->kv_events_replay_endpoint && !config->kv_events_endpoint) {
-        fprintf (stderr, "kvpoold: --kv-events-replay-endpoint needs --kv-events-endpoint\n");
+        fprintf (ERRORS, "kvpoold: --kv-events-replay-endpoint needs --kv-events-endpoint\n");
         return -1;
     }
     if (config->kv_events_endpoint && config->role == KVP_ROLE_MASTER) {
-        fprintf (stderr, "kvpoold: --kv-events-endpoint: a master holds no objects; each "
+        fprintf (ERRORS, "kvpoold: --kv-events-endpoint: a master holds no objects; each "
                          "node publishes the events of the objects it holds\n");
         return -1;
     }
     if (config->offload == KVP_OFFLOAD_DEFAULT)
         config->offload = config->disk_dir ? KVP_OFFLOAD_ON_EVICT : KVP_OFFLOAD_OFF;
     else if (config->offload != KVP_OFFLOAD_OFF && !config->disk_dir) {
-        fprintf (stderr, "kvpoold: --offload eager or on-evict needs --disk-dir\n");
+        fprintf (ERRORS, "kvpoold: --offload eager or on-evict needs --disk-dir\n");
         return -1;
     }
     return 0;
 }
 
+static const opt_t *
+s_find_option (const char *name, size_t name_len)
+{
+    for (const opt_t *opt = s_options; opt->name; opt++)
+        if (strlen (opt->name) == name_len && !strncmp (opt->name, name, name_len))
+            return opt;
+    return NULL;
+}
+
+//  A flag's value in a file: true, yes, on, 1 or false, no, off, 0. Returns 0 or -1.
+static int
+s_set_flag (kvp_config_t *config, const opt_t *opt, const char *value)
+{
+    bool *flag = (bool *) ((char *) config + opt->offset);
+    if (!strcmp (value, "true") || !strcmp (value, "yes") || !strcmp (value, "on")
+        || !strcmp (value, "1"))
+        *flag = true;
+    else if (!strcmp (value, "false") || !strcmp (value, "no") || !strcmp (value, "off")
+             || !strcmp (value, "0"))
+        *flag = false;
+    else {
+        fprintf (ERRORS, "kvpoold: %s takes true or false, not '%s'\n", opt->name, value);
+        return -1;
+    }
+    return 0;
+}
+
+//  Applies the settings of a ZPL file. The zconfig tree stays with config (its strings are
+//  the settings' values) until kvp_config_release. Returns 0 or -1 with a message naming the
+//  file and the setting.
+static int
+s_load_file (kvp_config_t *config, const char *path)
+{
+    struct stat st;
+    if (stat (path, &st) != 0 || access (path, R_OK) != 0) {
+        fprintf (ERRORS, "kvpoold: --config %s: %s\n", path, strerror (errno));
+        return -1;
+    }
+    //  A device or a fifo would be read for ever; a settings file is small.
+    if (!S_ISREG (st.st_mode) || st.st_size > CONFIG_FILE_MAX) {
+        fprintf (ERRORS, "kvpoold: --config %s: not a regular file of at most %d bytes\n", path,
+                 CONFIG_FILE_MAX);
+        return -1;
+    }
+    zconfig_t *root = zconfig_load (path);
+    if (!root) {
+        fprintf (ERRORS, "kvpoold: --config %s: not a ZPL file (name = value lines)\n", path);
+        return -1;
+    }
+    config->file = root;
+    for (zconfig_t *item = zconfig_child (root); item; item = zconfig_next (item)) {
+        const char *name = zconfig_name (item);
+        const char *value = zconfig_value (item);
+        const opt_t *opt = s_find_option (name, strlen (name));
+        if (zconfig_child (item)) {
+            fprintf (ERRORS,
+                     "kvpoold: --config %s: '%s' is a section; settings are "
+                     "'name = value' lines at the top level\n",
+                     path, name);
+            return -1;
+        }
+        if (!opt) {
+            fprintf (ERRORS,
+                     "kvpoold: --config %s: unknown setting '%s' (kvpoold --help lists "
+                     "them, without the --)\n",
+                     path, name);
+            return -1;
+        }
+        if (!value || (!*value && opt->kind != OPT_STRING)) { //  a text may be empty
+            fprintf (ERRORS, "kvpoold: --config %s: '%s' has no value\n", path, name);
+            return -1;
+        }
+        int rc =
+            opt->kind == OPT_FLAG ? s_set_flag (config, opt, value) : s_set (config, opt, value);
+        if (rc != 0) {
+            fprintf (ERRORS, "kvpoold: (in --config %s)\n", path);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+void
+kvp_config_release (kvp_config_t *config)
+{
+    zconfig_t *file = (zconfig_t *) config->file;
+    zconfig_destroy (&file);
+    config->file = NULL;
+}
+
+//  A setting's value as it would be written in a file (or on the command line); false when
+//  it has none (an unset path, a flag that is off, an empty list).
+static bool
+s_value_text (const kvp_config_t *config, const opt_t *opt, size_t index, char *out, size_t size)
+{
+    const char *base = (const char *) config;
+    const void *at = base + opt->offset;
+    switch (opt->kind) {
+        case OPT_FLAG:
+            snprintf (out, size, "%s", *(const bool *) at ? "true" : "false");
+            return true;
+        case OPT_STRING: {
+            const char *text = *(const char *const *) at;
+            snprintf (out, size, "%s", text ? text : "");
+            return text != NULL;
+        }
+        case OPT_LIST: {
+            size_t count = *(const size_t *) (base + opt->count_offset);
+            if (index >= count)
+                return false;
+            snprintf (out, size, "%s", ((const char *const *) at)[index]);
+            return true;
+        }
+        case OPT_PLACEMENT: {
+            kvp_placement_t placement = *(const kvp_placement_t *) at;
+            snprintf (out, size, "%s",
+                      placement == KVP_PLACEMENT_FREE_RATIO    ? "free-ratio"
+                      : placement == KVP_PLACEMENT_LOCAL_FIRST ? "local-first"
+                                                               : "random");
+            return true;
+        }
+        case OPT_GROUP:
+            if (!config->group_set)
+                return false;
+            snprintf (out, size, "%u", (unsigned) config->group);
+            return true;
+        case OPT_RATIO: snprintf (out, size, "%g", *(const double *) at); return true;
+        case OPT_SWITCH: snprintf (out, size, "%s", *(const bool *) at ? "on" : "off"); return true;
+        case OPT_ROLE: {
+            kvp_role_t role = *(const kvp_role_t *) at;
+            snprintf (out, size, "%s",
+                      role == KVP_ROLE_MASTER ? "master"
+                      : role == KVP_ROLE_NODE ? "node"
+                                              : "all");
+            return true;
+        }
+        case OPT_OFFLOAD: {
+            kvp_offload_t offload = *(const kvp_offload_t *) at;
+            if (offload == KVP_OFFLOAD_DEFAULT)
+                return false;
+            snprintf (out, size, "%s",
+                      offload == KVP_OFFLOAD_EAGER      ? "eager"
+                      : offload == KVP_OFFLOAD_ON_EVICT ? "on-evict"
+                                                        : "off");
+            return true;
+        }
+        case OPT_UINT:
+        case OPT_SIZE: {
+            uint64_t number =
+                opt->size == sizeof (uint32_t) ? *(const uint32_t *) at : *(const uint64_t *) at;
+            //  A rule applied later (--index-slots, --max-connections): no value of its own.
+            if (number == UINT64_MAX || number < opt->min)
+                return false;
+            snprintf (out, size, "%llu", (unsigned long long) number);
+            return true;
+        }
+    }
+    return false;
+}
+
+void
+kvp_config_print (const kvp_config_t *config, FILE *out)
+{
+    fprintf (out, "#   kvpoold's settings as they came out (kvpoold --print-config): a config "
+                  "file for --config.\n#   Commented lines are unset; their default is a rule "
+                  "(kvpoold --help).\n");
+    for (const opt_t *opt = s_options; opt->name; opt++) {
+        char value[4096];
+        if (opt->kind == OPT_LIST) {
+            size_t index = 0;
+            while (s_value_text (config, opt, index, value, sizeof value))
+                fprintf (out, "%s = \"%s\"\n", opt->name, value), index++;
+            if (index == 0)
+                fprintf (out, "# %s =\n", opt->name);
+        }
+        else if (s_value_text (config, opt, 0, value, sizeof value))
+            fprintf (out, "%s = \"%s\"\n", opt->name, value);
+        else
+            fprintf (out, "# %s =\n", opt->name);
+    }
+}
+
+bool
+kvp_config_runtime (const char *name)
+{
+    const opt_t *opt = name ? s_find_option (name, strlen (name)) : NULL;
+    return opt && opt->runtime;
+}
+
+int
+kvp_config_value (const kvp_config_t *config, const char *name, char *out, size_t size)
+{
+    const opt_t *opt = name ? s_find_option (name, strlen (name)) : NULL;
+    if (!opt)
+        return -1;
+    if (opt->kind == OPT_LIST) {
+        //  Every value, comma-separated.
+        size_t used = 0;
+        out[0] = 0;
+        char value[1024];
+        for (size_t i = 0; s_value_text (config, opt, i, value, sizeof value); i++)
+            used += (size_t) snprintf (out + used, used < size ? size - used : 0, "%s%s",
+                                       i ? "," : "", value);
+        return 0;
+    }
+    if (!s_value_text (config, opt, 0, out, size))
+        snprintf (out, size, "%s", "");
+    return 0;
+}
+
+//  A text setting changed at run time outlives the request it came in: its value is kept
+//  here, once per distinct value, for the process's life (the settings that change at run
+//  time take a few known words, so this stays a handful of strings).
+static const char *
+s_intern (const char *value)
+{
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    static char *kept[32];
+    static size_t count;
+    pthread_mutex_lock (&lock);
+    const char *found = NULL;
+    for (size_t i = 0; i < count && !found; i++)
+        if (!strcmp (kept[i], value))
+            found = kept[i];
+    if (!found && count < sizeof kept / sizeof kept[0] && (kept[count] = strdup (value)))
+        found = kept[count++];
+    pthread_mutex_unlock (&lock);
+    return found;
+}
+
+int
+kvp_config_change (kvp_config_t *config, const char *name, const char *value, char *why,
+                   size_t why_size)
+{
+    const opt_t *opt = name ? s_find_option (name, strlen (name)) : NULL;
+    if (!opt) {
+        snprintf (why, why_size, "no setting '%s'", name ? name : "");
+        return -1;
+    }
+    if (!opt->runtime) {
+        snprintf (why, why_size,
+                  "%s changes only with a restart (at run time: log-level, lease-ttl, "
+                  "eviction-high-watermark, eviction-ratio, disk-high-watermark, "
+                  "disk-low-watermark)",
+                  name);
+        return -1;
+    }
+    //  On a copy, with the checks of settings that go together, so that config changes only
+    //  when the value is good; the errors go to a buffer instead of stderr.
+    kvp_config_t trial = *config;
+    char *text = NULL;
+    size_t size = 0;
+    s_errors = open_memstream (&text, &size);
+    int rc = opt->kind == OPT_FLAG ? s_set_flag (&trial, opt, value) : s_set (&trial, opt, value);
+    if (rc == 0)
+        rc = s_config_check (&trial);
+    //  A good text value is kept where it outlives the request it came in.
+    if (rc == 0 && opt->kind == OPT_STRING) {
+        const char *kept = s_intern (value);
+        if (kept)
+            rc = s_set (&trial, opt, kept);
+        else {
+            fprintf (s_errors ? s_errors : stderr, "too many distinct values for %s\n", name);
+            rc = -1;
+        }
+    }
+    if (s_errors)
+        fclose (s_errors);
+    s_errors = NULL;
+    if (rc == 0)
+        *config = trial;
+    else {
+        //  "kvpoold: --x must be ...\n": the reason without the program's name.
+        const char *reason = text && !strncmp (text, "kvpoold: ", 9) ? text + 9 : text;
+        snprintf (why, why_size, "%s", reason && *reason ? reason : "refused");
+        size_t len = strlen (why);
+        while (len && why[len - 1] == '\n')
+            why[--len] = 0;
+    }
+    free (text);
+    return rc == 0 ? 0 : -1;
+}
+
 int
 kvp_config_parse (kvp_config_t *config, int argc, char **argv)
 {
+    //  The file first, wherever --config stands; the command line then overrides it.
+    const char *file = NULL;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp (argv[i], "--config") && i + 1 < argc)
+            file = argv[++i];
+        else if (!strncmp (argv[i], "--config=", 9))
+            file = argv[i] + 9;
+    }
+    if (file && s_load_file (config, file) != 0)
+        return -1;
+    bool print = false;
+    //  Lists the command line has started: its values replace the file's.
+    const opt_t *started[16];
+    size_t started_count = 0;
     for (int i = 0; i < argc; i++) {
         const char *arg = argv[i];
+        if (!strcmp (arg, "--config")) {
+            i++;
+            continue;
+        }
+        if (!strncmp (arg, "--config=", 9))
+            continue;
+        if (!strcmp (arg, "--print-config")) {
+            print = true;
+            continue;
+        }
         if (!strcmp (arg, "--help") || !strcmp (arg, "-h")) {
             kvp_config_usage (stdout);
             return 1;
@@ -901,8 +1281,12 @@ kvp_config_parse (kvp_config_t *config, int argc, char **argv)
             kvp_config_markdown (stdout);
             return 1;
         }
+        if (!strcmp (arg, "--version")) {
+            printf ("kvpoold %s\n", KVP_VERSION);
+            return 1;
+        }
         if (strncmp (arg, "--", 2) != 0) {
-            fprintf (stderr, "kvpoold: unexpected argument '%s' (see --help)\n", arg);
+            fprintf (ERRORS, "kvpoold: unexpected argument '%s' (see --help)\n", arg);
             return -1;
         }
         const char *name = arg + 2;
@@ -913,7 +1297,7 @@ kvp_config_parse (kvp_config_t *config, int argc, char **argv)
                && !(strlen (opt->name) == name_len && !strncmp (opt->name, name, name_len)))
             opt++;
         if (!opt->name) {
-            fprintf (stderr, "kvpoold: unknown option '%s' (see --help)\n", arg);
+            fprintf (ERRORS, "kvpoold: unknown option '%s' (see --help)\n", arg);
             return -1;
         }
         const char *value = NULL;
@@ -923,8 +1307,17 @@ kvp_config_parse (kvp_config_t *config, int argc, char **argv)
             else if (i + 1 < argc)
                 value = argv[++i];
             else {
-                fprintf (stderr, "kvpoold: --%s needs a value\n", opt->name);
+                fprintf (ERRORS, "kvpoold: --%s needs a value\n", opt->name);
                 return -1;
+            }
+        }
+        if (opt->kind == OPT_LIST) {
+            bool seen = false;
+            for (size_t k = 0; k < started_count; k++)
+                seen |= started[k] == opt;
+            if (!seen && started_count < sizeof started / sizeof started[0]) {
+                started[started_count++] = opt;
+                *(size_t *) ((char *) config + opt->count_offset) = 0;
             }
         }
         if (s_set (config, opt, value) == -1)
@@ -932,7 +1325,12 @@ kvp_config_parse (kvp_config_t *config, int argc, char **argv)
     }
     if (config->max_value_size > config->segment_size)
         config->max_value_size = config->segment_size;
-    return s_config_check (config);
+    int rc = s_config_check (config);
+    if (rc == 0 && print) {
+        kvp_config_print (config, stdout);
+        return 1;
+    }
+    return rc;
 }
 
 void
@@ -987,10 +1385,11 @@ kvp_config_test (bool verbose)
     assert (memory);
     kvp_config_markdown (memory);
     fclose (memory);
-    assert (!strncmp (text, "| option | default | meaning |\n|---|---|---|\n", 44));
-    assert (strstr (text, "\n| `--segment-size SIZE` | `1GiB` | bytes per segment: "));
-    assert (strstr (text, "\n| `--workers N` | number of cores | transfer worker threads |\n"));
-    assert (strstr (text, "\n| `--lock-memory` |  | mlock the segments |\n"));
+    assert (!strncmp (text, "| option | default | run time | meaning |\n|---|---|---|---|\n", 58));
+    assert (strstr (text, "\n| `--segment-size SIZE` | `1GiB` |  | bytes per segment: "));
+    assert (strstr (text, "\n| `--workers N` | number of cores |  | transfer worker threads |\n"));
+    assert (strstr (text, "\n| `--lock-memory` |  |  | mlock the segments |\n"));
+    assert (strstr (text, "\n| `--lease-ttl MS` | `10000` | yes | "));
     size_t rows = 0;
     for (const char *line = text; (line = strchr (line, '\n')); line++)
         rows++;
@@ -1070,4 +1469,31 @@ kvp_config_test (bool verbose)
     stderr = saved;
     if (verbose)
         printf ("sizes and options parsed ");
+
+    //  Settings that change at run time: checked as on the command line, and with the
+    //  settings that go with them; a refused change leaves config as it was.
+    kvp_config_t live;
+    kvp_config_defaults (&live);
+    char why[256];
+    char value[64];
+    assert (kvp_config_runtime ("lease-ttl") && !kvp_config_runtime ("segment-size"));
+    assert (kvp_config_change (&live, "lease-ttl", "2500", why, sizeof why) == 0);
+    assert (live.lease_ttl_ms == 2500);
+    assert (kvp_config_value (&live, "lease-ttl", value, sizeof value) == 0
+            && !strcmp (value, "2500"));
+    assert (kvp_config_change (&live, "segment-size", "2GiB", why, sizeof why) == -1);
+    assert (strstr (why, "only with a restart"));
+    assert (kvp_config_change (&live, "eviction-high-watermark", "3", why, sizeof why) == -1);
+    assert (strstr (why, "--eviction-high-watermark takes a number")
+            && live.eviction_high_watermark == 0.90);
+    assert (kvp_config_change (&live, "nonsense", "1", why, sizeof why) == -1);
+    //  The disk watermarks go together: low under high.
+    assert (kvp_config_change (&live, "disk-low-watermark", "0.95", why, sizeof why) == -1);
+    assert (live.disk_low_watermark == 0.80);
+    //  A text value is kept: the caller's buffer need not last.
+    char level[] = "debug";
+    assert (kvp_config_change (&live, "log-level", level, why, sizeof why) == 0);
+    level[0] = 'x';
+    assert (!strcmp (live.log_level, "debug"));
+    assert (kvp_config_change (&live, "log-level", "loud", why, sizeof why) == -1);
 }

@@ -16,6 +16,8 @@
 
 #define KVP_MAX_ENDPOINTS 8
 
+typedef struct _kvp_metrics_t kvp_metrics_t;
+
 typedef enum {
     KVP_PLACEMENT_RANDOM = 0,
     KVP_PLACEMENT_FREE_RATIO = 1,
@@ -102,16 +104,48 @@ typedef struct {
     const char *kv_events_medium;          //  "medium" of every event
     uint64_t kv_events_replay_size;        //  batches kept for replay
     uint64_t kv_events_interval_ms;        //  how long the replica-manager gathers a batch
+    //  Metrics over HTTP (actors/metrics_http.c, docs/metrics.md)
+    const char *log_level;    //  error, warning, info or debug
+    bool log_syslog;          //  to syslog instead of stderr
+    uint64_t metrics_port;    //  0: no HTTP
+    const char *metrics_host; //  the address HTTP binds
+    //  Not a setting: the counters the api and the lookup server keep and the metrics actor
+    //  serves (actors/metrics.h); made by kvpoold before the actors start. NULL: none kept.
+    kvp_metrics_t *metrics;
+    //  Not a setting: the --config file's tree (a zconfig_t), whose strings the settings from
+    //  it point into; kvp_config_release frees it.
+    void *file;
 } kvp_config_t;
 
 //  Fills config with the defaults (each option's row in the settings table says its own).
 void kvp_config_defaults (kvp_config_t *config);
 
-//  Parses argv (without argv[0]) into config. Returns 0, 1 when --help or --help-markdown
-//  was printed, or -1 with a one-line error on stderr. Strings in config point into argv.
+//  Parses argv (without argv[0]) into config: the --config file first, then the command line.
+//  Returns 0, 1 when --help, --help-markdown or --print-config printed what was asked, or -1
+//  with a one-line error on stderr. Strings in config point into argv or into the file's
+//  tree (kvp_config_release frees it).
 //  Settings that depend on each other are checked, and defaults that follow from others
 //  (--offload) are applied, at the end.
 int kvp_config_parse (kvp_config_t *config, int argc, char **argv);
+
+//  Frees what parsing kept (the config file's tree); the strings from it go with it.
+void kvp_config_release (kvp_config_t *config);
+
+//  Whether the setting of this name may change while the node runs (its row says so).
+bool kvp_config_runtime (const char *name);
+
+//  The setting's value as text (a list's values comma-separated; "" when unset). Returns 0,
+//  or -1 for an unknown name.
+int kvp_config_value (const kvp_config_t *config, const char *name, char *out, size_t size);
+
+//  Changes a setting that may change at run time, after checking value as the command line
+//  would and with the settings that go with it; config is left as it was on failure.
+//  Returns 0, or -1 with the reason in why. (A text value is copied: value need not last.)
+int kvp_config_change (kvp_config_t *config, const char *name, const char *value, char *why,
+                       size_t why_size);
+
+//  Prints the settings as a config file (--print-config): `name = "value"` per setting.
+void kvp_config_print (const kvp_config_t *config, FILE *out);
 
 //  Parses a size: 1073741824, 512MiB, 4GB, 1.5gb, 64k (K/M/G/T, with or without i and B;
 //  binary multiples). Returns 0 or -1.

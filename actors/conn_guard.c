@@ -34,6 +34,8 @@
 */
 #include "actors/conn_guard.h"
 
+#include "actors/log.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -214,21 +216,21 @@ s_set_paused (conn_guard_t *self, bool paused)
         int rc = paused ? setsockopt (fd, SOL_SOCKET, SO_ATTACH_FILTER, &program, sizeof program)
                         : setsockopt (fd, SOL_SOCKET, SO_DETACH_FILTER, &(int){0}, sizeof (int));
         if (rc != 0 && !(errno == ENOENT && !paused))
-            zsys_warning ("api: cannot %s listener %d: %s", paused ? "pause" : "resume", fd,
-                          strerror (errno));
+            kvp_warning ("api: cannot %s listener %d: %s", paused ? "pause" : "resume", fd,
+                         strerror (errno));
     }
     self->paused = paused;
     if (paused) {
         s_refuse_queued (self);
         if (!self->warned)
-            zsys_warning ("api: %zu client connections (limit %llu): refusing new ones until "
-                          "fewer than %llu",
-                          self->connections, (unsigned long long) self->limit,
-                          (unsigned long long) self->low_mark);
+            kvp_warning ("api: %zu client connections (limit %llu): refusing new ones until "
+                         "fewer than %llu",
+                         self->connections, (unsigned long long) self->limit,
+                         (unsigned long long) self->low_mark);
         self->warned = true;
     }
     else {
-        zsys_info ("api: %zu client connections: accepting new ones again", self->connections);
+        kvp_info ("api: %zu client connections: accepting new ones again", self->connections);
         self->warned = false;
     }
 }
@@ -244,9 +246,9 @@ conn_guard_new (zsock_t *router, zlistx_t *endpoints, uint64_t limit, const char
     uint64_t ceiling = conn_guard_default_limit ();
     self->limit = limit && limit < ceiling ? limit : ceiling;
     if (limit > ceiling)
-        zsys_info ("api: at most %llu client connections (the file descriptor limit less a "
-                   "reserve), not %llu",
-                   (unsigned long long) ceiling, (unsigned long long) limit);
+        kvp_info ("api: at most %llu client connections (the file descriptor limit less a "
+                  "reserve), not %llu",
+                  (unsigned long long) ceiling, (unsigned long long) limit);
     self->low_mark = self->limit - self->limit / 10;
     if (self->low_mark >= self->limit)
         self->low_mark = self->limit - 1;

@@ -15,6 +15,8 @@
 */
 #include "actors/connections.h"
 
+#include "actors/log.h"
+
 #include <czmq.h>
 #include <stdatomic.h>
 #include <sys/socket.h>
@@ -244,9 +246,9 @@ connections_sweep (connections_t *self, int64_t now)
                 connection->over_since = now;
             else if (now - connection->over_since >= CONNECTION_DROP_MS && connection->cookie
                      && s_cookie (connection->fd) == connection->cookie) {
-                zsys_warning ("api: a client left %llu bytes of replies unread for %d s: "
-                              "closing its connection",
-                              (unsigned long long) unread, CONNECTION_DROP_MS / 1000);
+                kvp_warning ("api: a client left %llu bytes of replies unread for %d s: "
+                             "closing its connection",
+                             (unsigned long long) unread, CONNECTION_DROP_MS / 1000);
                 shutdown (connection->fd, SHUT_RDWR);
                 connection->over_since = now;
                 dropped++;

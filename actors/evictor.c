@@ -35,6 +35,8 @@
 */
 #include "actors/evictor.h"
 
+#include "actors/log.h"
+
 #include <pthread.h>
 
 #include "actors/allocator.h"
@@ -63,10 +65,11 @@ typedef struct {
     zsock_t *pipe;
     zsock_t *router; //  the api's jobs
     zsock_t *rm, *al, *tx;
-    const kvp_config_t *config;
-    bool tier;             //  a disk tier
-    kvp_offload_t offload; //  resolved: off, eager or on-evict
-    char status[256];      //  "OK" or why the disk tier cannot start
+    const kvp_config_t *config; //  = &settings
+    kvp_config_t settings;      //  its own copy: settings changed at run time land here
+    bool tier;                  //  a disk tier
+    kvp_offload_t offload;      //  resolved: off, eager or on-evict
+    char status[256];           //  "OK" or why the disk tier cannot start
     //  the cycle
     bool measuring;        //  AL_STATS out
     size_t cycle_out;      //  the cycle's jobs not back (RM_EVICT, RM_DISK_EVICT)
@@ -137,9 +140,9 @@ s_disk_register (self_t *self)
     for (size_t i = 0; registered && i < registered->count; i++)
         duplicates += registered->items[i].status != KVPOOL_OK;
     if (found)
-        zsys_info ("kvpoold: disk tier %s: %llu objects (%llu MiB) found and registered",
-                   self->config->disk_dir, (unsigned long long) (found - duplicates),
-                   (unsigned long long) (bytes >> 20));
+        kvp_info ("kvpoold: disk tier %s: %llu objects (%llu MiB) found and registered",
+                  self->config->disk_dir, (unsigned long long) (found - duplicates),
+                  (unsigned long long) (bytes >> 20));
     self->disk_bytes = bytes;
     kvp_job_destroy (&registered);
 }
@@ -149,7 +152,8 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
 {
     self_t *self = (self_t *) zmalloc (sizeof (self_t));
     self->pipe = pipe;
-    self->config = config;
+    self->settings = *config;
+    self->config = &self->settings;
     self->router = zsock_new (ZMQ_ROUTER);
     assert (self->router);
     zsock_set_sndhwm (self->router, 0);
@@ -337,12 +341,12 @@ s_log (self_t *self, int64_t now)
 {
     if (now < self->next_log || (!self->log_skipped && !self->log_forced && !self->log_blocked))
         return;
-    zsys_warning ("evictor: pool %.0f%% used; freed %llu MiB; kept %llu objects (no room for a "
-                  "disk copy), evicted %llu without one, passed over %llu leased or pinned",
-                  self->pool_size ? 100.0 * self->pool_used / self->pool_size : 0.0,
-                  (unsigned long long) (self->log_freed >> 20),
-                  (unsigned long long) self->log_skipped, (unsigned long long) self->log_forced,
-                  (unsigned long long) self->log_blocked);
+    kvp_warning ("pool %.0f%% used; freed %llu MiB; kept %llu objects (no room for a "
+                 "disk copy), evicted %llu without one, passed over %llu leased or pinned",
+                 self->pool_size ? 100.0 * self->pool_used / self->pool_size : 0.0,
+                 (unsigned long long) (self->log_freed >> 20),
+                 (unsigned long long) self->log_skipped, (unsigned long long) self->log_forced,
+                 (unsigned long long) self->log_blocked);
     self->log_skipped = self->log_forced = self->log_blocked = self->log_freed = 0;
     self->next_log = now + LOG_INTERVAL_MS;
 }
@@ -353,14 +357,13 @@ s_evicted (self_t *self, kvp_job_t *job, int64_t now)
 {
     kvp_evict_t *plan = &job->evict;
     self->disk_bytes = plan->disk_bytes;
-    if (self->config->verbose)
-        zsys_info ("evictor: %s wanted %llu, freed %llu (%llu objects), queued %llu, skipped %llu, "
-                   "forced %llu, leased %llu, pinned %llu; disk %llu",
-                   job->kind == KVP_RM_EVICT ? "memory" : "disk", (unsigned long long) plan->want,
-                   (unsigned long long) plan->freed_bytes, (unsigned long long) plan->freed_objects,
-                   (unsigned long long) plan->queued, (unsigned long long) plan->skipped,
-                   (unsigned long long) plan->forced, (unsigned long long) plan->leased,
-                   (unsigned long long) plan->pinned, (unsigned long long) plan->disk_bytes);
+    kvp_debug ("%s wanted %llu, freed %llu (%llu objects), queued %llu, skipped %llu, "
+               "forced %llu, leased %llu, pinned %llu; disk %llu",
+               job->kind == KVP_RM_EVICT ? "memory" : "disk", (unsigned long long) plan->want,
+               (unsigned long long) plan->freed_bytes, (unsigned long long) plan->freed_objects,
+               (unsigned long long) plan->queued, (unsigned long long) plan->skipped,
+               (unsigned long long) plan->forced, (unsigned long long) plan->leased,
+               (unsigned long long) plan->pinned, (unsigned long long) plan->disk_bytes);
     if (job->kind == KVP_RM_EVICT) {
         if (plan->want) {
             self->walk_us = plan->walk_us;
@@ -536,8 +539,17 @@ s_job (self_t *self, int64_t now)
         self->next_tick = now;
         return;
     }
+    char why[256];
     if (job->kind == KVP_EV_STATS)
         s_stats (self, job);
+    else if (job->kind == KVP_EV_CONFIG) {
+        //  A setting changed at run time (the api checked it): the watermarks, at the next tick.
+        if (job->setting && job->setting_value
+            && kvp_config_change (&self->settings, job->setting, job->setting_value, why,
+                                  sizeof why))
+            kvp_job_fail (job, KVPOOL_INVALID_PARAMS, "%s", why);
+        self->next_tick = now;
+    }
     else
         kvp_job_fail (job, KVPOOL_INTERNAL_ERROR, "evictor: job kind %d", job->kind);
     kvp_job_reply (self->router, &routing_id, job);
@@ -579,7 +591,7 @@ evictor_actor (zsock_t *pipe, void *args)
             else if (streq (command, "STATUS"))
                 zstr_send (pipe, self->status);
             else {
-                zsys_error ("evictor: invalid pipe command '%s'", command);
+                kvp_error ("invalid pipe command '%s'", command);
                 assert (false);
             }
             zstr_free (&command);

@@ -42,6 +42,8 @@
 */
 #include "actors/kv_events.h"
 
+#include "actors/log.h"
+
 #include <time.h>
 
 #include "actors/endpoints.h"
@@ -64,7 +66,7 @@ struct _kv_events_feed_t {
     uint64_t interval_ms;
     feed_batch_t *batch; //  being gathered, or NULL
     int64_t started;     //  when its first record came
-    uint64_t dropped, dropped_unreported;
+    uint64_t events, dropped, dropped_unreported;
 };
 
 kv_events_feed_t *
@@ -103,6 +105,7 @@ kv_events_feed_add (kv_events_feed_t *self, kv_event_kind_t kind, const char *ke
         len = 0;
     if (len > UINT32_MAX)
         len = UINT32_MAX;
+    self->events++;
     size_t need = 1 + sizeof (uint32_t) + len;
     feed_batch_t *batch = self->batch;
     if (!batch || batch->used + need > batch->size) {
@@ -161,6 +164,12 @@ kv_events_feed_flush (kv_events_feed_t *self, int64_t now, bool force)
         self->dropped_unreported += batch->count;
         free (batch);
     }
+}
+
+uint64_t
+kv_events_feed_events (kv_events_feed_t *self)
+{
+    return self ? self->events : 0;
 }
 
 uint64_t
@@ -443,7 +452,7 @@ s_handle_pipe (self_t *self)
         zsock_send (self->pipe, "888", self->batches, self->events, self->dropped);
     }
     else {
-        zsys_error ("kv_events: invalid pipe command '%s'", command);
+        kvp_error ("invalid pipe command '%s'", command);
         assert (false);
     }
     zstr_free (&command);
@@ -468,8 +477,8 @@ kv_events_actor (zsock_t *pipe, void *args)
             break;
     }
     if (self->dropped)
-        zsys_warning ("kv_events: %llu events dropped (the publisher was behind)",
-                      (unsigned long long) self->dropped);
+        kvp_warning ("%llu events dropped (the publisher was behind)",
+                     (unsigned long long) self->dropped);
     zpoller_destroy (&poller);
     s_self_destroy (&self);
 }

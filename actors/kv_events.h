@@ -51,7 +51,10 @@ void kv_events_feed_flush (kv_events_feed_t *self, int64_t now, bool force);
 //  Milliseconds from now until the batch is due; -1 when nothing is gathered.
 int64_t kv_events_feed_wait (kv_events_feed_t *self, int64_t now);
 
-//  Events dropped because the actor was behind.
+//  Events noted (kv_events_feed_add), handed over or not.
+uint64_t kv_events_feed_events (kv_events_feed_t *self);
+
+//  Events dropped because the actor was behind (or memory ran out).
 uint64_t kv_events_feed_dropped (kv_events_feed_t *self);
 
 //  The actor; args is the daemon's kvp_config_t.

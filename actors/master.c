@@ -24,6 +24,11 @@
 */
 #include "actors/master.h"
 
+#include "actors/log.h"
+#include "actors/metrics.h"
+
+#include <pthread.h>
+
 #include "actors/config.h"
 #include "actors/directory.h"
 #include "actors/endpoints.h"
@@ -344,8 +349,8 @@ s_node_dead (self_t *self, int slot, const char *why)
     size_t held = 0;
     size_t lost = s_drop_node (self, slot, &held);
     self->nodes_lost++;
-    zsys_warning ("master: node %s (%s) %s: %zu replicas dropped, %zu objects lost with it",
-                  node->node_id, node->client_endpoint, why, held, lost);
+    kvp_warning ("node %s (%s) %s: %zu replicas dropped, %zu objects lost with it", node->node_id,
+                 node->client_endpoint, why, held, lost);
 }
 
 static void
@@ -375,15 +380,15 @@ s_register (self_t *self, reply_t *r, const Kvpool__Cluster__V1__NodeRequest *re
     //  What it held before is forgotten: the inventory that follows says what it holds now.
     size_t held = 0, lost = s_drop_node (self, slot, &held);
     if (held)
-        zsys_info ("master: node %s registers again: %zu replicas it had reported dropped (%zu "
-                   "objects until it reports them again)",
-                   info->node_id, held, lost);
+        kvp_info ("node %s registers again: %zu replicas it had reported dropped (%zu "
+                  "objects until it reports them again)",
+                  info->node_id, held, lost);
     s_node_fill (node, info);
     node->alive = true;
     node->last_heard = zclock_mono ();
-    zsys_info ("master: node %s (host %s) registered: clients %s, data plane %s, %llu MiB",
-               node->node_id, node->host_id, node->client_endpoint, node->peer_endpoint,
-               (unsigned long long) (node->capacity >> 20));
+    kvp_info ("node %s (host %s) registered: clients %s, data plane %s, %llu MiB", node->node_id,
+              node->host_id, node->client_endpoint, node->peer_endpoint,
+              (unsigned long long) (node->capacity >> 20));
 }
 
 //  The slot of a registered, live sender whose epoch is this master's, or -1 after failing
@@ -788,8 +793,8 @@ s_request (self_t *self)
             default: s_reply_fail (&r, KVPOOL_UNKNOWN_OPERATION, "unknown kind %d", request->kind);
         }
     }
-    if (self->config->verbose && request)
-        zsys_info ("master: %s from %s: %zu keys, %s",
+    if (request)
+        kvp_debug ("%s from %s: %zu keys, %s",
                    protobuf_c_enum_descriptor_get_value (&kvpool__cluster__v1__kind__descriptor,
                                                          request->kind)
                        ? protobuf_c_enum_descriptor_get_value (
@@ -824,6 +829,8 @@ s_tick (self_t *self)
         zlistx_delete (self->reservations, zlistx_cursor (self->reservations));
     }
     self->next_tick = now + LIVENESS_TICK_MS;
+    metrics_cluster (self->config->metrics, node_table_size (self->nodes),
+                     node_table_alive (self->nodes), directory_size (self->directory), now);
 }
 
 static void
@@ -835,7 +842,7 @@ s_pipe_command (self_t *self)
     else if (streq (command, "ENDPOINTS"))
         kvp_endpoints_reply (self->pipe, self->endpoints, self->bind_error);
     else {
-        zsys_error ("master: invalid pipe command '%s'", command);
+        kvp_error ("invalid pipe command '%s'", command);
         assert (false);
     }
     zstr_free (&command);
@@ -844,6 +851,7 @@ s_pipe_command (self_t *self)
 void
 master_actor (zsock_t *pipe, void *args)
 {
+    pthread_setname_np (pthread_self (), "kvp-master");
     self_t *self = s_self_new (pipe, (const kvp_config_t *) args);
     zpoller_t *poller = zpoller_new (pipe, self->router, NULL);
     zsock_signal (pipe, 0);

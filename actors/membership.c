@@ -11,6 +11,8 @@
 */
 #include "actors/membership.h"
 
+#include "actors/log.h"
+
 #include "kvpool_status.h"
 #include "messages/kvp_job.h"
 #include "protocol/cluster.pb-c.h"
@@ -33,8 +35,13 @@ typedef struct {
     uint64_t next_id;
     uint64_t register_id; //  the REGISTER whose reply counts
     int64_t next_beat;
+    int64_t last_heard; //  the master's last reply (zclock_mono), or the start
+    bool silent;        //  said so in the log: the master has not answered for long
     bool terminated;
 } self_t;
+
+//  Silence from the master this long is said in the log (once, and once when it answers).
+#define MASTER_SILENT_MS 5000
 
 static void
 s_send (self_t *self, Kvpool__Cluster__V1__NodeRequest *request)
@@ -77,6 +84,13 @@ s_beat (self_t *self)
         s_send (self, &request);
     }
     self->next_beat = zclock_mono () + (int64_t) self->config->heartbeat_ms;
+    int64_t silent_ms = zclock_mono () - self->last_heard;
+    if (!self->silent && silent_ms > MASTER_SILENT_MS) {
+        kvp_warning ("no answer from the master %s for %lld ms: node %s serves what it holds and "
+                     "registers when the master answers",
+                     self->config->master, (long long) silent_ms, self->args->node_id);
+        self->silent = true;
+    }
 }
 
 static void
@@ -103,8 +117,8 @@ s_inventory_send (self_t *self, kvp_job_t *job)
     }
     free (keys);
     free (sizes);
-    zsys_info ("membership: node %s registered with %s: %zu objects reported", self->args->node_id,
-               self->config->master, job->count);
+    kvp_info ("node %s registered with %s: %zu objects reported", self->args->node_id,
+              self->config->master, job->count);
 }
 
 static void
@@ -118,6 +132,17 @@ s_master_reply (self_t *self)
     zframe_destroy (&frame);
     if (!reply)
         return;
+    self->last_heard = zclock_mono ();
+    if (self->silent) {
+        kvp_info ("the master %s answers again", self->config->master);
+        self->silent = false;
+    }
+    if (reply->kind == KVPOOL__CLUSTER__V1__KIND__REGISTER && reply->status != KVPOOL_OK
+        && reply->request_id == self->register_id)
+        kvp_warning ("the master %s refused node %s: %s (status %d); trying again",
+                     self->config->master, self->args->node_id,
+                     reply->error && *reply->error ? reply->error : "no reason given",
+                     reply->status);
     if (reply->kind == KVPOOL__CLUSTER__V1__KIND__REGISTER) {
         if (reply->request_id == self->register_id && reply->status == KVPOOL_OK
             && self->state == UNREGISTERED) {
@@ -136,8 +161,8 @@ s_master_reply (self_t *self)
     else if (reply->status != KVPOOL_OK || reply->epoch != self->epoch) {
         //  The master does not know this node (restarted, or declared it dead): again.
         if (self->state == REGISTERED) {
-            zsys_warning ("membership: the master (%s) does not know node %s: registering again",
-                          self->config->master, self->args->node_id);
+            kvp_warning ("the master (%s) does not know node %s: registering again",
+                         self->config->master, self->args->node_id);
             self->state = UNREGISTERED;
             self->next_beat = zclock_mono (); //  at once
         }
@@ -178,6 +203,7 @@ membership_actor (zsock_t *pipe, void *args)
     else
         kvp_job_destroy (&stats);
     self->next_beat = zclock_mono () + 20;
+    self->last_heard = zclock_mono ();
     while (!self->terminated) {
         int64_t wait = self->next_beat - zclock_mono ();
         void *which = zpoller_wait (poller, wait > 0 ? (int) wait : 0);

@@ -148,6 +148,17 @@ object_table_next (object_table_t *self)
 }
 
 void *
+object_table_walk (object_table_t *self, size_t *slot)
+{
+    while (*slot <= self->mask) {
+        void *entry = self->slots[(*slot)++].entry;
+        if (entry)
+            return entry;
+    }
+    return NULL;
+}
+
+void *
 object_table_first (object_table_t *self)
 {
     self->cursor = 0;

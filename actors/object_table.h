@@ -42,6 +42,12 @@ size_t object_table_size (object_table_t *self);
 void *object_table_first (object_table_t *self);
 void *object_table_next (object_table_t *self);
 
+//  A walk with the caller's own cursor (*slot, from 0), which may stop and go on later: the
+//  entry at or after *slot, *slot moved past it; NULL at the end. The table may change
+//  between calls: an entry moved meanwhile (a growth, a deletion's shift) may be seen twice
+//  or not at all, which is fine for counting, not for anything exact.
+void *object_table_walk (object_table_t *self, size_t *slot);
+
 void object_table_test (bool verbose);
 
 #endif

@@ -22,6 +22,8 @@
 */
 #include "actors/regex_matcher.h"
 
+#include "actors/log.h"
+
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
@@ -296,7 +298,7 @@ s_matcher_actor (zsock_t *pipe, void *args)
     struct sched_param idle = {0};
     if (pthread_setschedparam (pthread_self (), SCHED_IDLE, &idle) != 0
         && setpriority (PRIO_PROCESS, (id_t) gettid (), MATCHER_NICE) == -1)
-        zsys_debug ("regex-matcher: cannot lower its priority: %s", strerror (errno));
+        kvp_debug ("regex-matcher: cannot lower its priority: %s", strerror (errno));
     zsock_signal (pipe, 0);
     while (true) {
         char *command = NULL;

@@ -111,6 +111,8 @@
     existed when its matching began).
 */
 #include "actors/replica_manager.h"
+
+#include "actors/log.h"
 #include "actors/replica_objects.h"
 
 #include <pthread.h>
@@ -174,7 +176,8 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
 {
     self_t *self = (self_t *) zmalloc (sizeof (self_t));
     self->pipe = pipe;
-    self->config = config;
+    self->settings = *config;
+    self->config = &self->settings;
     self->router = zsock_new (ZMQ_ROUTER);
     self->allocator = zsock_new (ZMQ_DEALER);
     assert (self->router && self->allocator);
@@ -227,10 +230,10 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
         shm_index_make_name (name, sizeof name, config->instance);
         self->index = shm_index_create (name, slots);
         if (!self->index)
-            zsys_warning ("replica-manager: no same-machine index %s: %s", name, strerror (errno));
+            kvp_warning ("no same-machine index %s: %s", name, strerror (errno));
         else if (config->group_set && shm_index_share_with_group (self->index, config->group) != 0)
-            zsys_warning ("replica-manager: cannot open %s to group %u: %s", name,
-                          (unsigned) config->group, strerror (errno));
+            kvp_warning ("cannot open %s to group %u: %s", name, (unsigned) config->group,
+                         strerror (errno));
     }
     return self;
 }
@@ -1390,9 +1393,9 @@ s_own_index (self_t *self, uint32_t segment_id)
 static void
 s_log_broken (self_t *self)
 {
-    zsys_error ("replica-manager: the object log in %s cannot be written (%s): it is removed, "
-                "and a restart will not adopt this run's objects",
-                self->config->segment_dir, strerror (errno));
+    kvp_error ("the object log in %s cannot be written (%s): it is removed, "
+               "and a restart will not adopt this run's objects",
+               self->config->segment_dir, strerror (errno));
     object_log_abandon (self->log);
     object_log_destroy (&self->log);
 }
@@ -1483,8 +1486,8 @@ rm_log_flush (self_t *self)
         int64_t started = zclock_usecs ();
         if (s_log_rewrite (self) != 0)
             s_log_broken (self);
-        else if (self->config->verbose)
-            zsys_info ("replica-manager: object log compacted to %llu records in %lld us",
+        else
+            kvp_debug ("object log compacted to %llu records in %lld us",
                        (unsigned long long) self->log_live,
                        (long long) (zclock_usecs () - started));
     }
@@ -1523,9 +1526,9 @@ s_adopt (self_t *self, kvp_job_t *job, int64_t now)
     }
     object_log_destroy (&self->log);
     if (s_log_rewrite (self) != 0) {
-        zsys_error ("replica-manager: cannot start the object log in %s: %s; objects put from "
-                    "now on will not survive a restart",
-                    self->config->segment_dir, strerror (errno));
+        kvp_error ("cannot start the object log in %s: %s; objects put from "
+                   "now on will not survive a restart",
+                   self->config->segment_dir, strerror (errno));
         char path[300];
         snprintf (path, sizeof path, "%s/objects.log", self->config->segment_dir);
         unlink (path);
@@ -1544,9 +1547,41 @@ s_inventory (self_t *self, kvp_job_t *job)
             kvp_job_append_key (job, object->key, strlen (object->key))->size = object->size;
 }
 
+//  Objects looked at for the pinned and leased counts per STATS: a second's walk costs about
+//  a millisecond (STATS comes once a second from the metrics thread).
+#define COUNT_WALK_BUDGET 65536
+
+//  Pinned and leased objects, by a walk of the table a slice at a time. A pass that ends
+//  here gives the counts; below COUNT_WALK_BUDGET objects every STATS makes a whole pass.
+static void
+s_count_pins (self_t *self)
+{
+    int64_t now = zclock_mono ();
+    for (size_t n = 0; n < COUNT_WALK_BUDGET; n++) {
+        kvp_object_t *object =
+            (kvp_object_t *) object_table_walk (self->objects, &self->count_slot);
+        if (!object) {
+            self->pinned_objects = self->pinned_seen;
+            self->leased_objects = self->leased_seen;
+            self->pinned_seen = self->leased_seen = 0;
+            self->count_slot = 0;
+            return;
+        }
+        if (object->state != OBJECT_COMPLETE)
+            continue;
+        if (object->hard_pin || object->soft_pin_until > now)
+            self->pinned_seen++;
+        if (rm_lease_end (self, object, now) > now)
+            self->leased_seen++;
+    }
+}
+
 static void
 s_stats (self_t *self, kvp_job_t *job)
 {
+    s_count_pins (self);
+    job->stats.pinned_objects = self->pinned_objects;
+    job->stats.leased_objects = self->leased_objects;
     job->stats.objects = object_table_size (self->objects) - self->pending;
     job->stats.pending_puts = self->pending;
     job->stats.bytes_stored = self->bytes_stored;
@@ -1564,6 +1599,18 @@ s_stats (self_t *self, kvp_job_t *job)
     job->stats.disk_drops = self->disk_drops;
     job->stats.disk_corrupt = self->disk_lost;
     job->stats.promotions = self->promotions;
+    job->stats.kv_events = kv_events_feed_events (self->events);
+    job->stats.kv_events_dropped = kv_events_feed_dropped (self->events);
+}
+
+//  A setting changed at run time (CONFIG; the api checked it): the lease of later reads.
+static void
+s_config (self_t *self, kvp_job_t *job)
+{
+    char why[256];
+    if (job->setting && job->setting_value
+        && kvp_config_change (&self->settings, job->setting, job->setting_value, why, sizeof why))
+        kvp_job_fail (job, KVPOOL_INVALID_PARAMS, "%s", why);
 }
 
 //  Frees doomed objects whose pins are gone and revokes client reservations past their
@@ -1637,6 +1684,7 @@ s_handle_job (self_t *self, kvp_job_t *job)
         case KVP_RM_REMOVE_SEGMENT: s_remove_segment (self, job, now); break;
         case KVP_RM_OWNER_GONE: s_owner_gone (self, job, now); break;
         case KVP_RM_STATS: s_stats (self, job); break;
+        case KVP_RM_CONFIG: s_config (self, job); break;
         case KVP_RM_INVENTORY: s_inventory (self, job); break;
         case KVP_RM_EVICT: rm_evict (self, job, now); break;
         case KVP_RM_OFFLOADED: rm_offloaded (self, job, now); break;
@@ -1675,7 +1723,7 @@ replica_manager_actor (zsock_t *pipe, void *args)
             else if (streq (command, "STOPPING"))
                 regex_matcher_stop (self->matcher);
             else {
-                zsys_error ("replica_manager: invalid pipe command '%s'", command);
+                kvp_error ("invalid pipe command '%s'", command);
                 assert (false);
             }
             zstr_free (&command);

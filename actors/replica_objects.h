@@ -84,15 +84,16 @@ typedef struct {
 
 typedef struct {
     zsock_t *pipe;
-    zsock_t *router;    //  jobs, all routed by the api
-    zsock_t *allocator; //  frees go here
-    const kvp_config_t *config;
-    object_table_t *objects; //  key -> kvp_object_t
-    shm_index_t *index;      //  committed objects published for same-machine readers
-    zlistx_t *doomed;        //  removed objects whose space waits for pins to end
-    zlistx_t *held;          //  revoked reservations whose space waits for their writer
-    zlistx_t *departing;     //  objects with departed replicas (see DESIGN)
-    uint8_t *gone;           //  bitmap of the ids of segments that went (REMOVE_SEGMENT)
+    zsock_t *router;            //  jobs, all routed by the api
+    zsock_t *allocator;         //  frees go here
+    const kvp_config_t *config; //  = &settings
+    kvp_config_t settings;      //  its own copy: settings changed at run time land here
+    object_table_t *objects;    //  key -> kvp_object_t
+    shm_index_t *index;         //  committed objects published for same-machine readers
+    zlistx_t *doomed;           //  removed objects whose space waits for pins to end
+    zlistx_t *held;             //  revoked reservations whose space waits for their writer
+    zlistx_t *departing;        //  objects with departed replicas (see DESIGN)
+    uint8_t *gone;              //  bitmap of the ids of segments that went (REMOVE_SEGMENT)
     size_t gone_bytes;
     zhashx_t *pins; //  "<owner>:<key>" -> pin_entry_t: client pins by owner
     char *pin_key;  //  scratch for building pin keys
@@ -101,6 +102,10 @@ typedef struct {
     int64_t next_sweep;
     size_t pending;
     uint64_t bytes_stored;
+    //  pinned and leased objects: a walk of the table a slice per STATS (s_stats)
+    size_t count_slot;                       //  where the walk goes on
+    uint64_t pinned_seen, leased_seen;       //  in this pass so far
+    uint64_t pinned_objects, leased_objects; //  of the last whole pass
     uint64_t puts, gets, get_hits, removes, revoked;
     size_t frees_out; //  free jobs the allocator has not handed back yet
     //  Eviction and the disk tier (see EVICTION below).

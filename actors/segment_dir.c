@@ -31,6 +31,8 @@
 */
 #include "actors/segment_dir.h"
 
+#include "actors/log.h"
+
 #include <dirent.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -245,15 +247,14 @@ segment_dir_adopt (segment_dir_t *self, segment_dir_place_fn *place, void *arg, 
     zhashx_destroy (&keys);
     double seconds = (double) (zclock_usecs () - started) / 1e6;
     if (adopted || corrupt || no_room || missing || self->log_stats.bad)
-        zsys_info ("kvpoold: segment dir %s: %llu objects (%llu MiB) adopted in %.3f s; dropped: "
-                   "%llu failed verification, %llu did not fit, %llu not found in their "
-                   "segment file; %llu extra replicas not kept; %llu damaged log records "
-                   "skipped",
-                   self->dir, (unsigned long long) adopted,
-                   (unsigned long long) (adopted_bytes >> 20), seconds,
-                   (unsigned long long) corrupt, (unsigned long long) no_room,
-                   (unsigned long long) missing, (unsigned long long) replicas,
-                   (unsigned long long) self->log_stats.bad);
+        kvp_info ("kvpoold: segment dir %s: %llu objects (%llu MiB) adopted in %.3f s; dropped: "
+                  "%llu failed verification, %llu did not fit, %llu not found in their "
+                  "segment file; %llu extra replicas not kept; %llu damaged log records "
+                  "skipped",
+                  self->dir, (unsigned long long) adopted,
+                  (unsigned long long) (adopted_bytes >> 20), seconds, (unsigned long long) corrupt,
+                  (unsigned long long) no_room, (unsigned long long) missing,
+                  (unsigned long long) replicas, (unsigned long long) self->log_stats.bad);
     return (size_t) adopted;
 }
 

@@ -20,6 +20,8 @@
 */
 #include "actors/transfer_submitter.h"
 
+#include "actors/log.h"
+
 #include <pthread.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -337,9 +339,9 @@ s_disk_scan (self_t *self, kvp_job_t *job)
         return;
     }
     if (report.partial_dropped || report.corrupt_dropped)
-        zsys_warning ("kvpoold: disk tier: %llu half-written and %llu corrupt files dropped",
-                      (unsigned long long) report.partial_dropped,
-                      (unsigned long long) report.corrupt_dropped);
+        kvp_warning ("kvpoold: disk tier: %llu half-written and %llu corrupt files dropped",
+                     (unsigned long long) report.partial_dropped,
+                     (unsigned long long) report.corrupt_dropped);
 }
 
 static void
@@ -387,15 +389,15 @@ transfer_submitter_actor (zsock_t *pipe, void *args)
         self->disk =
             disk_store_new (config->disk_dir, 64, self->disk_error, sizeof self->disk_error);
         if (self->disk)
-            zsys_info ("kvpoold: disk tier %s (%s), %llu MiB", config->disk_dir,
-                       disk_store_describe (self->disk),
-                       (unsigned long long) (config->disk_capacity >> 20));
+            kvp_info ("kvpoold: disk tier %s (%s), %llu MiB", config->disk_dir,
+                      disk_store_describe (self->disk),
+                      (unsigned long long) (config->disk_capacity >> 20));
     }
     if (config->rdma) {
         self->rdma = rdma_serve_new (config->rdma_device, (int) config->cluster_timeout_ms,
                                      self->rdma_error, sizeof self->rdma_error);
         if (!self->rdma)
-            zsys_warning ("kvpoold: cannot serve values by RDMA: %s", self->rdma_error);
+            kvp_warning ("kvpoold: cannot serve values by RDMA: %s", self->rdma_error);
     }
     zsock_signal (pipe, 0);
 
@@ -411,7 +413,7 @@ transfer_submitter_actor (zsock_t *pipe, void *args)
             if (!command || streq (command, "$TERM"))
                 self->terminated = true;
             else {
-                zsys_error ("transfer_submitter: invalid pipe command '%s'", command);
+                kvp_error ("invalid pipe command '%s'", command);
                 assert (false);
             }
             zstr_free (&command);

@@ -75,6 +75,12 @@ int bench_stop (pid_t pid);
 //  Waits for the child to exit. Returns its exit status, 128+signal, or -1.
 int bench_wait (pid_t pid);
 
+//  Loopback tcp bandwidth, seconds long, by iperf3: a server of its own (-s -1: one test, then
+//  it exits) on a free port of 127.0.0.1 and one client stream (-J; its
+//  end.sum_received.bits_per_second). Bytes per second, or NAN with the reason in note:
+//  iperf3 missing (*failed false), or it ran and gave no figure (*failed true).
+double bench_iperf3 (int seconds, char *note, size_t note_size, bool *failed);
+
 //  Whether the child has exited (then it is reaped).
 bool bench_exited (pid_t pid);
 

@@ -57,7 +57,6 @@
 #define RAW_TIMEOUT_MS 10000
 #define LOCATE_CHUNK 1000
 #define TARGET_SHARE 0.85 //  remote get, 1 MiB, batched, of iperf3's loopback bandwidth
-#define IPERF3 "/usr/bin/iperf3"
 
 #define SIZE_COUNT 3
 static const size_t s_sizes[SIZE_COUNT] = {64 << 10, 1 << 20, 4 << 20};
@@ -415,107 +414,18 @@ s_fill (cluster_t *self)
 
 //  ---- iperf3 ------------------------------------------------------------------------
 
-//  The file at path, NUL-terminated, in a malloc'ed buffer (the caller frees it), or NULL.
-static char *
-s_slurp (const char *path)
-{
-    FILE *file = fopen (path, "r");
-    if (!file)
-        return NULL;
-    size_t capacity = 1 << 16, length = 0;
-    char *text = (char *) malloc (capacity);
-    while (text) {
-        length += fread (text + length, 1, capacity - 1 - length, file);
-        if (length < capacity - 1)
-            break;
-        char *grown = (char *) realloc (text, capacity * 2);
-        if (!grown) {
-            free (text);
-            text = NULL;
-        }
-        text = grown;
-        capacity *= 2;
-    }
-    if (text)
-        text[length] = 0;
-    fclose (file);
-    return text;
-}
-
-//  end.sum_received.bits_per_second of iperf3's -J output, or NAN. The streams list under
-//  "end" names its members "sender" and "receiver", so the first "sum_received" after "end"
-//  is the one.
-static double
-s_iperf3_bps (const char *json)
-{
-    const char *end = strstr (json, "\"end\":");
-    const char *sum = end ? strstr (end, "\"sum_received\":") : NULL;
-    const char *close = sum ? strchr (sum, '}') : NULL;
-    const char *bps = sum ? strstr (sum, "\"bits_per_second\":") : NULL;
-    if (!bps || bps > close)
-        return NAN;
-    char *after;
-    double value = strtod (bps + strlen ("\"bits_per_second\":"), &after);
-    return after > bps && value > 0 ? value : NAN;
-}
-
-//  One iperf3 measure of loopback tcp, seconds long: a server of its own (-1: one test, then
-//  it exits) on a free port, one client stream. Bytes per second, or NAN (the reason in
+//  Loopback tcp by iperf3 (bench_iperf3): bytes per second, or NAN (the reason in
 //  iperf_note; a failure to run it is a failure of the section, its absence is not).
 static double
 s_iperf3 (cluster_t *self, int seconds)
 {
-    if (access (IPERF3, X_OK) != 0) {
-        snprintf (self->iperf_note, sizeof self->iperf_note,
-                  "iperf3 not installed (%s: %s; apt-get install iperf3)", IPERF3,
-                  strerror (errno));
-        return NAN;
-    }
-    char server_log[128], client_log[128], port_text[16], time_text[16];
-    snprintf (server_log, sizeof server_log, "/tmp/kvpool-bench-%d-iperf3-server.log",
-              (int) getpid ());
-    snprintf (client_log, sizeof client_log, "/tmp/kvpool-bench-%d-iperf3.json", (int) getpid ());
-    snprintf (time_text, sizeof time_text, "%d", seconds);
-    double bps = NAN;
-    char *json = NULL;
-    for (int attempt = 0; attempt < 3 && isnan (bps); attempt++) {
-        int port = bench_free_port ();
-        snprintf (port_text, sizeof port_text, "%d", port);
-        const char *server_argv[] = {IPERF3, "-s", "-1", "-B", "127.0.0.1", "-p", port_text, NULL};
-        pid_t server = bench_spawn (server_argv, server_log);
-        if (server < 0) {
-            s_fail (self, "fork: %s", strerror (errno));
-            return NAN;
-        }
-        //  The server listens within milliseconds; a client that came too early is refused at
-        //  once (without using up the server's one test), and tries again.
-        double deadline = bench_now () + 5;
-        while (isnan (bps) && !bench_exited (server) && bench_now () < deadline) {
-            const char *client_argv[] = {IPERF3, "-c",      "127.0.0.1", "-p", port_text,
-                                         "-t",   time_text, "-J",        NULL};
-            pid_t client = bench_spawn (client_argv, client_log);
-            int status = client > 0 ? bench_wait (client) : -1;
-            free (json);
-            json = s_slurp (client_log);
-            if (status == 0 && json)
-                bps = s_iperf3_bps (json);
-            else
-                bench_sleep_ms (50);
-        }
-        bench_stop (server);
-    }
-    if (isnan (bps)) {
-        s_fail (self,
-                "iperf3 -c 127.0.0.1 -t %d -J gave no end.sum_received.bits_per_second: %.300s",
-                seconds, json ? json : "(no output)");
+    bool failed = false;
+    double rate = bench_iperf3 (seconds, self->iperf_note, sizeof self->iperf_note, &failed);
+    if (failed) {
+        s_fail (self, "%s", self->iperf_note);
         snprintf (self->iperf_note, sizeof self->iperf_note, "iperf3 failed (see stderr)");
     }
-    else {
-        unlink (client_log);
-        unlink (server_log);
-    }
-    free (json);
-    return bps / 8;
+    return rate;
 }
 
 static void

@@ -69,6 +69,7 @@
 */
 #include "kvpool.h"
 #include "bench/bench.h"
+#include "bench/bench_plot.h"
 
 #include <hiredis/hiredis.h>
 
@@ -81,6 +82,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -174,6 +176,7 @@ typedef struct {
     //  options
     bool quick;
     const char *endpoint_opt, *admin_opt, *kvpoold_path, *redis_path;
+    const char *plot_dir; //  --plot: charts of the kv figures go there
     int reps, min_calls;
     double rep_seconds;
     uint64_t put_cap; //  bytes per put repetition, so the pool never fills
@@ -219,6 +222,7 @@ typedef struct {
     result_t kv[OP_COUNT][SIZE_COUNT][2][PATH_COUNT];
     result_t exist[EX_COUNT];
     result_t memcpy_result;
+    double floor_us; //  the loopback floor's p50 (0: not measured)
     int errors;
 } bench_t;
 
@@ -1280,6 +1284,7 @@ s_print_summary (bench_t *self)
                 s_latency_us (&self->kv[OP_GET][s][b][PATH_REDIS], 0.5));
         //  The floor under the tcp figure: a ZeroMQ round trip with no kvpool in it.
         double floor = bench_floor_p50_us (bench_free_port (), self->reps, self->rep_seconds);
+        self->floor_us = floor > 0 ? floor : 0;
         if (floor > 0)
             printf ("loopback floor: a bare libzmq DEALER -> ROUTER echo of 4 KiB, p50 %.1f us "
                     "(kvpool tcp get / floor: %.2f)\n",
@@ -1380,6 +1385,9 @@ s_usage (FILE *out)
              "  --kvpoold PATH     daemon to start, for every section (default: kvpoold next to\n"
              "                     this program)\n"
              "  --redis-server PATH (default /usr/bin/redis-server)\n"
+             "  --plot DIR         also draw the kv figures as PNG charts in DIR (gnuplot):\n"
+             "                     throughput and p50 latency against value size, kvpool\n"
+             "                     beside Redis, with the memcpy and loopback limits\n"
              "  --help             print this and exit\n");
 }
 
@@ -1436,17 +1444,13 @@ s_parse_only (bench_t *self, const char *list)
 static int
 s_parse_options (bench_t *self, int argc, char **argv)
 {
-    static const struct option options[] = {{"quick", no_argument, NULL, 'q'},
-                                            {"only", required_argument, NULL, 'o'},
-                                            {"endpoint", required_argument, NULL, 'e'},
-                                            {"admin", required_argument, NULL, 'a'},
-                                            {"reps", required_argument, NULL, 'r'},
-                                            {"time-ms", required_argument, NULL, 't'},
-                                            {"kvpoold", required_argument, NULL, 'k'},
-                                            {"redis-server", required_argument, NULL, 's'},
-                                            {"cluster", no_argument, NULL, 'c'},
-                                            {"help", no_argument, NULL, 'h'},
-                                            {NULL, 0, NULL, 0}};
+    static const struct option options[] = {
+        {"quick", no_argument, NULL, 'q'},          {"only", required_argument, NULL, 'o'},
+        {"endpoint", required_argument, NULL, 'e'}, {"admin", required_argument, NULL, 'a'},
+        {"reps", required_argument, NULL, 'r'},     {"time-ms", required_argument, NULL, 't'},
+        {"kvpoold", required_argument, NULL, 'k'},  {"redis-server", required_argument, NULL, 's'},
+        {"cluster", no_argument, NULL, 'c'},        {"plot", required_argument, NULL, 'p'},
+        {"help", no_argument, NULL, 'h'},           {NULL, 0, NULL, 0}};
     const char *only = NULL;
     bool cluster = false;
     int reps = 0, time_ms = 0;
@@ -1475,6 +1479,7 @@ s_parse_options (bench_t *self, int argc, char **argv)
                 break;
             }
             case 'k': self->kvpoold_path = optarg; break;
+            case 'p': self->plot_dir = optarg; break;
             case 's': self->redis_path = optarg; break;
             case 'h': s_usage (stdout); return 1;
             default: s_usage (stderr); return 2;
@@ -1495,6 +1500,87 @@ s_parse_options (bench_t *self, int argc, char **argv)
     self->rep_seconds = (time_ms ? time_ms : self->quick ? 20 : 200) / 1000.0;
     self->min_calls = 1;
     self->put_cap = self->quick ? 128ULL << 20 : 512ULL << 20;
+    return 0;
+}
+
+//  --plot DIR: throughput and latency against value size, kvpool beside Redis, with the
+//  memcpy and loopback limits measured in the same run (iperf3 is run for the loopback
+//  bandwidth here). Returns 0 or -1.
+static int
+s_plot (bench_t *self)
+{
+    if (mkdir (self->plot_dir, 0755) != 0 && errno != EEXIST) {
+        fprintf (stderr, "kvpool-bench: --plot %s: %s\n", self->plot_dir, strerror (errno));
+        return -1;
+    }
+    fprintf (stderr, "kvpool-bench: plot: iperf3 for the loopback bandwidth\n");
+    char note[512];
+    bool failed = false;
+    double loopback = bench_iperf3 (self->quick ? 1 : 3, note, sizeof note, &failed);
+    if (isnan (loopback))
+        fprintf (stderr, "kvpool-bench: plot: no loopback line: %s\n", note);
+    static bench_plot_t plots[4];
+    memset (plots, 0, sizeof plots);
+    const char *names[4] = {"get-throughput", "put-throughput", "get-latency", "put-latency"};
+    const char *titles[4] = {"get, batches of 32 values: throughput (higher is better)",
+                             "put, batches of 32 values: throughput (higher is better)",
+                             "get, one value a call: p50 latency (lower is better)",
+                             "put, one value a call: p50 latency (lower is better)"};
+    for (int k = 0; k < 4; k++) {
+        bench_plot_t *plot = &plots[k];
+        int op = k % 2 == 0 ? OP_GET : OP_PUT;
+        bool latency = k >= 2;
+        int b = latency ? 0 : 1;
+        plot->name = names[k];
+        plot->title = titles[k];
+        plot->xlabel = "value size";
+        plot->ylabel = latency ? "p50 latency (us)" : "GB/s";
+        plot->points = SIZE_COUNT;
+        for (int s = 0; s < SIZE_COUNT; s++)
+            plot->x[s] = (double) s_sizes[s];
+        static const int paths[] = {PATH_TCP, PATH_TCP_ZC, PATH_LOCAL};
+        static const char *path_titles[] = {"kvpool tcp", "kvpool tcp, zero-copy get",
+                                            "kvpool same-machine"};
+        for (int p = 0; p < 3; p++) {
+            if (op == OP_PUT && paths[p] == PATH_TCP_ZC)
+                continue;
+            bench_plot_series_t *series = &plot->series[plot->series_count++];
+            series->title = path_titles[p];
+            for (int s = 0; s < SIZE_COUNT; s++) {
+                result_t *result = &self->kv[op][s][b][paths[p]];
+                series->y[s] = result->reps == 0 || result->failed ? NAN
+                               : latency                           ? s_latency_us (result, 0.5)
+                                                                   : s_rate (result) / 1e9;
+            }
+        }
+        if (self->use_redis) {
+            bench_plot_series_t *series = &plot->series[plot->series_count++];
+            series->title = latency ? "redis" : "redis (its faster batched form)";
+            for (int s = 0; s < SIZE_COUNT; s++) {
+                result_t *redis = &self->kv[op][s][b][PATH_REDIS];
+                series->y[s] = latency ? (redis->reps ? s_latency_us (redis, 0.5) : NAN)
+                                       : s_redis_best (self, op, s, b, NULL) / 1e9;
+            }
+        }
+        if (latency)
+            plot->references[plot->reference_count++] =
+                (bench_plot_reference_t){"loopback floor: a bare libzmq echo of 4 KiB",
+                                         self->floor_us > 0 ? self->floor_us : NAN};
+        else {
+            plot->references[plot->reference_count++] = (bench_plot_reference_t){
+                "memcpy, one thread",
+                self->memcpy_result.reps ? s_rate (&self->memcpy_result) / 1e9 : NAN};
+            plot->references[plot->reference_count++] =
+                (bench_plot_reference_t){"loopback tcp (iperf3)", loopback / 1e9};
+        }
+    }
+    char why[512];
+    if (bench_plot_write (self->plot_dir, plots, 4, why, sizeof why) != 0) {
+        fprintf (stderr, "kvpool-bench: --plot: %s\n", why);
+        return -1;
+    }
+    printf ("\nplots: %s/{get,put}-{throughput,latency}.png (data: *.dat, script: plots.gp)\n",
+            self->plot_dir);
     return 0;
 }
 
@@ -1639,6 +1725,8 @@ main (int argc, char **argv)
         s_memcpy_reps (self);
     if (data)
         s_print_summary (self);
+    if (data && self->plot_dir && self->do_kv && s_plot (self) != 0)
+        self->errors++;
 
     if (self->do_lookup) {
         if (!self->endpoint[0] || !self->admin[0]) {

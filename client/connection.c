@@ -504,10 +504,27 @@ kvpc_conn_ping (kvpc_conn_t *self)
     return rc;
 }
 
+//  Whether the node serves this process here: a TOUCH with nothing in it (answered by the
+//  api alone) is refused PERMISSION_DENIED on the ipc endpoint to a user the node does not
+//  let in, where PING is not.
+static bool
+s_allowed (kvpc_conn_t *self)
+{
+    Kvpool__V1__Request request = KVPOOL__V1__REQUEST__INIT;
+    request.op = KVPOOL__V1__OP__TOUCH;
+    kvpc_reply_t reply;
+    if (kvpc_call (self, &request, NULL, 0, 0, &reply))
+        return false;
+    bool allowed = reply.msg->status != KVPOOL_PERMISSION_DENIED;
+    kvpc_reply_free (&reply);
+    return allowed;
+}
+
 //  A client on the node's machine talks to the node's ipc endpoint: only there does the node
 //  know which process it is, and only there does it serve the shared-memory operations
 //  (docs/security.md). The move is kept only if the same node answers there (another
-//  network namespace, say, has no such socket, or another node's).
+//  network namespace, say, has no such socket, or another node's) and lets this process's
+//  user in (another user, not in --group, keeps the tcp connection and its whole values).
 static void
 s_go_local (kvpc_conn_t *self)
 {
@@ -526,7 +543,7 @@ s_go_local (kvpc_conn_t *self)
     self->endpoint = endpoint;
     self->timeout_ms = timeout < KVPC_LOCAL_PING_MS ? timeout : KVPC_LOCAL_PING_MS;
     bool moved = s_socket_open (self, self->ctx) == 0 && kvpc_conn_ping (self) == KVPOOL_OK
-                 && strcmp (server_id, self->server_id) == 0;
+                 && strcmp (server_id, self->server_id) == 0 && s_allowed (self);
     self->timeout_ms = timeout;
     if (moved) {
         zmq_close (old_socket);

@@ -827,7 +827,24 @@ kvpc_socket_unmount (kvpc_conn_t *conn, uint32_t id)
 }
 
 int
-kvpc_socket_stats (kvpc_conn_t *conn, kvpool_stats_t *stats)
+kvpc_socket_config (kvpc_conn_t *conn, const char *name, const char *value, char *out, size_t size)
+{
+    Kvpool__V1__Request request = KVPOOL__V1__REQUEST__INIT;
+    request.op = KVPOOL__V1__OP__CONFIG;
+    request.setting = (char *) name;
+    request.setting_value = (char *) (value ? value : "");
+    kvpc_reply_t reply;
+    int rc = s_simple_call (conn, &request, &reply);
+    if (rc)
+        return rc;
+    snprintf (out, size, "%s", reply.msg->setting_value ? reply.msg->setting_value : "");
+    kvpc_reply_free (&reply);
+    return KVPOOL_OK;
+}
+
+int
+kvpc_socket_stats (kvpc_conn_t *conn, kvpool_stats_t *stats, kvpool_op_stats_t *ops, size_t max,
+                   size_t *count)
 {
     Kvpool__V1__Request request = KVPOOL__V1__REQUEST__INIT;
     request.op = KVPOOL__V1__OP__STATS;
@@ -845,6 +862,22 @@ kvpc_socket_stats (kvpc_conn_t *conn, kvpool_stats_t *stats)
 #define KVPC_STATS_COPY(type, name, text) stats->name = from->name;
     KVPOOL_STATS_FIELDS (KVPC_STATS_COPY)
 #undef KVPC_STATS_COPY
+    if (count)
+        *count = reply.msg->n_op_stats;
+    for (size_t i = 0; ops && i < max && i < reply.msg->n_op_stats; i++) {
+        const Kvpool__V1__OpStats *entry = reply.msg->op_stats[i];
+        kvpool_op_stats_t *op = &ops[i];
+        memset (op, 0, sizeof *op);
+        op->op = (int) entry->op;
+        const ProtobufCEnumValue *value =
+            protobuf_c_enum_descriptor_get_value (&kvpool__v1__op__descriptor, op->op);
+        op->name = value ? value->name : "UNKNOWN";
+        op->requests = entry->requests;
+        op->failures = entry->failures;
+        op->latency_sum_us = entry->latency_sum_us;
+        for (size_t b = 0; b < entry->n_latency_buckets && b < KVPOOL_LATENCY_BUCKETS; b++)
+            op->latency_buckets[b] = entry->latency_buckets[b];
+    }
     kvpc_reply_free (&reply);
     return KVPOOL_OK;
 }

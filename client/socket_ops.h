@@ -60,6 +60,13 @@ int kvpc_socket_nodes (kvpc_conn_t *conn, const char *key, uint64_t *size_p, kvp
 //  MOUNT_SEGMENT owned by this connection, UNMOUNT_SEGMENT.
 int kvpc_socket_mount (kvpc_conn_t *conn, const char *shm_name, uint64_t size, uint32_t *id_p);
 int kvpc_socket_unmount (kvpc_conn_t *conn, uint32_t id);
-int kvpc_socket_stats (kvpc_conn_t *conn, kvpool_stats_t *stats);
+//  CONFIG: the setting's value into out, changed to value first when value is not NULL.
+int kvpc_socket_config (kvpc_conn_t *conn, const char *name, const char *value, char *out,
+                        size_t size);
+
+//  STATS: the node's figures, and up to max of its per-operation counters into ops
+//  (*count: how many it sent; ops may be NULL when max is 0).
+int kvpc_socket_stats (kvpc_conn_t *conn, kvpool_stats_t *stats, kvpool_op_stats_t *ops, size_t max,
+                       size_t *count);
 
 #endif

@@ -45,6 +45,8 @@ extern "C" {
 #endif
 
 #define KVPOOL_PROTOCOL_VERSION 1
+//  The release of this library (and of the kvpoold it comes with).
+#define KVPOOL_VERSION "0.1.0"
 #define KVPOOL_DEFAULT_ENDPOINT "tcp://127.0.0.1:50051"
 #define KVPOOL_DEFAULT_ADMIN_ENDPOINT "tcp://127.0.0.1:50052"
 
@@ -59,6 +61,12 @@ extern "C" {
 KVPOOL_EXPORT const char *kvpool_strerror (int status);
 //  Returns the status's name, e.g. "OBJECT_NOT_FOUND" (never NULL; "UNKNOWN" if unknown).
 KVPOOL_EXPORT const char *kvpool_status_name (int status);
+
+//  For bindings, so that a batch of n keys costs them one buffer and not n strings: points
+//  keys[0..n) at the n keys packed one after another in blob, each ending with a NUL (len
+//  bytes in all, the last of them a NUL). The pointers point into blob: keep it while they
+//  are used. Returns KVPOOL_OK, or KVPOOL_INVALID_PARAMS when blob holds other than n keys.
+KVPOOL_EXPORT int kvpool_keys_unpack (const char *blob, size_t len, size_t n, const char **keys);
 
 typedef struct _kvpool_t kvpool_t;
 
@@ -325,6 +333,37 @@ typedef struct {
 } kvpool_stats_t;
 
 KVPOOL_EXPORT int kvpool_stats (kvpool_t *self, kvpool_stats_t *stats);
+
+//  One client operation's requests as the node answered them since it started.
+#define KVPOOL_LATENCY_BUCKETS 17
+//  The buckets' upper bounds in microseconds; the last bucket counts what is above them all.
+#define KVPOOL_LATENCY_BOUNDS_US                                                                   \
+    {                                                                                              \
+        10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 1000000, \
+            5000000                                                                                \
+    }
+typedef struct {
+    int op;                  //  kvpool.v1.Op
+    const char *name;        //  its name, e.g. "PUT" (static)
+    uint64_t requests;       //  answered
+    uint64_t failures;       //  answered with a request-level error (a miss is not one)
+    uint64_t latency_sum_us; //  arrival at the node to reply, summed
+    uint64_t latency_buckets[KVPOOL_LATENCY_BUCKETS]; //  each bucket's own count
+} kvpool_op_stats_t;
+
+//  A setting of the node, by the name of its kvpoold option without --: its value as text
+//  into out (size bytes, NUL-terminated). With value not NULL the setting changes to it
+//  first, for those that may change while the node runs (log-level, lease-ttl, the
+//  eviction and disk watermarks; kvpoold --help marks them): INVALID_PARAMS, with the
+//  reason in kvpool_last_error, for any other, an unknown name or a value out of bounds.
+//  A same-machine client of the node's user or group only (PERMISSION_DENIED otherwise).
+KVPOOL_EXPORT int kvpool_config (kvpool_t *self, const char *name, const char *value, char *out,
+                                 size_t size);
+
+//  kvpool_stats, and the operations clients asked for: up to max of them into ops (NULL
+//  with max 0 for none), *count the number the node reported.
+KVPOOL_EXPORT int kvpool_stats_ops (kvpool_t *self, kvpool_stats_t *stats, kvpool_op_stats_t *ops,
+                                    size_t max, size_t *count);
 
 #ifdef __cplusplus
 }

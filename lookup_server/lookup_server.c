@@ -48,8 +48,11 @@
 */
 #include "lookup_server/lookup_server.h"
 
+#include "actors/log.h"
+
 #include <pthread.h>
 
+#include "actors/metrics.h"
 #include "lookup_server/lookup_keys.h"
 #include "lookup_server/lookup_request.h"
 #include "messages/kvp_job.h"
@@ -109,6 +112,7 @@ typedef struct {
     size_t *picked_lens;
     //  counters, reported by stats
     uint64_t requests, lookups, hit_tokens, resets, reset_failures, refused, store_errors;
+    kvp_metrics_t *metrics; //  the daemon's counters, or NULL
 } self_t;
 
 static void
@@ -148,6 +152,7 @@ s_self_new (zsock_t *pipe, const lookup_server_args_t *args)
     self->max_key_len = args->max_key_len;
     self->store_timeout_ms = args->store_timeout_ms ? args->store_timeout_ms : STORE_TIMEOUT_MS;
     self->verbose = args->verbose;
+    self->metrics = args->metrics;
     self->endpoints = zlistx_new ();
     assert (self->endpoints);
     zlistx_set_destructor (self->endpoints, (zlistx_destructor_fn *) zstr_free);
@@ -202,8 +207,8 @@ s_self_new (zsock_t *pipe, const lookup_server_args_t *args)
     for (size_t i = 0; i < args->admin_endpoint_count; i++) {
         const char *endpoint = args->admin_endpoints[i];
         if (zsock_bind (self->router, "%s", endpoint) == -1) {
-            self->error = zsys_sprintf ("cannot bind admin endpoint %s: %s", endpoint,
-                                        zmq_strerror (zmq_errno ()));
+            self->error =
+                zsys_sprintf ("cannot bind %s: %s", endpoint, zmq_strerror (zmq_errno ()));
             zsock_destroy (&self->router);
             return self;
         }
@@ -248,7 +253,7 @@ s_handle_pipe (self_t *self)
     else if (command && streq (command, "ENDPOINTS"))
         s_reply_endpoints (self);
     else
-        zsys_error ("lookup_server: unknown pipe command '%s'", command ? command : "");
+        kvp_error ("unknown pipe command '%s'", command ? command : "");
     zstr_free (&command);
     zmsg_destroy (&msg);
 }
@@ -274,8 +279,7 @@ static int
 s_job_send (self_t *self, kvp_job_t **job_p)
 {
     if (kvp_job_send (self->jobs, *job_p) == -1) {
-        zsys_warning ("lookup_server: cannot queue a job for the store: %s",
-                      zmq_strerror (zmq_errno ()));
+        kvp_warning ("cannot queue a job for the store: %s", zmq_strerror (zmq_errno ()));
         kvp_job_destroy (job_p);
         return -1;
     }
@@ -324,8 +328,7 @@ s_job_call (self_t *self, kvp_job_t *job)
     }
     self->store_errors++;
     if (!self->terminated) {
-        zsys_warning ("lookup_server: the store did not answer within %" PRIu64 " ms",
-                      self->store_timeout_ms);
+        kvp_warning ("the store did not answer within %" PRIu64 " ms", self->store_timeout_ms);
         self->store_retry_at = zclock_mono () + STORE_RETRY_MS;
     }
     return NULL;
@@ -351,8 +354,8 @@ s_job_failed (self_t *self, kvp_job_t **job_p, const char *what)
     if (job->status == KVPOOL_OK)
         return false;
     self->store_errors++;
-    zsys_warning ("lookup_server: %s failed: status %d%s%s", what, job->status,
-                  *job->error ? ": " : "", job->error);
+    kvp_warning ("%s failed: status %d%s%s", what, job->status, *job->error ? ": " : "",
+                 job->error);
     kvp_job_destroy (job_p);
     return true;
 }
@@ -531,8 +534,7 @@ s_lookup (self_t *self, lookup_request_t *request)
         if (lookup_keys_expand (self->keys, hashes, hash_lens, blocks, self->max_key_len, &keys,
                                 &reason)) {
             self->refused++;
-            if (self->verbose)
-                zsys_info ("lookup_server: lookup refused: %s", reason);
+            kvp_debug ("lookup refused: %s", reason);
             return zframe_new (s_fail, sizeof s_fail);
         }
         size_t ranks = lookup_keys_ranks (self->keys);
@@ -546,10 +548,9 @@ s_lookup (self_t *self, lookup_request_t *request)
         hit = token_len;
     self->lookups++;
     self->hit_tokens += hit;
-    if (self->verbose)
-        zsys_info ("lookup_server: lookup %s token_len=%u hashes=%zu -> %u",
-                   lookup_request_form_name (request->form), request->token_len,
-                   request->hash_count, (unsigned) hit);
+    metrics_lookup (self->metrics, hit);
+    kvp_debug ("lookup %s token_len=%u hashes=%zu -> %u", lookup_request_form_name (request->form),
+               request->token_len, request->hash_count, (unsigned) hit);
     uint8_t reply[4] = {(uint8_t) (hit >> 24), (uint8_t) (hit >> 16), (uint8_t) (hit >> 8),
                         (uint8_t) hit};
     return zframe_new (reply, sizeof reply);
@@ -564,7 +565,7 @@ s_reset (self_t *self)
         return zframe_new (s_fail, sizeof s_fail);
     }
     self->resets++;
-    zsys_info ("lookup_server: reset removed %" PRIu64 " objects", job->result_count);
+    kvp_info ("reset removed %" PRIu64 " objects", job->result_count);
     kvp_job_destroy (&job);
     return zframe_new (s_ok, sizeof s_ok);
 }
@@ -610,8 +611,7 @@ s_serve (self_t *self, zmsg_t *body)
     }
     if (!request) {
         self->refused++;
-        if (self->verbose)
-            zsys_info ("lookup_server: refused a request: %s", reason);
+        kvp_debug ("refused a request: %s", reason);
         return zframe_new (s_fail, sizeof s_fail);
     }
     zframe_t *reply = NULL;
@@ -673,8 +673,7 @@ s_wait_jobs_out (self_t *self)
         s_handle_jobs (self);
     }
     if (self->jobs_out > 0)
-        zsys_warning ("lookup_server: abandoning %zu job(s) the store has not answered",
-                      self->jobs_out);
+        kvp_warning ("abandoning %zu job(s) the store has not answered", self->jobs_out);
 }
 
 void
@@ -684,7 +683,7 @@ lookup_server_actor (zsock_t *pipe, void *args)
     assert (args);
     self_t *self = s_self_new (pipe, (const lookup_server_args_t *) args);
     if (self->error)
-        zsys_error ("lookup_server: %s", self->error);
+        kvp_error ("%s", self->error);
     zpoller_t *poller = zpoller_new (pipe, self->jobs, NULL);
     assert (poller);
     if (self->router)
@@ -1064,7 +1063,7 @@ lookup_server_test (bool verbose)
     assert (strncmp (tcp, "tcp://127.0.0.1:", 16) == 0 && atoi (tcp + 16) > 0);
     assert (streq (ipc, ipc_endpoint));
     if (verbose)
-        zsys_info ("lookup_server_test: bound %s and %s", tcp, ipc);
+        kvp_info ("lookup_server_test: bound %s and %s", tcp, ipc);
     zmsg_destroy (&endpoints);
 
     zsock_t *req = s_client (tcp);
@@ -1174,7 +1173,7 @@ lookup_server_test (bool verbose)
     zframe_t *json = s_ask (req, 1, stats, stats_size);
     char *text = zframe_strdup (json);
     if (verbose)
-        zsys_info ("lookup_server_test: stats %s", text);
+        kvp_info ("lookup_server_test: stats %s", text);
     assert (text[0] == '{' && text[strlen (text) - 1] == '}');
     assert (strstr (text, "\"objects\":7,"));
     assert (strstr (text, "\"bytes_used\":700,"));
@@ -1269,8 +1268,8 @@ lookup_server_test (bool verbose)
     int64_t stopping = zclock_mono ();
     zactor_destroy (&second);
     if (verbose)
-        zsys_info ("lookup_server_test: ended with a job out in %" PRId64 " ms",
-                   zclock_mono () - stopping);
+        kvp_info ("lookup_server_test: ended with a job out in %" PRId64 " ms",
+                  zclock_mono () - stopping);
     assert (zclock_mono () - stopping < 5000);
     zsock_destroy (&held_req);
     zstr_free (&held_endpoint);

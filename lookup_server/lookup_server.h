@@ -41,6 +41,8 @@ typedef struct {
     size_t max_key_len;                 //  longer lookup keys are refused (0: no limit)
     uint64_t store_timeout_ms;          //  how long a job may take (0: 60 s)
     bool verbose;                       //  log every request
+    struct _kvp_metrics_t *metrics;     //  lookups and hit tokens are counted here (NULL:
+                                        //  not counted; actors/metrics.h)
 } lookup_server_args_t;
 
 //  The actor; args is a lookup_server_args_t *.

@@ -66,7 +66,8 @@ static const kvp_actor_t s_kind_actor[KVP_JOB_KIND_COUNT] = {
     [KVP_CL_FETCH] = KVP_ACTOR_CL,        [KVP_CL_EXIST] = KVP_ACTOR_CL,
     [KVP_CL_REMOVE] = KVP_ACTOR_CL,       [KVP_CL_LOCATE] = KVP_ACTOR_CL,
     [KVP_CL_NODES] = KVP_ACTOR_CL,        [KVP_CL_DROPPED] = KVP_ACTOR_CL,
-    [KVP_CL_STATS] = KVP_ACTOR_CL,
+    [KVP_CL_STATS] = KVP_ACTOR_CL,        [KVP_RM_CONFIG] = KVP_ACTOR_RM,
+    [KVP_EV_CONFIG] = KVP_ACTOR_EV,
 };
 
 kvp_actor_t

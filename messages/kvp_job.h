@@ -55,6 +55,7 @@ typedef enum {
     KVP_RM_OWNER_GONE,     //  job->owner_id died: its pins, reservations and revoked
                            //  reservations end
     KVP_RM_STATS,          //  fills job->stats (object side)
+    KVP_RM_CONFIG,         //  job->setting = job->setting_value in its settings (when set)
     KVP_RM_EVICT,          //  job->evict: frees memory, oldest first, by the evictor's plan;
                            //  items out: objects pinned for a disk copy (offload)
     KVP_RM_OFFLOADED,      //  items: disk copies written for the pinned objects
@@ -84,6 +85,7 @@ typedef enum {
     //  evictor
     KVP_EV_MAKE_ROOM, //  items NO_AVAILABLE_HANDLE: an eviction cycle runs now (AL_RETRY next)
     KVP_EV_STATS,     //  fills job->stats (eviction and disk tier side)
+    KVP_EV_CONFIG,    //  job->setting = job->setting_value in its settings (when set)
     //  transfer-submitter
     KVP_TX_WRITE,        //  items: copy value (src) into every replica
     KVP_TX_DISK_WRITE,   //  items: write a disk copy of src (size bytes); fills disk_id,
@@ -241,9 +243,11 @@ typedef struct {
     bool hard_pin;
     bool force;
     bool pin;
-    bool ranged;    //  GET: each item wants only its offset / length range
-    bool redirect;  //  GET (cluster): large values held elsewhere answer REDIRECT + locations
-    uint32_t ranks; //  PREFIX_MATCH: keys a block (>= 1)
+    bool ranged;         //  GET: each item wants only its offset / length range
+    bool redirect;       //  GET (cluster): large values held elsewhere answer REDIRECT + locations
+    uint32_t ranks;      //  PREFIX_MATCH: keys a block (>= 1)
+    const char *setting; //  CONFIG: the setting's name (the request's)
+    const char *setting_value; //  CONFIG: its new value, checked by the api; NULL: a read
     const char *pattern;
     //  segments
     uint32_t segment_id;

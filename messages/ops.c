@@ -83,6 +83,9 @@ static const kvp_op_t s_ops[] = {
     //  Leading whole blocks: the count is made from the items' statuses at the reply
     //  (kvp_job_prefix_count), so that the cluster's row can add what other nodes hold.
     {OP (PREFIX_MATCH), OP_KEYS, REPLY_COUNT, {STAGE (RM_PREFIX)}},
+    //  The api checks the value against the settings table and keeps it; the actors that
+    //  read the setting take it into their own copies of the settings.
+    {OP (CONFIG), OP_LOCAL, REPLY_SETTING, {STAGE (RM_CONFIG), STAGE (EV_CONFIG)}},
 };
 
 #define OPS_COUNT (sizeof s_ops / sizeof s_ops[0])

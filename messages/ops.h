@@ -49,6 +49,7 @@ typedef enum {
     REPLY_NODE = 1 << 6,     //  host_id, server_id, index_name, local_endpoint
     REPLY_NODES = 1 << 7,    //  nodes (job->nodes), locations (LOCATE: item->locations)
     REPLY_RDMA = 1 << 8,     //  rdma_data, rdma_conn (RDMA_CONNECT)
+    REPLY_SETTING = 1 << 9,  //  setting_value (CONFIG)
 } kvp_reply_field_t;
 
 //  When a stage runs, besides the job's status being OK.

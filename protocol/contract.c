@@ -49,6 +49,7 @@ kvp_contract_test (bool verbose)
     assert (KVPOOL_PROTOCOL_VERSION == KVP_PROTOCOL_VERSION);
     assert (KVPOOL_MAX_REPLICAS == KVP_MAX_REPLICAS);
     assert (strcmp (KVPOOL_DEFAULT_ENDPOINT, KVP_DEFAULT_ENDPOINT) == 0);
+    assert (strcmp (KVPOOL_VERSION, KVP_VERSION) == 0);
     assert (strcmp (KVPOOL_DEFAULT_ADMIN_ENDPOINT, KVP_DEFAULT_ADMIN_ENDPOINT) == 0);
     char id[64];
     assert (kvp_boot_id (id, sizeof id) == 0);

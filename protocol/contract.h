@@ -16,6 +16,8 @@
 //  (include/kvpool.h repeats them for applications, as KVPOOL_*; the self test checks that
 //  the two agree).
 #define KVP_PROTOCOL_VERSION 1
+//  The release (kvpoold's /health and kvpool_info metric; the Python package's __version__).
+#define KVP_VERSION "0.1.0"
 #define KVP_DEFAULT_ENDPOINT "tcp://127.0.0.1:50051"
 #define KVP_DEFAULT_IPC_ENDPOINT "ipc://@kvpool-50051"
 #define KVP_DEFAULT_ADMIN_ENDPOINT "tcp://127.0.0.1:50052"

@@ -43,6 +43,7 @@ BEGIN {
 what == "stats" && /^message Stats \{/ { inside = 1; next }
 inside && /^\}/ { inside = 0; next }
 inside {
+    raw = $0
     line = $0
     text = ""
     if (index(line, "//")) {
@@ -50,8 +51,13 @@ inside {
         line = substr(line, 1, index(line, "//") - 1)
     }
     line = trim(line)
-    if (line == "")
+    if (line == "") {
+        # A Stats field's comment goes on under it, indented past the fields ("   //"); a
+        # comment at the fields' own indent heads the fields after it.
+        if (what == "stats" && pending != "" && text != "" && raw ~ /^   +\/\//)
+            pending_text = pending_text " " text
         next
+    }
     if (what == "status" || what == "python") {
         # NAME = VALUE;
         split(line, part, /[ \t]*=[ \t]*|;/)
@@ -66,11 +72,20 @@ inside {
     else {
         # TYPE NAME = NUMBER;
         split(line, part, /[ \t=;]+/)
-        printf " \\\n    X (%s, %s, \"%s\")", ctype(part[1]), part[2], ctext(text)
+        s_flush()
+        pending = sprintf(" \\\n    X (%s, %s, \"", ctype(part[1]), part[2])
+        pending_text = text
     }
     count++
 }
+function s_flush() {
+    if (pending != "")
+        printf "%s%s\")", pending, ctext(pending_text)
+    pending = ""
+    pending_text = ""
+}
 END {
+    s_flush()
     if (count == 0) {
         print "gen_header.awk: nothing found for " what > "/dev/stderr"
         exit 1

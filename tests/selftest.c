@@ -24,6 +24,8 @@
 #include "actors/regex_matcher.h"
 #include "actors/replica_manager.h"
 #include "actors/kv_events.h"
+#include "actors/log.h"
+#include "actors/metrics.h"
 #include "actors/kv_events_encode.h"
 #include "transfer/transfer_pool.h"
 #include "dataplane/data_plane.h"
@@ -76,6 +78,8 @@ static selftest_t s_tests[] = {{"kvp_status", kvp_status_test},
                                {"replica_manager", replica_manager_test},
                                {"kv_events_encode", kv_events_encode_test},
                                {"kv_events", kv_events_test},
+                               {"metrics", metrics_test},
+                               {"log", kvp_log_test},
                                {"admission", admission_test},
                                {"object_table", object_table_test},
                                {"evictor", evictor_test},

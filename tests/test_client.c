@@ -171,6 +171,18 @@ s_test_connect (void)
     CHECK (strcmp (kvpool_last_error (NULL), "") == 0);
     CHECK (strcmp (kvpool_strerror (KVPOOL_OBJECT_NOT_FOUND), "object not found") == 0);
     CHECK (strcmp (kvpool_status_name (KVPOOL_BUFFER_OVERFLOW), "BUFFER_OVERFLOW") == 0);
+
+    //  Packed keys, as bindings hand them over: three keys, one of them empty.
+    const char blob[] = "alpha\0\0gamma";
+    const char *keys[3] = {NULL, NULL, NULL};
+    CHECK_EQ (kvpool_keys_unpack (blob, sizeof blob, 3, keys), KVPOOL_OK);
+    CHECK (keys[0] == blob && keys[1] == blob + 6 && keys[2] == blob + 7);
+    CHECK (strcmp (keys[2], "gamma") == 0);
+    CHECK_EQ (kvpool_keys_unpack (blob, sizeof blob, 2, keys), KVPOOL_INVALID_PARAMS);
+    CHECK_EQ (kvpool_keys_unpack (blob, sizeof blob, 4, keys), KVPOOL_INVALID_PARAMS);
+    CHECK_EQ (kvpool_keys_unpack (blob, sizeof blob - 1, 3, keys), KVPOOL_INVALID_PARAMS);
+    CHECK_EQ (kvpool_keys_unpack (NULL, 0, 0, keys), KVPOOL_OK);
+    CHECK_EQ (kvpool_keys_unpack (NULL, 0, 1, keys), KVPOOL_INVALID_PARAMS);
 }
 
 //  ---- single values ---------------------------------------------------------------------------

@@ -45,6 +45,8 @@ testutil_server_start (testutil_server_t *server, const char *const *args)
     argv[argc++] = "tcp://127.0.0.1:*";
     argv[argc++] = "--ready-file";
     argv[argc++] = server->ready_file;
+    argv[argc++] = "--metrics-port"; //  no HTTP unless a test asks (its args come after)
+    argv[argc++] = "0";
     for (int i = 0; args && args[i] && argc < 63; i++)
         argv[argc++] = args[i];
     argv[argc] = NULL;

@@ -20,19 +20,21 @@
 #include <unistd.h>
 
 #include "kvpool.h"
+#include "tools/kvpool_top.h"
 
 #define EXIT_USAGE 2
 //  The most put reads when the node does not say its limit (STATS max_value_size).
 #define DEFAULT_MAX_VALUE (1ULL << 30)
 
 static const char *s_usage =
-    "usage: kvpool [-s ENDPOINT] [-t TIMEOUT_MS] [--no-fast-path] COMMAND [ARGS...]\n"
+    "Usage: kvpool [-s ENDPOINT] [-t TIMEOUT_MS] [--no-fast-path] COMMAND [ARGS...]\n"
     "\n"
     "options:\n"
     "  -s, --server ENDPOINT   node to talk to (default " KVPOOL_DEFAULT_ENDPOINT ")\n"
     "  -t, --timeout MS        per-request timeout in milliseconds (default 5000)\n"
     "  --no-fast-path          never copy through shared memory, even on the node's machine\n"
     "  -h, --help              this text\n"
+    "  --version               print the version and exit\n"
     "\n"
     "commands:\n"
     "  put [--replicas N] [--soft-pin] [--hard-pin] [--upsert] KEY [FILE]\n"
@@ -43,7 +45,7 @@ static const char *s_usage =
     "  prefix [--ranks N] KEY...\n"
     "                          how many leading blocks are stored (N keys a block, one\n"
     "                          per rank, in block order): print the count; exit 0 when\n"
-    "                          all are, 1 otherwise"
+    "                          all are, 1 otherwise\n"
     "  size KEY...             print \"KEY: SIZE\" (bytes)\n"
     "  rm [--force] KEY...     remove keys (--force: even under a read lease)\n"
     "  rm [--force] --regex PATTERN\n"
@@ -55,7 +57,14 @@ static const char *s_usage =
     "  segments                mounted segments: id, name, size, used bytes\n"
     "  nodes                   the cluster's nodes: id, host, client endpoint, alive, space\n"
     "  locate KEY...           the nodes that hold each key\n"
-    "  ping                    round-trip time of one request\n";
+    "  ping                    round-trip time of one request\n"
+    "  config get NAME         a setting of the node (a kvpoold option without --)\n"
+    "  config set NAME VALUE   change one while the node runs: log-level, lease-ttl,\n"
+    "                          eviction-high-watermark, eviction-ratio, disk watermarks\n"
+    "  top [--once] [--interval MS]\n"
+    "                          live view: ops/s and latency per operation, traffic,\n"
+    "                          memory, disk, hit rate, evictions, nodes; q quits;\n"
+    "                          --once prints one frame after one interval (default 1000)\n";
 
 //  Prints "kvpool: WHAT: reason (NAME)[: server's reason]".
 static void
@@ -641,6 +650,49 @@ s_cmd_locate (cli_t *cli, int argc, char **argv)
 }
 
 static int
+s_cmd_config (cli_t *cli, int argc, char **argv)
+{
+    bool set = argc >= 1 && !strcmp (argv[0], "set");
+    if (!(argc == 2 && !strcmp (argv[0], "get")) && !(argc == 3 && set))
+        return s_usage_error ("config get NAME, or config set NAME VALUE");
+    kvpool_t *pool = s_connect (cli);
+    if (!pool)
+        return 1;
+    char value[1024];
+    int rc = kvpool_config (pool, argv[1], set ? argv[2] : NULL, value, sizeof value);
+    if (rc != KVPOOL_OK) {
+        s_error (pool, argv[1], rc);
+        return 1;
+    }
+    printf ("%s = %s\n", argv[1], value);
+    return 0;
+}
+
+static int
+s_cmd_top (cli_t *cli, int argc, char **argv)
+{
+    bool once = false;
+    int interval = 1000;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp (argv[i], "--once"))
+            once = true;
+        else if (!strcmp (argv[i], "--interval") && i + 1 < argc) {
+            char *end = NULL;
+            long value = strtol (argv[++i], &end, 10);
+            if (!end || *end || value < 100 || value > 3600000)
+                return s_usage_error ("top: --interval takes milliseconds, 100 to 3600000");
+            interval = (int) value;
+        }
+        else
+            return s_usage_error ("top: unexpected argument '%s'", argv[i]);
+    }
+    kvpool_t *pool = s_connect (cli);
+    if (!pool)
+        return 1;
+    return kvpool_top (pool, cli->endpoint, once, interval);
+}
+
+static int
 s_cmd_ping (cli_t *cli, int argc, char **argv)
 {
     if (argc > 0)
@@ -670,6 +722,10 @@ main (int argc, char **argv)
         const char *arg = argv[i];
         if (!strcmp (arg, "-h") || !strcmp (arg, "--help")) {
             fputs (s_usage, stdout);
+            return 0;
+        }
+        if (!strcmp (arg, "--version")) {
+            printf ("kvpool %s\n", KVPOOL_VERSION);
             return 0;
         }
         else if (!strcmp (arg, "-s") || !strcmp (arg, "--server") || !strcmp (arg, "--endpoint")) {
@@ -708,7 +764,9 @@ main (int argc, char **argv)
                     {"locate", s_cmd_locate},
                     {"prefix", s_cmd_prefix},
                     {"stats", s_cmd_stats},
-                    {"ping", s_cmd_ping}};
+                    {"ping", s_cmd_ping},
+                    {"top", s_cmd_top},
+                    {"config", s_cmd_config}};
     if (!strcmp (command, "help")) {
         fputs (s_usage, stdout);
         return 0;

@@ -22,8 +22,11 @@
 #include "actors/endpoints.h"
 #include "actors/evictor.h"
 #include "actors/kv_events.h"
+#include "actors/log.h"
 #include "actors/master.h"
 #include "actors/membership.h"
+#include "actors/metrics.h"
+#include "actors/metrics_http.h"
 #include "actors/replica_manager.h"
 #include "actors/transfer_submitter.h"
 #include "lookup_server/lookup_server.h"
@@ -33,7 +36,8 @@
 #define DRAIN_TIMEOUT_MS 30000
 
 static int
-s_write_ready_file (const char *path, zlist_t *endpoints, zlist_t *admin, zlist_t *kv_events)
+s_write_ready_file (const char *path, zlist_t *endpoints, zlist_t *admin, zlist_t *kv_events,
+                    zlist_t *metrics)
 {
     char tmp[4096];
     snprintf (tmp, sizeof tmp, "%s.tmp", path);
@@ -50,6 +54,9 @@ s_write_ready_file (const char *path, zlist_t *endpoints, zlist_t *admin, zlist_
     for (char *e = kv_events ? (char *) zlist_first (kv_events) : NULL; e && kv_index < 2;
          e = (char *) zlist_next (kv_events))
         fprintf (file, "%s=%s\n", kv_names[kv_index++], e);
+    for (char *e = metrics ? (char *) zlist_first (metrics) : NULL; e;
+         e = (char *) zlist_next (metrics))
+        fprintf (file, "metrics=%s\n", e);
     fprintf (file, "pid=%d\n", (int) getpid ());
     fclose (file);
     //  Rename, so a reader never sees half a file.
@@ -72,12 +79,25 @@ s_wait_for_signal (sigset_t *signals)
 static int
 s_run_master (kvp_config_t *config, sigset_t *signals)
 {
+    config->metrics = metrics_new ("master");
+    assert (config->metrics);
     zactor_t *master = zactor_new (master_actor, config);
     zlist_t *endpoints = kvp_endpoints_ask (master, "master endpoint");
+    //  /metrics and /health: the nodes and keys the master knows, its liveness tick.
+    zactor_t *metrics = NULL;
+    zlist_t *metrics_endpoints = NULL;
+    if (endpoints && config->metrics_port) {
+        metrics = zactor_new (metrics_http_actor, config);
+        metrics_endpoints = kvp_endpoints_ask (metrics, "metrics");
+    }
     int status = 1;
-    if (endpoints) {
+    if (endpoints && (!metrics || metrics_endpoints)) {
+        for (char *e = metrics_endpoints ? (char *) zlist_first (metrics_endpoints) : NULL; e;
+             e = (char *) zlist_next (metrics_endpoints))
+            printf ("kvpoold: metrics %s/metrics, health %s/health\n", e, e);
         if (config->ready_file
-            && s_write_ready_file (config->ready_file, endpoints, NULL, NULL) != 0)
+            && s_write_ready_file (config->ready_file, endpoints, NULL, NULL, metrics_endpoints)
+                   != 0)
             fprintf (stderr, "kvpoold: cannot write %s: %s\n", config->ready_file,
                      strerror (errno));
         else {
@@ -89,8 +109,11 @@ s_run_master (kvp_config_t *config, sigset_t *signals)
             status = 0;
         }
     }
+    zactor_destroy (&metrics);
     zactor_destroy (&master);
     zlist_destroy (&endpoints);
+    zlist_destroy (&metrics_endpoints);
+    //  (The counters stay until the exit: see main.)
     if (config->ready_file)
         unlink (config->ready_file);
     if (status == 0)
@@ -101,12 +124,26 @@ s_run_master (kvp_config_t *config, sigset_t *signals)
 int
 main (int argc, char **argv)
 {
-    kvp_config_t config;
+    if (argc == 2 && !strcmp (argv[1], "--metrics-markdown")) {
+        metrics_markdown (stdout); //  docs/metrics.md's table
+        return 0;
+    }
+    //  Static, as are the counters and the --config file's strings it points at: the actors
+    //  read them until they end, and nothing ThreadSanitizer can see (libzmq's pipes) orders
+    //  their last reads before a free here, so the exit frees them (still reachable: no leak
+    //  report either).
+    static kvp_config_t config;
     kvp_config_defaults (&config);
     int rc = kvp_config_parse (&config, argc - 1, argv + 1);
-    if (rc != 0)
+    if (rc != 0) {
+        kvp_config_release (&config);
         return rc == 1 ? 0 : 2;
+    }
     snprintf (config.instance, sizeof config.instance, "kvpool%d", (int) getpid ());
+    kvp_log_level_t log_level = KVP_LOG_INFO;
+    kvp_log_level_parse (config.log_level, &log_level); //  checked by the parser
+    kvp_log_setup (config.verbose ? KVP_LOG_DEBUG : log_level, config.log_syslog, "kvpoold");
+    pthread_setname_np (pthread_self (), "kvpoold");
     //  Every client connection is a descriptor: take all the kernel allows (the api refuses
     //  connections short of it, --max-connections, rather than spin at it).
     conn_guard_raise_fd_limit ();
@@ -122,8 +159,9 @@ main (int argc, char **argv)
     //  A file size limit fails a disk tier write (EFBIG), it does not end the node.
     signal (SIGXFSZ, SIG_IGN);
     zsys_set_logident ("kvpoold");
-    if (config.role == KVP_ROLE_MASTER)
+    if (config.role == KVP_ROLE_MASTER) {
         return s_run_master (&config, &signals);
+    }
     //  A node's data plane: rdma when asked for (or auto) and the device opens; said in one
     //  line once the node has joined.
     char transport_why[256] = "";
@@ -137,14 +175,17 @@ main (int argc, char **argv)
     zlist_t *kv_endpoints = NULL;
     if (config.kv_events_endpoint)
         kv_events = zactor_new (kv_events_actor, &config);
+    //  The counters the api and the lookup server keep, and the metrics actor serves.
+    config.metrics = metrics_new (config.role == KVP_ROLE_NODE ? "node" : "all");
+    assert (config.metrics);
     zactor_t *rm = zactor_new (replica_manager_actor, &config);
     zactor_t *al = zactor_new (allocator_actor, &config);
     zactor_t *tx = zactor_new (transfer_submitter_actor, &config);
     //  The evictor registers what the disk tier holds before the api serves.
     zactor_t *ev = zactor_new (evictor_actor, &config);
     zactor_t *api = zactor_new (api_actor, &config);
-    zactor_t *lookup = NULL, *cluster = NULL, *membership = NULL;
-    zlist_t *endpoints = NULL, *admin = NULL;
+    zactor_t *lookup = NULL, *cluster = NULL, *membership = NULL, *metrics = NULL;
+    zlist_t *endpoints = NULL, *admin = NULL, *metrics_endpoints = NULL;
     char *peer_endpoint = NULL, *host_id = NULL;
     char node_id[256] = "", client_endpoint[300] = "";
     cluster_args_t cluster_args = {0};
@@ -206,14 +247,22 @@ main (int argc, char **argv)
         .admin_endpoint_count = config.admin_endpoint_count ? config.admin_endpoint_count : 1,
         .instance = config.instance,
         .max_key_len = config.max_key_len,
-        .verbose = config.verbose};
+        .verbose = config.verbose,
+        .metrics = config.metrics};
     lookup = zactor_new (lookup_server_actor, &lookup_args);
     admin = kvp_endpoints_ask (lookup, "admin endpoint");
     if (!admin)
         goto shutdown;
 
+    //  /metrics and /health: on a thread of their own, sending STATS to the api's job socket.
+    if (config.metrics_port) {
+        metrics = zactor_new (metrics_http_actor, &config);
+        if (!(metrics_endpoints = kvp_endpoints_ask (metrics, "metrics")))
+            goto shutdown;
+    }
     if (config.ready_file
-        && s_write_ready_file (config.ready_file, endpoints, admin, kv_endpoints) != 0) {
+        && s_write_ready_file (config.ready_file, endpoints, admin, kv_endpoints, metrics_endpoints)
+               != 0) {
         fprintf (stderr, "kvpoold: cannot write %s: %s\n", config.ready_file, strerror (errno));
         goto shutdown;
     }
@@ -230,12 +279,16 @@ main (int argc, char **argv)
     for (char *e = kv_endpoints ? (char *) zlist_first (kv_endpoints) : NULL; e;
          e = (char *) zlist_next (kv_endpoints))
         printf ("kvpoold: kv events %s\n", e);
+    for (char *e = metrics_endpoints ? (char *) zlist_first (metrics_endpoints) : NULL; e;
+         e = (char *) zlist_next (metrics_endpoints))
+        printf ("kvpoold: metrics %s/metrics, health %s/health\n", e, e);
     fflush (stdout);
 
     s_wait_for_signal (&signals);
     status = 0;
 
 shutdown:
+    zactor_destroy (&metrics);
     zactor_destroy (&lookup);
     //  A regex removal being matched (seconds, at worst) is cut short rather than waited for.
     zstr_send (rm, "STOPPING");
@@ -257,6 +310,7 @@ shutdown:
     zlist_destroy (&endpoints);
     zlist_destroy (&admin);
     zlist_destroy (&kv_endpoints);
+    zlist_destroy (&metrics_endpoints);
     zstr_free (&peer_endpoint);
     zstr_free (&host_id);
     if (config.ready_file)

@@ -18,6 +18,15 @@ batch_get_into of 1 MiB values within 10% of the C client; py get_batch (bytes) 
 values at least half of py batch_get_into. Finally, unless --no-kvpool-bench, runs
 build/bin/kvpool-bench --only kv against the same node and prints its batch-of-32 get rows.
 
+Then the drop-in's batch methods beside the C calls they come down to, on both paths, with
+the ratio py / C (the C calls through ctypes with every argument array built beforehand):
+  batch_is_exist        1000 keys, all present and all absent (M keys/s), against
+                        kvpool_exist_batch
+  batch_put_from        32 values of 64 KiB, 1 MiB and 4 MiB (GB/s; each timed batch puts
+                        fresh keys, removed untimed after it), against kvpool_put_batch
+  batch_get_into        32 values of those sizes (GB/s), against kvpool_get_batch_into
+Target: every batch method of the drop-in at least 0.80 of its C call.
+
 Method: the machine is shared and noisy, so each measurement is repeated --reps times,
 repetitions of the different paths interleaved, and the median reported. The first call of
 each measurement is checked byte for byte against the values put. The C paths run in this
@@ -57,6 +66,8 @@ from kvpool_daemon import Kvpoold, bin_dir  # noqa: E402
 
 BATCH = 32
 SIZES = [(64 << 10, "64KiB"), (1 << 20, "1MiB")]
+DROPIN_SIZES = [(64 << 10, "64KiB"), (1 << 20, "1MiB"), (4 << 20, "4MiB")]
+EXIST_KEYS = 1000
 
 
 def start_daemon():
@@ -96,6 +107,42 @@ class CBatchInto:
         _native.destroy(ctypes.byref(ctypes.c_void_p(self.handle)))
 
 
+def c_handle(endpoint, fast_path):
+    options = _native.Options()
+    _native.options_init(ctypes.byref(options))
+    options.timeout_ms = 60000
+    options.fast_path = 1 if fast_path else 0
+    handle = _native.connect(endpoint.encode(), ctypes.byref(options))
+    if not handle:
+        raise kvpool.RpcFailError(reason="cannot connect")
+    return handle
+
+
+class CCall:
+    """One C batch call on a connection of its own, every argument array built once."""
+
+    def __init__(self, endpoint, fast_path, fn, keys, *arrays, check):
+        self.handle = c_handle(endpoint, fast_path)
+        self.keys = (ctypes.c_char_p * len(keys))(*[k.encode() for k in keys])
+        self.arrays = arrays
+        self.args = [self.handle, len(keys), self.keys]
+        for a in arrays:
+            self.args.append(a.buffer_info()[0] if isinstance(a, array.array) else a)
+        self.fn = fn
+        self.check = check
+
+    def __call__(self):
+        #  The results are checked on the first call (measure's untimed warm-up) only, so
+        #  that the figure is the C call's alone.
+        rc = self.fn(*self.args)
+        if rc != 0 or (self.check is not None and not self.check()):
+            raise kvpool.error_for(rc if rc < 0 else -1, "C %s" % self.fn.__name__)
+        self.check = None
+
+    def close(self):
+        _native.destroy(ctypes.byref(ctypes.c_void_p(self.handle)))
+
+
 class CGetBatch(CBatchInto):
     """kvpool_get_batch (zero-copy values), arrays built once; the values are dropped."""
 
@@ -125,6 +172,130 @@ def measure(fn, time_ms):
         now = time.perf_counter()
         if now >= deadline:
             return calls / (now - start)
+
+
+def measure_with_cleanup(fn, cleanup, time_ms):
+    """Calls fn, then cleanup untimed, until fn has taken time_ms; returns fn's calls per
+    second."""
+    fn()
+    cleanup()
+    calls, spent = 0, 0.0
+    while spent < time_ms / 1000.0:
+        start = time.perf_counter()
+        fn()
+        spent += time.perf_counter() - start
+        calls += 1
+        cleanup()
+    return calls / spent
+
+
+def run_dropin(endpoint, args, failures):
+    """The drop-in's batch methods beside their C calls: name -> {(fast, path): figure}."""
+    out = {}
+    setup = kvpool.Client(endpoint, timeout=60)
+    rng = np.random.default_rng(7)
+    present = ["bench-exist-%05d" % i for i in range(EXIST_KEYS)]
+    absent = ["bench-absent-%05d" % i for i in range(EXIST_KEYS)]
+    setup.remove_batch(present, force=True)
+    if setup.put_batch(present, [b"x"] * EXIST_KEYS) != [0] * EXIST_KEYS:
+        failures.append("exist: put failed")
+    for fast in args.fast_paths:
+        store = MooncakeDistributedStore()
+        store.timeout = 60
+        if store.setup("bench", "", 0, 0, "tcp", "", endpoint) != 0:
+            failures.append("store setup failed")
+            continue
+        store._client.fast_path = fast
+        for label, keys, want in (("present", present, 1), ("absent", absent, 0)):
+            results = array.array("i", [0] * EXIST_KEYS)
+            c_exist = CCall(endpoint, fast, _native.exist_batch, keys, results,
+                            check=lambda r=results, w=want: r.count(w) == EXIST_KEYS)
+
+            def py_exist(keys=keys, want=want):
+                got = store.batch_is_exist(keys)
+                if got[0] != want or got[-1] != want:
+                    raise kvpool.error_for(-1, "py batch_is_exist: %r" % got[:3])
+            samples = {"C": [], "py": []}
+            for _ in range(args.reps):
+                samples["C"].append(measure(c_exist, args.time_ms) * EXIST_KEYS / 1e6)
+                samples["py"].append(measure(py_exist, args.time_ms) * EXIST_KEYS / 1e6)
+            c_exist.close()
+            row = out.setdefault("batch_is_exist %d %s (M keys/s)" % (EXIST_KEYS, label), {})
+            for path in samples:
+                row[(fast, path)] = statistics.median(samples[path])
+        for size, size_name in DROPIN_SIZES:
+            keys = ["bench-dropin-%s-%d" % (size_name, i) for i in range(BATCH)]
+            setup.remove_batch(keys, force=True)
+            values = [rng.integers(0, 255, size, dtype=np.uint8) for _ in range(BATCH)]
+            ptrs = [v.ctypes.data for v in values]
+            sizes = [size] * BATCH
+            statuses = array.array("i", [0] * BATCH)
+            c_put = CCall(endpoint, fast, _native.put_batch, keys, array.array("Q", ptrs),
+                          array.array("Q", sizes), None, statuses,
+                          check=lambda: statuses.count(0) == BATCH)
+
+            def py_put(keys=keys, ptrs=ptrs, sizes=sizes):
+                got = store.batch_put_from(keys, ptrs, sizes)
+                if got[0] != 0 or got[-1] != 0:
+                    raise kvpool.error_for(min(got), "py batch_put_from")
+
+            def cleanup(keys=keys):
+                setup.remove_batch(keys, force=True)
+            outs = [np.zeros(size, dtype=np.uint8) for _ in range(BATCH)]
+            out_ptrs = [o.ctypes.data for o in outs]
+            got = array.array("q", [0] * BATCH)
+            c_get = CCall(endpoint, fast, _native.get_batch_into, keys,
+                          array.array("Q", out_ptrs), array.array("Q", sizes), got,
+                          check=lambda: got.count(size) == BATCH)
+
+            def py_get(keys=keys, out_ptrs=out_ptrs, sizes=sizes, size=size):
+                result = store.batch_get_into(keys, out_ptrs, sizes)
+                if result[0] != size or result[-1] != size:
+                    raise kvpool.error_for(min(result), "py batch_get_into")
+            samples = {(op, path): [] for op in ("put", "get") for path in ("C", "py")}
+            try:
+                for _ in range(args.reps):
+                    samples[("put", "C")].append(measure_with_cleanup(c_put, cleanup,
+                                                                      args.time_ms))
+                    samples[("put", "py")].append(measure_with_cleanup(py_put, cleanup,
+                                                                       args.time_ms))
+                py_put()
+                py_get()
+                if any(not np.array_equal(o, v) for o, v in zip(outs, values)):
+                    failures.append("py batch_get_into %s: other bytes" % size_name)
+                for _ in range(args.reps):
+                    samples[("get", "C")].append(measure(c_get, args.time_ms))
+                    samples[("get", "py")].append(measure(py_get, args.time_ms))
+            except kvpool.Error as exc:
+                failures.append("drop-in %s: %s" % (size_name, exc))
+            c_put.close()
+            c_get.close()
+            cleanup()
+            for (op, path), values_ in samples.items():
+                if values_:
+                    name = "batch_%s %dx%s (GB/s)" % ("put_from" if op == "put" else "get_into",
+                                                       BATCH, size_name)
+                    out.setdefault(name, {})[(fast, path)] = (
+                        statistics.median(values_) * BATCH * size / 1e9)
+        store.close()
+    setup.remove_batch(present, force=True)
+    setup.close()
+    return out
+
+
+def print_dropin(out, args):
+    print("\n== Mooncake drop-in batch methods vs the C calls under them (medians of %d runs "
+          "of %d ms; ratio py / C, target >= 0.80) ==" % (args.reps, args.time_ms))
+    for fast in args.fast_paths:
+        print("\nfast path %s" % ("on (same-machine)" if fast else "off (tcp)"))
+        print("%-40s %10s %10s %8s" % ("method", "C", "py", "py/C"))
+        for name, row in out.items():
+            c, py = row.get((fast, "C")), row.get((fast, "py"))
+            if c is None or py is None:
+                continue
+            print("%-40s %10.3f %10.3f %8.2f  %s" % (name, c, py, py / c,
+                                                      "met" if py / c >= 0.8 else "MISSED"))
+    sys.stdout.flush()
 
 
 def run(args):
@@ -162,6 +333,8 @@ def run(args):
             setup.remove_batch(keys, force=True)
         setup.close()
         print_results(results, args)
+        if args.dropin:
+            print_dropin(run_dropin(endpoint, args, failures), args)
         if args.kvpool_bench:
             run_kvpool_bench(endpoint, args, failures)
     finally:
@@ -299,6 +472,8 @@ def main():
     parser.add_argument("--time-ms", type=int, default=500)
     parser.add_argument("--fast-path", choices=["both", "on", "off"], default="both")
     parser.add_argument("--no-kvpool-bench", dest="kvpool_bench", action="store_false")
+    parser.add_argument("--no-dropin", dest="dropin", action="store_false",
+                        help="skip the drop-in batch methods' section")
     args = parser.parse_args()
     args.fast_paths = {"both": [True, False], "on": [True], "off": [False]}[args.fast_path]
     if args.reps < 1 or args.time_ms < 1:

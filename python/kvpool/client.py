@@ -91,7 +91,46 @@ def _key(key):
     return data
 
 
+_UNPACK = _native.has("keys_unpack")
+
+
+def _pack_keys(keys, prefix=b""):
+    """The keys as one buffer for _key_table: each key's UTF-8 bytes after prefix, ending
+    with a NUL. A few Python operations for any number of keys (the loops run in C), which
+    is what keeps a batch of a thousand keys cheap. None when that cannot be done: no keys,
+    keys neither all str nor all bytes, or one that does not encode. A key holding a NUL
+    packs, and _key_table refuses the buffer."""
+    if not _UNPACK or not len(keys):
+        return None
+    try:
+        data = ("\0".join(keys) + "\0").encode("utf-8")
+    except TypeError:
+        try:
+            data = b"\0".join(keys) + b"\0"
+        except TypeError:
+            return None
+    except UnicodeEncodeError:
+        return None
+    if prefix:
+        data = prefix + data[:-1].replace(b"\0", b"\0" + prefix) + b"\0"
+    return data
+
+
+def _key_table(blob, n):
+    """C's array (char *[n]) of the n keys packed in blob (_pack_keys), which it keeps
+    alive; None when blob holds more than n keys (one of them held a NUL)."""
+    table = (c_char_p * n)()
+    if _native.keys_unpack(blob, len(blob), n, table) != 0:
+        return None
+    table._blob = blob
+    return table
+
+
 def _key_array(keys):
+    blob = _pack_keys(keys)
+    table = None if blob is None else _key_table(blob, len(keys))
+    if table is not None:
+        return table
     encoded = [_key(key) for key in keys]
     return (c_char_p * len(encoded))(*encoded)
 
@@ -753,10 +792,10 @@ class Client:
     def exist_batch(self, keys):
         """A bool per key: True if it exists. A per-key error (e.g. INVALID_KEY) raises."""
         results = self._exist_batch(keys)
-        for i, result in enumerate(results):
-            if result < 0:
-                raise error_for(result, "key %r" % (keys[i],))
-        return [result == 1 for result in results]
+        if results and min(results) < 0:
+            i = next(i for i, result in enumerate(results) if result < 0)
+            raise error_for(results[i], "key %r" % (keys[i],))
+        return list(map(bool, results))
 
     def prefix_match(self, keys, ranks=1):
         """How many leading blocks of keys are stored: keys is a flat list of blocks of ranks

@@ -74,6 +74,7 @@ from ctypes import byref, c_char_p
 
 from . import _native
 from .client import (Client, PutOptions, _Pins, _encode, _u64, _addr, _iov_table, fetch,
+                     _pack_keys, _key_table,
                      DEFAULT_TIMEOUT)
 from .segment import SharedSegment
 from .status import Status, Error, error_for
@@ -676,6 +677,61 @@ def _scan(pattern):
     return (None if depth == 0 else "an unclosed '('"), anchors
 
 
+class _Names:
+    """The node's names for a batch of keys, packed in one buffer (client._pack_keys) with
+    C's key array over it (client._key_table): a sequence of bytes, split out only when
+    indexed."""
+
+    __slots__ = ("blob", "table", "n", "_list")
+
+    def __init__(self, blob, table):
+        self.blob = blob
+        self.table = table
+        self.n = len(table)
+        self._list = None
+
+    def __len__(self):
+        return self.n
+
+    def list(self):
+        if self._list is None:
+            self._list = self.blob[:-1].split(b"\0")
+        return self._list
+
+    def __getitem__(self, i):
+        return self.list()[i]
+
+    def __iter__(self):
+        return iter(self.list())
+
+
+def _whole(names, index):
+    return isinstance(index, range) and len(index) == len(names)
+
+
+def _table(names, index):
+    """C's key array (char *[]) of the names at index (a list of positions, or a range)."""
+    if isinstance(names, _Names) and _whole(names, index):
+        return names.table
+    sub = [names[i] for i in index]
+    return (c_char_p * len(sub))(*sub)
+
+
+def _subset(names, index):
+    """The names at index, as a list."""
+    if _whole(names, index):
+        return names.list() if isinstance(names, _Names) else names
+    return [names[i] for i in index]
+
+
+def _mapped(results, value, replacement):
+    """results (an array.array) as a list, value replaced by replacement; the scan is C's."""
+    out = results.tolist()
+    if value in results:
+        out = [replacement if r == value else r for r in out]
+    return out
+
+
 class _KeySpace:
     """How a tenant's keys are named in the node: prefix + the key's UTF-8 bytes, the prefix
     "" for the default tenant and "\\x1f<tenant>\\n" for another (tenant ids are printable
@@ -701,7 +757,16 @@ class _KeySpace:
 
     def keys(self, keys):
         """(names, statuses): the node's name per key (None where it has none) and None, or a
-        list with INVALID_KEY where a key has no name. TypeError for a non-string."""
+        list with INVALID_KEY where a key has no name. TypeError for a non-string. When every
+        key has a name, names is usually a _Names: the batch packed in one buffer, made with
+        a few Python operations whatever the number of keys."""
+        blob = _pack_keys(_key_list(keys), self.prefix)
+        if blob is not None and (self.prefix or TENANT_MARK not in blob
+                                 or not (blob.startswith(TENANT_MARK)
+                                         or b"\0" + TENANT_MARK in blob)):
+            table = _key_table(blob, len(keys))
+            if table is not None:
+                return _Names(blob, table), None
         names = []
         statuses = None
         for i, key in enumerate(_key_list(keys)):
@@ -841,7 +906,8 @@ class MooncakeDistributedStore:
         (INVALID_PARAMS for a bad argument, RPC_FAIL when the node does not answer).
 
         engine, enable_ssd_offload and ssd_offload_path are accepted with a warning that names
-        them: kvpool has no transfer engine to share and no SSD tier yet."""
+        them: kvpool has no transfer engine to share, and its disk tier is the node's setting
+        (kvpoold --disk-dir), not a client's."""
         if len(args) == 1 and not kwargs and isinstance(args[0], dict):
             try:
                 params = _params_from_dict(args[0])
@@ -926,11 +992,11 @@ class MooncakeDistributedStore:
             _warn("setup(engine=...): kvpool has no Mooncake transfer engine to share; the "
                   "engine is not used")
         if params.get("enable_ssd_offload"):
-            _warn("setup(enable_ssd_offload=True): kvpool has no SSD tier yet; objects stay in "
-                  "memory only")
+            _warn("setup(enable_ssd_offload=True): not used; the disk tier is the node's own "
+                  "setting (kvpoold --disk-dir, --disk-capacity), for every client at once")
         if params.get("ssd_offload_path"):
-            _warn("setup(ssd_offload_path=%r): kvpool has no SSD tier yet; the path is not "
-                  "used" % (params["ssd_offload_path"],))
+            _warn("setup(ssd_offload_path=%r): not used; the disk tier's directory is the "
+                  "node's own setting (kvpoold --disk-dir)" % (params["ssd_offload_path"],))
         if http_on:
             try:
                 res.http = _HttpEndpoints(self, http_port)
@@ -987,8 +1053,9 @@ class MooncakeDistributedStore:
         return OK if self._registered.pop(buffer_ptr, None) is not None else INVALID_PARAMS
 
     def get_offload_rpc_read_count(self):
-        """Reads served by the SSD offload RPC: always 0, kvpool has no SSD tier (Mooncake's
-        answer for a client without one)."""
+        """Reads served by the SSD offload RPC: always 0, kvpool has no such RPC (its disk tier
+        is the node's, read by the node: kvpool stats' disk_hits); Mooncake's answer for a
+        client without one."""
         return 0
 
     def record_prefetched_tokens(self, tokens):
@@ -1041,10 +1108,14 @@ class MooncakeDistributedStore:
         """Remembers the keys this store stored (status 0: new objects, not ones that were
         there) for batch_replica_clear, at most OWNED_KEYS_MAX of them."""
         owned = self._owned
+        if statuses.count(OK) == len(statuses):
+            new = dict.fromkeys(names)
+            new.pop(None, None)
+        else:
+            new = {name: None for name, status in zip(names, statuses)
+                   if status == OK and name is not None}
         with self._owned_lock:
-            for name, status in zip(names, statuses):
-                if status == OK and name is not None:
-                    owned[name] = None
+            owned.update(new)
             excess = len(owned) - OWNED_KEYS_MAX
             if excess > 0:
                 for name in list(itertools.islice(owned, excess)):
@@ -1052,8 +1123,9 @@ class MooncakeDistributedStore:
 
     def _disown(self, names):
         with self._owned_lock:
-            for name in names:
-                self._owned.pop(name, None)
+            owned = self._owned
+            for name in owned.keys() & names:
+                del owned[name]
 
     # ---- put -------------------------------------------------------------------------
     def put(self, key, value, config=None):
@@ -1181,26 +1253,26 @@ class MooncakeDistributedStore:
         status, opts = self._put_options(config, n)
         if status != OK:
             return [status] * n
-        for i in range(n):
-            if sizes[i] == 0 or addresses[i] == 0:
-                if pre is None:
-                    pre = [None] * n
-                if pre[i] is None:
-                    pre[i] = INVALID_PARAMS
+        if 0 in sizes or 0 in addresses:
+            for i in range(n):
+                if sizes[i] == 0 or addresses[i] == 0:
+                    if pre is None:
+                        pre = [None] * n
+                    if pre[i] is None:
+                        pre[i] = INVALID_PARAMS
 
         def run(index):
-            sub = [names[i] for i in index]
-            karr = (c_char_p * len(sub))(*sub)
+            karr = _table(names, index)
             addr = _u64([addresses[i] for i in index]) if pre else addresses
             size = _u64([sizes[i] for i in index]) if pre else sizes
-            statuses = array.array("i", bytes(4 * len(sub)))
-            rc = self._code(_native.put_batch, len(sub), karr, _addr(addr), _addr(size), opts,
-                            _addr(statuses))
+            statuses = array.array("i", bytes(4 * len(index)))
+            rc = self._code(_native.put_batch, len(index), karr, _addr(addr), _addr(size),
+                            opts, _addr(statuses))
             if rc < 0:
-                return [rc] * len(sub)
+                return [rc] * len(index)
             results = statuses.tolist()
-            self._own(sub, results)
-            return [_exists_to_ok(r) for r in results]
+            self._own(_subset(names, index), results)
+            return _mapped(statuses, EXISTS, OK)
         return _partial(n, pre, run)
 
     def batch_put_from_multi_buffers(self, keys, all_buffer_ptrs, all_sizes, config=None):
@@ -1237,18 +1309,17 @@ class MooncakeDistributedStore:
                     pre[i] = INVALID_PARAMS
 
         def run(index):
-            sub = [names[i] for i in index]
-            karr = (c_char_p * len(sub))(*sub)
+            karr = _table(names, index)
             flat = [x for i in index for x in _pairs(ptrs[i], sizes[i])]
             iov, starts, nparts = _iov_table(flat, [len(ptrs[i]) for i in index])
-            statuses = array.array("i", bytes(4 * len(sub)))
-            rc = self._code(fn, len(sub), karr, _addr(starts), _addr(nparts), opts,
+            statuses = array.array("i", bytes(4 * len(index)))
+            rc = self._code(fn, len(index), karr, _addr(starts), _addr(nparts), opts,
                             _addr(statuses))
             if rc < 0:
-                return [rc] * len(sub)
+                return [rc] * len(index)
             results = statuses.tolist()
-            self._own(sub, results)
-            return [_exists_to_ok(r) for r in results]
+            self._own(_subset(names, index), results)
+            return _mapped(statuses, EXISTS, OK)
         return _partial(n, pre, run)
 
     # ---- upsert ----------------------------------------------------------------------
@@ -1473,11 +1544,10 @@ class MooncakeDistributedStore:
             return [miss] * n
 
         def run(index):
-            sub = [names[i] for i in index]
-            karr = (c_char_p * len(sub))(*sub)
-            result = self._code(fetch, len(sub), karr, handles)
+            karr = _table(names, index)
+            result = self._code(fetch, len(index), karr, handles)
             if isinstance(result, int):
-                return [miss] * len(sub)
+                return [miss] * len(index)
             return [miss if isinstance(value, int) else value for value in result[1]]
         return [miss if r is None or isinstance(r, int) else r for r in _partial(n, pre, run)]
 
@@ -1516,24 +1586,24 @@ class MooncakeDistributedStore:
             return []
         if self._client is None:
             return [INVALID_PARAMS] * n
-        for i in range(n):
-            if addresses[i] == 0 and capacities[i]:
-                if pre is None:
-                    pre = [None] * n
-                if pre[i] is None:
-                    pre[i] = INVALID_PARAMS
+        if 0 in addresses:
+            for i in range(n):
+                if addresses[i] == 0 and capacities[i]:
+                    if pre is None:
+                        pre = [None] * n
+                    if pre[i] is None:
+                        pre[i] = INVALID_PARAMS
 
         def run(index):
-            sub = [names[i] for i in index]
-            karr = (c_char_p * len(sub))(*sub)
+            karr = _table(names, index)
             addr = _u64([addresses[i] for i in index]) if pre else addresses
             cap = _u64([capacities[i] for i in index]) if pre else capacities
-            results = array.array("q", bytes(8 * len(sub)))
-            rc = self._code(_native.get_batch_into, len(sub), karr, _addr(addr), _addr(cap),
+            results = array.array("q", bytes(8 * len(index)))
+            rc = self._code(_native.get_batch_into, len(index), karr, _addr(addr), _addr(cap),
                             _addr(results))
             if rc < 0:
-                return [rc] * len(sub)
-            return [_too_small_to_invalid(r) for r in results.tolist()]
+                return [rc] * len(index)
+            return _mapped(results, OVERFLOW, INVALID_PARAMS)
         return _partial(n, pre, run)
 
     def batch_get_into_multi_buffers(self, keys, all_buffer_ptrs, all_sizes,
@@ -1561,20 +1631,19 @@ class MooncakeDistributedStore:
                     pre[i] = INVALID_PARAMS
 
         def run(index):
-            sub = [names[i] for i in index]
-            karr = (c_char_p * len(sub))(*sub)
+            karr = _table(names, index)
             if pre:
                 sub_flat = [x for i in index for x in _pairs(ptrs[i], sizes[i])]
                 sub_counts = [counts[i] for i in index]
             else:
                 sub_flat, sub_counts = flat, counts
             iov, starts, nbufs = _iov_table(sub_flat, sub_counts)
-            results = array.array("q", bytes(8 * len(sub)))
-            rc = self._code(_native.get_batch_into_parts, len(sub), karr, _addr(starts),
+            results = array.array("q", bytes(8 * len(index)))
+            rc = self._code(_native.get_batch_into_parts, len(index), karr, _addr(starts),
                             _addr(nbufs), _addr(results))
             if rc < 0:
-                return [rc] * len(sub)
-            return [_too_small_to_invalid(r) for r in results.tolist()]
+                return [rc] * len(index)
+            return _mapped(results, OVERFLOW, INVALID_PARAMS)
         return _partial(n, pre, run)
 
     # ---- exist and remove ------------------------------------------------------------
@@ -1596,12 +1665,11 @@ class MooncakeDistributedStore:
             return [INVALID_PARAMS] * n
 
         def run(index):
-            sub = [names[i] for i in index]
-            karr = (c_char_p * len(sub))(*sub)
-            results = array.array("i", bytes(4 * len(sub)))
-            rc = self._code(_native.exist_batch, len(sub), karr, _addr(results))
+            karr = _table(names, index)
+            results = array.array("i", bytes(4 * len(index)))
+            rc = self._code(_native.exist_batch, len(index), karr, _addr(results))
             if rc < 0:
-                return [rc] * len(sub)
+                return [rc] * len(index)
             return results.tolist()
         return _partial(n, pre, run)
 
@@ -1619,9 +1687,9 @@ class MooncakeDistributedStore:
             #  A key with no name in the store ends the prefix at its block.
             bad = next(i for i, status in enumerate(pre) if status is not None)
             names = names[:bad - bad % ranks]
-        if not names:
+        if not len(names):
             return 0
-        karr = (c_char_p * len(names))(*names)
+        karr = _table(names, range(len(names)))
         return self._code(_native.prefix_match, len(names) // ranks, ranks, karr)
 
     def remove(self, key, force=False):
@@ -1649,14 +1717,16 @@ class MooncakeDistributedStore:
             return [INVALID_PARAMS] * n
 
         def run(index):
-            sub = [names[i] for i in index]
-            karr = (c_char_p * len(sub))(*sub)
-            statuses = array.array("i", bytes(4 * len(sub)))
-            rc = self._code(_native.remove_batch, len(sub), karr, force, _addr(statuses))
+            karr = _table(names, index)
+            statuses = array.array("i", bytes(4 * len(index)))
+            rc = self._code(_native.remove_batch, len(index), karr, force, _addr(statuses))
             if rc < 0:
-                return [rc] * len(sub)
+                return [rc] * len(index)
             results = statuses.tolist()
-            self._disown([name for name, r in zip(sub, results) if r == OK])
+            if OK in statuses:
+                sub = _subset(names, index)
+                self._disown(sub if results.count(OK) == len(results) else
+                             [name for name, r in zip(sub, results) if r == OK])
             return results
         return _partial(n, pre, run)
 

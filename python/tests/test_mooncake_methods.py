@@ -304,6 +304,49 @@ def test_tenants_never_see_each_others_keys(daemon, client, prefix):
             s.close()
 
 
+def test_batches_pack_their_keys_and_answer_like_one_by_one(daemon, client, prefix):
+    """A batch's keys go to the library as one packed buffer (a few Python operations for
+    any number of keys); the answers are those of the per-key path, in every corner: a
+    tenant's prefix, bytes keys, UTF-8, a NUL inside a key, the tenant mark."""
+    a = make_store(daemon.endpoint, tenant_id="tenant-p")
+    d = make_store(daemon.endpoint)
+    try:
+        keys = [prefix + "packed-%04d-\u00e9" % i for i in range(1000)]
+        values = [(b"%04d" % i) * 16 for i in range(1000)]
+        buffers = [ctypes.create_string_buffer(v, len(v)) for v in values]
+        ptrs = [ctypes.addressof(b) for b in buffers]
+        sizes = [len(v) for v in values]
+        for store in (a, d):
+            names, pre = store._space.keys(keys)
+            assert pre is None and isinstance(names, mooncake._Names)
+            assert names[999] == store._space.key(keys[999])
+            assert store.batch_put_from(keys, ptrs, sizes) == [0] * 1000
+            assert store.batch_is_exist(keys) == [1] * 1000
+            out = [ctypes.create_string_buffer(64) for _ in keys]
+            got = store.batch_get_into(keys, [ctypes.addressof(b) for b in out], [64] * 1000)
+            assert got == sizes and [b.raw for b in out] == values
+        # The tenant's copies are its own: removing them leaves the default tenant's.
+        assert a.batch_remove(keys, force=True) == [0] * 1000
+        assert a.batch_is_exist(keys) == [0] * 1000 and d.batch_is_exist(keys) == [1] * 1000
+        # bytes keys pack too, and name the same objects as their str form.
+        assert d.batch_is_exist([k.encode() for k in keys[:3]]) == [1, 1, 1]
+        # A NUL inside a key: that key alone is INVALID_KEY, as one by one.
+        mixed = [keys[0], "bad\0key", keys[1], ""]
+        assert d.batch_is_exist(mixed) == [1, INVALID_KEY, 1, d.is_exist("")]
+        # The tenant mark: at a key's start it is refused in the default tenant, elsewhere
+        # it is an ordinary byte.
+        assert d.batch_is_exist([keys[2], "\x1fx\nk", "k\x1f" + prefix]) == [
+            1, INVALID_KEY, 0]
+        assert client.exist_batch(keys[:2]) == [True, True]
+        with pytest.raises(kvpool.Error) as error:
+            client.exist_batch([keys[0], "bad\0key"])
+        assert error.value.status == INVALID_KEY
+        assert d.batch_remove(keys, force=True) == [0] * 1000
+    finally:
+        a.close()
+        d.close()
+
+
 def test_tenant_ids(daemon):
     for bad in ("_reserved", "tab\there", "caf\u00e9"):
         s = MooncakeDistributedStore()

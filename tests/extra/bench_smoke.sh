@@ -4,7 +4,7 @@
 # failed call, a value that did not read back, a server that would not start), takes 55 s or
 # more, or prints no figures: it must print numeric kvpool and Redis throughputs for the
 # 1 MiB batched get, a memcpy reference, the targets, and the tier section's figures (disk-tier
-# reads against dd, puts under overflow). Run by tests/run.sh with cwd = repo
+# reads against dd, puts under overflow), and --plot must draw its four PNG charts. Run by tests/run.sh with cwd = repo
 # root; KVPOOL_BIN (set by run.sh) picks the build directory.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -14,9 +14,10 @@ if [ ! -x "$bin/kvpool-bench" ] || [ ! -x "$bin/kvpoold" ]; then
   exit 1
 fi
 out=$(mktemp /tmp/kvpool-bench-smoke.XXXXXX)
-trap 'rm -f "$out"' EXIT
+plots=$(mktemp -d /tmp/kvpool-bench-plots.XXXXXX)
+trap 'rm -rf "$out" "$plots"' EXIT
 start=$(date +%s)
-timeout --kill-after=5 55 "$bin/kvpool-bench" --quick >"$out" 2>&1
+timeout --kill-after=5 55 "$bin/kvpool-bench" --quick --plot "$plots" >"$out" 2>&1
 rc=$?
 cat "$out"
 echo "bench_smoke: exit status $rc after $(( $(date +%s) - start )) s"
@@ -37,6 +38,16 @@ expect "^get 1MiB batch32 tcp: kvpool $num GB/s, redis $num GB/s, ratio $num"
 expect "^get 1MiB batch32 same-machine: kvpool $num GB/s"
 expect "^exist 1000 keys tcp: kvpool $num M keys/s, redis $num M keys/s"
 expect "^== targets =="
+expect "^plots: $plots/"
+for chart in get-throughput put-throughput get-latency put-latency; do
+  # A PNG (its signature) of some size, and the data behind it with a row per value size.
+  if [ "$(head -c 8 "$plots/$chart.png" 2>/dev/null | od -An -tx1 | tr -d ' \n')" != 89504e470d0a1a0a ] ||
+    [ "$(stat -c %s "$plots/$chart.png")" -lt 10000 ] ||
+    [ "$(grep -c '^[0-9]' "$plots/$chart.dat")" != 4 ]; then
+    echo "bench_smoke: --plot drew no $chart.png (or its data is short)"
+    fail=1
+  fi
+done
 expect "^target: disk-tier get throughput of 1 MiB objects >= 80% of dd iflag=direct: (met|MISS) \\($num"
 expect "^target: 4 MiB put throughput at 1.5x overflow >= 80% of an empty pool's, 0 failed puts: (met|MISS) \\(memory only $num"
 exit $fail

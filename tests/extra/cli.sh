@@ -44,7 +44,7 @@ expect_error() {
 }
 
 # ---- help and usage --------------------------------------------------------------------
-"$KVPOOL" --help | grep -q '^usage: kvpool' || fail "--help"
+"$KVPOOL" --help | grep -q '^Usage: kvpool' || fail "--help"
 "$KVPOOL" -s "$EP" frobnicate >/dev/null 2>&1
 [ $? -eq 2 ] || fail "unknown command must exit 2"
 "$KVPOOL" -s "$EP" put >/dev/null 2>&1

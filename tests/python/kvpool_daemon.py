@@ -19,6 +19,8 @@ then renames it, so a reader sees all of it or none):
     admin=tcp://127.0.0.1:41235
     kv_events=tcp://127.0.0.1:41236    (with --kv-events-endpoint)
     kv_events_replay=tcp://127.0.0.1:41237   (with --kv-events-replay-endpoint)
+    metrics=http://127.0.0.1:41238     (with --metrics-port; the helper passes 0, no HTTP,
+                                        unless the test gives one: free_port() finds one)
     pid=12345
 
 read_ready_file here is its only reader in Python; the C tests and kvpool-bench have
@@ -28,6 +30,7 @@ kvpool package or libkvpool.
 
 import os
 import shutil
+import socket
 import signal
 import subprocess
 import tempfile
@@ -40,6 +43,13 @@ LOOPBACK = "tcp://127.0.0.1:*"
 def bin_dir():
     """Where kvpoold is: $KVPOOL_BIN (tests/run.sh sets it) or build/bin."""
     return os.environ.get("KVPOOL_BIN") or os.path.join(REPO, "build", "bin")
+
+
+def free_port():
+    """A TCP port on loopback that was free a moment ago (for --metrics-port)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def read_ready_file(path):
@@ -92,7 +102,10 @@ class Kvpoold:
             command += ["--endpoint", endpoint]
         for admin in admins:
             command += ["--admin", admin]
-        command += ["--ready-file", self.ready_path] + [str(a) for a in args]
+        args = [str(a) for a in args]
+        if not any(a == "--metrics-port" or a.startswith("--metrics-port=") for a in args):
+            args = ["--metrics-port", "0"] + args  # many test daemons: none takes port 9003
+        command += ["--ready-file", self.ready_path] + args
         self._log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT,
                                      preexec_fn=preexec_fn)
@@ -107,6 +120,8 @@ class Kvpoold:
         # --kv-events-endpoint / --kv-events-replay-endpoint, as bound (None when not asked)
         self.kv_events = _first(ready.get("kv_events", []), "")
         self.kv_events_replay = _first(ready.get("kv_events_replay", []), "")
+        # --metrics-port: the HTTP server's base URL, or None
+        self.metrics = _first(ready.get("metrics", []), "")
 
     def _wait_ready(self, timeout):
         deadline = time.monotonic() + timeout

@@ -649,3 +649,20 @@ def test_nodes_in_their_own_network_namespaces():
         for d in daemons:
             d.remove()
         net.close()
+
+
+def test_a_node_says_when_its_master_does_not_answer():
+    """A node whose master never answers keeps serving and says so in its log, once."""
+    from kvpool_daemon import free_port
+    node = Kvpoold("--role", "node", "--master", "tcp://127.0.0.1:%d" % free_port(),
+                   "--host-id", "lonely", "--segment-size", "16MiB", "--heartbeat-interval", "200",
+                   prefix="kvpool-node-")
+    try:
+        assert wait_for(lambda: "no answer from the master" in node.log_text(), 15), \
+            node.log_text()
+        assert node.log_text().count("no answer from the master") == 1
+        raw = Raw(node.endpoint)
+        assert raw.call(pb.PING)[0].status == 0  # it serves on
+        raw.close()
+    finally:
+        node.finish()

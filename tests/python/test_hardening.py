@@ -31,7 +31,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.normpath(os.path.join(HERE, "..", ".."))
 
 
-from kvpool_daemon import Kvpoold, wait_for  # noqa: E402
+from kvpool_daemon import Kvpoold, bin_dir, wait_for  # noqa: E402
 from kvpool_raw import Raw  # noqa: E402
 from kvpool_test_pb import pb  # noqa: E402 (the generated protocol module)
 
@@ -639,3 +639,30 @@ def test_a_client_that_never_reads_loses_its_connection_and_its_pins():
 
 if __name__ == "__main__" and len(sys.argv) == 3 and sys.argv[1] == "--agent":
     agent_main(sys.argv[2])
+
+
+def test_another_user_keeps_the_tcp_connection():
+    """libkvpool moves a client on the node's machine to the ipc endpoint only when the node
+    lets its user in there: another user (not in --group) stays on tcp and uses whole
+    values, instead of being moved and refused everything."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to run a client as another user")
+    d = start_daemon()
+    try:
+        kvpool = os.path.join(bin_dir(), "kvpool")
+        nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+        put = subprocess.run(nobody + [kvpool, "-s", d.endpoint, "put", "nobody-key"],
+                             input=b"from nobody", capture_output=True, timeout=30)
+        assert put.returncode == 0, put.stderr
+        get = subprocess.run(nobody + [kvpool, "-s", d.endpoint, "get", "nobody-key"],
+                             capture_output=True, timeout=30)
+        assert get.returncode == 0 and get.stdout == b"from nobody", get.stderr
+        ping = subprocess.run(nobody + [kvpool, "-s", d.endpoint, "ping"], capture_output=True,
+                              text=True, timeout=30)
+        assert ping.returncode == 0 and "fast path on" not in ping.stdout, ping.stdout
+        # The node's own user still moves to the same-machine path.
+        ping = subprocess.run([kvpool, "-s", d.endpoint, "ping"], capture_output=True, text=True,
+                              timeout=30)
+        assert "fast path on" in ping.stdout, ping.stdout
+    finally:
+        d.finish()

@@ -12,6 +12,9 @@ kvpoold over tcp on loopback:
 - eviction (a small --segment-size) gives BlockRemoved for exactly the keys that went;
 - segment loss (a client that mounted memory leaves) gives BlockRemoved for the keys whose
   only replica was there, and none for the others;
+- a same-machine put (PUT_START, then PUT_END over ipc) gives BlockStored at PUT_END and not
+  before; a revoked one (PUT_REVOKE) gives none; STATS counts the events noted
+  (kv_events) and none dropped;
 - without --kv-events-endpoint there is no publisher.
 
 Run by `make test` (cwd = repo root, KVPOOL_BIN = build/bin) with Debian's /usr/bin/python3.
@@ -346,6 +349,41 @@ def test_segment_loss_gives_removed_events():
     finally:
         for store in stores:
             store.close()
+        d.finish()
+
+
+def test_put_start_and_end_over_ipc():
+    d = events_daemon("--segment-size", "64MiB")
+    try:
+        raw = Raw(d.endpoint)
+        sub, last_seq = subscribed(d, raw)
+        before = raw.stats()
+        local = Raw(d.ipc)  # the shared-memory operations: the same machine, over ipc
+        reply, _ = local.call(pb.PUT_START, ["two-phase", "revoked"], sizes=[4096, 4096])
+        assert list(reply.statuses) == [OK, OK]
+        # Reserved, not visible: nothing is published for either key yet.
+        assert raw.put("marker-1", b"m") == OK
+        events, last = collect(sub, lambda e: brief(e)[:2] == ("BlockStored", b"marker-1"),
+                               last_seq)
+        assert [brief(e)[:2] for e in events] == [("BlockStored", b"marker-1")]
+        last_seq = last[-1][0]
+        reply, _ = local.call(pb.PUT_END, ["two-phase"])
+        assert reply.status == OK
+        reply, _ = local.call(pb.PUT_REVOKE, ["revoked"])
+        assert reply.status == OK
+        assert raw.exist("two-phase") and not raw.exist("revoked")
+        assert raw.put("marker-2", b"m") == OK
+        events, _ = collect(sub, lambda e: brief(e)[:2] == ("BlockStored", b"marker-2"),
+                            last_seq)
+        assert [brief(e)[:2] for e in events] == [
+            ("BlockStored", b"two-phase"), ("BlockStored", b"marker-2")]
+        after = raw.stats()
+        assert after.kv_events - before.kv_events == 3  # marker-1, two-phase, marker-2
+        assert after.kv_events_dropped == 0
+        local.close()
+        raw.close()
+        sub.close()
+    finally:
         d.finish()
 
 

@@ -245,7 +245,10 @@ def test_cluster_node_restart_is_readable_everywhere(segment_dir):
         kill9(node_a)
         node_a.remove()
         node_a = start_a(port)
-        # Back under its name: the master hears what it holds, and node B reads it.
+        # Back under its name: the master hears what it holds, and node B reads it. Until the
+        # new process has registered, the master still answers from the old one's report, so
+        # the wait is for the new report first.
+        assert wait_for(lambda: "objects reported" in node_a.log_text(), 10)
         assert wait_for(lambda: all(located(k) == ["hA"] for k in on_a), 10)
         raw_b = Raw(node_b.endpoint)
         raw_a = Raw(node_a.endpoint)

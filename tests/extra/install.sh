@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# install.sh - `make install` into a staging directory: the programs, the library and its
+# headers, the man pages (help2man, from --help), the systemd unit pointing at the installed
+# kvpoold and /etc/kvpool/kvpoold.conf, a settings file kvpoold takes as it is; a second
+# install keeps a settings file the administrator edited. Run by tests/run.sh (cwd = repo
+# root) on the plain build.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+tmp=$(mktemp -d /tmp/kvpool-install.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "install: $*"; exit 1; }
+
+make --no-print-directory -s install DESTDIR="$tmp" PREFIX=/usr >"$tmp.log" 2>&1 ||
+  { cat "$tmp.log"; fail "make install failed"; }
+rm -f "$tmp.log"
+for f in usr/bin/kvpoold usr/bin/kvpool usr/lib/libkvpool.so.1 usr/include/kvpool.h \
+  usr/share/man/man8/kvpoold.8 usr/share/man/man1/kvpool.1 \
+  usr/lib/systemd/system/kvpoold.service etc/kvpool/kvpoold.conf; do
+  [ -e "$tmp/$f" ] || fail "no $f"
+done
+unit="$tmp/usr/lib/systemd/system/kvpoold.service"
+grep -qx 'ExecStart=/usr/bin/kvpoold --config /etc/kvpool/kvpoold.conf' "$unit" || fail "ExecStart"
+grep -qx 'KillSignal=SIGTERM' "$unit" && grep -qx 'User=kvpool' "$unit" &&
+  grep -qx 'WantedBy=multi-user.target' "$unit" || fail "unit settings"
+# The shipped settings file is one the installed kvpoold takes.
+conf="$tmp/etc/kvpool/kvpoold.conf"
+"$tmp/usr/bin/kvpoold" --config "$conf" --print-config | grep -qx 'segment-size = "4294967296"' ||
+  fail "kvpoold does not take the shipped kvpoold.conf"
+# The man pages are made from --help: every option is in them.
+for option in metrics-port log-level segment-size config print-config; do
+  grep -qF -- "\\-\\-${option//-/\\-}" "$tmp/usr/share/man/man8/kvpoold.8" ||
+    fail "kvpoold.8 lacks --$option"
+done
+grep -q 'top' "$tmp/usr/share/man/man1/kvpool.1" || fail "kvpool.1 lacks top"
+# An edited settings file survives the next install.
+echo 'segments = 2' >>"$conf"
+make --no-print-directory -s install DESTDIR="$tmp" PREFIX=/usr >/dev/null 2>&1
+grep -qx 'segments = 2' "$conf" || fail "the second install overwrote kvpoold.conf"
+echo "install: programs, library, man pages, unit and settings file in place"
