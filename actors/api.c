@@ -38,6 +38,7 @@
 #include "actors/allocator.h"
 #include "actors/connections.h"
 #include "actors/conn_guard.h"
+#include "actors/curve.h"
 #include "shm/segment.h"
 #include "actors/endpoints.h"
 #include "actors/evictor.h"
@@ -215,6 +216,7 @@ s_bind_peer (self_t *self)
     zsock_set_rcvhwm (self->peer, RCVHWM);
     zsock_set_linger (self->peer, 0);
     zsock_set_maxmsgsize (self->peer, -1);
+    kvp_curve_server (self->config->curve, self->peer);
     int port = zsock_bind (self->peer, "%s", endpoint);
     if (port == -1) {
         snprintf (self->bind_error, sizeof self->bind_error,
@@ -246,6 +248,8 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
     //  is disconnected): nobody can make the node allocate gigabytes. Frames a little over
     //  the limit still arrive and get a VALUE_TOO_LARGE reply.
     zsock_set_maxmsgsize (self->router, (int64_t) (config->max_value_size + MAX_FRAME_SLACK));
+    //  tcp and ipc clients alike (inproc never runs a handshake).
+    kvp_curve_server (config->curve, self->router);
     zsock_set_sndhwm (self->rm, 0);
     zsock_set_sndhwm (self->al, 0);
     zsock_set_sndhwm (self->tx, 0);
@@ -532,6 +536,8 @@ s_name_self (self_t *self, kvp_job_t *job)
     snprintf (node->host_id, sizeof node->host_id, "%s", self->host_id);
     const char *first = (const char *) zlistx_first (self->endpoints);
     snprintf (node->client_endpoint, sizeof node->client_endpoint, "%s", first ? first : "");
+    snprintf (node->curve_key, sizeof node->curve_key, "%s",
+              kvp_curve_public_key (self->config->curve));
     node->alive = true;
     for (size_t i = 0; i < job->count; i++)
         if (job->items[i].status == KVPOOL_OK)

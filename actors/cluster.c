@@ -40,6 +40,7 @@
 #include "protocol/kvpool.pb-c.h"
 #include "protocol/status.h"
 #include "dataplane/data_plane.h"
+#include "actors/curve.h"
 
 #include <pthread.h>
 #include <sys/eventfd.h>
@@ -59,6 +60,7 @@ typedef struct {
     char node_id[128];
     char host_id[64];
     char endpoint[300];
+    char curve_key[41]; //  its CURVE public key, as the master said; "": ours
     zsock_t **socks;
     uint32_t count;
     uint32_t next;
@@ -181,6 +183,7 @@ s_peer_connect (self_t *self, peer_t *peer)
         //  A connection that died without a FIN is found out, and made again.
         zsock_set_heartbeat_ivl (sock, 1000);
         zsock_set_heartbeat_timeout (sock, 3000);
+        kvp_curve_client (self->config->curve, sock, peer->curve_key);
         zsock_connect (sock, "%s", peer->endpoint);
         zpoller_add (self->poller, sock);
         peer->socks[i] = sock;
@@ -190,17 +193,21 @@ s_peer_connect (self_t *self, peer_t *peer)
 //  The peer for a node the master named (connected on first sight, reconnected when its
 //  endpoint changed). -1 when the table is full or the node has no data plane.
 static int
-s_peer (self_t *self, const char *node_id, const char *host_id, const char *endpoint)
+s_peer (self_t *self, const char *node_id, const char *host_id, const char *endpoint,
+        const char *curve_key)
 {
     if (!node_id || !endpoint || !*endpoint)
         return -1;
+    if (!curve_key)
+        curve_key = "";
     for (size_t i = 0; i < self->peer_count; i++) {
         peer_t *peer = self->peers[i];
         if (strcmp (peer->node_id, node_id) != 0)
             continue;
-        if (strcmp (peer->endpoint, endpoint) != 0) {
+        if (strcmp (peer->endpoint, endpoint) != 0 || strcmp (peer->curve_key, curve_key) != 0) {
             s_peer_disconnect (self, peer);
             snprintf (peer->endpoint, sizeof peer->endpoint, "%s", endpoint);
+            snprintf (peer->curve_key, sizeof peer->curve_key, "%s", curve_key);
             s_peer_connect (self, peer);
         }
         if (host_id)
@@ -214,6 +221,7 @@ s_peer (self_t *self, const char *node_id, const char *host_id, const char *endp
     snprintf (peer->node_id, sizeof peer->node_id, "%s", node_id);
     snprintf (peer->host_id, sizeof peer->host_id, "%s", host_id ? host_id : "");
     snprintf (peer->endpoint, sizeof peer->endpoint, "%s", endpoint);
+    snprintf (peer->curve_key, sizeof peer->curve_key, "%s", curve_key);
     peer->last_used = zclock_mono ();
     s_peer_connect (self, peer);
     self->peers[self->peer_count] = peer;
@@ -259,6 +267,7 @@ cluster_node_describe (const cluster_args_t *args, Kvpool__Cluster__V1__Node *no
     node->host_id = (char *) args->host_id;
     node->client_endpoint = (char *) args->client_endpoint;
     node->peer_endpoint = (char *) args->peer_endpoint;
+    node->curve_key = (char *) kvp_curve_public_key (args->config->curve);
 }
 
 //  Sends a request to the master. With an op, the call is tracked and the op waits for it;
@@ -442,6 +451,7 @@ s_run_start (self_t *self, run_t *run, const data_plane_put_t *put)
     for (size_t x = 0; x < run->count; x++) {
         peer_t *peer = self->peers[run->peers[x]];
         run->xfers[x].endpoint = peer->endpoint;
+        run->xfers[x].curve_key = peer->curve_key;
         peer->calls_out++;
         peer->last_used = zclock_mono ();
     }
@@ -524,7 +534,8 @@ s_holders (self_t *self, const Kvpool__Cluster__V1__MasterReply *reply,
         if (holders->nodes[h] >= reply->n_nodes)
             continue;
         const Kvpool__Cluster__V1__Node *node = reply->nodes[holders->nodes[h]];
-        int peer = s_peer (self, node->node_id, node->host_id, node->peer_endpoint);
+        int peer =
+            s_peer (self, node->node_id, node->host_id, node->peer_endpoint, node->curve_key);
         if (peer >= 0)
             out[count++] = peer;
     }
@@ -612,7 +623,8 @@ s_drop_at (self_t *self, int peer, const char *key, size_t key_len)
 static int
 s_self_peer (self_t *self)
 {
-    return s_peer (self, self->args->node_id, self->args->host_id, self->args->peer_endpoint);
+    return s_peer (self, self->args->node_id, self->args->host_id, self->args->peer_endpoint,
+                   kvp_curve_public_key (self->config->curve));
 }
 
 //  Phase 0 of a commit: the copies on other nodes, on the data plane's workers, all nodes and
@@ -978,6 +990,7 @@ s_redirect (self_t *self, kvp_job_t *job, kvp_item_t *item,
             snprintf (to->node_id, sizeof to->node_id, "%s", node->node_id);
             snprintf (to->host_id, sizeof to->host_id, "%s", node->host_id);
             snprintf (to->client_endpoint, sizeof to->client_endpoint, "%s", node->client_endpoint);
+            snprintf (to->curve_key, sizeof to->curve_key, "%s", node->curve_key);
             to->alive = true;
         }
         item->locations[item->location_count++] = (uint16_t) index;
@@ -1199,6 +1212,7 @@ s_nodes_reply (self_t *self, op_t *op, call_t *call, Kvpool__Cluster__V1__Master
         snprintf (to->node_id, sizeof to->node_id, "%s", from->node_id);
         snprintf (to->host_id, sizeof to->host_id, "%s", from->host_id);
         snprintf (to->client_endpoint, sizeof to->client_endpoint, "%s", from->client_endpoint);
+        snprintf (to->curve_key, sizeof to->curve_key, "%s", from->curve_key);
         to->capacity = from->capacity;
         to->free = from->free;
         to->alive = from->alive;
@@ -1270,7 +1284,8 @@ s_remove_reply (self_t *self, op_t *op, call_t *call, Kvpool__Cluster__V1__Maste
     //  One request per node: every key it held (or, for all, everything).
     for (size_t nix = 0; nix < reply->n_nodes; nix++) {
         const Kvpool__Cluster__V1__Node *node = reply->nodes[nix];
-        int peer = s_peer (self, node->node_id, node->host_id, node->peer_endpoint);
+        int peer =
+            s_peer (self, node->node_id, node->host_id, node->peer_endpoint, node->curve_key);
         if (peer < 0)
             continue;
         Kvpool__V1__Request request = KVPOOL__V1__REQUEST__INIT;
@@ -1548,6 +1563,8 @@ s_self_new (zsock_t *pipe, const cluster_args_t *args)
     zsock_set_reconnect_ivl (self->master, 100);
     zsock_set_reconnect_ivl_max (self->master,
                                  0); //  no back-off: a returning master is found at once
+    kvp_curve_client (self->config->curve, self->master,
+                      kvp_curve_master_key (self->config->curve));
     zsock_connect (self->master, "%s", self->config->master);
     self->calls = zlistx_new ();
     pthread_mutex_init (&self->lock, NULL);
@@ -1558,6 +1575,7 @@ s_self_new (zsock_t *pipe, const cluster_args_t *args)
         data_plane_new ((int) self->config->peer_connections,
                         (int) self->config->cluster_timeout_ms, self->config->rdma ? device : NULL);
     assert (self->plane);
+    data_plane_set_curve (self->plane, self->config->curve);
     self->poller = zpoller_new (pipe, self->router, self->master, &self->wake_fd, NULL);
     return self;
 }

@@ -24,6 +24,8 @@
 */
 #include "actors/config.h"
 
+#include "actors/endpoints.h"
+
 #include <assert.h>
 #include <ctype.h>
 #include <errno.h>
@@ -615,6 +617,30 @@ static const opt_t s_options[] = {
      FIELD (metrics_host),
      .default_value = "127.0.0.1",
      .help = "the address the metrics HTTP server binds (0.0.0.0 or :: for every interface)"},
+    {.name = "curve-secret",
+     .arg = "FILE",
+     .kind = OPT_STRING,
+     FIELD (curve_secret),
+     .help = "CURVE: this process's certificate (the NAME_secret file of kvpool keygen NAME); "
+             "every socket other processes reach then authenticates and encrypts "
+             "(docs/security.md)"},
+    {.name = "curve-allow",
+     .arg = "DIR",
+     .kind = OPT_STRING,
+     FIELD (curve_allow),
+     .help = "with --curve-secret: the public certificates of the clients, nodes and master "
+             "admitted; read again when the directory changes"},
+    {.name = "curve-master",
+     .arg = "FILE",
+     .kind = OPT_STRING,
+     FIELD (curve_master),
+     .default_rule = "this node's own certificate",
+     .help = "role node, with --curve-secret: the master's public certificate"},
+    {.name = "insecure",
+     .kind = OPT_FLAG,
+     FIELD (insecure),
+     .help = "without CURVE, bind addresses other than loopback anyway (clients there are "
+             "neither authenticated nor encrypted)"},
     {.name = NULL}};
 
 static int s_set (kvp_config_t *config, const opt_t *opt, const char *value);
@@ -883,6 +909,80 @@ kvp_config_markdown (FILE *out)
     }
 }
 
+//  A non-loopback tcp bind without CURVE is refused unless --insecure (warn: say it in the
+//  log instead). Returns 0 or -1.
+static int
+s_check_bind (const kvp_config_t *config, const char *option, const char *endpoint, bool warn)
+{
+    if (!endpoint || config->curve_secret || kvp_endpoint_is_loopback (endpoint))
+        return 0;
+    if (warn)
+        kvp_warning ("%s %s binds without CURVE (--insecure): anyone who reaches it may read, "
+                     "write and remove every value, in clear text",
+                     option, endpoint);
+    else if (!config->insecure) {
+        fprintf (ERRORS,
+                 "kvpoold: %s %s is not a loopback address: give --curve-secret and "
+                 "--curve-allow so that only known clients get in, or --insecure to bind it "
+                 "without authentication or encryption\n",
+                 option, endpoint);
+        return -1;
+    }
+    return 0;
+}
+
+static int
+s_check_binds (const kvp_config_t *config, bool warn)
+{
+    int rc = 0;
+    for (size_t i = 0; i < config->endpoint_count; i++)
+        rc |= s_check_bind (config, "--endpoint", config->endpoints[i], warn);
+    for (size_t i = 0; i < config->admin_endpoint_count; i++)
+        rc |= s_check_bind (config, "--admin", config->admin_endpoints[i], warn);
+    rc |= s_check_bind (config, "--peer-endpoint", config->peer_endpoint, warn);
+    if (config->role == KVP_ROLE_MASTER)
+        rc |= s_check_bind (config, "--master", config->master, warn);
+    rc |= s_check_bind (config, "--kv-events-endpoint", config->kv_events_endpoint, warn);
+    rc |= s_check_bind (config, "--kv-events-replay-endpoint", config->kv_events_replay_endpoint,
+                        warn);
+    return rc ? -1 : 0;
+}
+
+void
+kvp_config_say_security (const kvp_config_t *config)
+{
+    if (config->curve_secret)
+        kvp_info ("CURVE on every endpoint: certificate %s, clients admitted from %s",
+                  config->curve_secret, config->curve_allow);
+    else if (config->insecure)
+        s_check_binds (config, true);
+    else
+        kvp_info ("no CURVE: every endpoint binds loopback only (--curve-secret and "
+                  "--curve-allow admit remote clients; docs/security.md)");
+}
+
+//  CURVE's settings go together; without them every endpoint bound is loopback unless
+//  --insecure (docs/security.md).
+static int
+s_check_security (kvp_config_t *config)
+{
+    if (config->curve_secret && !*config->curve_secret)
+        config->curve_secret = NULL;
+    if (config->curve_allow && !*config->curve_allow)
+        config->curve_allow = NULL;
+    if (config->curve_master && !*config->curve_master)
+        config->curve_master = NULL;
+    if (!config->curve_secret != !config->curve_allow) {
+        fprintf (ERRORS, "kvpoold: --curve-secret and --curve-allow go together\n");
+        return -1;
+    }
+    if (config->curve_master && !config->curve_secret) {
+        fprintf (ERRORS, "kvpoold: --curve-master needs --curve-secret and --curve-allow\n");
+        return -1;
+    }
+    return s_check_binds (config, false);
+}
+
 //  What no single row can say: settings that go together, and defaults that follow from
 //  others.
 static int
@@ -952,6 +1052,8 @@ s_config_check (kvp_config_t *config)
                          "node publishes the events of the objects it holds\n");
         return -1;
     }
+    if (s_check_security (config) != 0)
+        return -1;
     if (config->offload == KVP_OFFLOAD_DEFAULT)
         config->offload = config->disk_dir ? KVP_OFFLOAD_ON_EVICT : KVP_OFFLOAD_OFF;
     else if (config->offload != KVP_OFFLOAD_OFF && !config->disk_dir) {
@@ -1399,9 +1501,9 @@ kvp_config_test (bool verbose)
     assert (rows == options + 2); //  the header, the rule, a row per option
     free (text);
 
-    char *args[] = {"--segment-size", "256MiB",        "--segments=3",     "--endpoint",
-                    "tcp://a",        "--endpoint",    "ipc://@b",         "--placement",
-                    "free-ratio",     "--lock-memory", "--lookup-tp-size", "2"};
+    char *args[] = {"--segment-size",    "256MiB",        "--segments=3",     "--endpoint",
+                    "tcp://127.0.0.1:7", "--endpoint",    "ipc://@b",         "--placement",
+                    "free-ratio",        "--lock-memory", "--lookup-tp-size", "2"};
     assert (kvp_config_parse (&config, 12, args) == 0);
     assert (config.segment_size == 256ULL << 20 && config.segments == 3);
     assert (config.endpoint_count == 2 && !strcmp (config.endpoints[1], "ipc://@b"));
@@ -1465,6 +1567,28 @@ kvp_config_test (bool verbose)
     kvp_config_defaults (&config);
     char *offload_alone[] = {"--offload", "eager"};
     assert (kvp_config_parse (&config, 2, offload_alone) == -1);
+    //  Without CURVE only loopback binds, unless --insecure; CURVE's settings go together.
+    char *wide[] = {"--endpoint", "tcp://*:5"};
+    kvp_config_defaults (&config);
+    assert (kvp_config_parse (&config, 2, wide) == -1);
+    char *wide_admin[] = {"--admin-endpoint", "tcp://0.0.0.0:5"};
+    kvp_config_defaults (&config);
+    assert (kvp_config_parse (&config, 2, wide_admin) == -1);
+    char *wide_master[] = {"--role", "master", "--master", "tcp://10.1.1.1:5"};
+    kvp_config_defaults (&config);
+    assert (kvp_config_parse (&config, 4, wide_master) == -1);
+    char *wide_insecure[] = {"--endpoint", "tcp://*:5", "--insecure"};
+    kvp_config_defaults (&config);
+    assert (kvp_config_parse (&config, 3, wide_insecure) == 0 && config.insecure);
+    char *wide_curve[] = {"--endpoint", "tcp://*:5", "--curve-secret", "/k", "--curve-allow", "/d"};
+    kvp_config_defaults (&config);
+    assert (kvp_config_parse (&config, 6, wide_curve) == 0);
+    char *half_curve[] = {"--curve-secret", "/k"};
+    kvp_config_defaults (&config);
+    assert (kvp_config_parse (&config, 2, half_curve) == -1);
+    char *master_alone[] = {"--curve-master", "/m"};
+    kvp_config_defaults (&config);
+    assert (kvp_config_parse (&config, 2, master_alone) == -1);
     fclose (stderr);
     stderr = saved;
     if (verbose)

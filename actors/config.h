@@ -17,6 +17,7 @@
 #define KVP_MAX_ENDPOINTS 8
 
 typedef struct _kvp_metrics_t kvp_metrics_t;
+typedef struct _kvp_curve_t kvp_curve_t;
 
 typedef enum {
     KVP_PLACEMENT_RANDOM = 0,
@@ -109,6 +110,14 @@ typedef struct {
     bool log_syslog;          //  to syslog instead of stderr
     uint64_t metrics_port;    //  0: no HTTP
     const char *metrics_host; //  the address HTTP binds
+    //  CURVE (actors/curve.h, docs/security.md)
+    const char *curve_secret; //  this process's certificate (public and secret key)
+    const char *curve_allow;  //  the public certificates admitted
+    const char *curve_master; //  role node: the master's public certificate; NULL: our own
+    bool insecure;            //  non-loopback binds without CURVE
+    //  Not a setting: the loaded certificates and the ZAP handler; made by kvpoold before the
+    //  actors start. NULL: no CURVE.
+    kvp_curve_t *curve;
     //  Not a setting: the counters the api and the lookup server keep and the metrics actor
     //  serves (actors/metrics.h); made by kvpoold before the actors start. NULL: none kept.
     kvp_metrics_t *metrics;
@@ -127,6 +136,10 @@ void kvp_config_defaults (kvp_config_t *config);
 //  Settings that depend on each other are checked, and defaults that follow from others
 //  (--offload) are applied, at the end.
 int kvp_config_parse (kvp_config_t *config, int argc, char **argv);
+
+//  Says in the log, once at start, how the endpoints are protected: CURVE, loopback only, or
+//  each non-loopback bind that --insecure let through (a warning).
+void kvp_config_say_security (const kvp_config_t *config);
 
 //  Frees what parsing kept (the config file's tree); the strings from it go with it.
 void kvp_config_release (kvp_config_t *config);

@@ -53,3 +53,28 @@ kvp_endpoints_ask (zactor_t *actor, const char *what)
     zmsg_destroy (&reply);
     return endpoints;
 }
+
+bool
+kvp_endpoint_is_loopback (const char *endpoint)
+{
+    if (!endpoint)
+        return true;
+    if (!strncmp (endpoint, "ipc://", 6) || !strncmp (endpoint, "inproc://", 9))
+        return true;
+    if (strncmp (endpoint, "tcp://", 6) != 0)
+        return false;
+    const char *host = endpoint + 6;
+    const char *colon = strrchr (host, ':');
+    size_t len = colon ? (size_t) (colon - host) : strlen (host);
+    if (len == 5 && !strncmp (host, "[::1]", 5))
+        return true;
+    if ((len == 9 && !strncmp (host, "localhost", 9)) || (len == 2 && !strncmp (host, "lo", 2)))
+        return true;
+    if (len >= 4 && len <= 15 && !strncmp (host, "127.", 4)) {
+        for (size_t i = 4; i < len; i++)
+            if (host[i] != '.' && (host[i] < '0' || host[i] > '9'))
+                return false;
+        return true;
+    }
+    return false;
+}

@@ -21,4 +21,8 @@ void kvp_endpoint_resolved (const char *endpoint, int port, char *out, size_t si
 //  printing "kvpoold: <what>: <reason>" on stderr.
 zlist_t *kvp_endpoints_ask (zactor_t *actor, const char *what);
 
+//  Whether endpoint (tcp://HOST:PORT; other transports are local) binds only the loopback
+//  interface: 127.0.0.0/8, ::1 or localhost. A wildcard or any other address is not.
+bool kvp_endpoint_is_loopback (const char *endpoint);
+
 #endif

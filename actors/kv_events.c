@@ -46,6 +46,7 @@
 
 #include <time.h>
 
+#include "actors/curve.h"
 #include "actors/endpoints.h"
 #include "lookup_server/lookup_keys.h"
 
@@ -246,6 +247,7 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
     zsock_set_sndhwm (self->pub, KV_EVENTS_PUB_HWM);
     //  The last batches (those the replica-manager hands over as it ends) still go out.
     zsock_set_linger (self->pub, 200);
+    kvp_curve_server (config->curve, self->pub);
     if (config->kv_events_endpoint)
         s_bind (self, self->pub, config->kv_events_endpoint);
     if (config->kv_events_replay_endpoint) {
@@ -253,6 +255,7 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
         assert (self->replay);
         //  A whole replay fits in the queue: each reply is five frames.
         zsock_set_sndhwm (self->replay, (int) (self->ring_size * 5 + 64));
+        kvp_curve_server (config->curve, self->replay);
         s_bind (self, self->replay, config->kv_events_replay_endpoint);
     }
     return self;

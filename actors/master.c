@@ -30,6 +30,7 @@
 #include <pthread.h>
 
 #include "actors/config.h"
+#include "actors/curve.h"
 #include "actors/directory.h"
 #include "actors/endpoints.h"
 #include "actors/node_table.h"
@@ -142,6 +143,7 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
     zsock_set_rcvhwm (self->router, 100000);
     //  A request is keys and sizes, never values: 256 MiB bounds what a node may send.
     zsock_set_maxmsgsize (self->router, 256 << 20);
+    kvp_curve_server (config->curve, self->router);
     self->endpoints = zlistx_new ();
     zlistx_set_duplicator (self->endpoints, (zlistx_duplicator_fn *) strdup);
     zlistx_set_destructor (self->endpoints, (zlistx_destructor_fn *) zstr_free);
@@ -283,6 +285,7 @@ s_reply_node (self_t *self, reply_t *r, int slot)
     out->host_id = node->host_id;
     out->client_endpoint = node->client_endpoint;
     out->peer_endpoint = node->peer_endpoint;
+    out->curve_key = node->curve_key;
     out->capacity = node->capacity;
     out->free = node->free;
     out->alive = node->alive;
@@ -361,6 +364,8 @@ s_node_fill (node_t *node, const Kvpool__Cluster__V1__Node *info)
               info->client_endpoint ? info->client_endpoint : "");
     snprintf (node->peer_endpoint, sizeof node->peer_endpoint, "%s",
               info->peer_endpoint ? info->peer_endpoint : "");
+    snprintf (node->curve_key, sizeof node->curve_key, "%s",
+              info->curve_key ? info->curve_key : "");
     node->capacity = info->capacity;
     node->free = info->free;
     node->placed = 0;

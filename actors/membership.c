@@ -11,6 +11,7 @@
 */
 #include "actors/membership.h"
 
+#include "actors/curve.h"
 #include "actors/log.h"
 
 #include "kvpool_status.h"
@@ -190,6 +191,8 @@ membership_actor (zsock_t *pipe, void *args)
                                  0); //  no back-off: a returning master is found at once
     zsock_set_heartbeat_ivl (self->master, 1000);
     zsock_set_heartbeat_timeout (self->master, 3000);
+    kvp_curve_client (self->config->curve, self->master,
+                      kvp_curve_master_key (self->config->curve));
     zsock_connect (self->master, "%s", self->config->master);
     zsock_connect (self->rm, "inproc://%s-rm", self->config->instance);
     zsock_connect (self->al, "inproc://%s-al", self->config->instance);

@@ -32,6 +32,7 @@ typedef struct {
     char host_id[64];
     char client_endpoint[256];
     char peer_endpoint[256];
+    char curve_key[41]; //  its CURVE public key (Z85), or ""
     uint64_t capacity;  //  bytes of memory it contributes
     uint64_t free;      //  as it last reported
     uint64_t placed;    //  bytes placed on it since that report

@@ -61,6 +61,10 @@ struct _kvpc_conn_t {
     transfer_pool_t *pool;    //  copy threads, made on the first large copy
     kvpc_device_t *device;    //  device memory of the calls (device.h), made on first need
     atomic_size_t zc_pending; //  zero-copy value frames libzmq still holds
+    bool has_curve;
+    kvpc_curve_t curve;                   //  CURVE keys, when has_curve
+    bool watching;                        //  in kvpc_conn_new: handshakes are watched
+    void *auth_monitor;                   //  PAIR: handshake failures until the first PING
     kvpc_conn_t *peers[KVPC_MAX_PEERS];   //  other nodes of a cluster (kvpc_conn_peer)
     char *peer_endpoints[KVPC_MAX_PEERS]; //  ... as the REDIRECT named them
     size_t peer_count;
@@ -151,6 +155,8 @@ kvpc_conn_last_error (kvpc_conn_t *self)
 
 //  ---- the socket ---------------------------------------------------------------------------
 
+static void s_auth_watch (kvpc_conn_t *self, void *ctx, void *socket);
+
 static int
 s_socket_open (kvpc_conn_t *self, void *ctx)
 {
@@ -164,8 +170,21 @@ s_socket_open (kvpc_conn_t *self, void *ctx)
     zmq_setsockopt (socket, ZMQ_LINGER, &zero, sizeof zero);
     zmq_setsockopt (socket, ZMQ_SNDHWM, &zero, sizeof zero);
     zmq_setsockopt (socket, ZMQ_RCVHWM, &zero, sizeof zero);
+    if (self->has_curve) {
+        zmq_setsockopt (socket, ZMQ_CURVE_SERVERKEY, self->curve.server_key, 40);
+        zmq_setsockopt (socket, ZMQ_CURVE_PUBLICKEY, self->curve.public_key, 40);
+        zmq_setsockopt (socket, ZMQ_CURVE_SECRETKEY, self->curve.secret_key, 40);
+    }
+    if (self->watching && !self->auth_monitor)
+        s_auth_watch (self, ctx, socket);
     if (zmq_connect (socket, self->endpoint)) {
         int saved = errno;
+        if (self->auth_monitor) {
+            //  (An open PAIR would keep zmq_ctx_term waiting.)
+            zmq_socket_monitor (socket, NULL, 0);
+            zmq_close (self->auth_monitor);
+            self->auth_monitor = NULL;
+        }
         zmq_close (socket);
         errno = saved;
         return -1;
@@ -173,6 +192,59 @@ s_socket_open (kvpc_conn_t *self, void *ctx)
     self->socket = socket;
     self->oneway_pending = false;
     return 0;
+}
+
+//  ---- CURVE handshake failures ------------------------------------------------------------
+
+//  Watches socket's handshakes (before it connects), so that a connection that gets no answer
+//  can say whether the node refused its key.
+static void
+s_auth_watch (kvpc_conn_t *self, void *ctx, void *socket)
+{
+    static atomic_uint s_watches;
+    char endpoint[96];
+    snprintf (endpoint, sizeof endpoint, "inproc://kvpool-auth-%d-%u", (int) getpid (),
+              atomic_fetch_add (&s_watches, 1));
+    if (zmq_socket_monitor (socket, endpoint,
+                            ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL
+                                | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL))
+        return;
+    void *pair = zmq_socket (ctx, ZMQ_PAIR);
+    int zero = 0;
+    if (pair)
+        zmq_setsockopt (pair, ZMQ_LINGER, &zero, sizeof zero);
+    if (!pair || zmq_connect (pair, endpoint)) {
+        if (pair)
+            zmq_close (pair);
+        zmq_socket_monitor (socket, NULL, 0);
+        return;
+    }
+    self->auth_monitor = pair;
+}
+
+//  Stops watching; returns the first handshake failure seen (a ZMQ_EVENT_HANDSHAKE_* event
+//  and its status in *value), or 0.
+static int
+s_auth_unwatch (kvpc_conn_t *self, uint32_t *value)
+{
+    if (!self->auth_monitor)
+        return 0;
+    int event = 0;
+    zmq_msg_t frame;
+    zmq_msg_init (&frame);
+    if (zmq_msg_recv (&frame, self->auth_monitor, ZMQ_DONTWAIT) >= 6) {
+        const uint8_t *data = (const uint8_t *) zmq_msg_data (&frame);
+        uint16_t number;
+        memcpy (&number, data, 2);
+        memcpy (value, data + 2, 4);
+        event = number;
+    }
+    zmq_msg_close (&frame);
+    if (self->socket)
+        zmq_socket_monitor (self->socket, NULL, 0);
+    zmq_close (self->auth_monitor);
+    self->auth_monitor = NULL;
+    return event;
 }
 
 //  Closes the socket (dropping everything queued on it) and connects a new one.
@@ -559,12 +631,20 @@ s_go_local (kvpc_conn_t *self)
 }
 
 kvpc_conn_t *
-kvpc_conn_new (const char *endpoint, int timeout_ms, int connect_timeout_ms, bool keep_endpoint)
+kvpc_conn_new (const char *endpoint, int timeout_ms, int connect_timeout_ms, bool keep_endpoint,
+               const kvpc_curve_t *curve)
 {
     kvpc_conn_t *self = calloc (1, sizeof *self);
     if (!self)
         return NULL;
     atomic_init (&self->zc_pending, 0);
+    if (curve) {
+        self->has_curve = true;
+        self->curve = *curve;
+    }
+    //  A node that refuses the key, or runs CURVE while this client does not (or the other
+    //  way round), only fails the handshake: watching it tells that from no answer at all.
+    self->watching = !s_is_inproc (endpoint);
     self->endpoint = strdup (endpoint);
     void *ctx = s_ctx_acquire (endpoint);
     if (!self->endpoint || !ctx) {
@@ -591,9 +671,15 @@ kvpc_conn_new (const char *endpoint, int timeout_ms, int connect_timeout_ms, boo
     self->timeout_ms = connect_timeout_ms > 0 ? connect_timeout_ms : timeout_ms;
     int rc = kvpc_conn_ping (self);
     self->timeout_ms = timeout_ms;
+    uint32_t value = 0;
+    int failure = s_auth_unwatch (self, &value);
+    self->watching = false;
     if (rc) {
         kvpc_conn_destroy (&self);
-        errno = rc == KVPOOL_RPC_FAIL ? ETIMEDOUT : EPROTO;
+        errno = failure == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH ? EACCES
+                : failure                                  ? ECONNREFUSED
+                : rc == KVPOOL_RPC_FAIL                    ? ETIMEDOUT
+                                                           : EPROTO;
         return NULL;
     }
     char boot_id[64];
@@ -605,7 +691,7 @@ kvpc_conn_new (const char *endpoint, int timeout_ms, int connect_timeout_ms, boo
 }
 
 kvpc_conn_t *
-kvpc_conn_peer (kvpc_conn_t *self, const char *endpoint)
+kvpc_conn_peer (kvpc_conn_t *self, const char *endpoint, const char *curve_key)
 {
     for (size_t i = 0; i < self->peer_count; i++)
         if (strcmp (self->peer_endpoints[i], endpoint) == 0)
@@ -616,7 +702,11 @@ kvpc_conn_peer (kvpc_conn_t *self, const char *endpoint)
     }
     //  keep_endpoint: a REDIRECT names the node's tcp endpoint; a node on this machine
     //  moves the connection to its ipc endpoint as any connection does.
-    kvpc_conn_t *peer = kvpc_conn_new (endpoint, self->timeout_ms, self->timeout_ms, false);
+    kvpc_curve_t curve = self->curve;
+    if (curve_key && strlen (curve_key) == 40)
+        memcpy (curve.server_key, curve_key, sizeof curve.server_key);
+    kvpc_conn_t *peer = kvpc_conn_new (endpoint, self->timeout_ms, self->timeout_ms, false,
+                                       self->has_curve ? &curve : NULL);
     if (!peer) {
         kvpc_set_error (self, "cannot reach node %s: %s", endpoint, strerror (errno));
         return NULL;
@@ -635,6 +725,8 @@ kvpc_conn_destroy (kvpc_conn_t **self_p)
     if (!self_p || !*self_p)
         return;
     kvpc_conn_t *self = *self_p;
+    uint32_t value;
+    s_auth_unwatch (self, &value);
     for (size_t i = 0; i < self->peer_count; i++) {
         kvpc_conn_destroy (&self->peers[i]);
         free (self->peer_endpoints[i]);

@@ -38,17 +38,27 @@ typedef struct {
     size_t nframes;
 } kvpc_reply_t;
 
+//  CURVE keys of a connection, Z85 text (docs/security.md).
+typedef struct {
+    char public_key[41]; //  the client's certificate
+    char secret_key[41];
+    char server_key[41]; //  the node's public key
+} kvpc_curve_t;
+
 //  Connects to endpoint and checks that the node answers a PING within connect_timeout_ms;
 //  then every call waits up to timeout_ms. On the node's machine the connection moves to the
-//  node's ipc endpoint unless keep_endpoint. Returns NULL with errno set on failure (ENOMEM,
-//  a bad endpoint, ETIMEDOUT: no answer, EPROTO: a bad one). Caller owns the return value and
-//  must destroy it.
+//  node's ipc endpoint unless keep_endpoint. curve: CURVE keys, or NULL for none. Returns
+//  NULL with errno set on failure (ENOMEM, a bad endpoint, ETIMEDOUT: no answer, EPROTO: a
+//  bad one, EACCES: the node refused this client's CURVE key, ECONNREFUSED: the CURVE
+//  handshake failed otherwise: a wrong server key, or CURVE on one side only). Caller owns
+//  the return value and must destroy it.
 kvpc_conn_t *kvpc_conn_new (const char *endpoint, int timeout_ms, int connect_timeout_ms,
-                            bool keep_endpoint);
+                            bool keep_endpoint, const kvpc_curve_t *curve);
 //  A connection to another node of the cluster (a client endpoint a GET's REDIRECT named),
-//  made on first need with this connection's timeouts and kept until this one is destroyed
+//  made on first need with this connection's timeouts and CURVE certificate, the node's own
+//  server key (curve_key; NULL or "": this connection's) and kept until this one is destroyed
 //  (at most KVPC_MAX_PEERS). NULL when it cannot be made (the last error says why).
-kvpc_conn_t *kvpc_conn_peer (kvpc_conn_t *self, const char *endpoint);
+kvpc_conn_t *kvpc_conn_peer (kvpc_conn_t *self, const char *endpoint, const char *curve_key);
 #define KVPC_MAX_PEERS 64
 
 //  Closes the socket. One-way requests that may still be queued on it are given up to

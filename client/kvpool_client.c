@@ -22,6 +22,9 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#include <czmq.h>
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
@@ -70,6 +73,42 @@ kvpool_options_init (kvpool_options_t *options)
     options->fast_path = 1;
 }
 
+//  Reads the CURVE keys the options name into curve. Returns 0, 1 when the options name
+//  none, or -1 with errno EINVAL (one file alone, or not a certificate) or the file's error.
+static int
+s_curve_load (const kvpool_options_t *options, kvpc_curve_t *curve)
+{
+    if (!options->curve_secret_file && !options->curve_server_file)
+        return 1;
+    if (!options->curve_secret_file || !options->curve_server_file) {
+        errno = EINVAL;
+        return -1;
+    }
+    const char *files[2] = {options->curve_secret_file, options->curve_server_file};
+    for (int i = 0; i < 2; i++) {
+        if (access (files[i], R_OK) != 0)
+            return -1;
+        zcert_t *cert = zcert_load (files[i]);
+        const char *public_key = cert ? zcert_public_txt (cert) : "";
+        const char *secret_key = cert ? zcert_secret_txt (cert) : "";
+        //  (A certificate read from a public file has an all-zero secret key.)
+        bool ok = strlen (public_key) == 40
+                  && (i == 1 || strcmp (secret_key, "0000000000000000000000000000000000000000"));
+        if (ok && i == 0) {
+            memcpy (curve->public_key, public_key, 41);
+            memcpy (curve->secret_key, secret_key, 41);
+        }
+        else if (ok)
+            memcpy (curve->server_key, public_key, 41);
+        zcert_destroy (&cert);
+        if (!ok) {
+            errno = EINVAL;
+            return -1;
+        }
+    }
+    return 0;
+}
+
 kvpool_t *
 kvpool_connect (const char *endpoint, const kvpool_options_t *options)
 {
@@ -80,12 +119,16 @@ kvpool_connect (const char *endpoint, const kvpool_options_t *options)
     }
     if (!endpoint)
         endpoint = KVPOOL_DEFAULT_ENDPOINT;
+    kvpc_curve_t curve;
+    int has_curve = s_curve_load (options, &curve);
+    if (has_curve < 0)
+        return NULL;
     kvpool_t *self = calloc (1, sizeof *self);
     if (!self)
         return NULL;
     int timeout = options->timeout_ms > 0 ? options->timeout_ms : KVPC_DEFAULT_TIMEOUT_MS;
-    self->conn =
-        kvpc_conn_new (endpoint, timeout, options->connect_timeout_ms, options->keep_endpoint != 0);
+    self->conn = kvpc_conn_new (endpoint, timeout, options->connect_timeout_ms,
+                                options->keep_endpoint != 0, has_curve == 0 ? &curve : NULL);
     if (self->conn) {
         self->fast_path = kvpc_fast_path_new (self->conn);
         self->memory = kvpc_memory_new (self->conn);

@@ -320,6 +320,16 @@ s_redirect_target (kvpc_reply_t *reply, size_t j, size_t attempt)
     return msg->nodes[node]->client_endpoint;
 }
 
+//  The CURVE public key of the node s_redirect_target names, or NULL.
+static const char *
+s_redirect_key (kvpc_reply_t *reply, size_t j, size_t attempt)
+{
+    Kvpool__V1__Reply *msg = reply->msg;
+    if (!s_redirect_target (reply, j, attempt))
+        return NULL;
+    return msg->nodes[msg->locations[j]->nodes[attempt]]->curve_key;
+}
+
 //  Reads keys from a node without redirect (into the caller's buffers, or as frames).
 typedef void (s_fetch_fn) (kvpc_conn_t *conn, const kvpc_keys_t *keys, void *arg, int64_t *results);
 
@@ -333,10 +343,12 @@ s_follow_redirects (kvpc_conn_t *conn, const kvpc_keys_t *keys, kvpc_reply_t *re
 {
     uint8_t *tried = (uint8_t *) calloc (keys->count ? keys->count : 1, 1);
     while (tried) {
-        const char *endpoint = NULL;
+        const char *endpoint = NULL, *curve_key = NULL;
         for (size_t j = 0; j < keys->count && !endpoint; j++)
-            if (results[keys->index[j]] == KVPOOL_REDIRECT)
+            if (results[keys->index[j]] == KVPOOL_REDIRECT) {
                 endpoint = s_redirect_target (reply, j, tried[j]);
+                curve_key = s_redirect_key (reply, j, tried[j]);
+            }
         if (!endpoint)
             break;
         kvpc_keys_t batch;
@@ -349,7 +361,7 @@ s_follow_redirects (kvpc_conn_t *conn, const kvpc_keys_t *keys, kvpc_reply_t *re
                 && kvpc_keys_add (&batch, keys->keys[j], keys->index[j]) == 0)
                 members[count++] = j;
         }
-        kvpc_conn_t *peer = kvpc_conn_peer (conn, endpoint);
+        kvpc_conn_t *peer = kvpc_conn_peer (conn, endpoint, curve_key);
         if (peer)
             fetch (peer, &batch, arg, results);
         for (size_t m = 0; m < count; m++) {
@@ -495,7 +507,9 @@ kvpc_socket_get (kvpc_conn_t *conn, const char *key, void **data_p, size_t *size
         //  Read from a node that holds it; failing that, relayed by this one.
         for (size_t attempt = 0; attempt < KVPOOL_MAX_REPLICAS; attempt++) {
             const char *endpoint = s_redirect_target (&reply, 0, attempt);
-            kvpc_conn_t *peer = endpoint ? kvpc_conn_peer (conn, endpoint) : NULL;
+            kvpc_conn_t *peer =
+                endpoint ? kvpc_conn_peer (conn, endpoint, s_redirect_key (&reply, 0, attempt))
+                         : NULL;
             if (!endpoint)
                 break;
             int peer_rc = peer ? kvpc_socket_get (peer, key, data_p, size_p) : KVPOOL_RPC_FAIL;

@@ -32,6 +32,7 @@
 #include "protocol/contract.h"
 #include "protocol/kvpool.pb-c.h"
 #include "rdma/rdma.h"
+#include "actors/curve.h"
 #include "transfer/transfer_pool.h"
 
 #define TASK_MAX_KEYS 256
@@ -64,7 +65,8 @@ struct _data_plane_t {
     worker_t *workers;
     int worker_count;
     int timeout_ms;
-    char *rdma_device; //  NULL: tcp alone
+    char *rdma_device;        //  NULL: tcp alone
+    const kvp_curve_t *curve; //  NULL: no CURVE
     atomic_uint_fast64_t requests, timeouts, rdma_transfers;
 };
 
@@ -104,9 +106,17 @@ s_link_destroy (void **item)
     }
 }
 
+//  The connection to an endpoint (with CURVE, to the endpoint with that server key: a node
+//  that came back with another certificate gets a new one).
 static link_t *
-s_link (worker_t *worker, const char *endpoint)
+s_link (data_plane_t *plane, worker_t *worker, const data_plane_xfer_t *xfer)
 {
+    char name[400];
+    const char *endpoint = xfer->endpoint;
+    if (plane->curve && xfer->curve_key && *xfer->curve_key) {
+        snprintf (name, sizeof name, "%s#%s", xfer->endpoint, xfer->curve_key);
+        endpoint = name;
+    }
     int64_t now = zclock_mono ();
     if (now >= worker->next_sweep) {
         worker->next_sweep = now + LINK_SWEEP_MS;
@@ -129,7 +139,8 @@ s_link (worker_t *worker, const char *endpoint)
         zsock_set_sndhwm (sock, 0);
         zsock_set_rcvhwm (sock, 0);
         zsock_set_reconnect_ivl (sock, 100);
-        if (zsock_connect (sock, "%s", endpoint) != 0) {
+        kvp_curve_client (plane->curve, sock, xfer->curve_key);
+        if (zsock_connect (sock, "%s", xfer->endpoint) != 0) {
             zsock_destroy (&sock);
             return NULL;
         }
@@ -610,7 +621,7 @@ s_task_run (void *arg, int worker_index)
     const char *endpoint = task->run->xfers[task->items[0]].endpoint;
     assert (worker_index >= 0 && worker_index < plane->worker_count);
     worker_t *worker = &plane->workers[worker_index];
-    link_t *link = s_link (worker, endpoint);
+    link_t *link = s_link (plane, worker, &task->run->xfers[task->items[0]]);
     if (!link) {
         s_fail (task, KVPOOL_TRANSFER_FAIL, false);
         return;
@@ -698,6 +709,12 @@ data_plane_new (int workers, int timeout_ms, const char *rdma_device)
         return NULL;
     }
     return self;
+}
+
+void
+data_plane_set_curve (data_plane_t *self, const kvp_curve_t *curve)
+{
+    self->curve = curve;
 }
 
 void

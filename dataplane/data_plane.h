@@ -45,7 +45,8 @@ typedef enum {
 typedef struct {
     //  in
     data_plane_kind_t kind;
-    const char *endpoint; //  the node's data plane
+    const char *endpoint;  //  the node's data plane
+    const char *curve_key; //  its CURVE public key (Z85); NULL or "": the plane's own
     const char *key;
     size_t key_len;
     uint64_t offset, length; //  READ: a range (length 0: the whole value); PART: offset
@@ -74,6 +75,11 @@ typedef void (data_plane_done_fn) (data_plane_xfer_t *xfers, size_t count, void 
 //  values move wherever the other node serves RDMA (see RDMA below). Returns NULL on failure.
 //  Caller owns the return value.
 data_plane_t *data_plane_new (int workers, int timeout_ms, const char *rdma_device);
+
+//  Connects with CURVE from now on, with curve's certificate (actors/curve.h); before the
+//  first run. curve must outlive the plane.
+struct _kvp_curve_t;
+void data_plane_set_curve (data_plane_t *self, const struct _kvp_curve_t *curve);
 
 //  Finishes the transfers under way, stops the workers, closes their connections. Does nothing
 //  on NULL; sets *self_p to NULL.

@@ -79,6 +79,12 @@ typedef struct {
     //  shared-memory operations (put-start, get-replica-list, mount, ...). 1: stay on the
     //  endpoint given (those operations are then refused with KVPOOL_PERMISSION_DENIED).
     int keep_endpoint;
+    //  CURVE (docs/security.md), both or neither: this client's certificate (the NAME_secret
+    //  file `kvpool keygen NAME` writes; its public half, NAME, goes in the node's
+    //  --curve-allow directory) and the node's public certificate. A node that refuses the
+    //  key fails kvpool_connect with EACCES. NULL: no CURVE.
+    const char *curve_secret_file;
+    const char *curve_server_file;
 } kvpool_options_t;
 
 //  Fills options with the defaults (timeout 5000 ms, fast path auto).

@@ -48,6 +48,7 @@
 */
 #include "lookup_server/lookup_server.h"
 
+#include "actors/curve.h"
 #include "actors/log.h"
 
 #include <pthread.h>
@@ -204,6 +205,7 @@ s_self_new (zsock_t *pipe, const lookup_server_args_t *args)
     //  vLLM's clients are REQ sockets, one request at a time: a connection that queues more
     //  is not one of them, and libzmq stops reading its socket instead.
     zsock_set_rcvhwm (self->router, MAX_QUEUED_REQUESTS);
+    kvp_curve_server (args->curve, self->router);
     for (size_t i = 0; i < args->admin_endpoint_count; i++) {
         const char *endpoint = args->admin_endpoints[i];
         if (zsock_bind (self->router, "%s", endpoint) == -1) {

@@ -43,6 +43,8 @@ typedef struct {
     bool verbose;                       //  log every request
     struct _kvp_metrics_t *metrics;     //  lookups and hit tokens are counted here (NULL:
                                         //  not counted; actors/metrics.h)
+    struct _kvp_curve_t *curve;         //  CURVE for the admin ROUTER (actors/curve.h); NULL:
+                                        //  none
 } lookup_server_args_t;
 
 //  The actor; args is a lookup_server_args_t *.

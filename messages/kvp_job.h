@@ -139,6 +139,7 @@ typedef struct {
     char node_id[128];
     char host_id[64];
     char client_endpoint[256];
+    char curve_key[41]; //  its CURVE public key (Z85), or ""
     uint64_t capacity, free, objects, last_heard_ms;
     bool alive;
 } kvp_node_info_t;

@@ -81,6 +81,7 @@ reply_encode (arena_t *arena, const kvp_op_t *row, const kvp_job_t *job, Kvpool_
             nodes[i].node_id = (char *) info->node_id;
             nodes[i].host_id = (char *) info->host_id;
             nodes[i].client_endpoint = (char *) info->client_endpoint;
+            nodes[i].curve_key = (char *) info->curve_key;
             nodes[i].capacity = info->capacity;
             nodes[i].free = info->free;
             nodes[i].alive = info->alive;

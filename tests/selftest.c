@@ -19,6 +19,7 @@
 #include "actors/node_table.h"
 #include "actors/object_table.h"
 #include "actors/conn_guard.h"
+#include "actors/curve.h"
 #include "actors/index_reads.h"
 #include "actors/owners.h"
 #include "actors/regex_matcher.h"
@@ -58,6 +59,7 @@ typedef struct {
 static selftest_t s_tests[] = {{"kvp_status", kvp_status_test},
                                {"kvp_contract", kvp_contract_test},
                                {"kvp_config", kvp_config_test},
+                               {"kvp_curve", kvp_curve_test},
                                {"kvp_job", kvp_job_test},
                                {"kvp_ops", kvp_ops_test},
                                {"arena", arena_test},

@@ -19,6 +19,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <czmq.h>
+
 #include "kvpool.h"
 #include "tools/kvpool_top.h"
 
@@ -27,12 +29,15 @@
 #define DEFAULT_MAX_VALUE (1ULL << 30)
 
 static const char *s_usage =
-    "Usage: kvpool [-s ENDPOINT] [-t TIMEOUT_MS] [--no-fast-path] COMMAND [ARGS...]\n"
+    "Usage: kvpool [-s ENDPOINT] [-t TIMEOUT_MS] [--no-fast-path]\n"
+    "              [--curve-secret FILE --curve-server FILE] COMMAND [ARGS...]\n"
     "\n"
     "options:\n"
     "  -s, --server ENDPOINT   node to talk to (default " KVPOOL_DEFAULT_ENDPOINT ")\n"
     "  -t, --timeout MS        per-request timeout in milliseconds (default 5000)\n"
     "  --no-fast-path          never copy through shared memory, even on the node's machine\n"
+    "  --curve-secret FILE     CURVE: this client's certificate (NAME_secret of keygen)\n"
+    "  --curve-server FILE     CURVE: the node's public certificate\n"
     "  -h, --help              this text\n"
     "  --version               print the version and exit\n"
     "\n"
@@ -58,6 +63,9 @@ static const char *s_usage =
     "  nodes                   the cluster's nodes: id, host, client endpoint, alive, space\n"
     "  locate KEY...           the nodes that hold each key\n"
     "  ping                    round-trip time of one request\n"
+    "  keygen NAME             write a CURVE certificate: NAME (public: for a node's\n"
+    "                          --curve-allow directory, or a client's --curve-server)\n"
+    "                          and NAME_secret (keep it private); no node needed\n"
     "  config get NAME         a setting of the node (a kvpoold option without --)\n"
     "  config set NAME VALUE   change one while the node runs: log-level, lease-ttl,\n"
     "                          eviction-high-watermark, eviction-ratio, disk watermarks\n"
@@ -101,7 +109,17 @@ s_connect (cli_t *cli)
     cli->pool = kvpool_connect (cli->endpoint, &cli->options);
     if (!cli->pool)
         fprintf (stderr, "kvpool: cannot connect to %s: %s\n", cli->endpoint,
-                 errno == ETIMEDOUT ? "no reply to PING within the timeout" : strerror (errno));
+                 errno == ETIMEDOUT ? "no reply to PING within the timeout"
+                 : errno == EACCES
+                     ? "the node refused this client's CURVE key (its public certificate is "
+                       "not in the node's --curve-allow directory)"
+                 : errno == ECONNREFUSED
+                     ? "the CURVE handshake failed (a wrong --curve-server certificate, or "
+                       "CURVE on one side only)"
+                 : errno == EINVAL && cli->options.curve_secret_file
+                     ? "--curve-secret and --curve-server need a certificate each (kvpool "
+                       "keygen)"
+                     : strerror (errno));
     return cli->pool;
 }
 
@@ -692,6 +710,39 @@ s_cmd_top (cli_t *cli, int argc, char **argv)
     return kvpool_top (pool, cli->endpoint, once, interval);
 }
 
+//  keygen NAME: a new CURVE key pair, as CZMQ's zcert_save writes it (NAME and NAME_secret,
+//  the secret one readable by its owner alone). Existing files are never overwritten.
+static int
+s_cmd_keygen (cli_t *cli, int argc, char **argv)
+{
+    (void) cli;
+    if (argc != 1 || !*argv[0])
+        return s_usage_error ("keygen NAME");
+    char secret[4096];
+    snprintf (secret, sizeof secret, "%s_secret", argv[0]);
+    if (access (argv[0], F_OK) == 0 || access (secret, F_OK) == 0) {
+        fprintf (stderr, "kvpool: keygen: %s or %s exists; not overwritten\n", argv[0], secret);
+        return 1;
+    }
+    zcert_t *cert = zcert_new ();
+    if (!cert) {
+        fprintf (stderr, "kvpool: keygen: cannot make a key pair\n");
+        return 1;
+    }
+    zcert_set_meta (cert, "name", "%s", argv[0]);
+    zcert_set_meta (cert, "created-by", "kvpool keygen");
+    int rc = zcert_save (cert, argv[0]);
+    if (rc == 0)
+        chmod (secret, 0600);
+    if (rc != 0)
+        fprintf (stderr, "kvpool: keygen: cannot write %s: %s\n", argv[0], strerror (errno));
+    else
+        printf ("%s: public certificate (key %s)\n%s: secret certificate\n", argv[0],
+                zcert_public_txt (cert), secret);
+    zcert_destroy (&cert);
+    return rc == 0 ? 0 : 1;
+}
+
 static int
 s_cmd_ping (cli_t *cli, int argc, char **argv)
 {
@@ -742,6 +793,14 @@ main (int argc, char **argv)
         }
         else if (!strcmp (arg, "--no-fast-path"))
             cli.options.fast_path = 0;
+        else if (!strcmp (arg, "--curve-secret") || !strcmp (arg, "--curve-server")) {
+            if (i + 1 >= argc)
+                return s_usage_error ("%s needs a certificate FILE", arg);
+            if (!strcmp (arg, "--curve-secret"))
+                cli.options.curve_secret_file = argv[++i];
+            else
+                cli.options.curve_server_file = argv[++i];
+        }
         else
             return s_usage_error ("unknown option '%s'", arg);
     }
@@ -766,7 +825,8 @@ main (int argc, char **argv)
                     {"stats", s_cmd_stats},
                     {"ping", s_cmd_ping},
                     {"top", s_cmd_top},
-                    {"config", s_cmd_config}};
+                    {"config", s_cmd_config},
+                    {"keygen", s_cmd_keygen}};
     if (!strcmp (command, "help")) {
         fputs (s_usage, stdout);
         return 0;

@@ -19,6 +19,7 @@
 #include "actors/cluster.h"
 #include "actors/config.h"
 #include "actors/conn_guard.h"
+#include "actors/curve.h"
 #include "actors/endpoints.h"
 #include "actors/evictor.h"
 #include "actors/kv_events.h"
@@ -144,6 +145,18 @@ main (int argc, char **argv)
     kvp_log_level_parse (config.log_level, &log_level); //  checked by the parser
     kvp_log_setup (config.verbose ? KVP_LOG_DEBUG : log_level, config.log_syslog, "kvpoold");
     pthread_setname_np (pthread_self (), "kvpoold");
+    //  CURVE before any socket binds: the ZAP handler must answer the first handshake.
+    kvp_config_say_security (&config);
+    if (config.curve_secret) {
+        char why[512];
+        config.curve = kvp_curve_new (config.curve_secret, config.curve_allow,
+                                      config.role == KVP_ROLE_NODE ? config.curve_master : NULL,
+                                      why, sizeof why);
+        if (!config.curve) {
+            fprintf (stderr, "kvpoold: %s\n", why);
+            return 2;
+        }
+    }
     //  Every client connection is a descriptor: take all the kernel allows (the api refuses
     //  connections short of it, --max-connections, rather than spin at it).
     conn_guard_raise_fd_limit ();
@@ -160,7 +173,9 @@ main (int argc, char **argv)
     signal (SIGXFSZ, SIG_IGN);
     zsys_set_logident ("kvpoold");
     if (config.role == KVP_ROLE_MASTER) {
-        return s_run_master (&config, &signals);
+        int status = s_run_master (&config, &signals);
+        kvp_curve_stop (config.curve);
+        return status;
     }
     //  A node's data plane: rdma when asked for (or auto) and the device opens; said in one
     //  line once the node has joined.
@@ -248,7 +263,8 @@ main (int argc, char **argv)
         .instance = config.instance,
         .max_key_len = config.max_key_len,
         .verbose = config.verbose,
-        .metrics = config.metrics};
+        .metrics = config.metrics,
+        .curve = config.curve};
     lookup = zactor_new (lookup_server_actor, &lookup_args);
     admin = kvp_endpoints_ask (lookup, "admin endpoint");
     if (!admin)
@@ -313,6 +329,7 @@ shutdown:
     zlist_destroy (&metrics_endpoints);
     zstr_free (&peer_endpoint);
     zstr_free (&host_id);
+    kvp_curve_stop (config.curve);
     if (config.ready_file)
         unlink (config.ready_file);
     if (status == 0)

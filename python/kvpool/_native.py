@@ -62,7 +62,8 @@ lib, path = _load()
 
 class Options(Structure):
     _fields_ = [("timeout_ms", c_int), ("connect_timeout_ms", c_int), ("fast_path", c_int),
-                ("keep_endpoint", c_int)]
+                ("keep_endpoint", c_int), ("curve_secret_file", c_char_p),
+                ("curve_server_file", c_char_p)]
 
 
 class Iov(Structure):
@@ -170,6 +171,11 @@ for _name, (_restype, _argtypes) in _PROTOTYPES.items():
     _fn.restype = _restype
     _fn.argtypes = _argtypes
     globals()[_name[len("kvpool_"):]] = _fn
+
+#   kvpool_connect again, through a handle that keeps errno (why a connection failed: EACCES
+#   when the node refused the CURVE key); the other functions need not pay for it.
+connect = ctypes.CDLL(path, use_errno=True).kvpool_connect
+connect.restype, connect.argtypes = _PROTOTYPES["kvpool_connect"]
 
 _required_missing = [name for name in missing if name not in _OPTIONAL]
 if _required_missing:

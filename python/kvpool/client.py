@@ -22,6 +22,7 @@ own (ZeroMQ sockets do not survive fork); using the parent's raises kvpool.Error
 
 import array
 import collections
+import errno
 import ctypes
 import os
 import threading
@@ -386,16 +387,31 @@ def _fetch_received(handle, n, karr, handles):
     return 0, out
 
 
+#   Why kvpool_connect failed, by errno (include/kvpool.h, kvpool_options_t).
+_CONNECT_ERRORS = {
+    errno.ETIMEDOUT: "no reply to PING within the connect timeout",
+    errno.EACCES: "the node refused this client's CURVE key (its public certificate is not in "
+                  "the node's --curve-allow directory)",
+    errno.ECONNREFUSED: "the CURVE handshake failed (a wrong server certificate, or CURVE on "
+                        "one side only)",
+    errno.EINVAL: "a CURVE certificate file is not one (make them with kvpool keygen)",
+}
+
+
 class Client:
     """A connection to a kvpoold node. See the module docstring for threads and errors.
 
-    Client(endpoint="tcp://127.0.0.1:50051", timeout=5.0, connect_timeout=None, fast_path=True)
-    connects and pings the node; it raises RpcFailError if the node does not answer.
-    timeout is per request, in seconds. fast_path=False never uses the same-machine shared
-    memory path (everything goes over the socket)."""
+    Client(endpoint="tcp://127.0.0.1:50051", timeout=5.0, connect_timeout=None, fast_path=True,
+           curve_secret=None, curve_server=None)
+    connects and pings the node; it raises RpcFailError if the node does not answer (or
+    refuses the CURVE key: the reason says which). timeout is per request, in seconds.
+    fast_path=False never uses the same-machine shared memory path (everything goes over the
+    socket). curve_secret (this client's certificate, the NAME_secret file of `kvpool keygen
+    NAME`) and curve_server (the node's public certificate) turn on CURVE, both or neither
+    (docs/security.md)."""
 
     def __init__(self, endpoint=DEFAULT_ENDPOINT, timeout=DEFAULT_TIMEOUT, connect_timeout=None,
-                 fast_path=True):
+                 fast_path=True, curve_secret=None, curve_server=None):
         self.endpoint = endpoint
         self._endpoint = _encode(endpoint)
         options = _native.Options()
@@ -404,6 +420,12 @@ class Client:
         if connect_timeout is not None:
             options.connect_timeout_ms = max(1, int(connect_timeout * 1000))
         options.fast_path = 1 if fast_path else 0
+        if (curve_secret is None) != (curve_server is None):
+            raise error_for(Status.INVALID_PARAMS, "curve_secret and curve_server go together")
+        if curve_secret is not None:
+            # (ctypes keeps these bytes alive with the structure.)
+            options.curve_secret_file = os.fsencode(curve_secret)
+            options.curve_server_file = os.fsencode(curve_server)
         self._options = options
         _native.tune_malloc()
         self._pid = os.getpid()
@@ -417,7 +439,9 @@ class Client:
     def _open(self):
         handle = _native.connect(self._endpoint, byref(self._options))
         if not handle:
-            raise RpcFailError(reason="cannot connect to %s" % self.endpoint)
+            code = ctypes.get_errno()
+            why = _CONNECT_ERRORS.get(code) or (os.strerror(code) if code else "no answer")
+            raise RpcFailError(reason="cannot connect to %s: %s" % (self.endpoint, why))
         with self._lock:
             self._handles.append(handle)
         return handle

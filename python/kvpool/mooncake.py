@@ -905,6 +905,10 @@ class MooncakeDistributedStore:
         metadata_server are required there, as in Mooncake. Returns 0, or a negative status
         (INVALID_PARAMS for a bad argument, RPC_FAIL when the node does not answer).
 
+        kvpool's own keywords curve_secret (this client's certificate, the NAME_secret file of
+        `kvpool keygen NAME`) and curve_server (the node's public certificate), or the same keys
+        in the dict, turn on CURVE for a node that runs it (docs/security.md); both or neither.
+
         engine, enable_ssd_offload and ssd_offload_path are accepted with a warning that names
         them: kvpool has no transfer engine to share, and its disk tier is the node's setting
         (kvpoold --disk-dir), not a client's."""
@@ -926,17 +930,19 @@ class MooncakeDistributedStore:
                         return INVALID_PARAMS
         return self._setup(params)
 
-    def setup_dummy(self, mem_pool_size, local_buffer_size, server_address):
+    def setup_dummy(self, mem_pool_size, local_buffer_size, server_address, *,
+                    curve_secret=None, curve_server=None):
         """Mooncake's client-of-a-local-store mode: connects to server_address (here the
         kvpoold node), contributes nothing (mem_pool_size is the real client's business).
-        Returns 0 or a negative status."""
+        curve_secret and curve_server as in setup(). Returns 0 or a negative status."""
         _uint(mem_pool_size, "mem_pool_size")
         _uint(local_buffer_size, "local_buffer_size")
         if not isinstance(server_address, str):
             raise TypeError("server_address must be a str")
         return self._setup({"local_hostname": "localhost", "metadata_server": "",
                             "global_segment_size": 0, "local_buffer_size": local_buffer_size,
-                            "master_server_addr": server_address})
+                            "master_server_addr": server_address,
+                            "curve_secret": curve_secret, "curve_server": curve_server})
 
     def _setup(self, params):
         if self._res is not None:
@@ -956,8 +962,12 @@ class MooncakeDistributedStore:
         except ValueError:
             return INVALID_PARAMS
         res = _Resources()
+        curve_secret, curve_server = params.get("curve_secret"), params.get("curve_server")
+        if (curve_secret is None) != (curve_server is None):
+            return INVALID_PARAMS
         try:
-            res.client = Client(endpoint, timeout=self.timeout)
+            res.client = Client(endpoint, timeout=self.timeout, curve_secret=curve_secret,
+                                curve_server=curve_server)
         except Error as exc:
             return exc.status
         size = params.get("global_segment_size", 0)
@@ -2039,7 +2049,8 @@ def _metrics(store):
 def _bind_setup(local_hostname, metadata_server, global_segment_size, local_buffer_size,
                 protocol, rdma_devices, master_server_addr, engine=None,
                 enable_ssd_offload=False, ssd_offload_path="", tenant_id=DEFAULT_TENANT,
-                enable_client_http_server=False, client_http_port=DEFAULT_CLIENT_HTTP_PORT):
+                enable_client_http_server=False, client_http_port=DEFAULT_CLIENT_HTTP_PORT, *,
+                curve_secret=None, curve_server=None):
     """setup()'s positional form, as the pybind11 binding declares it: the first seven
     arguments are required (TypeError without them), strings are strings."""
     for name, value in (("local_hostname", local_hostname), ("metadata_server", metadata_server),
@@ -2057,7 +2068,8 @@ def _bind_setup(local_hostname, metadata_server, global_segment_size, local_buff
             "enable_ssd_offload": bool(enable_ssd_offload),
             "ssd_offload_path": _as_str(ssd_offload_path), "tenant_id": tenant_id,
             "enable_client_http_server": bool(enable_client_http_server),
-            "client_http_port": operator.index(client_http_port)}
+            "client_http_port": operator.index(client_http_port),
+            "curve_secret": curve_secret, "curve_server": curve_server}
 
 
 _ALIASES = {"device_name": "rdma_devices", "master_server_address": "master_server_addr"}

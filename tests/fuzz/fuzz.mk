@@ -28,8 +28,8 @@ LOOKUP_FUZZ_SRC := lookup_server/lookup_request_fuzz.c lookup_server/lookup_requ
 	lookup_server/lookup_keys.c
 LOOKUP_FUZZ_HDR := lookup_server/lookup_request.h lookup_server/lookup_keys.h \
 	lookup_server/lookup_config.h
-CONFIG_FUZZ_SRC := actors/config_fuzz.c actors/config.c actors/log.c
-CONFIG_FUZZ_HDR := actors/config.h actors/log.h lookup_server/lookup_config.h
+CONFIG_FUZZ_SRC := actors/config_fuzz.c actors/config.c actors/endpoints.c actors/log.c
+CONFIG_FUZZ_HDR := actors/config.h actors/endpoints.h actors/log.h lookup_server/lookup_config.h
 
 #  The request target needs the generated Request decoder, made here so that it does not
 #  depend on which build (SANITIZE) the top-level Makefile is in.

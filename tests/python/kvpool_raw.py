@@ -20,9 +20,12 @@ OK = 0
 class Raw:
     """One DEALER socket speaking kvpool.v1 with raw frames."""
 
-    def __init__(self, endpoint, context=None, timeout_ms=10000):
+    def __init__(self, endpoint, context=None, timeout_ms=10000, curve=None):
+        """curve: (public, secret, server key), Z85 bytes, for a node that runs CURVE."""
         self.sock = (context or zmq.Context.instance()).socket(zmq.DEALER)
         self.sock.linger = 0
+        if curve:
+            self.sock.curve_publickey, self.sock.curve_secretkey, self.sock.curve_serverkey = curve
         self.sock.connect(endpoint)
         self.timeout_ms = timeout_ms
         self.next_id = 1
