@@ -96,6 +96,7 @@ typedef struct {
     int done[KVP_MAX_REPLICAS];  //  of which acknowledged
     int old[KVP_MAX_REPLICAS];   //  an upsert: the nodes of the old value
     int status;                  //  the first failure a node reported
+    uint64_t token;              //  the master's for this write (PLACE), back in the COMMIT
     //  A value in stripes, by index into peers: reserved there, a stripe failed there, an
     //  orphan in the way there (a whole write instead)
     uint8_t reserved, part_failed, rewrite;
@@ -548,6 +549,13 @@ s_place_reply (self_t *self, op_t *op, call_t *call, Kvpool__Cluster__V1__Master
     kvp_job_t *job = op->job;
     plan_t *plan = s_plan (job);
     job->replica_num = 1; //  one replica a node: the one here, if any
+    if (!reply) {
+        //  The master did not answer in time (gone, or frozen): nothing is placed, and the
+        //  job fails as a whole (s_call_done).
+        for (size_t k = 0; k < call->count; k++)
+            job->items[call->items[k]].status = KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS;
+        return;
+    }
     for (size_t k = 0; k < call->count; k++) {
         kvp_item_t *item = &job->items[call->items[k]];
         plan_item_t *placed = &plan->items[call->items[k]];
@@ -556,12 +564,14 @@ s_place_reply (self_t *self, op_t *op, call_t *call, Kvpool__Cluster__V1__Master
             continue;
         }
         if (reply->statuses[k] != KVPOOL_OK) {
-            item->status = reply->statuses[k];
+            item->status = reply->statuses[k] == KVPOOL_NO_AVAILABLE_HANDLE ? KVP_ITEM_CLUSTER_FULL
+                                                                            : reply->statuses[k];
             continue;
         }
         int holders[KVP_MAX_REPLICAS];
         uint8_t count = s_holders (self, reply, reply->holders[k], holders);
         placed->placed = true;
+        placed->token = k < reply->n_tokens ? reply->tokens[k] : 0;
         for (uint8_t h = 0; h < count; h++) {
             if (s_is_self (self, holders[h]))
                 placed->local = true;
@@ -577,6 +587,16 @@ s_place_reply (self_t *self, op_t *op, call_t *call, Kvpool__Cluster__V1__Master
         else if (!placed->local)
             item->status = KVP_ITEM_ELSEWHERE;
     }
+}
+
+//  Items the master found no room for get their status (KVP_ITEM_CLUSTER_FULL): at the end
+//  of the job, once no stage of this node can mistake them for a local lack of room.
+static void
+s_cluster_full_answer (kvp_job_t *job)
+{
+    for (size_t i = 0; i < job->count; i++)
+        if (job->items[i].status == KVP_ITEM_CLUSTER_FULL)
+            job->items[i].status = KVPOOL_NO_AVAILABLE_HANDLE;
 }
 
 static void
@@ -765,6 +785,7 @@ s_commit_master (self_t *self, op_t *op)
     kvp_job_t *job = op->job;
     plan_t *plan = (plan_t *) job->plan;
     op->phase = 1;
+    s_cluster_full_answer (job);
     size_t n = 0;
     size_t *items = (size_t *) malloc ((job->count ? job->count : 1) * sizeof (size_t));
     ProtobufCBinaryData *keys =
@@ -775,9 +796,10 @@ s_commit_master (self_t *self, op_t *op)
         (Kvpool__Cluster__V1__Holders **) malloc ((job->count ? job->count : 1) * sizeof (void *));
     uint32_t *indices =
         (uint32_t *) malloc ((job->count ? job->count : 1) * KVP_MAX_REPLICAS * sizeof (uint32_t));
+    uint64_t *tokens = (uint64_t *) malloc ((job->count ? job->count : 1) * sizeof (uint64_t));
     char **node_ids = (char **) malloc ((self->peer_count + 1) * sizeof (char *));
     int *node_index = (int *) malloc ((self->peer_count + 1) * sizeof (int));
-    assert (items && keys && holders && holder_ptrs && indices && node_ids && node_index);
+    assert (items && keys && holders && holder_ptrs && indices && tokens && node_ids && node_index);
     for (size_t p = 0; p <= self->peer_count; p++)
         node_index[p] = -1;
     size_t node_count = 0;
@@ -815,6 +837,7 @@ s_commit_master (self_t *self, op_t *op)
         }
         holder_ptrs[n] = &holders[n];
         items[n] = i;
+        tokens[n] = placed ? placed->token : 0;
         keys[n].data = (uint8_t *) item->key;
         keys[n++].len = item->key_len;
     }
@@ -830,6 +853,12 @@ s_commit_master (self_t *self, op_t *op)
         request.n_holders = n;
         request.nodes = node_ids;
         request.n_nodes = node_count;
+        //  The master commits only the write it placed last (a writer stalled past its
+        //  reservation commits nothing).
+        if (plan) {
+            request.tokens = tokens;
+            request.n_tokens = n;
+        }
         if (s_master_send (self, op, &request, items, n) != 0) {
             //  The bytes are written but the master can't make them visible: undone.
             op->phase = 2;
@@ -849,6 +878,7 @@ s_commit_master (self_t *self, op_t *op)
         }
     }
     free (keys);
+    free (tokens);
     free (holders);
     free (holder_ptrs);
     free (indices);
@@ -1355,7 +1385,10 @@ s_job (self_t *self, kvp_job_t *job, zframe_t *routing_id)
     switch (job->kind) {
         case KVP_CL_PLACE: s_place_start (self, op); break;
         case KVP_CL_COMMIT: s_commit_start (self, op); break;
-        case KVP_CL_ABORT: s_abort_keys (self, job, job->op == KVPOOL__V1__OP__PUT_REVOKE); break;
+        case KVP_CL_ABORT:
+            s_cluster_full_answer (job);
+            s_abort_keys (self, job, job->op == KVPOOL__V1__OP__PUT_REVOKE);
+            break;
         case KVP_CL_FETCH:
         case KVP_CL_EXIST: s_locate_start (self, op, true); break;
         case KVP_CL_LOCATE: s_locate_start (self, op, false); break;

@@ -69,7 +69,7 @@ s_entry_new (directory_t *self, const char *key, size_t key_len, uint64_t size)
 
 dir_entry_t *
 directory_reserve (directory_t *self, const char *key, size_t key_len, uint64_t size,
-                   uint32_t token)
+                   uint64_t token)
 {
     dir_entry_t *entry = s_entry_new (self, key, key_len, size);
     if (entry) {
@@ -88,13 +88,20 @@ s_holds (const dir_entry_t *entry, uint16_t node)
     return false;
 }
 
+bool
+directory_holds (const dir_entry_t *entry, uint16_t node)
+{
+    return s_holds (entry, node);
+}
+
 void
-directory_commit (directory_t *self, dir_entry_t *entry, const uint16_t *holders, size_t count)
+directory_commit (directory_t *self, dir_entry_t *entry, const uint16_t *holders, size_t count,
+                  uint64_t token)
 {
     if (entry->state != DIR_COMMITTED)
         self->committed++;
     entry->state = DIR_COMMITTED;
-    entry->token = 0;
+    entry->token = token;
     entry->holder_count = 0;
     for (size_t i = 0; i < count && entry->holder_count < KVP_MAX_REPLICAS; i++)
         if (!s_holds (entry, holders[i]))
@@ -233,7 +240,8 @@ directory_test (bool verbose)
     assert (a && a->state == DIR_PENDING && a->token == 7);
     assert (directory_find (dir, "a") == a && directory_committed (dir) == 0);
     uint16_t holders[] = {3, 5, 3};
-    directory_commit (dir, a, holders, 3);
+    directory_commit (dir, a, holders, 3, 8);
+    assert (a->token == 8);
     assert (a->state == DIR_COMMITTED && a->holder_count == 2 && directory_committed (dir) == 1);
     //  Inventory: a second holder of "a", a new key "b" from node 5.
     assert (directory_add_holder (dir, "a", 1, 100, 9) == a && a->holder_count == 3);

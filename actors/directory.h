@@ -28,8 +28,11 @@ typedef enum { DIR_PENDING = 1, DIR_COMMITTED = 2 } dir_state_t;
 
 typedef struct {
     uint64_t size;
-    uint32_t token; //  PENDING: the reservation (directory_reserve's); 0 once committed
-    uint8_t state;  //  dir_state_t
+    //  PENDING: the reservation (directory_reserve's); COMMITTED: the commit's (0: known
+    //  from an INVENTORY alone). One sequence for both, so a commit's token says when it
+    //  came: a node away since an earlier token cannot hold this value (master.c).
+    uint64_t token;
+    uint8_t state; //  dir_state_t
     uint8_t holder_count;
     uint16_t holders[KVP_MAX_REPLICAS]; //  node slots
     char key[];                         //  NUL-terminated
@@ -43,11 +46,13 @@ void directory_destroy (directory_t **self_p);
 dir_entry_t *directory_find (directory_t *self, const char *key);
 //  A new pending entry for key (which must not be in the directory). NULL when out of memory.
 dir_entry_t *directory_reserve (directory_t *self, const char *key, size_t key_len, uint64_t size,
-                                uint32_t token);
-//  Makes entry committed, held by holders[0..count) (duplicates and count past
+                                uint64_t token);
+//  Makes entry committed with token, held by holders[0..count) (duplicates and count past
 //  KVP_MAX_REPLICAS ignored).
-void directory_commit (directory_t *self, dir_entry_t *entry, const uint16_t *holders,
-                       size_t count);
+void directory_commit (directory_t *self, dir_entry_t *entry, const uint16_t *holders, size_t count,
+                       uint64_t token);
+//  Whether node is one of entry's holders.
+bool directory_holds (const dir_entry_t *entry, uint16_t node);
 //  A node reports it holds key (INVENTORY): the entry is made (committed) or the node added
 //  to its holders. A pending entry becomes committed. Returns the entry, or NULL when out of
 //  memory or the entry has all the holders it can take.

@@ -42,10 +42,13 @@
 #include "protocol/status.h"
 
 #define LIVENESS_TICK_MS 50
+//  A tick this much later than due means the master itself did not run (stopped, swapped
+//  out, starved of CPU): the nodes' messages waited in its socket unread meanwhile.
+#define MASTER_STALL_MS 500
 
 typedef struct {
     char *key;
-    uint32_t token;
+    uint64_t token;
     int64_t deadline;
 } reservation_t;
 
@@ -58,10 +61,11 @@ typedef struct {
     directory_t *directory;
     node_table_t *nodes;
     zlistx_t *reservations; //  reservation_t, oldest first
-    uint32_t next_token;
+    uint64_t next_token;    //  reservations and commits, one sequence (directory.h)
     uint64_t epoch;
     char master_id[96];
     int64_t next_tick;
+    int64_t last_tick; //  when s_tick last ran
     //  per reply: slot -> index in reply.nodes (+1; 0: not in it yet)
     uint32_t node_index[NODE_TABLE_MAX];
     uint64_t requests, dropped, nodes_lost;
@@ -168,6 +172,7 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
     snprintf (self->master_id, sizeof self->master_id, "%s/%d/%llu", host, (int) getpid (),
               (unsigned long long) self->epoch);
     self->next_tick = zclock_mono () + LIVENESS_TICK_MS;
+    self->last_tick = zclock_mono ();
     return self;
 }
 
@@ -391,6 +396,10 @@ s_register (self_t *self, reply_t *r, const Kvpool__Cluster__V1__NodeRequest *re
     s_node_fill (node, info);
     node->alive = true;
     node->last_heard = zclock_mono ();
+    //  Its inventory may hold copies from before: of keys written since it was last heard
+    //  from (a new node: since this master started), only those writes' holders count.
+    node->report_bar = node->seen_token;
+    node->seen_token = self->next_token;
     kvp_info ("node %s (host %s) registered: clients %s, data plane %s, %llu MiB", node->node_id,
               node->host_id, node->client_endpoint, node->peer_endpoint,
               (unsigned long long) (node->capacity >> 20));
@@ -423,14 +432,27 @@ s_inventory (self_t *self, reply_t *r, arena_t *arena,
                       request->n_sizes);
         return;
     }
+    node_t *node = node_table_get (self->nodes, slot);
+    r->reply.keys = (ProtobufCBinaryData *) arena_alloc (
+        arena, (request->n_keys ? request->n_keys : 1) * sizeof (ProtobufCBinaryData));
+    if (!r->reply.keys) {
+        s_reply_fail (r, KVPOOL_INTERNAL_ERROR, "out of memory");
+        return;
+    }
     size_t added = 0;
     for (size_t i = 0; i < request->n_keys; i++) {
         char *key = s_key (self, arena, &request->keys[i]);
         if (!key)
             continue;
         dir_entry_t *entry = directory_find (self->directory, key);
-        if (entry)
-            s_reservation_end (self, entry); //  a pending key the node holds: committed now
+        if (entry && !directory_holds (entry, (uint16_t) slot)
+            && (entry->state == DIR_PENDING || entry->token > node->report_bar)) {
+            //  Written (or being written) since the node was last heard from: its copy is
+            //  older than the value the directory names, and must never be served. The node
+            //  drops it.
+            r->reply.keys[r->reply.n_keys++] = request->keys[i];
+            continue;
+        }
         uint8_t before = entry && entry->state == DIR_COMMITTED ? entry->holder_count : 0;
         entry = directory_add_holder (self->directory, key, request->keys[i].len, request->sizes[i],
                                       (uint16_t) slot);
@@ -455,7 +477,12 @@ s_place (self_t *self, reply_t *r, arena_t *arena, const Kvpool__Cluster__V1__No
                       KVP_MAX_REPLICAS);
         return;
     }
-    if (s_reply_keys (r, n, false, true) != 0
+    r->reply.tokens = (uint64_t *) arena_alloc (arena, (n ? n : 1) * sizeof (uint64_t));
+    if (r->reply.tokens) {
+        memset (r->reply.tokens, 0, (n ? n : 1) * sizeof (uint64_t));
+        r->reply.n_tokens = n;
+    }
+    if (!r->reply.tokens || s_reply_keys (r, n, false, true) != 0
         || (request->upsert
             && !(r->reply.old_holders = (Kvpool__Cluster__V1__Holders **) arena_alloc (
                      arena, (n ? n : 1) * sizeof (void *))))) {
@@ -508,16 +535,18 @@ s_place (self_t *self, reply_t *r, arena_t *arena, const Kvpool__Cluster__V1__No
             continue;
         }
         if (entry) {
-            //  An upsert of a committed key: readers keep the old value until the commit.
+            //  An upsert of a committed key: readers keep the old value until the commit,
+            //  which must find the value this one replaces (no other commit between).
             if (s_reply_holders (self, r, r->reply.old_holders[i], entry->holders,
                                  entry->holder_count)
                 != 0) {
                 *status = KVPOOL_INTERNAL_ERROR;
                 continue;
             }
+            r->reply.tokens[i] = entry->token;
         }
         else {
-            uint32_t token = ++self->next_token ? self->next_token : ++self->next_token;
+            uint64_t token = ++self->next_token;
             reservation_t *reservation = (reservation_t *) malloc (sizeof (reservation_t));
             char *copy = strdup (key);
             if (!reservation || !copy
@@ -530,6 +559,7 @@ s_place (self_t *self, reply_t *r, arena_t *arena, const Kvpool__Cluster__V1__No
             }
             reservation->key = copy;
             reservation->token = token;
+            r->reply.tokens[i] = token;
             reservation->deadline = deadline;
             void *handle = zlistx_add_end (self->reservations, reservation);
             memcpy (directory_find (self->directory, key)->holders, &handle, sizeof handle);
@@ -561,6 +591,13 @@ s_commit (self_t *self, reply_t *r, arena_t *arena, const Kvpool__Cluster__V1__N
             *status = KVPOOL_INVALID_WRITE;
             continue;
         }
+        if (request->n_tokens == n && entry->token != request->tokens[i]) {
+            //  Not the write the master placed last: its reservation expired (the writer was
+            //  stalled, or away) and another write came, or another upsert committed first.
+            //  What this one wrote must never stand in for the newer value.
+            *status = KVPOOL_INVALID_WRITE;
+            continue;
+        }
         uint16_t slots[KVP_MAX_REPLICAS];
         size_t count = 0;
         const Kvpool__Cluster__V1__Holders *holders = request->holders[i];
@@ -581,7 +618,7 @@ s_commit (self_t *self, reply_t *r, arena_t *arena, const Kvpool__Cluster__V1__N
         }
         s_reservation_end (self, entry);
         s_count (self, entry, -1); //  an upsert's old holders
-        directory_commit (self->directory, entry, slots, count);
+        directory_commit (self->directory, entry, slots, count, ++self->next_token);
         s_count (self, entry, 1);
     }
 }
@@ -761,8 +798,12 @@ s_request (self_t *self)
         //  Any message is a sign of life from a node the master counts as alive.
         node_t *sender =
             node_table_get (self->nodes, node_table_find (self->nodes, request->node->node_id));
-        if (sender && sender->alive)
+        if (sender && sender->alive) {
             sender->last_heard = zclock_mono ();
+            //  (A REGISTER may come from a new process under the old name: s_register.)
+            if (request->kind != KVPOOL__CLUSTER__V1__KIND__REGISTER)
+                sender->seen_token = self->next_token;
+        }
         switch (request->kind) {
             case KVPOOL__CLUSTER__V1__KIND__REGISTER: s_register (self, &r, request); break;
             case KVPOOL__CLUSTER__V1__KIND__HEARTBEAT:
@@ -812,11 +853,25 @@ s_request (self_t *self)
     arena_fini (&arena);
 }
 
-//  Nodes silent too long are dead; reservations nobody finished are dropped.
+//  Nodes silent too long are dead; reservations nobody finished are dropped. A master that
+//  was stalled itself first gives every node the stalled time back: their heartbeats are in
+//  its socket, unread, and declaring them dead would drop every replica they hold.
 static void
 s_tick (self_t *self)
 {
     int64_t now = zclock_mono ();
+    int64_t stalled = now - self->last_tick - LIVENESS_TICK_MS;
+    self->last_tick = now;
+    if (stalled > MASTER_STALL_MS) {
+        kvp_warning ("the master did not run for %lld ms (stopped or starved of CPU): the "
+                     "nodes get that time back before any is declared dead",
+                     (long long) stalled);
+        for (size_t slot = 0; slot < node_table_size (self->nodes); slot++) {
+            node_t *node = node_table_get (self->nodes, (int) slot);
+            if (node->alive)
+                node->last_heard += stalled;
+        }
+    }
     for (size_t slot = 0; slot < node_table_size (self->nodes); slot++) {
         node_t *node = node_table_get (self->nodes, (int) slot);
         if (node->alive && now - node->last_heard > (int64_t) self->config->node_ttl_ms) {

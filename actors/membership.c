@@ -33,6 +33,7 @@ typedef struct {
     uint64_t epoch;
     uint64_t capacity, free;
     bool stats_out, inventory_out;
+    size_t drops_out; //  removes of refused copies at the replica-manager
     uint64_t next_id;
     uint64_t register_id; //  the REGISTER whose reply counts
     int64_t next_beat;
@@ -122,6 +123,32 @@ s_inventory_send (self_t *self, kvp_job_t *job)
               self->config->master, job->count);
 }
 
+//  The master refused copies this node reported: each key was written again while the node
+//  was away, so the copy here is older than the value the cluster serves. They go at once,
+//  so that no client of this node reads them.
+static void
+s_drop_refused (self_t *self, const Kvpool__Cluster__V1__MasterReply *reply)
+{
+    const char **keys = (const char **) malloc (reply->n_keys * sizeof (char *));
+    size_t *lens = (size_t *) malloc (reply->n_keys * sizeof (size_t));
+    assert (keys && lens);
+    for (size_t k = 0; k < reply->n_keys; k++) {
+        keys[k] = (const char *) reply->keys[k].data;
+        lens[k] = reply->keys[k].len;
+    }
+    kvp_job_t *job = kvp_job_new_owning (KVP_RM_REMOVE, reply->n_keys, keys, lens);
+    free (keys);
+    free (lens);
+    job->force = true;
+    if (kvp_job_send (self->rm, job) == 0)
+        self->drops_out++;
+    else
+        kvp_job_destroy (&job);
+    kvp_warning ("node %s: %zu stale copies dropped: their keys were written again while the "
+                 "master did not hear from this node",
+                 self->args->node_id, reply->n_keys);
+}
+
 static void
 s_master_reply (self_t *self)
 {
@@ -144,6 +171,8 @@ s_master_reply (self_t *self)
                      self->config->master, self->args->node_id,
                      reply->error && *reply->error ? reply->error : "no reason given",
                      reply->status);
+    if (reply->kind == KVPOOL__CLUSTER__V1__KIND__INVENTORY && reply->n_keys > 0)
+        s_drop_refused (self, reply);
     if (reply->kind == KVPOOL__CLUSTER__V1__KIND__REGISTER) {
         if (reply->request_id == self->register_id && reply->status == KVPOOL_OK
             && self->state == UNREGISTERED) {
@@ -231,6 +260,11 @@ membership_actor (zsock_t *pipe, void *args)
         }
         else if (which == self->rm) {
             kvp_job_t *job = kvp_job_recv (self->rm);
+            if (job && job->kind == KVP_RM_REMOVE) {
+                self->drops_out--;
+                kvp_job_destroy (&job);
+                continue;
+            }
             self->inventory_out = false;
             if (job && self->state == REPORTING) {
                 s_inventory_send (self, job);
@@ -250,7 +284,7 @@ membership_actor (zsock_t *pipe, void *args)
         kvp_job_t *job = kvp_job_recv (self->al);
         kvp_job_destroy (&job);
     }
-    if (self->inventory_out) {
+    for (size_t out = self->drops_out + (self->inventory_out ? 1 : 0); out > 0; out--) {
         kvp_job_t *job = kvp_job_recv (self->rm);
         kvp_job_destroy (&job);
     }

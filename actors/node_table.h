@@ -37,6 +37,10 @@ typedef struct {
     uint64_t free;      //  as it last reported
     uint64_t placed;    //  bytes placed on it since that report
     int64_t last_heard; //  zclock_mono ms
+    //  The master's token sequence (directory.h) when it last heard from the node, and, from
+    //  its last REGISTER, that value from before: a value committed with a later token came
+    //  while the node was away, so a copy it reports of that key is stale (master.c).
+    uint64_t seen_token, report_bar;
     bool alive;
     uint64_t objects; //  directory entries it holds
 } node_t;

@@ -133,6 +133,10 @@ typedef enum {
 //  An item status that is not a kvpool_status_t: placed on other nodes only (KVP_CL_PLACE),
 //  so this node's own stages pass over it. Never sent to a client.
 #define KVP_ITEM_ELSEWHERE 1
+//  Another: the master found room for it on no node (KVP_CL_PLACE). This node's stages pass
+//  over it too (it must not make room here, nor be stored here unplaced), and the commit or
+//  abort that ends the job answers it KVPOOL_NO_AVAILABLE_HANDLE.
+#define KVP_ITEM_CLUSTER_FULL 2
 
 //  A node of the cluster as a reply names it (LOCATE, NODES).
 typedef struct {

@@ -19,8 +19,14 @@ reply_encode (arena_t *arena, const kvp_op_t *row, const kvp_job_t *job, Kvpool_
         int32_t *statuses = (int32_t *) s_array (arena, n, sizeof (int32_t));
         if (!statuses)
             return -1;
-        for (size_t i = 0; i < n; i++)
-            statuses[i] = job->status != KVPOOL_OK ? job->status : job->items[i].status;
+        for (size_t i = 0; i < n; i++) {
+            int status = job->status != KVPOOL_OK ? job->status : job->items[i].status;
+            //  A job cut short may leave a node-internal item status (kvp_job.h): the item
+            //  was not stored, and a client never sees such a number.
+            statuses[i] = status == KVP_ITEM_CLUSTER_FULL ? KVPOOL_NO_AVAILABLE_HANDLE
+                          : status > 0                    ? KVPOOL_INTERNAL_ERROR
+                                                          : status;
+        }
         reply->n_statuses = n;
         reply->statuses = statuses;
     }

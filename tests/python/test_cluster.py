@@ -18,6 +18,7 @@ Run by `make test` (cwd = repo root, KVPOOL_BIN = build/bin) with Debian's /usr/
 import hashlib
 import os
 import shutil
+import signal
 import subprocess
 import threading
 import time
@@ -456,6 +457,34 @@ def test_master_restart_keeps_the_cache():
         for i in range(3):
             for key in keys[::7]:
                 assert c.raw(i).get(key) == (OK, value_of(key, 3000)), (i, key, c.locate(key), c.logs())
+        for d in c.nodes + [c.master]:
+            assert d.stop() == 0, c.logs()
+    finally:
+        c.close()
+
+
+def test_a_frozen_master_fails_puts_and_nothing_else():
+    """A master that stops answering (SIGSTOP: its connections stay up, requests go
+    unanswered) fails a put after --cluster-timeout with a clear error; the node lives on,
+    and puts work again once the master does."""
+    c = Cluster()
+    try:
+        node_a = c.raw(0)
+        assert node_a.put("before", value_of("before", 3000)) == OK
+        os.kill(c.master.pid, signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            for i in range(5):
+                status = node_a.put("frozen-%d" % i, value_of("frozen", 3000))
+                assert status != OK, (i, time.monotonic() - started, c.logs())
+            assert time.monotonic() - started < 5 * (TIMEOUT_MS / 1000 + 0.5)
+            for node in c.nodes:
+                assert node.alive(), c.logs()
+        finally:
+            os.kill(c.master.pid, signal.SIGCONT)
+        assert wait_for(lambda: node_a.put("after", value_of("after", 3000)) == OK, 10), c.logs()
+        assert c.raw(1).get("after") == (OK, value_of("after", 3000)), (
+            c.locate("after"), node_a.get("after")[0], c.raw(2).get("after")[0], c.logs())
         for d in c.nodes + [c.master]:
             assert d.stop() == 0, c.logs()
     finally:
