@@ -36,6 +36,9 @@
               and its memory per object, over 10 million keys.
       kv-events  bench_kv_events_run (bench/bench_kv_events.c): 4 KiB batched put throughput
               with KV events published to a subscriber against none, and the ratio.
+      curve   bench_curve_run (bench/bench_curve.c): a kvpoold with CURVE beside a plain one,
+              the client on tcp: 32 x 1 MiB batched gets and single 4 KiB gets (p50, p99),
+              the medians and the ratios curve/plain.
     A summary of kvpool/Redis ratios and the targets follows the data sections; lookup, tier,
     cluster and master print their own targets.
 
@@ -69,6 +72,7 @@
 */
 #include "kvpool.h"
 #include "bench/bench.h"
+#include "bench/bench_curve.h"
 #include "bench/bench_plot.h"
 
 #include <hiredis/hiredis.h>
@@ -181,6 +185,7 @@ typedef struct {
     double rep_seconds;
     uint64_t put_cap; //  bytes per put repetition, so the pool never fills
     bool do_memcpy, do_kv, do_exist, do_lookup, do_tier, do_cluster, do_master, do_kv_events;
+    bool do_curve;
     bool use_kvpool, use_redis;
     char prefix[32]; //  every key starts with it ("bench-PID/")
     char kvpoold_default[PATH_MAX + 16];
@@ -1364,15 +1369,18 @@ s_usage (FILE *out)
              "and redis-server on loopback itself and stops them at the end.\n\n"
              "  --quick            few iterations (smoke test; well under a minute)\n"
              "  --only LIST        sections, comma-separated: memcpy, kv, exist, redis, lookup,\n"
-             "                     tier, cluster, master, kv-events. 'redis' adds the Redis side\n"
-             "                     to kv and exist; 'redis' alone runs kv and exist on Redis\n"
-             "                     only. 'tier'\n"
-             "                     (eviction and the disk tier) starts kvpoolds of its own, with\n"
-             "                     disk directories under /tmp. 'master' drives a master of\n"
-             "                     its own with 10 million keys (200000 with --quick; the\n"
-             "                     master reaches about 2 GB). 'kv-events': put throughput\n"
-             "                     with KV events published, against none. Default: all but\n"
-             "                     cluster, master and kv-events\n"
+             "                     tier, cluster, master, kv-events, curve. 'redis' adds the\n"
+             "                     Redis side to kv and exist; 'redis' alone runs kv and exist\n"
+             "                     on Redis only. 'tier' (eviction and the disk tier) starts\n"
+             "                     kvpoolds of its own, with disk directories under /tmp.\n"
+             "                     'master' drives a master of its own with 10 million keys\n"
+             "                     (200000 with --quick; the master reaches about 2 GB).\n"
+             "                     'kv-events': put throughput with KV events published,\n"
+             "                     against none. 'curve': a kvpoold with CURVE beside a plain\n"
+             "                     one, the client on tcp: 32 x 1 MiB batched gets and 4 KiB\n"
+             "                     get latency, and the ratios curve/plain (certificates in a\n"
+             "                     scratch directory under /tmp). Default: all but cluster,\n"
+             "                     master, kv-events and curve\n"
              "  --cluster          the cluster section: a master and two nodes of its own; reads\n"
              "                     and writes of values held by the other node, against iperf3\n"
              "                     on loopback (alone, the same as --only cluster; with --only,\n"
@@ -1395,7 +1403,7 @@ static int
 s_parse_only (bench_t *self, const char *list)
 {
     bool kv = false, exist = false, redis = false, lookup = false, mem = false, tier = false,
-         cluster = false, master = false, kv_events = false;
+         cluster = false, master = false, kv_events = false, curve = false;
     char copy[256];
     snprintf (copy, sizeof copy, "%s", list);
     char *save = NULL;
@@ -1418,10 +1426,12 @@ s_parse_only (bench_t *self, const char *list)
             master = true;
         else if (!strcmp (item, "kv-events"))
             kv_events = true;
+        else if (!strcmp (item, "curve"))
+            curve = true;
         else {
             fprintf (stderr,
                      "kvpool-bench: unknown section '%s' (memcpy, kv, exist, redis, "
-                     "lookup, tier, cluster, master, kv-events)\n",
+                     "lookup, tier, cluster, master, kv-events, curve)\n",
                      item);
             return -1;
         }
@@ -1437,6 +1447,7 @@ s_parse_only (bench_t *self, const char *list)
     self->do_cluster = cluster;
     self->do_master = master;
     self->do_kv_events = kv_events;
+    self->do_curve = curve;
     self->use_redis = redis;
     return 0;
 }
@@ -1778,6 +1789,11 @@ main (int argc, char **argv)
     }
     if (self->do_kv_events && bench_kv_events_run (self->kvpoold_path, self->quick) != 0) {
         fprintf (stderr, "kvpool-bench: the kv-events section failed\n");
+        self->errors++;
+    }
+    if (self->do_curve
+        && bench_curve_run (self->kvpoold_path, self->quick, self->reps, self->rep_seconds) != 0) {
+        fprintf (stderr, "kvpool-bench: the curve section failed\n");
         self->errors++;
     }
     for (int i = 0; i < BATCH; i++) {
