@@ -614,6 +614,7 @@ s_reply (self_t *self, kvp_job_t **job_p, zmq_msg_t *copies)
         reply.server_id = self->server_id;
         reply.index_name = self->index_name;
         reply.local_endpoint = self->local_endpoint;
+        reply.cluster = self->cluster;
     }
     if ((row->fills & REPLY_SETTING) && job->setting
         && (reply.setting_value = (char *) arena_alloc (&ctx->arena, 1024)))

@@ -53,6 +53,7 @@ struct _kvpc_conn_t {
     uint64_t generation; //  sockets replaced so far
     bool oneway_pending; //  a one-way request went out after the last reply came
     bool same_host;      //  the node's boot id is this machine's
+    bool cluster;        //  the node is one of a cluster's (PING)
     char last_error[256];
     char client_id[96];       //  owner name for segments this client mounts
     char host_id[64];         //  the node's boot id (PING)
@@ -571,6 +572,7 @@ kvpc_conn_ping (kvpc_conn_t *self)
                   reply.msg->server_id ? reply.msg->server_id : "");
         snprintf (self->local_endpoint, sizeof self->local_endpoint, "%s",
                   reply.msg->local_endpoint ? reply.msg->local_endpoint : "");
+        self->cluster = reply.msg->cluster;
     }
     kvpc_reply_free (&reply);
     return rc;
@@ -779,6 +781,19 @@ bool
 kvpc_conn_same_host (kvpc_conn_t *self)
 {
     return self->same_host;
+}
+
+bool
+kvpc_conn_cluster (kvpc_conn_t *self)
+{
+    return self->cluster;
+}
+
+bool
+kvpc_conn_on_local_endpoint (kvpc_conn_t *self)
+{
+    return s_is_inproc (self->endpoint)
+           || (self->local_endpoint[0] && strcmp (self->endpoint, self->local_endpoint) == 0);
 }
 
 void *

@@ -76,6 +76,11 @@ const char *kvpc_conn_client_id (kvpc_conn_t *self);
 const char *kvpc_conn_host_id (kvpc_conn_t *self);
 //  Whether the node runs on this machine (same boot id).
 bool kvpc_conn_same_host (kvpc_conn_t *self);
+//  Whether the node is one of a cluster's (PING): a key it does not hold may be elsewhere.
+bool kvpc_conn_cluster (kvpc_conn_t *self);
+//  Whether the connection is on the node's ipc endpoint (or in its process), the only places
+//  where it serves the shared-memory operations.
+bool kvpc_conn_on_local_endpoint (kvpc_conn_t *self);
 //  The ZeroMQ context and the socket, for watching the socket's events (fast_path.c); the
 //  socket is NULL while not connected.
 void *kvpc_conn_context (kvpc_conn_t *self);

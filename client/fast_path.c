@@ -345,6 +345,12 @@ s_fast_get_listed (kvpc_fast_path_t *self, const kvpc_keys_t *keys, const kvpool
         int status = kvpc_reply_key_status (&reply, j);
         state[j] = KVPC_KEY_DONE;
         results[i] = status;
+        if (status == KVPOOL_OBJECT_NOT_FOUND && kvpc_conn_cluster (self->conn)) {
+            //  Not in this node's memory: another node of the cluster may hold it, and a GET
+            //  over the socket asks them.
+            state[j] = KVPC_KEY_MISSING;
+            continue;
+        }
         if (status != KVPOOL_OK)
             continue;
         if (kvpc_keys_add (&pinned, keys->keys[j], i))

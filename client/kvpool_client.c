@@ -141,7 +141,10 @@ kvpool_connect (const char *endpoint, const kvpool_options_t *options)
     }
     //  The fast path is an optimisation: when anything about it fails, the socket path
     //  does the work.
-    if (options->fast_path && kvpc_conn_same_host (self->conn))
+    //  (Only on the node's ipc endpoint: keep_endpoint on a tcp one leaves the shared-memory
+    //  operations refused, so every call takes the socket.)
+    if (options->fast_path && kvpc_conn_same_host (self->conn)
+        && kvpc_conn_on_local_endpoint (self->conn))
         kvpc_fast_path_open (self->fast_path);
     kvpc_clear_error (self->conn);
     return self;
@@ -173,7 +176,8 @@ kvpool_set_fast_path (kvpool_t *self, bool enabled)
         kvpc_fast_path_close (self->fast_path);
         return false;
     }
-    if (!kvpc_fast_path_on (self->fast_path) && kvpc_conn_same_host (self->conn))
+    if (!kvpc_fast_path_on (self->fast_path) && kvpc_conn_same_host (self->conn)
+        && kvpc_conn_on_local_endpoint (self->conn))
         kvpc_fast_path_open (self->fast_path);
     return kvpc_fast_path_on (self->fast_path);
 }

@@ -785,6 +785,30 @@ s_test_switch (void)
     CHECK (!kvpool_fast_path (NULL));
 }
 
+//  keep_endpoint on the node's tcp endpoint, fast path left on (the default): the node serves
+//  the shared-memory operations only on its ipc endpoint, so the connection takes the socket
+//  for everything, and every call works.
+static void
+s_test_keep_endpoint (void)
+{
+    kvpool_options_t options;
+    kvpool_options_init (&options);
+    options.keep_endpoint = 1;
+    kvpool_t *pool = kvpool_connect (s_endpoint, &options);
+    CHECK (pool);
+    CHECK (!kvpool_fast_path (pool));
+    CHECK (!kvpool_set_fast_path (pool, true));
+    void *value = s_value (300000, 900);
+    CHECK_EQ (kvpool_put (pool, "kept-on-tcp", value, 300000, NULL), KVPOOL_OK);
+    char *back = (char *) malloc (300000);
+    CHECK_EQ (kvpool_get_into (pool, "kept-on-tcp", back, 300000), 300000);
+    CHECK (memcmp (back, value, 300000) == 0);
+    CHECK_EQ (kvpool_remove (pool, "kept-on-tcp", true), KVPOOL_OK);
+    free (back);
+    free (value);
+    kvpool_destroy (&pool);
+}
+
 //  ---- timeouts -------------------------------------------------------------------------------
 
 //  SIGSTOP takes effect asynchronously: wait until every thread of the node is stopped, or a
@@ -1091,6 +1115,8 @@ main (void)
     s_suite (true);
     s_test_switch ();
     printf ("switch: OK\n");
+    s_test_keep_endpoint ();
+    printf ("keep endpoint: OK\n");
     s_test_index_reads_counted ();
     printf ("index reads counted: OK\n");
     if (s_server.pid > 0) {

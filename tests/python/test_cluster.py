@@ -463,6 +463,41 @@ def test_master_restart_keeps_the_cache():
         c.close()
 
 
+def test_a_same_machine_client_reads_what_other_nodes_hold():
+    """libkvpool on the machine of a node (the node's boot id as its host id): the fast path
+    copies what that node holds, and a key another node holds is fetched through it, never
+    taken for a miss."""
+    import kvpool
+    boot_id = open("/proc/sys/kernel/random/boot_id").read().strip()
+    c = Cluster(hosts=(boot_id, "hB"))
+    try:
+        raw_b = c.raw(1)
+        keys = ["far-%d" % i for i in range(24)]
+        for i, key in enumerate(keys):
+            assert raw_b.put(key, value_of(key, 1000 + 5000 * i)) == OK
+        far = [k for k in keys if c.locate(k) == ["hB"]]
+        near = [k for k in keys if c.locate(k) == [boot_id]]
+        assert far and near, (far, near)
+        client = kvpool.Client(c.nodes[0].endpoint)
+        assert client.fast_path
+        for key in keys:
+            size = 1000 + 5000 * keys.index(key)
+            assert client.get(key) == value_of(key, size), key
+            buffer = bytearray(size)
+            assert client.get_into(key, buffer) == size and bytes(buffer) == value_of(key, size)
+        got = client.get_batch(far + near)
+        assert [bytes(v) for v in got] == [value_of(k, 1000 + 5000 * keys.index(k))
+                                           for k in far + near]
+        with pytest.raises(kvpool.ObjectNotFoundError):
+            client.get_into("nowhere", bytearray(10))
+        client.close()
+        raw_b.close()
+    finally:
+        for d in c.nodes + [c.master]:
+            d.stop()
+        c.close()
+
+
 def test_a_frozen_master_fails_puts_and_nothing_else():
     """A master that stops answering (SIGSTOP: its connections stay up, requests go
     unanswered) fails a put after --cluster-timeout with a clear error; the node lives on,
