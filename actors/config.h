@@ -77,6 +77,7 @@ typedef struct {
     double disk_high_watermark, disk_low_watermark;
     kvp_offload_t offload;
     uint64_t offload_queue_limit; //  disk copies queued at once
+    uint64_t offload_queue_bytes; //  ... and their bytes (each a copy in memory until written)
     double offload_cap_ratio;     //  share of the queue limit one cycle may queue
     bool offload_force_evict;     //  evict without a disk copy when none can be made
     uint64_t promote_on_hit;      //  disk reads within the window that bring it back; 0: never

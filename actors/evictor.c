@@ -327,6 +327,13 @@ s_cycle_start (self_t *self, int64_t now)
     //  The replica-manager subtracts the copies it has recorded (after the drops above).
     double limit_bytes = config->disk_high_watermark * disk_size - (double) self->pending_disk;
     plan->disk_limit = limit_bytes > 0 ? (uint64_t) limit_bytes : 0;
+    //  Queued copies are in memory until written: their bytes are bounded too, not only
+    //  their number (--offload-queue-bytes).
+    plan->queue_bytes = config->offload_queue_bytes > self->pending_disk
+                            ? config->offload_queue_bytes - self->pending_disk
+                            : 0;
+    if (plan->queue_bytes == 0)
+        plan->limit = plan->eager = 0;
     self->cycle_id++;
     self->cycle_wanted = want;
     self->cycle_freed = 0;

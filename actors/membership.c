@@ -34,6 +34,10 @@ typedef struct {
     uint64_t capacity, free;
     bool stats_out, inventory_out;
     size_t drops_out; //  removes of refused copies at the replica-manager
+    //  The objects the last inventory reported (key -> object id), until the master has
+    //  answered every chunk of it: a refused copy is dropped only if it is still that object.
+    zhashx_t *reported;
+    size_t reports_out;
     uint64_t next_id;
     uint64_t register_id; //  the REGISTER whose reply counts
     int64_t next_beat;
@@ -96,12 +100,32 @@ s_beat (self_t *self)
 }
 
 static void
+s_id_free (void **item)
+{
+    free (*item);
+    *item = NULL;
+}
+
+static void
 s_inventory_send (self_t *self, kvp_job_t *job)
 {
     size_t chunk = INVENTORY_CHUNK;
     ProtobufCBinaryData *keys = (ProtobufCBinaryData *) malloc (chunk * sizeof *keys);
     uint64_t *sizes = (uint64_t *) malloc (chunk * sizeof (uint64_t));
     assert (keys && sizes);
+    zhashx_destroy (&self->reported);
+    self->reported = zhashx_new ();
+    assert (self->reported);
+    zhashx_set_destructor (self->reported, s_id_free);
+    zhashx_set_duplicator (self->reported, NULL);
+    self->reports_out = 0;
+    for (size_t i = 0; i < job->count; i++) {
+        uint64_t *id = (uint64_t *) malloc (sizeof (uint64_t));
+        assert (id);
+        *id = job->items[i].object_id;
+        //  (Keys are NUL-free strings: the object table's.)
+        zhashx_update (self->reported, job->items[i].key, id);
+    }
     for (size_t start = 0; start < job->count; start += chunk) {
         size_t n = job->count - start < chunk ? job->count - start : chunk;
         for (size_t k = 0; k < n; k++) {
@@ -116,6 +140,7 @@ s_inventory_send (self_t *self, kvp_job_t *job)
         request.sizes = sizes;
         request.n_sizes = n;
         s_send (self, &request);
+        self->reports_out++;
     }
     free (keys);
     free (sizes);
@@ -140,6 +165,13 @@ s_drop_refused (self_t *self, const Kvpool__Cluster__V1__MasterReply *reply)
     free (keys);
     free (lens);
     job->force = true;
+    //  Only the objects reported: a put of the key since then made a newer one, which the
+    //  master knows and which stays. (A key not in the report gets an id no object has.)
+    for (size_t k = 0; k < job->count; k++) {
+        uint64_t *id =
+            self->reported ? (uint64_t *) zhashx_lookup (self->reported, job->items[k].key) : NULL;
+        job->items[k].object_id = id ? *id : UINT64_MAX;
+    }
     if (kvp_job_send (self->rm, job) == 0)
         self->drops_out++;
     else
@@ -171,8 +203,12 @@ s_master_reply (self_t *self)
                      self->config->master, self->args->node_id,
                      reply->error && *reply->error ? reply->error : "no reason given",
                      reply->status);
-    if (reply->kind == KVPOOL__CLUSTER__V1__KIND__INVENTORY && reply->n_keys > 0)
-        s_drop_refused (self, reply);
+    if (reply->kind == KVPOOL__CLUSTER__V1__KIND__INVENTORY) {
+        if (reply->n_keys > 0)
+            s_drop_refused (self, reply);
+        if (self->reports_out && --self->reports_out == 0)
+            zhashx_destroy (&self->reported);
+    }
     if (reply->kind == KVPOOL__CLUSTER__V1__KIND__REGISTER) {
         if (reply->request_id == self->register_id && reply->status == KVPOOL_OK
             && self->state == UNREGISTERED) {
@@ -288,6 +324,7 @@ membership_actor (zsock_t *pipe, void *args)
         kvp_job_t *job = kvp_job_recv (self->rm);
         kvp_job_destroy (&job);
     }
+    zhashx_destroy (&self->reported);
     zpoller_destroy (&poller);
     zsock_destroy (&self->master);
     zsock_destroy (&self->rm);

@@ -1039,7 +1039,9 @@ s_remove (self_t *self, kvp_job_t *job, int64_t now)
         if (item->status != KVPOOL_OK)
             continue;
         kvp_object_t *object = s_lookup_complete (self, item->key);
-        if (!object)
+        //  With an object id (a copy the master refused, membership.c): that object alone,
+        //  never a newer one put under the key since.
+        if (!object || (item->object_id && object->id != item->object_id))
             item->status = KVPOOL_OBJECT_NOT_FOUND;
         else if (!rm_take_unleased (self, object, job->force, now))
             item->status = KVPOOL_OBJECT_HAS_LEASE;
@@ -1543,8 +1545,11 @@ s_inventory (self_t *self, kvp_job_t *job)
 {
     for (kvp_object_t *object = (kvp_object_t *) object_table_first (self->objects); object;
          object = (kvp_object_t *) object_table_next (self->objects))
-        if (object->state == OBJECT_COMPLETE)
-            kvp_job_append_key (job, object->key, strlen (object->key))->size = object->size;
+        if (object->state == OBJECT_COMPLETE) {
+            kvp_item_t *item = kvp_job_append_key (job, object->key, strlen (object->key));
+            item->size = object->size;
+            item->object_id = object->id;
+        }
 }
 
 //  Objects looked at for the pinned and leased counts per STATS: a second's walk costs about

@@ -174,10 +174,10 @@ s_offload_pin (kvp_job_t *job, kvp_object_t *object, bool evict)
 static bool
 s_offload_fits (self_t *self, kvp_evict_t *plan, kvp_object_t *object)
 {
+    uint64_t footprint = disk_store_footprint (strlen (object->key), object->size);
     return plan->queued < plan->limit
-           && self->disk_bytes + plan->queued_bytes
-                      + disk_store_footprint (strlen (object->key), object->size)
-                  <= plan->disk_limit;
+           && self->disk_bytes + plan->queued_bytes + footprint <= plan->disk_limit
+           && (plan->queued == 0 || plan->queued_bytes + footprint <= plan->queue_bytes);
 }
 
 //  One eviction candidate, the oldest not yet looked at in this pass. Returns the memory

@@ -47,7 +47,7 @@ typedef enum {
     KVP_RM_REPLICA_LIST,   //  items: look up, lease (+ client pin when job->pin)
     KVP_RM_RELEASE,        //  items: drop client pins
     KVP_RM_TOUCH,          //  items: lease them, as a read does (a client's TOUCH)
-    KVP_RM_REMOVE,         //  items; job->force
+    KVP_RM_REMOVE,         //  items (with an object_id: only that object); job->force
     KVP_RM_REMOVE_REGEX,   //  job->pattern, job->force -> job->count
     KVP_RM_REMOVE_ALL,     //  job->force -> job->count
     KVP_RM_REMOVE_SEGMENT, //  job->segment_id: drop every replica there (and the objects
@@ -193,13 +193,15 @@ typedef struct {
 
 //  An eviction cycle's plan (the evictor's) and its outcome (the replica-manager's).
 typedef struct {
-    uint64_t want;       //  bytes of memory (RM_EVICT) or disk (RM_DISK_EVICT) to free
-    uint64_t limit;      //  most objects to pin for a disk copy
-    uint64_t disk_limit; //  disk bytes all recorded copies and these may take together
-    uint64_t eager;      //  most committed objects without a disk copy to pin for one
-    bool offload;        //  victims without a disk copy are written to disk, not dropped
-    bool force;          //  ... and dropped when they cannot be (offload refused)
-    bool soft;           //  soft-pinned objects may go, after all others
+    uint64_t want;        //  bytes of memory (RM_EVICT) or disk (RM_DISK_EVICT) to free
+    uint64_t limit;       //  most objects to pin for a disk copy
+    uint64_t disk_limit;  //  disk bytes all recorded copies and these may take together
+    uint64_t queue_bytes; //  bytes these copies may take while queued (each is a copy in
+                          //  memory until it is written); one copy always fits
+    uint64_t eager;       //  most committed objects without a disk copy to pin for one
+    bool offload;         //  victims without a disk copy are written to disk, not dropped
+    bool force;           //  ... and dropped when they cannot be (offload refused)
+    bool soft;            //  soft-pinned objects may go, after all others
     //  outcome
     uint64_t freed_bytes, freed_objects; //  memory freed now (objects dropped or disk-only)
     uint64_t queued, queued_bytes;       //  pinned for a disk copy (freed when written)
