@@ -42,6 +42,10 @@
 #include "protocol/status.h"
 
 #define LIVENESS_TICK_MS 50
+//  Removed keys remembered, newest last, for nodes that missed a removal while away: a copy
+//  such a node reports of a key removed since is refused (s_inventory). Past this many, the
+//  oldest are forgotten and tombstone_floor says since when the memory is incomplete.
+#define TOMBSTONES_MAX 262144
 //  A tick this much later than due means the master itself did not run (stopped, swapped
 //  out, starved of CPU): the nodes' messages waited in its socket unread meanwhile.
 #define MASTER_STALL_MS 500
@@ -65,7 +69,10 @@ typedef struct {
     uint64_t epoch;
     char master_id[96];
     int64_t next_tick;
-    int64_t last_tick; //  when s_tick last ran
+    int64_t last_tick;        //  when s_tick last ran
+    zhashx_t *tombstones;     //  removed key -> the removal's token (as a pointer)
+    zlistx_t *tombstone_keys; //  their keys, oldest first
+    uint64_t tombstone_floor; //  removals up to this token are not all remembered
     //  per reply: slot -> index in reply.nodes (+1; 0: not in it yet)
     uint32_t node_index[NODE_TABLE_MAX];
     uint64_t requests, dropped, nodes_lost;
@@ -113,9 +120,38 @@ s_count (self_t *self, const dir_entry_t *entry, int delta)
 }
 
 //  Removes entry from the directory, keeping the counts and the reservations right.
+//  Remembers that key's value was removed now (its token).
+static void
+s_tombstone (self_t *self, const char *key)
+{
+    uint64_t token = ++self->next_token;
+    if (!zhashx_lookup (self->tombstones, key))
+        zlistx_add_end (self->tombstone_keys, (void *) key);
+    zhashx_update (self->tombstones, key, (void *) (uintptr_t) token);
+    while (zlistx_size (self->tombstone_keys) > TOMBSTONES_MAX) {
+        char *oldest = (char *) zlistx_first (self->tombstone_keys);
+        uint64_t forgotten = (uintptr_t) zhashx_lookup (self->tombstones, oldest);
+        if (forgotten > self->tombstone_floor)
+            self->tombstone_floor = forgotten;
+        zhashx_delete (self->tombstones, oldest);
+        zlistx_delete (self->tombstone_keys, zlistx_cursor (self->tombstone_keys));
+    }
+}
+
+//  Forgets every tombstone: REMOVE_ALL removed everything up to now.
+static void
+s_tombstones_all (self_t *self)
+{
+    self->tombstone_floor = ++self->next_token;
+    zhashx_purge (self->tombstones);
+    zlistx_purge (self->tombstone_keys);
+}
+
 static void
 s_remove (self_t *self, dir_entry_t *entry)
 {
+    if (entry->state == DIR_COMMITTED)
+        s_tombstone (self, entry->key);
     s_reservation_end (self, entry);
     s_count (self, entry, -1);
     directory_remove (self->directory, entry);
@@ -173,6 +209,11 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
               (unsigned long long) self->epoch);
     self->next_tick = zclock_mono () + LIVENESS_TICK_MS;
     self->last_tick = zclock_mono ();
+    self->tombstones = zhashx_new ();
+    self->tombstone_keys = zlistx_new ();
+    assert (self->tombstones && self->tombstone_keys);
+    zlistx_set_duplicator (self->tombstone_keys, (zlistx_duplicator_fn *) strdup);
+    zlistx_set_destructor (self->tombstone_keys, (zlistx_destructor_fn *) zstr_free);
     return self;
 }
 
@@ -187,6 +228,8 @@ s_self_destroy (self_t **self_p)
     zlistx_destroy (&self->reservations);
     directory_destroy (&self->directory);
     node_table_destroy (&self->nodes);
+    zhashx_destroy (&self->tombstones);
+    zlistx_destroy (&self->tombstone_keys);
     free (self);
     *self_p = NULL;
 }
@@ -445,11 +488,14 @@ s_inventory (self_t *self, reply_t *r, arena_t *arena,
         if (!key)
             continue;
         dir_entry_t *entry = directory_find (self->directory, key);
-        if (entry && !directory_holds (entry, (uint16_t) slot)
-            && (entry->state == DIR_PENDING || entry->token > node->report_bar)) {
-            //  Written (or being written) since the node was last heard from: its copy is
-            //  older than the value the directory names, and must never be served. The node
-            //  drops it.
+        uint64_t removed = entry ? 0 : (uintptr_t) zhashx_lookup (self->tombstones, key);
+        bool stale = entry ? !directory_holds (entry, (uint16_t) slot)
+                                 && (entry->state == DIR_PENDING || entry->token > node->report_bar)
+                           : removed > node->report_bar || self->tombstone_floor > node->report_bar;
+        if (stale) {
+            //  Written (or being written), or removed, since the node was last heard from:
+            //  its copy is older than what the directory says, and must never be served.
+            //  The node drops it.
             r->reply.keys[r->reply.n_keys++] = request->keys[i];
             continue;
         }
@@ -827,6 +873,7 @@ s_request (self_t *self)
                 break;
             case KVPOOL__CLUSTER__V1__KIND__REMOVE_ALL:
                 r.reply.count = directory_remove_all (self->directory);
+                s_tombstones_all (self);
                 for (size_t n = 0; n < node_table_size (self->nodes); n++)
                     node_table_get (self->nodes, (int) n)->objects = 0;
                 s_all_nodes (self, &r, true);

@@ -607,15 +607,16 @@ def test_a_thawed_nodes_old_copies_do_not_land_over_newer_values(make_cluster):
     f = c.nodes["c"]
     single = ["single-%d" % i for i in range(12)]   # on node-c alone: put again while dead
     upserted = ["ups-%d" % i for i in range(12)]    # on node-c and node-b: upserted while dead
+    removed = ["gone-%d" % i for i in range(12)]    # on node-c and node-b: removed while dead
     raw_a = c.raw("a")
     for key in single:
         assert raw_a.put(key, v(key, 1), put={"preferred_segments": ["node-c"]}) == OK
-    for key in upserted:
+    for key in upserted + removed:
         assert raw_a.put(key, v(key, 1), put={"replica_num": 2,
                                               "preferred_segments": ["node-c", "node-b"]}) == OK
-    where = c.locate(single + upserted, "a")
+    where = c.locate(single + upserted + removed, "a")
     assert all(where[k] == ["node-c"] for k in single), where
-    assert all(where[k] == ["node-b", "node-c"] for k in upserted), where
+    assert all(where[k] == ["node-b", "node-c"] for k in upserted + removed), where
     reported = registrations(f)
     frozen_until_dead(c, "c")
     # While node-c is dead: its single keys are gone and are put again with new values, on
@@ -626,6 +627,8 @@ def test_a_thawed_nodes_old_copies_do_not_land_over_newer_values(make_cluster):
     for key in upserted:
         reply, _ = raw_a.call(pb.UPSERT, [key], [v(key, 2)])
         assert status_of(reply) == OK, key
+    for key in removed:
+        assert raw_a.remove(key, force=True) == OK, key
     expected = {k: v(k, 2) for k in single + upserted}
     for via in ("a", "b"):
         raw = c.raw(via)
@@ -646,6 +649,13 @@ def test_a_thawed_nodes_old_copies_do_not_land_over_newer_values(make_cluster):
             if got != value:
                 assert got == v(key, 1), (via, key, len(got))
                 stale.append((via, key, where.get(key)))
+        raw.close()
+        # What was removed while node-c was away stays removed: its copies are no holders.
+        raw = c.raw(via)
+        for key in removed:
+            status, got = raw.get(key)
+            if status != OBJECT_NOT_FOUND:
+                stale.append((via, key, "removed, read back"))
         raw.close()
     if stale:
         raise StaleWriteLanded("%d reads returned node-c's old value, e.g. %s"
