@@ -281,6 +281,10 @@ s_master_send (self_t *self, op_t *op, Kvpool__Cluster__V1__NodeRequest *request
     cluster_node_describe (self->args, &node);
     request->version = KVP_PROTOCOL_VERSION;
     request->node = &node;
+    if (self->args->registration) {
+        request->epoch = atomic_load (&self->args->registration->epoch);
+        request->registration = atomic_load (&self->args->registration->number);
+    }
     call_t *call = op ? s_call_new (self, op, CALL_MASTER, request->kind, -1) : NULL;
     request->request_id = call ? call->id : ++self->next_id;
     size_t size = kvpool__cluster__v1__node_request__get_packed_size (request);
@@ -1697,7 +1701,7 @@ cluster_test (bool verbose)
     snprintf (config.instance, sizeof config.instance, "cltest%d", (int) getpid ());
     config.master = "tcp://127.0.0.1:1";
     config.cluster_timeout_ms = 200;
-    cluster_args_t args = {&config, "n1", "h1", "tcp://127.0.0.1:2", "tcp://127.0.0.1:3"};
+    cluster_args_t args = {&config, "n1", "h1", "tcp://127.0.0.1:2", "tcp://127.0.0.1:3", NULL};
     zactor_t *cluster = zactor_new (cluster_actor, &args);
     zsock_t *dealer = zsock_new_dealer (NULL);
     zsock_connect (dealer, "inproc://%s-cl", config.instance);

@@ -17,16 +17,25 @@
 #define CLUSTER_H_INCLUDED
 
 #include <czmq.h>
+#include <stdatomic.h>
 
 #include "actors/config.h"
 #include "protocol/cluster.pb-c.h"
 
+//  The node's registration with its master, as the membership actor last had it answered,
+//  for the cluster actor to send back with every change it asks of the master (a node the
+//  master declared dead, or that registered again since, changes nothing). 0: none.
+typedef struct {
+    atomic_uint_fast64_t epoch, number;
+} cluster_registration_t;
+
 typedef struct {
     const kvp_config_t *config;
-    const char *node_id;         //  this node's name in the cluster
-    const char *host_id;         //  its machine
-    const char *peer_endpoint;   //  its own data plane (removes reach it there too)
-    const char *client_endpoint; //  where its clients connect
+    const char *node_id;                  //  this node's name in the cluster
+    const char *host_id;                  //  its machine
+    const char *peer_endpoint;            //  its own data plane (removes reach it there too)
+    const char *client_endpoint;          //  where its clients connect
+    cluster_registration_t *registration; //  shared by the membership and cluster actors
 } cluster_args_t;
 
 //  args: a cluster_args_t * that outlives the actor.

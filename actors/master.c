@@ -443,9 +443,38 @@ s_register (self_t *self, reply_t *r, const Kvpool__Cluster__V1__NodeRequest *re
     //  from (a new node: since this master started), only those writes' holders count.
     node->report_bar = node->seen_token;
     node->seen_token = self->next_token;
+    node->registration = ++self->next_token;
+    r->reply.registration = node->registration;
     kvp_info ("node %s (host %s) registered: clients %s, data plane %s, %llu MiB", node->node_id,
               node->host_id, node->client_endpoint, node->peer_endpoint,
               (unsigned long long) (node->capacity >> 20));
+}
+
+//  Whether request is a change (placing, committing, aborting, removing) from a node that is
+//  not registered with this master as it was when it asked: one declared dead since (frozen,
+//  cut off), or registered again. Then the reply says so and nothing changes: what a node
+//  decided while it was away never lands.
+static bool
+s_fenced (self_t *self, reply_t *r, const node_t *sender,
+          const Kvpool__Cluster__V1__NodeRequest *request)
+{
+    switch (request->kind) {
+        case KVPOOL__CLUSTER__V1__KIND__PLACE:
+        case KVPOOL__CLUSTER__V1__KIND__COMMIT:
+        case KVPOOL__CLUSTER__V1__KIND__ABORT:
+        case KVPOOL__CLUSTER__V1__KIND__REMOVE:
+        case KVPOOL__CLUSTER__V1__KIND__REMOVE_REGEX:
+        case KVPOOL__CLUSTER__V1__KIND__REMOVE_ALL: break;
+        default: return false;
+    }
+    if (sender && sender->alive && request->epoch == self->epoch && request->registration
+        && request->registration == sender->registration)
+        return false;
+    s_reply_fail (r, KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS,
+                  "node %s is not registered with this master as it was when it asked "
+                  "(declared dead, or registered again since): nothing changed",
+                  request->node->node_id);
+    return true;
 }
 
 //  The slot of a registered, live sender whose epoch is this master's, or -1 after failing
@@ -850,41 +879,44 @@ s_request (self_t *self)
             if (request->kind != KVPOOL__CLUSTER__V1__KIND__REGISTER)
                 sender->seen_token = self->next_token;
         }
-        switch (request->kind) {
-            case KVPOOL__CLUSTER__V1__KIND__REGISTER: s_register (self, &r, request); break;
-            case KVPOOL__CLUSTER__V1__KIND__HEARTBEAT:
-                if (s_member (self, &r, request) >= 0) {
-                    sender->free = request->node->free;
-                    sender->capacity = request->node->capacity;
-                    sender->placed = 0;
-                }
-                break;
-            case KVPOOL__CLUSTER__V1__KIND__INVENTORY:
-                s_inventory (self, &r, &arena, request);
-                break;
-            case KVPOOL__CLUSTER__V1__KIND__PLACE: s_place (self, &r, &arena, request); break;
-            case KVPOOL__CLUSTER__V1__KIND__COMMIT: s_commit (self, &r, &arena, request); break;
-            case KVPOOL__CLUSTER__V1__KIND__ABORT: s_abort (self, &arena, request); break;
-            case KVPOOL__CLUSTER__V1__KIND__LOCATE:
-                s_locate (self, &r, &arena, request, false);
-                break;
-            case KVPOOL__CLUSTER__V1__KIND__REMOVE:
-                s_locate (self, &r, &arena, request, true);
-                break;
-            case KVPOOL__CLUSTER__V1__KIND__REMOVE_ALL:
-                r.reply.count = directory_remove_all (self->directory);
-                s_tombstones_all (self);
-                for (size_t n = 0; n < node_table_size (self->nodes); n++)
-                    node_table_get (self->nodes, (int) n)->objects = 0;
-                s_all_nodes (self, &r, true);
-                break;
-            case KVPOOL__CLUSTER__V1__KIND__REMOVE_REGEX:
-                s_remove_regex (self, &r, &arena, request);
-                break;
-            case KVPOOL__CLUSTER__V1__KIND__DROPPED: s_dropped (self, &arena, request); break;
-            case KVPOOL__CLUSTER__V1__KIND__NODES: s_nodes (self, &r); break;
-            default: s_reply_fail (&r, KVPOOL_UNKNOWN_OPERATION, "unknown kind %d", request->kind);
-        }
+        //  (A change from a node away since it asked is refused: s_fenced.)
+        if (!s_fenced (self, &r, sender, request))
+            switch (request->kind) {
+                case KVPOOL__CLUSTER__V1__KIND__REGISTER: s_register (self, &r, request); break;
+                case KVPOOL__CLUSTER__V1__KIND__HEARTBEAT:
+                    if (s_member (self, &r, request) >= 0) {
+                        sender->free = request->node->free;
+                        sender->capacity = request->node->capacity;
+                        sender->placed = 0;
+                    }
+                    break;
+                case KVPOOL__CLUSTER__V1__KIND__INVENTORY:
+                    s_inventory (self, &r, &arena, request);
+                    break;
+                case KVPOOL__CLUSTER__V1__KIND__PLACE: s_place (self, &r, &arena, request); break;
+                case KVPOOL__CLUSTER__V1__KIND__COMMIT: s_commit (self, &r, &arena, request); break;
+                case KVPOOL__CLUSTER__V1__KIND__ABORT: s_abort (self, &arena, request); break;
+                case KVPOOL__CLUSTER__V1__KIND__LOCATE:
+                    s_locate (self, &r, &arena, request, false);
+                    break;
+                case KVPOOL__CLUSTER__V1__KIND__REMOVE:
+                    s_locate (self, &r, &arena, request, true);
+                    break;
+                case KVPOOL__CLUSTER__V1__KIND__REMOVE_ALL:
+                    r.reply.count = directory_remove_all (self->directory);
+                    s_tombstones_all (self);
+                    for (size_t n = 0; n < node_table_size (self->nodes); n++)
+                        node_table_get (self->nodes, (int) n)->objects = 0;
+                    s_all_nodes (self, &r, true);
+                    break;
+                case KVPOOL__CLUSTER__V1__KIND__REMOVE_REGEX:
+                    s_remove_regex (self, &r, &arena, request);
+                    break;
+                case KVPOOL__CLUSTER__V1__KIND__DROPPED: s_dropped (self, &arena, request); break;
+                case KVPOOL__CLUSTER__V1__KIND__NODES: s_nodes (self, &r); break;
+                default:
+                    s_reply_fail (&r, KVPOOL_UNKNOWN_OPERATION, "unknown kind %d", request->kind);
+            }
     }
     if (request)
         kvp_debug ("%s from %s: %zu keys, %s",
@@ -1021,8 +1053,9 @@ master_test (bool verbose)
     request.node = &node;
     request.kind = KVPOOL__CLUSTER__V1__KIND__REGISTER;
     Kvpool__Cluster__V1__MasterReply *reply = s_call (dealer, &request);
-    assert (reply->status == 0 && reply->epoch);
+    assert (reply->status == 0 && reply->epoch && reply->registration);
     uint64_t epoch = reply->epoch;
+    request.registration = reply->registration;
     kvpool__cluster__v1__master_reply__free_unpacked (reply, NULL);
     //  A heartbeat with a wrong epoch is told to register.
     request.kind = KVPOOL__CLUSTER__V1__KIND__HEARTBEAT;
@@ -1089,9 +1122,20 @@ master_test (bool verbose)
     reply = s_call (dealer, &request);
     assert (reply->status == KVPOOL_INVALID_PARAMS);
     kvpool__cluster__v1__master_reply__free_unpacked (reply, NULL);
-    //  It comes back and reports what it holds: found again.
+    //  It comes back and reports what it holds: found again. A change it asks for with its
+    //  earlier registration is refused (fencing).
     request.kind = KVPOOL__CLUSTER__V1__KIND__REGISTER;
-    kvpool__cluster__v1__master_reply__free_unpacked (s_call (dealer, &request), NULL);
+    reply = s_call (dealer, &request);
+    assert (reply->status == 0 && reply->registration != request.registration);
+    uint64_t registration = reply->registration;
+    kvpool__cluster__v1__master_reply__free_unpacked (reply, NULL);
+    request.kind = KVPOOL__CLUSTER__V1__KIND__REMOVE;
+    request.keys = keys;
+    request.n_keys = 1;
+    reply = s_call (dealer, &request);
+    assert (reply->status == KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS);
+    kvpool__cluster__v1__master_reply__free_unpacked (reply, NULL);
+    request.registration = registration;
     request.kind = KVPOOL__CLUSTER__V1__KIND__INVENTORY;
     request.keys = keys;
     request.n_keys = 2;

@@ -213,6 +213,10 @@ s_master_reply (self_t *self)
         if (reply->request_id == self->register_id && reply->status == KVPOOL_OK
             && self->state == UNREGISTERED) {
             self->epoch = reply->epoch;
+            if (self->args->registration) {
+                atomic_store (&self->args->registration->epoch, reply->epoch);
+                atomic_store (&self->args->registration->number, reply->registration);
+            }
             self->state = REPORTING;
             //  What this node holds, for the master to know again.
             kvp_job_t *job = kvp_job_new (KVP_RM_INVENTORY, 0);

@@ -41,6 +41,7 @@ typedef struct {
     //  its last REGISTER, that value from before: a value committed with a later token came
     //  while the node was away, so a copy it reports of that key is stale (master.c).
     uint64_t seen_token, report_bar;
+    uint64_t registration; //  its current registration's number (master.c: fencing)
     bool alive;
     uint64_t objects; //  directory entries it holds
 } node_t;

@@ -102,7 +102,8 @@ typedef struct {
     size_t objects;        //  committed keys in its directory
     void *zmq, *dealer;
     uint64_t next_id, epoch;
-    size_t nodes; //  fake nodes registered
+    uint64_t *registrations; //  each fake node's, as REGISTER answered
+    size_t nodes;            //  fake nodes registered
     Kvpool__Cluster__V1__Node node;
     char node_id[32], host_id[32], client_endpoint[64], peer_endpoint[64];
 
@@ -208,6 +209,7 @@ s_send (master_t *self, request_t *request, size_t node)
     request->request_id = ++self->next_id;
     request->node = &self->node;
     request->epoch = self->epoch;
+    request->registration = self->registrations ? self->registrations[node] : 0;
     size_t size = kvpool__cluster__v1__node_request__get_packed_size (request);
     zmq_msg_t frame;
     if (zmq_msg_init_size (&frame, size) != 0) {
@@ -265,6 +267,11 @@ s_register (master_t *self, size_t count)
         int status = reply->status;
         if (status == 0 && !self->epoch)
             self->epoch = reply->epoch;
+        uint64_t *grown =
+            (uint64_t *) realloc (self->registrations, (node + 1) * sizeof (uint64_t));
+        assert (grown);
+        self->registrations = grown;
+        self->registrations[node] = reply->registration;
         if (status != 0 || reply->epoch != self->epoch)
             s_fail (self, "REGISTER of %s: status %d (%s), epoch %" PRIu64, self->node_id, status,
                     reply->error ? reply->error : "", reply->epoch);
@@ -710,6 +717,7 @@ bench_master_run (const char *kvpoold_path, bool quick)
     free (self->names);
     free (self->wire);
     free (self->sizes);
+    free (self->registrations);
     int rc = self->errors ? -1 : 0;
     free (self);
     return rc;

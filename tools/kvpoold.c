@@ -242,7 +242,9 @@ main (int argc, char **argv)
         else
             snprintf (node_id, sizeof node_id, "%s:%s", host_id,
                       *client_endpoint ? strrchr (client_endpoint, ':') + 1 : config.instance);
-        cluster_args = (cluster_args_t){&config, node_id, host_id, peer_endpoint, client_endpoint};
+        static cluster_registration_t registration;
+        cluster_args = (cluster_args_t){&config,       node_id,         host_id,
+                                        peer_endpoint, client_endpoint, &registration};
         cluster = zactor_new (cluster_actor, &cluster_args);
         membership = zactor_new (membership_actor, &cluster_args);
         printf ("kvpoold: node %s joins the master at %s; data plane %s\n", node_id, config.master,

@@ -358,6 +358,11 @@ def test_cluster_nodes_and_master_authenticate_each_other(keys):
         after = raw_b.stats()
         assert after.redirects - before.redirects == len(on_a(big)) > 0
         assert after.remote_gets == before.remote_gets
+        # The data plane admits the cluster's keys alone: a stranger gets nothing there.
+        plane = re.search(r"data plane (tcp://\S+)", node_a.log_text()).group(1)
+        assert answers(plane, b_cert.curve(a_cert)) == OK
+        assert answers(plane, keys["stranger"].curve(a_cert), REFUSED_MS) is None
+        assert answers(plane, None, REFUSED_MS) is None
         # A node whose key the master does not admit never joins.
         node(outsider, "outsider")
         assert not wait_for(lambda: "outsider" in alive(), 2)
