@@ -563,6 +563,12 @@ s_place_reply (self_t *self, op_t *op, call_t *call, Kvpool__Cluster__V1__Master
     for (size_t k = 0; k < call->count; k++) {
         kvp_item_t *item = &job->items[call->items[k]];
         plan_item_t *placed = &plan->items[call->items[k]];
+        if (reply->status != KVPOOL_OK) {
+            //  Refused as a whole (this node is not registered as it was when it asked:
+            //  fencing, master.c): nothing placed.
+            item->status = reply->status;
+            continue;
+        }
         if (k >= reply->n_statuses || k >= reply->n_holders) {
             item->status = KVPOOL_INTERNAL_ERROR;
             continue;

@@ -665,6 +665,36 @@ def test_a_thawed_nodes_old_copies_do_not_land_over_newer_values(make_cluster):
     c.stop([c.nodes[n] for n in "abc"] + [c.master])
 
 
+def test_a_remove_reaches_a_holder_stopped_for_a_moment(make_cluster):
+    # node-c holds keys with node-b; it is stopped for less than the TTL (still a member)
+    # while they are removed through node-a, whose REMOVE to it times out. Once it runs again
+    # it must not serve its copies: the REMOVE waited in its socket, and it takes it then.
+    c = make_cluster()
+    raw_a = c.raw("a", timeout_ms=4 * TIMEOUT_MS)
+    keys = ["missed-%d" % i for i in range(10)]
+    for key in keys:
+        assert raw_a.put(key, v(key, 1), put={"replica_num": 2,
+                                              "preferred_segments": ["node-c", "node-b"]}) == OK
+    assert all(w == ["node-b", "node-c"] for w in c.locate(keys, "a").values())
+    c.freeze("c")
+    try:
+        reply, _ = raw_a.call(pb.REMOVE, keys, force=True)  # one request: one timeout
+        assert reply.status == OK and list(reply.statuses) == [OK] * len(keys), reply
+    finally:
+        c.thaw("c")
+    assert c.deaths() == [], "node-c was declared dead: the machine is too loaded"
+    raw_c = c.raw("c")
+    assert wait_for(lambda: all(raw_c.get(k)[0] == OBJECT_NOT_FOUND for k in keys),
+                    5 * HEARTBEAT_MS / 1000 + 2), [(k, raw_c.get(k)[0]) for k in keys]
+    # A key put again on node-c after the removal is not taken for a removed one.
+    assert raw_a.put(keys[0], v(keys[0], 2), put={"preferred_segments": ["node-c"]}) == OK
+    time.sleep(3 * HEARTBEAT_MS / 1000)
+    assert raw_c.get(keys[0]) == (OK, v(keys[0], 2))
+    raw_a.close()
+    raw_c.close()
+    c.stop([c.nodes[n] for n in "abc"] + [c.master])
+
+
 def recv_queue(endpoint):
     """Bytes waiting, unread, in the receive queues of the TCP connections accepted on
     endpoint's port (a frozen process reads nothing: what was sent to it stays there)."""
