@@ -369,5 +369,13 @@ def test_cluster_nodes_and_master_authenticate_each_other(keys):
         raw_a.close()
         raw_b.close()
     finally:
+        # Every daemon is stopped, even when one of them failed; then the first failure
+        # is raised.
+        failures = []
         for d in reversed(daemons):
-            d.finish()
+            try:
+                d.finish()
+            except AssertionError as failure:
+                failures.append(failure)
+        if failures:
+            raise failures[0]
