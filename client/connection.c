@@ -197,19 +197,15 @@ s_socket_open (kvpc_conn_t *self, void *ctx)
 
 //  ---- CURVE handshake failures ------------------------------------------------------------
 
-//  Watches socket's handshakes (before it connects), so that a connection that gets no answer
-//  can say whether the node refused its key.
-static void
-s_auth_watch (kvpc_conn_t *self, void *ctx, void *socket)
+void *
+kvpc_socket_watch (void *ctx, void *socket, int events)
 {
     static atomic_uint s_watches;
     char endpoint[96];
-    snprintf (endpoint, sizeof endpoint, "inproc://kvpool-auth-%d-%u", (int) getpid (),
+    snprintf (endpoint, sizeof endpoint, "inproc://kvpool-watch-%d-%u", (int) getpid (),
               atomic_fetch_add (&s_watches, 1));
-    if (zmq_socket_monitor (socket, endpoint,
-                            ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL
-                                | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL))
-        return;
+    if (zmq_socket_monitor (socket, endpoint, events))
+        return NULL;
     void *pair = zmq_socket (ctx, ZMQ_PAIR);
     int zero = 0;
     if (pair)
@@ -218,9 +214,20 @@ s_auth_watch (kvpc_conn_t *self, void *ctx, void *socket)
         if (pair)
             zmq_close (pair);
         zmq_socket_monitor (socket, NULL, 0);
-        return;
+        return NULL;
     }
-    self->auth_monitor = pair;
+    return pair;
+}
+
+//  Watches socket's handshakes (before it connects), so that a connection that gets no answer
+//  can say whether the node refused its key.
+static void
+s_auth_watch (kvpc_conn_t *self, void *ctx, void *socket)
+{
+    self->auth_monitor =
+        kvpc_socket_watch (ctx, socket,
+                           ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL
+                               | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL);
 }
 
 //  Stops watching; returns the first handshake failure seen (a ZMQ_EVENT_HANDSHAKE_* event

@@ -76,6 +76,9 @@ const char *kvpc_conn_client_id (kvpc_conn_t *self);
 const char *kvpc_conn_host_id (kvpc_conn_t *self);
 //  Whether the node runs on this machine (same boot id).
 bool kvpc_conn_same_host (kvpc_conn_t *self);
+//  Starts libzmq's monitor of socket for events (ZMQ_EVENT_*) and returns a PAIR in ctx that
+//  receives them, or NULL. Stop it with zmq_socket_monitor (socket, NULL, 0), then close it.
+void *kvpc_socket_watch (void *ctx, void *socket, int events);
 //  Whether the node is one of a cluster's (PING): a key it does not hold may be elsewhere.
 bool kvpc_conn_cluster (kvpc_conn_t *self);
 //  Whether the connection is on the node's ipc endpoint (or in its process), the only places

@@ -81,28 +81,13 @@ s_stale (kvpc_fast_path_t *self)
 static int
 s_monitor_open (kvpc_fast_path_t *self)
 {
-    static atomic_uint s_monitors;
     self->generation = kvpc_conn_generation (self->conn);
     void *socket = kvpc_conn_socket (self->conn);
     if (!socket)
         return -1;
-    char endpoint[96];
-    snprintf (endpoint, sizeof endpoint, "inproc://kvpool-monitor-%d-%u", (int) getpid (),
-              atomic_fetch_add (&s_monitors, 1));
-    if (zmq_socket_monitor (socket, endpoint, ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED))
-        return -1;
-    void *pair = zmq_socket (kvpc_conn_context (self->conn), ZMQ_PAIR);
-    int zero = 0;
-    if (pair)
-        zmq_setsockopt (pair, ZMQ_LINGER, &zero, sizeof zero);
-    if (!pair || zmq_connect (pair, endpoint)) {
-        if (pair)
-            zmq_close (pair);
-        zmq_socket_monitor (socket, NULL, 0);
-        return -1;
-    }
-    self->monitor = pair;
-    return 0;
+    self->monitor = kvpc_socket_watch (kvpc_conn_context (self->conn), socket,
+                                       ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED);
+    return self->monitor ? 0 : -1;
 }
 
 //  Stops watching (the socket too, unless it is one the connection has closed since).
