@@ -1,4 +1,4 @@
-/*  allocator.c - the allocator actor: segments, placement and space.
+/*  allocator.c - the allocator: segments, placement and space (see allocator.h).
 
     DESIGN
     A segment here is {id, segment_t (the shared mapping), segment_arena_t (jemalloc arena over
@@ -22,13 +22,15 @@
     A node may own no segments at all (--segments 0): all its memory is then what clients
     mount, and a put before any is mounted is answered NO_AVAILABLE_HANDLE.
 
-    Threads: one, the actor's; the arenas are used only from it.
+    Threads: the replica-manager's alone. The allocator was an actor of its own; a put then
+    crossed two threads (place, then insert) and each crossing is a thread wake-up, tens of
+    microseconds on a virtual machine. Owned by the replica-manager, placing and inserting a
+    small value is one visit to one thread (replica_manager.c, "Stages run together").
 */
 #include "actors/allocator.h"
 
 #include "actors/log.h"
 
-#include <pthread.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -50,17 +52,23 @@ typedef struct {
     int64_t unmount_deadline;
 } seg_t;
 
+//  An UNMOUNT whose reply waited for its segment to empty, ready now.
 typedef struct {
-    zsock_t *pipe;
-    zsock_t *router;
+    kvp_job_t *job;
+    zframe_t *reply_to;
+} finished_t;
+
+struct _allocator_t {
     const kvp_config_t *config;
     zlistx_t *segments; //  seg_t, in id order
     uint32_t next_id;
     uint64_t rng;
     char error[300];    //  why the node's own segments could not be made
     segment_dir_t *dir; //  --segment-dir: its lock, held for the node's life
-    bool terminated;
-} self_t;
+    kvp_job_t *adopted; //  KVP_RM_ADOPT: the previous run's objects, for the replica-manager
+    zlistx_t *finished; //  finished_t: unmounts to answer
+};
+typedef struct _allocator_t self_t;
 
 static void
 s_seg_destroy (seg_t **seg_p)
@@ -154,33 +162,16 @@ s_adopt (self_t *self)
             kvp_job_destroy (&job);
             return;
         }
-    zsock_t *rm = zsock_new (ZMQ_DEALER);
-    assert (rm);
-    int rc = zsock_connect (rm, "inproc://%s-rm", self->config->instance);
-    assert (rc == 0);
-    if (kvp_job_send (rm, job) == 0)
-        job = kvp_job_recv (rm);
-    if (!job || job->status != KVPOOL_OK)
-        snprintf (self->error, sizeof self->error, "--segment-dir %s: %s",
-                  self->config->segment_dir,
-                  job ? job->error : "no answer from the replica-manager");
-    kvp_job_destroy (&job);
-    zsock_destroy (&rm);
+    self->adopted = job;
 }
 
-static self_t *
-s_self_new (zsock_t *pipe, const kvp_config_t *config)
+allocator_t *
+allocator_new (const kvp_config_t *config)
 {
     self_t *self = (self_t *) zmalloc (sizeof (self_t));
-    self->pipe = pipe;
     self->config = config;
-    self->router = zsock_new (ZMQ_ROUTER);
-    assert (self->router);
-    zsock_set_sndhwm (self->router, 0);
-    zsock_set_rcvhwm (self->router, 0);
-    int rc = zsock_bind (self->router, "inproc://%s-al", config->instance);
-    assert (rc == 0);
     self->segments = zlistx_new ();
+    self->finished = zlistx_new ();
     self->next_id = 1;
     self->rng = config->seed * 0x9E3779B97F4A7C15ULL + 1;
     int stale = segment_remove_stale ();
@@ -231,26 +222,87 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
     return self;
 }
 
+//  Parks a finished unmount for allocator_finished.
 static void
-s_self_destroy (self_t **self_p)
+s_finished (self_t *self, kvp_job_t *job, zframe_t *reply_to)
+{
+    finished_t *done = (finished_t *) zmalloc (sizeof (finished_t));
+    done->job = job;
+    done->reply_to = reply_to;
+    zlistx_add_end (self->finished, done);
+}
+
+void
+allocator_stop (allocator_t *self)
+{
+    for (seg_t *seg = (seg_t *) zlistx_first (self->segments); seg;
+         seg = (seg_t *) zlistx_next (self->segments))
+        if (seg->unmount_job) {
+            kvp_job_fail (seg->unmount_job, KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS, "shutting down");
+            s_finished (self, seg->unmount_job, seg->unmount_reply_to);
+            seg->unmount_job = NULL;
+            seg->unmount_reply_to = NULL;
+        }
+}
+
+void
+allocator_destroy (allocator_t **self_p)
 {
     self_t *self = *self_p;
     if (!self)
         return;
+    allocator_stop (self);
+    finished_t *done;
+    while ((done = (finished_t *) zlistx_first (self->finished))) {
+        zlistx_delete (self->finished, zlistx_cursor (self->finished));
+        kvp_job_destroy (&done->job);
+        zframe_destroy (&done->reply_to);
+        free (done);
+    }
+    zlistx_destroy (&self->finished);
     seg_t *seg = (seg_t *) zlistx_first (self->segments);
     while (seg) {
-        if (seg->unmount_job) {
-            kvp_job_fail (seg->unmount_job, KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS, "shutting down");
-            kvp_job_reply (self->router, &seg->unmount_reply_to, seg->unmount_job);
-        }
         s_seg_destroy (&seg);
         seg = (seg_t *) zlistx_next (self->segments);
     }
     zlistx_destroy (&self->segments);
     segment_dir_destroy (&self->dir);
-    zsock_destroy (&self->router);
+    kvp_job_destroy (&self->adopted);
     free (self);
     *self_p = NULL;
+}
+
+const char *
+allocator_error (allocator_t *self)
+{
+    return self->error[0] ? self->error : NULL;
+}
+
+void
+allocator_fail (allocator_t *self, const char *reason)
+{
+    snprintf (self->error, sizeof self->error, "%s", reason);
+}
+
+kvp_job_t *
+allocator_adopted (allocator_t *self)
+{
+    kvp_job_t *job = self->adopted;
+    self->adopted = NULL;
+    return job;
+}
+
+kvp_job_t *
+allocator_finished (allocator_t *self, zframe_t **reply_to_p)
+{
+    finished_t *done = (finished_t *) zlistx_first (self->finished);
+    if (!done)
+        return NULL;
+    zlistx_delete (self->finished, zlistx_cursor (self->finished));
+    kvp_job_t *job = done->job;
+    *reply_to_p = done->reply_to;
+    free (done);
+    return job;
 }
 
 static uint64_t
@@ -530,7 +582,7 @@ s_unmount_finish (self_t *self, seg_t *seg, int64_t now)
                       "segment %u still holds %zu allocations (readers of it still pin "
                       "them); it takes no new ones",
                       seg->id, segment_arena_count (seg->arena));
-    kvp_job_reply (self->router, &reply_to, job);
+    s_finished (self, job, reply_to);
     return true;
 }
 
@@ -595,8 +647,8 @@ s_unmount (self_t *self, kvp_job_t *job, zframe_t **reply_to_p)
     return true;
 }
 
-static bool
-s_handle_job (self_t *self, kvp_job_t *job, zframe_t **reply_to_p)
+bool
+allocator_handle (allocator_t *self, kvp_job_t *job, zframe_t **reply_to_p)
 {
     if (self->error[0] && job->kind != KVP_AL_FREE) {
         kvp_job_fail (job, KVPOOL_NO_AVAILABLE_HANDLE, "%s", self->error);
@@ -627,48 +679,18 @@ s_handle_job (self_t *self, kvp_job_t *job, zframe_t **reply_to_p)
 }
 
 void
-allocator_actor (zsock_t *pipe, void *args)
+allocator_tick (allocator_t *self)
 {
-    pthread_setname_np (pthread_self (), "kvp-allocator");
-    self_t *self = s_self_new (pipe, (const kvp_config_t *) args);
-    zpoller_t *poller = zpoller_new (pipe, self->router, NULL);
-    zsock_signal (pipe, 0);
-    while (!self->terminated) {
-        void *which = zpoller_wait (poller, 1000);
-        if (which == pipe) {
-            char *command = zstr_recv (pipe);
-            if (!command || streq (command, "$TERM"))
-                self->terminated = true;
-            else if (streq (command, "STATUS"))
-                zstr_send (pipe, self->error[0] ? self->error : "OK");
-            else {
-                kvp_error ("invalid pipe command '%s'", command);
-                assert (false);
-            }
-            zstr_free (&command);
-        }
-        else if (which == self->router) {
-            zframe_t *reply_to;
-            kvp_job_t *job = kvp_job_recv_routed (self->router, &reply_to);
-            if (job && !s_handle_job (self, job, &reply_to))
-                kvp_job_reply (self->router, &reply_to, job);
-            zframe_destroy (&reply_to);
-        }
-        else
-            s_check_unmounts (self);
-    }
-    zpoller_destroy (&poller);
-    s_self_destroy (&self);
+    s_check_unmounts (self);
 }
 
 //  ---- self test ---------------------------------------------------------------------
 
 static kvp_job_t *
-s_test_call (zsock_t *al, kvp_job_t *job)
+s_test_call (allocator_t *al, kvp_job_t *job)
 {
-    assert (kvp_job_send (al, job) == 0);
-    kvp_job_t *back = kvp_job_recv (al);
-    assert (back == job);
+    zframe_t *reply_to = NULL;
+    assert (!allocator_handle (al, job, &reply_to));
     return job;
 }
 
@@ -680,13 +702,8 @@ allocator_test (bool verbose)
     snprintf (config.instance, sizeof config.instance, "altest%d", (int) getpid ());
     config.segments = 3;
     config.segment_size = 8 << 20;
-    zactor_t *actor = zactor_new (allocator_actor, &config);
-    zstr_send (actor, "STATUS");
-    char *status = zstr_recv (actor);
-    assert (streq (status, "OK"));
-    zstr_free (&status);
-    zsock_t *al = zsock_new (ZMQ_DEALER);
-    assert (zsock_connect (al, "inproc://%s-al", config.instance) == 0);
+    allocator_t *al = allocator_new (&config);
+    assert (al && allocator_error (al) == NULL && allocator_adopted (al) == NULL);
 
     //  Three replicas land on three distinct segments, at writable addresses.
     kvp_job_t *job = kvp_job_new (KVP_AL_ALLOC, 2);
@@ -824,14 +841,15 @@ allocator_test (bool verbose)
     kvp_job_destroy (&orphans);
     kvp_job_t *unmount = kvp_job_new (KVP_AL_UNMOUNT, 0);
     unmount->segment_id = 4;
-    assert (kvp_job_send (al, unmount) == 0);
-    zclock_sleep (50);
-    assert (!(zsock_events (al) & ZMQ_POLLIN)); //  parked: one allocation is left
+    zframe_t *reply_to = zframe_new ("client", 6);
+    assert (allocator_handle (al, unmount, &reply_to) && reply_to == NULL);
+    allocator_tick (al);
+    assert (allocator_finished (al, &reply_to) == NULL); //  parked: one allocation is left
     on_client->kind = KVP_AL_FREE;
-    assert (kvp_job_send (al, on_client) == 0);
-    kvp_job_t *first = kvp_job_recv (al);
-    kvp_job_t *second = kvp_job_recv (al);
-    assert ((first == on_client && second == unmount) || (first == unmount && second == on_client));
+    s_test_call (al, on_client);
+    assert (allocator_finished (al, &reply_to) == unmount);
+    assert (reply_to && zframe_streq (reply_to, "client"));
+    zframe_destroy (&reply_to);
     assert (unmount->status == KVPOOL_OK);
     s_test_call (al, segs);
     assert (segs->segment_count == 3);
@@ -847,8 +865,7 @@ allocator_test (bool verbose)
     kvp_job_destroy (&job);
     kvp_job_destroy (&stats);
     kvp_job_destroy (&segs);
-    zsock_destroy (&al);
-    zactor_destroy (&actor);
+    allocator_destroy (&al);
     if (verbose)
         printf ("placement, full pool, mount/unmount ");
 }

@@ -1,4 +1,4 @@
-/*  allocator.h - the allocator actor: this node's segments and the space inside them.
+/*  allocator.h - the allocator: this node's segments and the space inside them.
 
     It creates the node's own segments at start (--segments N of --segment-size bytes, each a
     shared-memory object managed by its own jemalloc arena, see alloc/), mounts and unmounts
@@ -6,14 +6,11 @@
     object; preferred segments first, then random with a seed or by free ratio) and allocates
     and frees ranges in them. The bytes themselves are never touched here.
 
-    It serves kvp_job_t pointers (KVP_AL_*) on a ROUTER bound at inproc://<instance>-al.
+    It is a module the replica-manager's thread owns and calls, not an actor: the KVP_AL_*
+    jobs come to the replica-manager's socket, which hands them here (allocator_handle).
     Jobs are handled in arrival order, except UNMOUNT, whose reply waits until every
-    allocation in the segment has been freed (or fails after a timeout).
-
-    Pipe commands:
-        zsock_send (actor, "s", "$TERM")          ends the actor
-        zstr_send (actor, "STATUS")                 replies "OK", or why the node's own
-                                                    segments could not be created
+    allocation in the segment has been freed (or fails after a timeout): the owner then
+    collects it with allocator_finished.
 */
 #ifndef ALLOCATOR_H_INCLUDED
 #define ALLOCATOR_H_INCLUDED
@@ -23,10 +20,35 @@
 #include "actors/config.h"
 #include "messages/kvp_job.h"
 
-//  The actor; args is a const kvp_config_t * that outlives it. When the node's segments
-//  cannot be created it still starts, answers STATUS with the reason and every job with
+typedef struct _allocator_t allocator_t;
+
+//  Creates the node's own segments (and, with --segment-dir, adopts the previous run's
+//  objects into them). config must outlive the allocator. When the segments cannot be made
+//  it is still made: allocator_error says why, and every job but FREE fails with
 //  NO_AVAILABLE_HANDLE.
-void allocator_actor (zsock_t *pipe, void *args);
+allocator_t *allocator_new (const kvp_config_t *config);
+//  Answers what is parked with UNAVAILABLE_IN_CURRENT_STATUS (collect it with
+//  allocator_finished before destroying, to reply).
+void allocator_stop (allocator_t *self);
+//  Frees the segments' arenas and unmaps them; what is still parked is destroyed.
+void allocator_destroy (allocator_t **self_p);
+
+//  Why the node's own segments could not be made, or NULL.
+const char *allocator_error (allocator_t *self);
+//  Makes the allocator refuse every job but FREE from now on, for reason.
+void allocator_fail (allocator_t *self, const char *reason);
+//  With --segment-dir: the KVP_RM_ADOPT job holding the objects adopted at start (placed,
+//  their bytes copied), once; the caller owns it. NULL without one.
+kvp_job_t *allocator_adopted (allocator_t *self);
+
+//  Does a KVP_AL_* job. Returns true when the job was parked (an UNMOUNT waiting for its
+//  segment to empty): the allocator then holds the job and *reply_to_p (taken, set NULL)
+//  until allocator_finished hands them back.
+bool allocator_handle (allocator_t *self, kvp_job_t *job, zframe_t **reply_to_p);
+//  Ends the unmounts whose segment emptied or whose time ran out; call it now and then.
+void allocator_tick (allocator_t *self);
+//  A parked job that is done, with the reply_to it came with; NULL when none.
+kvp_job_t *allocator_finished (allocator_t *self, zframe_t **reply_to_p);
 
 void allocator_test (bool verbose);
 

@@ -35,7 +35,6 @@
 #include <signal.h>
 #include <sys/mman.h>
 
-#include "actors/allocator.h"
 #include "actors/connections.h"
 #include "actors/conn_guard.h"
 #include "actors/curve.h"
@@ -96,7 +95,7 @@ typedef struct {
     zsock_t *router;
     zsock_t *peer; //  role node: the data plane (other nodes' requests, on local rows)
     zsock_t *jobs; //  jobs of in-process actors (inproc://<instance>-jobs)
-    zsock_t *rm, *al, *tx, *ev, *cl;
+    zsock_t *rm, *tx, *ev, *cl;
     bool cluster; //  role node
     zpoller_t *poller;
     const kvp_config_t *config; //  = &settings
@@ -235,11 +234,10 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
     self->config = &self->settings;
     self->router = zsock_new (ZMQ_ROUTER);
     self->rm = zsock_new (ZMQ_DEALER);
-    self->al = zsock_new (ZMQ_DEALER);
     self->tx = zsock_new (ZMQ_DEALER);
     self->ev = zsock_new (ZMQ_DEALER);
     self->cl = zsock_new (ZMQ_DEALER);
-    assert (self->router && self->rm && self->al && self->tx && self->ev && self->cl);
+    assert (self->router && self->rm && self->tx && self->ev && self->cl);
     self->cluster = config->role == KVP_ROLE_NODE;
     zsock_set_sndhwm (self->router, 100000);
     zsock_set_rcvhwm (self->router, RCVHWM);
@@ -251,13 +249,11 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
     //  tcp and ipc clients alike (inproc never runs a handshake).
     kvp_curve_server (config->curve, self->router);
     zsock_set_sndhwm (self->rm, 0);
-    zsock_set_sndhwm (self->al, 0);
     zsock_set_sndhwm (self->tx, 0);
     zsock_set_sndhwm (self->ev, 0);
     zsock_set_sndhwm (self->cl, 0);
     zsock_connect (self->cl, "inproc://%s-cl", config->instance);
     zsock_connect (self->rm, "inproc://%s-rm", config->instance);
-    zsock_connect (self->al, "inproc://%s-al", config->instance);
     zsock_connect (self->tx, "inproc://%s-tx", config->instance);
     zsock_connect (self->ev, "inproc://%s-ev", config->instance);
     self->endpoints = zlistx_new ();
@@ -310,8 +306,8 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
     //  The first listing of the segments at once: index reads need the mappings.
     self->map_due = true;
     self->next_owner_check = self->started + OWNER_CHECK_INTERVAL_MS;
-    self->poller = zpoller_new (pipe, self->router, self->jobs, self->rm, self->al, self->tx,
-                                self->ev, self->cl, NULL);
+    self->poller =
+        zpoller_new (pipe, self->router, self->jobs, self->rm, self->tx, self->ev, self->cl, NULL);
     if (self->peer)
         zpoller_add (self->poller, self->peer);
     self->guard =
@@ -354,7 +350,6 @@ s_self_destroy (self_t **self_p)
     zsock_destroy (&self->jobs);
     zsock_destroy (&self->cl);
     zsock_destroy (&self->rm);
-    zsock_destroy (&self->al);
     zsock_destroy (&self->tx);
     zsock_destroy (&self->ev);
     metrics_destroy (&self->own_metrics);
@@ -657,7 +652,6 @@ s_actor_socket (self_t *self, kvp_job_kind_t kind)
 {
     switch (kvp_job_kind_actor (kind)) {
         case KVP_ACTOR_RM: return self->rm;
-        case KVP_ACTOR_AL: return self->al;
         case KVP_ACTOR_TX: return self->tx;
         case KVP_ACTOR_EV: return self->ev;
         case KVP_ACTOR_CL: return self->cl;
@@ -788,12 +782,14 @@ s_advance (self_t *self, kvp_job_t *job, kvp_job_kind_t done)
         return;
     }
     job->kind = next;
-    if (next == KVP_TX_WRITE && transfer_job_bytes (job) < TRANSFER_INLINE_BYTES) {
+    if (next == KVP_TX_WRITE && transfer_job_inline (job)) {
         //  Small puts are copied here: the hop would cost more than the copy.
         transfer_job_copy (job);
         s_advance (self, job, KVP_TX_WRITE);
         return;
     }
+    //  The actor may run the stages after this one that are its own as well (kvp_job_t.walk).
+    job->walk = true;
     zsock_t *target = s_actor_socket (self, next);
     if (done == KVP_JOB_NONE && (row->flags & OP_WRITE))
         self->writes_in_flight++;
@@ -1340,7 +1336,7 @@ s_abandon (kvp_job_t **job_p)
 static void
 s_abandon_all (self_t *self)
 {
-    zpoller_t *poller = zpoller_new (self->rm, self->al, self->tx, self->ev, NULL);
+    zpoller_t *poller = zpoller_new (self->rm, self->tx, self->ev, self->cl, NULL);
     int64_t deadline = zclock_mono () + ABANDON_WAIT_MS;
     while (self->in_flight > 0 && zclock_mono () < deadline) {
         zsock_t *which = (zsock_t *) zpoller_wait (poller, (int) (deadline - zclock_mono ()));
@@ -1373,8 +1369,8 @@ api_actor (zsock_t *pipe, void *args)
         void *which = NULL;
         //  Spin for the replies a request waits on.
         if (self->in_flight > 0) {
-            zsock_t *actors[] = {self->rm, self->al, self->tx, self->ev, self->cl};
-            which = spin_poll (actors, 5, SPIN_US);
+            zsock_t *actors[] = {self->rm, self->tx, self->ev, self->cl};
+            which = spin_poll (actors, 4, SPIN_US);
         }
         if (!which) {
             int64_t wake = self->next_owner_check;
@@ -1387,8 +1383,7 @@ api_actor (zsock_t *pipe, void *args)
             s_client_message (self, (zsock_t *) which);
         else if (which == self->jobs)
             s_job_message (self);
-        else if (which == self->rm || which == self->al || which == self->tx || which == self->ev
-                 || which == self->cl)
+        else if (which == self->rm || which == self->tx || which == self->ev || which == self->cl)
             s_actor_reply (self, (zsock_t *) which);
         else if (self->guard && which == conn_guard_socket (self->guard))
             conn_guard_handle (self->guard);
@@ -1425,7 +1420,6 @@ api_test (bool verbose)
     config.endpoints[0] = "tcp://127.0.0.1:*";
     config.endpoint_count = 1;
     zactor_t *rm = zactor_new (replica_manager_actor, &config);
-    zactor_t *al = zactor_new (allocator_actor, &config);
     zactor_t *tx = zactor_new (transfer_submitter_actor, &config);
     zactor_t *ev = zactor_new (evictor_actor, &config);
     zactor_t *api = zactor_new (api_actor, &config);
@@ -1515,7 +1509,6 @@ api_test (bool verbose)
     zactor_destroy (&ev);
     zactor_destroy (&rm);
     zactor_destroy (&tx);
-    zactor_destroy (&al);
     if (verbose)
         printf ("put, get, garbage over tcp; jobs of in-process actors ");
 }

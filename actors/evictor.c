@@ -39,7 +39,6 @@
 
 #include <pthread.h>
 
-#include "actors/allocator.h"
 #include "actors/replica_manager.h"
 #include "actors/transfer_submitter.h"
 #include "messages/kvp_job.h"
@@ -63,8 +62,8 @@ typedef struct {
 
 typedef struct {
     zsock_t *pipe;
-    zsock_t *router; //  the api's jobs
-    zsock_t *rm, *al, *tx;
+    zsock_t *router;            //  the api's jobs
+    zsock_t *rm, *tx;           //  the replica-manager does the allocator's jobs too
     const kvp_config_t *config; //  = &settings
     kvp_config_t settings;      //  its own copy: settings changed at run time land here
     bool tier;                  //  a disk tier
@@ -161,7 +160,6 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
     int rc = zsock_bind (self->router, "inproc://%s-ev", config->instance);
     assert (rc == 0);
     self->rm = s_dealer (config->instance, "rm");
-    self->al = s_dealer (config->instance, "al");
     self->tx = s_dealer (config->instance, "tx");
     self->waiters = zlistx_new ();
     self->tier = config->disk_dir != NULL;
@@ -191,7 +189,7 @@ s_self_destroy (self_t **self_p)
     zlistx_destroy (&self->waiters);
     //  Take back what is out, so no job leaks (the actors it went to end after this one).
     //  Objects pinned for a disk copy stay pinned: the replica-manager is ending too.
-    zpoller_t *poller = zpoller_new (self->rm, self->al, self->tx, NULL);
+    zpoller_t *poller = zpoller_new (self->rm, self->tx, NULL);
     while (self->measuring || self->cycle_out || self->writes_out || self->drops_out
            || self->frees_out) {
         zsock_t *ready = (zsock_t *) zpoller_wait (poller, 2000);
@@ -211,7 +209,6 @@ s_self_destroy (self_t **self_p)
     zpoller_destroy (&poller);
     zsock_destroy (&self->router);
     zsock_destroy (&self->rm);
-    zsock_destroy (&self->al);
     zsock_destroy (&self->tx);
     free (self);
     *self_p = NULL;
@@ -413,7 +410,7 @@ s_evicted (self_t *self, kvp_job_t *job, int64_t now)
             kvp_job_t *frees = (kvp_job_t *) plan->frees;
             plan->frees = NULL;
             if (frees)
-                s_send (self->al, frees, &self->frees_out);
+                s_send (self->rm, frees, &self->frees_out);
             job->kind = KVP_TX_DISK_WRITE;
             s_send (self->tx, job, &self->writes_out);
             return;
@@ -422,7 +419,7 @@ s_evicted (self_t *self, kvp_job_t *job, int64_t now)
     kvp_job_t *frees = (kvp_job_t *) plan->frees;
     plan->frees = NULL;
     if (frees)
-        s_send (self->al, frees, &self->frees_out);
+        s_send (self->rm, frees, &self->frees_out);
     kvp_job_destroy (&job);
 }
 
@@ -462,7 +459,7 @@ s_offload_step (self_t *self, kvp_job_t *job)
     kvp_job_t *frees = (kvp_job_t *) job->evict.frees;
     job->evict.frees = NULL;
     if (frees)
-        s_send (self->al, frees, &self->frees_out);
+        s_send (self->rm, frees, &self->frees_out);
     kvp_job_destroy (&job);
 }
 
@@ -574,7 +571,7 @@ s_tick (self_t *self, int64_t now)
     if (self->measuring || self->cycle_out)
         return;
     kvp_job_t *job = kvp_job_new (KVP_AL_STATS, 0);
-    if (kvp_job_send (self->al, job) == 0)
+    if (kvp_job_send (self->rm, job) == 0)
         self->measuring = true;
     else
         kvp_job_destroy (&job);
@@ -585,7 +582,7 @@ evictor_actor (zsock_t *pipe, void *args)
 {
     pthread_setname_np (pthread_self (), "kvp-evictor");
     self_t *self = s_self_new (pipe, (const kvp_config_t *) args);
-    zpoller_t *poller = zpoller_new (pipe, self->router, self->rm, self->al, self->tx, NULL);
+    zpoller_t *poller = zpoller_new (pipe, self->router, self->rm, self->tx, NULL);
     zsock_signal (pipe, 0);
     while (!self->terminated) {
         int64_t wait = self->next_tick - zclock_mono ();
@@ -637,18 +634,16 @@ evictor_test (bool verbose)
     config.segment_size = 8 << 20;
     config.index_slots = 0;
     zactor_t *rm = zactor_new (replica_manager_actor, &config);
-    zactor_t *al = zactor_new (allocator_actor, &config);
     zactor_t *tx = zactor_new (transfer_submitter_actor, &config);
     zactor_t *ev = zactor_new (evictor_actor, &config);
-    assert (rm && al && tx && ev);
+    assert (rm && tx && ev);
     zstr_send (ev, "STATUS");
     char *status = zstr_recv (ev);
     assert (status && streq (status, "OK"));
     zstr_free (&status);
     zsock_t *to_rm = zsock_new_dealer ("inproc://evtest-rm");
-    zsock_t *to_al = zsock_new_dealer ("inproc://evtest-al");
     zsock_t *to_ev = zsock_new_dealer ("inproc://evtest-ev");
-    assert (to_rm && to_al && to_ev);
+    assert (to_rm && to_ev);
     char keys[40][16];
     for (int i = 0; i < 40; i++) {
         snprintf (keys[i], sizeof keys[i], "key-%02d", i);
@@ -657,13 +652,13 @@ evictor_test (bool verbose)
         put->items[0].key = keys[i];
         put->items[0].key_len = strlen (keys[i]);
         put->items[0].size = 256 << 10;
-        s_test_call (to_al, put);
+        s_test_call (to_rm, put);
         if (put->items[0].status == KVPOOL_NO_AVAILABLE_HANDLE) {
             //  As the api would: make room, retry once.
             put->kind = KVP_EV_MAKE_ROOM;
             s_test_call (to_ev, put);
             put->kind = KVP_AL_RETRY;
-            s_test_call (to_al, put);
+            s_test_call (to_rm, put);
         }
         assert (put->items[0].status == KVPOOL_OK);
         put->kind = KVP_RM_INSERT;
@@ -675,7 +670,7 @@ evictor_test (bool verbose)
     //  40 x 256 KiB is 10 MiB in an 8 MiB pool: every put found room, and the pool ends
     //  under the watermark, the newest object kept, the oldest gone.
     zclock_sleep (100);
-    kvp_job_t *stats = s_test_call (to_al, kvp_job_new (KVP_AL_STATS, 0));
+    kvp_job_t *stats = s_test_call (to_rm, kvp_job_new (KVP_AL_STATS, 0));
     assert (stats->stats.bytes_allocated <= 0.9 * stats->stats.bytes_mounted);
     kvp_job_destroy (&stats);
     const char *probe[] = {keys[0], keys[39]};
@@ -693,12 +688,10 @@ evictor_test (bool verbose)
     assert (stats->stats.eviction_cycles >= 1 && stats->stats.disk_capacity == 0);
     kvp_job_destroy (&stats);
     zsock_destroy (&to_rm);
-    zsock_destroy (&to_al);
     zsock_destroy (&to_ev);
     zactor_destroy (&ev);
     zactor_destroy (&rm);
     zactor_destroy (&tx);
-    zactor_destroy (&al);
     if (verbose)
         printf ("a pool past its watermark evicted, oldest first ");
 }

@@ -264,7 +264,9 @@ membership_actor (zsock_t *pipe, void *args)
                       kvp_curve_master_key (self->config->curve));
     zsock_connect (self->master, "%s", self->config->master);
     zsock_connect (self->rm, "inproc://%s-rm", self->config->instance);
-    zsock_connect (self->al, "inproc://%s-al", self->config->instance);
+    //  The allocator's free space: asked of the replica-manager (whose thread runs the
+    //  allocator) on a socket of its own, so that its answers are told apart.
+    zsock_connect (self->al, "inproc://%s-rm", self->config->instance);
     zpoller_t *poller = zpoller_new (pipe, self->master, self->rm, self->al, NULL);
     zsock_signal (pipe, 0);
     //  The first REGISTER once the allocator said how much memory the node has (placement

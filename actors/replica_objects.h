@@ -15,6 +15,7 @@
 #include <stdatomic.h>
 
 #include "actors/admission.h"
+#include "actors/allocator.h"
 #include "actors/config.h"
 #include "actors/kv_events.h"
 #include "actors/lru_list.h"
@@ -85,7 +86,7 @@ typedef struct {
 typedef struct {
     zsock_t *pipe;
     zsock_t *router;            //  jobs, all routed by the api
-    zsock_t *allocator;         //  frees go here
+    allocator_t *allocator;     //  the node's space, run on this thread (KVP_AL_* jobs)
     const kvp_config_t *config; //  = &settings
     kvp_config_t settings;      //  its own copy: settings changed at run time land here
     object_table_t *objects;    //  key -> kvp_object_t
@@ -107,7 +108,7 @@ typedef struct {
     uint64_t pinned_seen, leased_seen;       //  in this pass so far
     uint64_t pinned_objects, leased_objects; //  of the last whole pass
     uint64_t puts, gets, get_hits, removes, revoked;
-    size_t frees_out; //  free jobs the allocator has not handed back yet
+    uint64_t items_freed; //  items of free jobs given to the allocator (the self test's)
     //  Eviction and the disk tier (see EVICTION below).
     zsock_t *tx;             //  disk copies to unlink go here
     kvp_job_t *unlinks;      //  disk copies to unlink, sent at the end of each job
@@ -168,10 +169,10 @@ rm_event_removed (rm_state_t *self, const kvp_object_t *object)
 
 //  ---- replica_manager.c --------------------------------------------------------------
 
-//  Queues one range for freeing (batched into one KVP_AL_FREE job) / sends that job.
+//  Queues one range for freeing (batched into one KVP_AL_FREE job) / frees them all now.
 void rm_free_range (kvp_job_t **free_job_p, uint64_t size, const kvp_replica_t *replicas,
                     uint32_t count);
-void rm_free_job_send (rm_state_t *self, kvp_job_t **job_p);
+void rm_frees_apply (rm_state_t *self, kvp_job_t **job_p);
 //  A new object for item, with the job's pins, in the table (the caller sets its state).
 kvp_object_t *rm_object_new (rm_state_t *self, kvp_job_t *job, kvp_item_t *item, int64_t now);
 //  Takes an object out of the table and frees (or dooms) it.

@@ -367,7 +367,7 @@ rm_disk_evict (self_t *self, kvp_job_t *job, int64_t now)
     plan->freed_bytes = freed;
     plan->disk_bytes = self->disk_bytes;
     plan->disk_objects = self->disk.count;
-    rm_free_job_send (self, &free_job);
+    rm_frees_apply (self, &free_job);
 }
 
 //  RM_DISK_REGISTER: the copies a restarted node found on its disk become disk-only
@@ -414,7 +414,7 @@ rm_disk_lost (self_t *self, kvp_job_t *job, int64_t now)
             rm_object_drop (self, object, &free_job, now);
         }
     }
-    rm_free_job_send (self, &free_job);
+    rm_frees_apply (self, &free_job);
 }
 
 //  RM_PROMOTE: a disk-only object read often is back in memory (placed and written by the
@@ -445,5 +445,5 @@ rm_promote (self_t *self, kvp_job_t *job, int64_t now)
         rm_publish (self, object);
         rm_log_put (self, object, NULL);
     }
-    rm_free_job_send (self, &free_job);
+    rm_frees_apply (self, &free_job);
 }

@@ -105,6 +105,12 @@ transfer_job_bytes (kvp_job_t *job)
     return bytes;
 }
 
+bool
+transfer_job_inline (kvp_job_t *job)
+{
+    return transfer_job_bytes (job) < TRANSFER_INLINE_BYTES;
+}
+
 //  An item to write with no bytes to write from would be committed holding whatever its
 //  space held before: it fails instead (no row should ever make one).
 static void
@@ -133,7 +139,7 @@ transfer_job_copy (kvp_job_t *job)
 static void
 s_write (self_t *self, kvp_job_t *job, zframe_t **reply_to_p)
 {
-    //  Small puts never come here: the api copies them itself (TRANSFER_INLINE_BYTES).
+    //  Small puts never come here: they are copied where they are (transfer_job_inline).
     pending_t *pending = (pending_t *) zmalloc (sizeof (pending_t));
     done_arg_t *done = (done_arg_t *) zmalloc (sizeof (done_arg_t));
     done->self = self;

@@ -4,8 +4,8 @@
     ROUTER bound at inproc://<instance>-tx: every item with status OK has its value (src,
     size) copied into each of its replicas (addr). A job's copies are spread over the workers;
     the job is answered when all of them are done. Jobs under TRANSFER_INLINE_BYTES never
-    come here: the api copies them itself (transfer_job_copy), where the hop would cost more
-    than the copy.
+    come here: the thread that holds them (the api, or the replica-manager that placed them)
+    copies them itself (transfer_job_copy), where the hop would cost more than the copy.
 
     Later transports (node-to-node TCP, RDMA, disk) plug in here as other job kinds.
 
@@ -29,6 +29,8 @@ void transfer_submitter_actor (zsock_t *pipe, void *args);
 
 //  Bytes a KVP_TX_WRITE job copies (every OK item's value into each of its replicas).
 uint64_t transfer_job_bytes (kvp_job_t *job);
+//  True when a KVP_TX_WRITE job is small enough to copy on the thread that holds it.
+bool transfer_job_inline (kvp_job_t *job);
 //  Does a KVP_TX_WRITE job's copies on the calling thread, which owns the job.
 void transfer_job_copy (kvp_job_t *job);
 

@@ -36,7 +36,8 @@ s_zeroed (size_t size)
     return block;
 }
 
-//  Which actor owns what each kind works on: objects, space, or bytes in flight.
+//  Which actor owns what each kind works on: objects and space (the replica-manager, whose
+//  thread runs the allocator), bytes in flight, policy, or the cluster.
 static const kvp_actor_t s_kind_actor[KVP_JOB_KIND_COUNT] = {
     [KVP_RM_RESERVE] = KVP_ACTOR_RM,      [KVP_RM_BIND] = KVP_ACTOR_RM,
     [KVP_RM_COMMIT] = KVP_ACTOR_RM,       [KVP_RM_INSERT] = KVP_ACTOR_RM,
@@ -48,14 +49,14 @@ static const kvp_actor_t s_kind_actor[KVP_JOB_KIND_COUNT] = {
     [KVP_RM_REMOVE] = KVP_ACTOR_RM,       [KVP_RM_REMOVE_REGEX] = KVP_ACTOR_RM,
     [KVP_RM_REMOVE_ALL] = KVP_ACTOR_RM,   [KVP_RM_REMOVE_SEGMENT] = KVP_ACTOR_RM,
     [KVP_RM_OWNER_GONE] = KVP_ACTOR_RM,   [KVP_RM_STATS] = KVP_ACTOR_RM,
-    [KVP_AL_ALLOC] = KVP_ACTOR_AL,        [KVP_AL_FREE] = KVP_ACTOR_AL,
-    [KVP_AL_STATS] = KVP_ACTOR_AL,        [KVP_AL_SEGMENTS] = KVP_ACTOR_AL,
-    [KVP_AL_MOUNT] = KVP_ACTOR_AL,        [KVP_AL_UNMOUNT_CHECK] = KVP_ACTOR_AL,
-    [KVP_AL_UNMOUNT] = KVP_ACTOR_AL,      [KVP_AL_OWNER_SEGMENTS] = KVP_ACTOR_AL,
+    [KVP_AL_ALLOC] = KVP_ACTOR_RM,        [KVP_AL_FREE] = KVP_ACTOR_RM,
+    [KVP_AL_STATS] = KVP_ACTOR_RM,        [KVP_AL_SEGMENTS] = KVP_ACTOR_RM,
+    [KVP_AL_MOUNT] = KVP_ACTOR_RM,        [KVP_AL_UNMOUNT_CHECK] = KVP_ACTOR_RM,
+    [KVP_AL_UNMOUNT] = KVP_ACTOR_RM,      [KVP_AL_OWNER_SEGMENTS] = KVP_ACTOR_RM,
     [KVP_RM_EVICT] = KVP_ACTOR_RM,        [KVP_RM_OFFLOADED] = KVP_ACTOR_RM,
     [KVP_RM_DISK_EVICT] = KVP_ACTOR_RM,   [KVP_RM_DISK_REGISTER] = KVP_ACTOR_RM,
     [KVP_RM_ADOPT] = KVP_ACTOR_RM,        [KVP_RM_DISK_LOST] = KVP_ACTOR_RM,
-    [KVP_RM_PROMOTE] = KVP_ACTOR_RM,      [KVP_AL_RETRY] = KVP_ACTOR_AL,
+    [KVP_RM_PROMOTE] = KVP_ACTOR_RM,      [KVP_AL_RETRY] = KVP_ACTOR_RM,
     [KVP_EV_MAKE_ROOM] = KVP_ACTOR_EV,    [KVP_EV_STATS] = KVP_ACTOR_EV,
     [KVP_TX_WRITE] = KVP_ACTOR_TX,        [KVP_TX_DISK_WRITE] = KVP_ACTOR_TX,
     [KVP_TX_DISK_READ] = KVP_ACTOR_TX,    [KVP_TX_DISK_DROP] = KVP_ACTOR_TX,
@@ -76,6 +77,23 @@ kvp_job_kind_actor (kvp_job_kind_t kind)
     assert (kind > KVP_JOB_NONE && kind < KVP_JOB_KIND_COUNT);
     assert (s_kind_actor[kind] != KVP_ACTOR_NONE);
     return s_kind_actor[kind];
+}
+
+bool
+kvp_job_kind_is_allocators (kvp_job_kind_t kind)
+{
+    switch (kind) {
+        case KVP_AL_ALLOC:
+        case KVP_AL_RETRY:
+        case KVP_AL_FREE:
+        case KVP_AL_STATS:
+        case KVP_AL_SEGMENTS:
+        case KVP_AL_MOUNT:
+        case KVP_AL_UNMOUNT_CHECK:
+        case KVP_AL_UNMOUNT:
+        case KVP_AL_OWNER_SEGMENTS: return true;
+        default: return false;
+    }
 }
 
 kvp_job_t *

@@ -1,12 +1,12 @@
 /*  kvp_job.h - the message that moves between kvpool's actors inside one process.
 
     A client request becomes one kvp_job_t. The api actor creates it, then sends a pointer to
-    it (one frame, zsock picture "p") to the actor that must work on it: replica-manager,
-    allocator or transfer-submitter (the stages of its operation, messages/ops.h; each job
-    kind belongs to one actor, kvp_job_kind_actor). Each of those is a server on an inproc ROUTER
-   socket: it receives [routing id][job pointer], does its part, and sends the same pointer back to
-   the routing id. Ownership passes with the message: whoever last received the pointer is the only
-   one touching the job.
+    it (one frame, zsock picture "p") to the actor that must work on it: replica-manager (whose
+    thread also runs the allocator), transfer-submitter, evictor or cluster (the stages of its
+    operation, messages/ops.h; each job kind belongs to one actor, kvp_job_kind_actor). Each
+    of those is a server on an inproc ROUTER socket: it receives [routing id][job pointer],
+    does its part, and sends the same pointer back to the routing id. Ownership passes with
+    the message: whoever last received the pointer is the only one touching the job.
 
     A job is batch-native: items[] holds one entry per key, each with its own status.
     Objects (kvp_object_t) are owned by the replica-manager; a job item may reference one
@@ -120,15 +120,9 @@ typedef enum {
     KVP_JOB_KIND_COUNT
 } kvp_job_kind_t;
 
-//  The actors that work on jobs (the api only routes them).
-typedef enum {
-    KVP_ACTOR_NONE,
-    KVP_ACTOR_RM,
-    KVP_ACTOR_AL,
-    KVP_ACTOR_TX,
-    KVP_ACTOR_EV,
-    KVP_ACTOR_CL
-} kvp_actor_t;
+//  The actors that work on jobs (the api only routes them). The replica-manager's thread
+//  also does the allocator's work (KVP_AL_*: allocator.h).
+typedef enum { KVP_ACTOR_NONE, KVP_ACTOR_RM, KVP_ACTOR_TX, KVP_ACTOR_EV, KVP_ACTOR_CL } kvp_actor_t;
 
 //  An item status that is not a kvpool_status_t: placed on other nodes only (KVP_CL_PLACE),
 //  so this node's own stages pass over it. Never sent to a client.
@@ -234,7 +228,11 @@ typedef struct {
 
 typedef struct {
     kvp_job_kind_t kind;
-    int op;          //  the client operation (kvpool.v1.Op) this job serves
+    int op; //  the client operation (kvpool.v1.Op) this job serves
+    //  Set by the api, which walks the job through its operation's stages (messages/ops.h):
+    //  the actor it is sent to may run the stages after its own that are its own too, and
+    //  answer with kind set to the last one it ran.
+    bool walk;
     int status;      //  request-level status
     char error[160]; //  reason when status, or an item's status, is not OK
     size_t count;    //  number of items
@@ -294,6 +292,8 @@ typedef struct {
 
 //  The actor that works on jobs of this kind.
 kvp_actor_t kvp_job_kind_actor (kvp_job_kind_t kind);
+//  True for the allocator's kinds (KVP_AL_*), which the replica-manager's thread runs.
+bool kvp_job_kind_is_allocators (kvp_job_kind_t kind);
 
 //  Creates a job with count zeroed items. Caller owns the return value.
 kvp_job_t *kvp_job_new (kvp_job_kind_t kind, size_t count);

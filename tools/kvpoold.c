@@ -194,7 +194,6 @@ main (int argc, char **argv)
     config.metrics = metrics_new (config.role == KVP_ROLE_NODE ? "node" : "all");
     assert (config.metrics);
     zactor_t *rm = zactor_new (replica_manager_actor, &config);
-    zactor_t *al = zactor_new (allocator_actor, &config);
     zactor_t *tx = zactor_new (transfer_submitter_actor, &config);
     //  The evictor registers what the disk tier holds before the api serves.
     zactor_t *ev = zactor_new (evictor_actor, &config);
@@ -206,8 +205,9 @@ main (int argc, char **argv)
     cluster_args_t cluster_args = {0};
     int status = 1;
 
-    zstr_send (al, "STATUS");
-    char *al_status = zstr_recv (al);
+    //  The node's own segments are the replica-manager's allocator's (allocator.h).
+    zstr_send (rm, "STATUS");
+    char *al_status = zstr_recv (rm);
     if (!al_status || !streq (al_status, "OK")) {
         fprintf (stderr, "kvpoold: %s\n", al_status ? al_status : "allocator failed");
         zstr_free (&al_status);
@@ -324,7 +324,6 @@ shutdown:
     zactor_destroy (&kv_events); //  after the replica-manager: it publishes its last batch
     zactor_destroy (&cluster);   //  after the replica-manager: it takes its last drop reports
     zactor_destroy (&tx);
-    zactor_destroy (&al);
     zlist_destroy (&endpoints);
     zlist_destroy (&admin);
     zlist_destroy (&kv_endpoints);
