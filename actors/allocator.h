@@ -20,8 +20,6 @@
 #include "actors/config.h"
 #include "messages/kvp_job.h"
 
-typedef struct _allocator_t allocator_t;
-
 //  Creates the node's own segments (and, with --segment-dir, adopts the previous run's
 //  objects into them). config must outlive the allocator. When the segments cannot be made
 //  it is still made: allocator_error says why, and every job but FREE fails with

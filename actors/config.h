@@ -18,6 +18,7 @@
 
 typedef struct _kvp_metrics_t kvp_metrics_t;
 typedef struct _kvp_curve_t kvp_curve_t;
+typedef struct _allocator_t allocator_t;
 
 typedef enum {
     KVP_PLACEMENT_RANDOM = 0,
@@ -122,6 +123,11 @@ typedef struct {
     //  Not a setting: the counters the api and the lookup server keep and the metrics actor
     //  serves (actors/metrics.h); made by kvpoold before the actors start. NULL: none kept.
     kvp_metrics_t *metrics;
+    //  Not a setting: the node's segments and their space (actors/allocator.h), made by
+    //  kvpoold before the actors start and destroyed after them all, so that no copy or send
+    //  still under way at the end reads unmapped memory; only the replica-manager's thread
+    //  uses it. NULL: the replica-manager makes its own (self tests).
+    allocator_t *allocator;
     //  Not a setting: the --config file's tree (a zconfig_t), whose strings the settings from
     //  it point into; kvp_config_release frees it.
     void *file;

@@ -186,7 +186,9 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
     zsock_set_rcvhwm (self->router, 0);
     int rc = zsock_bind (self->router, "inproc://%s-rm", config->instance);
     assert (rc == 0);
-    self->allocator = allocator_new (config);
+    self->allocator = config->allocator;
+    if (!self->allocator)
+        self->allocator = self->own_allocator = allocator_new (config);
     assert (self->allocator);
     self->tx = zsock_new (ZMQ_DEALER);
     assert (self->tx);
@@ -447,7 +449,7 @@ s_self_destroy (self_t **self_p)
     admission_destroy (&self->disk_reads);
     kv_events_feed_destroy (&self->events); //  hands over the last batch
     zsock_destroy (&self->router);
-    allocator_destroy (&self->allocator);
+    allocator_destroy (&self->own_allocator);
     zsock_destroy (&self->tx);
     kvp_job_destroy (&self->dropped);
     zsock_destroy (&self->cluster);

@@ -87,6 +87,7 @@ typedef struct {
     zsock_t *pipe;
     zsock_t *router;            //  jobs, all routed by the api
     allocator_t *allocator;     //  the node's space, run on this thread (KVP_AL_* jobs)
+    allocator_t *own_allocator; //  ... when the config brought none (self tests)
     const kvp_config_t *config; //  = &settings
     kvp_config_t settings;      //  its own copy: settings changed at run time land here
     object_table_t *objects;    //  key -> kvp_object_t

@@ -193,6 +193,9 @@ main (int argc, char **argv)
     //  The counters the api and the lookup server keep, and the metrics actor serves.
     config.metrics = metrics_new (config.role == KVP_ROLE_NODE ? "node" : "all");
     assert (config.metrics);
+    //  The segments outlive every actor (config.h): made here, destroyed last.
+    config.allocator = allocator_new (&config);
+    assert (config.allocator);
     zactor_t *rm = zactor_new (replica_manager_actor, &config);
     zactor_t *tx = zactor_new (transfer_submitter_actor, &config);
     //  The evictor registers what the disk tier holds before the api serves.
@@ -324,6 +327,7 @@ shutdown:
     zactor_destroy (&kv_events); //  after the replica-manager: it publishes its last batch
     zactor_destroy (&cluster);   //  after the replica-manager: it takes its last drop reports
     zactor_destroy (&tx);
+    allocator_destroy (&config.allocator);
     zlist_destroy (&endpoints);
     zlist_destroy (&admin);
     zlist_destroy (&kv_endpoints);
