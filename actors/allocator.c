@@ -31,6 +31,7 @@
 
 #include "actors/log.h"
 
+#include <stdatomic.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -63,10 +64,11 @@ struct _allocator_t {
     zlistx_t *segments; //  seg_t, in id order
     uint32_t next_id;
     uint64_t rng;
-    char error[300];    //  why the node's own segments could not be made
-    segment_dir_t *dir; //  --segment-dir: its lock, held for the node's life
-    kvp_job_t *adopted; //  KVP_RM_ADOPT: the previous run's objects, for the replica-manager
-    zlistx_t *finished; //  finished_t: unmounts to answer
+    char error[300];         //  why the node's own segments could not be made
+    segment_dir_t *dir;      //  --segment-dir: its lock, held for the node's life
+    kvp_job_t *adopted;      //  KVP_RM_ADOPT: the previous run's objects, for the replica-manager
+    zlistx_t *finished;      //  finished_t: unmounts to answer
+    atomic_bool handed_back; //  allocator_hand_back: the owning thread is done with it
 };
 typedef struct _allocator_t self_t;
 
@@ -246,11 +248,19 @@ allocator_stop (allocator_t *self)
 }
 
 void
+allocator_hand_back (allocator_t *self)
+{
+    atomic_store_explicit (&self->handed_back, true, memory_order_release);
+}
+
+void
 allocator_destroy (allocator_t **self_p)
 {
     self_t *self = *self_p;
     if (!self)
         return;
+    //  Everything the owning thread did is seen here (its hand-back was a release).
+    (void) atomic_load_explicit (&self->handed_back, memory_order_acquire);
     allocator_stop (self);
     finished_t *done;
     while ((done = (finished_t *) zlistx_first (self->finished))) {

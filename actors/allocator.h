@@ -28,6 +28,10 @@ allocator_t *allocator_new (const kvp_config_t *config);
 //  Answers what is parked with UNAVAILABLE_IN_CURRENT_STATUS (collect it with
 //  allocator_finished before destroying, to reply).
 void allocator_stop (allocator_t *self);
+//  The thread that used the allocator is done with it, for good: a release, so that the
+//  thread that destroys it sees all that thread did. (They are ordered by a ZeroMQ pipe
+//  already, zactor_destroy's, which ThreadSanitizer does not see into.)
+void allocator_hand_back (allocator_t *self);
 //  Frees the segments' arenas and unmaps them; what is still parked is destroyed.
 void allocator_destroy (allocator_t **self_p);
 

@@ -1854,7 +1854,11 @@ replica_manager_actor (zsock_t *pipe, void *args)
         self->unlinks_out--;
     }
     zpoller_destroy (&poller);
+    //  Last: kvpoold destroys its allocator once this thread is done (config.h).
+    allocator_t *borrowed = self->own_allocator ? NULL : self->allocator;
     s_self_destroy (&self);
+    if (borrowed)
+        allocator_hand_back (borrowed);
 }
 
 //  ---- self test ---------------------------------------------------------------------
