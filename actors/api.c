@@ -48,6 +48,7 @@
 #include "protocol/status.h"
 #include "actors/replica_manager.h"
 #include "actors/spin_poll.h"
+#include "actors/wait_set.h"
 #include "actors/transfer_submitter.h"
 #include "messages/kvp_job.h"
 #include "messages/arena.h"
@@ -96,8 +97,8 @@ typedef struct {
     zsock_t *peer; //  role node: the data plane (other nodes' requests, on local rows)
     zsock_t *jobs; //  jobs of in-process actors (inproc://<instance>-jobs)
     zsock_t *rm, *tx, *ev, *cl;
-    bool cluster; //  role node
-    zpoller_t *poller;
+    bool cluster;               //  role node
+    wait_set_t *waits;          //  every socket the api reads (wait_set.h)
     const kvp_config_t *config; //  = &settings
     kvp_config_t settings;      //  its own copy: settings changed at run time land here
     zlistx_t *endpoints;        //  resolved endpoint strings
@@ -306,14 +307,16 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
     //  The first listing of the segments at once: index reads need the mappings.
     self->map_due = true;
     self->next_owner_check = self->started + OWNER_CHECK_INTERVAL_MS;
-    self->poller =
-        zpoller_new (pipe, self->router, self->jobs, self->rm, self->tx, self->ev, self->cl, NULL);
+    self->waits = wait_set_new ();
+    zsock_t *waited[] = {pipe, self->router, self->jobs, self->rm, self->tx, self->ev, self->cl};
+    for (size_t i = 0; i < sizeof waited / sizeof waited[0]; i++)
+        wait_set_add (self->waits, waited[i]);
     if (self->peer)
-        zpoller_add (self->poller, self->peer);
+        wait_set_add (self->waits, self->peer);
     self->guard =
         conn_guard_new (self->router, self->endpoints, config->max_connections, config->instance);
     if (self->guard)
-        zpoller_add (self->poller, conn_guard_socket (self->guard));
+        wait_set_add (self->waits, conn_guard_socket (self->guard));
     return self;
 }
 
@@ -323,7 +326,7 @@ s_self_destroy (self_t **self_p)
     self_t *self = *self_p;
     if (!self)
         return;
-    zpoller_destroy (&self->poller);
+    wait_set_destroy (&self->waits);
     conn_guard_destroy (&self->guard);
     index_reads_destroy (&self->reads);
     owners_destroy (&self->owners);
@@ -379,6 +382,9 @@ static int
 s_send_header (self_t *self, api_ctx_t *ctx, Kvpool__V1__Reply *reply, bool more)
 {
     void *socket = zsock_resolve (ctx->socket);
+    //  The reply (and its values, sent next) goes out on ctx->socket: its events are asked
+    //  again before the api sleeps (wait_set.h).
+    wait_set_touch (self->waits, ctx->socket);
     self->requests++;
     if (reply->status != KVPOOL_OK)
         self->errors++;
@@ -415,6 +421,14 @@ s_reply_error (self_t *self, api_ctx_t *ctx, uint64_t request_id, int op, int st
     s_send_header (self, ctx, &reply, false);
     kvp_debug ("request %llu op %d: %s (%s)", (unsigned long long) request_id, op,
                kvp_status_name (status), reason);
+}
+
+//  Answers an in-process actor's job on the job socket. Returns 0 or -1.
+static int
+s_reply_job (self_t *self, zframe_t **routing_id_p, kvp_job_t *job)
+{
+    wait_set_touch (self->waits, self->jobs);
+    return kvp_job_reply (self->jobs, routing_id_p, job);
 }
 
 //  Drops the pins a GET took on objects that will not be sent.
@@ -746,7 +760,7 @@ s_finish (self_t *self, kvp_job_t *job)
         job->context = NULL;
         zframe_t *routing_id = ctx->routing_id;
         ctx->routing_id = NULL;
-        if (kvp_job_reply (self->jobs, &routing_id, job) != 0) {
+        if (s_reply_job (self, &routing_id, job) != 0) {
             zframe_destroy (&routing_id);
             kvp_job_destroy (&job);
         }
@@ -793,6 +807,7 @@ s_advance (self_t *self, kvp_job_t *job, kvp_job_kind_t done)
     zsock_t *target = s_actor_socket (self, next);
     if (done == KVP_JOB_NONE && (row->flags & OP_WRITE))
         self->writes_in_flight++;
+    wait_set_touch (self->waits, target);
     if (kvp_job_send (target, job) == 0)
         self->in_flight++;
     else {
@@ -1200,7 +1215,7 @@ s_job_message (self_t *self)
         kvp_job_fail (job, KVPOOL_INVALID_PARAMS, "%zu keys: at most %llu", job->count,
                       (unsigned long long) self->config->max_keys);
     if (job->status != KVPOOL_OK) {
-        if (kvp_job_reply (self->jobs, &routing_id, job) != 0) {
+        if (s_reply_job (self, &routing_id, job) != 0) {
             zframe_destroy (&routing_id);
             kvp_job_destroy (&job);
         }
@@ -1304,9 +1319,9 @@ s_pipe_command (self_t *self)
         zstr_sendx (self->pipe, self->peer_endpoint, self->host_id, NULL);
     else if (streq (command, "DRAIN")) {
         self->draining = true;
-        zpoller_remove (self->poller, self->router);
+        wait_set_remove (self->waits, self->router);
         if (self->peer)
-            zpoller_remove (self->poller, self->peer);
+            wait_set_remove (self->waits, self->peer);
     }
     else {
         //  Commands come from kvpoold's code, not from outside: an unknown one is a bug.
@@ -1368,17 +1383,17 @@ api_actor (zsock_t *pipe, void *args)
     while (!self->terminated) {
         void *which = NULL;
         //  Spin for the replies a request waits on.
-        if (self->in_flight > 0) {
-            zsock_t *actors[] = {self->rm, self->tx, self->ev, self->cl};
-            which = spin_poll (actors, 4, SPIN_US);
-        }
+        if (self->in_flight > 0)
+            which = spin_poll (self->waits, SPIN_US);
         if (!which) {
             int64_t wake = self->next_owner_check;
             int64_t wait = wake - zclock_mono ();
-            which = zpoller_wait (self->poller, wait > 0 ? (int) wait : 0);
+            which = wait_set_wait (self->waits, wait > 0 ? (int) wait : 0);
         }
-        if (which == pipe)
+        if (which == pipe) {
             s_pipe_command (self);
+            wait_set_touch (self->waits, pipe); //  a command may be answered
+        }
         else if (which == self->router || (which && which == self->peer))
             s_client_message (self, (zsock_t *) which);
         else if (which == self->jobs)
@@ -1400,6 +1415,7 @@ api_actor (zsock_t *pipe, void *args)
             && zlistx_size (self->resets) == 0) {
             drained = true;
             zstr_send (pipe, "DRAINED");
+            wait_set_touch (self->waits, pipe);
         }
     }
     s_abandon_all (self);

@@ -14,15 +14,15 @@ s_now_ns (void)
 }
 
 zsock_t *
-spin_poll (zsock_t **sockets, size_t count, int spin_us)
+spin_poll (wait_set_t *set, int spin_us)
 {
     int64_t deadline = s_now_ns () + (int64_t) spin_us * 1000;
     do {
-        for (size_t i = 0; i < count; i++)
-            if (zsock_events (sockets[i]) & ZMQ_POLLIN)
-                return sockets[i];
-        //  Each check is a system call (libzmq polls its mailbox), and system calls are
-        //  dear on a virtual machine: look again only every couple of microseconds.
+        zsock_t *ready = wait_set_wait (set, 0);
+        if (ready)
+            return ready;
+        //  Each check is a system call (a poll of the sockets' descriptors), and system
+        //  calls are dear on a virtual machine: look again only every couple of microseconds.
         int64_t next = s_now_ns () + SPIN_CHECK_NS;
         while (s_now_ns () < next) {
 #if defined(__x86_64__) || defined(__i386__)

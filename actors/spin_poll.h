@@ -13,8 +13,10 @@
 
 #include <czmq.h>
 
-//  Returns the first of the sockets with a message waiting, checking for up to spin_us
+#include "actors/wait_set.h"
+
+//  Returns a socket of the set with a message waiting, checking for up to spin_us
 //  microseconds, or NULL if none became readable in that time.
-zsock_t *spin_poll (zsock_t **sockets, size_t count, int spin_us);
+zsock_t *spin_poll (wait_set_t *set, int spin_us);
 
 #endif

@@ -23,6 +23,17 @@ int bench_lookup_run (const char *store_endpoint, const char *admin_endpoint, bo
 //  4 KiB over tcp on 127.0.0.1:port, to a child process, over reps runs of rep_seconds.
 //  Returns -1 if the echo could not be measured.
 double bench_floor_p50_us (int port, int reps, double rep_seconds);
+//  The echo server of the floor: a child process with a bare ROUTER on tcp://127.0.0.1:port
+//  that sends every message back, until it is killed (or the bench dies). Its pid, or -1.
+pid_t bench_echo_start (int port);
+
+//  The latency section (bench_latency.c): single 4 KiB PING, PUT, GET and REMOVE over tcp
+//  against a kvpoold of its own (kvpoold_path) and, when compare_path is not NULL, one of
+//  that build too, with the floor's echo (bench_echo_start), all in turn in one loop so that
+//  noise hits them alike: p50, p99, and p50 as a multiple of the floor and of a PING. reps
+//  repetitions of rep_seconds. Returns 0, or -1 when a call or a check failed.
+int bench_latency_run (const char *kvpoold_path, const char *compare_path, bool quick, int reps,
+                       double rep_seconds);
 
 //  The eviction and disk tier section (bench_tier.c): disk-tier get throughput of 1 MiB
 //  values beside `dd iflag=direct` of the same bytes on the same disk, the time of an

@@ -55,18 +55,27 @@ s_echo (const char *endpoint)
     _exit (0);
 }
 
+pid_t
+bench_echo_start (int port)
+{
+    char endpoint[64];
+    snprintf (endpoint, sizeof endpoint, "tcp://127.0.0.1:%d", port);
+    pid_t child = fork ();
+    if (child == 0) {
+        prctl (PR_SET_PDEATHSIG, SIGKILL);
+        s_echo (endpoint);
+    }
+    return child;
+}
+
 double
 bench_floor_p50_us (int port, int reps, double rep_seconds)
 {
     char endpoint[64];
     snprintf (endpoint, sizeof endpoint, "tcp://127.0.0.1:%d", port);
-    pid_t child = fork ();
+    pid_t child = bench_echo_start (port);
     if (child < 0)
         return -1;
-    if (child == 0) {
-        prctl (PR_SET_PDEATHSIG, SIGKILL);
-        s_echo (endpoint);
-    }
     void *ctx = zmq_ctx_new ();
     void *dealer = zmq_socket (ctx, ZMQ_DEALER);
     int timeout = FLOOR_TIMEOUT_MS, linger = 0;

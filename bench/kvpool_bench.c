@@ -39,6 +39,10 @@
       curve   bench_curve_run (bench/bench_curve.c): a kvpoold with CURVE beside a plain one,
               the client on tcp: 32 x 1 MiB batched gets and single 4 KiB gets (p50, p99),
               the medians and the ratios curve/plain.
+      latency bench_latency_run (bench/bench_latency.c): single 4 KiB ping, put, get and remove
+              over tcp, in turn with the floor's bare echo and, with --compare PATH, another
+              build's kvpoold, all in one loop so that noise hits them alike; p50 and p99,
+              and p50 as a multiple of the floor.
     A summary of kvpool/Redis ratios and the targets follows the data sections; lookup, tier,
     cluster and master print their own targets.
 
@@ -185,7 +189,8 @@ typedef struct {
     double rep_seconds;
     uint64_t put_cap; //  bytes per put repetition, so the pool never fills
     bool do_memcpy, do_kv, do_exist, do_lookup, do_tier, do_cluster, do_master, do_kv_events;
-    bool do_curve;
+    bool do_curve, do_latency;
+    const char *compare_path; //  --compare: the other build of the latency section
     bool use_kvpool, use_redis;
     char prefix[32]; //  every key starts with it ("bench-PID/")
     char kvpoold_default[PATH_MAX + 16];
@@ -1369,8 +1374,9 @@ s_usage (FILE *out)
              "and redis-server on loopback itself and stops them at the end.\n\n"
              "  --quick            few iterations (smoke test; well under a minute)\n"
              "  --only LIST        sections, comma-separated: memcpy, kv, exist, redis, lookup,\n"
-             "                     tier, cluster, master, kv-events, curve. 'redis' adds the\n"
-             "                     Redis side to kv and exist; 'redis' alone runs kv and exist\n"
+             "                     tier, cluster, master, kv-events, curve, latency. 'redis'\n"
+             "                     adds the Redis side to kv and exist; 'redis' alone runs kv\n"
+             "                     and exist\n"
              "                     on Redis only. 'tier' (eviction and the disk tier) starts\n"
              "                     kvpoolds of its own, with disk directories under /tmp.\n"
              "                     'master' drives a master of its own with 10 million keys\n"
@@ -1379,8 +1385,11 @@ s_usage (FILE *out)
              "                     against none. 'curve': a kvpoold with CURVE beside a plain\n"
              "                     one, the client on tcp: 32 x 1 MiB batched gets and 4 KiB\n"
              "                     get latency, and the ratios curve/plain (certificates in a\n"
-             "                     scratch directory under /tmp). Default: all but cluster,\n"
-             "                     master, kv-events and curve\n"
+             "                     scratch directory under /tmp). 'latency': single 4 KiB\n"
+             "                     ping, put, get and remove over tcp, in turn with a bare\n"
+             "                     libzmq echo (the floor) and, with --compare, another\n"
+             "                     build's kvpoold, in one loop. Default: all but cluster,\n"
+             "                     master, kv-events, curve and latency\n"
              "  --cluster          the cluster section: a master and two nodes of its own; reads\n"
              "                     and writes of values held by the other node, against iperf3\n"
              "                     on loopback (alone, the same as --only cluster; with --only,\n"
@@ -1392,6 +1401,8 @@ s_usage (FILE *out)
              "  --time-ms N        duration of one repetition (default 200, quick 20)\n"
              "  --kvpoold PATH     daemon to start, for every section (default: kvpoold next to\n"
              "                     this program)\n"
+             "  --compare PATH     the latency section also runs the kvpoold at PATH (another\n"
+             "                     build), in turn with the first, and gives the ratios\n"
              "  --redis-server PATH (default /usr/bin/redis-server)\n"
              "  --plot DIR         also draw the kv figures as PNG charts in DIR (gnuplot):\n"
              "                     throughput and p50 latency against value size, kvpool\n"
@@ -1403,7 +1414,7 @@ static int
 s_parse_only (bench_t *self, const char *list)
 {
     bool kv = false, exist = false, redis = false, lookup = false, mem = false, tier = false,
-         cluster = false, master = false, kv_events = false, curve = false;
+         cluster = false, master = false, kv_events = false, curve = false, latency = false;
     char copy[256];
     snprintf (copy, sizeof copy, "%s", list);
     char *save = NULL;
@@ -1428,10 +1439,12 @@ s_parse_only (bench_t *self, const char *list)
             kv_events = true;
         else if (!strcmp (item, "curve"))
             curve = true;
+        else if (!strcmp (item, "latency"))
+            latency = true;
         else {
             fprintf (stderr,
                      "kvpool-bench: unknown section '%s' (memcpy, kv, exist, redis, "
-                     "lookup, tier, cluster, master, kv-events, curve)\n",
+                     "lookup, tier, cluster, master, kv-events, curve, latency)\n",
                      item);
             return -1;
         }
@@ -1448,6 +1461,7 @@ s_parse_only (bench_t *self, const char *list)
     self->do_master = master;
     self->do_kv_events = kv_events;
     self->do_curve = curve;
+    self->do_latency = latency;
     self->use_redis = redis;
     return 0;
 }
@@ -1455,13 +1469,19 @@ s_parse_only (bench_t *self, const char *list)
 static int
 s_parse_options (bench_t *self, int argc, char **argv)
 {
-    static const struct option options[] = {
-        {"quick", no_argument, NULL, 'q'},          {"only", required_argument, NULL, 'o'},
-        {"endpoint", required_argument, NULL, 'e'}, {"admin", required_argument, NULL, 'a'},
-        {"reps", required_argument, NULL, 'r'},     {"time-ms", required_argument, NULL, 't'},
-        {"kvpoold", required_argument, NULL, 'k'},  {"redis-server", required_argument, NULL, 's'},
-        {"cluster", no_argument, NULL, 'c'},        {"plot", required_argument, NULL, 'p'},
-        {"help", no_argument, NULL, 'h'},           {NULL, 0, NULL, 0}};
+    static const struct option options[] = {{"quick", no_argument, NULL, 'q'},
+                                            {"only", required_argument, NULL, 'o'},
+                                            {"endpoint", required_argument, NULL, 'e'},
+                                            {"admin", required_argument, NULL, 'a'},
+                                            {"reps", required_argument, NULL, 'r'},
+                                            {"time-ms", required_argument, NULL, 't'},
+                                            {"kvpoold", required_argument, NULL, 'k'},
+                                            {"redis-server", required_argument, NULL, 's'},
+                                            {"cluster", no_argument, NULL, 'c'},
+                                            {"plot", required_argument, NULL, 'p'},
+                                            {"compare", required_argument, NULL, 'C'},
+                                            {"help", no_argument, NULL, 'h'},
+                                            {NULL, 0, NULL, 0}};
     const char *only = NULL;
     bool cluster = false;
     int reps = 0, time_ms = 0;
@@ -1490,6 +1510,7 @@ s_parse_options (bench_t *self, int argc, char **argv)
                 break;
             }
             case 'k': self->kvpoold_path = optarg; break;
+            case 'C': self->compare_path = optarg; break;
             case 'p': self->plot_dir = optarg; break;
             case 's': self->redis_path = optarg; break;
             case 'h': s_usage (stdout); return 1;
@@ -1794,6 +1815,13 @@ main (int argc, char **argv)
     if (self->do_curve
         && bench_curve_run (self->kvpoold_path, self->quick, self->reps, self->rep_seconds) != 0) {
         fprintf (stderr, "kvpool-bench: the curve section failed\n");
+        self->errors++;
+    }
+    if (self->do_latency
+        && bench_latency_run (self->kvpoold_path, self->compare_path, self->quick, self->reps,
+                              self->rep_seconds)
+               != 0) {
+        fprintf (stderr, "kvpool-bench: the latency section failed\n");
         self->errors++;
     }
     for (int i = 0; i < BATCH; i++) {

@@ -32,6 +32,7 @@
 #include "dataplane/data_plane.h"
 #include "actors/rdma_serve.h"
 #include "actors/transfer_submitter.h"
+#include "actors/wait_set.h"
 #include "shm/segment.h"
 #include "alloc/segment_arena.h"
 #include "shm/segment_table.h"
@@ -87,6 +88,7 @@ static selftest_t s_tests[] = {{"kvp_status", kvp_status_test},
                                {"evictor", evictor_test},
                                {"transfer_submitter", transfer_submitter_test},
                                {"conn_guard", conn_guard_test},
+                               {"wait_set", wait_set_test},
                                {"api", api_test},
                                {"lookup_request", lookup_request_test},
                                {"lookup_keys", lookup_keys_test},
