@@ -67,6 +67,20 @@ int bench_master_run (const char *kvpoold_path, bool quick);
 //  not failed).
 int bench_kv_events_run (const char *kvpoold_path, bool quick);
 
+//  ---- samples (bench_values.c) ----------------------------------------------------------
+
+//  A growing list of samples (seconds), for percentiles. Zeroed: empty.
+typedef struct {
+    double *samples;
+    size_t count, capacity;
+} bench_series_t;
+
+//  Adds one sample (one lost to a failed allocation only thins the percentile).
+void bench_series_add (bench_series_t *self, double seconds);
+//  The q quantile (0..1) of the samples, in microseconds (sorts them); NAN when empty.
+double bench_series_us (bench_series_t *self, double q);
+void bench_series_free (bench_series_t *self);
+
 //  ---- processes (bench_proc.c) ---------------------------------------------------------
 //  Every child the bench starts goes through bench_spawn, so an interrupted bench stops them
 //  all (bench_on_signal) and a bench that dies takes them with it (PR_SET_PDEATHSIG).

@@ -54,9 +54,8 @@ enum { SIDE_PLAIN, SIDE_CURVE, SIDE_COUNT };
 static const char *s_side_names[SIDE_COUNT] = {"plain", "curve"};
 
 typedef struct {
-    double rate[CV_MAX_REPS]; //  bytes per second (batch, zc) or gets per second (one)
-    double *latency;          //  seconds per call, every repetition
-    size_t count, capacity;
+    double rate[CV_MAX_REPS];      //  bytes per second (batch, zc) or gets per second (one)
+    bench_series_t latency;        //  seconds per call, every repetition
     double daemon_cpu, client_cpu; //  seconds, over the timed repetitions
     double units;                  //  bytes (batch, zc) or gets (one) in the timed repetitions
     int reps;
@@ -111,20 +110,6 @@ s_own_cpu_seconds (void)
     struct timespec ts;
     clock_gettime (CLOCK_PROCESS_CPUTIME_ID, &ts);
     return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static void
-s_add_latency (figures_t *self, double seconds)
-{
-    if (self->count == self->capacity) {
-        size_t capacity = self->capacity ? self->capacity * 2 : 4096;
-        double *grown = (double *) realloc (self->latency, capacity * sizeof (double));
-        if (!grown)
-            return; //  a lost sample only thins the percentile
-        self->latency = grown;
-        self->capacity = capacity;
-    }
-    self->latency[self->count++] = seconds;
 }
 
 //  ---- certificates and daemons ------------------------------------------------------------
@@ -304,7 +289,7 @@ s_rep (curve_bench_t *self, side_t *side, int w, double seconds, bool timed)
         now = bench_now ();
         calls++;
         if (timed)
-            s_add_latency (figures, now - before);
+            bench_series_add (&figures->latency, now - before);
     } while (now < deadline);
     if (!timed)
         return 0;
@@ -336,8 +321,8 @@ s_report (curve_bench_t *self, int reps, double rep_seconds)
         batch[s] = bench_median (f[W_BATCH].rate, f[W_BATCH].reps) / 1e9;
         zc[s] = bench_median (f[W_ZC].rate, f[W_ZC].reps) / 1e9;
         per_sec[s] = bench_median (f[W_ONE].rate, f[W_ONE].reps);
-        p50[s] = bench_quantile (f[W_ONE].latency, f[W_ONE].count, 0.50) * 1e6;
-        p99[s] = bench_quantile (f[W_ONE].latency, f[W_ONE].count, 0.99) * 1e6;
+        p50[s] = bench_series_us (&f[W_ONE].latency, 0.50);
+        p99[s] = bench_series_us (&f[W_ONE].latency, 0.99);
     }
     printf ("\n== curve: CURVE against plain tcp (client on tcp: fast_path 0, keep_endpoint 1; "
             "two kvpoolds of its own;\n   median of %d interleaved runs of %.0f ms; p50/p99 per "
@@ -485,7 +470,7 @@ bench_curve_run (const char *kvpoold_path, bool quick, int reps, double rep_seco
         if (bench_kvpoold_stop (&side->daemon, rc != 0) != 0)
             rc = -1;
         for (int w = 0; w < W_COUNT; w++)
-            free (side->figures[w].latency);
+            bench_series_free (&side->figures[w].latency);
     }
     if (dir[0])
         bench_scratch_remove ();

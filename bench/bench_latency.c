@@ -27,32 +27,13 @@
 #define LAT_OPS 4
 
 typedef struct {
-    double *samples; //  seconds
-    size_t count, capacity;
-} series_t;
-
-typedef struct {
     const char *name;
     bench_kvpoold_t daemon;
     kvpool_t *client;
-    series_t ops[LAT_OPS]; //  ping, put, get, remove
+    bench_series_t ops[LAT_OPS]; //  ping, put, get, remove
 } target_t;
 
 static const char *const s_op_names[LAT_OPS] = {"ping", "put", "get", "remove"};
-
-static void
-s_add (series_t *self, double seconds)
-{
-    if (self->count == self->capacity) {
-        size_t capacity = self->capacity ? self->capacity * 2 : 4096;
-        double *grown = (double *) realloc (self->samples, capacity * sizeof (double));
-        if (!grown)
-            return; //  a lost sample only thins the percentile
-        self->samples = grown;
-        self->capacity = capacity;
-    }
-    self->samples[self->count++] = seconds;
-}
 
 //  One turn against a kvpoold: ping, put, get (checked), remove. Returns 0 or -1.
 static int
@@ -80,10 +61,10 @@ s_turn (target_t *target, uint64_t seed, char *value, char *back)
                  key);
         return -1;
     }
-    s_add (&target->ops[0], pinged - start);
-    s_add (&target->ops[1], put - pinged);
-    s_add (&target->ops[2], got - put);
-    s_add (&target->ops[3], removed - got);
+    bench_series_add (&target->ops[0], pinged - start);
+    bench_series_add (&target->ops[1], put - pinged);
+    bench_series_add (&target->ops[2], got - put);
+    bench_series_add (&target->ops[3], removed - got);
     return 0;
 }
 
@@ -98,12 +79,6 @@ s_connect (const char *endpoint)
     return kvpool_connect (endpoint, &options);
 }
 
-static double
-s_p (series_t *series, double q)
-{
-    return bench_quantile (series->samples, series->count, q) * 1e6;
-}
-
 int
 bench_latency_run (const char *kvpoold_path, const char *compare_path, bool quick, int reps,
                    double rep_seconds)
@@ -112,7 +87,7 @@ bench_latency_run (const char *kvpoold_path, const char *compare_path, bool quic
     size_t ntargets = compare_path ? 2 : 1;
     const char *paths[2] = {kvpoold_path, compare_path};
     const char *args[] = {"--segment-size", "256MiB", NULL};
-    series_t floor = {0};
+    bench_series_t floor = {0};
     int rc = 0;
     for (size_t t = 0; rc == 0 && t < ntargets; t++) {
         char name[32];
@@ -165,7 +140,7 @@ bench_latency_run (const char *kvpoold_path, const char *compare_path, bool quic
                         || zmq_recv (dealer, back, LAT_VALUE, 0) != LAT_VALUE)
                         rc = -1;
                     else
-                        s_add (&floor, bench_now () - start);
+                        bench_series_add (&floor, bench_now () - start);
                 }
                 else if (s_turn (&targets[which], ++seed, value, back) != 0) {
                     fprintf (stderr, "kvpool-bench: latency: a call to %s failed: %s\n",
@@ -175,29 +150,30 @@ bench_latency_run (const char *kvpoold_path, const char *compare_path, bool quic
             }
     }
     if (rc == 0 && floor.count) {
-        double floor_p50 = s_p (&floor, 0.5);
+        double floor_p50 = bench_series_us (&floor, 0.5);
         printf ("\n== latency: single 4 KiB requests over tcp loopback, the targets in turn in "
                 "one loop (%d x %.0f ms; %zu turns) ==\n",
                 reps, rep_seconds * 1e3, floor.count);
         printf ("%-24s %-7s %9s %9s %9s %9s\n", "target", "op", "p50 us", "p99 us", "x floor",
                 "x ping");
         printf ("%-24s %-7s %9.1f %9.1f %9s %9s\n", "floor (libzmq echo)", "echo", floor_p50,
-                s_p (&floor, 0.99), "1.00", "-");
+                bench_series_us (&floor, 0.99), "1.00", "-");
         for (size_t t = 0; t < ntargets; t++) {
-            double ping = s_p (&targets[t].ops[0], 0.5);
+            double ping = bench_series_us (&targets[t].ops[0], 0.5);
             for (int op = 0; op < LAT_OPS; op++) {
-                double p50 = s_p (&targets[t].ops[op], 0.5);
+                double p50 = bench_series_us (&targets[t].ops[op], 0.5);
                 printf ("%-24s %-7s %9.1f %9.1f %9.2f %9.2f\n",
                         t == 0 ? "kvpoold (this)" : "kvpoold (--compare)", s_op_names[op], p50,
-                        s_p (&targets[t].ops[op], 0.99), p50 / floor_p50, p50 / ping);
+                        bench_series_us (&targets[t].ops[op], 0.99), p50 / floor_p50, p50 / ping);
             }
         }
         if (ntargets == 2)
             for (int op = 0; op < LAT_OPS; op++)
                 printf ("%s p50: this / --compare %.2f\n", s_op_names[op],
-                        s_p (&targets[0].ops[op], 0.5) / s_p (&targets[1].ops[op], 0.5));
-        double put = s_p (&targets[0].ops[1], 0.5) / floor_p50;
-        double get = s_p (&targets[0].ops[2], 0.5) / floor_p50;
+                        bench_series_us (&targets[0].ops[op], 0.5)
+                            / bench_series_us (&targets[1].ops[op], 0.5));
+        double put = bench_series_us (&targets[0].ops[1], 0.5) / floor_p50;
+        double get = bench_series_us (&targets[0].ops[2], 0.5) / floor_p50;
         printf ("%s 4 KiB put p50 <= 1.3x floor: %.2fx\n", put <= 1.3 ? "MET " : "MISS", put);
         printf ("%s 4 KiB get p50 <= 1.1x floor: %.2fx\n", get <= 1.1 ? "MET " : "MISS", get);
     }
@@ -212,8 +188,8 @@ bench_latency_run (const char *kvpoold_path, const char *compare_path, bool quic
         if (targets[t].daemon.pid && bench_kvpoold_stop (&targets[t].daemon, false) != 0)
             rc = -1;
         for (int op = 0; op < LAT_OPS; op++)
-            free (targets[t].ops[op].samples);
+            bench_series_free (&targets[t].ops[op]);
     }
-    free (floor.samples);
+    bench_series_free (&floor);
     return rc;
 }

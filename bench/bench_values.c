@@ -67,3 +67,30 @@ bench_quantile (double *values, size_t count, double q)
     size_t rank = (size_t) ceil (q * count);
     return values[rank ? rank - 1 : 0];
 }
+
+void
+bench_series_add (bench_series_t *self, double seconds)
+{
+    if (self->count == self->capacity) {
+        size_t capacity = self->capacity ? self->capacity * 2 : 4096;
+        double *grown = (double *) realloc (self->samples, capacity * sizeof (double));
+        if (!grown)
+            return;
+        self->samples = grown;
+        self->capacity = capacity;
+    }
+    self->samples[self->count++] = seconds;
+}
+
+double
+bench_series_us (bench_series_t *self, double q)
+{
+    return bench_quantile (self->samples, self->count, q) * 1e6;
+}
+
+void
+bench_series_free (bench_series_t *self)
+{
+    free (self->samples);
+    *self = (bench_series_t){0};
+}

@@ -4,7 +4,8 @@
 # failed call, a value that did not read back, a server that would not start), takes 55 s or
 # more, or prints no figures: it must print numeric kvpool and Redis throughputs for the
 # 1 MiB batched get, a memcpy reference, the targets, and the tier section's figures (disk-tier
-# reads against dd, puts under overflow), and --plot must draw its four PNG charts. Run by tests/run.sh with cwd = repo
+# reads against dd, puts under overflow), and --plot must draw its four PNG charts; then the
+# latency section against two daemons (--compare) must print its table. Run by tests/run.sh with cwd = repo
 # root; KVPOOL_BIN (set by run.sh) picks the build directory.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -50,4 +51,16 @@ for chart in get-throughput put-throughput get-latency put-latency; do
 done
 expect "^target: disk-tier get throughput of 1 MiB objects >= 80% of dd iflag=direct: (met|MISS) \\($num"
 expect "^target: 4 MiB put throughput at 1.5x overflow >= 80% of an empty pool's, 0 failed puts: (met|MISS) \\(memory only $num"
+# The latency section, with --compare (the same build twice: two daemons in one loop, every
+# value read back and checked).
+timeout --kill-after=5 30 "$bin/kvpool-bench" --only latency --quick --compare "$bin/kvpoold" >"$out" 2>&1
+rc=$?
+cat "$out"
+if [ $rc -ne 0 ]; then
+  echo "bench_smoke: kvpool-bench --only latency --compare failed"
+  fail=1
+fi
+expect "^kvpoold \\(--compare\\) +put +$num"
+expect "^put p50: this / --compare $num"
+expect "^(MET |MISS) 4 KiB get p50 <= 1.1x floor: ${num}x"
 exit $fail
