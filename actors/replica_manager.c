@@ -240,6 +240,14 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
     return self;
 }
 
+//  Answers a job on the router (and has the wait set ask the router again: wait_set.h).
+static void
+s_reply (self_t *self, zframe_t **routing_id_p, kvp_job_t *job)
+{
+    kvp_job_reply (self->router, routing_id_p, job);
+    wait_set_touch (self->waits, self->router);
+}
+
 //  Answers the allocator's parked jobs (unmounts) that are done.
 static void
 s_replies_parked (self_t *self)
@@ -247,7 +255,7 @@ s_replies_parked (self_t *self)
     zframe_t *reply_to;
     kvp_job_t *job;
     while ((job = allocator_finished (self->allocator, &reply_to))) {
-        kvp_job_reply (self->router, &reply_to, job);
+        s_reply (self, &reply_to, job);
         zframe_destroy (&reply_to);
     }
 }
@@ -1268,7 +1276,7 @@ static void
 s_regex_run_end (self_t *self, regex_run_t **run_p)
 {
     regex_run_t *run = *run_p;
-    kvp_job_reply (self->router, &run->routing_id, run->job);
+    s_reply (self, &run->routing_id, run->job);
     zframe_destroy (&run->routing_id);
     regex_batch_destroy (&run->batch);
     free (run);
@@ -1303,6 +1311,7 @@ s_regex_next (self_t *self)
             kvp_job_fail (run->job, KVPOOL_INTERNAL_ERROR, "no memory for the keys to match");
         else if (regex_batch_count (run->batch) > 0
                  && regex_matcher_submit (self->matcher, run->batch) == 0) {
+            wait_set_touch (self->waits, regex_matcher_sock (self->matcher));
             self->regex_out = true;
             break;
         }
@@ -1776,10 +1785,12 @@ replica_manager_actor (zsock_t *pipe, void *args)
 {
     pthread_setname_np (pthread_self (), "kvp-replicas");
     self_t *self = s_self_new (pipe, (const kvp_config_t *) args);
+    self->waits = wait_set_new ();
+    zsock_t *waited[] = {pipe, self->router, self->tx, regex_matcher_sock (self->matcher)};
+    for (size_t i = 0; i < sizeof waited / sizeof waited[0]; i++)
+        wait_set_add (self->waits, waited[i]);
     if (!allocator_error (self->allocator))
         s_adopt_at_start (self);
-    zpoller_t *poller =
-        zpoller_new (pipe, self->router, self->tx, regex_matcher_sock (self->matcher), NULL);
     zsock_signal (pipe, 0);
     self->next_sweep = zclock_mono () + SWEEP_INTERVAL_MS;
     while (!self->terminated) {
@@ -1789,7 +1800,7 @@ replica_manager_actor (zsock_t *pipe, void *args)
         int64_t events_wait = kv_events_feed_wait (self->events, zclock_mono ());
         if (events_wait >= 0 && events_wait < wait)
             wait = events_wait;
-        void *which = zpoller_wait (poller, wait > 0 ? (int) wait : 0);
+        void *which = wait_set_wait (self->waits, wait > 0 ? (int) wait : 0);
         if (which == pipe) {
             char *command = zstr_recv (pipe);
             if (!command || streq (command, "$TERM"))
@@ -1807,6 +1818,9 @@ replica_manager_actor (zsock_t *pipe, void *args)
                 assert (false);
             }
             zstr_free (&command);
+            //  A command may be answered, and STOPPING speaks to the regex matcher.
+            wait_set_touch (self->waits, pipe);
+            wait_set_touch (self->waits, regex_matcher_sock (self->matcher));
         }
         else if (which == self->router) {
             zframe_t *routing_id;
@@ -1817,7 +1831,7 @@ replica_manager_actor (zsock_t *pipe, void *args)
                 s_walk_on (self, job);
                 //  A committed object's record is on the file before its writer hears OK.
                 rm_log_flush (self);
-                kvp_job_reply (self->router, &routing_id, job);
+                s_reply (self, &routing_id, job);
             }
             zframe_destroy (&routing_id);
             rm_unlinks_send (self);
@@ -1853,7 +1867,7 @@ replica_manager_actor (zsock_t *pipe, void *args)
         kvp_job_destroy (&job);
         self->unlinks_out--;
     }
-    zpoller_destroy (&poller);
+    wait_set_destroy (&self->waits);
     //  Last: kvpoold destroys its allocator once this thread is done (config.h).
     allocator_t *borrowed = self->own_allocator ? NULL : self->allocator;
     s_self_destroy (&self);

@@ -21,6 +21,7 @@
 #include "actors/lru_list.h"
 #include "actors/object_table.h"
 #include "actors/regex_matcher.h"
+#include "actors/wait_set.h"
 #include "messages/kvp_job.h"
 #include "shm/shm_index.h"
 #include "tier/object_log.h"
@@ -86,6 +87,7 @@ typedef struct {
 typedef struct {
     zsock_t *pipe;
     zsock_t *router;            //  jobs, all routed by the api
+    wait_set_t *waits;          //  the sockets the loop reads (every send touches its socket)
     allocator_t *allocator;     //  the node's space, run on this thread (KVP_AL_* jobs)
     allocator_t *own_allocator; //  ... when the config brought none (self tests)
     const kvp_config_t *config; //  = &settings

@@ -35,8 +35,10 @@ rm_unlinks_send (self_t *self)
     self->dropped = NULL;
     if (self->unlinks && kvp_job_send (self->tx, self->unlinks) == -1)
         kvp_job_destroy (&self->unlinks);
-    else if (self->unlinks)
+    else if (self->unlinks) {
         self->unlinks_out++;
+        wait_set_touch (self->waits, self->tx);
+    }
     self->unlinks = NULL;
 }
 
