@@ -413,6 +413,19 @@ rm_object_drop (self_t *self, kvp_object_t *object, kvp_job_t **free_job_p, int6
     }
 }
 
+//  Destroys a list of objects that are out of the table, and the list.
+static void
+s_objects_list_destroy (zlistx_t **list_p)
+{
+    kvp_object_t *object = (kvp_object_t *) zlistx_first (*list_p);
+    while (object) {
+        kvp_object_t *gone = object;
+        object = (kvp_object_t *) zlistx_next (*list_p);
+        s_object_destroy (&gone);
+    }
+    zlistx_destroy (list_p);
+}
+
 static void
 s_self_destroy (self_t **self_p)
 {
@@ -427,20 +440,8 @@ s_self_destroy (self_t **self_p)
         s_object_destroy (&doomed);
     }
     object_table_destroy (&self->objects);
-    object = (kvp_object_t *) zlistx_first (self->doomed);
-    while (object) {
-        kvp_object_t *doomed = object;
-        object = (kvp_object_t *) zlistx_next (self->doomed);
-        s_object_destroy (&doomed);
-    }
-    zlistx_destroy (&self->doomed);
-    object = (kvp_object_t *) zlistx_first (self->held);
-    while (object) {
-        kvp_object_t *held = object;
-        object = (kvp_object_t *) zlistx_next (self->held);
-        s_object_destroy (&held);
-    }
-    zlistx_destroy (&self->held);
+    s_objects_list_destroy (&self->doomed);
+    s_objects_list_destroy (&self->held);
     zlistx_destroy (&self->departing); //  its objects were destroyed above
     free (self->gone);
     for (pin_entry_t *entry = (pin_entry_t *) zhashx_first (self->pins); entry;

@@ -27,6 +27,17 @@ double bench_floor_p50_us (int port, int reps, double rep_seconds);
 //  that sends every message back, until it is killed (or the bench dies). Its pid, or -1.
 pid_t bench_echo_start (int port);
 
+//  The curve section (bench_curve.c): what CURVE costs a client on tcp. Two kvpoolds of its
+//  own (kvpoold at kvpoold_path): one plain, one with --curve-secret and --curve-allow
+//  (certificates made in a scratch directory, the client's public one in the allow
+//  directory), and the same workload against both over tcp (fast_path 0, keep_endpoint 1):
+//  batched gets of 32 x 1 MiB (kvpool_get_batch_into, and kvpool_get_batch zero-copy) and
+//  single 4 KiB gets (kvpool_get_into, p50 and p99). reps interleaved repetitions of
+//  rep_seconds each; the medians, their ratio curve/plain and each side's CPU time per byte
+//  or per get. Checks that the CURVE kvpoold refuses a client without CURVE and that every
+//  value reads back intact. Returns 0, or -1 when a call or a check failed.
+int bench_curve_run (const char *kvpoold_path, bool quick, int reps, double rep_seconds);
+
 //  The latency section (bench_latency.c): single 4 KiB PING, PUT, GET and REMOVE over tcp
 //  against a kvpoold of its own (kvpoold_path) and, when compare_path is not NULL, one of
 //  that build too, with the floor's echo (bench_echo_start), all in turn in one loop so that
@@ -105,6 +116,10 @@ int bench_wait (pid_t pid);
 //  end.sum_received.bits_per_second). Bytes per second, or NAN with the reason in note:
 //  iperf3 missing (*failed false), or it ran and gave no figure (*failed true).
 double bench_iperf3 (int seconds, char *note, size_t note_size, bool *failed);
+
+//  CPU seconds (user and system, all threads) process pid has used, from /proc (in clock
+//  ticks, 10 ms here), or NAN.
+double bench_cpu_seconds (pid_t pid);
 
 //  Whether the child has exited (then it is reaped).
 bool bench_exited (pid_t pid);

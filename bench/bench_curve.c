@@ -27,7 +27,6 @@
 
     Threads: the bench's only (libkvpool and libzmq run their own).
 */
-#include "bench/bench_curve.h"
 #include "bench/bench.h"
 #include "kvpool.h"
 
@@ -77,31 +76,6 @@ typedef struct {
     int statuses[CV_BATCH];
     char why[512];
 } curve_bench_t;
-
-//  CPU seconds (user and system, all threads) process pid has used, or NAN.
-static double
-s_cpu_seconds (pid_t pid)
-{
-    char path[64];
-    snprintf (path, sizeof path, "/proc/%d/stat", (int) pid);
-    FILE *file = fopen (path, "r");
-    if (!file)
-        return NAN;
-    char line[1024];
-    double seconds = NAN;
-    if (fgets (line, sizeof line, file)) {
-        //  Fields 14 and 15 (utime, stime), counted after the ")" that ends the name.
-        const char *at = strrchr (line, ')');
-        unsigned long long utime, stime;
-        if (at
-            && sscanf (at + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &utime,
-                       &stime)
-                   == 2)
-            seconds = (double) (utime + stime) / (double) sysconf (_SC_CLK_TCK);
-    }
-    fclose (file);
-    return seconds;
-}
 
 //  This process's CPU seconds: the bench and its clients' I/O threads.
 static double
@@ -278,7 +252,7 @@ s_rep (curve_bench_t *self, side_t *side, int w, double seconds, bool timed)
     if (s_call (self, side->client, w, 0, true) != 0)
         return -1;
     figures_t *figures = &side->figures[w];
-    double daemon_cpu = s_cpu_seconds (side->daemon.pid);
+    double daemon_cpu = bench_cpu_seconds (side->daemon.pid);
     double client_cpu = s_own_cpu_seconds ();
     double start = bench_now (), now = start, deadline = start + seconds;
     uint64_t calls = 0;
@@ -296,7 +270,7 @@ s_rep (curve_bench_t *self, side_t *side, int w, double seconds, bool timed)
     double units = w == W_ONE ? (double) calls : (double) calls * CV_BATCH * CV_LARGE;
     figures->rate[figures->reps++] = units / (now - start);
     figures->units += units;
-    figures->daemon_cpu += s_cpu_seconds (side->daemon.pid) - daemon_cpu;
+    figures->daemon_cpu += bench_cpu_seconds (side->daemon.pid) - daemon_cpu;
     figures->client_cpu += s_own_cpu_seconds () - client_cpu;
     return 0;
 }

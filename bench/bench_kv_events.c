@@ -71,31 +71,6 @@ s_subscriber (void *args)
     return NULL;
 }
 
-//  CPU seconds (user and system) the process has used, or NAN.
-static double
-s_cpu_seconds (pid_t pid)
-{
-    char path[64];
-    snprintf (path, sizeof path, "/proc/%d/stat", (int) pid);
-    FILE *file = fopen (path, "r");
-    if (!file)
-        return NAN;
-    char line[1024];
-    double seconds = NAN;
-    if (fgets (line, sizeof line, file)) {
-        //  Fields 14 and 15 (utime, stime), counted after the ")" that ends the name.
-        const char *at = strrchr (line, ')');
-        unsigned long long utime, stime;
-        if (at
-            && sscanf (at + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &utime,
-                       &stime)
-                   == 2)
-            seconds = (double) (utime + stime) / (double) sysconf (_SC_CLK_TCK);
-    }
-    fclose (file);
-    return seconds;
-}
-
 //  Puts `puts` fresh values through client; returns puts per second, or -1.
 static double
 s_put_rep (kvpool_t *client, int rep, uint64_t puts, char *const *values)
@@ -172,7 +147,7 @@ bench_kv_events_run (const char *kvpoold_path, bool quick)
     for (int wait = 0; wait < 100 && atomic_load (&subscriber.events) < EV_BATCH * 16 + 1; wait++)
         bench_sleep_ms (10);
     uint64_t events_before = atomic_load (&subscriber.events);
-    double cpu_off = s_cpu_seconds (off.pid), cpu_on = s_cpu_seconds (on.pid);
+    double cpu_off = bench_cpu_seconds (off.pid), cpu_on = bench_cpu_seconds (on.pid);
     for (int r = 0; r < reps && rc == 0; r++) {
         //  Which goes first alternates, so neither always follows the other's load.
         if (r % 2 == 0) {
@@ -194,8 +169,8 @@ bench_kv_events_run (const char *kvpoold_path, bool quick)
             break;
         bench_sleep_ms (20);
     }
-    cpu_off = s_cpu_seconds (off.pid) - cpu_off;
-    cpu_on = s_cpu_seconds (on.pid) - cpu_on;
+    cpu_off = bench_cpu_seconds (off.pid) - cpu_off;
+    cpu_on = bench_cpu_seconds (on.pid) - cpu_on;
     atomic_store (&subscriber.stop, true);
     pthread_join (thread, NULL);
     if (rc == 0) {

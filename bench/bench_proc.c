@@ -424,3 +424,28 @@ bench_iperf3 (int seconds, char *note, size_t note_size, bool *failed)
     free (json);
     return bps / 8;
 }
+
+//  CPU seconds (user and system, all threads) process pid has used, or NAN.
+double
+bench_cpu_seconds (pid_t pid)
+{
+    char path[64];
+    snprintf (path, sizeof path, "/proc/%d/stat", (int) pid);
+    FILE *file = fopen (path, "r");
+    if (!file)
+        return NAN;
+    char line[1024];
+    double seconds = NAN;
+    if (fgets (line, sizeof line, file)) {
+        //  Fields 14 and 15 (utime, stime), counted after the ")" that ends the name.
+        const char *at = strrchr (line, ')');
+        unsigned long long utime, stime;
+        if (at
+            && sscanf (at + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &utime,
+                       &stime)
+                   == 2)
+            seconds = (double) (utime + stime) / (double) sysconf (_SC_CLK_TCK);
+    }
+    fclose (file);
+    return seconds;
+}

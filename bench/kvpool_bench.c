@@ -76,7 +76,6 @@
 */
 #include "kvpool.h"
 #include "bench/bench.h"
-#include "bench/bench_curve.h"
 #include "bench/bench_plot.h"
 
 #include <hiredis/hiredis.h>
