@@ -26,7 +26,7 @@ typedef enum { UNREGISTERED, REPORTING, REGISTERED } state_t;
 typedef struct {
     zsock_t *pipe;
     zsock_t *master;
-    zsock_t *rm, *al;
+    zsock_t *rm; //  the replica-manager, whose thread also answers the allocator's AL_STATS
     const cluster_args_t *args;
     const kvp_config_t *config;
     state_t state;
@@ -74,7 +74,7 @@ s_beat (self_t *self)
     //  Free space for the next beat; this one says what was known.
     if (!self->stats_out) {
         kvp_job_t *job = kvp_job_new (KVP_AL_STATS, 0);
-        if (kvp_job_send (self->al, job) == 0)
+        if (kvp_job_send (self->rm, job) == 0)
             self->stats_out = true;
         else
             kvp_job_destroy (&job);
@@ -240,6 +240,31 @@ s_master_reply (self_t *self)
     kvpool__cluster__v1__master_reply__free_unpacked (reply, NULL);
 }
 
+//  A job back from the replica-manager: the allocator's free space, a drop report's removal,
+//  or the inventory to report.
+static void
+s_rm_reply (self_t *self)
+{
+    kvp_job_t *job = kvp_job_recv (self->rm);
+    if (job && job->kind == KVP_AL_STATS) {
+        self->capacity = job->stats.bytes_mounted;
+        self->free = job->stats.bytes_mounted > job->stats.bytes_allocated
+                         ? job->stats.bytes_mounted - job->stats.bytes_allocated
+                         : 0;
+        self->stats_out = false;
+    }
+    else if (job && job->kind == KVP_RM_REMOVE)
+        self->drops_out--;
+    else {
+        self->inventory_out = false;
+        if (job && self->state == REPORTING) {
+            s_inventory_send (self, job);
+            self->state = REGISTERED;
+        }
+    }
+    kvp_job_destroy (&job);
+}
+
 void
 membership_actor (zsock_t *pipe, void *args)
 {
@@ -250,8 +275,7 @@ membership_actor (zsock_t *pipe, void *args)
     self->config = self->args->config;
     self->master = zsock_new (ZMQ_DEALER);
     self->rm = zsock_new (ZMQ_DEALER);
-    self->al = zsock_new (ZMQ_DEALER);
-    assert (self->master && self->rm && self->al);
+    assert (self->master && self->rm);
     zsock_set_linger (self->master, 0);
     zsock_set_immediate (self->master, 1);
     zsock_set_sndhwm (self->master, 100000);
@@ -264,15 +288,12 @@ membership_actor (zsock_t *pipe, void *args)
                       kvp_curve_master_key (self->config->curve));
     zsock_connect (self->master, "%s", self->config->master);
     zsock_connect (self->rm, "inproc://%s-rm", self->config->instance);
-    //  The allocator's free space: asked of the replica-manager (whose thread runs the
-    //  allocator) on a socket of its own, so that its answers are told apart.
-    zsock_connect (self->al, "inproc://%s-rm", self->config->instance);
-    zpoller_t *poller = zpoller_new (pipe, self->master, self->rm, self->al, NULL);
+    zpoller_t *poller = zpoller_new (pipe, self->master, self->rm, NULL);
     zsock_signal (pipe, 0);
     //  The first REGISTER once the allocator said how much memory the node has (placement
     //  passes over a node too small for a value), and the connection had a moment.
     kvp_job_t *stats = kvp_job_new (KVP_AL_STATS, 0);
-    if (kvp_job_send (self->al, stats) == 0)
+    if (kvp_job_send (self->rm, stats) == 0)
         self->stats_out = true;
     else
         kvp_job_destroy (&stats);
@@ -289,44 +310,17 @@ membership_actor (zsock_t *pipe, void *args)
         }
         else if (which == self->master)
             s_master_reply (self);
-        else if (which == self->al) {
-            kvp_job_t *job = kvp_job_recv (self->al);
-            if (job) {
-                self->capacity = job->stats.bytes_mounted;
-                self->free = job->stats.bytes_mounted > job->stats.bytes_allocated
-                                 ? job->stats.bytes_mounted - job->stats.bytes_allocated
-                                 : 0;
-            }
-            kvp_job_destroy (&job);
-            self->stats_out = false;
-        }
-        else if (which == self->rm) {
-            kvp_job_t *job = kvp_job_recv (self->rm);
-            if (job && job->kind == KVP_RM_REMOVE) {
-                self->drops_out--;
-                kvp_job_destroy (&job);
-                continue;
-            }
-            self->inventory_out = false;
-            if (job && self->state == REPORTING) {
-                s_inventory_send (self, job);
-                self->state = REGISTERED;
-            }
-            kvp_job_destroy (&job);
-        }
+        else if (which == self->rm)
+            s_rm_reply (self);
         else if (zpoller_terminated (poller))
             break;
         if (zclock_mono () >= self->next_beat)
             s_beat (self);
     }
     //  Jobs still out come back before the sockets go (the actors end after this one).
-    zsock_set_rcvtimeo (self->al, 1000);
     zsock_set_rcvtimeo (self->rm, 5000);
-    if (self->stats_out) {
-        kvp_job_t *job = kvp_job_recv (self->al);
-        kvp_job_destroy (&job);
-    }
-    for (size_t out = self->drops_out + (self->inventory_out ? 1 : 0); out > 0; out--) {
+    size_t out = self->drops_out + (self->inventory_out ? 1 : 0) + (self->stats_out ? 1 : 0);
+    for (; out > 0; out--) {
         kvp_job_t *job = kvp_job_recv (self->rm);
         kvp_job_destroy (&job);
     }
@@ -334,6 +328,5 @@ membership_actor (zsock_t *pipe, void *args)
     zpoller_destroy (&poller);
     zsock_destroy (&self->master);
     zsock_destroy (&self->rm);
-    zsock_destroy (&self->al);
     free (self);
 }

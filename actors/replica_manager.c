@@ -278,7 +278,6 @@ rm_frees_apply (self_t *self, kvp_job_t **job_p)
     zframe_t *reply_to = NULL;
     allocator_handle (self->allocator, job, &reply_to);
     kvp_job_destroy (&job);
-    s_replies_parked (self);
 }
 
 //  Queues one range for freeing. Batches frees of one job into one message.
@@ -1691,15 +1690,13 @@ s_sweep (self_t *self, int64_t now)
 }
 
 //  Does one job, its own kind or the allocator's. Returns true when the allocator parked it
-//  (an UNMOUNT waiting for its segment to empty: s_replies_parked answers it later).
+//  (an UNMOUNT waiting for its segment to empty: the loop's s_replies_parked answers it once
+//  a free or a tick ends it).
 static bool
 s_handle_job (self_t *self, kvp_job_t *job, zframe_t **reply_to_p)
 {
-    if (kvp_job_kind_is_allocators (job->kind)) {
-        bool parked = allocator_handle (self->allocator, job, reply_to_p);
-        s_replies_parked (self);
-        return parked;
-    }
+    if (kvp_job_kind_is_allocators (job->kind))
+        return allocator_handle (self->allocator, job, reply_to_p);
     int64_t now = zclock_mono ();
     switch (job->kind) {
         case KVP_RM_RESERVE: s_reserve (self, job, now); break;
@@ -1749,17 +1746,16 @@ s_walk_on (self_t *self, kvp_job_t *job)
     const kvp_op_t *row = job->walk ? kvp_op_of_job (job) : NULL;
     while (row) {
         kvp_job_kind_t next = kvp_op_next_stage (row, job, job->kind);
-        if (next == KVP_TX_WRITE && transfer_job_inline (job))
-            transfer_job_copy (job);
-        else if (next == KVP_JOB_NONE || next == KVP_AL_UNMOUNT || next == KVP_RM_REMOVE_REGEX
-                 || kvp_job_kind_actor (next) != KVP_ACTOR_RM)
+        bool copy_here = next == KVP_TX_WRITE && transfer_job_inline (job);
+        bool ours = next != KVP_JOB_NONE && next != KVP_AL_UNMOUNT && next != KVP_RM_REMOVE_REGEX
+                    && kvp_job_kind_actor (next) == KVP_ACTOR_RM;
+        if (!copy_here && !ours)
             return;
-        else {
-            job->kind = next;
-            s_handle_job (self, job, NULL);
-            continue;
-        }
         job->kind = next;
+        if (copy_here)
+            transfer_job_copy (job);
+        else
+            s_handle_job (self, job, NULL);
     }
 }
 
@@ -1848,10 +1844,11 @@ replica_manager_actor (zsock_t *pipe, void *args)
         if (zclock_mono () >= self->next_sweep) {
             s_sweep (self, zclock_mono ());
             allocator_tick (self->allocator);
-            s_replies_parked (self);
             rm_unlinks_send (self);
             self->next_sweep = zclock_mono () + SWEEP_INTERVAL_MS;
         }
+        //  Unmounts whose segment emptied (a free, a tick) in this turn are answered.
+        s_replies_parked (self);
         //  The events gathered go to the publisher once the batch is due.
         if (self->events)
             kv_events_feed_flush (self->events, zclock_mono (), false);
