@@ -64,7 +64,10 @@ def test_debug_level_logs_requests_under_a_rate_limit():
         assert lines and all(LINE.match(line) for line in lines), lines[:3]
         assert all(" D api: request " in line for line in lines), lines[:3]
         assert len(lines) <= 10 * (int(elapsed) + 2) + 1, (len(lines), elapsed)
-        assert re.search(r"\((\d+) more suppressed\)$", lines[-1]), lines[-1]
+        # Some line carries the count of those left out before it. (Not always the last: when
+        # a loaded machine ends the flood in a second under the limit, nothing was left out
+        # before the last line, and it says so by carrying no count.)
+        assert any(re.search(r"\((\d+) more suppressed\)$", line) for line in lines[1:]), lines
         # Each line says how many were left out since the one before it (a slow machine
         # spreads the flood over several seconds): every request is written or counted.
         suppressed = sum(int(m.group(1)) for line in lines
