@@ -45,7 +45,7 @@ SERVER_LIBS := $(LIBS) -ljemalloc -lpcre2-8 -luring -lxxhash -lmicrohttpd $(if $
 DEB_PACKAGES := build-essential pkg-config libzmq3-dev libczmq-dev libprotobuf-c-dev \
 	protobuf-c-compiler protobuf-compiler libjemalloc-dev libibverbs-dev libmsgpack-dev \
 	libhiredis-dev libpcre2-dev liburing-dev libxxhash-dev libmicrohttpd-dev prometheus tmux help2man gnuplot-nox redis-server clang libclang-rt-14-dev python3 python3-zmq python3-msgpack \
-	python3-pytest python3-numpy python3-protobuf procps iperf3
+	python3-pytest python3-numpy python3-protobuf python3-dev procps iperf3
 
 PROTO := protocol/kvpool.proto
 PROTO_C := $(GEN)/protocol/kvpool.pb-c.c
@@ -80,10 +80,19 @@ PROGRAMS := $(BIN)/kvpoold $(BIN)/kvpool $(BIN)/kvpool-bench $(BIN)/kvpool-selft
 FAKE_CUDART := $(LIB)/libfake_cudart.so
 GPU_CHECK := $(BIN)/kvpool-gpu-check
 
+#  kvpool._batch (python/kvpool/_batch.c): the binding's key arrays and result lists built in
+#  C, a CPython extension for Debian's python3 (the interpreter the tests and the package
+#  use). Built only where its headers are; without it the binding does the same in Python,
+#  slower for large batches.
+PYTHON := /usr/bin/python3
+PY_INCLUDE := $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_paths()["include"])' 2>/dev/null)
+PY_SUFFIX := $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))' 2>/dev/null)
+PY_BATCH := $(if $(wildcard $(PY_INCLUDE)/Python.h),$(LIB)/kvpool_batch$(PY_SUFFIX))
+
 .PHONY: all deps run test check unit integration python-test install man clean format fuzz \
 	readme-settings docs-metrics gpu-bundle
 all: $(PROGRAMS) $(LIB)/libkvpool.a $(LIB)/libkvpool.so $(TEST_BINS) python-proto $(FAKE_CUDART) \
-	$(GPU_CHECK)
+	$(GPU_CHECK) $(PY_BATCH)
 
 # ---- packages ------------------------------------------------------------------------
 deps:
@@ -149,6 +158,15 @@ $(LIB)/libkvpool.so: $(CLIENT_OBJ) client/libkvpool.map
 #  The name programs linked with libkvpool.so look for (its soname).
 $(LIB)/libkvpool.so.1: $(LIB)/libkvpool.so
 	ln -sf libkvpool.so $@
+
+#  The extension links nothing of kvpool's: it only builds arrays the ctypes calls take.
+$(OBJ)/python/kvpool/_batch.o: python/kvpool/_batch.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -fvisibility=hidden -I$(PY_INCLUDE) -c $< -o $@
+
+$(LIB)/kvpool_batch$(PY_SUFFIX): $(OBJ)/python/kvpool/_batch.o
+	@mkdir -p $(LIB)
+	$(CC) -shared $(LDFLAGS) -o $@ $^
 
 # Everything, for the daemon and the tests.
 $(LIB)/libkvpool-all.a: $(ALL_OBJ)
@@ -249,6 +267,8 @@ install: all man
 	install -m 644 include/kvpool.h $(CONTRACT_H) $(DESTDIR)$(PREFIX)/include/
 	@pydir=$(DESTDIR)$(PREFIX)/lib/python3/dist-packages; install -d $$pydir/kvpool && \
 	  cp -r python/kvpool/*.py $$pydir/kvpool/ && echo "python package installed in $$pydir"
+	$(if $(PY_BATCH),install -m 644 $(PY_BATCH) \
+	  $(DESTDIR)$(PREFIX)/lib/python3/dist-packages/kvpool/_batch$(PY_SUFFIX))
 	install -d $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man8
 	install -m 644 $(BUILD)/man/kvpool.1 $(DESTDIR)$(PREFIX)/share/man/man1/
 	install -m 644 $(BUILD)/man/kvpoold.8 $(DESTDIR)$(PREFIX)/share/man/man8/

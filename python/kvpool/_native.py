@@ -187,6 +187,38 @@ def has(name):
     return "kvpool_" + name not in missing
 
 
+def _load_batch():
+    """kvpool._batch (python/kvpool/_batch.c), which builds a batch's C key array and its
+    result lists in C loops: installed in this package by `make install`, or built beside the
+    library loaded above (build/lib/kvpool_batch<suffix>, by `make`). None when neither loads,
+    for instance under another Python than the one it was built for; the binding then does the
+    same in Python, slower for large batches."""
+    try:
+        from . import _batch as module
+        return module
+    except ImportError:
+        pass
+    import importlib.machinery
+    import importlib.util
+    if os.sep not in path:
+        return None                 # the system loader's library: no build folder beside it
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        candidate = os.path.join(os.path.dirname(os.path.abspath(path)), "kvpool_batch" + suffix)
+        if not os.path.exists(candidate):
+            continue
+        try:
+            spec = importlib.util.spec_from_file_location(__package__ + "._batch", candidate)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            return module
+        except ImportError:
+            continue
+    return None
+
+
+batch_module = _load_batch()
+
+
 #   The CPython buffer protocol, to get the address of any bytes-like object (read-only ones
 #   included, which ctypes' from_buffer refuses) while holding the exporter's lock on it.
 class PyBuffer(Structure):

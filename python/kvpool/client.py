@@ -93,43 +93,84 @@ def _key(key):
 
 
 _UNPACK = _native.has("keys_unpack")
+_TENANT_MARK = b"\x1f"
 
 
-def _pack_keys(keys, prefix=b""):
-    """The keys as one buffer for _key_table: each key's UTF-8 bytes after prefix, ending
-    with a NUL. A few Python operations for any number of keys (the loops run in C), which
-    is what keeps a batch of a thousand keys cheap. None when that cannot be done: no keys,
-    keys neither all str nor all bytes, or one that does not encode. A key holding a NUL
-    packs, and _key_table refuses the buffer."""
-    if not _UNPACK or not len(keys):
-        return None
-    try:
-        data = ("\0".join(keys) + "\0").encode("utf-8")
-    except TypeError:
+class _PackedKeys:
+    """kvpool._batch.KeyTable (python/kvpool/_batch.c) in Python, for when that module is not
+    built: C's key array (char *[n]) of a batch's keys, each after prefix. It refuses what
+    KeyTable refuses (ValueError: a key neither str nor bytes, one that does not encode, one
+    with a NUL byte, or without a prefix one beginning with the tenant mark \\x1f), and also a
+    batch that mixes str and bytes keys. A few Python operations for any number of keys: the
+    keys are joined into one buffer and kvpool_keys_unpack points the array into it."""
+
+    __slots__ = ("_blob", "_as_parameter_", "_names")
+
+    def __init__(self, keys, prefix=b""):
+        if not _UNPACK:
+            raise ValueError("the library cannot unpack keys")
         try:
-            data = b"\0".join(keys) + b"\0"
+            blob = ("\0".join(keys) + "\0").encode("utf-8")
         except TypeError:
-            return None
-    except UnicodeEncodeError:
-        return None
-    if prefix:
-        data = prefix + data[:-1].replace(b"\0", b"\0" + prefix) + b"\0"
-    return data
+            try:
+                blob = b"\0".join(keys) + b"\0"
+            except TypeError:
+                raise ValueError("a key is neither str nor bytes") from None
+        except UnicodeEncodeError:
+            raise ValueError("a key does not encode to UTF-8") from None
+        if prefix:
+            blob = prefix + blob[:-1].replace(b"\0", b"\0" + prefix) + b"\0"
+        elif blob.startswith(_TENANT_MARK) or b"\0" + _TENANT_MARK in blob:
+            raise ValueError("a key begins with the tenant mark")
+        n = len(keys)
+        table = (c_char_p * n)()
+        if n and _native.keys_unpack(blob, len(blob), n, table) != 0:
+            raise ValueError("a key holds a NUL byte")
+        self._blob = blob
+        self._as_parameter_ = table
+        self._names = None
+
+    def __len__(self):
+        return len(self._as_parameter_)
+
+    @property
+    def address(self):
+        return ctypes.addressof(self._as_parameter_)
+
+    def names(self):
+        if self._names is None:
+            self._names = self._blob[:-1].split(b"\0") if len(self) else []
+        return list(self._names)
+
+    def __getitem__(self, i):
+        if self._names is None:
+            self.names()
+        return self._names[i]
 
 
-def _key_table(blob, n):
-    """C's array (char *[n]) of the n keys packed in blob (_pack_keys), which it keeps
-    alive; None when blob holds more than n keys (one of them held a NUL)."""
-    table = (c_char_p * n)()
-    if _native.keys_unpack(blob, len(blob), n, table) != 0:
+KeyTable = _native.batch_module.KeyTable if _native.batch_module is not None else _PackedKeys
+
+
+def _key_table(keys, prefix=b""):
+    """C's key array of keys, each after prefix: a KeyTable, which a ctypes call takes for a
+    key-array argument and which keeps the array alive; None when the batch must be named key
+    by key (see _PackedKeys for which). One C loop over the keys with kvpool._batch, a few
+    Python operations without it: either way not a Python operation per key, which is what
+    keeps a batch of a thousand keys cheap."""
+    try:
+        return KeyTable(keys, prefix)
+    except (ValueError, TypeError):
         return None
-    table._blob = blob
-    return table
+
+
+#   list(results) for the array.array of statuses ("i") or sizes ("q") a batch call filled:
+#   one C loop with kvpool._batch, array.tolist without.
+_int_list = (_native.batch_module.int_list if _native.batch_module is not None
+             else array.array.tolist)
 
 
 def _key_array(keys):
-    blob = _pack_keys(keys)
-    table = None if blob is None else _key_table(blob, len(keys))
+    table = _key_table(keys)
     if table is not None:
         return table
     encoded = [_key(key) for key in keys]
@@ -636,7 +677,7 @@ class Client:
             results = array.array("q", bytes(8 * n))
             self._batch(_native.get_ranges_into, n, karr, _addr(starts),
                         _addr(addresses), _addr(lengths), _addr(results))
-            return results.tolist()
+            return _int_list(results)
         finally:
             pins.release()
 
@@ -709,7 +750,7 @@ class Client:
         statuses = array.array("i", bytes(4 * n))
         self._batch(_native.put_batch, n, karr, _addr(addresses), _addr(sizes),
                     self._opts(options), _addr(statuses))
-        return statuses.tolist()
+        return _int_list(statuses)
 
     def put_batch_parts(self, keys, parts_per_key, options=None, sizes_per_key=None):
         """Stores, for each key, the concatenation of its parts (bytes-likes, tensors, or int
@@ -734,7 +775,7 @@ class Client:
         statuses = array.array("i", bytes(4 * n))
         self._batch(fn or _native.put_batch_parts, n, karr, _addr(ptrs), _addr(nparts),
                     self._opts(options), _addr(statuses))
-        return statuses.tolist()
+        return _int_list(statuses)
 
     def get_batch(self, keys, _missing=False):
         """The values of keys as a list of bytes, None where a key is missing. (Other per-key
@@ -787,7 +828,7 @@ class Client:
         results = array.array("q", bytes(8 * n))
         self._batch(_native.get_batch_into, n, karr, _addr(addresses), _addr(capacities),
                     _addr(results))
-        return results.tolist()
+        return _int_list(results)
 
     def get_batch_into_parts(self, keys, buffers_per_key, sizes_per_key=None):
         """Scatters value i across the buffers buffers_per_key[i] in order. Returns per key the
@@ -811,7 +852,7 @@ class Client:
         results = array.array("q", bytes(8 * n))
         self._batch(_native.get_batch_into_parts, n, karr, _addr(ptrs), _addr(nbufs),
                     _addr(results))
-        return results.tolist()
+        return _int_list(results)
 
     def exist_batch(self, keys):
         """A bool per key: True if it exists. A per-key error (e.g. INVALID_KEY) raises."""
@@ -841,7 +882,7 @@ class Client:
         karr = _key_array(keys)
         results = array.array("i", bytes(4 * n))
         self._batch(_native.exist_batch, n, karr, _addr(results))
-        return results.tolist()
+        return _int_list(results)
 
     def get_size_batch(self, keys):
         """Per key the value's size or a negative Status (OBJECT_NOT_FOUND)."""
@@ -851,7 +892,7 @@ class Client:
         karr = _key_array(keys)
         results = array.array("q", bytes(8 * n))
         self._batch(_native.get_size_batch, n, karr, _addr(results))
-        return results.tolist()
+        return _int_list(results)
 
     def remove_batch(self, keys, force=False):
         """Removes keys; a status per key (0, OBJECT_NOT_FOUND, OBJECT_HAS_LEASE...)."""
@@ -861,7 +902,7 @@ class Client:
         karr = _key_array(keys)
         statuses = array.array("i", bytes(4 * n))
         self._batch(_native.remove_batch, n, karr, bool(force), _addr(statuses))
-        return statuses.tolist()
+        return _int_list(statuses)
 
     # ---- segments and stats ----------------------------------------------------------
     def segments(self):

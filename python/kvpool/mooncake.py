@@ -74,7 +74,7 @@ from ctypes import byref, c_char_p
 
 from . import _native
 from .client import (Client, PutOptions, _Pins, _encode, _u64, _addr, _iov_table, fetch,
-                     _pack_keys, _key_table,
+                     KeyTable, _key_table, _int_list,
                      DEFAULT_TIMEOUT)
 from .segment import SharedSegment
 from .status import Status, Error, error_for
@@ -677,42 +677,14 @@ def _scan(pattern):
     return (None if depth == 0 else "an unclosed '('"), anchors
 
 
-class _Names:
-    """The node's names for a batch of keys, packed in one buffer (client._pack_keys) with
-    C's key array over it (client._key_table): a sequence of bytes, split out only when
-    indexed."""
-
-    __slots__ = ("blob", "table", "n", "_list")
-
-    def __init__(self, blob, table):
-        self.blob = blob
-        self.table = table
-        self.n = len(table)
-        self._list = None
-
-    def __len__(self):
-        return self.n
-
-    def list(self):
-        if self._list is None:
-            self._list = self.blob[:-1].split(b"\0")
-        return self._list
-
-    def __getitem__(self, i):
-        return self.list()[i]
-
-    def __iter__(self):
-        return iter(self.list())
-
-
 def _whole(names, index):
     return isinstance(index, range) and len(index) == len(names)
 
 
 def _table(names, index):
     """C's key array (char *[]) of the names at index (a list of positions, or a range)."""
-    if isinstance(names, _Names) and _whole(names, index):
-        return names.table
+    if isinstance(names, KeyTable) and _whole(names, index):
+        return names
     sub = [names[i] for i in index]
     return (c_char_p * len(sub))(*sub)
 
@@ -720,13 +692,13 @@ def _table(names, index):
 def _subset(names, index):
     """The names at index, as a list."""
     if _whole(names, index):
-        return names.list() if isinstance(names, _Names) else names
+        return names.names() if isinstance(names, KeyTable) else names
     return [names[i] for i in index]
 
 
 def _mapped(results, value, replacement):
     """results (an array.array) as a list, value replaced by replacement; the scan is C's."""
-    out = results.tolist()
+    out = _int_list(results)
     if value in results:
         out = [replacement if r == value else r for r in out]
     return out
@@ -758,15 +730,11 @@ class _KeySpace:
     def keys(self, keys):
         """(names, statuses): the node's name per key (None where it has none) and None, or a
         list with INVALID_KEY where a key has no name. TypeError for a non-string. When every
-        key has a name, names is usually a _Names: the batch packed in one buffer, made with
-        a few Python operations whatever the number of keys."""
-        blob = _pack_keys(_key_list(keys), self.prefix)
-        if blob is not None and (self.prefix or TENANT_MARK not in blob
-                                 or not (blob.startswith(TENANT_MARK)
-                                         or b"\0" + TENANT_MARK in blob)):
-            table = _key_table(blob, len(keys))
-            if table is not None:
-                return _Names(blob, table), None
+        key has a name, names is usually a KeyTable (client.KeyTable): C's key array of the
+        names, made without a Python operation per key."""
+        table = _key_table(_key_list(keys), self.prefix)
+        if table is not None:
+            return table, None
         names = []
         statuses = None
         for i, key in enumerate(_key_list(keys)):
@@ -1280,7 +1248,7 @@ class MooncakeDistributedStore:
                             opts, _addr(statuses))
             if rc < 0:
                 return [rc] * len(index)
-            results = statuses.tolist()
+            results = _int_list(statuses)
             self._own(_subset(names, index), results)
             return _mapped(statuses, EXISTS, OK)
         return _partial(n, pre, run)
@@ -1327,7 +1295,7 @@ class MooncakeDistributedStore:
                             _addr(statuses))
             if rc < 0:
                 return [rc] * len(index)
-            results = statuses.tolist()
+            results = _int_list(statuses)
             self._own(_subset(names, index), results)
             return _mapped(statuses, EXISTS, OK)
         return _partial(n, pre, run)
@@ -1432,7 +1400,7 @@ class MooncakeDistributedStore:
         if rc < 0:
             return [rc] * n
         return [r if r < 0 or r == lengths[i] else INVALID_PARAMS
-                for i, r in enumerate(results.tolist())]
+                for i, r in enumerate(_int_list(results))]
 
     def batch_get_into_multi_buffer_ranges(self, keys, all_buffer_ptrs, all_sizes, all_offsets):
         """For each key, reads all_sizes[i][j] bytes from byte all_offsets[i][j] of its value
@@ -1680,7 +1648,7 @@ class MooncakeDistributedStore:
             rc = self._code(_native.exist_batch, len(index), karr, _addr(results))
             if rc < 0:
                 return [rc] * len(index)
-            return results.tolist()
+            return _int_list(results)
         return _partial(n, pre, run)
 
     def batch_prefix_match(self, keys, ranks=1):
@@ -1732,7 +1700,7 @@ class MooncakeDistributedStore:
             rc = self._code(_native.remove_batch, len(index), karr, force, _addr(statuses))
             if rc < 0:
                 return [rc] * len(index)
-            results = statuses.tolist()
+            results = _int_list(statuses)
             if OK in statuses:
                 sub = _subset(names, index)
                 self._disown(sub if results.count(OK) == len(results) else

@@ -9,7 +9,9 @@ record_prefetched_tokens, MooncakeHostMemAllocator and put_from_with_metadata. A
 kvpoold (conftest.py); the lease tests start one with a short --lease-ttl."""
 
 import ctypes
+import glob
 import json
+import os
 import socket
 import time
 import urllib.error
@@ -19,7 +21,8 @@ import numpy as np
 import pytest
 
 import kvpool
-from kvpool import mooncake
+from kvpool import _native, mooncake
+from kvpool import client as client_module
 from kvpool.mooncake import (MooncakeDistributedStore, ReplicateConfig, SoftPinAction,
                              ObjectDataType, ReplicaStatus, MooncakeHostMemAllocator,
                              KvpoolDropInWarning)
@@ -304,10 +307,62 @@ def test_tenants_never_see_each_others_keys(daemon, client, prefix):
             s.close()
 
 
-def test_batches_pack_their_keys_and_answer_like_one_by_one(daemon, client, prefix):
-    """A batch's keys go to the library as one packed buffer (a few Python operations for
-    any number of keys); the answers are those of the per-key path, in every corner: a
-    tenant's prefix, bytes keys, UTF-8, a NUL inside a key, the tenant mark."""
+KEY_TABLES = [pytest.param(client_module.KeyTable, id="KeyTable")]
+if client_module.KeyTable is not client_module._PackedKeys:
+    KEY_TABLES.append(pytest.param(client_module._PackedKeys, id="_PackedKeys"))
+
+
+def test_the_key_table_module_is_built_and_loaded():
+    """make builds kvpool._batch beside libkvpool; the binding must find it there (without it
+    every batch method still works, slower: the tests below run both)."""
+    built = glob.glob(os.path.join(os.path.dirname(_native.path), "kvpool_batch*.so"))
+    assert built, "make did not build kvpool._batch beside %s" % _native.path
+    assert _native.batch_module is not None
+    assert client_module.KeyTable is _native.batch_module.KeyTable
+
+
+@pytest.mark.parametrize("key_table", KEY_TABLES)
+def test_key_tables_take_and_refuse_the_same_batches(key_table):
+    for keys in (["k-%d-\u00e9" % i for i in range(100)] + [""],
+                 [b"k-%d" % i for i in range(100)] + [bytearray(b"ba")]):
+        for prefix in (b"", b"\x1ften\n"):
+            table = key_table(keys, prefix)
+            assert len(table) == len(keys)
+            want = [prefix + (k.encode() if isinstance(k, str) else bytes(k)) for k in keys]
+            assert table.names() == want and table[0] == want[0] and table[100] == want[100]
+            # The array the library reads holds the same names.
+            array = ctypes.cast(table.address, ctypes.POINTER(ctypes.c_char_p))
+            assert [array[i] for i in range(len(keys))] == want
+    assert key_table([], b"").names() == []
+    assert key_table(["\x1fx"], b"p").names() == [b"p\x1fx"]
+    for bad in (["ok", "a\0b"], [b"a\0"], ["\x1fx"], ["ok", 5], ["\ud800"], [None]):
+        with pytest.raises(ValueError):
+            key_table(bad, b"")
+
+
+def test_result_lists_are_the_arrays_as_lists():
+    """The statuses and sizes a batch call fills become the list the method returns."""
+    import array
+    for code, values in (("i", [0, 1, -1, -704, 63, 64, -64, -65, 2 ** 31 - 1, -2 ** 31]),
+                         ("q", [0, 2 ** 40, -2 ** 63, 2 ** 63 - 1, 5, -10]),
+                         ("i", [])):
+        got = client_module._int_list(array.array(code, values))
+        assert got == values and type(got) is list
+        assert all(type(v) is int for v in got)
+    if _native.batch_module is not None:
+        with pytest.raises(TypeError):
+            client_module._int_list(array.array("d", [1.0]))
+
+
+@pytest.mark.parametrize("key_table", KEY_TABLES)
+def test_batches_pack_their_keys_and_answer_like_one_by_one(daemon, client, prefix, key_table,
+                                                           monkeypatch):
+    """A batch's keys go to the library as one C key array (a KeyTable, built without a
+    Python operation per key); the answers are those of the per-key path, in every corner: a
+    tenant's prefix, bytes keys, UTF-8, a NUL inside a key, the tenant mark. Both builders of
+    the array: kvpool._batch, and the Python one used when that is not built."""
+    monkeypatch.setattr(client_module, "KeyTable", key_table)
+    monkeypatch.setattr(mooncake, "KeyTable", key_table)
     a = make_store(daemon.endpoint, tenant_id="tenant-p")
     d = make_store(daemon.endpoint)
     try:
@@ -318,7 +373,7 @@ def test_batches_pack_their_keys_and_answer_like_one_by_one(daemon, client, pref
         sizes = [len(v) for v in values]
         for store in (a, d):
             names, pre = store._space.keys(keys)
-            assert pre is None and isinstance(names, mooncake._Names)
+            assert pre is None and isinstance(names, key_table)
             assert names[999] == store._space.key(keys[999])
             assert store.batch_put_from(keys, ptrs, sizes) == [0] * 1000
             assert store.batch_is_exist(keys) == [1] * 1000

@@ -2,7 +2,8 @@
 # install.sh - `make install` into a staging directory: the programs, the library and its
 # headers, the man pages (help2man, from --help), the systemd unit pointing at the installed
 # kvpoold and /etc/kvpool/kvpoold.conf, a settings file kvpoold takes as it is; a second
-# install keeps a settings file the administrator edited. Run by tests/run.sh (cwd = repo
+# install keeps a settings file the administrator edited; the Python package and its C helper
+# module import from where they are installed. Run by tests/run.sh (cwd = repo
 # root) on the plain build.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -32,6 +33,16 @@ for option in metrics-port log-level segment-size config print-config; do
     fail "kvpoold.8 lacks --$option"
 done
 grep -q 'top' "$tmp/usr/share/man/man1/kvpool.1" || fail "kvpool.1 lacks top"
+# The Python package imports from where it is installed, with its C helper module beside it.
+pydir="$tmp/usr/lib/python3/dist-packages"
+PYTHONPATH="$pydir" /usr/bin/python3 -c '
+import sys, kvpool
+from kvpool import _native
+module = _native.batch_module
+assert module is not None, "kvpool._batch did not load"
+assert module.__file__.startswith(sys.argv[1]), module.__file__
+assert _native.path.startswith(sys.argv[2]), _native.path
+' "$pydir/kvpool/" "$tmp/usr/lib/" || fail "the installed python package or its kvpool._batch"
 # An edited settings file survives the next install.
 echo 'segments = 2' >>"$conf"
 make --no-print-directory -s install DESTDIR="$tmp" PREFIX=/usr >/dev/null 2>&1
