@@ -463,12 +463,16 @@ kvpc_index_probe (kvpc_fast_path_t *self, const kvpc_keys_t *keys, bool as_size,
     s_check_connection (self);
     //  An EXIST or GET_SIZE is a read too: confirmed, it is stamped (its lease).
     int64_t now = shm_index_clock_ms ();
+    bool use = self->index && self->use_index && !s_stale (self);
+    shm_index_batch_t batch;
+    if (use)
+        shm_index_batch_start (&batch, self->index, (const char *const *) keys->keys, NULL,
+                               keys->count);
     for (size_t j = 0; j < keys->count; j++) {
         size_t i = keys->index[j];
         shm_index_hit_t hit;
-        if (self->index && self->use_index && !s_stale (self)
-            && shm_index_lookup (self->index, keys->keys[j], strlen (keys->keys[j]), &hit)
-            && hit.size <= INT64_MAX && shm_index_confirm (&hit, now))
+        if (use && shm_index_batch_lookup (&batch, j, &hit) && hit.size <= INT64_MAX
+            && shm_index_confirm (&hit, now))
             results[i] = as_size ? (int64_t) hit.size : 1;
         else if (kvpc_keys_add (rest, keys->keys[j], i))
             results[i] = KVPOOL_INTERNAL_ERROR;
@@ -494,12 +498,15 @@ kvpc_fast_get (kvpc_fast_path_t *self, const kvpc_keys_t *keys, const kvpool_buf
         free (copied);
         return s_fast_get_listed (self, keys, bufs, nbufs, results);
     }
+    shm_index_batch_t batch;
+    shm_index_batch_start (&batch, self->index, (const char *const *) keys->keys, NULL,
+                           keys->count);
     for (size_t j = 0; j < keys->count; j++) {
         size_t i = keys->index[j];
         shm_index_hit_t *hit = &hits[j];
         const void *source = NULL;
-        if (shm_index_lookup (self->index, keys->keys[j], strlen (keys->keys[j]), hit)
-            && hit->size <= INT64_MAX && kvpc_bufs_capacity (bufs[i], nbufs[i]) >= hit->size)
+        if (shm_index_batch_lookup (&batch, j, hit) && hit->size <= INT64_MAX
+            && kvpc_bufs_capacity (bufs[i], nbufs[i]) >= hit->size)
             source = hit->size ? s_resolve (self, hit->segment_id, hit->offset, hit->size)
                                : (const void *) hit;
         if (source

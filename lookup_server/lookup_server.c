@@ -407,13 +407,15 @@ s_prefix (self_t *self, const char *const *keys, size_t blocks, size_t ranks, si
     //  reads (their leases).
     shm_index_t *index = s_index (self);
     int64_t now = shm_index_clock_ms ();
+    shm_index_batch_t batch;
+    if (index)
+        shm_index_batch_start (&batch, index, keys, NULL, blocks * ranks);
     size_t first = 0;
     for (; first < blocks; first++) {
         size_t r = 0;
         for (; r < ranks; r++) {
-            const char *key = keys[first * ranks + r];
             shm_index_hit_t hit;
-            if (!index || !shm_index_lookup (index, key, strlen (key), &hit)
+            if (!index || !shm_index_batch_lookup (&batch, first * ranks + r, &hit)
                 || !shm_index_confirm (&hit, now))
                 break;
         }

@@ -30,6 +30,11 @@
 
 #include "shm/segment.h"
 
+//  XXH3 compiled in (libxxhash's header, every function inline): libkvpool links nothing for
+//  it, and the key hash is inlined into the loops that call it.
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
 #include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -42,9 +47,10 @@
 #include <time.h>
 #include <unistd.h>
 
-//  "\0KVPIDX2": version 2 has read stamps. A reader of version 1 would read without
-//  stamping, so it must not find this index usable (nor the reverse).
-#define MAGIC 0x3258444950564B00ULL
+//  "\0KVPIDX3": version 2 has read stamps (a reader of version 1 would read without
+//  stamping); version 3 hashes keys with XXH3 (a reader of version 2 would look in the wrong
+//  slots). A reader must not find an index of another version usable.
+#define MAGIC 0x3358444950564B00ULL
 #define HEADER_SIZE 4096
 #define SLOT_SIZE 256
 #define PROBE_MAX 8
@@ -108,20 +114,7 @@ s_tag_later (uint64_t a, uint64_t b)
 uint64_t
 shm_index_hash (const char *key, size_t len)
 {
-    const unsigned char *bytes = (const unsigned char *) key;
-    uint64_t hash = 0x243F6A8885A308D3ULL ^ (len * 0x9E3779B97F4A7C15ULL);
-    while (len >= 8) {
-        uint64_t word;
-        memcpy (&word, bytes, 8);
-        hash = (hash ^ word) * 0xFF51AFD7ED558CCDULL;
-        hash ^= hash >> 32;
-        bytes += 8;
-        len -= 8;
-    }
-    uint64_t tail = 0;
-    memcpy (&tail, bytes, len);
-    hash = (hash ^ tail) * 0xC4CEB9FE1A85EC53ULL;
-    hash ^= hash >> 29;
+    uint64_t hash = XXH3_64bits (key, len);
     return hash ? hash : 1;
 }
 
@@ -414,11 +407,10 @@ shm_index_remove (shm_index_t *self, int64_t index)
 //  The slot's fields are read while the writer may change them (racy.h); the sequence
 //  number decides.
 static bool
-s_lookup (shm_index_t *self, const char *key, size_t key_len, shm_index_hit_t *hit)
+s_lookup (shm_index_t *self, const char *key, size_t key_len, uint64_t hash, shm_index_hit_t *hit)
 {
     if (key_len == 0 || key_len > SHM_INDEX_KEY_MAX)
         return false;
-    uint64_t hash = shm_index_hash (key, key_len);
     for (uint64_t probe = 0; probe < PROBE_MAX; probe++) {
         slot_t *slot = &self->slots[(hash + probe) & self->mask];
         uint64_t seq = atomic_load_explicit (&slot->seq, memory_order_acquire);
@@ -452,8 +444,61 @@ s_lookup (shm_index_t *self, const char *key, size_t key_len, shm_index_hit_t *h
 bool
 shm_index_lookup (shm_index_t *self, const char *key, size_t key_len, shm_index_hit_t *hit)
 {
+    if (key_len == 0 || key_len > SHM_INDEX_KEY_MAX)
+        return false;
     RACY_BEGIN ();
-    bool found = s_lookup (self, key, key_len, hit);
+    bool found = s_lookup (self, key, key_len, shm_index_hash (key, key_len), hit);
+    RACY_END ();
+    return found;
+}
+
+//  Starts loading key's home slot (its header and the first bytes of its key: the two cache
+//  lines a hit reads) and its read stamp (written by the confirmation) into the cache.
+static uint64_t
+s_prefetch (shm_index_t *self, const char *key, size_t key_len)
+{
+    uint64_t hash = shm_index_hash (key, key_len);
+    const char *slot = (const char *) &self->slots[hash & self->mask];
+    __builtin_prefetch (slot, 0, 3);
+    __builtin_prefetch (slot + 64, 0, 3);
+    __builtin_prefetch ((const void *) &self->stamps[hash & self->mask], 1, 3);
+    return hash;
+}
+
+static size_t
+s_batch_len (const shm_index_batch_t *batch, size_t i)
+{
+    return batch->lens ? batch->lens[i] : strlen (batch->keys[i]);
+}
+
+void
+shm_index_batch_start (shm_index_batch_t *batch, shm_index_t *self, const char *const *keys,
+                       const size_t *lens, size_t count)
+{
+    assert (batch && self && (keys || count == 0));
+    batch->index = self;
+    batch->keys = keys;
+    batch->lens = lens;
+    batch->count = count;
+    for (size_t i = 0; i < count && i < SHM_INDEX_AHEAD; i++)
+        batch->hashes[i] = s_prefetch (self, keys[i], s_batch_len (batch, i));
+}
+
+bool
+shm_index_batch_lookup (shm_index_batch_t *batch, size_t i, shm_index_hit_t *hit)
+{
+    assert (batch && i < batch->count);
+    shm_index_t *self = batch->index;
+    uint64_t hash = batch->hashes[i % SHM_INDEX_AHEAD];
+    size_t ahead = i + SHM_INDEX_AHEAD;
+    if (ahead < batch->count)
+        batch->hashes[i % SHM_INDEX_AHEAD] =
+            s_prefetch (self, batch->keys[ahead], s_batch_len (batch, ahead));
+    size_t key_len = s_batch_len (batch, i);
+    if (key_len == 0 || key_len > SHM_INDEX_KEY_MAX)
+        return false;
+    RACY_BEGIN ();
+    bool found = s_lookup (self, batch->keys[i], key_len, hash, hit);
     RACY_END ();
     return found;
 }
