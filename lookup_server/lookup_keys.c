@@ -30,6 +30,7 @@ struct _lookup_keys_t {
     char *keys_text;   //  expansion buffer
     size_t keys_text_size;
     const char **keys;
+    size_t *key_lens; //  each key's length (the last expansion's)
     size_t keys_size;
     //  The parse pattern: tokens, literal ones pointing into pattern_text.
     struct s_token *tokens;
@@ -339,6 +340,7 @@ lookup_keys_destroy (lookup_keys_t **self_p)
         free (self->fixed_len);
         free (self->keys_text);
         free ((void *) self->keys);
+        free (self->key_lens);
         free (self->tokens);
         free (self->pattern_text);
         free (self);
@@ -394,18 +396,23 @@ lookup_keys_expand (lookup_keys_t *self, char *const *hashes, const size_t *hash
     if (key_count > self->keys_size) {
         const char **keys =
             (const char **) realloc ((void *) self->keys, key_count * sizeof (char *));
-        if (!keys) {
+        if (keys)
+            self->keys = keys;
+        size_t *lens = (size_t *) realloc (self->key_lens, key_count * sizeof (size_t));
+        if (lens)
+            self->key_lens = lens;
+        if (!keys || !lens) {
             reason = "out of memory";
             goto fail;
         }
-        self->keys = keys;
         self->keys_size = key_count;
     }
     char *out = self->keys_text;
     size_t places = self->hash_places;
     for (size_t i = 0; i < count; i++)
         for (size_t r = 0; r < self->ranks; r++) {
-            self->keys[i * self->ranks + r] = out;
+            char *key = out;
+            self->keys[i * self->ranks + r] = key;
             const size_t *offset = self->part_offset + r * (places + 1);
             const size_t *len = self->part_len + r * (places + 1);
             for (size_t k = 0; k <= places; k++) {
@@ -416,6 +423,7 @@ lookup_keys_expand (lookup_keys_t *self, char *const *hashes, const size_t *hash
                     out += hash_lens[i];
                 }
             }
+            self->key_lens[i * self->ranks + r] = (size_t) (out - key);
             *out++ = 0;
         }
     assert ((size_t) (out - self->keys_text) == total || count == 0);
@@ -483,6 +491,13 @@ s_match (const lookup_keys_t *self, size_t t, const char *key, size_t at, size_t
     return false;
 }
 
+const size_t *
+lookup_keys_lens (lookup_keys_t *self)
+{
+    assert (self);
+    return self->key_lens;
+}
+
 bool
 lookup_keys_parse (const lookup_keys_t *self, const char *key, size_t len, const char **hash_p,
                    size_t *hash_len_p, uint32_t *tp_p, uint32_t *pp_p)
@@ -532,6 +547,8 @@ lookup_keys_test (bool verbose)
     assert (strcmp (keys[2], "llama@tp_rank:1@pcp3@dcp4@pp_rank:0@group:0@ab01") == 0);
     assert (strcmp (keys[3], "llama@tp_rank:1@pcp3@dcp4@pp_rank:1@group:0@ab01") == 0);
     assert (strcmp (keys[7], "llama@tp_rank:1@pcp3@dcp4@pp_rank:1@group:0@ffee") == 0);
+    for (size_t i = 0; i < 8; i++)
+        assert (lookup_keys_lens (self)[i] == strlen (keys[i]));
     if (verbose)
         printf ("\n  %s", keys[7]);
     //  An empty expansion, and a key-length limit: the longest key here is 48 bytes.

@@ -44,6 +44,10 @@ int lookup_keys_expand (lookup_keys_t *self, char *const *hashes, const size_t *
                         size_t count, size_t max_key_len, const char *const **keys_p,
                         const char **reason_p);
 
+//  The lengths of the keys the last successful lookup_keys_expand made, in its order; valid
+//  as long as those keys are.
+const size_t *lookup_keys_lens (lookup_keys_t *self);
+
 //  The other way: whether key (len bytes) is one the template makes for some hash and rank
 //  pair, with this instance's model, pcp and dcp. {tp} and {pp} match decimal numbers (any,
 //  not only those below the sizes), {hash} a run of hex digits (the same run at every place

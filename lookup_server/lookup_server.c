@@ -401,7 +401,8 @@ s_scratch (self_t *self, size_t count)
 //  How many leading blocks of keys[0 .. blocks x ranks) are whole (every rank's key stored)
 //  into *whole. Returns 0, or -1 when the store failed.
 static int
-s_prefix (self_t *self, const char *const *keys, size_t blocks, size_t ranks, size_t *whole)
+s_prefix (self_t *self, const char *const *keys, const size_t *lens, size_t blocks, size_t ranks,
+          size_t *whole)
 {
     //  The index first: a block it shows whole is there, and confirming the hits stamps the
     //  reads (their leases).
@@ -409,7 +410,7 @@ s_prefix (self_t *self, const char *const *keys, size_t blocks, size_t ranks, si
     int64_t now = shm_index_clock_ms ();
     shm_index_batch_t batch;
     if (index)
-        shm_index_batch_start (&batch, index, keys, NULL, blocks * ranks);
+        shm_index_batch_start (&batch, index, keys, lens, blocks * ranks);
     size_t first = 0;
     for (; first < blocks; first++) {
         size_t r = 0;
@@ -430,7 +431,7 @@ s_prefix (self_t *self, const char *const *keys, size_t blocks, size_t ranks, si
     size_t count = (blocks - first) * ranks;
     for (size_t i = 0; i < count; i++) {
         self->picked[i] = keys[first * ranks + i];
-        self->picked_lens[i] = strlen (self->picked[i]);
+        self->picked_lens[i] = lens[first * ranks + i];
     }
     kvp_job_t *job = kvp_job_new_owning (KVP_JOB_NONE, count, self->picked, self->picked_lens);
     job->op = KVPOOL__V1__OP__PREFIX_MATCH;
@@ -542,7 +543,8 @@ s_lookup (self_t *self, lookup_request_t *request)
             return zframe_new (s_fail, sizeof s_fail);
         }
         size_t ranks = lookup_keys_ranks (self->keys);
-        if (s_scratch (self, blocks * ranks) || s_prefix (self, keys, blocks, ranks, &whole))
+        if (s_scratch (self, blocks * ranks)
+            || s_prefix (self, keys, lookup_keys_lens (self->keys), blocks, ranks, &whole))
             return zframe_new (s_fail, sizeof s_fail);
     }
     uint64_t hit = s_hit (self, request, whole, limit);
