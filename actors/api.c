@@ -1085,10 +1085,10 @@ static bool
 s_serve_from_index (self_t *self, kvp_job_t *job)
 {
     api_ctx_t *ctx = (api_ctx_t *) job->context;
-    if (!self->reads || job->count > INDEX_READ_KEYS_MAX || !(ctx->row->flags & OP_INDEX)
-        || job->ranged)
-        return false;
     bool values = (ctx->row->fills & REPLY_VALUES) != 0;
+    if (!self->reads || job->count > (values ? INDEX_READ_KEYS_MAX : INDEX_CHECK_KEYS_MAX)
+        || !(ctx->row->flags & OP_INDEX) || job->ranged)
+        return false;
     zmq_msg_t small[8];
     zmq_msg_t *copies = NULL;
     if (values)

@@ -96,21 +96,34 @@ index_reads_serve (index_reads_t *self, kvp_job_t *job, zmq_msg_t *values)
     bool get = job->op == KVPOOL__V1__OP__GET;
     if (job->count == 0 || job->status != KVPOOL_OK || !s_index (self))
         return false;
-    if (job->count > INDEX_READ_KEYS_MAX)
+    if (job->count > (get ? INDEX_READ_KEYS_MAX : INDEX_CHECK_KEYS_MAX))
         return false;
+    //  The hits, and the keys as the index's batch lookup takes them.
     shm_index_hit_t small_hits[8];
-    shm_index_hit_t *hits =
-        job->count <= 8 ? small_hits : (shm_index_hit_t *) malloc (job->count * sizeof *hits);
-    if (!hits)
-        return false;
-    bool whole = true;
+    const char *small_keys[8];
+    size_t small_lens[8];
+    shm_index_hit_t *hits = small_hits;
+    const char **keys = small_keys;
+    size_t *lens = small_lens;
+    if (job->count > 8) {
+        hits = (shm_index_hit_t *) malloc (job->count * sizeof *hits);
+        keys = (const char **) malloc (job->count * sizeof *keys);
+        lens = (size_t *) malloc (job->count * sizeof *lens);
+    }
+    bool whole = hits && keys && lens;
+    for (size_t i = 0; i < job->count && whole; i++) {
+        keys[i] = job->items[i].key;
+        lens[i] = job->items[i].key_len;
+    }
+    shm_index_batch_t batch;
+    if (whole)
+        shm_index_batch_start (&batch, self->index, keys, lens, job->count);
     uint64_t bytes = 0;
     size_t copied = 0;
     for (size_t i = 0; i < job->count && whole; i++) {
         kvp_item_t *item = &job->items[i];
         shm_index_hit_t *hit = &hits[i];
-        whole = item->status == KVPOOL_OK
-                && shm_index_lookup (self->index, item->key, item->key_len, hit);
+        whole = item->status == KVPOOL_OK && shm_index_batch_lookup (&batch, i, hit);
         if (!whole || !get)
             continue;
         bytes += hit->size;
@@ -142,8 +155,11 @@ index_reads_serve (index_reads_t *self, kvp_job_t *job, zmq_msg_t *values)
         if (get)
             self->gets += job->count;
     }
-    if (hits != small_hits)
+    if (hits != small_hits) {
         free (hits);
+        free ((void *) keys);
+        free (lens);
+    }
     return whole;
 }
 
