@@ -163,6 +163,20 @@ def _key_table(keys, prefix=b""):
         return None
 
 
+#   How many times this process is a child of fork() (os.register_at_fork). A Client made
+#   before a fork must not be used after it; comparing this count with the one it was made
+#   under checks that on every call without asking the kernel for the pid (a system call).
+_forks = 0
+
+
+def _count_fork():
+    global _forks
+    _forks += 1
+
+
+os.register_at_fork(after_in_child=_count_fork)
+
+
 #   list(results) for the array.array of statuses ("i") or sizes ("q") a batch call filled:
 #   one C loop with kvpool._batch, array.tolist without.
 _int_list = (_native.batch_module.int_list if _native.batch_module is not None
@@ -469,7 +483,7 @@ class Client:
             options.curve_server_file = os.fsencode(curve_server)
         self._options = options
         _native.tune_malloc()
-        self._pid = os.getpid()
+        self._forks = _forks
         self._lock = threading.Lock()
         self._handles = []
         self._idle = []
@@ -490,7 +504,7 @@ class Client:
     def _acquire(self):
         if self._closed:
             raise error_for(Status.INVALID_PARAMS, "client is closed")
-        if self._pid != os.getpid():
+        if self._forks != _forks:
             raise error_for(Status.INVALID_PARAMS, "client was made in another process "
                                                    "(after fork, make a new Client)")
         try:
@@ -510,7 +524,7 @@ class Client:
         if self._closed:
             return
         self._closed = True
-        if self._pid != os.getpid():
+        if self._forks != _forks:
             return
         with self._lock:
             handles, self._handles, self._idle = self._handles, [], []

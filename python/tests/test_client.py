@@ -130,6 +130,27 @@ def test_large_value(client, prefix):
     assert out == blob
 
 
+def test_a_client_refuses_use_after_fork(client, prefix):
+    """ZeroMQ sockets do not survive fork(): the child gets a clear error, not a hang or a
+    corrupted connection, and the parent's client goes on working."""
+    key = prefix + "fork"
+    client.put(key, b"before")
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            client.get(key)
+        except kvpool.Error as exc:
+            code = 0 if (exc.status == kvpool.Status.INVALID_PARAMS
+                         and "another process" in str(exc)) else 2
+        except BaseException:
+            code = 3
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    assert client.get(key) == b"before"
+
+
 def test_invalid_keys(client):
     with pytest.raises(kvpool.InvalidKeyError):
         client.put("a\0b", b"x")
