@@ -1,11 +1,14 @@
 /*  shm_index.c - the same-machine read index (see shm_index.h).
 
     DESIGN
-    Open addressing with linear probing over a power-of-two table; a key may sit in one of
-    PROBE_MAX slots after its home slot. There are no tombstones: removal empties the slot,
-    which can hide an entry further along its run. That entry is still in the node's own
-    table, so readers that miss ask the node: the index only ever loses speed, never
-    correctness.
+    Open addressing with linear probing over a power-of-two table; a key sits in one of the
+    PROBE_MAX slots from its home slot on (an insert takes the first empty one; with none,
+    the key is not published, and readers that miss ask the node: the index only ever loses
+    speed, never correctness). There are no tombstones: removal empties the slot. So a
+    lookup does not stop at an empty slot but looks at all PROBE_MAX: an entry that went in
+    past a slot emptied later stays found. (Stopping there would hide it for good, and a
+    node that evicts and removes all day would see ever more of its keys miss.) A miss reads
+    PROBE_MAX slot headers, adjacent in memory; a hit stops at its slot.
 
     Each slot is a seqlock. The writer makes seq odd, changes the slot, makes it even again
     (release). A reader takes seq (acquire), reads the slot, copies the value, then reads seq
@@ -417,11 +420,8 @@ s_lookup (shm_index_t *self, const char *key, size_t key_len, uint64_t hash, shm
         if (seq & 1)
             return false; //  being written: ask the node
         uint64_t slot_hash = atomic_load_explicit (&slot->hash, memory_order_relaxed);
-        //  An empty slot ends the run: inserts take the first empty slot, so the key is not
-        //  further on (unless a removal emptied this one after it went in: hidden, as the
-        //  design allows). A miss then costs a probe or two, not PROBE_MAX.
-        if (slot_hash == 0)
-            return false;
+        //  An empty slot does not end the search: a removal may have emptied it after the
+        //  key went in further on (see DESIGN).
         if (slot_hash != hash)
             continue;
         uint32_t len = slot->key_len;
@@ -585,6 +585,42 @@ shm_index_test (bool verbose)
     assert (!shm_index_confirm (&late, now + 20));
     assert (shm_index_last_read (writer, c) == now + 10);
 
+    //  An entry that went in past its home slot stays found when the home slot is emptied
+    //  later (a lookup does not stop at an empty slot).
+    {
+        char first[32], second[32];
+        int first_len = snprintf (first, sizeof first, "home-0");
+        uint64_t home = shm_index_hash (first, (size_t) first_len) & 127;
+        int second_len = 0;
+        for (int i = 1; i < 100000 && !second_len; i++) {
+            int len = snprintf (second, sizeof second, "home-%d", i);
+            if ((shm_index_hash (second, (size_t) len) & 127) == home)
+                second_len = len;
+        }
+        assert (second_len);
+        int64_t one = shm_index_insert (writer, first, (size_t) first_len, 1, 11, 1);
+        int64_t two = shm_index_insert (writer, second, (size_t) second_len, 1, 22, 1);
+        assert (one >= 0 && two >= 0 && two != one);
+        shm_index_remove (writer, one);
+        assert (!shm_index_lookup (reader, first, (size_t) first_len, &hit));
+        assert (shm_index_lookup (reader, second, (size_t) second_len, &hit) && hit.offset == 22);
+        //  A batch finds what one-by-one lookups find, in order, with lengths or without.
+        const char *keys[] = {"alpha", second, first, "nothing", second};
+        size_t lens[] = {5, (size_t) second_len, (size_t) first_len, 7, (size_t) second_len};
+        for (int with_lens = 0; with_lens < 2; with_lens++) {
+            shm_index_batch_t batch;
+            shm_index_batch_start (&batch, reader, keys, with_lens ? lens : NULL, 5);
+            for (size_t i = 0; i < 5; i++) {
+                shm_index_hit_t one_hit, batch_hit;
+                bool found = shm_index_lookup (reader, keys[i], lens[i], &one_hit);
+                assert (shm_index_batch_lookup (&batch, i, &batch_hit) == found);
+                assert (!found
+                        || (batch_hit.offset == one_hit.offset && batch_hit.slot == one_hit.slot));
+            }
+        }
+        shm_index_remove (writer, two);
+    }
+
     //  Too-long keys and full probe runs are simply not published.
     char big[SHM_INDEX_KEY_MAX + 1];
     memset (big, 'k', sizeof big);
@@ -611,5 +647,6 @@ shm_index_test (bool verbose)
     shm_index_destroy (&writer);
     assert (shm_index_open (name) == NULL);
     if (verbose)
-        printf ("publish, lookup, read stamps, invalidation, lossy overflow ");
+        printf ("publish, lookup, read stamps, invalidation, emptied home slots, batches, "
+                "lossy overflow ");
 }
