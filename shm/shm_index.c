@@ -480,8 +480,10 @@ shm_index_batch_start (shm_index_batch_t *batch, shm_index_t *self, const char *
     batch->keys = keys;
     batch->lens = lens;
     batch->count = count;
-    for (size_t i = 0; i < count && i < SHM_INDEX_AHEAD; i++)
-        batch->hashes[i] = s_prefetch (self, keys[i], s_batch_len (batch, i));
+    for (size_t i = 0; i < count && i < SHM_INDEX_AHEAD; i++) {
+        batch->key_lens[i] = s_batch_len (batch, i);
+        batch->hashes[i] = s_prefetch (self, keys[i], batch->key_lens[i]);
+    }
 }
 
 bool
@@ -490,11 +492,13 @@ shm_index_batch_lookup (shm_index_batch_t *batch, size_t i, shm_index_hit_t *hit
     assert (batch && i < batch->count);
     shm_index_t *self = batch->index;
     uint64_t hash = batch->hashes[i % SHM_INDEX_AHEAD];
+    size_t key_len = batch->key_lens[i % SHM_INDEX_AHEAD];
     size_t ahead = i + SHM_INDEX_AHEAD;
-    if (ahead < batch->count)
+    if (ahead < batch->count) {
+        batch->key_lens[i % SHM_INDEX_AHEAD] = s_batch_len (batch, ahead);
         batch->hashes[i % SHM_INDEX_AHEAD] =
-            s_prefetch (self, batch->keys[ahead], s_batch_len (batch, ahead));
-    size_t key_len = s_batch_len (batch, i);
+            s_prefetch (self, batch->keys[ahead], batch->key_lens[i % SHM_INDEX_AHEAD]);
+    }
     if (key_len == 0 || key_len > SHM_INDEX_KEY_MAX)
         return false;
     RACY_BEGIN ();

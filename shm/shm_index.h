@@ -140,6 +140,7 @@ typedef struct {
     const size_t *lens;
     size_t count;
     uint64_t hashes[SHM_INDEX_AHEAD]; //  of the keys loading, by position modulo AHEAD
+    size_t key_lens[SHM_INDEX_AHEAD]; //  their lengths (strlen once, when lens is NULL)
 } shm_index_batch_t;
 
 void shm_index_batch_start (shm_index_batch_t *batch, shm_index_t *self, const char *const *keys,
