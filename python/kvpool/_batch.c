@@ -42,7 +42,8 @@
 #define TENANT_MARK '\x1f'
 
 typedef struct {
-    PyObject_HEAD Py_ssize_t n;
+    PyObject ob_base; //  PyObject_HEAD, spelled out
+    Py_ssize_t n;
     const char **table; //  n pointers, each to a NUL-ended name
     PyObject **refs;    //  the keys the table points into (NULL when copied)
     char *copies;       //  the names, NUL-ended one after the other (when copied)
@@ -236,8 +237,11 @@ static PySequenceMethods s_key_table_sequence = {
     .sq_item = (ssizeargfunc) s_key_table_item,
 };
 
+//  PyVarObject_HEAD_INIT ends with its own comma, which the formatter cannot see.
+// clang-format off
 static PyTypeObject s_key_table_type = {
-    PyVarObject_HEAD_INIT (NULL, 0).tp_name = "kvpool._batch.KeyTable",
+    PyVarObject_HEAD_INIT (NULL, 0)
+    .tp_name = "kvpool._batch.KeyTable",
     .tp_doc = "KeyTable(keys, prefix=b'') - C's key array (char *[n]) of a batch's keys.",
     .tp_basicsize = sizeof (key_table_t),
     .tp_flags = Py_TPFLAGS_DEFAULT,
@@ -247,6 +251,7 @@ static PyTypeObject s_key_table_type = {
     .tp_getset = s_key_table_getset,
     .tp_as_sequence = &s_key_table_sequence,
 };
+// clang-format on
 
 //  The statuses and small sizes a batch answers, made once: a list of them takes a reference
 //  each instead of a PyLong_FromLong call each.
