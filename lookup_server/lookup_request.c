@@ -9,7 +9,6 @@
 #include "lookup_server/lookup_request.h"
 
 #include <assert.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +40,12 @@ s_get_u16 (const uint8_t *p)
 
 //  Lowercase form of each hex digit, 0 for any other byte (uppercase is accepted and lowered,
 //  since store keys are lowercase). A table: this runs once per byte of every lookup.
+static const char s_hex_lower[256] = {
+    ['0'] = '0', ['1'] = '1', ['2'] = '2', ['3'] = '3', ['4'] = '4', ['5'] = '5',
+    ['6'] = '6', ['7'] = '7', ['8'] = '8', ['9'] = '9', ['a'] = 'a', ['b'] = 'b',
+    ['c'] = 'c', ['d'] = 'd', ['e'] = 'e', ['f'] = 'f', ['A'] = 'a', ['B'] = 'b',
+    ['C'] = 'c', ['D'] = 'd', ['E'] = 'e', ['F'] = 'f'};
+
 //  Copies the leading 16-byte blocks of in that are lowercase hex digits only (what engines
 //  send) to out, and returns how many bytes it copied; the byte-by-byte loop does the rest
 //  (uppercase, bad bytes, the tail). SSE2 compares 16 bytes at once; without it, nothing.
@@ -67,12 +72,6 @@ s_copy_lower_hex (char *out, const uint8_t *in, uint32_t len)
 #endif
     return done;
 }
-
-static const char s_hex_lower[256] = {
-    ['0'] = '0', ['1'] = '1', ['2'] = '2', ['3'] = '3', ['4'] = '4', ['5'] = '5',
-    ['6'] = '6', ['7'] = '7', ['8'] = '8', ['9'] = '9', ['a'] = 'a', ['b'] = 'b',
-    ['c'] = 'c', ['d'] = 'd', ['e'] = 'e', ['f'] = 'f', ['A'] = 'a', ['B'] = 'b',
-    ['C'] = 'c', ['D'] = 'd', ['E'] = 'e', ['F'] = 'f'};
 
 static lookup_request_t *
 s_request_new (lookup_request_type_t type)
@@ -222,20 +221,6 @@ s_decode_msgpack (lookup_request_t *self, const lookup_frame_t *frame, const cha
 
 //  ---- binary: hash_len + blob ---------------------------------------------------------
 
-//  Each byte's two lowercase hex digits, made once (a store of two bytes per input byte).
-static char s_hex_pairs[256][2];
-static pthread_once_t s_hex_pairs_once = PTHREAD_ONCE_INIT;
-
-static void
-s_hex_pairs_make (void)
-{
-    static const char digits[] = "0123456789abcdef";
-    for (int byte = 0; byte < 256; byte++) {
-        s_hex_pairs[byte][0] = digits[byte >> 4];
-        s_hex_pairs[byte][1] = digits[byte & 15];
-    }
-}
-
 static int
 s_decode_binary (lookup_request_t *self, const lookup_frame_t *len_frame,
                  const lookup_frame_t *blob, const char **reason_p)
@@ -265,15 +250,16 @@ s_decode_binary (lookup_request_t *self, const lookup_frame_t *len_frame,
         *reason_p = "out of memory";
         return -1;
     }
-    pthread_once (&s_hex_pairs_once, s_hex_pairs_make);
+    static const char digits[] = "0123456789abcdef";
     const uint8_t *in = (const uint8_t *) blob->data;
     char *text = self->text_;
     for (size_t i = 0; i < count; i++) {
         self->hashes[i] = text;
         self->hash_lens[i] = 2 * hash_len;
         for (size_t j = 0; j < hash_len; j++) {
-            memcpy (text, s_hex_pairs[*in++], 2);
-            text += 2;
+            *text++ = digits[*in >> 4];
+            *text++ = digits[*in & 15];
+            in++;
         }
         *text++ = 0;
     }

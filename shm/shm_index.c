@@ -444,8 +444,6 @@ s_lookup (shm_index_t *self, const char *key, size_t key_len, uint64_t hash, shm
 bool
 shm_index_lookup (shm_index_t *self, const char *key, size_t key_len, shm_index_hit_t *hit)
 {
-    if (key_len == 0 || key_len > SHM_INDEX_KEY_MAX)
-        return false;
     RACY_BEGIN ();
     bool found = s_lookup (self, key, key_len, shm_index_hash (key, key_len), hit);
     RACY_END ();
@@ -499,8 +497,6 @@ shm_index_batch_lookup (shm_index_batch_t *batch, size_t i, shm_index_hit_t *hit
         batch->hashes[i % SHM_INDEX_AHEAD] =
             s_prefetch (self, batch->keys[ahead], batch->key_lens[i % SHM_INDEX_AHEAD]);
     }
-    if (key_len == 0 || key_len > SHM_INDEX_KEY_MAX)
-        return false;
     RACY_BEGIN ();
     bool found = s_lookup (self, batch->keys[i], key_len, hash, hit);
     RACY_END ();

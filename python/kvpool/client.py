@@ -93,7 +93,9 @@ def _key(key):
 
 
 _UNPACK = _native.has("keys_unpack")
-_TENANT_MARK = b"\x1f"
+#   The first byte of every other tenant's names in kvpool.mooncake ("\x1f<tenant>\n"): a
+#   key table without a prefix refuses a key that begins with it, as kvpool._batch does.
+TENANT_MARK = b"\x1f"
 
 
 class _PackedKeys:
@@ -120,7 +122,7 @@ class _PackedKeys:
             raise ValueError("a key does not encode to UTF-8") from None
         if prefix:
             blob = prefix + blob[:-1].replace(b"\0", b"\0" + prefix) + b"\0"
-        elif blob.startswith(_TENANT_MARK) or b"\0" + _TENANT_MARK in blob:
+        elif blob.startswith(TENANT_MARK) or b"\0" + TENANT_MARK in blob:
             raise ValueError("a key begins with the tenant mark")
         n = len(keys)
         table = (c_char_p * n)()
@@ -137,15 +139,16 @@ class _PackedKeys:
     def address(self):
         return ctypes.addressof(self._as_parameter_)
 
-    def names(self):
+    def _split(self):
         if self._names is None:
             self._names = self._blob[:-1].split(b"\0") if len(self) else []
-        return list(self._names)
+        return self._names
+
+    def names(self):
+        return list(self._split())
 
     def __getitem__(self, i):
-        if self._names is None:
-            self.names()
-        return self._names[i]
+        return self._split()[i]
 
 
 KeyTable = _native.batch_module.KeyTable if _native.batch_module is not None else _PackedKeys

@@ -74,7 +74,7 @@ from ctypes import byref, c_char_p
 
 from . import _native
 from .client import (Client, PutOptions, _Pins, _encode, _u64, _addr, _iov_table, fetch,
-                     KeyTable, _key_table, _int_list,
+                     KeyTable, TENANT_MARK, _key_table, _int_list,
                      DEFAULT_TIMEOUT)
 from .segment import SharedSegment
 from .status import Status, Error, error_for
@@ -614,8 +614,7 @@ def _valid_tenant(tenant):
 
 # ---- a tenant's keys ----------------------------------------------------------------------
 
-TENANT_MARK = b"\x1f"
-TENANT_END = b"\n"
+TENANT_END = b"\n"             # TENANT_MARK comes from client, whose key tables refuse it
 
 #   What regex() lets through: the syntax whose parentheses this parser and PCRE2 read alike.
 _REGEX_REFUSED = (
