@@ -270,8 +270,11 @@ rm_evict (self_t *self, kvp_job_t *job, int64_t now)
     for (int pass = 0; pass < 2 && gained < plan->want; pass++) {
         if (pass == 1 && !plan->soft)
             break;
-        //  Each object is looked at once a pass, even if it moves to the back.
-        size_t budget = self->memory.count;
+        //  Each object is looked at at most twice a pass: once, and once more after a second
+        //  chance sent it to the back. Looked at only once, a pool whose every object was
+        //  read since it took its place would free nothing in a cycle, and the evictor would
+        //  refuse waiting puts for a while (its stall backoff) though every object could go.
+        size_t budget = 2 * self->memory.count;
         link = lru_first (&self->memory);
         while (link && budget-- > 0 && gained < plan->want) {
             lru_link_t *next = lru_next (&self->memory, link);
