@@ -108,7 +108,7 @@ transfer_job_bytes (kvp_job_t *job)
 bool
 transfer_job_inline (kvp_job_t *job)
 {
-    return transfer_job_bytes (job) < TRANSFER_INLINE_BYTES;
+    return transfer_job_bytes (job) <= TRANSFER_INLINE_BYTES;
 }
 
 //  An item to write with no bytes to write from would be committed holding whatever its
