@@ -32,40 +32,66 @@ kvpc_keys_init (kvpc_keys_t *self)
     self->index = self->inline_index;
 }
 
-int
-kvpc_keys_add (kvpc_keys_t *self, const char *key, size_t index)
+//  Frees the arrays when they are not the inline ones.
+static void
+s_keys_free (kvpc_keys_t *self)
 {
-    if (self->count == self->capacity) {
-        size_t capacity = self->capacity * 2;
-        char **keys = malloc (capacity * sizeof *keys);
-        ProtobufCBinaryData *wire = malloc (capacity * sizeof *wire);
-        size_t *indexes = malloc (capacity * sizeof *indexes);
-        if (!keys || !wire || !indexes) {
-            free (keys);
-            free (wire);
-            free (indexes);
-            return -1;
-        }
-        memcpy (keys, self->keys, self->count * sizeof *keys);
-        memcpy (wire, self->wire, self->count * sizeof *wire);
-        memcpy (indexes, self->index, self->count * sizeof *indexes);
-        if (self->keys != self->inline_keys) {
-            free (self->keys);
-            free (self->wire);
-            free (self->index);
-        }
-        self->keys = keys;
-        self->wire = wire;
-        self->index = indexes;
-        self->capacity = capacity;
+    if (self->keys != self->inline_keys) {
+        free (self->keys);
+        free (self->wire);
+        free (self->index);
     }
+}
+
+int
+kvpc_keys_reserve (kvpc_keys_t *self, size_t capacity)
+{
+    if (capacity <= self->capacity)
+        return 0;
+    char **keys = malloc (capacity * sizeof *keys);
+    ProtobufCBinaryData *wire = malloc (capacity * sizeof *wire);
+    size_t *indexes = malloc (capacity * sizeof *indexes);
+    if (!keys || !wire || !indexes) {
+        free (keys);
+        free (wire);
+        free (indexes);
+        return -1;
+    }
+    memcpy (keys, self->keys, self->count * sizeof *keys);
+    memcpy (wire, self->wire, self->count * sizeof *wire);
+    memcpy (indexes, self->index, self->count * sizeof *indexes);
+    s_keys_free (self);
+    self->keys = keys;
+    self->wire = wire;
+    self->index = indexes;
+    self->capacity = capacity;
+    return 0;
+}
+
+int
+kvpc_keys_add_len (kvpc_keys_t *self, const char *key, size_t len, size_t index)
+{
+    if (self->count == self->capacity && kvpc_keys_reserve (self, self->capacity * 2))
+        return -1;
     //  protobuf-c wants char **; it only reads the strings.
     self->keys[self->count] = (char *) key;
     self->wire[self->count].data = (uint8_t *) key;
-    self->wire[self->count].len = strlen (key);
+    self->wire[self->count].len = len;
     self->index[self->count] = index;
     self->count++;
     return 0;
+}
+
+int
+kvpc_keys_add (kvpc_keys_t *self, const char *key, size_t index)
+{
+    return kvpc_keys_add_len (self, key, strlen (key), index);
+}
+
+int
+kvpc_keys_add_from (kvpc_keys_t *self, const kvpc_keys_t *from, size_t j)
+{
+    return kvpc_keys_add_len (self, from->keys[j], from->wire[j].len, from->index[j]);
 }
 
 void
@@ -84,11 +110,7 @@ kvpc_keys_move (kvpc_keys_t *dst, kvpc_keys_t *src)
 void
 kvpc_keys_fini (kvpc_keys_t *self)
 {
-    if (self->keys != self->inline_keys) {
-        free (self->keys);
-        free (self->wire);
-        free (self->index);
-    }
+    s_keys_free (self);
     self->keys = NULL;
     self->wire = NULL;
     self->index = NULL;
@@ -96,25 +118,34 @@ kvpc_keys_fini (kvpc_keys_t *self)
 }
 
 int
-kvpc_keys_collect (kvpc_conn_t *conn, size_t n, const char *const *keys, kvpc_keys_t *out,
-                   int64_t *results)
+kvpc_keys_collect (kvpc_conn_t *conn, size_t n, const char *const *keys, const size_t *lens,
+                   kvpc_keys_t *out, int64_t *results)
 {
     kvpc_keys_init (out);
+    if (kvpc_keys_reserve (out, n))
+        goto oom;
     for (size_t i = 0; i < n; i++) {
-        if (!kvpc_key_valid (keys[i])) {
+        const char *key = keys[i];
+        bool valid = lens ? key && lens[i] > 0 && key[lens[i]] == 0 : kvpc_key_valid (key);
+        if (!valid) {
             results[i] = KVPOOL_INVALID_KEY;
-            kvpc_set_error (conn, "key %zu is %s", i, keys[i] ? "empty" : "NULL");
+            kvpc_set_error (conn, "key %zu is %s", i,
+                            !key              ? "NULL"
+                            : lens && lens[i] ? "not of its given length"
+                                              : "empty");
         }
-        else if (kvpc_keys_add (out, keys[i], i)) {
-            kvpc_keys_fini (out);
-            kvpc_keys_init (out);
-            for (size_t k = 0; k < n; k++)
-                results[k] = KVPOOL_INTERNAL_ERROR;
-            kvpc_set_error (conn, "out of memory for %zu keys", n);
-            return KVPOOL_INTERNAL_ERROR;
-        }
+        else if (kvpc_keys_add_len (out, key, lens ? lens[i] : strlen (key), i))
+            goto oom;
     }
     return 0;
+
+oom:
+    kvpc_keys_fini (out);
+    kvpc_keys_init (out);
+    for (size_t k = 0; k < n; k++)
+        results[k] = KVPOOL_INTERNAL_ERROR;
+    kvpc_set_error (conn, "out of memory for %zu keys", n);
+    return KVPOOL_INTERNAL_ERROR;
 }
 
 void
@@ -165,7 +196,7 @@ kvpc_next_chunk (const kvpc_keys_t *keys, size_t *start, kvpc_bytes_fn *bytes_of
         if (j > *start && bytes + size > KVPC_CHUNK_BYTES)
             break;
         bytes += size;
-        if (kvpc_keys_add (chunk, keys->keys[j], keys->index[j]))
+        if (kvpc_keys_add_from (chunk, keys, j))
             results[keys->index[j]] = KVPOOL_INTERNAL_ERROR;
     }
     *start = j;

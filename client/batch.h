@@ -28,18 +28,27 @@ typedef struct {
 } kvpc_keys_t;
 
 void kvpc_keys_init (kvpc_keys_t *self);
+//  Makes room for capacity keys in all (a batch's size is known before its keys are added).
 //  Returns 0, or -1 when out of memory.
+int kvpc_keys_reserve (kvpc_keys_t *self, size_t capacity);
+//  Each returns 0, or -1 when out of memory. _len takes the key's length (its strlen) where
+//  it is already known: a key moved from one kvpc_keys_t to another (wire[j].len), or one a
+//  binding gave with its length.
 int kvpc_keys_add (kvpc_keys_t *self, const char *key, size_t index);
+int kvpc_keys_add_len (kvpc_keys_t *self, const char *key, size_t len, size_t index);
+//  kvpc_keys_add_len of from's j-th key.
+int kvpc_keys_add_from (kvpc_keys_t *self, const kvpc_keys_t *from, size_t j);
 //  Moves src's keys into dst (dst is not finished first; src is left empty).
 void kvpc_keys_move (kvpc_keys_t *dst, kvpc_keys_t *src);
 void kvpc_keys_fini (kvpc_keys_t *self);
 //  True for a key the server could accept (non-NULL, non-empty).
 bool kvpc_key_valid (const char *key);
 //  Initialises out and collects the valid keys of keys[0..n) into it; invalid ones get
-//  INVALID_KEY in results (with the last error saying which). Returns 0, or INTERNAL_ERROR
-//  (out of memory: every result is that, out is empty).
-int kvpc_keys_collect (kvpc_conn_t *conn, size_t n, const char *const *keys, kvpc_keys_t *out,
-                       int64_t *results);
+//  INVALID_KEY in results (with the last error saying which). lens, when not NULL, gives each
+//  key's length (a key whose byte at its length is not its NUL is invalid). Returns 0, or
+//  INTERNAL_ERROR (out of memory: every result is that, out is empty).
+int kvpc_keys_collect (kvpc_conn_t *conn, size_t n, const char *const *keys, const size_t *lens,
+                       kvpc_keys_t *out, int64_t *results);
 //  Stores status in results[] for every key of keys.
 void kvpc_fill (const kvpc_keys_t *keys, int64_t *results, int64_t status);
 

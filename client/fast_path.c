@@ -338,7 +338,7 @@ s_fast_get_listed (kvpc_fast_path_t *self, const kvpc_keys_t *keys, const kvpool
         }
         if (status != KVPOOL_OK)
             continue;
-        if (kvpc_keys_add (&pinned, keys->keys[j], i))
+        if (kvpc_keys_add_from (&pinned, keys, j))
             results[i] = KVPOOL_INTERNAL_ERROR;
         else if (msg->sizes[j] > INT64_MAX)
             results[i] = KVPOOL_PROTOCOL_ERROR;
@@ -368,7 +368,7 @@ s_fast_get_listed (kvpc_fast_path_t *self, const kvpc_keys_t *keys, const kvpool
     for (size_t j = 0; j < keys->count; j++) {
         size_t i = keys->index[j];
         if (state[j] == KVPC_KEY_MISSING) {
-            if (kvpc_keys_add (&fallback, keys->keys[j], i))
+            if (kvpc_keys_add_from (&fallback, keys, j))
                 results[i] = KVPOOL_INTERNAL_ERROR;
         }
         else if (state[j] == KVPC_KEY_COPY) {
@@ -466,15 +466,15 @@ kvpc_index_probe (kvpc_fast_path_t *self, const kvpc_keys_t *keys, bool as_size,
     bool use = self->index && self->use_index && !s_stale (self);
     shm_index_batch_t batch;
     if (use)
-        shm_index_batch_start (&batch, self->index, (const char *const *) keys->keys, NULL,
-                               keys->count);
+        shm_index_batch_start_step (&batch, self->index, (const char *const *) keys->keys,
+                                    &keys->wire[0].len, sizeof keys->wire[0], keys->count);
     for (size_t j = 0; j < keys->count; j++) {
         size_t i = keys->index[j];
         shm_index_hit_t hit;
         if (use && shm_index_batch_lookup (&batch, j, &hit) && hit.size <= INT64_MAX
             && shm_index_confirm (&hit, now))
             results[i] = as_size ? (int64_t) hit.size : 1;
-        else if (kvpc_keys_add (rest, keys->keys[j], i))
+        else if (kvpc_keys_add_from (rest, keys, j))
             results[i] = KVPOOL_INTERNAL_ERROR;
     }
 }
@@ -499,8 +499,8 @@ kvpc_fast_get (kvpc_fast_path_t *self, const kvpc_keys_t *keys, const kvpool_buf
         return s_fast_get_listed (self, keys, bufs, nbufs, results);
     }
     shm_index_batch_t batch;
-    shm_index_batch_start (&batch, self->index, (const char *const *) keys->keys, NULL,
-                           keys->count);
+    shm_index_batch_start_step (&batch, self->index, (const char *const *) keys->keys,
+                                &keys->wire[0].len, sizeof keys->wire[0], keys->count);
     for (size_t j = 0; j < keys->count; j++) {
         size_t i = keys->index[j];
         shm_index_hit_t *hit = &hits[j];
@@ -513,7 +513,7 @@ kvpc_fast_get (kvpc_fast_path_t *self, const kvpc_keys_t *keys, const kvpool_buf
             && (hit->size == 0
                 || kvpc_copies_scatter (&copies, source, hit->size, bufs[i], nbufs[i]) == 0))
             copied[j] = true;
-        else if (kvpc_keys_add (&rest, keys->keys[j], i))
+        else if (kvpc_keys_add_from (&rest, keys, j))
             results[i] = KVPOOL_INTERNAL_ERROR;
     }
     //  A device copy that failed (the last error says why) fails every key copied here.
@@ -532,7 +532,7 @@ kvpc_fast_get (kvpc_fast_path_t *self, const kvpc_keys_t *keys, const kvpool_buf
             results[i] = (int64_t) hits[j].size;
             self->index_reads++;
         }
-        else if (kvpc_keys_add (&rest, keys->keys[j], i))
+        else if (kvpc_keys_add_from (&rest, keys, j))
             results[i] = KVPOOL_INTERNAL_ERROR;
     }
     s_reads_report (self, now);
@@ -685,14 +685,12 @@ kvpc_fast_put (kvpc_fast_path_t *self, const kvpc_keys_t *keys, const kvpc_value
     kvpc_keys_init (&fallback);
     bool oom = false;
     for (size_t j = 0; j < keys->count; j++) {
-        const char *key = keys->keys[j];
-        size_t i = keys->index[j];
         if (state[j] == KVPC_KEY_COPY)
-            oom |= kvpc_keys_add (&commit, key, i) != 0;
+            oom |= kvpc_keys_add_from (&commit, keys, j) != 0;
         else if (state[j] == KVPC_KEY_MISSING)
-            oom |= kvpc_keys_add (&revoke, key, i) || kvpc_keys_add (&fallback, key, i);
+            oom |= kvpc_keys_add_from (&revoke, keys, j) || kvpc_keys_add_from (&fallback, keys, j);
         else if (state[j] == KVPC_KEY_FAILED)
-            oom |= kvpc_keys_add (&revoke, key, i) != 0;
+            oom |= kvpc_keys_add_from (&revoke, keys, j) != 0;
     }
     if (oom) {
         //  Commit nothing we cannot account for: revoke every reservation.
@@ -704,14 +702,14 @@ kvpc_fast_put (kvpc_fast_path_t *self, const kvpc_keys_t *keys, const kvpc_value
         kvpc_keys_init (&fallback);
         for (size_t j = 0; j < keys->count; j++)
             if (state[j] != KVPC_KEY_DONE) {
-                kvpc_keys_add (&revoke, keys->keys[j], keys->index[j]);
+                kvpc_keys_add_from (&revoke, keys, j);
                 results[keys->index[j]] = KVPOOL_INTERNAL_ERROR;
             }
     }
     if (s_finish (self, KVPOOL__V1__OP__PUT_END, &commit, results) == KVPOOL_RPC_FAIL)
         //  The commit may or may not have landed; a revoke of a committed key is refused.
         for (size_t j = 0; j < commit.count; j++)
-            kvpc_keys_add (&revoke, commit.keys[j], commit.index[j]);
+            kvpc_keys_add_from (&revoke, &commit, j);
     s_finish (self, KVPOOL__V1__OP__PUT_REVOKE, &revoke, NULL);
     if (fallback.count)
         kvpc_socket_put (self->conn, KVPOOL__V1__OP__PUT, &fallback, values, opts, results);

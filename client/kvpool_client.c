@@ -213,15 +213,16 @@ kvpool_ping (kvpool_t *self)
 //  ---- keyed requests -----------------------------------------------------------------------
 
 //  Every request of keys without values comes here. On the node's machine, EXIST and
-//  GET_SIZE of keys in its read index are answered without asking it.
+//  GET_SIZE of keys in its read index are answered without asking it. lens: the keys'
+//  lengths, or NULL (measured here).
 static int
-s_keys_op (kvpool_t *self, Kvpool__V1__Op op, size_t n, const char *const *keys, bool force,
-           kvpc_outcome_t as, int64_t *results)
+s_keys_op (kvpool_t *self, Kvpool__V1__Op op, size_t n, const char *const *keys, const size_t *lens,
+           bool force, kvpc_outcome_t as, int64_t *results)
 {
     if (!self || (n && (!keys || !results)))
         return KVPOOL_INVALID_PARAMS;
     kvpc_keys_t sent;
-    int rc = kvpc_keys_collect (self->conn, n, keys, &sent, results);
+    int rc = kvpc_keys_collect (self->conn, n, keys, lens, &sent, results);
     if (rc)
         return rc;
     if (kvpc_fast_path_on (self->fast_path)
@@ -240,8 +241,8 @@ s_keys_op (kvpool_t *self, Kvpool__V1__Op op, size_t n, const char *const *keys,
 
 //  s_keys_op with int outcomes.
 static int
-s_keys_op_int (kvpool_t *self, Kvpool__V1__Op op, size_t n, const char *const *keys, bool force,
-               kvpc_outcome_t as, int *outcomes)
+s_keys_op_int (kvpool_t *self, Kvpool__V1__Op op, size_t n, const char *const *keys,
+               const size_t *lens, bool force, kvpc_outcome_t as, int *outcomes)
 {
     if (!self || (n && (!keys || !outcomes)))
         return KVPOOL_INVALID_PARAMS;
@@ -249,7 +250,7 @@ s_keys_op_int (kvpool_t *self, Kvpool__V1__Op op, size_t n, const char *const *k
     int64_t *results = n <= 16 ? small : malloc (n * sizeof *results);
     if (!results)
         return KVPOOL_INTERNAL_ERROR;
-    int rc = s_keys_op (self, op, n, keys, force, as, results);
+    int rc = s_keys_op (self, op, n, keys, lens, force, as, results);
     for (size_t i = 0; i < n; i++)
         outcomes[i] = (int) results[i];
     if (results != small)
@@ -262,7 +263,7 @@ static int64_t
 s_key_op (kvpool_t *self, Kvpool__V1__Op op, const char *key, bool force, kvpc_outcome_t as)
 {
     int64_t outcome = KVPOOL_INVALID_PARAMS;
-    s_keys_op (self, op, 1, &key, force, as, &outcome);
+    s_keys_op (self, op, 1, &key, NULL, force, as, &outcome);
     return outcome;
 }
 
@@ -322,7 +323,18 @@ kvpool_keys_unpack (const char *blob, size_t len, size_t n, const char **keys)
 int
 kvpool_exist_batch (kvpool_t *self, size_t n, const char *const *keys, int *results)
 {
-    return s_keys_op_int (self, KVPOOL__V1__OP__EXIST, n, keys, false, KVPC_AS_EXIST, results);
+    return s_keys_op_int (self, KVPOOL__V1__OP__EXIST, n, keys, NULL, false, KVPC_AS_EXIST,
+                          results);
+}
+
+int
+kvpool_exist_batch_lens (kvpool_t *self, size_t n, const char *const *keys, const size_t *lens,
+                         int *results)
+{
+    if (n && !lens)
+        return KVPOOL_INVALID_PARAMS;
+    return s_keys_op_int (self, KVPOOL__V1__OP__EXIST, n, keys, lens, false, KVPC_AS_EXIST,
+                          results);
 }
 
 //  Whole blocks a request carries at most: well under the node's default --max-keys.
@@ -350,7 +362,7 @@ kvpool_prefix_match (kvpool_t *self, size_t blocks, size_t ranks, const char *co
     if (!results)
         return KVPOOL_INTERNAL_ERROR;
     kvpc_keys_t sent;
-    int rc = kvpc_keys_collect (self->conn, n, keys, &sent, results);
+    int rc = kvpc_keys_collect (self->conn, n, keys, NULL, &sent, results);
     if (rc) {
         free (results);
         return rc;
@@ -398,32 +410,44 @@ kvpool_prefix_match (kvpool_t *self, size_t blocks, size_t ranks, const char *co
 int
 kvpool_get_size_batch (kvpool_t *self, size_t n, const char *const *keys, int64_t *results)
 {
-    return s_keys_op (self, KVPOOL__V1__OP__GET_SIZE, n, keys, false, KVPC_AS_SIZE, results);
+    return s_keys_op (self, KVPOOL__V1__OP__GET_SIZE, n, keys, NULL, false, KVPC_AS_SIZE, results);
+}
+
+int
+kvpool_get_size_batch_lens (kvpool_t *self, size_t n, const char *const *keys, const size_t *lens,
+                            int64_t *results)
+{
+    if (n && !lens)
+        return KVPOOL_INVALID_PARAMS;
+    return s_keys_op (self, KVPOOL__V1__OP__GET_SIZE, n, keys, lens, false, KVPC_AS_SIZE, results);
 }
 
 int
 kvpool_remove_batch (kvpool_t *self, size_t n, const char *const *keys, bool force, int *statuses)
 {
-    return s_keys_op_int (self, KVPOOL__V1__OP__REMOVE, n, keys, force, KVPC_AS_STATUS, statuses);
+    return s_keys_op_int (self, KVPOOL__V1__OP__REMOVE, n, keys, NULL, force, KVPC_AS_STATUS,
+                          statuses);
 }
 
 int
 kvpool_put_end (kvpool_t *self, size_t n, const char *const *keys, int *statuses)
 {
-    return s_keys_op_int (self, KVPOOL__V1__OP__PUT_END, n, keys, false, KVPC_AS_STATUS, statuses);
+    return s_keys_op_int (self, KVPOOL__V1__OP__PUT_END, n, keys, NULL, false, KVPC_AS_STATUS,
+                          statuses);
 }
 
 int
 kvpool_put_revoke (kvpool_t *self, size_t n, const char *const *keys, int *statuses)
 {
-    return s_keys_op_int (self, KVPOOL__V1__OP__PUT_REVOKE, n, keys, false, KVPC_AS_STATUS,
+    return s_keys_op_int (self, KVPOOL__V1__OP__PUT_REVOKE, n, keys, NULL, false, KVPC_AS_STATUS,
                           statuses);
 }
 
 int
 kvpool_release (kvpool_t *self, size_t n, const char *const *keys, int *statuses)
 {
-    return s_keys_op_int (self, KVPOOL__V1__OP__RELEASE, n, keys, false, KVPC_AS_STATUS, statuses);
+    return s_keys_op_int (self, KVPOOL__V1__OP__RELEASE, n, keys, NULL, false, KVPC_AS_STATUS,
+                          statuses);
 }
 
 //  ---- counts -------------------------------------------------------------------------------
@@ -863,7 +887,7 @@ kvpool_get_batch (kvpool_t *self, size_t n, const char *const *keys, kvpool_valu
     *values_p = values;
 
     kvpc_keys_t sent;
-    int rc = kvpc_keys_collect (self->conn, n, keys, &sent, results);
+    int rc = kvpc_keys_collect (self->conn, n, keys, NULL, &sent, results);
     if (rc == 0 && sent.count)
         rc = kvpc_socket_get_frames (self->conn, &sent, values->frames, results);
     kvpc_keys_fini (&sent);

@@ -358,7 +358,7 @@ s_follow_redirects (kvpc_conn_t *conn, const kvpc_keys_t *keys, kvpc_reply_t *re
         for (size_t j = 0; members && j < keys->count; j++) {
             const char *where = s_redirect_target (reply, j, tried[j]);
             if (results[keys->index[j]] == KVPOOL_REDIRECT && where && !strcmp (where, endpoint)
-                && kvpc_keys_add (&batch, keys->keys[j], keys->index[j]) == 0)
+                && kvpc_keys_add_from (&batch, keys, j) == 0)
                 members[count++] = j;
         }
         kvpc_conn_t *peer = kvpc_conn_peer (conn, endpoint, curve_key);
@@ -381,7 +381,7 @@ s_follow_redirects (kvpc_conn_t *conn, const kvpc_keys_t *keys, kvpc_reply_t *re
     kvpc_keys_init (&again);
     for (size_t j = 0; j < keys->count; j++)
         if (results[keys->index[j]] == KVPOOL_REDIRECT)
-            kvpc_keys_add (&again, keys->keys[j], keys->index[j]);
+            kvpc_keys_add_from (&again, keys, j);
     if (again.count)
         fetch (conn, &again, arg, results);
     kvpc_keys_fini (&again);
@@ -636,7 +636,7 @@ s_placement_op (kvpc_conn_t *conn, Kvpool__V1__Request *request, size_t n, const
     }
     kvpc_placements_fill (placements, n, KVPOOL_OK);
     kvpc_keys_t sent;
-    int rc = kvpc_keys_collect (conn, n, keys, &sent, results);
+    int rc = kvpc_keys_collect (conn, n, keys, NULL, &sent, results);
     uint64_t *sent_sizes = NULL;
     if (rc == 0 && sizes && sent.count) {
         sent_sizes = malloc (sent.count * sizeof *sent_sizes);

@@ -228,6 +228,14 @@ KVPOOL_EXPORT int64_t kvpool_prefix_match (kvpool_t *self, size_t blocks, size_t
 //  results[i]: size or a negative status.
 KVPOOL_EXPORT int kvpool_get_size_batch (kvpool_t *self, size_t n, const char *const *keys,
                                          int64_t *results);
+//  For bindings, whose strings know their lengths: kvpool_exist_batch and
+//  kvpool_get_size_batch with lens[i] the length of keys[i] (its strlen), so that the library
+//  does not measure each key again. A key whose byte at lens[i] is not a NUL gets
+//  KVPOOL_INVALID_KEY; the caller vouches that no NUL comes before it.
+KVPOOL_EXPORT int kvpool_exist_batch_lens (kvpool_t *self, size_t n, const char *const *keys,
+                                           const size_t *lens, int *results);
+KVPOOL_EXPORT int kvpool_get_size_batch_lens (kvpool_t *self, size_t n, const char *const *keys,
+                                              const size_t *lens, int64_t *results);
 KVPOOL_EXPORT int kvpool_remove_batch (kvpool_t *self, size_t n, const char *const *keys,
                                        bool force, int *statuses);
 

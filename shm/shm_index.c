@@ -466,17 +466,29 @@ s_prefetch (shm_index_t *self, const char *key, size_t key_len)
 static size_t
 s_batch_len (const shm_index_batch_t *batch, size_t i)
 {
-    return batch->lens ? batch->lens[i] : strlen (batch->keys[i]);
+    if (!batch->lens)
+        return strlen (batch->keys[i]);
+    size_t len;
+    memcpy (&len, batch->lens + i * batch->lens_step, sizeof len);
+    return len;
 }
 
 void
 shm_index_batch_start (shm_index_batch_t *batch, shm_index_t *self, const char *const *keys,
                        const size_t *lens, size_t count)
 {
+    shm_index_batch_start_step (batch, self, keys, lens, sizeof (size_t), count);
+}
+
+void
+shm_index_batch_start_step (shm_index_batch_t *batch, shm_index_t *self, const char *const *keys,
+                            const size_t *lens, size_t step, size_t count)
+{
     assert (batch && self && (keys || count == 0));
     batch->index = self;
     batch->keys = keys;
-    batch->lens = lens;
+    batch->lens = (const char *) lens;
+    batch->lens_step = step;
     batch->count = count;
     for (size_t i = 0; i < count && i < SHM_INDEX_AHEAD; i++) {
         batch->key_lens[i] = s_batch_len (batch, i);
@@ -607,9 +619,18 @@ shm_index_test (bool verbose)
         //  A batch finds what one-by-one lookups find, in order, with lengths or without.
         const char *keys[] = {"alpha", second, first, "nothing", second};
         size_t lens[] = {5, (size_t) second_len, (size_t) first_len, 7, (size_t) second_len};
-        for (int with_lens = 0; with_lens < 2; with_lens++) {
+        //  (2: the lengths as a field of structs, every other size_t.)
+        size_t pairs[10];
+        for (size_t i = 0; i < 5; i++) {
+            pairs[2 * i] = lens[i];
+            pairs[2 * i + 1] = 0;
+        }
+        for (int with_lens = 0; with_lens < 3; with_lens++) {
             shm_index_batch_t batch;
-            shm_index_batch_start (&batch, reader, keys, with_lens ? lens : NULL, 5);
+            if (with_lens == 2)
+                shm_index_batch_start_step (&batch, reader, keys, pairs, 2 * sizeof (size_t), 5);
+            else
+                shm_index_batch_start (&batch, reader, keys, with_lens ? lens : NULL, 5);
             for (size_t i = 0; i < 5; i++) {
                 shm_index_hit_t one_hit, batch_hit;
                 bool found = shm_index_lookup (reader, keys[i], lens[i], &one_hit);

@@ -137,7 +137,8 @@ bool shm_index_lookup (shm_index_t *self, const char *key, size_t key_len, shm_i
 typedef struct {
     shm_index_t *index;
     const char *const *keys;
-    const size_t *lens;
+    const char *lens; //  the first key's length, or NULL
+    size_t lens_step; //  bytes from one length to the next
     size_t count;
     uint64_t hashes[SHM_INDEX_AHEAD]; //  of the keys loading, by position modulo AHEAD
     size_t key_lens[SHM_INDEX_AHEAD]; //  their lengths (strlen once, when lens is NULL)
@@ -145,6 +146,11 @@ typedef struct {
 
 void shm_index_batch_start (shm_index_batch_t *batch, shm_index_t *self, const char *const *keys,
                             const size_t *lens, size_t count);
+//  As shm_index_batch_start, the lengths step bytes apart: a field of an array of structs
+//  (libkvpool's keys carry theirs in the request's ProtobufCBinaryData).
+void shm_index_batch_start_step (shm_index_batch_t *batch, shm_index_t *self,
+                                 const char *const *keys, const size_t *lens, size_t step,
+                                 size_t count);
 //  As shm_index_lookup of keys[i].
 bool shm_index_batch_lookup (shm_index_batch_t *batch, size_t i, shm_index_hit_t *hit);
 

@@ -489,6 +489,27 @@ s_test_batches (kvpool_t *pool, const char *prefix)
     CHECK_EQ (mixed_results[BATCH], KVPOOL_OBJECT_NOT_FOUND);
     CHECK_EQ (mixed_results[BATCH + 1], KVPOOL_INVALID_KEY);
 
+    //  The same with the keys' lengths given (bindings): the same answers; a length that does
+    //  not end at the key's NUL makes that key INVALID_KEY.
+    size_t lens[BATCH + 2];
+    for (size_t i = 0; i < BATCH + 2; i++)
+        lens[i] = strlen (mixed[i]);
+    lens[2] -= 1;
+    CHECK_EQ (kvpool_exist_batch_lens (pool, BATCH + 2, mixed, lens, mixed_statuses), KVPOOL_OK);
+    CHECK_EQ (mixed_statuses[0], 1);
+    CHECK_EQ (mixed_statuses[2], KVPOOL_INVALID_KEY);
+    CHECK_EQ (mixed_statuses[BATCH - 1], 1);
+    CHECK_EQ (mixed_statuses[BATCH], 0);
+    CHECK_EQ (mixed_statuses[BATCH + 1], KVPOOL_INVALID_KEY);
+    CHECK_EQ (kvpool_get_size_batch_lens (pool, BATCH + 2, mixed, lens, mixed_results), KVPOOL_OK);
+    CHECK_EQ (mixed_results[1], (int64_t) sizes[1]);
+    CHECK_EQ (mixed_results[2], KVPOOL_INVALID_KEY);
+    CHECK_EQ (mixed_results[BATCH], KVPOOL_OBJECT_NOT_FOUND);
+    CHECK_EQ (mixed_results[BATCH + 1], KVPOOL_INVALID_KEY);
+    CHECK_EQ (kvpool_exist_batch_lens (pool, 1, mixed, NULL, mixed_statuses),
+              KVPOOL_INVALID_PARAMS);
+    CHECK_EQ (kvpool_exist_batch_lens (pool, 0, NULL, NULL, NULL), KVPOOL_OK);
+
     //  Remove half, check the other half is intact.
     CHECK_EQ (kvpool_remove_batch (pool, BATCH / 2, keys, true, statuses), KVPOOL_OK);
     for (size_t i = 0; i < BATCH / 2; i++)

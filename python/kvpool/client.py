@@ -185,6 +185,18 @@ os.register_at_fork(after_in_child=_count_fork)
 _int_list = (_native.batch_module.int_list if _native.batch_module is not None
              else array.array.tolist)
 
+#   A read-only batch (exist, get-size) in one call into kvpool._batch: the key array with
+#   the keys' lengths, the C call without the GIL and the list of results, all in C
+#   (python/kvpool/_batch.c). None without the module or a library with the _lens calls; the
+#   callers then build the arrays here.
+_batch_lookup = None
+EXIST_FN = GET_SIZE_FN = None
+if (_native.batch_module is not None and _native.has("exist_batch_lens")
+        and _native.has("get_size_batch_lens")):
+    _batch_lookup = _native.batch_module.lookup
+    EXIST_FN = ctypes.cast(_native.exist_batch_lens, c_void_p).value
+    GET_SIZE_FN = ctypes.cast(_native.get_size_batch_lens, c_void_p).value
+
 
 def _key_array(keys):
     table = _key_table(keys)
@@ -896,6 +908,9 @@ class Client:
         n = len(keys)
         if n == 0:
             return []
+        results = self._lookup(EXIST_FN, keys, False)
+        if results is not None:
+            return results
         karr = _key_array(keys)
         results = array.array("i", bytes(4 * n))
         self._batch(_native.exist_batch, n, karr, _addr(results))
@@ -906,10 +921,31 @@ class Client:
         n = len(keys)
         if n == 0:
             return []
+        results = self._lookup(GET_SIZE_FN, keys, True)
+        if results is not None:
+            return results
         karr = _key_array(keys)
         results = array.array("q", bytes(8 * n))
         self._batch(_native.get_size_batch, n, karr, _addr(results))
         return _int_list(results)
+
+    def _lookup(self, fn, keys, wide):
+        """The results of fn (EXIST_FN or GET_SIZE_FN) over keys in one call into
+        kvpool._batch; raises if the request as a whole failed. None when the batch goes the
+        way of _key_array: no kvpool._batch, or a key it does not take."""
+        if _batch_lookup is None:
+            return None
+        handle = self._acquire()
+        try:
+            try:
+                rc, results = _batch_lookup(fn, handle, keys, b"", wide)
+            except ValueError:
+                return None
+            if rc < 0:
+                raise self._fail(handle, rc)
+            return results
+        finally:
+            self._idle.append(handle)
 
     def remove_batch(self, keys, force=False):
         """Removes keys; a status per key (0, OBJECT_NOT_FOUND, OBJECT_HAS_LEASE...)."""

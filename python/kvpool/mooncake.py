@@ -74,7 +74,7 @@ from ctypes import byref, c_char_p
 
 from . import _native
 from .client import (Client, PutOptions, _Pins, _encode, _u64, _addr, _iov_table, fetch,
-                     KeyTable, TENANT_MARK, _key_table, _int_list,
+                     KeyTable, TENANT_MARK, _key_table, _int_list, _batch_lookup, EXIST_FN,
                      DEFAULT_TIMEOUT)
 from .segment import SharedSegment
 from .status import Status, Error, error_for
@@ -1041,6 +1041,23 @@ class MooncakeDistributedStore:
         self._prefetched_tokens += _uint(tokens, "tokens")
 
     # ---- internals -------------------------------------------------------------------
+    def _lookup(self, fn, keys):
+        """fn (client.EXIST_FN) over keys in one call into kvpool._batch: a status per key,
+        the request's status for every key when it failed as a whole. None when a key has
+        to be named on its own (the key-by-key path gives it its status)."""
+        client = self._client
+        try:
+            handle = client._acquire()
+        except Error as exc:
+            return [exc.status] * len(keys)
+        try:
+            rc, results = _batch_lookup(fn, handle, keys, self._space.prefix, False)
+        except ValueError:
+            return None
+        finally:
+            client._idle.append(handle)
+        return [rc] * len(results) if rc < 0 else results
+
     def _code(self, fn, *args):
         """fn(handle, *args) on one of the client's connections; its result, or a status."""
         client = self._client
@@ -1634,6 +1651,10 @@ class MooncakeDistributedStore:
 
     def batch_is_exist(self, keys):
         """is_exist for each key: a list of 1, 0 or negative statuses."""
+        if _batch_lookup is not None and self._client is not None:
+            results = self._lookup(EXIST_FN, _key_list(keys))
+            if results is not None:
+                return results
         names, pre = self._space.keys(keys)
         n = len(names)
         if n == 0:

@@ -363,6 +363,10 @@ def test_batches_pack_their_keys_and_answer_like_one_by_one(daemon, client, pref
     the array: kvpool._batch, and the Python one used when that is not built."""
     monkeypatch.setattr(client_module, "KeyTable", key_table)
     monkeypatch.setattr(mooncake, "KeyTable", key_table)
+    if key_table is client_module._PackedKeys:
+        # Without kvpool._batch there is no one-call lookup either.
+        monkeypatch.setattr(client_module, "_batch_lookup", None)
+        monkeypatch.setattr(mooncake, "_batch_lookup", None)
     a = make_store(daemon.endpoint, tenant_id="tenant-p")
     d = make_store(daemon.endpoint)
     try:
@@ -400,6 +404,40 @@ def test_batches_pack_their_keys_and_answer_like_one_by_one(daemon, client, pref
     finally:
         a.close()
         d.close()
+
+
+@pytest.mark.skipif(client_module._batch_lookup is None, reason="kvpool._batch not built")
+def test_lookup_is_one_call_with_the_answers_of_the_library(daemon, client, prefix):
+    """kvpool._batch.lookup: the key array with the keys' lengths, the library's call and the
+    list of results in one call. Its answers are the library's; a key with a NUL goes with
+    its length and the node refuses that key alone; a batch it does not take raises
+    ValueError (the caller then names the keys one by one)."""
+    keys = [prefix + "lookup-%03d-\u00e9" % i for i in range(300)]
+    assert client.put_batch(keys[:200], [b"v" * (i + 1) for i in range(200)]) == [0] * 200
+    lookup = client_module._batch_lookup
+    handle = client._acquire()
+    try:
+        mixed = keys + ["with\0nul", b"" + keys[0].encode(), ""]
+        rc, got = lookup(client_module.EXIST_FN, handle, mixed, b"", False)
+        assert rc == 0 and got == [1] * 200 + [0] * 100 + [INVALID_KEY, 1, INVALID_KEY]
+        rc, got = lookup(client_module.GET_SIZE_FN, handle, mixed, b"", True)
+        assert rc == 0
+        assert got[:200] == list(range(1, 201)) and got[200:300] == [NOT_FOUND] * 100
+        assert got[300:] == [INVALID_KEY, 1, INVALID_KEY]
+        assert lookup(client_module.EXIST_FN, handle, [], b"", False) == (0, [])
+        # A prefix is put before every key (a tenant's): none of these names exist.
+        assert lookup(client_module.EXIST_FN, handle, keys[:3], b"\x1fother\n", False) == (
+            0, [0, 0, 0])
+        for bad in ([keys[0], 5], ["\ud800"], ["\x1fmark"], [None]):
+            with pytest.raises(ValueError):
+                lookup(client_module.EXIST_FN, handle, bad, b"", False)
+        with pytest.raises(TypeError):
+            lookup(client_module.EXIST_FN, handle, 7, b"", False)
+    finally:
+        client._idle.append(handle)
+    assert client.get_size_batch(keys[:2]) == [1, 2]
+    assert client.exist_batch(keys[199:201]) == [True, False]
+    assert client.remove_batch(keys[:200], force=True) == [0] * 200
 
 
 def test_tenant_ids(daemon):
