@@ -1120,7 +1120,10 @@ disk_store_test (bool verbose)
         disk_store_destroy (&store);
         nftw (shm, s_test_rm, 16, FTW_DEPTH | FTW_PHYS);
     }
-    assert (s_test_fds () == fds); //  every file, the lock, the eventfd and the ring closed
+    //  Every file, the lock, the eventfd and the ring closed: no more descriptors than at the
+    //  start. (Not "as many": in the all-in-one kvpool-selftest, sockets of the tests before
+    //  this one may still be closing theirs on ZeroMQ's threads, so the count can only fall.)
+    assert (s_test_fds () <= fds);
     nftw (root, s_test_rm, 16, FTW_DEPTH | FTW_PHYS);
     assert (access (root, F_OK) != 0);
     free (big);
