@@ -121,6 +121,12 @@ double bench_iperf3 (int seconds, char *note, size_t note_size, bool *failed);
 //  ticks, 10 ms here), or NAN.
 double bench_cpu_seconds (pid_t pid);
 
+//  What of this machine changes every figure, for the header: the number of CPUs and, where
+//  the kernel says, the CPU idle driver and a virtual machine's guest halt polling (a guest
+//  whose idle CPUs halt at once pays tens of microseconds for every wake-up of a thread, on
+//  every hop; docs/troubleshooting.md). Writes one line into out.
+void bench_machine (char *out, size_t size);
+
 //  Whether the child has exited (then it is reaped).
 bool bench_exited (pid_t pid);
 

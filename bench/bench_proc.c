@@ -425,6 +425,34 @@ bench_iperf3 (int seconds, char *note, size_t note_size, bool *failed)
     return bps / 8;
 }
 
+//  The first line of a small file, without its newline, or "" when it cannot be read.
+static void
+s_read_line (const char *path, char *out, size_t size)
+{
+    out[0] = 0;
+    FILE *file = fopen (path, "r");
+    if (!file)
+        return;
+    if (fgets (out, (int) size, file))
+        out[strcspn (out, "\n")] = 0;
+    fclose (file);
+}
+
+void
+bench_machine (char *out, size_t size)
+{
+    char driver[64], poll_ns[32];
+    s_read_line ("/sys/devices/system/cpu/cpuidle/current_driver", driver, sizeof driver);
+    s_read_line ("/sys/module/haltpoll/parameters/guest_halt_poll_ns", poll_ns, sizeof poll_ns);
+    int at = snprintf (out, size, "%ld CPUs", sysconf (_SC_NPROCESSORS_ONLN));
+    if (*driver && at >= 0 && (size_t) at < size)
+        at += snprintf (out + at, size - (size_t) at, ", cpuidle %s", driver);
+    if (*poll_ns && at >= 0 && (size_t) at < size)
+        snprintf (out + at, size - (size_t) at, ", guest_halt_poll_ns %s%s", poll_ns,
+                  strcmp (poll_ns, "0") == 0 ? " (idle CPUs halt at once: every wake-up is slow)"
+                                             : "");
+}
+
 //  CPU seconds (user and system, all threads) process pid has used, or NAN.
 double
 bench_cpu_seconds (pid_t pid)

@@ -1716,6 +1716,9 @@ main (int argc, char **argv)
 
     printf ("kvpool-bench%s: %d runs of %.0f ms per measurement\n", self->quick ? " --quick" : "",
             self->reps, self->rep_seconds * 1000);
+    char machine[256];
+    bench_machine (machine, sizeof machine);
+    printf ("machine: %s\n", machine);
     bool data = self->do_memcpy || self->do_kv || self->do_exist;
     if (data && s_alloc_buffers (self)) {
         free (self);
