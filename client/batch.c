@@ -71,7 +71,8 @@ kvpc_keys_reserve (kvpc_keys_t *self, size_t capacity)
 int
 kvpc_keys_add_len (kvpc_keys_t *self, const char *key, size_t len, size_t index)
 {
-    if (self->count == self->capacity && kvpc_keys_reserve (self, self->capacity * 2))
+    if (self->count == self->capacity
+        && kvpc_keys_reserve (self, self->capacity ? self->capacity * 2 : 8))
         return -1;
     //  protobuf-c wants char **; it only reads the strings.
     self->keys[self->count] = (char *) key;
