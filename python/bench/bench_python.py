@@ -410,11 +410,32 @@ def make_paths(endpoint, keys, values, size, fast, failures):
     return paths
 
 
+def machine():
+    """The machine's CPUs and, where the kernel says, its CPU idle driver and a virtual
+    machine's guest halt polling: with polling off every thread wake-up is slow (kvpool-bench
+    prints the same; docs/troubleshooting.md)."""
+    def first_line(path):
+        try:
+            with open(path) as f:
+                return f.readline().strip()
+        except OSError:
+            return ""
+    out = "%d CPUs" % os.cpu_count()
+    driver = first_line("/sys/devices/system/cpu/cpuidle/current_driver")
+    poll_ns = first_line("/sys/module/haltpoll/parameters/guest_halt_poll_ns")
+    if driver:
+        out += ", cpuidle %s" % driver
+    if poll_ns:
+        out += ", guest_halt_poll_ns %s" % poll_ns
+    return out
+
+
 def print_results(results, args):
     print("\n== Python binding vs C client: get, batch of %d, median of %d runs of %d ms "
           "(GB/s) ==" % (BATCH, args.reps, args.time_ms))
     print("library %s, malloc tuning %s" % (kvpool.library_path,
                                              "on" if _native._malloc["done"] else "off"))
+    print("machine: %s" % machine())
     names = ["C kvpool_get_batch_into", "py batch_get_into", "py Client.get_batch_into",
              "C kvpool_get_batch", "py get_batch (bytes)"]
     for fast in args.fast_paths:
