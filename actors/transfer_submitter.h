@@ -25,7 +25,7 @@ void transfer_submitter_actor (zsock_t *pipe, void *args);
 
 //  Jobs that move at most this many bytes are copied by the thread that holds them. The
 //  way through this actor and its pool and back crosses four threads; measured on the
-//  2-core VM (a single put over tcp, p50), that cost 150-320 us more than copying in place,
+//  2-core VM (a single put over tcp, p50), that cost 50-320 us more than copying in place,
 //  against 100 us for a 1 MiB copy: 64 KiB 217-229 us in place against 370-398 through the
 //  pool, 1 MiB 547-624 against 674-872. Past 1 MiB the pool's parallel copy pays off, and
 //  the replica-manager is not held up longer than a megabyte's copy.
