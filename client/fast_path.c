@@ -456,6 +456,14 @@ kvpc_index_report (kvpc_fast_path_t *self)
     self->index_reads = 0;
 }
 
+//  Starts a batch of read-index lookups of keys, with the lengths the request holds.
+static void
+s_index_batch (kvpc_fast_path_t *self, shm_index_batch_t *batch, const kvpc_keys_t *keys)
+{
+    shm_index_batch_start_step (batch, self->index, (const char *const *) keys->keys,
+                                &keys->wire[0].len, sizeof keys->wire[0], keys->count);
+}
+
 void
 kvpc_index_probe (kvpc_fast_path_t *self, const kvpc_keys_t *keys, bool as_size, int64_t *results,
                   kvpc_keys_t *rest)
@@ -466,8 +474,7 @@ kvpc_index_probe (kvpc_fast_path_t *self, const kvpc_keys_t *keys, bool as_size,
     bool use = self->index && self->use_index && !s_stale (self);
     shm_index_batch_t batch;
     if (use)
-        shm_index_batch_start_step (&batch, self->index, (const char *const *) keys->keys,
-                                    &keys->wire[0].len, sizeof keys->wire[0], keys->count);
+        s_index_batch (self, &batch, keys);
     for (size_t j = 0; j < keys->count; j++) {
         size_t i = keys->index[j];
         shm_index_hit_t hit;
@@ -499,8 +506,7 @@ kvpc_fast_get (kvpc_fast_path_t *self, const kvpc_keys_t *keys, const kvpool_buf
         return s_fast_get_listed (self, keys, bufs, nbufs, results);
     }
     shm_index_batch_t batch;
-    shm_index_batch_start_step (&batch, self->index, (const char *const *) keys->keys,
-                                &keys->wire[0].len, sizeof keys->wire[0], keys->count);
+    s_index_batch (self, &batch, keys);
     for (size_t j = 0; j < keys->count; j++) {
         size_t i = keys->index[j];
         shm_index_hit_t *hit = &hits[j];

@@ -1045,17 +1045,14 @@ class MooncakeDistributedStore:
         """fn (client.EXIST_FN) over keys in one call into kvpool._batch: a status per key,
         the request's status for every key when it failed as a whole. None when a key has
         to be named on its own (the key-by-key path gives it its status)."""
-        client = self._client
+        prefix = self._space.prefix
         try:
-            handle = client._acquire()
-        except Error as exc:
-            return [exc.status] * len(keys)
-        try:
-            rc, results = _batch_lookup(fn, handle, keys, self._space.prefix, False)
+            out = self._code(lambda handle: _batch_lookup(fn, handle, keys, prefix, False))
         except ValueError:
             return None
-        finally:
-            client._idle.append(handle)
+        if isinstance(out, int):
+            return [out] * len(keys)
+        rc, results = out
         return [rc] * len(results) if rc < 0 else results
 
     def _code(self, fn, *args):
