@@ -464,6 +464,19 @@ s_index_batch (kvpc_fast_path_t *self, shm_index_batch_t *batch, const kvpc_keys
                                 &keys->wire[0].len, sizeof keys->wire[0], keys->count);
 }
 
+//  Whether the connection may have changed, without acting on it (kvpc_index_answer sends
+//  nothing): events wait on the monitor (left there for s_check_connection, which the full
+//  call that follows runs), or the socket was replaced.
+static bool
+s_connection_may_have_changed (kvpc_fast_path_t *self)
+{
+    if (!self->monitor || s_stale (self))
+        return true;
+    int events = 0;
+    size_t size = sizeof events;
+    return zmq_getsockopt (self->monitor, ZMQ_EVENTS, &events, &size) != 0 || (events & ZMQ_POLLIN);
+}
+
 void
 kvpc_index_probe (kvpc_fast_path_t *self, const kvpc_keys_t *keys, bool as_size, int64_t *results,
                   kvpc_keys_t *rest)
@@ -484,6 +497,39 @@ kvpc_index_probe (kvpc_fast_path_t *self, const kvpc_keys_t *keys, bool as_size,
         else if (kvpc_keys_add_from (rest, keys, j))
             results[i] = KVPOOL_INTERNAL_ERROR;
     }
+}
+
+size_t
+kvpc_index_answer (kvpc_fast_path_t *self, size_t n, const char *const *keys, const size_t *lens,
+                   int *exists, int64_t *sizes, size_t *rest)
+{
+    size_t left = 0;
+    bool use = self->on && self->index && self->use_index && !s_connection_may_have_changed (self);
+    int64_t now = use ? shm_index_clock_ms () : 0;
+    shm_index_batch_t batch;
+    if (use)
+        shm_index_batch_start_step (&batch, self->index, keys, lens, sizeof *lens, n);
+    for (size_t i = 0; i < n; i++) {
+        shm_index_hit_t hit;
+        //  Every key is looked up, in order (the batch loads ahead); one whose byte at its
+        //  length is not its NUL is not the key its length says.
+        bool found = use && shm_index_batch_lookup (&batch, i, &hit);
+        if (keys[i][lens[i]] != 0) {
+            if (exists)
+                exists[i] = KVPOOL_INVALID_KEY;
+            else
+                sizes[i] = KVPOOL_INVALID_KEY;
+        }
+        else if (found && hit.size <= INT64_MAX && shm_index_confirm (&hit, now)) {
+            if (exists)
+                exists[i] = 1;
+            else
+                sizes[i] = (int64_t) hit.size;
+        }
+        else
+            rest[left++] = i;
+    }
+    return left;
 }
 
 int

@@ -39,6 +39,13 @@ int kvpc_fast_get (kvpc_fast_path_t *self, const kvpc_keys_t *keys, const kvpool
 //  same-machine index holds; adds the others, with their caller index, to rest.
 void kvpc_index_probe (kvpc_fast_path_t *self, const kvpc_keys_t *keys, bool as_size,
                        int64_t *results, kvpc_keys_t *rest);
+//  The same for a caller's arrays, sending nothing (for kvpool_exist_batch_local): each
+//  keys[i] (lens[i] bytes, not NULL, not empty) the index holds gets its result in exists
+//  (1) or, when exists is NULL, in sizes (the size); one whose byte at its length is not a
+//  NUL gets INVALID_KEY. The positions of the others go to rest, in order; returns their
+//  count (all n after a change of connection not yet acted on).
+size_t kvpc_index_answer (kvpc_fast_path_t *self, size_t n, const char *const *keys,
+                          const size_t *lens, int *exists, int64_t *sizes, size_t *rest);
 //  Reports the values read from the index that no TOUCH has carried yet (at close).
 void kvpc_index_report (kvpc_fast_path_t *self);
 

@@ -258,6 +258,56 @@ s_keys_op_int (kvpool_t *self, Kvpool__V1__Op op, size_t n, const char *const *k
     return rc;
 }
 
+//  EXIST or GET_SIZE answered here alone (kvpool_exist_batch_local): what the same-machine
+//  index shows, and INVALID_KEY; the positions of the other keys go to rest. Results go to
+//  exists (int), or to sizes when exists is NULL.
+static int
+s_keys_local (kvpool_t *self, size_t n, const char *const *keys, const size_t *lens, int *exists,
+              int64_t *sizes, size_t *rest, size_t *nrest)
+{
+    if (!self || !nrest || (n && (!keys || !lens || !(exists || sizes) || !rest)))
+        return KVPOOL_INVALID_PARAMS;
+    *nrest = 0;
+    bool plain = true; //  no NULL or empty key: the index can look every one up as given
+    for (size_t i = 0; i < n && plain; i++)
+        plain = keys[i] && lens[i] > 0;
+    if (plain) {
+        *nrest = kvpc_index_answer (self->fast_path, n, keys, lens, exists, sizes, rest);
+        return KVPOOL_OK;
+    }
+    //  Otherwise each invalid key is answered (INVALID_KEY, the last error naming it) and the
+    //  rest left for the full call.
+    for (size_t i = 0; i < n; i++) {
+        if (keys[i] && lens[i] > 0 && keys[i][lens[i]] == 0)
+            rest[(*nrest)++] = i;
+        else {
+            kvpc_set_error (self->conn, "key %zu is %s", i,
+                            !keys[i]  ? "NULL"
+                            : lens[i] ? "not of its given length"
+                                      : "empty");
+            if (exists)
+                exists[i] = KVPOOL_INVALID_KEY;
+            else
+                sizes[i] = KVPOOL_INVALID_KEY;
+        }
+    }
+    return KVPOOL_OK;
+}
+
+int
+kvpool_exist_batch_local (kvpool_t *self, size_t n, const char *const *keys, const size_t *lens,
+                          int *results, size_t *rest, size_t *nrest)
+{
+    return s_keys_local (self, n, keys, lens, results, NULL, rest, nrest);
+}
+
+int
+kvpool_get_size_batch_local (kvpool_t *self, size_t n, const char *const *keys, const size_t *lens,
+                             int64_t *results, size_t *rest, size_t *nrest)
+{
+    return s_keys_local (self, n, keys, lens, NULL, results, rest, nrest);
+}
+
 //  One key, one outcome.
 static int64_t
 s_key_op (kvpool_t *self, Kvpool__V1__Op op, const char *key, bool force, kvpc_outcome_t as)

@@ -236,6 +236,19 @@ KVPOOL_EXPORT int kvpool_exist_batch_lens (kvpool_t *self, size_t n, const char 
                                            const size_t *lens, int *results);
 KVPOOL_EXPORT int kvpool_get_size_batch_lens (kvpool_t *self, size_t n, const char *const *keys,
                                               const size_t *lens, int64_t *results);
+//  The _lens calls answered on this machine alone, for a binding that holds a lock while it
+//  calls (Python's GIL): no message is sent and nothing is waited for. A key the node's
+//  same-machine read index shows gets its result (1, or its size; a read lease, as any read),
+//  an invalid key KVPOOL_INVALID_KEY; the positions of the others (in order, each below n)
+//  are written to rest[0 .. *nrest), and their results are left as they were: ask the _lens
+//  call for those. Off the node's machine, or with the index off, every key is in rest.
+//  Returns 0, or a negative status (nothing answered).
+KVPOOL_EXPORT int kvpool_exist_batch_local (kvpool_t *self, size_t n, const char *const *keys,
+                                            const size_t *lens, int *results, size_t *rest,
+                                            size_t *nrest);
+KVPOOL_EXPORT int kvpool_get_size_batch_local (kvpool_t *self, size_t n, const char *const *keys,
+                                               const size_t *lens, int64_t *results, size_t *rest,
+                                               size_t *nrest);
 KVPOOL_EXPORT int kvpool_remove_batch (kvpool_t *self, size_t n, const char *const *keys,
                                        bool force, int *statuses);
 

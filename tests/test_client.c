@@ -510,6 +510,60 @@ s_test_batches (kvpool_t *pool, const char *prefix)
               KVPOOL_INVALID_PARAMS);
     CHECK_EQ (kvpool_exist_batch_lens (pool, 0, NULL, NULL, NULL), KVPOOL_OK);
 
+    //  Answered here alone (the _local calls): with the node's index in reach the stored
+    //  keys are answered and only the missing one is left; without it every valid key is
+    //  left. The key of the wrong length is answered either way, and a left key's result
+    //  is not touched.
+    bool indexed = kvpool_set_index (pool, true);
+    CHECK (indexed == kvpool_fast_path (pool));
+    size_t rest[BATCH + 2], nrest = 99;
+    for (size_t i = 0; i < BATCH + 2; i++) {
+        mixed_statuses[i] = 7;
+        mixed_results[i] = 7;
+    }
+    CHECK_EQ (kvpool_exist_batch_local (pool, BATCH + 1, mixed, lens, mixed_statuses, rest, &nrest),
+              KVPOOL_OK);
+    CHECK_EQ (mixed_statuses[2], KVPOOL_INVALID_KEY);
+    CHECK_EQ (mixed_statuses[BATCH], 7);
+    if (indexed) {
+        CHECK_EQ (nrest, 1);
+        CHECK_EQ (rest[0], BATCH);
+        CHECK_EQ (mixed_statuses[0], 1);
+        CHECK_EQ (mixed_statuses[BATCH - 1], 1);
+    }
+    else {
+        CHECK_EQ (nrest, BATCH); //  all but the invalid one, in order
+        CHECK_EQ (rest[1], 1);
+        CHECK_EQ (rest[2], 3);
+        CHECK_EQ (rest[BATCH - 1], BATCH);
+        CHECK_EQ (mixed_statuses[0], 7);
+    }
+    CHECK_EQ (
+        kvpool_get_size_batch_local (pool, BATCH + 1, mixed, lens, mixed_results, rest, &nrest),
+        KVPOOL_OK);
+    CHECK_EQ (mixed_results[2], KVPOOL_INVALID_KEY);
+    CHECK_EQ (mixed_results[1], indexed ? (int64_t) sizes[1] : 7);
+    CHECK_EQ (nrest, indexed ? 1 : BATCH);
+    //  With the index off, nothing stored is answered.
+    kvpool_set_index (pool, false);
+    CHECK_EQ (kvpool_exist_batch_local (pool, BATCH + 1, mixed, lens, mixed_statuses, rest, &nrest),
+              KVPOOL_OK);
+    CHECK_EQ (nrest, BATCH);
+    kvpool_set_index (pool, true);
+    //  An empty key: answered INVALID_KEY, every valid key left.
+    mixed_statuses[0] = 7;
+    CHECK_EQ (kvpool_exist_batch_local (pool, BATCH + 2, mixed, lens, mixed_statuses, rest, &nrest),
+              KVPOOL_OK);
+    CHECK_EQ (mixed_statuses[BATCH + 1], KVPOOL_INVALID_KEY);
+    CHECK_EQ (mixed_statuses[0], 7);
+    CHECK_EQ (nrest, BATCH);
+    CHECK_EQ (kvpool_exist_batch_local (pool, 1, mixed, lens, mixed_statuses, rest, NULL),
+              KVPOOL_INVALID_PARAMS);
+    CHECK_EQ (kvpool_exist_batch_local (pool, 1, mixed, NULL, mixed_statuses, rest, &nrest),
+              KVPOOL_INVALID_PARAMS);
+    CHECK_EQ (kvpool_exist_batch_local (pool, 0, NULL, NULL, NULL, NULL, &nrest), KVPOOL_OK);
+    CHECK_EQ (nrest, 0);
+
     //  Remove half, check the other half is intact.
     CHECK_EQ (kvpool_remove_batch (pool, BATCH / 2, keys, true, statuses), KVPOOL_OK);
     for (size_t i = 0; i < BATCH / 2; i++)

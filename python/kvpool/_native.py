@@ -143,6 +143,8 @@ _PROTOTYPES = {
     "kvpool_prefix_match": (ctypes.c_int64, [K, c_size_t, c_size_t, P]),
     "kvpool_get_size_batch": (c_int, [K, c_size_t, P, P]),
     "kvpool_get_size_batch_lens": (c_int, [K, c_size_t, P, P, P]),
+    "kvpool_exist_batch_local": (c_int, [K, c_size_t, P, P, P, P, P]),
+    "kvpool_get_size_batch_local": (c_int, [K, c_size_t, P, P, P, P, P]),
     "kvpool_remove_batch": (c_int, [K, c_size_t, P, c_bool, P]),
     "kvpool_get_batch": (c_int, [K, c_size_t, P, POINTER(c_void_p), P]),
     "kvpool_values_data": (c_void_p, [c_void_p, c_size_t]),
@@ -162,7 +164,8 @@ _PROTOTYPES = {
 #   Functions the library may not have yet; callers check `has(name)`.
 _OPTIONAL = {"kvpool_reset", "kvpool_put_start", "kvpool_put_end", "kvpool_put_revoke",
              "kvpool_get_replica_list", "kvpool_release", "kvpool_keys_unpack",
-             "kvpool_exist_batch_lens", "kvpool_get_size_batch_lens"}
+             "kvpool_exist_batch_lens", "kvpool_get_size_batch_lens",
+             "kvpool_exist_batch_local", "kvpool_get_size_batch_local"}
 
 missing = []
 for _name, (_restype, _argtypes) in _PROTOTYPES.items():

@@ -188,14 +188,20 @@ _int_list = (_native.batch_module.int_list if _native.batch_module is not None
 #   A read-only batch (exist, get-size) in one call into kvpool._batch: the key array with
 #   the keys' lengths, the C call without the GIL and the list of results, all in C
 #   (python/kvpool/_batch.c). None without the module or a library with the _lens calls; the
-#   callers then build the arrays here.
+#   callers then build the arrays here. LOCAL_FNS: each function's form answered on this
+#   machine alone (kvpool_exist_batch_local), which lookup calls first with the GIL kept,
+#   when the library has it.
 _batch_lookup = None
 EXIST_FN = GET_SIZE_FN = None
+LOCAL_FNS = {}
 if (_native.batch_module is not None and _native.has("exist_batch_lens")
         and _native.has("get_size_batch_lens")):
     _batch_lookup = _native.batch_module.lookup
     EXIST_FN = ctypes.cast(_native.exist_batch_lens, c_void_p).value
     GET_SIZE_FN = ctypes.cast(_native.get_size_batch_lens, c_void_p).value
+    if _native.has("exist_batch_local") and _native.has("get_size_batch_local"):
+        LOCAL_FNS = {EXIST_FN: ctypes.cast(_native.exist_batch_local, c_void_p).value,
+                     GET_SIZE_FN: ctypes.cast(_native.get_size_batch_local, c_void_p).value}
 
 
 def _key_array(keys):
@@ -938,7 +944,7 @@ class Client:
         handle = self._acquire()
         try:
             try:
-                rc, results = _batch_lookup(fn, handle, keys, b"", wide)
+                rc, results = _batch_lookup(fn, handle, keys, b"", wide, LOCAL_FNS.get(fn))
             except ValueError:
                 return None
             if rc < 0:

@@ -75,7 +75,7 @@ from ctypes import byref, c_char_p
 from . import _native
 from .client import (Client, PutOptions, _Pins, _encode, _u64, _addr, _iov_table, fetch,
                      KeyTable, TENANT_MARK, _key_table, _int_list, _batch_lookup, EXIST_FN,
-                     DEFAULT_TIMEOUT)
+                     LOCAL_FNS, DEFAULT_TIMEOUT)
 from .segment import SharedSegment
 from .status import Status, Error, error_for
 
@@ -1046,8 +1046,9 @@ class MooncakeDistributedStore:
         the request's status for every key when it failed as a whole. None when a key has
         to be named on its own (the key-by-key path gives it its status)."""
         prefix = self._space.prefix
+        local = LOCAL_FNS.get(fn)
         try:
-            out = self._code(lambda handle: _batch_lookup(fn, handle, keys, prefix, False))
+            out = self._code(lambda handle: _batch_lookup(fn, handle, keys, prefix, False, local))
         except ValueError:
             return None
         if isinstance(out, int):

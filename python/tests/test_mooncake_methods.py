@@ -415,15 +415,36 @@ def test_lookup_is_one_call_with_the_answers_of_the_library(daemon, client, pref
     keys = [prefix + "lookup-%03d-\u00e9" % i for i in range(300)]
     assert client.put_batch(keys[:200], [b"v" * (i + 1) for i in range(200)]) == [0] * 200
     lookup = client_module._batch_lookup
+    exist, get_size = client_module.EXIST_FN, client_module.GET_SIZE_FN
+    # The library built here has the forms answered on this machine alone.
+    assert set(client_module.LOCAL_FNS) == {exist, get_size}
     handle = client._acquire()
     try:
         mixed = keys + ["with\0nul", b"" + keys[0].encode(), ""]
-        rc, got = lookup(client_module.EXIST_FN, handle, mixed, b"", False)
-        assert rc == 0 and got == [1] * 200 + [0] * 100 + [INVALID_KEY, 1, INVALID_KEY]
-        rc, got = lookup(client_module.GET_SIZE_FN, handle, mixed, b"", True)
-        assert rc == 0
-        assert got[:200] == list(range(1, 201)) and got[200:300] == [NOT_FOUND] * 100
-        assert got[300:] == [INVALID_KEY, 1, INVALID_KEY]
+        # The same answers with the local form first (the bindings' way) and without; then
+        # without the empty key, which makes the local form leave every valid key.
+        for batch in (mixed, mixed[:-1]):
+            for local in (None, client_module.LOCAL_FNS[exist]):
+                rc, got = lookup(exist, handle, batch, b"", False, local)
+                assert rc == 0
+                assert got == ([1] * 200 + [0] * 100 + [INVALID_KEY, 1, INVALID_KEY])[:len(batch)]
+            for local in (None, client_module.LOCAL_FNS[get_size]):
+                rc, got = lookup(get_size, handle, batch, b"", True, local)
+                assert rc == 0
+                assert got[:200] == list(range(1, 201)) and got[200:300] == [NOT_FOUND] * 100
+                assert got[300:] == [INVALID_KEY, 1, INVALID_KEY][:len(batch) - 300]
+        # On the node's machine the local form answers the stored keys from the read index
+        # and leaves only the others.
+        if client.fast_path:
+            table = client_module.KeyTable(keys)
+            lens = (ctypes.c_size_t * 300)(*[len(k.encode()) for k in keys])
+            results = (ctypes.c_int * 300)()
+            rest = (ctypes.c_size_t * 300)()
+            nrest = ctypes.c_size_t(0)
+            assert client_module._native.exist_batch_local(
+                handle, 300, table, lens, results, rest, ctypes.byref(nrest)) == 0
+            assert list(results[:200]) == [1] * 200 and list(rest[:nrest.value]) == list(
+                range(200, 300))
         assert lookup(client_module.EXIST_FN, handle, [], b"", False) == (0, [])
         # A prefix is put before every key (a tenant's): none of these names exist.
         assert lookup(client_module.EXIST_FN, handle, keys[:3], b"\x1fother\n", False) == (
@@ -438,6 +459,67 @@ def test_lookup_is_one_call_with_the_answers_of_the_library(daemon, client, pref
     assert client.get_size_batch(keys[:2]) == [1, 2]
     assert client.exist_batch(keys[199:201]) == [True, False]
     assert client.remove_batch(keys[:200], force=True) == [0] * 200
+
+
+@pytest.mark.skipif(client_module._batch_lookup is None, reason="kvpool._batch not built")
+@pytest.mark.parametrize("wide", [False, True])
+def test_lookup_asks_the_full_call_only_for_what_the_local_one_left(wide):
+    """lookup with a local function: the local function sees the whole batch; the full one
+    only the keys it left, in order; each answer lands at its key's place. A local function
+    that fails leaves the whole batch to the full one."""
+    result = ctypes.c_int64 if wide else ctypes.c_int32
+    seen = {"local": [], "full": []}
+
+    def names(keys, lens, n):
+        keys = ctypes.cast(keys, ctypes.POINTER(ctypes.c_char_p))
+        lens = ctypes.cast(lens, ctypes.POINTER(ctypes.c_size_t))
+        assert all(len(keys[i]) == lens[i] for i in range(n))
+        return [keys[i].decode() for i in range(n)]
+
+    def local(handle, n, keys, lens, results, rest, nrest):
+        got = names(keys, lens, n)
+        seen["local"].append(got)
+        if fail_local:
+            return -600
+        results = ctypes.cast(results, ctypes.POINTER(result))
+        rest = ctypes.cast(rest, ctypes.POINTER(ctypes.c_size_t))
+        left = 0
+        for i, key in enumerate(got):
+            if int(key[1:]) % 3 == 0:
+                results[i] = 100 + int(key[1:])   # answered here
+            else:
+                rest[left] = i
+                left += 1
+        ctypes.cast(nrest, ctypes.POINTER(ctypes.c_size_t))[0] = left
+        return 0
+
+    def full(handle, n, keys, lens, results):
+        got = names(keys, lens, n)
+        seen["full"].append(got)
+        results = ctypes.cast(results, ctypes.POINTER(result))
+        for i, key in enumerate(got):
+            results[i] = -int(key[1:])        # answered by the node
+        return 0
+
+    local_fn = ctypes.CFUNCTYPE(ctypes.c_int, *[ctypes.c_void_p] * 7)(local)
+    full_fn = ctypes.CFUNCTYPE(ctypes.c_int, *[ctypes.c_void_p] * 5)(full)
+    address = lambda fn: ctypes.cast(fn, ctypes.c_void_p).value
+    keys = ["k%d" % i for i in range(10)]
+    lookup = client_module._batch_lookup
+    fail_local = False
+    rc, got = lookup(address(full_fn), 1, keys, b"", wide, address(local_fn))
+    assert rc == 0
+    assert got == [100 + i if i % 3 == 0 else -i for i in range(10)]
+    assert seen["local"] == [keys]
+    assert seen["full"] == [[k for i, k in enumerate(keys) if i % 3]]
+    # Every key answered here: the full function is not called.
+    seen["full"].clear()
+    rc, got = lookup(address(full_fn), 1, ["k0", "k3"], b"", wide, address(local_fn))
+    assert (rc, got, seen["full"]) == (0, [100, 103], [])
+    # The local function fails: the full one answers every key.
+    fail_local = True
+    rc, got = lookup(address(full_fn), 1, keys, b"", wide, address(local_fn))
+    assert (rc, got) == (0, [-i for i in range(10)]) and seen["full"] == [keys]
 
 
 def test_tenant_ids(daemon):
