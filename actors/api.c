@@ -964,10 +964,28 @@ s_job_from_request (self_t *self, api_ctx_t *ctx)
                                self->config->max_keys, self->config->max_request_bytes};
     int status = request_check (request, value_frames, value_bytes, &limits, reason, sizeof reason);
     //  (known once the check passed)
-    const kvp_op_t *rdma_row = request->rdma_conn ? kvp_op_rdma (op) : NULL;
-    ctx->row = rdma_row ? rdma_row : kvp_op_for (op, ctx->cluster);
+    const kvp_op_t *other_row = request->rdma_conn    ? kvp_op_rdma (op)
+                                : request->n_vm_addrs ? kvp_op_vm (op)
+                                                      : NULL;
+    ctx->row = other_row ? other_row : kvp_op_for (op, ctx->cluster);
     if (status == KVPOOL_OK && s_authorize (self, ctx, reason, sizeof reason))
         status = KVPOOL_PERMISSION_DENIED;
+    //  Values by address are read from a process the kernel named (the ipc peer), and only
+    //  for a peer of the node's own user: a node with more rights than its client (root, or
+    //  CAP_SYS_PTRACE under Yama) must not read for it what it could not read itself (a
+    //  forked child speaking on its parent's connection). A node of a cluster places its
+    //  puts at the master, which this row does not.
+    if (status == KVPOOL_OK && request->n_vm_addrs
+        && (!ctx->owner || !ctx->owner->pid || ctx->peer.uid != geteuid ())) {
+        snprintf (reason, sizeof reason,
+                  "values by address (vm_addrs) are read only from a client process of the "
+                  "node's own user that the node can see");
+        status = KVPOOL_PERMISSION_DENIED;
+    }
+    if (status == KVPOOL_OK && request->n_vm_addrs && ctx->cluster) {
+        snprintf (reason, sizeof reason, "a node of a cluster takes no values by address");
+        status = KVPOOL_INVALID_PARAMS;
+    }
     if (status != KVPOOL_OK) {
         //  libzmq had the frames in memory already (it delivers a message whole); what it
         //  can refuse before reading, it did (--max-value-size per frame, RCVHWM). Nothing
@@ -1015,6 +1033,8 @@ s_job_from_request (self_t *self, api_ctx_t *ctx)
         }
         else if (flags & OP_SIZES)
             item->size = request->sizes[i];
+        if (request->n_vm_addrs)
+            item->vm_addr = request->vm_addrs[i];
         if (request->n_offsets) {
             job->ranged = true;
             item->offset = request->offsets[i];
@@ -1076,6 +1096,10 @@ s_job_from_request (self_t *self, api_ctx_t *ctx)
             job->owner = ctx->owner ? ctx->owner->name : NULL;
     }
     job->owner_id = ctx->owner ? ctx->owner->id : 0;
+    if (request->n_vm_addrs) {
+        job->vm_pid = (int32_t) ctx->owner->pid;
+        job->vm_deadline_ns = request->vm_deadline_ns;
+    }
     return job;
 }
 

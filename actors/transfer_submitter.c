@@ -7,6 +7,13 @@
     mutex-protected list and writes to an eventfd; the actor polls that eventfd beside its
     sockets (zmq_poll accepts plain file descriptors) and answers the finished jobs.
 
+    A PUT by address (job->vm_pid: Request.vm_addrs) is a KVP_TX_WRITE whose items name a
+    place in the client's memory (vm_addr) instead of bytes the node holds (src): each value
+    is read from there into its first replica (transfer/vm_read.h) and copied from that
+    replica into the others, a megabyte a task on the pool. A value that cannot be read fails
+    alone (TRANSFER_FAIL; PERMISSION_DENIED when the kernel lets the node read nothing of the
+    process), and the insert then frees its space.
+
     The disk tier's I/O runs here too (with --disk-dir): a disk store (tier/disk_store.h)
     whose io_uring completions wake this actor through the store's eventfd, polled beside the
     rest. A TX_DISK_WRITE or TX_DISK_READ job queues one disk op per item and is answered when
@@ -29,12 +36,32 @@
 #include "actors/rdma_serve.h"
 #include "tier/disk_store.h"
 #include "transfer/transfer_pool.h"
+#include "transfer/vm_read.h"
+
+//  The part of a value by address one pool task reads.
+#define VM_TASK_BYTES (1024 * 1024)
+
+//  One pool task of a PUT by address: bytes [offset, offset + length) of an item's value.
+typedef struct {
+    pid_t pid;
+    kvp_item_t *item;
+    uint64_t deadline_ns;
+    uint64_t offset;
+    uint64_t length;
+    int error; //  s_vm_part's, 0 when read
+} vm_task_t;
+
+typedef struct {
+    size_t count;
+    vm_task_t tasks[];
+} vm_tasks_t;
 
 typedef struct _pending_t {
     kvp_job_t *job;
     zframe_t *reply_to;
     transfer_batch_t *batch;
-    void *move; //  an RDMA move's task argument, freed with the entry
+    void *move;     //  an RDMA move's task argument, freed with the entry
+    vm_tasks_t *vm; //  a PUT by address: its tasks, whose outcomes the reply takes
     struct _pending_t *next;
 } pending_t;
 
@@ -100,9 +127,49 @@ transfer_job_bytes (kvp_job_t *job)
 {
     uint64_t bytes = 0;
     for (size_t i = 0; i < job->count; i++)
-        if (job->items[i].status == KVPOOL_OK && job->items[i].src)
+        if (job->items[i].status == KVPOOL_OK && (job->items[i].src || job->vm_pid))
             bytes += job->items[i].size * job->items[i].replica_count;
     return bytes;
+}
+
+//  A part of a value by address: read into the first replica, copied from there into the
+//  others. Returns vm_read's outcome, or ETIMEDOUT for a read that ended after the client's
+//  deadline (it may have reused its memory meanwhile: the bytes are not trusted).
+static int
+s_vm_part (pid_t pid, uint64_t deadline_ns, kvp_item_t *item, uint64_t offset, uint64_t length)
+{
+    char *first = (char *) item->replicas[0].addr + offset;
+    int error = vm_read (pid, first, item->vm_addr + offset, length);
+    if (!error && deadline_ns) {
+        struct timespec ts;
+        clock_gettime (CLOCK_MONOTONIC, &ts);
+        if ((uint64_t) ts.tv_sec * 1000000000u + (uint64_t) ts.tv_nsec > deadline_ns)
+            error = ETIMEDOUT;
+    }
+    for (uint32_t r = 1; r < item->replica_count && !error; r++)
+        memcpy ((char *) item->replicas[r].addr + offset, first, length);
+    return error;
+}
+
+//  The status of a value by address that vm_read could not read, with the reason.
+static void
+s_vm_failed (kvp_job_t *job, kvp_item_t *item, int error)
+{
+    bool denied = error == EPERM || error == EACCES;
+    item->status = denied ? KVPOOL_PERMISSION_DENIED : KVPOOL_TRANSFER_FAIL;
+    snprintf (job->error, sizeof job->error, "cannot read a value from process %d: %s",
+              (int) job->vm_pid,
+              denied               ? "the kernel does not let the node read its memory"
+              : error == ETIMEDOUT ? "read after the client's deadline"
+                                   : strerror (error));
+}
+
+static void
+s_vm_task (void *arg, int worker)
+{
+    vm_task_t *task = (vm_task_t *) arg;
+    task->error = s_vm_part (task->pid, task->deadline_ns, task->item, task->offset, task->length);
+    (void) worker;
 }
 
 bool
@@ -116,6 +183,8 @@ transfer_job_inline (kvp_job_t *job)
 static void
 s_refuse_sourceless (kvp_job_t *job)
 {
+    if (job->vm_pid)
+        return; //  its values are in the client's memory
     for (size_t i = 0; i < job->count; i++)
         if (job->items[i].status == KVPOOL_OK && !job->items[i].src && job->items[i].size) {
             job->items[i].status = KVPOOL_INTERNAL_ERROR;
@@ -129,10 +198,64 @@ transfer_job_copy (kvp_job_t *job)
     s_refuse_sourceless (job);
     for (size_t i = 0; i < job->count; i++) {
         kvp_item_t *item = &job->items[i];
-        if (item->status != KVPOOL_OK || !item->src)
+        if (item->status != KVPOOL_OK)
+            continue;
+        if (job->vm_pid) {
+            int error =
+                item->size ? s_vm_part (job->vm_pid, job->vm_deadline_ns, item, 0, item->size) : 0;
+            if (error)
+                s_vm_failed (job, item, error);
+            continue;
+        }
+        if (!item->src)
             continue;
         for (uint32_t r = 0; r < item->replica_count; r++)
             memcpy (item->replicas[r].addr, item->src, item->size);
+    }
+}
+
+//  A PUT by address on the pool: a task per megabyte of each value. Returns 0, or -1 out of
+//  memory (the job is then failed).
+static int
+s_write_vm (pending_t *pending)
+{
+    kvp_job_t *job = pending->job;
+    size_t count = 0;
+    for (size_t i = 0; i < job->count; i++)
+        if (job->items[i].status == KVPOOL_OK && job->items[i].size)
+            count += (job->items[i].size + VM_TASK_BYTES - 1) / VM_TASK_BYTES;
+    pending->vm = (vm_tasks_t *) malloc (sizeof (vm_tasks_t) + count * sizeof (vm_task_t));
+    if (!pending->vm)
+        return -1;
+    pending->vm->count = count;
+    size_t k = 0;
+    for (size_t i = 0; i < job->count; i++) {
+        kvp_item_t *item = &job->items[i];
+        if (item->status != KVPOOL_OK)
+            continue;
+        for (uint64_t offset = 0; offset < item->size; offset += VM_TASK_BYTES) {
+            vm_task_t *task = &pending->vm->tasks[k++];
+            *task = (vm_task_t){job->vm_pid,
+                                item,
+                                job->vm_deadline_ns,
+                                offset,
+                                item->size - offset < VM_TASK_BYTES ? item->size - offset
+                                                                    : VM_TASK_BYTES,
+                                0};
+            transfer_batch_add_call (pending->batch, s_vm_task, task);
+        }
+    }
+    return 0;
+}
+
+//  A PUT by address done on the pool: a value with a part that could not be read fails.
+static void
+s_write_vm_done (pending_t *pending)
+{
+    for (size_t k = 0; k < pending->vm->count; k++) {
+        vm_task_t *task = &pending->vm->tasks[k];
+        if (task->error && task->item->status == KVPOOL_OK)
+            s_vm_failed (pending->job, task->item, task->error);
     }
 }
 
@@ -148,6 +271,16 @@ s_write (self_t *self, kvp_job_t *job, zframe_t **reply_to_p)
     pending->reply_to = *reply_to_p;
     *reply_to_p = NULL;
     pending->batch = transfer_batch_new (s_on_done, done);
+    if (job->vm_pid) {
+        //  Out of memory for the tasks: no value is read, and none may be inserted.
+        if (s_write_vm (pending))
+            for (size_t i = 0; i < job->count; i++)
+                if (job->items[i].status == KVPOOL_OK)
+                    s_vm_failed (job, &job->items[i], ENOMEM);
+        self->in_flight++;
+        transfer_pool_submit (self->pool, pending->batch);
+        return;
+    }
     s_refuse_sourceless (job);
     for (size_t i = 0; i < job->count; i++) {
         kvp_item_t *item = &job->items[i];
@@ -220,6 +353,9 @@ s_answer_done (self_t *self)
         pending_t *next = list->next;
         transfer_batch_destroy (&list->batch);
         free (list->move);
+        if (list->vm)
+            s_write_vm_done (list);
+        free (list->vm);
         kvp_job_reply (self->router, &list->reply_to, list->job);
         zframe_destroy (&list->reply_to);
         free (list);

@@ -172,6 +172,18 @@ kvpc_put_options (const kvpool_put_options_t *opts, Kvpool__V1__PutOptions *out)
     out->hard_pin = opts->hard_pin;
 }
 
+void
+kvpc_put_request (Kvpool__V1__Request *request, Kvpool__V1__Op op, const kvpc_keys_t *keys,
+                  const kvpool_put_options_t *opts, Kvpool__V1__PutOptions *put)
+{
+    kvpc_put_options (opts, put);
+    kvpool__v1__request__init (request);
+    request->op = op;
+    request->n_keys = keys->count;
+    request->keys = keys->wire;
+    request->put = put;
+}
+
 uint64_t
 kvpc_bufs_capacity (const kvpool_buf_t *bufs, size_t nbufs)
 {

@@ -54,6 +54,10 @@ void kvpc_fill (const kvpc_keys_t *keys, int64_t *results, int64_t status);
 
 //  Fills a PutOptions from the caller's options (NULL: defaults).
 void kvpc_put_options (const kvpool_put_options_t *opts, Kvpool__V1__PutOptions *out);
+//  Makes request a write of op for keys with the caller's options, which are filled into
+//  *put (it must live as long as the request).
+void kvpc_put_request (Kvpool__V1__Request *request, Kvpool__V1__Op op, const kvpc_keys_t *keys,
+                       const kvpool_put_options_t *opts, Kvpool__V1__PutOptions *put);
 //  Total capacity of a scatter list.
 uint64_t kvpc_bufs_capacity (const kvpool_buf_t *bufs, size_t nbufs);
 

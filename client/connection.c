@@ -796,6 +796,12 @@ kvpc_conn_cluster (kvpc_conn_t *self)
     return self->cluster;
 }
 
+int
+kvpc_conn_timeout_ms (kvpc_conn_t *self)
+{
+    return self->timeout_ms;
+}
+
 bool
 kvpc_conn_on_local_endpoint (kvpc_conn_t *self)
 {

@@ -81,6 +81,8 @@ bool kvpc_conn_same_host (kvpc_conn_t *self);
 void *kvpc_socket_watch (void *ctx, void *socket, int events);
 //  Whether the node is one of a cluster's (PING): a key it does not hold may be elsewhere.
 bool kvpc_conn_cluster (kvpc_conn_t *self);
+//  How long a call waits for its reply (ms).
+int kvpc_conn_timeout_ms (kvpc_conn_t *self);
 //  Whether the connection is on the node's ipc endpoint (or in its process), the only places
 //  where it serves the shared-memory operations.
 bool kvpc_conn_on_local_endpoint (kvpc_conn_t *self);

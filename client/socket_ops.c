@@ -101,12 +101,8 @@ s_put_chunk (kvpc_conn_t *conn, Kvpool__V1__Op op, const kvpc_keys_t *keys,
     for (size_t j = 0; j < keys->count; j++)
         sent[j] = values[keys->index[j]];
     Kvpool__V1__PutOptions put;
-    kvpc_put_options (opts, &put);
-    Kvpool__V1__Request request = KVPOOL__V1__REQUEST__INIT;
-    request.op = op;
-    request.n_keys = keys->count;
-    request.keys = keys->wire;
-    request.put = &put;
+    Kvpool__V1__Request request;
+    kvpc_put_request (&request, op, keys, opts, &put);
     kvpc_reply_t reply;
     int rc = kvpc_call (conn, &request, sent, keys->count, 0, &reply);
     if (sent != small)

@@ -180,6 +180,8 @@ typedef struct {
     uint64_t rdma_addr;
     uint32_t rdma_key;
     uint64_t rdma_len;
+    //  A PUT by address (job->vm_pid): the value's place in the asking process's memory
+    uint64_t vm_addr;
     //  KVP_CL_LOCATE: the nodes that hold it (indices into job->nodes)
     uint8_t location_count;
     uint16_t locations[KVP_MAX_REPLICAS];
@@ -264,6 +266,10 @@ typedef struct {
     //  who made the request: a same-machine client process (owners.h), 0 for the node and
     //  its in-process clients. Reservations and read pins belong to it.
     uint64_t owner_id;
+    //  A PUT by address (Request.vm_addrs): the process whose memory the values are read
+    //  from (the kernel's word for the peer), else 0. Its items carry vm_addr, not src.
+    int32_t vm_pid;
+    uint64_t vm_deadline_ns; //  ... and when reads must have ended (CLOCK_MONOTONIC; 0: any time)
     //  results
     uint64_t result_count;
     kvp_stats_t stats;

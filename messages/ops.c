@@ -173,20 +173,48 @@ static const kvp_op_t s_rdma_ops[] = {
 
 #define RDMA_OPS_COUNT (sizeof s_rdma_ops / sizeof s_rdma_ops[0])
 
+//  A same-machine client's PUT by address (Request.vm_addrs): as PUT, but with sizes instead
+//  of frames, and the write reads each value from the client's memory. The insert runs
+//  whatever happened: it frees the space of values that could not be read.
+static const kvp_op_t s_vm_ops[] = {
+    {OP (PUT),
+     OP_KEYS | OP_SIZES | OP_WRITE | OP_NEW | OP_LOCAL,
+     0,
+     {STAGE_IF (AL_ALLOC, ANY_OK), STAGE_IF (EV_MAKE_ROOM, ANY_NO_ROOM),
+      STAGE_IF (AL_RETRY, ANY_NO_ROOM), STAGE_IF (TX_WRITE, ANY_OK), STAGE (RM_INSERT)}},
+};
+
+#define VM_OPS_COUNT (sizeof s_vm_ops / sizeof s_vm_ops[0])
+
 const kvp_op_t *
 kvp_op_of_job (const kvp_job_t *job)
 {
-    const kvp_op_t *row = job->rdma_conn ? kvp_op_rdma (job->op) : NULL;
+    const kvp_op_t *row = job->rdma_conn ? kvp_op_rdma (job->op)
+                          : job->vm_pid  ? kvp_op_vm (job->op)
+                                         : NULL;
     return row ? row : kvp_op_for (job->op, job->cluster);
+}
+
+//  The row of op in a table of count rows, or NULL.
+static const kvp_op_t *
+s_row_in (const kvp_op_t *table, size_t count, int op)
+{
+    for (size_t i = 0; i < count; i++)
+        if (table[i].op == op)
+            return &table[i];
+    return NULL;
+}
+
+const kvp_op_t *
+kvp_op_vm (int op)
+{
+    return s_row_in (s_vm_ops, VM_OPS_COUNT, op);
 }
 
 const kvp_op_t *
 kvp_op_rdma (int op)
 {
-    for (size_t i = 0; i < RDMA_OPS_COUNT; i++)
-        if (s_rdma_ops[i].op == op)
-            return &s_rdma_ops[i];
-    return NULL;
+    return s_row_in (s_rdma_ops, RDMA_OPS_COUNT, op);
 }
 
 static const kvp_op_t s_node_ops[] = {
@@ -228,11 +256,8 @@ kvp_op (int op)
 const kvp_op_t *
 kvp_op_for (int op, bool cluster)
 {
-    if (cluster)
-        for (size_t i = 0; i < CLUSTER_OPS_COUNT; i++)
-            if (s_cluster_ops[i].op == op)
-                return &s_cluster_ops[i];
-    return kvp_op (op);
+    const kvp_op_t *row = cluster ? s_row_in (s_cluster_ops, CLUSTER_OPS_COUNT, op) : NULL;
+    return row ? row : kvp_op (op);
 }
 
 static bool
@@ -375,6 +400,15 @@ kvp_ops_test (bool verbose)
     assert (kvp_op_for (KVPOOL__V1__OP__PING, true) == kvp_op (KVPOOL__V1__OP__PING));
     for (size_t i = 0; i < CLUSTER_OPS_COUNT; i++)
         assert (kvp_op (s_cluster_ops[i].op)->flags == s_cluster_ops[i].flags);
+    //  A put by address: sizes, no frames, on the ipc endpoint; its insert runs even when no
+    //  value could be read (it frees their space).
+    const kvp_op_t *vm_put = kvp_op_vm (KVPOOL__V1__OP__PUT);
+    assert (vm_put && kvp_op_vm (KVPOOL__V1__OP__GET) == NULL
+            && kvp_op_vm (KVPOOL__V1__OP__UPSERT) == NULL);
+    assert ((vm_put->flags & (OP_SIZES | OP_LOCAL)) == (OP_SIZES | OP_LOCAL)
+            && !(vm_put->flags & OP_VALUES));
+    job->items[0].status = KVPOOL_TRANSFER_FAIL;
+    assert (kvp_op_next_stage (vm_put, job, KVP_TX_WRITE) == KVP_RM_INSERT);
     kvp_job_destroy (&job);
     //  A TOUCH without keys has nothing to renew.
     job = kvp_job_new (KVP_JOB_NONE, 0);

@@ -102,6 +102,9 @@ const kvp_op_t *kvp_op_for (int op, bool cluster);
 //  The row of op when its values move by RDMA (Request.rdma_conn: GET, UPSERT, PUT_PART on a
 //  node's data plane), or NULL for an operation that moves none that way.
 const kvp_op_t *kvp_op_rdma (int op);
+//  The row of op when its values are read from a same-machine client's memory
+//  (Request.vm_addrs: PUT only), or NULL.
+const kvp_op_t *kvp_op_vm (int op);
 //  The row a job walks: kvp_op_rdma for a job whose values move by RDMA (job->rdma_conn),
 //  else kvp_op_for (job->op, job->cluster).
 const kvp_op_t *kvp_op_of_job (const kvp_job_t *job);

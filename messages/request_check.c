@@ -31,7 +31,18 @@ request_check (const Kvpool__V1__Request *request, size_t value_frames, uint64_t
         snprintf (reason, size, "unknown operation %d", op);
         return KVPOOL_UNKNOWN_OPERATION;
     }
-    if (request->rdma_conn) {
+    if (request->n_vm_addrs) {
+        row = request->rdma_conn ? NULL : kvp_op_vm (op);
+        if (!row) {
+            snprintf (reason, size, "operation %d does not take values by address (vm_addrs)", op);
+            return KVPOOL_INVALID_PARAMS;
+        }
+        if (request->n_vm_addrs != n) {
+            snprintf (reason, size, "%zu keys but %zu vm_addrs", n, request->n_vm_addrs);
+            return KVPOOL_INVALID_PARAMS;
+        }
+    }
+    else if (request->rdma_conn) {
         row = kvp_op_rdma (op);
         if (!row) {
             snprintf (reason, size, "operation %d does not move values by RDMA (rdma_conn)", op);

@@ -29,6 +29,7 @@
 #include "actors/metrics.h"
 #include "actors/kv_events_encode.h"
 #include "transfer/transfer_pool.h"
+#include "transfer/vm_read.h"
 #include "dataplane/data_plane.h"
 #include "actors/rdma_serve.h"
 #include "actors/transfer_submitter.h"
@@ -71,6 +72,7 @@ static selftest_t s_tests[] = {{"kvp_status", kvp_status_test},
                                {"segment_arena", segment_arena_test},
                                {"segment_table", segment_table_test},
                                {"transfer_pool", transfer_pool_test},
+                               {"vm_read", vm_read_test},
                                {"data_plane", data_plane_test},
                                {"rdma_serve", rdma_serve_test},
                                {"allocator", allocator_test},

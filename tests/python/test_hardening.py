@@ -42,6 +42,8 @@ INVALID_READ = -701
 OBJECT_NOT_FOUND = -704
 OBJECT_HAS_LEASE = -706
 NO_AVAILABLE_HANDLE = -200
+INVALID_PARAMS = -600
+TRANSFER_FAIL = -800
 
 PUT_TIMEOUT_MS = 400
 LEASE_MS = 300
@@ -219,6 +221,66 @@ def test_tcp_clients_cannot_touch_shared_memory(daemon):
     raw.close()
 
 
+def test_puts_by_address_read_only_the_asking_process(daemon):
+    """PUT with vm_addrs: the node reads each value from the memory of the process the
+    kernel names as the ipc peer. Not for tcp clients; an address that is not the process's
+    memory, or a read that would end after the client's deadline, fails that key alone and
+    stores nothing; a request that does not add up is refused whole."""
+    import ctypes
+    data = bytes(range(256)) * 40
+    buf = ctypes.create_string_buffer(data, len(data))
+    addr = ctypes.addressof(buf)
+    tcp = Raw(daemon.endpoint)
+    reply, _ = tcp.call(pb.PUT, ["va/tcp"], sizes=[len(data)], vm_addrs=[addr])
+    assert reply.status == PERMISSION_DENIED and "ipc endpoint" in reply.error
+    assert tcp.get("va/tcp")[0] == OBJECT_NOT_FOUND
+    tcp.close()
+    raw = Raw(daemon.ipc)
+    reply, _ = raw.call(pb.PUT, ["va/good", "va/bad", "va/empty", "va/part"],
+                        sizes=[len(data), 4096, 0, 100], vm_addrs=[addr, 4096, 0, addr + 7])
+    assert reply.status == OK and list(reply.statuses) == [OK, TRANSFER_FAIL, OK, OK]
+    assert raw.get("va/good") == (OK, data)
+    assert raw.get("va/bad")[0] == OBJECT_NOT_FOUND
+    assert raw.get("va/empty") == (OK, b"")
+    assert raw.get("va/part") == (OK, data[7:107])
+    # A value read by the node's copy pool a megabyte a task (over 1 MiB), whose last
+    # megabyte is not mapped: the whole value fails, nothing is stored; mapped, it is whole.
+    mib = 1 << 20
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                          ctypes.c_int, ctypes.c_long]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    base = libc.mmap(None, 4 * mib, mmap.PROT_READ | mmap.PROT_WRITE,
+                     mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)
+    assert base not in (None, ctypes.c_void_p(-1).value)
+    ctypes.memset(base, ord("r"), 3 * mib)
+    assert libc.munmap(base + 3 * mib, mib) == 0
+    reply, _ = raw.call(pb.PUT, ["va/whole"], sizes=[3 * mib], vm_addrs=[base])
+    assert list(reply.statuses) == [OK]
+    assert raw.get("va/whole") == (OK, b"r" * (3 * mib))
+    reply, _ = raw.call(pb.PUT, ["va/torn"], sizes=[3 * mib], vm_addrs=[base + mib])
+    assert list(reply.statuses) == [TRANSFER_FAIL]
+    assert raw.get("va/torn")[0] == OBJECT_NOT_FOUND
+    libc.munmap(base, 3 * mib)
+    # The client's deadline is past before the read ends: nothing stored.
+    reply, _ = raw.call(pb.PUT, ["va/late"], sizes=[len(data)], vm_addrs=[addr],
+                        vm_deadline_ns=1)
+    assert list(reply.statuses) == [TRANSFER_FAIL] and "deadline" in reply.error
+    assert raw.get("va/late")[0] == OBJECT_NOT_FOUND
+    # Requests that do not add up, or ops that take no values by address.
+    for op, keys, fields, values in (
+            (pb.PUT, ["va/x"], dict(sizes=[10], vm_addrs=[addr, addr]), []),
+            (pb.PUT, ["va/x"], dict(vm_addrs=[addr]), []),
+            (pb.PUT, ["va/x"], dict(sizes=[3], vm_addrs=[addr]), [b"abc"]),
+            (pb.UPSERT, ["va/x"], dict(sizes=[10], vm_addrs=[addr]), []),
+            (pb.GET, ["va/good"], dict(vm_addrs=[addr]), [])):
+        reply, _ = raw.call(op, keys, values, **fields)
+        assert reply.status == INVALID_PARAMS, (op, fields, reply)
+    assert raw.get("va/x")[0] == OBJECT_NOT_FOUND
+    raw.close()
+
+
 def test_removed_bytes_never_reach_another_client(daemon):
     """Item 7: a tcp client cannot reserve space and commit whatever was there before."""
     raw = Raw(daemon.endpoint)
@@ -268,6 +330,10 @@ def test_group_widens_access_to_one_group():
         try:
             assert agent.call("EXIST", ["x"])["statuses"] == [OBJECT_NOT_FOUND]
             assert agent.call("PUT_START", ["g/x"], sizes=[4096])["statuses"] == [OK]
+            # A put by address is for the node's own user only: a group member's process
+            # could be read with the node's rights, not its own.
+            answer = agent.call("PUT", ["g/y"], sizes=[16], vm_addrs=[4096])
+            assert answer["status"] == PERMISSION_DENIED and "own user" in answer["error"]
         finally:
             agent.close()
         raw.close()
