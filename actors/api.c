@@ -1098,6 +1098,7 @@ s_job_from_request (self_t *self, api_ctx_t *ctx)
     job->owner_id = ctx->owner ? ctx->owner->id : 0;
     if (request->n_vm_addrs) {
         job->vm_pid = (int32_t) ctx->owner->pid;
+        job->vm_pidfd = ctx->owner->pidfd;
         job->vm_deadline_ns = request->vm_deadline_ns;
     }
     return job;

@@ -138,6 +138,7 @@ owners_get (owners_t *self, pid_t pid)
     record->pidfd = pidfd;
     record->owner.id = self->next_id++;
     record->owner.pid = pid;
+    record->owner.pidfd = pidfd;
     kvp_owner_name (record->owner.name, sizeof record->owner.name, (int) pid, record->owner.id);
     zhashx_insert (self->live, key, record);
     zlistx_add_end (self->all, record);

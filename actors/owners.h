@@ -39,6 +39,8 @@ typedef struct {
 typedef struct {
     uint64_t id; //  never reused while the node runs
     pid_t pid;
+    int pidfd;       //  that exact process, readable once it exits; open while any request of
+                     //  the owner is out (the record stays until then)
     size_t jobs_out; //  requests of this owner between actors
     char name[48];   //  "pid:<pid>/<id>": the owner of segments it mounts
 } owner_t;

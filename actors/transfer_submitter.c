@@ -29,6 +29,7 @@
 
 #include "actors/log.h"
 
+#include <poll.h>
 #include <pthread.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -45,6 +46,7 @@
 typedef struct {
     pid_t pid;
     kvp_item_t *item;
+    int pidfd;
     uint64_t deadline_ns;
     uint64_t offset;
     uint64_t length;
@@ -136,10 +138,17 @@ transfer_job_bytes (kvp_job_t *job)
 //  others. Returns vm_read's outcome, or ETIMEDOUT for a read that ended after the client's
 //  deadline (it may have reused its memory meanwhile: the bytes are not trusted).
 static int
-s_vm_part (pid_t pid, uint64_t deadline_ns, kvp_item_t *item, uint64_t offset, uint64_t length)
+s_vm_part (pid_t pid, int pidfd, uint64_t deadline_ns, kvp_item_t *item, uint64_t offset,
+           uint64_t length)
 {
     char *first = (char *) item->replicas[0].addr + offset;
     int error = vm_read (pid, first, item->vm_addr + offset, length);
+    //  process_vm_readv names a process by pid, which a process that exits gives up: the
+    //  bytes are that client's only if it still lives after the read (its pidfd, which names
+    //  that exact process, is readable once it exits).
+    struct pollfd exited = {pidfd, POLLIN, 0};
+    if (!error && pidfd >= 0 && poll (&exited, 1, 0) != 0)
+        error = ESRCH;
     if (!error && deadline_ns) {
         struct timespec ts;
         clock_gettime (CLOCK_MONOTONIC, &ts);
@@ -168,7 +177,8 @@ static void
 s_vm_task (void *arg, int worker)
 {
     vm_task_t *task = (vm_task_t *) arg;
-    task->error = s_vm_part (task->pid, task->deadline_ns, task->item, task->offset, task->length);
+    task->error = s_vm_part (task->pid, task->pidfd, task->deadline_ns, task->item, task->offset,
+                             task->length);
     (void) worker;
 }
 
@@ -201,8 +211,9 @@ transfer_job_copy (kvp_job_t *job)
         if (item->status != KVPOOL_OK)
             continue;
         if (job->vm_pid) {
-            int error =
-                item->size ? s_vm_part (job->vm_pid, job->vm_deadline_ns, item, 0, item->size) : 0;
+            int error = item->size ? s_vm_part (job->vm_pid, job->vm_pidfd, job->vm_deadline_ns,
+                                                item, 0, item->size)
+                                   : 0;
             if (error)
                 s_vm_failed (job, item, error);
             continue;
@@ -235,13 +246,13 @@ s_write_vm (pending_t *pending)
             continue;
         for (uint64_t offset = 0; offset < item->size; offset += VM_TASK_BYTES) {
             vm_task_t *task = &pending->vm->tasks[k++];
-            *task = (vm_task_t){job->vm_pid,
-                                item,
-                                job->vm_deadline_ns,
-                                offset,
-                                item->size - offset < VM_TASK_BYTES ? item->size - offset
-                                                                    : VM_TASK_BYTES,
-                                0};
+            uint64_t left = item->size - offset;
+            *task = (vm_task_t){.pid = job->vm_pid,
+                                .item = item,
+                                .pidfd = job->vm_pidfd,
+                                .deadline_ns = job->vm_deadline_ns,
+                                .offset = offset,
+                                .length = left < VM_TASK_BYTES ? left : VM_TASK_BYTES};
             transfer_batch_add_call (pending->batch, s_vm_task, task);
         }
     }

@@ -269,6 +269,8 @@ typedef struct {
     //  A PUT by address (Request.vm_addrs): the process whose memory the values are read
     //  from (the kernel's word for the peer), else 0. Its items carry vm_addr, not src.
     int32_t vm_pid;
+    int vm_pidfd;            //  ... that exact process (owners.h): a read is trusted only if it
+                             //  still lives after it (its pid was not another's meanwhile)
     uint64_t vm_deadline_ns; //  ... and when reads must have ended (CLOCK_MONOTONIC; 0: any time)
     //  results
     uint64_t result_count;
