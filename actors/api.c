@@ -798,7 +798,7 @@ s_advance (self_t *self, kvp_job_t *job, kvp_job_kind_t done)
     job->kind = next;
     if (next == KVP_TX_WRITE && transfer_job_inline (job)) {
         //  Small puts are copied here: the hop would cost more than the copy.
-        transfer_job_copy (job);
+        transfer_job_copy (job, NULL);
         s_advance (self, job, KVP_TX_WRITE);
         return;
     }

@@ -190,6 +190,8 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
     if (!self->allocator)
         self->allocator = self->own_allocator = allocator_new (config);
     assert (self->allocator);
+    self->readers = transfer_pool_new (1, 0);
+    assert (self->readers);
     self->tx = zsock_new (ZMQ_DEALER);
     assert (self->tx);
     zsock_set_sndhwm (self->tx, 0);
@@ -458,6 +460,7 @@ s_self_destroy (self_t **self_p)
     kv_events_feed_destroy (&self->events); //  hands over the last batch
     zsock_destroy (&self->router);
     allocator_destroy (&self->own_allocator);
+    transfer_pool_destroy (&self->readers);
     zsock_destroy (&self->tx);
     kvp_job_destroy (&self->dropped);
     zsock_destroy (&self->cluster);
@@ -1753,7 +1756,7 @@ s_walk_on (self_t *self, kvp_job_t *job)
             return;
         job->kind = next;
         if (copy_here)
-            transfer_job_copy (job);
+            transfer_job_copy (job, self->readers);
         else
             s_handle_job (self, job, NULL);
     }

@@ -25,6 +25,7 @@
 #include "messages/kvp_job.h"
 #include "shm/shm_index.h"
 #include "tier/object_log.h"
+#include "transfer/transfer_pool.h"
 
 //  A read stamp further ahead of the actor's clock than this is not taken for a read.
 #define STAMP_FUTURE_MAX_MS 10000
@@ -90,6 +91,10 @@ typedef struct {
     wait_set_t *waits;          //  the sockets the loop reads (every send touches its socket)
     allocator_t *allocator;     //  the node's space, run on this thread (KVP_AL_* jobs)
     allocator_t *own_allocator; //  ... when the config brought none (self tests)
+    //  A helper for the reads of a PUT by address done here (transfer_job_copy): with it this
+    //  thread reads two megabytes at once. Its own pool, so that waiting for it never has
+    //  this thread run the transfer-submitter's copies.
+    transfer_pool_t *readers;
     const kvp_config_t *config; //  = &settings
     kvp_config_t settings;      //  its own copy: settings changed at run time land here
     object_table_t *objects;    //  key -> kvp_object_t

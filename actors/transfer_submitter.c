@@ -10,7 +10,9 @@
     A PUT by address (job->vm_pid: Request.vm_addrs) is a KVP_TX_WRITE whose items name a
     place in the client's memory (vm_addr) instead of bytes the node holds (src): each value
     is read from there into its first replica (transfer/vm_read.h) and copied from that
-    replica into the others, a megabyte a task on the pool. A value that cannot be read fails
+    replica into the others, a megabyte a task on the pool. Up to 2 MiB such a job never
+    comes here: the replica-manager reads it where it placed it, with a helper thread of its
+    own (transfer_job_copy with its pool). A value that cannot be read fails
     alone (TRANSFER_FAIL; PERMISSION_DENIED when the kernel lets the node read nothing of the
     process), and the insert then frees its space.
 
@@ -185,7 +187,8 @@ s_vm_task (void *arg, int worker)
 bool
 transfer_job_inline (kvp_job_t *job)
 {
-    return transfer_job_bytes (job) <= TRANSFER_INLINE_BYTES;
+    return transfer_job_bytes (job)
+           <= (job->vm_pid ? TRANSFER_INLINE_BY_ADDRESS_BYTES : TRANSFER_INLINE_BYTES);
 }
 
 //  An item to write with no bytes to write from would be committed holding whatever its
@@ -202,9 +205,86 @@ s_refuse_sourceless (kvp_job_t *job)
         }
 }
 
-void
-transfer_job_copy (kvp_job_t *job)
+//  A PUT by address as pool tasks, a megabyte of a value each, added to batch. Returns the
+//  tasks (whose outcomes s_vm_tasks_done takes), or NULL out of memory.
+static vm_tasks_t *
+s_vm_tasks (kvp_job_t *job, transfer_batch_t *batch)
 {
+    size_t count = 0;
+    for (size_t i = 0; i < job->count; i++)
+        if (job->items[i].status == KVPOOL_OK && job->items[i].size)
+            count += (job->items[i].size + VM_TASK_BYTES - 1) / VM_TASK_BYTES;
+    vm_tasks_t *tasks = (vm_tasks_t *) malloc (sizeof (vm_tasks_t) + count * sizeof (vm_task_t));
+    if (!tasks)
+        return NULL;
+    tasks->count = count;
+    size_t k = 0;
+    for (size_t i = 0; i < job->count; i++) {
+        kvp_item_t *item = &job->items[i];
+        if (item->status != KVPOOL_OK)
+            continue;
+        for (uint64_t offset = 0; offset < item->size; offset += VM_TASK_BYTES) {
+            vm_task_t *task = &tasks->tasks[k++];
+            uint64_t left = item->size - offset;
+            *task = (vm_task_t){.pid = job->vm_pid,
+                                .item = item,
+                                .pidfd = job->vm_pidfd,
+                                .deadline_ns = job->vm_deadline_ns,
+                                .offset = offset,
+                                .length = left < VM_TASK_BYTES ? left : VM_TASK_BYTES};
+            transfer_batch_add_call (batch, s_vm_task, task);
+        }
+    }
+    return tasks;
+}
+
+//  The tasks done: a value with a part that could not be read fails. Frees them.
+static void
+s_vm_tasks_done (kvp_job_t *job, vm_tasks_t **tasks_p)
+{
+    vm_tasks_t *tasks = *tasks_p;
+    for (size_t k = 0; tasks && k < tasks->count; k++) {
+        vm_task_t *task = &tasks->tasks[k];
+        if (task->error && task->item->status == KVPOOL_OK)
+            s_vm_failed (job, task->item, task->error);
+    }
+    free (tasks);
+    *tasks_p = NULL;
+}
+
+//  Out of memory for the tasks: no value is read, and none may be inserted.
+static void
+s_vm_fail_all (kvp_job_t *job)
+{
+    for (size_t i = 0; i < job->count; i++)
+        if (job->items[i].status == KVPOOL_OK)
+            s_vm_failed (job, &job->items[i], ENOMEM);
+}
+
+//  A PUT by address read on pool with the calling thread's help, which waits.
+static void
+s_read_vm_here (kvp_job_t *job, transfer_pool_t *pool)
+{
+    transfer_batch_t *batch = transfer_batch_new (NULL, NULL);
+    vm_tasks_t *tasks = batch ? s_vm_tasks (job, batch) : NULL;
+    if (!tasks) {
+        transfer_batch_destroy (&batch);
+        s_vm_fail_all (job);
+        return;
+    }
+    transfer_pool_submit (pool, batch);
+    transfer_batch_wait (pool, batch);
+    transfer_batch_destroy (&batch);
+    s_vm_tasks_done (job, &tasks);
+}
+
+void
+transfer_job_copy (kvp_job_t *job, transfer_pool_t *pool)
+{
+    if (job->vm_pid && pool && transfer_job_bytes (job) > VM_TASK_BYTES) {
+        s_read_vm_here (job, pool);
+        return;
+    }
     s_refuse_sourceless (job);
     for (size_t i = 0; i < job->count; i++) {
         kvp_item_t *item = &job->items[i];
@@ -225,51 +305,6 @@ transfer_job_copy (kvp_job_t *job)
     }
 }
 
-//  A PUT by address on the pool: a task per megabyte of each value. Returns 0, or -1 out of
-//  memory (the job is then failed).
-static int
-s_write_vm (pending_t *pending)
-{
-    kvp_job_t *job = pending->job;
-    size_t count = 0;
-    for (size_t i = 0; i < job->count; i++)
-        if (job->items[i].status == KVPOOL_OK && job->items[i].size)
-            count += (job->items[i].size + VM_TASK_BYTES - 1) / VM_TASK_BYTES;
-    pending->vm = (vm_tasks_t *) malloc (sizeof (vm_tasks_t) + count * sizeof (vm_task_t));
-    if (!pending->vm)
-        return -1;
-    pending->vm->count = count;
-    size_t k = 0;
-    for (size_t i = 0; i < job->count; i++) {
-        kvp_item_t *item = &job->items[i];
-        if (item->status != KVPOOL_OK)
-            continue;
-        for (uint64_t offset = 0; offset < item->size; offset += VM_TASK_BYTES) {
-            vm_task_t *task = &pending->vm->tasks[k++];
-            uint64_t left = item->size - offset;
-            *task = (vm_task_t){.pid = job->vm_pid,
-                                .item = item,
-                                .pidfd = job->vm_pidfd,
-                                .deadline_ns = job->vm_deadline_ns,
-                                .offset = offset,
-                                .length = left < VM_TASK_BYTES ? left : VM_TASK_BYTES};
-            transfer_batch_add_call (pending->batch, s_vm_task, task);
-        }
-    }
-    return 0;
-}
-
-//  A PUT by address done on the pool: a value with a part that could not be read fails.
-static void
-s_write_vm_done (pending_t *pending)
-{
-    for (size_t k = 0; k < pending->vm->count; k++) {
-        vm_task_t *task = &pending->vm->tasks[k];
-        if (task->error && task->item->status == KVPOOL_OK)
-            s_vm_failed (pending->job, task->item, task->error);
-    }
-}
-
 static void
 s_write (self_t *self, kvp_job_t *job, zframe_t **reply_to_p)
 {
@@ -283,11 +318,9 @@ s_write (self_t *self, kvp_job_t *job, zframe_t **reply_to_p)
     *reply_to_p = NULL;
     pending->batch = transfer_batch_new (s_on_done, done);
     if (job->vm_pid) {
-        //  Out of memory for the tasks: no value is read, and none may be inserted.
-        if (s_write_vm (pending))
-            for (size_t i = 0; i < job->count; i++)
-                if (job->items[i].status == KVPOOL_OK)
-                    s_vm_failed (job, &job->items[i], ENOMEM);
+        pending->vm = s_vm_tasks (job, pending->batch);
+        if (!pending->vm)
+            s_vm_fail_all (job);
         self->in_flight++;
         transfer_pool_submit (self->pool, pending->batch);
         return;
@@ -364,9 +397,7 @@ s_answer_done (self_t *self)
         pending_t *next = list->next;
         transfer_batch_destroy (&list->batch);
         free (list->move);
-        if (list->vm)
-            s_write_vm_done (list);
-        free (list->vm);
+        s_vm_tasks_done (list->job, &list->vm);
         kvp_job_reply (self->router, &list->reply_to, list->job);
         zframe_destroy (&list->reply_to);
         free (list);

@@ -19,6 +19,7 @@
 
 #include "actors/config.h"
 #include "messages/kvp_job.h"
+#include "transfer/transfer_pool.h"
 
 //  The actor; args is a const kvp_config_t * (workers) that outlives it.
 void transfer_submitter_actor (zsock_t *pipe, void *args);
@@ -30,14 +31,20 @@ void transfer_submitter_actor (zsock_t *pipe, void *args);
 //  pool, 1 MiB 547-624 against 674-872. Past 1 MiB the pool's parallel copy pays off, and
 //  the replica-manager is not held up longer than a megabyte's copy.
 #define TRANSFER_INLINE_BYTES (1024 * 1024)
+//  The same for a PUT by address (job->vm_pid), whose reads the replica-manager shares with a
+//  helper thread of its own (transfer_job_copy's pool): up to 2 MiB they are done there, in
+//  one round trip and without the crossings to this actor and back.
+#define TRANSFER_INLINE_BY_ADDRESS_BYTES (2 * 1024 * 1024)
 
 //  Bytes a KVP_TX_WRITE job copies (every OK item's value into each of its replicas).
 uint64_t transfer_job_bytes (kvp_job_t *job);
 //  True when a KVP_TX_WRITE job is small enough to copy on the thread that holds it
-//  (TRANSFER_INLINE_BYTES).
+//  (TRANSFER_INLINE_BYTES; TRANSFER_INLINE_BY_ADDRESS_BYTES for a PUT by address).
 bool transfer_job_inline (kvp_job_t *job);
-//  Does a KVP_TX_WRITE job's copies on the calling thread, which owns the job.
-void transfer_job_copy (kvp_job_t *job);
+//  Does a KVP_TX_WRITE job's copies on the calling thread, which owns the job. A PUT by
+//  address of more than a megabyte is read a megabyte a task on pool when given (the caller
+//  runs tasks too while it waits: give a pool of the caller's own, or it may run others').
+void transfer_job_copy (kvp_job_t *job, transfer_pool_t *pool);
 
 void transfer_submitter_test (bool verbose);
 

@@ -3,7 +3,7 @@
 
     When the node runs on this machine (its PING host_id equals our boot id), the client
     lists the node's segments (SEGMENTS) and maps each by name (segment_open). Then:
-      put   a batch of up to 1 MiB of host memory goes by address: one PUT naming where each
+      put   a batch of up to 2 MiB of host memory goes by address: one PUT naming where each
             value lies in this process, which the node reads itself (see "puts by address"
             below). Otherwise PUT_START reserves space and says where every replica goes
             (segment id, offset); the client copies the value into each replica and sends
@@ -789,14 +789,15 @@ s_put_reserved (kvpc_fast_path_t *self, const kvpc_keys_t *keys, const kvpc_valu
 //  Leave the reply at least this long before the call's own timeout (its clock reads whole
 //  milliseconds).
 #define KVPC_BY_ADDRESS_MARGIN_MS 2
-//  Batches of at most this many bytes go by address: the node reads them on the thread that
-//  places them (TRANSFER_INLINE_BYTES). It reads another process's memory at a quarter to
-//  a half of memcpy's speed (process_vm_readv pins each page), so past this the round trip
-//  saved is worth less than the copy threads' parallel memcpy. Measured on the 2-core VM,
-//  by address against reserved, values/s: 32 x 1 MiB 9.6 thousand against 14.3, 32 x 64
-//  KiB (2 MiB) 45.6-54.3 thousand against 46.9-61.2 (no gain), one 64 KiB 5.0-5.6 thousand
-//  against 3.0-3.3.
-#define KVPC_BY_ADDRESS_MAX_BYTES (1u << 20)
+//  Batches of at most this many bytes go by address: the node reads them where it places
+//  them, on the replica-manager's thread and its helper (TRANSFER_INLINE_BY_ADDRESS_BYTES).
+//  It reads another process's memory at a quarter to a half of memcpy's speed
+//  (process_vm_readv pins each page), so past this the round trip saved is worth less than
+//  the copy threads' parallel memcpy. Measured on the 2-core VM, by address against
+//  reserved, values/s: 32 x 1 MiB 9.6 thousand against 14.3; 32 x 64 KiB (2 MiB) 58.5-67.8
+//  thousand against 41.4-52.9 with the helper (45.6-50.6 against 46.9-59.1 without); one 64
+//  KiB 4.7-5.3 thousand against 2.8-3.5.
+#define KVPC_BY_ADDRESS_MAX_BYTES (2u << 20)
 
 static bool
 s_by_address_usable (kvpc_fast_path_t *self, const kvpc_keys_t *keys, const kvpc_value_t *values)
