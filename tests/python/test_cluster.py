@@ -490,6 +490,20 @@ def test_a_same_machine_client_reads_what_other_nodes_hold():
                                            for k in far + near]
         with pytest.raises(kvpool.ObjectNotFoundError):
             client.get_into("nowhere", bytearray(10))
+        # Its puts are placed by the master: never by address (which a cluster node refuses),
+        # and each key is found where the master put it.
+        puts = ["near-put-%d" % i for i in range(4)]
+        assert client.put_batch(puts, [value_of(k, 65536) for k in puts]) == [0] * 4
+        assert [bytes(v) for v in client.get_batch(puts)] == [value_of(k, 65536) for k in puts]
+        assert all(c.locate(k) for k in puts)
+        import ctypes
+        buf = ctypes.create_string_buffer(64)
+        local = Raw(c.nodes[0].ipc)
+        reply, _ = local.call(pb.PUT, ["by-address"], sizes=[64],
+                              vm_addrs=[ctypes.addressof(buf)])
+        assert reply.status == INVALID_PARAMS and "cluster" in reply.error
+        assert local.get("by-address")[0] == OBJECT_NOT_FOUND
+        local.close()
         client.close()
         raw_b.close()
     finally:
