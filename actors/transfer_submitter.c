@@ -46,10 +46,8 @@
 
 //  One pool task of a PUT by address: bytes [offset, offset + length) of an item's value.
 typedef struct {
-    pid_t pid;
+    const kvp_job_t *job; //  whose process (vm_pid, vm_pidfd) and deadline
     kvp_item_t *item;
-    int pidfd;
-    uint64_t deadline_ns;
     uint64_t offset;
     uint64_t length;
     int error; //  s_vm_part's, 0 when read
@@ -140,21 +138,20 @@ transfer_job_bytes (kvp_job_t *job)
 //  others. Returns vm_read's outcome, or ETIMEDOUT for a read that ended after the client's
 //  deadline (it may have reused its memory meanwhile: the bytes are not trusted).
 static int
-s_vm_part (pid_t pid, int pidfd, uint64_t deadline_ns, kvp_item_t *item, uint64_t offset,
-           uint64_t length)
+s_vm_part (const kvp_job_t *job, kvp_item_t *item, uint64_t offset, uint64_t length)
 {
     char *first = (char *) item->replicas[0].addr + offset;
-    int error = vm_read (pid, first, item->vm_addr + offset, length);
+    int error = vm_read (job->vm_pid, first, item->vm_addr + offset, length);
     //  process_vm_readv names a process by pid, which a process that exits gives up: the
     //  bytes are that client's only if it still lives after the read (its pidfd, which names
     //  that exact process, is readable once it exits).
-    struct pollfd exited = {pidfd, POLLIN, 0};
-    if (!error && pidfd >= 0 && poll (&exited, 1, 0) != 0)
+    struct pollfd exited = {job->vm_pidfd, POLLIN, 0};
+    if (!error && job->vm_pidfd >= 0 && poll (&exited, 1, 0) != 0)
         error = ESRCH;
-    if (!error && deadline_ns) {
+    if (!error && job->vm_deadline_ns) {
         struct timespec ts;
         clock_gettime (CLOCK_MONOTONIC, &ts);
-        if ((uint64_t) ts.tv_sec * 1000000000u + (uint64_t) ts.tv_nsec > deadline_ns)
+        if ((uint64_t) ts.tv_sec * 1000000000u + (uint64_t) ts.tv_nsec > job->vm_deadline_ns)
             error = ETIMEDOUT;
     }
     for (uint32_t r = 1; r < item->replica_count && !error; r++)
@@ -179,8 +176,7 @@ static void
 s_vm_task (void *arg, int worker)
 {
     vm_task_t *task = (vm_task_t *) arg;
-    task->error = s_vm_part (task->pid, task->pidfd, task->deadline_ns, task->item, task->offset,
-                             task->length);
+    task->error = s_vm_part (task->job, task->item, task->offset, task->length);
     (void) worker;
 }
 
@@ -226,10 +222,8 @@ s_vm_tasks (kvp_job_t *job, transfer_batch_t *batch)
         for (uint64_t offset = 0; offset < item->size; offset += VM_TASK_BYTES) {
             vm_task_t *task = &tasks->tasks[k++];
             uint64_t left = item->size - offset;
-            *task = (vm_task_t){.pid = job->vm_pid,
+            *task = (vm_task_t){.job = job,
                                 .item = item,
-                                .pidfd = job->vm_pidfd,
-                                .deadline_ns = job->vm_deadline_ns,
                                 .offset = offset,
                                 .length = left < VM_TASK_BYTES ? left : VM_TASK_BYTES};
             transfer_batch_add_call (batch, s_vm_task, task);
@@ -291,9 +285,7 @@ transfer_job_copy (kvp_job_t *job, transfer_pool_t *pool)
         if (item->status != KVPOOL_OK)
             continue;
         if (job->vm_pid) {
-            int error = item->size ? s_vm_part (job->vm_pid, job->vm_pidfd, job->vm_deadline_ns,
-                                                item, 0, item->size)
-                                   : 0;
+            int error = item->size ? s_vm_part (job, item, 0, item->size) : 0;
             if (error)
                 s_vm_failed (job, item, error);
             continue;

@@ -275,23 +275,25 @@ s_keys_local (kvpool_t *self, size_t n, const char *const *keys, const size_t *l
         *nrest = kvpc_index_answer (self->fast_path, n, keys, lens, exists, sizes, rest);
         return KVPOOL_OK;
     }
-    //  Otherwise each invalid key is answered (INVALID_KEY, the last error naming it) and the
-    //  rest left for the full call.
-    for (size_t i = 0; i < n; i++) {
-        if (keys[i] && lens[i] > 0 && keys[i][lens[i]] == 0)
-            rest[(*nrest)++] = i;
-        else {
-            kvpc_set_error (self->conn, "key %zu is %s", i,
-                            !keys[i]  ? "NULL"
-                            : lens[i] ? "not of its given length"
-                                      : "empty");
-            if (exists)
+    //  Otherwise the batch is collected as the full call collects it (each invalid key
+    //  answered INVALID_KEY, the last error naming it), and every valid key is left.
+    int64_t *answers = exists ? calloc (n, sizeof *answers) : sizes;
+    if (!answers)
+        return KVPOOL_INTERNAL_ERROR;
+    kvpc_keys_t valid;
+    int rc = kvpc_keys_collect (self->conn, n, keys, lens, &valid, answers);
+    if (rc == 0) {
+        for (size_t j = 0; j < valid.count; j++)
+            rest[j] = valid.index[j];
+        *nrest = valid.count;
+        for (size_t i = 0; exists && i < n; i++)
+            if (answers[i] == KVPOOL_INVALID_KEY)
                 exists[i] = KVPOOL_INVALID_KEY;
-            else
-                sizes[i] = KVPOOL_INVALID_KEY;
-        }
+        kvpc_keys_fini (&valid);
     }
-    return KVPOOL_OK;
+    if (answers != sizes)
+        free (answers);
+    return rc;
 }
 
 int
