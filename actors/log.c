@@ -48,6 +48,26 @@ kvp_log_enabled (kvp_log_level_t level)
     return (int) level <= atomic_load_explicit (&s_level, memory_order_relaxed);
 }
 
+//  Whether a line from the call site of this limit may be written in this second (the caller
+//  holds s_lock). Returns false for a line to leave out; otherwise *suppressed is how many
+//  were left out since the last one written.
+static bool
+s_limit_pass (kvp_log_limit_t *limit, time_t second, uint64_t *suppressed)
+{
+    if (limit->window != second) {
+        limit->window = second;
+        limit->written = 0;
+    }
+    if (limit->written >= KVP_LOG_BURST) {
+        limit->suppressed++;
+        return false;
+    }
+    limit->written++;
+    *suppressed = limit->suppressed;
+    limit->suppressed = 0;
+    return true;
+}
+
 void
 kvp_log_write (kvp_log_level_t level, kvp_log_limit_t *limit, const char *format, ...)
 {
@@ -58,21 +78,14 @@ kvp_log_write (kvp_log_level_t level, kvp_log_limit_t *limit, const char *format
         snprintf (thread, sizeof thread, "kvpoold");
     const char *name = strncmp (thread, "kvp-", 4) ? thread : thread + 4;
     pthread_mutex_lock (&s_lock);
-    if (limit->window != now.tv_sec) {
-        limit->window = now.tv_sec;
-        limit->written = 0;
-    }
-    if (limit->written >= KVP_LOG_BURST) {
-        limit->suppressed++;
+    uint64_t suppressed;
+    if (!s_limit_pass (limit, now.tv_sec, &suppressed)) {
         pthread_mutex_unlock (&s_lock);
         return;
     }
-    limit->written++;
     char note[64] = "";
-    if (limit->suppressed)
-        snprintf (note, sizeof note, " (%llu more suppressed)",
-                  (unsigned long long) limit->suppressed);
-    limit->suppressed = 0;
+    if (suppressed)
+        snprintf (note, sizeof note, " (%llu more suppressed)", (unsigned long long) suppressed);
     //  Formatted only once it is known to be written: a flood costs a counter, not a printf.
     char message[2048];
     va_list args;
@@ -114,6 +127,17 @@ kvp_log_test (bool verbose)
     kvp_log_setup (KVP_LOG_WARNING, false, NULL);
     assert (!kvp_log_enabled (KVP_LOG_INFO) && kvp_log_enabled (KVP_LOG_ERROR));
     kvp_info ("not written");
+    //  The limiter on a clock of its own: a burst a second, then the count of those left out.
+    kvp_log_limit_t limit = {0};
+    uint64_t suppressed = 99;
+    int passed = 0;
+    for (int i = 0; i < 1000; i++)
+        passed += s_limit_pass (&limit, 7, &suppressed);
+    assert (passed == KVP_LOG_BURST && suppressed == 0);
+    assert (s_limit_pass (&limit, 8, &suppressed) && suppressed == 1000 - KVP_LOG_BURST);
+    assert (s_limit_pass (&limit, 8, &suppressed) && suppressed == 0);
+    assert (s_limit_pass (&limit, 9, &suppressed) && suppressed == 0);
+
     pthread_setname_np (pthread_self (), "kvp-logtest");
     //  A flood from one call site: KVP_LOG_BURST lines in a second, then silence; the next
     //  line a second later says how many were left out.
@@ -131,8 +155,9 @@ kvp_log_test (bool verbose)
     size_t lines = 0;
     for (char *c = text; *c; c++)
         lines += *c == '\n';
-    //  (A second boundary may fall inside the flood: then two bursts got through.)
-    assert (lines == KVP_LOG_BURST + 2 || lines == 2 * KVP_LOG_BURST + 2);
+    //  The flood may span second boundaries (a slow sanitizer build): a burst got through in
+    //  each second it spanned, far fewer than the thousand lines asked for.
+    assert (lines >= KVP_LOG_BURST + 2 && lines < 1000 / 4);
     assert (!strstr (text, "not written"));
     assert (strstr (text, " W logtest: flood 0\n"));
     assert (strstr (text, "flood 1000 ("));
