@@ -41,21 +41,28 @@
 #include "transfer/transfer_pool.h"
 #include "transfer/vm_read.h"
 
-//  The part of a value by address one pool task reads.
+//  The bytes of values by address one pool task reads, in one system call when all goes well.
 #define VM_TASK_BYTES (1024 * 1024)
 
-//  One pool task of a PUT by address: bytes [offset, offset + length) of an item's value.
+//  Bytes [offset, offset + length) of an item's value by address, and how their read went.
 typedef struct {
-    const kvp_job_t *job; //  whose process (vm_pid, vm_pidfd) and deadline
     kvp_item_t *item;
     uint64_t offset;
     uint64_t length;
-    int error; //  s_vm_part's, 0 when read
+    int error; //  0 when read
+} vm_piece_t;
+
+//  One task: pieces that add up to VM_TASK_BYTES at most (VM_READV_MAX at most).
+typedef struct {
+    const kvp_job_t *job; //  whose process (vm_pid, vm_pidfd) and deadline
+    vm_piece_t *pieces;
+    size_t count;
 } vm_task_t;
 
 typedef struct {
-    size_t count;
-    vm_task_t tasks[];
+    size_t task_count, piece_count;
+    vm_task_t *tasks; //  after the pieces, in the same allocation
+    vm_piece_t pieces[];
 } vm_tasks_t;
 
 typedef struct _pending_t {
@@ -134,29 +141,56 @@ transfer_job_bytes (kvp_job_t *job)
     return bytes;
 }
 
-//  A part of a value by address: read into the first replica, copied from there into the
-//  others. Returns vm_read's outcome, or ETIMEDOUT for a read that ended after the client's
-//  deadline (it may have reused its memory meanwhile: the bytes are not trusted).
+//  Whether bytes just read from the client are its own and in time: it still lives (the
+//  pid process_vm_readv named could otherwise be another process's by now; the pidfd names
+//  that exact client and is readable once it exits) and its deadline has not passed (it may
+//  have reused its memory since: the bytes are not trusted). Returns 0, ESRCH or ETIMEDOUT.
 static int
-s_vm_part (const kvp_job_t *job, kvp_item_t *item, uint64_t offset, uint64_t length)
+s_vm_trusted (const kvp_job_t *job)
 {
-    char *first = (char *) item->replicas[0].addr + offset;
-    int error = vm_read (job->vm_pid, first, item->vm_addr + offset, length);
-    //  process_vm_readv names a process by pid, which a process that exits gives up: the
-    //  bytes are that client's only if it still lives after the read (its pidfd, which names
-    //  that exact process, is readable once it exits).
     struct pollfd exited = {job->vm_pidfd, POLLIN, 0};
-    if (!error && job->vm_pidfd >= 0 && poll (&exited, 1, 0) != 0)
-        error = ESRCH;
-    if (!error && job->vm_deadline_ns) {
+    if (job->vm_pidfd >= 0 && poll (&exited, 1, 0) != 0)
+        return ESRCH;
+    if (job->vm_deadline_ns) {
         struct timespec ts;
         clock_gettime (CLOCK_MONOTONIC, &ts);
         if ((uint64_t) ts.tv_sec * 1000000000u + (uint64_t) ts.tv_nsec > job->vm_deadline_ns)
-            error = ETIMEDOUT;
+            return ETIMEDOUT;
     }
-    for (uint32_t r = 1; r < item->replica_count && !error; r++)
-        memcpy ((char *) item->replicas[r].addr + offset, first, length);
-    return error;
+    return 0;
+}
+
+//  Reads a task's pieces into their items' first replicas, all in one vm_readv; when that
+//  fails, piece by piece to learn which could not be read. Pieces read and trusted are
+//  copied from the first replica into the others.
+static void
+s_vm_task_run (vm_task_t *task)
+{
+    const kvp_job_t *job = task->job;
+    struct iovec local[VM_READV_MAX], remote[VM_READV_MAX];
+    assert (task->count <= VM_READV_MAX);
+    for (size_t k = 0; k < task->count; k++) {
+        vm_piece_t *piece = &task->pieces[k];
+        local[k] =
+            (struct iovec){(char *) piece->item->replicas[0].addr + piece->offset, piece->length};
+        remote[k] = (struct iovec){(void *) (uintptr_t) (piece->item->vm_addr + piece->offset),
+                                   piece->length};
+    }
+    if (vm_readv (job->vm_pid, local, remote, task->count) != 0)
+        for (size_t k = 0; k < task->count; k++)
+            task->pieces[k].error =
+                vm_read (job->vm_pid, local[k].iov_base, (uint64_t) (uintptr_t) remote[k].iov_base,
+                         local[k].iov_len);
+    int trusted = s_vm_trusted (job);
+    for (size_t k = 0; k < task->count; k++) {
+        vm_piece_t *piece = &task->pieces[k];
+        if (!piece->error)
+            piece->error = trusted;
+        kvp_item_t *item = piece->item;
+        for (uint32_t r = 1; r < item->replica_count && !piece->error; r++)
+            memcpy ((char *) item->replicas[r].addr + piece->offset, local[k].iov_base,
+                    piece->length);
+    }
 }
 
 //  The status of a value by address that vm_read could not read, with the reason.
@@ -175,8 +209,7 @@ s_vm_failed (kvp_job_t *job, kvp_item_t *item, int error)
 static void
 s_vm_task (void *arg, int worker)
 {
-    vm_task_t *task = (vm_task_t *) arg;
-    task->error = s_vm_part (task->job, task->item, task->offset, task->length);
+    s_vm_task_run ((vm_task_t *) arg);
     (void) worker;
 }
 
@@ -201,46 +234,73 @@ s_refuse_sourceless (kvp_job_t *job)
         }
 }
 
-//  A PUT by address as pool tasks, a megabyte of a value each, added to batch. Returns the
-//  tasks (whose outcomes s_vm_tasks_done takes), or NULL out of memory.
-static vm_tasks_t *
-s_vm_tasks (kvp_job_t *job, transfer_batch_t *batch)
+//  Cuts a PUT by address's values into tasks: in order, a task takes values (or their
+//  parts) until it holds VM_TASK_BYTES or VM_READV_MAX pieces. Counts them, and with out
+//  fills out's arrays too.
+static void
+s_vm_cut (kvp_job_t *job, vm_tasks_t *out, size_t *task_count, size_t *piece_count)
 {
-    size_t count = 0;
-    for (size_t i = 0; i < job->count; i++)
-        if (job->items[i].status == KVPOOL_OK && job->items[i].size)
-            count += (job->items[i].size + VM_TASK_BYTES - 1) / VM_TASK_BYTES;
-    vm_tasks_t *tasks = (vm_tasks_t *) malloc (sizeof (vm_tasks_t) + count * sizeof (vm_task_t));
-    if (!tasks)
-        return NULL;
-    tasks->count = count;
-    size_t k = 0;
+    size_t tasks = 0, pieces = 0, in_task = 0;
+    uint64_t room = 0;
     for (size_t i = 0; i < job->count; i++) {
         kvp_item_t *item = &job->items[i];
         if (item->status != KVPOOL_OK)
             continue;
-        for (uint64_t offset = 0; offset < item->size; offset += VM_TASK_BYTES) {
-            vm_task_t *task = &tasks->tasks[k++];
+        for (uint64_t offset = 0; offset < item->size;) {
+            if (room == 0 || in_task == VM_READV_MAX) {
+                if (out)
+                    out->tasks[tasks] =
+                        (vm_task_t){.job = job, .pieces = &out->pieces[pieces], .count = 0};
+                tasks++;
+                room = VM_TASK_BYTES;
+                in_task = 0;
+            }
             uint64_t left = item->size - offset;
-            *task = (vm_task_t){.job = job,
-                                .item = item,
-                                .offset = offset,
-                                .length = left < VM_TASK_BYTES ? left : VM_TASK_BYTES};
-            transfer_batch_add_call (batch, s_vm_task, task);
+            uint64_t length = left < room ? left : room;
+            if (out) {
+                out->pieces[pieces] =
+                    (vm_piece_t){.item = item, .offset = offset, .length = length};
+                out->tasks[tasks - 1].count++;
+            }
+            pieces++;
+            in_task++;
+            room -= length;
+            offset += length;
         }
     }
+    *task_count = tasks;
+    *piece_count = pieces;
+}
+
+//  A PUT by address as tasks (s_vm_cut); with a batch, added to it as pool calls. Returns
+//  the tasks (whose outcomes s_vm_tasks_done takes), or NULL out of memory.
+static vm_tasks_t *
+s_vm_tasks (kvp_job_t *job, transfer_batch_t *batch)
+{
+    size_t task_count, piece_count;
+    s_vm_cut (job, NULL, &task_count, &piece_count);
+    vm_tasks_t *tasks = (vm_tasks_t *) malloc (
+        sizeof (vm_tasks_t) + piece_count * sizeof (vm_piece_t) + task_count * sizeof (vm_task_t));
+    if (!tasks)
+        return NULL;
+    tasks->task_count = task_count;
+    tasks->piece_count = piece_count;
+    tasks->tasks = (vm_task_t *) &tasks->pieces[piece_count];
+    s_vm_cut (job, tasks, &task_count, &piece_count);
+    for (size_t t = 0; batch && t < task_count; t++)
+        transfer_batch_add_call (batch, s_vm_task, &tasks->tasks[t]);
     return tasks;
 }
 
-//  The tasks done: a value with a part that could not be read fails. Frees them.
+//  The tasks done: a value with a piece that could not be read fails. Frees them.
 static void
 s_vm_tasks_done (kvp_job_t *job, vm_tasks_t **tasks_p)
 {
     vm_tasks_t *tasks = *tasks_p;
-    for (size_t k = 0; tasks && k < tasks->count; k++) {
-        vm_task_t *task = &tasks->tasks[k];
-        if (task->error && task->item->status == KVPOOL_OK)
-            s_vm_failed (job, task->item, task->error);
+    for (size_t k = 0; tasks && k < tasks->piece_count; k++) {
+        vm_piece_t *piece = &tasks->pieces[k];
+        if (piece->error && piece->item->status == KVPOOL_OK)
+            s_vm_failed (job, piece->item, piece->error);
     }
     free (tasks);
     *tasks_p = NULL;
@@ -255,42 +315,42 @@ s_vm_fail_all (kvp_job_t *job)
             s_vm_failed (job, &job->items[i], ENOMEM);
 }
 
-//  A PUT by address read on pool with the calling thread's help, which waits.
+//  A PUT by address read here: its tasks on this thread, or on pool (when given and there
+//  is more than one) with this thread's help, which waits.
 static void
 s_read_vm_here (kvp_job_t *job, transfer_pool_t *pool)
 {
-    transfer_batch_t *batch = transfer_batch_new (NULL, NULL);
-    vm_tasks_t *tasks = batch ? s_vm_tasks (job, batch) : NULL;
+    vm_tasks_t *tasks = s_vm_tasks (job, NULL);
     if (!tasks) {
-        transfer_batch_destroy (&batch);
         s_vm_fail_all (job);
         return;
     }
-    transfer_pool_submit (pool, batch);
-    transfer_batch_wait (pool, batch);
-    transfer_batch_destroy (&batch);
+    transfer_batch_t *batch =
+        pool && tasks->task_count > 1 ? transfer_batch_new (NULL, NULL) : NULL;
+    if (batch) {
+        for (size_t t = 0; t < tasks->task_count; t++)
+            transfer_batch_add_call (batch, s_vm_task, &tasks->tasks[t]);
+        transfer_pool_submit (pool, batch);
+        transfer_batch_wait (pool, batch);
+        transfer_batch_destroy (&batch);
+    }
+    else
+        for (size_t t = 0; t < tasks->task_count; t++)
+            s_vm_task_run (&tasks->tasks[t]);
     s_vm_tasks_done (job, &tasks);
 }
 
 void
 transfer_job_copy (kvp_job_t *job, transfer_pool_t *pool)
 {
-    if (job->vm_pid && pool && transfer_job_bytes (job) > VM_TASK_BYTES) {
+    if (job->vm_pid) {
         s_read_vm_here (job, pool);
         return;
     }
     s_refuse_sourceless (job);
     for (size_t i = 0; i < job->count; i++) {
         kvp_item_t *item = &job->items[i];
-        if (item->status != KVPOOL_OK)
-            continue;
-        if (job->vm_pid) {
-            int error = item->size ? s_vm_part (job, item, 0, item->size) : 0;
-            if (error)
-                s_vm_failed (job, item, error);
-            continue;
-        }
-        if (!item->src)
+        if (item->status != KVPOOL_OK || !item->src)
             continue;
         for (uint32_t r = 0; r < item->replica_count; r++)
             memcpy (item->replicas[r].addr, item->src, item->size);
@@ -674,6 +734,47 @@ transfer_submitter_test (bool verbose)
     }
     zsock_destroy (&tx);
     zactor_destroy (&actor);
+
+    //  A PUT by address of this process's own memory, cut into tasks of grouped reads: 70
+    //  small values (more than one read takes), values that cross a task's end, one with two
+    //  replicas, and one at an address this process does not have, which fails alone.
+    transfer_pool_t *pool = transfer_pool_new (1, 0);
+    assert (pool);
+    for (int pooled = 0; pooled < 2; pooled++) {
+        enum { VALUES = 76, BAD = 40 };
+        kvp_job_t *job = kvp_job_new (KVP_TX_WRITE, VALUES);
+        kvp_job_need_replicas (job);
+        job->vm_pid = getpid ();
+        job->vm_pidfd = -1;
+        char *src[VALUES];
+        for (int i = 0; i < VALUES; i++) {
+            kvp_item_t *item = &job->items[i];
+            item->size = i < 70 ? 1000 + (size_t) i : (size_t) (700 << 10) + (size_t) i;
+            item->replica_count = i == 72 ? 2 : 1;
+            src[i] = (char *) malloc (item->size);
+            for (size_t b = 0; b < item->size; b++)
+                src[i][b] = (char) (b * 31 + (size_t) i);
+            item->vm_addr = i == BAD ? 16 : (uint64_t) (uintptr_t) src[i];
+            for (uint32_t r = 0; r < item->replica_count; r++)
+                item->replicas[r].addr = zmalloc (item->size);
+        }
+        transfer_job_copy (job, pooled ? pool : NULL);
+        for (int i = 0; i < VALUES; i++) {
+            kvp_item_t *item = &job->items[i];
+            if (i == BAD)
+                assert (item->status == KVPOOL_TRANSFER_FAIL);
+            else {
+                assert (item->status == KVPOOL_OK);
+                for (uint32_t r = 0; r < item->replica_count; r++)
+                    assert (memcmp (item->replicas[r].addr, src[i], item->size) == 0);
+            }
+            for (uint32_t r = 0; r < item->replica_count; r++)
+                free (item->replicas[r].addr);
+            free (src[i]);
+        }
+        kvp_job_destroy (&job);
+    }
+    transfer_pool_destroy (&pool);
     if (verbose)
-        printf ("pooled copies ");
+        printf ("pooled copies, grouped reads by address ");
 }

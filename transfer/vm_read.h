@@ -16,12 +16,22 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <sys/uio.h>
+
+//  Most ranges one vm_readv takes.
+#define VM_READV_MAX 64
 
 //  Reads size bytes at addr in process pid's memory into dst. Returns 0, or an errno:
 //  EFAULT (a byte of the range is not that process's memory), EPERM (the kernel lets this
 //  process read none of it), ESRCH (no such process), ENOSYS (no process_vm_readv). On
 //  failure dst may hold part of the range.
 int vm_read (pid_t pid, void *dst, uint64_t addr, size_t size);
+
+//  Reads count ranges (at most VM_READV_MAX) of process pid's memory, remote[i] into
+//  local[i], in as few system calls as the kernel allows: one when all goes well. The two
+//  lists give the same total length. Returns 0, or an errno as vm_read does; which range
+//  failed is not told (vm_read each to know).
+int vm_readv (pid_t pid, const struct iovec *local, const struct iovec *remote, size_t count);
 
 void vm_read_test (bool verbose);
 
