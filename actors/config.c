@@ -307,6 +307,17 @@ static const opt_t s_options[] = {
      .default_value = "4000",
      .help = "ms one remove-by-regex may spend matching keys before it is refused, nothing "
              "removed; at most 20000, within the 30 s a stopping daemon waits for requests"},
+    {.name = "spin-us",
+     .arg = "US",
+     .kind = OPT_UINT,
+     FIELD (spin_us),
+     .min = 0,
+     .max = 10000,
+     .default_value = "200",
+     .help = "microseconds the replica-manager keeps polling for its next job after one, "
+             "instead of sleeping (a wake-up of a sleeping thread costs tens of microseconds on a "
+             "virtual machine); the polling stops while jobs come further apart than this; 0: "
+             "never"},
     //  Set by kvp_config_defaults.
     {.name = "workers",
      .arg = "N",

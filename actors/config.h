@@ -62,6 +62,7 @@ typedef struct {
     uint64_t max_regex_len;       //  longest remove-by-regex pattern, bytes
     uint64_t regex_time_limit_ms; //  matching time one remove-by-regex may take
     uint32_t workers;
+    uint64_t spin_us;     //  the replica-manager's polling after a job (actors/spin_poll.h)
     uint64_t index_slots; //  same-machine read index; 0: sized by the pool
     kvp_placement_t placement;
     uint64_t seed;

@@ -33,6 +33,7 @@
 #include "dataplane/data_plane.h"
 #include "actors/rdma_serve.h"
 #include "actors/transfer_submitter.h"
+#include "actors/spin_poll.h"
 #include "actors/wait_set.h"
 #include "shm/segment.h"
 #include "alloc/segment_arena.h"
@@ -91,6 +92,7 @@ static selftest_t s_tests[] = {{"kvp_status", kvp_status_test},
                                {"transfer_submitter", transfer_submitter_test},
                                {"conn_guard", conn_guard_test},
                                {"wait_set", wait_set_test},
+                               {"spin_poll", spin_poll_test},
                                {"api", api_test},
                                {"lookup_request", lookup_request_test},
                                {"lookup_keys", lookup_keys_test},
