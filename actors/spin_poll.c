@@ -60,6 +60,8 @@ spin_window_init (spin_window_t *self, int ceiling_us)
 zsock_t *
 spin_window_wait (spin_window_t *self, wait_set_t *set, int timeout_ms)
 {
+    if (timeout_ms == 0)
+        return wait_set_wait (set, 0); //  a look, not a wait: the window stays as it is
     int64_t start = s_now_ns ();
     if (self->window_us > 0) {
         int64_t spin_ns = (int64_t) self->window_us * 1000;
@@ -140,6 +142,9 @@ spin_poll_test (bool verbose)
     text = zstr_recv (in);
     assert (text && streq (text, "late"));
     zstr_free (&text);
+    //  A look that may not wait leaves the window as it is.
+    spin_window_init (&window, 200);
+    assert (spin_window_wait (&window, set, 0) == NULL && window.window_us == 200);
     spin_window_t never;
     spin_window_init (&never, 0);
     assert (spin_window_wait (&never, set, 1) == NULL && never.window_us == 0);

@@ -35,9 +35,10 @@ typedef struct {
 
 void spin_window_init (spin_window_t *self, int ceiling_us);
 
-//  Waits for a socket of the set to be readable, up to timeout_ms (-1: forever): first
-//  spinning for the window (yielding the core between checks), then sleeping in
-//  wait_set_wait. Returns the socket, or NULL when the time ran out. Adapts the window.
+//  Waits for a socket of the set to be readable, up to timeout_ms (-1: forever; 0: one look,
+//  the window untouched): first spinning for the window (yielding the core between checks),
+//  then sleeping in wait_set_wait. Returns the socket, or NULL when the time ran out.
+//  Adapts the window.
 zsock_t *spin_window_wait (spin_window_t *self, wait_set_t *set, int timeout_ms);
 
 void spin_poll_test (bool verbose);
