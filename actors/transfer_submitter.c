@@ -10,7 +10,8 @@
     A PUT by address (job->vm_pid: Request.vm_addrs) is a KVP_TX_WRITE whose items name a
     place in the client's memory (vm_addr) instead of bytes the node holds (src): each value
     is read from there into its first replica (transfer/vm_read.h) and copied from that
-    replica into the others, a megabyte a task on the pool. Up to 2 MiB such a job never
+    replica into the others. The values are cut into tasks of up to 64 ranges, each read in
+    one process_vm_readv: 256 KiB a task on the pool. Up to 2 MiB such a job never
     comes here: the replica-manager reads it where it placed it, with a helper thread of its
     own (transfer_job_copy with its pool). A value that cannot be read fails
     alone (TRANSFER_FAIL; PERMISSION_DENIED when the kernel lets the node read nothing of the
@@ -183,16 +184,21 @@ s_vm_task_run (vm_task_t *task)
         remote[k] = (struct iovec){(void *) (uintptr_t) (piece->item->vm_addr + piece->offset),
                                    piece->length};
     }
-    if (vm_readv (job->vm_pid, local, remote, task->count) != 0)
+    if (vm_readv (job->vm_pid, local, remote, task->count) == 0) {
+        int trusted = s_vm_trusted (job);
         for (size_t k = 0; k < task->count; k++)
-            task->pieces[k].error =
-                vm_read (job->vm_pid, local[k].iov_base, (uint64_t) (uintptr_t) remote[k].iov_base,
-                         local[k].iov_len);
-    int trusted = s_vm_trusted (job);
+            task->pieces[k].error = trusted;
+    }
+    else
+        //  Each piece alone, each trusted right after its own read: a value that cannot be
+        //  read fails alone, and its neighbours' reads are judged by when they ended.
+        for (size_t k = 0; k < task->count; k++) {
+            int error = vm_read (job->vm_pid, local[k].iov_base,
+                                 (uint64_t) (uintptr_t) remote[k].iov_base, local[k].iov_len);
+            task->pieces[k].error = error ? error : s_vm_trusted (job);
+        }
     for (size_t k = 0; k < task->count; k++) {
         vm_piece_t *piece = &task->pieces[k];
-        if (!piece->error)
-            piece->error = trusted;
         kvp_item_t *item = piece->item;
         for (uint32_t r = 1; r < item->replica_count && !piece->error; r++)
             memcpy ((char *) item->replicas[r].addr + piece->offset, local[k].iov_base,
@@ -782,6 +788,25 @@ transfer_submitter_test (bool verbose)
         }
         kvp_job_destroy (&job);
     }
+    //  Reads that end after the client's deadline are not stored.
+    char value[5000], place[5000];
+    memset (value, 9, sizeof value);
+    kvp_job_t *late = kvp_job_new (KVP_TX_WRITE, 2);
+    kvp_job_need_replicas (late);
+    late->vm_pid = getpid ();
+    late->vm_pidfd = -1;
+    late->vm_deadline_ns = 1;
+    for (int i = 0; i < 2; i++) {
+        late->items[i].size = sizeof value / 2;
+        late->items[i].replica_count = 1;
+        late->items[i].vm_addr = (uint64_t) (uintptr_t) (value + i * sizeof value / 2);
+        late->items[i].replicas[0].addr = place + i * sizeof value / 2;
+    }
+    transfer_job_copy (late, NULL);
+    assert (late->items[0].status == KVPOOL_TRANSFER_FAIL);
+    assert (late->items[1].status == KVPOOL_TRANSFER_FAIL);
+    assert (strstr (late->error, "deadline"));
+    kvp_job_destroy (&late);
     transfer_pool_destroy (&pool);
     if (verbose)
         printf ("pooled copies, grouped reads by address ");

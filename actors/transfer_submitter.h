@@ -42,7 +42,7 @@ uint64_t transfer_job_bytes (kvp_job_t *job);
 //  (TRANSFER_INLINE_BYTES; TRANSFER_INLINE_BY_ADDRESS_BYTES for a PUT by address).
 bool transfer_job_inline (kvp_job_t *job);
 //  Does a KVP_TX_WRITE job's copies on the calling thread, which owns the job. A PUT by
-//  address of more than a megabyte is read a megabyte a task on pool when given (the caller
+//  address of more than a megabyte is read in 256 KiB tasks on pool when given (the caller
 //  runs tasks too while it waits: give a pool of the caller's own, or it may run others').
 void transfer_job_copy (kvp_job_t *job, transfer_pool_t *pool);
 
