@@ -335,15 +335,16 @@ static void
 s_read_vm_here (kvp_job_t *job, transfer_pool_t *pool)
 {
     bool shared = pool && transfer_job_bytes (job) > VM_READ_ALONE_BYTES;
-    vm_tasks_t *tasks = s_vm_tasks (job, shared ? VM_TASK_BYTES : VM_TASK_ALONE_BYTES, NULL);
+    transfer_batch_t *batch = shared ? transfer_batch_new (NULL, NULL) : NULL;
+    vm_tasks_t *tasks = !shared || batch
+                            ? s_vm_tasks (job, shared ? VM_TASK_BYTES : VM_TASK_ALONE_BYTES, batch)
+                            : NULL;
     if (!tasks) {
+        transfer_batch_destroy (&batch);
         s_vm_fail_all (job);
         return;
     }
-    transfer_batch_t *batch = shared ? transfer_batch_new (NULL, NULL) : NULL;
     if (batch) {
-        for (size_t t = 0; t < tasks->task_count; t++)
-            transfer_batch_add_call (batch, s_vm_task, &tasks->tasks[t]);
         transfer_pool_submit (pool, batch);
         transfer_batch_wait (pool, batch);
         transfer_batch_destroy (&batch);

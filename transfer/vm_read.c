@@ -11,34 +11,6 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-//  The kernel copies at most this much a call anyway (it pins the remote pages in groups);
-//  asking for more only makes a partial read more likely.
-#define VM_READ_STEP (16u << 20)
-
-int
-vm_read (pid_t pid, void *dst, uint64_t addr, size_t size)
-{
-    if (size && addr + size < addr)
-        return EFAULT;
-    size_t done = 0;
-    while (done < size) {
-        size_t step = size - done < VM_READ_STEP ? size - done : VM_READ_STEP;
-        struct iovec local = {(char *) dst + done, step};
-        struct iovec remote = {(void *) (uintptr_t) (addr + done), step};
-        ssize_t got = process_vm_readv (pid, &local, 1, &remote, 1, 0);
-        if (got < 0) {
-            if (errno == EINTR)
-                continue;
-            return errno;
-        }
-        //  A short read stops at a page that is not the process's: the next call says why.
-        if (got == 0)
-            return EFAULT;
-        done += (size_t) got;
-    }
-    return 0;
-}
-
 //  Drops the first bytes of a list of ranges: *first is where it starts now.
 static void
 s_advance (struct iovec *ranges, size_t count, size_t *first, size_t bytes)
@@ -89,6 +61,14 @@ vm_readv (pid_t pid, const struct iovec *local, const struct iovec *remote, size
         s_advance (from, count, &from_first, (size_t) got);
     }
     return 0;
+}
+
+int
+vm_read (pid_t pid, void *dst, uint64_t addr, size_t size)
+{
+    struct iovec local = {dst, size};
+    struct iovec remote = {(void *) (uintptr_t) addr, size};
+    return vm_readv (pid, &local, &remote, 1);
 }
 
 //  ---- self test -----------------------------------------------------------------------
