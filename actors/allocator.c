@@ -167,6 +167,19 @@ s_adopt (self_t *self)
     self->adopted = job;
 }
 
+//  The end of a segment's fault-in, on the segment's prefault thread (segment.h).
+static void
+s_prefault_done (segment_t *segment, size_t bytes, int error, void *arg)
+{
+    (void) arg;
+    if (error == EINVAL)
+        kvp_debug ("%s: pages not faulted in ahead: the kernel has no MADV_POPULATE_WRITE",
+                   segment_name (segment));
+    else if (error)
+        kvp_warning ("%s: %zu of %zu MiB faulted in ahead, then: %s", segment_name (segment),
+                     bytes >> 20, segment_size (segment) >> 20, strerror (error));
+}
+
 allocator_t *
 allocator_new (const kvp_config_t *config)
 {
@@ -218,6 +231,12 @@ allocator_new (const kvp_config_t *config)
             segment_destroy (&segment);
             break;
         }
+        //  Its pages are committed but not yet mapped: fault them in now, in the background,
+        //  rather than on the first puts (a locked segment's are in already; a --segment-dir
+        //  file stays sparse until its adoption is done).
+        if (!self->dir && !segment_locked (segment)
+            && segment_prefault_start (segment, s_prefault_done, NULL) != 0)
+            kvp_warning ("segment %u: cannot fault its pages in ahead: %s", i, strerror (errno));
     }
     if (self->dir && !self->error[0])
         s_adopt (self);

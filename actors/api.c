@@ -74,6 +74,12 @@
 #define ABANDON_WAIT_MS 1000
 //  While jobs are out at the actors, wait this long for their replies before sleeping.
 #define SPIN_US 50
+//  After answering a request it served alone (a read from the index, an exist, a ping), the
+//  api keeps polling for the next one (--spin-us, adapting as the replica-manager's window
+//  does), if that request was at most this big: a larger one takes libzmq's I/O thread far
+//  longer to read than the window, and a spinning api would only take a core from that
+//  thread and from the copies.
+#define IDLE_SPIN_REQUEST_BYTES (64 << 10)
 
 typedef struct {
     zframe_t *routing_id;
@@ -115,6 +121,8 @@ typedef struct {
     kvp_metrics_t *metrics;     //  per-operation counters (config's, or own_metrics)
     kvp_metrics_t *own_metrics; //  made here when the daemon gave none
     conn_guard_t *guard;        //  refuses connections past --max-connections
+    spin_window_t idle;         //  polling for the next request (spin_poll.h)
+    bool idle_spin;             //  the last request was small: poll for the next one
     size_t in_flight;           //  jobs out at an actor (client and internal)
     uint64_t client_index_gets; //  values clients read from the index themselves (TOUCH)
     size_t writes_in_flight;    //  PUT / PUT_START jobs between reserve and reply
@@ -233,6 +241,7 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
     self->pipe = pipe;
     self->settings = *config;
     self->config = &self->settings;
+    spin_window_init (&self->idle, (int) config->spin_us);
     self->router = zsock_new (ZMQ_ROUTER);
     self->rm = zsock_new (ZMQ_DEALER);
     self->tx = zsock_new (ZMQ_DEALER);
@@ -808,6 +817,10 @@ s_advance (self_t *self, kvp_job_t *job, kvp_job_kind_t done)
     if (done == KVP_JOB_NONE && (row->flags & OP_WRITE))
         self->writes_in_flight++;
     wait_set_touch (self->waits, target);
+    //  The actor that takes it polls for its next job afterwards (the replica-manager's
+    //  window): the api then sleeps after answering, so that two threads polling at once do
+    //  not leave a small machine no core for the client and libzmq's I/O threads.
+    self->idle_spin = false;
     if (kvp_job_send (target, job) == 0)
         self->in_flight++;
     else {
@@ -1165,6 +1178,7 @@ s_client_message (self_t *self, zsock_t *socket)
     zmsg_t *msg = zmsg_recv (socket);
     if (!msg)
         return;
+    self->idle_spin = zmsg_content_size (msg) <= IDLE_SPIN_REQUEST_BYTES;
     api_ctx_t *ctx = (api_ctx_t *) zmalloc (sizeof (api_ctx_t));
     ctx->socket = socket;
     ctx->cluster = self->cluster && socket == self->router;
@@ -1411,9 +1425,13 @@ api_actor (zsock_t *pipe, void *args)
         if (self->in_flight > 0)
             which = spin_poll (self->waits, SPIN_US);
         if (!which) {
-            int64_t wake = self->next_owner_check;
-            int64_t wait = wake - zclock_mono ();
-            which = wait_set_wait (self->waits, wait > 0 ? (int) wait : 0);
+            int64_t wait = self->next_owner_check - zclock_mono ();
+            int timeout = wait > 0 ? (int) wait : 0;
+            //  Nothing out at the actors: the next request, of a burst, may come soon.
+            if (self->in_flight == 0 && self->idle_spin)
+                which = spin_window_wait (&self->idle, self->waits, timeout);
+            else
+                which = wait_set_wait (self->waits, timeout);
         }
         if (which == pipe) {
             s_pipe_command (self);

@@ -314,10 +314,10 @@ static const opt_t s_options[] = {
      .min = 0,
      .max = 10000,
      .default_value = "200",
-     .help = "microseconds the replica-manager keeps polling for its next job after one, "
-             "instead of sleeping (a wake-up of a sleeping thread costs tens of microseconds on a "
-             "virtual machine); the polling stops while jobs come further apart than this; 0: "
-             "never"},
+     .help = "microseconds the replica-manager keeps polling for its next job after one, and "
+             "the api for the next request after one it answered alone, instead of sleeping (a "
+             "wake-up of a sleeping thread costs tens of microseconds on a virtual machine); "
+             "the polling stops while they come further apart than this; 0: never"},
     //  Set by kvp_config_defaults.
     {.name = "workers",
      .arg = "N",

@@ -23,8 +23,13 @@ int bench_lookup_run (const char *store_endpoint, const char *admin_endpoint, bo
 //  4 KiB over tcp on 127.0.0.1:port, to a child process, over reps runs of rep_seconds.
 //  Returns -1 if the echo could not be measured.
 double bench_floor_p50_us (int port, int reps, double rep_seconds);
+//  The batch floor (bench_floor.c): p50 in us of sending frames (at least 2) x size bytes as
+//  one message from a bare libzmq DEALER to a ROUTER that acknowledges it, as above.
+double bench_floor_batch_p50_us (int port, size_t frames, size_t size, int reps,
+                                 double rep_seconds);
 //  The echo server of the floor: a child process with a bare ROUTER on tcp://127.0.0.1:port
-//  that sends every message back, until it is killed (or the bench dies). Its pid, or -1.
+//  that sends every message of one frame back and acknowledges one of several frames with
+//  "ok", until it is killed (or the bench dies). Its pid, or -1.
 pid_t bench_echo_start (int port);
 
 //  The curve section (bench_curve.c): what CURVE costs a client on tcp. Two kvpoolds of its

@@ -1298,6 +1298,14 @@ s_print_summary (bench_t *self)
             printf ("loopback floor: a bare libzmq DEALER -> ROUTER echo of 4 KiB, p50 %.1f us "
                     "(kvpool tcp get / floor: %.2f)\n",
                     floor, s_latency_us (&self->kv[OP_GET][s][b][PATH_TCP], 0.5) / floor);
+        //  Under batched puts over tcp: what moving their bytes over loopback costs at all.
+        double batch_floor = bench_floor_batch_p50_us (bench_free_port (), BATCH, s_sizes[1],
+                                                       self->reps, self->rep_seconds);
+        if (batch_floor > 0)
+            printf ("loopback batch floor: a bare libzmq DEALER -> ROUTER send of %d x 64 KiB, "
+                    "acknowledged, p50 %.1f us (kvpool tcp put batch / floor: %.2f)\n",
+                    BATCH, batch_floor,
+                    s_latency_us (&self->kv[OP_PUT][1][1][PATH_TCP], 0.5) / batch_floor);
         if (!self->path_ok[PATH_LOCAL] && self->local_note[0])
             printf ("same-machine path: %s\n", self->local_note);
     }

@@ -80,6 +80,21 @@ void *segment_base (segment_t *self);
 size_t segment_size (segment_t *self);
 const char *segment_name (segment_t *self);
 bool segment_locked (segment_t *self);
+
+//  Called by the prefault thread when it ends: bytes faulted in from the start of the
+//  segment, and 0 or the errno that stopped it (EINVAL: a kernel before 5.14; EFAULT or
+//  ENOMEM: the memory was not there). A stop by segment_destroy ends it early with 0.
+typedef void (segment_prefault_fn) (segment_t *self, size_t bytes, int error, void *arg);
+
+//  Faults every page of the mapping in from a thread of its own at idle priority
+//  (MADV_POPULATE_WRITE), so that the first writes into the segment pay no page faults;
+//  safe while other threads and processes write into it. done (may be NULL) is called on
+//  that thread at the end. segment_destroy stops and joins the thread. Returns 0 or -1 with
+//  errno set.
+int segment_prefault_start (segment_t *self, segment_prefault_fn *done, void *arg);
+
+//  Bytes faulted in so far by segment_prefault_start's thread.
+size_t segment_prefaulted (segment_t *self);
 //  Whether both map the same object (one object can have several names).
 bool segment_same_object (segment_t *self, segment_t *other);
 //  The mapped object's identity (device and inode numbers), whatever name it was opened by.
