@@ -151,7 +151,8 @@ typedef struct {
 
 //  Starts the kvpoold at path on ephemeral loopback ports (client and admin), with the
 //  further arguments args (NULL-terminated, may be NULL), and waits up to 20 s for its ready
-//  file. name tells its files apart. Returns 0, or -1 (the reason on stderr; nothing left
+//  file, then (up to 60 s) while it faults its segments in: the figures are of a settled
+//  node. name tells its files apart. Returns 0, or -1 (the reason on stderr; nothing left
 //  running).
 int bench_kvpoold_start (bench_kvpoold_t *self, const char *path, const char *name,
                          const char *const *args);

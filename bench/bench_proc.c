@@ -31,6 +31,10 @@
 
 #define MAX_CHILDREN 16
 #define READY_TIMEOUT_MS 20000
+//  How long a started kvpoold may take to fault its segments in (s_settle), and how often
+//  its mapped memory is looked at meanwhile.
+#define SETTLE_MAX_MS 60000
+#define SETTLE_STEP_MS 300
 
 static volatile pid_t s_children[MAX_CHILDREN];
 static char s_scratch[256]; //  "" when there is none
@@ -163,6 +167,38 @@ bench_free_port (void)
     return port;
 }
 
+//  Shared memory pid has mapped (RssShmem in /proc/<pid>/status), in bytes; 0 if unknown.
+static uint64_t
+s_shmem_bytes (pid_t pid)
+{
+    char path[64], line[256];
+    snprintf (path, sizeof path, "/proc/%d/status", (int) pid);
+    FILE *status = fopen (path, "r");
+    unsigned long long kib = 0;
+    while (status && fgets (line, sizeof line, status))
+        if (sscanf (line, "RssShmem: %llu kB", &kib) == 1)
+            break;
+    if (status)
+        fclose (status);
+    return (uint64_t) kib << 10;
+}
+
+//  A node faults its segments in after it starts (shm/segment.c); the figures are of a
+//  settled node, as one is for all but its first seconds: waits while its mapped shared
+//  memory still grows (SETTLE_MAX_MS at most).
+static void
+s_settle (pid_t pid)
+{
+    uint64_t last = s_shmem_bytes (pid);
+    for (int waited = 0; waited < SETTLE_MAX_MS; waited += SETTLE_STEP_MS) {
+        usleep (SETTLE_STEP_MS * 1000);
+        uint64_t now = s_shmem_bytes (pid);
+        if (now < last + (1 << 20))
+            return;
+        last = now;
+    }
+}
+
 int
 bench_kvpoold_start (bench_kvpoold_t *self, const char *path, const char *name,
                      const char *const *args)
@@ -201,6 +237,7 @@ bench_kvpoold_start (bench_kvpoold_t *self, const char *path, const char *name,
     if (rc == 0) {
         snprintf (self->endpoint, sizeof self->endpoint, "%s", ready.endpoint);
         snprintf (self->admin, sizeof self->admin, "%s", ready.admin_endpoint);
+        s_settle (self->pid);
         return 0;
     }
     if (rc == -2) {
