@@ -173,8 +173,9 @@ s_prefault_done (segment_t *segment, size_t bytes, int error, void *arg)
 {
     (void) arg;
     if (error == EINVAL)
-        kvp_debug ("%s: pages not faulted in ahead: the kernel has no MADV_POPULATE_WRITE",
-                   segment_name (segment));
+        kvp_info ("%s: pages not faulted in ahead (no MADV_POPULATE_WRITE before Linux 5.14): "
+                  "the first puts into them pay the page faults",
+                  segment_name (segment));
     else if (error)
         kvp_warning ("%s: %zu of %zu MiB faulted in ahead, then: %s", segment_name (segment),
                      bytes >> 20, segment_size (segment) >> 20, strerror (error));

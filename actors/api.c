@@ -1333,6 +1333,8 @@ s_actor_reply (self_t *self, zsock_t *actor)
     if (!job)
         return;
     self->in_flight--;
+    //  An actor has just worked, and polls for its next job: the api sleeps after answering.
+    self->idle_spin = false;
     //  A segment came or went: the index reads' mappings follow.
     if (job->kind == KVP_AL_MOUNT || job->kind == KVP_AL_UNMOUNT)
         self->map_due = true;

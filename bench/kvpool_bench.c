@@ -1299,13 +1299,15 @@ s_print_summary (bench_t *self)
                     "(kvpool tcp get / floor: %.2f)\n",
                     floor, s_latency_us (&self->kv[OP_GET][s][b][PATH_TCP], 0.5) / floor);
         //  Under batched puts over tcp: what moving their bytes over loopback costs at all.
-        double batch_floor = bench_floor_batch_p50_us (bench_free_port (), BATCH, s_sizes[1],
-                                                       self->reps, self->rep_seconds);
+        result_t *batch_put = &self->kv[OP_PUT][1][1][PATH_TCP];
+        double batch_floor = s_measured (batch_put)
+                                 ? bench_floor_batch_p50_us (bench_free_port (), BATCH, s_sizes[1],
+                                                             self->reps, self->rep_seconds)
+                                 : -1;
         if (batch_floor > 0)
             printf ("loopback batch floor: a bare libzmq DEALER -> ROUTER send of %d x 64 KiB, "
                     "acknowledged, p50 %.1f us (kvpool tcp put batch / floor: %.2f)\n",
-                    BATCH, batch_floor,
-                    s_latency_us (&self->kv[OP_PUT][1][1][PATH_TCP], 0.5) / batch_floor);
+                    BATCH, batch_floor, s_latency_us (batch_put, 0.5) / batch_floor);
         if (!self->path_ok[PATH_LOCAL] && self->local_note[0])
             printf ("same-machine path: %s\n", self->local_note);
     }

@@ -15,7 +15,8 @@
     refuses anything else: an object that can shrink under its mapping would kill it with
     SIGBUS.
 
-    Threads: a segment_t is used by one thread at a time; the mapped bytes are shared.
+    Threads: a segment_t is used by one thread at a time (its prefault thread aside, see
+    segment_prefault_start); the mapped bytes are shared.
 */
 #ifndef SEGMENT_H_INCLUDED
 #define SEGMENT_H_INCLUDED
@@ -86,11 +87,11 @@ bool segment_locked (segment_t *self);
 //  ENOMEM: the memory was not there). A stop by segment_destroy ends it early with 0.
 typedef void (segment_prefault_fn) (segment_t *self, size_t bytes, int error, void *arg);
 
-//  Faults every page of the mapping in from a thread of its own at idle priority
+//  Faults every page of the mapping in from a thread of its own at the lowest priority
 //  (MADV_POPULATE_WRITE), so that the first writes into the segment pay no page faults;
 //  safe while other threads and processes write into it. done (may be NULL) is called on
-//  that thread at the end. segment_destroy stops and joins the thread. Returns 0 or -1 with
-//  errno set.
+//  that thread at the end; it must not destroy the segment. segment_destroy stops and joins
+//  the thread. Returns 0 or -1 with errno set.
 int segment_prefault_start (segment_t *self, segment_prefault_fn *done, void *arg);
 
 //  Bytes faulted in so far by segment_prefault_start's thread.
