@@ -122,7 +122,7 @@ typedef struct {
     kvp_metrics_t *own_metrics; //  made here when the daemon gave none
     conn_guard_t *guard;        //  refuses connections past --max-connections
     spin_window_t idle;         //  polling for the next request (spin_poll.h)
-    bool idle_spin;             //  the last request was small: poll for the next one
+    bool idle_spin;             //  the last request was small and answered here alone
     size_t in_flight;           //  jobs out at an actor (client and internal)
     uint64_t client_index_gets; //  values clients read from the index themselves (TOUCH)
     size_t writes_in_flight;    //  PUT / PUT_START jobs between reserve and reply

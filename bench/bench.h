@@ -139,6 +139,9 @@ bool bench_exited (pid_t pid);
 //  cannot bind port 0 and say which it got; the caller retries if it was taken meanwhile.
 //  -1 on failure.
 int bench_free_port (void);
+//  A "<field>: N kB" line of /proc/<pid>/status (VmRSS, RssShmem...), in bytes; 0 when it
+//  cannot be read.
+uint64_t bench_proc_status_bytes (pid_t pid, const char *field);
 
 //  A kvpoold the bench started, and what its ready file said.
 typedef struct {

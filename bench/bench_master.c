@@ -159,16 +159,7 @@ s_size (uint64_t index)
 static uint64_t
 s_rss (master_t *self)
 {
-    char path[64], line[256];
-    snprintf (path, sizeof path, "/proc/%d/status", (int) self->master.pid);
-    FILE *file = fopen (path, "r");
-    uint64_t kib = 0;
-    while (file && fgets (line, sizeof line, file))
-        if (sscanf (line, "VmRSS: %" SCNu64 " kB", &kib) == 1)
-            break;
-    if (file)
-        fclose (file);
-    return kib * 1024;
+    return bench_proc_status_bytes (self->master.pid, "VmRSS");
 }
 
 //  utime + stime of the master, in seconds (NAN when it cannot be read).

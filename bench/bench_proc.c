@@ -167,17 +167,19 @@ bench_free_port (void)
     return port;
 }
 
-//  Shared memory pid has mapped (RssShmem in /proc/<pid>/status), in bytes; 0 if unknown.
-static uint64_t
-s_shmem_bytes (pid_t pid)
+uint64_t
+bench_proc_status_bytes (pid_t pid, const char *field)
 {
     char path[64], line[256];
     snprintf (path, sizeof path, "/proc/%d/status", (int) pid);
     FILE *status = fopen (path, "r");
+    size_t length = strlen (field);
     unsigned long long kib = 0;
     while (status && fgets (line, sizeof line, status))
-        if (sscanf (line, "RssShmem: %llu kB", &kib) == 1)
+        if (!strncmp (line, field, length) && line[length] == ':') {
+            kib = strtoull (line + length + 1, NULL, 10);
             break;
+        }
     if (status)
         fclose (status);
     return (uint64_t) kib << 10;
@@ -189,10 +191,10 @@ s_shmem_bytes (pid_t pid)
 static void
 s_settle (pid_t pid)
 {
-    uint64_t last = s_shmem_bytes (pid);
+    uint64_t last = bench_proc_status_bytes (pid, "RssShmem");
     for (int waited = 0; waited < SETTLE_MAX_MS; waited += SETTLE_STEP_MS) {
         usleep (SETTLE_STEP_MS * 1000);
-        uint64_t now = s_shmem_bytes (pid);
+        uint64_t now = bench_proc_status_bytes (pid, "RssShmem");
         if (now < last + (1 << 20))
             return;
         last = now;

@@ -48,7 +48,7 @@
     segment.
 
     Threads: a segment_t is used by one thread at a time, but for its prefault thread, which
-    reads only base and size and its own atomics; the mapped bytes are shared and carry no
+    reads only base and size and its stop flag; the mapped bytes are shared and carry no
     ordering of their own (the protocol above orders writes and reads).
 */
 #include "shm/segment.h"
@@ -96,7 +96,6 @@ struct _segment_t {
     pthread_t prefault;
     bool prefaulting;
     _Atomic bool prefault_stop;
-    _Atomic size_t prefaulted; //  bytes faulted in so far
     segment_prefault_fn *prefault_done;
     void *prefault_arg;
 };
@@ -525,7 +524,6 @@ s_prefault_run (void *arg)
             break;
         }
         done += step;
-        atomic_store (&self->prefaulted, done);
     }
     if (self->prefault_done)
         self->prefault_done (self, done, error, self->prefault_arg);
@@ -543,7 +541,6 @@ segment_prefault_start (segment_t *self, segment_prefault_fn *done, void *arg)
     self->prefault_done = done;
     self->prefault_arg = arg;
     atomic_store (&self->prefault_stop, false);
-    atomic_store (&self->prefaulted, 0);
     int rc = pthread_create (&self->prefault, NULL, s_prefault_run, self);
     if (rc != 0) {
         errno = rc;
@@ -551,13 +548,6 @@ segment_prefault_start (segment_t *self, segment_prefault_fn *done, void *arg)
     }
     self->prefaulting = true;
     return 0;
-}
-
-size_t
-segment_prefaulted (segment_t *self)
-{
-    assert (self);
-    return atomic_load (&self->prefaulted);
 }
 
 bool
@@ -918,7 +908,6 @@ segment_test (bool verbose)
     assert (atomic_load (&result.finished));
     if (result.error != EINVAL) { //  EINVAL: a kernel before 5.14 does not have it
         assert (result.error == 0 && result.bytes == fault_size);
-        assert (segment_prefaulted (faulted) == fault_size);
         assert (s_mapped_bytes (fb) == fault_size);
     }
     assert (fb[4096] == 0x77 && fb[0] == 0 && fb[fault_size - 1] == 0);

@@ -93,9 +93,6 @@ typedef void (segment_prefault_fn) (segment_t *self, size_t bytes, int error, vo
 //  that thread at the end; it must not destroy the segment. segment_destroy stops and joins
 //  the thread. Returns 0 or -1 with errno set.
 int segment_prefault_start (segment_t *self, segment_prefault_fn *done, void *arg);
-
-//  Bytes faulted in so far by segment_prefault_start's thread.
-size_t segment_prefaulted (segment_t *self);
 //  Whether both map the same object (one object can have several names).
 bool segment_same_object (segment_t *self, segment_t *other);
 //  The mapped object's identity (device and inode numbers), whatever name it was opened by.
