@@ -90,6 +90,8 @@ typedef struct {
     int64_t arrived_us;  //  when it came in (zclock_usecs), for its latency
     int fd;              //  the socket it came on (ZMQ_SRCFD), -1 for inproc
     owner_t *owner;      //  the sending process's record, for requests that need one
+    uint64_t node_owner; //  another node on the data plane: KVP_OWNER_NODE | its credential
+    char user_id[256];   //  the credential its connection proved (User-Id), or ""
     bool from_jobs;      //  an in-process actor's job (the job socket): answered with the job
     const kvp_op_t *row; //  the operation's row (messages/ops.h)
     Kvpool__V1__Request *request; //  NULL for a job from an in-process actor
@@ -224,7 +226,7 @@ s_bind_peer (self_t *self)
     zsock_set_rcvhwm (self->peer, RCVHWM);
     zsock_set_linger (self->peer, 0);
     zsock_set_maxmsgsize (self->peer, -1);
-    kvp_curve_server (self->config->curve, self->peer);
+    kvp_curve_cluster_server (self->config->curve, self->peer);
     int port = zsock_bind (self->peer, "%s", endpoint);
     if (port == -1) {
         snprintf (self->bind_error, sizeof self->bind_error,
@@ -873,6 +875,16 @@ s_start (self_t *self, kvp_job_t *job)
 
 //  ---- requests ----------------------------------------------------------------------
 
+//  FNV-1a of a string: a credential's share of an owner id.
+static uint64_t
+s_hash (const char *text)
+{
+    uint64_t hash = 14695981039346656037ULL;
+    for (; *text; text++)
+        hash = (hash ^ (uint8_t) *text) * 1099511628211ULL;
+    return hash | 1; //  never 0, with or without the node bit
+}
+
 //  An ipc client of the node's own user, root, or the --group the node was given.
 static bool
 s_user_allowed (self_t *self, const peer_t *peer)
@@ -894,10 +906,22 @@ s_authorize (self_t *self, api_ctx_t *ctx, char *reason, size_t size)
                   (unsigned) peer->uid, (unsigned) geteuid ());
         return -1;
     }
+    if (ctx->socket == self->peer && (flags & (OP_PEER | OP_NODES))) {
+        //  Another node, on the data plane (whose door admits only the cluster's nodes): its
+        //  reservations are its own, by the credential its connection proved, so no other
+        //  connection can write into, end or revoke them.
+        ctx->node_owner = KVP_OWNER_NODE | (s_hash (ctx->user_id) & ~KVP_OWNER_NODE);
+        return 0;
+    }
+    if ((flags & OP_NODES) && peer->kind != PEER_INPROC) {
+        snprintf (reason, size,
+                  "operation %s is for the cluster's nodes, on the data plane: no client may "
+                  "use it",
+                  ctx->row->name);
+        return -1;
+    }
     if (!(flags & OP_LOCAL) || peer->kind == PEER_INPROC)
         return 0;
-    if ((flags & OP_PEER) && ctx->socket == self->peer)
-        return 0; //  another node, on the data plane: its reservations are the node's
     if (peer->kind == PEER_REMOTE) {
         snprintf (reason, size,
                   "operation %s works on the node's shared memory: only a client on the "
@@ -1108,7 +1132,7 @@ s_job_from_request (self_t *self, api_ctx_t *ctx)
         else
             job->owner = ctx->owner ? ctx->owner->name : NULL;
     }
-    job->owner_id = ctx->owner ? ctx->owner->id : 0;
+    job->owner_id = ctx->owner ? ctx->owner->id : ctx->node_owner;
     if (request->n_vm_addrs) {
         job->vm_pid = (int32_t) ctx->owner->pid;
         job->vm_pidfd = ctx->owner->pidfd;
@@ -1197,6 +1221,9 @@ s_client_message (self_t *self, zsock_t *socket)
         //  kernel's credentials on ipc) and "__fd", its socket (what ZMQ_SRCFD reads; the
         //  routing id frame does not always carry them).
         ctx->peer = owners_peer (zframe_meta (header, "Peer-Address"));
+        //  The credential the connection's handshake proved (curve.h), where one did.
+        const char *user = zframe_meta (header, "User-Id");
+        snprintf (ctx->user_id, sizeof ctx->user_id, "%s", user ? user : "");
         const char *fd = zframe_meta (header, "__fd");
         if (fd)
             ctx->fd = atoi (fd);

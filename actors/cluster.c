@@ -184,7 +184,7 @@ s_peer_connect (self_t *self, peer_t *peer)
         //  A connection that died without a FIN is found out, and made again.
         zsock_set_heartbeat_ivl (sock, 1000);
         zsock_set_heartbeat_timeout (sock, 3000);
-        kvp_curve_client (self->config->curve, sock, peer->curve_key);
+        kvp_curve_cluster_client (self->config->curve, sock, peer->curve_key);
         zsock_connect (sock, "%s", peer->endpoint);
         zpoller_add (self->poller, sock);
         peer->socks[i] = sock;
@@ -269,6 +269,7 @@ cluster_node_describe (const cluster_args_t *args, Kvpool__Cluster__V1__Node *no
     node->client_endpoint = (char *) args->client_endpoint;
     node->peer_endpoint = (char *) args->peer_endpoint;
     node->curve_key = (char *) kvp_curve_public_key (args->config->curve);
+    node->disk_capacity = args->config->disk_dir ? args->config->disk_capacity : 0;
 }
 
 //  Sends a request to the master. With an op, the call is tracked and the op waits for it;
@@ -582,6 +583,7 @@ s_place_reply (self_t *self, op_t *op, call_t *call, Kvpool__Cluster__V1__Master
         uint8_t count = s_holders (self, reply, reply->holders[k], holders);
         placed->placed = true;
         placed->token = k < reply->n_tokens ? reply->tokens[k] : 0;
+        item->cluster_token = placed->token; //  a PUT_START's, for its PUT_END
         for (uint8_t h = 0; h < count; h++) {
             if (s_is_self (self, holders[h]))
                 placed->local = true;
@@ -847,7 +849,7 @@ s_commit_master (self_t *self, op_t *op)
         }
         holder_ptrs[n] = &holders[n];
         items[n] = i;
-        tokens[n] = placed ? placed->token : 0;
+        tokens[n] = placed ? placed->token : item->cluster_token;
         keys[n].data = (uint8_t *) item->key;
         keys[n++].len = item->key_len;
     }
@@ -865,10 +867,8 @@ s_commit_master (self_t *self, op_t *op)
         request.n_nodes = node_count;
         //  The master commits only the write it placed last (a writer stalled past its
         //  reservation commits nothing).
-        if (plan) {
-            request.tokens = tokens;
-            request.n_tokens = n;
-        }
+        request.tokens = tokens;
+        request.n_tokens = n;
         if (s_master_send (self, op, &request, items, n) != 0) {
             //  The bytes are written but the master can't make them visible: undone.
             op->phase = 2;
@@ -1606,7 +1606,7 @@ s_self_new (zsock_t *pipe, const cluster_args_t *args)
     zsock_set_reconnect_ivl (self->master, 100);
     zsock_set_reconnect_ivl_max (self->master,
                                  0); //  no back-off: a returning master is found at once
-    kvp_curve_client (self->config->curve, self->master,
+    kvp_curve_cluster_client (self->config->curve, self->master,
                       kvp_curve_master_key (self->config->curve));
     zsock_connect (self->master, "%s", self->config->master);
     self->calls = zlistx_new ();

@@ -656,6 +656,20 @@ static const opt_t s_options[] = {
      FIELD (curve_master),
      .default_rule = "this node's own certificate",
      .help = "role node, with --curve-secret: the master's public certificate"},
+    {.name = "curve-nodes",
+     .arg = "DIR",
+     .kind = OPT_STRING,
+     FIELD (curve_nodes),
+     .help = "roles master and node, with --curve-secret: the public certificates of the "
+             "cluster's nodes and master, the only keys its master and data planes admit "
+             "(never give a client's here)"},
+    {.name = "cluster-key",
+     .arg = "FILE",
+     .kind = OPT_STRING,
+     FIELD (cluster_key),
+     .default_rule = "~/.config/kvpool/cluster.key, made on first use",
+     .help = "roles master and node without CURVE: the secret every node and the master of the "
+             "cluster hold (mode 0600); only who proves it may act as a node"},
     {.name = "insecure",
      .kind = OPT_FLAG,
      FIELD (insecure),
@@ -994,6 +1008,20 @@ s_check_security (kvp_config_t *config)
         config->curve_master = NULL;
     if (!config->curve_secret != !config->curve_allow) {
         fprintf (ERRORS, "kvpoold: --curve-secret and --curve-allow go together\n");
+        return -1;
+    }
+    if (config->curve_nodes && !*config->curve_nodes)
+        config->curve_nodes = NULL;
+    if (config->cluster_key && !*config->cluster_key)
+        config->cluster_key = NULL;
+    if (config->role != KVP_ROLE_ALL && config->curve_secret && !config->curve_nodes) {
+        fprintf (ERRORS, "kvpoold: a cluster with CURVE needs --curve-nodes DIR: the public "
+                         "certificates of its nodes and master, the only keys its master and "
+                         "data planes admit (docs/security.md)\n");
+        return -1;
+    }
+    if (config->curve_nodes && !config->curve_secret) {
+        fprintf (ERRORS, "kvpoold: --curve-nodes needs --curve-secret and --curve-allow\n");
         return -1;
     }
     if (config->curve_master && !config->curve_secret) {

@@ -117,6 +117,8 @@ typedef struct {
     const char *curve_secret; //  this process's certificate (public and secret key)
     const char *curve_allow;  //  the public certificates admitted
     const char *curve_master; //  role node: the master's public certificate; NULL: our own
+    const char *curve_nodes;  //  roles master, node: the nodes' and master's certificates
+    const char *cluster_key;  //  roles master, node without CURVE: the cluster key's file
     bool insecure;            //  non-loopback binds without CURVE
     //  Not a setting: the loaded certificates and the ZAP handler; made by kvpoold before the
     //  actors start. NULL: no CURVE.

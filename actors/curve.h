@@ -1,19 +1,19 @@
-/*  curve.h - CURVE authentication and encryption of kvpoold's ZeroMQ sockets.
+/*  curve.h - who may connect to kvpoold's ZeroMQ sockets: CURVE for clients, and the
+    cluster's own credential for nodes and the master.
 
-    A node (or master) has one certificate (--curve-secret, CZMQ's zcert format) and a
-    directory of the public certificates it admits (--curve-allow): clients, the other nodes
-    and the master. CZMQ's zauth answers libzmq's ZAP requests from that directory, and reads
-    it again when it changes, so a key is admitted or revoked without a restart.
+    Client doors (the client ROUTER, tcp and ipc; the lookup/reset admin ROUTER; the
+    KV-events PUB and replay ROUTER) run CURVE with the node's certificate (--curve-secret)
+    and admit the public certificates in --curve-allow; without CURVE they bind loopback only.
 
-    Every socket another process reaches is a CURVE server with the node's certificate: the
-    client ROUTER (tcp and ipc; inproc never runs a handshake), the data plane, the
-    lookup/reset admin ROUTER, the master's ROUTER and the KV-events PUB and replay ROUTER.
-    Sockets the node connects to other processes with (the master, other nodes' data planes)
-    are CURVE clients with the same certificate, and the server key of the process they reach:
-    a node's key comes from the master with its endpoints; the master's from --curve-master,
-    or this node's own when the cluster shares one certificate.
+    Inner doors (the master's ROUTER, every node's data plane) admit only the cluster's nodes
+    and master: with CURVE, the certificates in --curve-nodes (never a client's); without,
+    whoever proves the cluster key (--cluster-key, mode 0600; by default
+    ~/.config/kvpool/cluster.key, made on first use). The sockets a node connects to the
+    master and to other nodes' data planes prove the same credential.
 
-    Without CURVE every function here does nothing, so actors call them unconditionally.
+    The ZAP handler (curve.c) reads both directories again when they change, so a key is
+    admitted or revoked without a restart. In role all without CURVE nothing here is needed
+    and every function does nothing, so actors call them unconditionally.
 */
 #ifndef KVP_CURVE_H_INCLUDED
 #define KVP_CURVE_H_INCLUDED
@@ -25,11 +25,26 @@
 
 typedef struct _kvp_curve_t kvp_curve_t;
 
-//  Loads the certificate (its secret key), and the master's public key if master_file is
-//  set, and starts the ZAP handler admitting the public certificates in allow_dir. Returns
-//  NULL with the reason in why when a file cannot be read or holds no key.
-kvp_curve_t *kvp_curve_new (const char *secret_file, const char *allow_dir, const char *master_file,
-                            char *why, size_t why_size);
+//  ZAP domains: which door a handshake is for.
+#define KVP_ZAP_CLIENTS "kvpool"
+#define KVP_ZAP_CLUSTER "kvpool-cluster"
+//  The longest User-Id a connection gets: a CURVE key (40), or "kvpool-node/<node id>".
+#define KVP_USER_ID_MAX 240
+//  The User-Id of a node that proved the cluster key, before the id it said with it.
+#define KVP_NODE_USER_PREFIX "kvpool-node/"
+
+typedef struct {
+    const char *secret_file;      //  --curve-secret; NULL: no CURVE
+    const char *allow_dir;        //  --curve-allow: clients
+    const char *nodes_dir;        //  --curve-nodes: nodes and the master (cluster, CURVE)
+    const char *master_file;      //  --curve-master (role node); NULL: our own key
+    const char *cluster_key_file; //  --cluster-key (cluster without CURVE); NULL: the default
+    bool cluster;                 //  role master or node: the inner doors exist
+} kvp_trust_args_t;
+
+//  Loads the credentials and starts the ZAP handler. Returns NULL with the reason in why
+//  when a file cannot be read, holds no key, or (the cluster key) is readable by others.
+kvp_curve_t *kvp_curve_new (const kvp_trust_args_t *args, char *why, size_t why_size);
 
 //  Stops the ZAP handler and forgets the keys.
 void kvp_curve_destroy (kvp_curve_t **self_p);
@@ -38,19 +53,47 @@ void kvp_curve_destroy (kvp_curve_t **self_p);
 //  keys (nothing ThreadSanitizer sees orders their last reads before a free).
 void kvp_curve_stop (kvp_curve_t *self);
 
-//  Makes sock a CURVE server with the node's certificate (before it binds). NULL: nothing.
+//  The node's id, which it says with the cluster key (its connections' User-Id is then
+//  "kvpool-node/<id>"). Before the actors that connect start.
+void kvp_curve_set_node (kvp_curve_t *self, const char *node_id);
+
+//  Whether CURVE is on.
+bool kvp_curve_on (const kvp_curve_t *self);
+
+//  Makes sock a client door: a CURVE server with the node's certificate admitting
+//  --curve-allow (before it binds). Without CURVE: nothing.
 void kvp_curve_server (const kvp_curve_t *self, zsock_t *sock);
 
-//  Makes sock a CURVE client with the node's certificate, of the server whose public key is
-//  server_key (Z85); NULL or "" means this node's own key (a cluster sharing one
-//  certificate). Before it connects. self NULL: nothing.
-void kvp_curve_client (const kvp_curve_t *self, zsock_t *sock, const char *server_key);
+//  Makes sock an inner door (the master's ROUTER, a data plane): CURVE admitting
+//  --curve-nodes, or PLAIN admitting the cluster key. Before it binds.
+void kvp_curve_cluster_server (const kvp_curve_t *self, zsock_t *sock);
+
+//  Makes sock a client of an inner door with this process's credential: CURVE with the
+//  server's public key server_key (Z85; NULL or "" means our own, a cluster sharing one
+//  certificate), or PLAIN with the cluster key. Before it connects.
+void kvp_curve_cluster_client (const kvp_curve_t *self, zsock_t *sock, const char *server_key);
+
+//  Whether the CURVE key user_id (a message's "User-Id") is still admitted at the door of
+//  domain (KVP_ZAP_CLIENTS or KVP_ZAP_CLUSTER), its directory as it is now. True without
+//  CURVE, and for a User-Id that is no CURVE key. Any thread.
+bool kvp_curve_admitted (kvp_curve_t *self, const char *domain, const char *user_id);
 
 //  The node's public key (Z85, 40 characters), or "" without CURVE.
 const char *kvp_curve_public_key (const kvp_curve_t *self);
 
 //  The master's public key: --curve-master's, or the node's own. "" without CURVE.
 const char *kvp_curve_master_key (const kvp_curve_t *self);
+
+//  The cluster key's file, or NULL when none is used.
+const char *kvp_curve_cluster_key_file (const kvp_curve_t *self);
+
+//  The default --cluster-key: ~/.config/kvpool/cluster.key of this user. Returns 0, or -1
+//  when there is no home folder.
+int kvp_cluster_key_default (char *path, size_t size);
+
+//  Writes a new cluster key (32 random bytes in hex) to file, mode 0600, never over an
+//  existing file (making its folders, 0700). Returns 0, or -1 with why.
+int kvp_cluster_key_write (const char *file, char *why, size_t why_size);
 
 void kvp_curve_test (bool verbose);
 

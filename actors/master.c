@@ -28,6 +28,7 @@
 #include "actors/metrics.h"
 
 #include <pthread.h>
+#include <sys/random.h>
 
 #include "actors/config.h"
 #include "actors/curve.h"
@@ -59,6 +60,7 @@ typedef struct {
 typedef struct {
     zsock_t *pipe;
     zsock_t *router;
+    zsock_t *monitor; //  the router's DISCONNECTED events: a registered connection gone
     const kvp_config_t *config;
     zlistx_t *endpoints;
     char bind_error[256];
@@ -75,7 +77,7 @@ typedef struct {
     uint64_t tombstone_floor; //  removals up to this token are not all remembered
     //  per reply: slot -> index in reply.nodes (+1; 0: not in it yet)
     uint32_t node_index[NODE_TABLE_MAX];
-    uint64_t requests, dropped, nodes_lost;
+    uint64_t requests, dropped, nodes_lost, impostors;
     bool terminated;
 } self_t;
 
@@ -183,7 +185,7 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
     zsock_set_rcvhwm (self->router, 100000);
     //  A request is keys and sizes, never values: 256 MiB bounds what a node may send.
     zsock_set_maxmsgsize (self->router, 256 << 20);
-    kvp_curve_server (config->curve, self->router);
+    kvp_curve_cluster_server (config->curve, self->router);
     self->endpoints = zlistx_new ();
     zlistx_set_duplicator (self->endpoints, (zlistx_duplicator_fn *) strdup);
     zlistx_set_destructor (self->endpoints, (zlistx_destructor_fn *) zstr_free);
@@ -196,6 +198,17 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
         kvp_endpoint_resolved (config->master, port, resolved, sizeof resolved);
         zlistx_add_end (self->endpoints, resolved);
     }
+    //  Which connections close: a node restarted under its old name may take its place at
+    //  once when the connection that registered it is gone (s_register).
+    char monitor[128];
+    snprintf (monitor, sizeof monitor, "inproc://%s-master-monitor-%p", config->instance,
+              (void *) self);
+    int rc = zmq_socket_monitor (zsock_resolve (self->router), monitor, ZMQ_EVENT_DISCONNECTED);
+    assert (rc == 0);
+    self->monitor = zsock_new (ZMQ_PAIR);
+    assert (self->monitor);
+    rc = zsock_connect (self->monitor, "%s", monitor);
+    assert (rc == 0);
     self->directory = directory_new ();
     self->nodes = node_table_new (config->placement, config->seed);
     assert (self->directory && self->nodes);
@@ -223,6 +236,8 @@ s_self_destroy (self_t **self_p)
     self_t *self = *self_p;
     if (!self)
         return;
+    zmq_socket_monitor (zsock_resolve (self->router), NULL, 0);
+    zsock_destroy (&self->monitor);
     zsock_destroy (&self->router);
     zlistx_destroy (&self->endpoints);
     zlistx_destroy (&self->reservations);
@@ -415,14 +430,79 @@ s_node_fill (node_t *node, const Kvpool__Cluster__V1__Node *info)
     snprintf (node->curve_key, sizeof node->curve_key, "%s",
               info->curve_key ? info->curve_key : "");
     node->capacity = info->capacity;
+    node->disk_capacity = info->disk_capacity;
     node->free = info->free;
     node->placed = 0;
 }
 
+//  Where a request came from, by libzmq's word: the connection (routing id, descriptor) and
+//  the credential its handshake proved (User-Id: a CURVE key, or "kvpool-node" for the
+//  cluster key; "" where the socket authenticates nobody, as in the self test).
+typedef struct {
+    zframe_t *routing_id;
+    int fd;
+    char user_id[KVP_USER_ID_MAX + 1];
+} origin_t;
+
+static bool
+s_same_conn (const node_t *node, const origin_t *from)
+{
+    return node->conn_size == zframe_size (from->routing_id)
+           && memcmp (node->conn, zframe_data (from->routing_id), node->conn_size) == 0;
+}
+
+static uint64_t
+s_random_registration (self_t *self)
+{
+    uint64_t number = 0;
+    while (number == 0)
+        if (getrandom (&number, sizeof number, 0) != (ssize_t) sizeof number)
+            number = ++self->next_token ^ (uint64_t) zclock_usecs () << 20;
+    return number;
+}
+
+//  A node registers: it is bound to the connection and the credential it registers with.
+//  A live node's name is taken by another connection only once the one that registered it
+//  closed (a node restarted after a crash), and never by another credential: an impostor
+//  (or a second process started under the same --node-id) is refused and logged, and the
+//  node keeps its registration and its keys.
 static void
-s_register (self_t *self, reply_t *r, const Kvpool__Cluster__V1__NodeRequest *request)
+s_register (self_t *self, reply_t *r, const Kvpool__Cluster__V1__NodeRequest *request,
+            const origin_t *from)
 {
     const Kvpool__Cluster__V1__Node *info = request->node;
+    int known = node_table_find (self->nodes, info->node_id);
+    node_t *old = node_table_get (self->nodes, known);
+    //  With the cluster key a node says its id with it: it speaks for that node only.
+    size_t prefix = strlen (KVP_NODE_USER_PREFIX);
+    const char *said = strncmp (from->user_id, KVP_NODE_USER_PREFIX, prefix) == 0
+                           ? from->user_id + prefix - 1
+                           : NULL;
+    if (said && strcmp (said + 1, info->node_id) != 0) {
+        self->impostors++;
+        kvp_warning ("refused a REGISTER of node %s from a connection that proved to be node "
+                     "%s",
+                     info->node_id, said + 1);
+        s_reply_fail (r, KVPOOL_PERMISSION_DENIED, "this connection proved to be node %s, not %s",
+                      said + 1, info->node_id);
+        return;
+    }
+    if (old && old->alive && !s_same_conn (old, from)) {
+        const char *why = NULL;
+        if (strcmp (old->user_id, from->user_id) != 0)
+            why = "it registered with another credential";
+        else if (!old->conn_closed)
+            why = "it is alive on another connection (a restarted node takes its place once "
+                  "that connection closes, or --node-ttl after its last heartbeat)";
+        if (why) {
+            self->impostors++;
+            kvp_warning ("refused a REGISTER of node %s from another connection: %s",
+                         info->node_id, why);
+            s_reply_fail (r, KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS,
+                          "node %s is registered already: %s", info->node_id, why);
+            return;
+        }
+    }
     int slot = node_table_slot (self->nodes, info->node_id);
     if (slot < 0) {
         s_reply_fail (r, KVPOOL_NO_AVAILABLE_HANDLE, "the master knows %d nodes: no more",
@@ -443,17 +523,26 @@ s_register (self_t *self, reply_t *r, const Kvpool__Cluster__V1__NodeRequest *re
     //  from (a new node: since this master started), only those writes' holders count.
     node->report_bar = node->seen_token;
     node->seen_token = self->next_token;
-    node->registration = ++self->next_token;
+    node->registration = s_random_registration (self);
+    node->conn_size = zframe_size (from->routing_id) <= sizeof node->conn
+                          ? zframe_size (from->routing_id)
+                          : sizeof node->conn;
+    memcpy (node->conn, zframe_data (from->routing_id), node->conn_size);
+    node->conn_fd = from->fd;
+    node->conn_closed = false;
+    snprintf (node->user_id, sizeof node->user_id, "%s", from->user_id);
+    node->reported_bytes = 0;
     r->reply.registration = node->registration;
     kvp_info ("node %s (host %s) registered: clients %s, data plane %s, %llu MiB", node->node_id,
               node->host_id, node->client_endpoint, node->peer_endpoint,
               (unsigned long long) (node->capacity >> 20));
 }
 
-//  Whether request is a change (placing, committing, aborting, removing) from a node that is
-//  not registered with this master as it was when it asked: one declared dead since (frozen,
-//  cut off), or registered again. Then the reply says so and nothing changes: what a node
-//  decided while it was away never lands.
+//  Whether request is a change (placing, committing, aborting, removing, reporting) that
+//  its sender may not make: it is not registered with this master as it was when it asked
+//  (declared dead since, frozen or cut off, or registered again), or it is not the process
+//  that registered (s_proven). Then the reply says so and nothing changes: what a node
+//  decided while it was away never lands, and nobody speaks for another node.
 static bool
 s_fenced (self_t *self, reply_t *r, const node_t *sender,
           const Kvpool__Cluster__V1__NodeRequest *request)
@@ -464,12 +553,13 @@ s_fenced (self_t *self, reply_t *r, const node_t *sender,
         case KVPOOL__CLUSTER__V1__KIND__ABORT:
         case KVPOOL__CLUSTER__V1__KIND__REMOVE:
         case KVPOOL__CLUSTER__V1__KIND__REMOVE_REGEX:
-        case KVPOOL__CLUSTER__V1__KIND__REMOVE_ALL: break;
+        case KVPOOL__CLUSTER__V1__KIND__REMOVE_ALL:
+        case KVPOOL__CLUSTER__V1__KIND__DROPPED: break;
         default: return false;
     }
-    if (sender && sender->alive && request->epoch == self->epoch && request->registration
-        && request->registration == sender->registration)
+    if (sender)
         return false;
+    (void) self;
     s_reply_fail (r, KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS,
                   "node %s is not registered with this master as it was when it asked "
                   "(declared dead, or registered again since): nothing changed",
@@ -477,26 +567,40 @@ s_fenced (self_t *self, reply_t *r, const node_t *sender,
     return true;
 }
 
-//  The slot of a registered, live sender whose epoch is this master's, or -1 after failing
-//  the reply (the node then registers again).
-static int
-s_member (self_t *self, reply_t *r, const Kvpool__Cluster__V1__NodeRequest *request)
+//  The node a request speaks for, if its sender proved to be the process that registered
+//  it: the registration number only that process was told, the credential it registered
+//  with, this master's epoch, and the node still alive. NULL otherwise.
+static node_t *
+s_proven (self_t *self, const Kvpool__Cluster__V1__NodeRequest *request, const origin_t *from)
 {
-    int slot = node_table_find (self->nodes, request->node->node_id);
-    node_t *node = node_table_get (self->nodes, slot);
-    if (!node || !node->alive || request->epoch != self->epoch) {
+    node_t *node =
+        node_table_get (self->nodes, node_table_find (self->nodes, request->node->node_id));
+    if (!node || !node->alive || request->epoch != self->epoch || !request->registration
+        || request->registration != node->registration
+        || strcmp (node->user_id, from->user_id) != 0)
+        return NULL;
+    return node;
+}
+
+//  The slot of the proven sender (s_proven), or -1 after failing the reply "unknown node":
+//  the node then registers again and reports what it holds.
+static int
+s_member (self_t *self, reply_t *r, const Kvpool__Cluster__V1__NodeRequest *request,
+          const node_t *sender)
+{
+    if (!sender) {
         s_reply_fail (r, KVPOOL_INVALID_PARAMS, "unknown node %s: register",
                       request->node->node_id);
         return -1;
     }
-    return slot;
+    return node_table_find (self->nodes, sender->node_id);
 }
 
 static void
 s_inventory (self_t *self, reply_t *r, arena_t *arena,
-             const Kvpool__Cluster__V1__NodeRequest *request)
+             const Kvpool__Cluster__V1__NodeRequest *request, const node_t *sender)
 {
-    int slot = s_member (self, r, request);
+    int slot = s_member (self, r, request, sender);
     if (slot < 0)
         return;
     if (request->n_sizes != request->n_keys) {
@@ -521,13 +625,21 @@ s_inventory (self_t *self, reply_t *r, arena_t *arena,
         bool stale = entry ? !directory_holds (entry, (uint16_t) slot)
                                  && (entry->state == DIR_PENDING || entry->token > node->report_bar)
                            : removed > node->report_bar || self->tombstone_floor > node->report_bar;
-        if (stale) {
+        //  A node holds at most its memory and its disk: a report past that is a lie (or a
+        //  bug), and the copies past it are refused, so that no node can fill the directory
+        //  with keys it never stored.
+        bool beyond = node->reported_bytes + request->sizes[i]
+                      > node->capacity + node->disk_capacity;
+        if (stale || beyond) {
             //  Written (or being written), or removed, since the node was last heard from:
             //  its copy is older than what the directory says, and must never be served.
             //  The node drops it.
+            if (beyond && !stale)
+                self->impostors++;
             r->reply.keys[r->reply.n_keys++] = request->keys[i];
             continue;
         }
+        node->reported_bytes += request->sizes[i];
         uint8_t before = entry && entry->state == DIR_COMMITTED ? entry->holder_count : 0;
         entry = directory_add_holder (self->directory, key, request->keys[i].len, request->sizes[i],
                                       (uint16_t) slot);
@@ -648,9 +760,10 @@ static void
 s_commit (self_t *self, reply_t *r, arena_t *arena, const Kvpool__Cluster__V1__NodeRequest *request)
 {
     size_t n = request->n_keys;
-    if (request->n_holders != n) {
-        s_reply_fail (r, KVPOOL_INVALID_PARAMS, "%zu keys, %zu holder lists", n,
-                      request->n_holders);
+    if (request->n_holders != n || request->n_tokens != n) {
+        s_reply_fail (r, KVPOOL_INVALID_PARAMS,
+                      "%zu keys, %zu holder lists, %zu tokens: a commit names one of each per key",
+                      n, request->n_holders, request->n_tokens);
         return;
     }
     if (s_reply_keys (r, n, false, false) != 0) {
@@ -666,7 +779,7 @@ s_commit (self_t *self, reply_t *r, arena_t *arena, const Kvpool__Cluster__V1__N
             *status = KVPOOL_INVALID_WRITE;
             continue;
         }
-        if (request->n_tokens == n && entry->token != request->tokens[i]) {
+        if (entry->token != request->tokens[i]) {
             //  Not the write the master placed last: its reservation expired (the writer was
             //  stalled, or away) and another write came, or another upsert committed first.
             //  What this one wrote must never stand in for the newer value.
@@ -814,11 +927,10 @@ s_remove_regex (self_t *self, reply_t *r, arena_t *arena,
 }
 
 static void
-s_dropped (self_t *self, arena_t *arena, const Kvpool__Cluster__V1__NodeRequest *request)
+s_dropped (self_t *self, arena_t *arena, const Kvpool__Cluster__V1__NodeRequest *request,
+           const node_t *sender)
 {
-    int slot = node_table_find (self->nodes, request->node->node_id);
-    if (slot < 0)
-        return;
+    int slot = node_table_find (self->nodes, sender->node_id);
     for (size_t i = 0; i < request->n_keys; i++) {
         char *key = s_key (self, arena, &request->keys[i]);
         dir_entry_t *entry = key ? directory_find (self->directory, key) : NULL;
@@ -838,22 +950,75 @@ s_nodes (self_t *self, reply_t *r)
     r->reply.count = directory_committed (self->directory);
 }
 
+//  Receives one message: [routing id, request]. Returns the request frame with where it
+//  came from, or NULL (anything else is dropped and counted).
+static zframe_t *
+s_receive (self_t *self, origin_t *from)
+{
+    void *router = zsock_resolve (self->router);
+    zmq_msg_t part;
+    zframe_t *frames[2] = {NULL, NULL};
+    size_t count = 0;
+    bool more = true;
+    from->fd = -1;
+    from->user_id[0] = 0;
+    while (more) {
+        zmq_msg_init (&part);
+        if (zmq_msg_recv (&part, router, 0) == -1) {
+            zmq_msg_close (&part);
+            break;
+        }
+        more = zmq_msg_more (&part);
+        if (count == 0)
+            from->fd = zmq_msg_get (&part, ZMQ_SRCFD);
+        if (count == 1) {
+            const char *user = zmq_msg_gets (&part, "User-Id");
+            snprintf (from->user_id, sizeof from->user_id, "%s", user ? user : "");
+        }
+        if (count < 2)
+            frames[count] = zframe_new (zmq_msg_data (&part), zmq_msg_size (&part));
+        count++;
+        zmq_msg_close (&part);
+    }
+    if (count != 2) {
+        self->dropped++;
+        zframe_destroy (&frames[0]);
+        zframe_destroy (&frames[1]);
+        return NULL;
+    }
+    from->routing_id = frames[0];
+    return frames[1];
+}
+
+//  A connection closed: a node registered on it may be taken over by its restart.
+static void
+s_monitor_event (self_t *self)
+{
+    zmsg_t *event = zmsg_recv (self->monitor);
+    zframe_t *head = event ? zmsg_first (event) : NULL;
+    if (head && zframe_size (head) == 6) {
+        uint16_t kind;
+        uint32_t fd;
+        memcpy (&kind, zframe_data (head), 2);
+        memcpy (&fd, zframe_data (head) + 2, 4);
+        if (kind == ZMQ_EVENT_DISCONNECTED)
+            for (size_t slot = 0; slot < node_table_size (self->nodes); slot++) {
+                node_t *node = node_table_get (self->nodes, (int) slot);
+                if (node->conn_fd == (int) fd)
+                    node->conn_closed = true;
+            }
+    }
+    zmsg_destroy (&event);
+}
+
 static void
 s_request (self_t *self)
 {
-    zmsg_t *msg = zmsg_recv (self->router);
-    if (!msg)
+    origin_t from;
+    zframe_t *body = s_receive (self, &from);
+    if (!body)
         return;
-    zframe_t *routing_id = zmsg_pop (msg);
-    zframe_t *body = zmsg_pop (msg);
-    if (!routing_id || !body || zmsg_size (msg)) {
-        self->dropped++;
-        zframe_destroy (&routing_id);
-        zframe_destroy (&body);
-        zmsg_destroy (&msg);
-        return;
-    }
-    zmsg_destroy (&msg);
+    zframe_t *routing_id = from.routing_id;
     arena_t arena;
     arena_init (&arena, zframe_size (body) * 2);
     Kvpool__Cluster__V1__NodeRequest *request = kvpool__cluster__v1__node_request__unpack (
@@ -870,28 +1035,28 @@ s_request (self_t *self)
     else if (!request->node || !request->node->node_id || !*request->node->node_id)
         s_reply_fail (&r, KVPOOL_INVALID_PARAMS, "the request names no node");
     else {
-        //  Any message is a sign of life from a node the master counts as alive.
-        node_t *sender =
-            node_table_get (self->nodes, node_table_find (self->nodes, request->node->node_id));
-        if (sender && sender->alive) {
+        //  A message from the process that registered the node is a sign of life; nobody
+        //  else's is (s_proven).
+        node_t *sender = s_proven (self, request, &from);
+        if (sender) {
             sender->last_heard = zclock_mono ();
-            //  (A REGISTER may come from a new process under the old name: s_register.)
-            if (request->kind != KVPOOL__CLUSTER__V1__KIND__REGISTER)
-                sender->seen_token = self->next_token;
+            sender->seen_token = self->next_token;
         }
         //  (A change from a node away since it asked is refused: s_fenced.)
         if (!s_fenced (self, &r, sender, request))
             switch (request->kind) {
-                case KVPOOL__CLUSTER__V1__KIND__REGISTER: s_register (self, &r, request); break;
+                case KVPOOL__CLUSTER__V1__KIND__REGISTER:
+                    s_register (self, &r, request, &from);
+                    break;
                 case KVPOOL__CLUSTER__V1__KIND__HEARTBEAT:
-                    if (s_member (self, &r, request) >= 0) {
+                    if (s_member (self, &r, request, sender) >= 0) {
                         sender->free = request->node->free;
                         sender->capacity = request->node->capacity;
                         sender->placed = 0;
                     }
                     break;
                 case KVPOOL__CLUSTER__V1__KIND__INVENTORY:
-                    s_inventory (self, &r, &arena, request);
+                    s_inventory (self, &r, &arena, request, sender);
                     break;
                 case KVPOOL__CLUSTER__V1__KIND__PLACE: s_place (self, &r, &arena, request); break;
                 case KVPOOL__CLUSTER__V1__KIND__COMMIT: s_commit (self, &r, &arena, request); break;
@@ -912,7 +1077,9 @@ s_request (self_t *self)
                 case KVPOOL__CLUSTER__V1__KIND__REMOVE_REGEX:
                     s_remove_regex (self, &r, &arena, request);
                     break;
-                case KVPOOL__CLUSTER__V1__KIND__DROPPED: s_dropped (self, &arena, request); break;
+                case KVPOOL__CLUSTER__V1__KIND__DROPPED:
+                    s_dropped (self, &arena, request, sender);
+                    break;
                 case KVPOOL__CLUSTER__V1__KIND__NODES: s_nodes (self, &r); break;
                 default:
                     s_reply_fail (&r, KVPOOL_UNKNOWN_OPERATION, "unknown kind %d", request->kind);
@@ -992,7 +1159,7 @@ master_actor (zsock_t *pipe, void *args)
 {
     pthread_setname_np (pthread_self (), "kvp-master");
     self_t *self = s_self_new (pipe, (const kvp_config_t *) args);
-    zpoller_t *poller = zpoller_new (pipe, self->router, NULL);
+    zpoller_t *poller = zpoller_new (pipe, self->router, self->monitor, NULL);
     zsock_signal (pipe, 0);
     while (!self->terminated) {
         int64_t wait = self->next_tick - zclock_mono ();
@@ -1004,6 +1171,8 @@ master_actor (zsock_t *pipe, void *args)
             for (int i = 0; i < 1000 && (zsock_events (self->router) & ZMQ_POLLIN); i++)
                 s_request (self);
         }
+        else if (which == self->monitor)
+            s_monitor_event (self);
         else if (zpoller_terminated (poller))
             break;
         if (zclock_mono () >= self->next_tick)
@@ -1077,6 +1246,8 @@ master_test (bool verbose)
     assert (reply->status == 0 && reply->n_statuses == 2 && reply->statuses[0] == 0);
     assert (reply->n_holders == 2 && reply->holders[0]->n_nodes == 1 && reply->n_nodes == 1);
     assert (streq (reply->nodes[0]->peer_endpoint, "tcp://127.0.0.1:2"));
+    assert (reply->n_tokens == 2);
+    uint64_t tokens[2] = {reply->tokens[0], reply->tokens[1]};
     kvpool__cluster__v1__master_reply__free_unpacked (reply, NULL);
     reply = s_call (dealer, &request); //  a second PLACE of the same keys is refused
     assert (reply->statuses[0] == KVPOOL_OBJECT_ALREADY_EXISTS);
@@ -1097,10 +1268,44 @@ master_test (bool verbose)
     request.n_holders = 2;
     request.nodes = ids;
     request.n_nodes = 1;
+    //  A commit without the tokens PLACE gave is refused: it could move any key.
+    reply = s_call (dealer, &request);
+    assert (reply->status == KVPOOL_INVALID_PARAMS);
+    kvpool__cluster__v1__master_reply__free_unpacked (reply, NULL);
+    request.tokens = tokens;
+    request.n_tokens = 2;
     reply = s_call (dealer, &request);
     assert (reply->status == 0 && reply->statuses[0] == 0 && reply->statuses[1] == 0);
     kvpool__cluster__v1__master_reply__free_unpacked (reply, NULL);
-    request.n_holders = request.n_nodes = 0;
+    request.n_holders = request.n_nodes = request.n_tokens = 0;
+
+    //  Another connection cannot take a live node's name, nor speak for it without its
+    //  registration: its REGISTER is refused, its heartbeat is "unknown node", its changes
+    //  are refused, and the node keeps its keys.
+    zsock_t *impostor = zsock_new_dealer ("inproc://master-test");
+    zsock_set_rcvtimeo (impostor, 2000);
+    Kvpool__Cluster__V1__NodeRequest fake = KVPOOL__CLUSTER__V1__NODE_REQUEST__INIT;
+    fake.version = 1;
+    fake.node = &node;
+    fake.epoch = epoch;
+    fake.kind = KVPOOL__CLUSTER__V1__KIND__REGISTER;
+    reply = s_call (impostor, &fake);
+    assert (reply->status == KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS && reply->registration == 0);
+    kvpool__cluster__v1__master_reply__free_unpacked (reply, NULL);
+    fake.kind = KVPOOL__CLUSTER__V1__KIND__HEARTBEAT;
+    fake.registration = request.registration + 1;
+    reply = s_call (impostor, &fake);
+    assert (reply->status == KVPOOL_INVALID_PARAMS);
+    kvpool__cluster__v1__master_reply__free_unpacked (reply, NULL);
+    fake.kind = KVPOOL__CLUSTER__V1__KIND__REMOVE_ALL;
+    reply = s_call (impostor, &fake);
+    assert (reply->status == KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS);
+    kvpool__cluster__v1__master_reply__free_unpacked (reply, NULL);
+    fake.kind = KVPOOL__CLUSTER__V1__KIND__INVENTORY;
+    reply = s_call (impostor, &fake);
+    assert (reply->status == KVPOOL_INVALID_PARAMS);
+    kvpool__cluster__v1__master_reply__free_unpacked (reply, NULL);
+    zsock_destroy (&impostor);
     request.kind = KVPOOL__CLUSTER__V1__KIND__LOCATE;
     reply = s_call (dealer, &request);
     assert (reply->statuses[0] == 0 && reply->sizes[1] == 20 && reply->holders[1]->n_nodes == 1);
@@ -1143,6 +1348,22 @@ master_test (bool verbose)
     reply = s_call (dealer, &request);
     assert (reply->status == 0 && reply->count == 2);
     kvpool__cluster__v1__master_reply__free_unpacked (reply, NULL);
+    //  A node reports no more than it has room for (1 MiB here): the rest is refused.
+    ProtobufCBinaryData many[3] = {{1, (uint8_t *) "x"}, {1, (uint8_t *) "y"},
+                                   {1, (uint8_t *) "z"}};
+    uint64_t big[3] = {600 << 10, 600 << 10, 1};
+    request.keys = many;
+    request.n_keys = 3;
+    request.sizes = big;
+    request.n_sizes = 3;
+    reply = s_call (dealer, &request);
+    assert (reply->status == 0 && reply->count == 2 && reply->n_keys == 1);
+    assert (reply->keys[0].len == 1 && reply->keys[0].data[0] == 'y');
+    kvpool__cluster__v1__master_reply__free_unpacked (reply, NULL);
+    request.keys = keys;
+    request.n_keys = 2;
+    request.sizes = sizes;
+    request.n_sizes = 2;
     request.kind = KVPOOL__CLUSTER__V1__KIND__REMOVE;
     request.n_sizes = 0;
     reply = s_call (dealer, &request);

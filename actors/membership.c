@@ -31,6 +31,7 @@ typedef struct {
     const kvp_config_t *config;
     state_t state;
     uint64_t epoch;
+    uint64_t registration; //  the master's number for this registration (secret)
     uint64_t capacity, free;
     bool stats_out, inventory_out;
     size_t drops_out; //  removes of refused copies at the replica-manager
@@ -60,6 +61,9 @@ s_send (self_t *self, Kvpool__Cluster__V1__NodeRequest *request)
     request->request_id = ++self->next_id;
     request->node = &node;
     request->epoch = self->epoch;
+    //  The master's secret for this registration: only with it does a heartbeat or a report
+    //  count as this node's.
+    request->registration = self->registration;
     size_t size = kvpool__cluster__v1__node_request__get_packed_size (request);
     zmq_msg_t msg;
     zmq_msg_init_size (&msg, size);
@@ -213,6 +217,7 @@ s_master_reply (self_t *self)
         if (reply->request_id == self->register_id && reply->status == KVPOOL_OK
             && self->state == UNREGISTERED) {
             self->epoch = reply->epoch;
+            self->registration = reply->registration;
             if (self->args->registration) {
                 atomic_store (&self->args->registration->epoch, reply->epoch);
                 atomic_store (&self->args->registration->number, reply->registration);
@@ -284,7 +289,7 @@ membership_actor (zsock_t *pipe, void *args)
                                  0); //  no back-off: a returning master is found at once
     zsock_set_heartbeat_ivl (self->master, 1000);
     zsock_set_heartbeat_timeout (self->master, 3000);
-    kvp_curve_client (self->config->curve, self->master,
+    kvp_curve_cluster_client (self->config->curve, self->master,
                       kvp_curve_master_key (self->config->curve));
     zsock_connect (self->master, "%s", self->config->master);
     zsock_connect (self->rm, "inproc://%s-rm", self->config->instance);

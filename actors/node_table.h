@@ -41,7 +41,17 @@ typedef struct {
     //  its last REGISTER, that value from before: a value committed with a later token came
     //  while the node was away, so a copy it reports of that key is stale (master.c).
     uint64_t seen_token, report_bar;
-    uint64_t registration; //  its current registration's number (master.c: fencing)
+    //  Its current registration (master.c): a random number only the registered process
+    //  learns, sent back with every request, the connection it registered on (routing id
+    //  and descriptor; closed: the connection is gone) and the credential it proved there.
+    uint64_t registration;
+    uint8_t conn[32];
+    size_t conn_size;
+    int conn_fd;
+    bool conn_closed;
+    char user_id[248];
+    uint64_t disk_capacity;  //  bytes of its disk tier
+    uint64_t reported_bytes; //  of the copies it reported (INVENTORY) since it registered
     bool alive;
     uint64_t objects; //  directory entries it holds
 } node_t;

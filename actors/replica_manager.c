@@ -567,7 +567,7 @@ s_reservation_revoke (self_t *self, kvp_object_t *object, kvp_job_t **free_job_p
 {
     assert (object->state == OBJECT_PENDING && !object->busy);
     self->revoked++;
-    if (object->owner == 0 || !object->bound) {
+    if (object->owner == 0 || (object->owner & KVP_OWNER_NODE) || !object->bound) {
         //  Nobody outside the node can be writing into it.
         rm_object_drop (self, object, free_job_p, now);
         return;
@@ -662,6 +662,7 @@ s_reserve (self_t *self, kvp_job_t *job, int64_t now)
         object->state = OBJECT_PENDING;
         object->busy = true;
         object->owner = job->owner_id;
+        object->cluster_token = item->cluster_token;
         object->put_deadline = now + (int64_t) self->config->put_timeout_ms;
         self->pending++;
         item->object_id = object->id;
@@ -840,6 +841,17 @@ s_commit (self_t *self, kvp_job_t *job, int64_t now)
                       "their replies");
             continue;
         }
+        if ((object->owner & KVP_OWNER_NODE) && object->written < object->size) {
+            //  Another node's reservation holds only what its PUT_PARTs wrote: the rest is
+            //  whatever the space held before, never to be served as a value.
+            item->status = KVPOOL_INVALID_WRITE;
+            snprintf (job->error, sizeof job->error,
+                      "PUT_END of a reservation of which %llu of %llu bytes were written "
+                      "(PUT_PART): nothing stored",
+                      (unsigned long long) object->written, (unsigned long long) object->size);
+            continue;
+        }
+        item->cluster_token = object->cluster_token;
         self->pending--;
         s_object_complete (self, object, now);
     }
@@ -942,6 +954,8 @@ s_part (self_t *self, kvp_job_t *job, int64_t now)
         }
         atomic_fetch_add_explicit (&object->pins[object->pin_epoch], 1, memory_order_relaxed);
         item->object = rm_pin_handle (object, object->pin_epoch);
+        //  (Stripes never overlap: parts that add up to the size wrote every byte.)
+        object->written += item->size;
         uint64_t size = item->size;
         s_fill_replicas (item, object, false);
         item->size = size;

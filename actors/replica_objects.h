@@ -61,6 +61,8 @@ struct _kvp_object_t {
     uint32_t next_replica; //  round robin over replicas for reads
     int64_t index_slot;    //  where it is published in the same-machine index, or -1
     uint64_t owner;        //  a reservation's writer (owners.h id; 0: the node)
+    uint64_t written;      //  a reservation's bytes written by PUT_PART (another node's)
+    uint64_t cluster_token; //  a cluster PUT_START's token from the master (kvp_job.h)
     //  Eviction (see EVICTION below).
     lru_link_t in_memory;    //  in self->memory while it has memory replicas
     lru_link_t on_disk;      //  in self->disk while it has a disk copy

@@ -37,6 +37,7 @@
 #include "bench/bench.h"
 #include "protocol/cluster.pb-c.h"
 
+#include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
@@ -106,6 +107,7 @@ typedef struct {
     size_t nodes;            //  fake nodes registered
     Kvpool__Cluster__V1__Node node;
     char node_id[32], host_id[32], client_endpoint[64], peer_endpoint[64];
+    char key_file[64]; //  the cluster key the master and the fake nodes share
 
     char (*names)[KEY_LEN + 1];
     ProtobufCBinaryData *wire;
@@ -372,6 +374,8 @@ s_check (master_t *self, const flight_t *flight, reply_t *reply, flight_t *commi
     request.n_holders = n;
     request.nodes = ids;
     request.n_nodes = reply->n_nodes;
+    request.tokens = reply->tokens; //  the master commits only the writes it placed
+    request.n_tokens = reply->n_tokens;
     commit_p->kind = request.kind;
     commit_p->first = flight->first;
     commit_p->count = n;
@@ -472,14 +476,45 @@ s_single_locate (master_t *self)
 
 //  ---- the section -------------------------------------------------------------------
 
+//  Writes a fresh cluster key (64 hex digits) to self->key_file, mode 0600, and into key.
+static int
+s_cluster_key (master_t *self, char key[65])
+{
+    uint8_t random[32];
+    FILE *urandom = fopen ("/dev/urandom", "r");
+    size_t got = urandom ? fread (random, 1, sizeof random, urandom) : 0;
+    if (urandom)
+        fclose (urandom);
+    for (size_t i = 0; i < sizeof random; i++)
+        snprintf (key + 2 * i, 3, "%02x", random[i]);
+    snprintf (self->key_file, sizeof self->key_file, "/tmp/kvpool-bench-key-%d",
+              (int) getpid ());
+    unlink (self->key_file);
+    int fd = open (self->key_file, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0600);
+    if (got != sizeof random || fd < 0 || write (fd, key, 64) != 64) {
+        if (fd >= 0)
+            close (fd);
+        s_fail (self, "cannot write a cluster key to %s", self->key_file);
+        return -1;
+    }
+    close (fd);
+    return 0;
+}
+
 //  Starts a master with placement (NULL: the default, random) and connects to it; no node
 //  is registered yet.
 static int
 s_start (master_t *self, const char *name, const char *placement)
 {
-    const char *args[] = {"--role",     "master", "--master",    "tcp://127.0.0.1:*",
-                          "--node-ttl", "600000", "--placement", placement ? placement : "random",
-                          NULL};
+    //  The fake nodes prove a cluster key of the bench's own (a file only this user reads),
+    //  as real nodes do (PLAIN; actors/curve.h).
+    char key[65];
+    if (s_cluster_key (self, key) != 0)
+        return -1;
+    const char *args[] = {"--role",        "master",          "--master",
+                          "tcp://127.0.0.1:*", "--node-ttl",  "600000",
+                          "--placement",   placement ? placement : "random",
+                          "--cluster-key", self->key_file,    NULL};
     self->placement = placement ? placement : "random";
     self->nodes = self->objects = 0;
     self->epoch = 0;
@@ -495,6 +530,8 @@ s_start (master_t *self, const char *name, const char *placement)
         || zmq_setsockopt (self->dealer, ZMQ_LINGER, &linger, sizeof linger)
         || zmq_setsockopt (self->dealer, ZMQ_SNDHWM, &unlimited, sizeof unlimited)
         || zmq_setsockopt (self->dealer, ZMQ_RCVHWM, &unlimited, sizeof unlimited)
+        || zmq_setsockopt (self->dealer, ZMQ_PLAIN_USERNAME, "kvpool-node", 11)
+        || zmq_setsockopt (self->dealer, ZMQ_PLAIN_PASSWORD, key, strlen (key))
         || zmq_connect (self->dealer, self->master.endpoint)) {
         s_fail (self, "DEALER to %s: %s", self->master.endpoint, zmq_strerror (zmq_errno ()));
         return -1;
@@ -709,6 +746,8 @@ bench_master_run (const char *kvpoold_path, bool quick)
     free (self->wire);
     free (self->sizes);
     free (self->registrations);
+    if (*self->key_file)
+        unlink (self->key_file);
     int rc = self->errors ? -1 : 0;
     free (self);
     return rc;

@@ -139,7 +139,7 @@ s_link (data_plane_t *plane, worker_t *worker, const data_plane_xfer_t *xfer)
         zsock_set_sndhwm (sock, 0);
         zsock_set_rcvhwm (sock, 0);
         zsock_set_reconnect_ivl (sock, 100);
-        kvp_curve_client (plane->curve, sock, xfer->curve_key);
+        kvp_curve_cluster_client (plane->curve, sock, xfer->curve_key);
         if (zsock_connect (sock, "%s", xfer->endpoint) != 0) {
             zsock_destroy (&sock);
             return NULL;

@@ -16,6 +16,12 @@
 #ifndef KVP_JOB_H_INCLUDED
 #define KVP_JOB_H_INCLUDED
 
+//  owner_id of another node's request on the data plane: this bit, and a hash of the
+//  credential its connection proved (api.c). Nobody outside the node writes into such a
+//  reservation (the node copies each PUT_PART in itself), so its space is freed at once when
+//  it is revoked.
+#define KVP_OWNER_NODE (1ULL << 63)
+
 #include <czmq.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -160,6 +166,10 @@ typedef struct {
                           //  kvp_object_unpin, when the send completes)
     uint64_t offset;      //  a ranged GET (job->ranged): the first byte wanted ...
     uint64_t length;      //  ... and at most this many bytes from there
+    //  A cluster's PUT_START: the master's token for the key's placement (CL_PLACE), kept
+    //  on the reservation and given back at its PUT_END (CL_COMMIT: master.c commits only
+    //  the write it placed last).
+    uint64_t cluster_token;
     uint64_t object_id;   //  the pending object KVP_RM_RESERVE made for the key (PUT_START;
                           //  0: none), which KVP_RM_BIND then finds
     uint32_t replica_count;
@@ -263,8 +273,9 @@ typedef struct {
     const char *owner; //  MOUNT: the segment's owner; UNMOUNT: who asks (NULL: the node);
                        //  OWNER_SEGMENTS: whose segments
     bool orphan;       //  UNMOUNT: the owner is gone, so nobody else will unlink the name
-    //  who made the request: a same-machine client process (owners.h), 0 for the node and
-    //  its in-process clients. Reservations and read pins belong to it.
+    //  who made the request: a same-machine client process (owners.h), another node on the
+    //  data plane (KVP_OWNER_NODE: by its proven credential), 0 for the node and its
+    //  in-process clients. Reservations and read pins belong to it.
     uint64_t owner_id;
     //  A PUT by address (Request.vm_addrs): the process whose memory the values are read
     //  from (the kernel's word for the peer), else 0. Its items carry vm_addr, not src.

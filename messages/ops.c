@@ -75,11 +75,11 @@ static const kvp_op_t s_ops[] = {
     //  A part of a reserved value: the reservation is found and pinned (a revoke meanwhile
     //  frees the space only after the copy), then the bytes are copied in.
     {OP (PUT_PART),
-     OP_KEYS | OP_VALUES | OP_RANGES | OP_LOCAL | OP_PEER,
+     OP_KEYS | OP_VALUES | OP_RANGES | OP_LOCAL | OP_PEER | OP_NODES,
      0,
      {STAGE (RM_PART), STAGE_IF (TX_WRITE, ANY_OK)}},
     //  Made by the transfer-submitter, which owns this node's RDMA device and connections.
-    {OP (RDMA_CONNECT), OP_LOCAL | OP_PEER, REPLY_RDMA, {STAGE (TX_RDMA_CONNECT)}},
+    {OP (RDMA_CONNECT), OP_LOCAL | OP_PEER | OP_NODES, REPLY_RDMA, {STAGE (TX_RDMA_CONNECT)}},
     //  Leading whole blocks: the count is made from the items' statuses at the reply
     //  (kvp_job_prefix_count), so that the cluster's row can add what other nodes hold.
     {OP (PREFIX_MATCH), OP_KEYS, REPLY_COUNT, {STAGE (RM_PREFIX)}},
@@ -156,17 +156,17 @@ static const kvp_op_t s_cluster_ops[] = {
 //  (UPSERT, PUT_PART) by the transfer-submitter, before the answer.
 static const kvp_op_t s_rdma_ops[] = {
     {OP (GET),
-     OP_KEYS | OP_RANGES | OP_LOCAL | OP_PEER | OP_RDMA,
+     OP_KEYS | OP_RANGES | OP_LOCAL | OP_PEER | OP_RDMA | OP_NODES,
      REPLY_SIZES,
      {STAGE (RM_GET), STAGE_IF (TX_DISK_READ, ANY_ON_DISK), STAGE_IF (TX_RDMA_PUSH, ANY_OK)}},
     {OP (UPSERT),
-     OP_KEYS | OP_SIZES | OP_WRITE | OP_LOCAL | OP_PEER | OP_RDMA,
+     OP_KEYS | OP_SIZES | OP_WRITE | OP_LOCAL | OP_PEER | OP_RDMA | OP_NODES,
      0,
      {STAGE_IF (AL_ALLOC, ANY_OK), STAGE_IF (EV_MAKE_ROOM, ANY_NO_ROOM),
       STAGE_IF (AL_RETRY, ANY_NO_ROOM), STAGE_IF (TX_RDMA_PULL, ANY_OK),
       STAGE (RM_UPSERT)}}, //  always: it frees the space of values whose pull failed
     {OP (PUT_PART),
-     OP_KEYS | OP_RANGES | OP_LOCAL | OP_PEER | OP_RDMA,
+     OP_KEYS | OP_RANGES | OP_LOCAL | OP_PEER | OP_RDMA | OP_NODES,
      0,
      {STAGE (RM_PART), STAGE_IF (TX_RDMA_PULL, ANY_OK)}},
 };

@@ -32,10 +32,12 @@ typedef enum {
     OP_NEW = 1 << 9,     //  creates keys: one the read index shows is refused at once
     OP_RANGES = 1 << 10, //  may carry offsets / lengths (a byte range of each value)
     OP_PEER = 1 << 11,   //  OP_LOCAL, but open to other nodes on a cluster node's data plane
-                         //  too (their reservations belong to the node: owner 0)
+                         //  too (a reservation belongs to the node that made it: api.c)
     OP_RDMA = 1 << 12,   //  values move by RDMA, not in frames (Request.rdma_conn): each
                          //  key's rdma_addrs / rdma_keys (/ rdma_lengths); a PUT_PART's size
                          //  is its length
+    OP_NODES = 1 << 13,  //  only other nodes, on the data plane: refused to every client,
+                         //  same-machine ones too (PUT_PART, RDMA_CONNECT, values by RDMA)
 } kvp_op_flag_t;
 
 //  Which fields of the Reply it fills (every reply has status, error and one status a key).

@@ -147,15 +147,27 @@ main (int argc, char **argv)
     pthread_setname_np (pthread_self (), "kvpoold");
     //  CURVE before any socket binds: the ZAP handler must answer the first handshake.
     kvp_config_say_security (&config);
-    if (config.curve_secret) {
-        char why[512];
-        config.curve = kvp_curve_new (config.curve_secret, config.curve_allow,
-                                      config.role == KVP_ROLE_NODE ? config.curve_master : NULL,
-                                      why, sizeof why);
+    //  A cluster's master and data planes admit only its own nodes (curve.h): with CURVE
+    //  the certificates of --curve-nodes, without it the cluster key.
+    kvp_trust_args_t trust = {.secret_file = config.curve_secret,
+                              .allow_dir = config.curve_allow,
+                              .nodes_dir = config.curve_nodes,
+                              .master_file =
+                                  config.role == KVP_ROLE_NODE ? config.curve_master : NULL,
+                              .cluster_key_file = config.cluster_key,
+                              .cluster = config.role != KVP_ROLE_ALL};
+    if (trust.secret_file || trust.cluster) {
+        char why[600];
+        config.curve = kvp_curve_new (&trust, why, sizeof why);
         if (!config.curve) {
             fprintf (stderr, "kvpoold: %s\n", why);
             return 2;
         }
+        if (kvp_curve_cluster_key_file (config.curve))
+            kvp_info ("nodes prove the cluster key %s (PLAIN, loopback or --insecure only)",
+                      kvp_curve_cluster_key_file (config.curve));
+        else if (trust.cluster)
+            kvp_info ("nodes and the master are admitted from %s (CURVE)", config.curve_nodes);
     }
     //  Every client connection is a descriptor: take all the kernel allows (the api refuses
     //  connections short of it, --max-connections, rather than spin at it).
@@ -245,6 +257,8 @@ main (int argc, char **argv)
         else
             snprintf (node_id, sizeof node_id, "%s:%s", host_id,
                       *client_endpoint ? strrchr (client_endpoint, ':') + 1 : config.instance);
+        //  With the cluster key, the node says who it is as it proves it (curve.h).
+        kvp_curve_set_node (config.curve, node_id);
         static cluster_registration_t registration;
         cluster_args = (cluster_args_t){&config,       node_id,         host_id,
                                         peer_endpoint, client_endpoint, &registration};

@@ -8,6 +8,7 @@ lists) use it beside the kvpool package.
     reply, frames = raw.call(pb.STATS)
 """
 
+import os
 import time
 
 import zmq
@@ -17,15 +18,32 @@ from kvpool_test_pb import pb  # noqa: E402 (the generated protocol module)
 OK = 0
 
 
+def default_cluster_key():
+    """The cluster key kvpoold uses by default (~/.config/kvpool/cluster.key of this user)."""
+    import pwd
+    home = os.environ.get("HOME") or pwd.getpwuid(os.geteuid()).pw_dir
+    with open(os.path.join(home, ".config", "kvpool", "cluster.key"), "rb") as f:
+        return f.read().strip()
+
+
 class Raw:
     """One DEALER socket speaking kvpool.v1 with raw frames."""
 
-    def __init__(self, endpoint, context=None, timeout_ms=10000, curve=None):
-        """curve: (public, secret, server key), Z85 bytes, for a node that runs CURVE."""
+    def __init__(self, endpoint, context=None, timeout_ms=10000, curve=None, cluster_key=None,
+                 node="kvpool-node"):
+        """curve: (public, secret, server key), Z85 bytes, for a node that runs CURVE.
+        cluster_key: the cluster key (bytes; True: the default file's), proved with PLAIN as
+        the cluster's own nodes do on the data plane and at the master (node: the user name
+        said with it)."""
         self.sock = (context or zmq.Context.instance()).socket(zmq.DEALER)
         self.sock.linger = 0
         if curve:
             self.sock.curve_publickey, self.sock.curve_secretkey, self.sock.curve_serverkey = curve
+        if cluster_key is not None:
+            if cluster_key is True:
+                cluster_key = default_cluster_key()
+            self.sock.plain_username = node.encode()
+            self.sock.plain_password = cluster_key
         self.sock.connect(endpoint)
         self.timeout_ms = timeout_ms
         self.next_id = 1

@@ -164,7 +164,7 @@ def test_an_orphan_copy_never_stands_in_for_a_put(cluster):
     # must replace it, never commit the orphan's bytes.
     import re
     plane = re.search(r"data plane (tcp://\S+)", cluster.nodes[1].log_text()).group(1)
-    assert Raw(plane).put("orphan", b"stale bytes") == OK
+    assert Raw(plane, cluster_key=True).put("orphan", b"stale bytes") == OK
     reply, _ = cluster.raw(0).call(pb.NODES)
     b_id = next(n.node_id for n in reply.nodes if n.host_id == "hB")
     assert cluster.raw(0).put("orphan", b"the value",
@@ -204,7 +204,8 @@ def test_large_values_move_in_stripes_both_ways(cluster):
 
 def test_put_part_is_for_the_data_plane_and_checks_its_reservation(cluster):
     import re
-    plane = Raw(re.search(r"data plane (tcp://\S+)", cluster.nodes[1].log_text()).group(1))
+    plane = Raw(re.search(r"data plane (tcp://\S+)", cluster.nodes[1].log_text()).group(1),
+                cluster_key=True)
     # No reservation: refused, nothing written.
     reply, _ = plane.call(pb.PUT_PART, ["p"], [b"abc"], offsets=[0], lengths=[3])
     assert reply.statuses[0] == INVALID_WRITE
@@ -285,7 +286,8 @@ def test_values_move_by_rdma_on_the_loop_device():
         # Replaced on B's data plane behind the master's back, larger than the master says:
         # the room A offers is too small, so that one value comes over tcp, whole.
         import re
-        plane = Raw(re.search(r"data plane (tcp://\S+)", c.nodes[1].log_text()).group(1))
+        plane = Raw(re.search(r"data plane (tcp://\S+)", c.nodes[1].log_text()).group(1),
+                    cluster_key=True)
         key = "rdma-hB-%d" % MiB
         assert plane.call(pb.UPSERT, [key], [b"L" * (MiB + 100)])[0].statuses[0] == OK
         moved = c.raw(0).stats().rdma_transfers

@@ -85,6 +85,19 @@ def answers(endpoint, curve=None, timeout_ms=5000):
         raw.close()
 
 
+def master_answers(endpoint, curve=None, timeout_ms=5000):
+    """Whether a master answers anything (here: a protocol error) over a fresh DEALER."""
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.linger = 0
+    if curve:
+        sock.curve_publickey, sock.curve_secretkey, sock.curve_serverkey = curve
+    sock.connect(endpoint)
+    sock.send(b"not a NodeRequest")
+    got = sock.poll(timeout_ms)
+    sock.close()
+    return bool(got)
+
+
 def lookup_answer(endpoint, curve=None, timeout_ms=5000):
     """The admin channel's answer to a tagged msgpack lookup, or None."""
     sock = zmq.Context.instance().socket(zmq.REQ)
@@ -297,8 +310,12 @@ def test_cluster_nodes_and_master_authenticate_each_other(keys):
     folder, allow = keys["folder"], keys["allow"]
     master_cert, a_cert, b_cert = (Cert(folder, n) for n in ("master", "node-a", "node-b"))
     outsider = Cert(folder, "outsider")  # a node whose key nobody admits
+    # The cluster's own keys: admitted at the master and the data planes, and nowhere else;
+    # the clients' (--curve-allow) are never admitted there.
+    nodes = os.path.join(folder, "nodes")
+    os.mkdir(nodes)
     for cert in (master_cert, a_cert, b_cert):
-        cert.allow(allow)
+        cert.allow(nodes)
     client = keys["client"]
     daemons = []
 
@@ -306,14 +323,15 @@ def test_cluster_nodes_and_master_authenticate_each_other(keys):
         d = Kvpoold("--role", "node", "--master", master.endpoint, "--node-id", node_id,
                     "--host-id", node_id, "--segment-size", "32MiB", "--heartbeat-interval",
                     "200", "--curve-secret", cert.secret, "--curve-allow", allow,
-                    "--curve-master", master_cert.public, prefix="kvpool-curve-node-")
+                    "--curve-nodes", nodes, "--curve-master", master_cert.public,
+                    prefix="kvpool-curve-node-")
         daemons.append(d)
         return d
 
     try:
         master = Kvpoold("--role", "master", "--master", "tcp://127.0.0.1:*", "--node-ttl",
                          "2000", "--curve-secret", master_cert.secret, "--curve-allow", allow,
-                         prefix="kvpool-curve-master-")
+                         "--curve-nodes", nodes, prefix="kvpool-curve-master-")
         daemons.append(master)
         node_a, node_b = node(a_cert, "a"), node(b_cert, "b")
         raw_a = Raw(node_a.endpoint, curve=client.curve(a_cert))
@@ -363,6 +381,12 @@ def test_cluster_nodes_and_master_authenticate_each_other(keys):
         assert answers(plane, b_cert.curve(a_cert)) == OK
         assert answers(plane, keys["stranger"].curve(a_cert), REFUSED_MS) is None
         assert answers(plane, None, REFUSED_MS) is None
+        # ... nor does an admitted client's key open it, or the master's door.
+        assert answers(node_a.endpoint, client.curve(a_cert)) == OK
+        assert answers(plane, client.curve(a_cert), REFUSED_MS) is None
+        assert master_answers(master.endpoint, b_cert.curve(master_cert))
+        assert not master_answers(master.endpoint, client.curve(master_cert), REFUSED_MS)
+        assert not master_answers(master.endpoint, None, REFUSED_MS)
         # A node whose key the master does not admit never joins.
         node(outsider, "outsider")
         assert not wait_for(lambda: "outsider" in alive(), 2)
