@@ -755,6 +755,20 @@ allocator_test (bool verbose)
     kvp_job_t *segs = kvp_job_new (KVP_AL_SEGMENTS, 0);
     s_test_call (al, segs);
     assert (segs->segment_count == 3);
+    //  The node's own segments are sealed memfds: whoever can open one (here, by its name,
+    //  as a same-machine client does) can neither shrink nor grow it under the node.
+    for (size_t i = 0; i < segs->segment_count; i++) {
+        assert (segment_name_is_fd (segs->segments[i].name));
+        int seg_fd = open (segs->segments[i].name, O_RDWR | O_CLOEXEC);
+        assert (seg_fd >= 0);
+        int seals = fcntl (seg_fd, F_GET_SEALS);
+        assert ((seals & (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL))
+                == (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL));
+        errno = 0;
+        assert (ftruncate (seg_fd, 0) == -1 && errno == EPERM);
+        assert (ftruncate (seg_fd, 16 << 20) == -1 && errno == EPERM);
+        close (seg_fd);
+    }
     kvp_job_t *pref = kvp_job_new (KVP_AL_ALLOC, 1);
     pref->preferred[0] = segs->segments[2].name;
     pref->preferred_count = 1;

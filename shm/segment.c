@@ -1015,6 +1015,38 @@ segment_test (bool verbose)
     assert (refused == NULL && strstr (reason, "524288 of its 1048576 bytes committed"));
     close (sparse);
 
+    //  A node's own segment: what a client of its user opens by name it cannot shrink or grow,
+    //  and the node's pages stay (a truncation here would kill the node with SIGBUS on the
+    //  touch below).
+    segment_t *own = segment_new_sealed (2 << 20, "st-own");
+    assert (own && segment_name_is_fd (segment_name (own)));
+    if (verbose)
+        printf ("own segment lock %s; ", segment_lock (own) ? "ok" : "refused");
+    assert (segment_lock (own) == segment_locked (own));
+    memset (segment_base (own), 0x2D, 2 << 20);
+    pid = fork ();
+    assert (pid >= 0);
+    if (pid == 0) {
+        int attacker = open (segment_name (own), O_RDWR | O_CLOEXEC);
+        if (attacker == -1)
+            _exit (1);
+        errno = 0;
+        bool shrunk = ftruncate (attacker, 4096) == 0 || errno != EPERM;
+        errno = 0;
+        bool grown = ftruncate (attacker, 4 << 20) == 0 || errno != EPERM;
+        bool resealed = fcntl (attacker, F_ADD_SEALS, F_SEAL_WRITE) == 0;
+        _exit (shrunk || grown || resealed ? 2 : 0);
+    }
+    assert (waitpid (pid, &status, 0) == pid);
+    assert (WIFEXITED (status) && WEXITSTATUS (status) == 0);
+    assert (((unsigned char *) segment_base (own))[(2 << 20) - 1] == 0x2D);
+    ((unsigned char *) segment_base (own))[(2 << 20) - 1] = 0x2E;
+    segment_destroy (&own);
+    //  More than the machine's memory is refused up front (an unlimited tmpfs would let
+    //  posix_fallocate run into the OOM killer).
+    errno = 0;
+    assert (segment_new_sealed ((size_t) 1 << 62, "st-huge") == NULL && errno == ENOMEM);
+
     const size_t sealed_size = 1 << 20;
     segment_t *sealed = segment_new_sealed (sealed_size, "st-sealed");
     assert (sealed && segment_name_is_fd (segment_name (sealed)));
