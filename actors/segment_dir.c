@@ -103,8 +103,8 @@ segment_dir_open (const char *dir, char *reason, size_t reason_size)
     //  the node with SIGBUS while it is mapped.
     if (chmod (dir, 0700) == -1) {
         snprintf (reason, reason_size,
-                  "--segment-dir %s: cannot make it the node's user's alone (mode 0700): %s",
-                  dir, strerror (errno));
+                  "--segment-dir %s: cannot make it the node's user's alone (mode 0700): %s", dir,
+                  strerror (errno));
         return NULL;
     }
     segment_dir_t *self = (segment_dir_t *) zmalloc (sizeof (segment_dir_t));

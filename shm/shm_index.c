@@ -784,7 +784,7 @@ shm_index_test (bool verbose)
         shm_index_t *child = shm_index_open (public_name);
         shm_index_hit_t found;
         _exit (child && shm_index_lookup (child, "alpha", 5, &found) && found.segment_id == 9 ? 0
-                                                                                             : 1);
+                                                                                              : 1);
     }
     int status = 0;
     assert (waitpid (pid, &status, 0) == pid && WIFEXITED (status) && WEXITSTATUS (status) == 0);
