@@ -197,13 +197,6 @@ allocator_new (const kvp_config_t *config)
         self->dir = segment_dir_open (config->segment_dir, self->error, sizeof self->error);
         if (!self->dir)
             return self;
-        //  --group's clients map the segment files in it: they need to get through it.
-        if (config->group_set
-            && (chown (config->segment_dir, (uid_t) -1, config->group) != 0
-                || chmod (config->segment_dir, 0750) != 0))
-            kvp_warning ("--segment-dir %s: cannot open it to group %u: %s (its clients will "
-                         "use the socket)",
-                         config->segment_dir, (unsigned) config->group, strerror (errno));
     }
     for (uint32_t i = 0; i < config->segments; i++) {
         char name[300];
@@ -214,13 +207,14 @@ allocator_new (const kvp_config_t *config)
             segment = segment_new_file (name, config->segment_size, config->lock_memory, false);
         }
         else {
-            segment_make_name (name, sizeof name, config->instance, i);
-            segment = segment_new (name, config->segment_size, config->lock_memory);
+            //  A sealed memfd: nobody can shrink it under the node (shm/segment.c). Clients
+            //  of the node's user open it by its /proc/<pid>/fd name; --group ones cannot,
+            //  and use the socket.
+            snprintf (name, sizeof name, "kvpool-%s-%u", config->instance, i);
+            segment = segment_new_sealed (config->segment_size, name);
+            if (segment && config->lock_memory)
+                segment_lock (segment);
         }
-        if (segment && config->group_set
-            && segment_share_with_group (segment_name (segment), config->group) != 0)
-            kvp_warning ("cannot open %s to group %u: %s", segment_name (segment),
-                         (unsigned) config->group, strerror (errno));
         //  mlock is often refused by RLIMIT_MEMLOCK: the node serves on, unlocked, and says so.
         if (segment && config->lock_memory && !segment_locked (segment))
             kvp_warning ("--lock-memory: segment %u (%s) is not locked in memory: raise the "
@@ -761,6 +755,20 @@ allocator_test (bool verbose)
     kvp_job_t *segs = kvp_job_new (KVP_AL_SEGMENTS, 0);
     s_test_call (al, segs);
     assert (segs->segment_count == 3);
+    //  The node's own segments are sealed memfds: whoever can open one (here, by its name,
+    //  as a same-machine client does) can neither shrink nor grow it under the node.
+    for (size_t i = 0; i < segs->segment_count; i++) {
+        assert (segment_name_is_fd (segs->segments[i].name));
+        int seg_fd = open (segs->segments[i].name, O_RDWR | O_CLOEXEC);
+        assert (seg_fd >= 0);
+        int seals = fcntl (seg_fd, F_GET_SEALS);
+        assert ((seals & (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL))
+                == (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL));
+        errno = 0;
+        assert (ftruncate (seg_fd, 0) == -1 && errno == EPERM);
+        assert (ftruncate (seg_fd, 16 << 20) == -1 && errno == EPERM);
+        close (seg_fd);
+    }
     kvp_job_t *pref = kvp_job_new (KVP_AL_ALLOC, 1);
     pref->preferred[0] = segs->segments[2].name;
     pref->preferred_count = 1;

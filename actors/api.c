@@ -114,6 +114,7 @@ typedef struct {
     char host_id[64];
     char server_id[96];
     char index_name[96];        //  the replica-manager's same-machine index
+    char index_published[96];   //  its name to clients ("/proc/<pid>/fd/<fd>"), once made
     char local_endpoint[300];   //  the ipc endpoint same-machine clients use (PING)
     char peer_endpoint[300];    //  role node: the data plane's, resolved
     owners_t *owners;           //  same-machine client processes
@@ -632,7 +633,11 @@ s_reply (self_t *self, kvp_job_t **job_p, zmq_msg_t *copies)
     if (row->fills & REPLY_NODE) {
         reply.host_id = self->host_id;
         reply.server_id = self->server_id;
-        reply.index_name = self->index_name;
+        //  The index's memfd name, once the replica-manager has made it.
+        if (self->index_name[0] && !self->index_published[0])
+            shm_index_published_name (self->index_name, self->index_published,
+                                      sizeof self->index_published);
+        reply.index_name = self->index_published;
         reply.local_endpoint = self->local_endpoint;
         reply.cluster = self->cluster;
     }

@@ -356,8 +356,8 @@ static const opt_t s_options[] = {
      .kind = OPT_GROUP,
      FIELD (group),
      .default_rule = "the node's own user and root only",
-     .help = "a group (name or gid) whose processes may use the ipc endpoint and shared "
-             "memory too"},
+     .help = "a group (name or gid) whose processes may use the ipc endpoint too (not the "
+             "node's shared memory: they use the socket path)"},
     //  0 until set; the api's connection guard computes it (actors/conn_guard.c).
     {.name = "max-connections",
      .arg = "N",

@@ -234,11 +234,9 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
         char name[96];
         shm_index_make_name (name, sizeof name, config->instance);
         self->index = shm_index_create (name, slots);
+        //  Sealed memfds, for clients of the node's user only (shm/segment.c).
         if (!self->index)
             kvp_warning ("no same-machine index %s: %s", name, strerror (errno));
-        else if (config->group_set && shm_index_share_with_group (self->index, config->group) != 0)
-            kvp_warning ("cannot open %s to group %u: %s", name, (unsigned) config->group,
-                         strerror (errno));
     }
     return self;
 }

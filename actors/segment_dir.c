@@ -98,6 +98,15 @@ segment_dir_open (const char *dir, char *reason, size_t reason_size)
                   strerror (errno));
         return NULL;
     }
+    //  The node's user's alone, whatever it was before (an older kvpoold opened it to
+    //  --group): a file in it that another user could open, replace or truncate could kill
+    //  the node with SIGBUS while it is mapped.
+    if (chmod (dir, 0700) == -1) {
+        snprintf (reason, reason_size,
+                  "--segment-dir %s: cannot make it the node's user's alone (mode 0700): %s", dir,
+                  strerror (errno));
+        return NULL;
+    }
     segment_dir_t *self = (segment_dir_t *) zmalloc (sizeof (segment_dir_t));
     self->dir = strdup (dir);
     //  Without a trailing '/': segment names are "<dir>/segment-<i>".
@@ -149,6 +158,11 @@ segment_dir_open (const char *dir, char *reason, size_t reason_size)
         }
         else if ((index = s_index_of (entry->d_name, ".old")) >= 0)
             self->old[index] = 1;
+        //  An older kvpoold made its files 0660 for --group: the node's user's alone now.
+        if (index >= 0 && self->old[index]) {
+            s_old_path (self, (uint32_t) index, to, sizeof to);
+            chmod (to, 0600);
+        }
     }
     closedir (listing);
     for (uint32_t i = 0; i < DIR_INDEX_MAX; i++)

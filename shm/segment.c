@@ -1,29 +1,52 @@
 /*  segment.c - a segment: a shared-memory object mapped MAP_SHARED.
 
-    The creating node calls shm_open with O_CREAT|O_EXCL (mode 0600, so only the same user
-    can map it), sizes the object with ftruncate and maps it; other processes on the machine
-    map the same object by name with segment_open. The file descriptor is closed once the
-    mapping exists: the mapping keeps the object alive, and the name is all another process
-    needs. Only the creator unlinks the name, on destroy; mappings other processes still hold
-    stay valid until they unmap.
+    WHAT A NODE MAPS, AND WHY IT CAN NEVER SHRINK
+    A mapping whose object shrinks faults with SIGBUS on the next touch past the new end, and
+    a SIGBUS in kvpoold kills the node and every object in it. So every object the node reads
+    or writes through a mapping must be one nobody else can cut short:
+      - the node's own segments are memfds it makes itself (segment_new_sealed), pages all
+        committed, then sealed with F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL: no process,
+        the node included, can change their size again, whoever opens them later;
+      - the same-machine read index and its read stamps are sealed memfds too (shm_index.c);
+      - memory a client contributes is mounted only if it is a memfd sealed against shrinking
+        (segment_mount), with every page committed (st_blocks) and no larger than the
+        machine's memory: a sparse sealed memfd costs its maker nothing, and the node would
+        be the one to fault the memory in, and die of it.
+    A memfd has no name in /dev/shm: it is named "/proc/<pid>/fd/<fd>" by the process holding
+    it, and another process opens it by that name. The object lives while any process holds
+    it open or mapped, so nothing is left behind when a process dies and there is no name to
+    unlink.
 
-    Memory a client gives the node is different: the node keeps data in it that is not the
-    client's alone, and a mapping whose object shrinks faults with SIGBUS on the next touch
-    past the new end, which would kill the node. So a node maps a contributed object only if
-    it can never shrink: a memfd sealed with F_SEAL_SHRINK (segment_mount), which the client
-    makes with segment_new_sealed (or memfd_create + fcntl F_ADD_SEALS in any language) and
-    names "/proc/<pid>/fd/<fd>". The object lives while any process holds it open or mapped,
-    so there is no name to unlink and nothing left behind when the client dies. Its pages
-    must all be committed already (st_blocks), and it may not be larger than the machine's
-    memory: a sparse sealed memfd costs its maker nothing, and the node would be the one to
-    fault the memory in, and die of it.
+    WHO MAY OPEN A NODE'S MEMFDS
+    Opening /proc/<pid>/fd/<fd> passes the kernel's ptrace access check (PTRACE_MODE_READ):
+    the node's own user and root may, a process of another user may not, whatever its group.
+    So a same-machine client of the node's user maps the node's segments and index as before,
+    and a --group client (another user) cannot: segment_open fails with EACCES, libkvpool's
+    fast path does not start (kvpc_fast_path_open needs every segment of the node's own), and
+    that client uses the socket path, which is what any client off the machine uses. We chose
+    that over handing the descriptors to group members (SCM_RIGHTS over a unix socket checked
+    with SO_PEERCRED): that is a second listener, a second authorisation path and a second
+    client protocol to get right, for a speed-up; while the old way, group-shared /dev/shm
+    objects, let any group member kill the node with one ftruncate. The kernel's check is the
+    one we already rely on for client memory. (A client in another pid namespace finds another
+    process, or none, under the node's pid: the identity the node lists with each segment,
+    device and inode, makes it refuse what it opened, and it too uses the socket.)
 
-    tmpfs allocates pages on first touch, so a write into a page that a full /dev/shm can no
-    longer supply faults with SIGBUS. A node's segment therefore has all its pages committed
-    at creation (posix_fallocate): a /dev/shm too small fails kvpoold at start, never a write
-    later. Locking (mlock) additionally keeps the pages out of swap. (A memfd lives on the
-    kernel's internal tmpfs, which has no size limit; segment_new_sealed commits its pages
-    too.)
+    --segment-dir files (segment_new_file) are regular files, which cannot be sealed: they
+    survive the process so that a restarted node finds its objects. They are mode 0600 in a
+    directory of mode 0700 and never shared with --group, so only the node's user (or root)
+    can shrink one, which is theirs to do (and the node's to suffer). Group clients get no fast
+    path into them. segment_new (shm_open) remains for tests and tools that need an object
+    that is NOT sealed; the node no longer makes one.
+
+    COMMITTED PAGES
+    tmpfs allocates pages on first touch, so a write into a page that memory can no longer
+    supply faults with SIGBUS (or wakes the OOM killer). A node's segment therefore has all
+    its pages committed at creation (posix_fallocate): too little memory fails kvpoold at
+    start, never a write later. A memfd lives on the kernel's internal tmpfs, which has no
+    size limit, so segment_new_sealed refuses a size larger than the machine's memory rather
+    than fallocate its way into the OOM killer. Locking (segment_lock: mlock) additionally
+    keeps the pages out of swap.
     Committed is not yet mapped: tmpfs zeroes a page and maps it on the first touch, which
     costs a page fault and a clear of 4 KiB, more than the copy of a value into it (a node's
     first 2 MiB put took half again as long as one into pages touched before).
@@ -34,18 +57,21 @@
     anything (libzmq's and malloc's large buffers) waits for the step. So the thread is nice
     19 under SCHED_BATCH, which the scheduler still runs every few milliseconds, and not
     SCHED_IDLE, which a busy machine may keep off its cores, lock held, for much longer.
-    MADV_HUGEPAGE is advisory: tmpfs honours it only when the administrator enabled shmem
-    huge pages ("advise" in /sys/kernel/mm/transparent_hugepage/shmem_enabled).
+    MADV_HUGEPAGE is advisory: tmpfs (the internal one of memfds too) honours it only when the
+    administrator enabled shmem huge pages ("advise" in
+    /sys/kernel/mm/transparent_hugepage/shmem_enabled).
 
-    Which /dev/shm/kvpool-* objects are left by dead daemons is judged by a lock, not by
-    pid: a pid means nothing to a daemon in another pid namespace sharing /dev/shm (it would
-    see a live daemon's pid as dead and unlink its segments). The creator holds flock(LOCK_SH)
-    on the object for its whole life (segment_hold: the descriptor stays open until destroy);
-    segment_remove_stale unlinks an object only when it can take flock(LOCK_EX|LOCK_NB) on
-    it, so only when nobody holds it. flock belongs to the open file, which every namespace
-    sharing the file system sees. The creator checks after locking that the name still names
-    its object, so a cleaner that slipped in between create and lock costs a retry, never a
-    segment.
+    STALE NAMES
+    Daemons before the memfds left /dev/shm/kvpool-* objects when they died; the cleaner
+    (segment_remove_stale) still removes those, and the objects segment_new makes. Which are
+    left by dead processes is judged by a lock, not by pid: a pid means nothing to a daemon in
+    another pid namespace sharing /dev/shm (it would see a live daemon's pid as dead and
+    unlink its segments). The creator holds flock(LOCK_SH) on the object for its whole life
+    (segment_hold: the descriptor stays open until destroy); segment_remove_stale unlinks an
+    object only when it can take flock(LOCK_EX|LOCK_NB) on it, so only when nobody holds it.
+    flock belongs to the open file, which every namespace sharing the file system sees. The
+    creator checks after locking that the name still names its object, so a cleaner that
+    slipped in between create and lock costs a retry, never a segment.
 
     Threads: a segment_t is used by one thread at a time, but for its prefault thread, which
     reads only base and size and its stop flag; the mapped bytes are shared and carry no
@@ -350,6 +376,13 @@ segment_new_sealed (size_t size, const char *tag)
         errno = EINVAL;
         return NULL;
     }
+    //  The internal tmpfs of memfds has no size limit: more than the machine's memory would
+    //  not fail posix_fallocate but wake the OOM killer.
+    uint64_t ram = (uint64_t) sysconf (_SC_PHYS_PAGES) * (uint64_t) sysconf (_SC_PAGESIZE);
+    if (ram > 0 && (uint64_t) size > ram) {
+        errno = ENOMEM;
+        return NULL;
+    }
     int fd = memfd_create (tag && *tag ? tag : "kvpool-segment", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (fd == -1)
         return NULL;
@@ -372,6 +405,15 @@ segment_new_sealed (size_t size, const char *tag)
     }
     self->fd = fd;
     return self;
+}
+
+bool
+segment_lock (segment_t *self)
+{
+    assert (self);
+    if (!self->locked)
+        self->locked = mlock (self->base, self->size) == 0;
+    return self->locked;
 }
 
 void
@@ -973,6 +1015,38 @@ segment_test (bool verbose)
     assert (refused == NULL && strstr (reason, "524288 of its 1048576 bytes committed"));
     close (sparse);
 
+    //  A node's own segment: what a client of its user opens by name it cannot shrink or grow,
+    //  and the node's pages stay (a truncation here would kill the node with SIGBUS on the
+    //  touch below).
+    segment_t *own = segment_new_sealed (2 << 20, "st-own");
+    assert (own && segment_name_is_fd (segment_name (own)));
+    if (verbose)
+        printf ("own segment lock %s; ", segment_lock (own) ? "ok" : "refused");
+    assert (segment_lock (own) == segment_locked (own));
+    memset (segment_base (own), 0x2D, 2 << 20);
+    pid = fork ();
+    assert (pid >= 0);
+    if (pid == 0) {
+        int attacker = open (segment_name (own), O_RDWR | O_CLOEXEC);
+        if (attacker == -1)
+            _exit (1);
+        errno = 0;
+        bool shrunk = ftruncate (attacker, 4096) == 0 || errno != EPERM;
+        errno = 0;
+        bool grown = ftruncate (attacker, 4 << 20) == 0 || errno != EPERM;
+        bool resealed = fcntl (attacker, F_ADD_SEALS, F_SEAL_WRITE) == 0;
+        _exit (shrunk || grown || resealed ? 2 : 0);
+    }
+    assert (waitpid (pid, &status, 0) == pid);
+    assert (WIFEXITED (status) && WEXITSTATUS (status) == 0);
+    assert (((unsigned char *) segment_base (own))[(2 << 20) - 1] == 0x2D);
+    ((unsigned char *) segment_base (own))[(2 << 20) - 1] = 0x2E;
+    segment_destroy (&own);
+    //  More than the machine's memory is refused up front (an unlimited tmpfs would let
+    //  posix_fallocate run into the OOM killer).
+    errno = 0;
+    assert (segment_new_sealed ((size_t) 1 << 62, "st-huge") == NULL && errno == ENOMEM);
+
     const size_t sealed_size = 1 << 20;
     segment_t *sealed = segment_new_sealed (sealed_size, "st-sealed");
     assert (sealed && segment_name_is_fd (segment_name (sealed)));
@@ -1081,24 +1155,4 @@ segment_test (bool verbose)
 
     if (verbose)
         printf ("done\n");
-}
-
-int
-segment_share_with_group (const char *shm_name, gid_t gid)
-{
-    if (segment_name_is_path (shm_name)) {
-        if (chown (shm_name, (uid_t) -1, gid) != 0)
-            return -1;
-        return chmod (shm_name, 0660);
-    }
-    //  POSIX shared memory lives in /dev/shm on Linux; the name starts with '/'.
-    char path[300];
-    if (!shm_name || shm_name[0] != '/'
-        || snprintf (path, sizeof path, "/dev/shm%s", shm_name) >= (int) sizeof path) {
-        errno = EINVAL;
-        return -1;
-    }
-    if (chown (path, (uid_t) -1, gid) != 0)
-        return -1;
-    return chmod (path, 0660);
 }

@@ -1,19 +1,25 @@
 /*  segment.h - a segment: a contiguous range of shared memory given to the pool.
 
-    A node's own segment is a POSIX shared-memory object (shm_open, so /dev/shm/<name>)
-    mapped MAP_SHARED. The node that creates it owns the name and unlinks it on destroy; any
-    other process on the machine (a same-machine client) opens it by name and maps the same
-    bytes. Names follow shm_open rules: one leading '/', no other '/', at most 63 characters.
+    A node's own segment is a memfd it creates (segment_new_sealed), every page committed and
+    sealed so that it can neither shrink nor grow: nobody who can open it can kill the node
+    with SIGBUS by cutting it short. Its name is "/proc/<pid>/fd/<fd>"; a same-machine client
+    of the node's own user (or root) opens it by that name and maps the same bytes. A client
+    of another user, --group or not, cannot (the kernel's ptrace access check on
+    /proc/<pid>/fd) and uses the socket path instead. segment.c's opening comment says why.
 
     With --segment-dir a node's own segment is a file in that directory instead
-    (segment_new_file): named by its path, kept when the node stops or dies, so that a node
-    restarted on the same machine finds its objects in it (actors/segment_dir.c). Clients open
-    it by that path like any other name.
+    (segment_new_file): named by its path, mode 0600, kept when the node stops or dies, so
+    that a node restarted on the same machine finds its objects in it (actors/segment_dir.c).
+    Clients of the node's user open it by that path like any other name.
 
     Memory a client contributes is a memfd sealed against shrinking, named
-    "/proc/<pid>/fd/<fd>" (segment_new_sealed makes one, segment_mount maps one). A node
+    "/proc/<pid>/fd/<fd>" too (segment_new_sealed makes one, segment_mount maps one). A node
     refuses anything else: an object that can shrink under its mapping would kill it with
     SIGBUS.
+
+    segment_new makes a named POSIX shared-memory object (/dev/shm), which anyone who can
+    open it may truncate: the node no longer makes one; tests use it for an object that is
+    not sealed.
 
     Threads: a segment_t is used by one thread at a time (its prefault thread aside, see
     segment_prefault_start); the mapped bytes are shared.
@@ -28,8 +34,9 @@
 
 typedef struct _segment_t segment_t;
 
-//  Creates a new shared-memory object of size bytes named name (fails if it exists), maps it
-//  read-write. With lock, mlocks it (failure to lock is reported through segment_locked, not
+//  Creates a new POSIX shared-memory object of size bytes named name (fails if it exists),
+//  mode 0600, maps it read-write. Not sealed: whoever can open it can truncate it, so a node
+//  never keeps its data in one (segment_new_sealed). With lock, mlocks it (failure to lock is reported through segment_locked, not
 //  an error). Returns NULL on failure with errno set. Caller owns the return value.
 segment_t *segment_new (const char *name, size_t size, bool lock);
 
@@ -45,15 +52,17 @@ segment_t *segment_open (const char *name, size_t size);
 segment_t *segment_mount (const char *name, size_t size, char *reason, size_t reason_size);
 
 //  Creates a memfd of size bytes (pages committed up front), sealed so that it can neither
-//  shrink nor grow, and maps it. Its name is "/proc/<pid>/fd/<fd>": other processes on the
-//  machine open it by that name while this one holds it (the descriptor stays open until
-//  destroy). tag names the memfd in /proc/<pid>/maps. Returns NULL on failure with errno set.
+//  shrink nor grow (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL), and maps it: a node's own
+//  segments and a client's contributed memory. Its name is "/proc/<pid>/fd/<fd>": other
+//  processes of this user open it by that name while this one holds it (the descriptor stays
+//  open until destroy). tag names the memfd in /proc/<pid>/maps. A size above the machine's
+//  memory fails with ENOMEM. Returns NULL on failure with errno set. Caller owns the return
+//  value.
 segment_t *segment_new_sealed (size_t size, const char *tag);
 
-//  Opens a node's shared-memory object (a shm_open name) to one group as well: its group
-//  becomes gid and its mode 0660 (it is created 0600, the node's user's alone). Returns 0 or
-//  -1 with errno set.
-int segment_share_with_group (const char *shm_name, gid_t gid);
+//  Locks the segment's pages in memory (mlock). Often refused by RLIMIT_MEMLOCK: the segment
+//  works either way. Returns segment_locked.
+bool segment_lock (segment_t *self);
 
 //  Whether name has the "/proc/<pid>/fd/<fd>" form (nothing to unlink for it).
 bool segment_name_is_fd (const char *name);
@@ -61,7 +70,7 @@ bool segment_name_is_fd (const char *name);
 //  files of a --segment-dir.
 bool segment_name_is_path (const char *name);
 
-//  Creates the file path (fails if it exists), size bytes, mapped MAP_SHARED. With commit,
+//  Creates the file path (fails if it exists), mode 0600, size bytes, mapped MAP_SHARED. With commit,
 //  every page is allocated now (posix_fallocate); without, later by segment_commit (a node
 //  that copies objects into it from a previous run's files first). Destroying it unmaps and
 //  never unlinks: the file outlives the process. Returns NULL with errno set. Caller owns the

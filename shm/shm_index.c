@@ -21,8 +21,12 @@
     index read-only. Eight stamps share a cache line; a reader writes a stamp at most once a
     millisecond, so neighbouring hot keys cost little.
 
-    The creator keeps each object's descriptor open with flock(LOCK_SH) on it (segment_hold),
-    so another daemon's start-up cleaner, in any pid namespace, knows it is alive.
+    Both objects are memfds the creator holds open (named "/proc/<pid>/fd/<fd>"), pages
+    committed and sealed against shrinking and growing, so a reader that truncates one cannot
+    kill the node with SIGBUS (shm/segment.c says who may open them). The index is sealed
+    against writes too once the node has mapped it (F_SEAL_FUTURE_WRITE): its readers can map
+    it only read-only, while the node's own mapping stays writable. The objects go with their
+    last descriptor and mapping: nothing is left in /dev/shm.
 
     Threads: one writer thread; readers anywhere (other processes map the index read-only
     and the stamps read-write).
@@ -41,6 +45,7 @@
 #include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,6 +53,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 //  "\0KVPIDX3": version 2 has read stamps (a reader of version 1 would read without
@@ -87,9 +93,10 @@ _Static_assert(sizeof (slot_t) == SLOT_SIZE, "slot layout");
 struct _shm_index_t {
     char name[NAME_MAX_LEN];
     char reads_name[NAME_MAX_LEN];
+    char created_as[NAME_MAX_LEN]; //  the creator's: the name it is listed under here
     bool owner;
-    int lock_fd; //  the creator's descriptors, holding flock(LOCK_SH) (see segment_hold)
-    int reads_lock_fd;
+    int fd; //  the creator's: the memfds, held open for their /proc/<pid>/fd names
+    int reads_fd;
     void *base;
     size_t length;
     slot_t *slots;
@@ -136,22 +143,108 @@ shm_index_make_name (char *buf, size_t size, const char *instance)
               instance);
 }
 
-//  Makes a new held shared-memory object of length bytes and maps it read-write. Returns the
-//  mapping (MAP_FAILED on failure, nothing left behind) and the held descriptor in *fd_p.
-static void *
-s_create_mapped (const char *name, size_t length, int *fd_p)
+//  ---- the names of this process's indexes ---------------------------------------------
+//  An index's objects are memfds, named "/proc/<pid>/fd/<fd>" once made, while the node's
+//  actors agree on a name before the replica-manager makes it (shm_index_make_name). This
+//  process's indexes are listed here under that name, so that shm_index_open finds one by it
+//  and the api can tell clients the name they open (shm_index_published_name).
+
+#define REGISTRY_MAX 16
+
+static struct {
+    char name[NAME_MAX_LEN];      //  as given to shm_index_create; "" for a free row
+    char published[NAME_MAX_LEN]; //  "/proc/<pid>/fd/<fd>" of the index's memfd
+} s_registry[REGISTRY_MAX];
+static pthread_mutex_t s_registry_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void
+s_registry_set (const char *name, const char *published)
 {
-    //  Held for the index's life, so a cleaner in another pid namespace leaves it alone.
-    int fd = segment_create_held (name);
+    pthread_mutex_lock (&s_registry_lock);
+    int row = -1;
+    for (int i = 0; i < REGISTRY_MAX; i++) {
+        if (strcmp (s_registry[i].name, name) == 0) {
+            row = i;
+            break;
+        }
+        if (row == -1 && !s_registry[i].name[0])
+            row = i;
+    }
+    if (row >= 0) {
+        snprintf (s_registry[row].name, NAME_MAX_LEN, "%s", published ? name : "");
+        snprintf (s_registry[row].published, NAME_MAX_LEN, "%s", published ? published : "");
+    }
+    pthread_mutex_unlock (&s_registry_lock);
+}
+
+int
+shm_index_published_name (const char *name, char *buf, size_t size)
+{
+    assert (buf && size > 0);
+    int rc = -1;
+    pthread_mutex_lock (&s_registry_lock);
+    for (int i = 0; name && *name && i < REGISTRY_MAX; i++)
+        if (strcmp (s_registry[i].name, name) == 0) {
+            rc = (size_t) snprintf (buf, size, "%s", s_registry[i].published) < size ? 0 : -1;
+            break;
+        }
+    pthread_mutex_unlock (&s_registry_lock);
+    if (rc == -1)
+        buf[0] = 0;
+    return rc;
+}
+
+//  Opens an index's object by any of its names: "/proc/<pid>/fd/<fd>" (the memfds of a node
+//  now), the name this process created one under, or a shm_open name (a node from before the
+//  memfds).
+static int
+s_open_object (const char *name, int flags)
+{
+    char published[NAME_MAX_LEN];
+    if (segment_name_is_fd (name))
+        return open (name, flags | O_CLOEXEC);
+    if (shm_index_published_name (name, published, sizeof published) == 0)
+        return open (published, flags | O_CLOEXEC);
+    return shm_open (name, flags, 0);
+}
+
+#ifndef F_SEAL_FUTURE_WRITE
+#define F_SEAL_FUTURE_WRITE 0x0010 //  Linux 5.1
+#endif
+
+//  Makes a memfd of length bytes (tag names it in /proc/<pid>/maps), pages committed, maps it
+//  read-write and seals it against shrinking and growing: a reader that truncates it cannot
+//  kill the node with SIGBUS. With read_only_to_others, it is sealed against any writable
+//  mapping from now on as well (F_SEAL_FUTURE_WRITE: the node's own mapping stays
+//  writable), so a reader can map the index only read-only. Returns the mapping (MAP_FAILED
+//  on failure, nothing left behind) and the descriptor, held for the memfd's name, in *fd_p.
+static void *
+s_create_mapped (const char *tag, size_t length, bool read_only_to_others, int *fd_p)
+{
+    int fd = memfd_create (tag, MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (fd == -1)
         return MAP_FAILED;
     void *base = MAP_FAILED;
-    if (ftruncate (fd, (off_t) length) == 0)
+    int rc = ftruncate (fd, (off_t) length);
+    if (rc == 0 && (rc = posix_fallocate (fd, 0, (off_t) length)) != 0) {
+        errno = rc;
+        rc = -1;
+    }
+    if (rc == 0)
+        rc = fcntl (fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW);
+    if (rc == 0)
         base = mmap (NULL, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    //  A kernel before 5.1 has no F_SEAL_FUTURE_WRITE: readers could then write the index,
+    //  as the node's own user always could; never shrink it.
+    if (base != MAP_FAILED && read_only_to_others)
+        fcntl (fd, F_ADD_SEALS, F_SEAL_FUTURE_WRITE);
+    if (base != MAP_FAILED && fcntl (fd, F_ADD_SEALS, F_SEAL_SEAL) != 0) {
+        munmap (base, length);
+        base = MAP_FAILED;
+    }
     if (base == MAP_FAILED) {
         int error = errno;
         close (fd);
-        shm_unlink (name);
         errno = error;
         return MAP_FAILED;
     }
@@ -165,43 +258,43 @@ shm_index_create (const char *name, size_t slots)
     size_t count = 64;
     while (count < slots && count < (1ULL << 30))
         count <<= 1;
-    //  The stamps' name: the index's with "-reads" for "-index" (the same length, so it fits
-    //  wherever the index's name does).
-    char reads_name[NAME_MAX_LEN];
-    size_t name_len = strlen (name);
-    if (name_len >= sizeof reads_name) {
-        errno = ENAMETOOLONG;
+    //  The memfds' tags: the name without its '/', and for the stamps "-reads" for "-index".
+    size_t name_len = name ? strlen (name) : 0;
+    if (name_len < 2 || name_len >= NAME_MAX_LEN) {
+        errno = name_len ? ENAMETOOLONG : EINVAL;
         return NULL;
     }
-    if (name_len > 6 && strcmp (name + name_len - 6, "-index") == 0)
-        snprintf (reads_name, sizeof reads_name, "%.*s-reads", (int) (name_len - 6), name);
-    else if (snprintf (reads_name, sizeof reads_name, "%s-reads", name)
-             >= (int) sizeof reads_name) {
-        errno = ENAMETOOLONG;
-        return NULL;
-    }
+    char tag[NAME_MAX_LEN + 8], reads_tag[NAME_MAX_LEN + 8];
+    const char *bare = name[0] == '/' ? name + 1 : name;
+    snprintf (tag, sizeof tag, "%s", bare);
+    size_t bare_len = strlen (bare);
+    if (bare_len > 6 && strcmp (bare + bare_len - 6, "-index") == 0)
+        snprintf (reads_tag, sizeof reads_tag, "%.*s-reads", (int) (bare_len - 6), bare);
+    else
+        snprintf (reads_tag, sizeof reads_tag, "%s-reads", bare);
     size_t length = HEADER_SIZE + count * SLOT_SIZE;
     size_t stamps_length = count * sizeof (uint64_t);
     int fd = -1, reads_fd = -1;
-    void *base = s_create_mapped (name, length, &fd);
+    void *base = s_create_mapped (tag, length, true, &fd);
     if (base == MAP_FAILED)
         return NULL;
-    void *stamps = s_create_mapped (reads_name, stamps_length, &reads_fd);
+    void *stamps = s_create_mapped (reads_tag, stamps_length, false, &reads_fd);
     if (stamps == MAP_FAILED) {
         int error = errno;
         munmap (base, length);
         close (fd);
-        shm_unlink (name);
         errno = error;
         return NULL;
     }
     shm_index_t *self = (shm_index_t *) calloc (1, sizeof (shm_index_t));
     assert (self);
-    snprintf (self->name, sizeof self->name, "%s", name);
-    snprintf (self->reads_name, sizeof self->reads_name, "%s", reads_name);
+    snprintf (self->name, sizeof self->name, "/proc/%ld/fd/%d", (long) getpid (), fd);
+    snprintf (self->reads_name, sizeof self->reads_name, "/proc/%ld/fd/%d", (long) getpid (),
+              reads_fd);
+    snprintf (self->created_as, sizeof self->created_as, "%s", name);
     self->owner = true;
-    self->lock_fd = fd;
-    self->reads_lock_fd = reads_fd;
+    self->fd = fd;
+    self->reads_fd = reads_fd;
     self->base = base;
     self->length = length;
     self->slots = (slot_t *) ((char *) base + HEADER_SIZE);
@@ -211,16 +304,21 @@ shm_index_create (const char *name, size_t slots)
     header_t *header = (header_t *) base;
     header->slot_count = count;
     header->slot_size = SLOT_SIZE;
-    snprintf (header->reads_name, sizeof header->reads_name, "%s", reads_name);
+    snprintf (header->reads_name, sizeof header->reads_name, "%s", self->reads_name);
     atomic_thread_fence (memory_order_release);
     header->magic = MAGIC;
+    s_registry_set (name, self->name);
     return self;
 }
 
 shm_index_t *
 shm_index_open (const char *name)
 {
-    int fd = shm_open (name, O_RDONLY, 0);
+    if (!name || !*name) {
+        errno = EINVAL;
+        return NULL;
+    }
+    int fd = s_open_object (name, O_RDONLY);
     if (fd == -1)
         return NULL;
     struct stat st;
@@ -247,7 +345,7 @@ shm_index_open (const char *name)
     //  The stamps, read-write: without them this process must not read from the index.
     size_t stamps_length = count * sizeof (uint64_t);
     void *stamps = MAP_FAILED;
-    fd = shm_open (reads_name, O_RDWR, 0);
+    fd = s_open_object (reads_name, O_RDWR);
     if (fd != -1) {
         if (fstat (fd, &st) == 0 && (size_t) st.st_size >= stamps_length)
             stamps = mmap (NULL, stamps_length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -267,8 +365,8 @@ shm_index_open (const char *name)
     assert (self);
     snprintf (self->name, sizeof self->name, "%s", name);
     snprintf (self->reads_name, sizeof self->reads_name, "%s", reads_name);
-    self->lock_fd = -1;
-    self->reads_lock_fd = -1;
+    self->fd = -1;
+    self->reads_fd = -1;
     self->base = base;
     self->length = length;
     self->slots = (slot_t *) ((char *) base + HEADER_SIZE);
@@ -286,14 +384,13 @@ shm_index_destroy (shm_index_t **self_p)
     shm_index_t *self = *self_p;
     munmap (self->base, self->length);
     munmap ((void *) self->stamps, self->stamps_length);
-    if (self->owner) {
-        shm_unlink (self->name);
-        shm_unlink (self->reads_name);
-    }
-    if (self->lock_fd >= 0)
-        close (self->lock_fd);
-    if (self->reads_lock_fd >= 0)
-        close (self->reads_lock_fd);
+    if (self->owner)
+        s_registry_set (self->created_as, NULL);
+    //  The memfds go with their last descriptor and mapping: nothing to unlink.
+    if (self->fd >= 0)
+        close (self->fd);
+    if (self->reads_fd >= 0)
+        close (self->reads_fd);
     free (self);
     *self_p = NULL;
 }
@@ -308,14 +405,6 @@ const char *
 shm_index_reads_name (shm_index_t *self)
 {
     return self->reads_name;
-}
-
-int
-shm_index_share_with_group (shm_index_t *self, gid_t gid)
-{
-    if (segment_share_with_group (self->name, gid) != 0)
-        return -1;
-    return segment_share_with_group (self->reads_name, gid);
 }
 
 size_t
@@ -660,14 +749,74 @@ shm_index_test (bool verbose)
         if (shm_index_lookup (reader, key, (size_t) len, &hit))
             assert (hit.offset == (uint64_t) i);
     }
-    //  A reader that cannot write the stamps (here: they are gone) does not get the index.
     shm_index_destroy (&reader);
-    assert (shm_unlink (shm_index_reads_name (writer)) == 0);
-    assert (shm_index_open (name) == NULL);
-    //  A reader can't open what is not an index.
+
+    //  The objects are sealed memfds: a reader (here: anyone who can open them by their
+    //  /proc/<pid>/fd names) can neither shrink nor grow them, which would kill the node with
+    //  SIGBUS, and can map or write the index itself only read-only.
+    char public_name[NAME_MAX_LEN];
+    assert (shm_index_published_name (name, public_name, sizeof public_name) == 0);
+    assert (strcmp (public_name, shm_index_name (writer)) == 0);
+    assert (segment_name_is_fd (shm_index_name (writer)));
+    assert (segment_name_is_fd (shm_index_reads_name (writer)));
+    int index_fd = open (shm_index_name (writer), O_RDWR | O_CLOEXEC);
+    int reads_fd = open (shm_index_reads_name (writer), O_RDWR | O_CLOEXEC);
+    assert (index_fd >= 0 && reads_fd >= 0);
+    int want = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
+    assert ((fcntl (index_fd, F_GET_SEALS) & want) == want);
+    assert ((fcntl (reads_fd, F_GET_SEALS) & want) == want);
+    errno = 0;
+    assert (ftruncate (index_fd, 0) == -1 && errno == EPERM);
+    errno = 0;
+    assert (ftruncate (reads_fd, 0) == -1 && errno == EPERM);
+    assert (ftruncate (reads_fd, 1 << 20) == -1 && errno == EPERM);
+    assert (fcntl (index_fd, F_ADD_SEALS, F_SEAL_WRITE) == -1); //  no more seals either
+    if (fcntl (index_fd, F_GET_SEALS) & F_SEAL_FUTURE_WRITE) {
+        assert (mmap (NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, index_fd, 0) == MAP_FAILED);
+        assert (write (index_fd, "x", 1) == -1 && errno == EPERM);
+    }
+    close (index_fd);
+    close (reads_fd);
+    //  Another process opens it by the public_name name, the creator's included.
+    pid_t pid = fork ();
+    assert (pid >= 0);
+    if (pid == 0) {
+        shm_index_t *child = shm_index_open (public_name);
+        shm_index_hit_t found;
+        _exit (child && shm_index_lookup (child, "alpha", 5, &found) && found.segment_id == 9 ? 0
+                                                                                              : 1);
+    }
+    int status = 0;
+    assert (waitpid (pid, &status, 0) == pid && WIFEXITED (status) && WEXITSTATUS (status) == 0);
+    reader = shm_index_open (public_name);
+    assert (reader && shm_index_lookup (reader, "alpha", 5, &hit));
+    shm_index_destroy (&reader);
+
+    //  A reader that cannot write the stamps (here: the header names stamps that are gone)
+    //  does not get the index.
+    int copy = memfd_create ("indextest-copy", MFD_CLOEXEC);
+    assert (copy >= 0);
+    header_t forged = *(header_t *) writer->base;
+    snprintf (forged.reads_name, sizeof forged.reads_name, "/proc/%d/fd/%d", (int) getpid (),
+              copy + 1000);
+    assert (ftruncate (copy, (off_t) writer->length) == 0);
+    assert (pwrite (copy, &forged, sizeof forged, 0) == (ssize_t) sizeof forged);
+    char copy_name[NAME_MAX_LEN];
+    snprintf (copy_name, sizeof copy_name, "/proc/%d/fd/%d", (int) getpid (), copy);
+    assert (shm_index_open (copy_name) == NULL);
+    //  ... nor what is not an index.
+    memset (&forged, 0, sizeof forged);
+    assert (pwrite (copy, &forged, sizeof forged, 0) == (ssize_t) sizeof forged);
+    assert (shm_index_open (copy_name) == NULL && errno == EINVAL);
+    close (copy);
+    //  Gone with its creator: no name is left behind, in /dev/shm or this process.
     shm_index_destroy (&writer);
     assert (shm_index_open (name) == NULL);
+    assert (shm_index_published_name (name, public_name, sizeof public_name) == -1);
+    char dev_shm[NAME_MAX_LEN + 16];
+    snprintf (dev_shm, sizeof dev_shm, "/dev/shm%s", name);
+    assert (access (dev_shm, F_OK) == -1);
     if (verbose)
         printf ("publish, lookup, read stamps, invalidation, emptied home slots, batches, "
-                "lossy overflow ");
+                "lossy overflow, sealed memfds ");
 }

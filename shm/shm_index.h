@@ -2,8 +2,8 @@
     and when each published object was last read from it.
 
     The replica-manager publishes every committed object it can (key, segment id, offset,
-    size) in a hash table in a POSIX shared-memory object. A client on the same machine maps
-    it read-only and finds a value without asking the node: look the key up, copy the bytes
+    size) in a hash table in a sealed memfd (shm_index.c). A client of the node's user on the
+    same machine maps it read-only and finds a value without asking the node: look the key up, copy the bytes
     out of the mapped segment, then confirm the slot did not change meanwhile. A read that
     raced with a removal fails that check and goes to the node instead, so a reader never
     returns bytes of another object. (The node frees an object's space only after it has
@@ -16,7 +16,7 @@
     Read stamps: leases without a round trip. A read grants the object a lease (no removal
     without force until --lease-ttl after it). A reader of the index tells the node nothing,
     so it leaves the time of its read in the slot's read stamp, a 64-bit word in a second
-    shared-memory object (the stamps: readers must write them, and must not be able to write
+    sealed memfd (the stamps: readers must write them, and must not be able to write
     the index itself, which other readers trust). The node, when it decides whether an object
     is leased, takes the later of the leases it granted itself and the last stamp plus the TTL.
     Times are shm_index_clock_ms: CLOCK_MONOTONIC, one clock for every process of a machine
@@ -73,26 +73,33 @@ typedef struct {
     uint64_t hash; //  the key's hash (readers may use it to remember keys cheaply)
 } shm_index_hit_t;
 
-//  Creates an index of at least slots slots (rounded up to a power of two) in a new
-//  shared-memory object called name, and its read stamps in another (name with "-reads" for
-//  its "-index" ending). Returns NULL on failure. Caller owns the return value.
+//  Creates an index of at least slots slots (rounded up to a power of two) in a new sealed
+//  memfd, and its read stamps in another; this process lists it under name (at most 63
+//  characters, shm_index_make_name's), which shm_index_open and shm_index_published_name
+//  take. Returns NULL on failure. Caller owns the return value.
 shm_index_t *shm_index_create (const char *name, size_t slots);
 
-//  Maps an existing index read-only and its read stamps read-write. Returns NULL if either
-//  does not exist, cannot be opened so, or is not an index: a reader that cannot leave its
-//  read stamps must not read from the index.
+//  Maps an existing index read-only and its read stamps read-write, by its published name
+//  ("/proc/<pid>/fd/<fd>"), by the name this process created it under, or by a shm_open name
+//  (a node from before the memfds). Returns NULL if either object does not exist, cannot be
+//  opened so, or is not an index: a reader that cannot leave its read stamps must not read
+//  from the index.
 shm_index_t *shm_index_open (const char *name);
 
-//  Unmaps; the creator also unlinks both names. Does nothing on NULL; sets *self_p to NULL.
+//  Unmaps; the creator also closes both memfds (they go with the last process holding them)
+//  and takes the index off this process's list. Does nothing on NULL; sets *self_p to NULL.
 void shm_index_destroy (shm_index_t **self_p);
 
+//  The creator's: the index's published name, "/proc/<pid>/fd/<fd>", what a client opens.
+//  A reader's: the name it opened it by.
 const char *shm_index_name (shm_index_t *self);
 //  The name of the read stamps' object.
 const char *shm_index_reads_name (shm_index_t *self);
 size_t shm_index_slots (shm_index_t *self);
 
-//  Opens both objects to one group as well (segment_share_with_group). Returns 0 or -1.
-int shm_index_share_with_group (shm_index_t *self, gid_t gid);
+//  Writes into buf the published name of the index this process created under name (what
+//  the node tells clients to open). Returns 0, or -1 (and "" in buf) while there is none.
+int shm_index_published_name (const char *name, char *buf, size_t size);
 
 //  The 64-bit hash of a key the index uses (never 0): XXH3-64, about half the time of a
 //  word-at-a-time multiply chain on connector keys of ~100 bytes. The replica-manager's
@@ -103,7 +110,8 @@ uint64_t shm_index_hash (const char *key, size_t len);
 //  CZMQ's zclock_mono reads), the same in every process of the machine.
 int64_t shm_index_clock_ms (void);
 
-//  Writes "/kvpool-<pid>-<tag>-<instance>-index" into buf.
+//  Writes "/kvpool-<pid>-<tag>-<instance>-index" into buf: the name a node's actors know its
+//  index by (not a file: the index is a memfd).
 void shm_index_make_name (char *buf, size_t size, const char *instance);
 
 //  Writer: publishes an object, unread. Returns its slot number, or -1 if it was not

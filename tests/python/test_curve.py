@@ -19,6 +19,7 @@ import re
 import shutil
 import struct
 import subprocess
+import sys
 import tempfile
 
 import msgpack
@@ -275,9 +276,11 @@ def test_another_user_with_an_allowed_key_gets_no_shared_memory(keys):
                                 capture_output=True, text=True, timeout=30)
         assert on_ipc.returncode != 0 and "PERMISSION_DENIED" in on_ipc.stderr, on_ipc
         raw = Raw(d.endpoint, curve=client.curve(server))
-        for seg in raw.segments():
-            mode = os.stat("/dev/shm" + seg.name).st_mode & 0o777
-            assert mode & 0o077 == 0, oct(mode)
+        for seg in raw.segments():  # sealed memfds another user cannot open
+            probe = subprocess.run(nobody + [sys.executable, "-c",
+                                             "import os,sys; os.open(sys.argv[1], os.O_RDONLY)",
+                                             seg.name], capture_output=True, timeout=30)
+            assert probe.returncode != 0 and b"PermissionError" in probe.stderr, probe
         raw.close()
     finally:
         d.finish()
