@@ -507,6 +507,8 @@ s_disk_done (void *arg, int status, const disk_copy_t *copy, disk_buffer_t **buf
         else {
             item->status = KVPOOL_WRITE_FAIL;
             snprintf (job->error, sizeof job->error, "disk tier write: %s", strerror (-status));
+            if (status == -ENOSPC || status == -EDQUOT)
+                job->evict.no_space++; //  the evictor lowers the disk's capacity
         }
     }
     else if (status == 0) {
