@@ -607,6 +607,16 @@ static const opt_t s_options[] = {
      .max = 1 << 24,
      .default_value = "10000",
      .help = "KV-events batches kept for replay, newest last"},
+    {.name = "kv-events-replay-bytes",
+     .arg = "SIZE",
+     .kind = OPT_SIZE,
+     FIELD (kv_events_replay_bytes),
+     .min = 1 << 16,
+     .max = 1ULL << 40,
+     .default_value = "64MiB",
+     .help = "replay bytes queued for requesters at once; past it a request is dropped and "
+             "counted, as is a second one from a requester whose replay is still queued (one "
+             "replay larger than this goes out when no other is queued)"},
     {.name = "kv-events-medium",
      .arg = "NAME",
      .kind = OPT_STRING,

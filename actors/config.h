@@ -107,6 +107,7 @@ typedef struct {
     const char *kv_events_topic;           //  frame 1 of every message ("" by default)
     const char *kv_events_medium;          //  "medium" of every event
     uint64_t kv_events_replay_size;        //  batches kept for replay
+    uint64_t kv_events_replay_bytes;       //  replay bytes queued for requesters at once
     uint64_t kv_events_interval_ms;        //  how long the replica-manager gathers a batch
     //  Metrics over HTTP (actors/metrics_http.c, docs/metrics.md)
     const char *log_level;    //  error, warning, info or debug

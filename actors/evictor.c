@@ -86,6 +86,8 @@ typedef struct {
     uint64_t pending_free; //  memory those will free (on-evict)
     uint64_t pending_disk; //  disk bytes they will take
     uint64_t disk_bytes;   //  disk copies recorded (the replica-manager's last word)
+    uint64_t disk_room;    //  what the filesystem held when it refused a write (ENOSPC,
+                           //  EDQUOT); UINT64_MAX until then. See s_disk_capacity.
     size_t frees_out, drops_out;
     //  statistics
     uint64_t cycles, stalls, skipped, forced, blocked, offloads, offloaded_bytes, failures;
@@ -163,6 +165,7 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
     self->tx = s_dealer (config->instance, "tx");
     self->waiters = zlistx_new ();
     self->tier = config->disk_dir != NULL;
+    self->disk_room = UINT64_MAX;
     self->offload = config->offload;
     if (self->offload == KVP_OFFLOAD_DEFAULT)
         self->offload = self->tier ? KVP_OFFLOAD_ON_EVICT : KVP_OFFLOAD_OFF;
@@ -215,6 +218,41 @@ s_self_destroy (self_t **self_p)
 }
 
 //  ---- the cycle -------------------------------------------------------------------------
+
+//  The disk's capacity: --disk-capacity, or less once its filesystem refused a write for want
+//  of space (a filesystem smaller than the setting, or shared): then what the copies took at
+//  that moment, so the watermarks drop copies to make room instead of every offload failing
+//  and every put being refused.
+static uint64_t
+s_disk_capacity (self_t *self)
+{
+    return self->config->disk_capacity < self->disk_room ? self->config->disk_capacity
+                                                         : self->disk_room;
+}
+
+//  A disk write failed with ENOSPC or EDQUOT: the capacity comes down to what the disk holds.
+static void
+s_disk_full (self_t *self)
+{
+    //  The objects whose writes failed are kept: like a cycle short of disk room, the next
+    //  one runs at once (drops copies down to the new watermarks, or objects without a copy)
+    //  and placements waiting for room wait for it.
+    self->disk_short = true;
+    self->next_tick = zclock_mono ();
+    uint64_t before = s_disk_capacity (self);
+    if (self->disk_bytes >= before)
+        return;
+    if (self->disk_room == UINT64_MAX)
+        kvp_warning ("disk tier %s: the filesystem is full with %llu MiB of copies "
+                     "(--disk-capacity %llu MiB): the tier's capacity is now what it holds, "
+                     "and objects it has no room for are evicted without a copy",
+                     self->config->disk_dir, (unsigned long long) (self->disk_bytes >> 20),
+                     (unsigned long long) (self->config->disk_capacity >> 20));
+    else
+        kvp_debug ("disk tier: full again, capacity %llu -> %llu bytes",
+                   (unsigned long long) before, (unsigned long long) self->disk_bytes);
+    self->disk_room = self->disk_bytes;
+}
 
 static void
 s_send (zsock_t *sock, kvp_job_t *job, size_t *out)
@@ -292,7 +330,7 @@ s_cycle_start (self_t *self, int64_t now)
     bool eager = self->offload == KVP_OFFLOAD_EAGER && limit > 0;
     //  The disk: past its high watermark, or short of room for what this cycle will write
     //  there, its least recently used copies go, down to the low watermark.
-    double disk_size = (double) config->disk_capacity;
+    double disk_size = (double) s_disk_capacity (self);
     uint64_t disk_used = self->disk_bytes + self->pending_disk;
     uint64_t to_write = self->offload == KVP_OFFLOAD_ON_EVICT ? want : 0;
     if (self->tier
@@ -318,6 +356,7 @@ s_cycle_start (self_t *self, int64_t now)
     plan->want = want;
     plan->offload = offloading;
     plan->force = config->offload_force_evict;
+    plan->disk_full = self->disk_room != UINT64_MAX;
     plan->soft = config->evict_soft_pinned;
     plan->limit = limit;
     plan->eager = eager ? limit : 0;
@@ -454,6 +493,8 @@ s_offload_step (self_t *self, kvp_job_t *job)
         else
             self->failures++;
     }
+    if (job->evict.no_space)
+        s_disk_full (self);
     if (drop)
         s_send (self->tx, drop, &self->drops_out);
     kvp_job_t *frees = (kvp_job_t *) job->evict.frees;
@@ -517,7 +558,7 @@ s_stats (self_t *self, kvp_job_t *job)
     stats->offloaded_bytes = self->offloaded_bytes;
     stats->offload_queue = self->queue;
     stats->offload_failures = self->failures;
-    stats->disk_capacity = self->tier ? self->config->disk_capacity : 0;
+    stats->disk_capacity = self->tier ? s_disk_capacity (self) : 0;
     stats->eviction_walk_us = self->walk_us;
     stats->eviction_walk_max_us = self->walk_max_us;
 }

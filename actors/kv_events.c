@@ -29,6 +29,19 @@
     subscriber sees that the first seq is not the one it asked for); a malformed request is
     dropped and counted.
 
+    Replay limits. A replay sits in the ROUTER's queue for its requester until the requester
+    reads it, and it holds its batches' buffers (shared with the ring while they are in it,
+    its own once the ring moved on). So a requester (a routing id) has one replay queued at
+    most, and all replays queued together take at most --kv-events-replay-bytes (one larger
+    replay goes out when no other is queued); a request past either is dropped and counted
+    (replays_refused). A replay's bytes are its payloads, frames and a fixed overhead. libzmq
+    tells when a replay has left the queue: the end marker's seq frame is sent with
+    zmq_msg_init_data and a free callback (s_replay_sent), which libzmq runs on its I/O
+    thread once the frame is written to the connection, or dropped with it. The callback
+    only subtracts the bytes and pushes the replay on a lock-free stack (replay_ledger_t)
+    that this actor empties at its next request; the ledger is freed by the last of the
+    actor and the callbacks still to run, so a replay freed after the actor ended is safe.
+
     Outside input. The only bytes from outside are replay requests, and they are not decoded:
     a request is taken only if it is exactly [identity, "", 8 bytes] (frame count and sizes,
     nothing else is read), so there is no parser here to fuzz. Everything else this actor
@@ -44,6 +57,7 @@
 
 #include "actors/log.h"
 
+#include <stdatomic.h>
 #include <time.h>
 
 #include "actors/curve.h"
@@ -186,6 +200,57 @@ typedef struct {
     zmq_msg_t payload;
 } replay_slot_t;
 
+//  Per message of a replay, beyond its payload: frames, the pipe's entries.
+#define REPLAY_MESSAGE_COST 512
+//  Per replay: the record, the hash entry, the end marker.
+#define REPLAY_FIXED_COST 4096
+
+typedef struct _replay_t replay_t;
+
+//  What the actor and libzmq's I/O thread share about queued replays (see Replay limits).
+typedef struct {
+    _Atomic uint64_t queued;   //  bytes of the replays still queued
+    _Atomic (replay_t *) done; //  replays that left the queue, for the actor to forget
+    _Atomic int refs;          //  the actor, and one per replay queued
+} replay_ledger_t;
+
+struct _replay_t {
+    replay_ledger_t *ledger;
+    replay_t *next; //  on the ledger's done stack
+    uint64_t bytes;
+    char key[]; //  the requester's routing id, in hex: the key of self->replays
+};
+
+static void
+s_ledger_release (replay_ledger_t *ledger)
+{
+    if (atomic_fetch_sub (&ledger->refs, 1) != 1)
+        return;
+    replay_t *replay = atomic_exchange (&ledger->done, NULL);
+    while (replay) {
+        replay_t *next = replay->next;
+        free (replay);
+        replay = next;
+    }
+    free (ledger);
+}
+
+//  libzmq's free callback for a replay's end-marker seq frame (its I/O thread, or the actor's
+//  when a send fails): the replay has left the queue.
+static void
+s_replay_sent (void *data, void *hint)
+{
+    (void) data;
+    replay_t *replay = (replay_t *) hint;
+    replay_ledger_t *ledger = replay->ledger;
+    atomic_fetch_sub (&ledger->queued, replay->bytes);
+    replay_t *head = atomic_load (&ledger->done);
+    do
+        replay->next = head;
+    while (!atomic_compare_exchange_weak (&ledger->done, &head, replay));
+    s_ledger_release (ledger);
+}
+
 typedef struct {
     zsock_t *pipe;
     zsock_t *pull;   //  batches from the feed
@@ -200,6 +265,9 @@ typedef struct {
     replay_slot_t *ring;
     size_t ring_size, ring_count, ring_first; //  ring_first: index of the oldest
     uint64_t batches, events, dropped, bad_replays;
+    replay_ledger_t *ledger;
+    zhashx_t *replays; //  routing id (hex) -> replay_t, while its replay is queued
+    uint64_t replays_busy, replays_over_cap; //  requests refused (Replay limits)
     bool terminated;
 } self_t;
 
@@ -239,6 +307,9 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
     self->encoder = kv_events_encoder_new (config->kv_events_medium ? config->kv_events_medium : "",
                                            config->lookup.block_size, 0);
     assert (self->encoder);
+    self->ledger = (replay_ledger_t *) zmalloc (sizeof (replay_ledger_t));
+    atomic_init (&self->ledger->refs, 1);
+    self->replays = zhashx_new ();
     self->ring_size = config->kv_events_replay_size ? config->kv_events_replay_size : 1;
     self->ring = (replay_slot_t *) calloc (self->ring_size, sizeof (replay_slot_t));
     assert (self->ring);
@@ -255,6 +326,8 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
         assert (self->replay);
         //  A whole replay fits in the queue: each reply is five frames.
         zsock_set_sndhwm (self->replay, (int) (self->ring_size * 5 + 64));
+        //  What is queued at the end is dropped at once (its callbacks run).
+        zsock_set_linger (self->replay, 0);
         kvp_curve_server (config->curve, self->replay);
         s_bind (self, self->replay, config->kv_events_replay_endpoint);
     }
@@ -274,6 +347,9 @@ s_self_destroy (self_t **self_p)
     kv_events_encoder_destroy (&self->encoder);
     zlistx_destroy (&self->endpoints);
     zsock_destroy (&self->replay);
+    //  Replays still queued are freed by their callbacks, with the ledger by the last one.
+    zhashx_destroy (&self->replays);
+    s_ledger_release (self->ledger);
     zsock_destroy (&self->pub);
     zsock_destroy (&self->pull);
     free (self);
@@ -386,6 +462,69 @@ s_take_batches (self_t *self, size_t limit)
     }
 }
 
+static uint64_t
+s_replay_from (self_t *self, zframe_t *start)
+{
+    uint64_t from = 0;
+    const unsigned char *bytes = zframe_data (start);
+    for (int i = 0; i < 8; i++)
+        from = (from << 8) | bytes[i];
+    uint64_t oldest = self->next_seq - self->ring_count;
+    return from < oldest ? oldest : from;
+}
+
+//  Forgets the replays that left the queue since the last request.
+static void
+s_replays_forget (self_t *self)
+{
+    replay_t *replay = atomic_exchange (&self->ledger->done, NULL);
+    while (replay) {
+        replay_t *next = replay->next;
+        zhashx_delete (self->replays, replay->key);
+        free (replay);
+        replay = next;
+    }
+}
+
+//  Whether a request may have its replay (see Replay limits): the replay's record, counted
+//  in the ledger and the requester's entry, or NULL (counted) when refused.
+static replay_t *
+s_replay_admit (self_t *self, zframe_t *identity, zframe_t *start)
+{
+    s_replays_forget (self);
+    char *key = zframe_strhex (identity);
+    if (zhashx_lookup (self->replays, key)) {
+        self->replays_busy++; //  its previous replay is still queued
+        free (key);
+        return NULL;
+    }
+    const char *topic = self->config->kv_events_topic ? self->config->kv_events_topic : "";
+    uint64_t oldest = self->next_seq - self->ring_count;
+    uint64_t per_message = REPLAY_MESSAGE_COST + zframe_size (identity) + strlen (topic) + 8;
+    uint64_t bytes = REPLAY_FIXED_COST;
+    for (uint64_t seq = s_replay_from (self, start); seq < self->next_seq; seq++)
+        bytes += per_message
+                 + zmq_msg_size (
+                     &self->ring[(self->ring_first + (seq - oldest)) % self->ring_size].payload);
+    uint64_t queued = atomic_load (&self->ledger->queued);
+    if (queued > 0 && queued + bytes > self->config->kv_events_replay_bytes) {
+        self->replays_over_cap++;
+        free (key);
+        return NULL;
+    }
+    replay_t *replay = (replay_t *) malloc (sizeof (replay_t) + strlen (key) + 1);
+    assert (replay);
+    replay->ledger = self->ledger;
+    replay->next = NULL;
+    replay->bytes = bytes;
+    strcpy (replay->key, key);
+    free (key);
+    atomic_fetch_add (&self->ledger->queued, bytes);
+    atomic_fetch_add (&self->ledger->refs, 1);
+    zhashx_insert (self->replays, replay->key, replay);
+    return replay;
+}
+
 //  A replay request: [identity, "", seq (8 bytes)].
 static void
 s_replay (self_t *self)
@@ -398,16 +537,14 @@ s_replay (self_t *self)
     zframe_t *start = zmsg_pop (request);
     bool good = identity && delimiter && zframe_size (delimiter) == 0 && start
                 && zframe_size (start) == 8 && zmsg_size (request) == 0;
+    replay_t *replay = NULL;
     if (!good)
         self->bad_replays++;
-    else {
-        uint64_t from = 0;
-        const unsigned char *bytes = zframe_data (start);
-        for (int i = 0; i < 8; i++)
-            from = (from << 8) | bytes[i];
+    else
+        replay = s_replay_admit (self, identity, start);
+    if (replay) {
+        uint64_t from = s_replay_from (self, start);
         uint64_t oldest = self->next_seq - self->ring_count;
-        if (from < oldest)
-            from = oldest;
         void *router = zsock_resolve (self->replay);
         const char *topic = self->config->kv_events_topic ? self->config->kv_events_topic : "";
         int flags = ZMQ_SNDMORE | ZMQ_DONTWAIT;
@@ -430,7 +567,10 @@ s_replay (self_t *self)
         zmq_send (router, zframe_data (identity), zframe_size (identity), flags);
         zmq_send (router, "", 0, flags);
         zmq_send (router, "", 0, flags);
-        zmq_send (router, end_seq, 8, flags);
+        zmq_msg_t last; //  its free callback says the replay left the queue
+        zmq_msg_init_data (&last, (void *) end_seq, 8, s_replay_sent, replay);
+        if (zmq_msg_send (&last, router, flags) == -1)
+            zmq_msg_close (&last);
         zmq_send (router, "", 0, ZMQ_DONTWAIT);
     }
     zframe_destroy (&identity);
@@ -482,6 +622,11 @@ kv_events_actor (zsock_t *pipe, void *args)
     if (self->dropped)
         kvp_warning ("%llu events dropped (the publisher was behind)",
                      (unsigned long long) self->dropped);
+    if (self->replays_busy || self->replays_over_cap)
+        kvp_warning ("replay requests refused: %llu while the requester's previous replay was "
+                     "queued, %llu past --kv-events-replay-bytes",
+                     (unsigned long long) self->replays_busy,
+                     (unsigned long long) self->replays_over_cap);
     zpoller_destroy (&poller);
     s_self_destroy (&self);
 }

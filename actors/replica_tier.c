@@ -172,13 +172,20 @@ s_offload_pin (kvp_job_t *job, kvp_object_t *object, bool evict)
     plan->queued_bytes += disk_store_footprint (strlen (object->key), object->size);
 }
 
+//  Whether the disk has room for a copy of the object, beside those recorded and queued.
+static bool
+s_disk_fits (self_t *self, kvp_evict_t *plan, kvp_object_t *object)
+{
+    uint64_t footprint = disk_store_footprint (strlen (object->key), object->size);
+    return self->disk_bytes + plan->queued_bytes + footprint <= plan->disk_limit;
+}
+
 //  Whether a disk copy of the object fits what the plan still allows.
 static bool
 s_offload_fits (self_t *self, kvp_evict_t *plan, kvp_object_t *object)
 {
     uint64_t footprint = disk_store_footprint (strlen (object->key), object->size);
-    return plan->queued < plan->limit
-           && self->disk_bytes + plan->queued_bytes + footprint <= plan->disk_limit
+    return plan->queued < plan->limit && s_disk_fits (self, plan, object)
            && (plan->queued == 0 || plan->queued_bytes + footprint <= plan->queue_bytes);
 }
 
@@ -218,7 +225,11 @@ s_evict_one (self_t *self, kvp_job_t *job, kvp_object_t *object, int pass, kvp_j
             s_offload_pin (job, object, true);
             return bytes;
         }
-        if (!plan->force) {
+        //  A filesystem that filled before --disk-capacity: the evictor lowered the disk's
+        //  capacity to what it holds, and the objects it has no room for go without a copy,
+        //  so puts go on being placed.
+        bool no_room = plan->disk_full && !s_disk_fits (self, plan, object);
+        if (!plan->force && !no_room) {
             plan->skipped++;
             return 0;
         }

@@ -507,6 +507,8 @@ s_disk_done (void *arg, int status, const disk_copy_t *copy, disk_buffer_t **buf
         else {
             item->status = KVPOOL_WRITE_FAIL;
             snprintf (job->error, sizeof job->error, "disk tier write: %s", strerror (-status));
+            if (status == -ENOSPC || status == -EDQUOT)
+                job->evict.no_space++; //  the evictor lowers the disk's capacity
         }
     }
     else if (status == 0) {
@@ -593,6 +595,10 @@ s_disk_scan (self_t *self, kvp_job_t *job)
         kvp_warning ("kvpoold: disk tier: %llu half-written and %llu corrupt files dropped",
                      (unsigned long long) report.partial_dropped,
                      (unsigned long long) report.corrupt_dropped);
+    if (report.not_regular)
+        kvp_warning ("kvpoold: disk tier: %llu names of copies are not regular files (a "
+                     "symlink, a FIFO, a device; the first: %s): skipped, never opened",
+                     (unsigned long long) report.not_regular, report.not_regular_example);
 }
 
 static void

@@ -207,6 +207,7 @@ typedef struct {
     uint64_t eager;       //  most committed objects without a disk copy to pin for one
     bool offload;         //  victims without a disk copy are written to disk, not dropped
     bool force;           //  ... and dropped when they cannot be (offload refused)
+    bool disk_full;       //  ... and dropped when the disk has no room (its filesystem filled)
     bool soft;            //  soft-pinned objects may go, after all others
     //  outcome
     uint64_t freed_bytes, freed_objects; //  memory freed now (objects dropped or disk-only)
@@ -215,6 +216,7 @@ typedef struct {
     uint64_t leased, pinned;             //  passed over for a lease / a pin
     uint64_t disk_bytes, disk_objects;   //  the disk copies recorded, after the job
     uint64_t walk_us;                    //  how long the replica-manager's walk took
+    uint64_t no_space;                   //  disk writes refused with ENOSPC or EDQUOT
     //  The memory the job freed, as a KVP_AL_FREE job (a kvp_job_t *, or NULL) that the
     //  evictor hands to the allocator itself: once it comes back, a retried placement is sure
     //  to see the space.

@@ -23,6 +23,13 @@
     O_DIRECT transfer the kernel refuses (EINVAL, e.g. at the unaligned end of a truncated
     file) is retried buffered on that file (fcntl clears O_DIRECT).
 
+    FILES. Every name under the directory is opened O_NOFOLLOW and O_NONBLOCK (a FIFO's
+    open would block, a symlink's would reach outside), then fstat-ed: anything but a regular
+    file is closed unread (DISK_NOT_REGULAR). A write removes whatever has its .tmp name
+    (unlinkat: a symlink goes, not its target) and creates the file O_EXCL, so it never
+    writes into a file it did not create. The start-up scan lstat-s each name before it
+    opens it; names that are not regular files are left in place, counted and logged.
+
     Queueing: the ring has queue_depth entries and at most that many ops are in it; more wait
     in a FIFO and start, in order, as entries free up. A file is opened (and a read's block
     allocated) when its op starts, not when it is queued, so a long queue holds no fds. A short
@@ -68,6 +75,8 @@
 #define DISK_SCAN_CHUNK (8u << 20) //  scan reads values this much at a time
 #define DISK_DEFAULT_DEPTH 64
 #define DISK_MAX_DEPTH 4096
+//  What an open returns for a name that is not a regular file (a symlink, a FIFO, a device).
+#define DISK_NOT_REGULAR (-EBADFD)
 
 //  The header's fields, then the key. The struct is the disk image on a little-endian
 //  machine, the only kind the node runs on (asserted below).
@@ -194,24 +203,55 @@ s_signal (disk_store_t *self)
     (void) rc; //  fails only when the count is saturated: readable anyway
 }
 
-//  Opens path under the store directory, O_DIRECT while the filesystem takes it.
+//  Opens a regular file under dir_fd (see FILES), or returns DISK_NOT_REGULAR for anything
+//  else, which is then neither read nor written.
+static int
+s_open_regular (int dir_fd, const char *path, int flags)
+{
+    int fd = openat (dir_fd, path, flags | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return errno == ELOOP ? DISK_NOT_REGULAR : -errno; //  ELOOP: the name is a symlink
+    struct stat st;
+    int rc = fstat (fd, &st) != 0 ? -errno : !S_ISREG (st.st_mode) ? DISK_NOT_REGULAR : 0;
+    //  O_NONBLOCK was for the open only (a FIFO's open blocks): on a regular file it would
+    //  only make io_uring answer -EAGAIN.
+    int fl = rc == 0 ? fcntl (fd, F_GETFL) : -1;
+    if (rc == 0 && (fl < 0 || fcntl (fd, F_SETFL, fl & ~O_NONBLOCK) != 0))
+        rc = -errno;
+    if (rc != 0) {
+        close (fd);
+        return rc;
+    }
+    return fd;
+}
+
+//  Opens path under the store directory, O_DIRECT while the filesystem takes it. A write
+//  (O_CREAT) first removes whatever has the name (a crash's .tmp, or something planted
+//  there) and creates a new file, O_EXCL.
 static int
 s_open (disk_store_t *self, const char *path, int flags, bool *direct)
 {
     *direct = false;
+    bool create = flags & O_CREAT;
+    if (create)
+        flags = (flags & ~O_TRUNC) | O_EXCL;
     if (self->direct) {
-        int fd = openat (self->dir_fd, path, flags | O_DIRECT | O_CLOEXEC, 0600);
+        if (create && unlinkat (self->dir_fd, path, 0) != 0 && errno != ENOENT)
+            return -errno; //  a directory, say: not ours to remove
+        int fd = s_open_regular (self->dir_fd, path, flags | O_DIRECT);
         if (fd >= 0) {
             *direct = true;
             return fd;
         }
-        if (errno != EINVAL)
-            return -errno;
+        if (fd != -EINVAL)
+            return fd;
         self->direct = false; //  the filesystem refuses O_DIRECT: buffered from now on
         s_describe (self);
     }
-    int fd = openat (self->dir_fd, path, flags | O_CLOEXEC, 0600);
-    return fd >= 0 ? fd : -errno;
+    //  Again after a refused O_DIRECT: that open may have created the file.
+    if (create && unlinkat (self->dir_fd, path, 0) != 0 && errno != ENOENT)
+        return -errno;
+    return s_open_regular (self->dir_fd, path, flags);
 }
 
 static int
@@ -581,7 +621,7 @@ s_store_new (const char *dir, unsigned depth, bool try_uring, char *error, size_
     int rc = s_mkdir_p (dir);
     self->dir_fd = rc == 0 ? open (dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
     if (self->dir_fd >= 0)
-        self->lock_fd = openat (self->dir_fd, "LOCK", O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+        self->lock_fd = s_open_regular (self->dir_fd, "LOCK", O_RDWR | O_CREAT);
     if (self->lock_fd >= 0 && flock (self->lock_fd, LOCK_EX | LOCK_NB) != 0) {
         if (errno == EWOULDBLOCK)
             snprintf (error, error_size, "disk store %s is in use (%s/LOCK is locked)", dir, dir);
@@ -596,8 +636,10 @@ s_store_new (const char *dir, unsigned depth, bool try_uring, char *error, size_
         if (mkdirat (self->dir_fd, name, 0700) != 0 && errno != EEXIST)
             rc = -errno;
     }
-    if (self->lock_fd < 0 && rc == 0)
-        rc = -errno; //  the open that failed
+    if (rc == 0 && self->dir_fd < 0)
+        rc = -errno; //  the directory's open
+    else if (rc == 0 && self->lock_fd < 0)
+        rc = self->lock_fd == DISK_NOT_REGULAR ? -EEXIST : self->lock_fd; //  LOCK is no file
     if (rc == 0 && (self->event_fd = eventfd (0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0)
         rc = -errno;
     if (rc != 0) {
@@ -606,7 +648,7 @@ s_store_new (const char *dir, unsigned depth, bool try_uring, char *error, size_
         return NULL;
     }
     //  Whether the filesystem takes O_DIRECT (tmpfs before Linux 6.6 did not).
-    int probe = openat (self->dir_fd, "LOCK", O_RDONLY | O_DIRECT | O_CLOEXEC);
+    int probe = s_open_regular (self->dir_fd, "LOCK", O_RDONLY | O_DIRECT);
     self->direct = probe >= 0;
     if (probe >= 0)
         close (probe);
@@ -708,7 +750,8 @@ s_scan_file (disk_store_t *self, const char *path, uint64_t id, char *buf, XXH3_
 int
 disk_store_scan (disk_store_t *self, disk_found_fn *found, void *arg, disk_scan_report_t *report)
 {
-    disk_scan_report_t r = {0, 0, 0, 0};
+    disk_scan_report_t r;
+    memset (&r, 0, sizeof r);
     char *buf = NULL;
     XXH3_state_t *state = XXH3_createState ();
     size_t buf_size = s_header_size (DISK_STORE_KEY_MAX) + DISK_SCAN_CHUNK;
@@ -716,10 +759,14 @@ disk_store_scan (disk_store_t *self, disk_found_fn *found, void *arg, disk_scan_
     for (unsigned sub = 0; rc == 0 && sub < 256; sub++) {
         char name[4];
         snprintf (name, sizeof name, "%02x", sub);
-        int fd = openat (self->dir_fd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        int fd = openat (self->dir_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         DIR *dir = fd >= 0 ? fdopendir (fd) : NULL;
         if (!dir && errno == ENOENT)
             continue; //  removed by hand: it holds no copies
+        if (!dir && (errno == ELOOP || errno == ENOTDIR)) {
+            r.not_regular++; //  a symlink or a file where the directory should be: not ours
+            continue;
+        }
         if (!dir) {
             rc = -errno;
             if (fd >= 0)
@@ -736,13 +783,25 @@ disk_store_scan (disk_store_t *self, disk_found_fn *found, void *arg, disk_scan_
             snprintf (path, sizeof path, "%s/%s", name, entry->d_name);
             disk_copy_t copy = {0, 0, 0};
             size_t key_len = 0;
+            //  lstat first: a FIFO, device or symlink named like a copy is never opened (the
+            //  open would check again: the name may change in between).
+            struct stat st;
             int file_rc = -EBADMSG; //  a .tmp, or a .kv in the wrong directory
-            if (!tmp && id % 256 == sub)
+            if (fstatat (self->dir_fd, path, &st, AT_SYMLINK_NOFOLLOW) != 0)
+                file_rc = -errno;
+            else if (!S_ISREG (st.st_mode))
+                file_rc = DISK_NOT_REGULAR;
+            if (file_rc == -EBADMSG && !tmp && id % 256 == sub)
                 file_rc = s_scan_file (self, path, id, buf, state, &copy, &key_len);
             if (file_rc == -ENOMEM || file_rc == -EMFILE || file_rc == -ENFILE)
                 rc = file_rc; //  not the file's fault: stop, delete nothing
             else if (file_rc == -ENOENT)
                 continue; //  gone meanwhile
+            else if (file_rc == DISK_NOT_REGULAR) {
+                r.not_regular++; //  not ours: left in place, never followed or read
+                if (!*r.not_regular_example)
+                    snprintf (r.not_regular_example, sizeof r.not_regular_example, "%s", path);
+            }
             else if (file_rc != 0) {
                 unlinkat (self->dir_fd, path, 0);
                 if (tmp)
@@ -968,7 +1027,7 @@ s_test_store (const char *dir, bool uring, const char *big, bool verbose)
     const uint64_t sizes[] = {0, 1, 4095, 4096, 4097, TEST_BIG};
     static char long_key[5000], keys[6][4];
     s_test_fill (long_key, sizeof long_key, 2);
-    test_copy_t kept[6 + TEST_MANY + 2];
+    test_copy_t kept[6 + TEST_MANY + 3];
     size_t kept_count = 0;
     for (size_t i = 0; i < 6; i++) {
         memcpy (keys[i], "k\0", 2);
@@ -1048,6 +1107,23 @@ s_test_store (const char *dir, bool uring, const char *big, bool verbose)
     fclose (partial);
     s_test_write_fails (store, dir, big);
 
+    //  Planted names: a symlink at the next write's .tmp name (the write replaces the link,
+    //  the file it points to keeps its bytes), a FIFO named like a copy (the scan skips it).
+    char victim[512], fifo[512];
+    snprintf (victim, sizeof victim, "%s/victim", dir);
+    FILE *victim_file = fopen (victim, "w");
+    assert (victim_file && fputs ("untouched", victim_file) >= 0);
+    fclose (victim_file);
+    s_test_path (path, dir, store->next_id, "tmp");
+    assert (symlink (victim, path) == 0);
+    disk_copy_t linked = s_test_write (store, "linked", 6, big, 5000);
+    struct stat victim_st;
+    assert (stat (victim, &victim_st) == 0 && victim_st.st_size == 9);
+    assert (s_test_read (store, linked, "linked", 6, big) == 0);
+    kept[kept_count++] = (test_copy_t){"linked", 6, linked, false};
+    s_test_path (fifo, dir, 0x99999, "kv");
+    assert (mkfifo (fifo, 0600) == 0);
+
     //  Destroy waits for the ops in flight: their callbacks run first.
     test_op_t late = {0, 1, {0, 0, 0}, NULL};
     assert (disk_store_write (store, "late", 4, big, 4097, s_test_done, &late) == 0);
@@ -1060,6 +1136,10 @@ s_test_store (const char *dir, bool uring, const char *big, bool verbose)
     assert (store);
     disk_scan_report_t report = s_test_scan (store, kept, kept_count);
     assert (report.corrupt_dropped == 3 && report.partial_dropped == 1);
+    assert (report.not_regular == 1 && access (fifo, F_OK) == 0);
+    assert (strstr (fifo, report.not_regular_example));
+    unlink (fifo);
+    unlink (victim);
     for (int i = 1; i <= 3; i++)
         assert (!s_test_path (path, dir, ops[i].copy.id, "kv"));
     assert (!s_test_path (path, dir, 12345, "tmp"));

@@ -114,6 +114,8 @@ typedef struct {
     uint64_t bytes;           //  their footprint on disk
     uint64_t partial_dropped; //  .tmp files deleted (writes a crash cut short)
     uint64_t corrupt_dropped; //  .kv files that failed verification, deleted
+    uint64_t not_regular;     //  names of copies that are no regular file: left alone, unread
+    char not_regular_example[300]; //  the first of them, relative to the directory
 } disk_scan_report_t;
 
 //  Start-up scan, synchronous: deletes .tmp files, reads and verifies every .kv file (its

@@ -160,7 +160,8 @@ object_log_read (const char *path, object_record_t **records_p, size_t *count_p,
     memset (stats, 0, sizeof *stats);
     *records_p = NULL;
     *count_p = 0;
-    int fd = open (path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    //  O_NONBLOCK: a FIFO under the name must not hang the start-up (fstat refuses it next).
+    int fd = open (path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd == -1)
         return errno == ENOENT ? 0 : -1;
     struct stat st;
@@ -321,8 +322,12 @@ object_log_create (const char *path)
     if (!self->path || !self->tmp)
         goto failed;
     snprintf (self->tmp, tmp_size, "%s.tmp", path);
+    //  Never into a file it did not create: whatever has the name (a crash's .tmp, a symlink
+    //  planted there) goes first, then O_EXCL.
+    if (unlink (self->tmp) != 0 && errno != ENOENT)
+        goto failed;
     self->fd =
-        open (self->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
+        open (self->tmp, O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (self->fd == -1)
         goto failed;
     log_header_t header = {.version = LOG_VERSION};
