@@ -969,11 +969,14 @@ s_receive (self_t *self, origin_t *from)
             break;
         }
         more = zmq_msg_more (&part);
-        if (count == 0)
-            from->fd = zmq_msg_get (&part, ZMQ_SRCFD);
         if (count == 1) {
+            //  Properties of the connection (the routing id frame does not always carry
+            //  them): the credential its handshake proved, and its socket ("__fd", what
+            //  ZMQ_SRCFD reads), which the monitor names when it closes.
             const char *user = zmq_msg_gets (&part, "User-Id");
             snprintf (from->user_id, sizeof from->user_id, "%s", user ? user : "");
+            const char *fd = zmq_msg_gets (&part, "__fd");
+            from->fd = fd ? atoi (fd) : -1;
         }
         if (count < 2)
             frames[count] = zframe_new (zmq_msg_data (&part), zmq_msg_size (&part));

@@ -40,6 +40,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
@@ -477,8 +478,53 @@ s_query_port (struct ibv_context *ctx, const char *name, int port_num, int gid_i
     return 0;
 }
 
-//  The loop device's port: its address is the process id, behind a magic.
+//  The loop device's port: its address is the process id, behind a magic, and where in
+//  that process its proof lies. The loop device moves bytes with process_vm_readv/writev,
+//  which (as root) reaches any process, so a node connects to a peer only once the peer
+//  proved to be a kvpoold of this user on the loop device (s_loop_peer_check): the process
+//  named runs this very executable, as this user, and holds the proof where its address
+//  said. A process that merely has a pid - anyone's - never has its memory read or written.
+//  (The data plane that carries RDMA_CONNECT admits only the cluster's nodes, too.)
 static const uint8_t s_loop_magic[4] = {'k', 'v', 'p', 'l'};
+
+typedef struct {
+    char magic[16];
+    uint32_t pid;
+} loop_proof_t;
+
+static loop_proof_t s_loop_proof;
+
+//  Whether pid is a kvpoold of this user on the loop device whose proof is at addr.
+static int
+s_loop_peer_check (pid_t pid, uint64_t addr, char *reason, size_t reason_size)
+{
+    char path[64];
+    struct stat mine, theirs, proc;
+    snprintf (path, sizeof path, "/proc/%d/exe", (int) pid);
+    if (pid <= 0 || stat ("/proc/self/exe", &mine) != 0 || stat (path, &theirs) != 0
+        || mine.st_dev != theirs.st_dev || mine.st_ino != theirs.st_ino) {
+        s_reason (reason, reason_size,
+                  "loop device: process %d is not a kvpoold of this executable", (int) pid);
+        return -1;
+    }
+    snprintf (path, sizeof path, "/proc/%d", (int) pid);
+    if (stat (path, &proc) != 0 || proc.st_uid != geteuid ()) {
+        s_reason (reason, reason_size, "loop device: process %d is not this user's", (int) pid);
+        return -1;
+    }
+    loop_proof_t proof;
+    struct iovec local = {&proof, sizeof proof};
+    struct iovec remote = {(void *) (uintptr_t) addr, sizeof proof};
+    if (process_vm_readv (pid, &local, 1, &remote, 1, 0) != (ssize_t) sizeof proof
+        || memcmp (proof.magic, KVP_RDMA_LOOP_DEVICE, sizeof KVP_RDMA_LOOP_DEVICE) != 0
+        || proof.pid != (uint32_t) pid) {
+        s_reason (reason, reason_size,
+                  "loop device: process %d holds no loop device's proof where it said",
+                  (int) pid);
+        return -1;
+    }
+    return 0;
+}
 
 static kvp_rdma_t *
 s_loop_open (char *reason, size_t reason_size)
@@ -499,8 +545,12 @@ s_loop_open (char *reason, size_t reason_size)
                             .max_rd_atomic = 16,
                             .max_dest_rd_atomic = 16};
     uint32_t pid = (uint32_t) getpid ();
+    memcpy (s_loop_proof.magic, KVP_RDMA_LOOP_DEVICE, sizeof KVP_RDMA_LOOP_DEVICE);
+    s_loop_proof.pid = pid;
+    uint64_t proof = (uint64_t) (uintptr_t) &s_loop_proof;
     memcpy (self->port.gid, s_loop_magic, 4);
     memcpy (self->port.gid + 4, &pid, 4);
+    memcpy (self->port.gid + 8, &proof, 8);
     snprintf (self->describe, sizeof self->describe,
               "%s (software: one-sided READ and WRITE by process_vm_readv/writev between "
               "processes of this machine, for tests; pid %u)",
@@ -897,7 +947,11 @@ kvp_rdma_conn_connect (kvp_rdma_conn_t *self, const void *peer_data, size_t peer
             goto done;
         }
         uint32_t pid;
+        uint64_t proof;
         memcpy (&pid, peer->gid + 4, 4);
+        memcpy (&proof, peer->gid + 8, 8);
+        if (s_loop_peer_check ((pid_t) pid, proof, reason, reason_size) != 0)
+            goto done;
         self->peer_pid = (pid_t) pid;
     }
     if (peer->qp_count != self->limits.qp_count) {
@@ -1316,6 +1370,18 @@ s_loop_test (bool verbose)
     kvp_rdma_t *a = kvp_rdma_open (KVP_RDMA_LOOP_DEVICE, reason, sizeof reason);
     kvp_rdma_t *b = kvp_rdma_open (KVP_RDMA_LOOP_DEVICE, reason, sizeof reason);
     assert (a && b && strstr (reason, "process_vm_readv"));
+    //  Only a kvpoold of this user that holds the proof where it said is a peer: never a
+    //  process named by its pid alone (here: the parent, a shell or the test runner, and
+    //  this process with the wrong address).
+    assert (s_loop_peer_check (getpid (), (uint64_t) (uintptr_t) &s_loop_proof, reason,
+                               sizeof reason)
+            == 0);
+    assert (s_loop_peer_check (getppid (), (uint64_t) (uintptr_t) &s_loop_proof, reason,
+                               sizeof reason)
+            == -1);
+    assert (s_loop_peer_check (getpid (), (uint64_t) (uintptr_t) reason, reason, sizeof reason)
+            == -1);
+    assert (strstr (reason, "no loop device's proof"));
     kvp_rdma_conn_options_t options = {.qp_count = 3, .sq_depth = 8, .stripe = 4096};
     kvp_rdma_conn_t *ca = kvp_rdma_conn_new (a, &options, reason, sizeof reason);
     kvp_rdma_conn_t *cb = kvp_rdma_conn_new (b, &options, reason, sizeof reason);

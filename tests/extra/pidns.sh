@@ -3,7 +3,8 @@
 # segments for leftovers. Starts kvpoold A here, stores a value, then starts kvpoold B under
 # `unshare --pid --fork --mount-proc` (where A's pid does not exist, so "is the pid alive?"
 # would say no) on other ports; B's start-up cleaner must leave A's /dev/shm objects alone
-# (A holds flock on them), while still removing a truly stale object nobody holds. A must
+# (A's are sealed memfds now, which no cleaner can see), while still removing a truly
+# stale object nobody holds. A must
 # keep serving gets and puts. A third daemon C in a pid namespace of its own has the same pid
 # as B there (1): the names of their objects must still differ, so both start and serve.
 # Needs root for unshare; skipped (exit 0) without it.
@@ -49,8 +50,12 @@ EP=$(kvpoold_wait_ready "$TMP/ready-a" "$A" "$TMP/a.log") && [ -n "$EP" ] || { e
 kv() { "$KVPOOL" -s "$EP" "$@"; }
 head -c 200000 /dev/urandom >"$TMP/blob"
 kv put before "$TMP/blob" || fail "put to A"
+# A's segments are sealed memfds (shm/segment.c): nothing of A's is in /dev/shm for B's
+# cleaner to take, and they live as long as A holds them.
 mapfile -t a_files < <(ls /dev/shm | grep "^kvpool-$A-")
-[ "${#a_files[@]}" -ge 2 ] || fail "A's segments not found in /dev/shm: ${a_files[*]}"
+[ "${#a_files[@]}" -eq 0 ] || fail "A left objects in /dev/shm: ${a_files[*]}"
+a_memfds=$(ls -l "/proc/$A/fd" | grep -c "memfd:")
+[ "$a_memfds" -ge 2 ] || fail "A's segments are not memfds ($a_memfds)"
 
 # A leftover of a process that is gone everywhere: a dead pid, and no lock holder.
 sh -c 'exit 0' &
