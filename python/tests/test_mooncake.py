@@ -426,8 +426,9 @@ def test_segment_receives_objects_and_goes_on_close(daemon, prefix):
         assert s.get_into(prefix + "local", out.ctypes.data, out.nbytes) == len(data)
         assert out.tobytes() == data
         elsewhere = ReplicateConfig()
+        # (The node's own segments are sealed memfds too, named under the node's pid.)
         elsewhere.preferred_segment = [seg.name for seg in c.segments()
-                                       if not seg.name.startswith("/proc/")][0]
+                                       if not seg.name.startswith("/proc/%d/" % os.getpid())][0]
         assert s.put(prefix + "elsewhere", b"e" * 4096, elsewhere) == 0
         assert segment_named(c, name).used < (1 << 20) + 4096
         assert s.close() == 0

@@ -1048,7 +1048,8 @@ def test_disk_tier_read_only_then_full_under_traffic(small_disk, make_cluster):
     finally:
         traffic.stop()
     assert not traffic.wrong and not traffic.slow, (traffic.wrong[:5], traffic.slow[:5])
-    assert not traffic.errors, traffic.errors
+    # Readers may miss a key the tier dropped (OBJECT_NOT_FOUND), never get another error.
+    assert all(status == OBJECT_NOT_FOUND for _, status in traffic.errors), traffic.errors
     # Nothing was lost but what the tier dropped to make room: every other key put OK is
     # still located on node-a, and reads back exact.
     where = c.locate(stored, "b")
