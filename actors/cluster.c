@@ -1446,13 +1446,22 @@ s_call_done (self_t *self, call_t *call, Kvpool__Cluster__V1__MasterReply *maste
         case KVP_CL_REMOVE:
             if (call->kind == CALL_MASTER)
                 s_remove_reply (self, op, call, master_reply);
+            else if (!reply || reply->status != KVPOOL_OK)
+                //  The master forgot the keys, but this holder may still have them (and
+                //  serve them to its own clients until it registers again): the removal
+                //  reached every holder, or the client hears that it did not.
+                kvp_job_fail (op->job, KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS,
+                              "node %s did not confirm the removal (%s): it may serve its "
+                              "copies until it registers with the master again",
+                              self->peers[call->peer]->node_id,
+                              reply && reply->error && *reply->error ? reply->error
+                                                                     : "no answer in time");
             break;
         default: break;
     }
     if (call->kind == CALL_MASTER && !master_reply && op->job->kind == KVP_CL_PLACE)
         kvp_job_fail (op->job, KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS,
                       "the master (%s) did not answer", self->config->master);
-    (void) reply;
     (void) frames;
     (void) frame_count;
     s_op_next (self, op);
