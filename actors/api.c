@@ -57,6 +57,7 @@
 #include "protocol/kvpool.pb-c.h"
 #include "messages/request_check.h"
 #include "shm/shm_index.h"
+#include "transfer/value_checksum.h"
 
 //  GET values copied into the reply instead of sent from the segment: at most this many
 //  bytes a reply, so that a GET naming one small key 100,000 times costs frames, not copies.
@@ -252,6 +253,7 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
     self->cl = zsock_new (ZMQ_DEALER);
     assert (self->router && self->rm && self->tx && self->ev && self->cl);
     self->cluster = config->role == KVP_ROLE_NODE;
+    value_checksum_set_verify (config->verify_checksums);
     zsock_set_sndhwm (self->router, 100000);
     zsock_set_rcvhwm (self->router, RCVHWM);
     zsock_set_linger (self->router, 0);
@@ -982,6 +984,10 @@ s_config (self_t *self, const Kvpool__V1__Request *request, kvp_job_t *job, char
         if (!strcmp (name, "log-level")
             && kvp_log_level_parse (self->settings.log_level, &level) == 0)
             kvp_log_setup (level, self->settings.log_syslog, "kvpoold");
+        //  One switch for the whole process: the copy workers, the data plane's workers and
+        //  the cluster actor read it as they go (transfer/value_checksum.h).
+        if (!strcmp (name, "verify-checksums"))
+            value_checksum_set_verify (self->settings.verify_checksums);
         kvp_info ("setting %s changed to %s", name, change);
     }
     job->setting = name;
@@ -1077,6 +1083,10 @@ s_job_from_request (self_t *self, api_ctx_t *ctx)
             item->size = request->sizes[i];
         if (request->n_vm_addrs)
             item->vm_addr = request->vm_addrs[i];
+        //  The writer's checksum of the value (PUT, UPSERT: verified against the frame as it
+        //  is copied; PUT_END: taken as the value's, or verified when a node wrote it).
+        if (request->n_checksums)
+            item->expect_checksum = request->checksums[i];
         if (request->n_offsets) {
             job->ranged = true;
             item->offset = request->offsets[i];

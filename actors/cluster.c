@@ -23,6 +23,13 @@
     itself, sent on to the client without a copy. A node that fails or does not have the key
     is passed over for the next one; only when none is left is the key missing or failed.
 
+    Checksums (transfer/value_checksum.h): a put's values go to other nodes with their
+    checksum (the one taken as the replica here was written, or the client's, or one the
+    data plane takes as it copies), and those nodes refuse bytes that do not match. A get
+    verifies what it read before it is handed on: a whole value on the data plane's worker
+    that received it, a striped one here once assembled; a mismatch is counted
+    (checksum_failures) and the next holder read, as for a node that failed.
+
     Removes go to the master, which forgets the keys and says which nodes held them; those
     nodes are told to drop them (forced) before the client is answered.
 
@@ -40,7 +47,9 @@
 #include "protocol/kvpool.pb-c.h"
 #include "protocol/status.h"
 #include "dataplane/data_plane.h"
+#include "transfer/value_checksum.h"
 #include "actors/curve.h"
+#include "actors/log.h"
 
 #include <pthread.h>
 #include <sys/eventfd.h>
@@ -152,6 +161,7 @@ typedef struct _self_t {
     run_t *finished;      //  runs the workers are done with
     uint64_t remote_gets, remote_get_bytes, redirects, remote_puts, failures;
     uint64_t remote_put_parts, remote_get_parts;
+    uint64_t checksum_failures; //  values read from other nodes that did not match
     bool terminated;
 } self_t;
 
@@ -659,6 +669,27 @@ s_self_peer (self_t *self)
                    kvp_curve_public_key (self->config->curve));
 }
 
+//  The checksum a put's value goes to other nodes with: the one this node's copy worker took
+//  as it wrote the replica held here, else the one the client sent (a replica only
+//  elsewhere); 0 has the data plane take it as it copies the value into its request.
+static uint64_t
+s_put_checksum (const kvp_item_t *item)
+{
+    return item->checksum ? item->checksum : item->expect_checksum;
+}
+
+//  The same for a value in stripes, which the node verifies over its reservation at PUT_END:
+//  no copy here saw the value whole (each stripe is copied by the worker that sends it), so
+//  an unknown one is taken here, on this thread: only for values over --stripe-size that
+//  are not also held here.
+static uint64_t
+s_striped_checksum (kvp_item_t *item)
+{
+    if (!item->checksum && !item->expect_checksum && item->src && value_checksum_verify ())
+        item->checksum = value_checksum (item->src, item->size);
+    return s_put_checksum (item);
+}
+
 //  Phase 0 of a commit: the copies on other nodes, on the data plane's workers, all nodes and
 //  all items at once. A value of up to a stripe is one write (an upsert; data_plane.c). A
 //  larger one moves in stripes: reserved at the node (step 0), its stripes written in
@@ -692,6 +723,7 @@ s_commit_start (self_t *self, op_t *op)
             xfer->key_len = item->key_len;
             xfer->src = item->src;
             xfer->size = item->size;
+            xfer->checksum = s_put_checksum (item);
         }
     }
     data_plane_put_t put = {job->soft_pin, job->soft_pin_ttl_ms, job->hard_pin};
@@ -777,12 +809,15 @@ s_commit_copies_done (self_t *self, op_t *op, run_t *run)
                 xfer->key_len = item->key_len;
                 xfer->src = item->src;
                 xfer->size = item->size;
+                xfer->checksum = s_put_checksum (item);
             }
             else if (op->step == 2 && (placed->reserved & (1u << h))) {
                 data_plane_xfer_t *xfer = s_run_add (next, i, peer);
                 xfer->kind = (placed->part_failed & (1u << h)) ? DATA_PLANE_REVOKE : DATA_PLANE_END;
                 xfer->key = item->key;
                 xfer->key_len = item->key_len;
+                if (xfer->kind == DATA_PLANE_END)
+                    xfer->checksum = s_striped_checksum (item);
             }
         }
     }
@@ -1129,6 +1164,17 @@ s_fetch_add (self_t *self, op_t *op, run_t *run, size_t i)
     }
 }
 
+//  A value read from a node did not match its checksum: counted, and never served (the
+//  next holder is read instead, as for a node that failed).
+static void
+s_checksum_failed (self_t *self, kvp_item_t *item, int peer)
+{
+    self->checksum_failures++;
+    kvp_warning ("the value of '%s' read from node %s does not match its checksum: "
+                 "reading another replica",
+                 item->key, self->peers[peer]->node_id);
+}
+
 //  A get's reads ended: items read whole or in every stripe are done; the others are read
 //  again from their next candidate, in a run of their own.
 static void
@@ -1148,6 +1194,8 @@ s_fetch_done (self_t *self, op_t *op, run_t *run)
                 continue;
             }
             ok = false;
+            if (xfer->corrupt)
+                s_checksum_failed (self, item, run->peers[x]);
             if (xfer->status != KVPOOL_OBJECT_NOT_FOUND)
                 fetch->any_failure = true;
             if (!xfer->answered) {
@@ -1155,11 +1203,20 @@ s_fetch_done (self_t *self, op_t *op, run_t *run)
                 self->failures++;
             }
         }
+        //  A value in stripes is verified here, whole, once they are all in.
+        uint64_t checksum = run->xfers[first].checksum;
+        if (ok && item->buffer && checksum && value_checksum_verify ()
+            && value_checksum (item->buffer, item->size) != checksum) {
+            s_checksum_failed (self, item, run->peers[first]);
+            fetch->any_failure = true;
+            ok = false;
+        }
         if (!ok) {
             //  This node could not serve it: the next one is tried.
             s_fetch_add (self, op, again, i);
             continue;
         }
+        item->checksum = checksum; //  sent on with the value (Reply.checksums)
         if (!item->buffer) {
             //  Read whole: the received message is the value, sent on without a copy.
             zmq_msg_t *msg = (zmq_msg_t *) malloc (sizeof (zmq_msg_t));
@@ -1420,6 +1477,7 @@ s_job (self_t *self, kvp_job_t *job, zframe_t *routing_id)
             job->stats.remote_get_parts = self->remote_get_parts;
             job->stats.rdma_transfers = data_plane_rdma_transfers (self->plane);
             job->stats.cluster_failures = self->failures;
+            job->stats.checksum_failures += self->checksum_failures; //  (and the replica-manager's)
             break;
         default: kvp_job_fail (job, KVPOOL_INTERNAL_ERROR, "cluster: job kind %d", job->kind);
     }

@@ -162,6 +162,15 @@ static const opt_t s_options[] = {
      .default_value = "4MiB",
      .help = "role node: a remote value larger than this moves as stripes over several "
              "connections in parallel"},
+    {.name = "verify-checksums",
+     .arg = "on|off",
+     .kind = OPT_SWITCH,
+     FIELD (verify_checksums),
+     .default_value = "on",
+     .help = "hash each value as it arrives and verify it wherever it moves between nodes "
+             "(a mismatch is refused, or read from another replica); off: for measuring the "
+             "cost",
+     .runtime = true},
     {.name = "transport",
      .arg = "NAME",
      .kind = OPT_STRING,
@@ -1364,7 +1373,7 @@ kvp_config_change (kvp_config_t *config, const char *name, const char *value, ch
         snprintf (why, why_size,
                   "%s changes only with a restart (at run time: log-level, lease-ttl, "
                   "eviction-high-watermark, eviction-ratio, disk-high-watermark, "
-                  "disk-low-watermark)",
+                  "disk-low-watermark, verify-checksums)",
                   name);
         return -1;
     }

@@ -95,6 +95,7 @@ typedef struct {
     uint64_t cluster_timeout_ms; //  a master or peer request unanswered this long fails
     uint32_t peer_connections;   //  data-plane connections to each other node
     uint64_t stripe_size;        //  remote reads larger than this move in stripes
+    bool verify_checksums;       //  values hashed on arrival, verified between nodes
     const char *transport;       //  tcp, rdma or auto
     const char *rdma_device;     //  NAME[:PORT[:GID_INDEX]]; NULL: the first device
     //  Not a setting: whether the data plane moves values by RDMA, decided at start from

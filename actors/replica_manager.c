@@ -789,7 +789,7 @@ s_object_complete (self_t *self, kvp_object_t *object, int64_t now)
     if (self->eager)
         lru_append (&self->unsaved, &object->unsaved);
     rm_publish (self, object);
-    rm_log_put (self, object, NULL);
+    rm_log_put (self, object, object->checksum ? &object->checksum : NULL);
     self->bytes_stored += object->size * object->replica_count;
     self->puts++;
     rm_event_stored (self, object);
@@ -817,6 +817,35 @@ s_own_reservation (self_t *self, kvp_job_t *job, kvp_item_t *item, kvp_job_t **f
     else if (object && object->state == OBJECT_PENDING && object->owner != job->owner_id)
         snprintf (job->error, sizeof job->error, "a key is reserved by another client");
     return NULL;
+}
+
+//  The checksum a PUT_END gives its object. A same-machine client's (libkvpool hashes as
+//  it copies) is taken as said: it wrote the bytes itself, and hashing them here would put
+//  a pass over every value on the hot put's reply path; a client that sends none leaves it
+//  unknown, to be taken off that path (rm_checksum). Another node's stripes are hashed here,
+//  over the reservation they were written into, and must match what that node sent: it is
+//  the one write between nodes whose bytes no copy worker saw whole. Returns 0, or -1 with
+//  the item refused.
+static int
+s_commit_checksum (self_t *self, kvp_job_t *job, kvp_item_t *item, kvp_object_t *object)
+{
+    object->checksum = item->expect_checksum;
+    if (!(object->owner & KVP_OWNER_NODE) || !item->expect_checksum || !value_checksum_verify ()
+        || object->replica_count == 0)
+        return 0;
+    uint64_t got = value_checksum (object->replicas[0].addr, object->size);
+    if (got == item->expect_checksum)
+        return 0;
+    object->checksum = 0;
+    item->status = KVPOOL_INVALID_WRITE;
+    self->checksum_failures++;
+    snprintf (job->error, sizeof job->error,
+              "the stripes written (PUT_PART) do not match the value's checksum (%016llx, they "
+              "hash to %016llx): nothing stored",
+              (unsigned long long) item->expect_checksum, (unsigned long long) got);
+    kvp_warning ("refused '%s' from another node: its stripes do not match its checksum",
+                 item->key);
+    return -1;
 }
 
 //  A client's PUT_END: the object it reserved and wrote becomes visible.
@@ -849,6 +878,11 @@ s_commit (self_t *self, kvp_job_t *job, int64_t now)
                       (unsigned long long) object->written, (unsigned long long) object->size);
             continue;
         }
+        if (s_commit_checksum (self, job, item, object) != 0) {
+            //  Another node's stripes that do not add up to what it sent: never served.
+            rm_object_drop (self, object, &free_job, now);
+            continue;
+        }
         item->cluster_token = object->cluster_token;
         self->pending--;
         s_object_complete (self, object, now);
@@ -860,10 +894,36 @@ s_commit (self_t *self, kvp_job_t *job, int64_t now)
 //  (or the transfer-submitter) wrote it, so the object goes in committed; nobody could see
 //  it before. A key that exists by now, committed or being written, keeps its first value,
 //  and this put's space is freed, as is the space of items that failed after placement.
+//  Values whose copy hashed otherwise than their writer said (Request.checksums: another
+//  node's UPSERT, a client's PUT) are refused before anything of them is stored or replaced:
+//  their space is freed with the other failed items'.
+static void
+s_verify_written (self_t *self, kvp_job_t *job)
+{
+    if (!value_checksum_verify ())
+        return;
+    for (size_t i = 0; i < job->count; i++) {
+        kvp_item_t *item = &job->items[i];
+        if (item->status != KVPOOL_OK || !item->expect_checksum || !item->checksum
+            || item->checksum == item->expect_checksum)
+            continue;
+        item->status = KVPOOL_INVALID_WRITE;
+        self->checksum_failures++;
+        snprintf (job->error, sizeof job->error,
+                  "a value's bytes do not match the checksum its writer sent (%016llx, the "
+                  "bytes received hash to %016llx): nothing stored for it",
+                  (unsigned long long) item->expect_checksum, (unsigned long long) item->checksum);
+        kvp_warning ("refused a value for '%s' whose bytes do not match its checksum (%s)",
+                     item->key, job->owner_id & KVP_OWNER_NODE ? "from another node"
+                                                               : "from a client");
+    }
+}
+
 static void
 s_insert (self_t *self, kvp_job_t *job, int64_t now)
 {
     kvp_job_need_replicas (job);
+    s_verify_written (self, job);
     kvp_job_t *free_job = NULL;
     for (size_t i = 0; i < job->count; i++) {
         kvp_item_t *item = &job->items[i];
@@ -887,6 +947,7 @@ s_insert (self_t *self, kvp_job_t *job, int64_t now)
         object->replica_count = item->replica_count;
         memcpy (object->replicas, item->replicas, sizeof object->replicas);
         object->bound = true;
+        object->checksum = item->checksum;
         s_object_complete (self, object, now);
     }
     rm_frees_apply (self, &free_job);
@@ -899,6 +960,7 @@ s_insert (self_t *self, kvp_job_t *job, int64_t now)
 static void
 s_upsert (self_t *self, kvp_job_t *job, int64_t now)
 {
+    s_verify_written (self, job); //  a refused value replaces nothing
     kvp_job_t *free_job = NULL;
     for (size_t i = 0; i < job->count; i++) {
         kvp_item_t *item = &job->items[i];
@@ -981,6 +1043,23 @@ s_revoke (self_t *self, kvp_job_t *job, int64_t now)
     rm_frees_apply (self, &free_job);
 }
 
+//  The checksum a GET sends with the object's value (Reply.checksums; 0: unknown). One that
+//  nobody took yet (a same-machine client's PUT_END without one, a put by address) is
+//  taken here the first time another node reads the value, which is when a reader will
+//  verify it: once per object, on this thread, off every put's path. Clients of this node
+//  get what is known.
+uint64_t
+rm_checksum (self_t *self, kvp_job_t *job, kvp_object_t *object)
+{
+    if (!object->checksum && (job->owner_id & KVP_OWNER_NODE) && object->replica_count
+        && value_checksum_verify ()) {
+        int64_t started = zclock_usecs ();
+        object->checksum = value_checksum (object->replicas[0].addr, object->size);
+        self->log_hash_us += (uint64_t) (zclock_usecs () - started);
+    }
+    return object->checksum;
+}
+
 static void
 s_read (self_t *self, kvp_job_t *job, int64_t now)
 {
@@ -1009,6 +1088,8 @@ s_read (self_t *self, kvp_job_t *job, int64_t now)
         if (lease_until > object->lease_until)
             object->lease_until = lease_until;
         object->touched = now;
+        if (job->kind == KVP_RM_GET)
+            item->checksum = rm_checksum (self, job, object);
         if (job->kind == KVP_RM_GET && object->replica_count == 0) {
             //  On disk only: the transfer-submitter reads it next (no pin: an unlinked
             //  copy stays readable to a read that opened it, and ids are never reused).
@@ -1643,6 +1724,7 @@ s_stats (self_t *self, kvp_job_t *job)
     job->stats.disk_hits = self->disk_hits;
     job->stats.disk_drops = self->disk_drops;
     job->stats.disk_corrupt = self->disk_lost;
+    job->stats.checksum_failures = self->checksum_failures; //  the cluster adds its own
     job->stats.promotions = self->promotions;
     job->stats.kv_events = kv_events_feed_events (self->events);
     job->stats.kv_events_dropped = kv_events_feed_dropped (self->events);

@@ -26,6 +26,7 @@
 #include "shm/shm_index.h"
 #include "tier/object_log.h"
 #include "transfer/transfer_pool.h"
+#include "transfer/value_checksum.h"
 
 //  A read stamp further ahead of the actor's clock than this is not taken for a read.
 #define STAMP_FUTURE_MAX_MS 10000
@@ -74,7 +75,10 @@ struct _kvp_object_t {
     uint64_t disk_footprint; //  what that copy takes on disk
     bool offloading;         //  pinned while the evictor writes its disk copy
     bool logged;             //  --segment-dir: its PUT records are live in the object log
-    uint64_t checksum;       //  ... with this XXH3-64 of the value
+    //  XXH3-64 of the value (transfer/value_checksum.h; 0: not taken yet): from the copy of
+    //  its frame, its writer's PUT_END, or taken when first needed (rm_checksum); the
+    //  object log's records carry it too
+    uint64_t checksum;
     //  Last, in the same allocation: one allocation an object, and its key in the cache line
     //  after its eviction fields, which an eviction walk reads together.
     char key[];
@@ -137,7 +141,8 @@ typedef struct {
     //  --segment-dir: the record of the objects in the node's own segments (see DESIGN)
     object_log_t *log;
     uint64_t log_live;    //  live PUT records in it
-    uint64_t log_hash_us; //  time spent hashing values for it
+    uint64_t log_hash_us; //  time spent hashing values for it (and for rm_checksum)
+    uint64_t checksum_failures; //  values refused: bytes that do not match their checksum
     //  --kv-events-endpoint: keys that become visible and go, for the publisher (or NULL)
     kv_events_feed_t *events;
     bool events_quiet; //  a remove-all that ends in AllBlocksCleared: no event per key
@@ -197,6 +202,8 @@ void rm_publish (rm_state_t *self, kvp_object_t *object);
 //  its value unless checksum is given) / records that they are no longer its (before their
 //  space can be freed). Both no-ops without a log; written by rm_log_flush.
 void rm_log_put (rm_state_t *self, kvp_object_t *object, const uint64_t *checksum);
+//  The object's checksum for a GET, taken now if another node asks and it is not known yet.
+uint64_t rm_checksum (rm_state_t *self, kvp_job_t *job, kvp_object_t *object);
 void rm_log_del (rm_state_t *self, kvp_object_t *object);
 void rm_log_flush (rm_state_t *self);
 //  Drops an item's replicas on segments that went; false when that left it none.

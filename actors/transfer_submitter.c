@@ -7,6 +7,13 @@
     mutex-protected list and writes to an eventfd; the actor polls that eventfd beside its
     sockets (zmq_poll accepts plain file descriptors) and answers the finished jobs.
 
+    Checksums (transfer/value_checksum.h): with --verify-checksums on, an item's first replica
+    is copied by one task that hashes the frame as it copies it (item->checksum), which the
+    replica-manager keeps with the object and checks against the writer's (Request.checksums)
+    before it commits. A PUT by address is not hashed here: the kernel does that copy, and a
+    second pass would sit on the reply's path; its checksum is taken later, off that path
+    (actors/replica_manager.c, rm_checksum).
+
     A PUT by address (job->vm_pid: Request.vm_addrs) is a KVP_TX_WRITE whose items name a
     place in the client's memory (vm_addr) instead of bytes the node holds (src): each value
     is read from there into its first replica (transfer/vm_read.h) and copied from that
@@ -40,6 +47,7 @@
 #include "actors/rdma_serve.h"
 #include "tier/disk_store.h"
 #include "transfer/transfer_pool.h"
+#include "transfer/value_checksum.h"
 #include "transfer/vm_read.h"
 
 //  The bytes of values by address one task reads, in one system call when all goes well:
@@ -355,6 +363,18 @@ s_read_vm_here (kvp_job_t *job, transfer_pool_t *pool)
     s_vm_tasks_done (job, &tasks);
 }
 
+//  On a worker (or inline): an item's first replica copied from its frame and the value's
+//  checksum taken in the same pass (value_checksum.h), while the bytes are in the cache.
+//  Only this task writes the item's checksum, and the job is not looked at before the
+//  batch is done.
+static void
+s_copy_hashed (void *arg, int worker)
+{
+    kvp_item_t *item = (kvp_item_t *) arg;
+    item->checksum = value_copy_checksum (item->replicas[0].addr, item->src, item->size);
+    (void) worker;
+}
+
 void
 transfer_job_copy (kvp_job_t *job, transfer_pool_t *pool)
 {
@@ -367,7 +387,10 @@ transfer_job_copy (kvp_job_t *job, transfer_pool_t *pool)
         kvp_item_t *item = &job->items[i];
         if (item->status != KVPOOL_OK || !item->src)
             continue;
-        for (uint32_t r = 0; r < item->replica_count; r++)
+        bool hashed = item->replica_count && value_checksum_verify ();
+        if (hashed)
+            s_copy_hashed (item, 0);
+        for (uint32_t r = hashed; r < item->replica_count; r++)
             memcpy (item->replicas[r].addr, item->src, item->size);
     }
 }
@@ -397,7 +420,13 @@ s_write (self_t *self, kvp_job_t *job, zframe_t **reply_to_p)
         kvp_item_t *item = &job->items[i];
         if (item->status != KVPOOL_OK || !item->src)
             continue;
-        for (uint32_t r = 0; r < item->replica_count; r++)
+        //  The first replica is one task that hashes as it copies (a value is then copied by
+        //  one worker, not cut into chunks: a batch's values still spread over the workers);
+        //  the others are plain copies.
+        bool hashed = item->replica_count && value_checksum_verify ();
+        if (hashed)
+            transfer_batch_add_call (pending->batch, s_copy_hashed, item);
+        for (uint32_t r = hashed; r < item->replica_count; r++)
             transfer_batch_add_copy (pending->batch, item->replicas[r].addr, item->src, item->size);
     }
     self->in_flight++;

@@ -33,6 +33,11 @@
     byte; after each put repetition (quick: the first only) LOCATE of all its keys names
     node 2 alone, the first and last values read back through node 1 and compare, and the
     STATS counts agree before and after the removal. A failed check fails the section.
+
+    Checksums: values are hashed as they arrive and verified between nodes by default
+    (--verify-checksums on). Each repetition also runs the two remote rows at 1 MiB with the
+    checks off on both nodes (CONFIG at run time, on their ipc endpoints), interleaved with
+    the rest, and the section prints on against off (target: at least 0.95 of off).
 */
 #include "bench/bench.h"
 #include "kvpool.h"
@@ -95,6 +100,11 @@ typedef struct {
     const char *keys[LOCATE_CHUNK];
 
     double rate[SIZE_COUNT][ROW_COUNT][MAX_REPS]; //  bytes per second of the calls' time
+    //  The remote rows at 1 MiB again with --verify-checksums off on both nodes, in the same
+    //  repetitions (interleaved): [0] get, [1] put
+    double rate_off[2][MAX_REPS];
+    int done_off[2];
+    kvpool_t *admin[2]; //  libkvpool on each node's ipc endpoint, for CONFIG
     int done[SIZE_COUNT][ROW_COUNT];              //  repetitions measured
     uint64_t calls[SIZE_COUNT][ROW_COUNT];
     double iperf[2]; //  loopback bytes per second (NAN: not measured)
@@ -190,6 +200,40 @@ s_raw_call (cluster_t *self, int node, Kvpool__V1__Op op, size_t n, const char *
         s_fail (self, "no reply from node %d (%s) to a raw request: %s", node + 1,
                 self->node[node].endpoint, zmq_strerror (zmq_errno ()));
     return reply;
+}
+
+//  Sets --verify-checksums on both nodes (CONFIG, which a node takes only on its ipc
+//  endpoint: PING names it). Returns 0 or -1.
+static int
+s_set_verify (cluster_t *self, bool on)
+{
+    for (int node = 0; node < 2; node++) {
+        if (!self->admin[node]) {
+            Kvpool__V1__Reply *ping = s_raw_call (self, node, KVPOOL__V1__OP__PING, 0, NULL);
+            if (!ping)
+                return -1;
+            kvpool_options_t options;
+            kvpool_options_init (&options);
+            options.timeout_ms = RPC_TIMEOUT_MS;
+            options.fast_path = 0;
+            options.keep_endpoint = 1;
+            self->admin[node] = kvpool_connect (ping->local_endpoint, &options);
+            kvpool__v1__reply__free_unpacked (ping, NULL);
+            if (!self->admin[node]) {
+                s_fail (self, "cannot connect to node %d's ipc endpoint", node + 1);
+                return -1;
+            }
+        }
+        char out[64];
+        int rc = kvpool_config (self->admin[node], "verify-checksums", on ? "on" : "off", out,
+                                sizeof out);
+        if (rc != KVPOOL_OK || strcmp (out, on ? "on" : "off")) {
+            s_fail (self, "verify-checksums %s on node %d: %s: %s", on ? "on" : "off", node + 1,
+                    kvpool_status_name (rc), kvpool_last_error (self->admin[node]));
+            return -1;
+        }
+    }
+    return 0;
 }
 
 //  Whether both nodes are registered and alive, as the master tells node 1.
@@ -360,6 +404,7 @@ s_stop (cluster_t *self)
 {
     for (int node = 0; node < 2; node++) {
         kvpool_destroy (&self->client[node]);
+        kvpool_destroy (&self->admin[node]);
         if (self->raw[node])
             zmq_close (self->raw[node]);
         self->raw[node] = NULL;
@@ -645,6 +690,23 @@ s_print (cluster_t *self)
                 printf ("\n");
             }
         }
+    //  What checking values end to end costs (--verify-checksums, on by default above).
+    for (int op = 0; op < 2; op++) {
+        int row = op ? ROW_PUT_REMOTE : ROW_GET_REMOTE;
+        int on_reps = self->done[TARGET_SIZE][row], off_reps = self->done_off[op];
+        if (!on_reps || !off_reps) {
+            printf ("checksums: %s 1MiB remote: not measured (failed)\n", s_row_ops[row]);
+            continue;
+        }
+        double on = bench_median (self->rate[TARGET_SIZE][row], on_reps);
+        double off = bench_median (self->rate_off[op], off_reps);
+        printf ("checksums: %s 1MiB remote, batched: on %.3f GB/s, off %.3f GB/s: %.3f of off "
+                "(target >= 0.95): %s; off runs (GB/s)",
+                s_row_ops[row], on / 1e9, off / 1e9, on / off, on / off >= 0.95 ? "met" : "MISS");
+        for (int i = 0; i < off_reps; i++)
+            printf (" %.3f", self->rate_off[op][i] / 1e9);
+        printf ("\n");
+    }
     int reps = self->done[TARGET_SIZE][ROW_GET_REMOTE];
     double rate = bench_median (self->rate[TARGET_SIZE][ROW_GET_REMOTE], reps);
     if (reps == 0)
@@ -701,6 +763,20 @@ bench_cluster_run (const char *kvpoold_path, bool quick, int reps, double rep_se
                     if (rc == 0)
                         self->done[s][r] = rep + 1;
                 }
+            //  The same remote rows at 1 MiB with the checks off, in the same repetition:
+            //  what verification costs (the calls are counted with the rows').
+            if (!self->errors && s_set_verify (self, false) == 0) {
+                if (s_get_run (self, TARGET_SIZE, ROW_GET_REMOTE, rep, verify,
+                               &self->rate_off[0][rep])
+                    == 0)
+                    self->done_off[0] = rep + 1;
+                if (!self->errors
+                    && s_put_run (self, TARGET_SIZE, ROW_PUT_REMOTE, rep, verify,
+                                  &self->rate_off[1][rep])
+                           == 0)
+                    self->done_off[1] = rep + 1;
+                s_set_verify (self, true);
+            }
         }
         //  Node 1 kept no copy of what it read or wrote for its client.
         if (!self->errors)

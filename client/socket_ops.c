@@ -11,6 +11,7 @@
     not at all: moved out as received (kvpc_socket_get_frames, for kvpool_get_batch).
 */
 #include "client/socket_ops.h"
+#include "transfer/value_checksum.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -284,9 +285,12 @@ s_get_call (kvpc_conn_t *conn, const kvpc_keys_t *keys, uint64_t *offsets, uint6
     return rc;
 }
 
-//  The outcome of key j of a GET reply: its status, checked against its frame.
+//  The outcome of key j of a GET reply: its status, checked against its frame. With verify
+//  (a whole value read from another node after a REDIRECT: bytes no node of ours checked),
+//  a value that does not match the checksum the node sent is TRANSFER_FAIL, and the caller
+//  reads the next holder. A value relayed by our own node was verified there.
 static int
-s_get_key_status (kvpc_conn_t *conn, kvpc_reply_t *reply, size_t j)
+s_get_key_status (kvpc_conn_t *conn, kvpc_reply_t *reply, size_t j, bool verify)
 {
     int status = kvpc_reply_key_status (reply, j);
     if (status == KVPOOL_OK && j < reply->msg->n_sizes
@@ -295,12 +299,18 @@ s_get_key_status (kvpc_conn_t *conn, kvpc_reply_t *reply, size_t j)
                         reply->msg->sizes[j], zmq_msg_size (&reply->frames[j]));
         status = KVPOOL_PROTOCOL_ERROR;
     }
+    if (status == KVPOOL_OK && verify && j < reply->msg->n_checksums && reply->msg->checksums[j]
+        && value_checksum (zmq_msg_data (&reply->frames[j]), zmq_msg_size (&reply->frames[j]))
+               != reply->msg->checksums[j]) {
+        kvpc_set_error (conn, "GET reply: key %zu's value does not match its checksum", j);
+        status = KVPOOL_TRANSFER_FAIL;
+    }
     return status;
 }
 
 static int s_get_chunk (kvpc_conn_t *conn, const kvpc_keys_t *keys, const kvpool_buf_t *const *bufs,
                         const size_t *nbufs, const uint64_t *offsets, int64_t *results,
-                        bool redirect);
+                        bool redirect, bool verify);
 
 //  The client endpoint of the attempt-th node a REDIRECT names for key j, or NULL.
 static const char *
@@ -326,8 +336,10 @@ s_redirect_key (kvpc_reply_t *reply, size_t j, size_t attempt)
     return msg->nodes[msg->locations[j]->nodes[attempt]]->curve_key;
 }
 
-//  Reads keys from a node without redirect (into the caller's buffers, or as frames).
-typedef void (s_fetch_fn) (kvpc_conn_t *conn, const kvpc_keys_t *keys, void *arg, int64_t *results);
+//  Reads keys from a node without redirect (into the caller's buffers, or as frames);
+//  verify: the node is another than ours (s_get_key_status).
+typedef void (s_fetch_fn) (kvpc_conn_t *conn, const kvpc_keys_t *keys, void *arg, int64_t *results,
+                           bool verify);
 
 //  Keys the node answered REDIRECT (results[i] == KVPOOL_REDIRECT) are read from the nodes
 //  that hold them, one request a node, in the order the reply names them; a key that none of
@@ -359,12 +371,14 @@ s_follow_redirects (kvpc_conn_t *conn, const kvpc_keys_t *keys, kvpc_reply_t *re
         }
         kvpc_conn_t *peer = kvpc_conn_peer (conn, endpoint, curve_key);
         if (peer)
-            fetch (peer, &batch, arg, results);
+            fetch (peer, &batch, arg, results, true);
         for (size_t m = 0; m < count; m++) {
             size_t j = members[m];
             int64_t *result = &results[keys->index[j]];
             tried[j]++;
-            if (!peer || *result == KVPOOL_OBJECT_NOT_FOUND || *result == KVPOOL_RPC_FAIL)
+            //  (TRANSFER_FAIL: the node failed to read it, or its bytes did not verify)
+            if (!peer || *result == KVPOOL_OBJECT_NOT_FOUND || *result == KVPOOL_RPC_FAIL
+                || *result == KVPOOL_TRANSFER_FAIL)
                 *result = KVPOOL_REDIRECT;
         }
         free (members);
@@ -379,7 +393,7 @@ s_follow_redirects (kvpc_conn_t *conn, const kvpc_keys_t *keys, kvpc_reply_t *re
         if (results[keys->index[j]] == KVPOOL_REDIRECT)
             kvpc_keys_add_from (&again, keys, j);
     if (again.count)
-        fetch (conn, &again, arg, results);
+        fetch (conn, &again, arg, results, false);
     kvpc_keys_fini (&again);
 }
 
@@ -389,16 +403,18 @@ typedef struct {
 } s_into_t;
 
 static void
-s_fetch_into (kvpc_conn_t *conn, const kvpc_keys_t *keys, void *arg, int64_t *results)
+s_fetch_into (kvpc_conn_t *conn, const kvpc_keys_t *keys, void *arg, int64_t *results,
+              bool verify)
 {
     s_into_t *into = (s_into_t *) arg;
-    s_get_chunk (conn, keys, into->bufs, into->nbufs, NULL, results, false);
+    s_get_chunk (conn, keys, into->bufs, into->nbufs, NULL, results, false, verify);
 }
 
 //  One GET of keys into the caller's buffers.
 static int
 s_get_chunk (kvpc_conn_t *conn, const kvpc_keys_t *keys, const kvpool_buf_t *const *bufs,
-             const size_t *nbufs, const uint64_t *offsets, int64_t *results, bool redirect)
+             const size_t *nbufs, const uint64_t *offsets, int64_t *results, bool redirect,
+             bool verify)
 {
     if (keys->count == 0)
         return KVPOOL_OK;
@@ -428,7 +444,7 @@ s_get_chunk (kvpc_conn_t *conn, const kvpc_keys_t *keys, const kvpool_buf_t *con
     kvpc_copies_init (&copies);
     for (size_t j = 0; j < keys->count; j++) {
         size_t i = keys->index[j];
-        int status = s_get_key_status (conn, &reply, j);
+        int status = s_get_key_status (conn, &reply, j, verify && !offsets);
         if (status != KVPOOL_OK) {
             results[i] = status;
             continue;
@@ -483,7 +499,7 @@ kvpc_socket_get_into (kvpc_conn_t *conn, const kvpc_keys_t *keys, const kvpool_b
     s_bufs_t arg = {bufs, nbufs};
     kvpc_keys_t chunk;
     while (kvpc_next_chunk (keys, &start, s_buffer_bytes, &arg, &chunk, results)) {
-        int chunk_rc = s_get_chunk (conn, &chunk, bufs, nbufs, offsets, results, true);
+        int chunk_rc = s_get_chunk (conn, &chunk, bufs, nbufs, offsets, results, true, false);
         if (chunk_rc != KVPOOL_OK)
             rc = chunk_rc;
         kvpc_keys_fini (&chunk);
@@ -491,8 +507,8 @@ kvpc_socket_get_into (kvpc_conn_t *conn, const kvpc_keys_t *keys, const kvpool_b
     return rc;
 }
 
-int
-kvpc_socket_get (kvpc_conn_t *conn, const char *key, void **data_p, size_t *size_p)
+static int
+s_socket_get (kvpc_conn_t *conn, const char *key, void **data_p, size_t *size_p, bool verify)
 {
     kvpc_keys_t sent;
     kvpc_keys_init (&sent);
@@ -508,10 +524,10 @@ kvpc_socket_get (kvpc_conn_t *conn, const char *key, void **data_p, size_t *size
                          : NULL;
             if (!endpoint)
                 break;
-            int peer_rc = peer ? kvpc_socket_get (peer, key, data_p, size_p) : KVPOOL_RPC_FAIL;
+            int peer_rc = peer ? s_socket_get (peer, key, data_p, size_p, true) : KVPOOL_RPC_FAIL;
             if (peer_rc == KVPOOL_OK
                 || (peer_rc != KVPOOL_OBJECT_NOT_FOUND && peer_rc != KVPOOL_RPC_FAIL
-                    && peer_rc != KVPOOL_REDIRECT)) {
+                    && peer_rc != KVPOOL_REDIRECT && peer_rc != KVPOOL_TRANSFER_FAIL)) {
                 kvpc_reply_free (&reply);
                 kvpc_keys_fini (&sent);
                 return peer_rc;
@@ -523,7 +539,7 @@ kvpc_socket_get (kvpc_conn_t *conn, const char *key, void **data_p, size_t *size
     kvpc_keys_fini (&sent);
     if (rc)
         return rc;
-    rc = s_get_key_status (conn, &reply, 0);
+    rc = s_get_key_status (conn, &reply, 0, verify);
     if (rc == KVPOOL_OK) {
         size_t size = zmq_msg_size (&reply.frames[0]);
         void *data = malloc (size ? size : 1);
@@ -539,25 +555,32 @@ kvpc_socket_get (kvpc_conn_t *conn, const char *key, void **data_p, size_t *size
     return rc;
 }
 
+int
+kvpc_socket_get (kvpc_conn_t *conn, const char *key, void **data_p, size_t *size_p)
+{
+    return s_socket_get (conn, key, data_p, size_p, false);
+}
+
 static int s_get_frames (kvpc_conn_t *conn, const kvpc_keys_t *keys, zmq_msg_t *frames,
-                         int64_t *results, bool redirect);
+                         int64_t *results, bool redirect, bool verify);
 
 static void
-s_fetch_frames (kvpc_conn_t *conn, const kvpc_keys_t *keys, void *arg, int64_t *results)
+s_fetch_frames (kvpc_conn_t *conn, const kvpc_keys_t *keys, void *arg, int64_t *results,
+                bool verify)
 {
-    s_get_frames (conn, keys, (zmq_msg_t *) arg, results, false);
+    s_get_frames (conn, keys, (zmq_msg_t *) arg, results, false, verify);
 }
 
 int
 kvpc_socket_get_frames (kvpc_conn_t *conn, const kvpc_keys_t *keys, zmq_msg_t *frames,
                         int64_t *results)
 {
-    return s_get_frames (conn, keys, frames, results, true);
+    return s_get_frames (conn, keys, frames, results, true, false);
 }
 
 static int
 s_get_frames (kvpc_conn_t *conn, const kvpc_keys_t *keys, zmq_msg_t *frames, int64_t *results,
-              bool redirect)
+              bool redirect, bool verify)
 {
     kvpc_reply_t reply;
     int rc = s_get_call (conn, keys, NULL, NULL, &reply, redirect);
@@ -567,7 +590,7 @@ s_get_frames (kvpc_conn_t *conn, const kvpc_keys_t *keys, zmq_msg_t *frames, int
     }
     for (size_t j = 0; j < keys->count; j++) {
         size_t i = keys->index[j];
-        results[i] = s_get_key_status (conn, &reply, j);
+        results[i] = s_get_key_status (conn, &reply, j, verify);
         //  The frame moves out: no byte is copied.
         if (results[i] == KVPOOL_OK)
             zmq_msg_move (&frames[i], &reply.frames[j]);

@@ -19,6 +19,11 @@
     stalls. Values received are kept as the received messages (whole reads) or copied into
     their destinations (ranges).
 
+    That copy also takes the value's checksum when the caller did not know it (the one pass
+    over the bytes this node makes anyway), and a whole value received is verified against
+    the node's checksum on the worker that received it: both on the workers, in parallel,
+    never on the cluster actor's thread (data_plane.h, "Checksums").
+
     Threads: the pool's workers; data_plane_run from any thread. Ordering: none between tasks.
 */
 #include "dataplane/data_plane.h"
@@ -34,6 +39,7 @@
 #include "rdma/rdma.h"
 #include "actors/curve.h"
 #include "transfer/transfer_pool.h"
+#include "transfer/value_checksum.h"
 
 #define TASK_MAX_KEYS 256
 #define LINK_IDLE_MS 60000
@@ -174,8 +180,17 @@ s_send (task_t *task, link_t *link, uint64_t id)
     uint64_t *offsets = (uint64_t *) malloc (n * sizeof (uint64_t));
     uint64_t *lengths = (uint64_t *) malloc (n * sizeof (uint64_t));
     uint64_t *sizes = (uint64_t *) malloc (n * sizeof (uint64_t));
-    assert (keys && offsets && lengths && sizes);
+    uint64_t *checksums = (uint64_t *) malloc (n * sizeof (uint64_t));
+    assert (keys && offsets && lengths && sizes && checksums);
     bool part = first->kind == DATA_PLANE_PART;
+    //  Frames go with writes and parts; put options with what creates an object.
+    bool write = first->kind == DATA_PLANE_WRITE || part;
+    //  A whole value's bytes are copied into their frame before the header is packed: the
+    //  copy takes the value's checksum, unless the caller knew it (value_checksum.h).
+    zmq_msg_t *values = write ? (zmq_msg_t *) malloc (n * sizeof (zmq_msg_t)) : NULL;
+    assert (values || !write);
+    bool hash = first->kind == DATA_PLANE_WRITE && value_checksum_verify ();
+    bool any_checksum = false;
     for (size_t k = 0; k < n; k++) {
         data_plane_xfer_t *xfer = &run->xfers[task->items[k]];
         keys[k].data = (uint8_t *) xfer->key;
@@ -183,6 +198,16 @@ s_send (task_t *task, link_t *link, uint64_t id)
         offsets[k] = xfer->offset;
         lengths[k] = part ? xfer->size : xfer->length;
         sizes[k] = xfer->size;
+        if (write) {
+            zmq_msg_init_size (&values[k], xfer->size);
+            if (hash && !xfer->checksum && xfer->size)
+                xfer->checksum =
+                    value_copy_checksum (zmq_msg_data (&values[k]), xfer->src, xfer->size);
+            else if (xfer->size)
+                memcpy (zmq_msg_data (&values[k]), xfer->src, xfer->size);
+        }
+        checksums[k] = part ? 0 : xfer->checksum;
+        any_checksum |= checksums[k] != 0;
     }
     Kvpool__V1__Request request = KVPOOL__V1__REQUEST__INIT;
     Kvpool__V1__PutOptions put = KVPOOL__V1__PUT_OPTIONS__INIT;
@@ -190,8 +215,6 @@ s_send (task_t *task, link_t *link, uint64_t id)
     request.request_id = id;
     request.keys = keys;
     request.n_keys = n;
-    //  Frames go with writes and parts; put options with what creates an object.
-    bool write = first->kind == DATA_PLANE_WRITE || part;
     bool ranged = part || (first->kind == DATA_PLANE_READ && first->length > 0);
     put.replica_num = 1;
     if (run->has_put) {
@@ -222,6 +245,12 @@ s_send (task_t *task, link_t *link, uint64_t id)
         request.lengths = lengths;
         request.n_lengths = n;
     }
+    //  The writer's checksums (an UPSERT's, a PUT_END's): the node verifies what it got.
+    if (any_checksum
+        && (first->kind == DATA_PLANE_WRITE || first->kind == DATA_PLANE_END)) {
+        request.checksums = checksums;
+        request.n_checksums = n;
+    }
     void *handle = zsock_resolve (link->sock);
     size_t size = kvpool__v1__request__get_packed_size (&request);
     zmq_msg_t msg;
@@ -231,16 +260,17 @@ s_send (task_t *task, link_t *link, uint64_t id)
     free (offsets);
     free (lengths);
     free (sizes);
+    free (checksums);
     int rc = zmq_msg_send (&msg, handle, write ? ZMQ_SNDMORE : 0);
-    for (size_t k = 0; write && rc != -1 && k < n; k++) {
-        data_plane_xfer_t *xfer = &run->xfers[task->items[k]];
-        zmq_msg_init_size (&msg, xfer->size);
-        if (xfer->size)
-            memcpy (zmq_msg_data (&msg), xfer->src, xfer->size);
-        rc = zmq_msg_send (&msg, handle, k + 1 < n ? ZMQ_SNDMORE : 0);
-    }
     if (rc == -1)
         zmq_msg_close (&msg);
+    size_t sent = 0;
+    for (; write && rc != -1 && sent < n; sent++)
+        rc = zmq_msg_send (&values[sent], handle, sent + 1 < n ? ZMQ_SNDMORE : 0);
+    //  (a frame that failed to go is still ours, as are those after it)
+    for (size_t k = rc == -1 && sent ? sent - 1 : sent; write && k < n; k++)
+        zmq_msg_close (&values[k]);
+    free (values);
     return rc == -1 ? -1 : 0;
 }
 
@@ -320,6 +350,22 @@ s_frames_free (zmq_msg_t *frames, size_t count)
     free (frames);
 }
 
+//  A read's checksum, as the node sent it (the whole value's, for a range too), and whether
+//  a whole value received does not match it: such bytes are never handed on (the caller
+//  reads the next holder). Verified here, on the worker that received them, while they
+//  are in its cache; a range is verified by the caller once its stripes are all in.
+static bool
+s_corrupt (data_plane_xfer_t *xfer, const Kvpool__V1__Reply *reply, size_t k, const void *bytes,
+           size_t size)
+{
+    xfer->checksum = k < reply->n_checksums ? reply->checksums[k] : 0;
+    if (xfer->length > 0 || !xfer->checksum || !value_checksum_verify ()
+        || value_checksum (bytes, size) == xfer->checksum)
+        return false;
+    xfer->corrupt = true;
+    return true;
+}
+
 //  Takes the node's answer: a status per key and, for reads, the bytes.
 static void
 s_take_reply (task_t *task, Kvpool__V1__Reply *reply, zmq_msg_t *frames, size_t frame_count)
@@ -341,11 +387,15 @@ s_take_reply (task_t *task, Kvpool__V1__Reply *reply, zmq_msg_t *frames, size_t 
                 //  A range: exactly as long as asked, or it would leave a hole.
                 if (got_size != xfer->length)
                     status = KVPOOL_TRANSFER_FAIL;
-                else
+                else {
                     memcpy (xfer->dst, zmq_msg_data (got), got_size);
+                    s_corrupt (xfer, reply, k, NULL, 0); //  (takes the checksum only)
+                }
             }
             else if (k >= reply->n_sizes || reply->sizes[k] != got_size)
                 status = KVPOOL_TRANSFER_FAIL; //  not the bytes the node says it has
+            else if (s_corrupt (xfer, reply, k, zmq_msg_data (got), got_size))
+                status = KVPOOL_TRANSFER_FAIL;
             else
                 zmq_msg_move (&xfer->frame, got);
         }
@@ -574,6 +624,8 @@ s_task_rdma (task_t *task, worker_t *worker, link_t *link)
                 uint64_t got = k < reply->n_sizes ? reply->sizes[k] : UINT64_MAX;
                 if (xfer->length > 0 ? got != xfer->length : got > lens[k])
                     status = KVPOOL_TRANSFER_FAIL; //  not what was asked for
+                else if (got > 0 && s_corrupt (xfer, reply, k, buffers[k], got))
+                    status = KVPOOL_TRANSFER_FAIL;
                 else if (xfer->length == 0) {
                     zmq_msg_close (&xfer->frame);
                     if (got == 0) {

@@ -16,6 +16,12 @@
     bytes expected: a range exactly its length, a whole value exactly the size the node
     reported; anything else fails the transfer rather than pass on wrong bytes.
 
+    Checksums (transfer/value_checksum.h): a write sends its value's checksum with it (one it
+    was given, or one taken while the bytes are copied into the request), and the node
+    verifies what it received against it. A read takes the checksum the node sent, and a
+    whole value that does not match it fails (corrupt) on the worker that received it;
+    ranges (stripes) are left for the caller to verify once assembled.
+
     Threads: data_plane_run may be called from any thread; the done callback runs on a worker
     thread (or on the caller's, for an empty batch). The transfers, their keys, sources and
     destinations belong to the caller and must stay put until done runs; workers write only
@@ -54,7 +60,12 @@ typedef struct {
     const void *src;         //  WRITE, PART: the bytes
     uint64_t size;           //  WRITE, PART: their size; RESERVE: the value's; a whole READ:
                              //  the value's as far as known (0: unknown; needed for RDMA)
+    //  in and out: the value's XXH3-64 (transfer/value_checksum.h; 0: unknown). WRITE: sent
+    //  with it (0: taken as the bytes are copied into the request, with verification on);
+    //  END: the whole value's, sent with it. READ, out: the node's for the whole value.
+    uint64_t checksum;
     //  out
+    bool corrupt;    //  READ: the bytes did not match their checksum (status TRANSFER_FAIL)
     int status;      //  KVPOOL_OK, the node's status for the key, or KVPOOL_TRANSFER_FAIL
     bool answered;   //  the node answered in time (false: it may be gone)
     bool rdma;       //  the bytes moved by RDMA

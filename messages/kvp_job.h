@@ -184,7 +184,13 @@ typedef struct {
     bool evict;        //  KVP_RM_EVICT out: free the memory once the disk copy is written
     bool promote;      //  a disk read of an object read often enough to go back to memory
     bool lost;         //  TX_DISK_READ: the copy failed verification (to be forgotten, unlinked)
-    uint64_t checksum; //  KVP_RM_ADOPT: XXH3-64 of the value (tier/object_log.h)
+    //  The value's XXH3-64 (transfer/value_checksum.h; 0: unknown): taken by TX_WRITE as it
+    //  copies a frame, the object's for a GET (Reply.checksums), what a node sent with a
+    //  value it read (CL_FETCH), an adopted object's (KVP_RM_ADOPT).
+    uint64_t checksum;
+    //  What the request said it must be (Request.checksums; 0: nothing said): a PUT or
+    //  UPSERT whose copy hashed otherwise is refused; a PUT_END's becomes the object's.
+    uint64_t expect_checksum;
     //  Values by RDMA (job->rdma_conn): the asking node's memory for this value, its key,
     //  and (GET) the room there
     uint64_t rdma_addr;

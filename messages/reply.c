@@ -39,6 +39,19 @@ reply_encode (arena_t *arena, const kvp_op_t *row, const kvp_job_t *job, Kvpool_
         reply->n_sizes = n;
         reply->sizes = sizes;
     }
+    //  A GET's checksums: of each whole value, where known (none at all when none is).
+    bool any_checksum = false;
+    for (size_t i = 0; (row->fills & REPLY_VALUES) && i < n && !any_checksum; i++)
+        any_checksum = job->items[i].status == KVPOOL_OK && job->items[i].checksum;
+    if (any_checksum) {
+        uint64_t *checksums = (uint64_t *) s_array (arena, n, sizeof (uint64_t));
+        if (!checksums)
+            return -1;
+        for (size_t i = 0; i < n; i++)
+            checksums[i] = job->items[i].status == KVPOOL_OK ? job->items[i].checksum : 0;
+        reply->n_checksums = n;
+        reply->checksums = checksums;
+    }
     if (row->fills & REPLY_REPLICAS) {
         size_t total = 0;
         for (size_t i = 0; i < n; i++)
@@ -194,6 +207,20 @@ reply_test (bool verbose)
     assert (back->replicas[0]->replicas[1]->offset == 8192);
     assert (back->replicas[1]->n_replicas == 0 && back->n_segments == 0);
     kvpool__v1__reply__free_unpacked (back, NULL);
+    //  A GET sends each found value's checksum, 0 for the others; none when none is known.
+    kvp_job_t *get = kvp_job_new (KVP_RM_GET, 2);
+    get->items[0].size = 5;
+    get->items[1].status = KVPOOL_OBJECT_NOT_FOUND;
+    get->items[1].checksum = 7; //  not reported for a key that failed
+    Kvpool__V1__Reply unknown = KVPOOL__V1__REPLY__INIT;
+    assert (reply_encode (&arena, kvp_op (KVPOOL__V1__OP__GET), get, &unknown) == 0);
+    assert (unknown.n_checksums == 0);
+    get->items[0].checksum = 0x1234567890abcdefULL;
+    Kvpool__V1__Reply known = KVPOOL__V1__REPLY__INIT;
+    assert (reply_encode (&arena, kvp_op (KVPOOL__V1__OP__GET), get, &known) == 0);
+    assert (known.n_checksums == 2 && known.checksums[0] == 0x1234567890abcdefULL
+            && known.checksums[1] == 0);
+    kvp_job_destroy (&get);
     //  A failed job reports its status for every key; an EXIST fills no sizes.
     kvp_job_fail (job, KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS, "stopping");
     Kvpool__V1__Reply failed = KVPOOL__V1__REPLY__INIT;

@@ -93,6 +93,10 @@ request_check (const Kvpool__V1__Request *request, size_t value_frames, uint64_t
         snprintf (reason, size, "%zu keys are not whole blocks of %u ranks", n, request->ranks);
         return KVPOOL_INVALID_PARAMS;
     }
+    if (request->n_checksums && request->n_checksums != n) {
+        snprintf (reason, size, "%zu keys but %zu checksums", n, request->n_checksums);
+        return KVPOOL_INVALID_PARAMS;
+    }
     if ((row->flags & OP_SIZES) && request->n_sizes != n) {
         snprintf (reason, size, "%zu keys but %zu sizes", n, request->n_sizes);
         return KVPOOL_INVALID_PARAMS;

@@ -30,6 +30,7 @@
 #include "actors/kv_events_encode.h"
 #include "transfer/transfer_pool.h"
 #include "transfer/vm_read.h"
+#include "transfer/value_checksum.h"
 #include "dataplane/data_plane.h"
 #include "actors/rdma_serve.h"
 #include "actors/transfer_submitter.h"
@@ -74,6 +75,7 @@ static selftest_t s_tests[] = {{"kvp_status", kvp_status_test},
                                {"segment_table", segment_table_test},
                                {"transfer_pool", transfer_pool_test},
                                {"vm_read", vm_read_test},
+                               {"value_checksum", value_checksum_test},
                                {"data_plane", data_plane_test},
                                {"rdma_serve", rdma_serve_test},
                                {"allocator", allocator_test},
