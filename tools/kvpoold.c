@@ -33,6 +33,24 @@
 #include "lookup_server/lookup_server.h"
 #include "rdma/rdma.h"
 #include "protocol/contract.h"
+#include "transfer/value_checksum.h"
+
+#include <xxhash.h>
+#include <xxh_x86dispatch.h>
+
+//  libxxhash's run-time choice of vector code (AVX2 where the CPU has it) for every value's
+//  checksum (transfer/value_checksum.h).
+static uint64_t
+s_hash (const void *bytes, size_t size)
+{
+    return XXH3_64bits_dispatch (bytes, size);
+}
+
+static int
+s_hash_update (void *state, const void *bytes, size_t size)
+{
+    return XXH3_64bits_update_dispatch ((XXH3_state_t *) state, bytes, size);
+}
 
 #define DRAIN_TIMEOUT_MS 30000
 
@@ -169,6 +187,7 @@ main (int argc, char **argv)
         else if (trust.cluster)
             kvp_info ("nodes and the master are admitted from %s (CURVE)", config.curve_nodes);
     }
+    value_checksum_use (s_hash, s_hash_update);
     //  Every client connection is a descriptor: take all the kernel allows (the api refuses
     //  connections short of it, --max-connections, rather than spin at it).
     conn_guard_raise_fd_limit ();

@@ -6,9 +6,13 @@
     enough to stay in L1/L2 between its memcpy and its hash, large enough that the state's
     update costs nothing beside it.
 
-    Linked into the node (which also has libxxhash's x86 dispatch: AVX2 where the CPU has it)
-    and into libkvpool, which must not grow a run-time dependency for a hash: there xxhash is
-    compiled in (XXH_INLINE_ALL), its symbols kept inside the library.
+    Linked into the node and into libkvpool, which must not grow a run-time dependency for a
+    hash: xxhash is compiled in (XXH_INLINE_ALL), its symbols kept inside the library, with
+    the vector code the compiler's target allows (SSE2 on x86-64). The node has libxxhash,
+    whose x86 dispatch picks AVX2 where the CPU has it: kvpoold hands its functions over at
+    start (value_checksum_use), and both the one-shot hash and the copy's blocks go through
+    them. The streaming state is the same structure either way (one xxhash version, from
+    one Debian package).
 */
 #include "transfer/value_checksum.h"
 
@@ -24,11 +28,21 @@
 #define COPY_BLOCK (32 * 1024)
 
 static atomic_bool s_verify = true;
+//  libxxhash's dispatching functions, when the process handed them over (value_checksum_use).
+static value_hash_fn *s_oneshot;
+static value_hash_update_fn *s_update;
+
+void
+value_checksum_use (value_hash_fn *oneshot, value_hash_update_fn *update)
+{
+    s_oneshot = oneshot;
+    s_update = update;
+}
 
 uint64_t
 value_checksum (const void *bytes, size_t size)
 {
-    return XXH3_64bits (bytes, size);
+    return s_oneshot ? s_oneshot (bytes, size) : XXH3_64bits (bytes, size);
 }
 
 uint64_t
@@ -36,14 +50,17 @@ value_copy_checksum (void *dst, const void *src, size_t size)
 {
     if (size <= COPY_BLOCK) {
         memcpy (dst, src, size);
-        return XXH3_64bits (dst, size);
+        return value_checksum (dst, size);
     }
     XXH3_state_t state;
     XXH3_64bits_reset (&state);
     for (size_t at = 0; at < size; at += COPY_BLOCK) {
         size_t block = size - at < COPY_BLOCK ? size - at : COPY_BLOCK;
         memcpy ((char *) dst + at, (const char *) src + at, block);
-        XXH3_64bits_update (&state, (const char *) dst + at, block);
+        if (s_update)
+            s_update (&state, (const char *) dst + at, block);
+        else
+            XXH3_64bits_update (&state, (const char *) dst + at, block);
     }
     return XXH3_64bits_digest (&state);
 }

@@ -23,6 +23,13 @@
 //  XXH3-64 of size bytes.
 uint64_t value_checksum (const void *bytes, size_t size);
 
+//  Faster implementations of the same hash (libxxhash's XXH3_64bits_dispatch and
+//  XXH3_64bits_update_dispatch, which choose AVX2 at run time), for a process that links
+//  libxxhash (kvpoold). Before any thread hashes; NULL, NULL: the compiled-in code again.
+typedef uint64_t (value_hash_fn) (const void *bytes, size_t size);
+typedef int (value_hash_update_fn) (void *state, const void *bytes, size_t size);
+void value_checksum_use (value_hash_fn *oneshot, value_hash_update_fn *update);
+
 //  Copies size bytes from src to dst (not overlapping) and returns value_checksum (src):
 //  one pass, block by block, each block hashed while it is still in the cache the copy
 //  brought it into. About the cost of the copy alone (a second pass over a value larger
