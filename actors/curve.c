@@ -19,7 +19,8 @@
     key is admitted or revoked by adding or removing its file. The handler answers with the
     peer's public key (CURVE) or "kvpool-node" (PLAIN) as the connection's User-Id, which
     libzmq attaches to every message from it: kvp_curve_admitted says whether that key is
-    still admitted now, so that the api can close a revoked key's connections.
+    still admitted now, so that the sockets' owners close a revoked key's connections
+    (key_watch.h).
 
     Threads: the ZAP actor owns the certificate stores; kvp_curve_admitted asks it over a
     pipe (under a mutex, from any thread). Everything else here is set before the actors start
@@ -537,6 +538,15 @@ kvp_curve_admitted (kvp_curve_t *self, const char *domain, const char *user_id)
     }
     pthread_mutex_unlock (&self->ask);
     return admitted;
+}
+
+const char *
+kvp_curve_dir (const kvp_curve_t *self, const char *domain)
+{
+    if (!self || !self->cert || !domain)
+        return NULL;
+    const char *dir = streq (domain, KVP_ZAP_CLUSTER) ? self->nodes_dir : self->allow_dir;
+    return *dir ? dir : NULL;
 }
 
 const char *

@@ -78,6 +78,10 @@ void kvp_curve_cluster_client (const kvp_curve_t *self, zsock_t *sock, const cha
 //  CURVE, and for a User-Id that is no CURVE key. Any thread.
 bool kvp_curve_admitted (kvp_curve_t *self, const char *domain, const char *user_id);
 
+//  The directory whose certificates the door of domain admits (--curve-allow or
+//  --curve-nodes), or NULL without CURVE or without that door (key_watch.h watches it).
+const char *kvp_curve_dir (const kvp_curve_t *self, const char *domain);
+
 //  The node's public key (Z85, 40 characters), or "" without CURVE.
 const char *kvp_curve_public_key (const kvp_curve_t *self);
 
