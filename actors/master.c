@@ -20,6 +20,9 @@
     a master that does not know it. Until then its objects are not found through the master,
     but the node itself keeps serving them.
 
+    Under CURVE, the connections of a node key removed from --curve-nodes are shut down
+    within KEY_WATCH_INTERVAL_MS, and what they still sent is dropped (key_watch.h).
+
     Threads: one. Memory: each request and its reply live in one arena.
 */
 #include "actors/master.h"
@@ -32,6 +35,7 @@
 
 #include "actors/config.h"
 #include "actors/curve.h"
+#include "actors/key_watch.h"
 #include "actors/directory.h"
 #include "actors/endpoints.h"
 #include "actors/node_table.h"
@@ -61,6 +65,7 @@ typedef struct {
     zsock_t *pipe;
     zsock_t *router;
     zsock_t *monitor; //  the router's DISCONNECTED events: a registered connection gone
+    key_watch_t *keys; //  closes the connections of node keys removed from --curve-nodes
     const kvp_config_t *config;
     zlistx_t *endpoints;
     char bind_error[256];
@@ -209,6 +214,7 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
     assert (self->monitor);
     rc = zsock_connect (self->monitor, "%s", monitor);
     assert (rc == 0);
+    self->keys = key_watch_new (config->curve, KVP_ZAP_CLUSTER, "master");
     self->directory = directory_new ();
     self->nodes = node_table_new (config->placement, config->seed);
     assert (self->directory && self->nodes);
@@ -238,6 +244,7 @@ s_self_destroy (self_t **self_p)
         return;
     zmq_socket_monitor (zsock_resolve (self->router), NULL, 0);
     zsock_destroy (&self->monitor);
+    key_watch_destroy (&self->keys);
     zsock_destroy (&self->router);
     zlistx_destroy (&self->endpoints);
     zlistx_destroy (&self->reservations);
@@ -983,7 +990,9 @@ s_receive (self_t *self, origin_t *from)
         count++;
         zmq_msg_close (&part);
     }
-    if (count != 2) {
+    //  A node key removed from --curve-nodes is served nothing more; its connections close
+    //  (key_watch.h, checked every tick).
+    if (count != 2 || !key_watch_seen (self->keys, from->fd, from->user_id)) {
         self->dropped++;
         zframe_destroy (&frames[0]);
         zframe_destroy (&frames[1]);
@@ -1137,6 +1146,7 @@ s_tick (self_t *self)
             directory_remove (self->directory, entry); //  (its record goes just below)
         zlistx_delete (self->reservations, zlistx_cursor (self->reservations));
     }
+    key_watch_check (self->keys, now);
     self->next_tick = now + LIVENESS_TICK_MS;
     metrics_cluster (self->config->metrics, node_table_size (self->nodes),
                      node_table_alive (self->nodes), directory_size (self->directory), now);
