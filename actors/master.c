@@ -218,6 +218,7 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
     self->directory = directory_new ();
     self->nodes = node_table_new (config->placement, config->seed);
     assert (self->directory && self->nodes);
+    node_table_set_max_objects (self->nodes, config->max_node_objects);
     self->reservations = zlistx_new ();
     zlistx_set_destructor (self->reservations, s_reservation_free);
     //  The epoch tells nodes this is a master they have not registered with.
@@ -622,7 +623,7 @@ s_inventory (self_t *self, reply_t *r, arena_t *arena,
         s_reply_fail (r, KVPOOL_INTERNAL_ERROR, "out of memory");
         return;
     }
-    size_t added = 0;
+    size_t added = 0, crowded = 0;
     for (size_t i = 0; i < request->n_keys; i++) {
         char *key = s_key (self, arena, &request->keys[i]);
         if (!key)
@@ -637,6 +638,13 @@ s_inventory (self_t *self, reply_t *r, arena_t *arena,
         //  with keys it never stored.
         bool beyond = node->reported_bytes + request->sizes[i]
                       > node->capacity + node->disk_capacity;
+        //  Nor more entries than --max-node-objects: each costs the master memory, and time
+        //  when the node dies, whatever its size.
+        if (!stale && !beyond && node->objects >= self->config->max_node_objects
+            && !(entry && entry->state == DIR_COMMITTED && directory_holds (entry, (uint16_t) slot))) {
+            beyond = true;
+            crowded++;
+        }
         if (stale || beyond) {
             //  Written (or being written), or removed, since the node was last heard from:
             //  its copy is older than what the directory says, and must never be served.
@@ -656,6 +664,10 @@ s_inventory (self_t *self, reply_t *r, arena_t *arena,
         }
     }
     r->reply.count = added;
+    if (crowded)
+        kvp_warning ("node %s holds %llu objects, --max-node-objects: %zu more it reported "
+                     "refused",
+                     node->node_id, (unsigned long long) node->objects, crowded);
 }
 
 static void
@@ -802,7 +814,12 @@ s_commit (self_t *self, reply_t *r, arena_t *arena, const Kvpool__Cluster__V1__N
                 continue;
             int slot = node_table_find (self->nodes, request->nodes[index]);
             node_t *node = node_table_get (self->nodes, slot);
-            if (node && node->alive)
+            //  A holder at --max-node-objects is left out (PLACE did not choose it, or
+            //  others' commits filled it since).
+            if (node && node->alive
+                && (node->objects < self->config->max_node_objects
+                    || (entry->state == DIR_COMMITTED
+                        && directory_holds (entry, (uint16_t) slot))))
                 slots[count++] = (uint16_t) slot;
         }
         if (count == 0) {
