@@ -334,8 +334,29 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
         wait_set_add (self->waits, self->peer);
     self->guard =
         conn_guard_new (self->router, self->endpoints, config->max_connections, config->instance);
-    if (self->guard)
+    if (self->guard) {
         wait_set_add (self->waits, conn_guard_socket (self->guard));
+        //  libzmq buffers a message of many frames whole before the api sees it, bounding
+        //  frames one by one only: the guard shuts down a tcp connection that holds more
+        //  than the largest request (--max-request-bytes of values, and a Request frame of
+        //  at most the frame limit) unread, so that is what each may cost (conn_guard.h).
+        uint64_t largest = config->max_request_bytes + config->max_value_size + MAX_FRAME_SLACK;
+        conn_guard_set_max_buffered (self->guard, largest);
+        uint64_t connections = conn_guard_limit (self->guard);
+        double worst = (double) connections * (double) largest;
+        double memory = (double) sysconf (_SC_PHYS_PAGES) * (double) sysconf (_SC_PAGESIZE);
+        kvp_log (worst > memory ? KVP_LOG_WARNING : KVP_LOG_INFO,
+                 "incoming requests buffered at most %.1f GiB: %llu client connections "
+                 "(--max-connections) x %.2f GiB (--max-request-bytes, and one frame of at "
+                 "most --max-value-size + %llu MiB); ipc connections are not bounded this "
+                 "way%s",
+                 worst / (double) (1ULL << 30), (unsigned long long) connections,
+                 (double) largest / (double) (1ULL << 30),
+                 (unsigned long long) (MAX_FRAME_SLACK >> 20),
+                 worst > memory ? ": more than this machine's memory, lower those settings "
+                                  "to bound what clients can make the node allocate"
+                                : "");
+    }
     //  A key removed from --curve-allow (--curve-nodes) loses its open connections too.
     self->client_keys = key_watch_new (config->curve, KVP_ZAP_CLIENTS, "api");
     if (self->peer)
@@ -1220,6 +1241,8 @@ s_client_message (self_t *self, zsock_t *socket)
     zmsg_t *msg = zmsg_recv (socket);
     if (!msg)
         return;
+    uint64_t wire_bytes = zmsg_content_size (msg);
+    size_t wire_frames = zmsg_size (msg);
     self->idle_spin = zmsg_content_size (msg) <= IDLE_SPIN_REQUEST_BYTES;
     api_ctx_t *ctx = (api_ctx_t *) zmalloc (sizeof (api_ctx_t));
     ctx->socket = socket;
@@ -1245,6 +1268,8 @@ s_client_message (self_t *self, zsock_t *socket)
         const char *fd = zframe_meta (header, "__fd");
         if (fd)
             ctx->fd = atoi (fd);
+        if (socket == self->router)
+            conn_guard_read (self->guard, ctx->fd, wire_bytes, wire_frames);
     }
     if (!ctx->routing_id || !header
         || !key_watch_seen (socket == self->peer ? self->node_keys : self->client_keys, ctx->fd,
@@ -1480,6 +1505,8 @@ api_actor (zsock_t *pipe, void *args)
                 due = key_watch_due (self->client_keys);
             if (key_watch_due (self->node_keys) < due)
                 due = key_watch_due (self->node_keys);
+            if (self->guard && zclock_mono () + CONN_GUARD_SWEEP_MS < due)
+                due = zclock_mono () + CONN_GUARD_SWEEP_MS;
             int64_t wait = due - zclock_mono ();
             int timeout = wait > 0 ? (int) wait : 0;
             //  Nothing out at the actors: the next request, of a burst, may come soon.
@@ -1502,6 +1529,7 @@ api_actor (zsock_t *pipe, void *args)
             conn_guard_handle (self->guard);
         key_watch_check (self->client_keys, zclock_mono ());
         key_watch_check (self->node_keys, zclock_mono ());
+        conn_guard_sweep (self->guard, zclock_mono ());
         if (zclock_mono () >= self->next_owner_check) {
             if (!self->draining) {
                 owners_reap (self->owners, s_owner_gone, self);
