@@ -12,7 +12,8 @@
     master and to other nodes' data planes prove the same credential.
 
     The ZAP handler (curve.c) reads both directories again when they change, so a key is
-    admitted or revoked without a restart. In role all without CURVE nothing here is needed
+    admitted or revoked without a restart; key_watch.h closes a revoked key's connections
+    that were open already. In role all without CURVE nothing here is needed
     and every function does nothing, so actors call them unconditionally.
 */
 #ifndef KVP_CURVE_H_INCLUDED

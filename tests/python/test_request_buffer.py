@@ -51,9 +51,10 @@ def test_a_message_of_many_frames_is_cut_off_past_the_largest_request():
         assert re.search(r"incoming requests buffered at most 5\.1 GiB: 64 client connections "
                          r"\(--max-connections\) x 0\.08 GiB", d.log_text()), d.log_text()
         base = status_kb(d.pid, "VmRSS")
-        # 4 connections x 300 frames of 1 MiB: 1.2 GB buffered before, now each connection
-        # is closed once it holds more than 81 MiB.
-        socks, monitors = flood(d.endpoint, 4, 300)
+        # 4 connections x 600 frames of 1 MiB: 2.4 GB buffered before, now each connection
+        # is closed once it holds more than 81 MiB (checked every 100 ms: a share may be
+        # overshot by what arrives meanwhile).
+        socks, monitors = flood(d.endpoint, 4, 600)
         closed = 0
         deadline = time.monotonic() + 60
         while closed < 4 and time.monotonic() < deadline:
@@ -62,9 +63,9 @@ def test_a_message_of_many_frames_is_cut_off_past_the_largest_request():
                     m.recv_multipart()
                     closed += 1
         peak_mb = (status_kb(d.pid, "VmHWM") - base) / 1024
-        assert closed == 4, "%d of 4 connections closed; peak %.0f MB" % (closed, peak_mb)
+        assert closed == 4 and peak_mb < 4 * 81 + 300, \
+            "%d of 4 connections closed; peak %.0f MB" % (closed, peak_mb)
         assert d.log_text().count("libzmq holds unread") == 4
-        assert peak_mb < 4 * 81 + 160, peak_mb
         # The node goes on serving.
         raw = Raw(d.endpoint)
         assert raw.put("after", b"v" * 1000) == OK
