@@ -126,6 +126,10 @@ s_reader (conn_guard_t *self, int fd)
         memset (reader, 0, sizeof *reader);
         reader->fd = fd;
         reader->cookie = cookie;
+        int domain = 0;
+        socklen_t len = sizeof domain;
+        reader->not_tcp = getsockopt (fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) != 0
+                          || (domain != AF_INET && domain != AF_INET6);
     }
     return reader;
 }
@@ -368,9 +372,15 @@ conn_guard_read (conn_guard_t *self, int fd, uint64_t bytes, size_t frames)
 {
     if (!self || !self->max_buffered || fd < 0)
         return;
-    //  By its cookie: the monitor's events come later than the messages, and a descriptor
-    //  number may be a new connection's already.
-    reader_t *reader = s_reader (self, fd);
+    //  ipc connections are not counted, and cost no system call here (the same-machine
+    //  path is the fast one). A tcp one is known by its cookie: the monitor's events come
+    //  later than the messages, and a descriptor number may be a new connection's already.
+    char name[16];
+    snprintf (name, sizeof name, "%d", fd);
+    reader_t *reader = (reader_t *) zhashx_lookup (self->readers, name);
+    if (reader && reader->not_tcp)
+        return;
+    reader = s_reader (self, fd);
     if (reader)
         reader->read += bytes + (uint64_t) frames * FRAME_WIRE_BYTES;
 }
