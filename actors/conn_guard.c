@@ -66,7 +66,7 @@ typedef struct {
     uint64_t pacing_rate, max_pacing_rate, bytes_acked, bytes_received;
 } tcp_info_more_t;
 
-_Static_assert (offsetof (tcp_info_more_t, bytes_received) == 128, "Linux's tcp_info layout");
+_Static_assert(offsetof (tcp_info_more_t, bytes_received) == 128, "Linux's tcp_info layout");
 
 //  A connection's count of request bytes the api read (conn_guard_read).
 typedef struct {
@@ -399,8 +399,7 @@ conn_guard_sweep (conn_guard_t *self, int64_t now)
         tcp_info_more_t info;
         socklen_t len = sizeof info;
         memset (&info, 0, sizeof info);
-        if (getsockopt (reader->fd, IPPROTO_TCP, TCP_INFO, &info, &len) != 0
-            || len < sizeof info) {
+        if (getsockopt (reader->fd, IPPROTO_TCP, TCP_INFO, &info, &len) != 0 || len < sizeof info) {
             reader->not_tcp = true;
             continue;
         }
@@ -660,7 +659,7 @@ conn_guard_test (bool verbose)
     assert (zsock_connect (watch, "inproc://conn-guard-test-flood") == 0);
     zmsg_t *flood = zmsg_new ();
     for (int i = 0; i < 8; i++) //  one message of 8 x 256 KiB, never read
-        zmsg_append (flood, &(zframe_t *) {zframe_new (NULL, 256 << 10)});
+        zmsg_append (flood, &(zframe_t *){zframe_new (NULL, 256 << 10)});
     zmsg_send (&flood, flooder);
     size_t dropped = 0;
     int64_t deadline = zclock_mono () + 5000;

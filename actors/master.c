@@ -64,7 +64,7 @@ typedef struct {
 typedef struct {
     zsock_t *pipe;
     zsock_t *router;
-    zsock_t *monitor; //  the router's DISCONNECTED events: a registered connection gone
+    zsock_t *monitor;  //  the router's DISCONNECTED events: a registered connection gone
     key_watch_t *keys; //  closes the connections of node keys removed from --curve-nodes
     const kvp_config_t *config;
     zlistx_t *endpoints;
@@ -641,7 +641,8 @@ s_inventory (self_t *self, reply_t *r, arena_t *arena,
         //  Nor more entries than --max-node-objects: each costs the master memory, and time
         //  when the node dies, whatever its size.
         if (!stale && !beyond && node->objects >= self->config->max_node_objects
-            && !(entry && entry->state == DIR_COMMITTED && directory_holds (entry, (uint16_t) slot))) {
+            && !(entry && entry->state == DIR_COMMITTED
+                 && directory_holds (entry, (uint16_t) slot))) {
             beyond = true;
             crowded++;
         }
@@ -818,8 +819,7 @@ s_commit (self_t *self, reply_t *r, arena_t *arena, const Kvpool__Cluster__V1__N
             //  others' commits filled it since).
             if (node && node->alive
                 && (node->objects < self->config->max_node_objects
-                    || (entry->state == DIR_COMMITTED
-                        && directory_holds (entry, (uint16_t) slot))))
+                    || (entry->state == DIR_COMMITTED && directory_holds (entry, (uint16_t) slot))))
                 slots[count++] = (uint16_t) slot;
         }
         if (count == 0) {

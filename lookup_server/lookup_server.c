@@ -87,7 +87,7 @@ static const uint8_t s_fail[] = {0};
 typedef struct {
     zsock_t *pipe;
     zsock_t *router;
-    zsock_t *jobs; //  DEALER to the api's inproc://<instance>-jobs
+    zsock_t *jobs;          //  DEALER to the api's inproc://<instance>-jobs
     key_watch_t *key_watch; //  closes connections of client keys revoked (key_watch.h)
     lookup_keys_t *keys;
     uint32_t block_size, tp_size, pp_size;
@@ -654,8 +654,7 @@ s_handle_router (self_t *self)
     zframe_t *last = zmsg_last (msg);
     const char *fd = last ? zframe_meta (last, "__fd") : NULL;
     if (last
-        && !key_watch_seen (self->key_watch, fd ? atoi (fd) : -1,
-                            zframe_meta (last, "User-Id"))) {
+        && !key_watch_seen (self->key_watch, fd ? atoi (fd) : -1, zframe_meta (last, "User-Id"))) {
         self->refused++;
         zframe_destroy (&identity);
         zmsg_destroy (&msg);
