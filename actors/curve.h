@@ -79,6 +79,12 @@ void kvp_curve_cluster_client (const kvp_curve_t *self, zsock_t *sock, const cha
 //  CURVE, and for a User-Id that is no CURVE key. Any thread.
 bool kvp_curve_admitted (kvp_curve_t *self, const char *domain, const char *user_id);
 
+//  For each of count CURVE keys (Z85), whether it is admitted at the door of domain now:
+//  kvp_curve_admitted for many keys, the directory read once (key_watch.h). All true
+//  without CURVE. Any thread.
+void kvp_curve_admitted_keys (kvp_curve_t *self, const char *domain, const char *const *keys,
+                              size_t count, bool *admitted);
+
 //  The directory whose certificates the door of domain admits (--curve-allow or
 //  --curve-nodes), or NULL without CURVE or without that door (key_watch.h watches it).
 const char *kvp_curve_dir (const kvp_curve_t *self, const char *domain);

@@ -171,36 +171,49 @@ key_watch_check (key_watch_t *self, int64_t now)
         return 0;
     self->stamp = stamp;
 
-    //  One question to the ZAP handler per distinct key: key -> 1 admitted, 2 revoked.
-    zhashx_t *answers = zhashx_new ();
+    //  Every distinct key, of the connections open and of those revoked, asked about at once
+    //  (the directory is read once): key -> 1 admitted, 2 revoked.
     zlistx_t *gone = zlistx_new ();
     zlistx_set_destructor (gone, (zlistx_destructor_fn *) zstr_free);
-    for (void *item = zhashx_first (self->revoked); item; item = zhashx_next (self->revoked)) {
-        const char *key = (const char *) zhashx_cursor (self->revoked);
-        if (kvp_curve_admitted (self->curve, self->domain, key))
-            zlistx_add_end (gone, strdup (key));
+    zhashx_t *answers = zhashx_new ();
+    for (void *item = zhashx_first (self->revoked); item; item = zhashx_next (self->revoked))
+        zhashx_update (answers, (const char *) zhashx_cursor (self->revoked), (void *) 2);
+    for (conn_t *conn = (conn_t *) zhashx_first (self->conns); conn;
+         conn = (conn_t *) zhashx_next (self->conns)) {
+        if (s_cookie (conn->fd) == conn->cookie)
+            zhashx_update (answers, conn->user, (void *) 1);
+        else
+            zlistx_add_end (gone, strdup ((const char *) zhashx_cursor (self->conns)));
     }
-    for (char *key = (char *) zlistx_first (gone); key; key = (char *) zlistx_next (gone))
-        zhashx_delete (self->revoked, key);
+    for (char *name = (char *) zlistx_first (gone); name; name = (char *) zlistx_next (gone))
+        zhashx_delete (self->conns, name); //  closed since
     zlistx_purge (gone);
+    size_t count = zhashx_size (answers);
+    const char **keys_asked = (const char **) zmalloc ((count ? count : 1) * sizeof (char *));
+    bool *admitted = (bool *) zmalloc ((count ? count : 1) * sizeof (bool));
+    size_t n = 0;
+    for (void *item = zhashx_first (answers); item; item = zhashx_next (answers))
+        keys_asked[n++] = (const char *) zhashx_cursor (answers);
+    kvp_curve_admitted_keys (self->curve, self->domain, keys_asked, n, admitted);
+    size_t keys = 0;
+    for (size_t i = 0; i < n; i++) {
+        bool was_revoked = zhashx_lookup (self->revoked, keys_asked[i]) != NULL;
+        if (admitted[i] && was_revoked)
+            zhashx_delete (self->revoked, keys_asked[i]); //  its file is back
+        else if (!admitted[i] && !was_revoked) {
+            zhashx_update (self->revoked, keys_asked[i], (void *) 1);
+            keys++;
+        }
+        zhashx_update (answers, keys_asked[i], (void *) (uintptr_t) (admitted[i] ? 1 : 2));
+    }
+    free (keys_asked);
+    free (admitted);
 
-    size_t closed = 0, keys = 0;
+    size_t closed = 0;
     for (conn_t *conn = (conn_t *) zhashx_first (self->conns); conn;
          conn = (conn_t *) zhashx_next (self->conns)) {
         const char *name = (const char *) zhashx_cursor (self->conns);
-        if (s_cookie (conn->fd) != conn->cookie) {
-            zlistx_add_end (gone, strdup (name)); //  closed since
-            continue;
-        }
         uintptr_t answer = (uintptr_t) zhashx_lookup (answers, conn->user);
-        if (!answer) {
-            answer = kvp_curve_admitted (self->curve, self->domain, conn->user) ? 1 : 2;
-            zhashx_insert (answers, conn->user, (void *) answer);
-            if (answer == 2) {
-                zhashx_update (self->revoked, conn->user, (void *) 1);
-                keys++;
-            }
-        }
         if (answer == 2) {
             shutdown (conn->fd, SHUT_RDWR);
             closed++;
