@@ -425,6 +425,16 @@ def _monitor(sock):
     return sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
 
 
+def _close_monitored(pairs):
+    """Closes (socket, monitor) pairs, each monitor switched off first: an event sent to a
+    closed monitor blocks libzmq's I/O thread, and with it every socket of the context."""
+    for sock, monitor in pairs:
+        if not sock.closed:
+            sock.disable_monitor()
+        monitor.close()
+        sock.close()
+
+
 def _unanswered(sock, frames):
     """Whether frames sent on sock get no answer: libzmq gives up a connection whose
     handshake was refused, and then has nowhere to send (EAGAIN, not a wait)."""
@@ -444,7 +454,7 @@ def test_a_revoked_key_loses_its_open_connections(keys):
     other = Cert(folder, "other")
     other.allow(allow)
     d = curve_node(keys)
-    socks = []
+    socks, monitored = [], []
     try:
         tcp = Raw(d.endpoint, curve=client.curve(server))
         ipc = Raw(d.ipc, curve=client.curve(server))
@@ -462,7 +472,7 @@ def test_a_revoked_key_loses_its_open_connections(keys):
         assert ipc.get("revoked-k") == (OK, b"v" * 1000)
         assert keep.get("revoked-k") == (OK, b"v" * 1000)
         monitors = [_monitor(s) for s in (tcp.sock, ipc.sock, admin)]
-        socks += monitors
+        monitored = list(zip((tcp.sock, ipc.sock, admin), monitors))
         os.unlink(os.path.join(allow, "client"))
         took = [_disconnected_within(m, 3) for m in monitors]
         assert all(t is not None and t < 1.0 for t in took), took
@@ -477,10 +487,8 @@ def test_a_revoked_key_loses_its_open_connections(keys):
         # Its file back, the key gets in again.
         client.allow(allow)
         assert wait_for(lambda: answers(d.endpoint, client.curve(server), REFUSED_MS) == OK, 10)
-        tcp.close()
-        ipc.close()
-        keep.close()
     finally:
+        _close_monitored(monitored)
         for s in socks:
             s.close()
         d.finish()
@@ -510,9 +518,9 @@ def test_a_revoked_node_key_loses_its_connection_to_the_master(keys):
         monitor = _monitor(sock)
         os.unlink(os.path.join(nodes, "node-x"))
         took = _disconnected_within(monitor, 3)
-        monitor.close()
         assert took is not None and took < 1.0, took
         assert _unanswered(sock, [b"not a NodeRequest"])
+        _close_monitored([(sock, monitor)])
     finally:
         sock.close()
         master.finish()

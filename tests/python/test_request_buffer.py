@@ -72,8 +72,12 @@ def test_a_message_of_many_frames_is_cut_off_past_the_largest_request():
         assert raw.get("after") == (OK, b"v" * 1000)
         raw.close()
     finally:
-        for s in monitors + socks:
-            s.close()
+        # Each monitor switched off before it closes: an event sent to a closed monitor
+        # blocks libzmq's I/O thread, and every socket of the context with it.
+        for sock, monitor in zip(socks, monitors):
+            sock.disable_monitor()
+            monitor.close()
+            sock.close()
         d.finish()
 
 
