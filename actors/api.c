@@ -22,6 +22,10 @@
     the end of a client process that died). Reads answered from the read index send no job
     at all: their leases are the read stamps they leave in the index (shm/shm_index.h).
 
+    Connections of a CURVE key removed from --curve-allow (the data plane's: --curve-nodes)
+    are shut down within KEY_WATCH_INTERVAL_MS, and what they still sent is dropped
+    (key_watch.h).
+
     Threads: one. Memory: value frames of a PUT are released after the reply; a GET's values
     are pinned objects handed to ZeroMQ with a free callback (kvp_object_unpin_cb); reply
     arrays live in the request's arena.
@@ -38,6 +42,7 @@
 #include "actors/connections.h"
 #include "actors/conn_guard.h"
 #include "actors/curve.h"
+#include "actors/key_watch.h"
 #include "shm/segment.h"
 #include "actors/endpoints.h"
 #include "actors/evictor.h"
@@ -125,6 +130,8 @@ typedef struct {
     kvp_metrics_t *metrics;     //  per-operation counters (config's, or own_metrics)
     kvp_metrics_t *own_metrics; //  made here when the daemon gave none
     conn_guard_t *guard;        //  refuses connections past --max-connections
+    key_watch_t *client_keys;   //  closes connections of revoked client keys (router)
+    key_watch_t *node_keys;     //  ... and of revoked node keys (peer, the data plane)
     spin_window_t idle;         //  polling for the next request (spin_poll.h)
     bool idle_spin;             //  the last request was small and answered here alone
     size_t in_flight;           //  jobs out at an actor (client and internal)
@@ -329,8 +336,33 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
         wait_set_add (self->waits, self->peer);
     self->guard =
         conn_guard_new (self->router, self->endpoints, config->max_connections, config->instance);
-    if (self->guard)
+    if (self->guard) {
         wait_set_add (self->waits, conn_guard_socket (self->guard));
+        //  libzmq buffers a message of many frames whole before the api sees it, bounding
+        //  frames one by one only: the guard shuts down a tcp connection that holds more
+        //  than the largest request (--max-request-bytes of values, and a Request frame of
+        //  at most the frame limit) unread, so that is what each may cost (conn_guard.h).
+        uint64_t largest = config->max_request_bytes + config->max_value_size + MAX_FRAME_SLACK;
+        conn_guard_set_max_buffered (self->guard, largest);
+        uint64_t connections = conn_guard_limit (self->guard);
+        double worst = (double) connections * (double) largest;
+        double memory = (double) sysconf (_SC_PHYS_PAGES) * (double) sysconf (_SC_PAGESIZE);
+        kvp_log (worst > memory ? KVP_LOG_WARNING : KVP_LOG_INFO,
+                 "incoming requests buffered at most %.1f GiB: %llu client connections "
+                 "(--max-connections) x %.2f GiB (--max-request-bytes, and one frame of at "
+                 "most --max-value-size + %llu MiB); ipc connections are not bounded this "
+                 "way%s",
+                 worst / (double) (1ULL << 30), (unsigned long long) connections,
+                 (double) largest / (double) (1ULL << 30),
+                 (unsigned long long) (MAX_FRAME_SLACK >> 20),
+                 worst > memory ? ": more than this machine's memory, lower those settings "
+                                  "to bound what clients can make the node allocate"
+                                : "");
+    }
+    //  A key removed from --curve-allow (--curve-nodes) loses its open connections too.
+    self->client_keys = key_watch_new (config->curve, KVP_ZAP_CLIENTS, "api");
+    if (self->peer)
+        self->node_keys = key_watch_new (config->curve, KVP_ZAP_CLUSTER, "data plane");
     return self;
 }
 
@@ -342,6 +374,8 @@ s_self_destroy (self_t **self_p)
         return;
     wait_set_destroy (&self->waits);
     conn_guard_destroy (&self->guard);
+    key_watch_destroy (&self->client_keys);
+    key_watch_destroy (&self->node_keys);
     index_reads_destroy (&self->reads);
     owners_destroy (&self->owners);
     zlistx_destroy (&self->endpoints);
@@ -1217,6 +1251,8 @@ s_client_message (self_t *self, zsock_t *socket)
     zmsg_t *msg = zmsg_recv (socket);
     if (!msg)
         return;
+    uint64_t wire_bytes = zmsg_content_size (msg);
+    size_t wire_frames = zmsg_size (msg);
     self->idle_spin = zmsg_content_size (msg) <= IDLE_SPIN_REQUEST_BYTES;
     api_ctx_t *ctx = (api_ctx_t *) zmalloc (sizeof (api_ctx_t));
     ctx->socket = socket;
@@ -1242,9 +1278,14 @@ s_client_message (self_t *self, zsock_t *socket)
         const char *fd = zframe_meta (header, "__fd");
         if (fd)
             ctx->fd = atoi (fd);
+        if (socket == self->router)
+            conn_guard_read (self->guard, ctx->fd, wire_bytes, wire_frames);
     }
-    if (!ctx->routing_id || !header) {
-        //  Nothing to answer: a message of one frame can't hold a request.
+    if (!ctx->routing_id || !header
+        || !key_watch_seen (socket == self->peer ? self->node_keys : self->client_keys, ctx->fd,
+                            ctx->user_id)) {
+        //  Nothing to answer: a message of one frame can't hold a request; a revoked key's
+        //  connection is being closed (key_watch.h).
         self->dropped++;
         zframe_destroy (&header);
         zmsg_destroy (&msg);
@@ -1469,7 +1510,14 @@ api_actor (zsock_t *pipe, void *args)
         if (self->in_flight > 0)
             which = spin_poll (self->waits, SPIN_US);
         if (!which) {
-            int64_t wait = self->next_owner_check - zclock_mono ();
+            int64_t due = self->next_owner_check;
+            if (key_watch_due (self->client_keys) < due)
+                due = key_watch_due (self->client_keys);
+            if (key_watch_due (self->node_keys) < due)
+                due = key_watch_due (self->node_keys);
+            if (self->guard && zclock_mono () + CONN_GUARD_SWEEP_MS < due)
+                due = zclock_mono () + CONN_GUARD_SWEEP_MS;
+            int64_t wait = due - zclock_mono ();
             int timeout = wait > 0 ? (int) wait : 0;
             //  Nothing out at the actors: the next request, of a burst, may come soon.
             if (self->in_flight == 0 && self->idle_spin)
@@ -1489,6 +1537,9 @@ api_actor (zsock_t *pipe, void *args)
             s_actor_reply (self, (zsock_t *) which);
         else if (self->guard && which == conn_guard_socket (self->guard))
             conn_guard_handle (self->guard);
+        key_watch_check (self->client_keys, zclock_mono ());
+        key_watch_check (self->node_keys, zclock_mono ());
+        conn_guard_sweep (self->guard, zclock_mono ());
         if (zclock_mono () >= self->next_owner_check) {
             if (!self->draining) {
                 owners_reap (self->owners, s_owner_gone, self);

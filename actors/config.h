@@ -91,6 +91,7 @@ typedef struct {
     const char *node_id;       //  NULL: host id + the first client tcp port
     const char *peer_endpoint; //  the data plane's bind; NULL: the client tcp host, any port
     uint64_t node_ttl_ms;
+    uint64_t max_node_objects; //  master: directory entries one node may hold
     uint64_t heartbeat_ms;
     uint64_t cluster_timeout_ms; //  a master or peer request unanswered this long fails
     uint32_t peer_connections;   //  data-plane connections to each other node

@@ -40,6 +40,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/filter.h>
+#include <netinet/tcp.h>
 #include <netinet/in.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -52,6 +53,28 @@
 #define MAX_LISTENERS 16
 //  Connections refused per batch of monitor events before falling back to refusing at once.
 #define REFUSE_BATCH 256
+//  Bytes on the wire a frame may take besides its data: ZMTP's flags and size (9), and under
+//  CURVE its MESSAGE command (8), nonce (8), MAC (16) and flags (1).
+#define FRAME_WIRE_BYTES 64
+//  The handshake's and heartbeats' bytes, never part of a message.
+#define WIRE_SLACK_BYTES (64 << 10)
+
+//  Linux's struct tcp_info goes on past glibc's, which ends at tcpi_total_retrans (and
+//  <linux/tcp.h> cannot be included beside <netinet/tcp.h>): the fields up to the one read.
+typedef struct {
+    struct tcp_info glibc;
+    uint64_t pacing_rate, max_pacing_rate, bytes_acked, bytes_received;
+} tcp_info_more_t;
+
+_Static_assert(offsetof (tcp_info_more_t, bytes_received) == 128, "Linux's tcp_info layout");
+
+//  A connection's count of request bytes the api read (conn_guard_read).
+typedef struct {
+    int fd;
+    uint64_t cookie; //  SO_COOKIE: the connection, not just the descriptor number
+    uint64_t read;   //  bytes on the wire of the messages the api read
+    bool not_tcp;    //  TCP_INFO failed: ipc, not bounded
+} reader_t;
 
 typedef struct {
     int fd;
@@ -69,7 +92,47 @@ struct _conn_guard_t {
     size_t listener_count;
     int spare_fd; //  closed to make room for the guard's own accept at EMFILE
     uint64_t refused, accept_failures;
+    uint64_t max_buffered; //  0: no bound
+    zhashx_t *readers;     //  "fd" -> reader_t, the connections open
+    int64_t next_sweep;
+    uint64_t overfull;
 };
+
+static uint64_t
+s_cookie (int fd)
+{
+    uint64_t cookie = 0;
+    socklen_t len = sizeof cookie;
+    if (fd < 0 || getsockopt (fd, SOL_SOCKET, SO_COOKIE, &cookie, &len) != 0)
+        return 0;
+    return cookie;
+}
+
+//  The record of the connection on fd now (made, or made anew for a new connection).
+static reader_t *
+s_reader (conn_guard_t *self, int fd)
+{
+    char name[16];
+    snprintf (name, sizeof name, "%d", fd);
+    reader_t *reader = (reader_t *) zhashx_lookup (self->readers, name);
+    uint64_t cookie = s_cookie (fd);
+    if (!cookie)
+        return NULL;
+    if (!reader) {
+        reader = (reader_t *) zmalloc (sizeof (reader_t));
+        zhashx_insert (self->readers, name, reader);
+    }
+    if (reader->cookie != cookie) {
+        memset (reader, 0, sizeof *reader);
+        reader->fd = fd;
+        reader->cookie = cookie;
+        int domain = 0;
+        socklen_t len = sizeof domain;
+        reader->not_tcp = getsockopt (fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) != 0
+                          || (domain != AF_INET && domain != AF_INET6);
+    }
+    return reader;
+}
 
 uint64_t
 conn_guard_raise_fd_limit (void)
@@ -253,6 +316,8 @@ conn_guard_new (zsock_t *router, zlistx_t *endpoints, uint64_t limit, const char
     if (self->low_mark >= self->limit)
         self->low_mark = self->limit - 1;
     self->spare_fd = open ("/dev/null", O_RDONLY | O_CLOEXEC);
+    self->readers = zhashx_new ();
+    zhashx_set_destructor (self->readers, (zhashx_destructor_fn *) zstr_free);
     char endpoint[128];
     snprintf (endpoint, sizeof endpoint, "inproc://%s-conn-guard-%p", name ? name : "",
               (void *) self);
@@ -267,6 +332,7 @@ conn_guard_new (zsock_t *router, zlistx_t *endpoints, uint64_t limit, const char
         zsock_destroy (&self->monitor);
         if (self->spare_fd >= 0)
             close (self->spare_fd);
+        zhashx_destroy (&self->readers);
         free (self);
         return NULL;
     }
@@ -286,8 +352,78 @@ conn_guard_destroy (conn_guard_t **self_p)
         s_set_paused (self, false); //  the listeners outlive the guard
     if (self->spare_fd >= 0)
         close (self->spare_fd);
+    if (self->overfull)
+        kvp_info ("api: %llu client connections shut down for holding more than %llu bytes "
+                  "of requests",
+                  (unsigned long long) self->overfull, (unsigned long long) self->max_buffered);
+    zhashx_destroy (&self->readers);
     free (self);
     *self_p = NULL;
+}
+
+void
+conn_guard_set_max_buffered (conn_guard_t *self, uint64_t bytes)
+{
+    self->max_buffered = bytes;
+}
+
+void
+conn_guard_read (conn_guard_t *self, int fd, uint64_t bytes, size_t frames)
+{
+    if (!self || !self->max_buffered || fd < 0)
+        return;
+    //  ipc connections are not counted, and cost no system call here (the same-machine
+    //  path is the fast one). A tcp one is known by its cookie: the monitor's events come
+    //  later than the messages, and a descriptor number may be a new connection's already.
+    char name[16];
+    snprintf (name, sizeof name, "%d", fd);
+    reader_t *reader = (reader_t *) zhashx_lookup (self->readers, name);
+    if (reader && reader->not_tcp)
+        return;
+    reader = s_reader (self, fd);
+    if (reader)
+        reader->read += bytes + (uint64_t) frames * FRAME_WIRE_BYTES;
+}
+
+size_t
+conn_guard_sweep (conn_guard_t *self, int64_t now)
+{
+    if (!self || !self->max_buffered || now < self->next_sweep)
+        return 0;
+    self->next_sweep = now + CONN_GUARD_SWEEP_MS;
+    size_t dropped = 0;
+    for (reader_t *reader = (reader_t *) zhashx_first (self->readers); reader;
+         reader = (reader_t *) zhashx_next (self->readers)) {
+        if (reader->not_tcp || s_cookie (reader->fd) != reader->cookie)
+            continue; //  ipc, or closed (a new connection on its number starts anew)
+        tcp_info_more_t info;
+        socklen_t len = sizeof info;
+        memset (&info, 0, sizeof info);
+        if (getsockopt (reader->fd, IPPROTO_TCP, TCP_INFO, &info, &len) != 0 || len < sizeof info) {
+            reader->not_tcp = true;
+            continue;
+        }
+        uint64_t received = info.bytes_received;
+        uint64_t held = received > reader->read + WIRE_SLACK_BYTES
+                            ? received - reader->read - WIRE_SLACK_BYTES
+                            : 0;
+        if (held > self->max_buffered) {
+            kvp_warning ("api: a client connection sent %llu bytes libzmq holds unread (more "
+                         "than one request may be, %llu): closing it",
+                         (unsigned long long) held, (unsigned long long) self->max_buffered);
+            shutdown (reader->fd, SHUT_RDWR);
+            reader->not_tcp = true; //  once
+            self->overfull++;
+            dropped++;
+        }
+    }
+    return dropped;
+}
+
+uint64_t
+conn_guard_overfull (conn_guard_t *self)
+{
+    return self ? self->overfull : 0;
 }
 
 zsock_t *
@@ -318,6 +454,8 @@ conn_guard_handle (conn_guard_t *self)
             memcpy (&value, zframe_data (head) + 2, 4);
             if (event == ZMQ_EVENT_ACCEPTED) {
                 self->connections++;
+                if (self->max_buffered)
+                    s_reader (self, (int) value);
                 if (self->paused || self->connections > self->limit) {
                     if (refusing < REFUSE_BATCH)
                         refuse[refusing++] = (int) value;
@@ -328,6 +466,13 @@ conn_guard_handle (conn_guard_t *self)
             else if (event == ZMQ_EVENT_DISCONNECTED) {
                 if (self->connections > 0)
                     self->connections--;
+                //  Forgotten unless its number is another connection's by now (the api
+                //  may have read from that one before this event came).
+                char name[16];
+                snprintf (name, sizeof name, "%d", (int) value);
+                reader_t *reader = (reader_t *) zhashx_lookup (self->readers, name);
+                if (reader && s_cookie ((int) value) != reader->cookie)
+                    zhashx_delete (self->readers, name);
                 for (size_t i = 0; i < refusing; i++)
                     if (refuse[i] == (int) value)
                         refuse[i--] = refuse[--refusing];
@@ -489,6 +634,61 @@ conn_guard_test (bool verbose)
 
     for (int i = 0; i < 6; i++)
         zsock_destroy (&clients[i]);
+    s_settle (guard, 0, 2000); //  (two more must not pass the limit of 4)
+    assert (conn_guard_connections (guard) == 0 && !conn_guard_paused (guard));
+
+    //  Request bytes held in libzmq: a connection that sent more than the bound unread is
+    //  shut down; one whose messages the owner reads is not.
+    conn_guard_set_max_buffered (guard, 1 << 20);
+    zsock_t *reader = zsock_new_dealer (tcp), *flooder = zsock_new_dealer (tcp);
+    assert (reader && flooder);
+    zsock_set_rcvtimeo (router, 2000);
+    for (int i = 0; i < 8; i++) { //  8 x 256 KiB, each read
+        zframe_t *frame = zframe_new (NULL, 256 << 10);
+        zframe_send (&frame, reader, 0);
+        zmsg_t *msg = zmsg_recv (router);
+        assert (msg);
+        const char *fd = zframe_meta (zmsg_last (msg), "__fd");
+        conn_guard_read (guard, fd ? atoi (fd) : -1, zmsg_content_size (msg), zmsg_size (msg));
+        zmsg_destroy (&msg);
+    }
+    zsock_t *watch = zsock_new (ZMQ_PAIR);
+    assert (zmq_socket_monitor (zsock_resolve (flooder), "inproc://conn-guard-test-flood",
+                                ZMQ_EVENT_DISCONNECTED)
+            == 0);
+    assert (zsock_connect (watch, "inproc://conn-guard-test-flood") == 0);
+    zmsg_t *flood = zmsg_new ();
+    for (int i = 0; i < 8; i++) //  one message of 8 x 256 KiB, never read
+        zmsg_append (flood, &(zframe_t *){zframe_new (NULL, 256 << 10)});
+    zmsg_send (&flood, flooder);
+    size_t dropped = 0;
+    int64_t deadline = zclock_mono () + 5000;
+    while (dropped == 0 && zclock_mono () < deadline) {
+        conn_guard_handle (guard);
+        dropped = conn_guard_sweep (guard, zclock_mono ());
+        zclock_sleep (10);
+    }
+    assert (dropped == 1 && conn_guard_overfull (guard) == 1);
+    zsock_set_rcvtimeo (watch, 2000);
+    zmsg_t *event = zmsg_recv (watch); //  the flooder saw its connection end
+    assert (event);
+    zmsg_destroy (&event);
+    assert (conn_guard_sweep (guard, zclock_mono () + CONN_GUARD_SWEEP_MS) == 0);
+    zframe_t *frame = zframe_new ("still", 5);
+    zframe_send (&frame, reader, 0);
+    //  (The flood, whole before the shutdown, may still be queued at the router.)
+    bool served = false;
+    zmsg_t *still;
+    while (!served && (still = zmsg_recv (router))) {
+        served = zframe_streq (zmsg_last (still), "still");
+        zmsg_destroy (&still);
+    }
+    assert (served);
+    zmq_socket_monitor (zsock_resolve (flooder), NULL, 0);
+    zsock_destroy (&watch);
+    zsock_destroy (&reader);
+    zsock_destroy (&flooder);
+
     conn_guard_destroy (&guard);
     assert (guard == NULL);
     conn_guard_destroy (&guard);

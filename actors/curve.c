@@ -19,7 +19,8 @@
     key is admitted or revoked by adding or removing its file. The handler answers with the
     peer's public key (CURVE) or "kvpool-node" (PLAIN) as the connection's User-Id, which
     libzmq attaches to every message from it: kvp_curve_admitted says whether that key is
-    still admitted now, so that the api can close a revoked key's connections.
+    still admitted now, so that the sockets' owners close a revoked key's connections
+    (key_watch.h).
 
     Threads: the ZAP actor owns the certificate stores; kvp_curve_admitted asks it over a
     pipe (under a mutex, from any thread). Everything else here is set before the actors start
@@ -319,26 +320,69 @@ s_zap_request (zap_t *self)
     zmsg_destroy (&request);
 }
 
-//  A pipe command: $TERM, or ADMITTED <domain> <key> (answered with "1" or "0").
+//  The public keys of the certificates in dir as they are now, read as zcertstore's disk
+//  loader reads them (every regular file, in sub-folders too, that zcert_load takes).
+static zhashx_t *
+s_keys_now (const char *dir)
+{
+    zhashx_t *keys = zhashx_new ();
+    zdir_t *folder = zdir_new (dir, NULL);
+    zfile_t **files = folder ? zdir_flatten (folder) : NULL;
+    for (size_t i = 0; files && files[i]; i++) {
+        if (!zfile_is_regular (files[i]))
+            continue;
+        zcert_t *cert = zcert_load (zfile_filename (files[i], NULL));
+        if (cert)
+            zhashx_update (keys, zcert_public_txt (cert), (void *) 1);
+        zcert_destroy (&cert);
+    }
+    zdir_flatten_free (&files);
+    zdir_destroy (&folder);
+    return keys;
+}
+
+//  A pipe command: $TERM; ADMITTED <domain> <key> (answered with "1" or "0"); or
+//  ADMITTED_KEYS <domain> <key>... (answered with one frame of "1" and "0", one per key).
 static bool
 s_zap_command (zap_t *self)
 {
-    char *command = NULL, *domain = NULL, *key = NULL;
-    if (zstr_recvx (self->pipe, &command, &domain, &key, NULL) < 1 || streq (command, "$TERM")) {
+    zmsg_t *msg = zmsg_recv (self->pipe);
+    char *command = msg ? zmsg_popstr (msg) : NULL;
+    if (!command || streq (command, "$TERM")) {
         zstr_free (&command);
-        zstr_free (&domain);
-        zstr_free (&key);
+        zmsg_destroy (&msg);
         return false;
     }
-    bool admitted = true;
-    if (streq (command, "ADMITTED") && domain && key && strlen (key) == 40) {
-        zcertstore_t *store = streq (domain, KVP_ZAP_CLUSTER) ? self->nodes : self->clients;
-        admitted = !store || zcertstore_lookup (store, key) != NULL;
+    char *domain = zmsg_popstr (msg);
+    bool cluster = domain && streq (domain, KVP_ZAP_CLUSTER);
+    zcertstore_t *store = cluster ? self->nodes : self->clients;
+    if (streq (command, "ADMITTED_KEYS")) {
+        //  The directory read once: a lookup in the handler's store reads it every time.
+        zhashx_t *now = store ? s_keys_now (cluster ? self->owner->nodes_dir
+                                                    : self->owner->allow_dir)
+                              : NULL;
+        size_t count = zmsg_size (msg);
+        char *answer = (char *) zmalloc (count + 1);
+        size_t i = 0;
+        for (char *key = zmsg_popstr (msg); key; key = zmsg_popstr (msg), i++) {
+            answer[i] = !now || strlen (key) != 40 || zhashx_lookup (now, key) ? '1' : '0';
+            zstr_free (&key);
+        }
+        zsock_send (self->pipe, "b", answer, count);
+        free (answer);
+        zhashx_destroy (&now);
     }
-    zstr_send (self->pipe, admitted ? "1" : "0");
+    else {
+        char *key = zmsg_popstr (msg);
+        bool admitted = true;
+        if (streq (command, "ADMITTED") && key && strlen (key) == 40)
+            admitted = !store || zcertstore_lookup (store, key) != NULL;
+        zstr_send (self->pipe, admitted ? "1" : "0");
+        zstr_free (&key);
+    }
     zstr_free (&command);
     zstr_free (&domain);
-    zstr_free (&key);
+    zmsg_destroy (&msg);
     return true;
 }
 
@@ -537,6 +581,40 @@ kvp_curve_admitted (kvp_curve_t *self, const char *domain, const char *user_id)
     }
     pthread_mutex_unlock (&self->ask);
     return admitted;
+}
+
+void
+kvp_curve_admitted_keys (kvp_curve_t *self, const char *domain, const char *const *keys,
+                         size_t count, bool *admitted)
+{
+    for (size_t i = 0; i < count; i++)
+        admitted[i] = true;
+    if (!self || !self->cert || !self->zap || count == 0)
+        return;
+    zmsg_t *ask = zmsg_new ();
+    zmsg_addstr (ask, "ADMITTED_KEYS");
+    zmsg_addstr (ask, domain);
+    for (size_t i = 0; i < count; i++)
+        zmsg_addstr (ask, keys[i]);
+    pthread_mutex_lock (&self->ask);
+    if (self->zap && zmsg_send (&ask, self->zap) == 0) {
+        zframe_t *answer = zframe_recv (self->zap);
+        if (answer && zframe_size (answer) == count)
+            for (size_t i = 0; i < count; i++)
+                admitted[i] = zframe_data (answer)[i] == '1';
+        zframe_destroy (&answer);
+    }
+    pthread_mutex_unlock (&self->ask);
+    zmsg_destroy (&ask);
+}
+
+const char *
+kvp_curve_dir (const kvp_curve_t *self, const char *domain)
+{
+    if (!self || !self->cert || !domain)
+        return NULL;
+    const char *dir = streq (domain, KVP_ZAP_CLUSTER) ? self->nodes_dir : self->allow_dir;
+    return *dir ? dir : NULL;
 }
 
 const char *

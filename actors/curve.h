@@ -12,7 +12,8 @@
     master and to other nodes' data planes prove the same credential.
 
     The ZAP handler (curve.c) reads both directories again when they change, so a key is
-    admitted or revoked without a restart. In role all without CURVE nothing here is needed
+    admitted or revoked without a restart; key_watch.h closes a revoked key's connections
+    that were open already. In role all without CURVE nothing here is needed
     and every function does nothing, so actors call them unconditionally.
 */
 #ifndef KVP_CURVE_H_INCLUDED
@@ -77,6 +78,16 @@ void kvp_curve_cluster_client (const kvp_curve_t *self, zsock_t *sock, const cha
 //  domain (KVP_ZAP_CLIENTS or KVP_ZAP_CLUSTER), its directory as it is now. True without
 //  CURVE, and for a User-Id that is no CURVE key. Any thread.
 bool kvp_curve_admitted (kvp_curve_t *self, const char *domain, const char *user_id);
+
+//  For each of count CURVE keys (Z85), whether it is admitted at the door of domain now:
+//  kvp_curve_admitted for many keys, the directory read once (key_watch.h). All true
+//  without CURVE. Any thread.
+void kvp_curve_admitted_keys (kvp_curve_t *self, const char *domain, const char *const *keys,
+                              size_t count, bool *admitted);
+
+//  The directory whose certificates the door of domain admits (--curve-allow or
+//  --curve-nodes), or NULL without CURVE or without that door (key_watch.h watches it).
+const char *kvp_curve_dir (const kvp_curve_t *self, const char *domain);
 
 //  The node's public key (Z85, 40 characters), or "" without CURVE.
 const char *kvp_curve_public_key (const kvp_curve_t *self);

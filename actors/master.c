@@ -20,6 +20,9 @@
     a master that does not know it. Until then its objects are not found through the master,
     but the node itself keeps serving them.
 
+    Under CURVE, the connections of a node key removed from --curve-nodes are shut down
+    within KEY_WATCH_INTERVAL_MS, and what they still sent is dropped (key_watch.h).
+
     Threads: one. Memory: each request and its reply live in one arena.
 */
 #include "actors/master.h"
@@ -32,6 +35,7 @@
 
 #include "actors/config.h"
 #include "actors/curve.h"
+#include "actors/key_watch.h"
 #include "actors/directory.h"
 #include "actors/endpoints.h"
 #include "actors/node_table.h"
@@ -60,7 +64,8 @@ typedef struct {
 typedef struct {
     zsock_t *pipe;
     zsock_t *router;
-    zsock_t *monitor; //  the router's DISCONNECTED events: a registered connection gone
+    zsock_t *monitor;  //  the router's DISCONNECTED events: a registered connection gone
+    key_watch_t *keys; //  closes the connections of node keys removed from --curve-nodes
     const kvp_config_t *config;
     zlistx_t *endpoints;
     char bind_error[256];
@@ -209,9 +214,11 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
     assert (self->monitor);
     rc = zsock_connect (self->monitor, "%s", monitor);
     assert (rc == 0);
+    self->keys = key_watch_new (config->curve, KVP_ZAP_CLUSTER, "master");
     self->directory = directory_new ();
     self->nodes = node_table_new (config->placement, config->seed);
     assert (self->directory && self->nodes);
+    node_table_set_max_objects (self->nodes, config->max_node_objects);
     self->reservations = zlistx_new ();
     zlistx_set_destructor (self->reservations, s_reservation_free);
     //  The epoch tells nodes this is a master they have not registered with.
@@ -238,6 +245,7 @@ s_self_destroy (self_t **self_p)
         return;
     zmq_socket_monitor (zsock_resolve (self->router), NULL, 0);
     zsock_destroy (&self->monitor);
+    key_watch_destroy (&self->keys);
     zsock_destroy (&self->router);
     zlistx_destroy (&self->endpoints);
     zlistx_destroy (&self->reservations);
@@ -615,7 +623,7 @@ s_inventory (self_t *self, reply_t *r, arena_t *arena,
         s_reply_fail (r, KVPOOL_INTERNAL_ERROR, "out of memory");
         return;
     }
-    size_t added = 0;
+    size_t added = 0, crowded = 0;
     for (size_t i = 0; i < request->n_keys; i++) {
         char *key = s_key (self, arena, &request->keys[i]);
         if (!key)
@@ -630,6 +638,14 @@ s_inventory (self_t *self, reply_t *r, arena_t *arena,
         //  with keys it never stored.
         bool beyond = node->reported_bytes + request->sizes[i]
                       > node->capacity + node->disk_capacity;
+        //  Nor more entries than --max-node-objects: each costs the master memory, and time
+        //  when the node dies, whatever its size.
+        if (!stale && !beyond && node->objects >= self->config->max_node_objects
+            && !(entry && entry->state == DIR_COMMITTED
+                 && directory_holds (entry, (uint16_t) slot))) {
+            beyond = true;
+            crowded++;
+        }
         if (stale || beyond) {
             //  Written (or being written), or removed, since the node was last heard from:
             //  its copy is older than what the directory says, and must never be served.
@@ -649,6 +665,10 @@ s_inventory (self_t *self, reply_t *r, arena_t *arena,
         }
     }
     r->reply.count = added;
+    if (crowded)
+        kvp_warning ("node %s holds %llu objects, --max-node-objects: %zu more it reported "
+                     "refused",
+                     node->node_id, (unsigned long long) node->objects, crowded);
 }
 
 static void
@@ -795,7 +815,11 @@ s_commit (self_t *self, reply_t *r, arena_t *arena, const Kvpool__Cluster__V1__N
                 continue;
             int slot = node_table_find (self->nodes, request->nodes[index]);
             node_t *node = node_table_get (self->nodes, slot);
-            if (node && node->alive)
+            //  A holder at --max-node-objects is left out (PLACE did not choose it, or
+            //  others' commits filled it since).
+            if (node && node->alive
+                && (node->objects < self->config->max_node_objects
+                    || (entry->state == DIR_COMMITTED && directory_holds (entry, (uint16_t) slot))))
                 slots[count++] = (uint16_t) slot;
         }
         if (count == 0) {
@@ -983,7 +1007,9 @@ s_receive (self_t *self, origin_t *from)
         count++;
         zmq_msg_close (&part);
     }
-    if (count != 2) {
+    //  A node key removed from --curve-nodes is served nothing more; its connections close
+    //  (key_watch.h, checked every tick).
+    if (count != 2 || !key_watch_seen (self->keys, from->fd, from->user_id)) {
         self->dropped++;
         zframe_destroy (&frames[0]);
         zframe_destroy (&frames[1]);
@@ -1137,6 +1163,7 @@ s_tick (self_t *self)
             directory_remove (self->directory, entry); //  (its record goes just below)
         zlistx_delete (self->reservations, zlistx_cursor (self->reservations));
     }
+    key_watch_check (self->keys, now);
     self->next_tick = now + LIVENESS_TICK_MS;
     metrics_cluster (self->config->metrics, node_table_size (self->nodes),
                      node_table_alive (self->nodes), directory_size (self->directory), now);

@@ -16,6 +16,7 @@ struct _node_table_t {
     int16_t ids[ID_SLOTS]; //  slot + 1; 0: free
     kvp_placement_t strategy;
     uint64_t rng;
+    uint64_t max_objects; //  0: no bound
 };
 
 node_table_t *
@@ -27,6 +28,12 @@ node_table_new (kvp_placement_t strategy, uint64_t seed)
         self->rng = seed ? seed : 0x9E3779B97F4A7C15ULL;
     }
     return self;
+}
+
+void
+node_table_set_max_objects (node_table_t *self, uint64_t max_objects)
+{
+    self->max_objects = max_objects;
 }
 
 void
@@ -126,7 +133,8 @@ s_eligible (node_table_t *self, int slot, uint64_t size, const uint16_t *out, si
             bool distinct)
 {
     const node_t *node = node_table_get (self, slot);
-    if (!node || !node->alive || node->capacity < size)
+    if (!node || !node->alive || node->capacity < size
+        || (self->max_objects && node->objects >= self->max_objects))
         return false;
     for (size_t i = 0; i < chosen; i++) {
         if (out[i] == slot)
@@ -259,6 +267,14 @@ node_table_test (bool verbose)
     node_table_get (table, 3)->alive = false;
     assert (node_table_place (table, 10, 1, -1, preferred, 1, out) == 1 && out[0] != 3);
     assert (node_table_alive (table) == 3);
+    //  A node holding --max-node-objects entries is passed over, preferred or not.
+    node_table_set_max_objects (table, 5);
+    node_table_get (table, 0)->objects = 5;
+    preferred[0] = 0;
+    for (int i = 0; i < 50; i++)
+        assert (node_table_place (table, 10, 1, -1, preferred, 1, out) == 1 && out[0] != 0);
+    node_table_get (table, 0)->objects = 4;
+    assert (node_table_place (table, 10, 1, -1, preferred, 1, out) == 1 && out[0] == 0);
     node_table_destroy (&table);
 
     //  Free-ratio: the emptiest first; what was placed since the last report counts.

@@ -10,7 +10,8 @@
     node the offsets. Order: the caller's preferred nodes, then (local-first) the writer's
     node, then the rest by the strategy: random (seeded, reproducible) or free-ratio (the
     node with the largest share of free space first, less what was placed on it since its
-    last report). Replicas go to distinct hosts while there are enough; then to distinct
+    last report). A node that holds --max-node-objects entries is passed over. Replicas go
+    to distinct hosts while there are enough; then to distinct
     nodes of one host. Free space orders the choice but never refuses it: a full node evicts
     to make room, as a cache does, and only a node smaller than the value is passed over.
 
@@ -70,6 +71,10 @@ node_t *node_table_get (node_table_t *self, int slot);
 //  Slots in use (alive or not).
 size_t node_table_size (node_table_t *self);
 size_t node_table_alive (node_table_t *self);
+
+//  Nodes holding this many directory entries (node_t.objects) or more are never chosen
+//  (--max-node-objects). Default: no bound.
+void node_table_set_max_objects (node_table_t *self, uint64_t max_objects);
 
 //  Chooses up to replica_num (at least 1, at most KVP_MAX_REPLICAS) live nodes for a value
 //  of size bytes into out[], as described above; writer is the asking node's slot (-1: none),

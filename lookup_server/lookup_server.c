@@ -12,6 +12,8 @@
     read; REQ clients (vLLM's LookupKeyClient) and DEALER clients both work, many at once,
     since the ROUTER keeps their envelopes apart. A request is decoded by lookup_request.c;
     anything it refuses gets b"\x00" and is counted, and the actor goes on.
+    Under CURVE, the connections of a client key removed from --curve-allow are shut down
+    within KEY_WATCH_INTERVAL_MS, and what they still sent is dropped (key_watch.h).
 
     LOOKUP keeps only the hashes whose blocks start before token_len (the others cannot
     change the answer) and expands them over every tp x pp rank with lookup_keys.c. Blocks are
@@ -49,6 +51,7 @@
 #include "lookup_server/lookup_server.h"
 
 #include "actors/curve.h"
+#include "actors/key_watch.h"
 #include "actors/log.h"
 
 #include <pthread.h>
@@ -84,7 +87,8 @@ static const uint8_t s_fail[] = {0};
 typedef struct {
     zsock_t *pipe;
     zsock_t *router;
-    zsock_t *jobs; //  DEALER to the api's inproc://<instance>-jobs
+    zsock_t *jobs;          //  DEALER to the api's inproc://<instance>-jobs
+    key_watch_t *key_watch; //  closes connections of client keys revoked (key_watch.h)
     lookup_keys_t *keys;
     uint32_t block_size, tp_size, pp_size;
     uint32_t scale;             //  the engine's hashes a block (block size / hash block size)
@@ -122,6 +126,7 @@ s_self_destroy (self_t **self_p)
     assert (self_p);
     self_t *self = *self_p;
     if (self) {
+        key_watch_destroy (&self->key_watch);
         zsock_destroy (&self->router);
         zsock_destroy (&self->jobs);
         lookup_keys_destroy (&self->keys);
@@ -206,6 +211,7 @@ s_self_new (zsock_t *pipe, const lookup_server_args_t *args)
     //  is not one of them, and libzmq stops reading its socket instead.
     zsock_set_rcvhwm (self->router, MAX_QUEUED_REQUESTS);
     kvp_curve_server (args->curve, self->router);
+    self->key_watch = key_watch_new (args->curve, KVP_ZAP_CLIENTS, "admin channel");
     for (size_t i = 0; i < args->admin_endpoint_count; i++) {
         const char *endpoint = args->admin_endpoints[i];
         if (zsock_bind (self->router, "%s", endpoint) == -1) {
@@ -644,6 +650,17 @@ s_handle_router (self_t *self)
     assert (reply);
     zframe_t *identity = zmsg_pop (msg);
     assert (identity); //  a ROUTER always prepends one
+    //  A client key revoked since its connection opened is served nothing more.
+    zframe_t *last = zmsg_last (msg);
+    const char *fd = last ? zframe_meta (last, "__fd") : NULL;
+    if (last
+        && !key_watch_seen (self->key_watch, fd ? atoi (fd) : -1, zframe_meta (last, "User-Id"))) {
+        self->refused++;
+        zframe_destroy (&identity);
+        zmsg_destroy (&msg);
+        zmsg_destroy (&reply);
+        return;
+    }
     zmsg_append (reply, &identity);
     zframe_t *first = zmsg_first (msg);
     if (first && zframe_size (first) == 0) {
@@ -696,7 +713,8 @@ lookup_server_actor (zsock_t *pipe, void *args)
         zpoller_add (poller, self->router);
     zsock_signal (pipe, 0);
     while (!self->terminated) {
-        void *which = zpoller_wait (poller, -1);
+        int wait = self->key_watch ? KEY_WATCH_INTERVAL_MS : -1;
+        void *which = zpoller_wait (poller, wait);
         if (which == pipe)
             s_handle_pipe (self);
         else if (which && which == self->jobs)
@@ -705,6 +723,7 @@ lookup_server_actor (zsock_t *pipe, void *args)
             s_handle_router (self);
         else if (zpoller_terminated (poller))
             break;
+        key_watch_check (self->key_watch, zclock_mono ());
     }
     zpoller_destroy (&poller);
     s_wait_jobs_out (self);

@@ -20,6 +20,7 @@
 #include "actors/object_table.h"
 #include "actors/conn_guard.h"
 #include "actors/curve.h"
+#include "actors/key_watch.h"
 #include "actors/index_reads.h"
 #include "actors/owners.h"
 #include "actors/regex_matcher.h"
@@ -82,6 +83,7 @@ static selftest_t s_tests[] = {{"kvp_status", kvp_status_test},
                                {"index_reads", index_reads_test},
                                {"owners", owners_test},
                                {"connections", connections_test},
+                               {"key_watch", key_watch_test},
                                {"regex_matcher", regex_matcher_test},
                                {"replica_manager", replica_manager_test},
                                {"kv_events_encode", kv_events_encode_test},

@@ -21,6 +21,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import time
 
 import msgpack
 import pytest
@@ -406,3 +407,120 @@ def test_cluster_nodes_and_master_authenticate_each_other(keys):
                 failures.append(failure)
         if failures:
             raise failures[0]
+
+
+def _disconnected_within(monitor, seconds):
+    """Seconds until the monitor saw the connection close, or None if it did not in time."""
+    start = time.monotonic()
+    while time.monotonic() - start < seconds:
+        if monitor.poll(50):
+            event = monitor.recv_multipart()
+            kind = struct.unpack("<H", event[0][:2])[0]
+            if kind == zmq.EVENT_DISCONNECTED:
+                return time.monotonic() - start
+    return None
+
+
+def _monitor(sock):
+    return sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+
+
+def _close_monitored(pairs):
+    """Closes (socket, monitor) pairs, each monitor switched off first: an event sent to a
+    closed monitor blocks libzmq's I/O thread, and with it every socket of the context."""
+    for sock, monitor in pairs:
+        if not sock.closed:
+            sock.disable_monitor()
+        monitor.close()
+        sock.close()
+
+
+def _unanswered(sock, frames):
+    """Whether frames sent on sock get no answer: libzmq gives up a connection whose
+    handshake was refused, and then has nowhere to send (EAGAIN, not a wait)."""
+    sock.sndtimeo = 0
+    try:
+        sock.send_multipart(frames)
+    except zmq.Again:
+        return True
+    return not sock.poll(REFUSED_MS)
+
+
+def test_a_revoked_key_loses_its_open_connections(keys):
+    """Removing a client's certificate from --curve-allow closes the connections it has open
+    (client endpoints tcp and ipc, and the admin channel) within a second; another admitted
+    client goes on, and the file back admits the key again (actors/key_watch.c)."""
+    folder, allow, server, client = keys["folder"], keys["allow"], keys["server"], keys["client"]
+    other = Cert(folder, "other")
+    other.allow(allow)
+    d = curve_node(keys)
+    socks, monitored = [], []
+    try:
+        tcp = Raw(d.endpoint, curve=client.curve(server))
+        ipc = Raw(d.ipc, curve=client.curve(server))
+        admin = zmq.Context.instance().socket(zmq.DEALER)
+        admin.linger = 0
+        admin.curve_publickey, admin.curve_secretkey, admin.curve_serverkey = \
+            client.curve(server)
+        admin.connect(d.admin)
+        keep = Raw(d.endpoint, curve=other.curve(server))
+        socks += [tcp.sock, ipc.sock, admin, keep.sock]
+        lookup = [b"lookup", struct.pack(">I", 32), msgpack.packb(["00" * 16])]
+        admin.send_multipart([b""] + lookup)
+        assert admin.poll(5000) and admin.recv_multipart()[-1] == struct.pack(">I", 0)
+        assert tcp.put("revoked-k", b"v" * 1000) == OK
+        assert ipc.get("revoked-k") == (OK, b"v" * 1000)
+        assert keep.get("revoked-k") == (OK, b"v" * 1000)
+        monitors = [_monitor(s) for s in (tcp.sock, ipc.sock, admin)]
+        monitored = list(zip((tcp.sock, ipc.sock, admin), monitors))
+        os.unlink(os.path.join(allow, "client"))
+        took = [_disconnected_within(m, 3) for m in monitors]
+        assert all(t is not None and t < 1.0 for t in took), took
+        # Nothing more is answered on them (their reconnections are refused at the
+        # handshake); the other client is served as before.
+        ping = [pb.Request(version=1, request_id=99, op=pb.PING).SerializeToString()]
+        assert _unanswered(tcp.sock, ping)
+        assert _unanswered(ipc.sock, ping)
+        assert _unanswered(admin, [b""] + lookup)
+        assert keep.get("revoked-k") == (OK, b"v" * 1000)
+        assert "closed 1 connections of 1 CURVE keys no longer in" in d.log_text()
+        # Its file back, the key gets in again.
+        client.allow(allow)
+        assert wait_for(lambda: answers(d.endpoint, client.curve(server), REFUSED_MS) == OK, 10)
+    finally:
+        _close_monitored(monitored)
+        for s in socks:
+            s.close()
+        d.finish()
+
+
+def test_a_revoked_node_key_loses_its_connection_to_the_master(keys):
+    """A node key removed from the master's --curve-nodes: its open connection is closed
+    within a second, and nothing it sends is answered."""
+    folder, allow = keys["folder"], keys["allow"]
+    master_cert, node_cert = Cert(folder, "master"), Cert(folder, "node-x")
+    nodes = os.path.join(folder, "nodes")
+    os.mkdir(nodes)
+    master_cert.allow(nodes)
+    node_cert.allow(nodes)
+    master = Kvpoold("--role", "master", "--master", "tcp://127.0.0.1:*", "--curve-secret",
+                     master_cert.secret, "--curve-allow", allow, "--curve-nodes", nodes,
+                     prefix="kvpool-curve-master-")
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.linger = 0
+    try:
+        sock.curve_publickey, sock.curve_secretkey, sock.curve_serverkey = \
+            node_cert.curve(master_cert)
+        sock.connect(master.endpoint)
+        sock.send(b"not a NodeRequest")
+        assert sock.poll(5000)
+        sock.recv_multipart()
+        monitor = _monitor(sock)
+        os.unlink(os.path.join(nodes, "node-x"))
+        took = _disconnected_within(monitor, 3)
+        assert took is not None and took < 1.0, took
+        assert _unanswered(sock, [b"not a NodeRequest"])
+        _close_monitored([(sock, monitor)])
+    finally:
+        sock.close()
+        master.finish()
