@@ -1389,8 +1389,11 @@ s_remove_reply (self_t *self, op_t *op, call_t *call, Kvpool__Cluster__V1__Maste
         request.force = true;
         ProtobufCBinaryData *keys = NULL;
         if (all)
-            request.op = job->op == KVPOOL__V1__OP__RESET ? KVPOOL__V1__OP__RESET
-                                                          : KVPOOL__V1__OP__REMOVE_ALL;
+            //  This node drained its own writes already (the reset that runs here): a RESET
+            //  sent to itself would wait behind that one, and never be answered in time.
+            request.op = job->op == KVPOOL__V1__OP__RESET && !s_is_self (self, peer)
+                             ? KVPOOL__V1__OP__RESET
+                             : KVPOOL__V1__OP__REMOVE_ALL;
         else {
             const ProtobufCBinaryData *names = reply->n_keys ? reply->keys : NULL;
             keys = (ProtobufCBinaryData *) malloc ((reply->n_holders ? reply->n_holders : 1)
@@ -1504,16 +1507,17 @@ s_call_done (self_t *self, call_t *call, Kvpool__Cluster__V1__MasterReply *maste
         case KVP_CL_REMOVE:
             if (call->kind == CALL_MASTER)
                 s_remove_reply (self, op, call, master_reply);
-            else if (!reply || reply->status != KVPOOL_OK)
-                //  The master forgot the keys, but this holder may still have them (and
-                //  serve them to its own clients until it registers again): the removal
-                //  reached every holder, or the client hears that it did not.
+            else if (reply && reply->status != KVPOOL_OK)
+                //  The master forgot the keys, but this holder refused to drop them (and
+                //  may serve them to its own clients until it registers again): the client
+                //  hears so. A holder that did not answer in time takes the request when it
+                //  runs again (it waits in its socket), or, dead, has its copies refused
+                //  when it registers again (the master's tombstones).
                 kvp_job_fail (op->job, KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS,
-                              "node %s did not confirm the removal (%s): it may serve its "
-                              "copies until it registers with the master again",
+                              "node %s refused the removal (%s): it may serve its copies "
+                              "until it registers with the master again",
                               self->peers[call->peer]->node_id,
-                              reply && reply->error && *reply->error ? reply->error
-                                                                     : "no answer in time");
+                              reply->error && *reply->error ? reply->error : "no reason given");
             break;
         default: break;
     }

@@ -46,7 +46,7 @@ def test_default_level_logs_nothing_per_request():
         assert raw.put("k", b"v") == 0
         raw.close()
         log = d.log_text()
-        assert "PROTOCOL_ERROR" not in log and "request" not in log, log
+        assert "PROTOCOL_ERROR" not in log and " api: request " not in log, log
     finally:
         d.finish()
 
