@@ -245,6 +245,16 @@ s_bind_peer (self_t *self)
     kvp_endpoint_resolved (endpoint, port, self->peer_endpoint, sizeof self->peer_endpoint);
 }
 
+//  Whether values are hashed as they arrive (transfer/value_checksum.h). Only a node of a
+//  cluster sends values to other nodes, where the checksum is checked; the one-process store
+//  never does, so it hashes nothing on its puts (the object log of --segment-dir hashes what
+//  it logs itself), and its puts cost what they did.
+static bool
+s_checksums_wanted (const kvp_config_t *config)
+{
+    return config->verify_checksums && config->role == KVP_ROLE_NODE;
+}
+
 static self_t *
 s_self_new (zsock_t *pipe, const kvp_config_t *config)
 {
@@ -260,7 +270,7 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
     self->cl = zsock_new (ZMQ_DEALER);
     assert (self->router && self->rm && self->tx && self->ev && self->cl);
     self->cluster = config->role == KVP_ROLE_NODE;
-    value_checksum_set_verify (config->verify_checksums);
+    value_checksum_set_verify (s_checksums_wanted (config));
     zsock_set_sndhwm (self->router, 100000);
     zsock_set_rcvhwm (self->router, RCVHWM);
     zsock_set_linger (self->router, 0);
@@ -1021,7 +1031,7 @@ s_config (self_t *self, const Kvpool__V1__Request *request, kvp_job_t *job, char
         //  One switch for the whole process: the copy workers, the data plane's workers and
         //  the cluster actor read it as they go (transfer/value_checksum.h).
         if (!strcmp (name, "verify-checksums"))
-            value_checksum_set_verify (self->settings.verify_checksums);
+            value_checksum_set_verify (s_checksums_wanted (&self->settings));
         kvp_info ("setting %s changed to %s", name, change);
     }
     job->setting = name;

@@ -179,9 +179,10 @@ static const opt_t s_options[] = {
      .kind = OPT_SWITCH,
      FIELD (verify_checksums),
      .default_value = "on",
-     .help = "hash each value as it arrives and verify it wherever it moves between nodes "
-             "(a mismatch is refused, or read from another replica); off: for measuring the "
-             "cost",
+     .help = "role node: hash each value as it arrives and verify it wherever it moves "
+             "between nodes (a mismatch is refused, or read from another replica); off: for "
+             "measuring the cost. The one-process store (role all) sends no value anywhere "
+             "and hashes none",
      .runtime = true},
     {.name = "transport",
      .arg = "NAME",

@@ -1583,7 +1583,7 @@ s_log_rewrite (self_t *self)
          object = (kvp_object_t *) object_table_next (self->objects))
         if (object->logged || !old) {
             object->logged = false;
-            rm_log_put (self, object, &object->checksum);
+            rm_log_put (self, object, object->checksum ? &object->checksum : NULL);
         }
     if (object_log_install (fresh) != 0) {
         object_log_abandon (fresh);
