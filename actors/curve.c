@@ -137,16 +137,31 @@ kvp_cluster_key_write (const char *file, char *why, size_t why_size)
         snprintf (text + 2 * i, 3, "%02x", random[i]);
     strcat (text, "\n");
     s_make_parents (file);
-    int fd = open (file, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    //  Written whole under a name of its own, then linked into place: two daemons starting
+    //  at once never read a key half written, and an existing key is never replaced (link
+    //  fails with EEXIST).
+    char temporary[600];
+    snprintf (temporary, sizeof temporary, "%s.%d.tmp", file, (int) getpid ());
+    unlink (temporary);
+    int fd = open (temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0) {
-        snprintf (why, why_size, "%s: %s", file, strerror (errno));
+        snprintf (why, why_size, "%s: %s", temporary, strerror (errno));
         return -1;
     }
     ssize_t wrote = write (fd, text, strlen (text));
+    int synced = fsync (fd);
     close (fd);
-    if (wrote != (ssize_t) strlen (text)) {
-        unlink (file);
-        snprintf (why, why_size, "%s: cannot write it", file);
+    if (wrote != (ssize_t) strlen (text) || synced != 0) {
+        unlink (temporary);
+        snprintf (why, why_size, "%s: cannot write it", temporary);
+        return -1;
+    }
+    int linked = link (temporary, file);
+    int saved = errno;
+    unlink (temporary);
+    if (linked != 0) {
+        errno = saved;
+        snprintf (why, why_size, "%s: %s", file, strerror (saved));
         return -1;
     }
     return 0;
@@ -161,11 +176,12 @@ s_cluster_key_load (kvp_curve_t *self, const char *file, bool create, char *why,
     snprintf (self->cluster_key_file, sizeof self->cluster_key_file, "%s", file);
     int fd = open (file, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0 && errno == ENOENT && create) {
-        if (kvp_cluster_key_write (file, why, why_size) != 0 && errno != EEXIST)
+        if (kvp_cluster_key_write (file, why, why_size) == 0)
+            kvp_info ("made the cluster key %s (mode 0600): give every node and the master of "
+                      "this cluster the same file (--cluster-key)",
+                      file);
+        else if (errno != EEXIST) //  (EEXIST: another daemon made it just now)
             return -1;
-        kvp_info ("made the cluster key %s (mode 0600): give every node and the master of "
-                  "this cluster the same file (--cluster-key)",
-                  file);
         fd = open (file, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     }
     if (fd < 0) {
