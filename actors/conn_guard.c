@@ -32,6 +32,7 @@
 
     Threads: one, the owner's (the api actor).
 */
+#include "actors/socket_cookie.h"
 #include "actors/conn_guard.h"
 
 #include "actors/log.h"
@@ -98,16 +99,6 @@ struct _conn_guard_t {
     uint64_t overfull;
 };
 
-static uint64_t
-s_cookie (int fd)
-{
-    uint64_t cookie = 0;
-    socklen_t len = sizeof cookie;
-    if (fd < 0 || getsockopt (fd, SOL_SOCKET, SO_COOKIE, &cookie, &len) != 0)
-        return 0;
-    return cookie;
-}
-
 //  The record of the connection on fd now (made, or made anew for a new connection).
 static reader_t *
 s_reader (conn_guard_t *self, int fd)
@@ -115,7 +106,7 @@ s_reader (conn_guard_t *self, int fd)
     char name[16];
     snprintf (name, sizeof name, "%d", fd);
     reader_t *reader = (reader_t *) zhashx_lookup (self->readers, name);
-    uint64_t cookie = s_cookie (fd);
+    uint64_t cookie = socket_cookie (fd);
     if (!cookie)
         return NULL;
     if (!reader) {
@@ -394,7 +385,7 @@ conn_guard_sweep (conn_guard_t *self, int64_t now)
     size_t dropped = 0;
     for (reader_t *reader = (reader_t *) zhashx_first (self->readers); reader;
          reader = (reader_t *) zhashx_next (self->readers)) {
-        if (reader->not_tcp || s_cookie (reader->fd) != reader->cookie)
+        if (reader->not_tcp || socket_cookie (reader->fd) != reader->cookie)
             continue; //  ipc, or closed (a new connection on its number starts anew)
         tcp_info_more_t info;
         socklen_t len = sizeof info;
@@ -471,7 +462,7 @@ conn_guard_handle (conn_guard_t *self)
                 char name[16];
                 snprintf (name, sizeof name, "%d", (int) value);
                 reader_t *reader = (reader_t *) zhashx_lookup (self->readers, name);
-                if (reader && s_cookie ((int) value) != reader->cookie)
+                if (reader && socket_cookie ((int) value) != reader->cookie)
                     zhashx_delete (self->readers, name);
                 for (size_t i = 0; i < refusing; i++)
                     if (refuse[i] == (int) value)

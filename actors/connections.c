@@ -13,6 +13,7 @@
     A descriptor is shut down only if its socket cookie (SO_COOKIE, unique per socket for the
     life of the system) is the one seen when the connection was first met.
 */
+#include "actors/socket_cookie.h"
 #include "actors/connections.h"
 
 #include "actors/log.h"
@@ -57,16 +58,6 @@ struct _connections_t {
     zhashx_t *table; //  hex routing id -> connection_t
     uint64_t max_unread;
 };
-
-static uint64_t
-s_cookie (int fd)
-{
-    uint64_t cookie = 0;
-    socklen_t len = sizeof cookie;
-    if (fd < 0 || getsockopt (fd, SOL_SOCKET, SO_COOKIE, &cookie, &len) != 0)
-        return 0;
-    return cookie;
-}
 
 static void
 s_connection_release (connection_t *connection)
@@ -126,7 +117,7 @@ connections_get (connections_t *self, const void *routing_id, size_t size, int f
     }
     if (fd != connection->fd) {
         connection->fd = fd;
-        connection->cookie = s_cookie (fd);
+        connection->cookie = socket_cookie (fd);
     }
     connection->last_used = zclock_mono ();
     return connection;
@@ -227,9 +218,8 @@ connections_shutdown_all (connections_t *self)
 {
     for (connection_t *connection = (connection_t *) zhashx_first (self->table); connection;
          connection = (connection_t *) zhashx_next (self->table))
-        if (connection_unread (connection) && connection->cookie
-            && s_cookie (connection->fd) == connection->cookie)
-            shutdown (connection->fd, SHUT_RDWR);
+        if (connection_unread (connection))
+            socket_shutdown_if (connection->fd, connection->cookie);
 }
 
 size_t
@@ -244,12 +234,11 @@ connections_sweep (connections_t *self, int64_t now)
         if (unread > self->max_unread) {
             if (!connection->over_since)
                 connection->over_since = now;
-            else if (now - connection->over_since >= CONNECTION_DROP_MS && connection->cookie
-                     && s_cookie (connection->fd) == connection->cookie) {
+            else if (now - connection->over_since >= CONNECTION_DROP_MS
+                     && socket_shutdown_if (connection->fd, connection->cookie)) {
                 kvp_warning ("api: a client left %llu bytes of replies unread for %d s: "
                              "closing its connection",
                              (unsigned long long) unread, CONNECTION_DROP_MS / 1000);
-                shutdown (connection->fd, SHUT_RDWR);
                 connection->over_since = now;
                 dropped++;
             }

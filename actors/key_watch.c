@@ -12,6 +12,7 @@
     without asking the ZAP handler per message; each check asks about them again, and a key
     admitted again (its file back) is taken off.
 */
+#include "actors/socket_cookie.h"
 #include "actors/key_watch.h"
 
 #include <string.h>
@@ -45,16 +46,6 @@ struct _key_watch_t {
     int64_t due;
     uint64_t refused, closed;
 };
-
-static uint64_t
-s_cookie (int fd)
-{
-    uint64_t cookie = 0;
-    socklen_t len = sizeof cookie;
-    if (fd < 0 || getsockopt (fd, SOL_SOCKET, SO_COOKIE, &cookie, &len) != 0)
-        return 0;
-    return cookie;
-}
 
 static void
 s_stamp (const char *dir, stamp_t *stamp)
@@ -127,7 +118,7 @@ key_watch_seen (key_watch_t *self, int fd, const char *user_id)
 {
     if (!self || !s_curve_key (user_id))
         return true;
-    uint64_t cookie = s_cookie (fd);
+    uint64_t cookie = socket_cookie (fd);
     if (zhashx_size (self->revoked) && zhashx_lookup (self->revoked, user_id)) {
         //  Queued before its connection was shut down, or from a connection that had sent
         //  nothing until now: nothing is served to it, and its socket is shut down.
@@ -180,7 +171,7 @@ key_watch_check (key_watch_t *self, int64_t now)
         zhashx_update (answers, (const char *) zhashx_cursor (self->revoked), (void *) 2);
     for (conn_t *conn = (conn_t *) zhashx_first (self->conns); conn;
          conn = (conn_t *) zhashx_next (self->conns)) {
-        if (s_cookie (conn->fd) == conn->cookie)
+        if (socket_cookie (conn->fd) == conn->cookie)
             zhashx_update (answers, conn->user, (void *) 1);
         else
             zlistx_add_end (gone, strdup ((const char *) zhashx_cursor (self->conns)));

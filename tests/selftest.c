@@ -34,6 +34,7 @@
 #include "transfer/value_checksum.h"
 #include "dataplane/data_plane.h"
 #include "actors/rdma_serve.h"
+#include "actors/socket_cookie.h"
 #include "actors/transfer_submitter.h"
 #include "actors/spin_poll.h"
 #include "actors/wait_set.h"
@@ -83,6 +84,7 @@ static selftest_t s_tests[] = {{"kvp_status", kvp_status_test},
                                {"index_reads", index_reads_test},
                                {"owners", owners_test},
                                {"connections", connections_test},
+                               {"socket_cookie", socket_cookie_test},
                                {"key_watch", key_watch_test},
                                {"regex_matcher", regex_matcher_test},
                                {"replica_manager", replica_manager_test},
