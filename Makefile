@@ -10,11 +10,12 @@
 #   protocol/ shm/ transfer/   shared by the client and the node: the wire contract, the shared
 #                              memory both map, the copy pool
 #   client/                    libkvpool (with the shared folders)
-#   alloc/ actors/ messages/ lookup_server/ rdma/ tier/ dataplane/
-#                              the node (with the shared folders)
+#   alloc/ messages/ infra/ rdma/ tier/ dataplane/ lookup_server/ actors/ master/
+#                              the daemon, every role (with the shared folders)
+# Folders are layers: a folder includes only from folders below it (tests/extra/layers.sh).
 # A new .c file joins its folder's library; each tests/test_*.c is an integration test
-# program (with tests/testutil.c and tests/ready_file.c); each bench/*.c joins kvpool-bench
-# (with tests/ready_file.c). Header dependencies are tracked (-MMD).
+# program (with tests/testutil.c and infra/ready_file.c); each bench/*.c joins kvpool-bench
+# (with infra/ready_file.c). Header dependencies are tracked (-MMD).
 
 PREFIX ?= /usr/local
 SANITIZE ?=
@@ -59,7 +60,7 @@ CONTRACT_H := $(GEN)/kvpool_status.h $(GEN)/kvpool_stats.h
 
 SHARED_DIRS := protocol shm transfer
 CLIENT_DIRS := client $(SHARED_DIRS)
-SERVER_DIRS := alloc actors messages lookup_server rdma tier dataplane $(SHARED_DIRS)
+SERVER_DIRS := alloc actors master infra messages lookup_server rdma tier dataplane $(SHARED_DIRS)
 sources_in = $(filter-out %_fuzz.c,$(wildcard $(addsuffix /*.c,$(1))))
 SERVER_SRC := $(call sources_in,$(SERVER_DIRS))
 CLIENT_SRC := $(call sources_in,$(CLIENT_DIRS))
@@ -189,7 +190,7 @@ $(BIN)/kvpool-selftest: $(OBJ)/tests/selftest.o $(LIB)/libkvpool-all.a
 # The benchmark is a plain client: libkvpool and glibc's malloc, as an application has. It
 # starts kvpoold as the tests do, and reads its ready file with the tests' reader; its master
 # section speaks the cluster protocol to a master, with the generated codec.
-$(BIN)/kvpool-bench: $(patsubst %.c,$(OBJ)/%.o,$(BENCH_SRC)) $(OBJ)/tests/ready_file.o \
+$(BIN)/kvpool-bench: $(patsubst %.c,$(OBJ)/%.o,$(BENCH_SRC)) $(OBJ)/infra/ready_file.o \
 		$(OBJ)/gen/cluster.pb-c.o $(LIB)/libkvpool.a
 	@mkdir -p $(BIN)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS) -lhiredis -lm
@@ -198,7 +199,7 @@ $(BIN)/kvpool-bench: $(patsubst %.c,$(OBJ)/%.o,$(BENCH_SRC)) $(OBJ)/tests/ready_
 # with its process helpers. make soak / make chaos run it for 10 minutes; neither is part of
 # make test. Arguments go through SOAK_ARGS / CHAOS_ARGS (e.g. SOAK_ARGS=--disk).
 $(BIN)/kvpool-soak: $(OBJ)/bench/soak.o $(OBJ)/bench/bench_proc.o $(OBJ)/bench/bench_values.o \
-		$(OBJ)/tests/ready_file.o $(LIB)/libkvpool.a
+		$(OBJ)/infra/ready_file.o $(LIB)/libkvpool.a
 	@mkdir -p $(BIN)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS) -lm
 
@@ -208,7 +209,7 @@ soak: $(BIN)/kvpool-soak $(BIN)/kvpoold
 chaos: $(BIN)/kvpool-soak $(BIN)/kvpoold
 	$(BIN)/kvpool-soak --chaos --kvpoold $(BIN)/kvpoold --out $(BUILD)/chaos $(CHAOS_ARGS)
 
-$(BIN)/test_%: $(OBJ)/tests/test_%.o $(OBJ)/tests/testutil.o $(OBJ)/tests/ready_file.o \
+$(BIN)/test_%: $(OBJ)/tests/test_%.o $(OBJ)/tests/testutil.o $(OBJ)/infra/ready_file.o \
 		$(LIB)/libkvpool-all.a
 	@mkdir -p $(BIN)
 	$(CC) $(LDFLAGS) -o $@ $^ $(SERVER_LIBS)
@@ -220,7 +221,7 @@ $(FAKE_CUDART): $(OBJ)/tests/fake_cudart.o
 
 #  A plain client of libkvpool.so: the CUDA runtime is loaded at run time (dlopen), kvpoold
 #  is started from beside it (tests/testutil.c).
-$(GPU_CHECK): $(OBJ)/tests/gpu/gpu_check.o $(OBJ)/tests/testutil.o $(OBJ)/tests/ready_file.o \
+$(GPU_CHECK): $(OBJ)/tests/gpu/gpu_check.o $(OBJ)/tests/testutil.o $(OBJ)/infra/ready_file.o \
 		$(LIB)/libkvpool.so.1
 	@mkdir -p $(BIN)
 	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) -L$(LIB) -l:libkvpool.so.1 \
@@ -288,8 +289,8 @@ format:
 	clang-format -i $$(git ls-files '*.c' '*.h')
 
 #  Tables kvpoold prints from its own tables, written between markers in the documentation:
-#  README.md's settings table (actors/config.c) and docs/metrics.md's metric table
-#  (actors/metrics.c); tests/extra/generated_tables.sh fails when they differ.
+#  README.md's settings table (infra/config.c) and docs/metrics.md's metric table
+#  (infra/metrics.c); tests/extra/generated_tables.sh fails when they differ.
 #  $(call write_table,FILE,MARKER,OPTION)
 define write_table
 	@grep -q '^<!-- $(2):begin -->$$' $(1) && grep -q '^<!-- $(2):end -->$$' $(1) || \

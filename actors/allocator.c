@@ -29,7 +29,7 @@
 */
 #include "actors/allocator.h"
 
-#include "actors/log.h"
+#include "infra/log.h"
 
 #include <stdatomic.h>
 #include <sys/mman.h>

@@ -17,7 +17,7 @@
 
 #include <czmq.h>
 
-#include "actors/config.h"
+#include "infra/config.h"
 #include "messages/kvp_job.h"
 
 //  Creates the node's own segments (and, with --segment-dir, adopts the previous run's

@@ -32,7 +32,7 @@
 */
 #include "actors/api.h"
 
-#include "actors/log.h"
+#include "infra/log.h"
 
 #include <pthread.h>
 
@@ -40,20 +40,20 @@
 #include <sys/mman.h>
 
 #include "actors/connections.h"
-#include "actors/conn_guard.h"
-#include "actors/curve.h"
-#include "actors/key_watch.h"
+#include "infra/conn_guard.h"
+#include "infra/curve.h"
+#include "infra/key_watch.h"
 #include "shm/segment.h"
-#include "actors/endpoints.h"
+#include "infra/endpoints.h"
 #include "actors/evictor.h"
 #include "actors/index_reads.h"
-#include "actors/metrics.h"
+#include "infra/metrics.h"
 #include "actors/owners.h"
 #include "protocol/contract.h"
 #include "protocol/status.h"
 #include "actors/replica_manager.h"
-#include "actors/spin_poll.h"
-#include "actors/wait_set.h"
+#include "infra/spin_poll.h"
+#include "infra/wait_set.h"
 #include "actors/transfer_submitter.h"
 #include "messages/kvp_job.h"
 #include "messages/arena.h"

@@ -30,7 +30,7 @@
 
 #include <czmq.h>
 
-#include "actors/config.h"
+#include "infra/config.h"
 
 //  The actor; args is a const kvp_config_t * that outlives it.
 void api_actor (zsock_t *pipe, void *args);

@@ -48,8 +48,8 @@
 #include "protocol/status.h"
 #include "dataplane/data_plane.h"
 #include "transfer/value_checksum.h"
-#include "actors/curve.h"
-#include "actors/log.h"
+#include "infra/curve.h"
+#include "infra/log.h"
 
 #include <pthread.h>
 #include <sys/eventfd.h>

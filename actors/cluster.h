@@ -19,7 +19,7 @@
 #include <czmq.h>
 #include <stdatomic.h>
 
-#include "actors/config.h"
+#include "infra/config.h"
 #include "protocol/cluster.pb-c.h"
 
 //  The node's registration with its master, as the membership actor last had it answered,

@@ -13,10 +13,10 @@
     A descriptor is shut down only if its socket cookie (SO_COOKIE, unique per socket for the
     life of the system) is the one seen when the connection was first met.
 */
-#include "actors/socket_cookie.h"
+#include "infra/socket_cookie.h"
 #include "actors/connections.h"
 
-#include "actors/log.h"
+#include "infra/log.h"
 
 #include <czmq.h>
 #include <stdatomic.h>

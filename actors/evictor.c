@@ -35,7 +35,7 @@
 */
 #include "actors/evictor.h"
 
-#include "actors/log.h"
+#include "infra/log.h"
 
 #include <pthread.h>
 

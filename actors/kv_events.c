@@ -55,13 +55,13 @@
 */
 #include "actors/kv_events.h"
 
-#include "actors/log.h"
+#include "infra/log.h"
 
 #include <stdatomic.h>
 #include <time.h>
 
-#include "actors/curve.h"
-#include "actors/endpoints.h"
+#include "infra/curve.h"
+#include "infra/endpoints.h"
 #include "lookup_server/lookup_keys.h"
 
 #define FEED_FLUSH_RECORDS 4096

@@ -23,7 +23,7 @@
 
 #include <czmq.h>
 
-#include "actors/config.h"
+#include "infra/config.h"
 #include "actors/kv_events_encode.h"
 
 //  Batches the feed may have handed over and the actor not yet taken; past this the feed

@@ -11,8 +11,8 @@
 */
 #include "actors/membership.h"
 
-#include "actors/curve.h"
-#include "actors/log.h"
+#include "infra/curve.h"
+#include "infra/log.h"
 
 #include "kvpool_status.h"
 #include "messages/kvp_job.h"

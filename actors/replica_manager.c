@@ -66,7 +66,7 @@
 
     REMOVE_REGEX is the one job answered later: its pattern is compiled (PCRE2, bounded) and,
     when its turn comes, the keys of the committed objects it may remove are copied into a
-    batch for the regex-matcher's thread (actors/regex_matcher.h), so a costly pattern never
+    batch for the regex-matcher's thread (infra/regex_matcher.h), so a costly pattern never
     stalls the other jobs. When the batch comes back, the objects that matched and are still
     the same objects (same id) and still removable are removed and the job is answered; a
     batch refused for a limit removes nothing. Batches go to the matcher one at a time, in
@@ -112,9 +112,9 @@
 */
 #include "actors/replica_manager.h"
 
-#include "actors/log.h"
+#include "infra/log.h"
 #include "actors/replica_objects.h"
-#include "actors/spin_poll.h"
+#include "infra/spin_poll.h"
 
 #include <pthread.h>
 

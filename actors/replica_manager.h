@@ -24,7 +24,7 @@
 
 #include <czmq.h>
 
-#include "actors/config.h"
+#include "infra/config.h"
 #include "messages/kvp_job.h"
 
 //  The actor; args is a const kvp_config_t * that outlives it.

@@ -31,7 +31,7 @@
 */
 #include "actors/segment_dir.h"
 
-#include "actors/log.h"
+#include "infra/log.h"
 
 #include <dirent.h>
 #include <sys/file.h>

@@ -37,7 +37,7 @@
 */
 #include "actors/transfer_submitter.h"
 
-#include "actors/log.h"
+#include "infra/log.h"
 
 #include <poll.h>
 #include <pthread.h>

@@ -17,7 +17,7 @@
 
 #include <czmq.h>
 
-#include "actors/config.h"
+#include "infra/config.h"
 #include "messages/kvp_job.h"
 #include "transfer/transfer_pool.h"
 

@@ -507,7 +507,7 @@ static int
 s_start (master_t *self, const char *name, const char *placement)
 {
     //  The fake nodes prove a cluster key of the bench's own (a file only this user reads),
-    //  as real nodes do (PLAIN; actors/curve.h).
+    //  as real nodes do (PLAIN; infra/curve.h).
     char key[65];
     if (s_cluster_key (self, key) != 0)
         return -1;

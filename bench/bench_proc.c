@@ -11,7 +11,7 @@
     the directory is removed by /bin/rm in a child, as nftw may not run in a handler.
 */
 #include "bench/bench.h"
-#include "tests/ready_file.h"
+#include "infra/ready_file.h"
 
 #include <arpa/inet.h>
 #include <math.h>

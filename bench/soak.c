@@ -37,7 +37,7 @@
     a fail. Pass criteria, the memory bound and the loss rule are in docs/soak.md.
 */
 #include "bench/bench.h"
-#include "tests/ready_file.h"
+#include "infra/ready_file.h"
 
 #include <kvpool.h>
 

@@ -37,7 +37,7 @@
 #include "protocol/contract.h"
 #include "protocol/kvpool.pb-c.h"
 #include "rdma/rdma.h"
-#include "actors/curve.h"
+#include "infra/curve.h"
 #include "transfer/transfer_pool.h"
 #include "transfer/value_checksum.h"
 

@@ -87,7 +87,7 @@ typedef void (data_plane_done_fn) (data_plane_xfer_t *xfers, size_t count, void 
 //  Caller owns the return value.
 data_plane_t *data_plane_new (int workers, int timeout_ms, const char *rdma_device);
 
-//  Connects with CURVE from now on, with curve's certificate (actors/curve.h); before the
+//  Connects with CURVE from now on, with curve's certificate (infra/curve.h); before the
 //  first run. curve must outlive the plane.
 struct _kvp_curve_t;
 void data_plane_set_curve (data_plane_t *self, const struct _kvp_curve_t *curve);

@@ -16,7 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "lookup_server/lookup_config.h"
+#include "infra/lookup_config.h"
 
 //  Most keys one lookup may expand to (hashes x tp x pp); more is refused. Equal to the most
 //  keys the api takes in one request (kvpoold's --max-keys default), since the keys a lookup

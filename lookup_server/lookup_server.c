@@ -50,13 +50,13 @@
 */
 #include "lookup_server/lookup_server.h"
 
-#include "actors/curve.h"
-#include "actors/key_watch.h"
-#include "actors/log.h"
+#include "infra/curve.h"
+#include "infra/key_watch.h"
+#include "infra/log.h"
 
 #include <pthread.h>
 
-#include "actors/metrics.h"
+#include "infra/metrics.h"
 #include "lookup_server/lookup_keys.h"
 #include "lookup_server/lookup_request.h"
 #include "messages/kvp_job.h"

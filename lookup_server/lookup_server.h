@@ -30,7 +30,7 @@
 
 #include <czmq.h>
 
-#include "lookup_server/lookup_config.h"
+#include "infra/lookup_config.h"
 
 typedef struct {
     lookup_config_t lookup;             //  key template, model, ranks, block size
@@ -42,8 +42,8 @@ typedef struct {
     uint64_t store_timeout_ms;          //  how long a job may take (0: 60 s)
     bool verbose;                       //  log every request
     struct _kvp_metrics_t *metrics;     //  lookups and hit tokens are counted here (NULL:
-                                        //  not counted; actors/metrics.h)
-    struct _kvp_curve_t *curve;         //  CURVE for the admin ROUTER (actors/curve.h); NULL:
+                                        //  not counted; infra/metrics.h)
+    struct _kvp_curve_t *curve;         //  CURVE for the admin ROUTER (infra/curve.h); NULL:
                                         //  none
 } lookup_server_args_t;
 

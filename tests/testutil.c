@@ -1,7 +1,7 @@
 /*  testutil.c - start and stop the real kvpoold for integration tests (see testutil.h). */
 #include "tests/testutil.h"
 
-#include "tests/ready_file.h"
+#include "infra/ready_file.h"
 
 #include <errno.h>
 #include <signal.h>

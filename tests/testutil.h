@@ -3,7 +3,7 @@
 
     The daemon is the binary in $KVPOOL_BIN (set by tests/run.sh) or build/bin. It binds
     tcp://127.0.0.1:* (an ephemeral port) and writes the endpoints it got into a ready file,
-    which testutil_server_start waits for and reads (tests/ready_file.h).
+    which testutil_server_start waits for and reads (infra/ready_file.h).
 */
 #ifndef TESTUTIL_H_INCLUDED
 #define TESTUTIL_H_INCLUDED

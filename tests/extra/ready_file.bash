@@ -1,6 +1,6 @@
 # ready_file.bash - the shell scripts' reader of kvpoold's ready file (sourced by cli.sh and
 # pidns.sh; not a test of its own: tests/run.sh runs only *.sh). The C tests and kvpool-bench
-# read it with tests/ready_file.c, the Python tests with tests/python/kvpool_daemon.py.
+# read it with infra/ready_file.c, the Python tests with tests/python/kvpool_daemon.py.
 #
 # kvpoold --ready-file PATH writes, once it serves, a line per bound endpoint and its pid
 # ("endpoint=tcp://127.0.0.1:41234", "endpoint=ipc://@kvpool-41234", "admin=...", "pid=..."),

@@ -7,7 +7,7 @@
 #
 # Targets (NAME: source; seed corpus tests/fuzz/NAME/):
 #   lookup   lookup_server/lookup_request_fuzz.c: the lookup/reset admin channel's decoder
-#   config   actors/config_fuzz.c: kvpoold's size parser and command-line parser
+#   config   infra/config_fuzz.c: kvpoold's size parser and command-line parser
 #   request  messages/request_check_fuzz.c: a client message, decoded by protobuf-c and
 #            checked as the api does (messages/request_check.c)
 #   rdma     rdma/rdma_wire_fuzz.c: the RDMA connection data two nodes exchange
@@ -27,9 +27,9 @@ FUZZ_FLAGS := -std=gnu11 -g -O1 -fno-omit-frame-pointer -Wall -Wextra -Wno-unuse
 LOOKUP_FUZZ_SRC := lookup_server/lookup_request_fuzz.c lookup_server/lookup_request.c \
 	lookup_server/lookup_keys.c
 LOOKUP_FUZZ_HDR := lookup_server/lookup_request.h lookup_server/lookup_keys.h \
-	lookup_server/lookup_config.h
-CONFIG_FUZZ_SRC := actors/config_fuzz.c actors/config.c actors/endpoints.c actors/log.c
-CONFIG_FUZZ_HDR := actors/config.h actors/endpoints.h actors/log.h lookup_server/lookup_config.h
+	infra/lookup_config.h
+CONFIG_FUZZ_SRC := infra/config_fuzz.c infra/config.c infra/endpoints.c infra/log.c
+CONFIG_FUZZ_HDR := infra/config.h infra/endpoints.h infra/log.h infra/lookup_config.h
 
 #  The request target needs the generated Request decoder, made here so that it does not
 #  depend on which build (SANITIZE) the top-level Makefile is in.

@@ -24,7 +24,7 @@ then renames it, so a reader sees all of it or none):
     pid=12345
 
 read_ready_file here is its only reader in Python; the C tests and kvpool-bench have
-tests/ready_file.c. Only the standard library: the raw-protocol tests use it without the
+infra/ready_file.c. Only the standard library: the raw-protocol tests use it without the
 kvpool package or libkvpool.
 """
 

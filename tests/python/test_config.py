@@ -1,4 +1,4 @@
-"""kvpoold's config file (--config FILE, ZPL) and --print-config (actors/config.c).
+"""kvpoold's config file (--config FILE, ZPL) and --print-config (infra/config.c).
 
 - Every setting is read from the file under its option's name; the command line overrides
   the file, and a repeatable setting given on the command line replaces the file's list;

@@ -449,7 +449,7 @@ def _unanswered(sock, frames):
 def test_a_revoked_key_loses_its_open_connections(keys):
     """Removing a client's certificate from --curve-allow closes the connections it has open
     (client endpoints tcp and ipc, and the admin channel) within a second; another admitted
-    client goes on, and the file back admits the key again (actors/key_watch.c)."""
+    client goes on, and the file back admits the key again (infra/key_watch.c)."""
     folder, allow, server, client = keys["folder"], keys["allow"], keys["server"], keys["client"]
     other = Cert(folder, "other")
     other.allow(allow)

@@ -1,4 +1,4 @@
-"""kvpoold's log (actors/log.c): levels, the line format, the rate limit, syslog.
+"""kvpoold's log (infra/log.c): levels, the line format, the rate limit, syslog.
 
 - at the default level (info) a flood of malformed requests writes nothing to the log;
 - at --log-level debug every request is logged, one line each with a timestamp, the level

@@ -1,4 +1,4 @@
-"""kvpoold's metrics over HTTP (--metrics-port, actors/metrics_http.c, docs/metrics.md).
+"""kvpoold's metrics over HTTP (--metrics-port, infra/metrics_http.c, docs/metrics.md).
 
 - A real Prometheus (Debian's prometheus package), started here on loopback with a scrape
   config pointing at kvpoold, scrapes /metrics; its query API returns kvpool series, and the

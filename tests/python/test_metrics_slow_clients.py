@@ -1,4 +1,4 @@
-"""/metrics under slow clients (actors/metrics_http.c, docs/security.md "Limits"): 200
+"""/metrics under slow clients (infra/metrics_http.c, docs/security.md "Limits"): 200
 connections that send nothing, or a request line one byte at a time, do not lock a scraper
 out; a real GET /metrics still answers 200 at once, kvpoold's descriptors stay bounded, and
 the silent connections are closed after the idle timeout (3 s).

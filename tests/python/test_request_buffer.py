@@ -1,6 +1,6 @@
 """A message of many frames is buffered whole by libzmq before kvpoold sees it: each frame is
 bounded (ZMQ_MAXMSGSIZE), their number and sum are not. kvpoold bounds what one tcp
-connection may have buffered (actors/conn_guard.c: the kernel's count of bytes received less
+connection may have buffered (infra/conn_guard.c: the kernel's count of bytes received less
 what the api read) at the largest request it would accept, shuts down a connection past it,
 and prints at start the worst case over --max-connections (docs/security.md, Limits).
 

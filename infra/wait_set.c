@@ -1,5 +1,5 @@
 /*  wait_set.c - see wait_set.h. */
-#include "actors/wait_set.h"
+#include "infra/wait_set.h"
 
 #include <poll.h>
 

@@ -1,5 +1,5 @@
 /*  config_fuzz.c - libFuzzer target: arbitrary bytes into kvpoold's settings parser
-    (actors/config.c): the size parser alone, then the whole command line.
+    (infra/config.c): the size parser alone, then the whole command line.
 
     Built by tests/fuzz/fuzz.mk with clang -fsanitize=fuzzer,address,undefined into
     build/bin/config-fuzz; `make fuzz` runs it for a while, tests/extra/fuzz.sh briefly over
@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "actors/config.h"
+#include "infra/config.h"
 
 #define MAX_ARGS 64
 

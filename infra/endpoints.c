@@ -1,5 +1,5 @@
 /*  endpoints.c - the ENDPOINTS pipe command (see endpoints.h). */
-#include "actors/endpoints.h"
+#include "infra/endpoints.h"
 
 void
 kvp_endpoint_resolved (const char *endpoint, int port, char *out, size_t size)

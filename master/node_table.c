@@ -1,5 +1,5 @@
 /*  node_table.c - the master's nodes and replica placement (node_table.h). */
-#include "actors/node_table.h"
+#include "master/node_table.h"
 
 #include <assert.h>
 #include <stdio.h>

@@ -6,7 +6,7 @@
       bytes in and out): counted by the api as it answers, in relaxed atomics;
     - lookups and the tokens they hit: counted by the lookup server, in atomics;
     - everything STATS reports (kvp_stats_t: objects, bytes, evictions, disk tier, cluster)
-      and the segments: a snapshot the collector (actors/metrics_http.c) takes every second
+      and the segments: a snapshot the collector (infra/metrics_http.c) takes every second
       with a STATS job through the api, under a mutex held only to copy it;
     - on a master (--role master): its nodes and keys, set by the master actor at each of its
       liveness ticks, which are also what /health watches there.

@@ -1,5 +1,5 @@
 /*  spin_poll.c - see spin_poll.h. */
-#include "actors/spin_poll.h"
+#include "infra/spin_poll.h"
 
 #include <assert.h>
 #include <pthread.h>

@@ -28,7 +28,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "actors/curve.h"
+#include "infra/curve.h"
 
 typedef struct _key_watch_t key_watch_t;
 

@@ -20,9 +20,9 @@
     over tcp was up to 6x its idle value here). A match starved that way ends at the time
     limit with a clear refusal, as any slow one does.
 */
-#include "actors/regex_matcher.h"
+#include "infra/regex_matcher.h"
 
-#include "actors/log.h"
+#include "infra/log.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>

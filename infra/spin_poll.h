@@ -22,7 +22,7 @@
 
 #include <czmq.h>
 
-#include "actors/wait_set.h"
+#include "infra/wait_set.h"
 
 //  Returns a socket of the set with a message waiting, checking for up to spin_us
 //  microseconds, or NULL if none became readable in that time.

@@ -26,7 +26,7 @@
     pipe (under a mutex, from any thread). Everything else here is set before the actors start
     and only read after.
 */
-#include "actors/curve.h"
+#include "infra/curve.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -37,8 +37,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "actors/endpoints.h"
-#include "actors/log.h"
+#include "infra/endpoints.h"
+#include "infra/log.h"
 
 //  zcert's secret key of a certificate loaded from a public file: all zero bytes.
 #define NO_SECRET "0000000000000000000000000000000000000000"

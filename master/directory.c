@@ -1,12 +1,12 @@
 /*  directory.c - the master's key -> holders table (directory.h). */
-#include "actors/directory.h"
+#include "master/directory.h"
 
 #include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "actors/object_table.h"
+#include "infra/object_table.h"
 
 struct _directory_t {
     object_table_t *table;

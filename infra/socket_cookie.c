@@ -1,6 +1,6 @@
 /*  socket_cookie.c - which socket a descriptor number leads to (socket_cookie.h).
 */
-#include "actors/socket_cookie.h"
+#include "infra/socket_cookie.h"
 
 #include <assert.h>
 #include <stdio.h>

@@ -1,5 +1,5 @@
 /*  log.c - kvpoold's log (log.h). */
-#include "actors/log.h"
+#include "infra/log.h"
 
 #include <assert.h>
 #include <pthread.h>

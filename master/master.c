@@ -25,21 +25,21 @@
 
     Threads: one. Memory: each request and its reply live in one arena.
 */
-#include "actors/master.h"
+#include "master/master.h"
 
-#include "actors/log.h"
-#include "actors/metrics.h"
+#include "infra/log.h"
+#include "infra/metrics.h"
 
 #include <pthread.h>
 #include <sys/random.h>
 
-#include "actors/config.h"
-#include "actors/curve.h"
-#include "actors/key_watch.h"
-#include "actors/directory.h"
-#include "actors/endpoints.h"
-#include "actors/node_table.h"
-#include "actors/regex_matcher.h"
+#include "infra/config.h"
+#include "infra/curve.h"
+#include "infra/key_watch.h"
+#include "master/directory.h"
+#include "infra/endpoints.h"
+#include "master/node_table.h"
+#include "infra/regex_matcher.h"
 #include "kvpool_status.h"
 #include "messages/arena.h"
 #include "protocol/cluster.pb-c.h"

@@ -1,5 +1,5 @@
 /*  object_table.c - open addressing key -> entry table (object_table.h). */
-#include "actors/object_table.h"
+#include "infra/object_table.h"
 
 #include <assert.h>
 #include <stdio.h>

@@ -24,7 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "actors/config.h"
+#include "infra/config.h"
 
 #define NODE_TABLE_MAX 4096
 

@@ -1,5 +1,5 @@
 /*  ready_file.c - reads kvpoold's ready file (see ready_file.h). */
-#include "tests/ready_file.h"
+#include "infra/ready_file.h"
 
 #include <stdint.h>
 #include <stdio.h>

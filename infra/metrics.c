@@ -15,7 +15,7 @@
     field's comment in the proto (KVPOOL_STATS_FIELDS carries it), so the proto stays the one
     place a figure is described. The self test checks every field has its row.
 */
-#include "actors/metrics.h"
+#include "infra/metrics.h"
 
 #include <assert.h>
 #include <czmq.h>

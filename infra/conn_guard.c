@@ -32,10 +32,10 @@
 
     Threads: one, the owner's (the api actor).
 */
-#include "actors/socket_cookie.h"
-#include "actors/conn_guard.h"
+#include "infra/socket_cookie.h"
+#include "infra/conn_guard.h"
 
-#include "actors/log.h"
+#include "infra/log.h"
 
 #include <dirent.h>
 #include <errno.h>

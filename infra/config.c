@@ -22,9 +22,9 @@
     settings came to, defaults and rules included, is printed by --print-config in the same
     format, so its output is a valid config file.
 */
-#include "actors/config.h"
+#include "infra/config.h"
 
-#include "actors/endpoints.h"
+#include "infra/endpoints.h"
 
 #include <assert.h>
 #include <ctype.h>
@@ -39,7 +39,7 @@
 #include <pthread.h>
 #include <sys/stat.h>
 
-#include "actors/log.h"
+#include "infra/log.h"
 
 #include "protocol/contract.h"
 
@@ -380,7 +380,7 @@ static const opt_t s_options[] = {
      .default_rule = "the node's own user and root only",
      .help = "a group (name or gid) whose processes may use the ipc endpoint too (not the "
              "node's shared memory: they use the socket path)"},
-    //  0 until set; the api's connection guard computes it (actors/conn_guard.c).
+    //  0 until set; the api's connection guard computes it (infra/conn_guard.c).
     {.name = "max-connections",
      .arg = "N",
      .kind = OPT_UINT,

@@ -12,14 +12,14 @@
     without asking the ZAP handler per message; each check asks about them again, and a key
     admitted again (its file back) is taken off.
 */
-#include "actors/socket_cookie.h"
-#include "actors/key_watch.h"
+#include "infra/socket_cookie.h"
+#include "infra/key_watch.h"
 
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 
-#include "actors/log.h"
+#include "infra/log.h"
 
 typedef struct {
     int fd;

@@ -30,15 +30,15 @@
     Threads: this actor's (the collector, owning the job socket) and libmicrohttpd's (the
     handler, reading kvp_metrics_t only).
 */
-#include "actors/metrics_http.h"
+#include "infra/metrics_http.h"
 
-#include "actors/log.h"
+#include "infra/log.h"
 
 #include <arpa/inet.h>
 #include <microhttpd.h>
 #include <netdb.h>
 
-#include "actors/endpoints.h"
+#include "infra/endpoints.h"
 #include "protocol/kvpool.pb-c.h"
 
 #define KVP_METRICS_INTERVAL_MS 1000

@@ -12,7 +12,7 @@
 #include <stdio.h>
 #include <sys/types.h>
 
-#include "lookup_server/lookup_config.h"
+#include "infra/lookup_config.h"
 
 #define KVP_MAX_ENDPOINTS 8
 
@@ -62,7 +62,7 @@ typedef struct {
     uint64_t max_regex_len;       //  longest remove-by-regex pattern, bytes
     uint64_t regex_time_limit_ms; //  matching time one remove-by-regex may take
     uint32_t workers;
-    uint64_t spin_us;     //  the replica-manager's polling after a job (actors/spin_poll.h)
+    uint64_t spin_us;     //  the replica-manager's polling after a job (infra/spin_poll.h)
     uint64_t index_slots; //  same-machine read index; 0: sized by the pool
     kvp_placement_t placement;
     uint64_t seed;
@@ -111,12 +111,12 @@ typedef struct {
     uint64_t kv_events_replay_size;        //  batches kept for replay
     uint64_t kv_events_replay_bytes;       //  replay bytes queued for requesters at once
     uint64_t kv_events_interval_ms;        //  how long the replica-manager gathers a batch
-    //  Metrics over HTTP (actors/metrics_http.c, docs/metrics.md)
+    //  Metrics over HTTP (infra/metrics_http.c, docs/metrics.md)
     const char *log_level;    //  error, warning, info or debug
     bool log_syslog;          //  to syslog instead of stderr
     uint64_t metrics_port;    //  0: no HTTP
     const char *metrics_host; //  the address HTTP binds
-    //  CURVE (actors/curve.h, docs/security.md)
+    //  CURVE (infra/curve.h, docs/security.md)
     const char *curve_secret; //  this process's certificate (public and secret key)
     const char *curve_allow;  //  the public certificates admitted
     const char *curve_master; //  role node: the master's public certificate; NULL: our own
@@ -127,7 +127,7 @@ typedef struct {
     //  actors start. NULL: no CURVE.
     kvp_curve_t *curve;
     //  Not a setting: the counters the api and the lookup server keep and the metrics actor
-    //  serves (actors/metrics.h); made by kvpoold before the actors start. NULL: none kept.
+    //  serves (infra/metrics.h); made by kvpoold before the actors start. NULL: none kept.
     kvp_metrics_t *metrics;
     //  Not a setting: the node's segments and their space (actors/allocator.h), made by
     //  kvpoold before the actors start and destroyed after them all, so that no copy or send
