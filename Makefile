@@ -289,7 +289,7 @@ format:
 	clang-format -i $$(git ls-files '*.c' '*.h')
 
 #  Tables kvpoold prints from its own tables, written between markers in the documentation:
-#  README.md's settings table (infra/config.c) and docs/metrics.md's metric table
+#  README.md's settings table (infra/config_options.c) and docs/metrics.md's metric table
 #  (infra/metrics.c); tests/extra/generated_tables.sh fails when they differ.
 #  $(call write_table,FILE,MARKER,OPTION)
 define write_table

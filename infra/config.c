@@ -1,6 +1,6 @@
 /*  config.c - kvpoold's settings table and command-line parser.
 
-    One declarative table (s_options) has a row per option: its name, the form of its
+    One declarative table (kvp_config_options) has a row per option: its name, the form of its
     argument, its bounds, its default and what it does. Everything about an option follows
     from its row: parsing and validation, the defaults (kvp_config_defaults feeds each row's
     default through the same parser as the command line, so a default is always a value the
@@ -23,6 +23,7 @@
     format, so its output is a valid config file.
 */
 #include "infra/config.h"
+#include "infra/config_options.h"
 
 #include "infra/endpoints.h"
 
@@ -45,669 +46,11 @@
 
 #define CONFIG_FILE_MAX (1 << 20)
 
-typedef enum {
-    OPT_FLAG,
-    OPT_UINT,
-    OPT_SIZE,
-    OPT_STRING,
-    OPT_LIST,
-    OPT_PLACEMENT,
-    OPT_GROUP,
-    OPT_RATIO,   //  a double from min/1000 to max/1000
-    OPT_SWITCH,  //  on or off
-    OPT_OFFLOAD, //  off, eager or on-evict
-    OPT_ROLE,    //  all, master or node
-} opt_kind_t;
-
-typedef struct {
-    const char *name; //  --name
-    const char *arg;  //  the argument as --help and the README show it; NULL for a flag
-    opt_kind_t kind;
-    size_t offset;       //  into kvp_config_t
-    size_t size;         //  of that field: a number is uint32_t or uint64_t
-    size_t count_offset; //  OPT_LIST: the count field
-    uint64_t min, max;
-    //  The default as it would be written on the command line: kvp_config_defaults parses it
-    //  into the field, --help and the README print it. NULL when the default is a rule
-    //  (default_rule) or nothing (a flag that is off, an optional path).
-    const char *default_value;
-    const char *default_rule; //  the default in words, when it is computed at start-up
-    const char *help;
-    //  May change while the node runs (kvpool config set; CONFIG in the protocol): the
-    //  actors that read it each keep their own copy of the settings and take the change.
-    bool runtime;
-} opt_t;
-
 //  Where option errors are written: stderr at start-up; a buffer while a setting changes at
 //  run time (kvp_config_change), on the thread that changes it.
 static __thread FILE *s_errors;
 #define ERRORS (s_errors ? s_errors : stderr)
 
-#define OFF(field) offsetof (kvp_config_t, field)
-#define FIELD(field) .offset = OFF (field), .size = sizeof (((kvp_config_t *) 0)->field)
-
-static const opt_t s_options[] = {
-    {.name = "role",
-     .arg = "ROLE",
-     .kind = OPT_ROLE,
-     FIELD (role),
-     .default_value = "all",
-     .help = "all: the one-process store; master: a cluster's metadata and placement, no "
-             "memory; node: contributes memory to --master and serves clients"},
-    {.name = "master",
-     .arg = "ENDPOINT",
-     .kind = OPT_STRING,
-     FIELD (master),
-     .default_value = KVP_DEFAULT_MASTER_ENDPOINT,
-     .help = "role master: the endpoint to bind for nodes; role node: the master to join"},
-    {.name = "host-id",
-     .arg = "ID",
-     .kind = OPT_STRING,
-     FIELD (host_id),
-     .default_rule = "the machine's boot id",
-     .help = "the machine this node is on: replicas go to distinct hosts, and same-machine "
-             "clients map segments only of their own host"},
-    {.name = "node-id",
-     .arg = "ID",
-     .kind = OPT_STRING,
-     FIELD (node_id),
-     .default_rule = "host id and the first client tcp port",
-     .help = "the node's name in the cluster; a node restarted with the same id takes its "
-             "place again"},
-    {.name = "peer-endpoint",
-     .arg = "ENDPOINT",
-     .kind = OPT_STRING,
-     FIELD (peer_endpoint),
-     .default_rule = "the first client tcp endpoint's host, any free port",
-     .help = "role node: the data plane, where other nodes read and write this node's values"},
-    {.name = "node-ttl",
-     .arg = "MS",
-     .kind = OPT_UINT,
-     FIELD (node_ttl_ms),
-     .min = 100,
-     .max = 3600000,
-     .default_value = "10000",
-     .help = "role master: a node silent this long is dead: its replicas are dropped"},
-    {.name = "max-node-objects",
-     .arg = "N",
-     .kind = OPT_UINT,
-     FIELD (max_node_objects),
-     .min = 1,
-     .max = 1ULL << 32,
-     .default_value = "4194304",
-     .help = "role master: most directory entries one node may hold. Each costs the master "
-             "about 110 bytes and, when the node dies, 0.2 us to drop, so one node (or one "
-             "that lies in its INVENTORY) costs at most ~450 MB and a ~1 s stall; past it, "
-             "its reported keys are refused and PLACE passes it over. Raise it for nodes "
-             "that hold more objects (capacity / the smallest object)"},
-    {.name = "heartbeat-interval",
-     .arg = "MS",
-     .kind = OPT_UINT,
-     FIELD (heartbeat_ms),
-     .min = 10,
-     .max = 600000,
-     .default_value = "1000",
-     .help = "role node: how often the node tells the master it lives (and its free space)"},
-    {.name = "cluster-timeout",
-     .arg = "MS",
-     .kind = OPT_UINT,
-     FIELD (cluster_timeout_ms),
-     .min = 10,
-     .max = 600000,
-     .default_value = "2000",
-     .help = "role node: a request to the master or another node unanswered this long fails "
-             "(a read then tries another replica)"},
-    {.name = "peer-connections",
-     .arg = "N",
-     .kind = OPT_UINT,
-     FIELD (peer_connections),
-     .min = 1,
-     .max = 64,
-     .default_value = "4",
-     .help = "role node: persistent data-plane connections to each other node"},
-    {.name = "stripe-size",
-     .arg = "SIZE",
-     .kind = OPT_SIZE,
-     FIELD (stripe_size),
-     .min = 64 << 10,
-     .max = 1ULL << 32,
-     .default_value = "4MiB",
-     .help = "role node: a remote value larger than this moves as stripes over several "
-             "connections in parallel"},
-    {.name = "verify-checksums",
-     .arg = "on|off",
-     .kind = OPT_SWITCH,
-     FIELD (verify_checksums),
-     .default_value = "on",
-     .help = "role node: hash each value as it arrives and verify it wherever it moves "
-             "between nodes (a mismatch is refused, or read from another replica); off: for "
-             "measuring the cost. The one-process store (role all) sends no value anywhere "
-             "and hashes none",
-     .runtime = true},
-    {.name = "transport",
-     .arg = "NAME",
-     .kind = OPT_STRING,
-     FIELD (transport),
-     .default_value = "auto",
-     .help = "role node: the data plane between nodes: tcp, rdma, or auto (rdma when a "
-             "device is found)"},
-    {.name = "rdma-device",
-     .arg = "NAME",
-     .kind = OPT_STRING,
-     FIELD (rdma_device),
-     .default_rule = "the first device, its first active port",
-     .help = "role node: the RDMA device for --transport rdma or auto, as "
-             "NAME[:PORT[:GID_INDEX]]; kvpool-loop is a software device for tests "
-             "(process_vm_readv/writev between nodes of one machine)"},
-    //  The api binds the defaults when no --endpoint is given (actors/api.c).
-    {.name = "endpoint",
-     .arg = "ENDPOINT",
-     .kind = OPT_LIST,
-     FIELD (endpoints),
-     .count_offset = OFF (endpoint_count),
-     .default_rule = KVP_DEFAULT_ENDPOINT " and " KVP_DEFAULT_IPC_ENDPOINT,
-     .help = "client endpoint to bind, repeatable: tcp:// or ipc://"},
-    //  The lookup server binds the default when no --admin is given (lookup_server.c).
-    {.name = "admin",
-     .arg = "ENDPOINT",
-     .kind = OPT_LIST,
-     FIELD (admin_endpoints),
-     .count_offset = OFF (admin_endpoint_count),
-     .default_rule = KVP_DEFAULT_ADMIN_ENDPOINT,
-     .help = "lookup/reset admin endpoint, repeatable"},
-    {.name = "ready-file",
-     .arg = "PATH",
-     .kind = OPT_STRING,
-     FIELD (ready_file),
-     .help = "write the bound endpoints there once serving: endpoint=..., admin=..., pid=..."},
-    {.name = "segment-size",
-     .arg = "SIZE",
-     .kind = OPT_SIZE,
-     FIELD (segment_size),
-     .min = 1 << 20,
-     .max = 1ULL << 44,
-     .default_value = "1GiB",
-     .help = "bytes per segment: 1073741824, 512MiB, 4GB, 1.5gb"},
-    {.name = "segments",
-     .arg = "N",
-     .kind = OPT_UINT,
-     FIELD (segments),
-     .min = 0,
-     .max = 64,
-     .default_value = "1",
-     .help = "local segments; replicas go to distinct segments; 0: the node owns no memory, "
-             "all of it is what clients mount"},
-    {.name = "lock-memory", .kind = OPT_FLAG, FIELD (lock_memory), .help = "mlock the segments"},
-    {.name = "segment-dir",
-     .arg = "DIR",
-     .kind = OPT_STRING,
-     FIELD (segment_dir),
-     .help = "keep the segments as files in DIR (tmpfs: /dev/shm/...) that outlive the process: "
-             "a restarted node adopts the objects in them (docs/tiers.md)"},
-    {.name = "lease-ttl",
-     .arg = "MS",
-     .kind = OPT_UINT,
-     FIELD (lease_ttl_ms),
-     .min = 1,
-     .max = 86400000,
-     .default_value = "10000",
-     .help = "read lease in ms: a get, exist, get-size or get-replica-list keeps the object from "
-             "removal without force for this long after the read",
-     .runtime = true},
-    {.name = "put-timeout",
-     .arg = "MS",
-     .kind = OPT_UINT,
-     FIELD (put_timeout_ms),
-     .min = 1,
-     .max = 86400000,
-     .default_value = "30000",
-     .help = "ms after which an uncommitted put-start is revoked and its space reclaimed"},
-    {.name = "soft-pin-ttl",
-     .arg = "MS",
-     .kind = OPT_UINT,
-     FIELD (soft_pin_ttl_ms),
-     .min = 1,
-     .max = UINT32_MAX * 1000ULL,
-     .default_value = "1800000",
-     .help = "lifetime in ms of a soft pin whose put gives none"},
-    {.name = "max-key-len",
-     .arg = "N",
-     .kind = OPT_UINT,
-     FIELD (max_key_len),
-     .min = 1,
-     .max = 65536,
-     .default_value = "4096",
-     .help = "longest key in bytes"},
-    {.name = "max-value-size",
-     .arg = "SIZE",
-     .kind = OPT_SIZE,
-     FIELD (max_value_size),
-     .min = 1,
-     .max = 1ULL << 40,
-     .default_value = "1GiB",
-     .help = "largest value, never more than a segment"},
-    {.name = "max-request-bytes",
-     .arg = "SIZE",
-     .kind = OPT_SIZE,
-     FIELD (max_request_bytes),
-     .min = 1,
-     .max = 1ULL << 44,
-     .default_value = "4GiB",
-     .help = "largest request: all its value frames together"},
-    {.name = "max-keys",
-     .arg = "N",
-     .kind = OPT_UINT,
-     FIELD (max_keys),
-     .min = 1,
-     .max = 1 << 22,
-     .default_value = "262144",
-     .help = "most keys in one request"},
-    {.name = "max-unread-bytes",
-     .arg = "SIZE",
-     .kind = OPT_SIZE,
-     FIELD (max_unread_bytes),
-     .min = 1,
-     .max = 1ULL << 44,
-     .default_value = "4GiB",
-     .help = "reply bytes a connection may leave unread: past it its GETs are refused, and "
-             "after 10 s its connection is closed, its pinned values released"},
-    {.name = "max-regex-len",
-     .arg = "N",
-     .kind = OPT_UINT,
-     FIELD (max_regex_len),
-     .min = 1,
-     .max = 65536,
-     .default_value = "4096",
-     .help = "longest remove-by-regex pattern in bytes"},
-    //  The default is answered within a client's default 5 s timeout.
-    {.name = "regex-time-limit",
-     .arg = "MS",
-     .kind = OPT_UINT,
-     FIELD (regex_time_limit_ms),
-     .min = 1,
-     .max = 20000,
-     .default_value = "4000",
-     .help = "ms one remove-by-regex may spend matching keys before it is refused, nothing "
-             "removed; at most 20000, within the 30 s a stopping daemon waits for requests"},
-    {.name = "spin-us",
-     .arg = "US",
-     .kind = OPT_UINT,
-     FIELD (spin_us),
-     .min = 0,
-     .max = 10000,
-     .default_value = "200",
-     .help = "microseconds the replica-manager keeps polling for its next job after one, and "
-             "the api for the next request after one it answered alone, instead of sleeping (a "
-             "wake-up of a sleeping thread costs tens of microseconds on a virtual machine); "
-             "the polling stops while they come further apart than this; 0: never"},
-    //  Set by kvp_config_defaults.
-    {.name = "workers",
-     .arg = "N",
-     .kind = OPT_UINT,
-     FIELD (workers),
-     .min = 1,
-     .max = 256,
-     .default_rule = "number of cores",
-     .help = "transfer worker threads"},
-    //  UINT64_MAX until set; the replica-manager sizes it (actors/replica_manager.c).
-    {.name = "index-slots",
-     .arg = "N",
-     .kind = OPT_UINT,
-     FIELD (index_slots),
-     .min = 0,
-     .max = 1ULL << 30,
-     .default_rule = "one per 32 KiB of pool (of one segment with --segments 0)",
-     .help = "slots of the same-machine read index, 256 bytes each; 0 disables it"},
-    {.name = "placement",
-     .arg = "POLICY",
-     .kind = OPT_PLACEMENT,
-     FIELD (placement),
-     .default_value = "random",
-     .help = "replica placement across segments (a cluster's master: across nodes): random, "
-             "free-ratio, or local-first (the writer's node first; one node: random)"},
-    {.name = "seed",
-     .arg = "N",
-     .kind = OPT_UINT,
-     FIELD (seed),
-     .min = 0,
-     .max = UINT64_MAX,
-     .default_value = "1",
-     .help = "seed for random placement"},
-    {.name = "group",
-     .arg = "GROUP",
-     .kind = OPT_GROUP,
-     FIELD (group),
-     .default_rule = "the node's own user and root only",
-     .help = "a group (name or gid) whose processes may use the ipc endpoint too (not the "
-             "node's shared memory: they use the socket path)"},
-    //  0 until set; the api's connection guard computes it (infra/conn_guard.c).
-    {.name = "max-connections",
-     .arg = "N",
-     .kind = OPT_UINT,
-     FIELD (max_connections),
-     .min = 1,
-     .max = 1ULL << 24,
-     .default_rule = "the file descriptor limit less a reserve: a quarter of it, 256 to 1024",
-     .help = "client connections at which new ones are refused until a tenth have closed"},
-    {.name = "verbose",
-     .kind = OPT_FLAG,
-     FIELD (verbose),
-     .help = "log every request: the same as --log-level debug"},
-    {.name = "log-level",
-     .arg = "LEVEL",
-     .kind = OPT_STRING,
-     FIELD (log_level),
-     .default_value = "info",
-     .help = "error, warning, info (nothing per request) or debug (every request); a call site "
-             "writes at most 10 lines a second, the rest counted",
-     .runtime = true},
-    {.name = "log-syslog",
-     .kind = OPT_FLAG,
-     FIELD (log_syslog),
-     .help = "log to syslog (ident kvpoold, facility daemon) instead of stderr"},
-    {.name = "eviction-high-watermark",
-     .arg = "RATIO",
-     .kind = OPT_RATIO,
-     FIELD (eviction_high_watermark),
-     .min = 10,
-     .max = 1000,
-     .default_value = "0.90",
-     .help = "share of the memory pool in use at which the evictor frees space",
-     .runtime = true},
-    {.name = "eviction-ratio",
-     .arg = "RATIO",
-     .kind = OPT_RATIO,
-     FIELD (eviction_ratio),
-     .min = 1,
-     .max = 900,
-     .default_value = "0.05",
-     .help = "share of the pool an eviction cycle frees at least, least recently used first",
-     .runtime = true},
-    {.name = "evict-soft-pinned",
-     .arg = "on|off",
-     .kind = OPT_SWITCH,
-     FIELD (evict_soft_pinned),
-     .default_value = "on",
-     .help = "soft-pinned objects may be evicted, after all others"},
-    {.name = "disk-dir",
-     .arg = "DIR",
-     .kind = OPT_STRING,
-     FIELD (disk_dir),
-     .help = "the disk tier: keep evicted objects in this directory (needs --disk-capacity)"},
-    {.name = "disk-capacity",
-     .arg = "SIZE",
-     .kind = OPT_SIZE,
-     FIELD (disk_capacity),
-     .min = 1 << 20,
-     .max = 1ULL << 50,
-     .help = "bytes the disk tier may use"},
-    {.name = "disk-high-watermark",
-     .arg = "RATIO",
-     .kind = OPT_RATIO,
-     FIELD (disk_high_watermark),
-     .min = 10,
-     .max = 1000,
-     .default_value = "0.90",
-     .help = "share of --disk-capacity in use at which the oldest disk copies are dropped",
-     .runtime = true},
-    {.name = "disk-low-watermark",
-     .arg = "RATIO",
-     .kind = OPT_RATIO,
-     FIELD (disk_low_watermark),
-     .min = 0,
-     .max = 1000,
-     .default_value = "0.80",
-     .help = "share of --disk-capacity the drops bring the disk tier down to",
-     .runtime = true},
-    //  Applied at the end of kvp_config_parse.
-    {.name = "offload",
-     .arg = "MODE",
-     .kind = OPT_OFFLOAD,
-     FIELD (offload),
-     .default_rule = "on-evict with --disk-dir, off without",
-     .help = "when objects get a disk copy: off, eager (every committed object) or on-evict "
-             "(when the evictor picks it)"},
-    {.name = "offload-queue-limit",
-     .arg = "N",
-     .kind = OPT_UINT,
-     FIELD (offload_queue_limit),
-     .min = 0,
-     .max = 1 << 24,
-     .default_value = "50000",
-     .help = "disk copies queued at once"},
-    {.name = "offload-queue-bytes",
-     .arg = "SIZE",
-     .kind = OPT_SIZE,
-     FIELD (offload_queue_bytes),
-     .min = 1 << 20,
-     .max = 1ULL << 40,
-     .default_value = "64MiB",
-     .help = "bytes of disk copies queued at once: each is held in memory until written, so "
-             "this bounds what offloading adds to the node's resident memory"},
-    {.name = "offload-cap-ratio",
-     .arg = "RATIO",
-     .kind = OPT_RATIO,
-     FIELD (offload_cap_ratio),
-     .min = 0,
-     .max = 1000,
-     .default_value = "0.5",
-     .help = "share of --offload-queue-limit one eviction cycle may queue; past it objects "
-             "are kept"},
-    {.name = "offload-force-evict",
-     .kind = OPT_FLAG,
-     FIELD (offload_force_evict),
-     .help = "with a disk tier, evict objects that cannot get a disk copy (their data is lost)"},
-    {.name = "promote-on-hit",
-     .arg = "N",
-     .kind = OPT_UINT,
-     FIELD (promote_on_hit),
-     .min = 0,
-     .max = 1000,
-     .default_value = "2",
-     .help = "reads from disk within --promote-window that copy an object back to memory; "
-             "0: never"},
-    {.name = "promote-window",
-     .arg = "MS",
-     .kind = OPT_UINT,
-     FIELD (promote_window_ms),
-     .min = 1,
-     .max = 86400000,
-     .default_value = "60000",
-     .help = "ms over which disk reads are counted for --promote-on-hit"},
-    {.name = "lookup-key-scheme",
-     .arg = "NAME",
-     .kind = OPT_STRING,
-     FIELD (lookup.key_scheme),
-     .default_value = LOOKUP_DEFAULT_KEY_SCHEME,
-     .help = "the keys vLLM's connector writes: current (its keys since June 2026), group "
-             "(May-June 2026: a block's hashes concatenated) or v1 (its first, May 2026); see "
-             "docs/lookup.md"},
-    {.name = "lookup-key-template",
-     .arg = "TEMPLATE",
-     .kind = OPT_STRING,
-     FIELD (lookup.key_template),
-     .default_rule = "the scheme's",
-     .help = "keys a lookup checks, from {model} {tp} {pp} {pcp} {dcp} {group} {cache_prefix} "
-             "{hash}; see docs/lookup.md"},
-    {.name = "lookup-cache-prefix",
-     .arg = "TEXT",
-     .kind = OPT_STRING,
-     FIELD (lookup.cache_prefix),
-     .default_value = "",
-     .help = "{cache_prefix} in lookup keys (the connector's cache_prefix; an @ follows it)"},
-    {.name = "lookup-group",
-     .arg = "N",
-     .kind = OPT_UINT,
-     FIELD (lookup.group),
-     .min = 0,
-     .max = 1024,
-     .default_value = "0",
-     .help = "{group} in lookup keys (the KV-cache group)"},
-    {.name = "lookup-hash-block-size",
-     .arg = "N",
-     .kind = OPT_UINT,
-     FIELD (lookup.hash_block_size),
-     .min = 0,
-     .max = 1 << 20,
-     .default_value = "0",
-     .help = "tokens per hash the engine sends, when smaller than --lookup-block-size (0: the "
-             "same)"},
-    {.name = "lookup-eagle",
-     .kind = OPT_FLAG,
-     FIELD (lookup.eagle),
-     .help = "the engine runs EAGLE/MTP: a nonzero hit drops its last block, as vLLM's does "
-             "(unless the request's apply_eagle frame says 0)"},
-    {.name = "lookup-model",
-     .arg = "NAME",
-     .kind = OPT_STRING,
-     FIELD (lookup.model),
-     .default_value = "",
-     .help = "{model} in lookup keys"},
-    {.name = "lookup-tp-size",
-     .arg = "N",
-     .kind = OPT_UINT,
-     FIELD (lookup.tp_size),
-     .min = 1,
-     .max = 1024,
-     .default_value = "1",
-     .help = "tensor-parallel ranks a lookup checks"},
-    {.name = "lookup-pp-size",
-     .arg = "N",
-     .kind = OPT_UINT,
-     FIELD (lookup.pp_size),
-     .min = 1,
-     .max = 1024,
-     .default_value = "1",
-     .help = "pipeline-parallel ranks a lookup checks"},
-    {.name = "lookup-pcp-rank",
-     .arg = "N",
-     .kind = OPT_UINT,
-     FIELD (lookup.pcp_rank),
-     .min = 0,
-     .max = 1024,
-     .default_value = "0",
-     .help = "{pcp} in lookup keys"},
-    {.name = "lookup-dcp-rank",
-     .arg = "N",
-     .kind = OPT_UINT,
-     FIELD (lookup.dcp_rank),
-     .min = 0,
-     .max = 1024,
-     .default_value = "0",
-     .help = "{dcp} in lookup keys"},
-    {.name = "lookup-block-size",
-     .arg = "N",
-     .kind = OPT_UINT,
-     FIELD (lookup.block_size),
-     .min = 1,
-     .max = 1 << 20,
-     .default_value = "16",
-     .help = "tokens per block"},
-    {.name = "kv-events-endpoint",
-     .arg = "ENDPOINT",
-     .kind = OPT_STRING,
-     FIELD (kv_events_endpoint),
-     .help = "publish stored/removed/cleared events in vLLM's KV-events format on a PUB "
-             "socket bound here (e.g. tcp://*:5557); off when not set (docs/kv_events.md)"},
-    {.name = "kv-events-replay-endpoint",
-     .arg = "ENDPOINT",
-     .kind = OPT_STRING,
-     FIELD (kv_events_replay_endpoint),
-     .help = "with --kv-events-endpoint: a ROUTER bound here resends the batches kept for "
-             "replay from a sequence number"},
-    {.name = "kv-events-topic",
-     .arg = "TOPIC",
-     .kind = OPT_STRING,
-     FIELD (kv_events_topic),
-     .default_value = "",
-     .help = "the topic frame of every KV-events message (llm-d: kv@POD@MODEL)"},
-    {.name = "kv-events-replay-size",
-     .arg = "N",
-     .kind = OPT_UINT,
-     FIELD (kv_events_replay_size),
-     .min = 1,
-     .max = 1 << 24,
-     .default_value = "10000",
-     .help = "KV-events batches kept for replay, newest last"},
-    {.name = "kv-events-replay-bytes",
-     .arg = "SIZE",
-     .kind = OPT_SIZE,
-     FIELD (kv_events_replay_bytes),
-     .min = 1 << 16,
-     .max = 1ULL << 40,
-     .default_value = "64MiB",
-     .help = "replay bytes queued for requesters at once; past it a request is dropped and "
-             "counted, as is a second one from a requester whose replay is still queued (one "
-             "replay larger than this goes out when no other is queued)"},
-    {.name = "kv-events-medium",
-     .arg = "NAME",
-     .kind = OPT_STRING,
-     FIELD (kv_events_medium),
-     .default_value = "shared_storage",
-     .help = "the medium KV events name (llm-d: shared_storage; Dynamo: SHARED)"},
-    {.name = "kv-events-interval",
-     .arg = "MS",
-     .kind = OPT_UINT,
-     FIELD (kv_events_interval_ms),
-     .min = 1,
-     .max = 1000,
-     .default_value = "10",
-     .help = "ms over which KV events are gathered into one batch (fewer, larger batches "
-             "cost puts less: kvpool-bench --only kv-events)"},
-    {.name = "metrics-port",
-     .arg = "PORT",
-     .kind = OPT_UINT,
-     FIELD (metrics_port),
-     .min = 0,
-     .max = 65535,
-     .default_value = "9003",
-     .help = "serve /metrics (Prometheus) and /health over HTTP on this port; 0: off; a port "
-             "in use is logged and skipped (docs/metrics.md)"},
-    {.name = "metrics-host",
-     .arg = "ADDRESS",
-     .kind = OPT_STRING,
-     FIELD (metrics_host),
-     .default_value = "127.0.0.1",
-     .help = "the address the metrics HTTP server binds (0.0.0.0 or :: for every interface)"},
-    {.name = "curve-secret",
-     .arg = "FILE",
-     .kind = OPT_STRING,
-     FIELD (curve_secret),
-     .help = "CURVE: this process's certificate (the NAME_secret file of kvpool keygen NAME); "
-             "every socket other processes reach then authenticates and encrypts "
-             "(docs/security.md)"},
-    {.name = "curve-allow",
-     .arg = "DIR",
-     .kind = OPT_STRING,
-     FIELD (curve_allow),
-     .help = "with --curve-secret: the public certificates of the clients, nodes and master "
-             "admitted; read again when the directory changes"},
-    {.name = "curve-master",
-     .arg = "FILE",
-     .kind = OPT_STRING,
-     FIELD (curve_master),
-     .default_rule = "this node's own certificate",
-     .help = "role node, with --curve-secret: the master's public certificate"},
-    {.name = "curve-nodes",
-     .arg = "DIR",
-     .kind = OPT_STRING,
-     FIELD (curve_nodes),
-     .help = "roles master and node, with --curve-secret: the public certificates of the "
-             "cluster's nodes and master, the only keys its master and data planes admit "
-             "(never give a client's here)"},
-    {.name = "cluster-key",
-     .arg = "FILE",
-     .kind = OPT_STRING,
-     FIELD (cluster_key),
-     .default_rule = "~/.config/kvpool/cluster.key, made on first use",
-     .help = "roles master and node without CURVE: the secret every node and the master of the "
-             "cluster hold (mode 0600); only who proves it may act as a node"},
-    {.name = "insecure",
-     .kind = OPT_FLAG,
-     FIELD (insecure),
-     .help = "without CURVE, bind addresses other than loopback anyway (clients there are "
-             "neither authenticated nor encrypted)"},
-    {.name = NULL}};
 
 static int s_set (kvp_config_t *config, const opt_t *opt, const char *value);
 
@@ -716,7 +59,7 @@ kvp_config_defaults (kvp_config_t *config)
 {
     memset (config, 0, sizeof *config);
     snprintf (config->instance, sizeof config->instance, "kvpool");
-    for (const opt_t *opt = s_options; opt->name; opt++)
+    for (const opt_t *opt = kvp_config_options; opt->name; opt++)
         if (opt->default_value) {
             //  A default the option itself refuses is a mistake in the table.
             int rc = s_set (config, opt, opt->default_value);
@@ -919,7 +262,7 @@ kvp_config_usage (FILE *out)
 {
     fprintf (out, "Usage: kvpoold [OPTION...]\n"
                   "Serves the kvpool store (role all: master and node in one process).\n\n");
-    for (const opt_t *opt = s_options; opt->name; opt++) {
+    for (const opt_t *opt = kvp_config_options; opt->name; opt++) {
         char form[64];
         s_option_form (opt, form, sizeof form);
         const char *by_default =
@@ -957,7 +300,7 @@ void
 kvp_config_markdown (FILE *out)
 {
     fprintf (out, "| option | default | run time | meaning |\n|---|---|---|---|\n");
-    for (const opt_t *opt = s_options; opt->name; opt++) {
+    for (const opt_t *opt = kvp_config_options; opt->name; opt++) {
         char form[64];
         s_option_form (opt, form, sizeof form);
         fprintf (out, "| `%s` | ", form);
@@ -1146,7 +489,7 @@ s_config_check (kvp_config_t *config)
 static const opt_t *
 s_find_option (const char *name, size_t name_len)
 {
-    for (const opt_t *opt = s_options; opt->name; opt++)
+    for (const opt_t *opt = kvp_config_options; opt->name; opt++)
         if (strlen (opt->name) == name_len && !strncmp (opt->name, name, name_len))
             return opt;
     return NULL;
@@ -1309,7 +652,7 @@ kvp_config_print (const kvp_config_t *config, FILE *out)
     fprintf (out, "#   kvpoold's settings as they came out (kvpoold --print-config): a config "
                   "file for --config.\n#   Commented lines are unset; their default is a rule "
                   "(kvpoold --help).\n");
-    for (const opt_t *opt = s_options; opt->name; opt++) {
+    for (const opt_t *opt = kvp_config_options; opt->name; opt++) {
         char value[4096];
         if (opt->kind == OPT_LIST) {
             size_t index = 0;
@@ -1474,7 +817,7 @@ kvp_config_parse (kvp_config_t *config, int argc, char **argv)
         const char *name = arg + 2;
         const char *eq = strchr (name, '=');
         size_t name_len = eq ? (size_t) (eq - name) : strlen (name);
-        const opt_t *opt = s_options;
+        const opt_t *opt = kvp_config_options;
         while (opt->name
                && !(strlen (opt->name) == name_len && !strncmp (opt->name, name, name_len)))
             opt++;
@@ -1576,7 +919,7 @@ kvp_config_test (bool verbose)
     for (const char *line = text; (line = strchr (line, '\n')); line++)
         rows++;
     size_t options = 0;
-    for (const opt_t *opt = s_options; opt->name; opt++)
+    for (const opt_t *opt = kvp_config_options; opt->name; opt++)
         options++;
     assert (rows == options + 2); //  the header, the rule, a row per option
     free (text);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # generated_tables.sh - the tables the documentation holds that kvpoold prints from its own
 # tables must equal what it prints: README.md's and docs/settings.md's settings table (`kvpoold --help-markdown`,
-# from infra/config.c) and docs/metrics.md's metric table (`kvpoold --metrics-markdown`,
+# from infra/config_options.c) and docs/metrics.md's metric table (`kvpoold --metrics-markdown`,
 # from infra/metrics.c), each between its begin/end markers. On a difference, `make
 # readme-settings` / `make docs-metrics` rewrites the file from the binary. Run by
 # tests/run.sh with cwd = repo root.
