@@ -25,12 +25,17 @@
     hardware to measure it on. A failed post breaks its QP (moved to the error state first, so
     nothing more runs on it) and its transfers fail.
 
+    The loop device (rdma_loop.c) stands behind the same two calls, posting and polling, so
+    the data plane's RDMA path runs end to end without an HCA; the structures both fill are in
+    rdma_device.h.
+
     The self test replaces the two calls that need a device, posting and polling, through two
     function pointers in the connection; the fake device behind them checks each WR's keys
     against the regions, as an HCA would, copies the bytes with memcpy, completes WRs in order
     per QP and fails one on request.
 */
 #include "rdma/rdma.h"
+#include "rdma/rdma_device.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -58,177 +63,8 @@ _Static_assert(KVP_RDMA_PLAN_MAX_QPS <= 255, "a QP index fits the 8 bits of a wr
 #define NAME_MAX_LEN 64
 #define GID_INDEX_MAX 1023
 
-//  What connections need of the port, copied out of the verbs structures (the self test fills
-//  one without a device).
-typedef struct {
-    uint8_t port;
-    uint8_t link_layer; //  IBV_LINK_LAYER_*
-    uint8_t mtu;        //  active MTU, enum ibv_mtu
-    uint16_t lid;
-    uint8_t gid[16];
-    int gid_index;
-    uint64_t max_msg;
-    unsigned max_qp_wr;
-    unsigned max_cqe;
-    uint8_t max_rd_atomic;      //  RDMA READs this side may have outstanding (initiator)
-    uint8_t max_dest_rd_atomic; //  RDMA READs it serves at once (responder)
-} s_port_t;
-
-struct _kvp_rdma_t {
-    struct ibv_context *ctx; //  NULL for the self test's fake device and the loop device
-    bool loop;               //  the loop device (KVP_RDMA_LOOP_DEVICE)
-    struct ibv_pd *pd;
-    s_port_t port;
-    kvp_rdma_regs_t *regs;
-    size_t conns;
-    char describe[256];
-};
-
-typedef struct _s_pending_t {
-    kvp_rdma_plan_t *plan;
-    size_t next; //  next WR to post
-    struct _s_pending_t *link;
-} s_pending_t;
-
-struct _kvp_rdma_conn_t {
-    kvp_rdma_t *rdma;
-    struct ibv_cq *cq;
-    struct ibv_qp *qps[KVP_RDMA_PLAN_MAX_QPS];
-    uint32_t qpn[KVP_RDMA_PLAN_MAX_QPS];
-    uint32_t psn[KVP_RDMA_PLAN_MAX_QPS];
-    kvp_rdma_limits_t limits;
-    kvp_rdma_regs_t *remote; //  the peer's segments
-    kvp_rdma_track_t *track;
-    s_pending_t *head, *tail; //  plans not fully posted
-    bool connected;
-    bool dead;     //  polling failed
-    size_t strays; //  completions the tracker refused
-    //  The device: verbs, or the self test's fake.
-    int (*post) (kvp_rdma_conn_t *self, unsigned qp, struct ibv_send_wr *wr);
-    int (*poll) (kvp_rdma_conn_t *self, int max, struct ibv_wc *wc);
-    void *fake;
-    pid_t peer_pid; //  the loop device: the peer process
-    char error[256];
-};
-
-//  ---- the loop device -------------------------------------------------------------------
-
-//  The loop device (KVP_RDMA_LOOP_DEVICE) moves bytes as an HCA would, with the kernel's
-//  process_vm_readv / process_vm_writev against the peer process: per QP, the posted WRs in
-//  order; each poll runs them, checking their keys against this side's regions (lkey) and
-//  the peer's (rkey) first. A WR whose keys do not cover it, or whose copy the kernel refuses
-//  (the peer is gone), fails as a remote access error, and its QP is broken from then on.
-typedef struct {
-    uint64_t wr_id;
-    enum ibv_wr_opcode opcode;
-    unsigned flags;
-    uint64_t local_addr, remote_addr;
-    uint32_t len, lkey, rkey;
-} s_loop_wr_t;
-
-typedef struct {
-    unsigned depth;
-    s_loop_wr_t *ring[KVP_RDMA_PLAN_MAX_QPS];
-    unsigned head[KVP_RDMA_PLAN_MAX_QPS], count[KVP_RDMA_PLAN_MAX_QPS];
-    bool error[KVP_RDMA_PLAN_MAX_QPS];
-    unsigned next_qp;
-} s_loop_t;
-
-static int
-s_loop_post (kvp_rdma_conn_t *self, unsigned qp, struct ibv_send_wr *wr)
-{
-    s_loop_t *loop = (s_loop_t *) self->fake;
-    if (wr->num_sge != 1 || loop->count[qp] == loop->depth) {
-        errno = ENOMEM;
-        return -1;
-    }
-    loop->ring[qp][(loop->head[qp] + loop->count[qp]++) % loop->depth] =
-        (s_loop_wr_t){wr->wr_id,
-                      wr->opcode,
-                      wr->send_flags,
-                      wr->sg_list->addr,
-                      wr->wr.rdma.remote_addr,
-                      wr->sg_list->length,
-                      wr->sg_list->lkey,
-                      wr->wr.rdma.rkey};
-    return 0;
-}
-
-static bool
-s_loop_covers (const kvp_rdma_regs_t *regs, uint64_t addr, uint32_t len, uint32_t key, bool rkey)
-{
-    const kvp_rdma_region_t *region = kvp_rdma_regs_find (regs, addr, len);
-    return region && (rkey ? region->rkey : region->lkey) == key;
-}
-
-static int
-s_loop_poll (kvp_rdma_conn_t *self, int max, struct ibv_wc *wc)
-{
-    s_loop_t *loop = (s_loop_t *) self->fake;
-    unsigned qp_count = self->limits.qp_count;
-    int n = 0;
-    for (unsigned idle = 0; n < max && idle < qp_count;) {
-        unsigned qp = loop->next_qp++ % qp_count;
-        if (loop->count[qp] == 0) {
-            idle++;
-            continue;
-        }
-        idle = 0;
-        s_loop_wr_t wr = loop->ring[qp][loop->head[qp]];
-        loop->head[qp] = (loop->head[qp] + 1) % loop->depth;
-        loop->count[qp]--;
-        struct ibv_wc *c = &wc[n];
-        memset (c, 0, sizeof *c);
-        c->wr_id = wr.wr_id;
-        c->qp_num = self->qpn[qp];
-        c->opcode = wr.opcode == IBV_WR_RDMA_READ ? IBV_WC_RDMA_READ : IBV_WC_RDMA_WRITE;
-        c->status = IBV_WC_SUCCESS;
-        if (loop->error[qp])
-            c->status = IBV_WC_WR_FLUSH_ERR;
-        else if (!s_loop_covers (self->rdma->regs, wr.local_addr, wr.len, wr.lkey, false))
-            c->status = IBV_WC_LOC_PROT_ERR;
-        else if (!s_loop_covers (self->remote, wr.remote_addr, wr.len, wr.rkey, true))
-            c->status = IBV_WC_REM_ACCESS_ERR;
-        else {
-            struct iovec local = {(void *) (uintptr_t) wr.local_addr, wr.len};
-            struct iovec remote = {(void *) (uintptr_t) wr.remote_addr, wr.len};
-            ssize_t moved = wr.opcode == IBV_WR_RDMA_WRITE
-                                ? process_vm_writev (self->peer_pid, &local, 1, &remote, 1, 0)
-                                : process_vm_readv (self->peer_pid, &local, 1, &remote, 1, 0);
-            if (moved != (ssize_t) wr.len)
-                c->status = IBV_WC_REM_ACCESS_ERR;
-        }
-        bool failed = c->status != IBV_WC_SUCCESS && c->status != IBV_WC_WR_FLUSH_ERR;
-        if (failed)
-            loop->error[qp] = true;
-        //  Errors complete even unsignalled WRs; flushes and successes only signalled ones.
-        if (failed || (wr.flags & IBV_SEND_SIGNALED))
-            n++;
-    }
-    return n;
-}
-
-static int
-s_loop_attach (kvp_rdma_conn_t *self)
-{
-    s_loop_t *loop = (s_loop_t *) calloc (1, sizeof *loop);
-    if (!loop)
-        return -1;
-    self->fake = loop;
-    loop->depth = self->limits.max_outstanding;
-    for (unsigned q = 0; q < self->limits.qp_count; q++) {
-        loop->ring[q] = (s_loop_wr_t *) calloc (loop->depth, sizeof (s_loop_wr_t));
-        if (!loop->ring[q])
-            return -1;
-        self->qpn[q] = (uint32_t) getpid () * 64 + q;
-    }
-    self->post = s_loop_post;
-    self->poll = s_loop_poll;
-    return 0;
-}
-
-static void
-s_reason (char *reason, size_t size, const char *format, ...)
+void
+kvp_rdma_reason (char *reason, size_t size, const char *format, ...)
 {
     if (!reason || size == 0)
         return;
@@ -295,7 +131,7 @@ s_pick_gid (const struct ibv_gid_entry *entries, size_t count)
 }
 
 static void
-s_init_attr (const s_port_t *port, struct ibv_qp_attr *attr, int *mask)
+s_init_attr (const kvp_rdma_port_t *port, struct ibv_qp_attr *attr, int *mask)
 {
     memset (attr, 0, sizeof *attr);
     attr->qp_state = IBV_QPS_INIT;
@@ -307,7 +143,7 @@ s_init_attr (const s_port_t *port, struct ibv_qp_attr *attr, int *mask)
 
 //  Ready to receive, facing the peer's QP of index i.
 static void
-s_rtr_attr (const s_port_t *port, const kvp_rdma_wire_t *peer, size_t i, struct ibv_qp_attr *attr,
+s_rtr_attr (const kvp_rdma_port_t *port, const kvp_rdma_wire_t *peer, size_t i, struct ibv_qp_attr *attr,
             int *mask)
 {
     memset (attr, 0, sizeof *attr);
@@ -333,7 +169,7 @@ s_rtr_attr (const s_port_t *port, const kvp_rdma_wire_t *peer, size_t i, struct 
 
 //  Ready to send, starting at psn.
 static void
-s_rts_attr (const s_port_t *port, uint32_t psn, struct ibv_qp_attr *attr, int *mask)
+s_rts_attr (const kvp_rdma_port_t *port, uint32_t psn, struct ibv_qp_attr *attr, int *mask)
 {
     memset (attr, 0, sizeof *attr);
     attr->qp_state = IBV_QPS_RTS;
@@ -389,21 +225,21 @@ kvp_rdma_choose (const char *transport, const char *want_device, kvp_rdma_probe_
     if (!transport
         || (strcmp (transport, "tcp") && strcmp (transport, "rdma")
             && strcmp (transport, "auto"))) {
-        s_reason (reason, reason_size, "unknown transport '%s' (expected tcp, rdma or auto)",
+        kvp_rdma_reason (reason, reason_size, "unknown transport '%s' (expected tcp, rdma or auto)",
                   transport ? transport : "(none)");
         return -1;
     }
     if (strcmp (transport, "tcp") == 0) {
-        s_reason (reason, reason_size, "transport tcp (as set)");
+        kvp_rdma_reason (reason, reason_size, "transport tcp (as set)");
         return KVP_RDMA_TRANSPORT_TCP;
     }
     char why[200] = "";
     int rc = (probe ? probe : kvp_rdma_probe) (probe_arg, want_device, why, sizeof why);
     if (rc == 0) {
-        s_reason (reason, reason_size, "transport rdma (%s): %s", transport, why);
+        kvp_rdma_reason (reason, reason_size, "transport rdma (%s): %s", transport, why);
         return KVP_RDMA_TRANSPORT_RDMA;
     }
-    s_reason (reason, reason_size, "transport %s%s: %s", transport,
+    kvp_rdma_reason (reason, reason_size, "transport %s%s: %s", transport,
               strcmp (transport, "rdma") == 0 ? " was asked for, but" : "",
               why[0] ? why : "no RDMA device; using tcp");
     return KVP_RDMA_TRANSPORT_TCP;
@@ -414,11 +250,11 @@ kvp_rdma_choose (const char *transport, const char *want_device, kvp_rdma_probe_
 //  Fills port from the device, the port (0: first active) and the GID index (-1: choose).
 static int
 s_query_port (struct ibv_context *ctx, const char *name, int port_num, int gid_index,
-              s_port_t *port, char *reason, size_t size)
+              kvp_rdma_port_t *port, char *reason, size_t size)
 {
     struct ibv_device_attr dev;
     if (ibv_query_device (ctx, &dev)) {
-        s_reason (reason, size, "ibv_query_device (%s): %s; using tcp", name, strerror (errno));
+        kvp_rdma_reason (reason, size, "ibv_query_device (%s): %s; using tcp", name, strerror (errno));
         return -1;
     }
     struct ibv_port_attr attr;
@@ -430,10 +266,10 @@ s_query_port (struct ibv_context *ctx, const char *name, int port_num, int gid_i
             found = p;
     if (!found) {
         if (port_num)
-            s_reason (reason, size, "RDMA device %s port %d is not active; using tcp", name,
+            kvp_rdma_reason (reason, size, "RDMA device %s port %d is not active; using tcp", name,
                       port_num);
         else
-            s_reason (reason, size, "RDMA device %s has no active port; using tcp", name);
+            kvp_rdma_reason (reason, size, "RDMA device %s has no active port; using tcp", name);
         return -1;
     }
     memset (port, 0, sizeof *port);
@@ -469,7 +305,7 @@ s_query_port (struct ibv_context *ctx, const char *name, int port_num, int gid_i
     }
     union ibv_gid gid;
     if (ibv_query_gid (ctx, port->port, gid_index, &gid)) {
-        s_reason (reason, size, "RDMA device %s port %d: no GID at index %d; using tcp", name,
+        kvp_rdma_reason (reason, size, "RDMA device %s port %d: no GID at index %d; using tcp", name,
                   found, gid_index);
         return -1;
     }
@@ -478,96 +314,15 @@ s_query_port (struct ibv_context *ctx, const char *name, int port_num, int gid_i
     return 0;
 }
 
-//  The loop device's port: its address is the process id, behind a magic, and where in
-//  that process its proof lies. The loop device moves bytes with process_vm_readv/writev,
-//  which (as root) reaches any process, so a node connects to a peer only once the peer
-//  proved to be a kvpoold of this user on the loop device (s_loop_peer_check): the process
-//  named runs this very executable, as this user, and holds the proof where its address
-//  said. A process that merely has a pid - anyone's - never has its memory read or written.
-//  (The data plane that carries RDMA_CONNECT admits only the cluster's nodes, too.)
-static const uint8_t s_loop_magic[4] = {'k', 'v', 'p', 'l'};
-
-typedef struct {
-    char magic[16];
-    uint32_t pid;
-} loop_proof_t;
-
-static loop_proof_t s_loop_proof;
-
-//  Whether pid is a kvpoold of this user on the loop device whose proof is at addr.
-static int
-s_loop_peer_check (pid_t pid, uint64_t addr, char *reason, size_t reason_size)
-{
-    char path[64];
-    struct stat mine, theirs, proc;
-    snprintf (path, sizeof path, "/proc/%d/exe", (int) pid);
-    if (pid <= 0 || stat ("/proc/self/exe", &mine) != 0 || stat (path, &theirs) != 0
-        || mine.st_dev != theirs.st_dev || mine.st_ino != theirs.st_ino) {
-        s_reason (reason, reason_size,
-                  "loop device: process %d is not a kvpoold of this executable", (int) pid);
-        return -1;
-    }
-    snprintf (path, sizeof path, "/proc/%d", (int) pid);
-    if (stat (path, &proc) != 0 || proc.st_uid != geteuid ()) {
-        s_reason (reason, reason_size, "loop device: process %d is not this user's", (int) pid);
-        return -1;
-    }
-    loop_proof_t proof;
-    struct iovec local = {&proof, sizeof proof};
-    struct iovec remote = {(void *) (uintptr_t) addr, sizeof proof};
-    if (process_vm_readv (pid, &local, 1, &remote, 1, 0) != (ssize_t) sizeof proof
-        || memcmp (proof.magic, KVP_RDMA_LOOP_DEVICE, sizeof KVP_RDMA_LOOP_DEVICE) != 0
-        || proof.pid != (uint32_t) pid) {
-        s_reason (reason, reason_size,
-                  "loop device: process %d holds no loop device's proof where it said",
-                  (int) pid);
-        return -1;
-    }
-    return 0;
-}
-
-static kvp_rdma_t *
-s_loop_open (char *reason, size_t reason_size)
-{
-    kvp_rdma_t *self = (kvp_rdma_t *) calloc (1, sizeof *self);
-    if (!self || !(self->regs = kvp_rdma_regs_new ())) {
-        free (self);
-        s_reason (reason, reason_size, "out of memory; using tcp");
-        return NULL;
-    }
-    self->loop = true;
-    self->port = (s_port_t){.port = 1,
-                            .link_layer = IBV_LINK_LAYER_ETHERNET,
-                            .mtu = IBV_MTU_4096,
-                            .max_msg = 1 << 30,
-                            .max_qp_wr = 4096,
-                            .max_cqe = 1 << 20,
-                            .max_rd_atomic = 16,
-                            .max_dest_rd_atomic = 16};
-    uint32_t pid = (uint32_t) getpid ();
-    memcpy (s_loop_proof.magic, KVP_RDMA_LOOP_DEVICE, sizeof KVP_RDMA_LOOP_DEVICE);
-    s_loop_proof.pid = pid;
-    uint64_t proof = (uint64_t) (uintptr_t) &s_loop_proof;
-    memcpy (self->port.gid, s_loop_magic, 4);
-    memcpy (self->port.gid + 4, &pid, 4);
-    memcpy (self->port.gid + 8, &proof, 8);
-    snprintf (self->describe, sizeof self->describe,
-              "%s (software: one-sided READ and WRITE by process_vm_readv/writev between "
-              "processes of this machine, for tests; pid %u)",
-              KVP_RDMA_LOOP_DEVICE, (unsigned) pid);
-    s_reason (reason, reason_size, "%s", self->describe);
-    return self;
-}
-
 kvp_rdma_t *
 kvp_rdma_open (const char *want_device, char *reason, size_t reason_size)
 {
     if (want_device && strcmp (want_device, KVP_RDMA_LOOP_DEVICE) == 0)
-        return s_loop_open (reason, reason_size);
+        return kvp_rdma_loop_open (reason, reason_size);
     char name[NAME_MAX_LEN];
     int port_num, gid_index;
     if (s_parse_device (want_device, name, sizeof name, &port_num, &gid_index)) {
-        s_reason (reason, reason_size, "RDMA device '%s' is not NAME[:PORT[:GID_INDEX]]; using tcp",
+        kvp_rdma_reason (reason, reason_size, "RDMA device '%s' is not NAME[:PORT[:GID_INDEX]]; using tcp",
                   want_device);
         return NULL;
     }
@@ -575,13 +330,13 @@ kvp_rdma_open (const char *want_device, char *reason, size_t reason_size)
     errno = 0;
     struct ibv_device **list = ibv_get_device_list (&count);
     if (!list) {
-        s_reason (reason, reason_size, "no RDMA device found (%s); using tcp",
+        kvp_rdma_reason (reason, reason_size, "no RDMA device found (%s); using tcp",
                   errno ? strerror (errno) : "ibv_get_device_list failed");
         return NULL;
     }
     if (count == 0) {
         ibv_free_device_list (list);
-        s_reason (reason, reason_size, "no RDMA device found; using tcp");
+        kvp_rdma_reason (reason, reason_size, "no RDMA device found; using tcp");
         return NULL;
     }
     struct ibv_device *device = NULL;
@@ -596,19 +351,19 @@ kvp_rdma_open (const char *want_device, char *reason, size_t reason_size)
     }
     if (!device) {
         ibv_free_device_list (list);
-        s_reason (reason, reason_size, "RDMA device %s not found (there is %s); using tcp", name,
+        kvp_rdma_reason (reason, reason_size, "RDMA device %s not found (there is %s); using tcp", name,
                   have);
         return NULL;
     }
     snprintf (name, sizeof name, "%s", ibv_get_device_name (device));
     kvp_rdma_t *self = (kvp_rdma_t *) calloc (1, sizeof *self);
     if (!self || !(self->regs = kvp_rdma_regs_new ())) {
-        s_reason (reason, reason_size, "out of memory; using tcp");
+        kvp_rdma_reason (reason, reason_size, "out of memory; using tcp");
         goto fail;
     }
     self->ctx = ibv_open_device (device);
     if (!self->ctx) {
-        s_reason (reason, reason_size, "ibv_open_device (%s): %s; using tcp", name,
+        kvp_rdma_reason (reason, reason_size, "ibv_open_device (%s): %s; using tcp", name,
                   strerror (errno));
         goto fail;
     }
@@ -616,7 +371,7 @@ kvp_rdma_open (const char *want_device, char *reason, size_t reason_size)
         goto fail;
     self->pd = ibv_alloc_pd (self->ctx);
     if (!self->pd) {
-        s_reason (reason, reason_size, "ibv_alloc_pd (%s): %s; using tcp", name, strerror (errno));
+        kvp_rdma_reason (reason, reason_size, "ibv_alloc_pd (%s): %s; using tcp", name, strerror (errno));
         goto fail;
     }
     ibv_free_device_list (list);
@@ -625,7 +380,7 @@ kvp_rdma_open (const char *want_device, char *reason, size_t reason_size)
         "%s port %u (%s, lid %u, mtu %s, gid index %d, max message %llu)", name, self->port.port,
         self->port.link_layer == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "InfiniBand", self->port.lid,
         s_mtu_text (self->port.mtu), self->port.gid_index, (unsigned long long) self->port.max_msg);
-    s_reason (reason, reason_size, "%s", self->describe);
+    kvp_rdma_reason (reason, reason_size, "%s", self->describe);
     return self;
 
 fail:
@@ -668,18 +423,18 @@ kvp_rdma_register (kvp_rdma_t *self, uint32_t segment_id, void *addr, size_t len
 {
     assert (self);
     if (!addr || len == 0) {
-        s_reason (reason, reason_size, "segment %u is empty", segment_id);
+        kvp_rdma_reason (reason, reason_size, "segment %u is empty", segment_id);
         return -1;
     }
     if (kvp_rdma_regs_by_id (self->regs, segment_id)) {
-        s_reason (reason, reason_size, "segment %u is already registered", segment_id);
+        kvp_rdma_reason (reason, reason_size, "segment %u is already registered", segment_id);
         return -1;
     }
     kvp_rdma_region_t region = {segment_id, (uint64_t) (uintptr_t) addr, len, 0, 0, NULL};
     if (self->pd) {
         struct ibv_mr *mr = ibv_reg_mr (self->pd, addr, len, ACCESS_FLAGS);
         if (!mr) {
-            s_reason (reason, reason_size, "ibv_reg_mr (segment %u, %zu bytes): %s", segment_id,
+            kvp_rdma_reason (reason, reason_size, "ibv_reg_mr (segment %u, %zu bytes): %s", segment_id,
                       len, strerror (errno));
             return -1;
         }
@@ -695,7 +450,7 @@ kvp_rdma_register (kvp_rdma_t *self, uint32_t segment_id, void *addr, size_t len
     if (kvp_rdma_regs_add (self->regs, &region, &why)) {
         if (region.handle)
             ibv_dereg_mr ((struct ibv_mr *) region.handle);
-        s_reason (reason, reason_size, "segment %u: %s", segment_id, why);
+        kvp_rdma_reason (reason, reason_size, "segment %u: %s", segment_id, why);
         return -1;
     }
     return 0;
@@ -767,13 +522,13 @@ s_verbs_create (kvp_rdma_conn_t *self, char *reason, size_t size)
     unsigned depth = self->limits.max_outstanding;
     unsigned cqe = qp_count * depth;
     if (cqe > rdma->port.max_cqe) {
-        s_reason (reason, size, "%u queue pairs of %u need a CQ of %u entries; the device has %u",
+        kvp_rdma_reason (reason, size, "%u queue pairs of %u need a CQ of %u entries; the device has %u",
                   qp_count, depth, cqe, rdma->port.max_cqe);
         return -1;
     }
     self->cq = ibv_create_cq (rdma->ctx, (int) cqe, NULL, NULL, 0);
     if (!self->cq) {
-        s_reason (reason, size, "ibv_create_cq (%u entries): %s", cqe, strerror (errno));
+        kvp_rdma_reason (reason, size, "ibv_create_cq (%u entries): %s", cqe, strerror (errno));
         return -1;
     }
     for (unsigned i = 0; i < qp_count; i++) {
@@ -785,7 +540,7 @@ s_verbs_create (kvp_rdma_conn_t *self, char *reason, size_t size)
             .sq_sig_all = 0};
         self->qps[i] = ibv_create_qp (rdma->pd, &init);
         if (!self->qps[i]) {
-            s_reason (reason, size, "ibv_create_qp (%u of %u): %s", i + 1, qp_count,
+            kvp_rdma_reason (reason, size, "ibv_create_qp (%u of %u): %s", i + 1, qp_count,
                       strerror (errno));
             return -1;
         }
@@ -795,7 +550,7 @@ s_verbs_create (kvp_rdma_conn_t *self, char *reason, size_t size)
         s_init_attr (&rdma->port, &attr, &mask);
         int rc = ibv_modify_qp (self->qps[i], &attr, mask);
         if (rc) {
-            s_reason (reason, size, "ibv_modify_qp (INIT): %s", strerror (rc));
+            kvp_rdma_reason (reason, size, "ibv_modify_qp (INIT): %s", strerror (rc));
             return -1;
         }
     }
@@ -821,7 +576,7 @@ kvp_rdma_conn_new (kvp_rdma_t *rdma, const kvp_rdma_conn_options_t *options, cha
     if (!opt.max_transfers)
         opt.max_transfers = DEFAULT_MAX_TRANSFERS;
     if (opt.max_transfers > KVP_RDMA_TRACK_MAX_TRANSFERS) {
-        s_reason (reason, reason_size, "max transfers %u is above %u", opt.max_transfers,
+        kvp_rdma_reason (reason, reason_size, "max transfers %u is above %u", opt.max_transfers,
                   KVP_RDMA_TRACK_MAX_TRANSFERS);
         return NULL;
     }
@@ -836,7 +591,7 @@ kvp_rdma_conn_new (kvp_rdma_t *rdma, const kvp_rdma_conn_options_t *options, cha
         return NULL;
     kvp_rdma_conn_t *self = (kvp_rdma_conn_t *) calloc (1, sizeof *self);
     if (!self) {
-        s_reason (reason, reason_size, "out of memory");
+        kvp_rdma_reason (reason, reason_size, "out of memory");
         return NULL;
     }
     self->rdma = rdma;
@@ -845,7 +600,7 @@ kvp_rdma_conn_new (kvp_rdma_t *rdma, const kvp_rdma_conn_options_t *options, cha
     self->remote = kvp_rdma_regs_new ();
     self->track = kvp_rdma_track_new (limits.qp_count, limits.max_outstanding, opt.max_transfers);
     if (!self->remote || !self->track) {
-        s_reason (reason, reason_size, "out of memory");
+        kvp_rdma_reason (reason, reason_size, "out of memory");
         kvp_rdma_conn_destroy (&self);
         return NULL;
     }
@@ -855,8 +610,8 @@ kvp_rdma_conn_new (kvp_rdma_t *rdma, const kvp_rdma_conn_options_t *options, cha
         kvp_rdma_conn_destroy (&self);
         return NULL;
     }
-    if (rdma->loop && s_loop_attach (self)) {
-        s_reason (reason, reason_size, "out of memory");
+    if (rdma->loop && kvp_rdma_loop_attach (self)) {
+        kvp_rdma_reason (reason, reason_size, "out of memory");
         kvp_rdma_conn_destroy (&self);
         return NULL;
     }
@@ -876,18 +631,15 @@ kvp_rdma_conn_destroy (kvp_rdma_conn_t **self_p)
     if (self->cq)
         ibv_destroy_cq (self->cq);
     while (self->head) {
-        s_pending_t *pending = self->head;
+        kvp_rdma_pending_t *pending = self->head;
         self->head = pending->link;
         kvp_rdma_plan_destroy (&pending->plan);
         free (pending);
     }
     kvp_rdma_track_destroy (&self->track);
     kvp_rdma_regs_destroy (&self->remote);
-    if (self->rdma->loop && self->fake) {
-        for (unsigned q = 0; q < KVP_RDMA_PLAN_MAX_QPS; q++)
-            free (((s_loop_t *) self->fake)->ring[q]);
-        free (self->fake);
-    }
+    if (self->rdma->loop)
+        kvp_rdma_loop_detach (self);
     self->rdma->conns--;
     free (self);
     *self_p = NULL;
@@ -898,14 +650,14 @@ kvp_rdma_conn_local_data (kvp_rdma_conn_t *self, uint8_t **data_p, size_t *size_
                           size_t reason_size)
 {
     assert (self && data_p && size_p);
-    const s_port_t *port = &self->rdma->port;
+    const kvp_rdma_port_t *port = &self->rdma->port;
     const kvp_rdma_regs_t *regs = self->rdma->regs;
     kvp_rdma_wire_qp_t qps[KVP_RDMA_PLAN_MAX_QPS];
     size_t seg_count = kvp_rdma_regs_count (regs);
     kvp_rdma_wire_seg_t *segs =
         (kvp_rdma_wire_seg_t *) calloc (seg_count ? seg_count : 1, sizeof *segs);
     if (!segs) {
-        s_reason (reason, reason_size, "out of memory");
+        kvp_rdma_reason (reason, reason_size, "out of memory");
         return -1;
     }
     for (unsigned i = 0; i < self->limits.qp_count; i++)
@@ -920,7 +672,7 @@ kvp_rdma_conn_local_data (kvp_rdma_conn_t *self, uint8_t **data_p, size_t *size_
     const char *why;
     int rc = kvp_rdma_wire_encode (&info, data_p, size_p, &why);
     if (rc)
-        s_reason (reason, reason_size, "connection data: %s", why);
+        kvp_rdma_reason (reason, reason_size, "connection data: %s", why);
     free (segs);
     return rc;
 }
@@ -931,31 +683,20 @@ kvp_rdma_conn_connect (kvp_rdma_conn_t *self, const void *peer_data, size_t peer
 {
     assert (self);
     if (self->connected) {
-        s_reason (reason, reason_size, "already connected");
+        kvp_rdma_reason (reason, reason_size, "already connected");
         return -1;
     }
     const char *why;
     int rc = -1;
     kvp_rdma_wire_t *peer = kvp_rdma_wire_decode (peer_data, peer_size, &why);
     if (!peer) {
-        s_reason (reason, reason_size, "peer's connection data refused: %s", why);
+        kvp_rdma_reason (reason, reason_size, "peer's connection data refused: %s", why);
         goto done;
     }
-    if (self->rdma->loop) {
-        if (memcmp (peer->gid, s_loop_magic, 4) != 0) {
-            s_reason (reason, reason_size, "the peer is not on the loop device");
-            goto done;
-        }
-        uint32_t pid;
-        uint64_t proof;
-        memcpy (&pid, peer->gid + 4, 4);
-        memcpy (&proof, peer->gid + 8, 8);
-        if (s_loop_peer_check ((pid_t) pid, proof, reason, reason_size) != 0)
-            goto done;
-        self->peer_pid = (pid_t) pid;
-    }
+    if (self->rdma->loop && kvp_rdma_loop_connect (self, peer->gid, reason, reason_size) != 0)
+        goto done;
     if (peer->qp_count != self->limits.qp_count) {
-        s_reason (reason, reason_size, "peer has %zu queue pairs, this side %u", peer->qp_count,
+        kvp_rdma_reason (reason, reason_size, "peer has %zu queue pairs, this side %u", peer->qp_count,
                   self->limits.qp_count);
         goto done;
     }
@@ -963,7 +704,7 @@ kvp_rdma_conn_connect (kvp_rdma_conn_t *self, const void *peer_data, size_t peer
         const kvp_rdma_wire_seg_t *s = &peer->segs[i];
         kvp_rdma_region_t region = {s->id, s->addr, s->len, 0, s->rkey, NULL};
         if (kvp_rdma_regs_add (self->remote, &region, &why)) {
-            s_reason (reason, reason_size, "peer's segment %u: %s", s->id, why);
+            kvp_rdma_reason (reason, reason_size, "peer's segment %u: %s", s->id, why);
             goto done;
         }
     }
@@ -974,12 +715,12 @@ kvp_rdma_conn_connect (kvp_rdma_conn_t *self, const void *peer_data, size_t peer
         int mask, err;
         s_rtr_attr (&self->rdma->port, peer, i, &attr, &mask);
         if ((err = ibv_modify_qp (self->qps[i], &attr, mask))) {
-            s_reason (reason, reason_size, "ibv_modify_qp (QP %u to RTR): %s", i, strerror (err));
+            kvp_rdma_reason (reason, reason_size, "ibv_modify_qp (QP %u to RTR): %s", i, strerror (err));
             goto done;
         }
         s_rts_attr (&self->rdma->port, self->psn[i], &attr, &mask);
         if ((err = ibv_modify_qp (self->qps[i], &attr, mask))) {
-            s_reason (reason, reason_size, "ibv_modify_qp (QP %u to RTS): %s", i, strerror (err));
+            kvp_rdma_reason (reason, reason_size, "ibv_modify_qp (QP %u to RTS): %s", i, strerror (err));
             goto done;
         }
     }
@@ -998,7 +739,7 @@ static void
 s_progress (kvp_rdma_conn_t *self)
 {
     while (self->head) {
-        s_pending_t *pending = self->head;
+        kvp_rdma_pending_t *pending = self->head;
         kvp_rdma_plan_t *plan = pending->plan;
         while (pending->next < plan->wr_count) {
             kvp_rdma_wr_t *wr = &plan->wrs[pending->next];
@@ -1035,12 +776,12 @@ kvp_rdma_conn_submit (kvp_rdma_conn_t *self, const kvp_rdma_xfer_t *xfers, size_
 {
     assert (self);
     if (!self->connected) {
-        s_reason (reason, reason_size, "not connected");
+        kvp_rdma_reason (reason, reason_size, "not connected");
         return -1;
     }
     for (unsigned i = 0; i < self->limits.qp_count; i++)
         if (self->dead || kvp_rdma_track_broken (self->track, i)) {
-            s_reason (reason, reason_size, "connection is broken (%s)",
+            kvp_rdma_reason (reason, reason_size, "connection is broken (%s)",
                       self->error[0] ? self->error : "a queue pair failed");
             return -1;
         }
@@ -1049,9 +790,9 @@ kvp_rdma_conn_submit (kvp_rdma_conn_t *self, const kvp_rdma_xfer_t *xfers, size_
     if (!plan)
         return -1;
     const char *why;
-    s_pending_t *pending = (s_pending_t *) calloc (1, sizeof *pending);
+    kvp_rdma_pending_t *pending = (kvp_rdma_pending_t *) calloc (1, sizeof *pending);
     if (!pending || kvp_rdma_track_add (self->track, plan, &why)) {
-        s_reason (reason, reason_size, "%s", pending ? why : "out of memory");
+        kvp_rdma_reason (reason, reason_size, "%s", pending ? why : "out of memory");
         free (pending);
         kvp_rdma_plan_destroy (&plan);
         return -1;
@@ -1123,7 +864,7 @@ kvp_rdma_conn_add_remote (kvp_rdma_conn_t *self, uint32_t id, uint64_t addr, uin
     kvp_rdma_region_t region = {id, addr, len, 0, rkey, NULL};
     const char *why;
     if (kvp_rdma_regs_add (self->remote, &region, &why)) {
-        s_reason (reason, reason_size, "peer's region %u: %s", id, why);
+        kvp_rdma_reason (reason, reason_size, "peer's region %u: %s", id, why);
         return -1;
     }
     return 0;
@@ -1250,7 +991,7 @@ s_fake_rdma_new (uint16_t lid)
     kvp_rdma_t *self = (kvp_rdma_t *) calloc (1, sizeof *self);
     assert (self);
     self->regs = kvp_rdma_regs_new ();
-    self->port = (s_port_t){.port = 1,
+    self->port = (kvp_rdma_port_t){.port = 1,
                             .link_layer = IBV_LINK_LAYER_INFINIBAND,
                             .mtu = IBV_MTU_4096,
                             .lid = lid,
@@ -1360,86 +1101,6 @@ s_round_trip (kvp_rdma_conn_t *a, kvp_rdma_conn_t *b, uint8_t *src, uint8_t *dst
         assert (src[i] == (uint8_t) (i * 7 + 3));
 }
 
-//  The loop device, both ends in this process (the peer pid is its own): a registration per
-//  transfer on each side, as the data plane does, WRITE and READ striped over the QPs, a
-//  wrong rkey and a region the peer never announced refused.
-static void
-s_loop_test (bool verbose)
-{
-    char reason[256];
-    kvp_rdma_t *a = kvp_rdma_open (KVP_RDMA_LOOP_DEVICE, reason, sizeof reason);
-    kvp_rdma_t *b = kvp_rdma_open (KVP_RDMA_LOOP_DEVICE, reason, sizeof reason);
-    assert (a && b && strstr (reason, "process_vm_readv"));
-    //  Only a kvpoold of this user that holds the proof where it said is a peer: never a
-    //  process named by its pid alone (here: the parent, a shell or the test runner, and
-    //  this process with the wrong address).
-    assert (s_loop_peer_check (getpid (), (uint64_t) (uintptr_t) &s_loop_proof, reason,
-                               sizeof reason)
-            == 0);
-    assert (s_loop_peer_check (getppid (), (uint64_t) (uintptr_t) &s_loop_proof, reason,
-                               sizeof reason)
-            == -1);
-    assert (s_loop_peer_check (getpid (), (uint64_t) (uintptr_t) reason, reason, sizeof reason)
-            == -1);
-    assert (strstr (reason, "no loop device's proof"));
-    kvp_rdma_conn_options_t options = {.qp_count = 3, .sq_depth = 8, .stripe = 4096};
-    kvp_rdma_conn_t *ca = kvp_rdma_conn_new (a, &options, reason, sizeof reason);
-    kvp_rdma_conn_t *cb = kvp_rdma_conn_new (b, &options, reason, sizeof reason);
-    assert (ca && cb);
-    uint8_t *data_a, *data_b;
-    size_t size_a, size_b;
-    assert (kvp_rdma_conn_local_data (ca, &data_a, &size_a, reason, sizeof reason) == 0);
-    assert (kvp_rdma_conn_local_data (cb, &data_b, &size_b, reason, sizeof reason) == 0);
-    assert (kvp_rdma_conn_connect (ca, data_b, size_b, reason, sizeof reason) == 0);
-    assert (kvp_rdma_conn_connect (cb, data_a, size_a, reason, sizeof reason) == 0);
-    free (data_a);
-    free (data_b);
-    size_t len = 300000;
-    uint8_t *src = (uint8_t *) malloc (len), *dst = (uint8_t *) calloc (1, len);
-    uint8_t *back = (uint8_t *) calloc (1, len);
-    for (size_t i = 0; i < len; i++)
-        src[i] = (uint8_t) (i * 31 + 7);
-    //  A's source and landing area registered locally; B's target made known to A as B's.
-    assert (kvp_rdma_register (a, 1, src, len, reason, sizeof reason) == 0);
-    assert (kvp_rdma_register (a, 2, back, len, reason, sizeof reason) == 0);
-    assert (kvp_rdma_register (b, 7, dst, len, reason, sizeof reason) == 0);
-    const kvp_rdma_region_t *target = kvp_rdma_regs_by_id (kvp_rdma_regions (b), 7);
-    assert (kvp_rdma_conn_add_remote (ca, 7, target->addr, target->len, target->rkey, reason,
-                                      sizeof reason)
-            == 0);
-    assert (kvp_rdma_conn_add_remote (ca, 8, target->addr, 10, 1, reason, sizeof reason) == -1);
-    int status[4] = {1, 1, 1, 1};
-    kvp_rdma_xfer_t write = {0, KVP_RDMA_WRITE, (uint64_t) (uintptr_t) src, 7, 0, len};
-    assert (kvp_rdma_conn_submit (ca, &write, 1, reason, sizeof reason) == 0);
-    assert (s_drain (ca, status) == 1 && status[0] == 0);
-    assert (memcmp (dst, src, len) == 0);
-    kvp_rdma_xfer_t read = {1, KVP_RDMA_READ, (uint64_t) (uintptr_t) back, 7, 1000, len - 1000};
-    assert (kvp_rdma_conn_submit (ca, &read, 1, reason, sizeof reason) == 0);
-    assert (s_drain (ca, status) == 1 && status[1] == 0);
-    assert (memcmp (back, src + 1000, len - 1000) == 0);
-    //  Memory the peer does not have (the kernel refuses the copy, as an HCA would refuse a
-    //  key): a remote access error, the QP broken, the transfer failed. (The loop device
-    //  cannot check a peer's keys: they live in the peer's process.)
-    assert (kvp_rdma_conn_remove_remote (ca, 7) == 0);
-    assert (kvp_rdma_conn_add_remote (ca, 9, 4096, 100, 5, reason, sizeof reason) == 0);
-    kvp_rdma_xfer_t bad = {2, KVP_RDMA_WRITE, (uint64_t) (uintptr_t) src, 9, 0, 100};
-    assert (kvp_rdma_conn_submit (ca, &bad, 1, reason, sizeof reason) == 0);
-    assert (s_drain (ca, status) == 1 && status[2] == -1);
-    assert (strstr (kvp_rdma_conn_error (ca), "remote access error"));
-    //  A region the peer never announced is refused before anything is posted.
-    kvp_rdma_xfer_t unknown = {3, KVP_RDMA_WRITE, (uint64_t) (uintptr_t) src, 7, 0, 100};
-    assert (kvp_rdma_conn_submit (ca, &unknown, 1, reason, sizeof reason) == -1);
-    kvp_rdma_conn_destroy (&ca);
-    kvp_rdma_conn_destroy (&cb);
-    kvp_rdma_close (&a);
-    kvp_rdma_close (&b);
-    free (src);
-    free (dst);
-    free (back);
-    if (verbose)
-        printf ("(loop device ok) ");
-}
-
 void
 kvp_rdma_test (bool verbose)
 {
@@ -1487,7 +1148,7 @@ kvp_rdma_test (bool verbose)
     assert (s_pick_gid (table, 0) == -1);
 
     //  QP attributes: INIT, RTR on InfiniBand (LID) and RoCE (GID), RTS.
-    s_port_t ib = {.port = 1,
+    kvp_rdma_port_t ib = {.port = 1,
                    .link_layer = IBV_LINK_LAYER_INFINIBAND,
                    .mtu = IBV_MTU_4096,
                    .lid = 5,
@@ -1511,7 +1172,7 @@ kvp_rdma_test (bool verbose)
     assert (attr.max_dest_rd_atomic == 8 && attr.min_rnr_timer == 12);
     assert (mask & IBV_QP_AV && mask & IBV_QP_DEST_QPN && mask & IBV_QP_RQ_PSN);
     assert (mask & IBV_QP_MAX_DEST_RD_ATOMIC && mask & IBV_QP_MIN_RNR_TIMER);
-    s_port_t roce = ib;
+    kvp_rdma_port_t roce = ib;
     roce.link_layer = IBV_LINK_LAYER_ETHERNET;
     roce.mtu = IBV_MTU_1024;
     roce.gid_index = 3;
@@ -1770,5 +1431,4 @@ kvp_rdma_test (bool verbose)
     kvp_rdma_close (&node_b);
     free (mem_a);
     free (mem_b);
-    s_loop_test (verbose);
 }

@@ -189,4 +189,7 @@ const char *kvp_rdma_conn_error (kvp_rdma_conn_t *self);
 
 void kvp_rdma_test (bool verbose);
 
+//  Self test of the loop device (rdma_loop.c).
+void kvp_rdma_loop_test (bool verbose);
+
 #endif

@@ -115,6 +115,7 @@ static selftest_t s_tests[] = {{"kvp_status", kvp_status_test},
                                {"rdma_plan", kvp_rdma_plan_test},
                                {"rdma_track", kvp_rdma_track_test},
                                {"rdma_verbs", kvp_rdma_test},
+                               {"rdma_loop", kvp_rdma_loop_test},
                                //  new self tests go above this line
                                {NULL, NULL}};
 
