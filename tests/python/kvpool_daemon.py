@@ -199,3 +199,16 @@ def wait_for(predicate, seconds=5.0):
             return True
         time.sleep(0.02)
     return predicate()
+
+
+def all_stopped(pid):
+    """Whether every thread of pid is stopped (state T). SIGSTOP is delivered to each thread
+    on its own, so a test that needs a frozen daemon waits for this after os.kill."""
+    try:
+        for task in os.listdir("/proc/%d/task" % pid):
+            with open("/proc/%d/task/%s/stat" % (pid, task)) as f:
+                if f.read().rsplit(")", 1)[1].split()[0] != "T":
+                    return False
+    except OSError:
+        return False
+    return True

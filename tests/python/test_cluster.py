@@ -25,7 +25,7 @@ import time
 
 import pytest
 
-from kvpool_daemon import Kvpoold, wait_for  # noqa: E402
+from kvpool_daemon import Kvpoold, all_stopped, wait_for  # noqa: E402
 from kvpool_raw import Raw  # noqa: E402
 from kvpool_test_pb import pb  # noqa: E402
 
@@ -524,6 +524,7 @@ def test_a_frozen_master_fails_puts_and_nothing_else():
         assert node_a.put("before", value_of("before", 3000)) == OK
         os.kill(c.master.pid, signal.SIGSTOP)
         try:
+            assert wait_for(lambda: all_stopped(c.master.pid), 5), "the master did not stop"
             started = time.monotonic()
             for i in range(5):
                 status = node_a.put("frozen-%d" % i, value_of("frozen", 3000))

@@ -51,7 +51,7 @@ import time
 
 import pytest
 
-from kvpool_daemon import Kvpoold, wait_for  # noqa: E402
+from kvpool_daemon import Kvpoold, all_stopped, wait_for  # noqa: E402
 from kvpool_raw import Raw  # noqa: E402
 from kvpool_test_pb import pb  # noqa: E402
 
@@ -86,18 +86,6 @@ def status_of(reply):
 
 
 # ---- the cluster ----------------------------------------------------------------------------
-
-def all_stopped(pid):
-    """Whether every thread of pid is stopped (state T)."""
-    try:
-        for task in os.listdir("/proc/%d/task" % pid):
-            with open("/proc/%d/task/%s/stat" % (pid, task)) as f:
-                if f.read().rsplit(")", 1)[1].split()[0] != "T":
-                    return False
-    except OSError:
-        return False
-    return True
-
 
 def quiet_port():
     """A free loopback port in 20000-32767: no ephemeral port (32768 up) is taken there."""
