@@ -2,12 +2,14 @@
 
     DESIGN
     A job's cluster stage becomes an operation (op_t) made of calls: requests to the master
-    (one DEALER, ZMQ_IMMEDIATE, so that while the master is away a call fails at once with a
-    clear reason instead of queueing) and to other nodes' data planes (peer_t: a few DEALERs
-    each, used in turn). Every call has an id, echoed by the reply, and a deadline
-    (--cluster-timeout); a call that times out counts as failed, and its late reply, if one
-    comes, matches nothing and is dropped. When an operation has no call left out, its job
-    goes back to the api.
+    (through this actor's master client, master_client.h: the connection, ids, deadlines,
+    fencing, and the words that name the master in an error; while the master is away a
+    call fails at once with a clear reason instead of queueing) and to other nodes' data
+    planes (peer_t: a few links each, dataplane/peer_link.h, used in turn, their calls in an
+    rpc_calls table, dataplane/rpc_calls.h). Every call has an id, echoed by the reply, and
+    a deadline (--cluster-timeout); a call that times out counts as failed, and its late
+    reply, if one comes, matches nothing and is dropped. When an operation has no call left
+    out, its job goes back to the api.
 
     Puts: PLACE (the master reserves each key and chooses its nodes); the api writes the
     replica held here, if any; COMMIT writes the other replicas, all nodes in parallel, one
@@ -39,6 +41,9 @@
 */
 #include "actors/cluster.h"
 
+#include "actors/master_client.h"
+#include "dataplane/peer_link.h"
+#include "dataplane/rpc_calls.h"
 #include "kvpool_status.h"
 #include "messages/arena.h"
 #include "messages/kvp_job.h"
@@ -70,7 +75,7 @@ typedef struct {
     char host_id[64];
     char endpoint[300];
     char curve_key[41]; //  its CURVE public key, as the master said; "": ours
-    zsock_t **socks;
+    peer_link_t **links;
     uint32_t count;
     uint32_t next;
     size_t calls_out;
@@ -86,14 +91,12 @@ typedef enum {
 } call_kind_t;
 
 typedef struct {
-    uint64_t id;
     call_kind_t kind;
     op_t *op;
     int peer;      //  CALL_PEER: index into self->peers
     int what;      //  the master's Kind, or the client protocol's Op sent
     size_t *items; //  job item of each key sent, in order
     size_t count;
-    int64_t deadline;
 } call_t;
 
 //  A put's placement: what KVP_CL_PLACE decided, for KVP_CL_COMMIT (job->plan).
@@ -147,14 +150,13 @@ struct _op_t {
 typedef struct _self_t {
     zsock_t *pipe;
     zsock_t *router; //  jobs
-    zsock_t *master;
+    master_client_t *master;
     zpoller_t *poller;
     const cluster_args_t *args;
     const kvp_config_t *config;
     peer_t *peers[MAX_PEERS];
     size_t peer_count;
-    zlistx_t *calls; //  call_t, oldest first
-    uint64_t next_id;
+    rpc_calls_t *peer_calls; //  call_t, to other nodes' data planes
     data_plane_t *plane;  //  values to and from other nodes, on its workers
     int wake_fd;          //  an eventfd: runs finished
     pthread_mutex_t lock; //  guards finished
@@ -171,33 +173,29 @@ static void
 s_peer_disconnect (self_t *self, peer_t *peer)
 {
     for (uint32_t i = 0; i < peer->count; i++) {
-        zpoller_remove (self->poller, peer->socks[i]);
-        zsock_destroy (&peer->socks[i]);
+        zpoller_remove (self->poller, peer_link_sock (peer->links[i]));
+        peer_link_destroy (&peer->links[i]);
     }
-    free (peer->socks);
-    peer->socks = NULL;
+    free (peer->links);
+    peer->links = NULL;
     peer->count = 0;
 }
 
 static void
 s_peer_connect (self_t *self, peer_t *peer)
 {
-    peer->count = self->config->peer_connections;
-    peer->socks = (zsock_t **) calloc (peer->count, sizeof (zsock_t *));
-    assert (peer->socks);
-    for (uint32_t i = 0; i < peer->count; i++) {
-        zsock_t *sock = zsock_new (ZMQ_DEALER);
-        assert (sock);
-        zsock_set_linger (sock, 0);
-        zsock_set_sndhwm (sock, 0);
-        zsock_set_rcvhwm (sock, 0);
-        //  A connection that died without a FIN is found out, and made again.
-        zsock_set_heartbeat_ivl (sock, 1000);
-        zsock_set_heartbeat_timeout (sock, 3000);
-        kvp_curve_cluster_client (self->config->curve, sock, peer->curve_key);
-        zsock_connect (sock, "%s", peer->endpoint);
-        zpoller_add (self->poller, sock);
-        peer->socks[i] = sock;
+    //  Heartbeats: a connection that died without a FIN is found out, and made again.
+    uint32_t want = self->config->peer_connections;
+    peer->links = (peer_link_t **) calloc (want, sizeof (peer_link_t *));
+    assert (peer->links);
+    peer->count = 0;
+    for (uint32_t i = 0; i < want; i++) {
+        peer_link_t *link =
+            peer_link_new (peer->endpoint, peer->curve_key, self->config->curve, true);
+        if (!link)
+            break; //  not an endpoint libzmq connects to: calls to it fail
+        zpoller_add (self->poller, peer_link_sock (link));
+        peer->links[peer->count++] = link;
     }
 }
 
@@ -248,15 +246,13 @@ s_is_self (self_t *self, int peer)
 //  ---- calls -------------------------------------------------------------------------
 
 static call_t *
-s_call_new (self_t *self, op_t *op, call_kind_t kind, int what, int peer)
+s_call_new (op_t *op, call_kind_t kind, int what, int peer)
 {
     call_t *call = (call_t *) zmalloc (sizeof (call_t));
-    call->id = ++self->next_id;
     call->kind = kind;
     call->op = op;
     call->what = what;
     call->peer = peer;
-    call->deadline = zclock_mono () + (int64_t) self->config->cluster_timeout_ms;
     return call;
 }
 
@@ -271,40 +267,14 @@ s_call_destroy (call_t **call_p)
     }
 }
 
-void
-cluster_node_describe (const cluster_args_t *args, Kvpool__Cluster__V1__Node *node)
-{
-    node->node_id = (char *) args->node_id;
-    node->host_id = (char *) args->host_id;
-    node->client_endpoint = (char *) args->client_endpoint;
-    node->peer_endpoint = (char *) args->peer_endpoint;
-    node->curve_key = (char *) kvp_curve_public_key (args->config->curve);
-    node->disk_capacity = args->config->disk_dir ? args->config->disk_capacity : 0;
-}
-
 //  Sends a request to the master. With an op, the call is tracked and the op waits for it;
 //  without, nobody waits (ABORT, DROPPED). Returns 0, or -1 when the master is unreachable.
 static int
 s_master_send (self_t *self, op_t *op, Kvpool__Cluster__V1__NodeRequest *request, size_t *items,
                size_t count)
 {
-    Kvpool__Cluster__V1__Node node = KVPOOL__CLUSTER__V1__NODE__INIT;
-    cluster_node_describe (self->args, &node);
-    request->version = KVP_PROTOCOL_VERSION;
-    request->node = &node;
-    if (self->args->registration) {
-        request->epoch = atomic_load (&self->args->registration->epoch);
-        request->registration = atomic_load (&self->args->registration->number);
-    }
-    call_t *call = op ? s_call_new (self, op, CALL_MASTER, request->kind, -1) : NULL;
-    request->request_id = call ? call->id : ++self->next_id;
-    size_t size = kvpool__cluster__v1__node_request__get_packed_size (request);
-    zmq_msg_t msg;
-    zmq_msg_init_size (&msg, size);
-    kvpool__cluster__v1__node_request__pack (request, (uint8_t *) zmq_msg_data (&msg));
-    if (zmq_msg_send (&msg, zsock_resolve (self->master), ZMQ_DONTWAIT) == -1) {
-        zmq_msg_close (&msg);
-        self->failures++;
+    call_t *call = op ? s_call_new (op, CALL_MASTER, request->kind, -1) : NULL;
+    if (master_client_send (self->master, request, call) == 0) {
         s_call_destroy (&call);
         free (items);
         return -1;
@@ -312,7 +282,6 @@ s_master_send (self_t *self, op_t *op, Kvpool__Cluster__V1__NodeRequest *request
     if (call) {
         call->items = items;
         call->count = count;
-        zlistx_add_end (self->calls, call);
         op->calls_out++;
     }
     else
@@ -327,22 +296,19 @@ s_peer_send (self_t *self, op_t *op, int peer_index, Kvpool__V1__Request *reques
              size_t count)
 {
     peer_t *peer = self->peers[peer_index];
-    call_t *call = op ? s_call_new (self, op, CALL_PEER, request->op, peer_index) : NULL;
-    request->version = KVP_PROTOCOL_VERSION;
-    request->request_id = call ? call->id : ++self->next_id;
+    call_t *call = op ? s_call_new (op, CALL_PEER, request->op, peer_index) : NULL;
     request->no_reply = call == NULL;
     if (peer->count == 0)
         s_peer_connect (self, peer); //  disconnected after a timeout, or idle
     peer->last_used = zclock_mono ();
-    zsock_t *sock = peer->socks[peer->next++ % peer->count];
-    void *handle = zsock_resolve (sock);
-    size_t size = kvpool__v1__request__get_packed_size (request);
-    zmq_msg_t msg;
-    zmq_msg_init_size (&msg, size);
-    kvpool__v1__request__pack (request, (uint8_t *) zmq_msg_data (&msg));
-    int rc = zmq_msg_send (&msg, handle, 0);
-    if (rc == -1) {
-        zmq_msg_close (&msg);
+    uint64_t id =
+        call ? rpc_calls_add (self->peer_calls, call,
+                              zclock_mono () + (int64_t) self->config->cluster_timeout_ms)
+             : rpc_calls_next_id (self->peer_calls);
+    if (peer->count == 0
+        || peer_link_send (peer->links[peer->next++ % peer->count], request, id, NULL, 0) != 0) {
+        if (call)
+            rpc_calls_take (self->peer_calls, id);
         s_call_destroy (&call);
         free (items);
         return -1;
@@ -350,7 +316,6 @@ s_peer_send (self_t *self, op_t *op, int peer_index, Kvpool__V1__Request *reques
     if (call) {
         call->items = items;
         call->count = count;
-        zlistx_add_end (self->calls, call);
         op->calls_out++;
         peer->calls_out++;
     }
@@ -372,7 +337,7 @@ static bool
 s_master_answered (self_t *self, kvp_job_t *job, const Kvpool__Cluster__V1__MasterReply *reply)
 {
     if (!reply)
-        kvp_job_fail (job, KVPOOL_RPC_FAIL, "the master (%s) did not answer", self->config->master);
+        kvp_job_fail (job, KVPOOL_RPC_FAIL, "%s did not answer", master_client_name (self->master));
     else if (reply->status != KVPOOL_OK)
         kvp_job_fail (job, reply->status, "master: %s", reply->error ? reply->error : "refused");
     return reply && reply->status == KVPOOL_OK;
@@ -534,8 +499,8 @@ s_place_start (self_t *self, op_t *op)
         request.n_preferred = job->preferred_count;
     }
     if (s_master_send (self, op, &request, items, n) != 0)
-        kvp_job_fail (job, KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS, "the master (%s) is unreachable",
-                      self->config->master);
+        kvp_job_fail (job, KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS, "%s is unreachable",
+                      master_client_name (self->master));
     free (keys);
     free (sizes);
 }
@@ -918,8 +883,8 @@ s_commit_master (self_t *self, op_t *op)
                 for (uint8_t d = 0; placed && d < placed->done_count; d++)
                     s_drop_at (self, placed->done[d], item->key, item->key_len);
             }
-            kvp_job_fail (job, KVPOOL_OK, "the master (%s) is unreachable: nothing committed",
-                          self->config->master);
+            kvp_job_fail (job, KVPOOL_OK, "%s is unreachable: nothing committed",
+                          master_client_name (self->master));
         }
     }
     free (keys);
@@ -962,8 +927,8 @@ s_commit_reply (self_t *self, op_t *op, call_t *call, Kvpool__Cluster__V1__Maste
             s_drop_at (self, placed->done[d], item->key, item->key_len);
     }
     if (!reply)
-        kvp_job_fail (job, KVPOOL_OK, "the master (%s) did not answer the commit",
-                      self->config->master);
+        kvp_job_fail (job, KVPOOL_OK, "%s did not answer the commit",
+                      master_client_name (self->master));
 }
 
 //  ---- gets --------------------------------------------------------------------------
@@ -997,7 +962,7 @@ s_locate_start (self_t *self, op_t *op, bool missing_only)
             if (missing_only && job->items[i].status == KVPOOL_OBJECT_NOT_FOUND)
                 job->items[i].status = KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS;
         kvp_job_fail (job, missing_only ? KVPOOL_OK : KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS,
-                      "the master (%s) is unreachable", self->config->master);
+                      "%s is unreachable", master_client_name (self->master));
     }
     free (keys);
 }
@@ -1113,7 +1078,7 @@ s_fetch_located (self_t *self, op_t *op, call_t *call, Kvpool__Cluster__V1__Mast
     }
     s_run_start (self, run, NULL);
     if (!reply)
-        kvp_job_fail (job, KVPOOL_OK, "the master (%s) did not answer", self->config->master);
+        kvp_job_fail (job, KVPOOL_OK, "%s did not answer", master_client_name (self->master));
 }
 
 //  Adds the reads of item i from its next candidate to run: the whole value, or stripes of
@@ -1278,7 +1243,7 @@ s_runs_finished (self_t *self)
 }
 
 static void
-s_exist_reply (op_t *op, call_t *call, Kvpool__Cluster__V1__MasterReply *reply)
+s_exist_reply (self_t *self, op_t *op, call_t *call, Kvpool__Cluster__V1__MasterReply *reply)
 {
     kvp_job_t *job = op->job;
     for (size_t k = 0; k < call->count; k++) {
@@ -1289,7 +1254,7 @@ s_exist_reply (op_t *op, call_t *call, Kvpool__Cluster__V1__MasterReply *reply)
             item->size = k < reply->n_sizes ? reply->sizes[k] : 0;
     }
     if (!reply)
-        kvp_job_fail (job, KVPOOL_OK, "the master did not answer");
+        kvp_job_fail (job, KVPOOL_OK, "%s did not answer", master_client_name (self->master));
 }
 
 //  LOCATE and NODES: the master's nodes as the client protocol names them.
@@ -1361,8 +1326,8 @@ s_remove_start (self_t *self, op_t *op)
         default: request.kind = KVPOOL__CLUSTER__V1__KIND__REMOVE_ALL; break;
     }
     if (s_master_send (self, op, &request, items, n) != 0)
-        kvp_job_fail (job, KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS, "the master (%s) is unreachable",
-                      self->config->master);
+        kvp_job_fail (job, KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS, "%s is unreachable",
+                      master_client_name (self->master));
     free (keys);
 }
 
@@ -1467,7 +1432,7 @@ s_job (self_t *self, kvp_job_t *job, zframe_t *routing_id)
             request.kind = KVPOOL__CLUSTER__V1__KIND__NODES;
             if (s_master_send (self, op, &request, NULL, 0) != 0)
                 kvp_job_fail (job, KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS,
-                              "the master (%s) is unreachable", self->config->master);
+                              "%s is unreachable", master_client_name (self->master));
             break;
         }
         case KVP_CL_REMOVE: s_remove_start (self, op); break;
@@ -1479,7 +1444,7 @@ s_job (self_t *self, kvp_job_t *job, zframe_t *routing_id)
             job->stats.remote_put_parts = self->remote_put_parts;
             job->stats.remote_get_parts = self->remote_get_parts;
             job->stats.rdma_transfers = data_plane_rdma_transfers (self->plane);
-            job->stats.cluster_failures = self->failures;
+            job->stats.cluster_failures = self->failures + master_client_failures (self->master);
             job->stats.checksum_failures += self->checksum_failures; //  (and the replica-manager's)
             break;
         default: kvp_job_fail (job, KVPOOL_INTERNAL_ERROR, "cluster: job kind %d", job->kind);
@@ -1501,7 +1466,7 @@ s_call_done (self_t *self, call_t *call, Kvpool__Cluster__V1__MasterReply *maste
         case KVP_CL_PLACE: s_place_reply (self, op, call, master_reply); break;
         case KVP_CL_COMMIT: s_commit_reply (self, op, call, master_reply); break;
         case KVP_CL_FETCH: s_fetch_located (self, op, call, master_reply); break;
-        case KVP_CL_EXIST: s_exist_reply (op, call, master_reply); break;
+        case KVP_CL_EXIST: s_exist_reply (self, op, call, master_reply); break;
         case KVP_CL_LOCATE:
         case KVP_CL_NODES: s_nodes_reply (self, op, call, master_reply); break;
         case KVP_CL_REMOVE:
@@ -1523,7 +1488,7 @@ s_call_done (self_t *self, call_t *call, Kvpool__Cluster__V1__MasterReply *maste
     }
     if (call->kind == CALL_MASTER && !master_reply && op->job->kind == KVP_CL_PLACE)
         kvp_job_fail (op->job, KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS,
-                      "the master (%s) did not answer", self->config->master);
+                      "%s did not answer", master_client_name (self->master));
     (void) frames;
     (void) frame_count;
     s_op_next (self, op);
@@ -1539,81 +1504,31 @@ s_op_next (self_t *self, op_t *op)
         s_op_done (self, op);
 }
 
-static call_t *
-s_call_take (self_t *self, uint64_t id)
-{
-    for (call_t *call = (call_t *) zlistx_first (self->calls); call;
-         call = (call_t *) zlistx_next (self->calls))
-        if (call->id == id) {
-            zlistx_delete (self->calls, zlistx_cursor (self->calls));
-            return call;
-        }
-    return NULL;
-}
-
 static void
-s_master_message (self_t *self)
+s_master_message (self_t *self, void *which)
 {
-    zframe_t *frame = zframe_recv (self->master);
-    if (!frame)
-        return;
-    while (zsock_rcvmore (self->master)) {
-        zframe_t *extra = zframe_recv (self->master);
-        zframe_destroy (&extra);
-    }
-    Kvpool__Cluster__V1__MasterReply *reply =
-        kvpool__cluster__v1__master_reply__unpack (NULL, zframe_size (frame), zframe_data (frame));
-    zframe_destroy (&frame);
-    if (!reply)
-        return;
-    call_t *call = s_call_take (self, reply->request_id);
+    void *handle;
+    Kvpool__Cluster__V1__MasterReply *reply = master_client_recv (self->master, which, &handle);
+    call_t *call = (call_t *) handle;
     if (call) {
         s_call_done (self, call, reply, NULL, NULL, 0);
         s_call_destroy (&call);
     }
-    kvpool__cluster__v1__master_reply__free_unpacked (reply, NULL);
+    master_client_reply_free (&reply);
 }
 
 static void
 s_peer_message (self_t *self, zsock_t *sock)
 {
-    void *handle = zsock_resolve (sock);
-    zmq_msg_t header;
-    zmq_msg_init (&header);
-    if (zmq_msg_recv (&header, handle, 0) == -1) {
-        zmq_msg_close (&header);
-        return;
-    }
-    //  The value frames, kept as messages: a fetched value is sent on without a copy.
-    size_t capacity = 8, count = 0;
-    zmq_msg_t *frames = (zmq_msg_t *) malloc (capacity * sizeof (zmq_msg_t));
-    assert (frames);
-    while (zsock_rcvmore (sock)) {
-        if (count == capacity) {
-            capacity *= 2;
-            frames = (zmq_msg_t *) realloc (frames, capacity * sizeof (zmq_msg_t));
-            assert (frames);
-        }
-        zmq_msg_init (&frames[count]);
-        if (zmq_msg_recv (&frames[count], handle, 0) == -1) {
-            zmq_msg_close (&frames[count]);
-            break;
-        }
-        count++;
-    }
-    Kvpool__V1__Reply *reply = kvpool__v1__reply__unpack (NULL, zmq_msg_size (&header),
-                                                          (const uint8_t *) zmq_msg_data (&header));
-    zmq_msg_close (&header);
-    call_t *call = reply ? s_call_take (self, reply->request_id) : NULL;
+    zmq_msg_t *frames;
+    size_t count;
+    Kvpool__V1__Reply *reply = peer_link_recv (sock, &frames, &count);
+    call_t *call = reply ? (call_t *) rpc_calls_take (self->peer_calls, reply->request_id) : NULL;
     if (call) {
         s_call_done (self, call, NULL, reply, frames, count);
         s_call_destroy (&call);
     }
-    if (reply)
-        kvpool__v1__reply__free_unpacked (reply, NULL);
-    for (size_t i = 0; i < count; i++)
-        zmq_msg_close (&frames[i]);
-    free (frames);
+    peer_link_reply_free (&reply, &frames, count);
 }
 
 //  Connections to nodes unused for this long are closed (a node that left the cluster is
@@ -1631,25 +1546,21 @@ s_expire (self_t *self)
             && strcmp (peer->node_id, self->args->node_id) != 0)
             s_peer_disconnect (self, peer);
     }
-    call_t *call = (call_t *) zlistx_first (self->calls);
-    while (call) {
-        if (call->deadline <= now) {
-            zlistx_delete (self->calls, zlistx_cursor (self->calls));
-            if (call->kind == CALL_PEER) {
-                //  A node that does not answer may be gone: its connections are closed, so
-                //  that libzmq stops reconnecting to its port (which another process may
-                //  take) and what was queued for it goes; the next call connects again.
-                peer_t *peer = self->peers[call->peer];
-                peer->suspect_until = now + SUSPECT_MS;
-                s_peer_disconnect (self, peer);
-            }
-            self->failures++;
-            s_call_done (self, call, NULL, NULL, NULL, 0);
-            s_call_destroy (&call);
-            call = (call_t *) zlistx_first (self->calls);
-        }
-        else
-            call = (call_t *) zlistx_next (self->calls);
+    call_t *call;
+    while ((call = (call_t *) master_client_expired (self->master))) {
+        s_call_done (self, call, NULL, NULL, NULL, 0);
+        s_call_destroy (&call);
+    }
+    while ((call = (call_t *) rpc_calls_expired (self->peer_calls, now))) {
+        //  A node that does not answer may be gone: its connections are closed, so that
+        //  libzmq stops reconnecting to its port (which another process may take) and what
+        //  was queued for it goes; the next call connects again.
+        peer_t *peer = self->peers[call->peer];
+        peer->suspect_until = now + SUSPECT_MS;
+        s_peer_disconnect (self, peer);
+        self->failures++;
+        s_call_done (self, call, NULL, NULL, NULL, 0);
+        s_call_destroy (&call);
     }
 }
 
@@ -1666,21 +1577,8 @@ s_self_new (zsock_t *pipe, const cluster_args_t *args)
     zsock_set_rcvhwm (self->router, 0);
     int rc = zsock_bind (self->router, "inproc://%s-cl", self->config->instance);
     assert (rc == 0);
-    self->master = zsock_new (ZMQ_DEALER);
-    assert (self->master);
-    zsock_set_linger (self->master, 0);
-    //  While the master is away a request fails at once, rather than wait in a queue.
-    zsock_set_immediate (self->master, 1);
-    zsock_set_sndhwm (self->master, 100000);
-    zsock_set_heartbeat_ivl (self->master, 1000);
-    zsock_set_heartbeat_timeout (self->master, 3000);
-    zsock_set_reconnect_ivl (self->master, 100);
-    zsock_set_reconnect_ivl_max (self->master,
-                                 0); //  no back-off: a returning master is found at once
-    kvp_curve_cluster_client (self->config->curve, self->master,
-                      kvp_curve_master_key (self->config->curve));
-    zsock_connect (self->master, "%s", self->config->master);
-    self->calls = zlistx_new ();
+    self->master = master_client_new (args, (int) self->config->cluster_timeout_ms);
+    self->peer_calls = rpc_calls_new ();
     pthread_mutex_init (&self->lock, NULL);
     self->wake_fd = eventfd (0, EFD_NONBLOCK | EFD_CLOEXEC);
     assert (self->wake_fd >= 0);
@@ -1690,7 +1588,9 @@ s_self_new (zsock_t *pipe, const cluster_args_t *args)
                         (int) self->config->cluster_timeout_ms, self->config->rdma ? device : NULL);
     assert (self->plane);
     data_plane_set_curve (self->plane, self->config->curve);
-    self->poller = zpoller_new (pipe, self->router, self->master, &self->wake_fd, NULL);
+    self->poller = zpoller_new (pipe, self->router, NULL);
+    master_client_poll_on (self->master, self->poller);
+    zpoller_add (self->poller, &self->wake_fd);
     return self;
 }
 
@@ -1706,12 +1606,12 @@ s_self_destroy (self_t **self_p)
     data_plane_destroy (&self->plane);
     s_runs_finished (self);
     call_t *call;
-    while ((call = (call_t *) zlistx_first (self->calls))) {
-        zlistx_delete (self->calls, zlistx_cursor (self->calls));
+    while ((call = (call_t *) master_client_cancel (self->master))
+           || (call = (call_t *) rpc_calls_first (self->peer_calls))) {
         s_call_done (self, call, NULL, NULL, NULL, 0);
         s_call_destroy (&call);
     }
-    zlistx_destroy (&self->calls);
+    rpc_calls_destroy (&self->peer_calls);
     for (size_t i = 0; i < self->peer_count; i++) {
         s_peer_disconnect (self, self->peers[i]);
         free (self->peers[i]);
@@ -1719,7 +1619,7 @@ s_self_destroy (self_t **self_p)
     zpoller_destroy (&self->poller);
     close (self->wake_fd);
     pthread_mutex_destroy (&self->lock);
-    zsock_destroy (&self->master);
+    master_client_destroy (&self->master);
     zsock_destroy (&self->router);
     free (self);
     *self_p = NULL;
@@ -1751,8 +1651,8 @@ cluster_actor (zsock_t *pipe, void *args)
             else
                 zframe_destroy (&routing_id);
         }
-        else if (which == self->master)
-            s_master_message (self);
+        else if (master_client_owns (self->master, which))
+            s_master_message (self, which);
         else if (which == &self->wake_fd)
             s_runs_finished (self);
         else if (which)
