@@ -122,8 +122,7 @@ s_describe (master_client_t *self, Kvpool__Cluster__V1__Node *node)
 }
 
 uint64_t
-master_client_send (master_client_t *self, Kvpool__Cluster__V1__NodeRequest *request,
-                    void *handle)
+master_client_send (master_client_t *self, Kvpool__Cluster__V1__NodeRequest *request, void *handle)
 {
     Kvpool__Cluster__V1__Node node = KVPOOL__CLUSTER__V1__NODE__INIT;
     s_describe (self, &node);
@@ -256,7 +255,8 @@ s_fake_master (zsock_t *pipe, void *args)
         if (held_id) {
             reply.request_id = held_id;
             reply.kind = KVPOOL__CLUSTER__V1__KIND__LOCATE;
-            zframe_t *late = zframe_new (NULL, kvpool__cluster__v1__master_reply__get_packed_size (&reply));
+            zframe_t *late =
+                zframe_new (NULL, kvpool__cluster__v1__master_reply__get_packed_size (&reply));
             kvpool__cluster__v1__master_reply__pack (&reply, zframe_data (late));
             zframe_send (&held_to, router, ZFRAME_MORE);
             zframe_send (&late, router, 0);
@@ -273,7 +273,8 @@ s_fake_master (zsock_t *pipe, void *args)
             reply.error = (char *) "unknown node n1: register";
         }
         reply.count = request->registration;
-        zframe_t *out = zframe_new (NULL, kvpool__cluster__v1__master_reply__get_packed_size (&reply));
+        zframe_t *out =
+            zframe_new (NULL, kvpool__cluster__v1__master_reply__get_packed_size (&reply));
         kvpool__cluster__v1__master_reply__pack (&reply, zframe_data (out));
         zframe_send (&routing_id, router, ZFRAME_MORE);
         zframe_send (&out, router, 0);

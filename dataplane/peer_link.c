@@ -195,8 +195,7 @@ peer_link_reply_free (Kvpool__V1__Reply **reply_p, zmq_msg_t **frames_p, size_t 
 
 peer_link_rc_t
 peer_link_call (peer_link_t *self, Kvpool__V1__Request *request, zmq_msg_t *values, size_t count,
-                int timeout_ms, Kvpool__V1__Reply **reply_p, zmq_msg_t **frames_p,
-                size_t *count_p)
+                int timeout_ms, Kvpool__V1__Reply **reply_p, zmq_msg_t **frames_p, size_t *count_p)
 {
     *reply_p = NULL;
     *frames_p = NULL;

@@ -65,8 +65,8 @@ int64_t peer_link_last_used (peer_link_t *self);
 //  values[0 .. count) after it, without blocking the caller on a slow node (the link has no
 //  high-water mark). The value frames are taken (each is closed or sent, either way).
 //  Returns 0, or -1 when the request did not go.
-int peer_link_send (peer_link_t *self, Kvpool__V1__Request *request, uint64_t id,
-                    zmq_msg_t *values, size_t count);
+int peer_link_send (peer_link_t *self, Kvpool__V1__Request *request, uint64_t id, zmq_msg_t *values,
+                    size_t count);
 
 //  Receives one whole message from sock (a link's: the owner's poller said it is ready):
 //  the decoded reply, or NULL when it is not a Reply (dropped). With a reply, *frames_p and
@@ -81,10 +81,9 @@ void peer_link_reply_free (Kvpool__V1__Reply **reply_p, zmq_msg_t **frames_p, si
 //  id) and values as peer_link_send, then waits up to timeout_ms for the answer with that
 //  id; answers to earlier requests of this link, late, are dropped. PEER_LINK_OK with
 //  *reply_p, *frames_p and *count_p set (free them with peer_link_reply_free).
-peer_link_rc_t peer_link_call (peer_link_t *self, Kvpool__V1__Request *request,
-                               zmq_msg_t *values, size_t count, int timeout_ms,
-                               Kvpool__V1__Reply **reply_p, zmq_msg_t **frames_p,
-                               size_t *count_p);
+peer_link_rc_t peer_link_call (peer_link_t *self, Kvpool__V1__Request *request, zmq_msg_t *values,
+                               size_t count, int timeout_ms, Kvpool__V1__Reply **reply_p,
+                               zmq_msg_t **frames_p, size_t *count_p);
 
 void peer_link_test (bool verbose);
 
