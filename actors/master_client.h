@@ -74,8 +74,8 @@ void master_client_set_space (master_client_t *self, uint64_t capacity, uint64_t
 //  Sends request: its version, id, node and fencing pair are filled here. With a handle,
 //  a call: the handle comes back with its reply (master_client_recv) or, past the
 //  timeout, as expired (master_client_expired). Without, nobody waits. Returns the
-//  request's id, or 0 when it did not go: the master is unreachable (counted,
-//  master_client_failures).
+//  request's id (also in request->request_id, set either way), or 0 when it did not go: the
+//  master is unreachable (counted, master_client_failures).
 uint64_t master_client_send (master_client_t *self, Kvpool__Cluster__V1__NodeRequest *request,
                              void *handle);
 

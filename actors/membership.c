@@ -48,11 +48,11 @@ typedef struct {
 //  Silence from the master this long is said in the log (once, and once when it answers).
 #define MASTER_SILENT_MS 5000
 
-//  Sends request to the master, nobody waiting (the next beat goes anyway). Returns its id.
-static uint64_t
+//  Sends request to the master, nobody waiting (the next beat goes anyway).
+static void
 s_send (self_t *self, Kvpool__Cluster__V1__NodeRequest *request)
 {
-    return master_client_send (self->master, request, NULL);
+    master_client_send (self->master, request, NULL);
 }
 
 static void
@@ -69,7 +69,8 @@ s_beat (self_t *self)
     Kvpool__Cluster__V1__NodeRequest request = KVPOOL__CLUSTER__V1__NODE_REQUEST__INIT;
     if (self->state == UNREGISTERED) {
         request.kind = KVPOOL__CLUSTER__V1__KIND__REGISTER;
-        self->register_id = s_send (self, &request);
+        s_send (self, &request);
+        self->register_id = request.request_id; //  (set even when it did not go)
     }
     else {
         request.kind = KVPOOL__CLUSTER__V1__KIND__HEARTBEAT;
