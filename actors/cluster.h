@@ -41,10 +41,6 @@ typedef struct {
 //  args: a cluster_args_t * that outlives the actor.
 void cluster_actor (zsock_t *pipe, void *args);
 
-//  Fills node's identity (id, host, client endpoint, data plane) from args: how a node names
-//  itself to the master (the cluster and membership actors both do).
-void cluster_node_describe (const cluster_args_t *args, Kvpool__Cluster__V1__Node *node);
-
 void cluster_test (bool verbose);
 
 #endif

@@ -5,13 +5,15 @@
     (heartbeats). Any reply that says the master does not know this node, or carries another
     epoch, sends it back to unregistered. A reply that does not come is not an error: the
     next beat goes anyway (the master may be restarting), and requests to an absent master
-    fail at once (ZMQ_IMMEDIATE) rather than queue up for its return.
+    fail at once (ZMQ_IMMEDIATE) rather than queue up for its return. Every word to the master
+    goes through this actor's master client (master_client.h): the connection, ids, the
+    registration pair it keeps for the node, and what makes a reply stale.
 
     Threads: one. Talks to the replica-manager and the allocator with jobs, like any actor.
 */
 #include "actors/membership.h"
 
-#include "infra/curve.h"
+#include "actors/master_client.h"
 #include "infra/log.h"
 
 #include "kvpool_status.h"
@@ -25,21 +27,17 @@ typedef enum { UNREGISTERED, REPORTING, REGISTERED } state_t;
 
 typedef struct {
     zsock_t *pipe;
-    zsock_t *master;
+    master_client_t *master;
     zsock_t *rm; //  the replica-manager, whose thread also answers the allocator's AL_STATS
     const cluster_args_t *args;
     const kvp_config_t *config;
     state_t state;
-    uint64_t epoch;
-    uint64_t registration; //  the master's number for this registration (secret)
-    uint64_t capacity, free;
     bool stats_out, inventory_out;
     size_t drops_out; //  removes of refused copies at the replica-manager
     //  The objects the last inventory reported (key -> object id), until the master has
     //  answered every chunk of it: a refused copy is dropped only if it is still that object.
     zhashx_t *reported;
     size_t reports_out;
-    uint64_t next_id;
     uint64_t register_id; //  the REGISTER whose reply counts
     int64_t next_beat;
     int64_t last_heard; //  the master's last reply (zclock_mono), or the start
@@ -50,26 +48,11 @@ typedef struct {
 //  Silence from the master this long is said in the log (once, and once when it answers).
 #define MASTER_SILENT_MS 5000
 
+//  Sends request to the master, nobody waiting (the next beat goes anyway).
 static void
 s_send (self_t *self, Kvpool__Cluster__V1__NodeRequest *request)
 {
-    Kvpool__Cluster__V1__Node node = KVPOOL__CLUSTER__V1__NODE__INIT;
-    cluster_node_describe (self->args, &node);
-    node.capacity = self->capacity;
-    node.free = self->free;
-    request->version = KVP_PROTOCOL_VERSION;
-    request->request_id = ++self->next_id;
-    request->node = &node;
-    request->epoch = self->epoch;
-    //  The master's secret for this registration: only with it does a heartbeat or a report
-    //  count as this node's.
-    request->registration = self->registration;
-    size_t size = kvpool__cluster__v1__node_request__get_packed_size (request);
-    zmq_msg_t msg;
-    zmq_msg_init_size (&msg, size);
-    kvpool__cluster__v1__node_request__pack (request, (uint8_t *) zmq_msg_data (&msg));
-    if (zmq_msg_send (&msg, zsock_resolve (self->master), ZMQ_DONTWAIT) == -1)
-        zmq_msg_close (&msg);
+    master_client_send (self->master, request, NULL);
 }
 
 static void
@@ -87,7 +70,7 @@ s_beat (self_t *self)
     if (self->state == UNREGISTERED) {
         request.kind = KVPOOL__CLUSTER__V1__KIND__REGISTER;
         s_send (self, &request);
-        self->register_id = self->next_id;
+        self->register_id = request.request_id; //  (set even when it did not go)
     }
     else {
         request.kind = KVPOOL__CLUSTER__V1__KIND__HEARTBEAT;
@@ -98,7 +81,7 @@ s_beat (self_t *self)
     if (!self->silent && silent_ms > MASTER_SILENT_MS) {
         kvp_warning ("no answer from the master %s for %lld ms: node %s serves what it holds and "
                      "registers when the master answers",
-                     self->config->master, (long long) silent_ms, self->args->node_id);
+                     master_client_endpoint (self->master), (long long) silent_ms, self->args->node_id);
         self->silent = true;
     }
 }
@@ -149,7 +132,7 @@ s_inventory_send (self_t *self, kvp_job_t *job)
     free (keys);
     free (sizes);
     kvp_info ("node %s registered with %s: %zu objects reported", self->args->node_id,
-              self->config->master, job->count);
+              master_client_endpoint (self->master), job->count);
 }
 
 //  The master refused copies this node reported: each key was written again while the node
@@ -186,25 +169,21 @@ s_drop_refused (self_t *self, const Kvpool__Cluster__V1__MasterReply *reply)
 }
 
 static void
-s_master_reply (self_t *self)
+s_master_reply (self_t *self, void *which)
 {
-    zframe_t *frame = zframe_recv (self->master);
-    if (!frame)
-        return;
-    Kvpool__Cluster__V1__MasterReply *reply =
-        kvpool__cluster__v1__master_reply__unpack (NULL, zframe_size (frame), zframe_data (frame));
-    zframe_destroy (&frame);
+    void *call;
+    Kvpool__Cluster__V1__MasterReply *reply = master_client_recv (self->master, which, &call);
     if (!reply)
         return;
     self->last_heard = zclock_mono ();
     if (self->silent) {
-        kvp_info ("the master %s answers again", self->config->master);
+        kvp_info ("the master %s answers again", master_client_endpoint (self->master));
         self->silent = false;
     }
     if (reply->kind == KVPOOL__CLUSTER__V1__KIND__REGISTER && reply->status != KVPOOL_OK
         && reply->request_id == self->register_id)
         kvp_warning ("the master %s refused node %s: %s (status %d); trying again",
-                     self->config->master, self->args->node_id,
+                     master_client_endpoint (self->master), self->args->node_id,
                      reply->error && *reply->error ? reply->error : "no reason given",
                      reply->status);
     if (reply->kind == KVPOOL__CLUSTER__V1__KIND__INVENTORY) {
@@ -216,12 +195,8 @@ s_master_reply (self_t *self)
     if (reply->kind == KVPOOL__CLUSTER__V1__KIND__REGISTER) {
         if (reply->request_id == self->register_id && reply->status == KVPOOL_OK
             && self->state == UNREGISTERED) {
-            self->epoch = reply->epoch;
-            self->registration = reply->registration;
-            if (self->args->registration) {
-                atomic_store (&self->args->registration->epoch, reply->epoch);
-                atomic_store (&self->args->registration->number, reply->registration);
-            }
+            //  The node's registration, for every client of the node to send back.
+            master_client_registered (self->master, reply->epoch, reply->registration);
             self->state = REPORTING;
             //  What this node holds, for the master to know again.
             kvp_job_t *job = kvp_job_new (KVP_RM_INVENTORY, 0);
@@ -233,16 +208,16 @@ s_master_reply (self_t *self)
             }
         }
     }
-    else if (reply->status != KVPOOL_OK || reply->epoch != self->epoch) {
+    else if (master_client_stale (self->master, reply)) {
         //  The master does not know this node (restarted, or declared it dead): again.
         if (self->state == REGISTERED) {
-            kvp_warning ("the master (%s) does not know node %s: registering again",
-                         self->config->master, self->args->node_id);
+            kvp_warning ("%s does not know node %s: registering again",
+                         master_client_name (self->master), self->args->node_id);
             self->state = UNREGISTERED;
             self->next_beat = zclock_mono (); //  at once
         }
     }
-    kvpool__cluster__v1__master_reply__free_unpacked (reply, NULL);
+    master_client_reply_free (&reply);
 }
 
 //  A job back from the replica-manager: the allocator's free space, a drop report's removal,
@@ -252,10 +227,11 @@ s_rm_reply (self_t *self)
 {
     kvp_job_t *job = kvp_job_recv (self->rm);
     if (job && job->kind == KVP_AL_STATS) {
-        self->capacity = job->stats.bytes_mounted;
-        self->free = job->stats.bytes_mounted > job->stats.bytes_allocated
-                         ? job->stats.bytes_mounted - job->stats.bytes_allocated
-                         : 0;
+        uint64_t capacity = job->stats.bytes_mounted;
+        master_client_set_space (self->master, capacity,
+                                 capacity > job->stats.bytes_allocated
+                                     ? capacity - job->stats.bytes_allocated
+                                     : 0);
         self->stats_out = false;
     }
     else if (job && job->kind == KVP_RM_REMOVE)
@@ -278,22 +254,14 @@ membership_actor (zsock_t *pipe, void *args)
     self->pipe = pipe;
     self->args = (const cluster_args_t *) args;
     self->config = self->args->config;
-    self->master = zsock_new (ZMQ_DEALER);
+    //  (Its calls are not tracked: the timeout is never used.)
+    self->master = master_client_new (self->args, (int) self->config->cluster_timeout_ms);
     self->rm = zsock_new (ZMQ_DEALER);
     assert (self->master && self->rm);
-    zsock_set_linger (self->master, 0);
-    zsock_set_immediate (self->master, 1);
-    zsock_set_sndhwm (self->master, 100000);
-    zsock_set_reconnect_ivl (self->master, 100);
-    zsock_set_reconnect_ivl_max (self->master,
-                                 0); //  no back-off: a returning master is found at once
-    zsock_set_heartbeat_ivl (self->master, 1000);
-    zsock_set_heartbeat_timeout (self->master, 3000);
-    kvp_curve_cluster_client (self->config->curve, self->master,
-                      kvp_curve_master_key (self->config->curve));
-    zsock_connect (self->master, "%s", self->config->master);
     zsock_connect (self->rm, "inproc://%s-rm", self->config->instance);
-    zpoller_t *poller = zpoller_new (pipe, self->master, self->rm, NULL);
+    zpoller_t *poller = zpoller_new (pipe, NULL);
+    master_client_poll_on (self->master, poller);
+    zpoller_add (poller, self->rm);
     zsock_signal (pipe, 0);
     //  The first REGISTER once the allocator said how much memory the node has (placement
     //  passes over a node too small for a value), and the connection had a moment.
@@ -313,8 +281,8 @@ membership_actor (zsock_t *pipe, void *args)
                 self->terminated = true;
             zstr_free (&command);
         }
-        else if (which == self->master)
-            s_master_reply (self);
+        else if (master_client_owns (self->master, which))
+            s_master_reply (self, which);
         else if (which == self->rm)
             s_rm_reply (self);
         else if (zpoller_terminated (poller))
@@ -331,7 +299,7 @@ membership_actor (zsock_t *pipe, void *args)
     }
     zhashx_destroy (&self->reported);
     zpoller_destroy (&poller);
-    zsock_destroy (&self->master);
+    master_client_destroy (&self->master);
     zsock_destroy (&self->rm);
     free (self);
 }

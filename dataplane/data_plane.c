@@ -9,10 +9,12 @@
 
     A task is one request and its reply, on the connection its worker keeps to that endpoint
     (worker_t.links, created on first use, owned and touched only by that worker's thread;
-    the pool joins the workers before data_plane_destroy closes them). Request ids grow per
-    connection; a connection whose node did not answer in time is closed, so a late answer can
-    never be taken for a later request's. Connections unused for LINK_IDLE_MS are closed when
-    their worker next runs a task.
+    the pool joins the workers before data_plane_destroy closes them). The request, its id,
+    the wait for its reply and the sockets are dataplane/peer_link.h's, the layer the cluster
+    actor's peer control uses too (peer_link_call: ids grow per connection). A connection
+    whose node did not answer in time is closed (with its RDMA queue pairs), so a late answer
+    can never be taken for a later request's. Connections unused for LINK_IDLE_MS are closed
+    when their worker next runs a task.
 
     A write's value is copied into the request's frame on the worker: the source belongs to
     the caller only until done runs, and libzmq may hold a frame longer than that when a node
@@ -36,6 +38,7 @@
 #include "kvpool_status.h"
 #include "protocol/contract.h"
 #include "protocol/kvpool.pb-c.h"
+#include "dataplane/peer_link.h"
 #include "rdma/rdma.h"
 #include "infra/curve.h"
 #include "transfer/transfer_pool.h"
@@ -50,8 +53,8 @@
 #define TEMP_ID_BASE 0x80000000u
 
 typedef struct {
-    zsock_t *sock;
-    uint64_t next_id;
+    char name[400];   //  its key in worker_t.links
+    peer_link_t *rpc; //  requests and replies
     int64_t last_used;
     kvp_rdma_conn_t *conn; //  RDMA to this node, once connected ...
     uint64_t conn_id;      //  ... and the node's id for it
@@ -106,7 +109,7 @@ s_link_destroy (void **item)
     if (link) {
         //  The queue pairs go first: nothing moves into memory this side lets go of.
         kvp_rdma_conn_destroy (&link->conn);
-        zsock_destroy (&link->sock);
+        peer_link_destroy (&link->rpc);
         free (link);
         *item = NULL;
     }
@@ -138,24 +141,26 @@ s_link (data_plane_t *plane, worker_t *worker, const data_plane_xfer_t *xfer)
     }
     link_t *link = (link_t *) zhashx_lookup (worker->links, endpoint);
     if (!link) {
-        zsock_t *sock = zsock_new (ZMQ_DEALER);
-        if (!sock)
+        peer_link_t *rpc = peer_link_new (xfer->endpoint, xfer->curve_key, plane->curve, false);
+        if (!rpc)
             return NULL;
-        zsock_set_linger (sock, 0);
-        zsock_set_sndhwm (sock, 0);
-        zsock_set_rcvhwm (sock, 0);
-        zsock_set_reconnect_ivl (sock, 100);
-        kvp_curve_cluster_client (plane->curve, sock, xfer->curve_key);
-        if (zsock_connect (sock, "%s", xfer->endpoint) != 0) {
-            zsock_destroy (&sock);
-            return NULL;
-        }
         link = (link_t *) zmalloc (sizeof (link_t));
-        link->sock = sock;
+        link->rpc = rpc;
+        snprintf (link->name, sizeof link->name, "%s", endpoint);
         zhashx_insert (worker->links, endpoint, link);
     }
     link->last_used = now;
     return link;
+}
+
+//  Closes link (its node did not answer, or a send failed): what was queued for the node
+//  goes, and the next task to it connects again.
+static void
+s_link_close (worker_t *worker, link_t *link)
+{
+    char name[sizeof link->name];
+    snprintf (name, sizeof name, "%s", link->name);
+    zhashx_delete (worker->links, name);
 }
 
 //  ---- a task: one request, one reply ---------------------------------------------------
@@ -170,8 +175,23 @@ s_fail (task_t *task, int status, bool answered)
     }
 }
 
-static int
-s_send (task_t *task, link_t *link, uint64_t id)
+//  One request and its reply on link (peer_link_call), counted.
+static peer_link_rc_t
+s_link_call (data_plane_t *plane, link_t *link, Kvpool__V1__Request *request, zmq_msg_t *values,
+             size_t count, Kvpool__V1__Reply **reply_p, zmq_msg_t **frames_p, size_t *count_p)
+{
+    atomic_fetch_add_explicit (&plane->requests, 1, memory_order_relaxed);
+    peer_link_rc_t rc = peer_link_call (link->rpc, request, values, count, plane->timeout_ms,
+                                        reply_p, frames_p, count_p);
+    if (rc == PEER_LINK_TIMEOUT)
+        atomic_fetch_add_explicit (&plane->timeouts, 1, memory_order_relaxed);
+    return rc;
+}
+
+//  Sends task's request on link, values with it, and waits for the reply.
+static peer_link_rc_t
+s_call (task_t *task, link_t *link, Kvpool__V1__Reply **reply_p, zmq_msg_t **frames_p,
+        size_t *count_p)
 {
     run_t *run = task->run;
     data_plane_xfer_t *first = &run->xfers[task->items[0]];
@@ -211,8 +231,6 @@ s_send (task_t *task, link_t *link, uint64_t id)
     }
     Kvpool__V1__Request request = KVPOOL__V1__REQUEST__INIT;
     Kvpool__V1__PutOptions put = KVPOOL__V1__PUT_OPTIONS__INIT;
-    request.version = KVP_PROTOCOL_VERSION;
-    request.request_id = id;
     request.keys = keys;
     request.n_keys = n;
     bool ranged = part || (first->kind == DATA_PLANE_READ && first->length > 0);
@@ -251,103 +269,15 @@ s_send (task_t *task, link_t *link, uint64_t id)
         request.checksums = checksums;
         request.n_checksums = n;
     }
-    void *handle = zsock_resolve (link->sock);
-    size_t size = kvpool__v1__request__get_packed_size (&request);
-    zmq_msg_t msg;
-    zmq_msg_init_size (&msg, size);
-    kvpool__v1__request__pack (&request, (uint8_t *) zmq_msg_data (&msg));
+    peer_link_rc_t rc = s_link_call (run->plane, link, &request, values, write ? n : 0, reply_p,
+                                     frames_p, count_p);
     free (keys);
     free (offsets);
     free (lengths);
     free (sizes);
     free (checksums);
-    int rc = zmq_msg_send (&msg, handle, write ? ZMQ_SNDMORE : 0);
-    if (rc == -1)
-        zmq_msg_close (&msg);
-    size_t sent = 0;
-    for (; write && rc != -1 && sent < n; sent++)
-        rc = zmq_msg_send (&values[sent], handle, sent + 1 < n ? ZMQ_SNDMORE : 0);
-    //  (a frame that failed to go is still ours, as are those after it)
-    for (size_t k = rc == -1 && sent ? sent - 1 : sent; write && k < n; k++)
-        zmq_msg_close (&values[k]);
     free (values);
-    return rc == -1 ? -1 : 0;
-}
-
-//  Receives one whole message: header and value frames. Returns the frame count (header
-//  included), or 0.
-static size_t
-s_recv (void *handle, zmq_msg_t **frames_p)
-{
-    size_t capacity = 8, count = 0;
-    zmq_msg_t *frames = (zmq_msg_t *) malloc (capacity * sizeof (zmq_msg_t));
-    assert (frames);
-    int more = 1;
-    while (more) {
-        if (count == capacity) {
-            capacity *= 2;
-            frames = (zmq_msg_t *) realloc (frames, capacity * sizeof (zmq_msg_t));
-            assert (frames);
-        }
-        zmq_msg_init (&frames[count]);
-        if (zmq_msg_recv (&frames[count], handle, 0) == -1) {
-            zmq_msg_close (&frames[count]);
-            break;
-        }
-        more = zmq_msg_more (&frames[count]);
-        count++;
-    }
-    if (more) { //  cut short: drop what came
-        for (size_t i = 0; i < count; i++)
-            zmq_msg_close (&frames[i]);
-        count = 0;
-    }
-    *frames_p = frames;
-    return count;
-}
-
-//  Waits for the node's answer to request id on link: the decoded reply and its value frames
-//  (the caller frees both). NULL when none came in time.
-static Kvpool__V1__Reply *
-s_await (data_plane_t *plane, link_t *link, uint64_t id, zmq_msg_t **frames_p, size_t *count_p)
-{
-    int64_t deadline = zclock_mono () + plane->timeout_ms;
-    void *handle = zsock_resolve (link->sock);
-    while (true) {
-        int64_t wait = deadline - zclock_mono ();
-        zmq_pollitem_t item = {handle, 0, ZMQ_POLLIN, 0};
-        if (wait <= 0 || zmq_poll (&item, 1, (long) wait) <= 0 || !(item.revents & ZMQ_POLLIN)) {
-            if (zclock_mono () < deadline)
-                continue; //  interrupted
-            atomic_fetch_add_explicit (&plane->timeouts, 1, memory_order_relaxed);
-            return NULL;
-        }
-        zmq_msg_t *frames = NULL;
-        size_t count = s_recv (handle, &frames);
-        Kvpool__V1__Reply *reply =
-            count ? kvpool__v1__reply__unpack (NULL, zmq_msg_size (&frames[0]),
-                                               (const uint8_t *) zmq_msg_data (&frames[0]))
-                  : NULL;
-        //  Not ours can only be a late answer to an earlier request of this link: dropped.
-        if (reply && reply->request_id == id) {
-            *frames_p = frames;
-            *count_p = count;
-            return reply;
-        }
-        if (reply)
-            kvpool__v1__reply__free_unpacked (reply, NULL);
-        for (size_t i = 0; i < count; i++)
-            zmq_msg_close (&frames[i]);
-        free (frames);
-    }
-}
-
-static void
-s_frames_free (zmq_msg_t *frames, size_t count)
-{
-    for (size_t i = 0; i < count; i++)
-        zmq_msg_close (&frames[i]);
-    free (frames);
+    return rc;
 }
 
 //  A read's checksum, as the node sent it (the whole value's, for a range too), and whether
@@ -379,7 +309,7 @@ s_take_reply (task_t *task, Kvpool__V1__Reply *reply, zmq_msg_t *frames, size_t 
                      : k < reply->n_statuses    ? reply->statuses[k]
                                                 : KVPOOL_INTERNAL_ERROR;
         if (status == KVPOOL_OK && read) {
-            zmq_msg_t *got = k + 1 < frame_count ? &frames[k + 1] : NULL;
+            zmq_msg_t *got = k < frame_count ? &frames[k] : NULL;
             size_t got_size = got ? zmq_msg_size (got) : 0;
             if (!got)
                 status = KVPOOL_TRANSFER_FAIL;
@@ -438,24 +368,18 @@ s_rdma_ready (data_plane_t *plane, worker_t *worker, link_t *link)
         return false;
     }
     Kvpool__V1__Request request = KVPOOL__V1__REQUEST__INIT;
-    request.version = KVP_PROTOCOL_VERSION;
-    request.request_id = ++link->next_id;
     request.op = KVPOOL__V1__OP__RDMA_CONNECT;
     request.rdma_data.data = data;
     request.rdma_data.len = size;
-    zmq_msg_t msg;
-    zmq_msg_init_size (&msg, kvpool__v1__request__get_packed_size (&request));
-    kvpool__v1__request__pack (&request, (uint8_t *) zmq_msg_data (&msg));
+    Kvpool__V1__Reply *reply = NULL;
+    zmq_msg_t *frames = NULL;
+    size_t count = 0;
+    peer_link_rc_t rc = s_link_call (plane, link, &request, NULL, 0, &reply, &frames, &count);
     free (data);
-    atomic_fetch_add_explicit (&plane->requests, 1, memory_order_relaxed);
-    if (zmq_msg_send (&msg, zsock_resolve (link->sock), 0) == -1) {
-        zmq_msg_close (&msg);
+    if (rc == PEER_LINK_SEND_FAILED) {
         kvp_rdma_conn_destroy (&conn);
         return false;
     }
-    zmq_msg_t *frames = NULL;
-    size_t count = 0;
-    Kvpool__V1__Reply *reply = s_await (plane, link, request.request_id, &frames, &count);
     bool connected = reply && reply->status == KVPOOL_OK && reply->rdma_conn
                      && kvp_rdma_conn_connect (conn, reply->rdma_data.data, reply->rdma_data.len,
                                                reason, sizeof reason)
@@ -467,10 +391,7 @@ s_rdma_ready (data_plane_t *plane, worker_t *worker, link_t *link)
     }
     else
         kvp_rdma_conn_destroy (&conn);
-    if (reply) {
-        kvpool__v1__reply__free_unpacked (reply, NULL);
-        s_frames_free (frames, count);
-    }
+    peer_link_reply_free (&reply, &frames, count);
     return connected;
 }
 
@@ -544,8 +465,6 @@ s_task_rdma (task_t *task, worker_t *worker, link_t *link)
     if (rc == 0) {
         Kvpool__V1__Request request = KVPOOL__V1__REQUEST__INIT;
         Kvpool__V1__PutOptions put = KVPOOL__V1__PUT_OPTIONS__INIT;
-        request.version = KVP_PROTOCOL_VERSION;
-        request.request_id = ++link->next_id;
         request.keys = wire;
         request.n_keys = n;
         request.rdma_conn = link->conn_id;
@@ -583,16 +502,9 @@ s_task_rdma (task_t *task, worker_t *worker, link_t *link)
             request.lengths = lens;
             request.n_lengths = n;
         }
-        zmq_msg_t msg;
-        zmq_msg_init_size (&msg, kvpool__v1__request__get_packed_size (&request));
-        kvpool__v1__request__pack (&request, (uint8_t *) zmq_msg_data (&msg));
-        atomic_fetch_add_explicit (&plane->requests, 1, memory_order_relaxed);
-        if (zmq_msg_send (&msg, zsock_resolve (link->sock), 0) == -1) {
-            zmq_msg_close (&msg);
+        if (s_link_call (plane, link, &request, NULL, 0, &reply, &frames, &frame_count)
+            == PEER_LINK_SEND_FAILED)
             rc = -1;
-        }
-        else
-            reply = s_await (plane, link, request.request_id, &frames, &frame_count);
         if (rc == 0 && !reply) {
             //  No answer: the queue pairs go before the memory they may write is let go.
             kvp_rdma_conn_destroy (&link->conn);
@@ -644,10 +556,7 @@ s_task_rdma (task_t *task, worker_t *worker, link_t *link)
             }
         }
     }
-    if (reply) {
-        kvpool__v1__reply__free_unpacked (reply, NULL);
-        s_frames_free (frames, frame_count);
-    }
+    peer_link_reply_free (&reply, &frames, frame_count);
     for (size_t k = 0; k < n; k++) {
         if (temps[k])
             kvp_rdma_deregister (worker->rdma, temps[k]);
@@ -663,14 +572,13 @@ s_task_rdma (task_t *task, worker_t *worker, link_t *link)
     return rc;
 }
 
-static void s_task_tcp (task_t *task, worker_t *worker, link_t *link, const char *endpoint);
+static void s_task_tcp (task_t *task, worker_t *worker, link_t *link);
 
 static void
 s_task_run (void *arg, int worker_index)
 {
     task_t *task = (task_t *) arg;
     data_plane_t *plane = task->run->plane;
-    const char *endpoint = task->run->xfers[task->items[0]].endpoint;
     assert (worker_index >= 0 && worker_index < plane->worker_count);
     worker_t *worker = &plane->workers[worker_index];
     link_t *link = s_link (plane, worker, &task->run->xfers[task->items[0]]);
@@ -681,7 +589,7 @@ s_task_run (void *arg, int worker_index)
     if (s_rdma_ready (plane, worker, link)) {
         if (s_task_rdma (task, worker, link) == 0) {
             if (!link->conn && !task->run->xfers[task->items[0]].answered) {
-                zhashx_delete (worker->links, endpoint); //  timed out
+                s_link_close (worker, link); //  timed out
                 return;
             }
             //  Values larger than the room offered (replaced since the master said their
@@ -694,38 +602,30 @@ s_task_run (void *arg, int worker_index)
                     items[again.count++] = task->items[k];
             again.items = items;
             if (again.count)
-                s_task_tcp (&again, worker, link, endpoint);
+                s_task_tcp (&again, worker, link);
             free (items);
             return;
         }
     }
-    s_task_tcp (task, worker, link, endpoint);
+    s_task_tcp (task, worker, link);
 }
 
 //  Runs task over tcp: the values in frames.
 static void
-s_task_tcp (task_t *task, worker_t *worker, link_t *link, const char *endpoint)
+s_task_tcp (task_t *task, worker_t *worker, link_t *link)
 {
-    data_plane_t *plane = task->run->plane;
-    uint64_t id = ++link->next_id;
-    atomic_fetch_add_explicit (&plane->requests, 1, memory_order_relaxed);
-    if (s_send (task, link, id) != 0) {
-        s_fail (task, KVPOOL_TRANSFER_FAIL, false);
-        zhashx_delete (worker->links, endpoint);
-        return;
-    }
+    Kvpool__V1__Reply *reply = NULL;
     zmq_msg_t *frames = NULL;
     size_t count = 0;
-    Kvpool__V1__Reply *reply = s_await (plane, link, id, &frames, &count);
-    if (!reply) {
-        //  The node did not answer: its connection goes, and with it what is queued.
+    if (s_call (task, link, &reply, &frames, &count) != PEER_LINK_OK) {
+        //  The node did not answer, or the request did not go: the connection goes, and
+        //  with it what is queued.
         s_fail (task, KVPOOL_TRANSFER_FAIL, false);
-        zhashx_delete (worker->links, endpoint);
+        s_link_close (worker, link);
         return;
     }
     s_take_reply (task, reply, frames, count);
-    kvpool__v1__reply__free_unpacked (reply, NULL);
-    s_frames_free (frames, count);
+    peer_link_reply_free (&reply, &frames, count);
 }
 
 //  ---- runs --------------------------------------------------------------------------

@@ -16,6 +16,7 @@
 #include "master/directory.h"
 #include "master/master.h"
 #include "actors/cluster.h"
+#include "actors/master_client.h"
 #include "master/node_table.h"
 #include "infra/object_table.h"
 #include "infra/conn_guard.h"
@@ -33,6 +34,8 @@
 #include "transfer/vm_read.h"
 #include "transfer/value_checksum.h"
 #include "dataplane/data_plane.h"
+#include "dataplane/peer_link.h"
+#include "dataplane/rpc_calls.h"
 #include "actors/rdma_serve.h"
 #include "infra/socket_cookie.h"
 #include "actors/transfer_submitter.h"
@@ -78,6 +81,8 @@ static selftest_t s_tests[] = {{"kvp_status", kvp_status_test},
                                {"transfer_pool", transfer_pool_test},
                                {"vm_read", vm_read_test},
                                {"value_checksum", value_checksum_test},
+                               {"rpc_calls", rpc_calls_test},
+                               {"peer_link", peer_link_test},
                                {"data_plane", data_plane_test},
                                {"rdma_serve", rdma_serve_test},
                                {"allocator", allocator_test},
@@ -109,6 +114,7 @@ static selftest_t s_tests[] = {{"kvp_status", kvp_status_test},
                                {"directory", directory_test},
                                {"node_table", node_table_test},
                                {"master", master_test},
+                               {"master_client", master_client_test},
                                {"cluster", cluster_test},
                                {"rdma_regs", kvp_rdma_regs_test},
                                {"rdma_wire", kvp_rdma_wire_test},

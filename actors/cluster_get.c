@@ -1,0 +1,345 @@
+/*  cluster_get.c - the cluster actor's gets and lookups: LOCATE, FETCH, EXIST, NODES
+    (cluster_op.h).
+
+    What this node does not hold is located at the master and read from a node that holds
+    it, one on this node's host first, else the one with fewest calls out (nodes that timed
+    out lately last). A value larger than --stripe-size comes as ranged reads over the
+    node's connections in parallel, into one buffer; a smaller one is the received frame
+    itself, sent on to the client without a copy. A node that fails or does not have the key
+    is passed over for the next one; only when none is left is the key missing or failed. A
+    large value asked for with redirect is read by the client itself from its node.
+
+    Checksums (transfer/value_checksum.h): a get verifies what it read before it is handed
+    on: a whole value on the data plane's worker that received it, a striped one here once
+    assembled; a mismatch is counted (checksum_failures) and the next holder read, as for a
+    node that failed.
+
+    Threads: the cluster actor's. A fetched value is owned by its job item (item->buffer)
+    until it is sent.
+*/
+#include "actors/cluster_op.h"
+
+#include "infra/log.h"
+#include "transfer/value_checksum.h"
+
+void
+cluster_locate_start (self_t *self, op_t *op, bool missing_only)
+{
+    kvp_job_t *job = op->job;
+    size_t n = 0;
+    size_t *items = (size_t *) malloc ((job->count ? job->count : 1) * sizeof (size_t));
+    ProtobufCBinaryData *keys =
+        (ProtobufCBinaryData *) malloc ((job->count ? job->count : 1) * sizeof *keys);
+    assert (items && keys);
+    for (size_t i = 0; i < job->count; i++) {
+        kvp_item_t *item = &job->items[i];
+        if (missing_only ? item->status != KVPOOL_OBJECT_NOT_FOUND
+                         : (item->status != KVPOOL_OK || item->key_len == 0))
+            continue;
+        items[n] = i;
+        keys[n].data = (uint8_t *) item->key;
+        keys[n++].len = item->key_len;
+    }
+    Kvpool__Cluster__V1__NodeRequest request = KVPOOL__CLUSTER__V1__NODE_REQUEST__INIT;
+    request.kind = KVPOOL__CLUSTER__V1__KIND__LOCATE;
+    request.keys = keys;
+    request.n_keys = n;
+    if (n == 0)
+        free (items);
+    else if (cluster_master_send (self, op, &request, items, n) != 0) {
+        for (size_t i = 0; i < job->count; i++)
+            if (missing_only && job->items[i].status == KVPOOL_OBJECT_NOT_FOUND)
+                job->items[i].status = KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS;
+        kvp_job_fail (job, missing_only ? KVPOOL_OK : KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS,
+                      "%s is unreachable", master_client_name (self->master));
+    }
+    free (keys);
+}
+
+static void
+s_msg_free (void *buffer)
+{
+    zmq_msg_t *msg = (zmq_msg_t *) buffer;
+    zmq_msg_close (msg);
+    free (msg);
+}
+
+static void s_fetch_add (self_t *self, op_t *op, run_t *run, size_t i);
+
+//  The order in which a get tries the nodes that hold an item: this host's first, then the
+//  least busy; nodes that timed out lately last.
+static void
+s_fetch_order (self_t *self, fetch_t *fetch)
+{
+    int64_t now = zclock_mono ();
+    for (uint8_t a = 1; a < fetch->count; a++) {
+        int peer = fetch->peers[a];
+        uint8_t b = a;
+        while (b > 0) {
+            peer_t *x = self->peers[peer], *y = self->peers[fetch->peers[b - 1]];
+            int rank_x =
+                (x->suspect_until > now) * 4 + (strcmp (x->host_id, self->args->host_id) != 0) * 2;
+            int rank_y =
+                (y->suspect_until > now) * 4 + (strcmp (y->host_id, self->args->host_id) != 0) * 2;
+            if (rank_x > rank_y || (rank_x == rank_y && x->calls_out >= y->calls_out))
+                break;
+            fetch->peers[b] = fetch->peers[b - 1];
+            b--;
+        }
+        fetch->peers[b] = peer;
+    }
+}
+
+//  The client reads item's value from a node that holds it, in one hop: its status says so,
+//  and its locations name those nodes (job->nodes, the reply's node list).
+static void
+s_redirect (self_t *self, kvp_job_t *job, kvp_item_t *item,
+            const Kvpool__Cluster__V1__MasterReply *reply,
+            const Kvpool__Cluster__V1__Holders *holders)
+{
+    item->status = KVPOOL_REDIRECT;
+    self->redirects++;
+    item->location_count = 0;
+    for (size_t h = 0; h < holders->n_nodes && item->location_count < KVP_MAX_REPLICAS; h++) {
+        if (holders->nodes[h] >= reply->n_nodes)
+            continue;
+        const Kvpool__Cluster__V1__Node *node = reply->nodes[holders->nodes[h]];
+        if (strcmp (node->node_id, self->args->node_id) == 0)
+            continue;
+        size_t index = 0;
+        while (index < job->node_count && strcmp (job->nodes[index].node_id, node->node_id))
+            index++;
+        if (index == job->node_count) {
+            kvp_node_info_t *grown = (kvp_node_info_t *) realloc (
+                job->nodes, (job->node_count + 1) * sizeof (kvp_node_info_t));
+            assert (grown);
+            job->nodes = grown;
+            kvp_node_info_t *to = &job->nodes[job->node_count++];
+            memset (to, 0, sizeof *to);
+            snprintf (to->node_id, sizeof to->node_id, "%s", node->node_id);
+            snprintf (to->host_id, sizeof to->host_id, "%s", node->host_id);
+            snprintf (to->client_endpoint, sizeof to->client_endpoint, "%s", node->client_endpoint);
+            snprintf (to->curve_key, sizeof to->curve_key, "%s", node->curve_key);
+            to->alive = true;
+        }
+        item->locations[item->location_count++] = (uint16_t) index;
+    }
+    if (item->location_count == 0)
+        item->status = KVPOOL_OBJECT_NOT_FOUND; //  (fetched from a peer below)
+}
+
+void
+cluster_fetch_located (self_t *self, op_t *op, call_t *call,
+                       Kvpool__Cluster__V1__MasterReply *reply)
+{
+    kvp_job_t *job = op->job;
+    if (!op->fetch)
+        op->fetch = (fetch_t *) zmalloc (job->count * sizeof (fetch_t));
+    kvp_job_need_replicas (job);
+    for (size_t k = 0; k < call->count; k++) {
+        size_t i = call->items[k];
+        kvp_item_t *item = &job->items[i];
+        fetch_t *fetch = &op->fetch[i];
+        int status = cluster_key_status (reply, k, KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS);
+        if (status != KVPOOL_OK) {
+            item->status = status;
+            continue;
+        }
+        int holders[KVP_MAX_REPLICAS];
+        uint8_t count = cluster_holders (self, reply, reply->holders[k], holders);
+        for (uint8_t h = 0; h < count; h++)
+            if (!cluster_is_self (self, holders[h]))
+                fetch->peers[fetch->count++] = holders[h];
+        if (fetch->count == 0) {
+            item->status = KVPOOL_OBJECT_NOT_FOUND;
+            continue;
+        }
+        item->size = k < reply->n_sizes ? reply->sizes[k] : 0;
+        s_fetch_order (self, fetch);
+        if (job->redirect && !job->ranged && item->size >= REDIRECT_MIN_BYTES)
+            s_redirect (self, job, item, reply, reply->holders[k]);
+    }
+    //  Small values to one node go in one request; large ones in stripes.
+    run_t *run = cluster_run_new (self, op);
+    for (size_t k = 0; k < call->count; k++) {
+        size_t i = call->items[k];
+        if (op->fetch[i].count && job->items[i].status == KVPOOL_OBJECT_NOT_FOUND)
+            s_fetch_add (self, op, run, i);
+    }
+    cluster_run_start (self, run, NULL);
+    if (!reply)
+        kvp_job_fail (job, KVPOOL_OK, "%s did not answer", master_client_name (self->master));
+}
+
+//  Adds the reads of item i from its next candidate to run: the whole value, or stripes of
+//  it into one buffer. Marks the item failed when no candidate is left.
+static void
+s_fetch_add (self_t *self, op_t *op, run_t *run, size_t i)
+{
+    kvp_job_t *job = op->job;
+    kvp_item_t *item = &job->items[i];
+    fetch_t *fetch = &op->fetch[i];
+    if (item->buffer) {
+        item->buffer_free (item->buffer);
+        item->buffer = NULL;
+    }
+    if (fetch->next == fetch->count) {
+        item->status = fetch->any_failure ? KVPOOL_TRANSFER_FAIL : KVPOOL_OBJECT_NOT_FOUND;
+        return;
+    }
+    int peer = fetch->peers[fetch->next++];
+    uint64_t stripe = self->config->stripe_size;
+    uint64_t stripes = item->size > stripe ? (item->size + stripe - 1) / stripe : 1;
+    if (stripes > MAX_STRIPES) {
+        stripe = (item->size + MAX_STRIPES - 1) / MAX_STRIPES;
+        stripes = (item->size + stripe - 1) / stripe;
+    }
+    char *buffer = NULL;
+    if (stripes > 1) {
+        buffer = (char *) malloc (item->size);
+        if (!buffer) {
+            item->status = KVPOOL_INTERNAL_ERROR;
+            return;
+        }
+        item->buffer = buffer;
+        item->buffer_free = free;
+        item->replicas[0].addr = buffer;
+    }
+    for (uint64_t s = 0; s < stripes; s++) {
+        data_plane_xfer_t *xfer = cluster_run_add (run, i, peer);
+        xfer->kind = DATA_PLANE_READ;
+        xfer->key = item->key;
+        xfer->key_len = item->key_len;
+        xfer->size = item->size; //  as the master knows it: the room for a read by RDMA
+        if (stripes > 1) {
+            xfer->offset = s * stripe;
+            xfer->length = item->size - xfer->offset < stripe ? item->size - xfer->offset : stripe;
+            xfer->dst = buffer + xfer->offset;
+        }
+    }
+}
+
+//  A value read from a node did not match its checksum: counted, and never served (the
+//  next holder is read instead, as for a node that failed).
+static void
+s_checksum_failed (self_t *self, kvp_item_t *item, int peer)
+{
+    self->checksum_failures++;
+    kvp_warning ("the value of '%s' read from node %s does not match its checksum: "
+                 "reading another replica",
+                 item->key, self->peers[peer]->node_id);
+}
+
+//  A get's reads ended: items read whole or in every stripe are done; the others are read
+//  again from their next candidate, in a run of their own.
+void
+cluster_fetch_done (self_t *self, op_t *op, run_t *run)
+{
+    kvp_job_t *job = op->job;
+    run_t *again = cluster_run_new (self, op);
+    for (size_t x = 0; x < run->count;) {
+        size_t i = run->items[x], first = x;
+        kvp_item_t *item = &job->items[i];
+        fetch_t *fetch = &op->fetch[i];
+        bool ok = true;
+        for (; x < run->count && run->items[x] == i; x++) {
+            data_plane_xfer_t *xfer = &run->xfers[x];
+            if (xfer->status == KVPOOL_OK) {
+                self->remote_get_parts += xfer->length > 0;
+                continue;
+            }
+            ok = false;
+            if (xfer->corrupt)
+                s_checksum_failed (self, item, run->peers[x]);
+            if (xfer->status != KVPOOL_OBJECT_NOT_FOUND)
+                fetch->any_failure = true;
+            if (!xfer->answered) {
+                self->peers[run->peers[x]]->suspect_until = zclock_mono () + SUSPECT_MS;
+                self->failures++;
+            }
+        }
+        //  A value in stripes is verified here, whole, once they are all in.
+        uint64_t checksum = run->xfers[first].checksum;
+        if (ok && item->buffer && checksum && value_checksum_verify ()
+            && value_checksum (item->buffer, item->size) != checksum) {
+            s_checksum_failed (self, item, run->peers[first]);
+            fetch->any_failure = true;
+            ok = false;
+        }
+        if (!ok) {
+            //  This node could not serve it: the next one is tried.
+            s_fetch_add (self, op, again, i);
+            continue;
+        }
+        item->checksum = checksum; //  sent on with the value (Reply.checksums)
+        if (!item->buffer) {
+            //  Read whole: the received message is the value, sent on without a copy.
+            zmq_msg_t *msg = (zmq_msg_t *) malloc (sizeof (zmq_msg_t));
+            assert (msg);
+            zmq_msg_init (msg);
+            zmq_msg_move (msg, &run->xfers[first].frame);
+            item->buffer = msg;
+            item->buffer_free = s_msg_free;
+            item->size = zmq_msg_size (msg);
+            item->replicas[0].addr = zmq_msg_data (msg);
+        }
+        item->replica_count = 0;
+        item->status = KVPOOL_OK;
+        self->remote_gets++;
+        self->remote_get_bytes += item->size;
+    }
+    cluster_run_start (self, again, NULL);
+}
+
+void
+cluster_exist_reply (self_t *self, op_t *op, call_t *call, Kvpool__Cluster__V1__MasterReply *reply)
+{
+    kvp_job_t *job = op->job;
+    for (size_t k = 0; k < call->count; k++) {
+        kvp_item_t *item = &job->items[call->items[k]];
+        int status = cluster_key_status (reply, k, KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS);
+        item->status = status;
+        if (status == KVPOOL_OK)
+            item->size = k < reply->n_sizes ? reply->sizes[k] : 0;
+    }
+    if (!reply)
+        kvp_job_fail (job, KVPOOL_OK, "%s did not answer", master_client_name (self->master));
+}
+
+//  LOCATE and NODES: the master's nodes as the client protocol names them.
+void
+cluster_nodes_reply (self_t *self, op_t *op, call_t *call, Kvpool__Cluster__V1__MasterReply *reply)
+{
+    kvp_job_t *job = op->job;
+    if (!cluster_master_answered (self, job, reply))
+        return;
+    job->nodes =
+        (kvp_node_info_t *) calloc (reply->n_nodes ? reply->n_nodes : 1, sizeof (kvp_node_info_t));
+    assert (job->nodes);
+    job->node_count = reply->n_nodes;
+    for (size_t n = 0; n < reply->n_nodes; n++) {
+        const Kvpool__Cluster__V1__Node *from = reply->nodes[n];
+        kvp_node_info_t *to = &job->nodes[n];
+        snprintf (to->node_id, sizeof to->node_id, "%s", from->node_id);
+        snprintf (to->host_id, sizeof to->host_id, "%s", from->host_id);
+        snprintf (to->client_endpoint, sizeof to->client_endpoint, "%s", from->client_endpoint);
+        snprintf (to->curve_key, sizeof to->curve_key, "%s", from->curve_key);
+        to->capacity = from->capacity;
+        to->free = from->free;
+        to->alive = from->alive;
+        to->objects = from->objects;
+        to->last_heard_ms = from->last_heard_ms;
+    }
+    for (size_t k = 0; call && k < call->count; k++) {
+        kvp_item_t *item = &job->items[call->items[k]];
+        item->status = k < reply->n_statuses ? reply->statuses[k] : KVPOOL_INTERNAL_ERROR;
+        if (item->status != KVPOOL_OK)
+            continue;
+        item->size = k < reply->n_sizes ? reply->sizes[k] : 0;
+        const Kvpool__Cluster__V1__Holders *holders =
+            k < reply->n_holders ? reply->holders[k] : NULL;
+        for (size_t h = 0;
+             holders && h < holders->n_nodes && item->location_count < KVP_MAX_REPLICAS; h++)
+            item->locations[item->location_count++] = (uint16_t) holders->nodes[h];
+    }
+}
