@@ -209,6 +209,7 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
     lru_list_init (&self->disk);
     lru_list_init (&self->unsaved);
     self->eager = config->offload == KVP_OFFLOAD_EAGER;
+    rm_policy_init (self);
     self->disk_reads = admission_new (16384, (int64_t) config->promote_window_ms);
     assert (self->disk_reads);
     //  A key is stored once, in its object: the table points at the object, and objects are
@@ -455,6 +456,7 @@ s_self_destroy (self_t **self_p)
     shm_index_destroy (&self->index);
     object_log_destroy (&self->log);
     kvp_job_destroy (&self->unlinks);
+    rm_policy_destroy (self, self->router); //  placements still waiting are answered
     admission_destroy (&self->disk_reads);
     kv_events_feed_destroy (&self->events); //  hands over the last batch
     zsock_destroy (&self->router);
@@ -1726,6 +1728,7 @@ s_stats (self_t *self, kvp_job_t *job)
     job->stats.disk_corrupt = self->disk_lost;
     job->stats.checksum_failures = self->checksum_failures; //  the cluster adds its own
     job->stats.promotions = self->promotions;
+    rm_policy_stats (self, &job->stats);
     job->stats.kv_events = kv_events_feed_events (self->events);
     job->stats.kv_events_dropped = kv_events_feed_dropped (self->events);
 }
@@ -1738,6 +1741,7 @@ s_config (self_t *self, kvp_job_t *job)
     if (job->setting && job->setting_value
         && kvp_config_change (&self->settings, job->setting, job->setting_value, why, sizeof why))
         kvp_job_fail (job, KVPOOL_INVALID_PARAMS, "%s", why);
+    rm_policy_config (self);
 }
 
 //  Frees doomed objects whose pins are gone and revokes client reservations past their
@@ -1787,14 +1791,20 @@ s_sweep (self_t *self, int64_t now)
     rm_frees_apply (self, &free_job);
 }
 
-//  Does one job, its own kind or the allocator's. Returns true when the allocator parked it
-//  (an UNMOUNT waiting for its segment to empty: the loop's s_replies_parked answers it once
-//  a free or a tick ends it).
+//  Does one job, its own kind or the allocator's. Returns true when it was parked with
+//  *reply_to_p: an UNMOUNT waiting for its segment to empty (the loop's s_replies_parked
+//  answers it once a free or a tick ends it), or a placement waiting for disk copies to free
+//  room (rm_room_made hands it back).
 static bool
 s_handle_job (self_t *self, kvp_job_t *job, zframe_t **reply_to_p)
 {
-    if (kvp_job_kind_is_allocators (job->kind))
-        return allocator_handle (self->allocator, job, reply_to_p);
+    if (kvp_job_kind_is_allocators (job->kind)) {
+        if (allocator_handle (self->allocator, job, reply_to_p))
+            return true;
+        //  A placement that found no room makes it here, now (replica_evict.c).
+        return job->kind == KVP_AL_ALLOC
+               && rm_make_room (self, job, reply_to_p, zclock_mono ());
+    }
     int64_t now = zclock_mono ();
     switch (job->kind) {
         case KVP_RM_RESERVE: s_reserve (self, job, now); break;
@@ -1818,9 +1828,6 @@ s_handle_job (self_t *self, kvp_job_t *job, zframe_t **reply_to_p)
         case KVP_RM_STATS: s_stats (self, job); break;
         case KVP_RM_CONFIG: s_config (self, job); break;
         case KVP_RM_INVENTORY: s_inventory (self, job); break;
-        case KVP_RM_EVICT: rm_evict (self, job, now); break;
-        case KVP_RM_OFFLOADED: rm_offloaded (self, job, now); break;
-        case KVP_RM_DISK_EVICT: rm_disk_evict (self, job, now); break;
         case KVP_RM_DISK_REGISTER: rm_disk_register (self, job, now); break;
         case KVP_RM_DISK_LOST: rm_disk_lost (self, job, now); break;
         case KVP_RM_PROMOTE: rm_promote (self, job, now); break;
@@ -1837,9 +1844,9 @@ s_handle_job (self_t *self, kvp_job_t *job, zframe_t **reply_to_p)
 //  here, before it goes back: a put is placed, copied and inserted in one visit, a
 //  put-start reserved, placed and bound in one. Every crossing saved is a thread wake-up
 //  on each side. A stage that can park (UNMOUNT) or runs elsewhere (a regex) goes back to
-//  the api as usual.
-static void
-s_walk_on (self_t *self, kvp_job_t *job)
+//  the api as usual. Returns true when a stage parked the job (s_handle_job).
+static bool
+s_walk_on (self_t *self, kvp_job_t *job, zframe_t **reply_to_p)
 {
     const kvp_op_t *row = job->walk ? kvp_op_of_job (job) : NULL;
     while (row) {
@@ -1848,13 +1855,25 @@ s_walk_on (self_t *self, kvp_job_t *job)
         bool ours = next != KVP_JOB_NONE && next != KVP_AL_UNMOUNT && next != KVP_RM_REMOVE_REGEX
                     && kvp_job_kind_actor (next) == KVP_ACTOR_RM;
         if (!copy_here && !ours)
-            return;
+            return false;
         job->kind = next;
         if (copy_here)
             transfer_job_copy (job, self->readers);
-        else
-            s_handle_job (self, job, NULL);
+        else if (s_handle_job (self, job, reply_to_p))
+            return true;
     }
+    return false;
+}
+
+//  Answers a job whose stages here are done (or walks it on first).
+static void
+s_finish (self_t *self, kvp_job_t *job, zframe_t **reply_to_p)
+{
+    if (s_walk_on (self, job, reply_to_p))
+        return; //  parked on the way
+    //  A committed object's record is on the file before its writer hears OK.
+    rm_log_flush (self);
+    s_reply (self, reply_to_p, job);
 }
 
 //  --segment-dir: the objects the allocator adopted from the previous run are this table's
@@ -1890,8 +1909,9 @@ replica_manager_actor (zsock_t *pipe, void *args)
     self->next_sweep = zclock_mono () + SWEEP_INTERVAL_MS;
     spin_window_t spin;
     spin_window_init (&spin, (int) self->config->spin_us);
+    int64_t next_cycle = zclock_mono ();
     while (!self->terminated) {
-        int64_t wait = self->next_sweep - zclock_mono ();
+        int64_t wait = (next_cycle < self->next_sweep ? next_cycle : self->next_sweep) - zclock_mono ();
         int64_t events_wait = kv_events_feed_wait (self->events, zclock_mono ());
         if (events_wait >= 0 && events_wait < wait)
             wait = events_wait;
@@ -1923,20 +1943,21 @@ replica_manager_actor (zsock_t *pipe, void *args)
             kvp_job_t *job = kvp_job_recv_routed (self->router, &routing_id);
             if (job && job->kind == KVP_RM_REMOVE_REGEX)
                 s_regex_start (self, job, &routing_id);
-            else if (job && !s_handle_job (self, job, &routing_id)) {
-                s_walk_on (self, job);
-                //  A committed object's record is on the file before its writer hears OK.
-                rm_log_flush (self);
-                s_reply (self, &routing_id, job);
-            }
+            else if (job && !s_handle_job (self, job, &routing_id))
+                s_finish (self, job, &routing_id);
             zframe_destroy (&routing_id);
             rm_unlinks_send (self);
         }
         else if (which == self->tx) {
-            //  The transfer-submitter hands our unlink jobs back when done.
+            //  The transfer-submitter hands our disk writes and unlinks back when done.
             kvp_job_t *job = kvp_job_recv (self->tx);
-            kvp_job_destroy (&job);
-            self->unlinks_out--;
+            if (job && job->kind == KVP_TX_DISK_WRITE)
+                rm_offload_done (self, job, zclock_mono ());
+            else {
+                kvp_job_destroy (&job);
+                self->unlinks_out--;
+            }
+            rm_unlinks_send (self);
         }
         else if (which == regex_matcher_sock (self->matcher))
             s_regex_finish (self);
@@ -1946,7 +1967,17 @@ replica_manager_actor (zsock_t *pipe, void *args)
             rm_unlinks_send (self);
             self->next_sweep = zclock_mono () + SWEEP_INTERVAL_MS;
         }
-        //  Unmounts whose segment emptied (a free, a tick) in this turn are answered.
+        //  Eviction's cycles, when due.
+        next_cycle = rm_policy_tick (self, zclock_mono ());
+        rm_unlinks_send (self);
+        //  Placements that waited for room, and unmounts whose segment emptied (a free, a
+        //  tick) in this turn, are answered.
+        zframe_t *reply_to;
+        kvp_job_t *placed;
+        while ((placed = rm_room_made (self, &reply_to))) {
+            s_finish (self, placed, &reply_to);
+            zframe_destroy (&reply_to);
+        }
         s_replies_parked (self);
         //  The events gathered go to the publisher once the batch is due.
         if (self->events)
@@ -1956,13 +1987,18 @@ replica_manager_actor (zsock_t *pipe, void *args)
     //  Unmounts still waiting are answered: the node is going.
     allocator_stop (self->allocator);
     s_replies_parked (self);
-    zsock_set_rcvtimeo (self->tx, 1000);
-    while (self->unlinks_out > 0) {
+    //  The transfer-submitter's jobs are taken back (objects pinned for a disk copy stay
+    //  pinned: they end with this actor).
+    zsock_set_rcvtimeo (self->tx, 2000);
+    while (self->unlinks_out + self->policy.writes_out > 0) {
         kvp_job_t *job = kvp_job_recv (self->tx);
         if (!job)
             break;
+        if (job->kind == KVP_TX_DISK_WRITE)
+            self->policy.writes_out--;
+        else
+            self->unlinks_out--;
         kvp_job_destroy (&job);
-        self->unlinks_out--;
     }
     wait_set_destroy (&self->waits);
     //  Last: kvpoold destroys its allocator once this thread is done (config.h).

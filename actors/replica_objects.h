@@ -91,6 +91,28 @@ typedef struct {
     kvp_object_t **objects; //  pin handles (rm_pin_handle)
 } pin_entry_t;
 
+//  Eviction's policy (replica_evict.c): the cycles, the offload queue, placements waiting.
+typedef struct {
+    bool tier;             //  a disk tier
+    kvp_offload_t offload; //  resolved: off, eager or on-evict
+    int64_t next_tick;
+    int64_t stalled_until; //  the last cycle freed nothing: placements answered at once
+    bool disk_short;       //  the last cycle kept objects for want of disk room
+    uint64_t pool_size, pool_used; //  at the last cycle
+    zlistx_t *waiting;     //  placements waiting for room (disk copies in flight)
+    zlistx_t *ready;       //  ... whose wait is over, for the actor to answer
+    size_t writes_out;     //  TX_DISK_WRITE jobs at the transfer-submitter
+    uint64_t queue;        //  disk copies being written
+    uint64_t pending_free; //  memory those will free (on-evict)
+    uint64_t pending_disk; //  disk bytes they will take
+    uint64_t disk_room;    //  what the filesystem held when it refused a write (ENOSPC,
+                           //  EDQUOT); UINT64_MAX until then
+    uint64_t cycles, stalls, skipped, forced, blocked, offloads, offloaded_bytes, failures;
+    uint64_t walk_us, walk_max_us;
+    uint64_t log_skipped, log_forced, log_blocked, log_freed;
+    int64_t next_log;
+} rm_policy_t;
+
 typedef struct {
     zsock_t *pipe;
     zsock_t *router;            //  jobs, all routed by the api
@@ -124,7 +146,8 @@ typedef struct {
     uint64_t puts, gets, get_hits, removes, revoked;
     uint64_t items_freed; //  items of free jobs given to the allocator (the self test's)
     //  Eviction and the disk tier (see EVICTION below).
-    zsock_t *tx;             //  disk copies to unlink go here
+    rm_policy_t policy;      //  when and how much (replica_evict.c)
+    zsock_t *tx;             //  disk copies to write and to unlink go here
     kvp_job_t *unlinks;      //  disk copies to unlink, sent at the end of each job
     size_t unlinks_out;      //  unlink jobs the transfer-submitter has not handed back
     lru_list_t memory;       //  objects with memory replicas, least recently used first
@@ -216,17 +239,43 @@ void rm_unlinks_send (rm_state_t *self);
 //  Role node: the object is no longer held here by the cache's own doing (evicted, its disk
 //  copy dropped or lost): the master is to be told (rm_unlinks_send sends it with the rest).
 void rm_dropped_note (rm_state_t *self, const kvp_object_t *object);
+//  Queues a disk copy for unlinking by the transfer-submitter (sent by rm_unlinks_send).
+void rm_unlink_queue (rm_state_t *self, uint64_t disk_id);
 //  Takes a dropped object out of the eviction orders; its disk copy goes.
 void rm_lists_leave (rm_state_t *self, kvp_object_t *object);
 //  Whether a read of a disk-only object makes it hot enough to go back to memory.
 bool rm_promote_due (rm_state_t *self, kvp_object_t *object, int64_t now);
-//  The jobs: RM_EVICT, RM_OFFLOADED, RM_DISK_EVICT, RM_DISK_REGISTER, RM_DISK_LOST,
-//  RM_PROMOTE (messages/kvp_job.h).
+//  Frees job->evict.want bytes of memory, least recently used first, by the plan in
+//  job->evict; the objects pinned for a disk copy are added to the job as items.
 void rm_evict (rm_state_t *self, kvp_job_t *job, int64_t now);
+//  A TX_DISK_WRITE of the objects rm_evict pinned came back: the copies are recorded, pins
+//  end; items whose copy nobody wants come back OBJECT_NOT_FOUND (to be unlinked).
 void rm_offloaded (rm_state_t *self, kvp_job_t *job, int64_t now);
-void rm_disk_evict (rm_state_t *self, kvp_job_t *job, int64_t now);
+//  Drops disk copies, least recently used first, until plan->want bytes of disk are free.
+void rm_disk_evict (rm_state_t *self, kvp_evict_t *plan, int64_t now);
+//  The jobs: RM_DISK_REGISTER, RM_DISK_LOST, RM_PROMOTE (messages/kvp_job.h).
 void rm_disk_register (rm_state_t *self, kvp_job_t *job, int64_t now);
 void rm_disk_lost (rm_state_t *self, kvp_job_t *job, int64_t now);
 void rm_promote (rm_state_t *self, kvp_job_t *job, int64_t now);
+
+//  ---- replica_evict.c ----------------------------------------------------------------
+
+void rm_policy_init (rm_state_t *self);
+//  Answers the placements still waiting on router (or destroys them when NULL).
+void rm_policy_destroy (rm_state_t *self, zsock_t *router);
+//  A placement (AL_ALLOC) left items NO_AVAILABLE_HANDLE: a cycle runs now and they are
+//  placed again. Returns true when the job waits for disk copies in flight: it is parked
+//  here with *reply_to_p (taken) until rm_room_made hands it back.
+bool rm_make_room (rm_state_t *self, kvp_job_t *job, zframe_t **reply_to_p, int64_t now);
+//  A parked placement whose wait is over, with its reply_to; NULL when none.
+kvp_job_t *rm_room_made (rm_state_t *self, zframe_t **reply_to_p);
+//  Runs a cycle when one is due; returns when the next is.
+int64_t rm_policy_tick (rm_state_t *self, int64_t now);
+//  A TX_DISK_WRITE job came back from the transfer-submitter.
+void rm_offload_done (rm_state_t *self, kvp_job_t *job, int64_t now);
+//  A setting changed (CONFIG): the watermarks are looked at again at once.
+void rm_policy_config (rm_state_t *self);
+//  Fills the eviction and disk tier side of the statistics.
+void rm_policy_stats (rm_state_t *self, kvp_stats_t *stats);
 
 #endif
