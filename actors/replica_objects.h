@@ -205,44 +205,137 @@ rm_event_removed (rm_state_t *self, const kvp_object_t *object)
         kv_events_feed_add (self->events, KV_EVENT_REMOVED, object->key, strlen (object->key));
 }
 
-//  ---- replica_manager.c --------------------------------------------------------------
+//  ---- replica_objects.c: objects, leases, pins, frees, disk records -------------------------
 
-//  Queues one range for freeing (batched into one KVP_AL_FREE job) / frees them all now.
-void rm_free_range (kvp_job_t **free_job_p, uint64_t size, const kvp_replica_t *replicas,
-                    uint32_t count);
+kvp_object_t *rm_pin_object (kvp_object_t *handle, unsigned *epoch);
+void rm_object_destroy (kvp_object_t **object_p);
+//  Frees the replicas of objects in the allocator. Takes ownership of the job.
 void rm_frees_apply (rm_state_t *self, kvp_job_t **job_p);
+//  Queues one range for freeing. Batches frees of one job into one message.
+void rm_free_range (kvp_job_t **free_job_p, uint64_t size, const kvp_replica_t *replicas, uint32_t count);
+//  Queues an object's space for freeing: its replicas and its departed ones.
+void rm_free_replicas (kvp_job_t **free_job_p, kvp_object_t *object);
+//  Whether a dropped object's bytes may still be read: sends in flight, client pins, or
+//  (for one an upsert replaced) a lease whose readers may hold only a replica list.
+bool rm_has_pins (kvp_object_t *object, int64_t now);
+//  Takes an object off the departing list (its departed replicas are freed with it).
+void rm_departing_leave (rm_state_t *self, kvp_object_t *object);
+void rm_segment_mark_gone (rm_state_t *self, uint32_t id);
+//  Takes out of replicas[0..*count) those on a gone segment (or on segment, when not 0),
+//  keeping the order of the rest, and copies them into lost (room for KVP_MAX_REPLICAS).
+//  Returns how many went.
+uint32_t rm_replicas_split (rm_state_t *self, kvp_replica_t *replicas, uint32_t *count, uint32_t segment, kvp_replica_t *lost);
+//  Puts placed on a segment before it went reach this actor after its REMOVE_SEGMENT: their
+//  replicas there are freed and dropped. Returns false when that left the item none.
+bool rm_strip_gone (rm_state_t *self, kvp_item_t *item, kvp_job_t **free_job_p);
+//  Takes an object out of the table and frees (or dooms) it. The object pointer is invalid
+//  afterwards unless it was doomed.
+void rm_object_drop (rm_state_t *self, kvp_object_t *object, kvp_job_t **free_job_p, int64_t now);
+kvp_object_t *rm_lookup_complete (rm_state_t *self, const char *key);
+//  The pending object a job item reserved, if it is still the same one.
+kvp_object_t *rm_lookup_reserved (rm_state_t *self, kvp_item_t *item);
+void rm_fill_replicas (kvp_item_t *item, kvp_object_t *object, bool rotate);
 //  A new object for item, with the job's pins, in the table (the caller sets its state).
 kvp_object_t *rm_object_new (rm_state_t *self, kvp_job_t *job, kvp_item_t *item, int64_t now);
-//  Takes an object out of the table and frees (or dooms) it.
-void rm_object_drop (rm_state_t *self, kvp_object_t *object, kvp_job_t **free_job_p, int64_t now);
-//  When the object's lease ends (its reads here and its read stamp).
+//  The lease a read stamped at read_ms (shm_index_last_read; 0: none) grants. A stamp is a
+//  reader's word: one further ahead of now than STAMP_FUTURE_MAX_MS is no read at all, so a
+//  client can lease an object no longer than by reading it. (A true stamp can be ahead of
+//  now, the time a job started, by as long as the job has been running.)
+int64_t rm_stamp_lease (rm_state_t *self, int64_t read_ms, int64_t now);
+//  When the object's lease ends: the later of the reads this actor served and the last
+//  read from the index.
 int64_t rm_lease_end (rm_state_t *self, kvp_object_t *object, int64_t now);
-//  Whether a removal may take the object now; if so, it is out of the index already.
-bool rm_take_unleased (rm_state_t *self, kvp_object_t *object, bool force, int64_t now);
-//  Publishes a committed object in the read index.
+//  Publishes a committed object in the index (its first replica), unread.
 void rm_publish (rm_state_t *self, kvp_object_t *object);
-//  --segment-dir: records a committed object's replicas on the node's own segments (hashing
-//  its value unless checksum is given) / records that they are no longer its (before their
-//  space can be freed). Both no-ops without a log; written by rm_log_flush.
-void rm_log_put (rm_state_t *self, kvp_object_t *object, const uint64_t *checksum);
-//  The object's checksum for a GET, taken now if another node asks and it is not known yet.
-uint64_t rm_checksum (rm_state_t *self, kvp_job_t *job, kvp_object_t *object);
-void rm_log_del (rm_state_t *self, kvp_object_t *object);
-void rm_log_flush (rm_state_t *self);
-//  Drops an item's replicas on segments that went; false when that left it none.
-bool rm_strip_gone (rm_state_t *self, kvp_item_t *item, kvp_job_t **free_job_p);
-
-//  ---- replica_tier.c -----------------------------------------------------------------
-
-//  Sends the disk copies queued for unlinking to the transfer-submitter.
+//  Withdraws an object from the index, keeping the lease its index reads granted.
+void rm_withdraw (rm_state_t *self, kvp_object_t *object, int64_t now);
+//  Whether a removal without force may take the object now, as far as can be told without
+//  touching the index: no lease, no client pin.
+bool rm_looks_removable (rm_state_t *self, kvp_object_t *object, bool force, int64_t now);
+//  Whether a removal may take the object now; if so, it is out of the index already. The
+//  last word on a published object's lease comes after its withdrawal (shm_index.h): an
+//  object found leased then is published again.
+bool rm_take_unleased (rm_state_t *self, kvp_object_t *object, bool force, int64_t now);
+//  Queues a disk copy for unlinking by the transfer-submitter (sent by rm_unlinks_send).
+void rm_unlink_queue (rm_state_t *self, uint64_t disk_id);
+//  Sends the disk copies queued for unlinking to the transfer-submitter, and the objects
+//  dropped to the cluster actor.
 void rm_unlinks_send (rm_state_t *self);
 //  Role node: the object is no longer held here by the cache's own doing (evicted, its disk
 //  copy dropped or lost): the master is to be told (rm_unlinks_send sends it with the rest).
 void rm_dropped_note (rm_state_t *self, const kvp_object_t *object);
-//  Queues a disk copy for unlinking by the transfer-submitter (sent by rm_unlinks_send).
-void rm_unlink_queue (rm_state_t *self, uint64_t disk_id);
+//  Records the object's disk copy.
+void rm_disk_attach (rm_state_t *self, kvp_object_t *object, uint64_t disk_id, uint64_t footprint, int64_t now);
+//  Forgets the object's disk copy; it is unlinked too when unlink is true.
+void rm_disk_detach (rm_state_t *self, kvp_object_t *object, bool unlink);
 //  Takes a dropped object out of the eviction orders; its disk copy goes.
 void rm_lists_leave (rm_state_t *self, kvp_object_t *object);
+
+//  ---- replica_log.c: the object log, checksums ----------------------------------------------
+
+//  The checksum a GET sends with the object's value (Reply.checksums; 0: unknown). One that
+//  nobody took yet (a same-machine client's PUT_END without one, a put by address) is
+//  taken here the first time another node reads the value, which is when a reader will
+//  verify it: once per object, on this thread, off every put's path. Clients of this node
+//  get what is known.
+uint64_t rm_checksum (rm_state_t *self, kvp_job_t *job, kvp_object_t *object);
+void rm_log_put (rm_state_t *self, kvp_object_t *object, const uint64_t *checksum);
+void rm_log_del (rm_state_t *self, kvp_object_t *object);
+void rm_log_flush (rm_state_t *self);
+//  Starts a fresh log at DIR/objects.log with the live records of every object that has
+//  them, replacing the old one. Returns 0 or -1 (the old log, if any, stays).
+int rm_log_rewrite (rm_state_t *self);
+
+//  ---- replica_puts.c: the put state machine -------------------------------------------------
+
+//  Revokes a pending, bound reservation for everyone but its writer: the key is free at
+//  once, the space only when the writer is done with it (see DESIGN).
+void rm_reservation_revoke (rm_state_t *self, kvp_object_t *object, kvp_job_t **free_job_p, int64_t now);
+//  Takes owner's revoked reservation of key off the list and frees its space. Returns true
+//  if there was one.
+bool rm_revoked_end (rm_state_t *self, uint64_t owner, const char *key, kvp_job_t **free_job_p);
+//  A client's PUT_START: a pending object, busy until the allocator's placement is bound.
+void rm_reserve (rm_state_t *self, kvp_job_t *job, int64_t now);
+//  Records the replicas the allocator chose. Items the allocator failed release their
+//  reservation. For a client's PUT_START the reservation now waits for PUT_END.
+void rm_bind (rm_state_t *self, kvp_job_t *job, int64_t now);
+//  Makes a pending object visible: published in the index and counted.
+void rm_object_complete (rm_state_t *self, kvp_object_t *object, int64_t now);
+//  A client's PUT_END: the object it reserved and wrote becomes visible.
+void rm_commit (rm_state_t *self, kvp_job_t *job, int64_t now);
+void rm_insert (rm_state_t *self, kvp_job_t *job, int64_t now);
+//  A server-side UPSERT: as an insert, but an existing committed object is replaced. The old
+//  one leaves the index and the table before the new one enters, so a reader finds one or
+//  the other whole; its space waits for its readers (rm_has_pins). A key being written by a
+//  client (PUT_START) is not replaced: REPLICA_IS_NOT_READY, and this value's space goes.
+void rm_upsert (rm_state_t *self, kvp_job_t *job, int64_t now);
+//  A PUT_PART: each item's bytes go at its offset into its key's reservation, which this job's
+//  owner made (PUT_START) and which the allocator has bound. The reservation is pinned until
+//  the api has copied them (it unpins at the reply), so a revoke or a put timeout meanwhile
+//  frees the space only after the copy, as a removal waits for a zero-copy send.
+void rm_part (rm_state_t *self, kvp_job_t *job, int64_t now);
+void rm_revoke (rm_state_t *self, kvp_job_t *job, int64_t now);
+//  KVP_RM_ADOPT (at start, with --segment-dir): the objects the allocator adopted from the
+//  previous run become committed objects (in memory, published, in the eviction order), and
+//  the object log starts afresh with exactly them (the compaction at start).
+void rm_adopt (rm_state_t *self, kvp_job_t *job, int64_t now);
+
+//  ---- replica_reads.c: reads, removals, client pins -----------------------------------------
+
+//  Drops every pin of an owner that is gone.
+void rm_pins_drop_owner (rm_state_t *self, uint64_t owner);
+void rm_read (rm_state_t *self, kvp_job_t *job, int64_t now);
+//  PREFIX_MATCH: blocks of job->ranks keys, in order. Every key of a whole block is leased as
+//  a read leases it (the engine loads those blocks next); the first block with a key missing
+//  ends the walk: from there on every key is OBJECT_NOT_FOUND, unchecked past the missing
+//  one (kvp_job_prefix_count then counts the whole blocks).
+void rm_prefix (rm_state_t *self, kvp_job_t *job, int64_t now);
+void rm_remove (rm_state_t *self, kvp_job_t *job, int64_t now);
+//  REMOVE_ALL and RESET: one pass over the table.
+void rm_remove_many (rm_state_t *self, kvp_job_t *job, int64_t now);
+
+//  ---- replica_tier.c -----------------------------------------------------------------
+
 //  Whether a read of a disk-only object makes it hot enough to go back to memory.
 bool rm_promote_due (rm_state_t *self, kvp_object_t *object, int64_t now);
 //  Frees job->evict.want bytes of memory, least recently used first, by the plan in

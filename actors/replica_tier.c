@@ -19,77 +19,6 @@ typedef rm_state_t self_t;
 
 //  ---- the disk tier's bookkeeping (see EVICTION below) -------------------------------
 
-//  Queues a disk copy for unlinking by the transfer-submitter (sent by rm_unlinks_send).
-void
-rm_unlink_queue (self_t *self, uint64_t disk_id)
-{
-    if (!self->unlinks)
-        self->unlinks = kvp_job_new (KVP_TX_DISK_DROP, 0);
-    kvp_job_append (self->unlinks)->disk_id = disk_id;
-}
-
-void
-rm_unlinks_send (self_t *self)
-{
-    if (self->dropped && kvp_job_send (self->cluster, self->dropped) == -1)
-        kvp_job_destroy (&self->dropped);
-    self->dropped = NULL;
-    if (self->unlinks && kvp_job_send (self->tx, self->unlinks) == -1)
-        kvp_job_destroy (&self->unlinks);
-    else if (self->unlinks) {
-        self->unlinks_out++;
-        wait_set_touch (self->waits, self->tx);
-    }
-    self->unlinks = NULL;
-}
-
-void
-rm_dropped_note (self_t *self, const kvp_object_t *object)
-{
-    if (!self->cluster)
-        return;
-    if (!self->dropped) {
-        self->dropped = kvp_job_new (KVP_CL_DROPPED, 0);
-    }
-    kvp_job_append_key (self->dropped, object->key, strlen (object->key));
-}
-
-//  Records the object's disk copy.
-static void
-s_disk_attach (self_t *self, kvp_object_t *object, uint64_t disk_id, uint64_t footprint,
-               int64_t now)
-{
-    object->disk_id = disk_id;
-    object->disk_footprint = footprint;
-    object->disk_since = now;
-    lru_append (&self->disk, &object->on_disk);
-    lru_remove (&self->unsaved, &object->unsaved);
-    self->disk_bytes += footprint;
-}
-
-//  Forgets the object's disk copy; it is unlinked too when unlink is true.
-static void
-s_disk_detach (self_t *self, kvp_object_t *object, bool unlink)
-{
-    if (!object->disk_id)
-        return;
-    if (unlink)
-        rm_unlink_queue (self, object->disk_id);
-    lru_remove (&self->disk, &object->on_disk);
-    self->disk_bytes -= object->disk_footprint;
-    object->disk_id = 0;
-    object->disk_footprint = 0;
-}
-
-//  Takes a dropped object out of the eviction orders; its disk copy goes.
-void
-rm_lists_leave (self_t *self, kvp_object_t *object)
-{
-    lru_remove (&self->memory, &object->in_memory);
-    lru_remove (&self->unsaved, &object->unsaved);
-    s_disk_detach (self, object, true);
-}
-
 //  Whether a read of a disk-only object makes it hot enough to go back to memory.
 bool
 rm_promote_due (self_t *self, kvp_object_t *object, int64_t now)
@@ -320,7 +249,7 @@ rm_offloaded (self_t *self, kvp_job_t *job, int64_t now)
             item->status = KVPOOL_OBJECT_NOT_FOUND;
             continue;
         }
-        s_disk_attach (self, object, item->disk_id, item->disk_footprint, now);
+        rm_disk_attach (self, object, item->disk_id, item->disk_footprint, now);
         if (item->evict && object->replica_count && !s_held (object)
             && rm_lease_end (self, object, now) <= now
             && rm_take_unleased (self, object, false, now)) {
@@ -362,7 +291,7 @@ rm_disk_evict (self_t *self, kvp_evict_t *plan, int64_t now)
             rm_object_drop (self, object, &free_job, now);
         }
         else
-            s_disk_detach (self, object, true);
+            rm_disk_detach (self, object, true);
         self->disk_drops++;
         plan->freed_objects++;
         freed += footprint;
@@ -392,7 +321,7 @@ rm_disk_register (self_t *self, kvp_job_t *job, int64_t now)
         object->state = OBJECT_COMPLETE;
         object->bound = true;
         object->touched = now;
-        s_disk_attach (self, object, item->disk_id, item->disk_footprint, now);
+        rm_disk_attach (self, object, item->disk_id, item->disk_footprint, now);
         self->puts++;
         rm_event_stored (self, object);
     }
@@ -410,7 +339,7 @@ rm_disk_lost (self_t *self, kvp_job_t *job, int64_t now)
         if (!object || object->disk_id != item->disk_id || !item->disk_id)
             continue;
         self->disk_lost++;
-        s_disk_detach (self, object, false);
+        rm_disk_detach (self, object, false);
         if (object->state == OBJECT_COMPLETE && object->replica_count == 0) {
             self->removes++;
             rm_dropped_note (self, object);
