@@ -310,9 +310,8 @@ s_cycle (self_t *self, uint64_t need, int64_t now)
     const kvp_config_t *config = self->config;
     allocator_usage (self->allocator, &policy->pool_size, &policy->pool_used);
     double size = (double) policy->pool_size;
-    uint64_t used = policy->pool_used > policy->pending_free
-                        ? policy->pool_used - policy->pending_free
-                        : 0;
+    uint64_t used =
+        policy->pool_used > policy->pending_free ? policy->pool_used - policy->pending_free : 0;
     uint64_t want = 0;
     if (size > 0 && used > config->eviction_high_watermark * size)
         want =
@@ -335,8 +334,7 @@ s_cycle (self_t *self, uint64_t need, int64_t now)
     uint64_t disk_used = self->disk_bytes + policy->pending_disk;
     uint64_t to_write = policy->offload == KVP_OFFLOAD_ON_EVICT ? want : 0;
     if (policy->tier
-        && (policy->disk_short
-            || disk_used + to_write > config->disk_high_watermark * disk_size)) {
+        && (policy->disk_short || disk_used + to_write > config->disk_high_watermark * disk_size)) {
         policy->disk_short = false;
         kvp_evict_t drop = {0};
         //  Down to the low watermark, or lower if this cycle's copies would not fit under

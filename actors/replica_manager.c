@@ -823,7 +823,8 @@ replica_manager_actor (zsock_t *pipe, void *args)
     spin_window_init (&spin, (int) self->config->spin_us);
     int64_t next_cycle = zclock_mono ();
     while (!self->terminated) {
-        int64_t wait = (next_cycle < self->next_sweep ? next_cycle : self->next_sweep) - zclock_mono ();
+        int64_t due = next_cycle < self->next_sweep ? next_cycle : self->next_sweep;
+        int64_t wait = due - zclock_mono ();
         int64_t events_wait = kv_events_feed_wait (self->events, zclock_mono ());
         if (events_wait >= 0 && events_wait < wait)
             wait = events_wait;

@@ -148,7 +148,7 @@ rm_segment_mark_gone (self_t *self, uint32_t id)
 //  Returns how many went.
 uint32_t
 rm_replicas_split (self_t *self, kvp_replica_t *replicas, uint32_t *count, uint32_t segment,
-                  kvp_replica_t *lost)
+                   kvp_replica_t *lost)
 {
     uint32_t kept = 0, went = 0;
     for (uint32_t r = 0; r < *count; r++) {
@@ -298,7 +298,8 @@ rm_withdraw (self_t *self, kvp_object_t *object, int64_t now)
 {
     if (!self->index || object->index_slot < 0)
         return;
-    int64_t stamped = rm_stamp_lease (self, shm_index_remove (self->index, object->index_slot), now);
+    int64_t stamped =
+        rm_stamp_lease (self, shm_index_remove (self->index, object->index_slot), now);
     object->index_slot = -1;
     if (stamped > object->lease_until)
         object->lease_until = stamped;
@@ -369,7 +370,7 @@ rm_dropped_note (self_t *self, const kvp_object_t *object)
 //  Records the object's disk copy.
 void
 rm_disk_attach (self_t *self, kvp_object_t *object, uint64_t disk_id, uint64_t footprint,
-               int64_t now)
+                int64_t now)
 {
     object->disk_id = disk_id;
     object->disk_footprint = footprint;

@@ -1,12 +1,19 @@
-/*  replica_objects.h - the replica-manager's state, shared by its two files (internal: no
-    other file includes it).
+/*  replica_objects.h - the replica-manager's state, shared by its files (internal: no other
+    file includes it). Each file calls only the ones below it, never back:
 
-    actors/replica_manager.c   the actor, the table, puts, reads, removal, pins, leases,
-                               segments that go
-    actors/replica_tier.c      eviction and the disk tier: the least-recently-used orders, the
-                               evictor's cycles, disk copies, promotion
+    actors/replica_manager.c   the actor: its loop, the jobs' dispatch, losing a segment,
+                               regex removal, statistics, the sweep
+    actors/replica_reads.c     reads, removals by key, client pins by owner
+    actors/replica_puts.c      the put state machine, revoked reservations, adoption
+    actors/replica_evict.c     eviction's policy: cycles, watermarks, the offload queue,
+                               placements that found no room
+    actors/replica_tier.c      eviction's walks (which objects go), disk copies recorded,
+                               dropped, registered, lost; promotion
+    actors/replica_objects.c   objects' life: made, dropped, freed; leases, the read index,
+                               pins, segments gone, disk copy records
+    actors/replica_log.c       the object log (--segment-dir), checksums
 
-    Both run on the actor's one thread; the functions below are its, called from either file.
+    All run on the actor's one thread; the functions below are its.
 */
 #ifndef REPLICA_OBJECTS_H_INCLUDED
 #define REPLICA_OBJECTS_H_INCLUDED
@@ -212,7 +219,8 @@ void rm_object_destroy (kvp_object_t **object_p);
 //  Frees the replicas of objects in the allocator. Takes ownership of the job.
 void rm_frees_apply (rm_state_t *self, kvp_job_t **job_p);
 //  Queues one range for freeing. Batches frees of one job into one message.
-void rm_free_range (kvp_job_t **free_job_p, uint64_t size, const kvp_replica_t *replicas, uint32_t count);
+void rm_free_range (kvp_job_t **free_job_p, uint64_t size, const kvp_replica_t *replicas,
+                    uint32_t count);
 //  Queues an object's space for freeing: its replicas and its departed ones.
 void rm_free_replicas (kvp_job_t **free_job_p, kvp_object_t *object);
 //  Whether a dropped object's bytes may still be read: sends in flight, client pins, or
@@ -224,7 +232,8 @@ void rm_segment_mark_gone (rm_state_t *self, uint32_t id);
 //  Takes out of replicas[0..*count) those on a gone segment (or on segment, when not 0),
 //  keeping the order of the rest, and copies them into lost (room for KVP_MAX_REPLICAS).
 //  Returns how many went.
-uint32_t rm_replicas_split (rm_state_t *self, kvp_replica_t *replicas, uint32_t *count, uint32_t segment, kvp_replica_t *lost);
+uint32_t rm_replicas_split (rm_state_t *self, kvp_replica_t *replicas, uint32_t *count,
+                            uint32_t segment, kvp_replica_t *lost);
 //  Puts placed on a segment before it went reach this actor after its REMOVE_SEGMENT: their
 //  replicas there are freed and dropped. Returns false when that left the item none.
 bool rm_strip_gone (rm_state_t *self, kvp_item_t *item, kvp_job_t **free_job_p);
@@ -265,7 +274,8 @@ void rm_unlinks_send (rm_state_t *self);
 //  copy dropped or lost): the master is to be told (rm_unlinks_send sends it with the rest).
 void rm_dropped_note (rm_state_t *self, const kvp_object_t *object);
 //  Records the object's disk copy.
-void rm_disk_attach (rm_state_t *self, kvp_object_t *object, uint64_t disk_id, uint64_t footprint, int64_t now);
+void rm_disk_attach (rm_state_t *self, kvp_object_t *object, uint64_t disk_id,
+                     uint64_t footprint, int64_t now);
 //  Forgets the object's disk copy; it is unlinked too when unlink is true.
 void rm_disk_detach (rm_state_t *self, kvp_object_t *object, bool unlink);
 //  Takes a dropped object out of the eviction orders; its disk copy goes.
@@ -290,7 +300,8 @@ int rm_log_rewrite (rm_state_t *self);
 
 //  Revokes a pending, bound reservation for everyone but its writer: the key is free at
 //  once, the space only when the writer is done with it (see DESIGN).
-void rm_reservation_revoke (rm_state_t *self, kvp_object_t *object, kvp_job_t **free_job_p, int64_t now);
+void rm_reservation_revoke (rm_state_t *self, kvp_object_t *object, kvp_job_t **free_job_p,
+                            int64_t now);
 //  Takes owner's revoked reservation of key off the list and frees its space. Returns true
 //  if there was one.
 bool rm_revoked_end (rm_state_t *self, uint64_t owner, const char *key, kvp_job_t **free_job_p);

@@ -239,8 +239,8 @@ s_verify_written (self_t *self, kvp_job_t *job)
                   "bytes received hash to %016llx): nothing stored for it",
                   (unsigned long long) item->expect_checksum, (unsigned long long) item->checksum);
         kvp_warning ("refused a value for '%s' whose bytes do not match its checksum (%s)",
-                     item->key, job->owner_id & KVP_OWNER_NODE ? "from another node"
-                                                               : "from a client");
+                     item->key,
+                     job->owner_id & KVP_OWNER_NODE ? "from another node" : "from a client");
     }
 }
 
