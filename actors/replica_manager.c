@@ -72,20 +72,26 @@
     batch refused for a limit removes nothing. Batches go to the matcher one at a time, in
     arrival order.
 
-    EVICTION. Objects with memory replicas are kept in `memory`, an intrusive list in the
+    EVICTION runs here, on this thread, where the objects, their order and the allocator
+    are (replica_evict.c decides when and how much, replica_tier.c which objects go). A
+    placement (AL_ALLOC) that finds no room runs a cycle at once and is placed again before
+    it goes on (rm_make_room), or waits here for the disk copies that will free the room
+    (rm_room_made); the watermark's cycles run on this loop's clock (rm_policy_tick).
+    Objects with memory replicas are kept in `memory`, an intrusive list in the
     order they took their place (their commit, or a second chance); objects with a disk copy
-    in `disk`, likewise. The evictor's RM_EVICT walks `memory` from the oldest: an object
+    in `disk`, likewise. A cycle's walk (rm_evict) takes `memory` from the oldest: an object
     used since it took its place (touched here, or read from the index: its read stamp) goes
     to the back instead; hard-pinned objects stay; leased, pinned or departing ones are
     passed over and counted; soft-pinned ones are taken only in a second pass, if the plan
     allows. A victim with a disk copy loses its memory at once (s_memory_evict); one without
-    is dropped when there is no disk tier, or pinned (`offloading`) and handed back to the
-    evictor for a disk copy while the plan's queue and disk room allow, kept (skipped) past
-    them, or dropped anyway if the plan forces it. Memory is only ever freed after the object
-    left the index and its lease was looked at again (rm_take_unleased), exactly as a remove
-    does, so no same-machine reader can validate bytes that are being reused. RM_OFFLOADED
-    records the copies (the object must still be the same one, by id) and frees the memory
-    of those still unleased and unpinned; RM_DISK_EVICT drops the least recently used disk
+    is dropped when there is no disk tier, or pinned (`offloading`) and sent to the
+    transfer-submitter for a disk copy while the plan's queue and disk room allow, kept
+    (skipped) past them, or dropped anyway if the plan forces it. Memory is only ever freed
+    after the object left the index and its lease was looked at again (rm_take_unleased), exactly as a remove
+    does, so no same-machine reader can validate bytes that are being reused. The written
+    copies come back here (TX_DISK_WRITE, rm_offloaded): they are recorded (the object must
+    still be the same one, by id) and the memory of those still unleased and unpinned is
+    freed; rm_disk_evict drops the least recently used disk
     copies (a disk-only object goes with its copy, unless leased). A disk-only object is
     COMPLETE with no replica: a GET answers its disk id (no pin: ids are never reused, and an
     unlinked file stays readable to a read that opened it) and the transfer-submitter reads
@@ -104,6 +110,8 @@
     a buffer; the batch goes to the publisher over inproc, never waiting (the feed drops
     and counts when the publisher is behind), when due (the poll wakes for it).
 
+    Files: this one is the actor; the others are its layers, each calling only those below
+    (replica_objects.h has the map).
     Threads: one, the actor's, and the regex-matcher's, which sees only its batch. The only
     cross-thread state is kvp_object_t.pins (atomic); read stamps are written by readers in
     any process (shm_index.h).
