@@ -87,8 +87,8 @@
     is dropped when there is no disk tier, or pinned (`offloading`) and sent to the
     transfer-submitter for a disk copy while the plan's queue and disk room allow, kept
     (skipped) past them, or dropped anyway if the plan forces it. Memory is only ever freed
-    after the object left the index and its lease was looked at again (rm_take_unleased), exactly as a remove
-    does, so no same-machine reader can validate bytes that are being reused. The written
+    after the object left the index and its lease was looked at again (rm_take_unleased),
+    exactly as a remove does, so no same-machine reader can validate bytes that are being reused. The written
     copies come back here (TX_DISK_WRITE, rm_offloaded): they are recorded (the object must
     still be the same one, by id) and the memory of those still unleased and unpinned is
     freed; rm_disk_evict drops the least recently used disk
