@@ -8,8 +8,8 @@
     Placement of an object with R replicas: first the preferred segments named in the job (in
     order), then the rest in random order (seeded, reproducible) or by decreasing free ratio;
     each replica on a distinct segment. If the R replicas can't all be allocated the partial
-    ones are freed and the item fails with NO_AVAILABLE_HANDLE (the pool is full; the api then
-    has the evictor make room and retries once: KVP_AL_RETRY).
+    ones are freed and the item fails with NO_AVAILABLE_HANDLE (the pool is full; the
+    replica-manager then makes room and retries once: KVP_AL_RETRY, actors/replica_evict.c).
 
     Unmounting first stops new allocations in the segment ("draining"), as soon as the
     unmount is known to go ahead (UNMOUNT_CHECK passed, or OWNER_SEGMENTS named it for a
@@ -432,7 +432,7 @@ s_alloc_reason (self_t *self, kvp_job_t *job, kvp_item_t *item, uint32_t wanted,
                   (unsigned long long) total, segments);
 }
 
-//  ALLOC places every item that is OK; RETRY (after the evictor made room) only those that
+//  ALLOC places every item that is OK; RETRY (after eviction made room) only those that
 //  found no space the first time.
 static void
 s_alloc (self_t *self, kvp_job_t *job, bool retry)
@@ -536,6 +536,17 @@ s_stats (self_t *self, kvp_job_t *job)
         job->stats.bytes_mounted += segment_size (seg->segment);
     }
     s_segments (self, job); //  each segment's size and use (the metrics show them)
+}
+
+void
+allocator_usage (allocator_t *self, uint64_t *mounted, uint64_t *allocated)
+{
+    *mounted = *allocated = 0;
+    for (seg_t *seg = (seg_t *) zlistx_first (self->segments); seg;
+         seg = (seg_t *) zlistx_next (self->segments)) {
+        *allocated += segment_arena_allocated (seg->arena);
+        *mounted += segment_size (seg->segment);
+    }
 }
 
 static void

@@ -47,6 +47,8 @@ kvp_job_t *allocator_adopted (allocator_t *self);
 //  segment to empty): the allocator then holds the job and *reply_to_p (taken, set NULL)
 //  until allocator_finished hands them back.
 bool allocator_handle (allocator_t *self, kvp_job_t *job, zframe_t **reply_to_p);
+//  The bytes of the segments mounted, and of the space allocated in them (as AL_STATS).
+void allocator_usage (allocator_t *self, uint64_t *mounted, uint64_t *allocated);
 //  Ends the unmounts whose segment emptied or whose time ran out; call it now and then.
 void allocator_tick (allocator_t *self);
 //  A parked job that is done, with the reply_to it came with; NULL when none.

@@ -72,20 +72,26 @@
     batch refused for a limit removes nothing. Batches go to the matcher one at a time, in
     arrival order.
 
-    EVICTION. Objects with memory replicas are kept in `memory`, an intrusive list in the
+    EVICTION runs here, on this thread, where the objects, their order and the allocator
+    are (replica_evict.c decides when and how much, replica_tier.c which objects go). A
+    placement (AL_ALLOC) that finds no room runs a cycle at once and is placed again before
+    it goes on (rm_make_room), or waits here for the disk copies that will free the room
+    (rm_room_made); the watermark's cycles run on this loop's clock (rm_policy_tick).
+    Objects with memory replicas are kept in `memory`, an intrusive list in the
     order they took their place (their commit, or a second chance); objects with a disk copy
-    in `disk`, likewise. The evictor's RM_EVICT walks `memory` from the oldest: an object
+    in `disk`, likewise. A cycle's walk (rm_evict) takes `memory` from the oldest: an object
     used since it took its place (touched here, or read from the index: its read stamp) goes
     to the back instead; hard-pinned objects stay; leased, pinned or departing ones are
     passed over and counted; soft-pinned ones are taken only in a second pass, if the plan
     allows. A victim with a disk copy loses its memory at once (s_memory_evict); one without
-    is dropped when there is no disk tier, or pinned (`offloading`) and handed back to the
-    evictor for a disk copy while the plan's queue and disk room allow, kept (skipped) past
-    them, or dropped anyway if the plan forces it. Memory is only ever freed after the object
-    left the index and its lease was looked at again (rm_take_unleased), exactly as a remove
-    does, so no same-machine reader can validate bytes that are being reused. RM_OFFLOADED
-    records the copies (the object must still be the same one, by id) and frees the memory
-    of those still unleased and unpinned; RM_DISK_EVICT drops the least recently used disk
+    is dropped when there is no disk tier, or pinned (`offloading`) and sent to the
+    transfer-submitter for a disk copy while the plan's queue and disk room allow, kept
+    (skipped) past them, or dropped anyway if the plan forces it. Memory is only ever freed
+    after the object left the index and its lease was looked at again (rm_take_unleased),
+    exactly as a remove does, so no same-machine reader can validate bytes that are being reused. The written
+    copies come back here (TX_DISK_WRITE, rm_offloaded): they are recorded (the object must
+    still be the same one, by id) and the memory of those still unleased and unpinned is
+    freed; rm_disk_evict drops the least recently used disk
     copies (a disk-only object goes with its copy, unless leased). A disk-only object is
     COMPLETE with no replica: a GET answers its disk id (no pin: ids are never reused, and an
     unlinked file stays readable to a read that opened it) and the transfer-submitter reads
@@ -94,7 +100,7 @@
     (`unlinks`, sent after each job).
 
     KV EVENTS (--kv-events-endpoint, actors/kv_events.h). This actor is where keys become
-    visible and go, so it is the source of the store's KV-events stream: s_object_complete
+    visible and go, so it is the source of the store's KV-events stream: rm_object_complete
     (PUT_END, server-side PUT and UPSERT), an adopted object (--segment-dir) and a
     registered disk copy (a restart) note BlockStored; rm_object_drop of a committed object
     (remove, regex removal, eviction, a disk-only object losing its copy, a lost segment, an
@@ -104,6 +110,8 @@
     a buffer; the batch goes to the publisher over inproc, never waiting (the feed drops
     and counts when the publisher is behind), when due (the poll wakes for it).
 
+    Files: this one is the actor; the others are its layers, each calling only those below
+    (replica_objects.h has the map).
     Threads: one, the actor's, and the regex-matcher's, which sees only its batch. The only
     cross-thread state is kvp_object_t.pins (atomic); read stamps are written by readers in
     any process (shm_index.h).
@@ -133,39 +141,6 @@ typedef struct {
 } regex_run_t;
 
 #define SWEEP_INTERVAL_MS 50
-
-static kvp_object_t *
-s_pin_object (kvp_object_t *handle, unsigned *epoch)
-{
-    *epoch = (unsigned) ((uintptr_t) handle & 1);
-    return (kvp_object_t *) ((uintptr_t) handle & ~(uintptr_t) 1);
-}
-
-void
-kvp_object_unpin (kvp_object_t *handle)
-{
-    unsigned epoch;
-    kvp_object_t *object = s_pin_object (handle, &epoch);
-    int before = atomic_fetch_sub_explicit (&object->pins[epoch], 1, memory_order_release);
-    assert (before > 0);
-}
-
-void
-kvp_object_unpin_cb (void *data, void *hint)
-{
-    (void) data;
-    kvp_object_unpin ((kvp_object_t *) hint);
-}
-
-static void
-s_object_destroy (kvp_object_t **object_p)
-{
-    if (*object_p) {
-        free ((*object_p)->departed);
-        free (*object_p);
-        *object_p = NULL;
-    }
-}
 
 //  The key of an object, for the table (object_table.h).
 static const char *
@@ -209,6 +184,7 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
     lru_list_init (&self->disk);
     lru_list_init (&self->unsaved);
     self->eager = config->offload == KVP_OFFLOAD_EAGER;
+    rm_policy_init (self);
     self->disk_reads = admission_new (16384, (int64_t) config->promote_window_ms);
     assert (self->disk_reads);
     //  A key is stored once, in its object: the table points at the object, and objects are
@@ -261,158 +237,6 @@ s_replies_parked (self_t *self)
     }
 }
 
-//  Frees the replicas of objects in the allocator. Takes ownership of the job.
-void
-rm_frees_apply (self_t *self, kvp_job_t **job_p)
-{
-    kvp_job_t *job = *job_p;
-    *job_p = NULL;
-    if (!job)
-        return;
-    //  The DEL records of what is freed are on the file before the space can be reused.
-    rm_log_flush (self);
-    if (job->count == 0) {
-        kvp_job_destroy (&job);
-        return;
-    }
-    self->items_freed += job->count;
-    zframe_t *reply_to = NULL;
-    allocator_handle (self->allocator, job, &reply_to);
-    kvp_job_destroy (&job);
-}
-
-//  Queues one range for freeing. Batches frees of one job into one message.
-void
-rm_free_range (kvp_job_t **free_job_p, uint64_t size, const kvp_replica_t *replicas, uint32_t count)
-{
-    if (count == 0)
-        return;
-    kvp_job_t *job = *free_job_p;
-    if (!job) {
-        job = kvp_job_new (KVP_AL_FREE, 0);
-        *free_job_p = job;
-    }
-    kvp_item_t *item = kvp_job_append (job);
-    item->size = size;
-    item->replica_count = count;
-    memcpy (item->replicas, replicas, count * sizeof *replicas);
-}
-
-//  Queues an object's space for freeing: its replicas and its departed ones.
-static void
-s_free_replicas (kvp_job_t **free_job_p, kvp_object_t *object)
-{
-    if (object->bound)
-        rm_free_range (free_job_p, object->size, object->replicas, object->replica_count);
-    for (uint32_t d = 0; d < object->departed_count; d++)
-        rm_free_range (free_job_p, object->size, &object->departed[d].replica, 1);
-    object->departed_count = 0;
-}
-
-//  Whether a dropped object's bytes may still be read: sends in flight, client pins, or
-//  (for one an upsert replaced) a lease whose readers may hold only a replica list.
-static bool
-s_has_pins (kvp_object_t *object, int64_t now)
-{
-    return rm_epoch_pins (object, 0) > 0 || rm_epoch_pins (object, 1) > 0
-           || now < object->keep_until;
-}
-
-//  Takes an object off the departing list (its departed replicas are freed with it).
-static void
-s_departing_leave (self_t *self, kvp_object_t *object)
-{
-    if (object->departing_handle) {
-        zlistx_delete (self->departing, object->departing_handle);
-        object->departing_handle = NULL;
-    }
-}
-
-//  ---- segments that went (see DESIGN) --------------------------------------------------
-
-static bool
-s_segment_gone (self_t *self, uint32_t id)
-{
-    return (size_t) id / 8 < self->gone_bytes && (self->gone[id / 8] >> (id % 8) & 1);
-}
-
-static void
-s_segment_mark_gone (self_t *self, uint32_t id)
-{
-    size_t need = (size_t) id / 8 + 1;
-    if (need > self->gone_bytes) {
-        size_t bytes = self->gone_bytes ? self->gone_bytes : 64;
-        while (bytes < need)
-            bytes *= 2;
-        uint8_t *grown = (uint8_t *) realloc (self->gone, bytes);
-        assert (grown);
-        memset (grown + self->gone_bytes, 0, bytes - self->gone_bytes);
-        self->gone = grown;
-        self->gone_bytes = bytes;
-    }
-    self->gone[id / 8] |= (uint8_t) (1u << (id % 8));
-}
-
-//  Takes out of replicas[0..*count) those on a gone segment (or on segment, when not 0),
-//  keeping the order of the rest, and copies them into lost (room for KVP_MAX_REPLICAS).
-//  Returns how many went.
-static uint32_t
-s_replicas_split (self_t *self, kvp_replica_t *replicas, uint32_t *count, uint32_t segment,
-                  kvp_replica_t *lost)
-{
-    uint32_t kept = 0, went = 0;
-    for (uint32_t r = 0; r < *count; r++) {
-        bool gone = segment ? replicas[r].segment_id == segment
-                            : s_segment_gone (self, replicas[r].segment_id);
-        if (gone)
-            lost[went++] = replicas[r];
-        else
-            replicas[kept++] = replicas[r];
-    }
-    *count = kept;
-    return went;
-}
-
-//  Puts placed on a segment before it went reach this actor after its REMOVE_SEGMENT: their
-//  replicas there are freed and dropped. Returns false when that left the item none.
-bool
-rm_strip_gone (self_t *self, kvp_item_t *item, kvp_job_t **free_job_p)
-{
-    if (self->gone_bytes == 0)
-        return true;
-    kvp_replica_t lost[KVP_MAX_REPLICAS];
-    uint32_t went = s_replicas_split (self, item->replicas, &item->replica_count, 0, lost);
-    rm_free_range (free_job_p, item->size, lost, went);
-    return went == 0 || item->replica_count > 0;
-}
-
-//  Takes an object out of the table and frees (or dooms) it. The object pointer is invalid
-//  afterwards unless it was doomed.
-void
-rm_object_drop (self_t *self, kvp_object_t *object, kvp_job_t **free_job_p, int64_t now)
-{
-    rm_log_del (self, object);
-    //  Withdrawn from the index before its space can be freed (see shm_index.h).
-    if (self->index && object->index_slot >= 0)
-        shm_index_remove (self->index, object->index_slot);
-    object->index_slot = -1;
-    s_departing_leave (self, object);
-    rm_lists_leave (self, object);
-    object_table_delete (self->objects, object);
-    if (object->state == OBJECT_PENDING)
-        self->pending--;
-    else {
-        self->bytes_stored -= object->size * object->replica_count;
-        rm_event_removed (self, object);
-    }
-    if (s_has_pins (object, now))
-        zlistx_add_end (self->doomed, object);
-    else {
-        s_free_replicas (free_job_p, object);
-        s_object_destroy (&object);
-    }
-}
-
 //  Destroys a list of objects that are out of the table, and the list.
 static void
 s_objects_list_destroy (zlistx_t **list_p)
@@ -421,7 +245,7 @@ s_objects_list_destroy (zlistx_t **list_p)
     while (object) {
         kvp_object_t *gone = object;
         object = (kvp_object_t *) zlistx_next (*list_p);
-        s_object_destroy (&gone);
+        rm_object_destroy (&gone);
     }
     zlistx_destroy (list_p);
 }
@@ -437,7 +261,7 @@ s_self_destroy (self_t **self_p)
     while (object) {
         kvp_object_t *doomed = object;
         object = (kvp_object_t *) object_table_next (self->objects);
-        s_object_destroy (&doomed);
+        rm_object_destroy (&doomed);
     }
     object_table_destroy (&self->objects);
     s_objects_list_destroy (&self->doomed);
@@ -455,6 +279,7 @@ s_self_destroy (self_t **self_p)
     shm_index_destroy (&self->index);
     object_log_destroy (&self->log);
     kvp_job_destroy (&self->unlinks);
+    rm_policy_destroy (self, self->router); //  placements still waiting are answered
     admission_destroy (&self->disk_reads);
     kv_events_feed_destroy (&self->events); //  hands over the last batch
     zsock_destroy (&self->router);
@@ -465,753 +290,6 @@ s_self_destroy (self_t **self_p)
     zsock_destroy (&self->cluster);
     free (self);
     *self_p = NULL;
-}
-
-//  ---- client pins, by owner ---------------------------------------------------------
-
-//  "<owner in hex>:<key>" in the scratch buffer.
-static const char *
-s_pin_key (self_t *self, uint64_t owner, const char *key)
-{
-    size_t need = strlen (key) + 20;
-    if (need > self->pin_key_size) {
-        free (self->pin_key);
-        self->pin_key_size = need * 2;
-        self->pin_key = (char *) malloc (self->pin_key_size);
-        assert (self->pin_key);
-    }
-    snprintf (self->pin_key, self->pin_key_size, "%llx:%s", (unsigned long long) owner, key);
-    return self->pin_key;
-}
-
-static void
-s_pin_add (self_t *self, uint64_t owner, kvp_object_t *object)
-{
-    const char *pin_key = s_pin_key (self, owner, object->key);
-    pin_entry_t *entry = (pin_entry_t *) zhashx_lookup (self->pins, pin_key);
-    if (!entry) {
-        entry = (pin_entry_t *) zmalloc (sizeof (pin_entry_t));
-        zhashx_insert (self->pins, pin_key, entry);
-    }
-    if (entry->count == entry->capacity) {
-        entry->capacity = entry->capacity ? entry->capacity * 2 : 1;
-        entry->objects =
-            (kvp_object_t **) realloc (entry->objects, entry->capacity * sizeof (kvp_object_t *));
-        assert (entry->objects);
-    }
-    entry->objects[entry->count++] = rm_pin_handle (object, object->pin_epoch);
-    object->client_pins[object->pin_epoch]++;
-}
-
-//  Drops a client pin by its handle.
-static void
-s_client_unpin (kvp_object_t *handle)
-{
-    unsigned epoch;
-    kvp_object_t *object = s_pin_object (handle, &epoch);
-    assert (object->client_pins[epoch] > 0);
-    object->client_pins[epoch]--;
-}
-
-//  Drops the oldest pin owner holds on key. Returns false when it holds none.
-static bool
-s_pin_release (self_t *self, uint64_t owner, const char *key)
-{
-    const char *pin_key = s_pin_key (self, owner, key);
-    pin_entry_t *entry = (pin_entry_t *) zhashx_lookup (self->pins, pin_key);
-    if (!entry)
-        return false;
-    s_client_unpin (entry->objects[0]);
-    memmove (entry->objects, entry->objects + 1, --entry->count * sizeof (kvp_object_t *));
-    if (entry->count == 0) {
-        free (entry->objects);
-        free (entry);
-        zhashx_delete (self->pins, pin_key);
-    }
-    return true;
-}
-
-//  Drops every pin of an owner that is gone.
-static void
-s_pins_drop_owner (self_t *self, uint64_t owner)
-{
-    char prefix[24];
-    int prefix_len = snprintf (prefix, sizeof prefix, "%llx:", (unsigned long long) owner);
-    zlistx_t *keys = zlistx_new ();
-    zlistx_set_destructor (keys, (zlistx_destructor_fn *) zstr_free);
-    for (pin_entry_t *entry = (pin_entry_t *) zhashx_first (self->pins); entry;
-         entry = (pin_entry_t *) zhashx_next (self->pins)) {
-        const char *pin_key = (const char *) zhashx_cursor (self->pins);
-        if (strncmp (pin_key, prefix, (size_t) prefix_len) == 0) {
-            for (size_t i = 0; i < entry->count; i++)
-                s_client_unpin (entry->objects[i]);
-            free (entry->objects);
-            free (entry);
-            zlistx_add_end (keys, strdup (pin_key));
-        }
-    }
-    for (char *pin_key = (char *) zlistx_first (keys); pin_key;
-         pin_key = (char *) zlistx_next (keys))
-        zhashx_delete (self->pins, pin_key);
-    zlistx_destroy (&keys);
-}
-
-//  ---- revoked reservations -----------------------------------------------------------
-
-//  Revokes a pending, bound reservation for everyone but its writer: the key is free at
-//  once, the space only when the writer is done with it (see DESIGN).
-static void
-s_reservation_revoke (self_t *self, kvp_object_t *object, kvp_job_t **free_job_p, int64_t now)
-{
-    assert (object->state == OBJECT_PENDING && !object->busy);
-    self->revoked++;
-    if (object->owner == 0 || (object->owner & KVP_OWNER_NODE) || !object->bound) {
-        //  Nobody outside the node can be writing into it.
-        rm_object_drop (self, object, free_job_p, now);
-        return;
-    }
-    object_table_delete (self->objects, object);
-    self->pending--;
-    zlistx_add_end (self->held, object);
-}
-
-//  Takes owner's revoked reservation of key off the list and frees its space. Returns true
-//  if there was one.
-static bool
-s_revoked_end (self_t *self, uint64_t owner, const char *key, kvp_job_t **free_job_p)
-{
-    for (kvp_object_t *object = (kvp_object_t *) zlistx_first (self->held); object;
-         object = (kvp_object_t *) zlistx_next (self->held))
-        if (object->owner == owner && (!key || streq (object->key, key))) {
-            zlistx_delete (self->held, zlistx_cursor (self->held));
-            s_free_replicas (free_job_p, object);
-            s_object_destroy (&object);
-            return true;
-        }
-    return false;
-}
-
-static kvp_object_t *
-s_lookup_complete (self_t *self, const char *key)
-{
-    kvp_object_t *object = (kvp_object_t *) object_table_lookup (self->objects, key);
-    return object && object->state == OBJECT_COMPLETE ? object : NULL;
-}
-
-//  The pending object a job item reserved, if it is still the same one.
-static kvp_object_t *
-s_lookup_reserved (self_t *self, kvp_item_t *item)
-{
-    kvp_object_t *object = (kvp_object_t *) object_table_lookup (self->objects, item->key);
-    if (object && object->state == OBJECT_PENDING && item->object_id
-        && object->id == item->object_id)
-        return object;
-    return NULL;
-}
-
-static void
-s_fill_replicas (kvp_item_t *item, kvp_object_t *object, bool rotate)
-{
-    item->size = object->size;
-    item->replica_count = object->replica_count;
-    //  Reads rotate over the replicas to spread hot keys; the chosen one comes first.
-    uint32_t first =
-        rotate && object->replica_count ? object->next_replica++ % object->replica_count : 0;
-    for (uint32_t r = 0; r < object->replica_count; r++)
-        item->replicas[r] = object->replicas[(first + r) % object->replica_count];
-}
-
-//  A new object for item, with the job's pins, in the table (the caller sets its state).
-kvp_object_t *
-rm_object_new (self_t *self, kvp_job_t *job, kvp_item_t *item, int64_t now)
-{
-    size_t key_size = strlen (item->key) + 1;
-    kvp_object_t *object = (kvp_object_t *) zmalloc (sizeof (kvp_object_t) + key_size);
-    memcpy (object->key, item->key, key_size);
-    object->id = self->next_id++;
-    object->size = item->size;
-    object->hard_pin = job->hard_pin;
-    if (job->soft_pin)
-        object->soft_pin_until = now
-                                 + (int64_t) (job->soft_pin_ttl_ms ? job->soft_pin_ttl_ms
-                                                                   : self->config->soft_pin_ttl_ms);
-    atomic_init (&object->pins[0], 0);
-    atomic_init (&object->pins[1], 0);
-    object->index_slot = -1;
-    int rc = object_table_insert (self->objects, object);
-    assert (rc == 0); //  out of memory, as zhashx would abort
-    return object;
-}
-
-//  A client's PUT_START: a pending object, busy until the allocator's placement is bound.
-static void
-s_reserve (self_t *self, kvp_job_t *job, int64_t now)
-{
-    for (size_t i = 0; i < job->count; i++) {
-        kvp_item_t *item = &job->items[i];
-        item->object_id = 0;
-        if (item->status != KVPOOL_OK)
-            continue;
-        if (object_table_lookup (self->objects, item->key)) {
-            item->status = KVPOOL_OBJECT_ALREADY_EXISTS;
-            continue;
-        }
-        kvp_object_t *object = rm_object_new (self, job, item, now);
-        object->state = OBJECT_PENDING;
-        object->busy = true;
-        object->owner = job->owner_id;
-        object->cluster_token = item->cluster_token;
-        object->put_deadline = now + (int64_t) self->config->put_timeout_ms;
-        self->pending++;
-        item->object_id = object->id;
-    }
-}
-
-//  Records the replicas the allocator chose. Items the allocator failed release their
-//  reservation. For a client's PUT_START the reservation now waits for PUT_END.
-static void
-s_bind (self_t *self, kvp_job_t *job, int64_t now)
-{
-    kvp_job_need_replicas (job);
-    kvp_job_t *free_job = NULL;
-    for (size_t i = 0; i < job->count; i++) {
-        kvp_item_t *item = &job->items[i];
-        kvp_object_t *object = item->object_id ? s_lookup_reserved (self, item) : NULL;
-        if (!object) {
-            if (item->status == KVPOOL_OK)
-                item->status = KVPOOL_INVALID_WRITE;
-            continue;
-        }
-        if (item->status == KVPOOL_OK && !rm_strip_gone (self, item, &free_job)) {
-            item->status = KVPOOL_NO_AVAILABLE_HANDLE;
-            snprintf (job->error, sizeof job->error,
-                      "the segment a value was placed in was unmounted meanwhile");
-        }
-        if (item->status != KVPOOL_OK) {
-            rm_object_drop (self, object, &free_job, now);
-            continue;
-        }
-        object->replica_count = item->replica_count;
-        memcpy (object->replicas, item->replicas, sizeof object->replicas);
-        object->bound = true;
-        object->busy = false;
-        object->put_deadline = now + (int64_t) self->config->put_timeout_ms;
-    }
-    rm_frees_apply (self, &free_job);
-}
-
-//  ---- leases ------------------------------------------------------------------------
-
-//  The lease a read stamped at read_ms (shm_index_last_read; 0: none) grants. A stamp is a
-//  reader's word: one further ahead of now than STAMP_FUTURE_MAX_MS is no read at all, so a
-//  client can lease an object no longer than by reading it. (A true stamp can be ahead of
-//  now, the time a job started, by as long as the job has been running.)
-static int64_t
-s_stamp_lease (self_t *self, int64_t read_ms, int64_t now)
-{
-    if (read_ms <= 0 || read_ms > now + STAMP_FUTURE_MAX_MS)
-        return 0;
-    return read_ms + (int64_t) self->config->lease_ttl_ms;
-}
-
-//  When the object's lease ends: the later of the reads this actor served and the last
-//  read from the index.
-int64_t
-rm_lease_end (self_t *self, kvp_object_t *object, int64_t now)
-{
-    int64_t end = object->lease_until;
-    if (self->index && object->index_slot >= 0) {
-        int64_t stamped =
-            s_stamp_lease (self, shm_index_last_read (self->index, object->index_slot), now);
-        if (stamped > end)
-            end = stamped;
-    }
-    return end;
-}
-
-//  Publishes a committed object in the index (its first replica), unread.
-void
-rm_publish (self_t *self, kvp_object_t *object)
-{
-    if (self->index && object->replica_count && object->index_slot < 0)
-        object->index_slot = shm_index_insert (self->index, object->key, strlen (object->key),
-                                               object->replicas[0].segment_id,
-                                               object->replicas[0].offset, object->size);
-}
-
-//  Withdraws an object from the index, keeping the lease its index reads granted.
-static void
-s_withdraw (self_t *self, kvp_object_t *object, int64_t now)
-{
-    if (!self->index || object->index_slot < 0)
-        return;
-    int64_t stamped = s_stamp_lease (self, shm_index_remove (self->index, object->index_slot), now);
-    object->index_slot = -1;
-    if (stamped > object->lease_until)
-        object->lease_until = stamped;
-}
-
-//  Whether a removal without force may take the object now, as far as can be told without
-//  touching the index: no lease, no client pin.
-static bool
-s_looks_removable (self_t *self, kvp_object_t *object, bool force, int64_t now)
-{
-    return force
-           || (object->client_pins[0] == 0 && object->client_pins[1] == 0
-               && rm_lease_end (self, object, now) <= now);
-}
-
-//  Whether a removal may take the object now; if so, it is out of the index already. The
-//  last word on a published object's lease comes after its withdrawal (shm_index.h): an
-//  object found leased then is published again.
-bool
-rm_take_unleased (self_t *self, kvp_object_t *object, bool force, int64_t now)
-{
-    if (!s_looks_removable (self, object, force, now))
-        return false;
-    if (force || object->index_slot < 0)
-        return true;
-    s_withdraw (self, object, now);
-    if (object->lease_until <= now)
-        return true;
-    rm_publish (self, object);
-    return false;
-}
-
-//  Makes a pending object visible: published in the index and counted.
-static void
-s_object_complete (self_t *self, kvp_object_t *object, int64_t now)
-{
-    object->state = OBJECT_COMPLETE;
-    object->busy = false;
-    object->touched = object->memory_since = now;
-    lru_append (&self->memory, &object->in_memory);
-    if (self->eager)
-        lru_append (&self->unsaved, &object->unsaved);
-    rm_publish (self, object);
-    rm_log_put (self, object, object->checksum ? &object->checksum : NULL);
-    self->bytes_stored += object->size * object->replica_count;
-    self->puts++;
-    rm_event_stored (self, object);
-}
-
-//  The reservation of item's key that this job's owner may end (PUT_END, PUT_REVOKE), or
-//  NULL with the item's status and the job's reason set.
-static kvp_object_t *
-s_own_reservation (self_t *self, kvp_job_t *job, kvp_item_t *item, kvp_job_t **free_job_p)
-{
-    kvp_object_t *object = (kvp_object_t *) object_table_lookup (self->objects, item->key);
-    if (object && object->state == OBJECT_PENDING && object->owner == job->owner_id && object->bound
-        && !object->busy)
-        return object;
-    item->status = KVPOOL_INVALID_WRITE;
-    if (s_revoked_end (self, job->owner_id, item->key, free_job_p)) {
-        //  Its writer is done with it: the space is free now. PUT_REVOKE asked for this.
-        if (job->kind == KVP_RM_REVOKE)
-            item->status = KVPOOL_OK;
-        else
-            snprintf (job->error, sizeof job->error,
-                      "the reservation of a key was revoked (put timeout or reset) before its "
-                      "PUT_END: nothing was stored");
-    }
-    else if (object && object->state == OBJECT_PENDING && object->owner != job->owner_id)
-        snprintf (job->error, sizeof job->error, "a key is reserved by another client");
-    return NULL;
-}
-
-//  The checksum a PUT_END gives its object. A same-machine client's (libkvpool hashes as
-//  it copies) is taken as said: it wrote the bytes itself, and hashing them here would put
-//  a pass over every value on the hot put's reply path; a client that sends none leaves it
-//  unknown, to be taken off that path (rm_checksum). Another node's stripes are hashed here,
-//  over the reservation they were written into, and must match what that node sent: it is
-//  the one write between nodes whose bytes no copy worker saw whole. Returns 0, or -1 with
-//  the item refused.
-static int
-s_commit_checksum (self_t *self, kvp_job_t *job, kvp_item_t *item, kvp_object_t *object)
-{
-    object->checksum = item->expect_checksum;
-    if (!(object->owner & KVP_OWNER_NODE) || !item->expect_checksum || !value_checksum_verify ()
-        || object->replica_count == 0)
-        return 0;
-    uint64_t got = value_checksum (object->replicas[0].addr, object->size);
-    if (got == item->expect_checksum)
-        return 0;
-    object->checksum = 0;
-    item->status = KVPOOL_INVALID_WRITE;
-    self->checksum_failures++;
-    snprintf (job->error, sizeof job->error,
-              "the stripes written (PUT_PART) do not match the value's checksum (%016llx, they "
-              "hash to %016llx): nothing stored",
-              (unsigned long long) item->expect_checksum, (unsigned long long) got);
-    kvp_warning ("refused '%s' from another node: its stripes do not match its checksum",
-                 item->key);
-    return -1;
-}
-
-//  A client's PUT_END: the object it reserved and wrote becomes visible.
-static void
-s_commit (self_t *self, kvp_job_t *job, int64_t now)
-{
-    kvp_job_t *free_job = NULL;
-    for (size_t i = 0; i < job->count; i++) {
-        kvp_item_t *item = &job->items[i];
-        if (item->status != KVPOOL_OK)
-            continue;
-        kvp_object_t *object = s_own_reservation (self, job, item, &free_job);
-        if (!object)
-            continue;
-        if (rm_epoch_pins (object, 0) + rm_epoch_pins (object, 1) > 0) {
-            //  Only PUT_PART pins a reservation: its bytes are not all in yet.
-            item->status = KVPOOL_INVALID_WRITE;
-            snprintf (job->error, sizeof job->error,
-                      "parts of a value are still being written (PUT_PART): PUT_END after "
-                      "their replies");
-            continue;
-        }
-        if ((object->owner & KVP_OWNER_NODE) && object->written < object->size) {
-            //  Another node's reservation holds only what its PUT_PARTs wrote: the rest is
-            //  whatever the space held before, never to be served as a value.
-            item->status = KVPOOL_INVALID_WRITE;
-            snprintf (job->error, sizeof job->error,
-                      "PUT_END of a reservation of which %llu of %llu bytes were written "
-                      "(PUT_PART): nothing stored",
-                      (unsigned long long) object->written, (unsigned long long) object->size);
-            continue;
-        }
-        if (s_commit_checksum (self, job, item, object) != 0) {
-            //  Another node's stripes that do not add up to what it sent: never served.
-            rm_object_drop (self, object, &free_job, now);
-            continue;
-        }
-        item->cluster_token = object->cluster_token;
-        self->pending--;
-        s_object_complete (self, object, now);
-    }
-    rm_frees_apply (self, &free_job);
-}
-
-//  The end of a server-side PUT, in one step: the allocator placed each value and the api
-//  (or the transfer-submitter) wrote it, so the object goes in committed; nobody could see
-//  it before. A key that exists by now, committed or being written, keeps its first value,
-//  and this put's space is freed, as is the space of items that failed after placement.
-//  Values whose copy hashed otherwise than their writer said (Request.checksums: another
-//  node's UPSERT, a client's PUT) are refused before anything of them is stored or replaced:
-//  their space is freed with the other failed items'.
-static void
-s_verify_written (self_t *self, kvp_job_t *job)
-{
-    if (!value_checksum_verify ())
-        return;
-    for (size_t i = 0; i < job->count; i++) {
-        kvp_item_t *item = &job->items[i];
-        if (item->status != KVPOOL_OK || !item->expect_checksum || !item->checksum
-            || item->checksum == item->expect_checksum)
-            continue;
-        item->status = KVPOOL_INVALID_WRITE;
-        self->checksum_failures++;
-        snprintf (job->error, sizeof job->error,
-                  "a value's bytes do not match the checksum its writer sent (%016llx, the "
-                  "bytes received hash to %016llx): nothing stored for it",
-                  (unsigned long long) item->expect_checksum, (unsigned long long) item->checksum);
-        kvp_warning ("refused a value for '%s' whose bytes do not match its checksum (%s)",
-                     item->key, job->owner_id & KVP_OWNER_NODE ? "from another node"
-                                                               : "from a client");
-    }
-}
-
-static void
-s_insert (self_t *self, kvp_job_t *job, int64_t now)
-{
-    kvp_job_need_replicas (job);
-    s_verify_written (self, job);
-    kvp_job_t *free_job = NULL;
-    for (size_t i = 0; i < job->count; i++) {
-        kvp_item_t *item = &job->items[i];
-        if (item->status == KVPOOL_OK && object_table_lookup (self->objects, item->key))
-            item->status = KVPOOL_OBJECT_ALREADY_EXISTS;
-        if (item->status == KVPOOL_OK && !rm_strip_gone (self, item, &free_job)) {
-            item->status = KVPOOL_NO_AVAILABLE_HANDLE;
-            snprintf (job->error, sizeof job->error,
-                      "the segment a value was placed in was unmounted meanwhile");
-        }
-        if (item->status != KVPOOL_OK) {
-            if (item->replica_count) {
-                kvp_object_t ghost = {
-                    .size = item->size, .bound = true, .replica_count = item->replica_count};
-                memcpy (ghost.replicas, item->replicas, sizeof ghost.replicas);
-                s_free_replicas (&free_job, &ghost);
-            }
-            continue;
-        }
-        kvp_object_t *object = rm_object_new (self, job, item, now);
-        object->replica_count = item->replica_count;
-        memcpy (object->replicas, item->replicas, sizeof object->replicas);
-        object->bound = true;
-        object->checksum = item->checksum;
-        s_object_complete (self, object, now);
-    }
-    rm_frees_apply (self, &free_job);
-}
-
-//  A server-side UPSERT: as an insert, but an existing committed object is replaced. The old
-//  one leaves the index and the table before the new one enters, so a reader finds one or
-//  the other whole; its space waits for its readers (s_has_pins). A key being written by a
-//  client (PUT_START) is not replaced: REPLICA_IS_NOT_READY, and this value's space goes.
-static void
-s_upsert (self_t *self, kvp_job_t *job, int64_t now)
-{
-    s_verify_written (self, job); //  a refused value replaces nothing
-    kvp_job_t *free_job = NULL;
-    for (size_t i = 0; i < job->count; i++) {
-        kvp_item_t *item = &job->items[i];
-        kvp_object_t *old = item->status == KVPOOL_OK
-                                ? (kvp_object_t *) object_table_lookup (self->objects, item->key)
-                                : NULL;
-        if (old && old->state != OBJECT_COMPLETE)
-            item->status = KVPOOL_REPLICA_IS_NOT_READY;
-        else if (old) {
-            //  Out of the index first: its last read stamps are in its lease then.
-            s_withdraw (self, old, now);
-            old->keep_until = old->lease_until;
-            rm_object_drop (self, old, &free_job, now);
-        }
-    }
-    rm_frees_apply (self, &free_job);
-    //  Every key that is OK is free now: the insert takes them.
-    s_insert (self, job, now);
-}
-
-//  A PUT_PART: each item's bytes go at its offset into its key's reservation, which this job's
-//  owner made (PUT_START) and which the allocator has bound. The reservation is pinned until
-//  the api has copied them (it unpins at the reply), so a revoke or a put timeout meanwhile
-//  frees the space only after the copy, as a removal waits for a zero-copy send.
-static void
-s_part (self_t *self, kvp_job_t *job, int64_t now)
-{
-    kvp_job_need_replicas (job);
-    for (size_t i = 0; i < job->count; i++) {
-        kvp_item_t *item = &job->items[i];
-        if (item->status != KVPOOL_OK)
-            continue;
-        kvp_object_t *object = (kvp_object_t *) object_table_lookup (self->objects, item->key);
-        if (!object || object->state != OBJECT_PENDING || object->owner != job->owner_id
-            || !object->bound || object->busy) {
-            item->status = KVPOOL_INVALID_WRITE;
-            snprintf (job->error, sizeof job->error,
-                      "PUT_PART of a key with no reservation of this client's to write into "
-                      "(PUT_START first)");
-            continue;
-        }
-        if (item->length != item->size || item->offset > object->size
-            || item->size > object->size - item->offset) {
-            item->status = KVPOOL_INVALID_PARAMS;
-            snprintf (job->error, sizeof job->error,
-                      "PUT_PART of %llu bytes at %llu (length %llu) does not fit a %llu-byte "
-                      "reservation",
-                      (unsigned long long) item->size, (unsigned long long) item->offset,
-                      (unsigned long long) item->length, (unsigned long long) object->size);
-            continue;
-        }
-        atomic_fetch_add_explicit (&object->pins[object->pin_epoch], 1, memory_order_relaxed);
-        item->object = rm_pin_handle (object, object->pin_epoch);
-        //  (Stripes never overlap: parts that add up to the size wrote every byte.)
-        object->written += item->size;
-        uint64_t size = item->size;
-        s_fill_replicas (item, object, false);
-        item->size = size;
-        for (uint32_t r = 0; r < item->replica_count; r++)
-            item->replicas[r].addr = (char *) item->replicas[r].addr + item->offset;
-        //  The writer is making progress: its reservation lasts.
-        object->put_deadline = now + (int64_t) self->config->put_timeout_ms;
-    }
-}
-
-static void
-s_revoke (self_t *self, kvp_job_t *job, int64_t now)
-{
-    kvp_job_t *free_job = NULL;
-    for (size_t i = 0; i < job->count; i++) {
-        kvp_item_t *item = &job->items[i];
-        if (item->status != KVPOOL_OK)
-            continue;
-        kvp_object_t *object = s_own_reservation (self, job, item, &free_job);
-        if (!object)
-            continue;
-        rm_object_drop (self, object, &free_job, now);
-        self->revoked++;
-    }
-    rm_frees_apply (self, &free_job);
-}
-
-//  The checksum a GET sends with the object's value (Reply.checksums; 0: unknown). One that
-//  nobody took yet (a same-machine client's PUT_END without one, a put by address) is
-//  taken here the first time another node reads the value, which is when a reader will
-//  verify it: once per object, on this thread, off every put's path. Clients of this node
-//  get what is known.
-uint64_t
-rm_checksum (self_t *self, kvp_job_t *job, kvp_object_t *object)
-{
-    if (!object->checksum && (job->owner_id & KVP_OWNER_NODE) && object->replica_count
-        && value_checksum_verify ()) {
-        int64_t started = zclock_usecs ();
-        object->checksum = value_checksum (object->replicas[0].addr, object->size);
-        self->log_hash_us += (uint64_t) (zclock_usecs () - started);
-    }
-    return object->checksum;
-}
-
-static void
-s_read (self_t *self, kvp_job_t *job, int64_t now)
-{
-    if (job->kind == KVP_RM_GET || job->kind == KVP_RM_REPLICA_LIST)
-        kvp_job_need_replicas (job);
-    //  Every read leases for the TTL from now; a lease already longer stays.
-    int64_t lease_until = now + (int64_t) self->config->lease_ttl_ms;
-    for (size_t i = 0; i < job->count; i++) {
-        kvp_item_t *item = &job->items[i];
-        if (item->status != KVPOOL_OK)
-            continue;
-        if (job->kind == KVP_RM_RELEASE) {
-            //  Only the process that took a pin drops it; the object may be removed by now.
-            if (!s_pin_release (self, job->owner_id, item->key))
-                item->status = KVPOOL_INVALID_READ;
-            continue;
-        }
-        kvp_object_t *object = s_lookup_complete (self, item->key);
-        if (job->kind == KVP_RM_GET)
-            self->gets++;
-        if (!object) {
-            item->status = KVPOOL_OBJECT_NOT_FOUND;
-            continue;
-        }
-        item->size = object->size;
-        if (lease_until > object->lease_until)
-            object->lease_until = lease_until;
-        object->touched = now;
-        if (job->kind == KVP_RM_GET)
-            item->checksum = rm_checksum (self, job, object);
-        if (job->kind == KVP_RM_GET && object->replica_count == 0) {
-            //  On disk only: the transfer-submitter reads it next (no pin: an unlinked
-            //  copy stays readable to a read that opened it, and ids are never reused).
-            self->get_hits++;
-            self->disk_hits++;
-            item->replica_count = 0;
-            item->disk_id = object->disk_id;
-            item->object_id = object->id;
-            item->promote = rm_promote_due (self, object, now);
-            continue;
-        }
-        switch (job->kind) {
-            case KVP_RM_GET:
-                self->get_hits++;
-                atomic_fetch_add_explicit (&object->pins[object->pin_epoch], 1,
-                                           memory_order_relaxed);
-                item->object = rm_pin_handle (object, object->pin_epoch);
-                s_fill_replicas (item, object, true);
-                break;
-            case KVP_RM_REPLICA_LIST:
-                if (job->pin)
-                    s_pin_add (self, job->owner_id, object);
-                s_fill_replicas (item, object, true);
-                break;
-            default: break; //  EXIST, GET_SIZE, TOUCH: the lease only
-        }
-    }
-}
-
-//  PREFIX_MATCH: blocks of job->ranks keys, in order. Every key of a whole block is leased as
-//  a read leases it (the engine loads those blocks next); the first block with a key missing
-//  ends the walk: from there on every key is OBJECT_NOT_FOUND, unchecked past the missing
-//  one (kvp_job_prefix_count then counts the whole blocks).
-static void
-s_prefix (self_t *self, kvp_job_t *job, int64_t now)
-{
-    size_t ranks = job->ranks ? job->ranks : 1;
-    int64_t lease_until = now + (int64_t) self->config->lease_ttl_ms;
-    size_t at = 0;
-    for (; at + ranks <= job->count; at += ranks) {
-        bool whole = true;
-        for (size_t r = 0; r < ranks && whole; r++) {
-            kvp_item_t *item = &job->items[at + r];
-            whole = item->status == KVPOOL_OK && s_lookup_complete (self, item->key);
-        }
-        if (!whole)
-            break;
-        for (size_t r = 0; r < ranks; r++) {
-            kvp_object_t *object = s_lookup_complete (self, job->items[at + r].key);
-            job->items[at + r].size = object->size;
-            if (lease_until > object->lease_until)
-                object->lease_until = lease_until;
-            object->touched = now;
-        }
-    }
-    for (size_t i = at; i < job->count; i++)
-        if (job->items[i].status == KVPOOL_OK)
-            job->items[i].status = KVPOOL_OBJECT_NOT_FOUND;
-}
-
-static void
-s_remove (self_t *self, kvp_job_t *job, int64_t now)
-{
-    kvp_job_t *free_job = NULL;
-    for (size_t i = 0; i < job->count; i++) {
-        kvp_item_t *item = &job->items[i];
-        if (item->status != KVPOOL_OK)
-            continue;
-        kvp_object_t *object = s_lookup_complete (self, item->key);
-        //  With an object id (a copy the master refused, membership.c): that object alone,
-        //  never a newer one put under the key since.
-        if (!object || (item->object_id && object->id != item->object_id))
-            item->status = KVPOOL_OBJECT_NOT_FOUND;
-        else if (!rm_take_unleased (self, object, job->force, now))
-            item->status = KVPOOL_OBJECT_HAS_LEASE;
-        else {
-            rm_object_drop (self, object, &free_job, now);
-            self->removes++;
-        }
-    }
-    rm_frees_apply (self, &free_job);
-}
-
-//  REMOVE_ALL and RESET: one pass over the table.
-static void
-s_remove_many (self_t *self, kvp_job_t *job, int64_t now)
-{
-    //  A reset also revokes client reservations.
-    bool reset = job->op == KVPOOL__V1__OP__RESET;
-    zlistx_t *victims = zlistx_new ();
-    bool all_go = true; //  every committed object: one AllBlocksCleared, no event per key
-    for (kvp_object_t *object = (kvp_object_t *) object_table_first (self->objects); object;
-         object = (kvp_object_t *) object_table_next (self->objects)) {
-        if (object->state != OBJECT_COMPLETE && !(reset && !object->busy))
-            continue;
-        if (object->state == OBJECT_COMPLETE && !rm_take_unleased (self, object, job->force, now)) {
-            all_go = false;
-            continue;
-        }
-        zlistx_add_end (victims, object);
-    }
-    if (self->events && all_go) {
-        kv_events_feed_add (self->events, KV_EVENT_CLEARED, NULL, 0);
-        self->events_quiet = true;
-    }
-    kvp_job_t *free_job = NULL;
-    uint64_t removed = 0;
-    for (kvp_object_t *object = (kvp_object_t *) zlistx_first (victims); object;
-         object = (kvp_object_t *) zlistx_next (victims)) {
-        if (object->state == OBJECT_COMPLETE) {
-            removed++;
-            self->removes++;
-            rm_object_drop (self, object, &free_job, now);
-        }
-        else
-            //  Nothing lands after a reset, and no late writer lands in reused space.
-            s_reservation_revoke (self, object, &free_job, now);
-    }
-    zlistx_destroy (&victims);
-    self->events_quiet = false;
-    rm_frees_apply (self, &free_job);
-    job->result_count = removed;
 }
 
 //  ---- losing a segment ----------------------------------------------------------------
@@ -1286,13 +364,13 @@ s_remove_segment (self_t *self, kvp_job_t *job, int64_t now)
     uint32_t segment = job->segment_id;
     if (segment == 0)
         return;
-    s_segment_mark_gone (self, segment);
+    rm_segment_mark_gone (self, segment);
     zlistx_t *victims = zlistx_new ();
     kvp_job_t *free_job = NULL;
     for (kvp_object_t *object = (kvp_object_t *) object_table_first (self->objects); object;
          object = (kvp_object_t *) object_table_next (self->objects)) {
         if (object->busy || !object->bound)
-            continue; //  still being placed: s_bind strips it
+            continue; //  still being placed: rm_bind strips it
         bool on_segment = false;
         for (uint32_t r = 0; r < object->replica_count; r++)
             on_segment |= object->replicas[r].segment_id == segment;
@@ -1307,10 +385,10 @@ s_remove_segment (self_t *self, kvp_job_t *job, int64_t now)
         //  replica that stays.
         bool published = object->index_slot >= 0;
         if (published && object->replicas[0].segment_id == segment)
-            s_withdraw (self, object, now);
+            rm_withdraw (self, object, now);
         kvp_replica_t lost[KVP_MAX_REPLICAS];
         uint32_t went =
-            s_replicas_split (self, object->replicas, &object->replica_count, segment, lost);
+            rm_replicas_split (self, object->replicas, &object->replica_count, segment, lost);
         if (object->state == OBJECT_COMPLETE)
             self->bytes_stored -= object->size * went;
         s_replicas_depart (self, object, lost, went, &free_job);
@@ -1330,7 +408,7 @@ s_remove_segment (self_t *self, kvp_job_t *job, int64_t now)
             //  learns at PUT_END that nothing was stored.
             rm_free_range (&free_job, object->size, object->replicas, object->replica_count);
             object->replica_count = 0;
-            s_reservation_revoke (self, object, &free_job, now);
+            rm_reservation_revoke (self, object, &free_job, now);
         }
     }
     zlistx_destroy (&victims);
@@ -1347,7 +425,7 @@ s_owner_gone (self_t *self, kvp_job_t *job, int64_t now)
     uint64_t owner = job->owner_id;
     if (owner == 0)
         return;
-    s_pins_drop_owner (self, owner);
+    rm_pins_drop_owner (self, owner);
     kvp_job_t *free_job = NULL;
     zlistx_t *reservations = zlistx_new ();
     for (kvp_object_t *object = (kvp_object_t *) object_table_first (self->objects); object;
@@ -1361,7 +439,7 @@ s_owner_gone (self_t *self, kvp_job_t *job, int64_t now)
     }
     job->result_count = zlistx_size (reservations);
     zlistx_destroy (&reservations);
-    while (s_revoked_end (self, owner, NULL, &free_job))
+    while (rm_revoked_end (self, owner, NULL, &free_job))
         job->result_count++;
     rm_frees_apply (self, &free_job);
 }
@@ -1388,7 +466,7 @@ s_regex_fill (self_t *self, regex_run_t *run, int64_t now)
     for (kvp_object_t *object = (kvp_object_t *) object_table_first (self->objects); object;
          object = (kvp_object_t *) object_table_next (self->objects)) {
         if (object->state != OBJECT_COMPLETE
-            || !s_looks_removable (self, object, run->job->force, now))
+            || !rm_looks_removable (self, object, run->job->force, now))
             continue;
         if (regex_batch_add (run->batch, object->key, strlen (object->key), object->id) == -1)
             return -1;
@@ -1501,163 +579,7 @@ s_regex_stop (self_t *self)
     self->regex_out = false;
 }
 
-//  ---- the object log (--segment-dir) -------------------------------------------------
-
-//  The index of one of the node's own segments in the directory (the allocator makes them
-//  first: ids 1..segments), or -1 for memory a client mounted (not kept across restarts).
-static int64_t
-s_own_index (self_t *self, uint32_t segment_id)
-{
-    return segment_id >= 1 && segment_id <= self->config->segments ? (int64_t) segment_id - 1 : -1;
-}
-
-//  A log that could not be written is no record: it is removed, so the next start adopts
-//  nothing rather than something a lost DEL would have cancelled.
-static void
-s_log_broken (self_t *self)
-{
-    kvp_error ("the object log in %s cannot be written (%s): it is removed, "
-               "and a restart will not adopt this run's objects",
-               self->config->segment_dir, strerror (errno));
-    object_log_abandon (self->log);
-    object_log_destroy (&self->log);
-}
-
-void
-rm_log_put (self_t *self, kvp_object_t *object, const uint64_t *checksum)
-{
-    if (!self->log || object->logged || object->state != OBJECT_COMPLETE)
-        return;
-    bool hashed = checksum != NULL;
-    for (uint32_t r = 0; r < object->replica_count; r++) {
-        int64_t index = s_own_index (self, object->replicas[r].segment_id);
-        if (index < 0)
-            continue;
-        if (!hashed) {
-            int64_t started = zclock_usecs ();
-            object->checksum = object_log_checksum (object->replicas[r].addr, object->size);
-            self->log_hash_us += (uint64_t) (zclock_usecs () - started);
-            hashed = true;
-        }
-        else if (checksum)
-            object->checksum = *checksum;
-        if (object_log_put (self->log, object->key, strlen (object->key), (uint32_t) index,
-                            object->replicas[r].offset, object->size, object->id, object->checksum)
-            == 0) {
-            object->logged = true;
-            self->log_live++;
-        }
-    }
-}
-
-void
-rm_log_del (self_t *self, kvp_object_t *object)
-{
-    if (!self->log || !object->logged)
-        return;
-    object->logged = false;
-    for (uint32_t r = 0; r < object->replica_count; r++) {
-        int64_t index = s_own_index (self, object->replicas[r].segment_id);
-        if (index < 0)
-            continue;
-        object_log_del (self->log, object->key, strlen (object->key), (uint32_t) index,
-                        object->replicas[r].offset, object->id);
-        self->log_live--;
-    }
-}
-
-//  Starts a fresh log at DIR/objects.log with the live records of every object that has
-//  them, replacing the old one. Returns 0 or -1 (the old log, if any, stays).
-static int
-s_log_rewrite (self_t *self)
-{
-    char path[300];
-    snprintf (path, sizeof path, "%s/objects.log", self->config->segment_dir);
-    object_log_t *fresh = object_log_create (path);
-    if (!fresh)
-        return -1;
-    object_log_t *old = self->log;
-    self->log = fresh;
-    self->log_live = 0;
-    for (kvp_object_t *object = (kvp_object_t *) object_table_first (self->objects); object;
-         object = (kvp_object_t *) object_table_next (self->objects))
-        if (object->logged || !old) {
-            object->logged = false;
-            rm_log_put (self, object, object->checksum ? &object->checksum : NULL);
-        }
-    if (object_log_install (fresh) != 0) {
-        object_log_abandon (fresh);
-        object_log_destroy (&fresh);
-        self->log = old;
-        return -1;
-    }
-    object_log_destroy (&old);
-    return 0;
-}
-
-void
-rm_log_flush (self_t *self)
-{
-    if (!self->log)
-        return;
-    if (object_log_flush (self->log) != 0) {
-        s_log_broken (self);
-        return;
-    }
-    //  Compaction: when the file holds far more records than are live.
-    if (object_log_records (self->log) > 4 * self->log_live + 100000) {
-        int64_t started = zclock_usecs ();
-        if (s_log_rewrite (self) != 0)
-            s_log_broken (self);
-        else
-            kvp_debug ("object log compacted to %llu records in %lld us",
-                       (unsigned long long) self->log_live,
-                       (long long) (zclock_usecs () - started));
-    }
-}
-
-//  KVP_RM_ADOPT (at start, with --segment-dir): the objects the allocator adopted from the
-//  previous run become committed objects (in memory, published, in the eviction order), and
-//  the object log starts afresh with exactly them (the compaction at start).
-static void
-s_adopt (self_t *self, kvp_job_t *job, int64_t now)
-{
-    kvp_job_need_replicas (job);
-    kvp_job_t *free_job = NULL;
-    for (size_t i = 0; i < job->count; i++) {
-        kvp_item_t *item = &job->items[i];
-        if (item->status != KVPOOL_OK || item->replica_count == 0)
-            continue;
-        if (object_table_lookup (self->objects, item->key)) {
-            item->status = KVPOOL_OBJECT_ALREADY_EXISTS;
-            rm_free_range (&free_job, item->size, item->replicas, item->replica_count);
-            continue;
-        }
-        kvp_object_t *object = rm_object_new (self, job, item, now);
-        object->replica_count = item->replica_count;
-        memcpy (object->replicas, item->replicas, item->replica_count * sizeof (kvp_replica_t));
-        object->bound = true;
-        object->state = OBJECT_COMPLETE;
-        object->checksum = item->checksum;
-        object->touched = object->memory_since = now;
-        lru_append (&self->memory, &object->in_memory);
-        if (self->eager)
-            lru_append (&self->unsaved, &object->unsaved);
-        rm_publish (self, object);
-        self->bytes_stored += object->size * object->replica_count;
-        rm_event_stored (self, object);
-    }
-    object_log_destroy (&self->log);
-    if (s_log_rewrite (self) != 0) {
-        kvp_error ("cannot start the object log in %s: %s; objects put from "
-                   "now on will not survive a restart",
-                   self->config->segment_dir, strerror (errno));
-        char path[300];
-        snprintf (path, sizeof path, "%s/objects.log", self->config->segment_dir);
-        unlink (path);
-    }
-    rm_frees_apply (self, &free_job);
-}
+//  ---- the cluster's inventory, statistics, the sweep -------------------------------------
 
 //  Every committed object held here (in memory or on disk), for the master (a node that
 //  registers reports what it holds).
@@ -1726,6 +648,7 @@ s_stats (self_t *self, kvp_job_t *job)
     job->stats.disk_corrupt = self->disk_lost;
     job->stats.checksum_failures = self->checksum_failures; //  the cluster adds its own
     job->stats.promotions = self->promotions;
+    rm_policy_stats (self, &job->stats);
     job->stats.kv_events = kv_events_feed_events (self->events);
     job->stats.kv_events_dropped = kv_events_feed_dropped (self->events);
 }
@@ -1738,6 +661,7 @@ s_config (self_t *self, kvp_job_t *job)
     if (job->setting && job->setting_value
         && kvp_config_change (&self->settings, job->setting, job->setting_value, why, sizeof why))
         kvp_job_fail (job, KVPOOL_INVALID_PARAMS, "%s", why);
+    rm_policy_config (self);
 }
 
 //  Frees doomed objects whose pins are gone and revokes client reservations past their
@@ -1759,10 +683,10 @@ s_sweep (self_t *self, int64_t now)
     }
     object = (kvp_object_t *) zlistx_first (self->doomed);
     while (object) {
-        if (!s_has_pins (object, now)) {
+        if (!rm_has_pins (object, now)) {
             zlistx_delete (self->doomed, zlistx_cursor (self->doomed));
-            s_free_replicas (&free_job, object);
-            s_object_destroy (&object);
+            rm_free_replicas (&free_job, object);
+            rm_object_destroy (&object);
             object = (kvp_object_t *) zlistx_first (self->doomed);
         }
         else
@@ -1780,51 +704,54 @@ s_sweep (self_t *self, int64_t now)
         if (expired) {
             for (object = (kvp_object_t *) zlistx_first (expired); object;
                  object = (kvp_object_t *) zlistx_next (expired))
-                s_reservation_revoke (self, object, &free_job, now);
+                rm_reservation_revoke (self, object, &free_job, now);
             zlistx_destroy (&expired);
         }
     }
     rm_frees_apply (self, &free_job);
 }
 
-//  Does one job, its own kind or the allocator's. Returns true when the allocator parked it
-//  (an UNMOUNT waiting for its segment to empty: the loop's s_replies_parked answers it once
-//  a free or a tick ends it).
+//  Does one job, its own kind or the allocator's. Returns true when it was parked with
+//  *reply_to_p: an UNMOUNT waiting for its segment to empty (the loop's s_replies_parked
+//  answers it once a free or a tick ends it), or a placement waiting for disk copies to free
+//  room (rm_room_made hands it back).
 static bool
 s_handle_job (self_t *self, kvp_job_t *job, zframe_t **reply_to_p)
 {
-    if (kvp_job_kind_is_allocators (job->kind))
-        return allocator_handle (self->allocator, job, reply_to_p);
+    if (kvp_job_kind_is_allocators (job->kind)) {
+        if (allocator_handle (self->allocator, job, reply_to_p))
+            return true;
+        //  A placement that found no room makes it here, now (replica_evict.c).
+        return job->kind == KVP_AL_ALLOC
+               && rm_make_room (self, job, reply_to_p, zclock_mono ());
+    }
     int64_t now = zclock_mono ();
     switch (job->kind) {
-        case KVP_RM_RESERVE: s_reserve (self, job, now); break;
-        case KVP_RM_BIND: s_bind (self, job, now); break;
-        case KVP_RM_COMMIT: s_commit (self, job, now); break;
-        case KVP_RM_PART: s_part (self, job, now); break;
-        case KVP_RM_INSERT: s_insert (self, job, now); break;
-        case KVP_RM_UPSERT: s_upsert (self, job, now); break;
-        case KVP_RM_REVOKE: s_revoke (self, job, now); break;
+        case KVP_RM_RESERVE: rm_reserve (self, job, now); break;
+        case KVP_RM_BIND: rm_bind (self, job, now); break;
+        case KVP_RM_COMMIT: rm_commit (self, job, now); break;
+        case KVP_RM_PART: rm_part (self, job, now); break;
+        case KVP_RM_INSERT: rm_insert (self, job, now); break;
+        case KVP_RM_UPSERT: rm_upsert (self, job, now); break;
+        case KVP_RM_REVOKE: rm_revoke (self, job, now); break;
         case KVP_RM_GET:
         case KVP_RM_EXIST:
         case KVP_RM_GET_SIZE:
         case KVP_RM_REPLICA_LIST:
         case KVP_RM_RELEASE:
-        case KVP_RM_TOUCH: s_read (self, job, now); break;
-        case KVP_RM_PREFIX: s_prefix (self, job, now); break;
-        case KVP_RM_REMOVE: s_remove (self, job, now); break;
-        case KVP_RM_REMOVE_ALL: s_remove_many (self, job, now); break;
+        case KVP_RM_TOUCH: rm_read (self, job, now); break;
+        case KVP_RM_PREFIX: rm_prefix (self, job, now); break;
+        case KVP_RM_REMOVE: rm_remove (self, job, now); break;
+        case KVP_RM_REMOVE_ALL: rm_remove_many (self, job, now); break;
         case KVP_RM_REMOVE_SEGMENT: s_remove_segment (self, job, now); break;
         case KVP_RM_OWNER_GONE: s_owner_gone (self, job, now); break;
         case KVP_RM_STATS: s_stats (self, job); break;
         case KVP_RM_CONFIG: s_config (self, job); break;
         case KVP_RM_INVENTORY: s_inventory (self, job); break;
-        case KVP_RM_EVICT: rm_evict (self, job, now); break;
-        case KVP_RM_OFFLOADED: rm_offloaded (self, job, now); break;
-        case KVP_RM_DISK_EVICT: rm_disk_evict (self, job, now); break;
         case KVP_RM_DISK_REGISTER: rm_disk_register (self, job, now); break;
         case KVP_RM_DISK_LOST: rm_disk_lost (self, job, now); break;
         case KVP_RM_PROMOTE: rm_promote (self, job, now); break;
-        case KVP_RM_ADOPT: s_adopt (self, job, now); break;
+        case KVP_RM_ADOPT: rm_adopt (self, job, now); break;
         default:
             kvp_job_fail (job, KVPOOL_INTERNAL_ERROR, "replica-manager: job kind %d", job->kind);
             break;
@@ -1837,9 +764,9 @@ s_handle_job (self_t *self, kvp_job_t *job, zframe_t **reply_to_p)
 //  here, before it goes back: a put is placed, copied and inserted in one visit, a
 //  put-start reserved, placed and bound in one. Every crossing saved is a thread wake-up
 //  on each side. A stage that can park (UNMOUNT) or runs elsewhere (a regex) goes back to
-//  the api as usual.
-static void
-s_walk_on (self_t *self, kvp_job_t *job)
+//  the api as usual. Returns true when a stage parked the job (s_handle_job).
+static bool
+s_walk_on (self_t *self, kvp_job_t *job, zframe_t **reply_to_p)
 {
     const kvp_op_t *row = job->walk ? kvp_op_of_job (job) : NULL;
     while (row) {
@@ -1848,13 +775,25 @@ s_walk_on (self_t *self, kvp_job_t *job)
         bool ours = next != KVP_JOB_NONE && next != KVP_AL_UNMOUNT && next != KVP_RM_REMOVE_REGEX
                     && kvp_job_kind_actor (next) == KVP_ACTOR_RM;
         if (!copy_here && !ours)
-            return;
+            return false;
         job->kind = next;
         if (copy_here)
             transfer_job_copy (job, self->readers);
-        else
-            s_handle_job (self, job, NULL);
+        else if (s_handle_job (self, job, reply_to_p))
+            return true;
     }
+    return false;
+}
+
+//  Answers a job whose stages here are done (or walks it on first).
+static void
+s_finish (self_t *self, kvp_job_t *job, zframe_t **reply_to_p)
+{
+    if (s_walk_on (self, job, reply_to_p))
+        return; //  parked on the way
+    //  A committed object's record is on the file before its writer hears OK.
+    rm_log_flush (self);
+    s_reply (self, reply_to_p, job);
 }
 
 //  --segment-dir: the objects the allocator adopted from the previous run are this table's
@@ -1865,7 +804,7 @@ s_adopt_at_start (self_t *self)
     kvp_job_t *job = allocator_adopted (self->allocator);
     if (!job)
         return;
-    s_adopt (self, job, zclock_mono ());
+    rm_adopt (self, job, zclock_mono ());
     if (job->status != KVPOOL_OK) {
         char reason[400];
         snprintf (reason, sizeof reason, "--segment-dir %s: %s", self->config->segment_dir,
@@ -1890,8 +829,10 @@ replica_manager_actor (zsock_t *pipe, void *args)
     self->next_sweep = zclock_mono () + SWEEP_INTERVAL_MS;
     spin_window_t spin;
     spin_window_init (&spin, (int) self->config->spin_us);
+    int64_t next_cycle = zclock_mono ();
     while (!self->terminated) {
-        int64_t wait = self->next_sweep - zclock_mono ();
+        int64_t due = next_cycle < self->next_sweep ? next_cycle : self->next_sweep;
+        int64_t wait = due - zclock_mono ();
         int64_t events_wait = kv_events_feed_wait (self->events, zclock_mono ());
         if (events_wait >= 0 && events_wait < wait)
             wait = events_wait;
@@ -1923,20 +864,21 @@ replica_manager_actor (zsock_t *pipe, void *args)
             kvp_job_t *job = kvp_job_recv_routed (self->router, &routing_id);
             if (job && job->kind == KVP_RM_REMOVE_REGEX)
                 s_regex_start (self, job, &routing_id);
-            else if (job && !s_handle_job (self, job, &routing_id)) {
-                s_walk_on (self, job);
-                //  A committed object's record is on the file before its writer hears OK.
-                rm_log_flush (self);
-                s_reply (self, &routing_id, job);
-            }
+            else if (job && !s_handle_job (self, job, &routing_id))
+                s_finish (self, job, &routing_id);
             zframe_destroy (&routing_id);
             rm_unlinks_send (self);
         }
         else if (which == self->tx) {
-            //  The transfer-submitter hands our unlink jobs back when done.
+            //  The transfer-submitter hands our disk writes and unlinks back when done.
             kvp_job_t *job = kvp_job_recv (self->tx);
-            kvp_job_destroy (&job);
-            self->unlinks_out--;
+            if (job && job->kind == KVP_TX_DISK_WRITE)
+                rm_offload_done (self, job, zclock_mono ());
+            else {
+                kvp_job_destroy (&job);
+                self->unlinks_out--;
+            }
+            rm_unlinks_send (self);
         }
         else if (which == regex_matcher_sock (self->matcher))
             s_regex_finish (self);
@@ -1946,7 +888,17 @@ replica_manager_actor (zsock_t *pipe, void *args)
             rm_unlinks_send (self);
             self->next_sweep = zclock_mono () + SWEEP_INTERVAL_MS;
         }
-        //  Unmounts whose segment emptied (a free, a tick) in this turn are answered.
+        //  Eviction's cycles, when due.
+        next_cycle = rm_policy_tick (self, zclock_mono ());
+        rm_unlinks_send (self);
+        //  Placements that waited for room, and unmounts whose segment emptied (a free, a
+        //  tick) in this turn, are answered.
+        zframe_t *reply_to;
+        kvp_job_t *placed;
+        while ((placed = rm_room_made (self, &reply_to))) {
+            s_finish (self, placed, &reply_to);
+            zframe_destroy (&reply_to);
+        }
         s_replies_parked (self);
         //  The events gathered go to the publisher once the batch is due.
         if (self->events)
@@ -1956,13 +908,18 @@ replica_manager_actor (zsock_t *pipe, void *args)
     //  Unmounts still waiting are answered: the node is going.
     allocator_stop (self->allocator);
     s_replies_parked (self);
-    zsock_set_rcvtimeo (self->tx, 1000);
-    while (self->unlinks_out > 0) {
+    //  The transfer-submitter's jobs are taken back (objects pinned for a disk copy stay
+    //  pinned: they end with this actor).
+    zsock_set_rcvtimeo (self->tx, 2000);
+    while (self->unlinks_out + self->policy.writes_out > 0) {
         kvp_job_t *job = kvp_job_recv (self->tx);
         if (!job)
             break;
+        if (job->kind == KVP_TX_DISK_WRITE)
+            self->policy.writes_out--;
+        else
+            self->unlinks_out--;
         kvp_job_destroy (&job);
-        self->unlinks_out--;
     }
     wait_set_destroy (&self->waits);
     //  Last: kvpoold destroys its allocator once this thread is done (config.h).

@@ -5,12 +5,14 @@
     reads (get, exist, get-size, replica lists, touches),
     removal (by key, by regex, all, by segment), leases, the discard timeout of uncommitted
     put-starts and the deferred freeing of objects that are still being read. It keeps the
-    objects in least-recently-used order and does the evictor's cycles on them (the
-    evictor's plan decides; see actors/evictor.h), and records their disk copies.
+    objects in least-recently-used order and evicts them (the memory pool and the disk tier
+    kept under their watermarks, a placement that finds no room made room for at once:
+    actors/replica_evict.c), writes their disk copies through the transfer-submitter and
+    records them.
 
     It serves kvp_job_t pointers on a ROUTER bound at inproc://<instance>-rm (see
     messages/kvp_job.h), and sends space it frees to the allocator (inproc://<instance>-al)
-    and disk copies to unlink to the transfer-submitter (inproc://<instance>-tx).
+    and disk copies to write and to unlink to the transfer-submitter (inproc://<instance>-tx).
     Jobs are handled one at a time in arrival order, so two jobs on the same key are ordered.
 
     Pipe commands:

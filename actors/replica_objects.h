@@ -1,12 +1,19 @@
-/*  replica_objects.h - the replica-manager's state, shared by its two files (internal: no
-    other file includes it).
+/*  replica_objects.h - the replica-manager's state, shared by its files (internal: no other
+    file includes it). Each file calls only the ones below it, never back:
 
-    actors/replica_manager.c   the actor, the table, puts, reads, removal, pins, leases,
-                               segments that go
-    actors/replica_tier.c      eviction and the disk tier: the least-recently-used orders, the
-                               evictor's cycles, disk copies, promotion
+    actors/replica_manager.c   the actor: its loop, the jobs' dispatch, losing a segment,
+                               regex removal, statistics, the sweep
+    actors/replica_reads.c     reads, removals by key, client pins by owner
+    actors/replica_puts.c      the put state machine, revoked reservations, adoption
+    actors/replica_evict.c     eviction's policy: cycles, watermarks, the offload queue,
+                               placements that found no room
+    actors/replica_tier.c      eviction's walks (which objects go), disk copies recorded,
+                               dropped, registered, lost; promotion
+    actors/replica_objects.c   objects' life: made, dropped, freed; leases, the read index,
+                               pins, segments gone, disk copy records
+    actors/replica_log.c       the object log (--segment-dir), checksums
 
-    Both run on the actor's one thread; the functions below are its, called from either file.
+    All run on the actor's one thread; the functions below are its.
 */
 #ifndef REPLICA_OBJECTS_H_INCLUDED
 #define REPLICA_OBJECTS_H_INCLUDED
@@ -91,6 +98,28 @@ typedef struct {
     kvp_object_t **objects; //  pin handles (rm_pin_handle)
 } pin_entry_t;
 
+//  Eviction's policy (replica_evict.c): the cycles, the offload queue, placements waiting.
+typedef struct {
+    bool tier;             //  a disk tier
+    kvp_offload_t offload; //  resolved: off, eager or on-evict
+    int64_t next_tick;
+    int64_t stalled_until; //  the last cycle freed nothing: placements answered at once
+    bool disk_short;       //  the last cycle kept objects for want of disk room
+    uint64_t pool_size, pool_used; //  at the last cycle
+    zlistx_t *waiting;     //  placements waiting for room (disk copies in flight)
+    zlistx_t *ready;       //  ... whose wait is over, for the actor to answer
+    size_t writes_out;     //  TX_DISK_WRITE jobs at the transfer-submitter
+    uint64_t queue;        //  disk copies being written
+    uint64_t pending_free; //  memory those will free (on-evict)
+    uint64_t pending_disk; //  disk bytes they will take
+    uint64_t disk_room;    //  what the filesystem held when it refused a write (ENOSPC,
+                           //  EDQUOT); UINT64_MAX until then
+    uint64_t cycles, stalls, skipped, forced, blocked, offloads, offloaded_bytes, failures;
+    uint64_t walk_us, walk_max_us;
+    uint64_t log_skipped, log_forced, log_blocked, log_freed;
+    int64_t next_log;
+} rm_policy_t;
+
 typedef struct {
     zsock_t *pipe;
     zsock_t *router;            //  jobs, all routed by the api
@@ -124,7 +153,8 @@ typedef struct {
     uint64_t puts, gets, get_hits, removes, revoked;
     uint64_t items_freed; //  items of free jobs given to the allocator (the self test's)
     //  Eviction and the disk tier (see EVICTION below).
-    zsock_t *tx;             //  disk copies to unlink go here
+    rm_policy_t policy;      //  when and how much (replica_evict.c)
+    zsock_t *tx;             //  disk copies to write and to unlink go here
     kvp_job_t *unlinks;      //  disk copies to unlink, sent at the end of each job
     size_t unlinks_out;      //  unlink jobs the transfer-submitter has not handed back
     lru_list_t memory;       //  objects with memory replicas, least recently used first
@@ -182,51 +212,174 @@ rm_event_removed (rm_state_t *self, const kvp_object_t *object)
         kv_events_feed_add (self->events, KV_EVENT_REMOVED, object->key, strlen (object->key));
 }
 
-//  ---- replica_manager.c --------------------------------------------------------------
+//  ---- replica_objects.c: objects, leases, pins, frees, disk records -------------------------
 
-//  Queues one range for freeing (batched into one KVP_AL_FREE job) / frees them all now.
+kvp_object_t *rm_pin_object (kvp_object_t *handle, unsigned *epoch);
+void rm_object_destroy (kvp_object_t **object_p);
+//  Frees the replicas of objects in the allocator. Takes ownership of the job.
+void rm_frees_apply (rm_state_t *self, kvp_job_t **job_p);
+//  Queues one range for freeing. Batches frees of one job into one message.
 void rm_free_range (kvp_job_t **free_job_p, uint64_t size, const kvp_replica_t *replicas,
                     uint32_t count);
-void rm_frees_apply (rm_state_t *self, kvp_job_t **job_p);
+//  Queues an object's space for freeing: its replicas and its departed ones.
+void rm_free_replicas (kvp_job_t **free_job_p, kvp_object_t *object);
+//  Whether a dropped object's bytes may still be read: sends in flight, client pins, or
+//  (for one an upsert replaced) a lease whose readers may hold only a replica list.
+bool rm_has_pins (kvp_object_t *object, int64_t now);
+//  Takes an object off the departing list (its departed replicas are freed with it).
+void rm_departing_leave (rm_state_t *self, kvp_object_t *object);
+void rm_segment_mark_gone (rm_state_t *self, uint32_t id);
+//  Takes out of replicas[0..*count) those on a gone segment (or on segment, when not 0),
+//  keeping the order of the rest, and copies them into lost (room for KVP_MAX_REPLICAS).
+//  Returns how many went.
+uint32_t rm_replicas_split (rm_state_t *self, kvp_replica_t *replicas, uint32_t *count,
+                            uint32_t segment, kvp_replica_t *lost);
+//  Puts placed on a segment before it went reach this actor after its REMOVE_SEGMENT: their
+//  replicas there are freed and dropped. Returns false when that left the item none.
+bool rm_strip_gone (rm_state_t *self, kvp_item_t *item, kvp_job_t **free_job_p);
+//  Takes an object out of the table and frees (or dooms) it. The object pointer is invalid
+//  afterwards unless it was doomed.
+void rm_object_drop (rm_state_t *self, kvp_object_t *object, kvp_job_t **free_job_p, int64_t now);
+kvp_object_t *rm_lookup_complete (rm_state_t *self, const char *key);
+//  The pending object a job item reserved, if it is still the same one.
+kvp_object_t *rm_lookup_reserved (rm_state_t *self, kvp_item_t *item);
+void rm_fill_replicas (kvp_item_t *item, kvp_object_t *object, bool rotate);
 //  A new object for item, with the job's pins, in the table (the caller sets its state).
 kvp_object_t *rm_object_new (rm_state_t *self, kvp_job_t *job, kvp_item_t *item, int64_t now);
-//  Takes an object out of the table and frees (or dooms) it.
-void rm_object_drop (rm_state_t *self, kvp_object_t *object, kvp_job_t **free_job_p, int64_t now);
-//  When the object's lease ends (its reads here and its read stamp).
+//  The lease a read stamped at read_ms (shm_index_last_read; 0: none) grants. A stamp is a
+//  reader's word: one further ahead of now than STAMP_FUTURE_MAX_MS is no read at all, so a
+//  client can lease an object no longer than by reading it. (A true stamp can be ahead of
+//  now, the time a job started, by as long as the job has been running.)
+int64_t rm_stamp_lease (rm_state_t *self, int64_t read_ms, int64_t now);
+//  When the object's lease ends: the later of the reads this actor served and the last
+//  read from the index.
 int64_t rm_lease_end (rm_state_t *self, kvp_object_t *object, int64_t now);
-//  Whether a removal may take the object now; if so, it is out of the index already.
-bool rm_take_unleased (rm_state_t *self, kvp_object_t *object, bool force, int64_t now);
-//  Publishes a committed object in the read index.
+//  Publishes a committed object in the index (its first replica), unread.
 void rm_publish (rm_state_t *self, kvp_object_t *object);
-//  --segment-dir: records a committed object's replicas on the node's own segments (hashing
-//  its value unless checksum is given) / records that they are no longer its (before their
-//  space can be freed). Both no-ops without a log; written by rm_log_flush.
-void rm_log_put (rm_state_t *self, kvp_object_t *object, const uint64_t *checksum);
-//  The object's checksum for a GET, taken now if another node asks and it is not known yet.
-uint64_t rm_checksum (rm_state_t *self, kvp_job_t *job, kvp_object_t *object);
-void rm_log_del (rm_state_t *self, kvp_object_t *object);
-void rm_log_flush (rm_state_t *self);
-//  Drops an item's replicas on segments that went; false when that left it none.
-bool rm_strip_gone (rm_state_t *self, kvp_item_t *item, kvp_job_t **free_job_p);
-
-//  ---- replica_tier.c -----------------------------------------------------------------
-
-//  Sends the disk copies queued for unlinking to the transfer-submitter.
+//  Withdraws an object from the index, keeping the lease its index reads granted.
+void rm_withdraw (rm_state_t *self, kvp_object_t *object, int64_t now);
+//  Whether a removal without force may take the object now, as far as can be told without
+//  touching the index: no lease, no client pin.
+bool rm_looks_removable (rm_state_t *self, kvp_object_t *object, bool force, int64_t now);
+//  Whether a removal may take the object now; if so, it is out of the index already. The
+//  last word on a published object's lease comes after its withdrawal (shm_index.h): an
+//  object found leased then is published again.
+bool rm_take_unleased (rm_state_t *self, kvp_object_t *object, bool force, int64_t now);
+//  Queues a disk copy for unlinking by the transfer-submitter (sent by rm_unlinks_send).
+void rm_unlink_queue (rm_state_t *self, uint64_t disk_id);
+//  Sends the disk copies queued for unlinking to the transfer-submitter, and the objects
+//  dropped to the cluster actor.
 void rm_unlinks_send (rm_state_t *self);
 //  Role node: the object is no longer held here by the cache's own doing (evicted, its disk
 //  copy dropped or lost): the master is to be told (rm_unlinks_send sends it with the rest).
 void rm_dropped_note (rm_state_t *self, const kvp_object_t *object);
+//  Records the object's disk copy.
+void rm_disk_attach (rm_state_t *self, kvp_object_t *object, uint64_t disk_id,
+                     uint64_t footprint, int64_t now);
+//  Forgets the object's disk copy; it is unlinked too when unlink is true.
+void rm_disk_detach (rm_state_t *self, kvp_object_t *object, bool unlink);
 //  Takes a dropped object out of the eviction orders; its disk copy goes.
 void rm_lists_leave (rm_state_t *self, kvp_object_t *object);
+
+//  ---- replica_log.c: the object log, checksums ----------------------------------------------
+
+//  The checksum a GET sends with the object's value (Reply.checksums; 0: unknown). One that
+//  nobody took yet (a same-machine client's PUT_END without one, a put by address) is
+//  taken here the first time another node reads the value, which is when a reader will
+//  verify it: once per object, on this thread, off every put's path. Clients of this node
+//  get what is known.
+uint64_t rm_checksum (rm_state_t *self, kvp_job_t *job, kvp_object_t *object);
+void rm_log_put (rm_state_t *self, kvp_object_t *object, const uint64_t *checksum);
+void rm_log_del (rm_state_t *self, kvp_object_t *object);
+void rm_log_flush (rm_state_t *self);
+//  Starts a fresh log at DIR/objects.log with the live records of every object that has
+//  them, replacing the old one. Returns 0 or -1 (the old log, if any, stays).
+int rm_log_rewrite (rm_state_t *self);
+
+//  ---- replica_puts.c: the put state machine -------------------------------------------------
+
+//  Revokes a pending, bound reservation for everyone but its writer: the key is free at
+//  once, the space only when the writer is done with it (see DESIGN).
+void rm_reservation_revoke (rm_state_t *self, kvp_object_t *object, kvp_job_t **free_job_p,
+                            int64_t now);
+//  Takes owner's revoked reservation of key off the list and frees its space. Returns true
+//  if there was one.
+bool rm_revoked_end (rm_state_t *self, uint64_t owner, const char *key, kvp_job_t **free_job_p);
+//  A client's PUT_START: a pending object, busy until the allocator's placement is bound.
+void rm_reserve (rm_state_t *self, kvp_job_t *job, int64_t now);
+//  Records the replicas the allocator chose. Items the allocator failed release their
+//  reservation. For a client's PUT_START the reservation now waits for PUT_END.
+void rm_bind (rm_state_t *self, kvp_job_t *job, int64_t now);
+//  Makes a pending object visible: published in the index and counted.
+void rm_object_complete (rm_state_t *self, kvp_object_t *object, int64_t now);
+//  A client's PUT_END: the object it reserved and wrote becomes visible.
+void rm_commit (rm_state_t *self, kvp_job_t *job, int64_t now);
+void rm_insert (rm_state_t *self, kvp_job_t *job, int64_t now);
+//  A server-side UPSERT: as an insert, but an existing committed object is replaced. The old
+//  one leaves the index and the table before the new one enters, so a reader finds one or
+//  the other whole; its space waits for its readers (rm_has_pins). A key being written by a
+//  client (PUT_START) is not replaced: REPLICA_IS_NOT_READY, and this value's space goes.
+void rm_upsert (rm_state_t *self, kvp_job_t *job, int64_t now);
+//  A PUT_PART: each item's bytes go at its offset into its key's reservation, which this job's
+//  owner made (PUT_START) and which the allocator has bound. The reservation is pinned until
+//  the api has copied them (it unpins at the reply), so a revoke or a put timeout meanwhile
+//  frees the space only after the copy, as a removal waits for a zero-copy send.
+void rm_part (rm_state_t *self, kvp_job_t *job, int64_t now);
+void rm_revoke (rm_state_t *self, kvp_job_t *job, int64_t now);
+//  KVP_RM_ADOPT (at start, with --segment-dir): the objects the allocator adopted from the
+//  previous run become committed objects (in memory, published, in the eviction order), and
+//  the object log starts afresh with exactly them (the compaction at start).
+void rm_adopt (rm_state_t *self, kvp_job_t *job, int64_t now);
+
+//  ---- replica_reads.c: reads, removals, client pins -----------------------------------------
+
+//  Drops every pin of an owner that is gone.
+void rm_pins_drop_owner (rm_state_t *self, uint64_t owner);
+void rm_read (rm_state_t *self, kvp_job_t *job, int64_t now);
+//  PREFIX_MATCH: blocks of job->ranks keys, in order. Every key of a whole block is leased as
+//  a read leases it (the engine loads those blocks next); the first block with a key missing
+//  ends the walk: from there on every key is OBJECT_NOT_FOUND, unchecked past the missing
+//  one (kvp_job_prefix_count then counts the whole blocks).
+void rm_prefix (rm_state_t *self, kvp_job_t *job, int64_t now);
+void rm_remove (rm_state_t *self, kvp_job_t *job, int64_t now);
+//  REMOVE_ALL and RESET: one pass over the table.
+void rm_remove_many (rm_state_t *self, kvp_job_t *job, int64_t now);
+
+//  ---- replica_tier.c -----------------------------------------------------------------
+
 //  Whether a read of a disk-only object makes it hot enough to go back to memory.
 bool rm_promote_due (rm_state_t *self, kvp_object_t *object, int64_t now);
-//  The jobs: RM_EVICT, RM_OFFLOADED, RM_DISK_EVICT, RM_DISK_REGISTER, RM_DISK_LOST,
-//  RM_PROMOTE (messages/kvp_job.h).
+//  Frees job->evict.want bytes of memory, least recently used first, by the plan in
+//  job->evict; the objects pinned for a disk copy are added to the job as items.
 void rm_evict (rm_state_t *self, kvp_job_t *job, int64_t now);
+//  A TX_DISK_WRITE of the objects rm_evict pinned came back: the copies are recorded, pins
+//  end; items whose copy nobody wants come back OBJECT_NOT_FOUND (to be unlinked).
 void rm_offloaded (rm_state_t *self, kvp_job_t *job, int64_t now);
-void rm_disk_evict (rm_state_t *self, kvp_job_t *job, int64_t now);
+//  Drops disk copies, least recently used first, until plan->want bytes of disk are free.
+void rm_disk_evict (rm_state_t *self, kvp_evict_t *plan, int64_t now);
+//  The jobs: RM_DISK_REGISTER, RM_DISK_LOST, RM_PROMOTE (messages/kvp_job.h).
 void rm_disk_register (rm_state_t *self, kvp_job_t *job, int64_t now);
 void rm_disk_lost (rm_state_t *self, kvp_job_t *job, int64_t now);
 void rm_promote (rm_state_t *self, kvp_job_t *job, int64_t now);
+
+//  ---- replica_evict.c ----------------------------------------------------------------
+
+void rm_policy_init (rm_state_t *self);
+//  Answers the placements still waiting on router (or destroys them when NULL).
+void rm_policy_destroy (rm_state_t *self, zsock_t *router);
+//  A placement (AL_ALLOC) left items NO_AVAILABLE_HANDLE: a cycle runs now and they are
+//  placed again. Returns true when the job waits for disk copies in flight: it is parked
+//  here with *reply_to_p (taken) until rm_room_made hands it back.
+bool rm_make_room (rm_state_t *self, kvp_job_t *job, zframe_t **reply_to_p, int64_t now);
+//  A parked placement whose wait is over, with its reply_to; NULL when none.
+kvp_job_t *rm_room_made (rm_state_t *self, zframe_t **reply_to_p);
+//  Runs a cycle when one is due; returns when the next is.
+int64_t rm_policy_tick (rm_state_t *self, int64_t now);
+//  A TX_DISK_WRITE job came back from the transfer-submitter.
+void rm_offload_done (rm_state_t *self, kvp_job_t *job, int64_t now);
+//  A setting changed (CONFIG): the watermarks are looked at again at once.
+void rm_policy_config (rm_state_t *self);
+//  Fills the eviction and disk tier side of the statistics.
+void rm_policy_stats (rm_state_t *self, kvp_stats_t *stats);
 
 #endif

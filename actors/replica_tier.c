@@ -1,9 +1,10 @@
-/*  replica_tier.c - the replica-manager's side of eviction and the disk tier (EVICTION in
-    replica_manager.c's DESIGN; the policy is the evictor's, actors/evictor.c).
+/*  replica_tier.c - eviction's walks and the disk tier's bookkeeping, on the
+    replica-manager's thread (EVICTION in replica_manager.c's DESIGN; when and how much is
+    replica_evict.c's).
 
     Objects with memory replicas are in self->memory, those with a disk copy in self->disk,
     each least recently used first (lru_list.h); --offload eager keeps committed objects
-    without a disk copy in self->unsaved. An evictor's cycle walks self->memory and decides
+    without a disk copy in self->unsaved. A cycle (replica_evict.c) walks self->memory and decides
     each candidate by its plan (rm_evict); disk copies are recorded when written
     (rm_offloaded), dropped for room (rm_disk_evict), found at start (rm_disk_register) or
     lost to corruption (rm_disk_lost); hot disk-only objects come back (rm_promote).
@@ -17,77 +18,6 @@
 typedef rm_state_t self_t;
 
 //  ---- the disk tier's bookkeeping (see EVICTION below) -------------------------------
-
-//  Queues a disk copy for unlinking by the transfer-submitter (sent by rm_unlinks_send).
-static void
-s_unlink_queue (self_t *self, uint64_t disk_id)
-{
-    if (!self->unlinks)
-        self->unlinks = kvp_job_new (KVP_TX_DISK_DROP, 0);
-    kvp_job_append (self->unlinks)->disk_id = disk_id;
-}
-
-void
-rm_unlinks_send (self_t *self)
-{
-    if (self->dropped && kvp_job_send (self->cluster, self->dropped) == -1)
-        kvp_job_destroy (&self->dropped);
-    self->dropped = NULL;
-    if (self->unlinks && kvp_job_send (self->tx, self->unlinks) == -1)
-        kvp_job_destroy (&self->unlinks);
-    else if (self->unlinks) {
-        self->unlinks_out++;
-        wait_set_touch (self->waits, self->tx);
-    }
-    self->unlinks = NULL;
-}
-
-void
-rm_dropped_note (self_t *self, const kvp_object_t *object)
-{
-    if (!self->cluster)
-        return;
-    if (!self->dropped) {
-        self->dropped = kvp_job_new (KVP_CL_DROPPED, 0);
-    }
-    kvp_job_append_key (self->dropped, object->key, strlen (object->key));
-}
-
-//  Records the object's disk copy.
-static void
-s_disk_attach (self_t *self, kvp_object_t *object, uint64_t disk_id, uint64_t footprint,
-               int64_t now)
-{
-    object->disk_id = disk_id;
-    object->disk_footprint = footprint;
-    object->disk_since = now;
-    lru_append (&self->disk, &object->on_disk);
-    lru_remove (&self->unsaved, &object->unsaved);
-    self->disk_bytes += footprint;
-}
-
-//  Forgets the object's disk copy; it is unlinked too when unlink is true.
-static void
-s_disk_detach (self_t *self, kvp_object_t *object, bool unlink)
-{
-    if (!object->disk_id)
-        return;
-    if (unlink)
-        s_unlink_queue (self, object->disk_id);
-    lru_remove (&self->disk, &object->on_disk);
-    self->disk_bytes -= object->disk_footprint;
-    object->disk_id = 0;
-    object->disk_footprint = 0;
-}
-
-//  Takes a dropped object out of the eviction orders; its disk copy goes.
-void
-rm_lists_leave (self_t *self, kvp_object_t *object)
-{
-    lru_remove (&self->memory, &object->in_memory);
-    lru_remove (&self->unsaved, &object->unsaved);
-    s_disk_detach (self, object, true);
-}
 
 //  Whether a read of a disk-only object makes it hot enough to go back to memory.
 bool
@@ -103,19 +33,6 @@ rm_promote_due (self_t *self, kvp_object_t *object, int64_t now)
 }
 
 //  ---- eviction and the disk tier (see EVICTION) ------------------------------------
-
-//  Gives the space an eviction freed to the evictor to free (kvp_evict_t.frees), so that it
-//  knows when the allocator has it.
-static void
-s_frees_hand_over (kvp_job_t *job, kvp_job_t **free_job_p)
-{
-    assert (job->evict.frees == NULL);
-    if (*free_job_p && (*free_job_p)->count)
-        job->evict.frees = *free_job_p;
-    else
-        kvp_job_destroy (free_job_p);
-    *free_job_p = NULL;
-}
 
 //  When the object was last used: its last write or read here, or its last read from the
 //  index (its read stamp), whichever is later.
@@ -155,7 +72,7 @@ s_memory_evict (self_t *self, kvp_object_t *object, kvp_job_t **free_job_p)
     self->evictions++;
 }
 
-//  Pins a committed object for the evictor's disk write and lists it in the job.
+//  Pins a committed object for a disk copy and lists it in the job (a TX_DISK_WRITE).
 static void
 s_offload_pin (kvp_job_t *job, kvp_object_t *object, bool evict)
 {
@@ -225,7 +142,7 @@ s_evict_one (self_t *self, kvp_job_t *job, kvp_object_t *object, int pass, kvp_j
             s_offload_pin (job, object, true);
             return bytes;
         }
-        //  A filesystem that filled before --disk-capacity: the evictor lowered the disk's
+        //  A filesystem that filled before --disk-capacity: the policy lowered the disk's
         //  capacity to what it holds, and the objects it has no room for go without a copy,
         //  so puts go on being placed.
         bool no_room = plan->disk_full && !s_disk_fits (self, plan, object);
@@ -255,7 +172,7 @@ s_evict_one (self_t *self, kvp_job_t *job, kvp_object_t *object, int pass, kvp_j
     return bytes;
 }
 
-//  RM_EVICT: frees plan->want bytes of memory, least recently used first (see EVICTION).
+//  rm_evict: frees plan->want bytes of memory, least recently used first (see EVICTION).
 //  Items out: the objects pinned for a disk copy.
 void
 rm_evict (self_t *self, kvp_job_t *job, int64_t now)
@@ -283,7 +200,7 @@ rm_evict (self_t *self, kvp_job_t *job, int64_t now)
             break;
         //  Each object is looked at at most twice a pass: once, and once more after a second
         //  chance sent it to the back. Looked at only once, a pool whose every object was
-        //  read since it took its place would free nothing in a cycle, and the evictor would
+        //  read since it took its place would free nothing in a cycle, and the policy would
         //  refuse waiting puts for a while (its stall backoff) though every object could go.
         size_t budget = 2 * self->memory.count;
         link = lru_first (&self->memory);
@@ -303,13 +220,13 @@ rm_evict (self_t *self, kvp_job_t *job, int64_t now)
     }
     plan->disk_bytes = self->disk_bytes;
     plan->disk_objects = self->disk.count;
-    s_frees_hand_over (job, &free_job);
+    rm_frees_apply (self, &free_job);
     plan->walk_us = (uint64_t) (zclock_usecs () - started);
 }
 
-//  RM_OFFLOADED: the disk copies of the objects rm_evict pinned are written (or failed). Each
+//  rm_offloaded: the disk copies of the objects rm_evict pinned are written (or failed). Each
 //  is recorded on its object, if that is still the same object and has none; an item whose
-//  copy nobody wants comes back OBJECT_NOT_FOUND, and the evictor unlinks it.
+//  copy nobody wants comes back OBJECT_NOT_FOUND, and the policy unlinks it.
 void
 rm_offloaded (self_t *self, kvp_job_t *job, int64_t now)
 {
@@ -332,7 +249,7 @@ rm_offloaded (self_t *self, kvp_job_t *job, int64_t now)
             item->status = KVPOOL_OBJECT_NOT_FOUND;
             continue;
         }
-        s_disk_attach (self, object, item->disk_id, item->disk_footprint, now);
+        rm_disk_attach (self, object, item->disk_id, item->disk_footprint, now);
         if (item->evict && object->replica_count && !s_held (object)
             && rm_lease_end (self, object, now) <= now
             && rm_take_unleased (self, object, false, now)) {
@@ -342,16 +259,15 @@ rm_offloaded (self_t *self, kvp_job_t *job, int64_t now)
     }
     job->evict.disk_bytes = self->disk_bytes;
     job->evict.disk_objects = self->disk.count;
-    s_frees_hand_over (job, &free_job);
+    rm_frees_apply (self, &free_job);
 }
 
-//  RM_DISK_EVICT: drops disk copies, least recently used first, until plan->want bytes of
+//  rm_disk_evict: drops disk copies, least recently used first, until plan->want bytes of
 //  disk are free. A copy whose object is in memory too is only forgotten; a disk-only object
 //  goes with its copy, unless it is leased or pinned.
 void
-rm_disk_evict (self_t *self, kvp_job_t *job, int64_t now)
+rm_disk_evict (self_t *self, kvp_evict_t *plan, int64_t now)
 {
-    kvp_evict_t *plan = &job->evict;
     kvp_job_t *free_job = NULL;
     uint64_t freed = 0;
     size_t budget = self->disk.count;
@@ -375,7 +291,7 @@ rm_disk_evict (self_t *self, kvp_job_t *job, int64_t now)
             rm_object_drop (self, object, &free_job, now);
         }
         else
-            s_disk_detach (self, object, true);
+            rm_disk_detach (self, object, true);
         self->disk_drops++;
         plan->freed_objects++;
         freed += footprint;
@@ -398,14 +314,14 @@ rm_disk_register (self_t *self, kvp_job_t *job, int64_t now)
             continue;
         if (object_table_lookup (self->objects, item->key)) {
             item->status = KVPOOL_OBJECT_ALREADY_EXISTS;
-            s_unlink_queue (self, item->disk_id);
+            rm_unlink_queue (self, item->disk_id);
             continue;
         }
         kvp_object_t *object = rm_object_new (self, job, item, now);
         object->state = OBJECT_COMPLETE;
         object->bound = true;
         object->touched = now;
-        s_disk_attach (self, object, item->disk_id, item->disk_footprint, now);
+        rm_disk_attach (self, object, item->disk_id, item->disk_footprint, now);
         self->puts++;
         rm_event_stored (self, object);
     }
@@ -423,7 +339,7 @@ rm_disk_lost (self_t *self, kvp_job_t *job, int64_t now)
         if (!object || object->disk_id != item->disk_id || !item->disk_id)
             continue;
         self->disk_lost++;
-        s_disk_detach (self, object, false);
+        rm_disk_detach (self, object, false);
         if (object->state == OBJECT_COMPLETE && object->replica_count == 0) {
             self->removes++;
             rm_dropped_note (self, object);

@@ -7,6 +7,7 @@
 #include "messages/kvp_job.h"
 
 #include <stdarg.h>
+#include <stdatomic.h>
 
 //  Ownership of a job moves through libzmq, which ThreadSanitizer does not instrument, so it
 //  would take every hand-off for a data race. The sender releases the job and the receiver
@@ -53,11 +54,9 @@ static const kvp_actor_t s_kind_actor[KVP_JOB_KIND_COUNT] = {
     [KVP_AL_STATS] = KVP_ACTOR_RM,        [KVP_AL_SEGMENTS] = KVP_ACTOR_RM,
     [KVP_AL_MOUNT] = KVP_ACTOR_RM,        [KVP_AL_UNMOUNT_CHECK] = KVP_ACTOR_RM,
     [KVP_AL_UNMOUNT] = KVP_ACTOR_RM,      [KVP_AL_OWNER_SEGMENTS] = KVP_ACTOR_RM,
-    [KVP_RM_EVICT] = KVP_ACTOR_RM,        [KVP_RM_OFFLOADED] = KVP_ACTOR_RM,
-    [KVP_RM_DISK_EVICT] = KVP_ACTOR_RM,   [KVP_RM_DISK_REGISTER] = KVP_ACTOR_RM,
+    [KVP_RM_DISK_REGISTER] = KVP_ACTOR_RM,
     [KVP_RM_ADOPT] = KVP_ACTOR_RM,        [KVP_RM_DISK_LOST] = KVP_ACTOR_RM,
     [KVP_RM_PROMOTE] = KVP_ACTOR_RM,      [KVP_AL_RETRY] = KVP_ACTOR_RM,
-    [KVP_EV_MAKE_ROOM] = KVP_ACTOR_EV,    [KVP_EV_STATS] = KVP_ACTOR_EV,
     [KVP_TX_WRITE] = KVP_ACTOR_TX,        [KVP_TX_DISK_WRITE] = KVP_ACTOR_TX,
     [KVP_TX_DISK_READ] = KVP_ACTOR_TX,    [KVP_TX_DISK_DROP] = KVP_ACTOR_TX,
     [KVP_TX_DISK_SCAN] = KVP_ACTOR_TX,    [KVP_RM_INVENTORY] = KVP_ACTOR_RM,
@@ -68,7 +67,6 @@ static const kvp_actor_t s_kind_actor[KVP_JOB_KIND_COUNT] = {
     [KVP_CL_REMOVE] = KVP_ACTOR_CL,       [KVP_CL_LOCATE] = KVP_ACTOR_CL,
     [KVP_CL_NODES] = KVP_ACTOR_CL,        [KVP_CL_DROPPED] = KVP_ACTOR_CL,
     [KVP_CL_STATS] = KVP_ACTOR_CL,        [KVP_RM_CONFIG] = KVP_ACTOR_RM,
-    [KVP_EV_CONFIG] = KVP_ACTOR_EV,
 };
 
 kvp_actor_t
@@ -214,8 +212,6 @@ kvp_job_destroy (kvp_job_t **self_p)
         self->plan_free (self->plan);
     free (self->nodes);
     free (self->rdma_data);
-    kvp_job_t *frees = (kvp_job_t *) self->evict.frees;
-    kvp_job_destroy (&frees);
     for (key_chunk_t *chunk = (key_chunk_t *) self->key_chunks; chunk;) {
         key_chunk_t *next = chunk->next;
         free (chunk);
@@ -252,9 +248,33 @@ kvp_job_fail (kvp_job_t *self, int status, const char *format, ...)
     return status;
 }
 
+//  Messages sent, by kind (kvp_job_sends): relaxed counters, one add a send.
+static atomic_uint_fast64_t s_sends[KVP_JOB_KIND_COUNT + 1];
+
+static void
+s_count_send (const kvp_job_t *job)
+{
+    size_t kind = (size_t) job->kind;
+    if (kind > KVP_JOB_KIND_COUNT)
+        kind = KVP_JOB_KIND_COUNT;
+    atomic_fetch_add_explicit (&s_sends[kind], 1, memory_order_relaxed);
+}
+
+uint64_t
+kvp_job_sends (kvp_job_kind_t kind)
+{
+    if ((size_t) kind < KVP_JOB_KIND_COUNT)
+        return atomic_load_explicit (&s_sends[kind], memory_order_relaxed);
+    uint64_t all = 0;
+    for (size_t i = 0; i <= KVP_JOB_KIND_COUNT; i++)
+        all += atomic_load_explicit (&s_sends[i], memory_order_relaxed);
+    return all;
+}
+
 int
 kvp_job_send (zsock_t *dealer, kvp_job_t *job)
 {
+    s_count_send (job);
     s_handoff_release (job);
     return zsock_send (dealer, "p", (void *) job);
 }
@@ -264,6 +284,7 @@ kvp_job_reply (zsock_t *router, zframe_t **routing_id_p, kvp_job_t *job)
 {
     if (zframe_send (routing_id_p, router, ZFRAME_MORE) == -1)
         return -1;
+    s_count_send (job);
     s_handoff_release (job);
     return zsock_send (router, "p", (void *) job);
 }

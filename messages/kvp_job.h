@@ -2,7 +2,7 @@
 
     A client request becomes one kvp_job_t. The api actor creates it, then sends a pointer to
     it (one frame, zsock picture "p") to the actor that must work on it: replica-manager (whose
-    thread also runs the allocator), transfer-submitter, evictor or cluster (the stages of its
+    thread also runs the allocator and eviction), transfer-submitter or cluster (the stages of its
     operation, messages/ops.h; each job kind belongs to one actor, kvp_job_kind_actor). Each
     of those is a server on an inproc ROUTER socket: it receives [routing id][job pointer],
     does its part, and sends the same pointer back to the routing id. Ownership passes with
@@ -62,13 +62,6 @@ typedef enum {
                            //  reservations end
     KVP_RM_STATS,          //  fills job->stats (object side)
     KVP_RM_CONFIG,         //  job->setting = job->setting_value in its settings (when set)
-    KVP_RM_EVICT,          //  job->evict: frees memory, oldest first, by the evictor's plan;
-                           //  items out: objects pinned for a disk copy (offload)
-    KVP_RM_OFFLOADED,      //  items: disk copies written for the pinned objects
-                           //  (item->disk_id; 0: failed): recorded, pins ended; items whose
-                           //  copy nobody wants come back OBJECT_NOT_FOUND (to be dropped)
-    KVP_RM_DISK_EVICT,     //  job->evict.want: drops disk copies, oldest first; items out:
-                           //  the disk ids to unlink
     KVP_RM_DISK_REGISTER,  //  items (key, size, disk_id, disk_footprint): disk copies found
                            //  at start become disk-only objects
     KVP_RM_DISK_LOST,      //  items (key, disk_id): copies that failed verification
@@ -87,15 +80,13 @@ typedef enum {
     KVP_AL_UNMOUNT,        //  job->segment_id (objects must be gone already); job->orphan:
                            //  also unlinks its name
     KVP_AL_OWNER_SEGMENTS, //  job->owner: fills job->segments with the segments it mounted
-    KVP_AL_RETRY,          //  as ALLOC, for the items NO_AVAILABLE_HANDLE after the evictor ran
-    //  evictor
-    KVP_EV_MAKE_ROOM, //  items NO_AVAILABLE_HANDLE: an eviction cycle runs now (AL_RETRY next)
-    KVP_EV_STATS,     //  fills job->stats (eviction and disk tier side)
-    KVP_EV_CONFIG,    //  job->setting = job->setting_value in its settings (when set)
+    KVP_AL_RETRY,          //  as ALLOC, for the items NO_AVAILABLE_HANDLE once room was made
+                           //  (the replica-manager's own: actors/replica_evict.c)
     //  transfer-submitter
     KVP_TX_WRITE,        //  items: copy value (src) into every replica
     KVP_TX_DISK_WRITE,   //  items: write a disk copy of src (size bytes); fills disk_id,
-                         //  disk_footprint (status not OK: no copy)
+                         //  disk_footprint (status not OK: no copy); evict.no_space. The
+                         //  replica-manager's, for the objects eviction pinned
     KVP_TX_DISK_READ,    //  items with disk_id and no replica: read and verify the copy into a
                          //  buffer (item->buffer), the value at replicas[0].addr
     KVP_TX_DISK_DROP,    //  items: unlink disk copy disk_id (0: none)
@@ -181,7 +172,7 @@ typedef struct {
     //  A value read from disk: owned by the item until it is sent; freed with buffer_free.
     void *buffer;
     void (*buffer_free) (void *buffer);
-    bool evict;        //  KVP_RM_EVICT out: free the memory once the disk copy is written
+    bool evict;        //  TX_DISK_WRITE of an eviction: free the memory once the copy is written
     bool promote;      //  a disk read of an object read often enough to go back to memory
     bool lost;         //  TX_DISK_READ: the copy failed verification (to be forgotten, unlinked)
     //  The value's XXH3-64 (transfer/value_checksum.h; 0: unknown): taken by TX_WRITE as it
@@ -203,9 +194,10 @@ typedef struct {
     uint16_t locations[KVP_MAX_REPLICAS];
 } kvp_item_t;
 
-//  An eviction cycle's plan (the evictor's) and its outcome (the replica-manager's).
+//  An eviction cycle's plan and its outcome (the replica-manager's: actors/replica_evict.c
+//  plans, actors/replica_tier.c walks).
 typedef struct {
-    uint64_t want;        //  bytes of memory (RM_EVICT) or disk (RM_DISK_EVICT) to free
+    uint64_t want;        //  bytes of memory (rm_evict) or disk (rm_disk_evict) to free
     uint64_t limit;       //  most objects to pin for a disk copy
     uint64_t disk_limit;  //  disk bytes all recorded copies and these may take together
     uint64_t queue_bytes; //  bytes these copies may take while queued (each is a copy in
@@ -223,10 +215,6 @@ typedef struct {
     uint64_t disk_bytes, disk_objects;   //  the disk copies recorded, after the job
     uint64_t walk_us;                    //  how long the replica-manager's walk took
     uint64_t no_space;                   //  disk writes refused with ENOSPC or EDQUOT
-    //  The memory the job freed, as a KVP_AL_FREE job (a kvp_job_t *, or NULL) that the
-    //  evictor hands to the allocator itself: once it comes back, a retried placement is sure
-    //  to see the space.
-    void *frees;
 } kvp_evict_t;
 
 typedef struct {
@@ -296,7 +284,7 @@ typedef struct {
     kvp_stats_t stats;
     kvp_segment_info_t *segments; //  owned by the job (freed by kvp_job_destroy)
     size_t segment_count;
-    kvp_evict_t evict;   //  KVP_RM_EVICT, KVP_RM_DISK_EVICT, KVP_RM_OFFLOADED
+    kvp_evict_t evict;   //  KVP_TX_DISK_WRITE of an eviction (the plan, the outcome)
     void *value_storage; //  values the job owns (a promotion's bytes), freed with it
     void *key_chunks;    //  keys copied by kvp_job_append_key, freed with the job
     //  the cluster (role node): the job walks the cluster's row of its operation; plan is
@@ -353,6 +341,10 @@ int kvp_job_reply (zsock_t *router, zframe_t **routing_id_p, kvp_job_t *job);
 kvp_job_t *kvp_job_recv (zsock_t *dealer);
 //  Receives [routing id][job pointer] on a ROUTER. Caller owns *routing_id_p.
 kvp_job_t *kvp_job_recv_routed (zsock_t *router, zframe_t **routing_id_p);
+//  Jobs sent (kvp_job_send and kvp_job_reply: inproc messages) since the process started,
+//  of one kind (by the kind the job had when sent), or of all kinds with KVP_JOB_KIND_COUNT.
+//  A self test counts what an operation costs with it (evictor_test).
+uint64_t kvp_job_sends (kvp_job_kind_t kind);
 
 //  Self test.
 void kvp_job_test (bool verbose);

@@ -21,12 +21,12 @@ static const kvp_op_t s_ops[] = {
     {OP (PING), OP_ANYONE, REPLY_NODE, {{0}}},
     //  Place, write, then insert the objects committed in one step: nobody sees a key before
     //  its bytes are in. (A put of an existing key is refused by the insert, its space freed.)
-    //  A placement that finds no space runs an eviction cycle at once and is retried once.
+    //  A placement that finds no space makes room where it is placed, and is placed again
+    //  (the replica-manager's eviction: actors/replica_evict.c).
     {OP (PUT),
      OP_KEYS | OP_VALUES | OP_WRITE | OP_NEW,
      0,
-     {STAGE_IF (AL_ALLOC, ANY_OK), STAGE_IF (EV_MAKE_ROOM, ANY_NO_ROOM),
-      STAGE_IF (AL_RETRY, ANY_NO_ROOM), STAGE_IF (TX_WRITE, ANY_OK), STAGE_IF (RM_INSERT, ANY_OK)}},
+     {STAGE_IF (AL_ALLOC, ANY_OK), STAGE_IF (TX_WRITE, ANY_OK), STAGE_IF (RM_INSERT, ANY_OK)}},
     //  Values only on disk are read from there.
     {OP (GET),
      OP_KEYS | OP_INDEX | OP_RANGES,
@@ -42,8 +42,7 @@ static const kvp_op_t s_ops[] = {
     {OP (PUT_START),
      OP_KEYS | OP_SIZES | OP_WRITE | OP_LOCAL | OP_PEER,
      REPLY_REPLICAS,
-     {STAGE (RM_RESERVE), STAGE_IF (AL_ALLOC, ANY_RESERVED), STAGE_IF (EV_MAKE_ROOM, ANY_NO_ROOM),
-      STAGE_IF (AL_RETRY, ANY_NO_ROOM), STAGE_IF (RM_BIND, ANY_RESERVED)}},
+     {STAGE (RM_RESERVE), STAGE_IF (AL_ALLOC, ANY_RESERVED), STAGE_IF (RM_BIND, ANY_RESERVED)}},
     {OP (PUT_END), OP_KEYS | OP_LOCAL | OP_PEER, 0, {STAGE (RM_COMMIT)}},
     {OP (PUT_REVOKE), OP_KEYS | OP_LOCAL | OP_PEER, 0, {STAGE (RM_REVOKE)}},
     {OP (GET_REPLICA_LIST),
@@ -51,7 +50,7 @@ static const kvp_op_t s_ops[] = {
      REPLY_SIZES | REPLY_REPLICAS,
      {STAGE (RM_REPLICA_LIST)}},
     {OP (RELEASE), OP_KEYS | OP_LOCAL, 0, {STAGE (RM_RELEASE)}},
-    {OP (STATS), 0, REPLY_STATS, {STAGE (RM_STATS), STAGE (AL_STATS), STAGE (EV_STATS)}},
+    {OP (STATS), 0, REPLY_STATS, {STAGE (RM_STATS), STAGE (AL_STATS)}},
     {OP (SEGMENTS), 0, REPLY_SEGMENTS | REPLY_NODE, {STAGE (AL_SEGMENTS)}},
     {OP (MOUNT_SEGMENT), OP_SEGMENT | OP_LOCAL, REPLY_SEGMENTS, {STAGE (AL_MOUNT)}},
     //  Who may unmount it is checked before any object on it is removed.
@@ -67,8 +66,7 @@ static const kvp_op_t s_ops[] = {
     {OP (UPSERT),
      OP_KEYS | OP_VALUES | OP_WRITE,
      0,
-     {STAGE_IF (AL_ALLOC, ANY_OK), STAGE_IF (EV_MAKE_ROOM, ANY_NO_ROOM),
-      STAGE_IF (AL_RETRY, ANY_NO_ROOM), STAGE_IF (TX_WRITE, ANY_OK), STAGE_IF (RM_UPSERT, ANY_OK)}},
+     {STAGE_IF (AL_ALLOC, ANY_OK), STAGE_IF (TX_WRITE, ANY_OK), STAGE_IF (RM_UPSERT, ANY_OK)}},
     //  One process: the node itself holds what it has (the api names itself).
     {OP (LOCATE), OP_KEYS, REPLY_SIZES | REPLY_NODES, {STAGE (RM_GET_SIZE)}},
     {OP (NODES), 0, REPLY_NODES, {{0}}},
@@ -85,7 +83,7 @@ static const kvp_op_t s_ops[] = {
     {OP (PREFIX_MATCH), OP_KEYS, REPLY_COUNT, {STAGE (RM_PREFIX)}},
     //  The api checks the value against the settings table and keeps it; the actors that
     //  read the setting take it into their own copies of the settings.
-    {OP (CONFIG), OP_LOCAL, REPLY_SETTING, {STAGE (RM_CONFIG), STAGE (EV_CONFIG)}},
+    {OP (CONFIG), OP_LOCAL, REPLY_SETTING, {STAGE (RM_CONFIG)}},
 };
 
 #define OPS_COUNT (sizeof s_ops / sizeof s_ops[0])
@@ -102,13 +100,11 @@ static const kvp_op_t s_cluster_ops[] = {
      OP_KEYS | OP_VALUES | OP_WRITE | OP_NEW,
      0,
      {STAGE_IF (CL_PLACE, ANY_OK), STAGE_IF (AL_ALLOC, ANY_OK),
-      STAGE_IF (EV_MAKE_ROOM, ANY_NO_ROOM), STAGE_IF (AL_RETRY, ANY_NO_ROOM),
       STAGE_IF (TX_WRITE, ANY_OK), STAGE_IF (RM_INSERT, ANY_OK), STAGE (CL_COMMIT)}},
     {OP (UPSERT),
      OP_KEYS | OP_VALUES | OP_WRITE,
      0,
      {STAGE_IF (CL_PLACE, ANY_OK), STAGE_IF (AL_ALLOC, ANY_OK),
-      STAGE_IF (EV_MAKE_ROOM, ANY_NO_ROOM), STAGE_IF (AL_RETRY, ANY_NO_ROOM),
       STAGE_IF (TX_WRITE, ANY_OK), STAGE_IF (RM_UPSERT, ANY_OK), STAGE (CL_COMMIT)}},
     {OP (GET),
      OP_KEYS | OP_INDEX | OP_RANGES,
@@ -128,7 +124,6 @@ static const kvp_op_t s_cluster_ops[] = {
      OP_KEYS | OP_SIZES | OP_WRITE | OP_LOCAL | OP_PEER,
      REPLY_REPLICAS,
      {STAGE_IF (CL_PLACE, ANY_OK), STAGE_IF (RM_RESERVE, ANY_OK), STAGE_IF (AL_ALLOC, ANY_RESERVED),
-      STAGE_IF (EV_MAKE_ROOM, ANY_NO_ROOM), STAGE_IF (AL_RETRY, ANY_NO_ROOM),
       STAGE_IF (RM_BIND, ANY_RESERVED), STAGE (CL_ABORT)}},
     {OP (PUT_END),
      OP_KEYS | OP_LOCAL | OP_PEER,
@@ -146,7 +141,7 @@ static const kvp_op_t s_cluster_ops[] = {
     {OP (STATS),
      0,
      REPLY_STATS,
-     {STAGE (RM_STATS), STAGE (AL_STATS), STAGE (EV_STATS), STAGE (CL_STATS)}},
+     {STAGE (RM_STATS), STAGE (AL_STATS), STAGE (CL_STATS)}},
 };
 
 #define CLUSTER_OPS_COUNT (sizeof s_cluster_ops / sizeof s_cluster_ops[0])
@@ -162,8 +157,7 @@ static const kvp_op_t s_rdma_ops[] = {
     {OP (UPSERT),
      OP_KEYS | OP_SIZES | OP_WRITE | OP_LOCAL | OP_PEER | OP_RDMA | OP_NODES,
      0,
-     {STAGE_IF (AL_ALLOC, ANY_OK), STAGE_IF (EV_MAKE_ROOM, ANY_NO_ROOM),
-      STAGE_IF (AL_RETRY, ANY_NO_ROOM), STAGE_IF (TX_RDMA_PULL, ANY_OK),
+     {STAGE_IF (AL_ALLOC, ANY_OK), STAGE_IF (TX_RDMA_PULL, ANY_OK),
       STAGE (RM_UPSERT)}}, //  always: it frees the space of values whose pull failed
     {OP (PUT_PART),
      OP_KEYS | OP_RANGES | OP_LOCAL | OP_PEER | OP_RDMA | OP_NODES,
@@ -180,8 +174,7 @@ static const kvp_op_t s_vm_ops[] = {
     {OP (PUT),
      OP_KEYS | OP_SIZES | OP_WRITE | OP_NEW | OP_LOCAL,
      0,
-     {STAGE_IF (AL_ALLOC, ANY_OK), STAGE_IF (EV_MAKE_ROOM, ANY_NO_ROOM),
-      STAGE_IF (AL_RETRY, ANY_NO_ROOM), STAGE_IF (TX_WRITE, ANY_OK), STAGE (RM_INSERT)}},
+     {STAGE_IF (AL_ALLOC, ANY_OK), STAGE_IF (TX_WRITE, ANY_OK), STAGE (RM_INSERT)}},
 };
 
 #define VM_OPS_COUNT (sizeof s_vm_ops / sizeof s_vm_ops[0])
@@ -334,12 +327,11 @@ kvp_ops_test (bool verbose)
     kvp_job_t *job = kvp_job_new (KVP_JOB_NONE, 2);
     assert (kvp_op_next_stage (put, job, KVP_JOB_NONE) == KVP_AL_ALLOC);
     job->items[0].status = KVPOOL_NO_AVAILABLE_HANDLE;
-    //  ... a key that found no space makes room, and its placement is retried, first.
-    assert (kvp_op_next_stage (put, job, KVP_AL_ALLOC) == KVP_EV_MAKE_ROOM);
-    assert (kvp_op_next_stage (put, job, KVP_EV_MAKE_ROOM) == KVP_AL_RETRY);
-    assert (kvp_op_next_stage (put, job, KVP_AL_RETRY) == KVP_TX_WRITE);
+    //  ... a key that found no space (room was made and it was placed again where it was
+    //  placed) is passed over.
+    assert (kvp_op_next_stage (put, job, KVP_AL_ALLOC) == KVP_TX_WRITE);
     job->items[1].status = KVPOOL_NO_AVAILABLE_HANDLE;
-    assert (kvp_op_next_stage (put, job, KVP_AL_RETRY) == KVP_JOB_NONE);
+    assert (kvp_op_next_stage (put, job, KVP_AL_ALLOC) == KVP_JOB_NONE);
     job->items[0].status = job->items[1].status = KVPOOL_INVALID_KEY;
     assert (kvp_op_next_stage (put, job, KVP_AL_ALLOC) == KVP_JOB_NONE);
     job->items[1].status = KVPOOL_OK;

@@ -1,0 +1,255 @@
+/*  replica_reads.c - the replica-manager's reads and removals by key (DESIGN in
+    replica_manager.c): GET, EXIST, GET_SIZE, GET_REPLICA_LIST, RELEASE, TOUCH, PREFIX_MATCH,
+    REMOVE, REMOVE_ALL, and the client pins each owner holds (GET_REPLICA_LIST with pin,
+    RELEASE, the owner's death).
+
+    Called by the actor (replica_manager.c); calls down only (replica_objects.c,
+    replica_log.c, replica_tier.c for promotion). Threads: the replica-manager's only.
+*/
+#include "actors/replica_manager.h"
+#include "actors/replica_objects.h"
+#include "infra/log.h"
+#include "protocol/kvpool.pb-c.h"
+
+typedef rm_state_t self_t;
+
+//  "<owner in hex>:<key>" in the scratch buffer.
+static const char *
+s_pin_key (self_t *self, uint64_t owner, const char *key)
+{
+    size_t need = strlen (key) + 20;
+    if (need > self->pin_key_size) {
+        free (self->pin_key);
+        self->pin_key_size = need * 2;
+        self->pin_key = (char *) malloc (self->pin_key_size);
+        assert (self->pin_key);
+    }
+    snprintf (self->pin_key, self->pin_key_size, "%llx:%s", (unsigned long long) owner, key);
+    return self->pin_key;
+}
+
+static void
+s_pin_add (self_t *self, uint64_t owner, kvp_object_t *object)
+{
+    const char *pin_key = s_pin_key (self, owner, object->key);
+    pin_entry_t *entry = (pin_entry_t *) zhashx_lookup (self->pins, pin_key);
+    if (!entry) {
+        entry = (pin_entry_t *) zmalloc (sizeof (pin_entry_t));
+        zhashx_insert (self->pins, pin_key, entry);
+    }
+    if (entry->count == entry->capacity) {
+        entry->capacity = entry->capacity ? entry->capacity * 2 : 1;
+        entry->objects =
+            (kvp_object_t **) realloc (entry->objects, entry->capacity * sizeof (kvp_object_t *));
+        assert (entry->objects);
+    }
+    entry->objects[entry->count++] = rm_pin_handle (object, object->pin_epoch);
+    object->client_pins[object->pin_epoch]++;
+}
+
+//  Drops a client pin by its handle.
+static void
+s_client_unpin (kvp_object_t *handle)
+{
+    unsigned epoch;
+    kvp_object_t *object = rm_pin_object (handle, &epoch);
+    assert (object->client_pins[epoch] > 0);
+    object->client_pins[epoch]--;
+}
+
+//  Drops the oldest pin owner holds on key. Returns false when it holds none.
+static bool
+s_pin_release (self_t *self, uint64_t owner, const char *key)
+{
+    const char *pin_key = s_pin_key (self, owner, key);
+    pin_entry_t *entry = (pin_entry_t *) zhashx_lookup (self->pins, pin_key);
+    if (!entry)
+        return false;
+    s_client_unpin (entry->objects[0]);
+    memmove (entry->objects, entry->objects + 1, --entry->count * sizeof (kvp_object_t *));
+    if (entry->count == 0) {
+        free (entry->objects);
+        free (entry);
+        zhashx_delete (self->pins, pin_key);
+    }
+    return true;
+}
+
+//  Drops every pin of an owner that is gone.
+void
+rm_pins_drop_owner (self_t *self, uint64_t owner)
+{
+    char prefix[24];
+    int prefix_len = snprintf (prefix, sizeof prefix, "%llx:", (unsigned long long) owner);
+    zlistx_t *keys = zlistx_new ();
+    zlistx_set_destructor (keys, (zlistx_destructor_fn *) zstr_free);
+    for (pin_entry_t *entry = (pin_entry_t *) zhashx_first (self->pins); entry;
+         entry = (pin_entry_t *) zhashx_next (self->pins)) {
+        const char *pin_key = (const char *) zhashx_cursor (self->pins);
+        if (strncmp (pin_key, prefix, (size_t) prefix_len) == 0) {
+            for (size_t i = 0; i < entry->count; i++)
+                s_client_unpin (entry->objects[i]);
+            free (entry->objects);
+            free (entry);
+            zlistx_add_end (keys, strdup (pin_key));
+        }
+    }
+    for (char *pin_key = (char *) zlistx_first (keys); pin_key;
+         pin_key = (char *) zlistx_next (keys))
+        zhashx_delete (self->pins, pin_key);
+    zlistx_destroy (&keys);
+}
+
+void
+rm_read (self_t *self, kvp_job_t *job, int64_t now)
+{
+    if (job->kind == KVP_RM_GET || job->kind == KVP_RM_REPLICA_LIST)
+        kvp_job_need_replicas (job);
+    //  Every read leases for the TTL from now; a lease already longer stays.
+    int64_t lease_until = now + (int64_t) self->config->lease_ttl_ms;
+    for (size_t i = 0; i < job->count; i++) {
+        kvp_item_t *item = &job->items[i];
+        if (item->status != KVPOOL_OK)
+            continue;
+        if (job->kind == KVP_RM_RELEASE) {
+            //  Only the process that took a pin drops it; the object may be removed by now.
+            if (!s_pin_release (self, job->owner_id, item->key))
+                item->status = KVPOOL_INVALID_READ;
+            continue;
+        }
+        kvp_object_t *object = rm_lookup_complete (self, item->key);
+        if (job->kind == KVP_RM_GET)
+            self->gets++;
+        if (!object) {
+            item->status = KVPOOL_OBJECT_NOT_FOUND;
+            continue;
+        }
+        item->size = object->size;
+        if (lease_until > object->lease_until)
+            object->lease_until = lease_until;
+        object->touched = now;
+        if (job->kind == KVP_RM_GET)
+            item->checksum = rm_checksum (self, job, object);
+        if (job->kind == KVP_RM_GET && object->replica_count == 0) {
+            //  On disk only: the transfer-submitter reads it next (no pin: an unlinked
+            //  copy stays readable to a read that opened it, and ids are never reused).
+            self->get_hits++;
+            self->disk_hits++;
+            item->replica_count = 0;
+            item->disk_id = object->disk_id;
+            item->object_id = object->id;
+            item->promote = rm_promote_due (self, object, now);
+            continue;
+        }
+        switch (job->kind) {
+            case KVP_RM_GET:
+                self->get_hits++;
+                atomic_fetch_add_explicit (&object->pins[object->pin_epoch], 1,
+                                           memory_order_relaxed);
+                item->object = rm_pin_handle (object, object->pin_epoch);
+                rm_fill_replicas (item, object, true);
+                break;
+            case KVP_RM_REPLICA_LIST:
+                if (job->pin)
+                    s_pin_add (self, job->owner_id, object);
+                rm_fill_replicas (item, object, true);
+                break;
+            default: break; //  EXIST, GET_SIZE, TOUCH: the lease only
+        }
+    }
+}
+
+//  PREFIX_MATCH: blocks of job->ranks keys, in order. Every key of a whole block is leased as
+//  a read leases it (the engine loads those blocks next); the first block with a key missing
+//  ends the walk: from there on every key is OBJECT_NOT_FOUND, unchecked past the missing
+//  one (kvp_job_prefix_count then counts the whole blocks).
+void
+rm_prefix (self_t *self, kvp_job_t *job, int64_t now)
+{
+    size_t ranks = job->ranks ? job->ranks : 1;
+    int64_t lease_until = now + (int64_t) self->config->lease_ttl_ms;
+    size_t at = 0;
+    for (; at + ranks <= job->count; at += ranks) {
+        bool whole = true;
+        for (size_t r = 0; r < ranks && whole; r++) {
+            kvp_item_t *item = &job->items[at + r];
+            whole = item->status == KVPOOL_OK && rm_lookup_complete (self, item->key);
+        }
+        if (!whole)
+            break;
+        for (size_t r = 0; r < ranks; r++) {
+            kvp_object_t *object = rm_lookup_complete (self, job->items[at + r].key);
+            job->items[at + r].size = object->size;
+            if (lease_until > object->lease_until)
+                object->lease_until = lease_until;
+            object->touched = now;
+        }
+    }
+    for (size_t i = at; i < job->count; i++)
+        if (job->items[i].status == KVPOOL_OK)
+            job->items[i].status = KVPOOL_OBJECT_NOT_FOUND;
+}
+
+void
+rm_remove (self_t *self, kvp_job_t *job, int64_t now)
+{
+    kvp_job_t *free_job = NULL;
+    for (size_t i = 0; i < job->count; i++) {
+        kvp_item_t *item = &job->items[i];
+        if (item->status != KVPOOL_OK)
+            continue;
+        kvp_object_t *object = rm_lookup_complete (self, item->key);
+        //  With an object id (a copy the master refused, membership.c): that object alone,
+        //  never a newer one put under the key since.
+        if (!object || (item->object_id && object->id != item->object_id))
+            item->status = KVPOOL_OBJECT_NOT_FOUND;
+        else if (!rm_take_unleased (self, object, job->force, now))
+            item->status = KVPOOL_OBJECT_HAS_LEASE;
+        else {
+            rm_object_drop (self, object, &free_job, now);
+            self->removes++;
+        }
+    }
+    rm_frees_apply (self, &free_job);
+}
+
+//  REMOVE_ALL and RESET: one pass over the table.
+void
+rm_remove_many (self_t *self, kvp_job_t *job, int64_t now)
+{
+    //  A reset also revokes client reservations.
+    bool reset = job->op == KVPOOL__V1__OP__RESET;
+    zlistx_t *victims = zlistx_new ();
+    bool all_go = true; //  every committed object: one AllBlocksCleared, no event per key
+    for (kvp_object_t *object = (kvp_object_t *) object_table_first (self->objects); object;
+         object = (kvp_object_t *) object_table_next (self->objects)) {
+        if (object->state != OBJECT_COMPLETE && !(reset && !object->busy))
+            continue;
+        if (object->state == OBJECT_COMPLETE && !rm_take_unleased (self, object, job->force, now)) {
+            all_go = false;
+            continue;
+        }
+        zlistx_add_end (victims, object);
+    }
+    if (self->events && all_go) {
+        kv_events_feed_add (self->events, KV_EVENT_CLEARED, NULL, 0);
+        self->events_quiet = true;
+    }
+    kvp_job_t *free_job = NULL;
+    uint64_t removed = 0;
+    for (kvp_object_t *object = (kvp_object_t *) zlistx_first (victims); object;
+         object = (kvp_object_t *) zlistx_next (victims)) {
+        if (object->state == OBJECT_COMPLETE) {
+            removed++;
+            self->removes++;
+            rm_object_drop (self, object, &free_job, now);
+        }
+        else
+            //  Nothing lands after a reset, and no late writer lands in reused space.
+            rm_reservation_revoke (self, object, &free_job, now);
+    }
+    zlistx_destroy (&victims);
+    self->events_quiet = false;
+    rm_frees_apply (self, &free_job);
+    job->result_count = removed;
+}
