@@ -1056,10 +1056,11 @@ s_job_from_request (self_t *self, api_ctx_t *ctx)
                                self->config->max_keys, self->config->max_request_bytes};
     int status = request_check (request, value_frames, value_bytes, &limits, reason, sizeof reason);
     //  (known once the check passed)
-    const kvp_op_t *other_row = request->rdma_conn    ? kvp_op_rdma (op)
-                                : request->n_vm_addrs ? kvp_op_vm (op)
-                                                      : NULL;
-    ctx->row = other_row ? other_row : kvp_op_for (op, ctx->cluster);
+    kvp_via_t via = request->rdma_conn    ? KVP_VIA_RDMA
+                    : request->n_vm_addrs ? KVP_VIA_VM
+                    : ctx->cluster        ? KVP_VIA_CLUSTER
+                                          : KVP_VIA_PROCESS;
+    ctx->row = kvp_op_route (op, via, ctx->cluster);
     if (status == KVPOOL_OK && s_authorize (self, ctx, reason, sizeof reason))
         status = KVPOOL_PERMISSION_DENIED;
     //  Values by address are read from a process the kernel named (the ipc peer), and only
@@ -1335,7 +1336,8 @@ s_job_message (self_t *self)
         zframe_destroy (&routing_id);
         return;
     }
-    const kvp_op_t *row = kvp_op_for (job->op, self->cluster);
+    const kvp_op_t *row =
+        kvp_op_route (job->op, self->cluster ? KVP_VIA_CLUSTER : KVP_VIA_PROCESS, self->cluster);
     //  Only the proto's operations that carry keys or nothing; not a write (values live in
     //  the caller), not the node's own operations, not one on shared memory.
     if (!row || job->op <= 0 || (row->flags & (OP_VALUES | OP_SIZES | OP_SEGMENT | OP_LOCAL))
