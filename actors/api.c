@@ -40,6 +40,7 @@
 #include <sys/mman.h>
 
 #include "actors/connections.h"
+#include "infra/actor_shell.h"
 #include "infra/conn_guard.h"
 #include "infra/curve.h"
 #include "infra/key_watch.h"
@@ -144,7 +145,7 @@ typedef struct {
     bool map_due;             //  the segments changed: list them for the index reads
     int64_t next_owner_check; //  dead clients reaped, unread bytes swept
     uint64_t requests, errors, dropped, resets_done;
-    bool terminated;
+    bool drained; //  DRAINED was said
 } self_t;
 
 static void
@@ -255,8 +256,53 @@ s_checksums_wanted (const kvp_config_t *config)
     return config->verify_checksums && config->role == KVP_ROLE_NODE;
 }
 
+static void s_client_message (self_t *self, zsock_t *socket);
+static void s_job_message (self_t *self);
+static void s_actor_reply (self_t *self, zsock_t *actor);
+
+static int
+s_client_reader (actor_shell_t *shell, zsock_t *sock, void *arg)
+{
+    (void) shell;
+    s_client_message ((self_t *) arg, sock);
+    return 0;
+}
+
+static int
+s_jobs_reader (actor_shell_t *shell, zsock_t *sock, void *arg)
+{
+    (void) shell, (void) sock;
+    s_job_message ((self_t *) arg);
+    return 0;
+}
+
+static int
+s_actor_reader (actor_shell_t *shell, zsock_t *sock, void *arg)
+{
+    (void) shell;
+    s_actor_reply ((self_t *) arg, sock);
+    return 0;
+}
+
+static int
+s_guard_reader (actor_shell_t *shell, zsock_t *sock, void *arg)
+{
+    (void) shell, (void) sock;
+    conn_guard_handle (((self_t *) arg)->guard);
+    return 0;
+}
+
+//  The actors a job's stages go to (kvp_job_kind_actor), by their inproc ROUTERs: jobs are
+//  never held back (no high-water mark on the way out).
+#define ACTOR_DEALER(name)                                                                         \
+    {                                                                                              \
+        ZMQ_DEALER, ">inproc://%s-" name, 0, ACTOR_HWM_LIBZMQ, s_actor_reader, false               \
+    }
+static const actor_socket_t s_actor_sockets[] = {ACTOR_DEALER ("rm"), ACTOR_DEALER ("tx"),
+                                                 ACTOR_DEALER ("ev"), ACTOR_DEALER ("cl")};
+
 static self_t *
-s_self_new (zsock_t *pipe, const kvp_config_t *config)
+s_self_new (actor_shell_t *shell, zsock_t *pipe, const kvp_config_t *config)
 {
     self_t *self = (self_t *) zmalloc (sizeof (self_t));
     self->pipe = pipe;
@@ -264,11 +310,9 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
     self->config = &self->settings;
     spin_window_init (&self->idle, (int) config->spin_us);
     self->router = zsock_new (ZMQ_ROUTER);
-    self->rm = zsock_new (ZMQ_DEALER);
-    self->tx = zsock_new (ZMQ_DEALER);
-    self->ev = zsock_new (ZMQ_DEALER);
-    self->cl = zsock_new (ZMQ_DEALER);
-    assert (self->router && self->rm && self->tx && self->ev && self->cl);
+    assert (self->router);
+    //  Every socket the api reads is in its wait set (wait_set.h), the pipe first.
+    self->waits = actor_shell_use_wait_set (shell);
     self->cluster = config->role == KVP_ROLE_NODE;
     value_checksum_set_verify (s_checksums_wanted (config));
     zsock_set_sndhwm (self->router, 100000);
@@ -280,14 +324,11 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
     zsock_set_maxmsgsize (self->router, (int64_t) (config->max_value_size + MAX_FRAME_SLACK));
     //  tcp and ipc clients alike (inproc never runs a handshake).
     kvp_curve_server (config->curve, self->router);
-    zsock_set_sndhwm (self->rm, 0);
-    zsock_set_sndhwm (self->tx, 0);
-    zsock_set_sndhwm (self->ev, 0);
-    zsock_set_sndhwm (self->cl, 0);
-    zsock_connect (self->cl, "inproc://%s-cl", config->instance);
-    zsock_connect (self->rm, "inproc://%s-rm", config->instance);
-    zsock_connect (self->tx, "inproc://%s-tx", config->instance);
-    zsock_connect (self->ev, "inproc://%s-ev", config->instance);
+    zsock_t **actors[] = {&self->rm, &self->tx, &self->ev, &self->cl};
+    for (size_t i = 0; i < sizeof actors / sizeof actors[0]; i++) {
+        *actors[i] = actor_shell_open (shell, &s_actor_sockets[i], config->instance);
+        assert (*actors[i]);
+    }
     self->endpoints = zlistx_new ();
     zlistx_set_duplicator (self->endpoints, (zlistx_duplicator_fn *) strdup);
     zlistx_set_destructor (self->endpoints, (zlistx_destructor_fn *) zstr_free);
@@ -338,16 +379,14 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
     //  The first listing of the segments at once: index reads need the mappings.
     self->map_due = true;
     self->next_owner_check = self->started + OWNER_CHECK_INTERVAL_MS;
-    self->waits = wait_set_new ();
-    zsock_t *waited[] = {pipe, self->router, self->jobs, self->rm, self->tx, self->ev, self->cl};
-    for (size_t i = 0; i < sizeof waited / sizeof waited[0]; i++)
-        wait_set_add (self->waits, waited[i]);
+    actor_shell_add (shell, self->router, s_client_reader);
+    actor_shell_add (shell, self->jobs, s_jobs_reader);
     if (self->peer)
-        wait_set_add (self->waits, self->peer);
+        actor_shell_add (shell, self->peer, s_client_reader);
     self->guard =
         conn_guard_new (self->router, self->endpoints, config->max_connections, config->instance);
     if (self->guard) {
-        wait_set_add (self->waits, conn_guard_socket (self->guard));
+        actor_shell_add (shell, conn_guard_socket (self->guard), s_guard_reader);
         //  libzmq buffers a message of many frames whole before the api sees it, bounding
         //  frames one by one only: the guard shuts down a tcp connection that holds more
         //  than the largest request (--max-request-bytes of values, and a Request frame of
@@ -382,7 +421,6 @@ s_self_destroy (self_t **self_p)
     self_t *self = *self_p;
     if (!self)
         return;
-    wait_set_destroy (&self->waits);
     conn_guard_destroy (&self->guard);
     key_watch_destroy (&self->client_keys);
     key_watch_destroy (&self->node_keys);
@@ -409,10 +447,6 @@ s_self_destroy (self_t **self_p)
     zsock_destroy (&self->router);
     zsock_destroy (&self->peer);
     zsock_destroy (&self->jobs);
-    zsock_destroy (&self->cl);
-    zsock_destroy (&self->rm);
-    zsock_destroy (&self->tx);
-    zsock_destroy (&self->ev);
     metrics_destroy (&self->own_metrics);
     free (self);
     *self_p = NULL;
@@ -1438,34 +1472,26 @@ s_actor_reply (self_t *self, zsock_t *actor)
 
 //  ---- the actor ---------------------------------------------------------------------
 
-static void
-s_pipe_command (self_t *self)
+static int
+s_pipe_command (actor_shell_t *shell, const char *command, zmsg_t *msg, void *arg)
 {
-    zmsg_t *msg = zmsg_recv (self->pipe);
-    if (!msg) {
-        self->terminated = true;
-        return;
-    }
-    char *command = zmsg_popstr (msg);
-    if (!command || streq (command, "$TERM"))
-        self->terminated = true;
-    else if (streq (command, "ENDPOINTS"))
+    (void) msg;
+    self_t *self = (self_t *) arg;
+    if (streq (command, "ENDPOINTS"))
         kvp_endpoints_reply (self->pipe, self->endpoints, self->bind_error);
     else if (streq (command, "PEER"))
         zstr_sendx (self->pipe, self->peer_endpoint, self->host_id, NULL);
     else if (streq (command, "DRAIN")) {
         self->draining = true;
-        wait_set_remove (self->waits, self->router);
-        if (self->peer)
-            wait_set_remove (self->waits, self->peer);
+        actor_shell_remove (shell, self->router);
+        actor_shell_remove (shell, self->peer);
     }
     else {
         //  Commands come from kvpoold's code, not from outside: an unknown one is a bug.
         kvp_error ("invalid pipe command '%s'", command);
         assert (false);
     }
-    zstr_free (&command);
-    zmsg_destroy (&msg);
+    return 0;
 }
 
 //  Frees a job that will not be answered (the api is stopping): its pins, its request.
@@ -1509,67 +1535,73 @@ s_abandon_all (self_t *self)
     }
 }
 
+//  The wait: a short spin for the replies a request waits on, then (nothing out at the
+//  actors, after a small request answered here alone: the next of a burst may come soon)
+//  the idle window, or plain sleep.
+static zsock_t *
+s_wait (actor_shell_t *shell, wait_set_t *waits, int timeout_ms, void *arg)
+{
+    (void) shell;
+    self_t *self = (self_t *) arg;
+    zsock_t *which = NULL;
+    if (self->in_flight > 0)
+        which = spin_poll (waits, SPIN_US);
+    if (!which) {
+        if (self->in_flight == 0 && self->idle_spin)
+            which = spin_window_wait (&self->idle, waits, timeout_ms);
+        else
+            which = wait_set_wait (waits, timeout_ms);
+    }
+    return which;
+}
+
+//  After every wake-up: revoked keys, the connection guard, dead clients, the segment
+//  listing, the end of a drain. Returns when it must run next.
+static int64_t
+s_tick (actor_shell_t *shell, void *arg)
+{
+    (void) shell;
+    self_t *self = (self_t *) arg;
+    key_watch_check (self->client_keys, zclock_mono ());
+    key_watch_check (self->node_keys, zclock_mono ());
+    conn_guard_sweep (self->guard, zclock_mono ());
+    if (zclock_mono () >= self->next_owner_check) {
+        if (!self->draining) {
+            owners_reap (self->owners, s_owner_gone, self);
+            connections_sweep (self->connections, zclock_mono ());
+        }
+        self->next_owner_check = zclock_mono () + OWNER_CHECK_INTERVAL_MS;
+    }
+    if (self->map_due && !self->draining)
+        s_map_segments (self);
+    if (self->draining && !self->drained && self->in_flight == 0 && zlistx_size (self->held) == 0
+        && zlistx_size (self->resets) == 0) {
+        self->drained = true;
+        zstr_send (self->pipe, "DRAINED");
+        wait_set_touch (self->waits, self->pipe);
+    }
+    int64_t due = self->next_owner_check;
+    if (key_watch_due (self->client_keys) < due)
+        due = key_watch_due (self->client_keys);
+    if (key_watch_due (self->node_keys) < due)
+        due = key_watch_due (self->node_keys);
+    if (self->guard && zclock_mono () + CONN_GUARD_SWEEP_MS < due)
+        due = zclock_mono () + CONN_GUARD_SWEEP_MS;
+    return due;
+}
+
 void
 api_actor (zsock_t *pipe, void *args)
 {
-    pthread_setname_np (pthread_self (), "kvp-api");
-    self_t *self = s_self_new (pipe, (const kvp_config_t *) args);
-    zsock_signal (pipe, 0);
-    bool drained = false;
-    while (!self->terminated) {
-        void *which = NULL;
-        //  Spin for the replies a request waits on.
-        if (self->in_flight > 0)
-            which = spin_poll (self->waits, SPIN_US);
-        if (!which) {
-            int64_t due = self->next_owner_check;
-            if (key_watch_due (self->client_keys) < due)
-                due = key_watch_due (self->client_keys);
-            if (key_watch_due (self->node_keys) < due)
-                due = key_watch_due (self->node_keys);
-            if (self->guard && zclock_mono () + CONN_GUARD_SWEEP_MS < due)
-                due = zclock_mono () + CONN_GUARD_SWEEP_MS;
-            int64_t wait = due - zclock_mono ();
-            int timeout = wait > 0 ? (int) wait : 0;
-            //  Nothing out at the actors: the next request, of a burst, may come soon.
-            if (self->in_flight == 0 && self->idle_spin)
-                which = spin_window_wait (&self->idle, self->waits, timeout);
-            else
-                which = wait_set_wait (self->waits, timeout);
-        }
-        if (which == pipe) {
-            s_pipe_command (self);
-            wait_set_touch (self->waits, pipe); //  a command may be answered
-        }
-        else if (which == self->router || (which && which == self->peer))
-            s_client_message (self, (zsock_t *) which);
-        else if (which == self->jobs)
-            s_job_message (self);
-        else if (which == self->rm || which == self->tx || which == self->ev || which == self->cl)
-            s_actor_reply (self, (zsock_t *) which);
-        else if (self->guard && which == conn_guard_socket (self->guard))
-            conn_guard_handle (self->guard);
-        key_watch_check (self->client_keys, zclock_mono ());
-        key_watch_check (self->node_keys, zclock_mono ());
-        conn_guard_sweep (self->guard, zclock_mono ());
-        if (zclock_mono () >= self->next_owner_check) {
-            if (!self->draining) {
-                owners_reap (self->owners, s_owner_gone, self);
-                connections_sweep (self->connections, zclock_mono ());
-            }
-            self->next_owner_check = zclock_mono () + OWNER_CHECK_INTERVAL_MS;
-        }
-        if (self->map_due && !self->draining)
-            s_map_segments (self);
-        if (self->draining && !drained && self->in_flight == 0 && zlistx_size (self->held) == 0
-            && zlistx_size (self->resets) == 0) {
-            drained = true;
-            zstr_send (pipe, "DRAINED");
-            wait_set_touch (self->waits, pipe);
-        }
-    }
+    actor_shell_t *shell = actor_shell_new (pipe, "kvp-api");
+    self_t *self = s_self_new (shell, pipe, (const kvp_config_t *) args);
+    actor_shell_on_command (shell, s_pipe_command);
+    actor_shell_on_wait (shell, s_wait);
+    actor_shell_on_tick (shell, s_tick);
+    actor_shell_run (shell, self);
     s_abandon_all (self);
     s_self_destroy (&self);
+    actor_shell_destroy (&shell); //  (the sockets to the actors)
 }
 
 //  ---- self test ---------------------------------------------------------------------

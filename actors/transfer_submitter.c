@@ -45,6 +45,7 @@
 #include <unistd.h>
 
 #include "actors/rdma_serve.h"
+#include "infra/actor_shell.h"
 #include "tier/disk_store.h"
 #include "transfer/transfer_pool.h"
 #include "transfer/value_checksum.h"
@@ -653,31 +654,99 @@ s_disk_job (self_t *self, kvp_job_t *job, zframe_t **reply_to_p)
     kvp_job_reply (self->router, reply_to_p, job);
 }
 
+static int
+s_router_reader (actor_shell_t *shell, zsock_t *router, void *arg)
+{
+    (void) shell;
+    self_t *self = (self_t *) arg;
+    zframe_t *reply_to;
+    kvp_job_t *job = kvp_job_recv_routed (router, &reply_to);
+    if (job && job->kind == KVP_TX_WRITE)
+        s_write (self, job, &reply_to);
+    else if (job
+             && (job->kind == KVP_TX_DISK_WRITE || job->kind == KVP_TX_DISK_READ
+                 || job->kind == KVP_TX_DISK_DROP || job->kind == KVP_TX_DISK_SCAN))
+        s_disk_job (self, job, &reply_to);
+    else if (job
+             && (job->kind == KVP_TX_RDMA_CONNECT || job->kind == KVP_TX_RDMA_PUSH
+                 || job->kind == KVP_TX_RDMA_PULL))
+        s_rdma_job (self, job, &reply_to);
+    else if (job) {
+        kvp_job_fail (job, KVPOOL_INTERNAL_ERROR, "transfer: job kind %d", job->kind);
+        kvp_job_reply (router, &reply_to, job);
+    }
+    zframe_destroy (&reply_to);
+    return 0;
+}
+
+//  The workers finished copies (the eventfd): their jobs go back.
+static int
+s_wake_reader (actor_shell_t *shell, int fd, void *arg)
+{
+    (void) shell, (void) fd;
+    s_answer_done ((self_t *) arg);
+    return 0;
+}
+
+static int
+s_disk_reader (actor_shell_t *shell, int fd, void *arg)
+{
+    (void) shell, (void) fd;
+    disk_store_reap (((self_t *) arg)->disk);
+    return 0;
+}
+
+//  $TERM: the copies in flight are finished, but no more work is accepted (s_tick).
+static int
+s_term (actor_shell_t *shell, void *arg)
+{
+    (void) shell;
+    ((self_t *) arg)->terminated = true;
+    return 1;
+}
+
+static int64_t
+s_tick (actor_shell_t *shell, void *arg)
+{
+    self_t *self = (self_t *) arg;
+    if (self->terminated) {
+        actor_shell_remove (shell, self->pipe);
+        actor_shell_remove (shell, self->router);
+        if (!self->in_flight)
+            actor_shell_stop (shell);
+    }
+    return -1;
+}
+
 void
 transfer_submitter_actor (zsock_t *pipe, void *args)
 {
-    pthread_setname_np (pthread_self (), "kvp-transfer");
+    actor_shell_t *shell = actor_shell_new (pipe, "kvp-transfer");
     const kvp_config_t *config = (const kvp_config_t *) args;
     self_t *self = (self_t *) zmalloc (sizeof (self_t));
     self->pipe = pipe;
-    self->router = zsock_new (ZMQ_ROUTER);
+    static const actor_socket_t router = {.type = ZMQ_ROUTER,
+                                          .endpoint = "@inproc://%s-tx",
+                                          .sndhwm = 0,
+                                          .rcvhwm = 0,
+                                          .reader = s_router_reader};
+    self->router = actor_shell_open (shell, &router, config->instance);
     assert (self->router);
-    zsock_set_sndhwm (self->router, 0);
-    zsock_set_rcvhwm (self->router, 0);
-    int rc = zsock_bind (self->router, "inproc://%s-tx", config->instance);
-    assert (rc == 0);
     self->pool = transfer_pool_new ((int) config->workers, 0);
     assert (self->pool);
     self->wake_fd = eventfd (0, EFD_NONBLOCK | EFD_CLOEXEC);
     assert (self->wake_fd >= 0);
+    actor_shell_add_fd (shell, self->wake_fd, s_wake_reader);
     pthread_mutex_init (&self->lock, NULL);
     if (config->disk_dir) {
         self->disk =
             disk_store_new (config->disk_dir, 64, self->disk_error, sizeof self->disk_error);
-        if (self->disk)
+        if (self->disk) {
             kvp_info ("kvpoold: disk tier %s (%s), %llu MiB", config->disk_dir,
                       disk_store_describe (self->disk),
                       (unsigned long long) (config->disk_capacity >> 20));
+            actor_shell_add_fd (shell, disk_store_fd (self->disk), s_disk_reader);
+        }
     }
     if (config->rdma) {
         self->rdma = rdma_serve_new (config->rdma_device, (int) config->cluster_timeout_ms,
@@ -685,59 +754,18 @@ transfer_submitter_actor (zsock_t *pipe, void *args)
         if (!self->rdma)
             kvp_warning ("kvpoold: cannot serve values by RDMA: %s", self->rdma_error);
     }
-    zsock_signal (pipe, 0);
-
-    zmq_pollitem_t items[] = {{zsock_resolve (pipe), 0, ZMQ_POLLIN, 0},
-                              {zsock_resolve (self->router), 0, ZMQ_POLLIN, 0},
-                              {NULL, self->wake_fd, ZMQ_POLLIN, 0},
-                              {NULL, self->disk ? disk_store_fd (self->disk) : -1, ZMQ_POLLIN, 0}};
-    while (!self->terminated || self->in_flight) {
-        if (zmq_poll (items, self->disk ? 4 : 3, -1) == -1 && errno != EINTR)
-            break;
-        if (items[0].revents & ZMQ_POLLIN) {
-            char *command = zstr_recv (pipe);
-            if (!command || streq (command, "$TERM"))
-                self->terminated = true;
-            else {
-                kvp_error ("invalid pipe command '%s'", command);
-                assert (false);
-            }
-            zstr_free (&command);
-            //  Finish the copies in flight but accept no more work.
-            items[0].events = 0;
-            items[1].events = 0;
-        }
-        if (items[1].revents & ZMQ_POLLIN) {
-            zframe_t *reply_to;
-            kvp_job_t *job = kvp_job_recv_routed (self->router, &reply_to);
-            if (job && job->kind == KVP_TX_WRITE)
-                s_write (self, job, &reply_to);
-            else if (job
-                     && (job->kind == KVP_TX_DISK_WRITE || job->kind == KVP_TX_DISK_READ
-                         || job->kind == KVP_TX_DISK_DROP || job->kind == KVP_TX_DISK_SCAN))
-                s_disk_job (self, job, &reply_to);
-            else if (job
-                     && (job->kind == KVP_TX_RDMA_CONNECT || job->kind == KVP_TX_RDMA_PUSH
-                         || job->kind == KVP_TX_RDMA_PULL))
-                s_rdma_job (self, job, &reply_to);
-            else if (job) {
-                kvp_job_fail (job, KVPOOL_INTERNAL_ERROR, "transfer: job kind %d", job->kind);
-                kvp_job_reply (self->router, &reply_to, job);
-            }
-            zframe_destroy (&reply_to);
-        }
-        if (items[2].revents & ZMQ_POLLIN)
-            s_answer_done (self);
-        if (self->disk && (items[3].revents & ZMQ_POLLIN))
-            disk_store_reap (self->disk);
-    }
+    //  Interrupted polls are retried: the copies in flight must come back.
+    actor_shell_set_nonstop (shell, true);
+    actor_shell_on_term (shell, s_term);
+    actor_shell_on_tick (shell, s_tick);
+    actor_shell_run (shell, self);
     disk_store_destroy (&self->disk);
     transfer_pool_destroy (&self->pool);
     rdma_serve_destroy (&self->rdma);
     close (self->wake_fd);
     pthread_mutex_destroy (&self->lock);
-    zsock_destroy (&self->router);
     free (self);
+    actor_shell_destroy (&shell); //  (the router)
 }
 
 //  ---- self test ---------------------------------------------------------------------
