@@ -330,9 +330,9 @@ s_job_from_request (api_t *self, api_ctx_t *ctx)
     }
     job->owner_id = ctx->owner ? ctx->owner->id : ctx->node_owner;
     if (request->n_vm_addrs) {
-        job->vm_pid = (int32_t) ctx->owner->pid;
-        job->vm_pidfd = ctx->owner->pidfd;
-        job->vm_deadline_ns = request->vm_deadline_ns;
+        job->vm.pid = (int32_t) ctx->owner->pid;
+        job->vm.pidfd = ctx->owner->pidfd;
+        job->vm.deadline_ns = request->vm_deadline_ns;
     }
     return job;
 }

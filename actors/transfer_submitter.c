@@ -14,7 +14,7 @@
     second pass would sit on the reply's path; its checksum is taken later, off that path
     (actors/replica_manager.c, rm_checksum).
 
-    A PUT by address (job->vm_pid: Request.vm_addrs) is a KVP_TX_WRITE whose items name a
+    A PUT by address (job->vm.pid: Request.vm_addrs) is a KVP_TX_WRITE whose items name a
     place in the client's memory (vm_addr) instead of bytes the node holds (src): each value
     is read from there into its first replica (transfer/vm_read.h) and copied from that
     replica into the others. The values are cut into tasks of up to 64 ranges, each read in
@@ -71,7 +71,7 @@ typedef struct {
 
 //  One task: pieces that add up to its task size at most (VM_READV_MAX at most).
 typedef struct {
-    const kvp_job_t *job; //  whose process (vm_pid, vm_pidfd) and deadline
+    const kvp_job_t *job; //  whose process (vm.pid, vm.pidfd) and deadline
     vm_piece_t *pieces;
     size_t count;
 } vm_task_t;
@@ -153,7 +153,7 @@ transfer_job_bytes (kvp_job_t *job)
 {
     uint64_t bytes = 0;
     for (size_t i = 0; i < job->count; i++)
-        if (job->items[i].status == KVPOOL_OK && (job->items[i].src || job->vm_pid))
+        if (job->items[i].status == KVPOOL_OK && (job->items[i].src || job->vm.pid))
             bytes += job->items[i].size * job->items[i].replica_count;
     return bytes;
 }
@@ -165,13 +165,13 @@ transfer_job_bytes (kvp_job_t *job)
 static int
 s_vm_trusted (const kvp_job_t *job)
 {
-    struct pollfd exited = {job->vm_pidfd, POLLIN, 0};
-    if (job->vm_pidfd >= 0 && poll (&exited, 1, 0) != 0)
+    struct pollfd exited = {job->vm.pidfd, POLLIN, 0};
+    if (job->vm.pidfd >= 0 && poll (&exited, 1, 0) != 0)
         return ESRCH;
-    if (job->vm_deadline_ns) {
+    if (job->vm.deadline_ns) {
         struct timespec ts;
         clock_gettime (CLOCK_MONOTONIC, &ts);
-        if ((uint64_t) ts.tv_sec * 1000000000u + (uint64_t) ts.tv_nsec > job->vm_deadline_ns)
+        if ((uint64_t) ts.tv_sec * 1000000000u + (uint64_t) ts.tv_nsec > job->vm.deadline_ns)
             return ETIMEDOUT;
     }
     return 0;
@@ -193,7 +193,7 @@ s_vm_task_run (vm_task_t *task)
         remote[k] = (struct iovec){(void *) (uintptr_t) (piece->item->vm_addr + piece->offset),
                                    piece->length};
     }
-    if (vm_readv (job->vm_pid, local, remote, task->count) == 0) {
+    if (vm_readv (job->vm.pid, local, remote, task->count) == 0) {
         int trusted = s_vm_trusted (job);
         for (size_t k = 0; k < task->count; k++)
             task->pieces[k].error = trusted;
@@ -202,7 +202,7 @@ s_vm_task_run (vm_task_t *task)
         //  Each piece alone, each trusted right after its own read: a value that cannot be
         //  read fails alone, and its neighbours' reads are judged by when they ended.
         for (size_t k = 0; k < task->count; k++) {
-            int error = vm_read (job->vm_pid, local[k].iov_base,
+            int error = vm_read (job->vm.pid, local[k].iov_base,
                                  (uint64_t) (uintptr_t) remote[k].iov_base, local[k].iov_len);
             task->pieces[k].error = error ? error : s_vm_trusted (job);
         }
@@ -222,7 +222,7 @@ s_vm_failed (kvp_job_t *job, kvp_item_t *item, int error)
     bool denied = error == EPERM || error == EACCES;
     item->status = denied ? KVPOOL_PERMISSION_DENIED : KVPOOL_TRANSFER_FAIL;
     snprintf (job->error, sizeof job->error, "cannot read a value from process %d: %s",
-              (int) job->vm_pid,
+              (int) job->vm.pid,
               denied               ? "the kernel does not let the node read its memory"
               : error == ETIMEDOUT ? "read after the client's deadline"
                                    : strerror (error));
@@ -239,7 +239,7 @@ bool
 transfer_job_inline (kvp_job_t *job)
 {
     return transfer_job_bytes (job)
-           <= (job->vm_pid ? TRANSFER_INLINE_BY_ADDRESS_BYTES : TRANSFER_INLINE_BYTES);
+           <= (job->vm.pid ? TRANSFER_INLINE_BY_ADDRESS_BYTES : TRANSFER_INLINE_BYTES);
 }
 
 //  An item to write with no bytes to write from would be committed holding whatever its
@@ -247,7 +247,7 @@ transfer_job_inline (kvp_job_t *job)
 static void
 s_refuse_sourceless (kvp_job_t *job)
 {
-    if (job->vm_pid)
+    if (job->vm.pid)
         return; //  its values are in the client's memory
     for (size_t i = 0; i < job->count; i++)
         if (job->items[i].status == KVPOOL_OK && !job->items[i].src && job->items[i].size) {
@@ -379,7 +379,7 @@ s_copy_hashed (void *arg, int worker)
 void
 transfer_job_copy (kvp_job_t *job, transfer_pool_t *pool)
 {
-    if (job->vm_pid) {
+    if (job->vm.pid) {
         s_read_vm_here (job, pool);
         return;
     }
@@ -408,7 +408,7 @@ s_write (self_t *self, kvp_job_t *job, zframe_t **reply_to_p)
     pending->reply_to = *reply_to_p;
     *reply_to_p = NULL;
     pending->batch = transfer_batch_new (s_on_done, done);
-    if (job->vm_pid) {
+    if (job->vm.pid) {
         pending->vm = s_vm_tasks (job, VM_TASK_BYTES, pending->batch);
         if (!pending->vm)
             s_vm_fail_all (job);
@@ -822,8 +822,8 @@ transfer_submitter_test (bool verbose)
         enum { VALUES = 76, BAD = 40 };
         kvp_job_t *job = kvp_job_new (KVP_TX_WRITE, VALUES);
         kvp_job_need_replicas (job);
-        job->vm_pid = getpid ();
-        job->vm_pidfd = -1;
+        job->vm.pid = getpid ();
+        job->vm.pidfd = -1;
         char *src[VALUES];
         for (int i = 0; i < VALUES; i++) {
             kvp_item_t *item = &job->items[i];
@@ -857,9 +857,9 @@ transfer_submitter_test (bool verbose)
     memset (value, 9, sizeof value);
     kvp_job_t *late = kvp_job_new (KVP_TX_WRITE, 2);
     kvp_job_need_replicas (late);
-    late->vm_pid = getpid ();
-    late->vm_pidfd = -1;
-    late->vm_deadline_ns = 1;
+    late->vm.pid = getpid ();
+    late->vm.pidfd = -1;
+    late->vm.deadline_ns = 1;
     for (int i = 0; i < 2; i++) {
         late->items[i].size = sizeof value / 2;
         late->items[i].replica_count = 1;

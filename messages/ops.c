@@ -252,7 +252,7 @@ kvp_via_t
 kvp_via_of_job (const kvp_job_t *job)
 {
     return job->rdma_conn ? KVP_VIA_RDMA
-           : job->vm_pid  ? KVP_VIA_VM
+           : job->vm.pid  ? KVP_VIA_VM
            : job->op < 0  ? KVP_VIA_NODE
            : job->cluster ? KVP_VIA_CLUSTER
                           : KVP_VIA_PROCESS;

@@ -87,7 +87,7 @@ typedef enum {
     KVP_VIA_CLUSTER,     //  a cluster node's clients (job->cluster): the master places and
                          //  finds keys, other nodes hold some of them
     KVP_VIA_RDMA,        //  values move by RDMA on the data plane (job->rdma_conn)
-    KVP_VIA_VM,          //  values read from a same-machine client's memory (job->vm_pid)
+    KVP_VIA_VM,          //  values read from a same-machine client's memory (job->vm.pid)
     KVP_VIA_NODE,        //  the node's own work (KVP_OP_*: negative operations)
     KVP_VIA_COUNT
 } kvp_via_t;
@@ -125,7 +125,7 @@ const kvp_op_t *kvp_op (int op);
 //  (cluster: a cluster node's client) the cluster's row where op has one, else kvp_op.
 const kvp_op_t *kvp_op_route (int op, kvp_via_t via, bool cluster);
 //  The way a job came, from its fields: KVP_VIA_RDMA (job->rdma_conn), KVP_VIA_VM
-//  (job->vm_pid), KVP_VIA_NODE (a KVP_OP_*), KVP_VIA_CLUSTER (job->cluster), else
+//  (job->vm.pid), KVP_VIA_NODE (a KVP_OP_*), KVP_VIA_CLUSTER (job->cluster), else
 //  KVP_VIA_PROCESS.
 kvp_via_t kvp_via_of_job (const kvp_job_t *job);
 //  The row a job walks: kvp_op_route (job->op, kvp_via_of_job (job), job->cluster).
