@@ -47,9 +47,9 @@
     nothing else is read), so there is no parser here to fuzz. Everything else this actor
     reads (keys, through lookup_keys_parse) is the store's own, already checked by the api.
 
-    Threads: this actor's, which owns every socket here, the ring and the parser; the feed
-    runs on the replica-manager's thread and shares nothing with it but the batches it hands
-    over (ownership passes with the pointer).
+    Threads: this actor's (its loop: infra/actor_shell.h), which owns every socket here,
+    the ring and the parser; the feed runs on the replica-manager's thread and shares
+    nothing with it but the batches it hands over (ownership passes with the pointer).
     Ordering: batches are published in the order the replica-manager handed them over, and
     events in a batch in the order they happened there.
 */
@@ -60,6 +60,7 @@
 #include <stdatomic.h>
 #include <time.h>
 
+#include "infra/actor_shell.h"
 #include "infra/curve.h"
 #include "infra/endpoints.h"
 #include "lookup_server/lookup_keys.h"
@@ -268,7 +269,6 @@ typedef struct {
     replay_ledger_t *ledger;
     zhashx_t *replays; //  routing id (hex) -> replay_t, while its replay is queued
     uint64_t replays_busy, replays_over_cap; //  requests refused (Replay limits)
-    bool terminated;
 } self_t;
 
 static void
@@ -579,16 +579,22 @@ s_replay (self_t *self)
     zmsg_destroy (&request);
 }
 
-static void
-s_handle_pipe (self_t *self)
+//  $TERM (or the pipe gone): what the replica-manager handed over before it ended goes
+//  out too.
+static int
+s_term (actor_shell_t *shell, void *arg)
 {
-    char *command = zstr_recv (self->pipe);
-    if (!command || streq (command, "$TERM")) {
-        //  What the replica-manager handed over before it ended goes out too.
-        s_take_batches (self, SIZE_MAX);
-        self->terminated = true;
-    }
-    else if (streq (command, "ENDPOINTS"))
+    (void) shell;
+    s_take_batches ((self_t *) arg, SIZE_MAX);
+    return 0;
+}
+
+static int
+s_pipe_command (actor_shell_t *shell, const char *command, zmsg_t *msg, void *arg)
+{
+    (void) shell, (void) msg;
+    self_t *self = (self_t *) arg;
+    if (streq (command, "ENDPOINTS"))
         kvp_endpoints_reply (self->pipe, self->endpoints, self->error);
     else if (streq (command, "STATS")) {
         s_take_batches (self, SIZE_MAX);
@@ -598,27 +604,36 @@ s_handle_pipe (self_t *self)
         kvp_error ("invalid pipe command '%s'", command);
         assert (false);
     }
-    zstr_free (&command);
+    return 0;
+}
+
+static int
+s_pull_reader (actor_shell_t *shell, zsock_t *pull, void *arg)
+{
+    (void) shell, (void) pull;
+    s_take_batches ((self_t *) arg, 64);
+    return 0;
+}
+
+static int
+s_replay_reader (actor_shell_t *shell, zsock_t *replay, void *arg)
+{
+    (void) shell, (void) replay;
+    s_replay ((self_t *) arg);
+    return 0;
 }
 
 void
 kv_events_actor (zsock_t *pipe, void *args)
 {
-    pthread_setname_np (pthread_self (), "kvp-kv-events");
+    actor_shell_t *shell = actor_shell_new (pipe, "kvp-kv-events");
     self_t *self = s_self_new (pipe, (const kvp_config_t *) args);
-    zpoller_t *poller = zpoller_new (pipe, self->pull, self->replay, NULL);
-    zsock_signal (pipe, 0);
-    while (!self->terminated) {
-        void *which = zpoller_wait (poller, -1);
-        if (which == pipe)
-            s_handle_pipe (self);
-        else if (which == self->pull)
-            s_take_batches (self, 64);
-        else if (self->replay && which == self->replay)
-            s_replay (self);
-        else if (zpoller_terminated (poller))
-            break;
-    }
+    actor_shell_add (shell, self->pull, s_pull_reader);
+    if (self->replay)
+        actor_shell_add (shell, self->replay, s_replay_reader);
+    actor_shell_on_command (shell, s_pipe_command);
+    actor_shell_on_term (shell, s_term);
+    actor_shell_run (shell, self);
     if (self->dropped)
         kvp_warning ("%llu events dropped (the publisher was behind)",
                      (unsigned long long) self->dropped);
@@ -627,8 +642,8 @@ kv_events_actor (zsock_t *pipe, void *args)
                      "queued, %llu past --kv-events-replay-bytes",
                      (unsigned long long) self->replays_busy,
                      (unsigned long long) self->replays_over_cap);
-    zpoller_destroy (&poller);
     s_self_destroy (&self);
+    actor_shell_destroy (&shell);
 }
 
 //  ---- self test ---------------------------------------------------------------------

@@ -14,7 +14,7 @@
     second pass would sit on the reply's path; its checksum is taken later, off that path
     (actors/replica_manager.c, rm_checksum).
 
-    A PUT by address (job->vm_pid: Request.vm_addrs) is a KVP_TX_WRITE whose items name a
+    A PUT by address (job->vm.pid: Request.vm_addrs) is a KVP_TX_WRITE whose items name a
     place in the client's memory (vm_addr) instead of bytes the node holds (src): each value
     is read from there into its first replica (transfer/vm_read.h) and copied from that
     replica into the others. The values are cut into tasks of up to 64 ranges, each read in
@@ -45,6 +45,7 @@
 #include <unistd.h>
 
 #include "actors/rdma_serve.h"
+#include "infra/actor_shell.h"
 #include "tier/disk_store.h"
 #include "transfer/transfer_pool.h"
 #include "transfer/value_checksum.h"
@@ -70,7 +71,7 @@ typedef struct {
 
 //  One task: pieces that add up to its task size at most (VM_READV_MAX at most).
 typedef struct {
-    const kvp_job_t *job; //  whose process (vm_pid, vm_pidfd) and deadline
+    const kvp_job_t *job; //  whose process (vm.pid, vm.pidfd) and deadline
     vm_piece_t *pieces;
     size_t count;
 } vm_task_t;
@@ -152,7 +153,7 @@ transfer_job_bytes (kvp_job_t *job)
 {
     uint64_t bytes = 0;
     for (size_t i = 0; i < job->count; i++)
-        if (job->items[i].status == KVPOOL_OK && (job->items[i].src || job->vm_pid))
+        if (job->items[i].status == KVPOOL_OK && (job->items[i].src || job->vm.pid))
             bytes += job->items[i].size * job->items[i].replica_count;
     return bytes;
 }
@@ -164,13 +165,13 @@ transfer_job_bytes (kvp_job_t *job)
 static int
 s_vm_trusted (const kvp_job_t *job)
 {
-    struct pollfd exited = {job->vm_pidfd, POLLIN, 0};
-    if (job->vm_pidfd >= 0 && poll (&exited, 1, 0) != 0)
+    struct pollfd exited = {job->vm.pidfd, POLLIN, 0};
+    if (job->vm.pidfd >= 0 && poll (&exited, 1, 0) != 0)
         return ESRCH;
-    if (job->vm_deadline_ns) {
+    if (job->vm.deadline_ns) {
         struct timespec ts;
         clock_gettime (CLOCK_MONOTONIC, &ts);
-        if ((uint64_t) ts.tv_sec * 1000000000u + (uint64_t) ts.tv_nsec > job->vm_deadline_ns)
+        if ((uint64_t) ts.tv_sec * 1000000000u + (uint64_t) ts.tv_nsec > job->vm.deadline_ns)
             return ETIMEDOUT;
     }
     return 0;
@@ -192,7 +193,7 @@ s_vm_task_run (vm_task_t *task)
         remote[k] = (struct iovec){(void *) (uintptr_t) (piece->item->vm_addr + piece->offset),
                                    piece->length};
     }
-    if (vm_readv (job->vm_pid, local, remote, task->count) == 0) {
+    if (vm_readv (job->vm.pid, local, remote, task->count) == 0) {
         int trusted = s_vm_trusted (job);
         for (size_t k = 0; k < task->count; k++)
             task->pieces[k].error = trusted;
@@ -201,7 +202,7 @@ s_vm_task_run (vm_task_t *task)
         //  Each piece alone, each trusted right after its own read: a value that cannot be
         //  read fails alone, and its neighbours' reads are judged by when they ended.
         for (size_t k = 0; k < task->count; k++) {
-            int error = vm_read (job->vm_pid, local[k].iov_base,
+            int error = vm_read (job->vm.pid, local[k].iov_base,
                                  (uint64_t) (uintptr_t) remote[k].iov_base, local[k].iov_len);
             task->pieces[k].error = error ? error : s_vm_trusted (job);
         }
@@ -221,7 +222,7 @@ s_vm_failed (kvp_job_t *job, kvp_item_t *item, int error)
     bool denied = error == EPERM || error == EACCES;
     item->status = denied ? KVPOOL_PERMISSION_DENIED : KVPOOL_TRANSFER_FAIL;
     snprintf (job->error, sizeof job->error, "cannot read a value from process %d: %s",
-              (int) job->vm_pid,
+              (int) job->vm.pid,
               denied               ? "the kernel does not let the node read its memory"
               : error == ETIMEDOUT ? "read after the client's deadline"
                                    : strerror (error));
@@ -238,7 +239,7 @@ bool
 transfer_job_inline (kvp_job_t *job)
 {
     return transfer_job_bytes (job)
-           <= (job->vm_pid ? TRANSFER_INLINE_BY_ADDRESS_BYTES : TRANSFER_INLINE_BYTES);
+           <= (job->vm.pid ? TRANSFER_INLINE_BY_ADDRESS_BYTES : TRANSFER_INLINE_BYTES);
 }
 
 //  An item to write with no bytes to write from would be committed holding whatever its
@@ -246,7 +247,7 @@ transfer_job_inline (kvp_job_t *job)
 static void
 s_refuse_sourceless (kvp_job_t *job)
 {
-    if (job->vm_pid)
+    if (job->vm.pid)
         return; //  its values are in the client's memory
     for (size_t i = 0; i < job->count; i++)
         if (job->items[i].status == KVPOOL_OK && !job->items[i].src && job->items[i].size) {
@@ -378,7 +379,7 @@ s_copy_hashed (void *arg, int worker)
 void
 transfer_job_copy (kvp_job_t *job, transfer_pool_t *pool)
 {
-    if (job->vm_pid) {
+    if (job->vm.pid) {
         s_read_vm_here (job, pool);
         return;
     }
@@ -407,7 +408,7 @@ s_write (self_t *self, kvp_job_t *job, zframe_t **reply_to_p)
     pending->reply_to = *reply_to_p;
     *reply_to_p = NULL;
     pending->batch = transfer_batch_new (s_on_done, done);
-    if (job->vm_pid) {
+    if (job->vm.pid) {
         pending->vm = s_vm_tasks (job, VM_TASK_BYTES, pending->batch);
         if (!pending->vm)
             s_vm_fail_all (job);
@@ -653,31 +654,99 @@ s_disk_job (self_t *self, kvp_job_t *job, zframe_t **reply_to_p)
     kvp_job_reply (self->router, reply_to_p, job);
 }
 
+static int
+s_router_reader (actor_shell_t *shell, zsock_t *router, void *arg)
+{
+    (void) shell;
+    self_t *self = (self_t *) arg;
+    zframe_t *reply_to;
+    kvp_job_t *job = kvp_job_recv_routed (router, &reply_to);
+    if (job && job->kind == KVP_TX_WRITE)
+        s_write (self, job, &reply_to);
+    else if (job
+             && (job->kind == KVP_TX_DISK_WRITE || job->kind == KVP_TX_DISK_READ
+                 || job->kind == KVP_TX_DISK_DROP || job->kind == KVP_TX_DISK_SCAN))
+        s_disk_job (self, job, &reply_to);
+    else if (job
+             && (job->kind == KVP_TX_RDMA_CONNECT || job->kind == KVP_TX_RDMA_PUSH
+                 || job->kind == KVP_TX_RDMA_PULL))
+        s_rdma_job (self, job, &reply_to);
+    else if (job) {
+        kvp_job_fail (job, KVPOOL_INTERNAL_ERROR, "transfer: job kind %d", job->kind);
+        kvp_job_reply (router, &reply_to, job);
+    }
+    zframe_destroy (&reply_to);
+    return 0;
+}
+
+//  The workers finished copies (the eventfd): their jobs go back.
+static int
+s_wake_reader (actor_shell_t *shell, int fd, void *arg)
+{
+    (void) shell, (void) fd;
+    s_answer_done ((self_t *) arg);
+    return 0;
+}
+
+static int
+s_disk_reader (actor_shell_t *shell, int fd, void *arg)
+{
+    (void) shell, (void) fd;
+    disk_store_reap (((self_t *) arg)->disk);
+    return 0;
+}
+
+//  $TERM: the copies in flight are finished, but no more work is accepted (s_tick).
+static int
+s_term (actor_shell_t *shell, void *arg)
+{
+    (void) shell;
+    ((self_t *) arg)->terminated = true;
+    return 1;
+}
+
+static int64_t
+s_tick (actor_shell_t *shell, void *arg)
+{
+    self_t *self = (self_t *) arg;
+    if (self->terminated) {
+        actor_shell_remove (shell, self->pipe);
+        actor_shell_remove (shell, self->router);
+        if (!self->in_flight)
+            actor_shell_stop (shell);
+    }
+    return -1;
+}
+
 void
 transfer_submitter_actor (zsock_t *pipe, void *args)
 {
-    pthread_setname_np (pthread_self (), "kvp-transfer");
+    actor_shell_t *shell = actor_shell_new (pipe, "kvp-transfer");
     const kvp_config_t *config = (const kvp_config_t *) args;
     self_t *self = (self_t *) zmalloc (sizeof (self_t));
     self->pipe = pipe;
-    self->router = zsock_new (ZMQ_ROUTER);
+    static const actor_socket_t router = {.type = ZMQ_ROUTER,
+                                          .endpoint = "@inproc://%s-tx",
+                                          .sndhwm = 0,
+                                          .rcvhwm = 0,
+                                          .reader = s_router_reader};
+    self->router = actor_shell_open (shell, &router, config->instance);
     assert (self->router);
-    zsock_set_sndhwm (self->router, 0);
-    zsock_set_rcvhwm (self->router, 0);
-    int rc = zsock_bind (self->router, "inproc://%s-tx", config->instance);
-    assert (rc == 0);
     self->pool = transfer_pool_new ((int) config->workers, 0);
     assert (self->pool);
     self->wake_fd = eventfd (0, EFD_NONBLOCK | EFD_CLOEXEC);
     assert (self->wake_fd >= 0);
+    actor_shell_add_fd (shell, self->wake_fd, s_wake_reader);
     pthread_mutex_init (&self->lock, NULL);
     if (config->disk_dir) {
         self->disk =
             disk_store_new (config->disk_dir, 64, self->disk_error, sizeof self->disk_error);
-        if (self->disk)
+        if (self->disk) {
             kvp_info ("kvpoold: disk tier %s (%s), %llu MiB", config->disk_dir,
                       disk_store_describe (self->disk),
                       (unsigned long long) (config->disk_capacity >> 20));
+            actor_shell_add_fd (shell, disk_store_fd (self->disk), s_disk_reader);
+        }
     }
     if (config->rdma) {
         self->rdma = rdma_serve_new (config->rdma_device, (int) config->cluster_timeout_ms,
@@ -685,59 +754,18 @@ transfer_submitter_actor (zsock_t *pipe, void *args)
         if (!self->rdma)
             kvp_warning ("kvpoold: cannot serve values by RDMA: %s", self->rdma_error);
     }
-    zsock_signal (pipe, 0);
-
-    zmq_pollitem_t items[] = {{zsock_resolve (pipe), 0, ZMQ_POLLIN, 0},
-                              {zsock_resolve (self->router), 0, ZMQ_POLLIN, 0},
-                              {NULL, self->wake_fd, ZMQ_POLLIN, 0},
-                              {NULL, self->disk ? disk_store_fd (self->disk) : -1, ZMQ_POLLIN, 0}};
-    while (!self->terminated || self->in_flight) {
-        if (zmq_poll (items, self->disk ? 4 : 3, -1) == -1 && errno != EINTR)
-            break;
-        if (items[0].revents & ZMQ_POLLIN) {
-            char *command = zstr_recv (pipe);
-            if (!command || streq (command, "$TERM"))
-                self->terminated = true;
-            else {
-                kvp_error ("invalid pipe command '%s'", command);
-                assert (false);
-            }
-            zstr_free (&command);
-            //  Finish the copies in flight but accept no more work.
-            items[0].events = 0;
-            items[1].events = 0;
-        }
-        if (items[1].revents & ZMQ_POLLIN) {
-            zframe_t *reply_to;
-            kvp_job_t *job = kvp_job_recv_routed (self->router, &reply_to);
-            if (job && job->kind == KVP_TX_WRITE)
-                s_write (self, job, &reply_to);
-            else if (job
-                     && (job->kind == KVP_TX_DISK_WRITE || job->kind == KVP_TX_DISK_READ
-                         || job->kind == KVP_TX_DISK_DROP || job->kind == KVP_TX_DISK_SCAN))
-                s_disk_job (self, job, &reply_to);
-            else if (job
-                     && (job->kind == KVP_TX_RDMA_CONNECT || job->kind == KVP_TX_RDMA_PUSH
-                         || job->kind == KVP_TX_RDMA_PULL))
-                s_rdma_job (self, job, &reply_to);
-            else if (job) {
-                kvp_job_fail (job, KVPOOL_INTERNAL_ERROR, "transfer: job kind %d", job->kind);
-                kvp_job_reply (self->router, &reply_to, job);
-            }
-            zframe_destroy (&reply_to);
-        }
-        if (items[2].revents & ZMQ_POLLIN)
-            s_answer_done (self);
-        if (self->disk && (items[3].revents & ZMQ_POLLIN))
-            disk_store_reap (self->disk);
-    }
+    //  Interrupted polls are retried: the copies in flight must come back.
+    actor_shell_set_nonstop (shell, true);
+    actor_shell_on_term (shell, s_term);
+    actor_shell_on_tick (shell, s_tick);
+    actor_shell_run (shell, self);
     disk_store_destroy (&self->disk);
     transfer_pool_destroy (&self->pool);
     rdma_serve_destroy (&self->rdma);
     close (self->wake_fd);
     pthread_mutex_destroy (&self->lock);
-    zsock_destroy (&self->router);
     free (self);
+    actor_shell_destroy (&shell); //  (the router)
 }
 
 //  ---- self test ---------------------------------------------------------------------
@@ -794,8 +822,8 @@ transfer_submitter_test (bool verbose)
         enum { VALUES = 76, BAD = 40 };
         kvp_job_t *job = kvp_job_new (KVP_TX_WRITE, VALUES);
         kvp_job_need_replicas (job);
-        job->vm_pid = getpid ();
-        job->vm_pidfd = -1;
+        job->vm.pid = getpid ();
+        job->vm.pidfd = -1;
         char *src[VALUES];
         for (int i = 0; i < VALUES; i++) {
             kvp_item_t *item = &job->items[i];
@@ -829,9 +857,9 @@ transfer_submitter_test (bool verbose)
     memset (value, 9, sizeof value);
     kvp_job_t *late = kvp_job_new (KVP_TX_WRITE, 2);
     kvp_job_need_replicas (late);
-    late->vm_pid = getpid ();
-    late->vm_pidfd = -1;
-    late->vm_deadline_ns = 1;
+    late->vm.pid = getpid ();
+    late->vm.pidfd = -1;
+    late->vm.deadline_ns = 1;
     for (int i = 0; i < 2; i++) {
         late->items[i].size = sizeof value / 2;
         late->items[i].replica_count = 1;

@@ -31,7 +31,7 @@ void transfer_submitter_actor (zsock_t *pipe, void *args);
 //  pool, 1 MiB 547-624 against 674-872. Past 1 MiB the pool's parallel copy pays off, and
 //  the replica-manager is not held up longer than a megabyte's copy.
 #define TRANSFER_INLINE_BYTES (1024 * 1024)
-//  The same for a PUT by address (job->vm_pid), whose reads the replica-manager shares with a
+//  The same for a PUT by address (job->vm.pid), whose reads the replica-manager shares with a
 //  helper thread of its own (transfer_job_copy's pool): up to 2 MiB they are done there, in
 //  one round trip and without the crossings to this actor and back.
 #define TRANSFER_INLINE_BY_ADDRESS_BYTES (2 * 1024 * 1024)

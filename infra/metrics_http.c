@@ -38,6 +38,7 @@
 #include <microhttpd.h>
 #include <netdb.h>
 
+#include "infra/actor_shell.h"
 #include "infra/endpoints.h"
 #include "protocol/kvpool.pb-c.h"
 
@@ -58,7 +59,6 @@ typedef struct {
     char url[300]; //  where /metrics is, once bound
     bool job_out;
     int64_t next_collect;
-    bool terminated;
 } self_t;
 
 static enum MHD_Result
@@ -220,13 +220,12 @@ s_collected (self_t *self)
     kvp_job_destroy (&job);
 }
 
-static void
-s_handle_pipe (self_t *self)
+static int
+s_pipe_command (actor_shell_t *shell, const char *command, zmsg_t *msg, void *arg)
 {
-    char *command = zstr_recv (self->pipe);
-    if (!command || streq (command, "$TERM"))
-        self->terminated = true;
-    else if (streq (command, "ENDPOINTS")) {
+    (void) shell, (void) msg;
+    self_t *self = (self_t *) arg;
+    if (streq (command, "ENDPOINTS")) {
         zlistx_t *endpoints = zlistx_new ();
         if (*self->url)
             zlistx_add_end (endpoints, self->url);
@@ -237,38 +236,45 @@ s_handle_pipe (self_t *self)
         kvp_error ("invalid pipe command '%s'", command);
         assert (false);
     }
-    zstr_free (&command);
+    return 0;
+}
+
+static int
+s_jobs_reader (actor_shell_t *shell, zsock_t *jobs, void *arg)
+{
+    (void) shell, (void) jobs;
+    s_collected ((self_t *) arg);
+    return 0;
+}
+
+//  A master has no api to collect from: its actor sets its figures itself.
+static int64_t
+s_collect_due (actor_shell_t *shell, void *arg)
+{
+    (void) shell;
+    self_t *self = (self_t *) arg;
+    if (self->config->role == KVP_ROLE_MASTER)
+        return -1;
+    int64_t now = zclock_mono ();
+    if (now >= self->next_collect)
+        s_collect (self, now);
+    return self->next_collect;
 }
 
 void
 metrics_http_actor (zsock_t *pipe, void *args)
 {
-    pthread_setname_np (pthread_self (), "kvp-metrics");
+    actor_shell_t *shell = actor_shell_new (pipe, "kvp-metrics");
     self_t *self = s_self_new (pipe, (const kvp_config_t *) args);
-    zpoller_t *poller = zpoller_new (pipe, self->jobs, NULL);
-    zsock_signal (pipe, 0);
-    //  A master has no api to collect from: its actor sets its figures itself.
-    bool collect = self->config->role != KVP_ROLE_MASTER;
-    if (collect)
-        s_collect (self, zclock_mono ());
-    while (!self->terminated) {
-        int64_t now = zclock_mono ();
-        if (collect && now >= self->next_collect)
-            s_collect (self, now);
-        int wait = !collect ? -1 : (int) (self->next_collect > now ? self->next_collect - now : 0);
-        void *which = zpoller_wait (poller, wait);
-        if (which == pipe)
-            s_handle_pipe (self);
-        else if (which == self->jobs)
-            s_collected (self);
-        else if (zpoller_terminated (poller))
-            break;
-    }
+    actor_shell_add (shell, self->jobs, s_jobs_reader);
+    actor_shell_on_command (shell, s_pipe_command);
+    actor_shell_on_tick (shell, s_collect_due);
+    actor_shell_run (shell, self);
     //  A STATS job still out is waited for (the api answers it while it drains), so that
     //  it is not sent back to a socket that is gone.
-    zpoller_destroy (&poller);
     zsock_set_rcvtimeo (self->jobs, EXIT_WAIT_MS);
     if (self->job_out)
         s_collected (self);
     s_self_destroy (&self);
+    actor_shell_destroy (&shell);
 }

@@ -50,6 +50,7 @@
 */
 #include "lookup_server/lookup_server.h"
 
+#include "infra/actor_shell.h"
 #include "infra/curve.h"
 #include "infra/key_watch.h"
 #include "infra/log.h"
@@ -247,6 +248,17 @@ s_reply_endpoints (self_t *self)
     zmsg_send (&reply, self->pipe);
 }
 
+//  A pipe command other than $TERM.
+static void
+s_command (self_t *self, const char *command)
+{
+    if (streq (command, "ENDPOINTS"))
+        s_reply_endpoints (self);
+    else
+        kvp_error ("unknown pipe command '%s'", command);
+}
+
+//  The pipe, read while a job is out (s_job_call): $TERM ends the actor.
 static void
 s_handle_pipe (self_t *self)
 {
@@ -258,10 +270,8 @@ s_handle_pipe (self_t *self)
     char *command = zmsg_popstr (msg);
     if (command && streq (command, "$TERM"))
         self->terminated = true;
-    else if (command && streq (command, "ENDPOINTS"))
-        s_reply_endpoints (self);
     else
-        kvp_error ("unknown pipe command '%s'", command ? command : "");
+        s_command (self, command ? command : "");
     zstr_free (&command);
     zmsg_destroy (&msg);
 }
@@ -699,35 +709,60 @@ s_wait_jobs_out (self_t *self)
         kvp_warning ("abandoning %zu job(s) the store has not answered", self->jobs_out);
 }
 
+static int
+s_pipe_command (actor_shell_t *shell, const char *command, zmsg_t *msg, void *arg)
+{
+    (void) shell, (void) msg;
+    s_command ((self_t *) arg, command);
+    return 0;
+}
+
+//  (A reader ends the loop when $TERM came while it waited for a job: s_job_call.)
+static int
+s_jobs_reader (actor_shell_t *shell, zsock_t *jobs, void *arg)
+{
+    (void) shell, (void) jobs;
+    self_t *self = (self_t *) arg;
+    s_handle_jobs (self);
+    return self->terminated ? -1 : 0;
+}
+
+static int
+s_router_reader (actor_shell_t *shell, zsock_t *router, void *arg)
+{
+    (void) shell, (void) router;
+    self_t *self = (self_t *) arg;
+    s_handle_router (self);
+    return self->terminated ? -1 : 0;
+}
+
+static int64_t
+s_key_watch_due (actor_shell_t *shell, void *arg)
+{
+    (void) shell;
+    self_t *self = (self_t *) arg;
+    int64_t now = zclock_mono ();
+    key_watch_check (self->key_watch, now);
+    return self->key_watch ? now + KEY_WATCH_INTERVAL_MS : -1;
+}
+
 void
 lookup_server_actor (zsock_t *pipe, void *args)
 {
-    pthread_setname_np (pthread_self (), "kvp-lookup");
     assert (args);
+    actor_shell_t *shell = actor_shell_new (pipe, "kvp-lookup");
     self_t *self = s_self_new (pipe, (const lookup_server_args_t *) args);
     if (self->error)
         kvp_error ("%s", self->error);
-    zpoller_t *poller = zpoller_new (pipe, self->jobs, NULL);
-    assert (poller);
+    actor_shell_add (shell, self->jobs, s_jobs_reader);
     if (self->router)
-        zpoller_add (poller, self->router);
-    zsock_signal (pipe, 0);
-    while (!self->terminated) {
-        int wait = self->key_watch ? KEY_WATCH_INTERVAL_MS : -1;
-        void *which = zpoller_wait (poller, wait);
-        if (which == pipe)
-            s_handle_pipe (self);
-        else if (which && which == self->jobs)
-            s_handle_jobs (self);
-        else if (which && which == self->router)
-            s_handle_router (self);
-        else if (zpoller_terminated (poller))
-            break;
-        key_watch_check (self->key_watch, zclock_mono ());
-    }
-    zpoller_destroy (&poller);
+        actor_shell_add (shell, self->router, s_router_reader);
+    actor_shell_on_command (shell, s_pipe_command);
+    actor_shell_on_tick (shell, s_key_watch_due);
+    actor_shell_run (shell, self);
     s_wait_jobs_out (self);
     s_self_destroy (&self);
+    actor_shell_destroy (&shell);
 }
 
 //  ---- self test -------------------------------------------------------------------------

@@ -33,6 +33,7 @@
 #include <pthread.h>
 #include <sys/random.h>
 
+#include "infra/actor_shell.h"
 #include "infra/config.h"
 #include "infra/curve.h"
 #include "infra/key_watch.h"
@@ -83,7 +84,6 @@ typedef struct {
     //  per reply: slot -> index in reply.nodes (+1; 0: not in it yet)
     uint32_t node_index[NODE_TABLE_MAX];
     uint64_t requests, dropped, nodes_lost, impostors;
-    bool terminated;
 } self_t;
 
 static void
@@ -504,8 +504,8 @@ s_register (self_t *self, reply_t *r, const Kvpool__Cluster__V1__NodeRequest *re
                   "that connection closes, or --node-ttl after its last heartbeat)";
         if (why) {
             self->impostors++;
-            kvp_warning ("refused a REGISTER of node %s from another connection: %s",
-                         info->node_id, why);
+            kvp_warning ("refused a REGISTER of node %s from another connection: %s", info->node_id,
+                         why);
             s_reply_fail (r, KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS,
                           "node %s is registered already: %s", info->node_id, why);
             return;
@@ -636,8 +636,8 @@ s_inventory (self_t *self, reply_t *r, arena_t *arena,
         //  A node holds at most its memory and its disk: a report past that is a lie (or a
         //  bug), and the copies past it are refused, so that no node can fill the directory
         //  with keys it never stored.
-        bool beyond = node->reported_bytes + request->sizes[i]
-                      > node->capacity + node->disk_capacity;
+        bool beyond =
+            node->reported_bytes + request->sizes[i] > node->capacity + node->disk_capacity;
         //  Nor more entries than --max-node-objects: each costs the master memory, and time
         //  when the node dies, whatever its size.
         if (!stale && !beyond && node->objects >= self->config->max_node_objects
@@ -1169,47 +1169,60 @@ s_tick (self_t *self)
                      node_table_alive (self->nodes), directory_size (self->directory), now);
 }
 
-static void
-s_pipe_command (self_t *self)
+static int
+s_pipe_command (actor_shell_t *shell, const char *command, zmsg_t *msg, void *arg)
 {
-    char *command = zstr_recv (self->pipe);
-    if (!command || streq (command, "$TERM"))
-        self->terminated = true;
-    else if (streq (command, "ENDPOINTS"))
+    (void) shell, (void) msg;
+    self_t *self = (self_t *) arg;
+    if (streq (command, "ENDPOINTS"))
         kvp_endpoints_reply (self->pipe, self->endpoints, self->bind_error);
     else {
         kvp_error ("invalid pipe command '%s'", command);
         assert (false);
     }
-    zstr_free (&command);
+    return 0;
+}
+
+static int
+s_router_reader (actor_shell_t *shell, zsock_t *router, void *arg)
+{
+    (void) shell;
+    //  Drain what is queued, but let the liveness tick run between bursts.
+    for (int i = 0; i < 1000 && (zsock_events (router) & ZMQ_POLLIN); i++)
+        s_request ((self_t *) arg);
+    return 0;
+}
+
+static int
+s_monitor_reader (actor_shell_t *shell, zsock_t *monitor, void *arg)
+{
+    (void) shell, (void) monitor;
+    s_monitor_event ((self_t *) arg);
+    return 0;
+}
+
+static int64_t
+s_tick_due (actor_shell_t *shell, void *arg)
+{
+    (void) shell;
+    self_t *self = (self_t *) arg;
+    if (zclock_mono () >= self->next_tick)
+        s_tick (self);
+    return self->next_tick;
 }
 
 void
 master_actor (zsock_t *pipe, void *args)
 {
-    pthread_setname_np (pthread_self (), "kvp-master");
+    actor_shell_t *shell = actor_shell_new (pipe, "kvp-master");
     self_t *self = s_self_new (pipe, (const kvp_config_t *) args);
-    zpoller_t *poller = zpoller_new (pipe, self->router, self->monitor, NULL);
-    zsock_signal (pipe, 0);
-    while (!self->terminated) {
-        int64_t wait = self->next_tick - zclock_mono ();
-        void *which = zpoller_wait (poller, wait > 0 ? (int) wait : 0);
-        if (which == pipe)
-            s_pipe_command (self);
-        else if (which == self->router) {
-            //  Drain what is queued, but let the liveness tick run between bursts.
-            for (int i = 0; i < 1000 && (zsock_events (self->router) & ZMQ_POLLIN); i++)
-                s_request (self);
-        }
-        else if (which == self->monitor)
-            s_monitor_event (self);
-        else if (zpoller_terminated (poller))
-            break;
-        if (zclock_mono () >= self->next_tick)
-            s_tick (self);
-    }
-    zpoller_destroy (&poller);
+    actor_shell_add (shell, self->router, s_router_reader);
+    actor_shell_add (shell, self->monitor, s_monitor_reader);
+    actor_shell_on_command (shell, s_pipe_command);
+    actor_shell_on_tick (shell, s_tick_due);
+    actor_shell_run (shell, self);
     s_self_destroy (&self);
+    actor_shell_destroy (&shell);
 }
 
 //  ---- self test ---------------------------------------------------------------------
@@ -1379,8 +1392,8 @@ master_test (bool verbose)
     assert (reply->status == 0 && reply->count == 2);
     kvpool__cluster__v1__master_reply__free_unpacked (reply, NULL);
     //  A node reports no more than it has room for (1 MiB here): the rest is refused.
-    ProtobufCBinaryData many[3] = {{1, (uint8_t *) "x"}, {1, (uint8_t *) "y"},
-                                   {1, (uint8_t *) "z"}};
+    ProtobufCBinaryData many[3] = {
+        {1, (uint8_t *) "x"}, {1, (uint8_t *) "y"}, {1, (uint8_t *) "z"}};
     uint64_t big[3] = {600 << 10, 600 << 10, 1};
     request.keys = many;
     request.n_keys = 3;

@@ -161,8 +161,8 @@ typedef struct {
     //  on the reservation and given back at its PUT_END (CL_COMMIT: master.c commits only
     //  the write it placed last).
     uint64_t cluster_token;
-    uint64_t object_id;   //  the pending object KVP_RM_RESERVE made for the key (PUT_START;
-                          //  0: none), which KVP_RM_BIND then finds
+    uint64_t object_id; //  the pending object KVP_RM_RESERVE made for the key (PUT_START;
+                        //  0: none), which KVP_RM_BIND then finds
     uint32_t replica_count;
     kvp_replica_t *replicas; //  KVP_MAX_REPLICAS slots once kvp_job_need_replicas ran
     //  The disk tier: the object's disk copy (0: none) and what it takes on disk; a GET of a
@@ -187,7 +187,7 @@ typedef struct {
     uint64_t rdma_addr;
     uint32_t rdma_key;
     uint64_t rdma_len;
-    //  A PUT by address (job->vm_pid): the value's place in the asking process's memory
+    //  A PUT by address (job->vm.pid): the value's place in the asking process's memory
     uint64_t vm_addr;
     //  KVP_CL_LOCATE: the nodes that hold it (indices into job->nodes)
     uint8_t location_count;
@@ -234,6 +234,16 @@ typedef struct {
 #undef KVP_STATS_MEMBER
 } kvp_stats_t;
 
+//  A PUT by address (Request.vm_addrs, the (PUT, KVP_VIA_VM) row): the process whose memory
+//  the values are read from (the kernel's word for the peer), else pid 0. Its items carry
+//  vm_addr, not src. Set by the api, read by the transfer-submitter's reads.
+typedef struct {
+    int32_t pid;
+    int pidfd;            //  ... that exact process (owners.h): a read is trusted only if it
+                          //  still lives after it (its pid was not another's meanwhile)
+    uint64_t deadline_ns; //  ... and when reads must have ended (CLOCK_MONOTONIC; 0: any time)
+} kvp_job_vm_t;
+
 typedef struct {
     kvp_job_kind_t kind;
     int op; //  the client operation (kvpool.v1.Op) this job serves
@@ -273,12 +283,7 @@ typedef struct {
     //  data plane (KVP_OWNER_NODE: by its proven credential), 0 for the node and its
     //  in-process clients. Reservations and read pins belong to it.
     uint64_t owner_id;
-    //  A PUT by address (Request.vm_addrs): the process whose memory the values are read
-    //  from (the kernel's word for the peer), else 0. Its items carry vm_addr, not src.
-    int32_t vm_pid;
-    int vm_pidfd;            //  ... that exact process (owners.h): a read is trusted only if it
-                             //  still lives after it (its pid was not another's meanwhile)
-    uint64_t vm_deadline_ns; //  ... and when reads must have ended (CLOCK_MONOTONIC; 0: any time)
+    kvp_job_vm_t vm; //  a PUT by address (KVP_VIA_VM): the feature's own fields
     //  results
     uint64_t result_count;
     kvp_stats_t stats;

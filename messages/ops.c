@@ -1,13 +1,21 @@
-/*  ops.c - the table of client operations (ops.h). */
+/*  ops.c - the table of operations (ops.h): one array of rows, each keyed by (operation,
+    way the job comes). Rows of one way are written together, the one-process rows first.
+    A lookup indexes a table of row pointers made from the array on first use (pthread_once:
+    any thread may look up; nothing is written after).
+*/
 #include "messages/ops.h"
 
 #include <assert.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "protocol/kvpool.pb-c.h"
 
-#define OP(name) KVPOOL__V1__OP__##name, #name
+//  A row's key: the operation (as in kvpool.proto) and the way its job comes (ops.h).
+#define OP(name) KVPOOL__V1__OP__##name, #name, KVP_VIA_PROCESS
+#define ROW(name, via) KVPOOL__V1__OP__##name, #name, KVP_VIA_##via
+#define NODE_ROW(name) KVP_OP_##name, #name, KVP_VIA_NODE
 #define STAGE(kind)                                                                                \
     {                                                                                              \
         KVP_##kind, GATE_ALWAYS                                                                    \
@@ -84,173 +92,176 @@ static const kvp_op_t s_ops[] = {
     //  The api checks the value against the settings table and keeps it; the actors that
     //  read the setting take it into their own copies of the settings.
     {OP (CONFIG), OP_LOCAL, REPLY_SETTING, {STAGE (RM_CONFIG)}},
-};
 
-#define OPS_COUNT (sizeof s_ops / sizeof s_ops[0])
-
-//  A node of a cluster (--role node) serves its clients with these rows where they differ:
-//  the master places and finds keys, other nodes hold some of them. What this node holds
-//  itself is found here first. (Requests on the data plane, from other nodes, take the
-//  rows above: they are about this node's own objects.)
-static const kvp_op_t s_cluster_ops[] = {
+    //  ---- KVP_VIA_CLUSTER ----
+    //  A node of a cluster (--role node) serves its clients with these rows where they
+    //  differ: the master places and finds keys, other nodes hold some of them. What this
+    //  node holds itself is found here first. (Requests on the data plane, from other nodes,
+    //  take the one-process rows: they are about this node's own objects.)
     //  Placed by the master first: the items held here are written here as in one process,
     //  the rest are passed over (KVP_ITEM_ELSEWHERE); then the other nodes' copies are
     //  written and the master commits.
-    {OP (PUT),
+    {ROW (PUT, CLUSTER),
      OP_KEYS | OP_VALUES | OP_WRITE | OP_NEW,
      0,
      {STAGE_IF (CL_PLACE, ANY_OK), STAGE_IF (AL_ALLOC, ANY_OK),
       STAGE_IF (TX_WRITE, ANY_OK), STAGE_IF (RM_INSERT, ANY_OK), STAGE (CL_COMMIT)}},
-    {OP (UPSERT),
+    {ROW (UPSERT, CLUSTER),
      OP_KEYS | OP_VALUES | OP_WRITE,
      0,
      {STAGE_IF (CL_PLACE, ANY_OK), STAGE_IF (AL_ALLOC, ANY_OK),
       STAGE_IF (TX_WRITE, ANY_OK), STAGE_IF (RM_UPSERT, ANY_OK), STAGE (CL_COMMIT)}},
-    {OP (GET),
+    {ROW (GET, CLUSTER),
      OP_KEYS | OP_INDEX | OP_RANGES,
      REPLY_SIZES | REPLY_VALUES,
      {STAGE (RM_GET), STAGE_IF (TX_DISK_READ, ANY_ON_DISK), STAGE_IF (CL_FETCH, ANY_MISSING)}},
-    {OP (EXIST), OP_KEYS | OP_INDEX, 0, {STAGE (RM_EXIST), STAGE_IF (CL_EXIST, ANY_MISSING)}},
-    {OP (REMOVE), OP_KEYS, 0, {STAGE (CL_REMOVE)}},
-    {OP (REMOVE_BY_REGEX), 0, REPLY_COUNT, {STAGE (CL_REMOVE)}},
-    {OP (REMOVE_ALL), 0, REPLY_COUNT, {STAGE (CL_REMOVE)}},
-    {OP (GET_SIZE),
+    {ROW (EXIST, CLUSTER),
+     OP_KEYS | OP_INDEX,
+     0,
+     {STAGE (RM_EXIST), STAGE_IF (CL_EXIST, ANY_MISSING)}},
+    {ROW (REMOVE, CLUSTER), OP_KEYS, 0, {STAGE (CL_REMOVE)}},
+    {ROW (REMOVE_BY_REGEX, CLUSTER), 0, REPLY_COUNT, {STAGE (CL_REMOVE)}},
+    {ROW (REMOVE_ALL, CLUSTER), 0, REPLY_COUNT, {STAGE (CL_REMOVE)}},
+    {ROW (GET_SIZE, CLUSTER),
      OP_KEYS | OP_INDEX,
      REPLY_SIZES,
      {STAGE (RM_GET_SIZE), STAGE_IF (CL_EXIST, ANY_MISSING)}},
     //  A same-machine client's put: reserved at the master for this node, then as in one
     //  process; the master's reservations of keys that could not be reserved here end.
-    {OP (PUT_START),
+    {ROW (PUT_START, CLUSTER),
      OP_KEYS | OP_SIZES | OP_WRITE | OP_LOCAL | OP_PEER,
      REPLY_REPLICAS,
      {STAGE_IF (CL_PLACE, ANY_OK), STAGE_IF (RM_RESERVE, ANY_OK), STAGE_IF (AL_ALLOC, ANY_RESERVED),
       STAGE_IF (RM_BIND, ANY_RESERVED), STAGE (CL_ABORT)}},
-    {OP (PUT_END),
+    {ROW (PUT_END, CLUSTER),
      OP_KEYS | OP_LOCAL | OP_PEER,
      0,
      {STAGE (RM_COMMIT), STAGE_IF (CL_COMMIT, ANY_OK)}},
-    {OP (PUT_REVOKE), OP_KEYS | OP_LOCAL | OP_PEER, 0, {STAGE (RM_REVOKE), STAGE (CL_ABORT)}},
-    {OP (RESET), OP_DRAIN, REPLY_COUNT, {STAGE (CL_REMOVE)}},
-    {OP (LOCATE), OP_KEYS, REPLY_SIZES | REPLY_NODES, {STAGE (CL_LOCATE)}},
-    {OP (NODES), 0, REPLY_NODES, {STAGE (CL_NODES)}},
+    {ROW (PUT_REVOKE, CLUSTER),
+     OP_KEYS | OP_LOCAL | OP_PEER,
+     0,
+     {STAGE (RM_REVOKE), STAGE (CL_ABORT)}},
+    {ROW (RESET, CLUSTER), OP_DRAIN, REPLY_COUNT, {STAGE (CL_REMOVE)}},
+    {ROW (LOCATE, CLUSTER), OP_KEYS, REPLY_SIZES | REPLY_NODES, {STAGE (CL_LOCATE)}},
+    {ROW (NODES, CLUSTER), 0, REPLY_NODES, {STAGE (CL_NODES)}},
     //  This node's own blocks first; the master says which of the rest exist elsewhere.
-    {OP (PREFIX_MATCH),
+    {ROW (PREFIX_MATCH, CLUSTER),
      OP_KEYS,
      REPLY_COUNT,
      {STAGE (RM_PREFIX), STAGE_IF (CL_EXIST, ANY_MISSING)}},
-    {OP (STATS),
+    {ROW (STATS, CLUSTER),
      0,
      REPLY_STATS,
      {STAGE (RM_STATS), STAGE (AL_STATS), STAGE (CL_STATS)}},
-};
 
-#define CLUSTER_OPS_COUNT (sizeof s_cluster_ops / sizeof s_cluster_ops[0])
-
-//  The data plane's operations whose values move by RDMA (docs/cluster.md): as their rows
-//  above, but the bytes are written into the asking node's memory (GET) or read from it
-//  (UPSERT, PUT_PART) by the transfer-submitter, before the answer.
-static const kvp_op_t s_rdma_ops[] = {
-    {OP (GET),
+    //  ---- KVP_VIA_RDMA ----
+    //  The data plane's operations whose values move by RDMA (docs/cluster.md): as their
+    //  one-process rows, but the bytes are written into the asking node's memory (GET) or
+    //  read from it (UPSERT, PUT_PART) by the transfer-submitter, before the answer.
+    {ROW (GET, RDMA),
      OP_KEYS | OP_RANGES | OP_LOCAL | OP_PEER | OP_RDMA | OP_NODES,
      REPLY_SIZES,
      {STAGE (RM_GET), STAGE_IF (TX_DISK_READ, ANY_ON_DISK), STAGE_IF (TX_RDMA_PUSH, ANY_OK)}},
-    {OP (UPSERT),
+    {ROW (UPSERT, RDMA),
      OP_KEYS | OP_SIZES | OP_WRITE | OP_LOCAL | OP_PEER | OP_RDMA | OP_NODES,
      0,
      {STAGE_IF (AL_ALLOC, ANY_OK), STAGE_IF (TX_RDMA_PULL, ANY_OK),
       STAGE (RM_UPSERT)}}, //  always: it frees the space of values whose pull failed
-    {OP (PUT_PART),
+    {ROW (PUT_PART, RDMA),
      OP_KEYS | OP_RANGES | OP_LOCAL | OP_PEER | OP_RDMA | OP_NODES,
      0,
      {STAGE (RM_PART), STAGE_IF (TX_RDMA_PULL, ANY_OK)}},
-};
 
-#define RDMA_OPS_COUNT (sizeof s_rdma_ops / sizeof s_rdma_ops[0])
-
-//  A same-machine client's PUT by address (Request.vm_addrs): as PUT, but with sizes instead
-//  of frames, and the write reads each value from the client's memory. The insert runs
-//  whatever happened: it frees the space of values that could not be read.
-static const kvp_op_t s_vm_ops[] = {
-    {OP (PUT),
+    //  ---- KVP_VIA_VM ----
+    //  A same-machine client's PUT by address (Request.vm_addrs): as PUT, but with sizes
+    //  instead of frames, and the write reads each value from the client's memory. The
+    //  insert runs whatever happened: it frees the space of values that could not be read.
+    {ROW (PUT, VM),
      OP_KEYS | OP_SIZES | OP_WRITE | OP_NEW | OP_LOCAL,
      0,
      {STAGE_IF (AL_ALLOC, ANY_OK), STAGE_IF (TX_WRITE, ANY_OK), STAGE (RM_INSERT)}},
-};
 
-#define VM_OPS_COUNT (sizeof s_vm_ops / sizeof s_vm_ops[0])
-
-const kvp_op_t *
-kvp_op_of_job (const kvp_job_t *job)
-{
-    const kvp_op_t *row = job->rdma_conn ? kvp_op_rdma (job->op)
-                          : job->vm_pid  ? kvp_op_vm (job->op)
-                                         : NULL;
-    return row ? row : kvp_op_for (job->op, job->cluster);
-}
-
-//  The row of op in a table of count rows, or NULL.
-static const kvp_op_t *
-s_row_in (const kvp_op_t *table, size_t count, int op)
-{
-    for (size_t i = 0; i < count; i++)
-        if (table[i].op == op)
-            return &table[i];
-    return NULL;
-}
-
-const kvp_op_t *
-kvp_op_vm (int op)
-{
-    return s_row_in (s_vm_ops, VM_OPS_COUNT, op);
-}
-
-const kvp_op_t *
-kvp_op_rdma (int op)
-{
-    return s_row_in (s_rdma_ops, RDMA_OPS_COUNT, op);
-}
-
-static const kvp_op_t s_node_ops[] = {
-    {KVP_OP_OWNER_GONE, "OWNER_GONE", 0, 0, {STAGE (RM_OWNER_GONE), STAGE (AL_OWNER_SEGMENTS)}},
-    {KVP_OP_ORPHAN_UNMOUNT,
-     "ORPHAN_UNMOUNT",
-     0,
-     0,
-     {STAGE (RM_REMOVE_SEGMENT), STAGE (AL_UNMOUNT)}},
-    {KVP_OP_MAP_SEGMENTS, "MAP_SEGMENTS", 0, 0, {STAGE (AL_SEGMENTS)}},
-    {KVP_OP_DISK_LOST, "DISK_LOST", 0, 0, {STAGE (RM_DISK_LOST), STAGE (TX_DISK_DROP)}},
+    //  ---- KVP_VIA_NODE ----
+    //  The node's own work (negative operations: no client sends them).
+    {NODE_ROW (OWNER_GONE), 0, 0, {STAGE (RM_OWNER_GONE), STAGE (AL_OWNER_SEGMENTS)}},
+    {NODE_ROW (ORPHAN_UNMOUNT), 0, 0, {STAGE (RM_REMOVE_SEGMENT), STAGE (AL_UNMOUNT)}},
+    {NODE_ROW (MAP_SEGMENTS), 0, 0, {STAGE (AL_SEGMENTS)}},
+    {NODE_ROW (DISK_LOST), 0, 0, {STAGE (RM_DISK_LOST), STAGE (TX_DISK_DROP)}},
     //  No eviction for a promotion: a full pool keeps the value on disk.
-    {KVP_OP_PROMOTE,
-     "PROMOTE",
+    {NODE_ROW (PROMOTE),
      0,
      0,
      {STAGE_IF (AL_ALLOC, ANY_OK), STAGE_IF (TX_WRITE, ANY_OK), STAGE_IF (RM_PROMOTE, ANY_OK)}},
 };
 
-#define NODE_OPS_COUNT (sizeof s_node_ops / sizeof s_node_ops[0])
+#define OPS_COUNT (sizeof s_ops / sizeof s_ops[0])
+
+//  The rows by key, made once from the table: rows[via][op + NODE_OPS_MAX] (ops.h's
+//  negative KVP_OP_* first, then the proto's). A lookup is an index.
+#define NODE_OPS_MAX 16
+#define OP_SLOTS (NODE_OPS_MAX + 64)
+
+static const kvp_op_t *s_rows[KVP_VIA_COUNT][OP_SLOTS];
+static pthread_once_t s_rows_once = PTHREAD_ONCE_INIT;
+
+static void
+s_rows_index (void)
+{
+    for (size_t i = 0; i < OPS_COUNT; i++) {
+        const kvp_op_t *row = &s_ops[i];
+        int slot = row->op + NODE_OPS_MAX;
+        assert (slot >= 0 && slot < OP_SLOTS && row->via < KVP_VIA_COUNT);
+        assert (!s_rows[row->via][slot]); //  (op, via) names one row
+        s_rows[row->via][slot] = row;
+    }
+}
+
+const kvp_op_t *
+kvp_op_row (int op, kvp_via_t via)
+{
+    int slot = op + NODE_OPS_MAX;
+    if (slot < 0 || slot >= OP_SLOTS || (unsigned) via >= KVP_VIA_COUNT)
+        return NULL;
+    pthread_once (&s_rows_once, s_rows_index);
+    return s_rows[via][slot];
+}
 
 const kvp_op_t *
 kvp_op (int op)
 {
-    if (op < 0) {
-        if ((size_t) -op > NODE_OPS_COUNT)
-            return NULL;
-        assert (s_node_ops[-op - 1].op == op);
-        return &s_node_ops[-op - 1];
-    }
-    //  The rows are in the proto's order, from PING (1): a lookup is an index.
-    if (op < KVPOOL__V1__OP__PING || (size_t) op > OPS_COUNT)
-        return NULL;
-    const kvp_op_t *row = &s_ops[op - KVPOOL__V1__OP__PING];
-    assert (row->op == op);
-    return row;
+    return kvp_op_row (op, op < 0 ? KVP_VIA_NODE : KVP_VIA_PROCESS);
 }
 
 const kvp_op_t *
-kvp_op_for (int op, bool cluster)
+kvp_op_route (int op, kvp_via_t via, bool cluster)
 {
-    const kvp_op_t *row = cluster ? s_row_in (s_cluster_ops, CLUSTER_OPS_COUNT, op) : NULL;
+    const kvp_op_t *row = kvp_op_row (op, via);
+    if (!row && cluster)
+        row = kvp_op_row (op, KVP_VIA_CLUSTER);
     return row ? row : kvp_op (op);
+}
+
+kvp_via_t
+kvp_via_of_job (const kvp_job_t *job)
+{
+    return job->rdma_conn ? KVP_VIA_RDMA
+           : job->vm.pid  ? KVP_VIA_VM
+           : job->op < 0  ? KVP_VIA_NODE
+           : job->cluster ? KVP_VIA_CLUSTER
+                          : KVP_VIA_PROCESS;
+}
+
+const kvp_op_t *
+kvp_op_of_job (const kvp_job_t *job)
+{
+    return kvp_op_route (job->op, kvp_via_of_job (job), job->cluster);
+}
+
+const char *
+kvp_via_name (kvp_via_t via)
+{
+    static const char *names[KVP_VIA_COUNT] = {"process", "cluster", "rdma", "vm", "node"};
+    return (unsigned) via < KVP_VIA_COUNT ? names[via] : "?";
 }
 
 static bool
@@ -303,9 +314,9 @@ kvp_op_next_stage (const kvp_op_t *self, const kvp_job_t *job, kvp_job_kind_t do
 void
 kvp_ops_test (bool verbose)
 {
-    //  Every operation of the proto has its row, in order; every stage's kind is real.
+    //  Every operation of the proto has its one-process row, under the proto's name.
     const ProtobufCEnumDescriptor *desc = &kvpool__v1__op__descriptor;
-    size_t rows = 0;
+    size_t proto_ops = 0;
     for (unsigned i = 0; i < desc->n_values; i++) {
         int op = desc->values[i].value;
         if (op == KVPOOL__V1__OP__OP_NONE) {
@@ -313,14 +324,43 @@ kvp_ops_test (bool verbose)
             continue;
         }
         const kvp_op_t *row = kvp_op (op);
-        assert (row && strcmp (row->name, desc->values[i].name) == 0);
+        assert (row && row->via == KVP_VIA_PROCESS && row->op == op);
+        assert (strcmp (row->name, desc->values[i].name) == 0);
+        proto_ops++;
+    }
+    //  Every row: an operation of the proto under its name (a KVP_OP_* for the node's own
+    //  work), every stage's kind real, no (op, via) twice, and found by its key.
+    size_t node_ops = 0;
+    for (size_t i = 0; i < OPS_COUNT; i++) {
+        const kvp_op_t *row = &s_ops[i];
+        if (row->via == KVP_VIA_NODE) {
+            assert (row->op < 0 && row->op >= -NODE_OPS_MAX);
+            node_ops++;
+        }
+        else {
+            const ProtobufCEnumValue *value = protobuf_c_enum_descriptor_get_value (desc, row->op);
+            assert (value && row->op > 0 && strcmp (row->name, value->name) == 0);
+            //  A way of its own changes the stages, never who may send it (flags) ...
+            //  except the ways whose values move otherwise (RDMA, by address).
+            if (row->via == KVP_VIA_CLUSTER)
+                assert (kvp_op (row->op)->flags == row->flags);
+        }
         for (size_t s = 0; s < KVP_OP_STAGES_MAX && row->stages[s].kind; s++)
             assert (row->stages[s].kind < KVP_JOB_KIND_COUNT);
-        rows++;
+        for (size_t j = 0; j < i; j++)
+            assert (s_ops[j].op != row->op || s_ops[j].via != row->via);
+        assert (kvp_op_row (row->op, row->via) == row);
     }
-    assert (rows == OPS_COUNT);
-    assert (kvp_op (0) == NULL && kvp_op ((int) OPS_COUNT + 1) == NULL);
-    assert (kvp_op (KVP_OP_MAP_SEGMENTS) && kvp_op (-(int) NODE_OPS_COUNT - 1) == NULL);
+    size_t rows = proto_ops;
+    assert (kvp_op (0) == NULL
+            && kvp_op ((int) desc->values[desc->n_values - 1].value + 1) == NULL);
+    assert (kvp_op (KVP_OP_MAP_SEGMENTS) && kvp_op (-(int) node_ops - 1) == NULL);
+    for (int op = -(int) node_ops; op < 0; op++)
+        assert (kvp_op (op) && kvp_op (op)->via == KVP_VIA_NODE);
+    assert (kvp_op_row (KVPOOL__V1__OP__PUT, KVP_VIA_COUNT) == NULL);
+    assert (kvp_op_row (1 << 20, KVP_VIA_PROCESS) == NULL
+            && kvp_op_row (-(1 << 20), KVP_VIA_NODE) == NULL);
+    assert (streq (kvp_via_name (KVP_VIA_RDMA), "rdma"));
 
     //  A put: placed and written while some key is OK, inserted once written.
     const kvp_op_t *put = kvp_op (KVPOOL__V1__OP__PUT);
@@ -359,17 +399,18 @@ kvp_ops_test (bool verbose)
     kvp_job_destroy (&job);
     //  Values by RDMA: only a GET, an UPSERT and a PUT_PART, for the data plane alone; a get
     //  pushes what it found, an upsert pulls what it placed.
-    assert (kvp_op_rdma (KVPOOL__V1__OP__PUT) == NULL
-            && kvp_op_rdma (KVPOOL__V1__OP__EXIST) == NULL);
-    const kvp_op_t *rdma_get = kvp_op_rdma (KVPOOL__V1__OP__GET);
+    assert (kvp_op_row (KVPOOL__V1__OP__PUT, KVP_VIA_RDMA) == NULL
+            && kvp_op_row (KVPOOL__V1__OP__EXIST, KVP_VIA_RDMA) == NULL);
+    const kvp_op_t *rdma_get = kvp_op_row (KVPOOL__V1__OP__GET, KVP_VIA_RDMA);
     assert (rdma_get && (rdma_get->flags & OP_PEER) && !(rdma_get->fills & REPLY_VALUES));
     job = kvp_job_new (KVP_JOB_NONE, 1);
     assert (kvp_op_next_stage (rdma_get, job, KVP_RM_GET) == KVP_TX_RDMA_PUSH);
-    const kvp_op_t *rdma_upsert = kvp_op_rdma (KVPOOL__V1__OP__UPSERT);
+    const kvp_op_t *rdma_upsert = kvp_op_row (KVPOOL__V1__OP__UPSERT, KVP_VIA_RDMA);
     assert (kvp_op_next_stage (rdma_upsert, job, KVP_AL_ALLOC) == KVP_TX_RDMA_PULL);
     assert (kvp_op_next_stage (rdma_upsert, job, KVP_TX_RDMA_PULL) == KVP_RM_UPSERT);
-    assert (kvp_op_next_stage (kvp_op_rdma (KVPOOL__V1__OP__PUT_PART), job, KVP_RM_PART)
-            == KVP_TX_RDMA_PULL);
+    assert (
+        kvp_op_next_stage (kvp_op_row (KVPOOL__V1__OP__PUT_PART, KVP_VIA_RDMA), job, KVP_RM_PART)
+        == KVP_TX_RDMA_PULL);
     job->items[0].status = KVPOOL_OBJECT_NOT_FOUND;
     assert (kvp_op_next_stage (rdma_get, job, KVP_RM_GET) == KVP_JOB_NONE);
     job->items[0].status = KVPOOL_TRANSFER_FAIL; //  a pull that failed: its space is freed
@@ -377,26 +418,41 @@ kvp_ops_test (bool verbose)
     kvp_job_destroy (&job);
     //  A cluster's put: placed by the master, written here, then elsewhere and committed
     //  even when nothing was held here.
-    const kvp_op_t *cluster_put = kvp_op_for (KVPOOL__V1__OP__PUT, true);
+    const kvp_op_t *cluster_put = kvp_op_route (KVPOOL__V1__OP__PUT, KVP_VIA_CLUSTER, true);
     assert (cluster_put != put && cluster_put->flags == put->flags);
     job = kvp_job_new (KVP_JOB_NONE, 1);
     assert (kvp_op_next_stage (cluster_put, job, KVP_JOB_NONE) == KVP_CL_PLACE);
     job->items[0].status = KVP_ITEM_ELSEWHERE;
     assert (kvp_op_next_stage (cluster_put, job, KVP_CL_PLACE) == KVP_CL_COMMIT);
     //  A cluster's get asks the cluster only for what is not here.
-    const kvp_op_t *cluster_get = kvp_op_for (KVPOOL__V1__OP__GET, true);
+    const kvp_op_t *cluster_get = kvp_op_route (KVPOOL__V1__OP__GET, KVP_VIA_CLUSTER, true);
     job->items[0].status = KVPOOL_OK;
     assert (kvp_op_next_stage (cluster_get, job, KVP_RM_GET) == KVP_JOB_NONE);
     job->items[0].status = KVPOOL_OBJECT_NOT_FOUND;
     assert (kvp_op_next_stage (cluster_get, job, KVP_RM_GET) == KVP_CL_FETCH);
-    assert (kvp_op_for (KVPOOL__V1__OP__PING, true) == kvp_op (KVPOOL__V1__OP__PING));
-    for (size_t i = 0; i < CLUSTER_OPS_COUNT; i++)
-        assert (kvp_op (s_cluster_ops[i].op)->flags == s_cluster_ops[i].flags);
+    assert (kvp_op_route (KVPOOL__V1__OP__PING, KVP_VIA_CLUSTER, true)
+            == kvp_op (KVPOOL__V1__OP__PING));
+    //  The way follows from the job: a cluster job takes the cluster's rows where they
+    //  differ, and the one-process row where they do not.
+    job->cluster = true;
+    job->op = KVPOOL__V1__OP__GET;
+    assert (kvp_via_of_job (job) == KVP_VIA_CLUSTER && kvp_op_of_job (job) == cluster_get);
+    job->op = KVPOOL__V1__OP__PING;
+    assert (kvp_op_of_job (job) == kvp_op (KVPOOL__V1__OP__PING));
+    job->op = KVPOOL__V1__OP__PUT;
+    job->rdma_conn = 9; //  no RDMA row of PUT: the cluster's
+    assert (kvp_via_of_job (job) == KVP_VIA_RDMA && kvp_op_of_job (job) == cluster_put);
+    job->op = KVPOOL__V1__OP__GET;
+    assert (kvp_op_of_job (job) == kvp_op_row (KVPOOL__V1__OP__GET, KVP_VIA_RDMA));
+    job->rdma_conn = 0;
+    job->cluster = false;
+    job->op = KVP_OP_PROMOTE;
+    assert (kvp_via_of_job (job) == KVP_VIA_NODE && kvp_op_of_job (job) == kvp_op (KVP_OP_PROMOTE));
     //  A put by address: sizes, no frames, on the ipc endpoint; its insert runs even when no
     //  value could be read (it frees their space).
-    const kvp_op_t *vm_put = kvp_op_vm (KVPOOL__V1__OP__PUT);
-    assert (vm_put && kvp_op_vm (KVPOOL__V1__OP__GET) == NULL
-            && kvp_op_vm (KVPOOL__V1__OP__UPSERT) == NULL);
+    const kvp_op_t *vm_put = kvp_op_row (KVPOOL__V1__OP__PUT, KVP_VIA_VM);
+    assert (vm_put && kvp_op_row (KVPOOL__V1__OP__GET, KVP_VIA_VM) == NULL
+            && kvp_op_row (KVPOOL__V1__OP__UPSERT, KVP_VIA_VM) == NULL);
     assert ((vm_put->flags & (OP_SIZES | OP_LOCAL)) == (OP_SIZES | OP_LOCAL)
             && !(vm_put->flags & OP_VALUES));
     job->items[0].status = KVPOOL_TRANSFER_FAIL;
@@ -409,5 +465,5 @@ kvp_ops_test (bool verbose)
     assert (kvp_op_next_stage (kvp_op (KVPOOL__V1__OP__STATS), job, KVP_RM_STATS) == KVP_AL_STATS);
     kvp_job_destroy (&job);
     if (verbose)
-        printf ("%zu operations ", rows);
+        printf ("%zu operations in %zu rows ", rows, OPS_COUNT);
 }

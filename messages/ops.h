@@ -1,10 +1,16 @@
-/*  ops.h - the node's table of client operations: one row per kvpool.v1.Op.
+/*  ops.h - the node's table of operations: one row per (kvpool.v1.Op, way the job comes).
 
     A row says what a request of the operation carries (keys, values, sizes, a segment), who
     may send it, whether it writes, which stages its job passes through (each stage is a job
     kind, and each kind belongs to one actor: kvp_job_kind_actor), and which fields of the
     reply it fills. The api validates, routes and encodes replies from this table only
     (request_check.c reads it too); adding an operation is adding a row (ops.c).
+
+    One table, two dimensions: a row is keyed by its operation and by the way its job comes
+    (kvp_via_t: one process, a cluster node's client, values by RDMA, values by address, the
+    node's own work). An operation that walks the same stages every way has one row; a way
+    that differs has a row of its own. Which row a job walks follows from the job
+    (kvp_op_of_job), as Redis finds a command in its one table.
 
     A job walks its row's stages in order. A stage runs only while the job's status is OK and
     its gate holds: a stage whose gate does not hold is passed over, and a job whose status
@@ -72,9 +78,24 @@ typedef struct {
 
 #define KVP_OP_STAGES_MAX 8
 
+//  Which way a job comes, and so which of its operation's rows it walks: the table's
+//  second dimension. Every operation of the proto has a one-process row; the other ways have
+//  rows of their own only where they differ from it.
+typedef enum {
+    KVP_VIA_PROCESS = 0, //  one process; also other nodes' requests on a node's data plane
+                         //  (they are about this node's own objects)
+    KVP_VIA_CLUSTER,     //  a cluster node's clients (job->cluster): the master places and
+                         //  finds keys, other nodes hold some of them
+    KVP_VIA_RDMA,        //  values move by RDMA on the data plane (job->rdma_conn)
+    KVP_VIA_VM,          //  values read from a same-machine client's memory (job->vm.pid)
+    KVP_VIA_NODE,        //  the node's own work (KVP_OP_*: negative operations)
+    KVP_VIA_COUNT
+} kvp_via_t;
+
 typedef struct {
-    int op;           //  kvpool.v1.Op
+    int op;           //  kvpool.v1.Op, or a KVP_OP_* (KVP_VIA_NODE)
     const char *name; //  as in kvpool.proto
+    kvp_via_t via;    //  (op, via) names one row
     unsigned flags;   //  kvp_op_flag_t
     unsigned fills;   //  kvp_reply_field_t
     kvp_stage_t stages[KVP_OP_STAGES_MAX];
@@ -95,21 +116,22 @@ typedef struct {
     (-5) //  items (key, src, size): values read from disk often go
          //  back to memory: placed, written, recorded
 
-//  The row of op (a kvpool.v1.Op or a KVP_OP_*), or NULL for an operation this node does not
-//  serve.
+//  The row of (op, via), or NULL where op has no row of its own for via.
+const kvp_op_t *kvp_op_row (int op, kvp_via_t via);
+//  The home row of op: its one-process row (a kvpool.v1.Op), or its node row (a KVP_OP_*);
+//  NULL for an operation this node does not serve.
 const kvp_op_t *kvp_op (int op);
-//  The row a job of op walks: a cluster node's (cluster true) where it has its own, else as
-//  kvp_op.
-const kvp_op_t *kvp_op_for (int op, bool cluster);
-//  The row of op when its values move by RDMA (Request.rdma_conn: GET, UPSERT, PUT_PART on a
-//  node's data plane), or NULL for an operation that moves none that way.
-const kvp_op_t *kvp_op_rdma (int op);
-//  The row of op when its values are read from a same-machine client's memory
-//  (Request.vm_addrs: PUT only), or NULL.
-const kvp_op_t *kvp_op_vm (int op);
-//  The row a job walks: kvp_op_rdma for a job whose values move by RDMA (job->rdma_conn),
-//  else kvp_op_for (job->op, job->cluster).
+//  The row a job of op walks when it comes by via: via's own row where op has one, else
+//  (cluster: a cluster node's client) the cluster's row where op has one, else kvp_op.
+const kvp_op_t *kvp_op_route (int op, kvp_via_t via, bool cluster);
+//  The way a job came, from its fields: KVP_VIA_RDMA (job->rdma_conn), KVP_VIA_VM
+//  (job->vm.pid), KVP_VIA_NODE (a KVP_OP_*), KVP_VIA_CLUSTER (job->cluster), else
+//  KVP_VIA_PROCESS.
+kvp_via_t kvp_via_of_job (const kvp_job_t *job);
+//  The row a job walks: kvp_op_route (job->op, kvp_via_of_job (job), job->cluster).
 const kvp_op_t *kvp_op_of_job (const kvp_job_t *job);
+//  The name of a way, for logs and tests ("process", "cluster", "rdma", "vm", "node").
+const char *kvp_via_name (kvp_via_t via);
 
 //  The stage after `done` (KVP_JOB_NONE: the job is new) for this job, or KVP_JOB_NONE when
 //  the job is to be answered.

@@ -32,7 +32,7 @@ request_check (const Kvpool__V1__Request *request, size_t value_frames, uint64_t
         return KVPOOL_UNKNOWN_OPERATION;
     }
     if (request->n_vm_addrs) {
-        row = request->rdma_conn ? NULL : kvp_op_vm (op);
+        row = request->rdma_conn ? NULL : kvp_op_row (op, KVP_VIA_VM);
         if (!row) {
             snprintf (reason, size, "operation %d does not take values by address (vm_addrs)", op);
             return KVPOOL_INVALID_PARAMS;
@@ -43,7 +43,7 @@ request_check (const Kvpool__V1__Request *request, size_t value_frames, uint64_t
         }
     }
     else if (request->rdma_conn) {
-        row = kvp_op_rdma (op);
+        row = kvp_op_row (op, KVP_VIA_RDMA);
         if (!row) {
             snprintf (reason, size, "operation %d does not move values by RDMA (rdma_conn)", op);
             return KVPOOL_INVALID_PARAMS;

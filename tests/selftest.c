@@ -41,6 +41,7 @@
 #include "actors/transfer_submitter.h"
 #include "infra/spin_poll.h"
 #include "infra/wait_set.h"
+#include "infra/actor_shell.h"
 #include "shm/segment.h"
 #include "alloc/segment_arena.h"
 #include "shm/segment_table.h"
@@ -104,6 +105,7 @@ static selftest_t s_tests[] = {{"kvp_status", kvp_status_test},
                                {"conn_guard", conn_guard_test},
                                {"wait_set", wait_set_test},
                                {"spin_poll", spin_poll_test},
+                               {"actor_shell", actor_shell_test},
                                {"api", api_test},
                                {"lookup_request", lookup_request_test},
                                {"lookup_keys", lookup_keys_test},
