@@ -3,7 +3,7 @@
 # of folders on a lower floor, never of a folder on its own floor or above. So no folder
 # reaches up, no two folders include each other, and bench/ includes nothing of tests/.
 # A folder with C files that is not on a floor here fails the check too: a new folder is
-# placed on purpose. Prints each include that breaks the rule, and exits 1 if there is one.
+# placed on purpose. And no C file outside tests/ and bench/ grows past 1,500 lines. Prints each include that breaks the rule, and exits 1 if there is one.
 set -u
 cd "$(dirname "$0")/../.."
 
@@ -42,6 +42,16 @@ for f in $files; do
            | sed 's/^\([0-9]*\):.*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1:\2/')
 done
 
+# A C file of over 1,500 lines outside tests/ and bench/ is a room to split.
+for f in $files; do
+  case "$f" in tests/* | bench/* | *.h) continue ;; esac
+  n=$(wc -l < "$f")
+  if [ "$n" -gt 1500 ]; then
+    echo "$f: $n lines (the limit is 1,500 outside tests/ and bench/)"
+    bad=1
+  fi
+done
+
 # ../shared/STYLE.md points at kvpool's files by path; one that is gone is reported (not a
 # failure: that file is not ours to change), so the pointer can be corrected there.
 style=../shared/STYLE.md
@@ -55,4 +65,4 @@ if [ $bad -ne 0 ]; then
   echo "layers: broken (see docs/architecture.md, \"Folders are layers\")"
   exit 1
 fi
-echo "layers: every include goes down a floor"
+echo "layers: every include goes down a floor; no C file over 1,500 lines"
