@@ -37,6 +37,8 @@
 #include "client/connection.h"
 #include "client/fast_path.h"
 #include "client/memory.h"
+#include "client/resolve.h"
+#include "client/sink.h"
 #include "client/socket_ops.h"
 #include "protocol/status.h"
 
@@ -642,8 +644,15 @@ s_put (kvpool_t *self, Kvpool__V1__Op op, size_t n, const char *const *keys,
             results[i] = rc;
     }
     else if (op == KVPOOL__V1__OP__PUT && kvpc_fast_path_on (self->fast_path)
-             && s_batch_bytes (&sent, values) >= KVPC_FAST_PUT_MIN)
-        rc = kvpc_fast_put (self->fast_path, &sent, values, opts, results);
+             && s_batch_bytes (&sent, values) >= KVPC_FAST_PUT_MIN) {
+        //  What the fast path hands back (a replica it cannot reach) goes over the socket.
+        kvpc_keys_t rest;
+        kvpc_keys_init (&rest);
+        rc = kvpc_fast_put (self->fast_path, &sent, values, opts, results, &rest);
+        if (rest.count)
+            kvpc_socket_put (self->conn, op, &rest, values, opts, results);
+        kvpc_keys_fini (&rest);
+    }
     else
         rc = kvpc_socket_put (self->conn, op, &sent, values, opts, results);
     if (armed)
@@ -766,9 +775,9 @@ kvpool_upsert_batch_parts (kvpool_t *self, size_t n, const char *const *keys,
 
 //  ---- gets ---------------------------------------------------------------------------------
 
-//  Every get into caller buffers comes here.
-//  With offsets (one a key), each key's range from there, as much as its buffers hold: over
-//  the socket, which moves only the range.
+//  Every get into caller buffers comes here: the keys are checked and the buffers classified
+//  here, and read through the resolver (resolve.h). With offsets (one a key), each key's
+//  range from there, as much as its buffers hold.
 static int
 s_get_into (kvpool_t *self, size_t n, const char *const *keys, const kvpool_buf_t *const *bufs,
             const size_t *nbufs, const uint64_t *offsets, int64_t *results)
@@ -799,10 +808,10 @@ s_get_into (kvpool_t *self, size_t n, const char *const *keys, const kvpool_buf_
         for (size_t i = 0; i < n; i++)
             results[i] = rc;
     }
-    else if (!offsets && kvpc_fast_path_on (self->fast_path))
-        rc = kvpc_fast_get (self->fast_path, &sent, bufs, nbufs, results);
-    else
-        rc = kvpc_socket_get_into (self->conn, &sent, bufs, nbufs, offsets, results);
+    else {
+        kvpc_sink_t sink = kvpc_sink_buffers (bufs, nbufs, offsets);
+        rc = kvpc_resolve_get (self->conn, self->fast_path, &sent, &sink, results);
+    }
     if (armed)
         kvpc_device_end (device);
     kvpc_keys_fini (&sent);
@@ -904,7 +913,14 @@ kvpool_get (kvpool_t *self, const char *key, void **data_p, size_t *size_p)
         kvpc_set_error (self->conn, "key is %s", key ? "empty" : "NULL");
         return KVPOOL_INVALID_KEY;
     }
-    return kvpc_socket_get (self->conn, key, data_p, size_p);
+    kvpc_keys_t sent;
+    kvpc_keys_init (&sent);
+    kvpc_keys_add (&sent, key, 0); //  fits inline
+    kvpc_sink_t sink = kvpc_sink_malloc (data_p, size_p);
+    int64_t outcome = KVPOOL_INTERNAL_ERROR;
+    kvpc_resolve_get (self->conn, self->fast_path, &sent, &sink, &outcome);
+    kvpc_keys_fini (&sent);
+    return outcome < 0 ? (int) outcome : KVPOOL_OK;
 }
 
 //  ---- values received without a copy -----------------------------------------------------
@@ -941,11 +957,12 @@ kvpool_get_batch (kvpool_t *self, size_t n, const char *const *keys, kvpool_valu
 
     kvpc_keys_t sent;
     int rc = kvpc_keys_collect (self->conn, n, keys, NULL, &sent, results);
+    kvpc_sink_t sink = kvpc_sink_frames (values->frames);
     if (rc == 0 && sent.count)
-        rc = kvpc_socket_get_frames (self->conn, &sent, values->frames, results);
+        rc = kvpc_resolve_get (self->conn, self->fast_path, &sent, &sink, results);
     kvpc_keys_fini (&sent);
     for (size_t i = 0; i < n; i++)
-        statuses[i] = (int) results[i];
+        statuses[i] = results[i] < 0 ? (int) results[i] : KVPOOL_OK;
     free (results);
     return rc;
 }
