@@ -2,20 +2,28 @@
     library.
 
     The layers, each calling only those below it:
-      kvpool_client.c   the public API: checks the caller's arguments, and chooses for each
-                        call between the fast path and the socket
-      fast_path.c       the same-machine path: memcpy to and from the node's segments
+      kvpool_client.c   the public API: checks the caller's arguments; chooses between the
+                        fast path and the socket for puts, exist and get-size, and for each
+                        get shape the sink its bytes land in
+      resolve.c         the read path of every get: the same machine, the node, the holders
+      fast_path.c       the same-machine path: memcpy to and from the node's segments; hands
+                        back the keys it cannot serve
       memory.c          memory this process gives the pool
       socket_ops.c      every operation as requests over the socket, values included
+      sink.c            where a get's bytes land
+      segment_view.c    a connection's segment id -> the process's mapping
       batch.c           keys of a request, copies of a call, chunks of a socket batch
       connection.c      the socket: requests, replies, one-way sends
+      process.c         what the process shares: the ZeroMQ context, the node's mappings
     A kvpool_t is a connection, its fast path and the memory it gave. Every outcome the
     layers below compute is an int64_t per caller index (batch.h); here it becomes the int or
     int64_t of each public signature.
 
-    The fast path serves puts of KVPC_FAST_PUT_MIN bytes or more, gets into caller buffers,
-    and exist / get-size through the node's read index; everything else goes over the socket,
-    as does every call with the fast path off.
+    The fast path serves puts of KVPC_FAST_PUT_MIN bytes or more, gets of whole values into
+    caller buffers, and exist / get-size through the node's read index; everything else goes
+    over the socket, as does every call with the fast path off. No layer falls back by
+    calling another: what the fast path cannot serve comes back here (puts) or to the
+    resolver (gets), which sends it on.
 */
 #include "kvpool.h"
 
