@@ -7,6 +7,9 @@
                            connection, so a host process that closes its connections leaves
                            no libzmq thread behind. (An in-process client of kvpoold talks
                            inproc:// in CZMQ's context instead: connection.c.)
+      the CUDA runtime     found and loaded by its finder (cuda_runtime.c) for every
+                           connection's device layer, which holds a reference to the
+                           context.
       the node's memory    each segment of a node, and each node's read index, mapped once
                            whichever connection asked first, and shared by reference count.
                            A connection that lists the segments again takes a reference to
@@ -56,6 +59,7 @@ typedef struct s_index_entry_t {
 struct _kvpc_process_t {
     size_t users;
     void *zmq;
+    kvpc_cuda_t *cuda;
     kvpc_mapping_t *mappings;
     s_index_entry_t *indexes;
     uint64_t maps_made;
@@ -70,14 +74,21 @@ kvpc_process_acquire (void)
     pthread_mutex_lock (&s_mutex);
     if (!s_process) {
         kvpc_process_t *self = calloc (1, sizeof *self);
-        if (self)
+        if (self) {
             self->zmq = zmq_ctx_new ();
-        if (self && self->zmq)
+            self->cuda = kvpc_cuda_new ();
+        }
+        if (self && self->zmq && self->cuda)
             s_process = self;
-        else {
+        else if (self) {
+            if (self->zmq)
+                zmq_ctx_term (self->zmq);
+            kvpc_cuda_destroy (&self->cuda);
             free (self);
             errno = ENOMEM;
         }
+        else
+            errno = ENOMEM;
     }
     kvpc_process_t *self = s_process;
     if (self)
@@ -109,6 +120,7 @@ kvpc_process_release (kvpc_process_t **self_p)
             free (entry);
         }
         zmq_ctx_term (self->zmq);
+        kvpc_cuda_destroy (&self->cuda);
         free (self);
         s_process = NULL;
     }
@@ -120,6 +132,21 @@ void *
 kvpc_process_zmq (kvpc_process_t *self)
 {
     return self->zmq;
+}
+
+kvpc_cuda_t *
+kvpc_process_cuda (kvpc_process_t *self)
+{
+    return self->cuda;
+}
+
+const char *
+kvpc_process_cuda_path (void)
+{
+    pthread_mutex_lock (&s_mutex);
+    const char *path = s_process ? kvpc_cuda_path (s_process->cuda) : "";
+    pthread_mutex_unlock (&s_mutex);
+    return path;
 }
 
 //  ---- segments -------------------------------------------------------------------------------

@@ -1,11 +1,12 @@
 /*  process.h - libkvpool's process-wide context: what belongs to the process, not to one
     connection (process.c says how it is shared).
 
-    It owns the ZeroMQ context every connection's socket lives in, and the node's shared
-    memory as this process maps it: each segment of a node, and each node's same-machine
+    It owns the ZeroMQ context every connection's socket lives in, the CUDA runtime
+    (cuda_runtime.h), and the node's shared memory as this process maps it: each segment of a node, and each node's same-machine
     read index, is mapped once per process however many connections reach that node, and
     unmapped when the last of them lets go. The lowest layer of the client: below the
-    connection, which acquires it, and the fast path, which maps through it.
+    connection and the device layer, which acquire it, and the fast path, which maps through
+    it.
 */
 #ifndef KVPC_PROCESS_H_INCLUDED
 #define KVPC_PROCESS_H_INCLUDED
@@ -14,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "client/cuda_runtime.h"
 #include "shm/shm_index.h"
 
 typedef struct _kvpc_process_t kvpc_process_t;
@@ -26,6 +28,11 @@ kvpc_process_t *kvpc_process_acquire (void);
 void kvpc_process_release (kvpc_process_t **self_p);
 //  The ZeroMQ context the connections' sockets live in.
 void *kvpc_process_zmq (kvpc_process_t *self);
+//  The finder of the CUDA runtime (cuda_runtime.h) every device layer asks.
+kvpc_cuda_t *kvpc_process_cuda (kvpc_process_t *self);
+//  The path of the runtime the process context loaded; "" when none (yet), or when there is
+//  no context. Valid while the caller holds the context (a connection, a device object).
+const char *kvpc_process_cuda_path (void);
 
 //  ---- the node's shared memory, mapped once per process ----------------------------------
 
