@@ -46,7 +46,7 @@
 struct _kvpc_conn_t {
     kvpc_process_t *process; //  the process context (a reference)
     void *ctx;               //  the ZeroMQ context of socket
-    void *socket; //  DEALER, or NULL after a reconnect failed
+    void *socket;            //  DEALER, or NULL after a reconnect failed
     char *endpoint;
     int timeout_ms;
     uint64_t next_id;    //  request ids, monotonic per connection

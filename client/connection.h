@@ -2,8 +2,8 @@
 
     A connection owns a DEALER socket connected to the node's ROUTER, the request ids, the
     last error text and the copy threads its calls use, and holds a reference to the process
-    context (process.h), whose ZeroMQ context its socket lives in. It sends requests and waits for their
-    replies (kvpc_call), or sends them asking for none (kvpc_send_oneway); it knows nothing of
+    context (process.h), whose ZeroMQ context its socket lives in. It sends requests and waits for
+   their replies (kvpc_call), or sends them asking for none (kvpc_send_oneway); it knows nothing of
     keys, batches or the fast path. Everything above it (batch.h, socket_ops.h, fast_path.h,
     memory.h, the public API) works through these functions.
 

@@ -22,11 +22,11 @@ enum { S_MODE_AUTO, S_MODE_NAMED, S_MODE_OFF };
 struct _kvpc_cuda_t {
     pthread_mutex_t lock;
     int mode;
-    char named[512];   //  KVPOOL_CUDART in named mode
-    bool load_tried;   //  under lock: the runtime was looked for (once)
+    char named[512]; //  KVPOOL_CUDART in named mode
+    bool load_tried; //  under lock: the runtime was looked for (once)
     kvpc_cudart_t runtime;
-    atomic_bool ok;    //  runtime is bound
-    atomic_bool dead;  //  the runtime said this process has no working CUDA
+    atomic_bool ok;   //  runtime is bound
+    atomic_bool dead; //  the runtime said this process has no working CUDA
     //  libcuda.so.1 was seen in the process; else the loader's count of objects added when it
     //  was last found absent (it is looked for again only once something new was loaded).
     atomic_bool cuda_seen;

@@ -268,9 +268,9 @@ static bool
 s_dead_runtime_error (kvpc_cuda_error_t rc)
 {
     return rc == KVPC_CUDA_ERROR_INITIALIZATION || rc == KVPC_CUDA_ERROR_UNLOADING
-           || rc == KVPC_CUDA_ERROR_DRIVER_IS_PLACEHOLDER || rc == KVPC_CUDA_ERROR_INSUFFICIENT_DRIVER
-           || rc == KVPC_CUDA_ERROR_NEWER_DRIVER || rc == KVPC_CUDA_ERROR_DEVICES_UNAVAILABLE
-           || rc == KVPC_CUDA_ERROR_NO_DEVICE;
+           || rc == KVPC_CUDA_ERROR_DRIVER_IS_PLACEHOLDER
+           || rc == KVPC_CUDA_ERROR_INSUFFICIENT_DRIVER || rc == KVPC_CUDA_ERROR_NEWER_DRIVER
+           || rc == KVPC_CUDA_ERROR_DEVICES_UNAVAILABLE || rc == KVPC_CUDA_ERROR_NO_DEVICE;
 }
 
 int
@@ -550,8 +550,8 @@ s_dma (kvpc_device_t *self, s_gpu_t *gpu, int index, bool put, int device)
         size_t j = k + 1;
         for (; j < stage->count && stage->pieces[j].device == start + run; j++)
             run += stage->pieces[j].len;
-        kvpc_cuda_error_t rc = self->rt->memcpy_async (put ? staged : start, put ? start : staged, run,
-                                                    KVPC_CUDA_MEMCPY_DEFAULT, gpu->stream);
+        kvpc_cuda_error_t rc = self->rt->memcpy_async (put ? staged : start, put ? start : staged,
+                                                       run, KVPC_CUDA_MEMCPY_DEFAULT, gpu->stream);
         if (rc != 0)
             return s_fail (self, rc, "cudaMemcpyAsync of %zu bytes %s device %d", run,
                            put ? "to host from" : "from host to", device);
@@ -740,7 +740,8 @@ kvpc_device_fetch (kvpc_device_t *self, int slot, void *dst, const void *src, si
     s_gpu_t *gpu = s_gpu (self, device);
     if (!gpu)
         return -1;
-    kvpc_cuda_error_t rc = self->rt->memcpy_async (dst, src, len, KVPC_CUDA_MEMCPY_DEFAULT, gpu->stream);
+    kvpc_cuda_error_t rc =
+        self->rt->memcpy_async (dst, src, len, KVPC_CUDA_MEMCPY_DEFAULT, gpu->stream);
     if (rc != 0)
         return s_fail (self, rc, "cudaMemcpyAsync of %zu bytes from device %d to host", len,
                        device);

@@ -50,17 +50,17 @@
 
 struct _kvpc_fast_path_t {
     kvpc_conn_t *conn;
-    bool on;                   //  segments are mapped and the fast path is in use
+    bool on;                       //  segments are mapped and the fast path is in use
     kvpc_process_t *process;       //  where the mappings are shared (the connection's)
     kvpc_segment_view_t *segments; //  the node's segments as this connection sees them
-    char server_id[128];       //  the node whose segments are mapped (SEGMENTS)
-    shm_index_t *index;        //  the node's same-machine read index (read-only), or NULL
-    bool use_index;            //  reads may be served from it (kvpool_set_index)
-    uint64_t index_reads;      //  values read from the index not yet reported in a TOUCH
-    int64_t reported_at;       //  when the last TOUCH reported them (shm_index_clock_ms)
-    void *monitor;             //  PAIR receiving the socket's connect/disconnect events
-    uint64_t generation;       //  the connection's socket the monitor watches
-    bool by_address_refused;   //  the node took no put by address: PUT_START until it changes
+    char server_id[128];           //  the node whose segments are mapped (SEGMENTS)
+    shm_index_t *index;            //  the node's same-machine read index (read-only), or NULL
+    bool use_index;                //  reads may be served from it (kvpool_set_index)
+    uint64_t index_reads;          //  values read from the index not yet reported in a TOUCH
+    int64_t reported_at;           //  when the last TOUCH reported them (shm_index_clock_ms)
+    void *monitor;                 //  PAIR receiving the socket's connect/disconnect events
+    uint64_t generation;           //  the connection's socket the monitor watches
+    bool by_address_refused;       //  the node took no put by address: PUT_START until it changes
 };
 
 static int s_refresh (kvpc_fast_path_t *self, bool strict);

@@ -2,11 +2,11 @@
     connection (process.c says how it is shared).
 
     It owns the ZeroMQ context every connection's socket lives in, the CUDA runtime
-    (cuda_runtime.h), and the node's shared memory as this process maps it: each segment of a node, and each node's same-machine
-    read index, is mapped once per process however many connections reach that node, and
-    unmapped when the last of them lets go. The lowest layer of the client: below the
-    connection and the device layer, which acquire it, and the fast path, which maps through
-    it.
+    (cuda_runtime.h), and the node's shared memory as this process maps it: each segment of a node,
+   and each node's same-machine read index, is mapped once per process however many connections
+   reach that node, and unmapped when the last of them lets go. The lowest layer of the client:
+   below the connection and the device layer, which acquire it, and the fast path, which maps
+   through it.
 */
 #ifndef KVPC_PROCESS_H_INCLUDED
 #define KVPC_PROCESS_H_INCLUDED

@@ -70,8 +70,8 @@ kvpc_segment_view_update (kvpc_segment_view_t *self, const char *node,
         s_entry_t *to = &entries[i];
         to->id = from->id;
         to->size = from->size;
-        to->mapping = kvpc_process_map (self->process, node, from->name, from->size,
-                                        from->device, from->inode);
+        to->mapping = kvpc_process_map (self->process, node, from->name, from->size, from->device,
+                                        from->inode);
         to->base = to->mapping ? kvpc_mapping_base (to->mapping) : NULL;
         if (from->required && !to->mapping) {
             if (failed_id)

@@ -12,7 +12,8 @@
 kvpc_sink_t
 kvpc_sink_buffers (const kvpool_buf_t *const *bufs, const size_t *nbufs, const uint64_t *offsets)
 {
-    return (kvpc_sink_t){.kind = KVPC_SINK_BUFFERS, .bufs = bufs, .nbufs = nbufs, .offsets = offsets};
+    return (kvpc_sink_t){
+        .kind = KVPC_SINK_BUFFERS, .bufs = bufs, .nbufs = nbufs, .offsets = offsets};
 }
 
 kvpc_sink_t
@@ -50,26 +51,26 @@ kvpc_sink_land (const kvpc_sink_t *self, size_t i, zmq_msg_t *frame, kvpc_copies
 {
     size_t size = zmq_msg_size (frame);
     switch (self->kind) {
-    case KVPC_SINK_BUFFERS:
-        if (kvpc_bufs_capacity (self->bufs[i], self->nbufs[i]) < size)
-            return KVPOOL_BUFFER_OVERFLOW;
-        if (kvpc_copies_scatter (copies, zmq_msg_data (frame), size, self->bufs[i],
-                                 self->nbufs[i]))
-            return KVPOOL_INTERNAL_ERROR;
-        break;
-    case KVPC_SINK_MALLOC: {
-        void *data = malloc (size ? size : 1);
-        if (!data)
-            return KVPOOL_INTERNAL_ERROR;
-        memcpy (data, zmq_msg_data (frame), size);
-        self->data[i] = data;
-        self->sizes[i] = size;
-        break;
-    }
-    case KVPC_SINK_FRAMES:
-        //  The frame moves out: no byte is copied.
-        zmq_msg_move (&self->frames[i], frame);
-        break;
+        case KVPC_SINK_BUFFERS:
+            if (kvpc_bufs_capacity (self->bufs[i], self->nbufs[i]) < size)
+                return KVPOOL_BUFFER_OVERFLOW;
+            if (kvpc_copies_scatter (copies, zmq_msg_data (frame), size, self->bufs[i],
+                                     self->nbufs[i]))
+                return KVPOOL_INTERNAL_ERROR;
+            break;
+        case KVPC_SINK_MALLOC: {
+            void *data = malloc (size ? size : 1);
+            if (!data)
+                return KVPOOL_INTERNAL_ERROR;
+            memcpy (data, zmq_msg_data (frame), size);
+            self->data[i] = data;
+            self->sizes[i] = size;
+            break;
+        }
+        case KVPC_SINK_FRAMES:
+            //  The frame moves out: no byte is copied.
+            zmq_msg_move (&self->frames[i], frame);
+            break;
     }
     return (int64_t) size;
 }

@@ -50,7 +50,6 @@ uint64_t kvpc_sink_bytes (const kvpc_sink_t *self, size_t i);
 //  which the caller runs), in a malloc'd buffer, or moved into the caller's frame. Returns
 //  the size landed, or BUFFER_OVERFLOW (the buffers are too small: nothing lands) or
 //  INTERNAL_ERROR (out of memory).
-int64_t kvpc_sink_land (const kvpc_sink_t *self, size_t i, zmq_msg_t *frame,
-                        kvpc_copies_t *copies);
+int64_t kvpc_sink_land (const kvpc_sink_t *self, size_t i, zmq_msg_t *frame, kvpc_copies_t *copies);
 
 #endif
