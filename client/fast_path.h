@@ -34,7 +34,8 @@ bool kvpc_fast_path_use_index (kvpc_fast_path_t *self, bool enabled);
 //  Puts and gets with the fast path on. Keys it cannot serve are added to rest (with their
 //  caller index, their results left to whoever serves them): the caller sends them to the
 //  node. Arguments as for kvpc_socket_put; a get's sink must take shared memory
-//  (kvpc_sink_takes_shared). Each returns the status of its first request.
+//  (kvpc_sink_takes_shared). Each returns the status of the requests it sent (KVPOOL_OK
+//  when it needed none).
 int kvpc_fast_put (kvpc_fast_path_t *self, const kvpc_keys_t *keys, const kvpc_value_t *values,
                    const kvpool_put_options_t *opts, int64_t *results, kvpc_keys_t *rest);
 int kvpc_fast_get (kvpc_fast_path_t *self, const kvpc_keys_t *keys, const kvpc_sink_t *sink,
