@@ -18,14 +18,13 @@
     call returns. A GET reply's value frames are kept as received, for the layers above to
     copy out or hand out.
 
-    Threads: a connection belongs to one thread at a time. Connections share one ZeroMQ
-    context (created with the first connection, terminated with the last, under a mutex).
-    libzmq's I/O thread only touches zc_pending.
+    Threads: a connection belongs to one thread at a time. Connections share the process
+    context (process.h): its ZeroMQ context, made with the first connection and terminated
+    with the last. libzmq's I/O thread only touches zc_pending.
 */
 #include "client/connection.h"
 
 #include <errno.h>
-#include <pthread.h>
 #include <sched.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -45,8 +44,9 @@
 #define KVPC_LOCAL_PING_MS 1000
 
 struct _kvpc_conn_t {
-    void *ctx;    //  the ZeroMQ context of socket
-    void *socket; //  DEALER, or NULL after a reconnect failed
+    kvpc_process_t *process; //  the process context (a reference)
+    void *ctx;               //  the ZeroMQ context of socket
+    void *socket;            //  DEALER, or NULL after a reconnect failed
     char *endpoint;
     int timeout_ms;
     uint64_t next_id;    //  request ids, monotonic per connection
@@ -71,16 +71,12 @@ struct _kvpc_conn_t {
     size_t peer_count;
 };
 
-//  ---- the shared ZeroMQ context ----------------------------------------------------------
-
-static pthread_mutex_t s_ctx_mutex = PTHREAD_MUTEX_INITIALIZER;
-static void *s_ctx;
-static size_t s_ctx_users;
+//  ---- the ZeroMQ context ----------------------------------------------------------------
 
 //  inproc:// endpoints live in a context: an in-process client of kvpoold (the lookup
 //  server) must use CZMQ's global context, where the api binds. Every other connection uses
-//  the library's own context, so a host process that never closes a connection can still
-//  exit (CZMQ terminates its context at exit and would wait for our sockets).
+//  the process context's (process.h), so a host process that never closes a connection can
+//  still exit (CZMQ terminates its context at exit and would wait for our sockets).
 static bool
 s_is_inproc (const char *endpoint)
 {
@@ -88,31 +84,9 @@ s_is_inproc (const char *endpoint)
 }
 
 static void *
-s_ctx_acquire (const char *endpoint)
+s_ctx_of (kvpc_process_t *process, const char *endpoint)
 {
-    if (s_is_inproc (endpoint))
-        return zsys_init ();
-    pthread_mutex_lock (&s_ctx_mutex);
-    if (!s_ctx)
-        s_ctx = zmq_ctx_new ();
-    if (s_ctx)
-        s_ctx_users++;
-    void *ctx = s_ctx;
-    pthread_mutex_unlock (&s_ctx_mutex);
-    return ctx;
-}
-
-static void
-s_ctx_release (const char *endpoint)
-{
-    if (s_is_inproc (endpoint))
-        return;
-    pthread_mutex_lock (&s_ctx_mutex);
-    if (s_ctx_users > 0 && --s_ctx_users == 0) {
-        zmq_ctx_term (s_ctx);
-        s_ctx = NULL;
-    }
-    pthread_mutex_unlock (&s_ctx_mutex);
+    return s_is_inproc (endpoint) ? zsys_init () : kvpc_process_zmq (process);
 }
 
 //  ---- small helpers ------------------------------------------------------------------------
@@ -263,11 +237,7 @@ s_socket_reset (kvpc_conn_t *self)
         zmq_close (self->socket);
     self->socket = NULL;
     self->generation++;
-    void *ctx = s_ctx_acquire (self->endpoint);
-    if (ctx) {
-        s_socket_open (self, ctx);
-        s_ctx_release (self->endpoint);
-    }
+    s_socket_open (self, self->ctx);
 }
 
 //  libzmq calls this (on its I/O thread) when it no longer needs a zero-copy value frame.
@@ -655,10 +625,10 @@ kvpc_conn_new (const char *endpoint, int timeout_ms, int connect_timeout_ms, boo
     //  way round), only fails the handshake: watching it tells that from no answer at all.
     self->watching = !s_is_inproc (endpoint);
     self->endpoint = strdup (endpoint);
-    void *ctx = s_ctx_acquire (endpoint);
+    self->process = kvpc_process_acquire ();
+    void *ctx = self->process ? s_ctx_of (self->process, endpoint) : NULL;
     if (!self->endpoint || !ctx) {
-        if (ctx)
-            s_ctx_release (endpoint);
+        kvpc_process_release (&self->process);
         free (self->endpoint);
         free (self);
         errno = ENOMEM;
@@ -667,7 +637,7 @@ kvpc_conn_new (const char *endpoint, int timeout_ms, int connect_timeout_ms, boo
     self->ctx = ctx;
     if (s_socket_open (self, ctx)) {
         int saved = errno;
-        s_ctx_release (endpoint);
+        kvpc_process_release (&self->process);
         free (self->endpoint);
         free (self);
         errno = saved;
@@ -758,7 +728,7 @@ kvpc_conn_destroy (kvpc_conn_t **self_p)
     s_zc_wait (self);
     //  After the frames: they may be the device layer's pinned buffers.
     kvpc_device_destroy (&self->device);
-    s_ctx_release (self->endpoint);
+    kvpc_process_release (&self->process);
     free (self->endpoint);
     free (self);
     *self_p = NULL;
@@ -807,6 +777,12 @@ kvpc_conn_on_local_endpoint (kvpc_conn_t *self)
 {
     return s_is_inproc (self->endpoint)
            || (self->local_endpoint[0] && strcmp (self->endpoint, self->local_endpoint) == 0);
+}
+
+kvpc_process_t *
+kvpc_conn_process (kvpc_conn_t *self)
+{
+    return self->process;
 }
 
 void *

@@ -1,8 +1,9 @@
 /*  connection.h - libkvpool's lowest layer: one connection to a kvpoold node.
 
     A connection owns a DEALER socket connected to the node's ROUTER, the request ids, the
-    last error text and the copy threads its calls use. It sends requests and waits for their
-    replies (kvpc_call), or sends them asking for none (kvpc_send_oneway); it knows nothing of
+    last error text and the copy threads its calls use, and holds a reference to the process
+    context (process.h), whose ZeroMQ context its socket lives in. It sends requests and waits for
+   their replies (kvpc_call), or sends them asking for none (kvpc_send_oneway); it knows nothing of
     keys, batches or the fast path. Everything above it (batch.h, socket_ops.h, fast_path.h,
     memory.h, the public API) works through these functions.
 
@@ -18,6 +19,7 @@
 #include <zmq.h>
 
 #include "client/device.h"
+#include "client/process.h"
 #include "kvpool.h"
 #include "protocol/kvpool.pb-c.h"
 #include "transfer/transfer_pool.h"
@@ -86,6 +88,8 @@ int kvpc_conn_timeout_ms (kvpc_conn_t *self);
 //  Whether the connection is on the node's ipc endpoint (or in its process), the only places
 //  where it serves the shared-memory operations.
 bool kvpc_conn_on_local_endpoint (kvpc_conn_t *self);
+//  The process context this connection holds a reference to (process.h).
+kvpc_process_t *kvpc_conn_process (kvpc_conn_t *self);
 //  The ZeroMQ context and the socket, for watching the socket's events (fast_path.c); the
 //  socket is NULL while not connected.
 void *kvpc_conn_context (kvpc_conn_t *self);

@@ -1,10 +1,8 @@
 /*  device.c - caller buffers in GPU memory: classification and pinned staging (device.h).
 
-    The CUDA runtime is declared here, not included: the few functions, enum values and the
-    struct this file uses, with the ABI of CUDA 11 to 13. cudaPointerAttributes is
-    {type, device, devicePointer, hostPointer} since CUDA 11, and CUDA 13 appends
-    long reserved[8]; it is passed with room to spare and zeroed. Runtimes older than 11.0
-    (another layout) are not used.
+    The CUDA runtime comes from the process context (process.h), which finds and loads it
+    (cuda_runtime.c); each device object holds a reference to the context, so the runtime it
+    was given outlives it.
 
     Copies go on one stream per device and connection, made with cudaStreamCreate: a blocking
     stream, ordered after the legacy default stream, as a cudaMemcpy would be, so work the
@@ -14,238 +12,12 @@
     the application's next check does not see kvpool's failure.
 */
 #include "client/device.h"
+#include "client/process.h"
 
-#include <dlfcn.h>
-#include <link.h>
-#include <pthread.h>
 #include <stdarg.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
-
-//  ---- the CUDA runtime's declarations ------------------------------------------------------
-
-typedef int s_cuda_error_t; //  cudaError_t: 0 is cudaSuccess
-typedef void *s_stream_t;   //  cudaStream_t
-typedef void *s_event_t;    //  cudaEvent_t
-
-#define S_MEMORY_HOST 1   //  cudaMemoryTypeHost: pinned or registered host memory
-#define S_MEMORY_DEVICE 2 //  cudaMemoryTypeDevice
-#define S_MEMCPY_DEFAULT 4
-#define S_HOST_ALLOC_PORTABLE 1
-#define S_EVENT_DISABLE_TIMING 2
-//  The driver's CUpointer_attribute values for where an allocation starts and its size.
-#define S_RANGE_START_ADDR 11
-#define S_RANGE_SIZE 12
-
-//  Errors that say this process has no working CUDA (no device, no driver, runtime going
-//  away): then no buffer can be device memory.
-#define S_ERROR_INITIALIZATION 3
-#define S_ERROR_UNLOADING 4
-#define S_ERROR_DRIVER_IS_PLACEHOLDER 34 //  cudaErrorStubLibrary: no real driver installed
-#define S_ERROR_INSUFFICIENT_DRIVER 35
-#define S_ERROR_NEWER_DRIVER 36
-#define S_ERROR_DEVICES_UNAVAILABLE 46
-#define S_ERROR_NO_DEVICE 100
-
-typedef struct {
-    int type; //  enum cudaMemoryType
-    int device;
-    void *device_pointer;
-    void *host_pointer;
-    long reserved[8]; //  CUDA 13
-    long spare[16];   //  room for what a later runtime may append
-} s_attributes_t;
-
-typedef struct {
-    char path[512]; //  what was loaded
-    int version;    //  cudaRuntimeGetVersion
-    s_cuda_error_t (*pointer_get_attributes) (s_attributes_t *, const void *);
-    s_cuda_error_t (*host_alloc) (void **, size_t, unsigned int);
-    s_cuda_error_t (*free_host) (void *);
-    s_cuda_error_t (*memcpy_async) (void *, const void *, size_t, int, s_stream_t);
-    s_cuda_error_t (*stream_create) (s_stream_t *);
-    s_cuda_error_t (*stream_synchronize) (s_stream_t);
-    s_cuda_error_t (*stream_destroy) (s_stream_t);
-    s_cuda_error_t (*event_create) (s_event_t *, unsigned int);
-    s_cuda_error_t (*event_record) (s_event_t, s_stream_t);
-    s_cuda_error_t (*event_synchronize) (s_event_t);
-    s_cuda_error_t (*event_destroy) (s_event_t);
-    s_cuda_error_t (*get_device) (int *);
-    s_cuda_error_t (*set_device) (int);
-    s_cuda_error_t (*get_last_error) (void);
-    const char *(*get_error_string) (s_cuda_error_t);
-    void *handle;
-} s_runtime_t;
-
-//  ---- finding the runtime, once per process ------------------------------------------------
-
-enum { S_MODE_AUTO, S_MODE_NAMED, S_MODE_OFF };
-
-static pthread_once_t s_config_once = PTHREAD_ONCE_INIT;
-static pthread_once_t s_load_once = PTHREAD_ONCE_INIT;
-static int s_mode;
-static s_runtime_t s_runtime;
-static atomic_bool s_runtime_ok;
-//  Set when the runtime said this process has no working CUDA: it is not asked again.
-static atomic_bool s_runtime_dead;
-//  libcuda.so.1 was seen in the process; else the loader's count of objects added when it
-//  was last found absent (it is looked for again only once something new was loaded).
-static atomic_bool s_cuda_seen;
-static atomic_ullong s_adds_checked;
-
-//  The driver's cuPointerGetAttribute, looked up on first need: 0 not yet, 1 found, -1 none.
-typedef int (s_range_fn) (void *, int, unsigned long long);
-static s_range_fn *_Atomic s_range_query;
-static atomic_int s_range_state;
-
-static void
-s_config (void)
-{
-    const char *env = getenv ("KVPOOL_CUDART");
-    if (!env)
-        s_mode = S_MODE_AUTO;
-    else if (!*env || strcmp (env, "0") == 0 || strcasecmp (env, "none") == 0
-             || strcasecmp (env, "off") == 0)
-        s_mode = S_MODE_OFF;
-    else
-        s_mode = S_MODE_NAMED;
-}
-
-static bool
-s_bind (void *handle, const char *path)
-{
-    s_runtime_t *rt = &s_runtime;
-    memset (rt, 0, sizeof *rt);
-#define S_BIND(field, name)                                                                        \
-    if (!(*(void **) &rt->field = dlsym (handle, name)))                                           \
-        return false;
-    S_BIND (pointer_get_attributes, "cudaPointerGetAttributes");
-    S_BIND (host_alloc, "cudaHostAlloc");
-    S_BIND (free_host, "cudaFreeHost");
-    S_BIND (memcpy_async, "cudaMemcpyAsync");
-    S_BIND (stream_create, "cudaStreamCreate");
-    S_BIND (stream_synchronize, "cudaStreamSynchronize");
-    S_BIND (stream_destroy, "cudaStreamDestroy");
-    S_BIND (event_create, "cudaEventCreateWithFlags");
-    S_BIND (event_record, "cudaEventRecord");
-    S_BIND (event_synchronize, "cudaEventSynchronize");
-    S_BIND (event_destroy, "cudaEventDestroy");
-    S_BIND (get_device, "cudaGetDevice");
-    S_BIND (set_device, "cudaSetDevice");
-    S_BIND (get_last_error, "cudaGetLastError");
-    S_BIND (get_error_string, "cudaGetErrorString");
-#undef S_BIND
-    s_cuda_error_t (*get_version) (int *) = NULL;
-    *(void **) &get_version = dlsym (handle, "cudaRuntimeGetVersion");
-    //  Older runtimes lay cudaPointerAttributes out otherwise.
-    if (!get_version || get_version (&rt->version) != 0 || rt->version < 11000)
-        return false;
-    rt->handle = handle;
-    snprintf (rt->path, sizeof rt->path, "%s", path);
-    return true;
-}
-
-static void
-s_load (void)
-{
-    if (s_mode == S_MODE_NAMED) {
-        const char *path = getenv ("KVPOOL_CUDART");
-        void *handle = dlopen (path, RTLD_NOW | RTLD_LOCAL);
-        if (handle && s_bind (handle, path))
-            atomic_store (&s_runtime_ok, true);
-        else if (handle)
-            dlclose (handle);
-        return;
-    }
-    //  The application's own runtime first (PyTorch's, say), then one from the library path.
-    static const char *const names[] = {"libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0",
-                                        "libcudart.so"};
-    for (int pass = 0; pass < 2; pass++)
-        for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-            void *handle = dlopen (names[i], RTLD_NOW | RTLD_LOCAL | (pass ? 0 : RTLD_NOLOAD));
-            if (!handle)
-                continue;
-            Dl_info info;
-            const char *path = names[i];
-            void *symbol = dlsym (handle, "cudaRuntimeGetVersion");
-            if (symbol && dladdr (symbol, &info) && info.dli_fname)
-                path = info.dli_fname;
-            if (s_bind (handle, path)) {
-                atomic_store (&s_runtime_ok, true);
-                return;
-            }
-            dlclose (handle);
-        }
-}
-
-static int
-s_adds (struct dl_phdr_info *info, size_t size, void *arg)
-{
-    if (size >= offsetof (struct dl_phdr_info, dlpi_adds) + sizeof info->dlpi_adds)
-        *(unsigned long long *) arg = info->dlpi_adds;
-    return 1; //  the first object says it
-}
-
-//  Whether the CUDA driver is in the process: only then can a buffer be device memory.
-static bool
-s_cuda_in_process (void)
-{
-    if (atomic_load_explicit (&s_cuda_seen, memory_order_relaxed))
-        return true;
-    unsigned long long adds = 0;
-    dl_iterate_phdr (s_adds, &adds);
-    if (adds != 0 && adds == atomic_load_explicit (&s_adds_checked, memory_order_relaxed))
-        return false;
-    void *driver = dlopen ("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL | RTLD_NOLOAD);
-    if (driver) {
-        dlclose (driver);
-        atomic_store (&s_cuda_seen, true);
-        return true;
-    }
-    atomic_store_explicit (&s_adds_checked, adds, memory_order_relaxed);
-    return false;
-}
-
-static const s_runtime_t *
-s_get_runtime (void)
-{
-    pthread_once (&s_config_once, s_config);
-    if (s_mode == S_MODE_OFF || atomic_load_explicit (&s_runtime_dead, memory_order_relaxed))
-        return NULL;
-    if (s_mode == S_MODE_AUTO && !s_cuda_in_process ())
-        return NULL;
-    pthread_once (&s_load_once, s_load);
-    return atomic_load_explicit (&s_runtime_ok, memory_order_acquire) ? &s_runtime : NULL;
-}
-
-const char *
-kvpc_device_runtime (void)
-{
-    return atomic_load_explicit (&s_runtime_ok, memory_order_acquire) ? s_runtime.path : "";
-}
-
-//  The driver's cuPointerGetAttribute: from the runtime library itself (a stand-in may have
-//  it), else from libcuda.so.1, which a working runtime has loaded by the time a device
-//  buffer is seen. NULL when there is none.
-static s_range_fn *
-s_range_fn_get (void)
-{
-    int state = atomic_load_explicit (&s_range_state, memory_order_acquire);
-    if (state)
-        return state > 0 ? atomic_load (&s_range_query) : NULL;
-    void *fn = dlsym (s_runtime.handle, "cuPointerGetAttribute");
-    if (!fn) {
-        void *driver = dlopen ("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL | RTLD_NOLOAD);
-        if (driver)
-            fn = dlsym (driver, "cuPointerGetAttribute"); //  stays loaded: the runtime uses it
-    }
-    atomic_store (&s_range_query, (s_range_fn *) fn);
-    atomic_store_explicit (&s_range_state, fn ? 1 : -1, memory_order_release);
-    return (s_range_fn *) fn;
-}
 
 //  ---- the object ---------------------------------------------------------------------------
 
@@ -258,9 +30,9 @@ typedef struct {
 //  A device's stream and events, made on its first copy.
 typedef struct {
     bool made;
-    s_stream_t stream;
-    s_event_t stage_events[KVPC_STAGE_BUFFERS];
-    s_event_t frame_events[2];
+    kvpc_cuda_stream_t stream;
+    kvpc_cuda_event_t stage_events[KVPC_STAGE_BUFFERS];
+    kvpc_cuda_event_t frame_events[2];
 } s_gpu_t;
 
 //  One piece of a copy planned into a staging buffer.
@@ -285,7 +57,9 @@ typedef struct {
 #define S_PINNED_RANGES 16
 
 struct _kvpc_device_t {
-    const s_runtime_t *rt; //  NULL until a call found one
+    kvpc_process_t *process; //  a reference: the runtime is the context's
+    kvpc_cuda_t *cuda;       //  the context's finder of the runtime
+    const kvpc_cudart_t *rt; //  NULL until a call found one
     s_range_t cache[KVPC_DEVICE_RANGES];
     size_t cached;
     size_t victim;   //  the entry a full cache replaces next
@@ -309,21 +83,36 @@ struct _kvpc_device_t {
 kvpc_device_t *
 kvpc_device_new (void)
 {
-    return calloc (1, sizeof (kvpc_device_t));
+    kvpc_device_t *self = calloc (1, sizeof (kvpc_device_t));
+    if (!self)
+        return NULL;
+    self->process = kvpc_process_acquire ();
+    if (!self->process) {
+        free (self);
+        return NULL;
+    }
+    self->cuda = kvpc_process_cuda (self->process);
+    return self;
+}
+
+const char *
+kvpc_device_runtime (void)
+{
+    return kvpc_process_cuda_path ();
 }
 
 //  Makes the runtime's last-error state what it was before a call of ours failed.
 static void
-s_clear (const s_runtime_t *rt)
+s_clear (const kvpc_cudart_t *rt)
 {
     rt->get_last_error ();
 }
 
-static int s_fail (kvpc_device_t *self, s_cuda_error_t rc, const char *format, ...)
+static int s_fail (kvpc_device_t *self, kvpc_cuda_error_t rc, const char *format, ...)
     __attribute__ ((format (printf, 3, 4)));
 
 static int
-s_fail (kvpc_device_t *self, s_cuda_error_t rc, const char *format, ...)
+s_fail (kvpc_device_t *self, kvpc_cuda_error_t rc, const char *format, ...)
 {
     char what[160];
     va_list args;
@@ -358,7 +147,7 @@ kvpc_device_destroy (kvpc_device_t **self_p)
     if (!self_p || !*self_p)
         return;
     kvpc_device_t *self = *self_p;
-    const s_runtime_t *rt = self->rt;
+    const kvpc_cudart_t *rt = self->rt;
     if (rt) {
         //  Errors are of no use here (at exit the runtime may already be gone).
         for (int d = 0; self->gpus && d < KVPC_MAX_DEVICES; d++) {
@@ -386,6 +175,7 @@ kvpc_device_destroy (kvpc_device_t **self_p)
     }
     free (self->gpus);
     free (self->call);
+    kvpc_process_release (&self->process);
     free (self);
     *self_p = NULL;
 }
@@ -405,8 +195,8 @@ kvpc_device_begin (kvpc_device_t *self)
     self->npinned = 0;
     self->armed = false;
     if (!self->rt)
-        self->rt = s_get_runtime ();
-    else if (atomic_load_explicit (&s_runtime_dead, memory_order_relaxed))
+        self->rt = kvpc_cuda_get (self->cuda);
+    else if (kvpc_cuda_dead (self->cuda))
         self->rt = NULL;
     return self->rt != NULL;
 }
@@ -458,15 +248,15 @@ s_call_add (kvpc_device_t *self, const s_range_t *range)
 
 //  Widens [start, end) to the whole allocation holding it, when the driver says which.
 static void
-s_widen (s_range_t *range)
+s_widen (kvpc_device_t *self, s_range_t *range)
 {
-    s_range_fn *query = s_range_fn_get ();
+    kvpc_cuda_range_fn *query = kvpc_cuda_range_query (self->cuda);
     if (!query)
         return;
     unsigned long long base = 0;
     size_t size = 0;
-    if (query (&base, S_RANGE_START_ADDR, range->start) != 0
-        || query (&size, S_RANGE_SIZE, range->start) != 0)
+    if (query (&base, KVPC_CUDA_RANGE_START_ADDR, range->start) != 0
+        || query (&size, KVPC_CUDA_RANGE_SIZE, range->start) != 0)
         return; //  a driver error leaves no last-error state in the runtime
     if (base <= range->start && size > 0 && range->end - base <= size) {
         range->start = (uintptr_t) base;
@@ -475,12 +265,12 @@ s_widen (s_range_t *range)
 }
 
 static bool
-s_dead_runtime_error (s_cuda_error_t rc)
+s_dead_runtime_error (kvpc_cuda_error_t rc)
 {
-    return rc == S_ERROR_INITIALIZATION || rc == S_ERROR_UNLOADING
-           || rc == S_ERROR_DRIVER_IS_PLACEHOLDER || rc == S_ERROR_INSUFFICIENT_DRIVER
-           || rc == S_ERROR_NEWER_DRIVER || rc == S_ERROR_DEVICES_UNAVAILABLE
-           || rc == S_ERROR_NO_DEVICE;
+    return rc == KVPC_CUDA_ERROR_INITIALIZATION || rc == KVPC_CUDA_ERROR_UNLOADING
+           || rc == KVPC_CUDA_ERROR_DRIVER_IS_PLACEHOLDER
+           || rc == KVPC_CUDA_ERROR_INSUFFICIENT_DRIVER || rc == KVPC_CUDA_ERROR_NEWER_DRIVER
+           || rc == KVPC_CUDA_ERROR_DEVICES_UNAVAILABLE || rc == KVPC_CUDA_ERROR_NO_DEVICE;
 }
 
 int
@@ -499,32 +289,32 @@ kvpc_device_classify (kvpc_device_t *self, const void *ptr, size_t len)
     for (size_t i = 0; i < self->npinned; i++)
         if (start >= self->pinned[i].start && end <= self->pinned[i].end)
             return 0;
-    const s_runtime_t *rt = self->rt;
-    s_attributes_t attributes;
+    const kvpc_cudart_t *rt = self->rt;
+    kvpc_cuda_attributes_t attributes;
     memset (&attributes, 0, sizeof attributes);
-    s_cuda_error_t rc = rt->pointer_get_attributes (&attributes, ptr);
+    kvpc_cuda_error_t rc = rt->pointer_get_attributes (&attributes, ptr);
     if (rc != 0) {
         if (s_dead_runtime_error (rc)) {
             //  No working CUDA in this process: no buffer of it is device memory.
             s_clear (rt);
-            atomic_store (&s_runtime_dead, true);
+            kvpc_cuda_mark_dead (self->cuda);
             self->rt = NULL;
             return 0;
         }
         return s_fail (self, rc, "cudaPointerGetAttributes (%p)", ptr);
     }
     s_range_t range = {start, end, attributes.device};
-    if (attributes.type == S_MEMORY_DEVICE) {
-        s_widen (&range);
+    if (attributes.type == KVPC_CUDA_MEMORY_DEVICE) {
+        s_widen (self, &range);
         s_cache_add (self, &range);
         if (s_call_add (self, &range))
             return s_error (self, "out of memory");
         return 1;
     }
-    if (attributes.type == S_MEMORY_HOST) {
+    if (attributes.type == KVPC_CUDA_MEMORY_HOST) {
         //  Pinned host memory (a registered pool, say): remembered for the rest of the call,
         //  whose buffers the application cannot free under it.
-        s_widen (&range);
+        s_widen (self, &range);
         self->pinned[self->npinned < S_PINNED_RANGES ? self->npinned++ : S_PINNED_RANGES - 1] =
             range;
     }
@@ -630,24 +420,24 @@ s_gpu (kvpc_device_t *self, int device)
     s_gpu_t *gpu = &self->gpus[device];
     if (gpu->made)
         return gpu;
-    const s_runtime_t *rt = self->rt;
+    const kvpc_cudart_t *rt = self->rt;
     int previous = -1;
     if (rt->get_device (&previous) != 0) {
         s_clear (rt);
         previous = -1;
     }
-    s_cuda_error_t rc = previous == device ? 0 : rt->set_device (device);
+    kvpc_cuda_error_t rc = previous == device ? 0 : rt->set_device (device);
     if (rc != 0) {
         s_fail (self, rc, "cudaSetDevice (%d)", device);
         return NULL;
     }
     int made_events = 0;
-    s_event_t events[KVPC_STAGE_BUFFERS + 2];
+    kvpc_cuda_event_t events[KVPC_STAGE_BUFFERS + 2];
     rc = rt->stream_create (&gpu->stream);
     bool made_stream = rc == 0;
     if (rc == 0)
         for (; made_events < KVPC_STAGE_BUFFERS + 2; made_events++)
-            if ((rc = rt->event_create (&events[made_events], S_EVENT_DISABLE_TIMING)) != 0)
+            if ((rc = rt->event_create (&events[made_events], KVPC_CUDA_EVENT_DISABLE_TIMING)) != 0)
                 break;
     if (rc != 0) {
         s_fail (self, rc, "making a stream and events on device %d", device);
@@ -671,7 +461,7 @@ static int
 s_pinned_alloc (kvpc_device_t *self, void **buffer, size_t size, const char *what)
 {
     *buffer = NULL;
-    s_cuda_error_t rc = self->rt->host_alloc (buffer, size, S_HOST_ALLOC_PORTABLE);
+    kvpc_cuda_error_t rc = self->rt->host_alloc (buffer, size, KVPC_CUDA_HOST_ALLOC_PORTABLE);
     if (rc != 0) {
         *buffer = NULL;
         return s_fail (self, rc, "cudaHostAlloc of %zu MiB of pinned memory for %s",
@@ -760,8 +550,8 @@ s_dma (kvpc_device_t *self, s_gpu_t *gpu, int index, bool put, int device)
         size_t j = k + 1;
         for (; j < stage->count && stage->pieces[j].device == start + run; j++)
             run += stage->pieces[j].len;
-        s_cuda_error_t rc = self->rt->memcpy_async (put ? staged : start, put ? start : staged, run,
-                                                    S_MEMCPY_DEFAULT, gpu->stream);
+        kvpc_cuda_error_t rc = self->rt->memcpy_async (put ? staged : start, put ? start : staged,
+                                                       run, KVPC_CUDA_MEMCPY_DEFAULT, gpu->stream);
         if (rc != 0)
             return s_fail (self, rc, "cudaMemcpyAsync of %zu bytes %s device %d", run,
                            put ? "to host from" : "from host to", device);
@@ -798,7 +588,7 @@ s_seal (kvpc_device_t *self, s_gpu_t *gpu, int index, const s_copier_t *copier, 
         s_host_copies (copier, &self->slots[index]);
     if (s_dma (self, gpu, index, put, device))
         return -1;
-    s_cuda_error_t rc = self->rt->event_record (gpu->stage_events[index], gpu->stream);
+    kvpc_cuda_error_t rc = self->rt->event_record (gpu->stage_events[index], gpu->stream);
     if (rc != 0)
         return s_fail (self, rc, "cudaEventRecord");
     self->slots[index].busy = true;
@@ -810,7 +600,7 @@ static int
 s_drain (kvpc_device_t *self, s_gpu_t *gpu, int index, const s_copier_t *copier, bool put)
 {
     s_stage_t *stage = &self->slots[index];
-    s_cuda_error_t rc = self->rt->event_synchronize (gpu->stage_events[index]);
+    kvpc_cuda_error_t rc = self->rt->event_synchronize (gpu->stage_events[index]);
     if (rc != 0)
         return s_fail (self, rc, "a %s copy (cudaEventSynchronize)",
                        put ? "device-to-host" : "host-to-device");
@@ -950,7 +740,8 @@ kvpc_device_fetch (kvpc_device_t *self, int slot, void *dst, const void *src, si
     s_gpu_t *gpu = s_gpu (self, device);
     if (!gpu)
         return -1;
-    s_cuda_error_t rc = self->rt->memcpy_async (dst, src, len, S_MEMCPY_DEFAULT, gpu->stream);
+    kvpc_cuda_error_t rc =
+        self->rt->memcpy_async (dst, src, len, KVPC_CUDA_MEMCPY_DEFAULT, gpu->stream);
     if (rc != 0)
         return s_fail (self, rc, "cudaMemcpyAsync of %zu bytes from device %d to host", len,
                        device);
@@ -967,7 +758,7 @@ kvpc_device_frame_seal (kvpc_device_t *self, int slot)
             continue;
         self->frame_pending[slot] &= ~(1ull << d);
         s_gpu_t *gpu = &self->gpus[d];
-        s_cuda_error_t e = self->rt->event_record (gpu->frame_events[slot], gpu->stream);
+        kvpc_cuda_error_t e = self->rt->event_record (gpu->frame_events[slot], gpu->stream);
         if (e != 0) {
             //  Without the event, waiting means waiting for the whole stream.
             if (rc == 0)
@@ -990,7 +781,7 @@ kvpc_device_frame_wait (kvpc_device_t *self, int slot)
             continue;
         self->frame_sealed[slot] &= ~(1ull << d);
         s_gpu_t *gpu = &self->gpus[d];
-        s_cuda_error_t e = self->rt->event_synchronize (gpu->frame_events[slot]);
+        kvpc_cuda_error_t e = self->rt->event_synchronize (gpu->frame_events[slot]);
         if (e != 0) {
             if (rc == 0)
                 rc = s_fail (self, e, "a device-to-host copy (cudaEventSynchronize)");

@@ -5,12 +5,10 @@
     no host memory: memcpy on it faults. This layer tells the two apart and moves device bytes
     through pinned host buffers with the CUDA runtime.
 
-    The runtime is loaded at run time, never linked: KVPOOL_CUDART names the library to load
-    (a path; "none" or "0" for none at all); unset, libcudart.so.13, .12, .11.0 or libcudart.so
-    already in the process is used, or loaded, but only once the CUDA driver (libcuda.so.1) is
-    in the process: a process that never used CUDA holds no device memory, and a runtime call
-    would give it a CUDA context for nothing. Without a runtime every buffer is host memory, as
-    it always was (there is no telling otherwise).
+    The runtime is loaded at run time, never linked, by the process context (process.h,
+    cuda_runtime.h: KVPOOL_CUDART names the library to load; unset, the one already in the
+    process, once the CUDA driver is there). Without a runtime every buffer is host memory,
+    as it always was (there is no telling otherwise).
 
     Classification: the API classifies each caller buffer of a call (kvpc_device_classify),
     which asks cudaPointerGetAttributes unless a cached range answers: device allocations are
@@ -34,7 +32,7 @@
     report it as KVPOOL_INVALID_PARAMS.
 
     Threads: one object per connection, used by the connection's thread; the runtime is loaded
-    once per process.
+    once per process context, which each object holds a reference to.
 */
 #ifndef KVPC_DEVICE_H_INCLUDED
 #define KVPC_DEVICE_H_INCLUDED
@@ -63,14 +61,15 @@ typedef struct {
     bool to_device; //  dst is device memory (a get); otherwise src is (a put)
 } kvpc_device_copy_t;
 
-//  An object for one connection; no runtime is touched before its first call. Returns NULL
-//  when out of memory. Caller owns it and destroys it.
+//  An object for one connection, holding a reference to the process context; no runtime is
+//  touched before its first call. Returns NULL when out of memory. Caller owns it and
+//  destroys it.
 kvpc_device_t *kvpc_device_new (void);
 //  Frees the pinned buffers, streams and events. Does nothing on NULL; sets *self_p to NULL.
 void kvpc_device_destroy (kvpc_device_t **self_p);
 
-//  What this process uses for a runtime: its path ("" when none, or none yet: in automatic
-//  mode the runtime is looked for only once CUDA is in the process).
+//  What this process uses for a runtime: its path ("" when none, none yet (in automatic mode
+//  the runtime is looked for only once CUDA is in the process), or no process context).
 const char *kvpc_device_runtime (void);
 
 //  ---- one call ---------------------------------------------------------------------------

@@ -2,23 +2,30 @@
     buffers and the node's shared-memory segments.
 
     When the node runs on this machine (its PING host_id equals our boot id), the client
-    lists the node's segments (SEGMENTS) and maps each by name (segment_open). Then:
+    lists the node's segments (SEGMENTS) and takes each one's mapping from the process
+    context (process.h: a segment is mapped once per process, however many connections
+    reach its node). Then:
       put   a batch of up to 2 MiB of host memory goes by address: one PUT naming where each
             value lies in this process, which the node reads itself (see "puts by address"
             below). Otherwise PUT_START reserves space and says where every replica goes
             (segment id, offset); the client copies the value into each replica and sends
             PUT_END. A key whose copy cannot be done after PUT_START succeeded is revoked
-            (PUT_REVOKE) and put over the socket instead.
-      get   GET_REPLICA_LIST with pin = true says where each value is and holds it in place;
-            the client copies from one replica, then sends RELEASE asking for no reply. A key on a
-   segment the client cannot map, or with no replica in memory (on the node's disk only), is
-   read with a plain GET. A replica on a segment id the client does
-   not know makes it list the segments again, once per call (segments are mounted while clients
-   run). After the socket reconnected (the node may have restarted and reused its segment ids) every
-   mapping is dropped and the segments listed again before a reply's segment ids are trusted.
-   Offsets are checked against the segment's size, so a bad reply can never make the client touch
-   memory outside a mapping. Batches of KVPC_POOL_MIN_BYTES or more are copied by the connection's
-   copy threads.
+            (PUT_REVOKE) and handed back to the caller, which puts it over the socket.
+      get   a key in the node's read index is copied with no round trip at all; otherwise
+            GET_REPLICA_LIST with pin = true says where each value is and holds it in place;
+            the client copies from one replica, then sends RELEASE asking for no reply. A key
+            on a segment the client cannot map, with no replica in memory (on the node's disk
+            only), or not found on a node of a cluster (another may hold it) is handed back:
+            the resolver (resolve.c) asks the node for it.
+    This layer never sends a value over the socket itself: what it cannot serve goes back
+    up, and the layer above decides where it goes next.
+
+    A replica on a segment id the client does not know makes it list the segments again, once
+    per call (segments are mounted while clients run). After the socket reconnected (the node
+    may have restarted and reused its segment ids) every mapping is let go and the segments
+    listed again before a reply's segment ids are trusted. Offsets are checked against the
+    segment's size, so a bad reply can never make the client touch memory outside a mapping.
+    Batches of KVPC_POOL_MIN_BYTES or more are copied by the connection's copy threads.
 
     Ordering: a put's bytes are all written before its PUT_END is sent, so no reader can see
     the key before its value is complete; a get's RELEASE is sent only after its copies are
@@ -37,23 +44,23 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "client/socket_ops.h"
+#include "client/segment_view.h"
 #include "protocol/contract.h"
-#include "shm/segment_table.h"
 #include "shm/shm_index.h"
 
 struct _kvpc_fast_path_t {
     kvpc_conn_t *conn;
-    bool on;                   //  segments are mapped and the fast path is in use
-    segment_table_t *segments; //  the node's segments as mapped here
-    char server_id[128];       //  the node whose segments are mapped (SEGMENTS)
-    shm_index_t *index;        //  the node's same-machine read index (read-only), or NULL
-    bool use_index;            //  reads may be served from it (kvpool_set_index)
-    uint64_t index_reads;      //  values read from the index not yet reported in a TOUCH
-    int64_t reported_at;       //  when the last TOUCH reported them (shm_index_clock_ms)
-    void *monitor;             //  PAIR receiving the socket's connect/disconnect events
-    uint64_t generation;       //  the connection's socket the monitor watches
-    bool by_address_refused;   //  the node took no put by address: PUT_START until it changes
+    bool on;                       //  segments are mapped and the fast path is in use
+    kvpc_process_t *process;       //  where the mappings are shared (the connection's)
+    kvpc_segment_view_t *segments; //  the node's segments as this connection sees them
+    char server_id[128];           //  the node whose segments are mapped (SEGMENTS)
+    shm_index_t *index;            //  the node's same-machine read index (read-only), or NULL
+    bool use_index;                //  reads may be served from it (kvpool_set_index)
+    uint64_t index_reads;          //  values read from the index not yet reported in a TOUCH
+    int64_t reported_at;           //  when the last TOUCH reported them (shm_index_clock_ms)
+    void *monitor;                 //  PAIR receiving the socket's connect/disconnect events
+    uint64_t generation;           //  the connection's socket the monitor watches
+    bool by_address_refused;       //  the node took no put by address: PUT_START until it changes
 };
 
 static int s_refresh (kvpc_fast_path_t *self, bool strict);
@@ -61,8 +68,9 @@ static int s_refresh (kvpc_fast_path_t *self, bool strict);
 static void
 s_table_clear (kvpc_fast_path_t *self)
 {
-    segment_table_destroy (&self->segments);
-    shm_index_destroy (&self->index);
+    if (self->segments)
+        kvpc_segment_view_clear (self->segments);
+    kvpc_process_index_close (self->process, &self->index);
     self->by_address_refused = false; //  another node may take them
 }
 
@@ -166,9 +174,7 @@ s_refresh (kvpc_fast_path_t *self, bool strict)
     bool same_node = strcmp (server_id, self->server_id) == 0;
     size_t count = msg->n_segments;
     segment_listing_t *listing = calloc (count ? count : 1, sizeof *listing);
-    if (!self->segments)
-        self->segments = segment_table_new ();
-    if (!listing || !self->segments) {
+    if (!listing) {
         free (listing);
         kvpc_reply_free (&reply);
         return -1;
@@ -185,7 +191,7 @@ s_refresh (kvpc_fast_path_t *self, bool strict)
         listing[i].required = strict && (!from->owner || !*from->owner);
     }
     uint32_t failed = 0;
-    int rc = segment_table_update (self->segments, listing, count, same_node, &failed);
+    int rc = kvpc_segment_view_update (self->segments, server_id, listing, count, &failed);
     free (listing);
     if (rc) {
         kvpc_set_error (self->conn, "cannot map segment %u", failed);
@@ -197,9 +203,9 @@ s_refresh (kvpc_fast_path_t *self, bool strict)
     //  every read asks the node.
     const char *index_name = msg->index_name ? msg->index_name : "";
     if (self->index && (!same_node || strcmp (shm_index_name (self->index), index_name) != 0))
-        shm_index_destroy (&self->index);
+        kvpc_process_index_close (self->process, &self->index);
     if (!self->index && *index_name)
-        self->index = shm_index_open (index_name);
+        self->index = kvpc_process_index_open (self->process, server_id, index_name);
     kvpc_reply_free (&reply);
     return 0;
 }
@@ -211,6 +217,12 @@ kvpc_fast_path_new (kvpc_conn_t *conn)
     if (!self)
         return NULL;
     self->conn = conn;
+    self->process = kvpc_conn_process (conn);
+    self->segments = kvpc_segment_view_new (self->process);
+    if (!self->segments) {
+        free (self);
+        return NULL;
+    }
     self->use_index = true;
     self->generation = kvpc_conn_generation (conn);
     return self;
@@ -223,6 +235,7 @@ kvpc_fast_path_destroy (kvpc_fast_path_t **self_p)
         return;
     kvpc_fast_path_t *self = *self_p;
     kvpc_fast_path_close (self);
+    kvpc_segment_view_destroy (&self->segments);
     free (self);
     *self_p = NULL;
 }
@@ -265,7 +278,7 @@ kvpc_fast_path_use_index (kvpc_fast_path_t *self, bool enabled)
 static void *
 s_resolve (kvpc_fast_path_t *self, uint32_t id, uint64_t offset, uint64_t size)
 {
-    return self->segments ? segment_table_resolve (self->segments, id, offset, size) : NULL;
+    return kvpc_segment_view_resolve (self->segments, id, offset, size);
 }
 
 //  Per-key state while a fast call works.
@@ -294,7 +307,7 @@ s_get_source (kvpc_fast_path_t *self, Kvpool__V1__KeyReplicas *list, uint64_t si
 //  Gets through a pinned replica list (one round trip, RELEASE sent without waiting).
 static int
 s_fast_get_listed (kvpc_fast_path_t *self, const kvpc_keys_t *keys, const kvpool_buf_t *const *bufs,
-                   const size_t *nbufs, int64_t *results)
+                   const size_t *nbufs, int64_t *results, kvpc_keys_t *rest)
 {
     if (keys->count == 0)
         return KVPOOL_OK;
@@ -318,9 +331,8 @@ s_fast_get_listed (kvpc_fast_path_t *self, const kvpc_keys_t *keys, const kvpool
     s_check_connection (self);
     Kvpool__V1__Reply *msg = reply.msg;
     kvpc_key_state_t *state = malloc (keys->count * sizeof *state);
-    kvpc_keys_t pinned, fallback;
+    kvpc_keys_t pinned;
     kvpc_keys_init (&pinned);
-    kvpc_keys_init (&fallback);
     kvpc_copies_t copies;
     kvpc_copies_init (&copies);
     if (!state) {
@@ -372,7 +384,7 @@ s_fast_get_listed (kvpc_fast_path_t *self, const kvpc_keys_t *keys, const kvpool
     for (size_t j = 0; j < keys->count; j++) {
         size_t i = keys->index[j];
         if (state[j] == KVPC_KEY_MISSING) {
-            if (kvpc_keys_add_from (&fallback, keys, j))
+            if (kvpc_keys_add_from (rest, keys, j))
                 results[i] = KVPOOL_INTERNAL_ERROR;
         }
         else if (state[j] == KVPC_KEY_COPY) {
@@ -403,11 +415,8 @@ release:
         //  lost with a reset socket ends when the process does.
         kvpc_send_oneway (self->conn, &release);
     }
-    if (fallback.count)
-        kvpc_socket_get_into (self->conn, &fallback, bufs, nbufs, NULL, results);
     kvpc_copies_fini (&copies);
     kvpc_keys_fini (&pinned);
-    kvpc_keys_fini (&fallback);
     free (state);
     kvpc_reply_free (&reply);
     return rc;
@@ -537,14 +546,16 @@ kvpc_index_answer (kvpc_fast_path_t *self, size_t n, const char *const *keys, co
 }
 
 int
-kvpc_fast_get (kvpc_fast_path_t *self, const kvpc_keys_t *keys, const kvpool_buf_t *const *bufs,
-               const size_t *nbufs, int64_t *results)
+kvpc_fast_get (kvpc_fast_path_t *self, const kvpc_keys_t *keys, const kvpc_sink_t *sink,
+               int64_t *results, kvpc_keys_t *rest)
 {
+    const kvpool_buf_t *const *bufs = sink->bufs;
+    const size_t *nbufs = sink->nbufs;
     s_check_connection (self);
     if (!self->index || !self->use_index || s_stale (self))
-        return s_fast_get_listed (self, keys, bufs, nbufs, results);
-    kvpc_keys_t rest;
-    kvpc_keys_init (&rest);
+        return s_fast_get_listed (self, keys, bufs, nbufs, results, rest);
+    kvpc_keys_t listed; //  keys the index did not serve: asked where they are
+    kvpc_keys_init (&listed);
     kvpc_copies_t copies;
     kvpc_copies_init (&copies);
     shm_index_hit_t *hits = malloc ((keys->count ? keys->count : 1) * sizeof *hits);
@@ -553,7 +564,7 @@ kvpc_fast_get (kvpc_fast_path_t *self, const kvpc_keys_t *keys, const kvpool_buf
     if (!hits || !copied) {
         free (hits);
         free (copied);
-        return s_fast_get_listed (self, keys, bufs, nbufs, results);
+        return s_fast_get_listed (self, keys, bufs, nbufs, results, rest);
     }
     shm_index_batch_t batch;
     s_index_batch (self, &batch, keys);
@@ -569,7 +580,7 @@ kvpc_fast_get (kvpc_fast_path_t *self, const kvpc_keys_t *keys, const kvpool_buf
             && (hit->size == 0
                 || kvpc_copies_scatter (&copies, source, hit->size, bufs[i], nbufs[i]) == 0))
             copied[j] = true;
-        else if (kvpc_keys_add_from (&rest, keys, j))
+        else if (kvpc_keys_add_from (&listed, keys, j))
             results[i] = KVPOOL_INTERNAL_ERROR;
     }
     //  A device copy that failed (the last error says why) fails every key copied here.
@@ -588,14 +599,14 @@ kvpc_fast_get (kvpc_fast_path_t *self, const kvpc_keys_t *keys, const kvpool_buf
             results[i] = (int64_t) hits[j].size;
             self->index_reads++;
         }
-        else if (kvpc_keys_add_from (&rest, keys, j))
+        else if (kvpc_keys_add_from (&listed, keys, j))
             results[i] = KVPOOL_INTERNAL_ERROR;
     }
     s_reads_report (self, now);
-    if (rest.count)
-        rc = s_fast_get_listed (self, &rest, bufs, nbufs, results);
+    if (listed.count)
+        rc = s_fast_get_listed (self, &listed, bufs, nbufs, results, rest);
     kvpc_copies_fini (&copies);
-    kvpc_keys_fini (&rest);
+    kvpc_keys_fini (&listed);
     free (hits);
     free (copied);
     return rc;
@@ -649,7 +660,7 @@ s_finish (kvpc_fast_path_t *self, Kvpool__V1__Op op, const kvpc_keys_t *keys, in
 //  Puts through reservations: PUT_START, the copies, PUT_END.
 static int
 s_put_reserved (kvpc_fast_path_t *self, const kvpc_keys_t *keys, const kvpc_value_t *values,
-                const kvpool_put_options_t *opts, int64_t *results)
+                const kvpool_put_options_t *opts, int64_t *results, kvpc_keys_t *rest)
 {
     if (keys->count == 0)
         return KVPOOL_OK;
@@ -764,8 +775,9 @@ s_put_reserved (kvpc_fast_path_t *self, const kvpc_keys_t *keys, const kvpc_valu
         for (size_t j = 0; j < commit.count; j++)
             kvpc_keys_add_from (&revoke, &commit, j);
     s_finish (self, KVPOOL__V1__OP__PUT_REVOKE, &revoke, NULL);
-    if (fallback.count)
-        kvpc_socket_put (self->conn, KVPOOL__V1__OP__PUT, &fallback, values, opts, results);
+    for (size_t j = 0; j < fallback.count; j++)
+        if (kvpc_keys_add_from (rest, &fallback, j))
+            results[fallback.index[j]] = KVPOOL_INTERNAL_ERROR;
     rc = msg->status;
     kvpc_keys_fini (&commit);
     kvpc_keys_fini (&revoke);
@@ -885,15 +897,15 @@ s_put_by_address (kvpc_fast_path_t *self, const kvpc_keys_t *keys, const kvpc_va
 
 int
 kvpc_fast_put (kvpc_fast_path_t *self, const kvpc_keys_t *keys, const kvpc_value_t *values,
-               const kvpool_put_options_t *opts, int64_t *results)
+               const kvpool_put_options_t *opts, int64_t *results, kvpc_keys_t *rest)
 {
     if (keys->count == 0 || !s_by_address_usable (self, keys, values))
-        return s_put_reserved (self, keys, values, opts, results);
+        return s_put_reserved (self, keys, values, opts, results, rest);
     kvpc_keys_t retry;
     kvpc_keys_init (&retry);
     int rc = s_put_by_address (self, keys, values, opts, results, &retry);
     if (retry.count)
-        rc = s_put_reserved (self, &retry, values, opts, results);
+        rc = s_put_reserved (self, &retry, values, opts, results, rest);
     kvpc_keys_fini (&retry);
     return rc;
 }

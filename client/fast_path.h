@@ -1,8 +1,9 @@
 /*  fast_path.h - libkvpool's same-machine path: values copied straight between the caller's
     buffers and the node's shared-memory segments (fast_path.c says how). Above
-    connection.h, batch.h and socket_ops.h: it sends its own requests (PUT_START, PUT_END,
-    PUT_REVOKE, GET_REPLICA_LIST, RELEASE, TOUCH, SEGMENTS) through the connection, and hands
-    the keys it cannot serve to the socket operations. The public API chooses it.
+    connection.h, batch.h, sink.h and segment_view.h: it sends its own requests (PUT_START,
+    PUT_END, PUT_REVOKE, GET_REPLICA_LIST, RELEASE, TOUCH, SEGMENTS) through the connection,
+    and hands the keys it cannot serve back to its caller (the resolver for gets, the public
+    API for puts), never to the socket operations.
 */
 #ifndef KVPC_FAST_PATH_H_INCLUDED
 #define KVPC_FAST_PATH_H_INCLUDED
@@ -11,6 +12,7 @@
 
 #include "client/batch.h"
 #include "client/connection.h"
+#include "client/sink.h"
 
 typedef struct _kvpc_fast_path_t kvpc_fast_path_t;
 
@@ -29,12 +31,15 @@ bool kvpc_fast_path_on (kvpc_fast_path_t *self);
 //  reads now use it (enabled, the fast path on, the index mapped).
 bool kvpc_fast_path_use_index (kvpc_fast_path_t *self, bool enabled);
 
-//  Puts and gets with the fast path on; keys it cannot serve go over the socket. Arguments
-//  as for kvpc_socket_put and kvpc_socket_get_into.
+//  Puts and gets with the fast path on. Keys it cannot serve are added to rest (with their
+//  caller index, their results left to whoever serves them): the caller sends them to the
+//  node. Arguments as for kvpc_socket_put; a get's sink must take shared memory
+//  (kvpc_sink_takes_shared). Each returns the status of the requests it sent (KVPOOL_OK
+//  when it needed none).
 int kvpc_fast_put (kvpc_fast_path_t *self, const kvpc_keys_t *keys, const kvpc_value_t *values,
-                   const kvpool_put_options_t *opts, int64_t *results);
-int kvpc_fast_get (kvpc_fast_path_t *self, const kvpc_keys_t *keys, const kvpool_buf_t *const *bufs,
-                   const size_t *nbufs, int64_t *results);
+                   const kvpool_put_options_t *opts, int64_t *results, kvpc_keys_t *rest);
+int kvpc_fast_get (kvpc_fast_path_t *self, const kvpc_keys_t *keys, const kvpc_sink_t *sink,
+                   int64_t *results, kvpc_keys_t *rest);
 //  Answers EXIST (as_size false: 1) or GET_SIZE (as_size true: the size) for the keys the
 //  same-machine index holds; adds the others, with their caller index, to rest.
 void kvpc_index_probe (kvpc_fast_path_t *self, const kvpc_keys_t *keys, bool as_size,

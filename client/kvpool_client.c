@@ -2,20 +2,28 @@
     library.
 
     The layers, each calling only those below it:
-      kvpool_client.c   the public API: checks the caller's arguments, and chooses for each
-                        call between the fast path and the socket
-      fast_path.c       the same-machine path: memcpy to and from the node's segments
+      kvpool_client.c   the public API: checks the caller's arguments; chooses between the
+                        fast path and the socket for puts, exist and get-size, and for each
+                        get shape the sink its bytes land in
+      resolve.c         the read path of every get: the same machine, the node, the holders
+      fast_path.c       the same-machine path: memcpy to and from the node's segments; hands
+                        back the keys it cannot serve
       memory.c          memory this process gives the pool
       socket_ops.c      every operation as requests over the socket, values included
+      sink.c            where a get's bytes land
+      segment_view.c    a connection's segment id -> the process's mapping
       batch.c           keys of a request, copies of a call, chunks of a socket batch
       connection.c      the socket: requests, replies, one-way sends
+      process.c         what the process shares: the ZeroMQ context, the node's mappings
     A kvpool_t is a connection, its fast path and the memory it gave. Every outcome the
     layers below compute is an int64_t per caller index (batch.h); here it becomes the int or
     int64_t of each public signature.
 
-    The fast path serves puts of KVPC_FAST_PUT_MIN bytes or more, gets into caller buffers,
-    and exist / get-size through the node's read index; everything else goes over the socket,
-    as does every call with the fast path off.
+    The fast path serves puts of KVPC_FAST_PUT_MIN bytes or more, gets of whole values into
+    caller buffers, and exist / get-size through the node's read index; everything else goes
+    over the socket, as does every call with the fast path off. No layer falls back by
+    calling another: what the fast path cannot serve comes back here (puts) or to the
+    resolver (gets), which sends it on.
 */
 #include "kvpool.h"
 
@@ -37,6 +45,8 @@
 #include "client/connection.h"
 #include "client/fast_path.h"
 #include "client/memory.h"
+#include "client/resolve.h"
+#include "client/sink.h"
 #include "client/socket_ops.h"
 #include "protocol/status.h"
 
@@ -642,8 +652,15 @@ s_put (kvpool_t *self, Kvpool__V1__Op op, size_t n, const char *const *keys,
             results[i] = rc;
     }
     else if (op == KVPOOL__V1__OP__PUT && kvpc_fast_path_on (self->fast_path)
-             && s_batch_bytes (&sent, values) >= KVPC_FAST_PUT_MIN)
-        rc = kvpc_fast_put (self->fast_path, &sent, values, opts, results);
+             && s_batch_bytes (&sent, values) >= KVPC_FAST_PUT_MIN) {
+        //  What the fast path hands back (a replica it cannot reach) goes over the socket.
+        kvpc_keys_t rest;
+        kvpc_keys_init (&rest);
+        rc = kvpc_fast_put (self->fast_path, &sent, values, opts, results, &rest);
+        if (rest.count)
+            kvpc_socket_put (self->conn, op, &rest, values, opts, results);
+        kvpc_keys_fini (&rest);
+    }
     else
         rc = kvpc_socket_put (self->conn, op, &sent, values, opts, results);
     if (armed)
@@ -766,9 +783,9 @@ kvpool_upsert_batch_parts (kvpool_t *self, size_t n, const char *const *keys,
 
 //  ---- gets ---------------------------------------------------------------------------------
 
-//  Every get into caller buffers comes here.
-//  With offsets (one a key), each key's range from there, as much as its buffers hold: over
-//  the socket, which moves only the range.
+//  Every get into caller buffers comes here: the keys are checked and the buffers classified
+//  here, and read through the resolver (resolve.h). With offsets (one a key), each key's
+//  range from there, as much as its buffers hold.
 static int
 s_get_into (kvpool_t *self, size_t n, const char *const *keys, const kvpool_buf_t *const *bufs,
             const size_t *nbufs, const uint64_t *offsets, int64_t *results)
@@ -799,10 +816,10 @@ s_get_into (kvpool_t *self, size_t n, const char *const *keys, const kvpool_buf_
         for (size_t i = 0; i < n; i++)
             results[i] = rc;
     }
-    else if (!offsets && kvpc_fast_path_on (self->fast_path))
-        rc = kvpc_fast_get (self->fast_path, &sent, bufs, nbufs, results);
-    else
-        rc = kvpc_socket_get_into (self->conn, &sent, bufs, nbufs, offsets, results);
+    else {
+        kvpc_sink_t sink = kvpc_sink_buffers (bufs, nbufs, offsets);
+        rc = kvpc_resolve_get (self->conn, self->fast_path, &sent, &sink, results);
+    }
     if (armed)
         kvpc_device_end (device);
     kvpc_keys_fini (&sent);
@@ -904,7 +921,14 @@ kvpool_get (kvpool_t *self, const char *key, void **data_p, size_t *size_p)
         kvpc_set_error (self->conn, "key is %s", key ? "empty" : "NULL");
         return KVPOOL_INVALID_KEY;
     }
-    return kvpc_socket_get (self->conn, key, data_p, size_p);
+    kvpc_keys_t sent;
+    kvpc_keys_init (&sent);
+    kvpc_keys_add (&sent, key, 0); //  fits inline
+    kvpc_sink_t sink = kvpc_sink_malloc (data_p, size_p);
+    int64_t outcome = KVPOOL_INTERNAL_ERROR;
+    kvpc_resolve_get (self->conn, self->fast_path, &sent, &sink, &outcome);
+    kvpc_keys_fini (&sent);
+    return outcome < 0 ? (int) outcome : KVPOOL_OK;
 }
 
 //  ---- values received without a copy -----------------------------------------------------
@@ -941,11 +965,12 @@ kvpool_get_batch (kvpool_t *self, size_t n, const char *const *keys, kvpool_valu
 
     kvpc_keys_t sent;
     int rc = kvpc_keys_collect (self->conn, n, keys, NULL, &sent, results);
+    kvpc_sink_t sink = kvpc_sink_frames (values->frames);
     if (rc == 0 && sent.count)
-        rc = kvpc_socket_get_frames (self->conn, &sent, values->frames, results);
+        rc = kvpc_resolve_get (self->conn, self->fast_path, &sent, &sink, results);
     kvpc_keys_fini (&sent);
     for (size_t i = 0; i < n; i++)
-        statuses[i] = (int) results[i];
+        statuses[i] = results[i] < 0 ? (int) results[i] : KVPOOL_OK;
     free (results);
     return rc;
 }

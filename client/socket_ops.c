@@ -6,9 +6,10 @@
     number of statuses, sizes, replica lists or frames.
 
     Batches that carry values, puts and gets into caller buffers, are cut into requests of at
-    most KVPC_CHUNK_BYTES (batch.h says why). A GET reply's frames are copied into the
-    caller's buffers (kvpc_socket_get_into), into one malloc'ed buffer (kvpc_socket_get), or
-    not at all: moved out as received (kvpc_socket_get_frames, for kvpool_get_batch).
+    most KVPC_CHUNK_BYTES (batch.h says why). One GET serves every get shape: each value
+    received lands in the call's sink (sink.h: the caller's buffers, a malloc'd buffer, or
+    the frame itself, moved out). A key the node sends elsewhere (REDIRECT) is reported with
+    its holders, not followed: the resolver (resolve.c) decides where to read it next.
 */
 #include "client/socket_ops.h"
 #include "transfer/value_checksum.h"
@@ -266,9 +267,7 @@ s_get_call (kvpc_conn_t *conn, const kvpc_keys_t *keys, uint64_t *offsets, uint6
 {
     Kvpool__V1__Request request = KVPOOL__V1__REQUEST__INIT;
     request.op = KVPOOL__V1__OP__GET;
-    //  A cluster node may answer REDIRECT for large values other nodes hold: read there, in
-    //  one hop. Not with device buffers: their copies run on this connection's device layer.
-    request.redirect = redirect && !kvpc_conn_device_armed (conn);
+    request.redirect = redirect;
     request.n_keys = keys->count;
     request.keys = keys->wire;
     if (offsets) {
@@ -287,7 +286,7 @@ s_get_call (kvpc_conn_t *conn, const kvpc_keys_t *keys, uint64_t *offsets, uint6
 
 //  The outcome of key j of a GET reply: its status, checked against its frame. With verify
 //  (a whole value read from another node after a REDIRECT: bytes no node of ours checked),
-//  a value that does not match the checksum the node sent is TRANSFER_FAIL, and the caller
+//  a value that does not match the checksum the node sent is TRANSFER_FAIL, and the resolver
 //  reads the next holder. A value relayed by our own node was verified there.
 static int
 s_get_key_status (kvpc_conn_t *conn, kvpc_reply_t *reply, size_t j, bool verify)
@@ -308,119 +307,84 @@ s_get_key_status (kvpc_conn_t *conn, kvpc_reply_t *reply, size_t j, bool verify)
     return status;
 }
 
-static int s_get_chunk (kvpc_conn_t *conn, const kvpc_keys_t *keys, const kvpool_buf_t *const *bufs,
-                        const size_t *nbufs, const uint64_t *offsets, int64_t *results,
-                        bool redirect, bool verify);
+//  ---- redirects: the holders a node named ------------------------------------------------
 
-//  The client endpoint of the attempt-th node a REDIRECT names for key j, or NULL.
-static const char *
-s_redirect_target (kvpc_reply_t *reply, size_t j, size_t attempt)
+void
+kvpc_redirects_init (kvpc_redirects_t *self)
 {
-    Kvpool__V1__Reply *msg = reply->msg;
-    if (j >= msg->n_locations || attempt >= msg->locations[j]->n_nodes)
-        return NULL;
-    uint32_t node = msg->locations[j]->nodes[attempt];
-    if (node >= msg->n_nodes || !msg->nodes[node]->client_endpoint
-        || !*msg->nodes[node]->client_endpoint)
-        return NULL;
-    return msg->nodes[node]->client_endpoint;
+    memset (self, 0, sizeof *self);
+    kvpc_keys_init (&self->keys);
 }
 
-//  The CURVE public key of the node s_redirect_target names, or NULL.
-static const char *
-s_redirect_key (kvpc_reply_t *reply, size_t j, size_t attempt)
+void
+kvpc_redirects_fini (kvpc_redirects_t *self)
 {
-    Kvpool__V1__Reply *msg = reply->msg;
-    if (!s_redirect_target (reply, j, attempt))
-        return NULL;
-    return msg->nodes[msg->locations[j]->nodes[attempt]]->curve_key;
-}
-
-//  Reads keys from a node without redirect (into the caller's buffers, or as frames);
-//  verify: the node is another than ours (s_get_key_status).
-typedef void (s_fetch_fn) (kvpc_conn_t *conn, const kvpc_keys_t *keys, void *arg, int64_t *results,
-                           bool verify);
-
-//  Keys the node answered REDIRECT (results[i] == KVPOOL_REDIRECT) are read from the nodes
-//  that hold them, one request a node, in the order the reply names them; a key that none of
-//  those serves (evicted, the node gone) is asked of this node again without redirect, and
-//  it relays.
-static void
-s_follow_redirects (kvpc_conn_t *conn, const kvpc_keys_t *keys, kvpc_reply_t *reply,
-                    s_fetch_fn *fetch, void *arg, int64_t *results)
-{
-    uint8_t *tried = (uint8_t *) calloc (keys->count ? keys->count : 1, 1);
-    while (tried) {
-        const char *endpoint = NULL, *curve_key = NULL;
-        for (size_t j = 0; j < keys->count && !endpoint; j++)
-            if (results[keys->index[j]] == KVPOOL_REDIRECT) {
-                endpoint = s_redirect_target (reply, j, tried[j]);
-                curve_key = s_redirect_key (reply, j, tried[j]);
-            }
-        if (!endpoint)
-            break;
-        kvpc_keys_t batch;
-        kvpc_keys_init (&batch);
-        size_t *members = (size_t *) malloc (keys->count * sizeof (size_t));
-        size_t count = 0;
-        for (size_t j = 0; members && j < keys->count; j++) {
-            const char *where = s_redirect_target (reply, j, tried[j]);
-            if (results[keys->index[j]] == KVPOOL_REDIRECT && where && !strcmp (where, endpoint)
-                && kvpc_keys_add_from (&batch, keys, j) == 0)
-                members[count++] = j;
+    for (size_t j = 0; j < self->keys.count; j++)
+        for (size_t h = 0; h < self->holders[j].count; h++) {
+            free (self->holders[j].endpoint[h]);
+            free (self->holders[j].curve_key[h]);
         }
-        kvpc_conn_t *peer = kvpc_conn_peer (conn, endpoint, curve_key);
-        if (peer)
-            fetch (peer, &batch, arg, results, true);
-        for (size_t m = 0; m < count; m++) {
-            size_t j = members[m];
-            int64_t *result = &results[keys->index[j]];
-            tried[j]++;
-            //  (TRANSFER_FAIL: the node failed to read it, or its bytes did not verify)
-            if (!peer || *result == KVPOOL_OBJECT_NOT_FOUND || *result == KVPOOL_RPC_FAIL
-                || *result == KVPOOL_TRANSFER_FAIL)
-                *result = KVPOOL_REDIRECT;
-        }
-        free (members);
-        kvpc_keys_fini (&batch);
-        if (count == 0)
-            break; //  out of memory: what is left goes to this node below
-    }
-    free (tried);
-    kvpc_keys_t again;
-    kvpc_keys_init (&again);
-    for (size_t j = 0; j < keys->count; j++)
-        if (results[keys->index[j]] == KVPOOL_REDIRECT)
-            kvpc_keys_add_from (&again, keys, j);
-    if (again.count)
-        fetch (conn, &again, arg, results, false);
-    kvpc_keys_fini (&again);
+    free (self->holders);
+    kvpc_keys_fini (&self->keys);
+    kvpc_redirects_init (self);
 }
 
-typedef struct {
-    const kvpool_buf_t *const *bufs;
-    const size_t *nbufs;
-} s_into_t;
-
-static void
-s_fetch_into (kvpc_conn_t *conn, const kvpc_keys_t *keys, void *arg, int64_t *results,
-              bool verify)
-{
-    s_into_t *into = (s_into_t *) arg;
-    s_get_chunk (conn, keys, into->bufs, into->nbufs, NULL, results, false, verify);
-}
-
-//  One GET of keys into the caller's buffers.
+//  Adds key j of a GET reply that answered REDIRECT, with the client endpoints (and CURVE
+//  keys) of the nodes it names, in the order named. Returns 0, or -1 when out of memory.
 static int
-s_get_chunk (kvpc_conn_t *conn, const kvpc_keys_t *keys, const kvpool_buf_t *const *bufs,
-             const size_t *nbufs, const uint64_t *offsets, int64_t *results, bool redirect,
-             bool verify)
+s_redirects_add (kvpc_redirects_t *self, const kvpc_keys_t *keys, size_t j, kvpc_reply_t *reply)
+{
+    if (self->keys.count == self->capacity) {
+        size_t capacity = self->capacity ? 2 * self->capacity : 8;
+        kvpc_holders_t *holders = realloc (self->holders, capacity * sizeof *holders);
+        if (!holders)
+            return -1;
+        self->holders = holders;
+        self->capacity = capacity;
+    }
+    kvpc_holders_t *to = &self->holders[self->keys.count];
+    memset (to, 0, sizeof *to);
+    Kvpool__V1__Reply *msg = reply->msg;
+    size_t named = j < msg->n_locations ? msg->locations[j]->n_nodes : 0;
+    for (size_t a = 0; a < named && to->count < KVPOOL_MAX_REPLICAS; a++) {
+        uint32_t node = msg->locations[j]->nodes[a];
+        //  The holders are tried in order up to the first the reply does not name usably.
+        if (node >= msg->n_nodes || !msg->nodes[node]->client_endpoint
+            || !*msg->nodes[node]->client_endpoint)
+            break;
+        const char *curve_key = msg->nodes[node]->curve_key;
+        char *endpoint = strdup (msg->nodes[node]->client_endpoint);
+        char *key = curve_key ? strdup (curve_key) : NULL;
+        if (!endpoint || (curve_key && !key)) {
+            free (endpoint);
+            free (key);
+            break;
+        }
+        to->endpoint[to->count] = endpoint;
+        to->curve_key[to->count++] = key;
+    }
+    if (kvpc_keys_add_from (&self->keys, keys, j)) {
+        for (size_t h = 0; h < to->count; h++) {
+            free (to->endpoint[h]);
+            free (to->curve_key[h]);
+        }
+        return -1;
+    }
+    return 0;
+}
+
+//  ---- one GET --------------------------------------------------------------------------------
+
+//  One GET of keys, each value landing in sink.
+static int
+s_get_chunk (kvpc_conn_t *conn, const kvpc_keys_t *keys, const kvpc_sink_t *sink, bool verify,
+             kvpc_redirects_t *redirects, int64_t *results)
 {
     if (keys->count == 0)
         return KVPOOL_OK;
     //  A ranged get asks for as many bytes as the key's buffers hold, from its offset.
     uint64_t *ranges = NULL;
-    if (offsets) {
+    if (sink->offsets) {
         ranges = malloc (2 * keys->count * sizeof *ranges);
         if (!ranges) {
             kvpc_fill (keys, results, KVPOOL_INTERNAL_ERROR);
@@ -428,13 +392,13 @@ s_get_chunk (kvpc_conn_t *conn, const kvpc_keys_t *keys, const kvpool_buf_t *con
         }
         for (size_t j = 0; j < keys->count; j++) {
             size_t i = keys->index[j];
-            ranges[j] = offsets[i];
-            ranges[keys->count + j] = kvpc_bufs_capacity (bufs[i], nbufs[i]);
+            ranges[j] = sink->offsets[i];
+            ranges[keys->count + j] = kvpc_sink_bytes (sink, i);
         }
     }
     kvpc_reply_t reply;
     int rc = s_get_call (conn, keys, ranges, ranges ? ranges + keys->count : NULL, &reply,
-                         redirect && !offsets);
+                         redirects != NULL);
     free (ranges);
     if (rc) {
         kvpc_fill (keys, results, rc);
@@ -444,20 +408,14 @@ s_get_chunk (kvpc_conn_t *conn, const kvpc_keys_t *keys, const kvpool_buf_t *con
     kvpc_copies_init (&copies);
     for (size_t j = 0; j < keys->count; j++) {
         size_t i = keys->index[j];
-        int status = s_get_key_status (conn, &reply, j, verify && !offsets);
-        if (status != KVPOOL_OK) {
-            results[i] = status;
-            continue;
-        }
-        size_t size = zmq_msg_size (&reply.frames[j]);
-        if (kvpc_bufs_capacity (bufs[i], nbufs[i]) < size) {
-            results[i] = KVPOOL_BUFFER_OVERFLOW;
-            continue;
-        }
-        if (kvpc_copies_scatter (&copies, zmq_msg_data (&reply.frames[j]), size, bufs[i], nbufs[i]))
+        int status = s_get_key_status (conn, &reply, j, verify && !sink->offsets);
+        if (status == KVPOOL_OK)
+            results[i] = kvpc_sink_land (sink, i, &reply.frames[j], &copies);
+        else if (status == KVPOOL_REDIRECT && redirects
+                 && s_redirects_add (redirects, keys, j, &reply))
             results[i] = KVPOOL_INTERNAL_ERROR;
         else
-            results[i] = (int64_t) size;
+            results[i] = status;
     }
     if (kvpc_copies_run (conn, &copies))
         //  A device copy failed (the last error says why): no key copied here is sure to
@@ -467,142 +425,29 @@ s_get_chunk (kvpc_conn_t *conn, const kvpc_keys_t *keys, const kvpool_buf_t *con
                 results[keys->index[j]] = KVPOOL_INVALID_PARAMS;
     kvpc_copies_fini (&copies);
     rc = reply.msg->status;
-    bool redirected = false;
-    for (size_t j = 0; j < keys->count; j++)
-        redirected |= results[keys->index[j]] == KVPOOL_REDIRECT;
-    if (redirected) {
-        s_into_t into = {bufs, nbufs};
-        s_follow_redirects (conn, keys, &reply, s_fetch_into, &into, results);
-    }
     kvpc_reply_free (&reply);
     return rc;
 }
 
-typedef struct {
-    const kvpool_buf_t *const *bufs;
-    const size_t *nbufs;
-} s_bufs_t;
-
 static uint64_t
-s_buffer_bytes (const void *arg, size_t index)
+s_sink_bytes (const void *arg, size_t index)
 {
-    const s_bufs_t *bufs = (const s_bufs_t *) arg;
-    return kvpc_bufs_capacity (bufs->bufs[index], bufs->nbufs[index]);
+    return kvpc_sink_bytes ((const kvpc_sink_t *) arg, index);
 }
 
 int
-kvpc_socket_get_into (kvpc_conn_t *conn, const kvpc_keys_t *keys, const kvpool_buf_t *const *bufs,
-                      const size_t *nbufs, const uint64_t *offsets, int64_t *results)
+kvpc_socket_get (kvpc_conn_t *conn, const kvpc_keys_t *keys, const kvpc_sink_t *sink, bool verify,
+                 kvpc_redirects_t *redirects, int64_t *results)
 {
     int rc = KVPOOL_OK;
     size_t start = 0;
-    s_bufs_t arg = {bufs, nbufs};
     kvpc_keys_t chunk;
-    while (kvpc_next_chunk (keys, &start, s_buffer_bytes, &arg, &chunk, results)) {
-        int chunk_rc = s_get_chunk (conn, &chunk, bufs, nbufs, offsets, results, true, false);
+    while (kvpc_next_chunk (keys, &start, s_sink_bytes, sink, &chunk, results)) {
+        int chunk_rc = s_get_chunk (conn, &chunk, sink, verify, redirects, results);
         if (chunk_rc != KVPOOL_OK)
             rc = chunk_rc;
         kvpc_keys_fini (&chunk);
     }
-    return rc;
-}
-
-static int
-s_socket_get (kvpc_conn_t *conn, const char *key, void **data_p, size_t *size_p, bool verify)
-{
-    kvpc_keys_t sent;
-    kvpc_keys_init (&sent);
-    kvpc_keys_add (&sent, key, 0); //  fits inline
-    kvpc_reply_t reply;
-    int rc = s_get_call (conn, &sent, NULL, NULL, &reply, true);
-    if (rc == 0 && kvpc_reply_key_status (&reply, 0) == KVPOOL_REDIRECT) {
-        //  Read from a node that holds it; failing that, relayed by this one.
-        for (size_t attempt = 0; attempt < KVPOOL_MAX_REPLICAS; attempt++) {
-            const char *endpoint = s_redirect_target (&reply, 0, attempt);
-            kvpc_conn_t *peer =
-                endpoint ? kvpc_conn_peer (conn, endpoint, s_redirect_key (&reply, 0, attempt))
-                         : NULL;
-            if (!endpoint)
-                break;
-            int peer_rc = peer ? s_socket_get (peer, key, data_p, size_p, true) : KVPOOL_RPC_FAIL;
-            if (peer_rc == KVPOOL_OK
-                || (peer_rc != KVPOOL_OBJECT_NOT_FOUND && peer_rc != KVPOOL_RPC_FAIL
-                    && peer_rc != KVPOOL_REDIRECT && peer_rc != KVPOOL_TRANSFER_FAIL)) {
-                kvpc_reply_free (&reply);
-                kvpc_keys_fini (&sent);
-                return peer_rc;
-            }
-        }
-        kvpc_reply_free (&reply);
-        rc = s_get_call (conn, &sent, NULL, NULL, &reply, false);
-    }
-    kvpc_keys_fini (&sent);
-    if (rc)
-        return rc;
-    rc = s_get_key_status (conn, &reply, 0, verify);
-    if (rc == KVPOOL_OK) {
-        size_t size = zmq_msg_size (&reply.frames[0]);
-        void *data = malloc (size ? size : 1);
-        if (data) {
-            memcpy (data, zmq_msg_data (&reply.frames[0]), size);
-            *data_p = data;
-            *size_p = size;
-        }
-        else
-            rc = KVPOOL_INTERNAL_ERROR;
-    }
-    kvpc_reply_free (&reply);
-    return rc;
-}
-
-int
-kvpc_socket_get (kvpc_conn_t *conn, const char *key, void **data_p, size_t *size_p)
-{
-    return s_socket_get (conn, key, data_p, size_p, false);
-}
-
-static int s_get_frames (kvpc_conn_t *conn, const kvpc_keys_t *keys, zmq_msg_t *frames,
-                         int64_t *results, bool redirect, bool verify);
-
-static void
-s_fetch_frames (kvpc_conn_t *conn, const kvpc_keys_t *keys, void *arg, int64_t *results,
-                bool verify)
-{
-    s_get_frames (conn, keys, (zmq_msg_t *) arg, results, false, verify);
-}
-
-int
-kvpc_socket_get_frames (kvpc_conn_t *conn, const kvpc_keys_t *keys, zmq_msg_t *frames,
-                        int64_t *results)
-{
-    return s_get_frames (conn, keys, frames, results, true, false);
-}
-
-static int
-s_get_frames (kvpc_conn_t *conn, const kvpc_keys_t *keys, zmq_msg_t *frames, int64_t *results,
-              bool redirect, bool verify)
-{
-    kvpc_reply_t reply;
-    int rc = s_get_call (conn, keys, NULL, NULL, &reply, redirect);
-    if (rc) {
-        kvpc_fill (keys, results, rc);
-        return rc;
-    }
-    for (size_t j = 0; j < keys->count; j++) {
-        size_t i = keys->index[j];
-        results[i] = s_get_key_status (conn, &reply, j, verify);
-        //  The frame moves out: no byte is copied.
-        if (results[i] == KVPOOL_OK)
-            zmq_msg_move (&frames[i], &reply.frames[j]);
-    }
-    //  Keys held elsewhere: from their nodes, one request a node (or relayed by this one).
-    bool redirected = false;
-    for (size_t j = 0; j < keys->count; j++)
-        redirected |= results[keys->index[j]] == KVPOOL_REDIRECT;
-    if (redirected)
-        s_follow_redirects (conn, keys, &reply, s_fetch_frames, frames, results);
-    rc = reply.msg->status;
-    kvpc_reply_free (&reply);
     return rc;
 }
 

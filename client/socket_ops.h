@@ -1,6 +1,7 @@
 /*  socket_ops.h - every operation of include/kvpool.h as requests over the connection's
-    socket, values included. Above connection.h and batch.h; used by the public API, and by
-    the fast path for the keys it cannot serve itself.
+    socket, values included. Above connection.h, batch.h and sink.h; used by the public API
+    and the read resolver (resolve.h), never by the fast path: what one layer cannot serve,
+    the layer above hands to another.
 
     Keyed operations take the keys that passed validation (kvpc_keys_t) and store one outcome
     per caller index in results; they return the request's status (0 when answered, the
@@ -11,6 +12,7 @@
 
 #include "client/batch.h"
 #include "client/connection.h"
+#include "client/sink.h"
 
 //  How a keyed request's per-key status becomes the caller's outcome: the status itself,
 //  1 / 0 for EXIST (found / not found), or the size for GET_SIZE.
@@ -28,18 +30,32 @@ int64_t kvpc_socket_count (kvpc_conn_t *conn, Kvpool__V1__Request *request);
 int kvpc_socket_put (kvpc_conn_t *conn, Kvpool__V1__Op op, const kvpc_keys_t *keys,
                      const kvpc_value_t *values, const kvpool_put_options_t *opts,
                      int64_t *results);
-//  GET of keys into the caller's buffers (bufs and nbufs indexed by caller index), in
-//  requests of bounded size; results[i] is the size written. With offsets (by caller index;
-//  NULL: whole values) each key's range from its offset, as much as its buffers hold.
-int kvpc_socket_get_into (kvpc_conn_t *conn, const kvpc_keys_t *keys,
-                          const kvpool_buf_t *const *bufs, const size_t *nbufs,
-                          const uint64_t *offsets, int64_t *results);
-//  GET of one valid key into a buffer allocated with malloc (caller owns *data_p).
-int kvpc_socket_get (kvpc_conn_t *conn, const char *key, void **data_p, size_t *size_p);
-//  GET of keys, each value's frame moved as received into frames[i] (initialised by the
-//  caller; left empty where the key failed).
-int kvpc_socket_get_frames (kvpc_conn_t *conn, const kvpc_keys_t *keys, zmq_msg_t *frames,
-                            int64_t *results);
+//  The holders a REDIRECT named for one key: client endpoints (and their CURVE keys, NULL
+//  when none was named) in the order the node named them.
+typedef struct {
+    char *endpoint[KVPOOL_MAX_REPLICAS];
+    char *curve_key[KVPOOL_MAX_REPLICAS];
+    size_t count;
+} kvpc_holders_t;
+
+//  The keys a GET's node sent elsewhere, each with its holders (holders[j] for keys' j-th).
+typedef struct {
+    kvpc_keys_t keys;
+    kvpc_holders_t *holders;
+    size_t capacity;
+} kvpc_redirects_t;
+
+void kvpc_redirects_init (kvpc_redirects_t *self);
+void kvpc_redirects_fini (kvpc_redirects_t *self);
+
+//  GET of keys, each value landing in sink (sink.h; results[i]: the size landed, or the
+//  key's status), in requests of bounded size. verify: check each value against the checksum
+//  the node sent (TRANSFER_FAIL when it does not match: a node not ours served it). With
+//  redirects, the node may answer REDIRECT for a key another node holds: the key's result is
+//  then KVPOOL_REDIRECT and it is added, with its holders, to redirects; nothing here follows
+//  them (the resolver does, resolve.h). Without, the node relays every value itself.
+int kvpc_socket_get (kvpc_conn_t *conn, const kvpc_keys_t *keys, const kvpc_sink_t *sink,
+                     bool verify, kvpc_redirects_t *redirects, int64_t *results);
 
 //  PUT_START of keys[0..n) with their sizes, and GET_REPLICA_LIST (with pin or without):
 //  every placement is filled, invalid keys with INVALID_KEY.

@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "client/process.h"
 #include "shm/segment.h"
 #include "kvpool.h"
 #include "tests/testutil.h"
@@ -1123,6 +1124,161 @@ s_test_index_reads_counted (void)
     kvpool_destroy (&pool);
 }
 
+//  ---- the process context and the read path ---------------------------------------------
+
+//  Connections of one process share one context: two connections to the node map its
+//  segments and its read index once, and the context goes with the last connection (and
+//  its device layer, which holds the context's CUDA runtime).
+//  (Runs while no other connection is open.)
+static void
+s_test_shared_context (void)
+{
+    kvpc_process_counts_t none, one, two, left;
+    kvpc_process_counts (&none);
+    CHECK_EQ (none.users, 0);
+    kvpool_t *a = kvpool_connect (s_endpoint, NULL);
+    CHECK (a && kvpool_fast_path (a));
+    kvpc_process_counts (&one);
+    CHECK_EQ (one.users, 1);
+    CHECK (one.segments > 0 && one.indexes == 1);
+    CHECK_EQ (one.maps_made, one.segments);
+    kvpool_t *b = kvpool_connect (s_endpoint, NULL);
+    CHECK (b && kvpool_fast_path (b));
+    kvpc_process_counts (&two);
+    CHECK_EQ (two.users, 2);
+    CHECK_EQ (two.segments, one.segments);
+    CHECK_EQ (two.maps_made, one.maps_made); //  nothing mapped again
+    CHECK_EQ (two.indexes, 1);
+    //  What one writes through the shared mappings, the other reads through them.
+    size_t size = 256 << 10;
+    void *value = s_value (size, 77);
+    void *got = malloc (size);
+    CHECK (got);
+    CHECK_EQ (kvpool_put (a, "shared-context", value, size, NULL), KVPOOL_OK);
+    CHECK_EQ (kvpool_get_into (b, "shared-context", got, size), (int64_t) size);
+    CHECK (memcmp (got, value, size) == 0);
+    CHECK_EQ (kvpool_remove (a, "shared-context", true), KVPOOL_OK);
+    //  The mappings stay while a connection holds them.
+    kvpool_destroy (&a);
+    kvpc_process_counts (&left);
+    CHECK (left.users >= 1);
+    CHECK_EQ (left.segments, one.segments);
+    CHECK_EQ (kvpool_get_into (b, "shared-context", got, size), KVPOOL_OBJECT_NOT_FOUND);
+    kvpool_destroy (&b);
+    kvpc_process_counts (&left);
+    CHECK (left.users == 0 && left.segments == 0 && left.indexes == 0 && left.maps_made == 0);
+    free (value);
+    free (got);
+}
+
+//  The node's count of requests of one operation (by its name in the proto).
+static uint64_t
+s_op_requests (kvpool_t *pool, const char *name)
+{
+    kvpool_stats_t stats;
+    kvpool_op_stats_t ops[64];
+    size_t count = 0;
+    CHECK_EQ (kvpool_stats_ops (pool, &stats, ops, 64, &count), KVPOOL_OK);
+    for (size_t i = 0; i < count && i < 64; i++)
+        if (strcmp (ops[i].name, name) == 0)
+            return ops[i].requests;
+    return 0;
+}
+
+//  Checks the GET and GET_REPLICA_LIST requests the node saw since *gets, *lists, and
+//  moves them on.
+static void
+s_check_requests (kvpool_t *pool, uint64_t *gets, uint64_t *lists, uint64_t more_gets,
+                  uint64_t more_lists)
+{
+    uint64_t now_gets = s_op_requests (pool, "GET");
+    uint64_t now_lists = s_op_requests (pool, "GET_REPLICA_LIST");
+    CHECK_EQ (now_gets - *gets, more_gets);
+    CHECK_EQ (now_lists - *lists, more_lists);
+    *gets = now_gets;
+    *lists = now_lists;
+}
+
+//  Every get shape gives the same bytes whichever source the resolver takes: the read index,
+//  a replica list, the node's socket. The node's request counts show which one served.
+static void
+s_test_read_path (void)
+{
+    kvpool_t *pool = kvpool_connect (s_endpoint, NULL);
+    CHECK (pool && kvpool_fast_path (pool));
+    const size_t size = 100 << 10;
+    void *value = s_value (size, 4242);
+    CHECK_EQ (kvpool_put (pool, "read-path", value, size, NULL), KVPOOL_OK);
+    const char *key = "read-path";
+    char *got = malloc (size);
+    CHECK (got);
+    uint64_t gets = s_op_requests (pool, "GET"), lists = s_op_requests (pool, "GET_REPLICA_LIST");
+
+    //  The shapes into buffers, whole values.
+    void *buffers[1] = {got};
+    size_t capacities[1] = {size};
+    int64_t results[1];
+    kvpool_buf_t halves[2] = {{got, size / 2}, {got + size / 2, size - size / 2}};
+    const kvpool_buf_t *parts[1] = {halves};
+    size_t nparts[1] = {2};
+#define S_GET_SHAPES_INTO()                                                                        \
+    do {                                                                                           \
+        memset (got, 0, size);                                                                     \
+        CHECK_EQ (kvpool_get_into (pool, key, got, size), (int64_t) size);                         \
+        CHECK (memcmp (got, value, size) == 0);                                                    \
+        memset (got, 0, size);                                                                     \
+        CHECK_EQ (kvpool_get_batch_into (pool, 1, &key, buffers, capacities, results), KVPOOL_OK); \
+        CHECK (results[0] == (int64_t) size && memcmp (got, value, size) == 0);                    \
+        memset (got, 0, size);                                                                     \
+        CHECK_EQ (kvpool_get_batch_into_parts (pool, 1, &key, parts, nparts, results), KVPOOL_OK); \
+        CHECK (results[0] == (int64_t) size && memcmp (got, value, size) == 0);                    \
+    } while (0)
+
+    //  1. The read index: no request at all.
+    S_GET_SHAPES_INTO ();
+    s_check_requests (pool, &gets, &lists, 0, 0);
+    //  2. Without the index, a pinned replica list: one GET_REPLICA_LIST a call.
+    kvpool_set_index (pool, false);
+    S_GET_SHAPES_INTO ();
+    s_check_requests (pool, &gets, &lists, 0, 3);
+    kvpool_set_index (pool, true);
+    //  3. The node: ranges, malloc'd values and frames always, and everything with the fast
+    //  path off; one GET a call.
+    memset (got, 0, size);
+    CHECK_EQ (kvpool_get_range_into (pool, key, 1000, got, 5000), 5000);
+    CHECK (memcmp (got, (char *) value + 1000, 5000) == 0);
+    void *data = NULL;
+    size_t data_size = 0;
+    CHECK_EQ (kvpool_get (pool, key, &data, &data_size), KVPOOL_OK);
+    CHECK (data && data_size == size && memcmp (data, value, size) == 0);
+    free (data);
+    kvpool_values_t *values = NULL;
+    int status = -1;
+    CHECK_EQ (kvpool_get_batch (pool, 1, &key, &values, &status), KVPOOL_OK);
+    CHECK_EQ (status, KVPOOL_OK);
+    CHECK (kvpool_values_size (values, 0) == size
+           && memcmp (kvpool_values_data (values, 0), value, size) == 0);
+    kvpool_values_destroy (&values);
+    s_check_requests (pool, &gets, &lists, 3, 0);
+    CHECK (!kvpool_set_fast_path (pool, false));
+    S_GET_SHAPES_INTO ();
+    s_check_requests (pool, &gets, &lists, 3, 0);
+#undef S_GET_SHAPES_INTO
+    //  A missing key is not found in every shape, whichever path.
+    CHECK (kvpool_set_fast_path (pool, true));
+    const char *missing = "read-path-missing";
+    CHECK_EQ (kvpool_get_into (pool, missing, got, size), KVPOOL_OBJECT_NOT_FOUND);
+    CHECK_EQ (kvpool_get (pool, missing, &data, &data_size), KVPOOL_OBJECT_NOT_FOUND);
+    CHECK (data == NULL && data_size == 0);
+    CHECK_EQ (kvpool_get_batch (pool, 1, &missing, &values, &status), KVPOOL_OK);
+    CHECK (status == KVPOOL_OBJECT_NOT_FOUND && kvpool_values_data (values, 0) == NULL);
+    kvpool_values_destroy (&values);
+    CHECK_EQ (kvpool_remove (pool, key, true), KVPOOL_OK);
+    kvpool_destroy (&pool);
+    free (value);
+    free (got);
+}
+
 //  ---- main -----------------------------------------------------------------------------------
 
 //  Upsert replaces whole values (through either path, the reads see the new one); ranged
@@ -1223,6 +1379,10 @@ main (void)
     printf ("kvpoold at %s\n", s_endpoint);
     s_test_connect ();
     printf ("connect: OK\n");
+    s_test_shared_context ();
+    printf ("shared context: OK\n");
+    s_test_read_path ();
+    printf ("read path: OK\n");
     s_suite (false);
     //  The rest runs with glibc's malloc tuned as kvpool_tune_malloc documents (and the
     //  Python package does): everything must behave the same. (Under a sanitizer the malloc
