@@ -1,9 +1,11 @@
 /*  segment_table.h - the segments one process maps to reach values another process placed:
     segment id -> mapping.
 
-    A same-machine client maps the node's segments to copy values itself; the node's api
-    actor maps them too, to answer small reads straight from the read index. Both learn the
-    segments from a listing (id, name, size) and keep the table in step with it: a segment
+    The node's api actor maps the node's segments with it, to answer small reads straight
+    from the read index. (A same-machine client maps them too, once per process, through
+    client/process.c and client/segment_view.c; it shares only the listing's type,
+    segment_listing_t, with this table.) The table learns the segments from a listing (id,
+    name, size) and keeps itself in step with it: a segment
     that did not change keeps its mapping, a new one is mapped (segment_open), a gone one is
     unmapped. A mapping is the table's own, so it stays valid while the table holds it, even
     after the node has unmounted the segment. Offsets are checked against the segment's
