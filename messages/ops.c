@@ -219,9 +219,10 @@ s_rows_index (void)
 const kvp_op_t *
 kvp_op_row (int op, kvp_via_t via)
 {
-    int slot = op + NODE_OPS_MAX;
-    if (slot < 0 || slot >= OP_SLOTS || (unsigned) via >= KVP_VIA_COUNT)
+    //  (op is the request's: checked before the sum, which must not overflow)
+    if (op < -NODE_OPS_MAX || op >= OP_SLOTS - NODE_OPS_MAX || (unsigned) via >= KVP_VIA_COUNT)
         return NULL;
+    int slot = op + NODE_OPS_MAX;
     pthread_once (&s_rows_once, s_rows_index);
     return s_rows[via][slot];
 }
