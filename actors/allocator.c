@@ -351,8 +351,8 @@ static size_t
 s_candidates (self_t *self, kvp_job_t *job, seg_t **order, size_t capacity)
 {
     size_t n = 0;
-    for (size_t p = 0; p < job->preferred_count && n < capacity; p++) {
-        seg_t *seg = s_seg_find_name (self, job->preferred[p]);
+    for (size_t p = 0; p < job->opt.preferred_count && n < capacity; p++) {
+        seg_t *seg = s_seg_find_name (self, job->opt.preferred[p]);
         bool dup = false;
         for (size_t k = 0; k < n; k++)
             dup |= order[k] == seg;
@@ -437,7 +437,7 @@ s_alloc_reason (self_t *self, kvp_job_t *job, kvp_item_t *item, uint32_t wanted,
 static void
 s_alloc (self_t *self, kvp_job_t *job, bool retry)
 {
-    uint32_t wanted = job->replica_num ? job->replica_num : 1;
+    uint32_t wanted = job->opt.replica_num ? job->opt.replica_num : 1;
     seg_t *order[64];
     kvp_job_need_replicas (job);
     if (retry)
@@ -483,12 +483,12 @@ static void
 s_segments (self_t *self, kvp_job_t *job)
 {
     size_t n = zlistx_size (self->segments);
-    free (job->segments);
-    job->segments = (kvp_segment_info_t *) zmalloc ((n ? n : 1) * sizeof (kvp_segment_info_t));
-    job->segment_count = 0;
+    free (job->segments.list);
+    job->segments.list = (kvp_segment_info_t *) zmalloc ((n ? n : 1) * sizeof (kvp_segment_info_t));
+    job->segments.count = 0;
     for (seg_t *seg = (seg_t *) zlistx_first (self->segments); seg;
          seg = (seg_t *) zlistx_next (self->segments)) {
-        kvp_segment_info_t *info = &job->segments[job->segment_count++];
+        kvp_segment_info_t *info = &job->segments.list[job->segments.count++];
         info->id = seg->id;
         snprintf (info->name, sizeof info->name, "%s", segment_name (seg->segment));
         info->size = segment_size (seg->segment);
@@ -502,22 +502,22 @@ s_segments (self_t *self, kvp_job_t *job)
 static void
 s_owner_segments (self_t *self, kvp_job_t *job)
 {
-    free (job->segments);
-    job->segments = NULL;
-    job->segment_count = 0;
+    free (job->segments.list);
+    job->segments.list = NULL;
+    job->segments.count = 0;
     size_t n = 0;
     for (seg_t *seg = (seg_t *) zlistx_first (self->segments); seg;
          seg = (seg_t *) zlistx_next (self->segments))
-        n += job->owner && streq (seg->owner, job->owner);
+        n += job->segment.owner && streq (seg->owner, job->segment.owner);
     if (n == 0)
         return;
-    job->segments = (kvp_segment_info_t *) zmalloc (n * sizeof (kvp_segment_info_t));
+    job->segments.list = (kvp_segment_info_t *) zmalloc (n * sizeof (kvp_segment_info_t));
     for (seg_t *seg = (seg_t *) zlistx_first (self->segments); seg;
          seg = (seg_t *) zlistx_next (self->segments))
-        if (streq (seg->owner, job->owner)) {
+        if (streq (seg->owner, job->segment.owner)) {
             //  Going: nothing new is placed there while its objects are taken off it.
             seg->draining = true;
-            kvp_segment_info_t *info = &job->segments[job->segment_count++];
+            kvp_segment_info_t *info = &job->segments.list[job->segments.count++];
             info->id = seg->id;
             snprintf (info->name, sizeof info->name, "%s", segment_name (seg->segment));
             snprintf (info->owner, sizeof info->owner, "%s", seg->owner);
@@ -527,13 +527,14 @@ s_owner_segments (self_t *self, kvp_job_t *job)
 static void
 s_stats (self_t *self, kvp_job_t *job)
 {
-    job->stats.segments = (uint32_t) zlistx_size (self->segments);
-    job->stats.bytes_allocated = 0;
-    job->stats.bytes_mounted = 0;
+    kvp_stats_t *stats = kvp_job_stats (job);
+    stats->segments = (uint32_t) zlistx_size (self->segments);
+    stats->bytes_allocated = 0;
+    stats->bytes_mounted = 0;
     for (seg_t *seg = (seg_t *) zlistx_first (self->segments); seg;
          seg = (seg_t *) zlistx_next (self->segments)) {
-        job->stats.bytes_allocated += segment_arena_allocated (seg->arena);
-        job->stats.bytes_mounted += segment_size (seg->segment);
+        stats->bytes_allocated += segment_arena_allocated (seg->arena);
+        stats->bytes_mounted += segment_size (seg->segment);
     }
     s_segments (self, job); //  each segment's size and use (the metrics show them)
 }
@@ -552,13 +553,13 @@ allocator_usage (allocator_t *self, uint64_t *mounted, uint64_t *allocated)
 static void
 s_mount (self_t *self, kvp_job_t *job)
 {
-    const char *name = job->segment_name;
+    const char *name = job->segment.name;
     if (name && s_seg_find_name (self, name)) {
         kvp_job_fail (job, KVPOOL_SEGMENT_ALREADY_EXISTS, "segment %s is already mounted", name);
         return;
     }
     char reason[256];
-    segment_t *segment = segment_mount (name, job->segment_size, reason, sizeof reason);
+    segment_t *segment = segment_mount (name, job->segment.size, reason, sizeof reason);
     if (!segment) {
         kvp_job_fail (job, errno == ENOENT ? KVPOOL_SEGMENT_NOT_FOUND : KVPOOL_INVALID_PARAMS, "%s",
                       reason);
@@ -574,13 +575,13 @@ s_mount (self_t *self, kvp_job_t *job)
             segment_destroy (&segment);
             return;
         }
-    seg_t *seg = s_seg_add (self, segment, job->owner);
+    seg_t *seg = s_seg_add (self, segment, job->segment.owner);
     if (!seg) {
         segment_destroy (&segment);
         kvp_job_fail (job, KVPOOL_INTERNAL_ERROR, "cannot create an arena for %s", name);
         return;
     }
-    job->segment_id = seg->id;
+    job->segment.id = seg->id;
 }
 
 //  Ends the unmount of a drained segment. Returns true if it was ended.
@@ -600,7 +601,7 @@ s_unmount_finish (self_t *self, seg_t *seg, int64_t now)
         //  A segment whose owner died: nobody else will unlink its name (one made with
         //  shm_open; a memfd goes with its last descriptor).
         const char *name = segment_name (seg->segment);
-        if (job->orphan && !segment_name_is_fd (name) && shm_unlink (name) == 0)
+        if (job->segment.orphan && !segment_name_is_fd (name) && shm_unlink (name) == 0)
             kvp_info ("unlinked %s, left by a client that died", name);
         //  Position the list cursor on seg and delete it there.
         for (seg_t *it = (seg_t *) zlistx_first (self->segments); it;
@@ -642,13 +643,13 @@ s_check_unmounts (self_t *self)
 static void
 s_unmount_check (self_t *self, kvp_job_t *job)
 {
-    seg_t *seg = s_seg_find (self, job->segment_id);
+    seg_t *seg = s_seg_find (self, job->segment.id);
     if (!seg)
-        kvp_job_fail (job, KVPOOL_SEGMENT_NOT_FOUND, "no segment %u", job->segment_id);
-    else if (job->owner && !seg->owner[0])
+        kvp_job_fail (job, KVPOOL_SEGMENT_NOT_FOUND, "no segment %u", job->segment.id);
+    else if (job->segment.owner && !seg->owner[0])
         kvp_job_fail (job, KVPOOL_PERMISSION_DENIED,
                       "segment %u is the node's own memory: clients cannot unmount it", seg->id);
-    else if (job->owner && strcmp (job->owner, seg->owner) != 0)
+    else if (job->segment.owner && strcmp (job->segment.owner, seg->owner) != 0)
         kvp_job_fail (job, KVPOOL_PERMISSION_DENIED, "segment %u belongs to another process (%s)",
                       seg->id, seg->owner);
     else if (seg->unmount_job)
@@ -663,9 +664,9 @@ s_unmount_check (self_t *self, kvp_job_t *job)
 static bool
 s_unmount (self_t *self, kvp_job_t *job, zframe_t **reply_to_p)
 {
-    seg_t *seg = s_seg_find (self, job->segment_id);
+    seg_t *seg = s_seg_find (self, job->segment.id);
     if (!seg) {
-        kvp_job_fail (job, KVPOOL_SEGMENT_NOT_FOUND, "no segment %u", job->segment_id);
+        kvp_job_fail (job, KVPOOL_SEGMENT_NOT_FOUND, "no segment %u", job->segment.id);
         return false;
     }
     if (seg->unmount_job) {
@@ -742,7 +743,7 @@ allocator_test (bool verbose)
 
     //  Three replicas land on three distinct segments, at writable addresses.
     kvp_job_t *job = kvp_job_new (KVP_AL_ALLOC, 2);
-    job->replica_num = 3;
+    job->opt.replica_num = 3;
     job->items[0].size = 1 << 20;
     job->items[1].size = 1000;
     s_test_call (al, job);
@@ -756,7 +757,7 @@ allocator_test (bool verbose)
     }
     //  Four replicas on three segments is an invalid request, not a full pool.
     kvp_job_t *too_many = kvp_job_new (KVP_AL_ALLOC, 1);
-    too_many->replica_num = 4;
+    too_many->opt.replica_num = 4;
     too_many->items[0].size = 10;
     s_test_call (al, too_many);
     assert (too_many->items[0].status == KVPOOL_INVALID_REPLICA);
@@ -765,12 +766,12 @@ allocator_test (bool verbose)
     //  Preferred segment first.
     kvp_job_t *segs = kvp_job_new (KVP_AL_SEGMENTS, 0);
     s_test_call (al, segs);
-    assert (segs->segment_count == 3);
+    assert (segs->segments.count == 3);
     //  The node's own segments are sealed memfds: whoever can open one (here, by its name,
     //  as a same-machine client does) can neither shrink nor grow it under the node.
-    for (size_t i = 0; i < segs->segment_count; i++) {
-        assert (segment_name_is_fd (segs->segments[i].name));
-        int seg_fd = open (segs->segments[i].name, O_RDWR | O_CLOEXEC);
+    for (size_t i = 0; i < segs->segments.count; i++) {
+        assert (segment_name_is_fd (segs->segments.list[i].name));
+        int seg_fd = open (segs->segments.list[i].name, O_RDWR | O_CLOEXEC);
         assert (seg_fd >= 0);
         int seals = fcntl (seg_fd, F_GET_SEALS);
         assert ((seals & (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL))
@@ -781,11 +782,11 @@ allocator_test (bool verbose)
         close (seg_fd);
     }
     kvp_job_t *pref = kvp_job_new (KVP_AL_ALLOC, 1);
-    pref->preferred[0] = segs->segments[2].name;
-    pref->preferred_count = 1;
+    pref->opt.preferred[0] = segs->segments.list[2].name;
+    pref->opt.preferred_count = 1;
     pref->items[0].size = 100;
     s_test_call (al, pref);
-    assert (pref->items[0].replicas[0].segment_id == segs->segments[2].id);
+    assert (pref->items[0].replicas[0].segment_id == segs->segments.list[2].id);
     pref->kind = KVP_AL_FREE;
     s_test_call (al, pref);
     kvp_job_destroy (&pref);
@@ -807,12 +808,13 @@ allocator_test (bool verbose)
     assert (strstr (fill->error, "of 25165824 bytes in 3 segment(s))"));
     kvp_job_t *stats = kvp_job_new (KVP_AL_STATS, 0);
     s_test_call (al, stats);
-    assert (stats->stats.bytes_mounted == 3 * (8 << 20) && stats->stats.segments == 3);
-    uint64_t used_full = stats->stats.bytes_allocated;
+    assert (kvp_job_stats (stats)->bytes_mounted == 3 * (8 << 20)
+            && kvp_job_stats (stats)->segments == 3);
+    uint64_t used_full = kvp_job_stats (stats)->bytes_allocated;
     fill->kind = KVP_AL_FREE;
     s_test_call (al, fill);
     s_test_call (al, stats);
-    assert (stats->stats.bytes_allocated < used_full);
+    assert (kvp_job_stats (stats)->bytes_allocated < used_full);
     kvp_job_destroy (&fill);
 
     //  Memory that could shrink under the node is refused, with the reason.
@@ -821,9 +823,10 @@ allocator_test (bool verbose)
     segment_t *plain = segment_new (name, 4 << 20, false);
     assert (plain);
     kvp_job_t *mount = kvp_job_new (KVP_AL_MOUNT, 0);
-    mount->segment_name = name;
-    mount->segment_size = 4 << 20;
-    mount->owner = "pid:1";
+    kvp_job_payload (mount, KVP_PAYLOAD_SEGMENT);
+    mount->segment.name = name;
+    mount->segment.size = 4 << 20;
+    mount->segment.owner = "pid:1";
     s_test_call (al, mount);
     assert (mount->status == KVPOOL_INVALID_PARAMS && strstr (mount->error, "F_SEAL_SHRINK"));
     segment_destroy (&plain);
@@ -835,7 +838,7 @@ allocator_test (bool verbose)
     mount->status = KVPOOL_OK;
     mount->error[0] = 0;
     s_test_call (al, mount);
-    assert (mount->status == KVPOOL_OK && mount->segment_id == 4);
+    assert (mount->status == KVPOOL_OK && mount->segment.id == 4);
     s_test_call (al, mount);
     assert (mount->status == KVPOOL_SEGMENT_ALREADY_EXISTS);
     //  ... and under another name of the same object too.
@@ -844,16 +847,16 @@ allocator_test (bool verbose)
     int dup_fd = dup (fd);
     char other_name[64];
     snprintf (other_name, sizeof other_name, "/proc/%d/fd/%d", (int) getpid (), dup_fd);
-    mount->segment_name = other_name;
+    mount->segment.name = other_name;
     mount->status = KVPOOL_OK;
     mount->error[0] = 0;
     s_test_call (al, mount);
     assert (mount->status == KVPOOL_SEGMENT_ALREADY_EXISTS);
     close (dup_fd);
-    mount->segment_name = name;
+    mount->segment.name = name;
     kvp_job_t *on_client = kvp_job_new (KVP_AL_ALLOC, 1);
-    on_client->preferred[0] = name;
-    on_client->preferred_count = 1;
+    on_client->opt.preferred[0] = name;
+    on_client->opt.preferred_count = 1;
     on_client->items[0].size = 4096;
     s_test_call (al, on_client);
     assert (on_client->items[0].replicas[0].segment_id == 4);
@@ -864,32 +867,35 @@ allocator_test (bool verbose)
         == 0);
     //  Only the process that mounted a segment may unmount it; nobody unmounts the node's.
     kvp_job_t *check = kvp_job_new (KVP_AL_UNMOUNT_CHECK, 0);
-    check->segment_id = 4;
-    check->owner = "pid:2/9";
+    kvp_job_payload (check, KVP_PAYLOAD_SEGMENT);
+    check->segment.id = 4;
+    check->segment.owner = "pid:2/9";
     s_test_call (al, check);
     assert (check->status == KVPOOL_PERMISSION_DENIED && strstr (check->error, "another process"));
     check->status = KVPOOL_OK;
-    check->segment_id = 1;
+    check->segment.id = 1;
     s_test_call (al, check);
     assert (check->status == KVPOOL_PERMISSION_DENIED && strstr (check->error, "node's own"));
     check->status = KVPOOL_OK;
-    check->segment_id = 4;
-    check->owner = "pid:1";
+    check->segment.id = 4;
+    check->segment.owner = "pid:1";
     s_test_call (al, check);
     assert (check->status == KVPOOL_OK);
     kvp_job_destroy (&check);
     //  When its owner dies, the allocator names the segments to unmount: only its own.
     kvp_job_t *orphans = kvp_job_new (KVP_AL_OWNER_SEGMENTS, 0);
-    orphans->owner = "pid:1";
+    kvp_job_payload (orphans, KVP_PAYLOAD_SEGMENT);
+    orphans->segment.owner = "pid:1";
     s_test_call (al, orphans);
-    assert (orphans->segment_count == 1 && orphans->segments[0].id == 4);
-    assert (streq (orphans->segments[0].name, name));
-    orphans->owner = "pid:2/9";
+    assert (orphans->segments.count == 1 && orphans->segments.list[0].id == 4);
+    assert (streq (orphans->segments.list[0].name, name));
+    orphans->segment.owner = "pid:2/9";
     s_test_call (al, orphans);
-    assert (orphans->segment_count == 0);
+    assert (orphans->segments.count == 0);
     kvp_job_destroy (&orphans);
     kvp_job_t *unmount = kvp_job_new (KVP_AL_UNMOUNT, 0);
-    unmount->segment_id = 4;
+    kvp_job_payload (unmount, KVP_PAYLOAD_SEGMENT);
+    unmount->segment.id = 4;
     zframe_t *reply_to = zframe_new ("client", 6);
     assert (allocator_handle (al, unmount, &reply_to) && reply_to == NULL);
     allocator_tick (al);
@@ -901,7 +907,7 @@ allocator_test (bool verbose)
     zframe_destroy (&reply_to);
     assert (unmount->status == KVPOOL_OK);
     s_test_call (al, segs);
-    assert (segs->segment_count == 3);
+    assert (segs->segments.count == 3);
     kvp_job_destroy (&unmount);
     kvp_job_destroy (&on_client);
     kvp_job_destroy (&mount);
@@ -910,7 +916,7 @@ allocator_test (bool verbose)
     job->kind = KVP_AL_FREE;
     s_test_call (al, job);
     s_test_call (al, stats);
-    assert (stats->stats.bytes_allocated == 0);
+    assert (kvp_job_stats (stats)->bytes_allocated == 0);
     kvp_job_destroy (&job);
     kvp_job_destroy (&stats);
     kvp_job_destroy (&segs);

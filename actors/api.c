@@ -573,8 +573,10 @@ api_test (bool verbose)
     job->op = KVPOOL__V1__OP__STATS;
     assert (kvp_job_send (actor, job) == 0);
     assert (kvp_job_recv (actor) == job);
-    assert (job->status == KVPOOL_OK && job->stats.objects == 1 && job->stats.segments >= 1);
-    assert (job->stats.requests >= 2 && job->stats.max_key_len == config.max_key_len);
+    assert (job->status == KVPOOL_OK && kvp_job_stats (job)->objects == 1
+            && kvp_job_stats (job)->segments >= 1);
+    assert (kvp_job_stats (job)->requests >= 2
+            && kvp_job_stats (job)->max_key_len == config.max_key_len);
     kvp_job_destroy (&job);
     job = kvp_job_new_owning (KVP_JOB_NONE, 1, exist_keys, exist_lens);
     job->op = KVPOOL__V1__OP__PUT;

@@ -170,8 +170,9 @@ s_config (api_t *self, const Kvpool__V1__Request *request, kvp_job_t *job, char 
             value_checksum_set_verify (api_checksums_wanted (&self->settings));
         kvp_info ("setting %s changed to %s", name, change);
     }
-    job->setting = name;
-    job->setting_value = change;
+    kvp_job_payload (job, KVP_PAYLOAD_CONFIG);
+    job->config.setting = name;
+    job->config.value = change;
     return 0;
 }
 
@@ -267,16 +268,16 @@ s_job_from_request (api_t *self, api_ctx_t *ctx)
         //  The writer's checksum of the value (PUT, UPSERT: verified against the frame as it
         //  is copied; PUT_END: taken as the value's, or verified when a node wrote it).
         if (request->n_checksums)
-            item->expect_checksum = request->checksums[i];
+            item->checksums.expect = request->checksums[i];
         if (request->n_offsets) {
-            job->ranged = true;
+            job->opt.ranged = true;
             item->offset = request->offsets[i];
             item->length = request->lengths[i];
         }
         if (flags & OP_RDMA) {
-            item->rdma_addr = request->rdma_addrs[i];
-            item->rdma_key = request->rdma_keys[i];
-            item->rdma_len = request->n_rdma_lengths ? request->rdma_lengths[i] : 0;
+            item->rdma.addr = request->rdma_addrs[i];
+            item->rdma.key = request->rdma_keys[i];
+            item->rdma.len = request->n_rdma_lengths ? request->rdma_lengths[i] : 0;
             if (!(flags & OP_SIZES))
                 item->size = item->length; //  a PUT_PART: its bytes are its range
         }
@@ -284,27 +285,33 @@ s_job_from_request (api_t *self, api_ctx_t *ctx)
             item->status = KVPOOL_VALUE_TOO_LARGE;
     }
     if (put) {
-        job->replica_num = put->replica_num;
+        job->opt.replica_num = put->replica_num;
         for (size_t p = 0; p < put->n_preferred_segments; p++)
-            job->preferred[job->preferred_count++] = put->preferred_segments[p];
-        job->soft_pin = put->soft_pin;
-        job->soft_pin_ttl_ms = put->soft_pin_ttl_ms;
-        job->hard_pin = put->hard_pin;
+            job->opt.preferred[job->opt.preferred_count++] = put->preferred_segments[p];
+        job->opt.soft_pin = put->soft_pin;
+        job->opt.soft_pin_ttl_ms = put->soft_pin_ttl_ms;
+        job->opt.hard_pin = put->hard_pin;
     }
-    job->force = request->force;
-    job->pin = request->pin;
-    job->redirect = request->redirect;
-    job->ranks = request->ranks ? request->ranks : 1;
+    job->opt.force = request->force;
+    job->opt.pin = request->pin;
+    job->opt.redirect = request->redirect;
     job->rdma_conn = request->rdma_conn;
-    if (request->rdma_data.len) {
-        job->rdma_data = (uint8_t *) malloc (request->rdma_data.len);
-        if (!job->rdma_data) {
+    //  The payload of the operation's own kind (kvp_job.h): only the operation that reads it
+    //  carries it.
+    if (op == KVPOOL__V1__OP__PREFIX_MATCH && kvp_job_payload (job, KVP_PAYLOAD_PREFIX))
+        job->prefix.ranks = request->ranks ? request->ranks : 1;
+    if (op == KVPOOL__V1__OP__REMOVE_BY_REGEX && kvp_job_payload (job, KVP_PAYLOAD_REGEX))
+        job->regex.pattern = request->pattern;
+    if (op == KVPOOL__V1__OP__RDMA_CONNECT && kvp_job_payload (job, KVP_PAYLOAD_RDMA_CONNECT)
+        && request->rdma_data.len) {
+        job->rdma_connect.data = (uint8_t *) malloc (request->rdma_data.len);
+        if (!job->rdma_connect.data) {
             kvp_job_destroy (&job);
             api_reply_error (self, ctx, id, op, KVPOOL_INTERNAL_ERROR, "out of memory");
             return NULL;
         }
-        memcpy (job->rdma_data, request->rdma_data.data, request->rdma_data.len);
-        job->rdma_size = request->rdma_data.len;
+        memcpy (job->rdma_connect.data, request->rdma_data.data, request->rdma_data.len);
+        job->rdma_connect.size = request->rdma_data.len;
     }
     if (op == KVPOOL__V1__OP__TOUCH)
         self->client_index_gets += request->reads;
@@ -316,17 +323,16 @@ s_job_from_request (api_t *self, api_ctx_t *ctx)
             return NULL;
         }
     }
-    job->pattern = request->pattern;
-    if (request->segment) {
-        job->segment_id = request->segment->id;
-        job->segment_name = request->segment->name;
-        job->segment_size = request->segment->size;
+    if (request->segment && kvp_job_payload (job, KVP_PAYLOAD_SEGMENT)) {
+        job->segment.id = request->segment->id;
+        job->segment.name = request->segment->name;
+        job->segment.size = request->segment->size;
         //  A segment belongs to the process that mounted it, by the kernel's word; only an
         //  in-process client names an owner itself. An unmount names who asks (NULL: the node).
         if (op == KVPOOL__V1__OP__MOUNT_SEGMENT)
-            job->owner = ctx->owner ? ctx->owner->name : request->segment->owner;
+            job->segment.owner = ctx->owner ? ctx->owner->name : request->segment->owner;
         else
-            job->owner = ctx->owner ? ctx->owner->name : NULL;
+            job->segment.owner = ctx->owner ? ctx->owner->name : NULL;
     }
     job->owner_id = ctx->owner ? ctx->owner->id : ctx->node_owner;
     if (request->n_vm_addrs) {
@@ -345,7 +351,7 @@ s_serve_from_index (api_t *self, kvp_job_t *job)
     api_ctx_t *ctx = (api_ctx_t *) job->context;
     bool values = (ctx->row->fills & REPLY_VALUES) != 0;
     if (!self->reads || job->count > (values ? INDEX_READ_KEYS_MAX : INDEX_CHECK_KEYS_MAX)
-        || !(ctx->row->flags & OP_INDEX) || job->ranged)
+        || !(ctx->row->flags & OP_INDEX) || job->opt.ranged)
         return false;
     zmq_msg_t small[8];
     zmq_msg_t *copies = NULL;

@@ -222,10 +222,10 @@ s_send_copies (zsock_t *sock, zmq_msg_t *copies, size_t count, bool send)
 static void
 s_name_self (api_t *self, kvp_job_t *job)
 {
-    if (!(job->nodes = (kvp_node_info_t *) calloc (1, sizeof (kvp_node_info_t))))
+    if (!(job->nodes.list = (kvp_node_info_t *) calloc (1, sizeof (kvp_node_info_t))))
         return;
-    kvp_node_info_t *node = job->nodes;
-    job->node_count = 1;
+    kvp_node_info_t *node = job->nodes.list;
+    job->nodes.count = 1;
     snprintf (node->node_id, sizeof node->node_id, "%s", self->server_id);
     snprintf (node->host_id, sizeof node->host_id, "%s", self->host_id);
     const char *first = (const char *) zlistx_first (self->endpoints);
@@ -235,7 +235,7 @@ s_name_self (api_t *self, kvp_job_t *job)
     node->alive = true;
     for (size_t i = 0; i < job->count; i++)
         if (job->items[i].status == KVPOOL_OK)
-            job->items[i].location_count = 1; //  locations[0] is 0: this node
+            job->items[i].cluster.location_count = 1; //  locations[0] is 0: this node
 }
 
 //  STATS: the per-operation counters, for the operations asked for since the start, in the
@@ -299,8 +299,8 @@ api_reply (api_t *self, kvp_job_t **job_p, zmq_msg_t *copies)
         reply.n_statuses = reply.n_sizes = reply.n_replicas = reply.n_segments = 0;
     }
     if (row->fills & REPLY_RDMA) {
-        reply.rdma_data.data = job->rdma_data;
-        reply.rdma_data.len = job->rdma_size;
+        reply.rdma_data.data = job->rdma_connect.data;
+        reply.rdma_data.len = job->rdma_connect.size;
         reply.rdma_conn = job->rdma_conn;
     }
     if (row->fills & REPLY_NODE) {
@@ -314,12 +314,12 @@ api_reply (api_t *self, kvp_job_t **job_p, zmq_msg_t *copies)
         reply.local_endpoint = self->local_endpoint;
         reply.cluster = self->cluster;
     }
-    if ((row->fills & REPLY_SETTING) && job->setting
+    if ((row->fills & REPLY_SETTING) && job->config.setting
         && (reply.setting_value = (char *) arena_alloc (&ctx->arena, 1024)))
-        kvp_config_value (self->config, job->setting, reply.setting_value, 1024);
+        kvp_config_value (self->config, job->config.setting, reply.setting_value, 1024);
     if (row->fills & REPLY_STATS) {
-        api_complete_stats (self, &job->stats);
-        reply_stats (&job->stats, &stats);
+        api_complete_stats (self, kvp_job_stats (job));
+        reply_stats (kvp_job_stats (job), &stats);
         reply.stats = &stats;
         s_op_stats (self, ctx, &reply);
     }

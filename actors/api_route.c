@@ -93,23 +93,24 @@ s_disk_follow_up (api_t *self, kvp_job_t *job)
     size_t promote_bytes = 0;
     for (size_t i = 0; i < job->count; i++) {
         kvp_item_t *item = &job->items[i];
-        if (item->lost) {
+        if (item->disk.lost) {
             if (!lost) {
                 lost = kvp_job_new (KVP_JOB_NONE, 0);
                 lost->op = KVP_OP_DISK_LOST;
             }
-            kvp_job_append_key (lost, item->key, item->key_len)->disk_id = item->disk_id;
+            kvp_job_append_key (lost, item->key, item->key_len)->disk.id = item->disk.id;
         }
-        else if (item->promote && item->buffer && item->status == KVPOOL_OK)
+        else if (item->disk.promote && item->buffer && item->status == KVPOOL_OK)
             promote_bytes += item->size;
     }
     if (promote_bytes && (promote = kvp_job_new (KVP_JOB_NONE, 0))) {
         promote->op = KVP_OP_PROMOTE;
-        promote->value_storage = malloc (promote_bytes);
-        char *next = (char *) promote->value_storage;
+        kvp_job_payload (promote, KVP_PAYLOAD_PROMOTE);
+        promote->promote.storage = malloc (promote_bytes);
+        char *next = (char *) promote->promote.storage;
         for (size_t i = 0; next && i < job->count; i++) {
             kvp_item_t *item = &job->items[i];
-            if (!item->promote || !item->buffer || item->status != KVPOOL_OK)
+            if (!item->disk.promote || !item->buffer || item->status != KVPOOL_OK)
                 continue;
             kvp_item_t *copy = kvp_job_append_key (promote, item->key, item->key_len);
             memcpy (next, item->replicas[0].addr, item->size);
@@ -139,7 +140,7 @@ s_finish (api_t *self, kvp_job_t *job)
         s_node_job_done (self, job);
     else if (ctx->from_jobs) {
         if (ctx->row->fills & REPLY_STATS)
-            api_complete_stats (self, &job->stats);
+            api_complete_stats (self, kvp_job_stats (job));
         job->context = NULL;
         zframe_t *routing_id = ctx->routing_id;
         ctx->routing_id = NULL;
@@ -151,7 +152,7 @@ s_finish (api_t *self, kvp_job_t *job)
     }
     else {
         //  (A PUT_PART's offsets say where its frames went: nothing to cut.)
-        if (job->ranged && job->status == KVPOOL_OK && (ctx->row->fills & REPLY_VALUES))
+        if (job->opt.ranged && job->status == KVPOOL_OK && (ctx->row->fills & REPLY_VALUES))
             s_apply_ranges (job);
         api_reply (self, &job, NULL);
     }
@@ -213,7 +214,7 @@ s_start_reset (api_t *self)
     if (reset) {
         zlistx_delete (self->resets, zlistx_cursor (self->resets));
         self->reset_running = true;
-        reset->force = true;
+        reset->opt.force = true;
         s_advance (self, reset, KVP_JOB_NONE);
         return;
     }
@@ -268,7 +269,8 @@ api_owner_gone (void *arg, const owner_t *owner)
     job->op = KVP_OP_OWNER_GONE;
     job->owner_id = owner->id;
     job->key_storage = strdup (owner->name); //  the record goes before the job is done
-    job->owner = job->key_storage;
+    kvp_job_payload (job, KVP_PAYLOAD_SEGMENT);
+    job->segment.owner = job->key_storage;
     s_advance (self, job, KVP_JOB_NONE);
 }
 
@@ -276,16 +278,17 @@ static void
 s_node_job_done (api_t *self, kvp_job_t *job)
 {
     if (job->op == KVP_OP_MAP_SEGMENTS && self->reads && job->status == KVPOOL_OK)
-        index_reads_segments (self->reads, job->segments, job->segment_count);
+        index_reads_segments (self->reads, job->segments.list, job->segments.count);
     else if (job->op == KVP_OP_OWNER_GONE)
         //  Each of its segments goes: objects removed, unmounted, its name unlinked.
-        for (size_t i = 0; i < job->segment_count; i++) {
+        for (size_t i = 0; i < job->segments.count; i++) {
             kvp_info ("kvpoold: owner of segment %u (%s) is gone: unmounting it",
-                      job->segments[i].id, job->segments[i].name);
+                      job->segments.list[i].id, job->segments.list[i].name);
             kvp_job_t *unmount = kvp_job_new (KVP_JOB_NONE, 0);
             unmount->op = KVP_OP_ORPHAN_UNMOUNT;
-            unmount->segment_id = job->segments[i].id;
-            unmount->orphan = true;
+            kvp_job_payload (unmount, KVP_PAYLOAD_SEGMENT);
+            unmount->segment.id = job->segments.list[i].id;
+            unmount->segment.orphan = true;
             s_advance (self, unmount, KVP_JOB_NONE);
         }
     else if (job->op == KVP_OP_ORPHAN_UNMOUNT)

@@ -405,15 +405,17 @@ s_job (self_t *self, kvp_job_t *job, zframe_t *routing_id)
         }
         case KVP_CL_REMOVE: cluster_remove_start (self, op); break;
         case KVP_CL_STATS:
-            job->stats.remote_gets = self->remote_gets;
-            job->stats.remote_get_bytes = self->remote_get_bytes;
-            job->stats.redirects = self->redirects;
-            job->stats.remote_puts = self->remote_puts;
-            job->stats.remote_put_parts = self->remote_put_parts;
-            job->stats.remote_get_parts = self->remote_get_parts;
-            job->stats.rdma_transfers = data_plane_rdma_transfers (self->plane);
-            job->stats.cluster_failures = self->failures + master_client_failures (self->master);
-            job->stats.checksum_failures += self->checksum_failures; //  (and the replica-manager's)
+            kvp_job_stats (job)->remote_gets = self->remote_gets;
+            kvp_job_stats (job)->remote_get_bytes = self->remote_get_bytes;
+            kvp_job_stats (job)->redirects = self->redirects;
+            kvp_job_stats (job)->remote_puts = self->remote_puts;
+            kvp_job_stats (job)->remote_put_parts = self->remote_put_parts;
+            kvp_job_stats (job)->remote_get_parts = self->remote_get_parts;
+            kvp_job_stats (job)->rdma_transfers = data_plane_rdma_transfers (self->plane);
+            kvp_job_stats (job)->cluster_failures =
+                self->failures + master_client_failures (self->master);
+            kvp_job_stats (job)->checksum_failures +=
+                self->checksum_failures; //  (and the replica-manager's)
             break;
         default: kvp_job_fail (job, KVPOOL_INTERNAL_ERROR, "cluster: job kind %d", job->kind);
     }

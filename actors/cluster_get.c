@@ -99,22 +99,23 @@ s_redirect (self_t *self, kvp_job_t *job, kvp_item_t *item,
 {
     item->status = KVPOOL_REDIRECT;
     self->redirects++;
-    item->location_count = 0;
-    for (size_t h = 0; h < holders->n_nodes && item->location_count < KVP_MAX_REPLICAS; h++) {
+    item->cluster.location_count = 0;
+    for (size_t h = 0; h < holders->n_nodes && item->cluster.location_count < KVP_MAX_REPLICAS;
+         h++) {
         if (holders->nodes[h] >= reply->n_nodes)
             continue;
         const Kvpool__Cluster__V1__Node *node = reply->nodes[holders->nodes[h]];
         if (strcmp (node->node_id, self->args->node_id) == 0)
             continue;
         size_t index = 0;
-        while (index < job->node_count && strcmp (job->nodes[index].node_id, node->node_id))
+        while (index < job->nodes.count && strcmp (job->nodes.list[index].node_id, node->node_id))
             index++;
-        if (index == job->node_count) {
+        if (index == job->nodes.count) {
             kvp_node_info_t *grown = (kvp_node_info_t *) realloc (
-                job->nodes, (job->node_count + 1) * sizeof (kvp_node_info_t));
+                job->nodes.list, (job->nodes.count + 1) * sizeof (kvp_node_info_t));
             assert (grown);
-            job->nodes = grown;
-            kvp_node_info_t *to = &job->nodes[job->node_count++];
+            job->nodes.list = grown;
+            kvp_node_info_t *to = &job->nodes.list[job->nodes.count++];
             memset (to, 0, sizeof *to);
             snprintf (to->node_id, sizeof to->node_id, "%s", node->node_id);
             snprintf (to->host_id, sizeof to->host_id, "%s", node->host_id);
@@ -122,9 +123,9 @@ s_redirect (self_t *self, kvp_job_t *job, kvp_item_t *item,
             snprintf (to->curve_key, sizeof to->curve_key, "%s", node->curve_key);
             to->alive = true;
         }
-        item->locations[item->location_count++] = (uint16_t) index;
+        item->cluster.locations[item->cluster.location_count++] = (uint16_t) index;
     }
-    if (item->location_count == 0)
+    if (item->cluster.location_count == 0)
         item->status = KVPOOL_OBJECT_NOT_FOUND; //  (fetched from a peer below)
 }
 
@@ -156,7 +157,7 @@ cluster_fetch_located (self_t *self, op_t *op, call_t *call,
         }
         item->size = k < reply->n_sizes ? reply->sizes[k] : 0;
         s_fetch_order (self, fetch);
-        if (job->redirect && !job->ranged && item->size >= REDIRECT_MIN_BYTES)
+        if (job->opt.redirect && !job->opt.ranged && item->size >= REDIRECT_MIN_BYTES)
             s_redirect (self, job, item, reply, reply->holders[k]);
     }
     //  Small values to one node go in one request; large ones in stripes.
@@ -271,7 +272,7 @@ cluster_fetch_done (self_t *self, op_t *op, run_t *run)
             s_fetch_add (self, op, again, i);
             continue;
         }
-        item->checksum = checksum; //  sent on with the value (Reply.checksums)
+        item->checksums.value = checksum; //  sent on with the value (Reply.checksums)
         if (!item->buffer) {
             //  Read whole: the received message is the value, sent on without a copy.
             zmq_msg_t *msg = (zmq_msg_t *) malloc (sizeof (zmq_msg_t));
@@ -313,13 +314,13 @@ cluster_nodes_reply (self_t *self, op_t *op, call_t *call, Kvpool__Cluster__V1__
     kvp_job_t *job = op->job;
     if (!cluster_master_answered (self, job, reply))
         return;
-    job->nodes =
+    job->nodes.list =
         (kvp_node_info_t *) calloc (reply->n_nodes ? reply->n_nodes : 1, sizeof (kvp_node_info_t));
-    assert (job->nodes);
-    job->node_count = reply->n_nodes;
+    assert (job->nodes.list);
+    job->nodes.count = reply->n_nodes;
     for (size_t n = 0; n < reply->n_nodes; n++) {
         const Kvpool__Cluster__V1__Node *from = reply->nodes[n];
-        kvp_node_info_t *to = &job->nodes[n];
+        kvp_node_info_t *to = &job->nodes.list[n];
         snprintf (to->node_id, sizeof to->node_id, "%s", from->node_id);
         snprintf (to->host_id, sizeof to->host_id, "%s", from->host_id);
         snprintf (to->client_endpoint, sizeof to->client_endpoint, "%s", from->client_endpoint);
@@ -339,7 +340,8 @@ cluster_nodes_reply (self_t *self, op_t *op, call_t *call, Kvpool__Cluster__V1__
         const Kvpool__Cluster__V1__Holders *holders =
             k < reply->n_holders ? reply->holders[k] : NULL;
         for (size_t h = 0;
-             holders && h < holders->n_nodes && item->location_count < KVP_MAX_REPLICAS; h++)
-            item->locations[item->location_count++] = (uint16_t) holders->nodes[h];
+             holders && h < holders->n_nodes && item->cluster.location_count < KVP_MAX_REPLICAS;
+             h++)
+            item->cluster.locations[item->cluster.location_count++] = (uint16_t) holders->nodes[h];
     }
 }

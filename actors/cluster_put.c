@@ -71,9 +71,9 @@ cluster_place_start (self_t *self, op_t *op)
         request.n_preferred = 1;
     }
     else {
-        request.replica_num = job->replica_num;
-        request.preferred = job->preferred;
-        request.n_preferred = job->preferred_count;
+        request.replica_num = job->opt.replica_num;
+        request.preferred = job->opt.preferred;
+        request.n_preferred = job->opt.preferred_count;
     }
     if (cluster_master_send (self, op, &request, items, n) != 0)
         kvp_job_fail (job, KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS, "%s is unreachable",
@@ -87,7 +87,7 @@ cluster_place_reply (self_t *self, op_t *op, call_t *call, Kvpool__Cluster__V1__
 {
     kvp_job_t *job = op->job;
     plan_t *plan = s_plan (job);
-    job->replica_num = 1; //  one replica a node: the one here, if any
+    job->opt.replica_num = 1; //  one replica a node: the one here, if any
     if (!reply) {
         //  The master did not answer in time (gone, or frozen): nothing is placed, and the
         //  job fails as a whole (cluster.c, s_call_done).
@@ -117,7 +117,7 @@ cluster_place_reply (self_t *self, op_t *op, call_t *call, Kvpool__Cluster__V1__
         uint8_t count = cluster_holders (self, reply, reply->holders[k], holders);
         placed->placed = true;
         placed->token = k < reply->n_tokens ? reply->tokens[k] : 0;
-        item->cluster_token = placed->token; //  a PUT_START's, for its PUT_END
+        item->cluster.token = placed->token; //  a PUT_START's, for its PUT_END
         for (uint8_t h = 0; h < count; h++) {
             if (cluster_is_self (self, holders[h]))
                 placed->local = true;
@@ -192,7 +192,7 @@ s_drop_at (self_t *self, int peer, const char *key, size_t key_len)
 static uint64_t
 s_put_checksum (const kvp_item_t *item)
 {
-    return item->checksum ? item->checksum : item->expect_checksum;
+    return item->checksums.value ? item->checksums.value : item->checksums.expect;
 }
 
 //  The same for a value in stripes, which the node verifies over its reservation at PUT_END:
@@ -202,8 +202,8 @@ s_put_checksum (const kvp_item_t *item)
 static uint64_t
 s_striped_checksum (kvp_item_t *item)
 {
-    if (!item->checksum && !item->expect_checksum && item->src && value_checksum_verify ())
-        item->checksum = value_checksum (item->src, item->size);
+    if (!item->checksums.value && !item->checksums.expect && item->src && value_checksum_verify ())
+        item->checksums.value = value_checksum (item->src, item->size);
     return s_put_checksum (item);
 }
 
@@ -243,7 +243,7 @@ cluster_commit_start (self_t *self, op_t *op)
             xfer->checksum = s_put_checksum (item);
         }
     }
-    data_plane_put_t put = {job->soft_pin, job->soft_pin_ttl_ms, job->hard_pin};
+    data_plane_put_t put = {job->opt.soft_pin, job->opt.soft_pin_ttl_ms, job->opt.hard_pin};
     cluster_run_start (self, run, &put);
 }
 
@@ -338,7 +338,7 @@ cluster_commit_copies_done (self_t *self, op_t *op, run_t *run)
             }
         }
     }
-    data_plane_put_t put = {job->soft_pin, job->soft_pin_ttl_ms, job->hard_pin};
+    data_plane_put_t put = {job->opt.soft_pin, job->opt.soft_pin_ttl_ms, job->opt.hard_pin};
     cluster_run_start (self, next, &put);
 }
 
@@ -401,7 +401,7 @@ cluster_commit_master (self_t *self, op_t *op)
         }
         holder_ptrs[n] = &holders[n];
         items[n] = i;
-        tokens[n] = placed ? placed->token : item->cluster_token;
+        tokens[n] = placed ? placed->token : item->cluster.token;
         keys[n].data = (uint8_t *) item->key;
         keys[n++].len = item->key_len;
     }

@@ -33,7 +33,7 @@ cluster_remove_start (self_t *self, op_t *op)
             break;
         case KVPOOL__V1__OP__REMOVE_BY_REGEX:
             request.kind = KVPOOL__CLUSTER__V1__KIND__REMOVE_REGEX;
-            request.pattern = (char *) (job->pattern ? job->pattern : "");
+            request.pattern = (char *) (job->regex.pattern ? job->regex.pattern : "");
             break;
         default: request.kind = KVPOOL__CLUSTER__V1__KIND__REMOVE_ALL; break;
     }

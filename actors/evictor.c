@@ -75,7 +75,7 @@ s_disk_register (self_t *self)
     }
     uint64_t found = scan->count, bytes = 0;
     for (size_t i = 0; i < scan->count; i++)
-        bytes += scan->items[i].disk_footprint;
+        bytes += scan->items[i].disk.footprint;
     scan->kind = KVP_RM_DISK_REGISTER;
     kvp_job_t *registered = s_call (self->rm, scan);
     uint64_t duplicates = 0;
@@ -161,7 +161,7 @@ static uint64_t
 s_test_evictions (zsock_t *to_rm)
 {
     kvp_job_t *stats = s_test_call (to_rm, kvp_job_new (KVP_RM_STATS, 0));
-    uint64_t evictions = stats->stats.evictions;
+    uint64_t evictions = kvp_job_stats (stats)->evictions;
     kvp_job_destroy (&stats);
     return evictions;
 }
@@ -280,7 +280,7 @@ evictor_test (bool verbose)
     //  under the watermark, the newest object kept, the oldest gone.
     zclock_sleep (100);
     kvp_job_t *stats = s_test_call (to_rm, kvp_job_new (KVP_AL_STATS, 0));
-    assert (stats->stats.bytes_allocated <= 0.9 * stats->stats.bytes_mounted);
+    assert (kvp_job_stats (stats)->bytes_allocated <= 0.9 * kvp_job_stats (stats)->bytes_mounted);
     kvp_job_destroy (&stats);
     const char *probe[] = {keys[0], keys[39]};
     size_t probe_lens[] = {6, 6};
@@ -290,9 +290,10 @@ evictor_test (bool verbose)
     assert (exist->items[1].status == KVPOOL_OK);
     kvp_job_destroy (&exist);
     stats = s_test_call (to_rm, kvp_job_new (KVP_RM_STATS, 0));
-    assert (stats->stats.evictions >= 8
-            && stats->stats.evictions_dropped == stats->stats.evictions);
-    assert (stats->stats.eviction_cycles >= 1 && stats->stats.disk_capacity == 0);
+    assert (kvp_job_stats (stats)->evictions >= 8
+            && kvp_job_stats (stats)->evictions_dropped == kvp_job_stats (stats)->evictions);
+    assert (kvp_job_stats (stats)->eviction_cycles >= 1
+            && kvp_job_stats (stats)->disk_capacity == 0);
     kvp_job_destroy (&stats);
     zsock_destroy (&to_rm);
     zactor_destroy (&ev);

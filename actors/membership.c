@@ -151,7 +151,7 @@ s_drop_refused (self_t *self, const Kvpool__Cluster__V1__MasterReply *reply)
     kvp_job_t *job = kvp_job_new_owning (KVP_RM_REMOVE, reply->n_keys, keys, lens);
     free (keys);
     free (lens);
-    job->force = true;
+    job->opt.force = true;
     //  Only the objects reported: a put of the key since then made a newer one, which the
     //  master knows and which stays. (A key not in the report gets an id no object has.)
     for (size_t k = 0; k < job->count; k++) {
@@ -227,10 +227,10 @@ s_rm_reply (self_t *self)
 {
     kvp_job_t *job = kvp_job_recv (self->rm);
     if (job && job->kind == KVP_AL_STATS) {
-        uint64_t capacity = job->stats.bytes_mounted;
+        uint64_t capacity = kvp_job_stats (job)->bytes_mounted;
         master_client_set_space (self->master, capacity,
-                                 capacity > job->stats.bytes_allocated
-                                     ? capacity - job->stats.bytes_allocated
+                                 capacity > kvp_job_stats (job)->bytes_allocated
+                                     ? capacity - kvp_job_stats (job)->bytes_allocated
                                      : 0);
         self->stats_out = false;
     }

@@ -74,6 +74,10 @@ void
 rdma_serve_connect (rdma_serve_t *self, kvp_job_t *job)
 {
     char reason[256];
+    if (!kvp_job_payload (job, KVP_PAYLOAD_RDMA_CONNECT)) {
+        kvp_job_fail (job, KVPOOL_INTERNAL_ERROR, "not an RDMA_CONNECT job");
+        return;
+    }
     pthread_mutex_lock (&self->lock);
     //  A free slot, or the one used least recently.
     slot_t *slot = &self->slots[0];
@@ -85,7 +89,9 @@ rdma_serve_connect (rdma_serve_t *self, kvp_job_t *job)
     uint8_t *data = NULL;
     size_t size = 0;
     kvp_rdma_conn_t *conn = kvp_rdma_conn_new (self->rdma, NULL, reason, sizeof reason);
-    if (!conn || kvp_rdma_conn_connect (conn, job->rdma_data, job->rdma_size, reason, sizeof reason)
+    if (!conn
+        || kvp_rdma_conn_connect (conn, job->rdma_connect.data, job->rdma_connect.size, reason,
+                                  sizeof reason)
         || kvp_rdma_conn_local_data (conn, &data, &size, reason, sizeof reason)) {
         kvp_rdma_conn_destroy (&conn);
         pthread_mutex_unlock (&self->lock);
@@ -95,9 +101,9 @@ rdma_serve_connect (rdma_serve_t *self, kvp_job_t *job)
     slot->conn = conn;
     slot->id = ++self->next_id;
     slot->last_used = zclock_mono ();
-    free (job->rdma_data);
-    job->rdma_data = data;
-    job->rdma_size = size;
+    free (job->rdma_connect.data);
+    job->rdma_connect.data = data;
+    job->rdma_connect.size = size;
     job->rdma_conn = slot->id;
     pthread_mutex_unlock (&self->lock);
 }
@@ -151,7 +157,7 @@ rdma_serve_move (rdma_serve_t *self, kvp_job_t *job)
         for (uint32_t r = 0; r < copies && item->status == KVPOOL_OK; r++) {
             char *local = (char *) item->replicas[r].addr;
             uint64_t len = item->size;
-            if (push && job->ranged) {
+            if (push && job->opt.ranged) {
                 if (item->offset > item->size) {
                     item->status = KVPOOL_INVALID_PARAMS;
                     break;
@@ -161,7 +167,7 @@ rdma_serve_move (rdma_serve_t *self, kvp_job_t *job)
                 local += item->offset;
                 item->size = len; //  the reply's size is the range's
             }
-            if (push && len > item->rdma_len) {
+            if (push && len > item->rdma.len) {
                 item->status = KVPOOL_BUFFER_OVERFLOW;
                 break;
             }
@@ -185,8 +191,8 @@ rdma_serve_move (rdma_serve_t *self, kvp_job_t *job)
                 r ? moves[count - 1].remote_id : TEMP_ID_BASE + self->next_temp++ % 0x10000000u;
             move->remote_owner = r == 0;
             if (r == 0
-                && kvp_rdma_conn_add_remote (slot->conn, move->remote_id, item->rdma_addr, len,
-                                             item->rdma_key, reason, sizeof reason)) {
+                && kvp_rdma_conn_add_remote (slot->conn, move->remote_id, item->rdma.addr, len,
+                                             item->rdma.key, reason, sizeof reason)) {
                 if (move->local_id)
                     kvp_rdma_deregister (self->rdma, move->local_id);
                 item->status = KVPOOL_TRANSFER_FAIL;
@@ -271,11 +277,14 @@ rdma_serve_test (bool verbose)
     kvp_rdma_conn_t *conn = kvp_rdma_conn_new (asker, NULL, reason, sizeof reason);
     assert (asker && conn);
     kvp_job_t *job = kvp_job_new (KVP_TX_RDMA_CONNECT, 0);
-    assert (kvp_rdma_conn_local_data (conn, &job->rdma_data, &job->rdma_size, reason, sizeof reason)
+    assert (kvp_job_payload (job, KVP_PAYLOAD_RDMA_CONNECT));
+    assert (kvp_rdma_conn_local_data (conn, &job->rdma_connect.data, &job->rdma_connect.size,
+                                      reason, sizeof reason)
             == 0);
     rdma_serve_connect (serve, job);
     assert (job->status == KVPOOL_OK && job->rdma_conn);
-    assert (kvp_rdma_conn_connect (conn, job->rdma_data, job->rdma_size, reason, sizeof reason)
+    assert (kvp_rdma_conn_connect (conn, job->rdma_connect.data, job->rdma_connect.size, reason,
+                                   sizeof reason)
             == 0);
     uint64_t id = job->rdma_conn;
     kvp_job_destroy (&job);
@@ -295,17 +304,17 @@ rdma_serve_test (bool verbose)
         job->items[i].replica_count = 1;
         job->items[i].replicas[0].addr = value;
     }
-    job->items[0].rdma_addr = (uint64_t) (uintptr_t) room;
-    job->items[0].rdma_key = kvp_rdma_regs_by_id (kvp_rdma_regions (asker), 1)->rkey;
-    job->items[0].rdma_len = size;
-    job->items[1].rdma_addr = (uint64_t) (uintptr_t) small;
-    job->items[1].rdma_key = kvp_rdma_regs_by_id (kvp_rdma_regions (asker), 2)->rkey;
-    job->items[1].rdma_len = 100;
+    job->items[0].rdma.addr = (uint64_t) (uintptr_t) room;
+    job->items[0].rdma.key = kvp_rdma_regs_by_id (kvp_rdma_regions (asker), 1)->rkey;
+    job->items[0].rdma.len = size;
+    job->items[1].rdma.addr = (uint64_t) (uintptr_t) small;
+    job->items[1].rdma.key = kvp_rdma_regs_by_id (kvp_rdma_regions (asker), 2)->rkey;
+    job->items[1].rdma.len = 100;
     rdma_serve_move (serve, job);
     assert (job->items[0].status == KVPOOL_OK && memcmp (room, value, size) == 0);
     assert (job->items[1].status == KVPOOL_BUFFER_OVERFLOW);
     //  A range of the same value into the small room.
-    job->ranged = true;
+    job->opt.ranged = true;
     job->items[0].status = KVPOOL_INVALID_KEY; //  passed over
     job->items[1].status = KVPOOL_OK;
     job->items[1].offset = 1000;
@@ -325,8 +334,8 @@ rdma_serve_test (bool verbose)
     job->items[0].replica_count = 2;
     job->items[0].replicas[0].addr = replicas[0];
     job->items[0].replicas[1].addr = replicas[1];
-    job->items[0].rdma_addr = (uint64_t) (uintptr_t) room;
-    job->items[0].rdma_key = kvp_rdma_regs_by_id (kvp_rdma_regions (asker), 1)->rkey;
+    job->items[0].rdma.addr = (uint64_t) (uintptr_t) room;
+    job->items[0].rdma.key = kvp_rdma_regs_by_id (kvp_rdma_regions (asker), 1)->rkey;
     rdma_serve_move (serve, job);
     assert (job->items[0].status == KVPOOL_OK);
     assert (memcmp (replicas[0], value, size) == 0 && memcmp (replicas[1], value, size) == 0);

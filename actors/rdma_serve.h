@@ -36,8 +36,8 @@ rdma_serve_t *rdma_serve_new (const char *device, int timeout_ms, char *reason, 
 //  Destroys the connections and closes the device. Does nothing on NULL; sets *self_p to NULL.
 void rdma_serve_destroy (rdma_serve_t **self_p);
 
-//  RDMA_CONNECT: job->rdma_data (the asker's connection data) is replaced by this node's, and
-//  job->rdma_conn is the new connection's id; or the job fails with a reason.
+//  RDMA_CONNECT: job->rdma_connect.data (the asker's connection data) is replaced by this
+//  node's, and job->rdma_conn is the new connection's id; or the job fails with a reason.
 void rdma_serve_connect (rdma_serve_t *self, kvp_job_t *job);
 
 //  KVP_TX_RDMA_PUSH or KVP_TX_RDMA_PULL: moves the values of the job's OK items; an item whose

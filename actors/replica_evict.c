@@ -108,7 +108,7 @@ static uint64_t
 s_no_room_bytes (const kvp_job_t *job)
 {
     uint64_t bytes = 0;
-    uint32_t replicas = job->replica_num ? job->replica_num : 1;
+    uint32_t replicas = job->opt.replica_num ? job->opt.replica_num : 1;
     for (size_t i = 0; i < job->count; i++)
         if (job->items[i].status == KVPOOL_NO_AVAILABLE_HANDLE)
             bytes += (job->items[i].size ? job->items[i].size : 1) * replicas;
@@ -239,7 +239,7 @@ static void
 s_evicted (self_t *self, kvp_job_t *job, int64_t now)
 {
     rm_policy_t *policy = &self->policy;
-    kvp_evict_t *plan = &job->evict;
+    kvp_evict_t *plan = kvp_job_evict (job);
     kvp_debug ("memory wanted %llu, freed %llu (%llu objects), queued %llu, skipped %llu, "
                "forced %llu, leased %llu, pinned %llu; disk %llu",
                (unsigned long long) plan->want, (unsigned long long) plan->freed_bytes,
@@ -261,7 +261,7 @@ s_evicted (self_t *self, kvp_job_t *job, int64_t now)
     policy->log_freed += plan->freed_bytes;
     uint64_t pending = 0;
     for (size_t i = 0; i < job->count; i++)
-        if (job->items[i].evict)
+        if (job->items[i].disk.evict)
             pending += job->items[i].size;
     uint64_t gained = plan->freed_bytes + pending;
     if (plan->want && gained < plan->want) {
@@ -354,7 +354,7 @@ s_cycle (self_t *self, uint64_t need, int64_t now)
     if (want == 0 && !eager)
         return;
     kvp_job_t *job = kvp_job_new (KVP_TX_DISK_WRITE, 0);
-    kvp_evict_t *plan = &job->evict;
+    kvp_evict_t *plan = kvp_job_evict (job);
     plan->want = want;
     plan->offload = offloading;
     plan->force = config->offload_force_evict;
@@ -444,19 +444,19 @@ rm_offload_done (self_t *self, kvp_job_t *job, int64_t now)
     for (size_t i = 0; i < job->count; i++) {
         kvp_item_t *item = &job->items[i];
         policy->queue--;
-        if (item->evict)
+        if (item->disk.evict)
             policy->pending_free -= item->size;
         policy->pending_disk -= disk_store_footprint (item->key_len, item->size);
-        if (item->disk_id && item->status == KVPOOL_OK) {
+        if (item->disk.id && item->status == KVPOOL_OK) {
             policy->offloads++;
             policy->offloaded_bytes += item->size;
         }
-        else if (item->disk_id)
-            rm_unlink_queue (self, item->disk_id); //  a copy nobody took
+        else if (item->disk.id)
+            rm_unlink_queue (self, item->disk.id); //  a copy nobody took
         else
             policy->failures++;
     }
-    if (job->evict.no_space)
+    if (kvp_job_evict (job)->no_space)
         s_disk_full (self, now);
     kvp_job_destroy (&job);
     s_waiters_check (self, false, now);

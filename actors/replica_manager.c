@@ -361,7 +361,7 @@ s_replicas_depart (self_t *self, kvp_object_t *object, const kvp_replica_t *lost
 static void
 s_remove_segment (self_t *self, kvp_job_t *job, int64_t now)
 {
-    uint32_t segment = job->segment_id;
+    uint32_t segment = job->segment.id;
     if (segment == 0)
         return;
     rm_segment_mark_gone (self, segment);
@@ -466,7 +466,7 @@ s_regex_fill (self_t *self, regex_run_t *run, int64_t now)
     for (kvp_object_t *object = (kvp_object_t *) object_table_first (self->objects); object;
          object = (kvp_object_t *) object_table_next (self->objects)) {
         if (object->state != OBJECT_COMPLETE
-            || !rm_looks_removable (self, object, run->job->force, now))
+            || !rm_looks_removable (self, object, run->job->opt.force, now))
             continue;
         if (regex_batch_add (run->batch, object->key, strlen (object->key), object->id) == -1)
             return -1;
@@ -503,7 +503,7 @@ s_regex_next (self_t *self)
 static void
 s_regex_start (self_t *self, kvp_job_t *job, zframe_t **routing_id_p)
 {
-    const char *pattern = job->pattern ? job->pattern : "";
+    const char *pattern = job->regex.pattern ? job->regex.pattern : "";
     char reason[128];
     regex_run_t *run = (regex_run_t *) zmalloc (sizeof (regex_run_t));
     run->job = job;
@@ -550,7 +550,7 @@ s_regex_finish (self_t *self)
                 self->objects, regex_batch_key (batch, i, NULL));
             if (!object || object->id != regex_batch_tag (batch, i)
                 || object->state != OBJECT_COMPLETE
-                || !rm_take_unleased (self, object, job->force, now))
+                || !rm_take_unleased (self, object, job->opt.force, now))
                 continue;
             rm_object_drop (self, object, &free_job, now);
             self->removes++;
@@ -627,30 +627,31 @@ s_count_pins (self_t *self)
 static void
 s_stats (self_t *self, kvp_job_t *job)
 {
+    kvp_stats_t *stats = kvp_job_stats (job);
     s_count_pins (self);
-    job->stats.pinned_objects = self->pinned_objects;
-    job->stats.leased_objects = self->leased_objects;
-    job->stats.objects = object_table_size (self->objects) - self->pending;
-    job->stats.pending_puts = self->pending;
-    job->stats.bytes_stored = self->bytes_stored;
-    job->stats.puts = self->puts;
-    job->stats.gets = self->gets;
-    job->stats.get_hits = self->get_hits;
-    job->stats.removes = self->removes;
-    job->stats.revoked_puts = self->revoked;
-    job->stats.evictions = self->evictions;
-    job->stats.evicted_bytes = self->evicted_bytes;
-    job->stats.evictions_dropped = self->dropped_evictions;
-    job->stats.disk_objects = self->disk.count;
-    job->stats.disk_bytes = self->disk_bytes;
-    job->stats.disk_hits = self->disk_hits;
-    job->stats.disk_drops = self->disk_drops;
-    job->stats.disk_corrupt = self->disk_lost;
-    job->stats.checksum_failures = self->checksum_failures; //  the cluster adds its own
-    job->stats.promotions = self->promotions;
-    rm_policy_stats (self, &job->stats);
-    job->stats.kv_events = kv_events_feed_events (self->events);
-    job->stats.kv_events_dropped = kv_events_feed_dropped (self->events);
+    stats->pinned_objects = self->pinned_objects;
+    stats->leased_objects = self->leased_objects;
+    stats->objects = object_table_size (self->objects) - self->pending;
+    stats->pending_puts = self->pending;
+    stats->bytes_stored = self->bytes_stored;
+    stats->puts = self->puts;
+    stats->gets = self->gets;
+    stats->get_hits = self->get_hits;
+    stats->removes = self->removes;
+    stats->revoked_puts = self->revoked;
+    stats->evictions = self->evictions;
+    stats->evicted_bytes = self->evicted_bytes;
+    stats->evictions_dropped = self->dropped_evictions;
+    stats->disk_objects = self->disk.count;
+    stats->disk_bytes = self->disk_bytes;
+    stats->disk_hits = self->disk_hits;
+    stats->disk_drops = self->disk_drops;
+    stats->disk_corrupt = self->disk_lost;
+    stats->checksum_failures = self->checksum_failures; //  the cluster adds its own
+    stats->promotions = self->promotions;
+    rm_policy_stats (self, stats);
+    stats->kv_events = kv_events_feed_events (self->events);
+    stats->kv_events_dropped = kv_events_feed_dropped (self->events);
 }
 
 //  A setting changed at run time (CONFIG; the api checked it): the lease of later reads.
@@ -658,8 +659,9 @@ static void
 s_config (self_t *self, kvp_job_t *job)
 {
     char why[256];
-    if (job->setting && job->setting_value
-        && kvp_config_change (&self->settings, job->setting, job->setting_value, why, sizeof why))
+    if (job->config.setting && job->config.value
+        && kvp_config_change (&self->settings, job->config.setting, job->config.value, why,
+                              sizeof why))
         kvp_job_fail (job, KVPOOL_INVALID_PARAMS, "%s", why);
     rm_policy_config (self);
 }
@@ -996,7 +998,8 @@ static uint64_t
 s_test_lose_segment (zsock_t *rm, uint32_t segment)
 {
     kvp_job_t *job = kvp_job_new (KVP_RM_REMOVE_SEGMENT, 0);
-    job->segment_id = segment;
+    kvp_job_payload (job, KVP_PAYLOAD_SEGMENT);
+    job->segment.id = segment;
     assert (kvp_job_send (rm, job) == 0 && kvp_job_recv (rm) == job);
     uint64_t removed = job->result_count;
     kvp_job_destroy (&job);
@@ -1132,7 +1135,7 @@ s_test_segment_loss (zsock_t *rm, zactor_t *actor)
     kvp_job_destroy (&job);
     const char *cleanup[] = {"late", "pend-two"};
     job = s_test_call (rm, KVP_RM_REMOVE, cleanup, 2);
-    job->force = true;
+    job->opt.force = true;
     job->items[0].status = job->items[1].status = KVPOOL_OK;
     assert (kvp_job_send (rm, job) == 0 && kvp_job_recv (rm) == job);
     assert (job->items[0].status == KVPOOL_OK && job->items[1].status == KVPOOL_OK);
@@ -1195,7 +1198,7 @@ replica_manager_test (bool verbose)
     //  for the pin.
     job = s_test_call (rm, KVP_RM_REMOVE, a, 1);
     assert (job->items[0].status == KVPOOL_OBJECT_HAS_LEASE);
-    job->force = true;
+    job->opt.force = true;
     job->items[0].status = 0;
     assert (kvp_job_send (rm, job) == 0 && kvp_job_recv (rm) == job);
     assert (job->items[0].status == KVPOOL_OK);
@@ -1254,7 +1257,7 @@ replica_manager_test (bool verbose)
     kvp_object_unpin (job->items[0].object);
     kvp_job_destroy (&job);
     job = s_test_call (rm, KVP_RM_REMOVE, ins_new, 1);
-    job->force = true;
+    job->opt.force = true;
     job->items[0].status = 0;
     assert (kvp_job_send (rm, job) == 0 && kvp_job_recv (rm) == job);
     assert (job->items[0].status == KVPOOL_OK);
@@ -1262,16 +1265,17 @@ replica_manager_test (bool verbose)
     zclock_sleep (50);
     s_test_drain_frees (actor);
     job = kvp_job_new (KVP_RM_REMOVE_REGEX, 0);
-    job->pattern = "^x";
+    kvp_job_payload (job, KVP_PAYLOAD_REGEX);
+    job->regex.pattern = "^x";
     assert (kvp_job_send (rm, job) == 0 && kvp_job_recv (rm) == job);
     assert (job->status == 0 && job->result_count == 2);
-    job->pattern = "([";
+    job->regex.pattern = "([";
     assert (kvp_job_send (rm, job) == 0 && kvp_job_recv (rm) == job);
     assert (job->status == KVPOOL_INVALID_PARAMS);
     kvp_job_destroy (&job);
     job = kvp_job_new (KVP_RM_STATS, 0);
     assert (kvp_job_send (rm, job) == 0 && kvp_job_recv (rm) == job);
-    assert (job->stats.objects == 1 && job->stats.pending_puts == 1);
+    assert (kvp_job_stats (job)->objects == 1 && kvp_job_stats (job)->pending_puts == 1);
     kvp_job_destroy (&job);
 
     //  A touch (a client's report of a read) leases as any read does: for the TTL from
@@ -1313,8 +1317,9 @@ replica_manager_test (bool verbose)
     assert (job->items[SLOW_KEYS - 1].status == KVPOOL_OK);
     kvp_job_destroy (&job);
     kvp_job_t *regex = kvp_job_new (KVP_RM_REMOVE_REGEX, 0);
-    regex->pattern = "a*[bc]";
-    regex->force = true;
+    kvp_job_payload (regex, KVP_PAYLOAD_REGEX);
+    regex->regex.pattern = "a*[bc]";
+    regex->opt.force = true;
     int64_t start = zclock_mono ();
     assert (kvp_job_send (rm, regex) == 0);
     const char *q_b1[] = {"q-b1"}, *q_b3[] = {"q-b3"};
@@ -1337,7 +1342,7 @@ replica_manager_test (bool verbose)
     assert (job->items[1].status == KVPOOL_OBJECT_NOT_FOUND);
     kvp_job_destroy (&job);
     //  A key over the match limit refuses the whole request: q-b1 matched 'b' but stays.
-    regex->pattern = "b|(a|a)+$";
+    regex->regex.pattern = "b|(a|a)+$";
     assert (kvp_job_send (rm, regex) == 0 && kvp_job_recv (rm) == regex);
     assert (regex->status == KVPOOL_INVALID_PARAMS && strstr (regex->error, "match limit")
             && strstr (regex->error, "nothing removed"));
@@ -1346,14 +1351,14 @@ replica_manager_test (bool verbose)
     kvp_job_destroy (&job);
     //  Too long a pattern (the limit is 64 here) is refused with the reason.
     regex->status = KVPOOL_OK;
-    regex->pattern = "^0123456789012345678901234567890123456789012345678901234567890123";
+    regex->regex.pattern = "^0123456789012345678901234567890123456789012345678901234567890123";
     assert (kvp_job_send (rm, regex) == 0 && kvp_job_recv (rm) == regex);
     assert (regex->status == KVPOOL_INVALID_PARAMS && strstr (regex->error, "limit of 64"));
 
     //  Stopped while a match runs: the actor ends promptly and the job is answered.
     regex->status = KVPOOL_OK;
     regex->error[0] = 0;
-    regex->pattern = "a*[bc]";
+    regex->regex.pattern = "a*[bc]";
     assert (kvp_job_send (rm, regex) == 0);
     zclock_sleep (50);
     start = zclock_mono ();

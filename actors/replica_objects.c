@@ -242,11 +242,12 @@ rm_object_new (self_t *self, kvp_job_t *job, kvp_item_t *item, int64_t now)
     memcpy (object->key, item->key, key_size);
     object->id = self->next_id++;
     object->size = item->size;
-    object->hard_pin = job->hard_pin;
-    if (job->soft_pin)
-        object->soft_pin_until = now
-                                 + (int64_t) (job->soft_pin_ttl_ms ? job->soft_pin_ttl_ms
-                                                                   : self->config->soft_pin_ttl_ms);
+    object->hard_pin = job->opt.hard_pin;
+    if (job->opt.soft_pin)
+        object->soft_pin_until =
+            now
+            + (int64_t) (job->opt.soft_pin_ttl_ms ? job->opt.soft_pin_ttl_ms
+                                                  : self->config->soft_pin_ttl_ms);
     atomic_init (&object->pins[0], 0);
     atomic_init (&object->pins[1], 0);
     object->index_slot = -1;
@@ -338,7 +339,7 @@ rm_unlink_queue (self_t *self, uint64_t disk_id)
 {
     if (!self->unlinks)
         self->unlinks = kvp_job_new (KVP_TX_DISK_DROP, 0);
-    kvp_job_append (self->unlinks)->disk_id = disk_id;
+    kvp_job_append (self->unlinks)->disk.id = disk_id;
 }
 
 void

@@ -336,7 +336,7 @@ void rm_adopt (rm_state_t *self, kvp_job_t *job, int64_t now);
 //  Drops every pin of an owner that is gone.
 void rm_pins_drop_owner (rm_state_t *self, uint64_t owner);
 void rm_read (rm_state_t *self, kvp_job_t *job, int64_t now);
-//  PREFIX_MATCH: blocks of job->ranks keys, in order. Every key of a whole block is leased as
+//  PREFIX_MATCH: blocks of kvp_job_ranks keys, in order. Every key of a whole block is leased as
 //  a read leases it (the engine loads those blocks next); the first block with a key missing
 //  ends the walk: from there on every key is OBJECT_NOT_FOUND, unchecked past the missing
 //  one (kvp_job_prefix_count then counts the whole blocks).
@@ -349,8 +349,9 @@ void rm_remove_many (rm_state_t *self, kvp_job_t *job, int64_t now);
 
 //  Whether a read of a disk-only object makes it hot enough to go back to memory.
 bool rm_promote_due (rm_state_t *self, kvp_object_t *object, int64_t now);
-//  Frees job->evict.want bytes of memory, least recently used first, by the plan in
-//  job->evict; the objects pinned for a disk copy are added to the job as items.
+//  Frees job->evict->want bytes of memory, least recently used first, by the plan in
+//  job->evict (kvp_job_evict); the objects pinned for a disk copy are added to the job as
+//  items.
 void rm_evict (rm_state_t *self, kvp_job_t *job, int64_t now);
 //  A TX_DISK_WRITE of the objects rm_evict pinned came back: the copies are recorded, pins
 //  end; items whose copy nobody wants come back OBJECT_NOT_FOUND (to be unlinked).

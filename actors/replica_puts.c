@@ -63,7 +63,7 @@ rm_reserve (self_t *self, kvp_job_t *job, int64_t now)
         object->state = OBJECT_PENDING;
         object->busy = true;
         object->owner = job->owner_id;
-        object->cluster_token = item->cluster_token;
+        object->cluster_token = item->cluster.token;
         object->put_deadline = now + (int64_t) self->config->put_timeout_ms;
         self->pending++;
         item->object_id = object->id;
@@ -154,12 +154,12 @@ s_own_reservation (self_t *self, kvp_job_t *job, kvp_item_t *item, kvp_job_t **f
 static int
 s_commit_checksum (self_t *self, kvp_job_t *job, kvp_item_t *item, kvp_object_t *object)
 {
-    object->checksum = item->expect_checksum;
-    if (!(object->owner & KVP_OWNER_NODE) || !item->expect_checksum || !value_checksum_verify ()
+    object->checksum = item->checksums.expect;
+    if (!(object->owner & KVP_OWNER_NODE) || !item->checksums.expect || !value_checksum_verify ()
         || object->replica_count == 0)
         return 0;
     uint64_t got = value_checksum (object->replicas[0].addr, object->size);
-    if (got == item->expect_checksum)
+    if (got == item->checksums.expect)
         return 0;
     object->checksum = 0;
     item->status = KVPOOL_INVALID_WRITE;
@@ -167,7 +167,7 @@ s_commit_checksum (self_t *self, kvp_job_t *job, kvp_item_t *item, kvp_object_t 
     snprintf (job->error, sizeof job->error,
               "the stripes written (PUT_PART) do not match the value's checksum (%016llx, they "
               "hash to %016llx): nothing stored",
-              (unsigned long long) item->expect_checksum, (unsigned long long) got);
+              (unsigned long long) item->checksums.expect, (unsigned long long) got);
     kvp_warning ("refused '%s' from another node: its stripes do not match its checksum",
                  item->key);
     return -1;
@@ -208,7 +208,7 @@ rm_commit (self_t *self, kvp_job_t *job, int64_t now)
             rm_object_drop (self, object, &free_job, now);
             continue;
         }
-        item->cluster_token = object->cluster_token;
+        item->cluster.token = object->cluster_token;
         self->pending--;
         rm_object_complete (self, object, now);
     }
@@ -229,15 +229,16 @@ s_verify_written (self_t *self, kvp_job_t *job)
         return;
     for (size_t i = 0; i < job->count; i++) {
         kvp_item_t *item = &job->items[i];
-        if (item->status != KVPOOL_OK || !item->expect_checksum || !item->checksum
-            || item->checksum == item->expect_checksum)
+        if (item->status != KVPOOL_OK || !item->checksums.expect || !item->checksums.value
+            || item->checksums.value == item->checksums.expect)
             continue;
         item->status = KVPOOL_INVALID_WRITE;
         self->checksum_failures++;
         snprintf (job->error, sizeof job->error,
                   "a value's bytes do not match the checksum its writer sent (%016llx, the "
                   "bytes received hash to %016llx): nothing stored for it",
-                  (unsigned long long) item->expect_checksum, (unsigned long long) item->checksum);
+                  (unsigned long long) item->checksums.expect,
+                  (unsigned long long) item->checksums.value);
         kvp_warning ("refused a value for '%s' whose bytes do not match its checksum (%s)",
                      item->key,
                      job->owner_id & KVP_OWNER_NODE ? "from another node" : "from a client");
@@ -272,7 +273,7 @@ rm_insert (self_t *self, kvp_job_t *job, int64_t now)
         object->replica_count = item->replica_count;
         memcpy (object->replicas, item->replicas, sizeof object->replicas);
         object->bound = true;
-        object->checksum = item->checksum;
+        object->checksum = item->checksums.value;
         rm_object_complete (self, object, now);
     }
     rm_frees_apply (self, &free_job);
@@ -390,7 +391,7 @@ rm_adopt (self_t *self, kvp_job_t *job, int64_t now)
         memcpy (object->replicas, item->replicas, item->replica_count * sizeof (kvp_replica_t));
         object->bound = true;
         object->state = OBJECT_COMPLETE;
-        object->checksum = item->checksum;
+        object->checksum = item->checksums.value;
         object->touched = object->memory_since = now;
         lru_append (&self->memory, &object->in_memory);
         if (self->eager)

@@ -129,16 +129,16 @@ rm_read (self_t *self, kvp_job_t *job, int64_t now)
             object->lease_until = lease_until;
         object->touched = now;
         if (job->kind == KVP_RM_GET)
-            item->checksum = rm_checksum (self, job, object);
+            item->checksums.value = rm_checksum (self, job, object);
         if (job->kind == KVP_RM_GET && object->replica_count == 0) {
             //  On disk only: the transfer-submitter reads it next (no pin: an unlinked
             //  copy stays readable to a read that opened it, and ids are never reused).
             self->get_hits++;
             self->disk_hits++;
             item->replica_count = 0;
-            item->disk_id = object->disk_id;
+            item->disk.id = object->disk_id;
             item->object_id = object->id;
-            item->promote = rm_promote_due (self, object, now);
+            item->disk.promote = rm_promote_due (self, object, now);
             continue;
         }
         switch (job->kind) {
@@ -150,7 +150,7 @@ rm_read (self_t *self, kvp_job_t *job, int64_t now)
                 rm_fill_replicas (item, object, true);
                 break;
             case KVP_RM_REPLICA_LIST:
-                if (job->pin)
+                if (job->opt.pin)
                     s_pin_add (self, job->owner_id, object);
                 rm_fill_replicas (item, object, true);
                 break;
@@ -166,7 +166,7 @@ rm_read (self_t *self, kvp_job_t *job, int64_t now)
 void
 rm_prefix (self_t *self, kvp_job_t *job, int64_t now)
 {
-    size_t ranks = job->ranks ? job->ranks : 1;
+    size_t ranks = kvp_job_ranks (job);
     int64_t lease_until = now + (int64_t) self->config->lease_ttl_ms;
     size_t at = 0;
     for (; at + ranks <= job->count; at += ranks) {
@@ -203,7 +203,7 @@ rm_remove (self_t *self, kvp_job_t *job, int64_t now)
         //  never a newer one put under the key since.
         if (!object || (item->object_id && object->id != item->object_id))
             item->status = KVPOOL_OBJECT_NOT_FOUND;
-        else if (!rm_take_unleased (self, object, job->force, now))
+        else if (!rm_take_unleased (self, object, job->opt.force, now))
             item->status = KVPOOL_OBJECT_HAS_LEASE;
         else {
             rm_object_drop (self, object, &free_job, now);
@@ -225,7 +225,8 @@ rm_remove_many (self_t *self, kvp_job_t *job, int64_t now)
          object = (kvp_object_t *) object_table_next (self->objects)) {
         if (object->state != OBJECT_COMPLETE && !(reset && !object->busy))
             continue;
-        if (object->state == OBJECT_COMPLETE && !rm_take_unleased (self, object, job->force, now)) {
+        if (object->state == OBJECT_COMPLETE
+            && !rm_take_unleased (self, object, job->opt.force, now)) {
             all_go = false;
             continue;
         }

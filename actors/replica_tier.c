@@ -76,7 +76,7 @@ s_memory_evict (self_t *self, kvp_object_t *object, kvp_job_t **free_job_p)
 static void
 s_offload_pin (kvp_job_t *job, kvp_object_t *object, bool evict)
 {
-    kvp_evict_t *plan = &job->evict;
+    kvp_evict_t *plan = kvp_job_evict (job);
     object->offloading = true;
     atomic_fetch_add_explicit (&object->pins[object->pin_epoch], 1, memory_order_relaxed);
     kvp_item_t *item = kvp_job_append_key (job, object->key, strlen (object->key));
@@ -84,7 +84,7 @@ s_offload_pin (kvp_job_t *job, kvp_object_t *object, bool evict)
     item->object_id = object->id;
     item->size = object->size;
     item->src = object->replicas[0].addr;
-    item->evict = evict;
+    item->disk.evict = evict;
     plan->queued++;
     plan->queued_bytes += disk_store_footprint (strlen (object->key), object->size);
 }
@@ -112,7 +112,7 @@ static uint64_t
 s_evict_one (self_t *self, kvp_job_t *job, kvp_object_t *object, int pass, kvp_job_t **free_job_p,
              int64_t now)
 {
-    kvp_evict_t *plan = &job->evict;
+    kvp_evict_t *plan = kvp_job_evict (job);
     uint64_t bytes = object->size * object->replica_count;
     //  Second chance: used since it took its place, it goes to the back.
     if (s_last_use (self, object, now) > object->memory_since || object->hard_pin) {
@@ -177,7 +177,7 @@ s_evict_one (self_t *self, kvp_job_t *job, kvp_object_t *object, int pass, kvp_j
 void
 rm_evict (self_t *self, kvp_job_t *job, int64_t now)
 {
-    kvp_evict_t *plan = &job->evict;
+    kvp_evict_t *plan = kvp_job_evict (job);
     kvp_job_t *free_job = NULL;
     int64_t started = zclock_usecs ();
     job->count = 0;
@@ -243,22 +243,22 @@ rm_offloaded (self_t *self, kvp_job_t *job, int64_t now)
             kvp_object_unpin (item->object);
             item->object = NULL;
         }
-        if (item->status != KVPOOL_OK || !item->disk_id)
+        if (item->status != KVPOOL_OK || !item->disk.id)
             continue; //  no copy: the object keeps its memory (skipped)
         if (!object || object->disk_id) {
             item->status = KVPOOL_OBJECT_NOT_FOUND;
             continue;
         }
-        rm_disk_attach (self, object, item->disk_id, item->disk_footprint, now);
-        if (item->evict && object->replica_count && !s_held (object)
+        rm_disk_attach (self, object, item->disk.id, item->disk.footprint, now);
+        if (item->disk.evict && object->replica_count && !s_held (object)
             && rm_lease_end (self, object, now) <= now
             && rm_take_unleased (self, object, false, now)) {
             self->evicted_bytes += object->size * object->replica_count;
             s_memory_evict (self, object, &free_job);
         }
     }
-    job->evict.disk_bytes = self->disk_bytes;
-    job->evict.disk_objects = self->disk.count;
+    kvp_job_evict (job)->disk_bytes = self->disk_bytes;
+    kvp_job_evict (job)->disk_objects = self->disk.count;
     rm_frees_apply (self, &free_job);
 }
 
@@ -310,18 +310,18 @@ rm_disk_register (self_t *self, kvp_job_t *job, int64_t now)
 {
     for (size_t i = 0; i < job->count; i++) {
         kvp_item_t *item = &job->items[i];
-        if (item->status != KVPOOL_OK || !item->disk_id)
+        if (item->status != KVPOOL_OK || !item->disk.id)
             continue;
         if (object_table_lookup (self->objects, item->key)) {
             item->status = KVPOOL_OBJECT_ALREADY_EXISTS;
-            rm_unlink_queue (self, item->disk_id);
+            rm_unlink_queue (self, item->disk.id);
             continue;
         }
         kvp_object_t *object = rm_object_new (self, job, item, now);
         object->state = OBJECT_COMPLETE;
         object->bound = true;
         object->touched = now;
-        rm_disk_attach (self, object, item->disk_id, item->disk_footprint, now);
+        rm_disk_attach (self, object, item->disk.id, item->disk.footprint, now);
         self->puts++;
         rm_event_stored (self, object);
     }
@@ -336,7 +336,7 @@ rm_disk_lost (self_t *self, kvp_job_t *job, int64_t now)
     for (size_t i = 0; i < job->count; i++) {
         kvp_item_t *item = &job->items[i];
         kvp_object_t *object = (kvp_object_t *) object_table_lookup (self->objects, item->key);
-        if (!object || object->disk_id != item->disk_id || !item->disk_id)
+        if (!object || object->disk_id != item->disk.id || !item->disk.id)
             continue;
         self->disk_lost++;
         rm_disk_detach (self, object, false);

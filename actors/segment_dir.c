@@ -243,7 +243,7 @@ segment_dir_adopt (segment_dir_t *self, segment_dir_place_fn *place, void *arg, 
                     memcpy (replica.addr, base + record->offset, record->size);
                     kvp_item_t *item = kvp_job_append_key (job, record->key, record->key_len);
                     item->size = record->size;
-                    item->checksum = record->checksum;
+                    item->checksums.value = record->checksum;
                     item->replica_count = 1;
                     item->replicas[0] = replica;
                     zhashx_insert (keys, record->key, (void *) 1);
@@ -343,7 +343,8 @@ segment_dir_test (bool verbose)
     assert (job->count == 2);
     assert (streq (job->items[0].key, "one") && streq (job->items[1].key, "three"));
     assert (((char *) job->items[1].replicas[0].addr)[4999] == 'c');
-    assert (job->items[1].checksum == object_log_checksum (job->items[1].replicas[0].addr, 5000));
+    assert (job->items[1].checksums.value
+            == object_log_checksum (job->items[1].replicas[0].addr, 5000));
     assert (access (old_path, F_OK) == -1); //  unlinked once adopted
     kvp_job_destroy (&job);
     segment_destroy (&seg);

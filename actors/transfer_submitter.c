@@ -372,7 +372,7 @@ static void
 s_copy_hashed (void *arg, int worker)
 {
     kvp_item_t *item = (kvp_item_t *) arg;
-    item->checksum = value_copy_checksum (item->replicas[0].addr, item->src, item->size);
+    item->checksums.value = value_copy_checksum (item->replicas[0].addr, item->src, item->size);
     (void) worker;
 }
 
@@ -531,14 +531,14 @@ s_disk_done (void *arg, int status, const disk_copy_t *copy, disk_buffer_t **buf
     kvp_job_t *job = pending->job;
     if (job->kind == KVP_TX_DISK_WRITE) {
         if (status == 0) {
-            item->disk_id = copy->id;
-            item->disk_footprint = copy->footprint;
+            item->disk.id = copy->id;
+            item->disk.footprint = copy->footprint;
         }
         else {
             item->status = KVPOOL_WRITE_FAIL;
             snprintf (job->error, sizeof job->error, "disk tier write: %s", strerror (-status));
             if (status == -ENOSPC || status == -EDQUOT)
-                job->evict.no_space++; //  the evictor lowers the disk's capacity
+                kvp_job_evict (job)->no_space++; //  the evictor lowers the disk's capacity
         }
     }
     else if (status == 0) {
@@ -553,7 +553,7 @@ s_disk_done (void *arg, int status, const disk_copy_t *copy, disk_buffer_t **buf
     else {
         //  -EBADMSG: the copy is not what was written. The key is lost, never served wrong.
         item->status = status == -EBADMSG ? KVPOOL_OBJECT_NOT_FOUND : KVPOOL_TRANSFER_FAIL;
-        item->lost = status == -EBADMSG;
+        item->disk.lost = status == -EBADMSG;
         snprintf (job->error, sizeof job->error, "disk tier read: %s",
                   status == -EBADMSG ? "a copy failed verification and was dropped"
                                      : strerror (-status));
@@ -580,7 +580,7 @@ s_disk_io (self_t *self, kvp_job_t *job, zframe_t **reply_to_p)
     for (size_t i = 0; i < job->count; i++) {
         kvp_item_t *item = &job->items[i];
         if (item->status != KVPOOL_OK
-            || (write ? !item->src : !item->disk_id || item->replica_count))
+            || (write ? !item->src : !item->disk.id || item->replica_count))
             continue;
         disk_op_t *op = (disk_op_t *) zmalloc (sizeof (disk_op_t));
         op->owner = pending;
@@ -588,7 +588,7 @@ s_disk_io (self_t *self, kvp_job_t *job, zframe_t **reply_to_p)
         pending->ops++;
         int rc = write ? disk_store_write (self->disk, item->key, item->key_len, item->src,
                                            item->size, s_disk_done, op)
-                       : disk_store_read (self->disk, item->disk_id, item->key, item->key_len,
+                       : disk_store_read (self->disk, item->disk.id, item->key, item->key_len,
                                           item->size, s_disk_done, op);
         if (rc != 0) {
             free (op);
@@ -605,9 +605,9 @@ static void
 s_disk_found (void *arg, const char *key, size_t key_len, const disk_copy_t *copy)
 {
     kvp_item_t *item = kvp_job_append_key ((kvp_job_t *) arg, key, key_len);
-    item->disk_id = copy->id;
+    item->disk.id = copy->id;
     item->size = copy->size;
-    item->disk_footprint = copy->footprint;
+    item->disk.footprint = copy->footprint;
 }
 
 //  TX_DISK_SCAN: what a previous run left on disk, verified (tier/disk_store.h).
@@ -649,8 +649,8 @@ s_disk_job (self_t *self, kvp_job_t *job, zframe_t **reply_to_p)
         s_disk_scan (self, job);
     else
         for (size_t i = 0; i < job->count; i++)
-            if (job->items[i].disk_id)
-                disk_store_drop (self->disk, job->items[i].disk_id);
+            if (job->items[i].disk.id)
+                disk_store_drop (self->disk, job->items[i].disk.id);
     kvp_job_reply (self->router, reply_to_p, job);
 }
 

@@ -215,8 +215,8 @@ s_collected (self_t *self)
         return;
     self->job_out = false;
     if (job->status == KVPOOL_OK)
-        metrics_snapshot (self->metrics, &job->stats, job->segments, job->segment_count,
-                          zclock_mono ());
+        metrics_snapshot (self->metrics, kvp_job_stats (job), job->segments.list,
+                          job->segments.count, zclock_mono ());
     kvp_job_destroy (&job);
 }
 

@@ -451,7 +451,8 @@ s_prefix (self_t *self, const char *const *keys, const size_t *lens, size_t bloc
     }
     kvp_job_t *job = kvp_job_new_owning (KVP_JOB_NONE, count, self->picked, self->picked_lens);
     job->op = KVPOOL__V1__OP__PREFIX_MATCH;
-    job->ranks = (uint32_t) ranks;
+    kvp_job_payload (job, KVP_PAYLOAD_PREFIX);
+    job->prefix.ranks = (uint32_t) ranks;
     job = s_job_call (self, job);
     if (s_job_failed (self, &job, "prefix match"))
         return -1;
@@ -598,7 +599,7 @@ s_stats (self_t *self)
     kvp_job_t *job = s_job_call (self, s_job_new (KVPOOL__V1__OP__STATS));
     if (s_job_failed (self, &job, "stats"))
         return zframe_new (s_fail, sizeof s_fail);
-    const kvp_stats_t *stats = &job->stats;
+    const kvp_stats_t *stats = kvp_job_stats (job);
     char *json = zsys_sprintf (
         "{\"objects\":%" PRIu64 ",\"bytes_used\":%" PRIu64 ",\"bytes_allocated\":%" PRIu64
         ",\"bytes_mounted\":%" PRIu64 ",\"pending_puts\":%" PRIu64 ",\"requests\":%" PRIu64
@@ -831,8 +832,8 @@ s_fake_serve (s_fake_t *fake)
     }
     else if (job->op == KVPOOL__V1__OP__STATS) {
         fake->stats_jobs++;
-        job->stats.objects = zhashx_size (fake->keys);
-        job->stats.bytes_stored = 100 * job->stats.objects;
+        kvp_job_stats (job)->objects = zhashx_size (fake->keys);
+        kvp_job_stats (job)->bytes_stored = 100 * kvp_job_stats (job)->objects;
     }
     else
         assert (false); //  the actor sends nothing else

@@ -207,11 +207,15 @@ kvp_job_destroy (kvp_job_t **self_p)
     for (size_t i = 0; i < self->count; i++)
         if (self->items[i].buffer)
             self->items[i].buffer_free (self->items[i].buffer);
-    free (self->value_storage);
+    if (self->payload == KVP_PAYLOAD_PROMOTE)
+        free (self->promote.storage);
+    else if (self->payload == KVP_PAYLOAD_RDMA_CONNECT)
+        free (self->rdma_connect.data);
     if (self->plan && self->plan_free)
         self->plan_free (self->plan);
-    free (self->nodes);
-    free (self->rdma_data);
+    free (self->nodes.list);
+    free (self->stats);
+    free (self->evict);
     for (key_chunk_t *chunk = (key_chunk_t *) self->key_chunks; chunk;) {
         key_chunk_t *next = chunk->next;
         free (chunk);
@@ -219,16 +223,50 @@ kvp_job_destroy (kvp_job_t **self_p)
     }
     free (self->items);
     free (self->replica_slots);
-    free (self->segments);
+    free (self->segments.list);
     free (self->key_storage);
     free (self);
     *self_p = NULL;
 }
 
+bool
+kvp_job_payload (kvp_job_t *self, kvp_payload_t kind)
+{
+    if (self->payload == kind)
+        return true;
+    if (self->payload != KVP_PAYLOAD_NONE)
+        return false;
+    //  (the union is still as kvp_job_new made it: zeroed; a payload is never replaced)
+    self->payload = kind;
+    return true;
+}
+
+kvp_stats_t *
+kvp_job_stats (kvp_job_t *self)
+{
+    if (!self->stats)
+        self->stats = (kvp_stats_t *) zmalloc (sizeof (kvp_stats_t));
+    return self->stats;
+}
+
+kvp_evict_t *
+kvp_job_evict (kvp_job_t *self)
+{
+    if (!self->evict)
+        self->evict = (kvp_evict_t *) zmalloc (sizeof (kvp_evict_t));
+    return self->evict;
+}
+
+uint32_t
+kvp_job_ranks (const kvp_job_t *self)
+{
+    return self->payload == KVP_PAYLOAD_PREFIX && self->prefix.ranks ? self->prefix.ranks : 1;
+}
+
 uint64_t
 kvp_job_prefix_count (const kvp_job_t *self)
 {
-    size_t ranks = self->ranks ? self->ranks : 1;
+    size_t ranks = kvp_job_ranks (self);
     uint64_t blocks = 0;
     for (size_t at = 0; at + ranks <= self->count; at += ranks, blocks++)
         for (size_t r = 0; r < ranks; r++)
@@ -331,14 +369,18 @@ kvp_job_test (bool verbose)
         printf (" * kvp_job: ");
     //  Leading whole blocks: 6 items, 2 a block; item 3 missing ends it after block 0.
     kvp_job_t *prefix = kvp_job_new (KVP_RM_PREFIX, 6);
-    prefix->ranks = 2;
+    assert (kvp_job_ranks (prefix) == 1); //  (no payload: 1)
+    assert (kvp_job_payload (prefix, KVP_PAYLOAD_PREFIX) && prefix->prefix.ranks == 0);
+    assert (kvp_job_payload (prefix, KVP_PAYLOAD_PREFIX));   //  (the one it has)
+    assert (!kvp_job_payload (prefix, KVP_PAYLOAD_SEGMENT)); //  not another
+    prefix->prefix.ranks = 2;
     prefix->items[3].status = KVPOOL_OBJECT_NOT_FOUND;
     assert (kvp_job_prefix_count (prefix) == 1);
     prefix->items[3].status = KVPOOL_OK;
     assert (kvp_job_prefix_count (prefix) == 3);
-    prefix->ranks = 4; //  a partial block at the end does not count
+    prefix->prefix.ranks = 4; //  a partial block at the end does not count
     assert (kvp_job_prefix_count (prefix) == 1);
-    prefix->ranks = 0; //  (0 means 1)
+    prefix->prefix.ranks = 0; //  (0 means 1)
     prefix->items[0].status = KVPOOL_INVALID_KEY;
     assert (kvp_job_prefix_count (prefix) == 0);
     kvp_job_destroy (&prefix);
@@ -397,6 +439,21 @@ kvp_job_test (bool verbose)
     assert (streq (job->items[0].key, "alpha") && job->items[0].key_len == 5);
     assert (streq (job->items[1].key, "b") && job->items[1].key_len == 1);
     kvp_job_destroy (&job);
+    //  A job carries the big, rare payloads only once asked for (STATS, an eviction).
+    job = kvp_job_new (KVP_RM_STATS, 0);
+    assert (!job->stats && !job->evict);
+    kvp_job_stats (job)->objects = 3;
+    assert (job->stats && kvp_job_stats (job)->objects == 3 && !job->evict);
+    kvp_job_evict (job)->want = 1;
+    assert (job->evict->want == 1);
+    kvp_job_destroy (&job);
+    //  ... and a payload it owns goes with it.
+    job = kvp_job_new (KVP_TX_RDMA_CONNECT, 0);
+    assert (kvp_job_payload (job, KVP_PAYLOAD_RDMA_CONNECT));
+    job->rdma_connect.data = (uint8_t *) malloc (16);
+    job->rdma_connect.size = 16;
+    kvp_job_destroy (&job);
     if (verbose)
-        printf ("OK\n");
+        printf ("(sizeof kvp_job_t %zu, kvp_item_t %zu) OK\n", sizeof (kvp_job_t),
+                sizeof (kvp_item_t));
 }

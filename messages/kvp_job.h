@@ -47,24 +47,24 @@ typedef enum {
     KVP_RM_REVOKE,  //  items: drop pending entries and free their space
     KVP_RM_GET,     //  items: look up, pin for reading, fill size/replicas/object
     KVP_RM_EXIST,   //  items: look up, grant lease
-    KVP_RM_PREFIX,  //  items, job->ranks a block: OK while every block so far is whole
+    KVP_RM_PREFIX,  //  items, job->prefix.ranks a block: OK while every block so far is whole
                     //  (leased), OBJECT_NOT_FOUND from the first missing key's block on
     KVP_RM_GET_SIZE,
-    KVP_RM_REPLICA_LIST,   //  items: look up, lease (+ client pin when job->pin)
+    KVP_RM_REPLICA_LIST,   //  items: look up, lease (+ client pin when job->opt.pin)
     KVP_RM_RELEASE,        //  items: drop client pins
     KVP_RM_TOUCH,          //  items: lease them, as a read does (a client's TOUCH)
-    KVP_RM_REMOVE,         //  items (with an object_id: only that object); job->force
-    KVP_RM_REMOVE_REGEX,   //  job->pattern, job->force -> job->count
-    KVP_RM_REMOVE_ALL,     //  job->force -> job->count
-    KVP_RM_REMOVE_SEGMENT, //  job->segment_id: drop every replica there (and the objects
+    KVP_RM_REMOVE,         //  items (with an object_id: only that object); job->opt.force
+    KVP_RM_REMOVE_REGEX,   //  job->regex.pattern, job->opt.force -> job->count
+    KVP_RM_REMOVE_ALL,     //  job->opt.force -> job->count
+    KVP_RM_REMOVE_SEGMENT, //  job->segment.id: drop every replica there (and the objects
                            //  left with none)
     KVP_RM_OWNER_GONE,     //  job->owner_id died: its pins, reservations and revoked
                            //  reservations end
-    KVP_RM_STATS,          //  fills job->stats (object side)
-    KVP_RM_CONFIG,         //  job->setting = job->setting_value in its settings (when set)
-    KVP_RM_DISK_REGISTER,  //  items (key, size, disk_id, disk_footprint): disk copies found
+    KVP_RM_STATS,          //  fills job->stats (object side: kvp_job_stats)
+    KVP_RM_CONFIG,         //  job->config.setting = job->config.value in its settings (when set)
+    KVP_RM_DISK_REGISTER,  //  items (key, size, disk.id, disk.footprint): disk copies found
                            //  at start become disk-only objects
-    KVP_RM_DISK_LOST,      //  items (key, disk_id): copies that failed verification
+    KVP_RM_DISK_LOST,      //  items (key, disk.id): copies that failed verification
     KVP_RM_PROMOTE,        //  items placed and written from a disk copy: memory replicas
                            //  for disk-only objects
     KVP_RM_ADOPT,          //  at start, with --segment-dir: items (owned keys, size, one
@@ -75,26 +75,26 @@ typedef enum {
     KVP_AL_FREE,           //  items: free their replicas
     KVP_AL_STATS,          //  fills job->stats (space side) and job->segments
     KVP_AL_SEGMENTS,       //  fills job->segments
-    KVP_AL_MOUNT,          //  job->segment_name, job->segment_size, job->owner
-    KVP_AL_UNMOUNT_CHECK,  //  job->segment_id may be unmounted by job->owner (NULL: the node)
-    KVP_AL_UNMOUNT,        //  job->segment_id (objects must be gone already); job->orphan:
+    KVP_AL_MOUNT,          //  job->segment: name, size, owner
+    KVP_AL_UNMOUNT_CHECK,  //  job->segment.id may be unmounted by .owner (NULL: the node)
+    KVP_AL_UNMOUNT,        //  job->segment.id (objects must be gone already); .orphan:
                            //  also unlinks its name
-    KVP_AL_OWNER_SEGMENTS, //  job->owner: fills job->segments with the segments it mounted
+    KVP_AL_OWNER_SEGMENTS, //  job->segment.owner: fills job->segments with what it mounted
     KVP_AL_RETRY,          //  as ALLOC, for the items NO_AVAILABLE_HANDLE once room was made
                            //  (the replica-manager's own: actors/replica_evict.c)
     //  transfer-submitter
     KVP_TX_WRITE,        //  items: copy value (src) into every replica
-    KVP_TX_DISK_WRITE,   //  items: write a disk copy of src (size bytes); fills disk_id,
-                         //  disk_footprint (status not OK: no copy); evict.no_space. The
+    KVP_TX_DISK_WRITE,   //  items: write a disk copy of src (size bytes); fills disk.id,
+                         //  disk.footprint (status not OK: no copy); evict->no_space. The
                          //  replica-manager's, for the objects eviction pinned
-    KVP_TX_DISK_READ,    //  items with disk_id and no replica: read and verify the copy into a
+    KVP_TX_DISK_READ,    //  items with disk.id and no replica: read and verify the copy into a
                          //  buffer (item->buffer), the value at replicas[0].addr
-    KVP_TX_DISK_DROP,    //  items: unlink disk copy disk_id (0: none)
+    KVP_TX_DISK_DROP,    //  items: unlink disk copy disk.id (0: none)
     KVP_TX_DISK_SCAN,    //  at start: items out (owned keys) are the verified copies on disk
-    KVP_TX_RDMA_CONNECT, //  job->rdma_data in (the asker's connection data), out (this
-                         //  node's); job->rdma_conn out
-    KVP_TX_RDMA_PUSH,    //  items OK: the value (its range, job->ranged) written by RDMA
-                         //  into the asker's memory (rdma_addr, rdma_key, room rdma_len)
+    KVP_TX_RDMA_CONNECT, //  job->rdma_connect.data in (the asker's connection data), out
+                         //  (this node's); job->rdma_conn out
+    KVP_TX_RDMA_PUSH,    //  items OK: the value (its range, job->opt.ranged) written by RDMA
+                         //  into the asker's memory (item->rdma: addr, key, room len)
     KVP_TX_RDMA_PULL,    //  items OK: the value read by RDMA from the asker's memory into
                          //  every replica
     //  replica-manager, for the cluster
@@ -109,7 +109,7 @@ typedef enum {
                     //  hold them (item->buffer)
     KVP_CL_EXIST,   //  EXIST / GET_SIZE items OBJECT_NOT_FOUND here: asked of the master
     KVP_CL_REMOVE,  //  REMOVE, REMOVE_BY_REGEX, REMOVE_ALL, RESET across the cluster
-    KVP_CL_LOCATE,  //  items: the nodes that hold them (job->nodes, item->locations)
+    KVP_CL_LOCATE,  //  items: the nodes that hold them (job->nodes, item->cluster)
     KVP_CL_NODES,   //  job->nodes: the cluster's nodes
     KVP_CL_STATS,   //  fills job->stats (the cluster side)
     KVP_CL_DROPPED, //  items (owned keys): objects this node no longer holds (evicted): the
@@ -147,51 +147,78 @@ typedef struct {
 
 typedef struct _kvp_object_t kvp_object_t;
 
+//  ---- an item's features (each declared with the feature that reads it) -------------------
+
+//  The disk tier: the object's disk copy (0: none) and what it takes on disk; a GET of a
+//  disk-only object carries its disk id and no replica until TX_DISK_READ.
 typedef struct {
+    uint64_t id;
+    uint64_t footprint;
+    bool evict;   //  TX_DISK_WRITE of an eviction: free the memory once the copy is written
+    bool promote; //  a disk read of an object read often enough to go back to memory
+    bool lost;    //  TX_DISK_READ: the copy failed verification (to be forgotten, unlinked)
+} kvp_item_disk_t;
+
+//  Checksums (transfer/value_checksum.h; 0: unknown / nothing said).
+typedef struct {
+    //  The value's XXH3-64: taken by TX_WRITE as it copies a frame, the object's for a GET
+    //  (Reply.checksums), what a node sent with a value it read (CL_FETCH), an adopted
+    //  object's (KVP_RM_ADOPT).
+    uint64_t value;
+    //  What the request said it must be (Request.checksums): a PUT or UPSERT whose copy
+    //  hashed otherwise is refused; a PUT_END's becomes the object's.
+    uint64_t expect;
+} kvp_item_checksums_t;
+
+//  Values by RDMA (job->rdma_conn): the asking node's memory for this value, its key, and
+//  (GET) the room there.
+typedef struct {
+    uint64_t addr;
+    uint32_t key;
+    uint64_t len;
+} kvp_item_rdma_t;
+
+//  The cluster (role node).
+typedef struct {
+    //  A PUT_START: the master's token for the key's placement (CL_PLACE), kept on the
+    //  reservation and given back at its PUT_END (CL_COMMIT: master.c commits only the
+    //  write it placed last).
+    uint64_t token;
+    //  KVP_CL_LOCATE (and a GET's redirects): the nodes that hold it (indices into
+    //  job->nodes.list)
+    uint8_t location_count;
+    uint16_t locations[KVP_MAX_REPLICAS];
+} kvp_item_cluster_t;
+
+typedef struct {
+    //  What every stage reads (hot fields first)
     const char *key; //  NUL-terminated; owned by the job's request
     size_t key_len;
     uint64_t size;        //  value size
     int status;           //  KVPOOL_OK or a negative kvpool_status_t
+    uint32_t replica_count;
     const void *src;      //  KVP_TX_WRITE: the value's bytes (a received frame)
-    kvp_object_t *object; //  KVP_RM_GET: the pin on the object (a handle: only for
-                          //  kvp_object_unpin, when the send completes)
-    uint64_t offset;      //  a ranged GET (job->ranged): the first byte wanted ...
-    uint64_t length;      //  ... and at most this many bytes from there
-    //  A cluster's PUT_START: the master's token for the key's placement (CL_PLACE), kept
-    //  on the reservation and given back at its PUT_END (CL_COMMIT: master.c commits only
-    //  the write it placed last).
-    uint64_t cluster_token;
+    kvp_replica_t *replicas; //  KVP_MAX_REPLICAS slots once kvp_job_need_replicas ran
+    kvp_object_t *object;    //  KVP_RM_GET: the pin on the object (a handle: only for
+                             //  kvp_object_unpin, when the send completes)
     uint64_t object_id; //  the pending object KVP_RM_RESERVE made for the key (PUT_START;
                         //  0: none), which KVP_RM_BIND then finds
-    uint32_t replica_count;
-    kvp_replica_t *replicas; //  KVP_MAX_REPLICAS slots once kvp_job_need_replicas ran
-    //  The disk tier: the object's disk copy (0: none) and what it takes on disk; a GET of a
-    //  disk-only object carries its disk_id and no replica until TX_DISK_READ.
-    uint64_t disk_id;
-    uint64_t disk_footprint;
-    //  A value read from disk: owned by the item until it is sent; freed with buffer_free.
+    uint64_t offset;    //  a ranged GET (job->opt.ranged), a PUT_PART: the first byte ...
+    uint64_t length;    //  ... and at most this many bytes from there
+    //  A value read from disk or from another node: owned by the item until it is sent;
+    //  freed with buffer_free.
     void *buffer;
     void (*buffer_free) (void *buffer);
-    bool evict;        //  TX_DISK_WRITE of an eviction: free the memory once the copy is written
-    bool promote;      //  a disk read of an object read often enough to go back to memory
-    bool lost;         //  TX_DISK_READ: the copy failed verification (to be forgotten, unlinked)
-    //  The value's XXH3-64 (transfer/value_checksum.h; 0: unknown): taken by TX_WRITE as it
-    //  copies a frame, the object's for a GET (Reply.checksums), what a node sent with a
-    //  value it read (CL_FETCH), an adopted object's (KVP_RM_ADOPT).
-    uint64_t checksum;
-    //  What the request said it must be (Request.checksums; 0: nothing said): a PUT or
-    //  UPSERT whose copy hashed otherwise is refused; a PUT_END's becomes the object's.
-    uint64_t expect_checksum;
-    //  Values by RDMA (job->rdma_conn): the asking node's memory for this value, its key,
-    //  and (GET) the room there
-    uint64_t rdma_addr;
-    uint32_t rdma_key;
-    uint64_t rdma_len;
-    //  A PUT by address (job->vm.pid): the value's place in the asking process's memory
-    uint64_t vm_addr;
-    //  KVP_CL_LOCATE: the nodes that hold it (indices into job->nodes)
-    uint8_t location_count;
-    uint16_t locations[KVP_MAX_REPLICAS];
+    kvp_item_disk_t disk;           //  the disk tier
+    kvp_item_checksums_t checksums; //  the value's checksum, and the one the writer expects
+    //  Where the value is outside this node's memory: one way or the other, never both
+    //  (request_check refuses vm_addrs with an rdma_conn; kvp_via_of_job picks one row).
+    union {
+        kvp_item_rdma_t rdma; //  values by RDMA (KVP_VIA_RDMA)
+        uint64_t vm_addr;     //  a PUT by address (job->vm.pid): the value's place in the
+                              //  asking process's memory (KVP_VIA_VM)
+    };
+    kvp_item_cluster_t cluster; //  the cluster: placement token, locations
 } kvp_item_t;
 
 //  An eviction cycle's plan and its outcome (the replica-manager's: actors/replica_evict.c
@@ -234,6 +261,23 @@ typedef struct {
 #undef KVP_STATS_MEMBER
 } kvp_stats_t;
 
+//  ---- a job's features (each declared with the feature that reads it) --------------------
+
+//  A put's and a get's options (Request.put, force, pin, offsets, redirect): the operations
+//  with keys read the ones that concern them.
+typedef struct {
+    uint32_t replica_num;
+    char *preferred[KVP_MAX_PREFERRED]; //  segment names (owned by the request)
+    size_t preferred_count;
+    bool soft_pin;
+    uint64_t soft_pin_ttl_ms;
+    bool hard_pin;
+    bool force;    //  REMOVE, REMOVE_BY_REGEX, REMOVE_ALL: pinned objects too
+    bool pin;      //  GET_REPLICA_LIST: a client pin
+    bool ranged;   //  GET: each item wants only its offset / length range
+    bool redirect; //  GET (cluster): large values held elsewhere answer REDIRECT + locations
+} kvp_job_options_t;
+
 //  A PUT by address (Request.vm_addrs, the (PUT, KVP_VIA_VM) row): the process whose memory
 //  the values are read from (the kernel's word for the peer), else pid 0. Its items carry
 //  vm_addr, not src. Set by the api, read by the transfer-submitter's reads.
@@ -243,6 +287,69 @@ typedef struct {
                           //  still lives after it (its pid was not another's meanwhile)
     uint64_t deadline_ns; //  ... and when reads must have ended (CLOCK_MONOTONIC; 0: any time)
 } kvp_job_vm_t;
+
+//  LOCATE, NODES, a cluster GET's redirects: nodes of the cluster (owned by the job).
+typedef struct {
+    kvp_node_info_t *list;
+    size_t count;
+} kvp_job_nodes_t;
+
+//  SEGMENTS, STATS, OWNER_GONE, MAP_SEGMENTS: the allocator's segment list (owned by the
+//  job).
+typedef struct {
+    kvp_segment_info_t *list;
+    size_t count;
+} kvp_job_segments_t;
+
+//  The payloads that one kind of job carries and no other (the union in kvp_job_t): the
+//  tag says which is there; kvp_job_destroy frees what it owns.
+typedef enum {
+    KVP_PAYLOAD_NONE = 0,
+    KVP_PAYLOAD_CONFIG,       //  config
+    KVP_PAYLOAD_REGEX,        //  regex
+    KVP_PAYLOAD_PREFIX,       //  prefix
+    KVP_PAYLOAD_SEGMENT,      //  segment
+    KVP_PAYLOAD_RDMA_CONNECT, //  rdma_connect (owns its data)
+    KVP_PAYLOAD_PROMOTE,      //  promote (owns its bytes)
+} kvp_payload_t;
+
+//  CONFIG: a setting to read or change.
+typedef struct {
+    const char *setting; //  the setting's name (the request's)
+    const char *value;   //  its new value, checked by the api; NULL: a read
+} kvp_job_config_t;
+
+//  REMOVE_BY_REGEX: the keys' pattern (the request's).
+typedef struct {
+    const char *pattern;
+} kvp_job_regex_t;
+
+//  PREFIX_MATCH: keys a block (>= 1; read with kvp_job_ranks).
+typedef struct {
+    uint32_t ranks;
+} kvp_job_prefix_t;
+
+//  A segment named by the request or the node: MOUNT_SEGMENT, UNMOUNT_SEGMENT (and its
+//  RM_REMOVE_SEGMENT), ORPHAN_UNMOUNT, OWNER_GONE.
+typedef struct {
+    uint32_t id;
+    const char *name;
+    uint64_t size;
+    const char *owner; //  MOUNT: the segment's owner; UNMOUNT: who asks (NULL: the node);
+                       //  OWNER_GONE: whose segments
+    bool orphan;       //  UNMOUNT: the owner is gone, so nobody else will unlink the name
+} kvp_job_segment_t;
+
+//  RDMA_CONNECT: connection data, in (the asker's) and out (this node's); owned by the job.
+typedef struct {
+    uint8_t *data;
+    size_t size;
+} kvp_job_rdma_connect_t;
+
+//  A promotion (KVP_OP_PROMOTE): the values' bytes, which the job owns (its items' src).
+typedef struct {
+    void *storage;
+} kvp_job_promote_t;
 
 typedef struct {
     kvp_job_kind_t kind;
@@ -257,54 +364,38 @@ typedef struct {
     kvp_item_t *items;
     size_t capacity;              //  items allocated
     kvp_replica_t *replica_slots; //  KVP_MAX_REPLICAS per item, made on demand
-    //  options
-    uint32_t replica_num;
-    char *preferred[KVP_MAX_PREFERRED]; //  segment names (owned by the request)
-    size_t preferred_count;
-    bool soft_pin;
-    uint64_t soft_pin_ttl_ms;
-    bool hard_pin;
-    bool force;
-    bool pin;
-    bool ranged;         //  GET: each item wants only its offset / length range
-    bool redirect;       //  GET (cluster): large values held elsewhere answer REDIRECT + locations
-    uint32_t ranks;      //  PREFIX_MATCH: keys a block (>= 1)
-    const char *setting; //  CONFIG: the setting's name (the request's)
-    const char *setting_value; //  CONFIG: its new value, checked by the api; NULL: a read
-    const char *pattern;
-    //  segments
-    uint32_t segment_id;
-    const char *segment_name;
-    uint64_t segment_size;
-    const char *owner; //  MOUNT: the segment's owner; UNMOUNT: who asks (NULL: the node);
-                       //  OWNER_SEGMENTS: whose segments
-    bool orphan;       //  UNMOUNT: the owner is gone, so nobody else will unlink the name
     //  who made the request: a same-machine client process (owners.h), another node on the
     //  data plane (KVP_OWNER_NODE: by its proven credential), 0 for the node and its
     //  in-process clients. Reservations and read pins belong to it.
     uint64_t owner_id;
-    kvp_job_vm_t vm; //  a PUT by address (KVP_VIA_VM): the feature's own fields
-    //  results
-    uint64_t result_count;
-    kvp_stats_t stats;
-    kvp_segment_info_t *segments; //  owned by the job (freed by kvp_job_destroy)
-    size_t segment_count;
-    kvp_evict_t evict;   //  KVP_TX_DISK_WRITE of an eviction (the plan, the outcome)
-    void *value_storage; //  values the job owns (a promotion's bytes), freed with it
-    void *key_chunks;    //  keys copied by kvp_job_append_key, freed with the job
+    uint64_t result_count; //  REPLY_COUNT: objects removed, leading whole blocks
+    kvp_job_options_t opt; //  a put's and a get's options
+    kvp_job_vm_t vm;       //  a PUT by address (KVP_VIA_VM)
+    uint64_t rdma_conn;    //  values by RDMA on the data plane (KVP_VIA_RDMA): the connection
     //  the cluster (role node): the job walks the cluster's row of its operation; plan is
     //  the cluster actor's (placement between KVP_CL_PLACE and KVP_CL_COMMIT), freed with
     //  the job by plan_free
     bool cluster;
     void *plan;
     void (*plan_free) (void *plan);
-    kvp_node_info_t *nodes; //  LOCATE, NODES (owned by the job)
-    size_t node_count;
-    //  values by RDMA on the data plane (RDMA_CONNECT; rdma_conn): connection data, owned
-    //  by the job (freed with it)
-    uint64_t rdma_conn;
-    uint8_t *rdma_data;
-    size_t rdma_size;
+    kvp_job_nodes_t nodes;       //  LOCATE, NODES, redirects
+    kvp_job_segments_t segments; //  the segment list (SEGMENTS, STATS, OWNER_GONE, ...)
+    //  One kind's own payload, by the tag (kvp_job_payload): a job of one kind does not
+    //  carry another's.
+    kvp_payload_t payload;
+    union {
+        kvp_job_config_t config;
+        kvp_job_regex_t regex;
+        kvp_job_prefix_t prefix;
+        kvp_job_segment_t segment;
+        kvp_job_rdma_connect_t rdma_connect;
+        kvp_job_promote_t promote;
+    };
+    //  Big and rare: made on first use (kvp_job_stats, kvp_job_evict), freed with the job;
+    //  NULL in every other job.
+    kvp_stats_t *stats; //  STATS (and the node's own reads of its statistics)
+    kvp_evict_t *evict; //  KVP_TX_DISK_WRITE of an eviction (the plan, the outcome)
+    void *key_chunks;   //  keys copied by kvp_job_append_key, freed with the job
     //  the api's context (client routing id, decoded request, received frames)
     void *context;
     char *key_storage; //  the items' keys when the job owns them (freed with the job)
@@ -331,7 +422,18 @@ kvp_job_t *kvp_job_new_owning (kvp_job_kind_t kind, size_t count, const char *co
                                const size_t *key_lens);
 //  Does nothing on NULL; sets *self_p to NULL. Does not touch job->context.
 void kvp_job_destroy (kvp_job_t **self_p);
-//  PREFIX_MATCH: the number of leading blocks (job->ranks items each) whose items are all
+//  Gives the job its kind's payload (the union's member named by kind, zeroed as the job was
+//  made; set its fields after this), or keeps the one it has when it is that kind already.
+//  Returns false, changing nothing, when the job carries another kind's payload.
+bool kvp_job_payload (kvp_job_t *self, kvp_payload_t kind);
+//  The job's statistics (STATS), made zeroed on first use. Never NULL.
+kvp_stats_t *kvp_job_stats (kvp_job_t *self);
+//  The job's eviction plan and outcome (KVP_TX_DISK_WRITE of an eviction), made zeroed on
+//  first use. Never NULL.
+kvp_evict_t *kvp_job_evict (kvp_job_t *self);
+//  PREFIX_MATCH: keys a block (job->prefix.ranks; 1 when not set).
+uint32_t kvp_job_ranks (const kvp_job_t *self);
+//  PREFIX_MATCH: the number of leading blocks (kvp_job_ranks items each) whose items are all
 //  KVPOOL_OK.
 uint64_t kvp_job_prefix_count (const kvp_job_t *self);
 //  Sets the request-level status and a printf-style reason; returns status.

@@ -219,9 +219,10 @@ s_rows_index (void)
 const kvp_op_t *
 kvp_op_row (int op, kvp_via_t via)
 {
-    int slot = op + NODE_OPS_MAX;
-    if (slot < 0 || slot >= OP_SLOTS || (unsigned) via >= KVP_VIA_COUNT)
+    //  (op is the request's: checked before the sum, which must not overflow)
+    if (op < -NODE_OPS_MAX || op >= OP_SLOTS - NODE_OPS_MAX || (unsigned) via >= KVP_VIA_COUNT)
         return NULL;
+    int slot = op + NODE_OPS_MAX;
     pthread_once (&s_rows_once, s_rows_index);
     return s_rows[via][slot];
 }
@@ -280,7 +281,7 @@ s_gate_holds (kvp_gate_t gate, const kvp_job_t *job)
             case GATE_ANY_NO_ROOM: holds = item->status == KVPOOL_NO_AVAILABLE_HANDLE; break;
             case GATE_ANY_MISSING: holds = item->status == KVPOOL_OBJECT_NOT_FOUND; break;
             case GATE_ANY_ON_DISK:
-                holds = item->status == KVPOOL_OK && item->disk_id && item->replica_count == 0;
+                holds = item->status == KVPOOL_OK && item->disk.id && item->replica_count == 0;
                 break;
             default: holds = false; break;
         }
@@ -389,7 +390,7 @@ kvp_ops_test (bool verbose)
     const kvp_op_t *get = kvp_op (KVPOOL__V1__OP__GET);
     job->items[1].status = KVPOOL_OK;
     assert (kvp_op_next_stage (get, job, KVP_RM_GET) == KVP_JOB_NONE);
-    job->items[1].disk_id = 7;
+    job->items[1].disk.id = 7;
     assert (kvp_op_next_stage (get, job, KVP_RM_GET) == KVP_TX_DISK_READ);
     job->items[1].replica_count = 1;
     assert (kvp_op_next_stage (get, job, KVP_RM_GET) == KVP_JOB_NONE);

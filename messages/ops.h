@@ -55,8 +55,8 @@ typedef enum {
     REPLY_STATS = 1 << 4,    //  stats
     REPLY_COUNT = 1 << 5,    //  count (objects removed)
     REPLY_NODE = 1 << 6,     //  host_id, server_id, index_name, local_endpoint
-    REPLY_NODES = 1 << 7,    //  nodes (job->nodes), locations (LOCATE: item->locations)
-    REPLY_RDMA = 1 << 8,     //  rdma_data, rdma_conn (RDMA_CONNECT)
+    REPLY_NODES = 1 << 7,    //  nodes (job->nodes), locations (LOCATE: item->cluster.locations)
+    REPLY_RDMA = 1 << 8,     //  rdma_data, rdma_conn (RDMA_CONNECT: job->rdma_connect)
     REPLY_SETTING = 1 << 9,  //  setting_value (CONFIG)
 } kvp_reply_field_t;
 
@@ -67,7 +67,7 @@ typedef enum {
     GATE_ANY_OK,       //  some item's status is OK
     GATE_ANY_RESERVED, //  some item holds a reservation (item->object_id)
     GATE_ANY_NO_ROOM,  //  some item found no space (NO_AVAILABLE_HANDLE)
-    GATE_ANY_ON_DISK,  //  some item found is on disk only (disk_id, no replica)
+    GATE_ANY_ON_DISK,  //  some item found is on disk only (disk.id, no replica)
     GATE_ANY_MISSING,  //  some item is OBJECT_NOT_FOUND (here: the cluster may have it)
 } kvp_gate_t;
 
@@ -104,13 +104,13 @@ typedef struct {
 //  The node's own operations, beside the proto's (negative: no client sends them). Their jobs
 //  have no client to answer.
 #define KVP_OP_OWNER_GONE                                                                          \
-    (-1)                           //  job->owner_id and job->owner (its name) died: its pins
-                                   //  and reservations end, and job->segments lists what it
-                                   //  mounted (each then goes by a KVP_OP_ORPHAN_UNMOUNT)
-#define KVP_OP_ORPHAN_UNMOUNT (-2) //  job->segment_id: drop its replicas, unmount, unlink
+    (-1)                           //  job->owner_id and job->segment.owner (its name) died:
+                                   //  its pins and reservations end, and job->segments lists
+                                   //  what it mounted (each then goes by an ORPHAN_UNMOUNT)
+#define KVP_OP_ORPHAN_UNMOUNT (-2) //  job->segment.id: drop its replicas, unmount, unlink
 #define KVP_OP_MAP_SEGMENTS (-3)   //  job->segments: every segment, for the api's index reads
 #define KVP_OP_DISK_LOST                                                                           \
-    (-4) //  items (key, disk_id): disk copies that failed a read's
+    (-4) //  items (key, disk.id): disk copies that failed a read's
          //  verification: forgotten, then unlinked
 #define KVP_OP_PROMOTE                                                                             \
     (-5) //  items (key, src, size): values read from disk often go

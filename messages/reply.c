@@ -42,13 +42,13 @@ reply_encode (arena_t *arena, const kvp_op_t *row, const kvp_job_t *job, Kvpool_
     //  A GET's checksums: of each whole value, where known (none at all when none is).
     bool any_checksum = false;
     for (size_t i = 0; (row->fills & REPLY_VALUES) && i < n && !any_checksum; i++)
-        any_checksum = job->items[i].status == KVPOOL_OK && job->items[i].checksum;
+        any_checksum = job->items[i].status == KVPOOL_OK && job->items[i].checksums.value;
     if (any_checksum) {
         uint64_t *checksums = (uint64_t *) s_array (arena, n, sizeof (uint64_t));
         if (!checksums)
             return -1;
         for (size_t i = 0; i < n; i++)
-            checksums[i] = job->items[i].status == KVPOOL_OK ? job->items[i].checksum : 0;
+            checksums[i] = job->items[i].status == KVPOOL_OK ? job->items[i].checksums.value : 0;
         reply->n_checksums = n;
         reply->checksums = checksums;
     }
@@ -86,8 +86,8 @@ reply_encode (arena_t *arena, const kvp_op_t *row, const kvp_job_t *job, Kvpool_
         reply->n_replicas = n;
         reply->replicas = key_ptrs;
     }
-    if ((row->fills & REPLY_NODES) || job->node_count) {
-        size_t count = job->node_count;
+    if ((row->fills & REPLY_NODES) || job->nodes.count) {
+        size_t count = job->nodes.count;
         Kvpool__V1__NodeInfo *nodes =
             (Kvpool__V1__NodeInfo *) s_array (arena, count, sizeof *nodes);
         Kvpool__V1__NodeInfo **node_ptrs =
@@ -95,7 +95,7 @@ reply_encode (arena_t *arena, const kvp_op_t *row, const kvp_job_t *job, Kvpool_
         if (!nodes || !node_ptrs)
             return -1;
         for (size_t i = 0; i < count; i++) {
-            const kvp_node_info_t *info = &job->nodes[i];
+            const kvp_node_info_t *info = &job->nodes.list[i];
             kvpool__v1__node_info__init (&nodes[i]);
             nodes[i].node_id = (char *) info->node_id;
             nodes[i].host_id = (char *) info->host_id;
@@ -125,9 +125,9 @@ reply_encode (arena_t *arena, const kvp_op_t *row, const kvp_job_t *job, Kvpool_
                 if (item->status != KVPOOL_OK && item->status != KVPOOL_REDIRECT)
                     continue;
                 keys[i].nodes = &indices[i * KVP_MAX_REPLICAS];
-                for (uint8_t l = 0; l < item->location_count && l < KVP_MAX_REPLICAS; l++)
-                    if (item->locations[l] < count)
-                        keys[i].nodes[keys[i].n_nodes++] = item->locations[l];
+                for (uint8_t l = 0; l < item->cluster.location_count && l < KVP_MAX_REPLICAS; l++)
+                    if (item->cluster.locations[l] < count)
+                        keys[i].nodes[keys[i].n_nodes++] = item->cluster.locations[l];
             }
             reply->n_locations = n;
             reply->locations = key_ptrs;
@@ -135,8 +135,9 @@ reply_encode (arena_t *arena, const kvp_op_t *row, const kvp_job_t *job, Kvpool_
     }
     if (row->fills & REPLY_SEGMENTS) {
         //  The job's list (SEGMENTS), or the one segment a MOUNT made.
-        bool mounted = job->segment_count == 0 && job->status == KVPOOL_OK && job->segment_name;
-        size_t count = mounted ? 1 : job->segment_count;
+        bool mounted = job->segments.count == 0 && job->status == KVPOOL_OK
+                       && job->payload == KVP_PAYLOAD_SEGMENT && job->segment.name;
+        size_t count = mounted ? 1 : job->segments.count;
         if (count == 0)
             return 0;
         Kvpool__V1__Segment *segments =
@@ -150,20 +151,20 @@ reply_encode (arena_t *arena, const kvp_op_t *row, const kvp_job_t *job, Kvpool_
             segment_ptrs[i] = &segments[i];
         }
         if (mounted) {
-            segments->id = job->segment_id;
-            segments->name = (char *) job->segment_name;
-            segments->size = job->segment_size;
-            segments->owner = (char *) (job->owner ? job->owner : "");
+            segments->id = job->segment.id;
+            segments->name = (char *) job->segment.name;
+            segments->size = job->segment.size;
+            segments->owner = (char *) (job->segment.owner ? job->segment.owner : "");
         }
         else
             for (size_t i = 0; i < count; i++) {
-                segments[i].id = job->segments[i].id;
-                segments[i].name = job->segments[i].name;
-                segments[i].size = job->segments[i].size;
-                segments[i].used = job->segments[i].used;
-                segments[i].owner = job->segments[i].owner;
-                segments[i].device = job->segments[i].device;
-                segments[i].inode = job->segments[i].inode;
+                segments[i].id = job->segments.list[i].id;
+                segments[i].name = job->segments.list[i].name;
+                segments[i].size = job->segments.list[i].size;
+                segments[i].used = job->segments.list[i].used;
+                segments[i].owner = job->segments.list[i].owner;
+                segments[i].device = job->segments.list[i].device;
+                segments[i].inode = job->segments.list[i].inode;
             }
         reply->n_segments = count;
         reply->segments = segment_ptrs;
@@ -211,11 +212,11 @@ reply_test (bool verbose)
     kvp_job_t *get = kvp_job_new (KVP_RM_GET, 2);
     get->items[0].size = 5;
     get->items[1].status = KVPOOL_OBJECT_NOT_FOUND;
-    get->items[1].checksum = 7; //  not reported for a key that failed
+    get->items[1].checksums.value = 7; //  not reported for a key that failed
     Kvpool__V1__Reply unknown = KVPOOL__V1__REPLY__INIT;
     assert (reply_encode (&arena, kvp_op (KVPOOL__V1__OP__GET), get, &unknown) == 0);
     assert (unknown.n_checksums == 0);
-    get->items[0].checksum = 0x1234567890abcdefULL;
+    get->items[0].checksums.value = 0x1234567890abcdefULL;
     Kvpool__V1__Reply known = KVPOOL__V1__REPLY__INIT;
     assert (reply_encode (&arena, kvp_op (KVPOOL__V1__OP__GET), get, &known) == 0);
     assert (known.n_checksums == 2 && known.checksums[0] == 0x1234567890abcdefULL
