@@ -574,7 +574,7 @@ s_wake_reader (actor_shell_t *shell, int fd, void *arg)
     return 0;
 }
 
-//  After every wake-up: expiry, every TICK_MS.
+//  After every wake-up (the one that brought $TERM too): expiry, every TICK_MS.
 static int64_t
 s_tick (actor_shell_t *shell, void *arg)
 {
@@ -655,6 +655,7 @@ cluster_actor (zsock_t *pipe, void *args)
     actor_shell_ready (shell, 0);
     self->next_tick = zclock_mono () + TICK_MS;
     actor_shell_on_tick (shell, s_tick);
+    actor_shell_set_final_tick (shell, true);
     actor_shell_run (shell, self);
     s_self_destroy (&self);
     actor_shell_destroy (&shell); //  (the router: jobs failed back above went on it)

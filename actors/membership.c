@@ -265,7 +265,7 @@ s_rm_reader (actor_shell_t *shell, zsock_t *rm, void *arg)
     return 0;
 }
 
-//  After every wake-up: the beat, when due.
+//  After every wake-up (the one that brought $TERM too): the beat, when due.
 static int64_t
 s_tick (actor_shell_t *shell, void *arg)
 {
@@ -329,6 +329,7 @@ membership_actor (zsock_t *pipe, void *args)
     self->next_beat = zclock_mono () + 20;
     self->last_heard = zclock_mono ();
     actor_shell_on_tick (shell, s_tick);
+    actor_shell_set_final_tick (shell, true);
     actor_shell_run (shell, self);
     s_self_destroy (&self);
     actor_shell_destroy (&shell); //  (the replica-manager's dealer)

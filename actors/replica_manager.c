@@ -839,16 +839,6 @@ s_pipe_command (actor_shell_t *shell, const char *command, zmsg_t *msg, void *ar
     return 0;
 }
 
-//  $TERM: the work after a wake-up (s_tick) is done once more, then the loop ends.
-static int
-s_term (actor_shell_t *shell, void *arg)
-{
-    (void) shell;
-    self_t *self = (self_t *) arg;
-    wait_set_touch (self->waits, regex_matcher_sock (self->matcher));
-    return 1;
-}
-
 static int
 s_router_reader (actor_shell_t *shell, zsock_t *router, void *arg)
 {
@@ -899,11 +889,13 @@ s_wait (actor_shell_t *shell, wait_set_t *waits, int timeout_ms, void *arg)
     return spin_window_wait (&((self_t *) arg)->spin, waits, timeout_ms);
 }
 
-//  After every wake-up: the sweep, eviction's cycles, the placements and unmounts that can
-//  be answered, the events due. Returns when it must run next.
+//  After every wake-up (the one that brought $TERM too): the sweep, eviction's cycles, the
+//  placements and unmounts that can be answered, the events due. Returns when it must run
+//  next.
 static int64_t
 s_tick (actor_shell_t *shell, void *arg)
 {
+    (void) shell;
     self_t *self = (self_t *) arg;
     if (zclock_mono () >= self->next_sweep) {
         s_sweep (self, zclock_mono ());
@@ -926,8 +918,6 @@ s_tick (actor_shell_t *shell, void *arg)
     //  The events gathered go to the publisher once the batch is due.
     if (self->events)
         kv_events_feed_flush (self->events, zclock_mono (), false);
-    if (actor_shell_terminated (shell))
-        actor_shell_stop (shell);
     int64_t now = zclock_mono ();
     int64_t due = self->next_cycle < self->next_sweep ? self->next_cycle : self->next_sweep;
     int64_t events_wait = kv_events_feed_wait (self->events, now);
@@ -952,9 +942,9 @@ replica_manager_actor (zsock_t *pipe, void *args)
     spin_window_init (&self->spin, (int) self->config->spin_us);
     self->next_cycle = zclock_mono ();
     actor_shell_on_command (shell, s_pipe_command);
-    actor_shell_on_term (shell, s_term);
     actor_shell_on_wait (shell, s_wait);
     actor_shell_on_tick (shell, s_tick);
+    actor_shell_set_final_tick (shell, true);
     actor_shell_run (shell, self);
     actor_shell_remove (shell, regex_matcher_sock (self->matcher));
     s_regex_stop (self);

@@ -52,6 +52,7 @@ struct _actor_shell_t {
     actor_shell_wait_fn *waiter;
     wait_set_t *waits; //  wait-set mode, else NULL
     bool nonstop;
+    bool final_tick;
     bool signalled;
     bool stopped;
     bool terminated;
@@ -206,6 +207,12 @@ void
 actor_shell_set_nonstop (actor_shell_t *self, bool nonstop)
 {
     self->nonstop = nonstop;
+}
+
+void
+actor_shell_set_final_tick (actor_shell_t *self, bool final_tick)
+{
+    self->final_tick = final_tick;
 }
 
 wait_set_t *
@@ -379,9 +386,10 @@ actor_shell_run (actor_shell_t *self, void *arg)
 {
     self->arg = arg;
     actor_shell_ready (self, 0);
+    bool ticked_last = false; //  the loop ended in the tick
     while (!self->stopped) {
         int64_t due = self->tick ? self->tick (self, arg) : -1;
-        if (self->stopped)
+        if ((ticked_last = self->stopped))
             break;
         s_compact (self);
         if (self->waits)
@@ -389,6 +397,8 @@ actor_shell_run (actor_shell_t *self, void *arg)
         else
             s_poll_pass (self, s_timeout (due));
     }
+    if (self->final_tick && self->terminated && self->tick && !ticked_last)
+        self->tick (self, arg);
 }
 
 //  ---- self test ---------------------------------------------------------------------
@@ -556,6 +566,27 @@ s_test_many_actor (zsock_t *pipe, void *args)
     actor_shell_destroy (&shell);
 }
 
+
+//  A final tick: after $TERM the tick runs once more, and sees it (args: an int, the ticks
+//  that saw $TERM).
+static int64_t
+s_test_final_tick (actor_shell_t *shell, void *arg)
+{
+    if (actor_shell_terminated (shell))
+        (*(int *) arg)++;
+    return -1;
+}
+
+static void
+s_test_final_actor (zsock_t *pipe, void *args)
+{
+    actor_shell_t *shell = actor_shell_new (pipe, "kvp-shelltest");
+    actor_shell_on_tick (shell, s_test_final_tick);
+    actor_shell_set_final_tick (shell, true);
+    actor_shell_run (shell, args);
+    actor_shell_destroy (&shell);
+}
+
 void
 actor_shell_test (bool verbose)
 {
@@ -601,6 +632,12 @@ actor_shell_test (bool verbose)
     assert (many && zsock_recv (many, "iiii", &calls, &reads, &late, &swapped) == 0);
     assert (swapped && calls == TEST_MANY - 1 && reads == calls && late == 0);
     zactor_destroy (&many);
+    int final_ticks = 0;
+    zactor_t *final = zactor_new (s_test_final_actor, &final_ticks);
+    assert (final);
+    zactor_destroy (&final);
+    assert (final_ticks == 1);
     if (verbose)
-        printf ("zmq_poll and wait-set loops, commands, ticks, $TERM, %d readers ", TEST_MANY);
+        printf ("zmq_poll and wait-set loops, commands, ticks, $TERM, a final tick, %d readers ",
+                TEST_MANY);
 }
