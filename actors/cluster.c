@@ -17,8 +17,8 @@
     (cluster_op.h): puts in cluster_put.c, gets and lookups in cluster_get.c, removes in
     cluster_remove.c.
 
-    Threads: one (its loop: infra/actor_shell.h), and the data plane's workers for runs. Memory: a fetched value is owned by
-    its job item (item->buffer) until it is sent.
+    Threads: one (its loop: infra/actor_shell.h), and the data plane's workers for runs.
+    Memory: a fetched value is owned by its job item (item->buffer) until it is sent.
 */
 #include "actors/cluster_op.h"
 

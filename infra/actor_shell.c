@@ -339,6 +339,22 @@ s_wait_set_pass (actor_shell_t *self, int timeout)
         }
 }
 
+//  Whether the reader with this serial is there and not removed. Serials rise along the
+//  array (readers are appended, and compaction keeps their order): a binary search.
+static bool
+s_there (actor_shell_t *self, uint64_t serial)
+{
+    size_t low = 0, high = self->count;
+    while (low < high) {
+        size_t mid = low + (high - low) / 2;
+        if (self->readers[mid].serial < serial)
+            low = mid + 1;
+        else
+            high = mid;
+    }
+    return low < self->count && self->readers[low].serial == serial && !self->readers[low].gone;
+}
+
 //  One zmq_poll of every reader, and the readers of what was ready.
 static void
 s_poll_pass (actor_shell_t *self, int timeout)
@@ -373,10 +389,7 @@ s_poll_pass (actor_shell_t *self, int timeout)
         if (!(items[i].revents & ZMQ_POLLIN))
             continue;
         //  Still there? (A handler before it in this pass may have removed it.)
-        bool there = false;
-        for (size_t j = 0; j < self->count && !there; j++)
-            there = !self->readers[j].gone && self->readers[j].serial == readers[i].serial;
-        if (there)
+        if (s_there (self, readers[i].serial))
             s_dispatch (self, &readers[i]);
     }
 }
