@@ -210,7 +210,7 @@ s_guard_reader (actor_shell_t *shell, zsock_t *sock, void *arg)
         ZMQ_DEALER, ">inproc://%s-" name, 0, ACTOR_HWM_LIBZMQ, s_actor_reader, false               \
     }
 static const actor_socket_t s_actor_sockets[] = {ACTOR_DEALER ("rm"), ACTOR_DEALER ("tx"),
-                                                 ACTOR_DEALER ("ev"), ACTOR_DEALER ("cl")};
+                                                 ACTOR_DEALER ("cl")};
 
 static api_t *
 s_self_new (actor_shell_t *shell, zsock_t *pipe, const kvp_config_t *config)
@@ -235,7 +235,7 @@ s_self_new (actor_shell_t *shell, zsock_t *pipe, const kvp_config_t *config)
     zsock_set_maxmsgsize (self->router, (int64_t) (config->max_value_size + MAX_FRAME_SLACK));
     //  tcp and ipc clients alike (inproc never runs a handshake).
     kvp_curve_server (config->curve, self->router);
-    zsock_t **actors[] = {&self->rm, &self->tx, &self->ev, &self->cl};
+    zsock_t **actors[] = {&self->rm, &self->tx, &self->cl};
     for (size_t i = 0; i < sizeof actors / sizeof actors[0]; i++) {
         *actors[i] = actor_shell_open (shell, &s_actor_sockets[i], config->instance);
         assert (*actors[i]);
@@ -406,7 +406,7 @@ s_abandon (kvp_job_t **job_p)
 static void
 s_abandon_all (api_t *self)
 {
-    zpoller_t *poller = zpoller_new (self->rm, self->tx, self->ev, self->cl, NULL);
+    zpoller_t *poller = zpoller_new (self->rm, self->tx, self->cl, NULL);
     int64_t deadline = zclock_mono () + ABANDON_WAIT_MS;
     while (self->in_flight > 0 && zclock_mono () < deadline) {
         zsock_t *which = (zsock_t *) zpoller_wait (poller, (int) (deadline - zclock_mono ()));

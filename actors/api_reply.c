@@ -20,7 +20,6 @@
 #include "infra/key_watch.h"
 #include "shm/segment.h"
 #include "infra/endpoints.h"
-#include "actors/evictor.h"
 #include "actors/index_reads.h"
 #include "infra/metrics.h"
 #include "actors/owners.h"

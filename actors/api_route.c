@@ -19,7 +19,6 @@
 #include "infra/key_watch.h"
 #include "shm/segment.h"
 #include "infra/endpoints.h"
-#include "actors/evictor.h"
 #include "actors/index_reads.h"
 #include "infra/metrics.h"
 #include "actors/owners.h"
@@ -50,7 +49,6 @@ s_actor_socket (api_t *self, kvp_job_kind_t kind)
     switch (kvp_job_kind_actor (kind)) {
         case KVP_ACTOR_RM: return self->rm;
         case KVP_ACTOR_TX: return self->tx;
-        case KVP_ACTOR_EV: return self->ev;
         case KVP_ACTOR_CL: return self->cl;
         default: assert (false); return NULL;
     }

@@ -57,7 +57,7 @@ typedef struct {
     zsock_t *router;
     zsock_t *peer; //  role node: the data plane (other nodes' requests, on local rows)
     zsock_t *jobs; //  jobs of in-process actors (inproc://<instance>-jobs)
-    zsock_t *rm, *tx, *ev, *cl;
+    zsock_t *rm, *tx, *cl;
     bool cluster;               //  role node
     wait_set_t *waits;          //  every socket the api reads (wait_set.h)
     const kvp_config_t *config; //  = &settings

@@ -17,8 +17,8 @@
     (cluster_op.h): puts in cluster_put.c, gets and lookups in cluster_get.c, removes in
     cluster_remove.c.
 
-    Threads: one, and the data plane's workers for runs. Memory: a fetched value is owned by
-    its job item (item->buffer) until it is sent.
+    Threads: one (its loop: infra/actor_shell.h), and the data plane's workers for runs.
+    Memory: a fetched value is owned by its job item (item->buffer) until it is sent.
 */
 #include "actors/cluster_op.h"
 
@@ -30,11 +30,13 @@
 
 //  ---- peers -------------------------------------------------------------------------
 
+static int s_peer_reader (actor_shell_t *shell, zsock_t *sock, void *arg);
+
 static void
 s_peer_disconnect (self_t *self, peer_t *peer)
 {
     for (uint32_t i = 0; i < peer->count; i++) {
-        zpoller_remove (self->poller, peer_link_sock (peer->links[i]));
+        actor_shell_remove (self->shell, peer_link_sock (peer->links[i]));
         peer_link_destroy (&peer->links[i]);
     }
     free (peer->links);
@@ -55,7 +57,7 @@ s_peer_connect (self_t *self, peer_t *peer)
             peer_link_new (peer->endpoint, peer->curve_key, self->config->curve, true);
         if (!link)
             break; //  not an endpoint libzmq connects to: calls to it fail
-        zpoller_add (self->poller, peer_link_sock (link));
+        actor_shell_add (self->shell, peer_link_sock (link), s_peer_reader);
         peer->links[peer->count++] = link;
     }
 }
@@ -534,19 +536,72 @@ s_expire (self_t *self)
     }
 }
 
+//  ---- the actor ---------------------------------------------------------------------
+
+static int
+s_router_reader (actor_shell_t *shell, zsock_t *router, void *arg)
+{
+    (void) shell;
+    zframe_t *routing_id = NULL;
+    kvp_job_t *job = kvp_job_recv_routed (router, &routing_id);
+    if (job)
+        s_job ((self_t *) arg, job, routing_id);
+    else
+        zframe_destroy (&routing_id);
+    return 0;
+}
+
+static int
+s_master_reader (actor_shell_t *shell, zsock_t *sock, void *arg)
+{
+    (void) shell;
+    s_master_message ((self_t *) arg, sock);
+    return 0;
+}
+
+static int
+s_peer_reader (actor_shell_t *shell, zsock_t *sock, void *arg)
+{
+    (void) shell;
+    s_peer_message ((self_t *) arg, sock);
+    return 0;
+}
+
+static int
+s_wake_reader (actor_shell_t *shell, int fd, void *arg)
+{
+    (void) shell;
+    (void) fd;
+    s_runs_finished ((self_t *) arg);
+    return 0;
+}
+
+//  After every wake-up (the one that brought $TERM too): expiry, every TICK_MS.
+static int64_t
+s_tick (actor_shell_t *shell, void *arg)
+{
+    (void) shell;
+    self_t *self = (self_t *) arg;
+    if (zclock_mono () >= self->next_tick) {
+        s_expire (self);
+        self->next_tick = zclock_mono () + TICK_MS;
+    }
+    return self->next_tick;
+}
+
 static self_t *
-s_self_new (zsock_t *pipe, const cluster_args_t *args)
+s_self_new (actor_shell_t *shell, zsock_t *pipe, const cluster_args_t *args)
 {
     self_t *self = (self_t *) zmalloc (sizeof (self_t));
+    self->shell = shell;
     self->pipe = pipe;
     self->args = args;
     self->config = args->config;
-    self->router = zsock_new (ZMQ_ROUTER);
+    //  Jobs, never held back.
+    static const actor_socket_t router = {ZMQ_ROUTER, "@inproc://%s-cl", 0, 0, s_router_reader,
+                                          false};
+    self->router = actor_shell_open (shell, &router, self->config->instance);
     assert (self->router);
-    zsock_set_sndhwm (self->router, 0);
-    zsock_set_rcvhwm (self->router, 0);
-    int rc = zsock_bind (self->router, "inproc://%s-cl", self->config->instance);
-    assert (rc == 0);
     self->master = master_client_new (args, (int) self->config->cluster_timeout_ms);
     self->peer_calls = rpc_calls_new ();
     pthread_mutex_init (&self->lock, NULL);
@@ -558,9 +613,8 @@ s_self_new (zsock_t *pipe, const cluster_args_t *args)
                         (int) self->config->cluster_timeout_ms, self->config->rdma ? device : NULL);
     assert (self->plane);
     data_plane_set_curve (self->plane, self->config->curve);
-    self->poller = zpoller_new (pipe, self->router, NULL);
-    master_client_poll_on (self->master, self->poller);
-    zpoller_add (self->poller, &self->wake_fd);
+    master_client_wait_on (self->master, shell, s_master_reader);
+    actor_shell_add_fd (shell, self->wake_fd, s_wake_reader);
     return self;
 }
 
@@ -586,11 +640,9 @@ s_self_destroy (self_t **self_p)
         s_peer_disconnect (self, self->peers[i]);
         free (self->peers[i]);
     }
-    zpoller_destroy (&self->poller);
     close (self->wake_fd);
     pthread_mutex_destroy (&self->lock);
     master_client_destroy (&self->master);
-    zsock_destroy (&self->router);
     free (self);
     *self_p = NULL;
 }
@@ -598,43 +650,17 @@ s_self_destroy (self_t **self_p)
 void
 cluster_actor (zsock_t *pipe, void *args)
 {
-    pthread_setname_np (pthread_self (), "kvp-cluster");
-    self_t *self = s_self_new (pipe, (const cluster_args_t *) args);
+    actor_shell_t *shell = actor_shell_new (pipe, "kvp-cluster");
+    self_t *self = s_self_new (shell, pipe, (const cluster_args_t *) args);
     //  Its own data plane is a peer too: removes reach what this node holds there.
     cluster_self_peer (self);
-    zsock_signal (pipe, 0);
-    int64_t next_tick = zclock_mono () + TICK_MS;
-    while (!self->terminated) {
-        int64_t wait = next_tick - zclock_mono ();
-        void *which = zpoller_wait (self->poller, wait > 0 ? (int) wait : 0);
-        if (which == pipe) {
-            char *command = zstr_recv (pipe);
-            if (!command || streq (command, "$TERM"))
-                self->terminated = true;
-            zstr_free (&command);
-        }
-        else if (which == self->router) {
-            zframe_t *routing_id = NULL;
-            kvp_job_t *job = kvp_job_recv_routed (self->router, &routing_id);
-            if (job)
-                s_job (self, job, routing_id);
-            else
-                zframe_destroy (&routing_id);
-        }
-        else if (master_client_owns (self->master, which))
-            s_master_message (self, which);
-        else if (which == &self->wake_fd)
-            s_runs_finished (self);
-        else if (which)
-            s_peer_message (self, (zsock_t *) which);
-        else if (zpoller_terminated (self->poller))
-            break;
-        if (zclock_mono () >= next_tick) {
-            s_expire (self);
-            next_tick = zclock_mono () + TICK_MS;
-        }
-    }
+    actor_shell_ready (shell, 0);
+    self->next_tick = zclock_mono () + TICK_MS;
+    actor_shell_on_tick (shell, s_tick);
+    actor_shell_set_final_tick (shell, true);
+    actor_shell_run (shell, self);
     s_self_destroy (&self);
+    actor_shell_destroy (&shell); //  (the router: jobs failed back above went on it)
 }
 
 void

@@ -15,6 +15,7 @@
 #include "actors/cluster.h"
 #include "actors/master_client.h"
 #include "dataplane/data_plane.h"
+#include "infra/actor_shell.h"
 #include "dataplane/peer_link.h"
 #include "dataplane/rpc_calls.h"
 #include "kvpool_status.h"
@@ -115,7 +116,8 @@ typedef struct _self_t {
     zsock_t *pipe;
     zsock_t *router; //  jobs
     master_client_t *master;
-    zpoller_t *poller;
+    actor_shell_t *shell; //  its loop (infra/actor_shell.h), which waits on the peers' links
+    int64_t next_tick;    //  calls' deadlines and idle peers are looked at then (s_expire)
     const cluster_args_t *args;
     const kvp_config_t *config;
     peer_t *peers[MAX_PEERS];

@@ -16,13 +16,12 @@
     scans and verifies them (TX_DISK_SCAN; it logs what it dropped) and the replica-manager
     registers them (RM_DISK_REGISTER); STATUS then says whether the disk tier could start.
 
-    Threads: one, the actor's, idle after the start.
+    Threads: one, the actor's (its loop: infra/actor_shell.h), idle after the start.
 */
 #include "actors/evictor.h"
 
+#include "infra/actor_shell.h"
 #include "infra/log.h"
-
-#include <pthread.h>
 
 #include "actors/api.h"
 #include "actors/replica_manager.h"
@@ -32,23 +31,14 @@
 
 typedef struct {
     zsock_t *pipe;
-    zsock_t *rm, *tx;
+    zsock_t *rm, *tx; //  the shell's
     const kvp_config_t *config;
     char status[256]; //  "OK" or why the disk tier cannot start
-    bool terminated;
 } self_t;
 
-static zsock_t *
-s_dealer (const char *instance, const char *suffix)
-{
-    zsock_t *sock = zsock_new (ZMQ_DEALER);
-    assert (sock);
-    zsock_set_sndhwm (sock, 0);
-    zsock_set_rcvhwm (sock, 0);
-    int rc = zsock_connect (sock, "inproc://%s-%s", instance, suffix);
-    assert (rc == 0);
-    return sock;
-}
+//  The replica-manager's and the transfer-submitter's jobs, never held back.
+static const actor_socket_t s_rm = {ZMQ_DEALER, ">inproc://%s-rm", 0, 0, NULL, false};
+static const actor_socket_t s_tx = {ZMQ_DEALER, ">inproc://%s-tx", 0, 0, NULL, false};
 
 //  Sends a job and waits for it (start-up only, before anything else is under way).
 static kvp_job_t *
@@ -88,32 +78,37 @@ s_disk_register (self_t *self)
     kvp_job_destroy (&registered);
 }
 
+static int
+s_pipe_command (actor_shell_t *shell, const char *command, zmsg_t *msg, void *arg)
+{
+    (void) msg;
+    self_t *self = (self_t *) arg;
+    if (streq (command, "STATUS"))
+        zstr_send (actor_shell_pipe (shell), self->status);
+    else {
+        kvp_error ("invalid pipe command '%s'", command);
+        assert (false);
+    }
+    return 0;
+}
+
 void
 evictor_actor (zsock_t *pipe, void *args)
 {
-    pthread_setname_np (pthread_self (), "kvp-evictor");
+    actor_shell_t *shell = actor_shell_new (pipe, "kvp-evictor");
     self_t self = {.pipe = pipe, .config = (const kvp_config_t *) args};
     snprintf (self.status, sizeof self.status, "OK");
     if (self.config->disk_dir) {
-        self.rm = s_dealer (self.config->instance, "rm");
-        self.tx = s_dealer (self.config->instance, "tx");
+        self.rm = actor_shell_open (shell, &s_rm, self.config->instance);
+        self.tx = actor_shell_open (shell, &s_tx, self.config->instance);
+        assert (self.rm && self.tx);
         s_disk_register (&self);
     }
-    zsock_signal (pipe, 0);
-    while (!self.terminated) {
-        char *command = zstr_recv (pipe);
-        if (!command || streq (command, "$TERM"))
-            self.terminated = true;
-        else if (streq (command, "STATUS"))
-            zstr_send (pipe, self.status);
-        else {
-            kvp_error ("invalid pipe command '%s'", command);
-            assert (false);
-        }
-        zstr_free (&command);
-    }
-    zsock_destroy (&self.rm);
-    zsock_destroy (&self.tx);
+    actor_shell_on_command (shell, s_pipe_command);
+    //  Waits on its pipe alone, as a blocking read of it did.
+    actor_shell_set_nonstop (shell, true);
+    actor_shell_run (shell, &self);
+    actor_shell_destroy (&shell); //  (its dealers)
 }
 
 //  ---- self test ---------------------------------------------------------------------

@@ -93,6 +93,12 @@ master_client_poll_on (master_client_t *self, zpoller_t *poller)
     zpoller_add (poller, self->master);
 }
 
+void
+master_client_wait_on (master_client_t *self, actor_shell_t *shell, actor_shell_reader_fn *reader)
+{
+    actor_shell_add (shell, self->master, reader);
+}
+
 bool
 master_client_owns (master_client_t *self, void *which)
 {

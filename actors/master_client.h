@@ -45,6 +45,7 @@
 #include <czmq.h>
 
 #include "actors/cluster.h"
+#include "infra/actor_shell.h"
 #include "protocol/cluster.pb-c.h"
 
 typedef struct _master_client_t master_client_t;
@@ -67,6 +68,10 @@ const char *master_client_name (master_client_t *self);
 //  returned is the client's.
 void master_client_poll_on (master_client_t *self, zpoller_t *poller);
 bool master_client_owns (master_client_t *self, void *which);
+//  Has the owner's shell wait on the client's sockets: reader is called with each one that
+//  has a reply waiting (for master_client_recv).
+void master_client_wait_on (master_client_t *self, actor_shell_t *shell,
+                            actor_shell_reader_fn *reader);
 
 //  Free space to describe the node with from now on (membership's, from the allocator).
 void master_client_set_space (master_client_t *self, uint64_t capacity, uint64_t free);

@@ -9,11 +9,13 @@
     goes through this actor's master client (master_client.h): the connection, ids, the
     registration pair it keeps for the node, and what makes a reply stale.
 
-    Threads: one. Talks to the replica-manager and the allocator with jobs, like any actor.
+    Threads: one (its loop: infra/actor_shell.h). Talks to the replica-manager and the
+    allocator with jobs, like any actor.
 */
 #include "actors/membership.h"
 
 #include "actors/master_client.h"
+#include "infra/actor_shell.h"
 #include "infra/log.h"
 
 #include "kvpool_status.h"
@@ -29,6 +31,7 @@ typedef struct {
     zsock_t *pipe;
     master_client_t *master;
     zsock_t *rm; //  the replica-manager, whose thread also answers the allocator's AL_STATS
+                 //  (the shell's)
     const cluster_args_t *args;
     const kvp_config_t *config;
     state_t state;
@@ -42,7 +45,6 @@ typedef struct {
     int64_t next_beat;
     int64_t last_heard; //  the master's last reply (zclock_mono), or the start
     bool silent;        //  said so in the log: the master has not answered for long
-    bool terminated;
 } self_t;
 
 //  Silence from the master this long is said in the log (once, and once when it answers).
@@ -246,23 +248,77 @@ s_rm_reply (self_t *self)
     kvp_job_destroy (&job);
 }
 
-void
-membership_actor (zsock_t *pipe, void *args)
+static int
+s_master_reader (actor_shell_t *shell, zsock_t *sock, void *arg)
 {
-    pthread_setname_np (pthread_self (), "kvp-membership");
+    (void) shell;
+    s_master_reply ((self_t *) arg, sock);
+    return 0;
+}
+
+static int
+s_rm_reader (actor_shell_t *shell, zsock_t *rm, void *arg)
+{
+    (void) shell;
+    (void) rm;
+    s_rm_reply ((self_t *) arg);
+    return 0;
+}
+
+//  After every wake-up (the one that brought $TERM too): the beat, when due.
+static int64_t
+s_tick (actor_shell_t *shell, void *arg)
+{
+    (void) shell;
+    self_t *self = (self_t *) arg;
+    if (zclock_mono () >= self->next_beat)
+        s_beat (self);
+    return self->next_beat;
+}
+
+static self_t *
+s_self_new (actor_shell_t *shell, zsock_t *pipe, const cluster_args_t *args)
+{
     self_t *self = (self_t *) zmalloc (sizeof (self_t));
     self->pipe = pipe;
-    self->args = (const cluster_args_t *) args;
+    self->args = args;
     self->config = self->args->config;
     //  (Its calls are not tracked: the timeout is never used.)
     self->master = master_client_new (self->args, (int) self->config->cluster_timeout_ms);
-    self->rm = zsock_new (ZMQ_DEALER);
-    assert (self->master && self->rm);
-    zsock_connect (self->rm, "inproc://%s-rm", self->config->instance);
-    zpoller_t *poller = zpoller_new (pipe, NULL);
-    master_client_poll_on (self->master, poller);
-    zpoller_add (poller, self->rm);
-    zsock_signal (pipe, 0);
+    assert (self->master);
+    master_client_wait_on (self->master, shell, s_master_reader);
+    static const actor_socket_t rm = {ZMQ_DEALER, ">inproc://%s-rm", ACTOR_HWM_LIBZMQ,
+                                      ACTOR_HWM_LIBZMQ, s_rm_reader, false};
+    self->rm = actor_shell_open (shell, &rm, self->config->instance);
+    assert (self->rm);
+    return self;
+}
+
+static void
+s_self_destroy (self_t **self_p)
+{
+    self_t *self = *self_p;
+    if (!self)
+        return;
+    //  Jobs still out come back before the sockets go (the actors end after this one).
+    zsock_set_rcvtimeo (self->rm, 5000);
+    size_t out = self->drops_out + (self->inventory_out ? 1 : 0) + (self->stats_out ? 1 : 0);
+    for (; out > 0; out--) {
+        kvp_job_t *job = kvp_job_recv (self->rm);
+        kvp_job_destroy (&job);
+    }
+    zhashx_destroy (&self->reported);
+    master_client_destroy (&self->master);
+    free (self);
+    *self_p = NULL;
+}
+
+void
+membership_actor (zsock_t *pipe, void *args)
+{
+    actor_shell_t *shell = actor_shell_new (pipe, "kvp-membership");
+    self_t *self = s_self_new (shell, pipe, (const cluster_args_t *) args);
+    actor_shell_ready (shell, 0);
     //  The first REGISTER once the allocator said how much memory the node has (placement
     //  passes over a node too small for a value), and the connection had a moment.
     kvp_job_t *stats = kvp_job_new (KVP_AL_STATS, 0);
@@ -272,34 +328,9 @@ membership_actor (zsock_t *pipe, void *args)
         kvp_job_destroy (&stats);
     self->next_beat = zclock_mono () + 20;
     self->last_heard = zclock_mono ();
-    while (!self->terminated) {
-        int64_t wait = self->next_beat - zclock_mono ();
-        void *which = zpoller_wait (poller, wait > 0 ? (int) wait : 0);
-        if (which == pipe) {
-            char *command = zstr_recv (pipe);
-            if (!command || streq (command, "$TERM"))
-                self->terminated = true;
-            zstr_free (&command);
-        }
-        else if (master_client_owns (self->master, which))
-            s_master_reply (self, which);
-        else if (which == self->rm)
-            s_rm_reply (self);
-        else if (zpoller_terminated (poller))
-            break;
-        if (zclock_mono () >= self->next_beat)
-            s_beat (self);
-    }
-    //  Jobs still out come back before the sockets go (the actors end after this one).
-    zsock_set_rcvtimeo (self->rm, 5000);
-    size_t out = self->drops_out + (self->inventory_out ? 1 : 0) + (self->stats_out ? 1 : 0);
-    for (; out > 0; out--) {
-        kvp_job_t *job = kvp_job_recv (self->rm);
-        kvp_job_destroy (&job);
-    }
-    zhashx_destroy (&self->reported);
-    zpoller_destroy (&poller);
-    master_client_destroy (&self->master);
-    zsock_destroy (&self->rm);
-    free (self);
+    actor_shell_on_tick (shell, s_tick);
+    actor_shell_set_final_tick (shell, true);
+    actor_shell_run (shell, self);
+    s_self_destroy (&self);
+    actor_shell_destroy (&shell); //  (the replica-manager's dealer)
 }

@@ -112,14 +112,15 @@
 
     Files: this one is the actor; the others are its layers, each calling only those below
     (replica_objects.h has the map).
-    Threads: one, the actor's, and the regex-matcher's, which sees only its batch. The only
-    cross-thread state is kvp_object_t.pins (atomic); read stamps are written by readers in
-    any process (shm_index.h).
+    Threads: one, the actor's (its loop: infra/actor_shell.h), and the regex-matcher's,
+    which sees only its batch. The only cross-thread state is kvp_object_t.pins (atomic);
+    read stamps are written by readers in any process (shm_index.h).
     Ordering: jobs are handled in arrival order (a regex removal acts on the objects that
     existed when its matching began).
 */
 #include "actors/replica_manager.h"
 
+#include "infra/actor_shell.h"
 #include "infra/log.h"
 #include "actors/replica_objects.h"
 #include "infra/spin_poll.h"
@@ -816,96 +817,138 @@ s_adopt_at_start (self_t *self)
     kvp_job_destroy (&job);
 }
 
+//  ---- the actor ---------------------------------------------------------------------
+
+static int
+s_pipe_command (actor_shell_t *shell, const char *command, zmsg_t *msg, void *arg)
+{
+    (void) msg;
+    self_t *self = (self_t *) arg;
+    if (streq (command, "STOPPING"))
+        regex_matcher_stop (self->matcher);
+    else if (streq (command, "STATUS")) {
+        const char *error = allocator_error (self->allocator);
+        zstr_send (actor_shell_pipe (shell), error ? error : "OK");
+    }
+    else if (streq (command, "FREED"))
+        zsock_send (actor_shell_pipe (shell), "8", self->items_freed);
+    else {
+        kvp_error ("invalid pipe command '%s'", command);
+        assert (false);
+    }
+    //  STOPPING speaks to the regex matcher (the shell touches the pipe).
+    wait_set_touch (self->waits, regex_matcher_sock (self->matcher));
+    return 0;
+}
+
+static int
+s_router_reader (actor_shell_t *shell, zsock_t *router, void *arg)
+{
+    (void) shell;
+    self_t *self = (self_t *) arg;
+    zframe_t *routing_id;
+    kvp_job_t *job = kvp_job_recv_routed (router, &routing_id);
+    if (job && job->kind == KVP_RM_REMOVE_REGEX)
+        s_regex_start (self, job, &routing_id);
+    else if (job && !s_handle_job (self, job, &routing_id))
+        s_finish (self, job, &routing_id);
+    zframe_destroy (&routing_id);
+    rm_unlinks_send (self);
+    return 0;
+}
+
+//  The transfer-submitter hands our disk writes and unlinks back when done.
+static int
+s_tx_reader (actor_shell_t *shell, zsock_t *tx, void *arg)
+{
+    (void) shell;
+    self_t *self = (self_t *) arg;
+    kvp_job_t *job = kvp_job_recv (tx);
+    if (job && job->kind == KVP_TX_DISK_WRITE)
+        rm_offload_done (self, job, zclock_mono ());
+    else {
+        kvp_job_destroy (&job);
+        self->unlinks_out--;
+    }
+    rm_unlinks_send (self);
+    return 0;
+}
+
+static int
+s_matcher_reader (actor_shell_t *shell, zsock_t *sock, void *arg)
+{
+    (void) shell;
+    (void) sock;
+    s_regex_finish ((self_t *) arg);
+    return 0;
+}
+
+//  Jobs that come one after another find it polling (spin_poll.h).
+static zsock_t *
+s_wait (actor_shell_t *shell, wait_set_t *waits, int timeout_ms, void *arg)
+{
+    (void) shell;
+    return spin_window_wait (&((self_t *) arg)->spin, waits, timeout_ms);
+}
+
+//  After every wake-up (the one that brought $TERM too): the sweep, eviction's cycles, the
+//  placements and unmounts that can be answered, the events due. Returns when it must run
+//  next.
+static int64_t
+s_tick (actor_shell_t *shell, void *arg)
+{
+    (void) shell;
+    self_t *self = (self_t *) arg;
+    if (zclock_mono () >= self->next_sweep) {
+        s_sweep (self, zclock_mono ());
+        allocator_tick (self->allocator);
+        rm_unlinks_send (self);
+        self->next_sweep = zclock_mono () + SWEEP_INTERVAL_MS;
+    }
+    //  Eviction's cycles, when due.
+    self->next_cycle = rm_policy_tick (self, zclock_mono ());
+    rm_unlinks_send (self);
+    //  Placements that waited for room, and unmounts whose segment emptied (a free, a
+    //  tick) in this turn, are answered.
+    zframe_t *reply_to;
+    kvp_job_t *placed;
+    while ((placed = rm_room_made (self, &reply_to))) {
+        s_finish (self, placed, &reply_to);
+        zframe_destroy (&reply_to);
+    }
+    s_replies_parked (self);
+    //  The events gathered go to the publisher once the batch is due.
+    if (self->events)
+        kv_events_feed_flush (self->events, zclock_mono (), false);
+    int64_t now = zclock_mono ();
+    int64_t due = self->next_cycle < self->next_sweep ? self->next_cycle : self->next_sweep;
+    int64_t events_wait = kv_events_feed_wait (self->events, now);
+    if (events_wait >= 0 && now + events_wait < due)
+        due = now + events_wait;
+    return due;
+}
+
 void
 replica_manager_actor (zsock_t *pipe, void *args)
 {
-    pthread_setname_np (pthread_self (), "kvp-replicas");
+    actor_shell_t *shell = actor_shell_new (pipe, "kvp-replicas");
     self_t *self = s_self_new (pipe, (const kvp_config_t *) args);
-    self->waits = wait_set_new ();
-    zsock_t *waited[] = {pipe, self->router, self->tx, regex_matcher_sock (self->matcher)};
-    for (size_t i = 0; i < sizeof waited / sizeof waited[0]; i++)
-        wait_set_add (self->waits, waited[i]);
+    //  Every socket it reads is in its wait set (wait_set.h), the pipe first.
+    self->waits = actor_shell_use_wait_set (shell);
+    actor_shell_add (shell, self->router, s_router_reader);
+    actor_shell_add (shell, self->tx, s_tx_reader);
+    actor_shell_add (shell, regex_matcher_sock (self->matcher), s_matcher_reader);
     if (!allocator_error (self->allocator))
         s_adopt_at_start (self);
-    zsock_signal (pipe, 0);
     self->next_sweep = zclock_mono () + SWEEP_INTERVAL_MS;
-    spin_window_t spin;
-    spin_window_init (&spin, (int) self->config->spin_us);
-    int64_t next_cycle = zclock_mono ();
-    while (!self->terminated) {
-        int64_t due = next_cycle < self->next_sweep ? next_cycle : self->next_sweep;
-        int64_t wait = due - zclock_mono ();
-        int64_t events_wait = kv_events_feed_wait (self->events, zclock_mono ());
-        if (events_wait >= 0 && events_wait < wait)
-            wait = events_wait;
-        //  Jobs that come one after another find it polling (spin_poll.h).
-        void *which = spin_window_wait (&spin, self->waits, wait > 0 ? (int) wait : 0);
-        if (which == pipe) {
-            char *command = zstr_recv (pipe);
-            if (!command || streq (command, "$TERM"))
-                self->terminated = true;
-            else if (streq (command, "STOPPING"))
-                regex_matcher_stop (self->matcher);
-            else if (streq (command, "STATUS")) {
-                const char *error = allocator_error (self->allocator);
-                zstr_send (pipe, error ? error : "OK");
-            }
-            else if (streq (command, "FREED"))
-                zsock_send (pipe, "8", self->items_freed);
-            else {
-                kvp_error ("invalid pipe command '%s'", command);
-                assert (false);
-            }
-            zstr_free (&command);
-            //  A command may be answered, and STOPPING speaks to the regex matcher.
-            wait_set_touch (self->waits, pipe);
-            wait_set_touch (self->waits, regex_matcher_sock (self->matcher));
-        }
-        else if (which == self->router) {
-            zframe_t *routing_id;
-            kvp_job_t *job = kvp_job_recv_routed (self->router, &routing_id);
-            if (job && job->kind == KVP_RM_REMOVE_REGEX)
-                s_regex_start (self, job, &routing_id);
-            else if (job && !s_handle_job (self, job, &routing_id))
-                s_finish (self, job, &routing_id);
-            zframe_destroy (&routing_id);
-            rm_unlinks_send (self);
-        }
-        else if (which == self->tx) {
-            //  The transfer-submitter hands our disk writes and unlinks back when done.
-            kvp_job_t *job = kvp_job_recv (self->tx);
-            if (job && job->kind == KVP_TX_DISK_WRITE)
-                rm_offload_done (self, job, zclock_mono ());
-            else {
-                kvp_job_destroy (&job);
-                self->unlinks_out--;
-            }
-            rm_unlinks_send (self);
-        }
-        else if (which == regex_matcher_sock (self->matcher))
-            s_regex_finish (self);
-        if (zclock_mono () >= self->next_sweep) {
-            s_sweep (self, zclock_mono ());
-            allocator_tick (self->allocator);
-            rm_unlinks_send (self);
-            self->next_sweep = zclock_mono () + SWEEP_INTERVAL_MS;
-        }
-        //  Eviction's cycles, when due.
-        next_cycle = rm_policy_tick (self, zclock_mono ());
-        rm_unlinks_send (self);
-        //  Placements that waited for room, and unmounts whose segment emptied (a free, a
-        //  tick) in this turn, are answered.
-        zframe_t *reply_to;
-        kvp_job_t *placed;
-        while ((placed = rm_room_made (self, &reply_to))) {
-            s_finish (self, placed, &reply_to);
-            zframe_destroy (&reply_to);
-        }
-        s_replies_parked (self);
-        //  The events gathered go to the publisher once the batch is due.
-        if (self->events)
-            kv_events_feed_flush (self->events, zclock_mono (), false);
-    }
+    spin_window_init (&self->spin, (int) self->config->spin_us);
+    self->next_cycle = zclock_mono ();
+    actor_shell_on_command (shell, s_pipe_command);
+    actor_shell_on_wait (shell, s_wait);
+    actor_shell_on_tick (shell, s_tick);
+    actor_shell_set_final_tick (shell, true);
+    actor_shell_run (shell, self);
+    actor_shell_remove (shell, regex_matcher_sock (self->matcher));
     s_regex_stop (self);
     //  Unmounts still waiting are answered: the node is going.
     allocator_stop (self->allocator);
@@ -923,10 +966,10 @@ replica_manager_actor (zsock_t *pipe, void *args)
             self->unlinks_out--;
         kvp_job_destroy (&job);
     }
-    wait_set_destroy (&self->waits);
     //  Last: kvpoold destroys its allocator once this thread is done (config.h).
     allocator_t *borrowed = self->own_allocator ? NULL : self->allocator;
     s_self_destroy (&self);
+    actor_shell_destroy (&shell); //  (its wait set)
     if (borrowed)
         allocator_hand_back (borrowed);
 }

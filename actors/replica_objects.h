@@ -28,6 +28,7 @@
 #include "actors/lru_list.h"
 #include "infra/object_table.h"
 #include "infra/regex_matcher.h"
+#include "infra/spin_poll.h"
 #include "infra/wait_set.h"
 #include "messages/kvp_job.h"
 #include "shm/shm_index.h"
@@ -179,7 +180,10 @@ typedef struct {
     regex_matcher_t *matcher;
     zlistx_t *regex_runs; //  regex_run_t, oldest first; the first is at the matcher if out
     bool regex_out;
-    bool terminated;
+    //  The loop (replica_manager.c, on infra/actor_shell.h): its spin before it sleeps, and
+    //  when eviction's next cycle is due.
+    spin_window_t spin;
+    int64_t next_cycle;
 } rm_state_t;
 
 //  A pin handle: the object's address with the pin's epoch in its low bit (objects are

@@ -1,10 +1,14 @@
 /*  actor_shell.c - the loop every actor runs (actor_shell.h).
 
-    The readers are an array in the order they were added, the pipe first. In zmq_poll mode
-    a pass polls a snapshot of them (zmq_pollitem_t), then calls the handler of each one
-    that was ready and is still there, in order, unless the loop was stopped: so a handler
-    that removes (and destroys) a socket never has it read again, and a reader added
-    during a pass waits for the next. In wait-set mode the set returns one socket a wait.
+    The readers are an array in the order they were added, the pipe first; it grows as
+    readers are added (the cluster actor waits on a few links to every other node). Each
+    reader has a serial number of its own. In zmq_poll mode a pass polls a snapshot of them
+    (zmq_pollitem_t), then calls the handler of each one that was ready and is still there
+    (the same serial: a socket destroyed by a handler and a new one that got its address, or
+    a descriptor closed and another that got its number, is not the one that was polled),
+    in order, unless the loop was stopped: so a handler that removes (and destroys) a socket
+    never has it read again, and a reader added during a pass waits for the next. In
+    wait-set mode the set returns one socket a wait.
 */
 #include "infra/actor_shell.h"
 
@@ -15,23 +19,31 @@
 
 #include "infra/log.h"
 
-#define READERS_MAX 64
+//  The most sockets actor_shell_open makes for one actor.
+#define OWNED_MAX 64
 
 typedef struct {
     zsock_t *sock; //  NULL for a descriptor
     int fd;        //  -1 for a socket
     actor_shell_reader_fn *reader;
     actor_shell_fd_fn *fd_reader;
-    bool gone; //  removed: skipped, then dropped before the next poll
+    uint64_t serial; //  this reader's, unique in the shell
+    bool gone;       //  removed: skipped, then dropped before the next poll
 } reader_t;
 
 struct _actor_shell_t {
     zsock_t *pipe;
     char name[16];
-    reader_t readers[READERS_MAX];
-    size_t count;
-    bool changed;                //  readers were added or removed since the last poll
-    zsock_t *owned[READERS_MAX]; //  actor_shell_open's sockets
+    reader_t *readers;
+    size_t count, capacity;
+    uint64_t serials; //  the last reader's serial
+    //  A zmq_poll pass's snapshot of the readers, and its poll items: grown before a pass
+    //  only (a handler may add readers during one).
+    reader_t *polled;
+    zmq_pollitem_t *items;
+    size_t polled_capacity;
+    bool changed;             //  readers were added or removed since the last poll
+    zsock_t *owned[OWNED_MAX]; //  actor_shell_open's sockets
     size_t owned_count;
     char error[256];
     actor_shell_command_fn *command;
@@ -40,6 +52,7 @@ struct _actor_shell_t {
     actor_shell_wait_fn *waiter;
     wait_set_t *waits; //  wait-set mode, else NULL
     bool nonstop;
+    bool final_tick;
     bool signalled;
     bool stopped;
     bool terminated;
@@ -69,6 +82,9 @@ actor_shell_destroy (actor_shell_t **self_p)
     while (self->owned_count)
         zsock_destroy (&self->owned[--self->owned_count]);
     wait_set_destroy (&self->waits);
+    free (self->readers);
+    free (self->polled);
+    free (self->items);
     free (self);
     *self_p = NULL;
 }
@@ -77,7 +93,7 @@ zsock_t *
 actor_shell_open (actor_shell_t *self, const actor_socket_t *spec, const char *instance)
 {
     zsock_t *sock = zsock_new (spec->type);
-    assert (sock && self->owned_count < READERS_MAX);
+    assert (sock && self->owned_count < OWNED_MAX);
     if (spec->sndhwm != ACTOR_HWM_LIBZMQ)
         zsock_set_sndhwm (sock, spec->sndhwm);
     if (spec->rcvhwm != ACTOR_HWM_LIBZMQ)
@@ -117,8 +133,12 @@ static void
 s_add (actor_shell_t *self, zsock_t *sock, int fd, actor_shell_reader_fn *reader,
        actor_shell_fd_fn *fd_reader)
 {
-    assert (self->count < READERS_MAX);
-    self->readers[self->count++] = (reader_t){sock, fd, reader, fd_reader, false};
+    if (self->count == self->capacity) {
+        self->capacity = self->capacity ? 2 * self->capacity : 8;
+        self->readers = (reader_t *) realloc (self->readers, self->capacity * sizeof (reader_t));
+        assert (self->readers);
+    }
+    self->readers[self->count++] = (reader_t){sock, fd, reader, fd_reader, ++self->serials, false};
     self->changed = true;
     if (self->waits)
         wait_set_add (self->waits, sock);
@@ -187,6 +207,12 @@ void
 actor_shell_set_nonstop (actor_shell_t *self, bool nonstop)
 {
     self->nonstop = nonstop;
+}
+
+void
+actor_shell_set_final_tick (actor_shell_t *self, bool final_tick)
+{
+    self->final_tick = final_tick;
 }
 
 wait_set_t *
@@ -313,13 +339,36 @@ s_wait_set_pass (actor_shell_t *self, int timeout)
         }
 }
 
+//  Whether the reader with this serial is there and not removed. Serials rise along the
+//  array (readers are appended, and compaction keeps their order): a binary search.
+static bool
+s_there (actor_shell_t *self, uint64_t serial)
+{
+    size_t low = 0, high = self->count;
+    while (low < high) {
+        size_t mid = low + (high - low) / 2;
+        if (self->readers[mid].serial < serial)
+            low = mid + 1;
+        else
+            high = mid;
+    }
+    return low < self->count && self->readers[low].serial == serial && !self->readers[low].gone;
+}
+
 //  One zmq_poll of every reader, and the readers of what was ready.
 static void
 s_poll_pass (actor_shell_t *self, int timeout)
 {
-    zmq_pollitem_t items[READERS_MAX];
-    reader_t readers[READERS_MAX];
     size_t count = self->count;
+    if (self->polled_capacity < count) {
+        self->polled_capacity = self->capacity;
+        self->polled = (reader_t *) realloc (self->polled, self->polled_capacity * sizeof (reader_t));
+        self->items = (zmq_pollitem_t *) realloc (self->items,
+                                                  self->polled_capacity * sizeof (zmq_pollitem_t));
+        assert (self->polled && self->items);
+    }
+    zmq_pollitem_t *items = self->items;
+    reader_t *readers = self->polled;
     for (size_t i = 0; i < count; i++) {
         readers[i] = self->readers[i];
         items[i] = (zmq_pollitem_t){readers[i].sock ? zsock_resolve (readers[i].sock) : NULL,
@@ -340,11 +389,7 @@ s_poll_pass (actor_shell_t *self, int timeout)
         if (!(items[i].revents & ZMQ_POLLIN))
             continue;
         //  Still there? (A handler before it in this pass may have removed it.)
-        bool there = false;
-        for (size_t j = 0; j < self->count && !there; j++)
-            there = !self->readers[j].gone && self->readers[j].sock == readers[i].sock
-                    && self->readers[j].fd == readers[i].fd;
-        if (there)
+        if (s_there (self, readers[i].serial))
             s_dispatch (self, &readers[i]);
     }
 }
@@ -354,9 +399,10 @@ actor_shell_run (actor_shell_t *self, void *arg)
 {
     self->arg = arg;
     actor_shell_ready (self, 0);
+    bool ticked_last = false; //  the loop ended in the tick
     while (!self->stopped) {
         int64_t due = self->tick ? self->tick (self, arg) : -1;
-        if (self->stopped)
+        if ((ticked_last = self->stopped))
             break;
         s_compact (self);
         if (self->waits)
@@ -364,6 +410,8 @@ actor_shell_run (actor_shell_t *self, void *arg)
         else
             s_poll_pass (self, s_timeout (due));
     }
+    if (self->final_tick && self->terminated && self->tick && !ticked_last)
+        self->tick (self, arg);
 }
 
 //  ---- self test ---------------------------------------------------------------------
@@ -460,6 +508,98 @@ s_test_actor (zsock_t *pipe, void *args)
     actor_shell_destroy (&shell);
 }
 
+
+//  Many readers (past the array's first sizes), and a reader swapped during a pass: the
+//  first descriptor's handler removes the second, closes it and waits on a new eventfd,
+//  which gets the same number. Every descriptor is readable at the first poll: each is read
+//  once, except the removed one, and the new one (not polled yet, and not readable) is not
+//  called in that pass.
+#define TEST_MANY 100
+
+typedef struct {
+    int fds[TEST_MANY];
+    int calls, reads, late, passes;
+    bool swapped;
+} s_test_many_t;
+
+static int
+s_test_late (actor_shell_t *shell, int fd, void *arg)
+{
+    (void) shell;
+    (void) fd;
+    ((s_test_many_t *) arg)->late++;
+    return 0;
+}
+
+static int
+s_test_many_read (actor_shell_t *shell, int fd, void *arg)
+{
+    s_test_many_t *many = (s_test_many_t *) arg;
+    uint64_t value;
+    many->calls++;
+    if (read (fd, &value, sizeof value) == sizeof value)
+        many->reads++;
+    if (!many->swapped) {
+        many->swapped = true;
+        actor_shell_remove_fd (shell, many->fds[1]);
+        close (many->fds[1]);
+        many->fds[1] = eventfd (0, EFD_NONBLOCK | EFD_CLOEXEC);
+        actor_shell_add_fd (shell, many->fds[1], s_test_late);
+    }
+    return 0;
+}
+
+static int64_t
+s_test_many_tick (actor_shell_t *shell, void *arg)
+{
+    s_test_many_t *many = (s_test_many_t *) arg;
+    if (many->passes++ == 1)
+        actor_shell_stop (shell); //  after the first pass
+    return -1;
+}
+
+static void
+s_test_many_actor (zsock_t *pipe, void *args)
+{
+    (void) args;
+    actor_shell_t *shell = actor_shell_new (pipe, "kvp-shelltest");
+    s_test_many_t many = {.reads = 0};
+    uint64_t one = 1;
+    for (int i = 0; i < TEST_MANY; i++) {
+        many.fds[i] = eventfd (0, EFD_NONBLOCK | EFD_CLOEXEC);
+        assert (many.fds[i] >= 0 && write (many.fds[i], &one, sizeof one) == sizeof one);
+        actor_shell_add_fd (shell, many.fds[i], s_test_many_read);
+    }
+    actor_shell_on_tick (shell, s_test_many_tick);
+    actor_shell_run (shell, &many);
+    //  (the swap reused the number, or the test proves less)
+    zsock_send (pipe, "iiii", many.calls, many.reads, many.late, many.swapped);
+    for (int i = 0; i < TEST_MANY; i++)
+        close (many.fds[i]);
+    actor_shell_destroy (&shell);
+}
+
+
+//  A final tick: after $TERM the tick runs once more, and sees it (args: an int, the ticks
+//  that saw $TERM).
+static int64_t
+s_test_final_tick (actor_shell_t *shell, void *arg)
+{
+    if (actor_shell_terminated (shell))
+        (*(int *) arg)++;
+    return -1;
+}
+
+static void
+s_test_final_actor (zsock_t *pipe, void *args)
+{
+    actor_shell_t *shell = actor_shell_new (pipe, "kvp-shelltest");
+    actor_shell_on_tick (shell, s_test_final_tick);
+    actor_shell_set_final_tick (shell, true);
+    actor_shell_run (shell, args);
+    actor_shell_destroy (&shell);
+}
+
 void
 actor_shell_test (bool verbose)
 {
@@ -500,6 +640,17 @@ actor_shell_test (bool verbose)
             zstr_send (actor, "QUIT"); //  a command may end the loop too
         zactor_destroy (&actor);
     }
+    zactor_t *many = zactor_new (s_test_many_actor, NULL);
+    int calls = 0, reads = 0, late = 0, swapped = 0;
+    assert (many && zsock_recv (many, "iiii", &calls, &reads, &late, &swapped) == 0);
+    assert (swapped && calls == TEST_MANY - 1 && reads == calls && late == 0);
+    zactor_destroy (&many);
+    int final_ticks = 0;
+    zactor_t *final = zactor_new (s_test_final_actor, &final_ticks);
+    assert (final);
+    zactor_destroy (&final);
+    assert (final_ticks == 1);
     if (verbose)
-        printf ("zmq_poll and wait-set loops, commands, ticks, $TERM ");
+        printf ("zmq_poll and wait-set loops, commands, ticks, $TERM, a final tick, %d readers ",
+                TEST_MANY);
 }

@@ -34,7 +34,8 @@
     readers whose input is waiting, in the order they were added (the pipe first), then
     ticks again. The pipe's $TERM (or the pipe gone) ends the loop, unless an on_term
     handler keeps it going (an actor that finishes the work in flight first, then calls
-    actor_shell_stop). Any handler may end the loop (return -1, or actor_shell_stop).
+    actor_shell_stop), and the tick may run once more first (actor_shell_set_final_tick).
+    Any handler may end the loop (return -1, or actor_shell_stop).
 
     Two ways to wait. By default one zmq_poll of every socket and descriptor (as zpoller).
     An actor on the request path uses a wait set instead (actor_shell_use_wait_set:
@@ -114,6 +115,10 @@ void actor_shell_on_tick (actor_shell_t *self, actor_shell_tick_fn *handler);
 //  The loop goes on when zsys_interrupted is set (CZMQ's SIGINT flag; kvpoold blocks the
 //  signals in its actors) or a poll is interrupted, as zpoller_set_nonstop.
 void actor_shell_set_nonstop (actor_shell_t *self, bool nonstop);
+//  When $TERM (or the pipe gone) ends the loop, the tick runs once more before run returns
+//  (no reader is called after the $TERM): for an actor whose work after a wake-up (answers
+//  due, events to flush) must also follow the wake-up that brought $TERM.
+void actor_shell_set_final_tick (actor_shell_t *self, bool final_tick);
 
 //  Waits with a wait set from now on (before any add). Returns it (the shell owns it), for
 //  touches and spins.

@@ -22,9 +22,9 @@
     still admitted now, so that the sockets' owners close a revoked key's connections
     (key_watch.h).
 
-    Threads: the ZAP actor owns the certificate stores; kvp_curve_admitted asks it over a
-    pipe (under a mutex, from any thread). Everything else here is set before the actors start
-    and only read after.
+    Threads: the ZAP actor (kvp-zap, its loop: infra/actor_shell.h) owns the certificate
+    stores; kvp_curve_admitted asks it over a pipe (under a mutex, from any thread).
+    Everything else here is set before the actors start and only read after.
 */
 #include "infra/curve.h"
 
@@ -37,6 +37,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "infra/actor_shell.h"
 #include "infra/endpoints.h"
 #include "infra/log.h"
 
@@ -357,18 +358,13 @@ s_keys_now (const char *dir)
     return keys;
 }
 
-//  A pipe command: $TERM; ADMITTED <domain> <key> (answered with "1" or "0"); or
+//  A pipe command: ADMITTED <domain> <key> (answered with "1" or "0"); or
 //  ADMITTED_KEYS <domain> <key>... (answered with one frame of "1" and "0", one per key).
-static bool
-s_zap_command (zap_t *self)
+static int
+s_zap_command (actor_shell_t *shell, const char *command, zmsg_t *msg, void *arg)
 {
-    zmsg_t *msg = zmsg_recv (self->pipe);
-    char *command = msg ? zmsg_popstr (msg) : NULL;
-    if (!command || streq (command, "$TERM")) {
-        zstr_free (&command);
-        zmsg_destroy (&msg);
-        return false;
-    }
+    (void) shell;
+    zap_t *self = (zap_t *) arg;
     char *domain = zmsg_popstr (msg);
     bool cluster = domain && streq (domain, KVP_ZAP_CLUSTER);
     zcertstore_t *store = cluster ? self->nodes : self->clients;
@@ -396,37 +392,43 @@ s_zap_command (zap_t *self)
         zstr_send (self->pipe, admitted ? "1" : "0");
         zstr_free (&key);
     }
-    zstr_free (&command);
     zstr_free (&domain);
-    zmsg_destroy (&msg);
-    return true;
+    return 0;
 }
+
+static int
+s_zap_reader (actor_shell_t *shell, zsock_t *handler, void *arg)
+{
+    (void) shell;
+    (void) handler;
+    s_zap_request ((zap_t *) arg);
+    return 0;
+}
+
+//  The ZAP handler's REP, where libzmq asks (one a process).
+static const actor_socket_t s_zap_handler = {ZMQ_REP, "@" ZAP_ENDPOINT, ACTOR_HWM_LIBZMQ,
+                                             ACTOR_HWM_LIBZMQ, s_zap_reader, false};
 
 static void
 s_zap_actor (zsock_t *pipe, void *args)
 {
+    actor_shell_t *shell = actor_shell_new (pipe, "kvp-zap");
     zap_t self = {.pipe = pipe, .owner = (kvp_curve_t *) args};
-    self.handler = zsock_new (ZMQ_REP);
-    assert (self.handler);
-    int rc = zsock_bind (self.handler, ZAP_ENDPOINT);
+    self.handler = actor_shell_open (shell, &s_zap_handler, NULL);
     if (self.owner->cert) {
         self.clients = zcertstore_new (self.owner->allow_dir);
         if (*self.owner->nodes_dir)
             self.nodes = zcertstore_new (self.owner->nodes_dir);
     }
-    zsock_signal (pipe, rc == 0 ? 0 : 1);
-    zpoller_t *poller = zpoller_new (pipe, self.handler, NULL);
-    while (rc == 0) {
-        void *which = zpoller_wait (poller, -1);
-        if (which == self.handler)
-            s_zap_request (&self);
-        else if (which != pipe || !s_zap_command (&self))
-            break;
+    if (self.handler) {
+        actor_shell_on_command (shell, s_zap_command);
+        actor_shell_run (shell, &self);
     }
-    zpoller_destroy (&poller);
+    else
+        actor_shell_ready (shell, 1); //  another ZAP handler in the process
     zcertstore_destroy (&self.clients);
     zcertstore_destroy (&self.nodes);
-    zsock_destroy (&self.handler);
+    actor_shell_destroy (&shell); //  (the handler)
 }
 
 //  ---- the object --------------------------------------------------------------------

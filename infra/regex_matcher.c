@@ -19,9 +19,13 @@
     leave, instead of slices of a core from them (at nice 10 the p99 of concurrent 1 MiB gets
     over tcp was up to 6x its idle value here). A match starved that way ends at the time
     limit with a clear refusal, as any slow one does.
+
+    The thread is an actor (its loop: infra/actor_shell.h): MATCH and a batch on its pipe,
+    the batch back on the pipe once matched.
 */
 #include "infra/regex_matcher.h"
 
+#include "infra/actor_shell.h"
 #include "infra/log.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
@@ -289,35 +293,38 @@ struct _regex_matcher_t {
     atomic_bool cancel; //  set by regex_matcher_destroy; read between keys
 };
 
+//  MATCH <batch>: the batch is matched and handed back (nothing else is sent here).
+static int
+s_matcher_command (actor_shell_t *shell, const char *command, zmsg_t *msg, void *arg)
+{
+    regex_matcher_t *self = (regex_matcher_t *) arg;
+    zframe_t *frame = zmsg_first (msg);
+    assert (streq (command, "MATCH") && frame && zframe_size (frame) == sizeof (void *));
+    regex_batch_t *batch;
+    memcpy (&batch, zframe_data (frame), sizeof batch);
+    assert (batch);
+    s_handoff_acquire (batch);
+    regex_batch_match (batch, self->time_limit_ms, &self->cancel);
+    s_handoff_release (batch);
+    zsock_send (actor_shell_pipe (shell), "p", batch);
+    return 0;
+}
+
 static void
 s_matcher_actor (zsock_t *pipe, void *args)
 {
     regex_matcher_t *self = (regex_matcher_t *) args;
-    pthread_setname_np (pthread_self (), "kvp-regex");
+    actor_shell_t *shell = actor_shell_new (pipe, "kvp-regex");
     //  Per-thread on Linux; lowering one's own priority needs no privilege.
     struct sched_param idle = {0};
     if (pthread_setschedparam (pthread_self (), SCHED_IDLE, &idle) != 0
         && setpriority (PRIO_PROCESS, (id_t) gettid (), MATCHER_NICE) == -1)
         kvp_debug ("regex-matcher: cannot lower its priority: %s", strerror (errno));
-    zsock_signal (pipe, 0);
-    while (true) {
-        char *command = NULL;
-        void *pointer = NULL;
-        if (zsock_recv (pipe, "sp", &command, &pointer) == -1)
-            break;
-        bool term = !command || streq (command, "$TERM");
-        assert (term || (streq (command, "MATCH") && pointer)); //  nothing else is sent here
-        if (!term) {
-            regex_batch_t *batch = (regex_batch_t *) pointer;
-            s_handoff_acquire (batch);
-            regex_batch_match (batch, self->time_limit_ms, &self->cancel);
-            s_handoff_release (batch);
-            zsock_send (pipe, "p", batch);
-        }
-        zstr_free (&command);
-        if (term)
-            break;
-    }
+    actor_shell_on_command (shell, s_matcher_command);
+    //  Waits on its pipe alone, as a blocking read of it did.
+    actor_shell_set_nonstop (shell, true);
+    actor_shell_run (shell, self);
+    actor_shell_destroy (&shell);
     //  Everything this thread did happens before regex_matcher_destroy returns.
     s_handoff_release (self);
 }

@@ -119,7 +119,7 @@ typedef enum {
 
 //  The actors that work on jobs (the api only routes them). The replica-manager's thread
 //  also does the allocator's work (KVP_AL_*: allocator.h).
-typedef enum { KVP_ACTOR_NONE, KVP_ACTOR_RM, KVP_ACTOR_TX, KVP_ACTOR_EV, KVP_ACTOR_CL } kvp_actor_t;
+typedef enum { KVP_ACTOR_NONE, KVP_ACTOR_RM, KVP_ACTOR_TX, KVP_ACTOR_CL } kvp_actor_t;
 
 //  An item status that is not a kvpool_status_t: placed on other nodes only (KVP_CL_PLACE),
 //  so this node's own stages pass over it. Never sent to a client.
