@@ -129,6 +129,16 @@ kvpool_connect (const char *endpoint, const kvpool_options_t *options)
     }
     if (!endpoint)
         endpoint = KVPOOL_DEFAULT_ENDPOINT;
+    //  "host:port", as people write an address, means tcp://host:port.
+    char with_scheme[512];
+    if (!strstr (endpoint, "://")) {
+        if (snprintf (with_scheme, sizeof with_scheme, "tcp://%s", endpoint)
+            >= (int) sizeof with_scheme) {
+            errno = EINVAL;
+            return NULL;
+        }
+        endpoint = with_scheme;
+    }
     kvpc_curve_t curve;
     int has_curve = s_curve_load (options, &curve);
     if (has_curve < 0)

@@ -101,7 +101,8 @@ KVPOOL_EXPORT void kvpool_options_init (kvpool_options_t *options);
 //  KVPOOL_MALLOC_TUNING=0. Returns 0, or -1 if the malloc is not glibc's.
 KVPOOL_EXPORT int kvpool_tune_malloc (void);
 
-//  Connects to a node and checks it answers a PING within the connect timeout.
+//  Connects to a node and checks it answers a PING within the connect timeout. endpoint is
+//  tcp://HOST:PORT, ipc://PATH or ipc://@NAME; a bare HOST:PORT means tcp://HOST:PORT.
 //  Returns NULL on failure (bad endpoint, no answer). Caller owns the return value and must
 //  destroy it with kvpool_destroy. options may be NULL for the defaults.
 KVPOOL_EXPORT kvpool_t *kvpool_connect (const char *endpoint, const kvpool_options_t *options);

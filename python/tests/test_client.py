@@ -83,6 +83,16 @@ def test_connect_ping_close(daemon):
     assert c.closed
 
 
+def test_host_port_means_tcp(daemon):
+    # "127.0.0.1:PORT", as people write an address, is tcp://127.0.0.1:PORT (kvpool_connect).
+    assert daemon.endpoint.startswith("tcp://")
+    with kvpool.Client(daemon.endpoint[len("tcp://"):], timeout=2.0) as c:
+        c.ping()
+        c.put("host-port", b"v")
+        assert c.get("host-port") == b"v"
+        c.remove("host-port", force=True)
+
+
 def test_connect_to_nothing_fails_fast():
     start = time.monotonic()
     with pytest.raises(kvpool.RpcFailError):

@@ -52,6 +52,8 @@ expect_error() {
 
 # ---- ping, put, get ----------------------------------------------------------------------
 kv ping | grep -q "^pong from $EP: [0-9.]* ms" || fail "ping"
+# An address written host:port means tcp://host:port.
+"$KVPOOL" -s "${EP#tcp://}" ping | grep -q "^pong from ${EP#tcp://}: [0-9.]* ms" || fail "ping host:port"
 
 printf 'hello from stdin' | kv put greeting || fail "put from stdin"
 [ "$(kv get greeting)" = "hello from stdin" ] || fail "get to stdout"
