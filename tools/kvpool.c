@@ -271,6 +271,11 @@ s_cmd_put (cli_t *cli, int argc, char **argv)
         limit = stats.max_value_size;
     if (limit > SIZE_MAX - 1)
         limit = SIZE_MAX - 1;
+    //  A put typed at a terminal would wait without a word for the value.
+    if (!path && isatty (fd))
+        fprintf (stderr, "kvpool: %s %s: reading the value from standard input (end it with "
+                         "Ctrl-D)\n",
+                 upsert ? "upsert" : "put", key);
     char *data = NULL;
     size_t size = 0;
     int read_rc = s_read_all (fd, (size_t) limit, &data, &size);

@@ -57,6 +57,25 @@ kv ping | grep -q "^pong from $EP: [0-9.]* ms" || fail "ping"
 
 printf 'hello from stdin' | kv put greeting || fail "put from stdin"
 [ "$(kv get greeting)" = "hello from stdin" ] || fail "get to stdout"
+# A put typed at a terminal says it reads standard input, then takes what is typed until
+# Ctrl-D (a pseudo-terminal stands in for the terminal).
+/usr/bin/python3 - "$KVPOOL" "$EP" >"$TMP/tty.out" 2>&1 <<'PY' || fail "put at a terminal: $(cat "$TMP/tty.out")"
+import os, pty, select, subprocess, sys, time
+master, slave = pty.openpty()
+p = subprocess.Popen([sys.argv[1], "-s", sys.argv[2], "put", "typed"], stdin=slave,
+                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+os.close(slave)
+if not select.select([p.stderr], [], [], 5)[0]:
+    p.kill()
+    sys.exit("put at a terminal said nothing for 5 s")
+line = p.stderr.readline().decode()
+assert "reading the value from standard input" in line, line
+os.write(master, b"typed value")
+time.sleep(0.2)
+os.write(master, b"\x04\x04")  # Ctrl-D sends the line, a second one ends the input
+assert p.wait(10) == 0, p.stderr.read()
+PY
+[ "$(kv get typed)" = "typed value" ] || fail "the value typed at a terminal"
 
 head -c 3000000 /dev/urandom >"$TMP/blob"
 kv put blob "$TMP/blob" || fail "put from file"
