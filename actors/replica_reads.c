@@ -203,8 +203,15 @@ rm_remove (self_t *self, kvp_job_t *job, int64_t now)
         //  never a newer one put under the key since.
         if (!object || (item->object_id && object->id != item->object_id))
             item->status = KVPOOL_OBJECT_NOT_FOUND;
-        else if (!rm_take_unleased (self, object, job->opt.force, now))
+        else if (!rm_take_unleased (self, object, job->opt.force, now)) {
             item->status = KVPOOL_OBJECT_HAS_LEASE;
+            //  What to do about it, for the first such key: wait, or force.
+            if (!job->error[0])
+                snprintf (job->error, sizeof job->error,
+                          "'%.40s' was read recently: its lease ends in %lld ms; a remove "
+                          "with force (kvpool rm --force) takes it now",
+                          item->key, (long long) (rm_lease_end (self, object, now) - now));
+        }
         else {
             rm_object_drop (self, object, &free_job, now);
             self->removes++;

@@ -139,6 +139,10 @@ expect_error "cannot connect to tcp://127.0.0.1:1: no reply" "$KVPOOL" -s tcp://
 expect_error "invalid parameters (INVALID_PARAMS): " kv rm --regex '([unclosed'
 
 # ---- rm -------------------------------------------------------------------------------------
+# greeting was read above: a plain rm is refused, saying how long the lease lasts and what
+# --force does.
+expect_error "lease ends in [0-9]* ms; a remove with force (kvpool rm --force) takes it now" \
+  "$KVPOOL" -s "$EP" rm greeting
 kv rm --force greeting || fail "rm --force"
 kv exists greeting >/dev/null
 [ $? -eq 1 ] || fail "removed key still exists"
