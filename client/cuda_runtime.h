@@ -40,7 +40,7 @@ typedef void *kvpc_cuda_event_t;
 //  away): then no buffer can be device memory.
 #define KVPC_CUDA_ERROR_INITIALIZATION 3
 #define KVPC_CUDA_ERROR_UNLOADING 4
-#define KVPC_CUDA_ERROR_DRIVER_IS_PLACEHOLDER 34 //  cudaErrorStubLibrary: no real driver
+#define KVPC_CUDA_ERROR_STUB_LIBRARY 34 //  cudaErrorStubLibrary: the stub libcuda, no real driver
 #define KVPC_CUDA_ERROR_INSUFFICIENT_DRIVER 35
 #define KVPC_CUDA_ERROR_NEWER_DRIVER 36
 #define KVPC_CUDA_ERROR_DEVICES_UNAVAILABLE 46

@@ -268,7 +268,7 @@ static bool
 s_dead_runtime_error (kvpc_cuda_error_t rc)
 {
     return rc == KVPC_CUDA_ERROR_INITIALIZATION || rc == KVPC_CUDA_ERROR_UNLOADING
-           || rc == KVPC_CUDA_ERROR_DRIVER_IS_PLACEHOLDER
+           || rc == KVPC_CUDA_ERROR_STUB_LIBRARY
            || rc == KVPC_CUDA_ERROR_INSUFFICIENT_DRIVER || rc == KVPC_CUDA_ERROR_NEWER_DRIVER
            || rc == KVPC_CUDA_ERROR_DEVICES_UNAVAILABLE || rc == KVPC_CUDA_ERROR_NO_DEVICE;
 }

@@ -1031,9 +1031,10 @@ s_fake_free (s_fake_t *fake)
     free (fake);
 }
 
-//  Polls until the connection has nothing in flight; fills status[tag] (tags < 1000).
-static size_t
-s_drain (kvp_rdma_conn_t *conn, int *status)
+//  Polls until the connection has nothing in flight; fills status[tag] for each transfer that
+//  ends (tags < tags, each once). For the self tests (here and rdma_loop.c).
+size_t
+kvp_rdma_test_drain (kvp_rdma_conn_t *conn, int *status, size_t tags)
 {
     kvp_rdma_done_t done[16];
     size_t finished = 0;
@@ -1042,7 +1043,7 @@ s_drain (kvp_rdma_conn_t *conn, int *status)
         int n = kvp_rdma_conn_poll (conn, done, 16);
         assert (n >= 0);
         for (int i = 0; i < n; i++) {
-            assert (done[i].tag < 1000 && status[done[i].tag] == 1); //  once each
+            assert (done[i].tag < tags && status[done[i].tag] == 1); //  once each
             status[done[i].tag] = done[i].status;
             finished++;
         }
@@ -1091,12 +1092,12 @@ s_round_trip (kvp_rdma_conn_t *a, kvp_rdma_conn_t *b, uint8_t *src, uint8_t *dst
         status[i] = 1;
     kvp_rdma_xfer_t write = {1, KVP_RDMA_WRITE, (uint64_t) (uintptr_t) src, dst_segment, 0, len};
     assert (kvp_rdma_conn_submit (a, &write, 1, reason, sizeof reason) == 0);
-    assert (s_drain (a, status) == 1 && status[1] == 0);
+    assert (kvp_rdma_test_drain (a, status, 1000) == 1 && status[1] == 0);
     assert (memcmp (src, dst, len) == 0);
     memset (src, 0, len);
     kvp_rdma_xfer_t read = {2, KVP_RDMA_READ, (uint64_t) (uintptr_t) src, dst_segment, 0, len};
     assert (kvp_rdma_conn_submit (a, &read, 1, reason, sizeof reason) == 0);
-    assert (s_drain (a, status) == 1 && status[2] == 0);
+    assert (kvp_rdma_test_drain (a, status, 1000) == 1 && status[2] == 0);
     for (size_t i = 0; i < len; i++)
         assert (src[i] == (uint8_t) (i * 7 + 3));
 }
@@ -1337,7 +1338,7 @@ kvp_rdma_test (bool verbose)
             (i % 3 ? mem_a : mem_b)[i * 6000 + k] = (uint8_t) (i + k);
     }
     assert (kvp_rdma_conn_submit (a, batch, 300, reason, sizeof reason) == 0);
-    assert (s_drain (a, status) == 300);
+    assert (kvp_rdma_test_drain (a, status, 1000) == 300);
     for (size_t i = 0; i < 300; i++) {
         assert (status[i] == 0);
         assert (memcmp (mem_a + i * 6000, mem_b + i * 6000, batch[i].len) == 0);
@@ -1373,7 +1374,7 @@ kvp_rdma_test (bool verbose)
     assert (a->strays == 3 && kvp_rdma_conn_active (a) == 1);
     fake->paused = false;
     status[7] = 1;
-    assert (s_drain (a, status) == 1 && status[7] == 0);
+    assert (kvp_rdma_test_drain (a, status, 1000) == 1 && status[7] == 0);
     assert (memcmp (mem_a, mem_b, 1000) == 0 && a->strays == 3);
     assert (!kvp_rdma_track_broken (a->track, 0));
 
@@ -1388,7 +1389,7 @@ kvp_rdma_test (bool verbose)
         status[i] = 1;
     }
     assert (kvp_rdma_conn_submit (a, batch, 100, reason, sizeof reason) == 0);
-    assert (s_drain (a, status) == 100);
+    assert (kvp_rdma_test_drain (a, status, 1000) == 100);
     size_t failed = 0;
     for (size_t i = 0; i < 100; i++) {
         if (status[i] == 0)
@@ -1418,7 +1419,7 @@ kvp_rdma_test (bool verbose)
     status[5] = 1;
     kvp_rdma_xfer_t one = {5, KVP_RDMA_WRITE, (uint64_t) (uintptr_t) mem_a, 20, 0, 100};
     assert (kvp_rdma_conn_submit (a, &one, 1, reason, sizeof reason) == 0);
-    assert (s_drain (a, status) == 1 && status[5] == -1);
+    assert (kvp_rdma_test_drain (a, status, 1000) == 1 && status[5] == -1);
     assert (strstr (kvp_rdma_conn_error (a), "remote access error"));
 
     if (verbose)

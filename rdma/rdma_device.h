@@ -70,6 +70,10 @@ struct _kvp_rdma_conn_t {
 void kvp_rdma_reason (char *reason, size_t size, const char *format, ...)
     __attribute__ ((format (printf, 3, 4)));
 
+//  Self tests: polls until conn has nothing in flight, setting status[tag] (each tag below
+//  tags, each once; 1 before) to each transfer's outcome. Returns how many ended.
+size_t kvp_rdma_test_drain (kvp_rdma_conn_t *conn, int *status, size_t tags);
+
 //  ---- the loop device (rdma_loop.c) ------------------------------------------------------
 
 //  Opens the loop device: a kvp_rdma_t with no verbs context, whose port's GID carries this

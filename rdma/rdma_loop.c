@@ -249,25 +249,6 @@ kvp_rdma_loop_connect (kvp_rdma_conn_t *self, const uint8_t *gid, char *reason,
 
 //  ---- self test ---------------------------------------------------------------------------
 
-//  Polls until the connection has nothing in flight; fills status[tag] (tags < 4).
-static size_t
-s_drain (kvp_rdma_conn_t *conn, int *status)
-{
-    kvp_rdma_done_t done[16];
-    size_t finished = 0;
-    for (int rounds = 0; kvp_rdma_conn_active (conn) > 0; rounds++) {
-        assert (rounds < 1000000);
-        int n = kvp_rdma_conn_poll (conn, done, 16);
-        assert (n >= 0);
-        for (int i = 0; i < n; i++) {
-            assert (done[i].tag < 4 && status[done[i].tag] == 1); //  once each
-            status[done[i].tag] = done[i].status;
-            finished++;
-        }
-    }
-    return finished;
-}
-
 //  The loop device, both ends in this process (the peer pid is its own): a registration per
 //  transfer on each side, as the data plane does, WRITE and READ striped over the QPs, a
 //  wrong rkey and a region the peer never announced refused.
@@ -319,11 +300,11 @@ kvp_rdma_loop_test (bool verbose)
     int status[4] = {1, 1, 1, 1};
     kvp_rdma_xfer_t write = {0, KVP_RDMA_WRITE, (uint64_t) (uintptr_t) src, 7, 0, len};
     assert (kvp_rdma_conn_submit (ca, &write, 1, reason, sizeof reason) == 0);
-    assert (s_drain (ca, status) == 1 && status[0] == 0);
+    assert (kvp_rdma_test_drain (ca, status, 4) == 1 && status[0] == 0);
     assert (memcmp (dst, src, len) == 0);
     kvp_rdma_xfer_t read = {1, KVP_RDMA_READ, (uint64_t) (uintptr_t) back, 7, 1000, len - 1000};
     assert (kvp_rdma_conn_submit (ca, &read, 1, reason, sizeof reason) == 0);
-    assert (s_drain (ca, status) == 1 && status[1] == 0);
+    assert (kvp_rdma_test_drain (ca, status, 4) == 1 && status[1] == 0);
     assert (memcmp (back, src + 1000, len - 1000) == 0);
     //  Memory the peer does not have (the kernel refuses the copy, as an HCA would refuse a
     //  key): a remote access error, the QP broken, the transfer failed. (The loop device
@@ -332,7 +313,7 @@ kvp_rdma_loop_test (bool verbose)
     assert (kvp_rdma_conn_add_remote (ca, 9, 4096, 100, 5, reason, sizeof reason) == 0);
     kvp_rdma_xfer_t bad = {2, KVP_RDMA_WRITE, (uint64_t) (uintptr_t) src, 9, 0, 100};
     assert (kvp_rdma_conn_submit (ca, &bad, 1, reason, sizeof reason) == 0);
-    assert (s_drain (ca, status) == 1 && status[2] == -1);
+    assert (kvp_rdma_test_drain (ca, status, 4) == 1 && status[2] == -1);
     assert (strstr (kvp_rdma_conn_error (ca), "remote access error"));
     //  A region the peer never announced is refused before anything is posted.
     kvp_rdma_xfer_t unknown = {3, KVP_RDMA_WRITE, (uint64_t) (uintptr_t) src, 7, 0, 100};
