@@ -94,6 +94,15 @@ s_bind (kvpc_cudart_t *rt, void *handle, const char *path)
     //  Older runtimes lay cudaPointerAttributes out otherwise.
     if (!get_version || get_version (&rt->version) != 0 || rt->version < 11000)
         return false;
+    //  Optional: registering the node's segments (direct DMA), and batches of copies.
+    *(void **) &rt->host_register = dlsym (handle, "cudaHostRegister");
+    *(void **) &rt->host_unregister = dlsym (handle, "cudaHostUnregister");
+    if (!rt->host_register || !rt->host_unregister) {
+        rt->host_register = NULL;
+        rt->host_unregister = NULL;
+    }
+    if (rt->version >= 13000)
+        *(void **) &rt->memcpy_batch = dlsym (handle, "cudaMemcpyBatchAsync");
     rt->handle = handle;
     snprintf (rt->path, sizeof rt->path, "%s", path);
     return true;

@@ -32,6 +32,9 @@ typedef void *kvpc_cuda_event_t;
 #define KVPC_CUDA_MEMCPY_DEFAULT 4
 #define KVPC_CUDA_HOST_ALLOC_PORTABLE 1
 #define KVPC_CUDA_EVENT_DISABLE_TIMING 2
+#define KVPC_CUDA_HOST_REGISTER_PORTABLE 1
+//  cudaMemcpySrcAccessOrderStream: a batch's sources are read in stream order.
+#define KVPC_CUDA_SRC_ACCESS_ORDER_STREAM 1
 //  The driver's CUpointer_attribute values for where an allocation starts and its size.
 #define KVPC_CUDA_RANGE_START_ADDR 11
 #define KVPC_CUDA_RANGE_SIZE 12
@@ -55,7 +58,26 @@ typedef struct {
     long spare[16];   //  room for what a later runtime may append
 } kvpc_cuda_attributes_t;
 
-//  The runtime's functions libkvpool calls.
+//  cudaMemcpyAttributes (CUDA 12.8 on): {srcAccessOrder, srcLocHint {type, id}, dstLocHint
+//  {type, id}, flags}. The hints are for managed memory only and left zero.
+typedef struct {
+    int src_access_order;
+    int src_type, src_id;
+    int dst_type, dst_id;
+    unsigned int flags;
+} kvpc_cuda_memcpy_attributes_t;
+
+//  cudaMemcpyBatchAsync as CUDA 13 declares it (12.8 to 12.9 took a failIdx before the
+//  stream: that one is not used).
+typedef kvpc_cuda_error_t (kvpc_cuda_batch_fn) (const void **dsts, const void **srcs,
+                                                const size_t *sizes, size_t count,
+                                                kvpc_cuda_memcpy_attributes_t *attrs,
+                                                size_t *attrs_idxs, size_t num_attrs,
+                                                kvpc_cuda_stream_t stream);
+
+//  The runtime's functions libkvpool calls. The last three are optional (NULL when the
+//  runtime lacks them): without host_register every device copy is staged, without
+//  memcpy_batch direct copies are queued one by one.
 typedef struct {
     char path[512]; //  what was loaded
     int version;    //  cudaRuntimeGetVersion
@@ -74,6 +96,9 @@ typedef struct {
     kvpc_cuda_error_t (*set_device) (int);
     kvpc_cuda_error_t (*get_last_error) (void);
     const char *(*get_error_string) (kvpc_cuda_error_t);
+    kvpc_cuda_error_t (*host_register) (void *, size_t, unsigned int);
+    kvpc_cuda_error_t (*host_unregister) (void *);
+    kvpc_cuda_batch_fn *memcpy_batch; //  CUDA 13 and later only
     void *handle;
 } kvpc_cudart_t;
 

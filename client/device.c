@@ -4,7 +4,8 @@
     (cuda_runtime.c); each device object holds a reference to the context, so the runtime it
     was given outlives it.
 
-    Copies go on one stream per device and connection, made with cudaStreamCreate: a blocking
+    Staged copies go on one stream per device and connection, direct ones on
+    KVPC_DMA_STREAMS more; all are made with cudaStreamCreate: a blocking
     stream, ordered after the legacy default stream, as a cudaMemcpy would be, so work the
     application queued there before the call (PyTorch's default stream) is done before its
     bytes are read. Pinned buffers are cudaHostAlloc'ed portable (usable from every device).
@@ -33,7 +34,18 @@ typedef struct {
     kvpc_cuda_stream_t stream;
     kvpc_cuda_event_t stage_events[KVPC_STAGE_BUFFERS];
     kvpc_cuda_event_t frame_events[2];
+    kvpc_cuda_stream_t dma[KVPC_DMA_STREAMS]; //  direct copies
 } s_gpu_t;
+
+//  One direct copy, or a run of them adjacent on both sides.
+typedef struct {
+    char *dst;
+    const char *src;
+    size_t len;
+    int device;
+    bool to_device;
+    int stream; //  which of the device's dma streams it goes on
+} s_run_t;
 
 //  One piece of a copy planned into a staging buffer.
 typedef struct {
@@ -55,6 +67,8 @@ typedef struct {
 
 //  Pinned host ranges one call may remember (they are asked again in the next call).
 #define S_PINNED_RANGES 16
+//  Registered segments one call may remember (likewise).
+#define S_DMA_RANGES 8
 
 struct _kvpc_device_t {
     kvpc_process_t *process; //  a reference: the runtime is the context's
@@ -69,6 +83,16 @@ struct _kvpc_device_t {
     size_t call_capacity;
     s_range_t pinned[S_PINNED_RANGES]; //  this call's pinned host ranges
     size_t npinned;
+    s_range_t targets[S_DMA_RANGES]; //  this call's registered segments (process.h)
+    size_t ntargets;
+    s_run_t *runs; //  a call's direct copies
+    size_t runs_capacity;
+    kvpc_device_copy_t *staged; //  and those that go through the staging buffers
+    size_t staged_capacity;
+    const void **batch_dst; //  one stream's batch
+    const void **batch_src;
+    size_t *batch_len;
+    bool batch_off; //  the runtime refused a batch: copies are queued one by one
     bool armed;
     void *stage[KVPC_STAGE_BUFFERS];
     s_stage_t slots[KVPC_STAGE_BUFFERS];
@@ -160,6 +184,10 @@ kvpc_device_destroy (kvpc_device_t **self_p)
             for (int i = 0; i < 2; i++)
                 rt->event_destroy (gpu->frame_events[i]);
             rt->stream_destroy (gpu->stream);
+            for (int i = 0; i < KVPC_DMA_STREAMS; i++) {
+                rt->stream_synchronize (gpu->dma[i]);
+                rt->stream_destroy (gpu->dma[i]);
+            }
         }
         for (int i = 0; i < KVPC_STAGE_BUFFERS; i++)
             if (self->stage[i])
@@ -175,6 +203,11 @@ kvpc_device_destroy (kvpc_device_t **self_p)
     }
     free (self->gpus);
     free (self->call);
+    free (self->runs);
+    free (self->staged);
+    free (self->batch_dst);
+    free (self->batch_src);
+    free (self->batch_len);
     kvpc_process_release (&self->process);
     free (self);
     *self_p = NULL;
@@ -193,6 +226,7 @@ kvpc_device_begin (kvpc_device_t *self)
 {
     self->ncall = 0;
     self->npinned = 0;
+    self->ntargets = 0;
     self->armed = false;
     if (!self->rt)
         self->rt = kvpc_cuda_get (self->cuda);
@@ -268,9 +302,9 @@ static bool
 s_dead_runtime_error (kvpc_cuda_error_t rc)
 {
     return rc == KVPC_CUDA_ERROR_INITIALIZATION || rc == KVPC_CUDA_ERROR_UNLOADING
-           || rc == KVPC_CUDA_ERROR_STUB_LIBRARY
-           || rc == KVPC_CUDA_ERROR_INSUFFICIENT_DRIVER || rc == KVPC_CUDA_ERROR_NEWER_DRIVER
-           || rc == KVPC_CUDA_ERROR_DEVICES_UNAVAILABLE || rc == KVPC_CUDA_ERROR_NO_DEVICE;
+           || rc == KVPC_CUDA_ERROR_STUB_LIBRARY || rc == KVPC_CUDA_ERROR_INSUFFICIENT_DRIVER
+           || rc == KVPC_CUDA_ERROR_NEWER_DRIVER || rc == KVPC_CUDA_ERROR_DEVICES_UNAVAILABLE
+           || rc == KVPC_CUDA_ERROR_NO_DEVICE;
 }
 
 int
@@ -431,26 +465,30 @@ s_gpu (kvpc_device_t *self, int device)
         s_fail (self, rc, "cudaSetDevice (%d)", device);
         return NULL;
     }
-    int made_events = 0;
+    int made_events = 0, made_streams = 0;
     kvpc_cuda_event_t events[KVPC_STAGE_BUFFERS + 2];
-    rc = rt->stream_create (&gpu->stream);
-    bool made_stream = rc == 0;
+    kvpc_cuda_stream_t streams[1 + KVPC_DMA_STREAMS];
+    for (; made_streams < 1 + KVPC_DMA_STREAMS; made_streams++)
+        if ((rc = rt->stream_create (&streams[made_streams])) != 0)
+            break;
     if (rc == 0)
         for (; made_events < KVPC_STAGE_BUFFERS + 2; made_events++)
             if ((rc = rt->event_create (&events[made_events], KVPC_CUDA_EVENT_DISABLE_TIMING)) != 0)
                 break;
     if (rc != 0) {
-        s_fail (self, rc, "making a stream and events on device %d", device);
+        s_fail (self, rc, "making streams and events on device %d", device);
         for (int i = 0; i < made_events; i++)
             rt->event_destroy (events[i]);
-        if (made_stream)
-            rt->stream_destroy (gpu->stream);
+        for (int i = 0; i < made_streams; i++)
+            rt->stream_destroy (streams[i]);
         s_clear (rt);
     }
     if (previous >= 0 && previous != device && rt->set_device (previous) != 0)
         s_clear (rt);
     if (rc != 0)
         return NULL;
+    gpu->stream = streams[0];
+    memcpy (gpu->dma, streams + 1, sizeof gpu->dma);
     memcpy (gpu->stage_events, events, sizeof gpu->stage_events);
     memcpy (gpu->frame_events, events + KVPC_STAGE_BUFFERS, sizeof gpu->frame_events);
     gpu->made = true;
@@ -678,6 +716,208 @@ s_stage (kvpc_device_t *self, const kvpc_device_copy_t *items, size_t count,
     return rc;
 }
 
+//  ---- direct copies ------------------------------------------------------------------------
+//  A copy whose host side lies in a registered segment is one DMA: no staging buffer, no CPU
+//  copy. The call's direct copies are sorted by device address and runs adjacent on both
+//  sides merged (a value put whole from one buffer into consecutive space, say); each run goes
+//  to the least loaded of its device's dma streams, so several copy engines work at once, and
+//  each stream's runs are queued in one batch where the runtime has cudaMemcpyBatchAsync: a
+//  KV cache's blocks of 32 layers are 32 copies a key, and queuing each costs microseconds.
+
+//  Whether item's host side lies in a segment the process registered (asked of the process
+//  once per segment per call).
+static bool
+s_direct (kvpc_device_t *self, const kvpc_device_copy_t *item)
+{
+    uintptr_t at = (uintptr_t) (item->to_device ? item->src : item->dst);
+    for (size_t i = 0; i < self->ntargets; i++) {
+        const s_range_t *target = &self->targets[i];
+        if (at >= target->start && at - target->start <= target->end - target->start
+            && item->len <= target->end - at)
+            return true;
+    }
+    uintptr_t start, end;
+    if (!kvpc_process_dma_target (self->process, (const void *) at, item->len, &start, &end))
+        return false;
+    if (self->ntargets < S_DMA_RANGES)
+        self->targets[self->ntargets++] = (s_range_t){start, end, 0};
+    return true;
+}
+
+static int
+s_run_compare (const void *a, const void *b)
+{
+    const s_run_t *x = a, *y = b;
+    if (x->device != y->device)
+        return x->device < y->device ? -1 : 1;
+    if (x->to_device != y->to_device)
+        return x->to_device ? 1 : -1;
+    const char *p = x->to_device ? x->dst : x->src;
+    const char *q = y->to_device ? y->dst : y->src;
+    return p < q ? -1 : p > q;
+}
+
+//  Grows the arrays of a call's direct and staged copies to count.
+static int
+s_plan_room (kvpc_device_t *self, size_t count)
+{
+    if (count <= self->runs_capacity)
+        return 0;
+    s_run_t *runs = realloc (self->runs, count * sizeof *runs);
+    if (runs)
+        self->runs = runs;
+    kvpc_device_copy_t *staged = realloc (self->staged, count * sizeof *staged);
+    if (staged)
+        self->staged = staged;
+    const void **dst = realloc (self->batch_dst, count * sizeof *dst);
+    if (dst)
+        self->batch_dst = dst;
+    const void **src = realloc (self->batch_src, count * sizeof *src);
+    if (src)
+        self->batch_src = src;
+    size_t *len = realloc (self->batch_len, count * sizeof *len);
+    if (len)
+        self->batch_len = len;
+    if (!runs || !staged || !dst || !src || !len)
+        return s_error (self, "out of memory for %zu copies", count);
+    self->runs_capacity = self->staged_capacity = count;
+    return 0;
+}
+
+//  Sorts the runs, merges those adjacent on both sides, and spreads each device's over its
+//  dma streams by bytes. Returns the number of runs left.
+static size_t
+s_direct_plan (s_run_t *runs, size_t count)
+{
+    qsort (runs, count, sizeof *runs, s_run_compare);
+    size_t kept = 0;
+    for (size_t i = 0; i < count; i++) {
+        s_run_t *last = kept ? &runs[kept - 1] : NULL;
+        if (last && last->device == runs[i].device && last->to_device == runs[i].to_device
+            && last->dst + last->len == runs[i].dst && last->src + last->len == runs[i].src)
+            last->len += runs[i].len;
+        else
+            runs[kept++] = runs[i];
+    }
+    uint64_t load[KVPC_DMA_STREAMS];
+    for (size_t i = 0; i < kept; i++) {
+        if (i == 0 || runs[i].device != runs[i - 1].device)
+            memset (load, 0, sizeof load);
+        int least = 0;
+        for (int k = 1; k < KVPC_DMA_STREAMS; k++)
+            if (load[k] < load[least])
+                least = k;
+        runs[i].stream = least;
+        load[least] += runs[i].len;
+    }
+    return kept;
+}
+
+//  Queues stream k's runs of one device (runs[0 .. count)): one batch, or one copy each.
+static int
+s_direct_queue (kvpc_device_t *self, s_gpu_t *gpu, int k, const s_run_t *runs, size_t count)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < count; i++)
+        if (runs[i].stream == k) {
+            self->batch_dst[n] = runs[i].dst;
+            self->batch_src[n] = runs[i].src;
+            self->batch_len[n] = runs[i].len;
+            n++;
+        }
+    if (n == 0)
+        return 0;
+    const kvpc_cudart_t *rt = self->rt;
+    if (n > 1 && rt->memcpy_batch && !self->batch_off) {
+        kvpc_cuda_memcpy_attributes_t attributes = {.src_access_order =
+                                                        KVPC_CUDA_SRC_ACCESS_ORDER_STREAM};
+        size_t first = 0;
+        kvpc_cuda_error_t rc = rt->memcpy_batch (self->batch_dst, self->batch_src, self->batch_len,
+                                                 n, &attributes, &first, 1, gpu->dma[k]);
+        if (rc == 0)
+            return 0;
+        //  Whatever part of the batch was queued, queuing every copy again one by one
+        //  writes the same bytes.
+        self->batch_off = true;
+        s_clear (rt);
+    }
+    for (size_t i = 0; i < n; i++) {
+        kvpc_cuda_error_t rc =
+            rt->memcpy_async ((void *) self->batch_dst[i], self->batch_src[i], self->batch_len[i],
+                              KVPC_CUDA_MEMCPY_DEFAULT, gpu->dma[k]);
+        if (rc != 0)
+            return s_fail (self, rc, "cudaMemcpyAsync of %zu bytes between device %d and a segment",
+                           self->batch_len[i], runs[0].device);
+    }
+    return 0;
+}
+
+//  Queues the planned runs (sorted by device) on their streams; *used gets the devices whose
+//  streams must be waited for, even after a failure.
+static int
+s_direct_start (kvpc_device_t *self, const s_run_t *runs, size_t count, uint64_t *used)
+{
+    for (size_t i = 0; i < count;) {
+        size_t j = i + 1;
+        while (j < count && runs[j].device == runs[i].device)
+            j++;
+        s_gpu_t *gpu = s_gpu (self, runs[i].device);
+        if (!gpu)
+            return -1;
+        *used |= 1ull << runs[i].device;
+        for (int k = 0; k < KVPC_DMA_STREAMS; k++)
+            if (s_direct_queue (self, gpu, k, runs + i, j - i))
+                return -1;
+        i = j;
+    }
+    return 0;
+}
+
+//  Waits for the dma streams of the devices in used. Returns 0, or -1 with the error set
+//  (unless one was set before: the first failure is the one reported).
+static int
+s_direct_wait (kvpc_device_t *self, uint64_t used, bool failed)
+{
+    int rc = 0;
+    for (int d = 0; d < KVPC_MAX_DEVICES && used; d++) {
+        if (!(used & (1ull << d)))
+            continue;
+        used &= ~(1ull << d);
+        for (int k = 0; k < KVPC_DMA_STREAMS; k++) {
+            kvpc_cuda_error_t e = self->rt->stream_synchronize (self->gpus[d].dma[k]);
+            if (e != 0 && rc == 0 && !failed)
+                rc = s_fail (self, e,
+                             "a copy between device %d and a segment "
+                             "(cudaStreamSynchronize)",
+                             d);
+            else if (e != 0)
+                s_clear (self->rt);
+        }
+    }
+    return failed ? -1 : rc;
+}
+
+//  Staged copies: runs of one device and one direction each go through the buffers.
+static int
+s_staged (kvpc_device_t *self, const kvpc_device_copy_t *items, size_t count,
+          const s_copier_t *copier)
+{
+    if (count == 0)
+        return 0;
+    if (s_stage_ready (self))
+        return -1;
+    int rc = 0;
+    for (size_t i = 0; i < count && rc == 0;) {
+        size_t j = i + 1;
+        while (j < count && items[j].device == items[i].device
+               && items[j].to_device == items[i].to_device)
+            j++;
+        rc = s_stage (self, items + i, j - i, copier, !items[i].to_device);
+        i = j;
+    }
+    return rc;
+}
+
 int
 kvpc_device_copy (kvpc_device_t *self, const kvpc_device_copy_t *items, size_t count,
                   kvpc_host_copy_fn *host_copy, void *arg)
@@ -686,20 +926,28 @@ kvpc_device_copy (kvpc_device_t *self, const kvpc_device_copy_t *items, size_t c
         return 0;
     if (!self->rt)
         return s_error (self, "no CUDA runtime");
-    if (s_stage_ready (self))
+    if (s_plan_room (self, count))
         return -1;
-    s_copier_t copier = {host_copy, arg};
-    int rc = 0;
-    //  Runs of one device and one direction each go through the buffers.
-    for (size_t i = 0; i < count && rc == 0;) {
-        size_t j = i + 1;
-        while (j < count && items[j].device == items[i].device
-               && items[j].to_device == items[i].to_device)
-            j++;
-        rc = s_stage (self, items + i, j - i, &copier, !items[i].to_device);
-        i = j;
+    size_t ndirect = 0, nstaged = 0;
+    for (size_t i = 0; i < count; i++) {
+        const kvpc_device_copy_t *item = &items[i];
+        if (item->len == 0)
+            continue;
+        if (s_direct (self, item))
+            self->runs[ndirect++] =
+                (s_run_t){item->dst, item->src, item->len, item->device, item->to_device, 0};
+        else
+            self->staged[nstaged++] = *item;
     }
-    return rc;
+    //  The direct copies are queued first and run while the staged ones go through the
+    //  buffers; nothing is left in flight when this returns, failed or not.
+    ndirect = ndirect ? s_direct_plan (self->runs, ndirect) : 0;
+    uint64_t used = 0;
+    int rc = s_direct_start (self, self->runs, ndirect, &used);
+    s_copier_t copier = {host_copy, arg};
+    if (rc == 0)
+        rc = s_staged (self, self->staged, nstaged, &copier);
+    return s_direct_wait (self, used, rc != 0);
 }
 
 //  ---- frames of the socket path's puts -----------------------------------------------------

@@ -19,6 +19,17 @@
     device memory (kvpc_device_plan, kvpc_device_holds) only while it is armed, so host-only
     calls cost one check.
 
+    Direct DMA: a copy whose host side lies in one of the node's segments that the process
+    registered with the runtime (process.h: once per segment per process, on the first device
+    copy that asks) moves by one DMA between device memory and the segment, with no staging
+    copy. A call's direct copies are sorted by device address, runs adjacent on both sides
+    merged, and spread over KVPC_DMA_STREAMS streams of their device, each stream's copies
+    queued in one cudaMemcpyBatchAsync where the runtime has it (CUDA 13) and one by one
+    otherwise; kvpc_device_copy returns only once every stream is done, so the layers above
+    commit (PUT_END) or release (RELEASE) a value only after its bytes have landed. Where
+    direct DMA is off (KVPOOL_DEVICE_DMA=staged) or the segment was refused, the copy is
+    staged.
+
     Staging: kvpc_device_copy runs a list of copies between device and host memory through
     KVPC_STAGE_BUFFERS pinned buffers of KVPC_STAGE_BYTES in turn, on one CUDA stream per
     device: a put's device-to-host copy of chunk i+1 runs while chunk i is copied from its
@@ -45,6 +56,8 @@
 //  allocated on its first device copy.
 #define KVPC_STAGE_BYTES (8u << 20)
 #define KVPC_STAGE_BUFFERS 4
+//  Streams per device that a call's direct copies are spread over.
+#define KVPC_DMA_STREAMS 4
 //  Device allocations a connection remembers.
 #define KVPC_DEVICE_RANGES 64
 //  Device ordinals a connection can stage for (0 .. KVPC_MAX_DEVICES - 1).
@@ -101,10 +114,11 @@ bool kvpc_device_plan (const kvpc_device_t *self, void *dst, const void *src, si
 //  done when it returns: the host side of the staging, into or out of a pinned buffer.
 typedef void (kvpc_host_copy_fn) (void *arg, const kvpc_device_copy_t *copies, size_t count);
 
-//  Runs count copies, each with its device side, through the pinned staging buffers; the
-//  host side of each buffer's chunk with host_copy (arg; NULL: memcpy in this thread).
-//  Returns when all are done: 0, or -1 (some copies may be incomplete) with
-//  kvpc_device_error set.
+//  Runs count copies, each with its device side: by DMA straight into or out of a
+//  registered segment where the host side lies in one, through the pinned staging buffers
+//  otherwise (the host side of each buffer's chunk with host_copy (arg; NULL: memcpy in this
+//  thread)). Returns when all are done, none still in flight: 0, or -1 (some copies may be
+//  incomplete) with kvpc_device_error set.
 int kvpc_device_copy (kvpc_device_t *self, const kvpc_device_copy_t *items, size_t count,
                       kvpc_host_copy_fn *host_copy, void *arg);
 

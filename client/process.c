@@ -20,6 +20,10 @@
                            node is another one, whose segment names may mean other memory),
                            the name, the size and the object's identity.
 
+      DMA targets          a segment that device copies land in is registered with the CUDA
+                           runtime (cudaHostRegister) on the first device copy that asks, and
+                           unregistered before it is unmapped (process.h).
+
     A node has a handful of segments and a process a handful of nodes: the tables are lists
     searched under the mutex, and only listing the segments (at connect, after a reconnect, or
     for a segment mounted since) looks in them; copies resolve through the connection's own
@@ -46,7 +50,18 @@ struct _kvpc_mapping_t {
     uint64_t size, device, inode;
     segment_t *segment;
     size_t refs;
+    int dma; //  S_DMA_*: registered with the CUDA runtime or not
 };
+
+enum {
+    S_DMA_UNASKED = 0, //  no device copy asked about it yet
+    S_DMA_OURS,        //  registered by us: unregistered before it is unmapped
+    S_DMA_THEIRS,      //  the application registered it before us: left alone
+    S_DMA_REFUSED,     //  the runtime refused it (or has no cudaHostRegister): staged
+};
+
+//  cudaErrorHostMemoryAlreadyRegistered
+#define S_ERROR_ALREADY_REGISTERED 712
 
 typedef struct s_index_entry_t {
     struct s_index_entry_t *next;
@@ -63,10 +78,13 @@ struct _kvpc_process_t {
     kvpc_mapping_t *mappings;
     s_index_entry_t *indexes;
     uint64_t maps_made;
+    bool dma_off; //  KVPOOL_DEVICE_DMA=staged
 };
 
 static pthread_mutex_t s_mutex = PTHREAD_MUTEX_INITIALIZER;
 static kvpc_process_t *s_process;
+//  A refused registration was reported (once per process, whatever contexts come and go).
+static bool s_refusal_said;
 
 kvpc_process_t *
 kvpc_process_acquire (void)
@@ -77,6 +95,8 @@ kvpc_process_acquire (void)
         if (self) {
             self->zmq = zmq_ctx_new ();
             self->cuda = kvpc_cuda_new ();
+            const char *dma = getenv ("KVPOOL_DEVICE_DMA");
+            self->dma_off = dma && strcmp (dma, "staged") == 0;
         }
         if (self && self->zmq && self->cuda)
             s_process = self;
@@ -97,6 +117,21 @@ kvpc_process_acquire (void)
     return self;
 }
 
+//  Unregisters a mapping we registered (the lock held), before it is unmapped. Errors are of
+//  no use here: at exit the runtime may already be gone.
+static void
+s_dma_forget (kvpc_process_t *self, kvpc_mapping_t *mapping)
+{
+    if (mapping->dma != S_DMA_OURS)
+        return;
+    const kvpc_cudart_t *rt = kvpc_cuda_get (self->cuda);
+    if (rt && rt->host_unregister) {
+        rt->host_unregister (segment_base (mapping->segment));
+        rt->get_last_error ();
+    }
+    mapping->dma = S_DMA_UNASKED;
+}
+
 void
 kvpc_process_release (kvpc_process_t **self_p)
 {
@@ -110,6 +145,7 @@ kvpc_process_release (kvpc_process_t **self_p)
         while (self->mappings) {
             kvpc_mapping_t *mapping = self->mappings;
             self->mappings = mapping->next;
+            s_dma_forget (self, mapping);
             segment_destroy (&mapping->segment);
             free (mapping);
         }
@@ -211,6 +247,7 @@ kvpc_process_unmap (kvpc_process_t *self, kvpc_mapping_t **mapping_p)
             at = &(*at)->next;
         if (*at)
             *at = mapping->next;
+        s_dma_forget (self, mapping);
         segment_destroy (&mapping->segment);
         free (mapping);
     }
@@ -228,6 +265,73 @@ uint64_t
 kvpc_mapping_size (kvpc_mapping_t *mapping)
 {
     return mapping->size;
+}
+
+//  ---- direct DMA -----------------------------------------------------------------------------
+
+bool
+kvpc_process_dma_enabled (kvpc_process_t *self)
+{
+    return !self->dma_off;
+}
+
+//  Registers mapping with the runtime (the lock held): pinning a segment of gigabytes takes a
+//  while, once.
+static void
+s_dma_register (kvpc_process_t *self, kvpc_mapping_t *mapping)
+{
+    const kvpc_cudart_t *rt = kvpc_cuda_get (self->cuda);
+    if (!rt || !rt->host_register) {
+        mapping->dma = S_DMA_REFUSED;
+        return;
+    }
+    void *base = segment_base (mapping->segment);
+    kvpc_cuda_error_t rc =
+        rt->host_register (base, (size_t) mapping->size, KVPC_CUDA_HOST_REGISTER_PORTABLE);
+    if (rc == 0)
+        mapping->dma = S_DMA_OURS;
+    else if (rc == S_ERROR_ALREADY_REGISTERED)
+        mapping->dma = S_DMA_THEIRS;
+    else {
+        mapping->dma = S_DMA_REFUSED;
+        if (!s_refusal_said) {
+            s_refusal_said = true;
+            const char *text = rt->get_error_string (rc);
+            fprintf (stderr,
+                     "libkvpool: GPU copies into kvpoold's segment %s go through pinned staging "
+                     "buffers: the CUDA runtime refused to register it (cudaHostRegister: %s, "
+                     "CUDA error %d)\n",
+                     mapping->name, text ? text : "unknown error", rc);
+        }
+    }
+    if (rc != 0)
+        rt->get_last_error ();
+}
+
+bool
+kvpc_process_dma_target (kvpc_process_t *self, const void *ptr, size_t len, uintptr_t *start,
+                         uintptr_t *end)
+{
+    if (self->dma_off)
+        return false;
+    uintptr_t at = (uintptr_t) ptr;
+    bool target = false;
+    pthread_mutex_lock (&s_mutex);
+    for (kvpc_mapping_t *mapping = self->mappings; mapping; mapping = mapping->next) {
+        uintptr_t base = (uintptr_t) segment_base (mapping->segment);
+        if (at < base || at - base >= mapping->size || len > mapping->size - (at - base))
+            continue;
+        if (mapping->dma == S_DMA_UNASKED)
+            s_dma_register (self, mapping);
+        target = mapping->dma == S_DMA_OURS || mapping->dma == S_DMA_THEIRS;
+        if (target) {
+            *start = base;
+            *end = base + (uintptr_t) mapping->size;
+        }
+        break;
+    }
+    pthread_mutex_unlock (&s_mutex);
+    return target;
 }
 
 //  ---- read indexes ---------------------------------------------------------------------------
@@ -293,8 +397,10 @@ kvpc_process_counts (kvpc_process_counts_t *counts)
     if (s_process) {
         counts->users = s_process->users;
         counts->maps_made = s_process->maps_made;
-        for (kvpc_mapping_t *mapping = s_process->mappings; mapping; mapping = mapping->next)
+        for (kvpc_mapping_t *mapping = s_process->mappings; mapping; mapping = mapping->next) {
             counts->segments++;
+            counts->registered += mapping->dma == S_DMA_OURS;
+        }
         for (s_index_entry_t *entry = s_process->indexes; entry; entry = entry->next)
             counts->indexes++;
     }

@@ -56,6 +56,24 @@ uint64_t kvpc_mapping_size (kvpc_mapping_t *mapping);
 shm_index_t *kvpc_process_index_open (kvpc_process_t *self, const char *node, const char *name);
 void kvpc_process_index_close (kvpc_process_t *self, shm_index_t **index_p);
 
+//  ---- direct DMA: segments registered with the CUDA runtime --------------------------------
+//  A device copy whose host side lies in a registered segment moves by DMA straight between
+//  device memory and the segment (device.h). A segment is registered (cudaHostRegister) the
+//  first time a device copy asks about it, once per process however many connections map it,
+//  and unregistered before it is unmapped: a process that never copies device memory pins
+//  nothing. KVPOOL_DEVICE_DMA=staged (read when the context is made) turns this off; every
+//  device copy then goes through pinned staging buffers, as it does where the runtime lacks
+//  cudaHostRegister or refuses a segment (said once per process on standard error).
+
+//  Whether [ptr, ptr + len) lies inside one segment this process maps that is registered with
+//  the CUDA runtime (registering it now, if it was never asked about). On true, *start and
+//  *end are the segment's range: a caller that holds the mapping may take any range inside
+//  it as registered without asking again.
+bool kvpc_process_dma_target (kvpc_process_t *self, const void *ptr, size_t len, uintptr_t *start,
+                              uintptr_t *end);
+//  Whether direct DMA is on for this process (KVPOOL_DEVICE_DMA is not "staged").
+bool kvpc_process_dma_enabled (kvpc_process_t *self);
+
 //  ---- for tests ------------------------------------------------------------------------------
 
 //  What the context holds now (all zero when no context exists).
@@ -64,6 +82,7 @@ typedef struct {
     size_t segments;    //  segments mapped now
     size_t indexes;     //  read indexes open now
     uint64_t maps_made; //  segments mapped since the context was made (shared ones once)
+    size_t registered;  //  segments registered with the CUDA runtime now
 } kvpc_process_counts_t;
 
 void kvpc_process_counts (kvpc_process_counts_t *counts);

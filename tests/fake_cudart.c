@@ -7,7 +7,11 @@
         the caller gets (the CPU faults on it, as on a GPU, so a device buffer memcpy'd by
         mistake crashes the test) and mapped again read-write where the fake copies through;
       - "pinned memory" is what cudaHostAlloc / cudaMallocHost hand out (plain host memory,
-        reported as cudaMemoryTypeHost); anything else is unregistered host memory;
+        reported as cudaMemoryTypeHost), and host memory cudaHostRegister took (refused on
+        demand; registering memory already registered fails as CUDA's does); anything else is
+        unregistered host memory, and every async copy whose host side is such memory is
+        counted (a direct DMA planned on memory never registered shows there);
+      - cudaMemcpyBatchAsync queues its copies as cudaMemcpyAsync would (failing on demand);
       - copies on a stream run late: cudaMemcpyAsync only queues them, and they run when the
         caller waits (cudaEventSynchronize / cudaEventQuery up to the event's place in its
         stream, cudaStreamSynchronize, cudaStreamDestroy). A caller that reads a staging buffer
@@ -36,6 +40,9 @@ enum {
     INVALID_DEVICE = 101,
     INVALID_RESOURCE_HANDLE = 400,
     ILLEGAL_ADDRESS = 700,
+    HOST_MEMORY_ALREADY_REGISTERED = 712,
+    HOST_MEMORY_NOT_REGISTERED = 713,
+    NOT_SUPPORTED = 801,
 };
 
 struct attributes {
@@ -53,6 +60,7 @@ typedef struct {
     size_t size;
     char *backing; //  read-write view of device memory; NULL for pinned memory
     int device;
+    bool registered; //  cudaHostRegister's, not cudaHostAlloc's
 } alloc_t;
 
 #define MAX_ALLOCS 4096
@@ -101,10 +109,17 @@ static size_t s_nlog;
 static long s_queries;         //  cudaPointerGetAttributes calls
 static long s_fail_after = -1; //  copies that still succeed before every one fails
 static int s_fail_error = ILLEGAL_ADDRESS;
-static bool s_fail_alloc;  //  cudaHostAlloc fails
-static bool s_no_ranges;   //  cuPointerGetAttribute knows no ranges
-static int s_fail_queries; //  cudaPointerGetAttributes fails with this error (0: never)
-static long s_host_allocs; //  cudaHostAlloc calls that succeeded
+static bool s_fail_alloc;        //  cudaHostAlloc fails
+static bool s_no_ranges;         //  cuPointerGetAttribute knows no ranges
+static int s_fail_queries;       //  cudaPointerGetAttributes fails with this error (0: never)
+static long s_host_allocs;       //  cudaHostAlloc calls that succeeded
+static int s_refuse_register;    //  cudaHostRegister fails with this error (0: never)
+static int s_fail_batch;         //  cudaMemcpyBatchAsync fails with this error (0: never)
+static long s_registers;         //  cudaHostRegister calls that succeeded
+static long s_unregisters;       //  cudaHostUnregister calls that succeeded
+static long s_registered_copies; //  async copies whose host side is registered memory
+static long s_pageable_copies;   //  async copies whose host side is neither pinned nor registered
+static long s_batches;           //  cudaMemcpyBatchAsync calls that queued their copies
 
 static void
 s_log_add (char op, size_t len)
@@ -123,7 +138,46 @@ fake_cudart_reset (void)
     s_fail_alloc = false;
     s_no_ranges = false;
     s_fail_queries = 0;
+    s_refuse_register = 0;
+    s_fail_batch = 0;
+    s_registered_copies = 0;
+    s_pageable_copies = 0;
+    s_batches = 0;
     pthread_mutex_unlock (&s_mutex);
+}
+
+EXPORT void
+fake_cudart_refuse_register (int error)
+{
+    s_refuse_register = error;
+}
+
+EXPORT void
+fake_cudart_fail_batch (int error)
+{
+    s_fail_batch = error;
+}
+
+//  Counters: which == 'r' registrations, 'u' unregistrations, 'c' copies with a registered
+//  host side, 'p' copies with a pageable host side, 'b' batches; 'n' registrations alive.
+EXPORT long
+fake_cudart_count (char which)
+{
+    pthread_mutex_lock (&s_mutex);
+    long n = 0;
+    switch (which) {
+        case 'r': n = s_registers; break;
+        case 'u': n = s_unregisters; break;
+        case 'c': n = s_registered_copies; break;
+        case 'p': n = s_pageable_copies; break;
+        case 'b': n = s_batches; break;
+        case 'n':
+            for (size_t i = 0; i < s_nallocs; i++)
+                n += s_allocs[i].registered;
+            break;
+    }
+    pthread_mutex_unlock (&s_mutex);
+    return n;
 }
 
 //  The log as a string of ops ("DDRDDRW..."), and entry i's length.
@@ -216,7 +270,8 @@ cudaMalloc (void **ptr, size_t size)
         munmap (backing, rounded);
         return s_error (MEMORY_ALLOCATION);
     }
-    s_allocs[s_nallocs++] = (alloc_t){(uintptr_t) device, size ? size : 1, backing, t_device};
+    s_allocs[s_nallocs++] =
+        (alloc_t){(uintptr_t) device, size ? size : 1, backing, t_device, false};
     pthread_mutex_unlock (&s_mutex);
     *ptr = device;
     return SUCCESS;
@@ -227,7 +282,8 @@ s_free (void *ptr, bool device)
 {
     pthread_mutex_lock (&s_mutex);
     alloc_t *alloc = s_find ((uintptr_t) ptr);
-    if (!alloc || alloc->base != (uintptr_t) ptr || (alloc->backing != NULL) != device) {
+    if (!alloc || alloc->base != (uintptr_t) ptr || (alloc->backing != NULL) != device
+        || alloc->registered) {
         pthread_mutex_unlock (&s_mutex);
         return s_error (INVALID_VALUE);
     }
@@ -266,7 +322,7 @@ cudaHostAlloc (void **ptr, size_t size, unsigned int flags)
         free (memory);
         return s_error (MEMORY_ALLOCATION);
     }
-    s_allocs[s_nallocs++] = (alloc_t){(uintptr_t) memory, size ? size : 1, NULL, t_device};
+    s_allocs[s_nallocs++] = (alloc_t){(uintptr_t) memory, size ? size : 1, NULL, t_device, false};
     s_host_allocs++;
     pthread_mutex_unlock (&s_mutex);
     *ptr = memory;
@@ -283,6 +339,51 @@ EXPORT int
 cudaFreeHost (void *ptr)
 {
     return ptr ? s_free (ptr, false) : SUCCESS;
+}
+
+//  Registration pins nothing here: the range is only remembered as host memory the
+//  runtime knows.
+EXPORT int
+cudaHostRegister (void *ptr, size_t size, unsigned int flags)
+{
+    (void) flags;
+    if (!ptr || !size)
+        return s_error (INVALID_VALUE);
+    pthread_mutex_lock (&s_mutex);
+    if (s_refuse_register) {
+        int error = s_refuse_register;
+        pthread_mutex_unlock (&s_mutex);
+        return s_error (error);
+    }
+    uintptr_t at = (uintptr_t) ptr;
+    for (size_t i = 0; i < s_nallocs; i++)
+        if (at < s_allocs[i].base + s_allocs[i].size && s_allocs[i].base < at + size) {
+            pthread_mutex_unlock (&s_mutex);
+            return s_error (HOST_MEMORY_ALREADY_REGISTERED);
+        }
+    if (s_nallocs == MAX_ALLOCS) {
+        pthread_mutex_unlock (&s_mutex);
+        return s_error (MEMORY_ALLOCATION);
+    }
+    s_allocs[s_nallocs++] = (alloc_t){at, size, NULL, t_device, true};
+    s_registers++;
+    pthread_mutex_unlock (&s_mutex);
+    return SUCCESS;
+}
+
+EXPORT int
+cudaHostUnregister (void *ptr)
+{
+    pthread_mutex_lock (&s_mutex);
+    alloc_t *alloc = s_find ((uintptr_t) ptr);
+    if (!alloc || !alloc->registered || alloc->base != (uintptr_t) ptr) {
+        pthread_mutex_unlock (&s_mutex);
+        return s_error (HOST_MEMORY_NOT_REGISTERED);
+    }
+    *alloc = s_allocs[--s_nallocs];
+    s_unregisters++;
+    pthread_mutex_unlock (&s_mutex);
+    return SUCCESS;
 }
 
 EXPORT int
@@ -500,8 +601,14 @@ s_copy (void *dst, const void *src, size_t count, stream_t *stream, bool sync)
         pthread_mutex_unlock (&s_mutex);
         return s_error (INVALID_VALUE);
     }
-    if (!sync)
+    if (!sync) {
         s_log_add (dst_device ? 'H' : 'D', count);
+        alloc_t *host = s_find ((uintptr_t) (dst_device ? src : dst));
+        if (host && host->registered)
+            s_registered_copies++;
+        else if (!host)
+            s_pageable_copies++;
+    }
     if (sync || !stream) {
         memcpy (to, from, count);
         pthread_mutex_unlock (&s_mutex);
@@ -527,6 +634,37 @@ cudaMemcpyAsync (void *dst, const void *src, size_t count, int kind, stream_t *s
 {
     (void) kind; //  every kind is taken as cudaMemcpyDefault: the addresses say
     return s_copy (dst, src, count, stream, false);
+}
+
+//  CUDA 13's: every copy with attributes, srcAccessOrder set, on a stream of its own.
+typedef struct {
+    int src_access_order;
+    int src_type, src_id, dst_type, dst_id;
+    unsigned int flags;
+} memcpy_attributes_t;
+
+EXPORT int
+cudaMemcpyBatchAsync (const void **dsts, const void **srcs, const size_t *sizes, size_t count,
+                      memcpy_attributes_t *attrs, size_t *attrs_idxs, size_t num_attrs,
+                      stream_t *stream)
+{
+    if (s_fail_batch)
+        return s_error (s_fail_batch);
+    if (!dsts || !srcs || !sizes || !count || !attrs || !attrs_idxs || num_attrs == 0
+        || num_attrs > count || attrs_idxs[0] != 0 || !stream)
+        return s_error (INVALID_VALUE);
+    for (size_t i = 0; i < num_attrs; i++)
+        if (attrs[i].src_access_order < 1 || attrs[i].src_access_order > 3)
+            return s_error (INVALID_VALUE);
+    for (size_t i = 0; i < count; i++) {
+        int rc = s_copy ((void *) dsts[i], srcs[i], sizes[i], stream, false);
+        if (rc)
+            return rc;
+    }
+    pthread_mutex_lock (&s_mutex);
+    s_batches++;
+    pthread_mutex_unlock (&s_mutex);
+    return SUCCESS;
 }
 
 //  For the test's own use: copies at once, never fails, not logged.

@@ -6,9 +6,17 @@
     is waited for or rewritten under a queued copy, each shows as a crash or as wrong bytes.
 
     Each part runs in a child process of its own, since the runtime is looked for once per
-    process (KVPOOL_CUDART):
-      fake      classification (host, pinned, device; the caches); puts from and gets into
-                device memory, byte for byte, over the same-machine path (with and without the
+    process (KVPOOL_CUDART, and KVPOOL_DEVICE_DMA):
+      direct    puts and gets by direct DMA between device memory and the node's segments,
+                registered once per process: no staging buffer, no pageable copy, one DMA
+                per value (or per run adjacent on both sides), batches of a KV cache's layer
+                blocks spread over streams in cudaMemcpyBatchAsync calls, a runtime that
+                refuses batches, copies that fail mid-batch (no key committed), reads that
+                see every byte as soon as the put returns, and every segment unregistered
+                once the last connection is gone
+      refused   a runtime that refuses to register the segments: staged, said once
+      fake      (KVPOOL_DEVICE_DMA=staged) classification (host, pinned, device; the caches); puts
+   from and gets into device memory, byte for byte, over the same-machine path (with and without the
                 read index) and over tcp, across staging-chunk and request boundaries, single
                 keys and batches, values gathered from and scattered to device and host parts,
                 upserts and range reads;
@@ -31,6 +39,7 @@
 #include <unistd.h>
 
 #include "client/device.h"
+#include "client/process.h"
 #include "kvpool.h"
 #include "tests/testutil.h"
 
@@ -61,6 +70,9 @@ static struct {
     void (*fail_host_alloc) (bool);
     void (*fail_queries) (int);
     void (*no_ranges) (bool);
+    void (*refuse_register) (int);
+    void (*fail_batch) (int);
+    long (*count) (char);
 } F;
 
 static void
@@ -88,6 +100,9 @@ s_fake_open (void)
     S_SYM (fail_host_alloc, "fake_cudart_fail_host_alloc");
     S_SYM (fail_queries, "fake_cudart_fail_queries");
     S_SYM (no_ranges, "fake_cudart_no_ranges");
+    S_SYM (refuse_register, "fake_cudart_refuse_register");
+    S_SYM (fail_batch, "fake_cudart_fail_batch");
+    S_SYM (count, "fake_cudart_count");
 #undef S_SYM
 }
 
@@ -697,6 +712,285 @@ s_with_fake (void)
         s_test_parts (fast, 3, 3 * MiB);
     }
     s_test_order ();
+    //  KVPOOL_DEVICE_DMA=staged: nothing was registered.
+    CHECK_EQ (F.count ('r'), 0);
+    CHECK_EQ (F.count ('c'), 0);
+}
+
+static void s_expect_error (kvpool_t *pool, const char *fragment);
+
+//  ---- direct DMA ---------------------------------------------------------------------------
+
+//  Copies logged since the last reset, of op ('D' from device, 'H' to device).
+static size_t
+s_copies (char op)
+{
+    s_trace_t trace;
+    s_trace (op, &trace);
+    return trace.count;
+}
+
+//  A KV cache as vLLM's connector hands it over: LAYERS buffers, a key a block of each.
+enum { D_LAYERS = 4, D_KEYS = 8, D_BLOCK = 64 * KiB, D_STRIDE = (D_KEYS + 1) * D_BLOCK };
+
+typedef struct {
+    char *layers; //  device memory, D_LAYERS * D_STRIDE
+    char *copy;   //  where the blocks are got back into
+    kvpool_iov_t iovs[D_KEYS][D_LAYERS];
+    kvpool_buf_t bufs[D_KEYS][D_LAYERS];
+    const kvpool_iov_t *puts[D_KEYS];
+    const kvpool_buf_t *gets[D_KEYS];
+    size_t nparts[D_KEYS];
+    const char *keys[D_KEYS];
+    char names[D_KEYS][32];
+    int statuses[D_KEYS];
+    int64_t results[D_KEYS];
+} s_cache_t;
+
+static void
+s_cache_init (s_cache_t *cache, const char *prefix, uint64_t seed)
+{
+    cache->layers = s_gpu_value (D_LAYERS * D_STRIDE, seed);
+    cache->copy = s_gpu_alloc (D_LAYERS * D_STRIDE);
+    for (int k = 0; k < D_KEYS; k++) {
+        for (int l = 0; l < D_LAYERS; l++) {
+            size_t at = (size_t) l * D_STRIDE + (size_t) k * D_BLOCK;
+            cache->iovs[k][l] = (kvpool_iov_t){cache->layers + at, D_BLOCK};
+            //  Got back in the other order of keys: no run is adjacent on both sides.
+            size_t back = (size_t) l * D_STRIDE + (size_t) (D_KEYS - 1 - k) * D_BLOCK;
+            cache->bufs[k][l] = (kvpool_buf_t){cache->copy + back, D_BLOCK};
+        }
+        cache->puts[k] = cache->iovs[k];
+        cache->gets[k] = cache->bufs[k];
+        cache->nparts[k] = D_LAYERS;
+        snprintf (cache->names[k], sizeof cache->names[k], "%s-%d", prefix, k);
+        cache->keys[k] = cache->names[k];
+    }
+}
+
+//  Whether every block came back where it was asked for.
+static bool
+s_cache_equal (s_cache_t *cache)
+{
+    char *source = malloc (D_LAYERS * D_STRIDE);
+    char *copied = malloc (D_LAYERS * D_STRIDE);
+    CHECK (source && copied);
+    CHECK_EQ (F.memcpy_ (source, cache->layers, D_LAYERS * D_STRIDE, 2), 0);
+    CHECK_EQ (F.memcpy_ (copied, cache->copy, D_LAYERS * D_STRIDE, 2), 0);
+    bool equal = true;
+    for (int k = 0; k < D_KEYS; k++)
+        for (int l = 0; l < D_LAYERS; l++)
+            equal &= memcmp ((char *) cache->bufs[k][l].data - cache->copy + copied,
+                             (char *) cache->iovs[k][l].data - cache->layers + source, D_BLOCK)
+                     == 0;
+    free (source);
+    free (copied);
+    return equal;
+}
+
+static void
+s_cache_fini (s_cache_t *cache)
+{
+    F.free_ (cache->layers);
+    F.free_ (cache->copy);
+}
+
+static void
+s_test_direct (void)
+{
+    kvpc_process_counts_t counts;
+    //  Host calls register nothing.
+    kvpool_t *pool = s_connect (true);
+    void *host = s_value (MiB, 21);
+    CHECK_EQ (kvpool_put (pool, "direct-host", host, MiB, NULL), KVPOOL_OK);
+    CHECK_EQ (kvpool_get_into (pool, "direct-host", host, MiB), (int64_t) MiB);
+    CHECK_EQ (F.count ('r'), 0);
+
+    //  One value of three staging buffers' size: one DMA each way, straight into and out of
+    //  the segment, no pinned buffer allocated, no pageable copy.
+    size_t size = 3 * STAGE + 5;
+    void *source = s_gpu_value (size, 22);
+    void *target = s_gpu_alloc (size);
+    long allocs = F.host_allocs ();
+    F.reset ();
+    CHECK_EQ (kvpool_put (pool, "direct-one", source, size, NULL), KVPOOL_OK);
+    CHECK_EQ (F.count ('r'), 1);
+    kvpc_process_counts (&counts);
+    CHECK_EQ (counts.registered, 1);
+    CHECK_EQ (s_copies ('D'), 1);
+    CHECK_EQ (F.count ('c'), 1);
+    //  Committed only after its DMA completed: another connection reads every byte at once
+    //  (the stand-in runs a copy only when it is waited for).
+    kvpool_t *other = s_connect (true);
+    void *read = malloc (size);
+    CHECK_EQ (kvpool_get_into (other, "direct-one", read, size), (int64_t) size);
+    void *expected = s_value (size, 22);
+    CHECK (memcmp (read, expected, size) == 0);
+    free (read);
+    free (expected);
+    F.reset ();
+    CHECK_EQ (kvpool_get_into (pool, "direct-one", target, size), (int64_t) size);
+    CHECK_EQ (s_copies ('H'), 1);
+    CHECK (s_gpu_equal (target, size, 22));
+    CHECK_EQ (F.count ('p'), 0);
+    CHECK_EQ (F.host_allocs (), allocs);
+    //  Another connection of the same process: the segment is not registered again.
+    F.reset ();
+    CHECK_EQ (kvpool_put (other, "direct-two", source, size, NULL), KVPOOL_OK);
+    CHECK_EQ (F.count ('c'), 1);
+    CHECK_EQ (F.count ('r'), 1);
+
+    //  A KV cache's blocks: one DMA a block (none adjacent on both sides), in at most one
+    //  batch per stream, spread over the streams.
+    s_cache_t cache;
+    s_cache_init (&cache, "direct-block", 23);
+    F.reset ();
+    CHECK_EQ (kvpool_put_batch_parts (pool, D_KEYS, cache.keys, cache.puts, cache.nparts, NULL,
+                                      cache.statuses),
+              KVPOOL_OK);
+    CHECK_EQ (F.count ('c'), D_KEYS * D_LAYERS);
+    CHECK_EQ (F.count ('b'), KVPC_DMA_STREAMS);
+    F.reset ();
+    CHECK_EQ (kvpool_get_batch_into_parts (pool, D_KEYS, cache.keys, cache.gets, cache.nparts,
+                                           cache.results),
+              KVPOOL_OK);
+    for (int k = 0; k < D_KEYS; k++)
+        CHECK_EQ (cache.results[k], D_LAYERS * D_BLOCK);
+    CHECK_EQ (F.count ('c'), D_KEYS * D_LAYERS);
+    CHECK_EQ (F.count ('b'), KVPC_DMA_STREAMS);
+    CHECK_EQ (F.count ('p'), 0);
+    CHECK (s_cache_equal (&cache));
+
+    //  A runtime that refuses batches: the copies are queued one by one, the bytes the same.
+    CHECK_EQ (kvpool_remove_batch (pool, D_KEYS, cache.keys, true, cache.statuses), KVPOOL_OK);
+    CHECK_EQ (F.memset_ (cache.copy, 0, D_LAYERS * D_STRIDE), 0);
+    F.reset ();
+    F.fail_batch (801);
+    CHECK_EQ (kvpool_put_batch_parts (pool, D_KEYS, cache.keys, cache.puts, cache.nparts, NULL,
+                                      cache.statuses),
+              KVPOOL_OK);
+    CHECK_EQ (kvpool_get_batch_into_parts (pool, D_KEYS, cache.keys, cache.gets, cache.nparts,
+                                           cache.results),
+              KVPOOL_OK);
+    CHECK_EQ (F.count ('b'), 0);
+    CHECK (s_cache_equal (&cache));
+    CHECK_EQ (kvpool_remove_batch (pool, D_KEYS, cache.keys, true, cache.statuses), KVPOOL_OK);
+
+    //  A copy fails mid-batch: every key fails with the reason, none is stored, and the
+    //  connection goes on working; likewise a get.
+    for (int fail_batch = 0; fail_batch < 2; fail_batch++) {
+        F.reset ();
+        F.fail_batch (fail_batch ? 801 : 0);
+        F.fail_copies (5, 700);
+        kvpool_put_batch_parts (pool, D_KEYS, cache.keys, cache.puts, cache.nparts, NULL,
+                                cache.statuses);
+        F.fail_copies (-1, 0);
+        s_expect_error (pool, "illegal memory access");
+        for (int k = 0; k < D_KEYS; k++) {
+            CHECK_EQ (cache.statuses[k], KVPOOL_INVALID_PARAMS);
+            CHECK_EQ (kvpool_exist (other, cache.keys[k]), 0);
+        }
+    }
+    F.reset ();
+    CHECK_EQ (kvpool_put_batch_parts (pool, D_KEYS, cache.keys, cache.puts, cache.nparts, NULL,
+                                      cache.statuses),
+              KVPOOL_OK);
+    F.fail_copies (5, 700);
+    kvpool_get_batch_into_parts (pool, D_KEYS, cache.keys, cache.gets, cache.nparts, cache.results);
+    F.fail_copies (-1, 0);
+    for (int k = 0; k < D_KEYS; k++)
+        CHECK_EQ (cache.results[k], KVPOOL_INVALID_PARAMS);
+    CHECK_EQ (F.memset_ (cache.copy, 0, D_LAYERS * D_STRIDE), 0);
+    CHECK_EQ (kvpool_get_batch_into_parts (pool, D_KEYS, cache.keys, cache.gets, cache.nparts,
+                                           cache.results),
+              KVPOOL_OK);
+    CHECK (s_cache_equal (&cache));
+    CHECK_EQ (kvpool_remove_batch (pool, D_KEYS, cache.keys, true, cache.statuses), KVPOOL_OK);
+    s_cache_fini (&cache);
+
+    //  tcp: device values still go through pinned buffers (none of the socket's memory is a
+    //  segment), byte for byte.
+    kvpool_t *tcp = s_connect (false);
+    F.reset ();
+    CHECK_EQ (kvpool_get_into (tcp, "direct-one", target, size), (int64_t) size);
+    CHECK (s_gpu_equal (target, size, 22));
+    CHECK_EQ (F.count ('c'), 0);
+    kvpool_destroy (&tcp);
+
+    CHECK_EQ (kvpool_remove (pool, "direct-one", true), KVPOOL_OK);
+    CHECK_EQ (kvpool_remove (pool, "direct-two", true), KVPOOL_OK);
+    CHECK_EQ (kvpool_remove (pool, "direct-host", true), KVPOOL_OK);
+    //  The segment stays registered while a connection maps it, and is unregistered before
+    //  the last one lets go of it.
+    kvpool_destroy (&other);
+    CHECK_EQ (F.count ('n'), 1);
+    kvpool_destroy (&pool);
+    CHECK_EQ (F.count ('n'), 0);
+    CHECK_EQ (F.count ('u'), 1);
+    free (host);
+    F.free_ (source);
+    F.free_ (target);
+    printf ("direct: one DMA a value between device memory and the segment, registered once "
+            "per process and unregistered with the last connection; a KV cache's blocks in %d "
+            "batches; no batches, failures mid-batch: as they should\n",
+            KVPC_DMA_STREAMS);
+}
+
+static void
+s_direct (void)
+{
+    s_fake_open ();
+    s_test_direct ();
+    for (int fast = 1; fast >= 0; fast--) {
+        s_test_values (fast, true);
+        s_test_upsert_ranges (fast);
+        s_test_batch (fast, 100, 64 * KiB);
+        s_test_batch (fast, 5, 7 * MiB);
+        s_test_parts (fast, 40, 16 * KiB + 3);
+        s_test_parts (fast, 3, 3 * MiB);
+    }
+    CHECK_EQ (F.count ('p'), 0);
+}
+
+//  A runtime that will not register the segments: staged, said once on standard error.
+static void
+s_refused (void)
+{
+    s_fake_open ();
+    char path[] = "/tmp/kvpool-test-device-XXXXXX";
+    int fd = mkstemp (path);
+    CHECK (fd >= 0);
+    fflush (stderr);
+    int saved = dup (2);
+    CHECK (dup2 (fd, 2) == 2);
+    F.refuse_register (801);
+    for (int round = 0; round < 2; round++) {
+        kvpool_t *pool = s_connect (true);
+        void *source = s_gpu_value (3 * MiB, 24);
+        void *target = s_gpu_alloc (3 * MiB);
+        CHECK_EQ (kvpool_put (pool, "refused", source, 3 * MiB, NULL), KVPOOL_OK);
+        CHECK_EQ (kvpool_get_into (pool, "refused", target, 3 * MiB), (int64_t) (3 * MiB));
+        CHECK (s_gpu_equal (target, 3 * MiB, 24));
+        CHECK_EQ (kvpool_remove (pool, "refused", true), KVPOOL_OK);
+        F.free_ (source);
+        F.free_ (target);
+        kvpool_destroy (&pool);
+    }
+    fflush (stderr);
+    CHECK (dup2 (saved, 2) == 2);
+    close (saved);
+    char said[4096] = "";
+    ssize_t got = pread (fd, said, sizeof said - 1, 0);
+    close (fd);
+    unlink (path);
+    CHECK (got > 0);
+    CHECK_EQ (F.count ('r'), 0);
+    CHECK_EQ (F.count ('c'), 0);
+    CHECK (F.host_allocs () > 0);
+    const char *line = strstr (said, "libkvpool: GPU copies");
+    CHECK (line && strstr (line, "refused to register") && strstr (line, "CUDA error 801"));
+    CHECK (!strstr (line + 1, "libkvpool: GPU copies")); //  once
+    printf ("refused: staged, said once: %.*s\n", (int) strcspn (line, "\n"), line);
 }
 
 //  ---- failures -----------------------------------------------------------------------------
@@ -874,10 +1168,15 @@ s_on_signal (int signal)
     _exit (128 + signal);
 }
 
-//  Runs part in a child process with KVPOOL_CUDART set to cudart (NULL: unset).
+//  Runs part in a child process with KVPOOL_CUDART set to cudart (NULL: unset) and
+//  KVPOOL_DEVICE_DMA to dma (NULL: unset, direct DMA).
 static void
-s_run (const char *name, void (*part) (void), const char *cudart)
+s_run (const char *name, void (*part) (void), const char *cudart, const char *dma)
 {
+    if (dma)
+        setenv ("KVPOOL_DEVICE_DMA", dma, 1);
+    else
+        unsetenv ("KVPOOL_DEVICE_DMA");
     //  KVPOOL_TEST_PART=name runs that part alone, in this process (for a debugger).
     const char *only = getenv ("KVPOOL_TEST_PART");
     if (only && strcmp (only, name) != 0)
@@ -922,11 +1221,13 @@ main (void)
 
     const char *args[] = {"--segment-size", "256MiB", NULL};
     CHECK_EQ (testutil_server_start (&s_server, args), 0);
-    s_run ("fake", s_with_fake, s_fake_path);
-    s_run ("failures", s_failures, s_fake_path);
-    s_run ("none", s_without_runtime, "none");
-    s_run ("missing", s_without_runtime, "/nonexistent/libcudart.so.12");
-    s_run ("auto", s_without_runtime, NULL);
+    s_run ("direct", s_direct, s_fake_path, NULL);
+    s_run ("refused", s_refused, s_fake_path, NULL);
+    s_run ("fake", s_with_fake, s_fake_path, "staged");
+    s_run ("failures", s_failures, s_fake_path, "staged");
+    s_run ("none", s_without_runtime, "none", NULL);
+    s_run ("missing", s_without_runtime, "/nonexistent/libcudart.so.12", NULL);
+    s_run ("auto", s_without_runtime, NULL, NULL);
     CHECK_EQ (testutil_server_stop (&s_server, SIGTERM), 0);
     printf ("device memory: all passed\n");
     return 0;
