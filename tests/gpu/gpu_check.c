@@ -2,7 +2,7 @@
     Run by hand on a machine with an NVIDIA GPU; not part of `make test`.
 
       kvpool-gpu-check [--kvpoold PATH | --endpoint ENDPOINT] [--total-mib N] [--sizes-mib LIST]
-                       [--cudart PATH] [--reps N]
+                       [--layers N] [--cudart PATH] [--reps N] [--tcp 0|1]
 
     Loads the CUDA runtime with dlopen (--cudart PATH, else libcudart.so.13, .12, .11.0 or
     libcudart.so; no CUDA headers or libraries at build time), allocates two device buffers of
@@ -10,11 +10,16 @@
     (default 1,4,16,64 MiB) it puts the whole buffer as total/size keys (kvpool_put_batch of
     device addresses) and gets them back into the second buffer (kvpool_get_batch_into of
     device addresses), over the same-machine fast path and over tcp (the socket path on the
-    tcp endpoint), checks every byte, and prints GB/s beside plain cudaMemcpy of the same sizes
-    device-to-host and host-to-device, pinned and pageable, and beside the same puts and gets
-    of host memory (best of --reps runs, default 3). A second line per size does it again with
-    each value made of --layers parts (default 32), one from each of that many regions of the
-    buffer, as vLLM's connector passes a block of every layer's KV-cache tensor.
+    tcp endpoint; --tcp 0 leaves it out), checks every byte, and prints GB/s beside plain
+    cudaMemcpy of the same sizes device-to-host and host-to-device, pinned and pageable, and
+    beside the same puts and gets of host memory (best of --reps runs, default 3). The
+    same-machine path is measured both ways, side by side: by direct DMA into the node's
+    segments (the default) and through pinned staging buffers (KVPOOL_DEVICE_DMA=staged, in a
+    process context of its own), with the direct path's ratio to pinned cudaMemcpy. A second
+    line per size does it again with each value made of --layers parts (default 32), one from
+    each of that many regions of the buffer, as vLLM's connector passes a block of every
+    layer's KV-cache tensor. The first device put of the direct pass registers the node's
+    segment with the runtime; its time is printed.
 
     kvpoold: --kvpoold PATH starts that binary (named kvpoold: the tests' helper starts the
     kvpoold in PATH's folder) on loopback ports with a segment big enough; without it, the
@@ -288,7 +293,7 @@ s_usage (void)
 {
     fprintf (stderr, "usage: kvpool-gpu-check [--kvpoold PATH | --endpoint ENDPOINT] "
                      "[--total-mib N] [--sizes-mib 1,4,16,64] [--layers N] [--cudart PATH] "
-                     "[--reps N]\n");
+                     "[--reps N] [--tcp 0|1]\n");
     exit (2);
 }
 
@@ -300,6 +305,7 @@ main (int argc, char **argv)
     size_t total_mib = 1024;
     int reps = 3;
     size_t layers = 32;
+    bool with_tcp = true;
     for (int i = 1; i < argc; i++) {
         if (i + 1 >= argc)
             s_usage ();
@@ -317,6 +323,8 @@ main (int argc, char **argv)
             reps = atoi (argv[++i]);
         else if (strcmp (argv[i], "--layers") == 0)
             layers = strtoull (argv[++i], NULL, 10);
+        else if (strcmp (argv[i], "--tcp") == 0)
+            with_tcp = atoi (argv[++i]) != 0;
         else
             s_usage ();
     }
@@ -344,6 +352,7 @@ main (int argc, char **argv)
     if (R.properties && R.properties (properties, device) == 0)
         snprintf (name, sizeof name, "%.255s", properties);
 
+    char segment_label[32] = "already running";
     if (!endpoint) {
         char dir[PATH_MAX];
         if (kvpoold)
@@ -362,9 +371,8 @@ main (int argc, char **argv)
         atexit (s_stop_server);
         signal (SIGINT, s_on_signal);
         signal (SIGTERM, s_on_signal);
-        char segment[32];
-        snprintf (segment, sizeof segment, "%zuMiB", total_mib + total_mib / 4 + 64);
-        const char *args[] = {"--segment-size", segment, NULL};
+        snprintf (segment_label, sizeof segment_label, "%zuMiB", total_mib + total_mib / 4 + 64);
+        const char *args[] = {"--segment-size", segment_label, NULL};
         if (testutil_server_start (&s_server, args) != 0) {
             fprintf (stderr, "kvpool-gpu-check: cannot start %s/kvpoold\n", dir);
             return 1;
@@ -372,65 +380,124 @@ main (int argc, char **argv)
         endpoint = s_server.endpoint;
     }
 
-    kvpool_options_t fast_options, tcp_options;
-    kvpool_options_init (&fast_options);
-    kvpool_options_init (&tcp_options);
-    fast_options.timeout_ms = tcp_options.timeout_ms = 60000;
-    tcp_options.fast_path = 0;
-    tcp_options.keep_endpoint = 1;
-    kvpool_t *fast = kvpool_connect (endpoint, &fast_options);
-    kvpool_t *tcp = kvpool_connect (endpoint, &tcp_options);
-    if (!fast || !tcp) {
-        fprintf (stderr, "kvpool-gpu-check: cannot connect to %s\n", endpoint);
-        return 1;
-    }
-
     printf ("kvpool-gpu-check: %s (device %d), CUDA runtime %d.%d (%s), %zu MiB a pass, "
-            "GB/s, best of %d%s\n",
-            name, device, version / 1000, version % 1000 / 10, s_runtime_path, total_mib, reps,
-            kvpool_fast_path (fast) ? "" : "; NO FAST PATH: the first pair is the socket path too");
-    printf ("%8s | %-17s | %-17s | %-27s | %-27s\n", "value", "cudaMemcpy D2H", "cudaMemcpy H2D",
-            "kvpool fast path put/get", "kvpool tcp put/get");
-    printf ("%8s | %8s %8s | %8s %8s | %13s %13s | %13s %13s\n", "", "pinned", "pageable", "pinned",
-            "pageable", "device", "host", "device", "host");
+            "GB/s, best of %d\n",
+            name, device, version / 1000, version % 1000 / 10, s_runtime_path, total_mib, reps);
+
+    //  rates[size][line][column][put, get]; line 0 whole values, 1 as layers; columns: fast
+    //  path direct, fast path staged, fast path host, tcp device, tcp host.
+    enum { DIRECT, STAGED, HOST, TCP_DEVICE, TCP_HOST, COLUMNS };
+    enum { MAX_SIZES = 16 };
+    static double rates[MAX_SIZES][2][COLUMNS][2];
+    size_t sizes[MAX_SIZES];
+    size_t nsizes = 0;
     char *list = strdup (size_list);
-    for (char *item = strtok (list, ","); item; item = strtok (NULL, ",")) {
+    for (char *item = strtok (list, ","); item && nsizes < MAX_SIZES; item = strtok (NULL, ",")) {
         size_t size = strtoull (item, NULL, 10) * MiB;
-        if (size == 0 || size > check.total)
-            continue;
+        if (size && size <= check.total)
+            sizes[nsizes++] = size;
+    }
+    free (list);
+    double register_ms = 0;
+    //  Each pass in a process context of its own: KVPOOL_DEVICE_DMA is read when the first
+    //  connection makes it, and the last one to close frees it.
+    for (int pass = 0; pass < 2; pass++) {
+        bool staged = pass == 1;
+        if (staged)
+            setenv ("KVPOOL_DEVICE_DMA", "staged", 1);
+        else
+            unsetenv ("KVPOOL_DEVICE_DMA");
+        kvpool_options_t fast_options, tcp_options;
+        kvpool_options_init (&fast_options);
+        kvpool_options_init (&tcp_options);
+        fast_options.timeout_ms = tcp_options.timeout_ms = 60000;
+        tcp_options.fast_path = 0;
+        tcp_options.keep_endpoint = 1;
+        kvpool_t *fast = kvpool_connect (endpoint, &fast_options);
+        kvpool_t *tcp = with_tcp && !staged ? kvpool_connect (endpoint, &tcp_options) : NULL;
+        if (!fast || (with_tcp && !staged && !tcp)) {
+            fprintf (stderr, "kvpool-gpu-check: cannot connect to %s\n", endpoint);
+            return 1;
+        }
+        if (!kvpool_fast_path (fast)) {
+            fprintf (stderr, "kvpool-gpu-check: no same-machine path to %s\n", endpoint);
+            return 1;
+        }
+        if (!staged) {
+            double start = s_now ();
+            if (kvpool_put (fast, "gpu-check-first", check.source, 4096, NULL) != KVPOOL_OK) {
+                fprintf (stderr, "kvpool-gpu-check: first put: %s\n", kvpool_last_error (fast));
+                return 1;
+            }
+            register_ms = (s_now () - start) * 1e3;
+            kvpool_remove (fast, "gpu-check-first", true);
+        }
+        for (size_t k = 0; k < nsizes; k++)
+            for (int line = 0; line < 2; line++) {
+                size_t size = sizes[k];
+                size_t parts = line ? layers : 0;
+                if (line && (layers < 2 || size % layers || check.total % (layers * size)))
+                    continue;
+                double (*r)[2] = rates[k][line];
+                s_kvpool_rates (&check, fast, size, false, parts, &r[staged ? STAGED : DIRECT][0],
+                                &r[staged ? STAGED : DIRECT][1]);
+                if (staged)
+                    continue;
+                s_kvpool_rates (&check, fast, size, true, parts, &r[HOST][0], &r[HOST][1]);
+                if (tcp) {
+                    s_kvpool_rates (&check, tcp, size, false, parts, &r[TCP_DEVICE][0],
+                                    &r[TCP_DEVICE][1]);
+                    s_kvpool_rates (&check, tcp, size, true, parts, &r[TCP_HOST][0],
+                                    &r[TCP_HOST][1]);
+                }
+            }
+        kvpool_destroy (&fast);
+        kvpool_destroy (&tcp);
+    }
+    unsetenv ("KVPOOL_DEVICE_DMA");
+
+    printf ("the first device put registered the node's segment (%s) with the runtime: %.1f ms\n",
+            segment_label, register_ms);
+    printf ("%8s | %-17s | %-17s | %-41s | %-13s | %-27s | %s\n", "value", "cudaMemcpy D2H",
+            "cudaMemcpy H2D", "kvpool same machine, device: put/get", "same, host",
+            "kvpool tcp put/get", "direct/pinned");
+    printf ("%8s | %8s %8s | %8s %8s | %13s %13s %13s | %13s | %13s %13s | %s\n", "", "pinned",
+            "pageable", "pinned", "pageable", "direct", "staged", "direct/staged", "", "device",
+            "host", "put get");
+    for (size_t k = 0; k < nsizes; k++) {
+        size_t size = sizes[k];
         double d2h_pinned = s_memcpy_rate (&check, size, 2, check.pinned);
         double d2h_pageable = s_memcpy_rate (&check, size, 2, check.pageable);
         double h2d_pinned = s_memcpy_rate (&check, size, 1, check.pinned);
         double h2d_pageable = s_memcpy_rate (&check, size, 1, check.pageable);
-        double rates[4][2]; //  fast device, fast host, tcp device, tcp host: put, get
-        for (int i = 0; i < 4; i++)
-            s_kvpool_rates (&check, i < 2 ? fast : tcp, size, i % 2, 0, &rates[i][0], &rates[i][1]);
-        printf ("%4zu MiB | %8.1f %8.1f | %8.1f %8.1f |", size >> 20, d2h_pinned, d2h_pageable,
-                h2d_pinned, h2d_pageable);
-        for (int i = 0; i < 4; i++)
-            printf (" %6.1f %6.1f%s", rates[i][0], rates[i][1], i == 1 ? " |" : "");
-        printf ("\n");
-        if (layers > 1 && size % layers == 0 && check.total % (layers * size) == 0) {
-            //  The same values, each gathered from and scattered to a part in every layer.
-            for (int i = 0; i < 4; i++)
-                s_kvpool_rates (&check, i < 2 ? fast : tcp, size, i % 2, layers, &rates[i][0],
-                                &rates[i][1]);
-            char label[96];
-            snprintf (label, sizeof label, "  the same as %zu layers of %zu KiB", layers,
-                      (size / layers) >> 10);
-            printf ("%-48s |", label);
-            for (int i = 0; i < 4; i++)
-                printf (" %6.1f %6.1f%s", rates[i][0], rates[i][1], i == 1 ? " |" : "");
-            printf ("\n");
+        for (int line = 0; line < 2; line++) {
+            double (*r)[2] = rates[k][line];
+            if (r[DIRECT][0] == 0)
+                continue;
+            if (line == 0)
+                printf ("%4zu MiB | %8.1f %8.1f | %8.1f %8.1f |", size >> 20, d2h_pinned,
+                        d2h_pageable, h2d_pinned, h2d_pageable);
+            else {
+                char label[96];
+                snprintf (label, sizeof label, "  as %zu layers of %zu KiB", layers,
+                          (size / layers) >> 10);
+                printf ("%-47s |", label);
+            }
+            printf (" %6.1f %6.1f %6.1f %6.1f %6.2f %6.2f | %6.1f %6.1f |", r[DIRECT][0],
+                    r[DIRECT][1], r[STAGED][0], r[STAGED][1], r[DIRECT][0] / r[STAGED][0],
+                    r[DIRECT][1] / r[STAGED][1], r[HOST][0], r[HOST][1]);
+            if (with_tcp)
+                printf (" %6.1f %6.1f %6.1f %6.1f |", r[TCP_DEVICE][0], r[TCP_DEVICE][1],
+                        r[TCP_HOST][0], r[TCP_HOST][1]);
+            else
+                printf (" %27s |", "-");
+            printf (" %5.2f %5.2f\n", r[DIRECT][0] / d2h_pinned, r[DIRECT][1] / h2d_pinned);
         }
         fflush (stdout);
     }
-    free (list);
     printf ("every byte checked after every get: ok; cudaPointerGetAttributes %.2f us on host "
             "memory, %.2f us on device memory\n",
             s_query_us (check.pageable + 4096), s_query_us ((char *) check.source + 4096));
-    kvpool_destroy (&fast);
-    kvpool_destroy (&tcp);
     R.free_ (check.source);
     R.free_ (check.target);
     R.free_host (check.pinned);
