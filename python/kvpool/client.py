@@ -24,6 +24,7 @@ import array
 import collections
 import errno
 import ctypes
+import itertools
 import os
 import threading
 
@@ -233,6 +234,26 @@ def _iov_table(flat, counts):
         starts.append(base + 16 * offset)
         offset += count
     return iov, _u64(starts), _u64(counts)
+
+
+def _iov_nested(ptrs, sizes):
+    """_iov_table's result from each key's addresses and sizes (ptrs[i] and sizes[i]: ints,
+    as lists or array.array("Q"), of one length per key), built with array operations: a KV
+    cache's block is one buffer per layer, so a batch of 512 blocks of 32 layers is 16,384
+    buffers, and a Python loop over them costs more than the copies do."""
+    counts = array.array("Q", map(len, ptrs))
+    addresses = array.array("Q")
+    lengths = array.array("Q")
+    for key_ptrs, key_sizes in zip(ptrs, sizes):
+        addresses.extend(key_ptrs)
+        lengths.extend(key_sizes)
+    iov = array.array("Q", bytes(16 * len(addresses)))
+    iov[0::2] = addresses
+    iov[1::2] = lengths
+    base = _addr(iov)
+    offsets = itertools.accumulate(counts, initial=0)
+    starts = array.array("Q", (base + 16 * offset for offset, _ in zip(offsets, counts)))
+    return iov, starts, counts
 
 
 def _flatten_buffers(pins, buffers_per_key, sizes_per_key, writable=False):

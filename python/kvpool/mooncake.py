@@ -73,7 +73,8 @@ import weakref
 from ctypes import byref, c_char_p
 
 from . import _native
-from .client import (Client, PutOptions, _Pins, _encode, _u64, _addr, _iov_table, fetch,
+from .client import (Client, PutOptions, _Pins, _encode, _u64, _addr, _iov_table, _iov_nested,
+                     fetch,
                      KeyTable, TENANT_MARK, _key_table, _int_list, _batch_lookup, EXIST_FN,
                      LOCAL_FNS, DEFAULT_TIMEOUT)
 from .segment import SharedSegment
@@ -1274,8 +1275,7 @@ class MooncakeDistributedStore:
         ptrs = _nested(all_buffer_ptrs, "all_buffer_ptrs")
         sizes = _nested(all_sizes, "all_sizes")
         n = len(keys)
-        flat, _ = _flatten_parts(n, ptrs, sizes)
-        if flat is None:
+        if not _shapes_agree(n, ptrs, sizes):
             return [INVALID_PARAMS] * n
         return self._store_batch(keys, ptrs, sizes, config, _native.put_batch_parts,
                                  multi_buffers=True)
@@ -1294,7 +1294,7 @@ class MooncakeDistributedStore:
         if status != OK:
             return [status] * n
         for i in range(n):
-            if sum(sizes[i]) == 0 or any(p == 0 and s for p, s in zip(ptrs[i], sizes[i])):
+            if sum(sizes[i]) == 0 or _null_buffer(ptrs[i], sizes[i]):
                 if pre is None:
                     pre = [None] * n
                 if pre[i] is None:
@@ -1302,8 +1302,8 @@ class MooncakeDistributedStore:
 
         def run(index):
             karr = _table(names, index)
-            flat = [x for i in index for x in _pairs(ptrs[i], sizes[i])]
-            iov, starts, nparts = _iov_table(flat, [len(ptrs[i]) for i in index])
+            iov, starts, nparts = _iov_nested([ptrs[i] for i in index],
+                                              [sizes[i] for i in index])
             statuses = array.array("i", bytes(4 * len(index)))
             rc = self._code(fn, len(index), karr, _addr(starts), _addr(nparts), opts,
                             _addr(statuses))
@@ -1607,8 +1607,7 @@ class MooncakeDistributedStore:
         ptrs = _nested(all_buffer_ptrs, "all_buffer_ptrs")
         sizes = _nested(all_sizes, "all_sizes")
         n = len(keys)
-        flat, counts = _flatten_parts(n, ptrs, sizes)
-        if flat is None:
+        if not _shapes_agree(n, ptrs, sizes):
             return [INVALID_PARAMS] * n
         names, pre = self._space.keys(keys)
         if n == 0:
@@ -1616,7 +1615,7 @@ class MooncakeDistributedStore:
         if self._client is None:
             return [INVALID_PARAMS] * n
         for i in range(n):
-            if any(p == 0 and s for p, s in zip(ptrs[i], sizes[i])):
+            if _null_buffer(ptrs[i], sizes[i]):
                 if pre is None:
                     pre = [None] * n
                 if pre[i] is None:
@@ -1624,12 +1623,7 @@ class MooncakeDistributedStore:
 
         def run(index):
             karr = _table(names, index)
-            if pre:
-                sub_flat = [x for i in index for x in _pairs(ptrs[i], sizes[i])]
-                sub_counts = [counts[i] for i in index]
-            else:
-                sub_flat, sub_counts = flat, counts
-            iov, starts, nbufs = _iov_table(sub_flat, sub_counts)
+            iov, starts, nbufs = _iov_nested([ptrs[i] for i in index], [sizes[i] for i in index])
             results = array.array("q", bytes(8 * len(index)))
             rc = self._code(_native.get_batch_into_parts, len(index), karr, _addr(starts),
                             _addr(nbufs), _addr(results))
@@ -1930,26 +1924,17 @@ def _partial(n, pre, run):
     return out
 
 
-def _pairs(ptrs, sizes):
-    out = []
-    for ptr, size in zip(ptrs, sizes):
-        out.append(ptr)
-        out.append(size)
-    return out
+def _shapes_agree(n, all_ptrs, all_sizes):
+    """Whether there are n keys of addresses and of sizes, each key as many of one as of the
+    other."""
+    return (len(all_ptrs) == n and len(all_sizes) == n
+            and all(map(operator.eq, map(len, all_ptrs), map(len, all_sizes))))
 
 
-def _flatten_parts(n, all_ptrs, all_sizes):
-    """([ptr, size, ptr, size...], [parts per key]) or (None, None) when shapes disagree."""
-    if len(all_ptrs) != n or len(all_sizes) != n:
-        return None, None
-    flat = []
-    counts = []
-    for ptrs, sizes in zip(all_ptrs, all_sizes):
-        if len(ptrs) != len(sizes):
-            return None, None
-        flat.extend(_pairs(ptrs, sizes))
-        counts.append(len(ptrs))
-    return flat, counts
+def _null_buffer(ptrs, sizes):
+    """Whether a buffer of a key is at address 0 with bytes to move (ptrs is searched in C
+    first: this runs once per key of a batch)."""
+    return 0 in ptrs and any(p == 0 and s for p, s in zip(ptrs, sizes))
 
 
 # ---- the client's HTTP endpoints ------------------------------------------------------------
