@@ -101,6 +101,7 @@ s_bind (kvpc_cudart_t *rt, void *handle, const char *path)
         rt->host_register = NULL;
         rt->host_unregister = NULL;
     }
+    *(void **) &rt->memcpy_2d = dlsym (handle, "cudaMemcpy2DAsync");
     if (rt->version >= 13000)
         *(void **) &rt->memcpy_batch = dlsym (handle, "cudaMemcpyBatchAsync");
     rt->handle = handle;

@@ -75,9 +75,9 @@ typedef kvpc_cuda_error_t (kvpc_cuda_batch_fn) (const void **dsts, const void **
                                                 size_t *attrs_idxs, size_t num_attrs,
                                                 kvpc_cuda_stream_t stream);
 
-//  The runtime's functions libkvpool calls. The last three are optional (NULL when the
+//  The runtime's functions libkvpool calls. The last four are optional (NULL when the
 //  runtime lacks them): without host_register every device copy is staged, without
-//  memcpy_batch direct copies are queued one by one.
+//  memcpy_batch direct copies are queued one by one, without memcpy_2d strided ones are.
 typedef struct {
     char path[512]; //  what was loaded
     int version;    //  cudaRuntimeGetVersion
@@ -99,6 +99,9 @@ typedef struct {
     kvpc_cuda_error_t (*host_register) (void *, size_t, unsigned int);
     kvpc_cuda_error_t (*host_unregister) (void *);
     kvpc_cuda_batch_fn *memcpy_batch; //  CUDA 13 and later only
+    //  cudaMemcpy2DAsync (dst, dpitch, src, spitch, width, height, kind, stream)
+    kvpc_cuda_error_t (*memcpy_2d) (void *, size_t, const void *, size_t, size_t, size_t, int,
+                                    kvpc_cuda_stream_t);
     void *handle;
 } kvpc_cudart_t;
 

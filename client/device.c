@@ -37,7 +37,8 @@ typedef struct {
     kvpc_cuda_stream_t dma[KVPC_DMA_STREAMS]; //  direct copies
 } s_gpu_t;
 
-//  One direct copy, or a run of them adjacent on both sides.
+//  One direct copy, a run of them adjacent on both sides, or rows of them: height copies of
+//  len bytes, the next one dpitch and spitch further on (one cudaMemcpy2DAsync).
 typedef struct {
     char *dst;
     const char *src;
@@ -45,6 +46,9 @@ typedef struct {
     int device;
     bool to_device;
     int stream; //  which of the device's dma streams it goes on
+    size_t height;
+    size_t dpitch;
+    size_t spitch;
 } s_run_t;
 
 //  One piece of a copy planned into a staging buffer.
@@ -93,6 +97,7 @@ struct _kvpc_device_t {
     const void **batch_src;
     size_t *batch_len;
     bool batch_off; //  the runtime refused a batch: copies are queued one by one
+    bool rows_off;  //  the runtime refused a 2D copy: rows are queued one by one
     bool armed;
     void *stage[KVPC_STAGE_BUFFERS];
     s_stage_t slots[KVPC_STAGE_BUFFERS];
@@ -784,23 +789,78 @@ s_plan_room (kvpc_device_t *self, size_t count)
     return 0;
 }
 
-//  Sorts the runs, merges those adjacent on both sides, and spreads each device's over its
-//  dma streams by bytes. Returns the number of runs left.
-static size_t
-s_direct_plan (s_run_t *runs, size_t count)
+//  Pitches a 2D copy may have (CUDA's limit is the device's maxPitch, 2^31 - 1 on the GPUs
+//  of this decade), and the rows that make one worth it.
+#define S_MAX_PITCH ((size_t) INT32_MAX)
+#define S_MIN_ROWS 4
+
+//  Whether run b continues a's rows: the same device, direction and length, dst and src
+//  steps equal to the rows' pitches (or, for a's second row, any steps of one row or more
+//  that a 2D copy can take).
+static bool
+s_next_row (const s_run_t *a, const s_run_t *b)
 {
-    qsort (runs, count, sizeof *runs, s_run_compare);
+    if (a->device != b->device || a->to_device != b->to_device || a->len != b->len
+        || b->dst <= a->dst || b->src <= a->src)
+        return false;
+    const char *last_dst = a->dst + (a->height - 1) * a->dpitch;
+    const char *last_src = a->src + (a->height - 1) * a->spitch;
+    size_t dstep = (size_t) (b->dst - last_dst), sstep = (size_t) (b->src - last_src);
+    if (a->height > 1)
+        return b->dst == last_dst + a->dpitch && b->src == last_src + a->spitch;
+    return dstep >= a->len && sstep >= a->len && dstep <= S_MAX_PITCH && sstep <= S_MAX_PITCH;
+}
+
+//  Plans the runs: rows first, in the caller's order (one key's blocks of every layer, say:
+//  adjacent in the segment, a layer's spacing apart in device memory); then the single
+//  copies sorted by device address, those adjacent on both sides merged; then each device's
+//  runs spread over its dma streams by bytes. Returns the number of runs left.
+static size_t
+s_direct_plan (kvpc_device_t *self, s_run_t *runs, size_t count)
+{
     size_t kept = 0;
-    for (size_t i = 0; i < count; i++) {
-        s_run_t *last = kept ? &runs[kept - 1] : NULL;
-        if (last && last->device == runs[i].device && last->to_device == runs[i].to_device
-            && last->dst + last->len == runs[i].dst && last->src + last->len == runs[i].src)
+    for (size_t i = 0; i < count;) {
+        s_run_t run = runs[i];
+        run.height = 1;
+        run.dpitch = run.spitch = run.len;
+        size_t j = i + 1;
+        for (; j < count && !self->rows_off && self->rt->memcpy_2d && s_next_row (&run, &runs[j]);
+             j++) {
+            if (run.height == 1) {
+                run.dpitch = (size_t) (runs[j].dst - run.dst);
+                run.spitch = (size_t) (runs[j].src - run.src);
+            }
+            run.height++;
+        }
+        if (run.height > 1 && run.dpitch == run.len && run.spitch == run.len) {
+            //  Rows with no gaps on either side: one plain copy.
+            run.len *= run.height;
+            run.height = 1;
+        }
+        else if (run.height < S_MIN_ROWS) {
+            //  Too few to be worth a 2D copy: each row goes as a single copy.
+            j = i + 1;
+            run.height = 1;
+            run.dpitch = run.spitch = run.len;
+        }
+        runs[kept++] = run;
+        i = j;
+    }
+    qsort (runs, kept, sizeof *runs, s_run_compare);
+    size_t merged = 0;
+    for (size_t i = 0; i < kept; i++) {
+        s_run_t *last = merged ? &runs[merged - 1] : NULL;
+        if (last && last->height == 1 && runs[i].height == 1 && last->device == runs[i].device
+            && last->to_device == runs[i].to_device && last->dst + last->len == runs[i].dst
+            && last->src + last->len == runs[i].src) {
             last->len += runs[i].len;
+            last->dpitch = last->spitch = last->len;
+        }
         else
-            runs[kept++] = runs[i];
+            runs[merged++] = runs[i];
     }
     uint64_t load[KVPC_DMA_STREAMS];
-    for (size_t i = 0; i < kept; i++) {
+    for (size_t i = 0; i < merged; i++) {
         if (i == 0 || runs[i].device != runs[i - 1].device)
             memset (load, 0, sizeof load);
         int least = 0;
@@ -808,23 +868,49 @@ s_direct_plan (s_run_t *runs, size_t count)
             if (load[k] < load[least])
                 least = k;
         runs[i].stream = least;
-        load[least] += runs[i].len;
+        load[least] += runs[i].len * runs[i].height;
     }
-    return kept;
+    return merged;
 }
 
-//  Queues stream k's runs of one device (runs[0 .. count)): one batch, or one copy each.
+//  Queues a run of rows with one 2D copy; 1 when the runtime refused it (its rows are then
+//  queued as single copies), 0, or -1 with the error set.
+static int
+s_rows_queue (kvpc_device_t *self, s_gpu_t *gpu, int k, const s_run_t *run)
+{
+    const kvpc_cudart_t *rt = self->rt;
+    if (!self->rows_off) {
+        kvpc_cuda_error_t rc =
+            rt->memcpy_2d (run->dst, run->dpitch, run->src, run->spitch, run->len, run->height,
+                           KVPC_CUDA_MEMCPY_DEFAULT, gpu->dma[k]);
+        if (rc == 0)
+            return 0;
+        //  Queuing every row again writes the same bytes as any part already queued.
+        self->rows_off = true;
+        s_clear (rt);
+    }
+    return 1;
+}
+
+//  Queues stream k's runs of one device (runs[0 .. count)): rows with one 2D copy each, the
+//  single copies in one batch, or one by one.
 static int
 s_direct_queue (kvpc_device_t *self, s_gpu_t *gpu, int k, const s_run_t *runs, size_t count)
 {
     size_t n = 0;
-    for (size_t i = 0; i < count; i++)
-        if (runs[i].stream == k) {
-            self->batch_dst[n] = runs[i].dst;
-            self->batch_src[n] = runs[i].src;
+    for (size_t i = 0; i < count; i++) {
+        if (runs[i].stream != k)
+            continue;
+        int rows = runs[i].height > 1 ? s_rows_queue (self, gpu, k, &runs[i]) : 1;
+        if (rows < 0)
+            return -1;
+        for (size_t r = 0; rows && r < runs[i].height; r++) {
+            self->batch_dst[n] = runs[i].dst + r * runs[i].dpitch;
+            self->batch_src[n] = runs[i].src + r * runs[i].spitch;
             self->batch_len[n] = runs[i].len;
             n++;
         }
+    }
     if (n == 0)
         return 0;
     const kvpc_cudart_t *rt = self->rt;
@@ -934,14 +1020,14 @@ kvpc_device_copy (kvpc_device_t *self, const kvpc_device_copy_t *items, size_t c
         if (item->len == 0)
             continue;
         if (s_direct (self, item))
-            self->runs[ndirect++] =
-                (s_run_t){item->dst, item->src, item->len, item->device, item->to_device, 0};
+            self->runs[ndirect++] = (s_run_t){
+                item->dst, item->src, item->len, item->device, item->to_device, 0, 1, 0, 0};
         else
             self->staged[nstaged++] = *item;
     }
     //  The direct copies are queued first and run while the staged ones go through the
     //  buffers; nothing is left in flight when this returns, failed or not.
-    ndirect = ndirect ? s_direct_plan (self->runs, ndirect) : 0;
+    ndirect = ndirect ? s_direct_plan (self, self->runs, ndirect) : 0;
     uint64_t used = 0;
     int rc = s_direct_start (self, self->runs, ndirect, &used);
     s_copier_t copier = {host_copy, arg};

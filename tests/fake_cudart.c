@@ -120,6 +120,8 @@ static long s_unregisters;       //  cudaHostUnregister calls that succeeded
 static long s_registered_copies; //  async copies whose host side is registered memory
 static long s_pageable_copies;   //  async copies whose host side is neither pinned nor registered
 static long s_batches;           //  cudaMemcpyBatchAsync calls that queued their copies
+static int s_fail_2d;            //  cudaMemcpy2DAsync fails with this error (0: never)
+static long s_copies_2d;         //  cudaMemcpy2DAsync calls that queued their rows
 
 static void
 s_log_add (char op, size_t len)
@@ -143,7 +145,15 @@ fake_cudart_reset (void)
     s_registered_copies = 0;
     s_pageable_copies = 0;
     s_batches = 0;
+    s_fail_2d = 0;
+    s_copies_2d = 0;
     pthread_mutex_unlock (&s_mutex);
+}
+
+EXPORT void
+fake_cudart_fail_2d (int error)
+{
+    s_fail_2d = error;
 }
 
 EXPORT void
@@ -159,7 +169,8 @@ fake_cudart_fail_batch (int error)
 }
 
 //  Counters: which == 'r' registrations, 'u' unregistrations, 'c' copies with a registered
-//  host side, 'p' copies with a pageable host side, 'b' batches; 'n' registrations alive.
+//  host side, 'p' copies with a pageable host side, 'b' batches, '2' 2D copies; 'n'
+//  registrations alive.
 EXPORT long
 fake_cudart_count (char which)
 {
@@ -171,6 +182,7 @@ fake_cudart_count (char which)
         case 'c': n = s_registered_copies; break;
         case 'p': n = s_pageable_copies; break;
         case 'b': n = s_batches; break;
+        case '2': n = s_copies_2d; break;
         case 'n':
             for (size_t i = 0; i < s_nallocs; i++)
                 n += s_allocs[i].registered;
@@ -663,6 +675,28 @@ cudaMemcpyBatchAsync (const void **dsts, const void **srcs, const size_t *sizes,
     }
     pthread_mutex_lock (&s_mutex);
     s_batches++;
+    pthread_mutex_unlock (&s_mutex);
+    return SUCCESS;
+}
+
+//  Each row is queued (and logged) as one copy.
+EXPORT int
+cudaMemcpy2DAsync (void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                   size_t height, int kind, stream_t *stream)
+{
+    (void) kind;
+    if (s_fail_2d)
+        return s_error (s_fail_2d);
+    if (dpitch < width || spitch < width || dpitch > 0x7fffffff || spitch > 0x7fffffff || !stream)
+        return s_error (INVALID_VALUE);
+    for (size_t r = 0; r < height; r++) {
+        int rc = s_copy ((char *) dst + r * dpitch, (const char *) src + r * spitch, width, stream,
+                         false);
+        if (rc)
+            return rc;
+    }
+    pthread_mutex_lock (&s_mutex);
+    s_copies_2d++;
     pthread_mutex_unlock (&s_mutex);
     return SUCCESS;
 }

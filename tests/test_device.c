@@ -72,6 +72,7 @@ static struct {
     void (*no_ranges) (bool);
     void (*refuse_register) (int);
     void (*fail_batch) (int);
+    void (*fail_2d) (int);
     long (*count) (char);
 } F;
 
@@ -102,6 +103,7 @@ s_fake_open (void)
     S_SYM (no_ranges, "fake_cudart_no_ranges");
     S_SYM (refuse_register, "fake_cudart_refuse_register");
     S_SYM (fail_batch, "fake_cudart_fail_batch");
+    S_SYM (fail_2d, "fake_cudart_fail_2d");
     S_SYM (count, "fake_cudart_count");
 #undef S_SYM
 }
@@ -730,8 +732,11 @@ s_copies (char op)
     return trace.count;
 }
 
-//  A KV cache as vLLM's connector hands it over: LAYERS buffers, a key a block of each.
+//  A KV cache as vLLM's connector hands it over: LAYERS buffers, a key a block of each. The
+//  layers lie D_STRIDE apart (a key's blocks are rows of one 2D copy), or irregularly (each
+//  a little further on than the last: one copy a block).
 enum { D_LAYERS = 4, D_KEYS = 8, D_BLOCK = 64 * KiB, D_STRIDE = (D_KEYS + 1) * D_BLOCK };
+#define D_BYTES (D_LAYERS * D_STRIDE + 16 * 4096)
 
 typedef struct {
     char *layers; //  device memory, D_LAYERS * D_STRIDE
@@ -748,16 +753,17 @@ typedef struct {
 } s_cache_t;
 
 static void
-s_cache_init (s_cache_t *cache, const char *prefix, uint64_t seed)
+s_cache_init (s_cache_t *cache, const char *prefix, uint64_t seed, bool irregular)
 {
-    cache->layers = s_gpu_value (D_LAYERS * D_STRIDE, seed);
-    cache->copy = s_gpu_alloc (D_LAYERS * D_STRIDE);
+    cache->layers = s_gpu_value (D_BYTES, seed);
+    cache->copy = s_gpu_alloc (D_BYTES);
     for (int k = 0; k < D_KEYS; k++) {
         for (int l = 0; l < D_LAYERS; l++) {
-            size_t at = (size_t) l * D_STRIDE + (size_t) k * D_BLOCK;
+            size_t layer = (size_t) l * D_STRIDE + (irregular ? (size_t) (l * l) * 4096 : 0);
+            size_t at = layer + (size_t) k * D_BLOCK;
             cache->iovs[k][l] = (kvpool_iov_t){cache->layers + at, D_BLOCK};
             //  Got back in the other order of keys: no run is adjacent on both sides.
-            size_t back = (size_t) l * D_STRIDE + (size_t) (D_KEYS - 1 - k) * D_BLOCK;
+            size_t back = layer + (size_t) (D_KEYS - 1 - k) * D_BLOCK;
             cache->bufs[k][l] = (kvpool_buf_t){cache->copy + back, D_BLOCK};
         }
         cache->puts[k] = cache->iovs[k];
@@ -772,11 +778,11 @@ s_cache_init (s_cache_t *cache, const char *prefix, uint64_t seed)
 static bool
 s_cache_equal (s_cache_t *cache)
 {
-    char *source = malloc (D_LAYERS * D_STRIDE);
-    char *copied = malloc (D_LAYERS * D_STRIDE);
+    char *source = malloc (D_BYTES);
+    char *copied = malloc (D_BYTES);
     CHECK (source && copied);
-    CHECK_EQ (F.memcpy_ (source, cache->layers, D_LAYERS * D_STRIDE, 2), 0);
-    CHECK_EQ (F.memcpy_ (copied, cache->copy, D_LAYERS * D_STRIDE, 2), 0);
+    CHECK_EQ (F.memcpy_ (source, cache->layers, D_BYTES, 2), 0);
+    CHECK_EQ (F.memcpy_ (copied, cache->copy, D_BYTES, 2), 0);
     bool equal = true;
     for (int k = 0; k < D_KEYS; k++)
         for (int l = 0; l < D_LAYERS; l++)
@@ -840,15 +846,51 @@ s_test_direct (void)
     CHECK_EQ (F.count ('c'), 1);
     CHECK_EQ (F.count ('r'), 1);
 
-    //  A KV cache's blocks: one DMA a block (none adjacent on both sides), in at most one
-    //  batch per stream, spread over the streams.
+    //  A KV cache's blocks, its layers evenly spaced: a key's blocks are the rows of one 2D
+    //  copy each way (adjacent in the segment, a layer apart in device memory).
     s_cache_t cache;
-    s_cache_init (&cache, "direct-block", 23);
+    s_cache_init (&cache, "direct-rows", 23, false);
     F.reset ();
     CHECK_EQ (kvpool_put_batch_parts (pool, D_KEYS, cache.keys, cache.puts, cache.nparts, NULL,
                                       cache.statuses),
               KVPOOL_OK);
     CHECK_EQ (F.count ('c'), D_KEYS * D_LAYERS);
+    CHECK_EQ (F.count ('2'), D_KEYS);
+    F.reset ();
+    CHECK_EQ (kvpool_get_batch_into_parts (pool, D_KEYS, cache.keys, cache.gets, cache.nparts,
+                                           cache.results),
+              KVPOOL_OK);
+    CHECK_EQ (F.count ('2'), D_KEYS);
+    CHECK_EQ (F.count ('p'), 0);
+    CHECK (s_cache_equal (&cache));
+    CHECK_EQ (kvpool_remove_batch (pool, D_KEYS, cache.keys, true, cache.statuses), KVPOOL_OK);
+    //  A runtime that refuses 2D copies: the rows go one by one (in batches) from then on.
+    kvpool_t *rows = s_connect (true);
+    CHECK_EQ (F.memset_ (cache.copy, 0, D_BYTES), 0);
+    F.reset ();
+    F.fail_2d (801);
+    CHECK_EQ (kvpool_put_batch_parts (rows, D_KEYS, cache.keys, cache.puts, cache.nparts, NULL,
+                                      cache.statuses),
+              KVPOOL_OK);
+    CHECK_EQ (kvpool_get_batch_into_parts (rows, D_KEYS, cache.keys, cache.gets, cache.nparts,
+                                           cache.results),
+              KVPOOL_OK);
+    CHECK_EQ (F.count ('2'), 0);
+    CHECK_EQ (F.count ('b'), 2 * KVPC_DMA_STREAMS);
+    CHECK (s_cache_equal (&cache));
+    CHECK_EQ (kvpool_remove_batch (rows, D_KEYS, cache.keys, true, cache.statuses), KVPOOL_OK);
+    kvpool_destroy (&rows);
+    s_cache_fini (&cache);
+
+    //  Its layers irregularly spaced: one DMA a block (none adjacent on both sides), in one
+    //  batch per stream, spread over the streams.
+    s_cache_init (&cache, "direct-block", 23, true);
+    F.reset ();
+    CHECK_EQ (kvpool_put_batch_parts (pool, D_KEYS, cache.keys, cache.puts, cache.nparts, NULL,
+                                      cache.statuses),
+              KVPOOL_OK);
+    CHECK_EQ (F.count ('c'), D_KEYS * D_LAYERS);
+    CHECK_EQ (F.count ('2'), 0);
     CHECK_EQ (F.count ('b'), KVPC_DMA_STREAMS);
     F.reset ();
     CHECK_EQ (kvpool_get_batch_into_parts (pool, D_KEYS, cache.keys, cache.gets, cache.nparts,
@@ -863,7 +905,7 @@ s_test_direct (void)
 
     //  A runtime that refuses batches: the copies are queued one by one, the bytes the same.
     CHECK_EQ (kvpool_remove_batch (pool, D_KEYS, cache.keys, true, cache.statuses), KVPOOL_OK);
-    CHECK_EQ (F.memset_ (cache.copy, 0, D_LAYERS * D_STRIDE), 0);
+    CHECK_EQ (F.memset_ (cache.copy, 0, D_BYTES), 0);
     F.reset ();
     F.fail_batch (801);
     CHECK_EQ (kvpool_put_batch_parts (pool, D_KEYS, cache.keys, cache.puts, cache.nparts, NULL,
@@ -900,7 +942,7 @@ s_test_direct (void)
     F.fail_copies (-1, 0);
     for (int k = 0; k < D_KEYS; k++)
         CHECK_EQ (cache.results[k], KVPOOL_INVALID_PARAMS);
-    CHECK_EQ (F.memset_ (cache.copy, 0, D_LAYERS * D_STRIDE), 0);
+    CHECK_EQ (F.memset_ (cache.copy, 0, D_BYTES), 0);
     CHECK_EQ (kvpool_get_batch_into_parts (pool, D_KEYS, cache.keys, cache.gets, cache.nparts,
                                            cache.results),
               KVPOOL_OK);
@@ -931,8 +973,9 @@ s_test_direct (void)
     F.free_ (source);
     F.free_ (target);
     printf ("direct: one DMA a value between device memory and the segment, registered once "
-            "per process and unregistered with the last connection; a KV cache's blocks in %d "
-            "batches; no batches, failures mid-batch: as they should\n",
+            "per process and unregistered with the last connection; a KV cache's blocks as a 2D "
+            "copy a key, or in %d batches; no 2D copies, no batches, failures mid-batch: as "
+            "they should\n",
             KVPC_DMA_STREAMS);
 }
 

@@ -10,6 +10,10 @@ rm -rf "$out"
 mkdir -p "$out"
 cp "$bin/kvpool-gpu-check" "$bin/kvpoold" "$out/"
 cp "$lib/libkvpool.so" "$out/libkvpool.so.1"
+# The Python package, its generated modules included, for torch_check.py (--python).
+mkdir -p "$out/python"
+cp -r "$(dirname "$0")/../../python/kvpool" "$out/python/"
+rm -rf "$out/python/kvpool/__pycache__"
 # The C library, its loader and the compiler's runtime are on every Linux machine (newer there
 # is fine: they keep old symbols); everything else comes along.
 skip='^(linux-vdso|ld-linux|libc|libm|libdl|libpthread|librt|libresolv|libutil|libgcc_s|libstdc\+\+)\.so'

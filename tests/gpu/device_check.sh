@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs both GPU checks on a machine with an NVIDIA GPU, from a bundle made by `make gpu-bundle`
-# on the build machine (build/gpu-bundle travels; the source tree gives torch_check.py and the
-# Python package). Prints the figures and writes them into OUT (default: /tmp).
+# on the build machine (build/gpu-bundle travels, with the Python package; the source tree
+# gives torch_check.py). Prints the figures and writes them into OUT (default: /tmp).
 #   bash tests/gpu/device_check.sh [BUNDLE] [OUT]
 # kvpool-gpu-check runs with the whole bundle on its library path. The Python check loads
 # libkvpool into PyTorch's interpreter, so it gets only the bundled libraries the machine
@@ -29,4 +29,4 @@ for f in "$bundle"/lib*.so*; do
   ldconfig -p | grep -q "^[[:space:]]*$name " || cp "$f" "$lib/"
 done
 PYTHONUNBUFFERED=1 LD_LIBRARY_PATH=$lib timeout 240 python3 "$here/torch_check.py" \
-  --kvpoold "$bundle/kvpoold" --lib "$lib/libkvpool.so.1" 2>&1 | tee "$out/torch_check.txt"
+  --kvpoold "$bundle/kvpoold" --lib "$lib/libkvpool.so.1" --python "$bundle/python" 2>&1 | tee "$out/torch_check.txt"
