@@ -20,10 +20,12 @@
     GPU memory: the buffers of the puts and of the gets into buffers may be CUDA device
     memory. libkvpool loads the CUDA runtime at run time (KVPOOL_CUDART=path, "none" for
     none; unset: libcudart.so.13/.12/.11.0/libcudart.so, once libcuda.so.1 is in the process),
-    tells device addresses from host ones and moves device bytes through pinned host buffers.
-    Without a runtime every address is host memory. A CUDA failure while staging gives
-    KVPOOL_INVALID_PARAMS for the keys it touched, the reason in kvpool_last_error; nothing
-    half-copied is stored.
+    tells device addresses from host ones and moves device bytes by DMA straight into and out
+    of the node's segments, which the process registers with the runtime on its first device
+    copy (through pinned staging buffers where the runtime refuses them, or with
+    KVPOOL_DEVICE_DMA=staged). Without a runtime every address is host memory. A CUDA failure
+    gives KVPOOL_INVALID_PARAMS for the keys it touched, the reason in kvpool_last_error;
+    nothing half-copied is stored.
 */
 #ifndef KVPOOL_H_INCLUDED
 #define KVPOOL_H_INCLUDED
