@@ -794,6 +794,33 @@ s_cache_equal (s_cache_t *cache)
     return equal;
 }
 
+//  Puts the cache's blocks (a batch of D_KEYS keys of D_LAYERS parts); all must succeed.
+static void
+s_cache_put (kvpool_t *pool, s_cache_t *cache)
+{
+    CHECK_EQ (kvpool_put_batch_parts (pool, D_KEYS, cache->keys, cache->puts, cache->nparts, NULL,
+                                      cache->statuses),
+              KVPOOL_OK);
+}
+
+//  Gets them back into a cleared copy; every key must come back whole.
+static void
+s_cache_get (kvpool_t *pool, s_cache_t *cache)
+{
+    CHECK_EQ (F.memset_ (cache->copy, 0, D_BYTES), 0);
+    CHECK_EQ (kvpool_get_batch_into_parts (pool, D_KEYS, cache->keys, cache->gets, cache->nparts,
+                                           cache->results),
+              KVPOOL_OK);
+    for (int k = 0; k < D_KEYS; k++)
+        CHECK_EQ (cache->results[k], D_LAYERS * D_BLOCK);
+}
+
+static void
+s_cache_remove (kvpool_t *pool, s_cache_t *cache)
+{
+    CHECK_EQ (kvpool_remove_batch (pool, D_KEYS, cache->keys, true, cache->statuses), KVPOOL_OK);
+}
+
 static void
 s_cache_fini (s_cache_t *cache)
 {
@@ -851,34 +878,25 @@ s_test_direct (void)
     s_cache_t cache;
     s_cache_init (&cache, "direct-rows", 23, false);
     F.reset ();
-    CHECK_EQ (kvpool_put_batch_parts (pool, D_KEYS, cache.keys, cache.puts, cache.nparts, NULL,
-                                      cache.statuses),
-              KVPOOL_OK);
+    s_cache_put (pool, &cache);
     CHECK_EQ (F.count ('c'), D_KEYS * D_LAYERS);
     CHECK_EQ (F.count ('2'), D_KEYS);
     F.reset ();
-    CHECK_EQ (kvpool_get_batch_into_parts (pool, D_KEYS, cache.keys, cache.gets, cache.nparts,
-                                           cache.results),
-              KVPOOL_OK);
+    s_cache_get (pool, &cache);
     CHECK_EQ (F.count ('2'), D_KEYS);
     CHECK_EQ (F.count ('p'), 0);
     CHECK (s_cache_equal (&cache));
-    CHECK_EQ (kvpool_remove_batch (pool, D_KEYS, cache.keys, true, cache.statuses), KVPOOL_OK);
+    s_cache_remove (pool, &cache);
     //  A runtime that refuses 2D copies: the rows go one by one (in batches) from then on.
     kvpool_t *rows = s_connect (true);
-    CHECK_EQ (F.memset_ (cache.copy, 0, D_BYTES), 0);
     F.reset ();
     F.fail_2d (801);
-    CHECK_EQ (kvpool_put_batch_parts (rows, D_KEYS, cache.keys, cache.puts, cache.nparts, NULL,
-                                      cache.statuses),
-              KVPOOL_OK);
-    CHECK_EQ (kvpool_get_batch_into_parts (rows, D_KEYS, cache.keys, cache.gets, cache.nparts,
-                                           cache.results),
-              KVPOOL_OK);
+    s_cache_put (rows, &cache);
+    s_cache_get (rows, &cache);
     CHECK_EQ (F.count ('2'), 0);
     CHECK_EQ (F.count ('b'), 2 * KVPC_DMA_STREAMS);
     CHECK (s_cache_equal (&cache));
-    CHECK_EQ (kvpool_remove_batch (rows, D_KEYS, cache.keys, true, cache.statuses), KVPOOL_OK);
+    s_cache_remove (rows, &cache);
     kvpool_destroy (&rows);
     s_cache_fini (&cache);
 
@@ -886,37 +904,26 @@ s_test_direct (void)
     //  batch per stream, spread over the streams.
     s_cache_init (&cache, "direct-block", 23, true);
     F.reset ();
-    CHECK_EQ (kvpool_put_batch_parts (pool, D_KEYS, cache.keys, cache.puts, cache.nparts, NULL,
-                                      cache.statuses),
-              KVPOOL_OK);
+    s_cache_put (pool, &cache);
     CHECK_EQ (F.count ('c'), D_KEYS * D_LAYERS);
     CHECK_EQ (F.count ('2'), 0);
     CHECK_EQ (F.count ('b'), KVPC_DMA_STREAMS);
     F.reset ();
-    CHECK_EQ (kvpool_get_batch_into_parts (pool, D_KEYS, cache.keys, cache.gets, cache.nparts,
-                                           cache.results),
-              KVPOOL_OK);
-    for (int k = 0; k < D_KEYS; k++)
-        CHECK_EQ (cache.results[k], D_LAYERS * D_BLOCK);
+    s_cache_get (pool, &cache);
     CHECK_EQ (F.count ('c'), D_KEYS * D_LAYERS);
     CHECK_EQ (F.count ('b'), KVPC_DMA_STREAMS);
     CHECK_EQ (F.count ('p'), 0);
     CHECK (s_cache_equal (&cache));
 
     //  A runtime that refuses batches: the copies are queued one by one, the bytes the same.
-    CHECK_EQ (kvpool_remove_batch (pool, D_KEYS, cache.keys, true, cache.statuses), KVPOOL_OK);
-    CHECK_EQ (F.memset_ (cache.copy, 0, D_BYTES), 0);
+    s_cache_remove (pool, &cache);
     F.reset ();
     F.fail_batch (801);
-    CHECK_EQ (kvpool_put_batch_parts (pool, D_KEYS, cache.keys, cache.puts, cache.nparts, NULL,
-                                      cache.statuses),
-              KVPOOL_OK);
-    CHECK_EQ (kvpool_get_batch_into_parts (pool, D_KEYS, cache.keys, cache.gets, cache.nparts,
-                                           cache.results),
-              KVPOOL_OK);
+    s_cache_put (pool, &cache);
+    s_cache_get (pool, &cache);
     CHECK_EQ (F.count ('b'), 0);
     CHECK (s_cache_equal (&cache));
-    CHECK_EQ (kvpool_remove_batch (pool, D_KEYS, cache.keys, true, cache.statuses), KVPOOL_OK);
+    s_cache_remove (pool, &cache);
 
     //  A copy fails mid-batch: every key fails with the reason, none is stored, and the
     //  connection goes on working; likewise a get.
@@ -934,20 +941,15 @@ s_test_direct (void)
         }
     }
     F.reset ();
-    CHECK_EQ (kvpool_put_batch_parts (pool, D_KEYS, cache.keys, cache.puts, cache.nparts, NULL,
-                                      cache.statuses),
-              KVPOOL_OK);
+    s_cache_put (pool, &cache);
     F.fail_copies (5, 700);
     kvpool_get_batch_into_parts (pool, D_KEYS, cache.keys, cache.gets, cache.nparts, cache.results);
     F.fail_copies (-1, 0);
     for (int k = 0; k < D_KEYS; k++)
         CHECK_EQ (cache.results[k], KVPOOL_INVALID_PARAMS);
-    CHECK_EQ (F.memset_ (cache.copy, 0, D_BYTES), 0);
-    CHECK_EQ (kvpool_get_batch_into_parts (pool, D_KEYS, cache.keys, cache.gets, cache.nparts,
-                                           cache.results),
-              KVPOOL_OK);
+    s_cache_get (pool, &cache);
     CHECK (s_cache_equal (&cache));
-    CHECK_EQ (kvpool_remove_batch (pool, D_KEYS, cache.keys, true, cache.statuses), KVPOOL_OK);
+    s_cache_remove (pool, &cache);
     s_cache_fini (&cache);
 
     //  tcp: device values still go through pinned buffers (none of the socket's memory is a
