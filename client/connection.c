@@ -435,6 +435,21 @@ kvpc_call (kvpc_conn_t *self, Kvpool__V1__Request *request, const kvpc_value_t *
     int rc = s_send_request (self, request, values, nvalues);
     if (rc)
         return rc;
+    return kvpc_call_recv (self, request, expect_frames, reply);
+}
+
+int
+kvpc_call_send (kvpc_conn_t *self, Kvpool__V1__Request *request)
+{
+    return s_send_request (self, request, NULL, 0);
+}
+
+int
+kvpc_call_recv (kvpc_conn_t *self, Kvpool__V1__Request *request, size_t expect_frames,
+                kvpc_reply_t *reply)
+{
+    memset (reply, 0, sizeof *reply);
+    int rc;
     size_t extra = 0;
     rc = s_recv_reply (self, s_now_ms () + self->timeout_ms, request->request_id, expect_frames,
                        reply, &extra);

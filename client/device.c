@@ -15,6 +15,9 @@
 #include "client/device.h"
 #include "client/process.h"
 
+//  cudaErrorHostMemoryAlreadyRegistered
+#define S_ERROR_ALREADY_REGISTERED 712
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,6 +76,10 @@ typedef struct {
 #define S_PINNED_RANGES 16
 //  Registered segments one call may remember (likewise).
 #define S_DMA_RANGES 8
+//  Received frames one call may register for the length of its copies, and the least bytes
+//  a copy out of one must have for that: below it a staging copy costs less than pinning.
+#define S_RECEIVED_RANGES 64
+#define S_RECEIVED_MIN (256u << 10)
 
 struct _kvpc_device_t {
     kvpc_process_t *process; //  a reference: the runtime is the context's
@@ -89,7 +96,10 @@ struct _kvpc_device_t {
     size_t npinned;
     s_range_t targets[S_DMA_RANGES]; //  this call's registered segments (process.h)
     size_t ntargets;
-    s_run_t *runs; //  a call's direct copies
+    s_range_t frames[S_RECEIVED_RANGES]; //  received frames registered for this call's copies
+    size_t nframes;
+    bool frames_off; //  the runtime refused a frame: they are staged from then on
+    s_run_t *runs;   //  a call's direct copies
     size_t runs_capacity;
     kvpc_device_copy_t *staged; //  and those that go through the staging buffers
     size_t staged_capacity;
@@ -749,6 +759,50 @@ s_direct (kvpc_device_t *self, const kvpc_device_copy_t *item)
     return true;
 }
 
+//  The socket path's gets land values from received frames, memory libzmq allocated: a copy
+//  of S_RECEIVED_MIN bytes or more out of one into device memory registers the frame's pages for
+//  the call (they are unregistered once its copies are done, before the frame is freed), so
+//  it too is one DMA instead of a CPU copy into a staging buffer and a DMA. Pages a frame
+//  shares with another one already registered are refused (cudaErrorHostMemoryAlreadyRegistered):
+//  that copy is staged. Any other refusal stages every frame of this connection from then on.
+static bool
+s_frame_direct (kvpc_device_t *self, const kvpc_device_copy_t *item)
+{
+    if (!item->to_device || item->len < S_RECEIVED_MIN || self->frames_off
+        || !self->rt->host_register || !kvpc_process_dma_enabled (self->process))
+        return false;
+    uintptr_t at = (uintptr_t) item->src;
+    for (size_t i = 0; i < self->nframes; i++)
+        if (at >= self->frames[i].start && item->len <= self->frames[i].end - at
+            && at < self->frames[i].end)
+            return true;
+    if (self->nframes == S_RECEIVED_RANGES)
+        return false;
+    uintptr_t page = 4096;
+    uintptr_t start = at & ~(page - 1);
+    uintptr_t end = (at + item->len + page - 1) & ~(page - 1);
+    kvpc_cuda_error_t rc =
+        self->rt->host_register ((void *) start, end - start, KVPC_CUDA_HOST_REGISTER_PORTABLE);
+    if (rc != 0) {
+        s_clear (self->rt);
+        if (rc != S_ERROR_ALREADY_REGISTERED)
+            self->frames_off = true;
+        return false;
+    }
+    self->frames[self->nframes++] = (s_range_t){start, end, 0};
+    return true;
+}
+
+//  Unregisters the frames registered for the call (its copies are done).
+static void
+s_frames_release (kvpc_device_t *self)
+{
+    for (size_t i = 0; i < self->nframes; i++)
+        if (self->rt->host_unregister ((void *) self->frames[i].start) != 0)
+            s_clear (self->rt);
+    self->nframes = 0;
+}
+
 static int
 s_run_compare (const void *a, const void *b)
 {
@@ -1019,7 +1073,7 @@ kvpc_device_copy (kvpc_device_t *self, const kvpc_device_copy_t *items, size_t c
         const kvpc_device_copy_t *item = &items[i];
         if (item->len == 0)
             continue;
-        if (s_direct (self, item))
+        if (s_direct (self, item) || s_frame_direct (self, item))
             self->runs[ndirect++] = (s_run_t){
                 item->dst, item->src, item->len, item->device, item->to_device, 0, 1, 0, 0};
         else
@@ -1033,7 +1087,9 @@ kvpc_device_copy (kvpc_device_t *self, const kvpc_device_copy_t *items, size_t c
     s_copier_t copier = {host_copy, arg};
     if (rc == 0)
         rc = s_staged (self, self->staged, nstaged, &copier);
-    return s_direct_wait (self, used, rc != 0);
+    rc = s_direct_wait (self, used, rc != 0);
+    s_frames_release (self);
+    return rc;
 }
 
 //  ---- frames of the socket path's puts -----------------------------------------------------

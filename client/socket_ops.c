@@ -259,25 +259,69 @@ kvpc_socket_put (kvpc_conn_t *conn, Kvpool__V1__Op op, const kvpc_keys_t *keys,
 
 //  ---- gets ---------------------------------------------------------------------------------
 
-//  Sends GET for keys (each key's range when offsets and lengths, one a key, are given) and
-//  receives the reply with one value frame per key.
-static int
-s_get_call (kvpc_conn_t *conn, const kvpc_keys_t *keys, uint64_t *offsets, uint64_t *lengths,
-            kvpc_reply_t *reply, bool redirect)
+//  ---- one GET --------------------------------------------------------------------------------
+//  A batch's GETs go one chunk at a time, overlapped: chunk k + 1's request is sent as soon as
+//  chunk k's reply is in, so the node reads and sends k + 1 while the client lands k's values
+//  (copies into the caller's buffers, or DMAs into device memory). Only one request is ever
+//  outstanding when a reply is read (kvpc_call_recv's rule).
+
+//  A GET of a chunk's keys on its way: the request (its id), or the failure that kept it from
+//  being sent.
+typedef struct {
+    kvpc_keys_t keys;
+    Kvpool__V1__Request request;
+    int rc;
+} s_get_t;
+
+//  Sends the GET of get->keys (each key's range, a ranged get asking for as many bytes as the
+//  key's buffers hold, from its offset). A failure is kept in get->rc.
+static void
+s_get_send (kvpc_conn_t *conn, s_get_t *get, const kvpc_sink_t *sink, bool redirect)
 {
-    Kvpool__V1__Request request = KVPOOL__V1__REQUEST__INIT;
-    request.op = KVPOOL__V1__OP__GET;
-    request.redirect = redirect;
-    request.n_keys = keys->count;
-    request.keys = keys->wire;
-    if (offsets) {
-        request.n_offsets = request.n_lengths = keys->count;
-        request.offsets = offsets;
-        request.lengths = lengths;
+    const kvpc_keys_t *keys = &get->keys;
+    kvpool__v1__request__init (&get->request);
+    get->rc = KVPOOL_OK;
+    if (keys->count == 0)
+        return;
+    uint64_t *ranges = NULL;
+    if (sink->offsets) {
+        ranges = malloc (2 * keys->count * sizeof *ranges);
+        if (!ranges) {
+            get->rc = KVPOOL_INTERNAL_ERROR;
+            return;
+        }
+        for (size_t j = 0; j < keys->count; j++) {
+            size_t i = keys->index[j];
+            ranges[j] = sink->offsets[i];
+            ranges[keys->count + j] = kvpc_sink_bytes (sink, i);
+        }
     }
-    int rc = kvpc_call (conn, &request, NULL, 0, keys->count, reply);
+    Kvpool__V1__Request *request = &get->request;
+    request->op = KVPOOL__V1__OP__GET;
+    request->redirect = redirect;
+    request->n_keys = keys->count;
+    request->keys = keys->wire;
+    if (ranges) {
+        request->n_offsets = request->n_lengths = keys->count;
+        request->offsets = ranges;
+        request->lengths = ranges + keys->count;
+    }
+    get->rc = kvpc_call_send (conn, request);
+    //  Packed into the message: not needed past the send.
+    free (ranges);
+    request->offsets = request->lengths = NULL;
+    request->n_offsets = request->n_lengths = 0;
+}
+
+//  Receives the reply of a GET that was sent, with one value frame per key.
+static int
+s_get_recv (kvpc_conn_t *conn, s_get_t *get, kvpc_reply_t *reply)
+{
+    if (get->rc || get->keys.count == 0)
+        return get->rc;
+    int rc = kvpc_call_recv (conn, &get->request, get->keys.count, reply);
     if (rc == 0) {
-        rc = kvpc_reply_check (conn, reply, keys->count, KVPC_NEED_FRAMES);
+        rc = kvpc_reply_check (conn, reply, get->keys.count, KVPC_NEED_FRAMES);
         if (rc)
             kvpc_reply_free (reply);
     }
@@ -373,46 +417,20 @@ s_redirects_add (kvpc_redirects_t *self, const kvpc_keys_t *keys, size_t j, kvpc
     return 0;
 }
 
-//  ---- one GET --------------------------------------------------------------------------------
-
-//  One GET of keys, each value landing in sink.
+//  Lands a GET reply's values in sink (the reply is freed). Returns the reply's status.
 static int
-s_get_chunk (kvpc_conn_t *conn, const kvpc_keys_t *keys, const kvpc_sink_t *sink, bool verify,
-             kvpc_redirects_t *redirects, int64_t *results)
+s_get_land (kvpc_conn_t *conn, const kvpc_keys_t *keys, kvpc_reply_t *reply,
+            const kvpc_sink_t *sink, bool verify, kvpc_redirects_t *redirects, int64_t *results)
 {
-    if (keys->count == 0)
-        return KVPOOL_OK;
-    //  A ranged get asks for as many bytes as the key's buffers hold, from its offset.
-    uint64_t *ranges = NULL;
-    if (sink->offsets) {
-        ranges = malloc (2 * keys->count * sizeof *ranges);
-        if (!ranges) {
-            kvpc_fill (keys, results, KVPOOL_INTERNAL_ERROR);
-            return KVPOOL_INTERNAL_ERROR;
-        }
-        for (size_t j = 0; j < keys->count; j++) {
-            size_t i = keys->index[j];
-            ranges[j] = sink->offsets[i];
-            ranges[keys->count + j] = kvpc_sink_bytes (sink, i);
-        }
-    }
-    kvpc_reply_t reply;
-    int rc = s_get_call (conn, keys, ranges, ranges ? ranges + keys->count : NULL, &reply,
-                         redirects != NULL);
-    free (ranges);
-    if (rc) {
-        kvpc_fill (keys, results, rc);
-        return rc;
-    }
     kvpc_copies_t copies;
     kvpc_copies_init (&copies);
     for (size_t j = 0; j < keys->count; j++) {
         size_t i = keys->index[j];
-        int status = s_get_key_status (conn, &reply, j, verify && !sink->offsets);
+        int status = s_get_key_status (conn, reply, j, verify && !sink->offsets);
         if (status == KVPOOL_OK)
-            results[i] = kvpc_sink_land (sink, i, &reply.frames[j], &copies);
+            results[i] = kvpc_sink_land (sink, i, &reply->frames[j], &copies);
         else if (status == KVPOOL_REDIRECT && redirects
-                 && s_redirects_add (redirects, keys, j, &reply))
+                 && s_redirects_add (redirects, keys, j, reply))
             results[i] = KVPOOL_INTERNAL_ERROR;
         else
             results[i] = status;
@@ -424,8 +442,8 @@ s_get_chunk (kvpc_conn_t *conn, const kvpc_keys_t *keys, const kvpc_sink_t *sink
             if (results[keys->index[j]] > 0)
                 results[keys->index[j]] = KVPOOL_INVALID_PARAMS;
     kvpc_copies_fini (&copies);
-    rc = reply.msg->status;
-    kvpc_reply_free (&reply);
+    int rc = reply->msg->status;
+    kvpc_reply_free (reply);
     return rc;
 }
 
@@ -441,12 +459,26 @@ kvpc_socket_get (kvpc_conn_t *conn, const kvpc_keys_t *keys, const kvpc_sink_t *
 {
     int rc = KVPOOL_OK;
     size_t start = 0;
-    kvpc_keys_t chunk;
-    while (kvpc_next_chunk (keys, &start, s_sink_bytes, sink, &chunk, results)) {
-        int chunk_rc = s_get_chunk (conn, &chunk, sink, verify, redirects, results);
+    s_get_t get[2];
+    bool have[2];
+    have[0] = kvpc_next_chunk (keys, &start, s_sink_bytes, sink, &get[0].keys, results);
+    if (have[0])
+        s_get_send (conn, &get[0], sink, redirects != NULL);
+    for (int now = 0; have[now]; now = 1 - now) {
+        int next = 1 - now;
+        kvpc_reply_t reply;
+        int chunk_rc = s_get_recv (conn, &get[now], &reply);
+        //  The next request goes out before this reply's values land.
+        have[next] = kvpc_next_chunk (keys, &start, s_sink_bytes, sink, &get[next].keys, results);
+        if (have[next])
+            s_get_send (conn, &get[next], sink, redirects != NULL);
+        if (chunk_rc == KVPOOL_OK && get[now].keys.count)
+            chunk_rc = s_get_land (conn, &get[now].keys, &reply, sink, verify, redirects, results);
+        else if (chunk_rc != KVPOOL_OK)
+            kvpc_fill (&get[now].keys, results, chunk_rc);
         if (chunk_rc != KVPOOL_OK)
             rc = chunk_rc;
-        kvpc_keys_fini (&chunk);
+        kvpc_keys_fini (&get[now].keys);
     }
     return rc;
 }

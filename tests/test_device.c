@@ -952,13 +952,34 @@ s_test_direct (void)
     s_cache_remove (pool, &cache);
     s_cache_fini (&cache);
 
-    //  tcp: device values still go through pinned buffers (none of the socket's memory is a
-    //  segment), byte for byte.
+    //  tcp: a received frame is registered for the get's copies and unregistered after them
+    //  (one DMA, no staging); small frames, and frames the runtime refuses, are staged.
     kvpool_t *tcp = s_connect (false);
+    allocs = F.host_allocs ();
     F.reset ();
     CHECK_EQ (kvpool_get_into (tcp, "direct-one", target, size), (int64_t) size);
     CHECK (s_gpu_equal (target, size, 22));
+    CHECK_EQ (F.count ('c'), 1);
+    CHECK_EQ (s_copies ('H'), 1);
+    CHECK_EQ (F.count ('r') - F.count ('u'), 1); //  only the segment stays registered
+    CHECK_EQ (F.count ('n'), 1);
+    CHECK_EQ (F.host_allocs (), allocs);
+    void *small = s_gpu_value (64 * KiB, 25);
+    CHECK_EQ (kvpool_put (tcp, "direct-small", small, 64 * KiB, NULL), KVPOOL_OK);
+    F.reset ();
+    CHECK_EQ (kvpool_get_into (tcp, "direct-small", target, 64 * KiB), (int64_t) (64 * KiB));
+    CHECK (s_gpu_equal (target, 64 * KiB, 25));
     CHECK_EQ (F.count ('c'), 0);
+    CHECK_EQ (kvpool_remove (tcp, "direct-small", true), KVPOOL_OK);
+    F.free_ (small);
+    F.reset ();
+    F.refuse_register (801);
+    for (int round = 0; round < 2; round++) {
+        CHECK_EQ (kvpool_get_into (tcp, "direct-one", target, size), (int64_t) size);
+        CHECK (s_gpu_equal (target, size, 22));
+    }
+    CHECK_EQ (F.count ('c'), 0);
+    F.refuse_register (0);
     kvpool_destroy (&tcp);
 
     CHECK_EQ (kvpool_remove (pool, "direct-one", true), KVPOOL_OK);
@@ -970,7 +991,7 @@ s_test_direct (void)
     CHECK_EQ (F.count ('n'), 1);
     kvpool_destroy (&pool);
     CHECK_EQ (F.count ('n'), 0);
-    CHECK_EQ (F.count ('u'), 1);
+    CHECK_EQ (F.count ('u'), F.count ('r'));
     free (host);
     F.free_ (source);
     F.free_ (target);

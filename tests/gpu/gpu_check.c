@@ -386,7 +386,7 @@ main (int argc, char **argv)
 
     //  rates[size][line][column][put, get]; line 0 whole values, 1 as layers; columns: fast
     //  path direct, fast path staged, fast path host, tcp device, tcp host.
-    enum { DIRECT, STAGED, HOST, TCP_DEVICE, TCP_HOST, COLUMNS };
+    enum { DIRECT, STAGED, HOST, TCP_DEVICE, TCP_STAGED, TCP_HOST, COLUMNS };
     enum { MAX_SIZES = 16 };
     static double rates[MAX_SIZES][2][COLUMNS][2];
     size_t sizes[MAX_SIZES];
@@ -414,8 +414,8 @@ main (int argc, char **argv)
         tcp_options.fast_path = 0;
         tcp_options.keep_endpoint = 1;
         kvpool_t *fast = kvpool_connect (endpoint, &fast_options);
-        kvpool_t *tcp = with_tcp && !staged ? kvpool_connect (endpoint, &tcp_options) : NULL;
-        if (!fast || (with_tcp && !staged && !tcp)) {
+        kvpool_t *tcp = with_tcp ? kvpool_connect (endpoint, &tcp_options) : NULL;
+        if (!fast || (with_tcp && !tcp)) {
             fprintf (stderr, "kvpool-gpu-check: cannot connect to %s\n", endpoint);
             return 1;
         }
@@ -441,6 +441,9 @@ main (int argc, char **argv)
                 double (*r)[2] = rates[k][line];
                 s_kvpool_rates (&check, fast, size, false, parts, &r[staged ? STAGED : DIRECT][0],
                                 &r[staged ? STAGED : DIRECT][1]);
+                if (staged && tcp)
+                    s_kvpool_rates (&check, tcp, size, false, parts, &r[TCP_STAGED][0],
+                                    &r[TCP_STAGED][1]);
                 if (staged)
                     continue;
                 s_kvpool_rates (&check, fast, size, true, parts, &r[HOST][0], &r[HOST][1]);
@@ -458,12 +461,12 @@ main (int argc, char **argv)
 
     printf ("the first device put registered the node's segment (%s) with the runtime: %.1f ms\n",
             segment_label, register_ms);
-    printf ("%8s | %-17s | %-17s | %-41s | %-13s | %-27s | %s\n", "value", "cudaMemcpy D2H",
+    printf ("%8s | %-17s | %-17s | %-41s | %-13s | %-41s | %s\n", "value", "cudaMemcpy D2H",
             "cudaMemcpy H2D", "kvpool same machine, device: put/get", "same, host",
             "kvpool tcp put/get", "direct/pinned");
-    printf ("%8s | %8s %8s | %8s %8s | %13s %13s %13s | %13s | %13s %13s | %s\n", "", "pinned",
+    printf ("%8s | %8s %8s | %8s %8s | %13s %13s %13s | %13s | %13s %13s %13s | %s\n", "", "pinned",
             "pageable", "pinned", "pageable", "direct", "staged", "direct/staged", "", "device",
-            "host", "put get");
+            "dev. staged", "host", "put get");
     for (size_t k = 0; k < nsizes; k++) {
         size_t size = sizes[k];
         double d2h_pinned = s_memcpy_rate (&check, size, 2, check.pinned);
@@ -487,10 +490,11 @@ main (int argc, char **argv)
                     r[DIRECT][1], r[STAGED][0], r[STAGED][1], r[DIRECT][0] / r[STAGED][0],
                     r[DIRECT][1] / r[STAGED][1], r[HOST][0], r[HOST][1]);
             if (with_tcp)
-                printf (" %6.1f %6.1f %6.1f %6.1f |", r[TCP_DEVICE][0], r[TCP_DEVICE][1],
-                        r[TCP_HOST][0], r[TCP_HOST][1]);
+                printf (" %6.1f %6.1f %6.1f %6.1f %6.1f %6.1f |", r[TCP_DEVICE][0],
+                        r[TCP_DEVICE][1], r[TCP_STAGED][0], r[TCP_STAGED][1], r[TCP_HOST][0],
+                        r[TCP_HOST][1]);
             else
-                printf (" %27s |", "-");
+                printf (" %41s |", "-");
             printf (" %5.2f %5.2f\n", r[DIRECT][0] / d2h_pinned, r[DIRECT][1] / h2d_pinned);
         }
         fflush (stdout);
