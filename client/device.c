@@ -865,42 +865,54 @@ s_next_row (const s_run_t *a, const s_run_t *b)
     return dstep >= a->len && sstep >= a->len && dstep <= S_MAX_PITCH && sstep <= S_MAX_PITCH;
 }
 
-//  Plans the runs: rows first, in the caller's order (one key's blocks of every layer, say:
-//  adjacent in the segment, a layer's spacing apart in device memory); then the single
-//  copies sorted by device address, those adjacent on both sides merged; then each device's
-//  runs spread over its dma streams by bytes. Returns the number of runs left.
+//  Finds rows among runs[0 .. count) in their order: a single copy and the ones after it
+//  with the same steps on both sides, S_MIN_ROWS or more, become one run of rows (steps of
+//  exactly the length on both sides: one plain copy). Returns the number of runs left.
 static size_t
-s_direct_plan (kvpc_device_t *self, s_run_t *runs, size_t count)
+s_rows (kvpc_device_t *self, s_run_t *runs, size_t count)
 {
+    bool rows_ok = !self->rows_off && self->rt->memcpy_2d;
     size_t kept = 0;
     for (size_t i = 0; i < count;) {
         s_run_t run = runs[i];
-        run.height = 1;
-        run.dpitch = run.spitch = run.len;
         size_t j = i + 1;
-        for (; j < count && !self->rows_off && self->rt->memcpy_2d && s_next_row (&run, &runs[j]);
-             j++) {
-            if (run.height == 1) {
-                run.dpitch = (size_t) (runs[j].dst - run.dst);
-                run.spitch = (size_t) (runs[j].src - run.src);
+        if (run.height == 1 && rows_ok) {
+            for (; j < count && runs[j].height == 1 && s_next_row (&run, &runs[j]); j++) {
+                if (run.height == 1) {
+                    run.dpitch = (size_t) (runs[j].dst - run.dst);
+                    run.spitch = (size_t) (runs[j].src - run.src);
+                }
+                run.height++;
             }
-            run.height++;
-        }
-        if (run.height > 1 && run.dpitch == run.len && run.spitch == run.len) {
-            //  Rows with no gaps on either side: one plain copy.
-            run.len *= run.height;
-            run.height = 1;
-        }
-        else if (run.height < S_MIN_ROWS) {
-            //  Too few to be worth a 2D copy: each row goes as a single copy.
-            j = i + 1;
-            run.height = 1;
-            run.dpitch = run.spitch = run.len;
+            if (run.height > 1 && run.dpitch == run.len && run.spitch == run.len) {
+                //  Rows with no gaps on either side: one plain copy.
+                run.len *= run.height;
+                run.height = 1;
+            }
+            else if (run.height < S_MIN_ROWS) {
+                //  Too few to be worth a 2D copy: the first goes as a single copy.
+                j = i + 1;
+                run = runs[i];
+            }
         }
         runs[kept++] = run;
         i = j;
     }
+    return kept;
+}
+
+//  Plans the runs: rows in the caller's order (one key's blocks of evenly spaced layers:
+//  adjacent in the segment, a layer apart in device memory); then, sorted by device address,
+//  rows among the copies left (one layer's blocks of a batch's keys: adjacent in device
+//  memory, a value apart in the segment), and single copies adjacent on both sides merged;
+//  then each device's runs spread over its dma streams by bytes. Returns the number of runs
+//  left.
+static size_t
+s_direct_plan (kvpc_device_t *self, s_run_t *runs, size_t count)
+{
+    size_t kept = s_rows (self, runs, count);
     qsort (runs, kept, sizeof *runs, s_run_compare);
+    kept = s_rows (self, runs, kept);
     size_t merged = 0;
     for (size_t i = 0; i < kept; i++) {
         s_run_t *last = merged ? &runs[merged - 1] : NULL;
@@ -1074,8 +1086,9 @@ kvpc_device_copy (kvpc_device_t *self, const kvpc_device_copy_t *items, size_t c
         if (item->len == 0)
             continue;
         if (s_direct (self, item) || s_frame_direct (self, item))
-            self->runs[ndirect++] = (s_run_t){
-                item->dst, item->src, item->len, item->device, item->to_device, 0, 1, 0, 0};
+            self->runs[ndirect++] =
+                (s_run_t){item->dst, item->src, item->len, item->device, item->to_device,
+                          0,         1,         item->len, item->len};
         else
             self->staged[nstaged++] = *item;
     }

@@ -900,17 +900,20 @@ s_test_direct (void)
     kvpool_destroy (&rows);
     s_cache_fini (&cache);
 
-    //  Its layers irregularly spaced: one DMA a block (none adjacent on both sides), in one
-    //  batch per stream, spread over the streams.
+    //  Its layers irregularly spaced. The put: in device order, a layer's blocks of the
+    //  batch's keys are adjacent in device memory and a value apart in the segment (the node
+    //  places a batch's values one after another in free space): rows of 2D copies. The get
+    //  scatters the keys in the other order (a value apart backwards): one DMA a block, in
+    //  one batch per stream, spread over the streams.
     s_cache_init (&cache, "direct-block", 23, true);
     F.reset ();
     s_cache_put (pool, &cache);
     CHECK_EQ (F.count ('c'), D_KEYS * D_LAYERS);
-    CHECK_EQ (F.count ('2'), 0);
-    CHECK_EQ (F.count ('b'), KVPC_DMA_STREAMS);
+    CHECK (F.count ('2') >= 1);
     F.reset ();
     s_cache_get (pool, &cache);
     CHECK_EQ (F.count ('c'), D_KEYS * D_LAYERS);
+    CHECK_EQ (F.count ('2'), 0);
     CHECK_EQ (F.count ('b'), KVPC_DMA_STREAMS);
     CHECK_EQ (F.count ('p'), 0);
     CHECK (s_cache_equal (&cache));
@@ -922,6 +925,7 @@ s_test_direct (void)
     s_cache_put (pool, &cache);
     s_cache_get (pool, &cache);
     CHECK_EQ (F.count ('b'), 0);
+    CHECK (F.count ('c') >= 2 * D_KEYS); //  the get's blocks, one by one
     CHECK (s_cache_equal (&cache));
     s_cache_remove (pool, &cache);
 
