@@ -6,7 +6,8 @@
     number of statuses, sizes, replica lists or frames.
 
     Batches that carry values, puts and gets into caller buffers, are cut into requests of at
-    most KVPC_CHUNK_BYTES (batch.h says why). One GET serves every get shape: each value
+    most KVPC_CHUNK_BYTES (batch.h says why); a batch's GETs overlap, the next one sent
+    before the last one's values land. One GET serves every get shape: each value
     received lands in the call's sink (sink.h: the caller's buffers, a malloc'd buffer, or
     the frame itself, moved out). A key the node sends elsewhere (REDIRECT) is reported with
     its holders, not followed: the resolver (resolve.c) decides where to read it next.
