@@ -244,17 +244,22 @@ test: deps
 
 check: test
 
-# ---- man pages, from the programs' own --help (help2man) ------------------------------
+# ---- man pages: the programs' own --help (help2man), with the SYNOPSIS, FILES, EXAMPLES
+#  and SEE ALSO of man/NAME.h2m ------------------------------------------------------------
 VERSION := $(shell sed -n 's/^\#define KVP_VERSION "\(.*\)"/\1/p' protocol/contract.h)
-MAN := $(BUILD)/man/kvpoold.8 $(BUILD)/man/kvpool.1
-$(BUILD)/man/kvpoold.8: $(BIN)/kvpoold
+MAN := $(BUILD)/man/kvpoold.8 $(BUILD)/man/kvpool.1 $(BUILD)/man/kvpool-bench.1
+$(BUILD)/man/kvpoold.8: $(BIN)/kvpoold man/kvpoold.h2m
 	@mkdir -p $(dir $@)
 	help2man -N -s 8 -n "a node of kvpool, the KV-cache store for LLM inference" \
-	  --version-string=$(VERSION) -o $@ $<
-$(BUILD)/man/kvpool.1: $(BIN)/kvpool
+	  --include=man/kvpoold.h2m --version-string=$(VERSION) -o $@ $<
+$(BUILD)/man/kvpool.1: $(BIN)/kvpool man/kvpool.h2m
 	@mkdir -p $(dir $@)
 	help2man -N -s 1 -n "put, get, inspect and watch a kvpool node" \
-	  --version-string=$(VERSION) -o $@ $<
+	  --include=man/kvpool.h2m --version-string=$(VERSION) -o $@ $<
+$(BUILD)/man/kvpool-bench.1: $(BIN)/kvpool-bench man/kvpool-bench.h2m
+	@mkdir -p $(dir $@)
+	help2man -N -s 1 -n "measure kvpool against Redis, memcpy and iperf3 on this machine" \
+	  --include=man/kvpool-bench.h2m --version-string=$(VERSION) -o $@ $<
 man: $(MAN)
 
 #  systemd's unit directory under PREFIX (/usr/local/lib/systemd/system is on its path).
@@ -266,12 +271,16 @@ install: all man
 	install -m 755 $(LIB)/libkvpool.so $(DESTDIR)$(PREFIX)/lib/libkvpool.so.1
 	ln -sf libkvpool.so.1 $(DESTDIR)$(PREFIX)/lib/libkvpool.so
 	install -m 644 include/kvpool.h $(CONTRACT_H) $(DESTDIR)$(PREFIX)/include/
+	install -d $(DESTDIR)$(PREFIX)/lib/pkgconfig
+	sed 's|@PREFIX@|$(PREFIX)|; s|@VERSION@|$(VERSION)|' packaging/kvpool.pc.in \
+	  >$(DESTDIR)$(PREFIX)/lib/pkgconfig/kvpool.pc
 	@pydir=$(DESTDIR)$(PREFIX)/lib/python3/dist-packages; install -d $$pydir/kvpool && \
 	  cp -r python/kvpool/*.py $$pydir/kvpool/ && echo "python package installed in $$pydir"
 	$(if $(PY_BATCH),install -m 644 $(PY_BATCH) \
 	  $(DESTDIR)$(PREFIX)/lib/python3/dist-packages/kvpool/_batch$(PY_SUFFIX))
 	install -d $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man8
-	install -m 644 $(BUILD)/man/kvpool.1 $(DESTDIR)$(PREFIX)/share/man/man1/
+	install -m 644 $(BUILD)/man/kvpool.1 $(BUILD)/man/kvpool-bench.1 \
+	  $(DESTDIR)$(PREFIX)/share/man/man1/
 	install -m 644 $(BUILD)/man/kvpoold.8 $(DESTDIR)$(PREFIX)/share/man/man8/
 	install -d $(DESTDIR)$(SYSTEMD_DIR) $(DESTDIR)/etc/kvpool
 	sed 's|@BINDIR@|$(PREFIX)/bin|' packaging/kvpoold.service.in \

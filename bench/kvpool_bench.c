@@ -1377,7 +1377,7 @@ static void
 s_usage (FILE *out)
 {
     fprintf (out,
-             "usage: kvpool-bench [OPTION...]\n"
+             "Usage: kvpool-bench [OPTION...]\n"
              "Measures kvpool put/get/exist against Redis on this machine and prints tables,\n"
              "the kvpool/redis ratios and the targets. Starts kvpoold (from its own directory)\n"
              "and redis-server on loopback itself and stops them at the end.\n\n"

@@ -29,8 +29,7 @@
 #define DEFAULT_MAX_VALUE (1ULL << 30)
 
 static const char *s_usage =
-    "Usage: kvpool [-s ENDPOINT] [-t TIMEOUT_MS] [--no-fast-path]\n"
-    "              [--curve-secret FILE --curve-server FILE] COMMAND [ARGS...]\n"
+    "Usage: kvpool [OPTION...] COMMAND [ARGS...]\n"
     "\n"
     "options:\n"
     "  -s, --server ENDPOINT   node to talk to (default " KVPOOL_DEFAULT_ENDPOINT ")\n"
