@@ -9,6 +9,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -186,5 +187,21 @@ bool bench_holds (const void *buffer, size_t size, uint64_t seed);
 //  in place).
 double bench_median (const double *values, int count);
 double bench_quantile (double *values, size_t count, double q);
+
+//  ---- verdicts (bench_verdict.c) ----------------------------------------------------------
+//  A section's one-line verdict (where kvpool leads, where it trails, against what), printed
+//  above all the tables; a goal (a figure kvpool's issues set for it) printed as "goal met:"
+//  or "goal not met:" and the text; a ratio as "1.42x (faster)", "0.89x (slower)" or
+//  "1.00x (even)" (within 2%), in buffer (returned); the verdicts printed to out (how many).
+void bench_verdict (const char *section, const char *format, ...)
+    __attribute__ ((format (printf, 2, 3)));
+void bench_goal (bool met, const char *format, ...) __attribute__ ((format (printf, 2, 3)));
+const char *bench_ratio (double ratio, char *buffer, size_t size);
+size_t bench_verdicts_print (FILE *out);
+//  Keeps the standard output aside from now on (0, or -1: it goes on as it comes); the end
+//  prints the verdicts, then what was kept. bench_on_signal gives it back (abort).
+int bench_detail_begin (void);
+void bench_detail_end (void);
+void bench_detail_abort (void);
 
 #endif

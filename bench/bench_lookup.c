@@ -218,8 +218,11 @@ bench_lookup_run (const char *store_endpoint, const char *admin_endpoint, bool q
             if (n == 1000 && (p50_1000 == 0 || p50 > p50_1000))
                 p50_1000 = p50;
         }
-    printf ("target: 1000 hashes x 2 ranks, p50 <= 300 us: %s (%.0f us)\n",
-            p50_1000 <= 300 ? "met" : "MISSED", p50_1000);
+    bench_goal (p50_1000 <= 300, "1000 hashes x 2 ranks, p50 <= 300 us (%.0f us)", p50_1000);
+    bench_verdict ("lookup",
+                   "vLLM's lookup channel: 1000 hashes x 2 ranks answered in %.0f us "
+                   "(p50)",
+                   p50_1000);
 
     //  Reset of a pool holding many small objects.
     size_t objects = quick ? 10000 : 100000;
@@ -244,9 +247,10 @@ bench_lookup_run (const char *store_endpoint, const char *admin_endpoint, bool q
     }
     printf ("reset of a pool holding %" PRIu64 " objects (filled in %.2f s): %.1f ms\n",
             stats.objects, fill, reset_ms);
-    printf ("target: reset of 100000 objects < 1 s: %s\n", quick ? "not measured (quick run)"
-                                                           : reset_ms < 1000 ? "met"
-                                                                             : "MISSED");
+    if (quick)
+        printf ("goal not measured: reset of 100000 objects < 1 s (quick run)\n");
+    else
+        bench_goal (reset_ms < 1000, "reset of 100000 objects < 1 s (%.1f ms)", reset_ms);
     rc = 0;
 done:
     zsock_destroy (&req);

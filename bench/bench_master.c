@@ -487,8 +487,7 @@ s_cluster_key (master_t *self, char key[65])
         fclose (urandom);
     for (size_t i = 0; i < sizeof random; i++)
         snprintf (key + 2 * i, 3, "%02x", random[i]);
-    snprintf (self->key_file, sizeof self->key_file, "/tmp/kvpool-bench-key-%d",
-              (int) getpid ());
+    snprintf (self->key_file, sizeof self->key_file, "/tmp/kvpool-bench-key-%d", (int) getpid ());
     unlink (self->key_file);
     int fd = open (self->key_file, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0600);
     if (got != sizeof random || fd < 0 || write (fd, key, 64) != 64) {
@@ -511,10 +510,10 @@ s_start (master_t *self, const char *name, const char *placement)
     char key[65];
     if (s_cluster_key (self, key) != 0)
         return -1;
-    const char *args[] = {"--role",        "master",          "--master",
-                          "tcp://127.0.0.1:*", "--node-ttl",  "600000",
-                          "--placement",   placement ? placement : "random",
-                          "--cluster-key", self->key_file,    NULL};
+    const char *args[] = {
+        "--role",        "master",       "--master",    "tcp://127.0.0.1:*",
+        "--node-ttl",    "600000",       "--placement", placement ? placement : "random",
+        "--cluster-key", self->key_file, NULL};
     self->placement = placement ? placement : "random";
     self->nodes = self->objects = 0;
     self->epoch = 0;
@@ -712,10 +711,11 @@ s_print (master_t *self)
                 "30 s) included\n",
                 self->rss_place_before / 1048576.0, self->rss_place_after / 1048576.0, placed->keys,
                 (double) (self->rss_place_after - self->rss_place_before) / (double) placed->keys);
-    printf ("target: master memory per object <= %d bytes plus the key: %s (%.1f bytes plus the "
-            "key)\n",
-            TARGET_BYTES, per_object - KEY_LEN <= TARGET_BYTES ? "met" : "MISS",
-            per_object - KEY_LEN);
+    bench_goal (per_object - KEY_LEN <= TARGET_BYTES,
+                "master memory per object <= %d bytes plus the key (%.1f bytes plus the key)",
+                TARGET_BYTES, per_object - KEY_LEN);
+    bench_verdict ("master", "%.1f bytes of the master's memory an object, plus its key",
+                   per_object - KEY_LEN);
 }
 
 int

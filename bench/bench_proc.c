@@ -323,6 +323,7 @@ bench_scratch_remove (void)
 void
 bench_on_signal (int signum)
 {
+    bench_detail_abort ();
     for (int i = 0; i < MAX_CHILDREN; i++)
         if (s_children[i] > 0)
             kill (s_children[i], SIGTERM);

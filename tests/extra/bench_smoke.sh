@@ -38,7 +38,9 @@ expect "^memcpy reference: $num GB/s"
 expect "^get 1MiB batch32 tcp: kvpool $num GB/s, redis $num GB/s, ratio $num"
 expect "^get 1MiB batch32 same-machine: kvpool $num GB/s"
 expect "^exist 1000 keys tcp: kvpool $num M keys/s, redis $num M keys/s"
-expect "^== targets =="
+expect "^== goals =="
+expect "^== verdict: one line a section"
+expect "^kv +against Redis on the same machine, kvpool is faster in [0-9]+ of [0-9]+ cases"
 expect "^plots: $plots/"
 for chart in get-throughput put-throughput get-latency put-latency; do
   # A PNG (its signature) of some size, and the data behind it with a row per value size.
@@ -49,8 +51,9 @@ for chart in get-throughput put-throughput get-latency put-latency; do
     fail=1
   fi
 done
-expect "^target: disk-tier get throughput of 1 MiB objects >= 80% of dd iflag=direct: (met|MISS) \\($num"
-expect "^target: 4 MiB put throughput at 1.5x overflow >= 80% of an empty pool's, 0 failed puts: (met|MISS) \\(memory only $num"
+expect "^goal (met|not met): disk-tier get throughput of 1 MiB objects >= 80% of dd iflag=direct \\(${num}x"
+expect "^goal (met|not met): 4 MiB put throughput at 1.5x overflow >= 80% of an empty pool's, 0 failed puts \\(memory only $num"
+expect "^tier +1 MiB gets from the disk tier at ${num}x of dd"
 # The latency section, with --compare (the same build twice: two daemons in one loop, every
 # value read back and checked).
 timeout --kill-after=5 30 "$bin/kvpool-bench" --only latency --quick --compare "$bin/kvpoold" >"$out" 2>&1
@@ -61,6 +64,7 @@ if [ $rc -ne 0 ]; then
   fail=1
 fi
 expect "^kvpoold \\(--compare\\) +put +$num"
-expect "^put p50: this / --compare $num"
-expect "^(MET |MISS) 4 KiB get p50 <= 1.1x floor: ${num}x"
+expect "^put p50: this build against --compare: ${num}x \\((faster|slower|even)\\)"
+expect "^goal (met|not met): 4 KiB get p50 <= 1.1x floor: ${num}x"
+expect "^latency +4 KiB over tcp, p50: put ${num}x"
 exit $fail
