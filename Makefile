@@ -242,9 +242,10 @@ $(WHEEL_LIB): $(CLIENT_OBJ) client/libkvpool.map
 	$(CC) -shared $(LDFLAGS) -Wl,-soname,libkvpool.so.1 \
 	  -Wl,--disable-new-dtags,-rpath,'$$ORIGIN/_libs' \
 	  -Wl,--version-script=client/libkvpool.map -o $@ $(CLIENT_OBJ) $(LIBS)
+WHEEL_DIR ?= dist
 wheel: $(WHEEL_LIB) python-proto
 	$(PYTHON) tools/make_wheel.py --lib $(WHEEL_LIB) --python python --version $(VERSION) \
-	  --out dist
+	  --out $(WHEEL_DIR)
 
 # ---- running -------------------------------------------------------------------------
 # deps runs to completion before anything is compiled (the build needs its packages).
