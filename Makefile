@@ -5,6 +5,7 @@
 #   make         build only (binaries in build/bin, libraries in build/lib)
 #   make test SANITIZE=address,undefined    the same under sanitizers (build in build/san-*)
 #   make install PREFIX=/usr/local
+#   make wheel   dist/kvpool-*.whl and dist/mooncake_kvpool-*.whl (docs/engines.md)
 #
 # Libraries are composed of folders, never of hand-picked files (docs/architecture.md):
 #   protocol/ shm/ transfer/   shared by the client and the node: the wire contract, the shared
