@@ -5,6 +5,7 @@
 #   make         build only (binaries in build/bin, libraries in build/lib)
 #   make test SANITIZE=address,undefined    the same under sanitizers (build in build/san-*)
 #   make install PREFIX=/usr/local
+#   make wheel   dist/kvpool-*.whl and dist/mooncake_kvpool-*.whl (docs/engines.md)
 #
 # Libraries are composed of folders, never of hand-picked files (docs/architecture.md):
 #   protocol/ shm/ transfer/   shared by the client and the node: the wire contract, the shared
@@ -91,7 +92,7 @@ PY_SUFFIX := $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_config_
 PY_BATCH := $(if $(wildcard $(PY_INCLUDE)/Python.h),$(LIB)/kvpool_batch$(PY_SUFFIX))
 
 .PHONY: all deps run test check unit integration python-test install man clean format fuzz \
-	readme-settings docs-metrics gpu-bundle
+	readme-settings docs-metrics gpu-bundle wheel
 all: $(PROGRAMS) $(LIB)/libkvpool.a $(LIB)/libkvpool.so $(TEST_BINS) python-proto $(FAKE_CUDART) \
 	$(GPU_CHECK) $(PY_BATCH)
 
@@ -231,6 +232,21 @@ $(GPU_CHECK): $(OBJ)/tests/gpu/gpu_check.o $(OBJ)/tests/testutil.o $(OBJ)/infra/
 #  library, in one folder to copy to a GPU machine (tests/gpu/bundle.sh).
 gpu-bundle: $(GPU_CHECK) $(BIN)/kvpoold
 	bash tests/gpu/bundle.sh $(BIN) $(LIB) $(BUILD)/gpu-bundle
+
+#  The wheels (tools/make_wheel.py, standard library only): dist/kvpool-*.whl, the package with
+#  a libkvpool linked to find its dependencies in the wheel's kvpool/_libs (DT_RPATH, which
+#  covers their own dependencies too) and those libraries; dist/mooncake_kvpool-*.whl, the
+#  opt-in `mooncake` package whose mooncake.store is kvpool's drop-in. docs/engines.md.
+WHEEL_LIB := $(BUILD)/wheel/libkvpool.so
+$(WHEEL_LIB): $(CLIENT_OBJ) client/libkvpool.map
+	@mkdir -p $(dir $@)
+	$(CC) -shared $(LDFLAGS) -Wl,-soname,libkvpool.so.1 \
+	  -Wl,--disable-new-dtags,-rpath,'$$ORIGIN/_libs' \
+	  -Wl,--version-script=client/libkvpool.map -o $@ $(CLIENT_OBJ) $(LIBS)
+WHEEL_DIR ?= dist
+wheel: $(WHEEL_LIB) python-proto
+	$(PYTHON) tools/make_wheel.py --lib $(WHEEL_LIB) --python python --version $(VERSION) \
+	  --out $(WHEEL_DIR)
 
 # ---- running -------------------------------------------------------------------------
 # deps runs to completion before anything is compiled (the build needs its packages).

@@ -8,8 +8,9 @@
 #       KVPOOL_STATS_FIELDS(X): X (<C type>, <name>, "<text>") for each field of message
 #       Stats, in order of their numbers as written.
 #   awk -v what=python -f protocol/gen_header.awk protocol/kvpool.proto > _status_text.py
-#       TEXT = {<value>: "<text>", ...}: the descriptions for Python (names and numbers come
-#       from the generated protobuf module).
+#       STATUS = [("<NAME>", <value>, "<text>"), ...] (enum Status), TEXT = {<value>: "<text>"}
+#       and STATS = [("<name>", "<proto type>"), ...] (message Stats): what the Python package
+#       needs of the proto, as plain Python, so that it imports without protobuf.
 function trim(s) { sub(/^[ \t]+/, "", s); sub(/[ \t]+$/, "", s); return s }
 function ctext(s) { gsub(/\\/, "\\\\", s); gsub(/"/, "\\\"", s); return s }
 function ctype(t) {
@@ -25,10 +26,9 @@ function ctype(t) {
 BEGIN {
     if (what == "python") {
         printf "\"\"\"Generated from protocol/kvpool.proto by protocol/gen_header.awk: do not edit.\"\"\"\n"
-        printf "TEXT = {"
         inside = 0
         count = 0
-        next_what = "status"
+        stats_count = 0
     }
     else {
     guard = what == "status" ? "KVPOOL_STATUS_H_INCLUDED" : "KVPOOL_STATS_H_INCLUDED"
@@ -39,9 +39,26 @@ BEGIN {
     count = 0
     }
 }
-(what == "status" || what == "python") && /^enum Status \{/ { inside = 1; next }
-what == "stats" && /^message Stats \{/ { inside = 1; next }
-inside && /^\}/ { inside = 0; next }
+(what == "status" || what == "python") && /^enum Status \{/ {
+    inside = 1
+    section = "status"
+    if (what == "python")
+        printf "STATUS = ["
+    next
+}
+(what == "stats" || what == "python") && /^message Stats \{/ {
+    inside = 1
+    section = "stats"
+    if (what == "python")
+        printf "STATS = ["
+    next
+}
+inside && /^\}/ {
+    inside = 0
+    if (what == "python")
+        printf "\n]\n"
+    next
+}
 inside {
     raw = $0
     line = $0
@@ -58,14 +75,20 @@ inside {
             pending_text = pending_text " " text
         next
     }
-    if (what == "status" || what == "python") {
+    if (what == "python" && section == "stats") {
+        # TYPE NAME = NUMBER;
+        split(line, part, /[ \t=;]+/)
+        printf "\n    (\"%s\", \"%s\"),", part[2], part[1]
+        stats_count++
+    }
+    else if (what == "status" || what == "python") {
         # NAME = VALUE;
         split(line, part, /[ \t]*=[ \t]*|;/)
         name = part[1]; value = part[2]
         if (text == "")
             text = tolower(name)
         if (what == "python")
-            printf "\n    %s: \"%s\",", value, ctext(text)
+            printf "\n    (\"%s\", %s, \"%s\"),", name, value, ctext(text)
         else
             printf " \\\n    X (KVPOOL_%s, %s, \"%s\")", name, value, ctext(text)
     }
@@ -86,12 +109,12 @@ function s_flush() {
 }
 END {
     s_flush()
-    if (count == 0) {
+    if (count == 0 || (what == "python" && stats_count == 0)) {
         print "gen_header.awk: nothing found for " what > "/dev/stderr"
         exit 1
     }
     if (what == "python")
-        printf "\n}\n"
+        printf "TEXT = {value: text for _, value, text in STATUS}\n"
     else if (what == "status") {
         printf "\n\n/*  The codes, for C: 0 ok, negative errors. */\n"
         printf "typedef enum {\n#define KVPOOL_STATUS_ENUM(name, value, text) name = value,\n"

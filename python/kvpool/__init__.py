@@ -10,8 +10,10 @@ kvpool.mooncake.MooncakeDistributedStore is a drop-in for Mooncake Store's Pytho
 Mooncake's return conventions (integers, b"" on a miss) instead of exceptions.
 
 The package binds libkvpool (include/kvpool.h) with ctypes; kvpool._native says where the
-library is looked for. kvpool.kvpool_pb2 (generated from protocol/kvpool.proto by
-`make python-proto`) is the wire protocol, for clients that speak ZeroMQ directly.
+library is looked for. The package needs no third-party module: numpy and torch are used when
+present. kvpool.kvpool_pb2 (generated from protocol/kvpool.proto by `make python-proto`) is the
+wire protocol, for clients that speak ZeroMQ directly; it alone needs protobuf, and nothing
+in the package imports it.
 """
 
 from .status import *  # noqa: F401,F403 (Status, Error and one Error subclass per status)

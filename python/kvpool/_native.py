@@ -92,11 +92,11 @@ class Segment(Structure):
 
 def _stats_fields():
     """kvpool_stats_t: one member per field of kvpool.proto's message Stats, in its order, as
-    include/kvpool.h makes it (KVPOOL_STATS_FIELDS)."""
-    from .kvpool_pb2 import Stats as Message
-    from google.protobuf.descriptor import FieldDescriptor as F
-    ctype = {F.TYPE_UINT64: c_uint64, F.TYPE_UINT32: c_uint32, F.TYPE_DOUBLE: c_double}
-    return [(field.name, ctype[field.type]) for field in Message.DESCRIPTOR.fields]
+    include/kvpool.h makes it (KVPOOL_STATS_FIELDS); the list is generated from the proto
+    (_status_text.STATS), as the C header is."""
+    from ._status_text import STATS
+    ctype = {"uint64": c_uint64, "uint32": c_uint32, "double": c_double}
+    return [(name, ctype[proto_type]) for name, proto_type in STATS]
 
 
 class Stats(Structure):

@@ -2090,7 +2090,9 @@ def _params_from_dict(config):
 
 @dataclasses.dataclass
 class MooncakeStoreConfig:
-    """The MOONCAKE_CONFIG_PATH JSON file the Mooncake connectors read, with their defaults.
+    """The engine configuration Mooncake's own MooncakeConfig (mooncake/mooncake_config.py of
+    its wheel) reads, with its defaults: the MOONCAKE_CONFIG_PATH JSON file, or, when that
+    variable is not set, the MOONCAKE_* environment variables (ENVIRONMENT below).
 
         config = MooncakeStoreConfig.load_from_env()
         store = MooncakeDistributedStore()
@@ -2104,6 +2106,23 @@ class MooncakeStoreConfig:
     device_name: str = ""
     master_server_address: str = DEFAULT_MASTER
     tenant_id: str = DEFAULT_TENANT
+    enable_ssd_offload: bool = False
+    ssd_offload_path: str = ""
+
+    #  field: (variable, default) - Mooncake's load_from_env without MOONCAKE_CONFIG_PATH;
+    #  MOONCAKE_MASTER must be set, the rest fall back to these defaults.
+    ENVIRONMENT = {
+        "local_hostname": ("MOONCAKE_LOCAL_HOSTNAME", "localhost"),
+        "metadata_server": ("MOONCAKE_TE_META_DATA_SERVER", "P2PHANDSHAKE"),
+        "global_segment_size": ("MOONCAKE_GLOBAL_SEGMENT_SIZE", CONFIG_GLOBAL_SEGMENT_SIZE),
+        "local_buffer_size": ("MOONCAKE_LOCAL_BUFFER_SIZE", CONFIG_LOCAL_BUFFER_SIZE),
+        "protocol": ("MOONCAKE_PROTOCOL", "tcp"),
+        "device_name": ("MOONCAKE_DEVICE", ""),
+        "master_server_address": ("MOONCAKE_MASTER", None),
+        "enable_ssd_offload": ("MOONCAKE_OFFLOAD_ENABLED", False),
+        "ssd_offload_path": ("MOONCAKE_OFFLOAD_FILE_STORAGE_PATH", ""),
+        "tenant_id": ("MOONCAKE_TENANT_ID", DEFAULT_TENANT),
+    }
 
     @staticmethod
     def from_dict(config):
@@ -2116,6 +2135,9 @@ class MooncakeStoreConfig:
         result = MooncakeStoreConfig(**values)
         result.global_segment_size = parse_size(result.global_segment_size)
         result.local_buffer_size = parse_size(result.local_buffer_size)
+        result.enable_ssd_offload = _config_bool(result.enable_ssd_offload, False)
+        result.ssd_offload_path = str(result.ssd_offload_path)
+        result.tenant_id = str(result.tenant_id).strip() or DEFAULT_TENANT
         return result
 
     @staticmethod
@@ -2124,12 +2146,27 @@ class MooncakeStoreConfig:
             return MooncakeStoreConfig.from_dict(json.load(file))
 
     @staticmethod
+    def from_environment(environ=None):
+        """From the MOONCAKE_* variables (ENVIRONMENT); ValueError without MOONCAKE_MASTER."""
+        environ = os.environ if environ is None else environ
+        if not environ.get("MOONCAKE_MASTER"):
+            raise ValueError("Neither the environment variable 'MOONCAKE_CONFIG_PATH' nor "
+                             "'MOONCAKE_MASTER' is set.")
+        values = {}
+        for field, (variable, default) in MooncakeStoreConfig.ENVIRONMENT.items():
+            value = environ.get(variable)
+            values[field] = default if value is None else value
+        return MooncakeStoreConfig.from_dict(values)
+
+    @staticmethod
     def load_from_env():
-        """From the file $MOONCAKE_CONFIG_PATH names; ValueError if it is not set."""
+        """From the file $MOONCAKE_CONFIG_PATH names or, when it is not set, from the
+        MOONCAKE_* variables, as Mooncake reads them; ValueError when neither
+        MOONCAKE_CONFIG_PATH nor MOONCAKE_MASTER is set."""
         path = os.getenv("MOONCAKE_CONFIG_PATH")
-        if not path:
-            raise ValueError("The environment variable 'MOONCAKE_CONFIG_PATH' is not set.")
-        return MooncakeStoreConfig.from_file(path)
+        if path:
+            return MooncakeStoreConfig.from_file(path)
+        return MooncakeStoreConfig.from_environment()
 
     def setup_args(self):
         """The positional arguments of MooncakeDistributedStore.setup() for this config."""
@@ -2138,8 +2175,14 @@ class MooncakeStoreConfig:
                 self.master_server_address)
 
     def setup_kwargs(self):
-        """The keyword arguments (tenant_id when not the default, as vLLM passes it)."""
-        return {} if self.tenant_id == DEFAULT_TENANT else {"tenant_id": self.tenant_id}
+        """The keyword arguments: tenant_id when not the default (as vLLM passes it), the SSD
+        offload settings when set (setup() warns that the node's disk tier stands for them)."""
+        kwargs = {} if self.tenant_id == DEFAULT_TENANT else {"tenant_id": self.tenant_id}
+        if self.enable_ssd_offload:
+            kwargs["enable_ssd_offload"] = True
+        if self.ssd_offload_path:
+            kwargs["ssd_offload_path"] = self.ssd_offload_path
+        return kwargs
 
     def setup(self, store):
         """store.setup(*self.setup_args(), **self.setup_kwargs()); returns its status."""
@@ -2147,8 +2190,9 @@ class MooncakeStoreConfig:
 
 
 def store_from_env():
-    """A MooncakeDistributedStore set up from $MOONCAKE_CONFIG_PATH, as the connectors do.
-    Raises ValueError without the variable, kvpool.Error when setup fails."""
+    """A MooncakeDistributedStore set up from $MOONCAKE_CONFIG_PATH (or the MOONCAKE_*
+    variables), as the connectors do. Raises ValueError without either, kvpool.Error when
+    setup fails."""
     config = MooncakeStoreConfig.load_from_env()
     store = MooncakeDistributedStore()
     rc = config.setup(store)

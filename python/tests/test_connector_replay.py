@@ -63,7 +63,14 @@ def daemon():
 
 @pytest.fixture
 def mooncake_store(monkeypatch):
-    """`mooncake.store` as the connectors import it: kvpool's drop-in."""
+    """`mooncake.store` as the connectors import it: kvpool's drop-in. Under
+    KVPOOL_REPLAY_WHEEL=1 (python/tests/test_wheel.py runs this file in a virtualenv with the
+    wheels installed) the mooncake-kvpool wheel's package, imported as an engine does."""
+    if os.environ.get("KVPOOL_REPLAY_WHEEL") == "1":
+        import mooncake.store
+        assert mooncake.store is kvpool_mooncake
+        yield mooncake.store
+        return
     for name in ("mooncake", "mooncake.store"):
         monkeypatch.delitem(sys.modules, name, raising=False)
     module = kvpool_mooncake.install(force=True)
@@ -73,9 +80,15 @@ def mooncake_store(monkeypatch):
 
 
 def write_config(tmp_path, monkeypatch, endpoint, **fields):
-    config = {"local_hostname": "127.0.0.1", "metadata_server": "P2PHANDSHAKE",
-              "global_segment_size": 0, "local_buffer_size": 64 << 20, "protocol": "tcp",
-              "device_name": "", "master_server_address": host_port(endpoint)}
+    """The MOONCAKE_CONFIG_PATH file: docs/engines.md's (KVPOOL_REPLAY_CONFIG, set by
+    test_wheel.py) or the same fields here, pointed at the test's node, with the test's fields."""
+    if os.environ.get("KVPOOL_REPLAY_CONFIG"):
+        config = json.loads(os.environ["KVPOOL_REPLAY_CONFIG"])
+    else:
+        config = {"local_hostname": "127.0.0.1", "metadata_server": "P2PHANDSHAKE",
+                  "global_segment_size": 0, "local_buffer_size": 64 << 20, "protocol": "tcp",
+                  "device_name": ""}
+    config["master_server_address"] = host_port(endpoint)
     config.update(fields)
     path = tmp_path / "mooncake.json"
     path.write_text(json.dumps(config))

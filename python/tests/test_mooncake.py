@@ -488,3 +488,34 @@ def test_replica_in_own_segment_with_seg_store(seg_store, prefix):
     assert seg_store.batch_get_into(keys, [dst[i].ctypes.data for i in range(4)],
                                     [1024] * 4) == [1024] * 4
     assert np.array_equal(src, dst)
+
+
+def test_setup_from_mooncake_environment(daemon, prefix, monkeypatch):
+    """Without MOONCAKE_CONFIG_PATH, the MOONCAKE_* variables, as Mooncake's own config reads
+    them (SGLang's HiCache guide sets these)."""
+    monkeypatch.delenv("MOONCAKE_CONFIG_PATH", raising=False)
+    for variable, _ in MooncakeStoreConfig.ENVIRONMENT.values():
+        monkeypatch.delenv(variable, raising=False)
+    with pytest.raises(ValueError, match="MOONCAKE_MASTER"):
+        MooncakeStoreConfig.load_from_env()
+    monkeypatch.setenv("MOONCAKE_MASTER", host_port(daemon.endpoint))
+    monkeypatch.setenv("MOONCAKE_GLOBAL_SEGMENT_SIZE", "0")
+    monkeypatch.setenv("MOONCAKE_LOCAL_BUFFER_SIZE", "16mb")
+    monkeypatch.setenv("MOONCAKE_TENANT_ID", "env-tenant")
+    config = MooncakeStoreConfig.load_from_env()
+    assert config.setup_args() == ("localhost", "P2PHANDSHAKE", 0, 16 << 20, "tcp", "",
+                                   host_port(daemon.endpoint))
+    assert config.setup_kwargs() == {"tenant_id": "env-tenant"}
+    monkeypatch.setenv("MOONCAKE_OFFLOAD_ENABLED", "true")
+    monkeypatch.setenv("MOONCAKE_OFFLOAD_FILE_STORAGE_PATH", "/nvme/offload")
+    assert MooncakeStoreConfig.load_from_env().setup_kwargs() == {
+        "tenant_id": "env-tenant", "enable_ssd_offload": True,
+        "ssd_offload_path": "/nvme/offload"}
+    monkeypatch.delenv("MOONCAKE_OFFLOAD_ENABLED")
+    monkeypatch.delenv("MOONCAKE_OFFLOAD_FILE_STORAGE_PATH")
+    store = mooncake.store_from_env()
+    try:
+        assert store.put(prefix + "env", b"from the environment") == 0
+        assert store.get(prefix + "env") == b"from the environment"
+    finally:
+        store.close()
