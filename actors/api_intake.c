@@ -317,8 +317,8 @@ s_job_from_request (api_t *self, api_ctx_t *ctx)
     }
     if (op == KVPOOL__V1__OP__TOUCH) {
         self->client_index_gets += request->reads;
-        self->client_listed_reads += request->listed_reads;
-        self->client_read_misses += request->read_misses;
+        self->client_listed += request->listed_reads;
+        self->client_misses += request->read_misses;
     }
     if (op == KVPOOL__V1__OP__CONFIG) {
         char why[300];

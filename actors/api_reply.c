@@ -196,10 +196,9 @@ api_complete_stats (api_t *self, kvp_stats_t *stats)
     //  clients copied through a pinned replica list; the keys they found nowhere are misses.
     stats->index_gets =
         (self->reads ? index_reads_gets (self->reads) : 0) + self->client_index_gets;
-    stats->client_gets =
-        self->client_index_gets + self->client_listed_reads + self->client_read_misses;
-    stats->gets += stats->index_gets + self->client_listed_reads + self->client_read_misses;
-    stats->get_hits += stats->index_gets + self->client_listed_reads;
+    stats->client_gets = self->client_index_gets + self->client_listed + self->client_misses;
+    stats->gets += stats->index_gets + self->client_listed + self->client_misses;
+    stats->get_hits += stats->index_gets + self->client_listed;
     //  A node of a cluster: the replica-manager counted a key held only by other nodes as a
     //  miss. A value relayed from one of them is a hit; one the client was told to read
     //  from another node (REDIRECT) is that node's get, counted there, not here.

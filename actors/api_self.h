@@ -73,21 +73,21 @@ typedef struct {
     owners_t *owners;           //  same-machine client processes
     connections_t *connections; //  unread reply bytes per connection
     int64_t started;
-    index_reads_t *reads;         //  small reads answered from the read index, or NULL
-    kvp_metrics_t *metrics;       //  per-operation counters (config's, or own_metrics)
-    kvp_metrics_t *own_metrics;   //  made here when the daemon gave none
-    conn_guard_t *guard;          //  refuses connections past --max-connections
-    key_watch_t *client_keys;     //  closes connections of revoked client keys (router)
-    key_watch_t *node_keys;       //  ... and of revoked node keys (peer, the data plane)
-    spin_window_t idle;           //  polling for the next request (spin_poll.h)
-    bool idle_spin;               //  the last request was small and answered here alone
-    size_t in_flight;             //  jobs out at an actor (client and internal)
-    uint64_t client_index_gets;   //  values clients read from the index themselves (TOUCH)
-    uint64_t client_listed_reads; //  ... through a pinned replica list (TOUCH: hits)
-    uint64_t client_read_misses;  //  ... and keys they found nowhere (TOUCH: misses)
-    size_t writes_in_flight;      //  PUT / PUT_START jobs between reserve and reply
-    zlistx_t *resets;             //  RESET jobs waiting for the writes to drain
-    zlistx_t *held;               //  puts that arrived during a reset
+    index_reads_t *reads;       //  small reads answered from the read index, or NULL
+    kvp_metrics_t *metrics;     //  per-operation counters (config's, or own_metrics)
+    kvp_metrics_t *own_metrics; //  made here when the daemon gave none
+    conn_guard_t *guard;        //  refuses connections past --max-connections
+    key_watch_t *client_keys;   //  closes connections of revoked client keys (router)
+    key_watch_t *node_keys;     //  ... and of revoked node keys (peer, the data plane)
+    spin_window_t idle;         //  polling for the next request (spin_poll.h)
+    bool idle_spin;             //  the last request was small and answered here alone
+    size_t in_flight;           //  jobs out at an actor (client and internal)
+    uint64_t client_index_gets; //  values clients read from the index themselves (TOUCH)
+    uint64_t client_listed;     //  ... through a pinned replica list (TOUCH: hits)
+    uint64_t client_misses;     //  ... and keys they found nowhere (TOUCH: misses)
+    size_t writes_in_flight;    //  PUT / PUT_START jobs between reserve and reply
+    zlistx_t *resets;           //  RESET jobs waiting for the writes to drain
+    zlistx_t *held;             //  puts that arrived during a reset
     bool reset_running;
     bool draining;
     bool map_due;             //  the segments changed: list them for the index reads
