@@ -294,6 +294,9 @@ s_job_from_request (api_t *self, api_ctx_t *ctx)
     job->opt.force = request->force;
     job->opt.pin = request->pin;
     job->opt.redirect = request->redirect;
+    //  A node that reads for its own client counts that get itself (a hit once it has the
+    //  value); the holder it read from does not count it again.
+    job->opt.peer = self->peer && ctx->socket == self->peer;
     job->rdma_conn = request->rdma_conn;
     //  The payload of the operation's own kind (kvp_job.h): only the operation that reads it
     //  carries it.
@@ -312,8 +315,11 @@ s_job_from_request (api_t *self, api_ctx_t *ctx)
         memcpy (job->rdma_connect.data, request->rdma_data.data, request->rdma_data.len);
         job->rdma_connect.size = request->rdma_data.len;
     }
-    if (op == KVPOOL__V1__OP__TOUCH)
+    if (op == KVPOOL__V1__OP__TOUCH) {
         self->client_index_gets += request->reads;
+        self->client_listed += request->listed_reads;
+        self->client_misses += request->read_misses;
+    }
     if (op == KVPOOL__V1__OP__CONFIG) {
         char why[300];
         if (s_config (self, request, job, why, sizeof why) != 0) {

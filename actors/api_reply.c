@@ -190,12 +190,20 @@ api_complete_stats (api_t *self, kvp_stats_t *stats)
     stats->requests = self->requests;
     stats->errors = self->errors;
     stats->dropped_requests = self->dropped;
-    //  Reads answered from the index, by the api or by same-machine clients themselves, are
-    //  gets and hits too.
+    //  Every get is counted once, as a hit or a miss (docs/metrics.md). The replica-manager
+    //  counted the GETs it answered; reads answered from the index, by the api or by
+    //  same-machine clients themselves, are gets and hits too, and so are the values those
+    //  clients copied through a pinned replica list; the keys they found nowhere are misses.
     stats->index_gets =
         (self->reads ? index_reads_gets (self->reads) : 0) + self->client_index_gets;
-    stats->gets += stats->index_gets;
-    stats->get_hits += stats->index_gets;
+    stats->client_gets = self->client_index_gets + self->client_listed + self->client_misses;
+    stats->gets += stats->index_gets + self->client_listed + self->client_misses;
+    stats->get_hits += stats->index_gets + self->client_listed;
+    //  A node of a cluster: the replica-manager counted a key held only by other nodes as a
+    //  miss. A value relayed from one of them is a hit; one the client was told to read
+    //  from another node (REDIRECT) is that node's get, counted there, not here.
+    stats->get_hits += stats->remote_gets;
+    stats->gets -= stats->redirects < stats->gets ? stats->redirects : stats->gets;
     stats->max_key_len = self->config->max_key_len;
     stats->max_value_size = self->config->max_value_size;
     stats->lease_ttl_ms = self->config->lease_ttl_ms;

@@ -83,6 +83,8 @@ typedef struct {
     bool idle_spin;             //  the last request was small and answered here alone
     size_t in_flight;           //  jobs out at an actor (client and internal)
     uint64_t client_index_gets; //  values clients read from the index themselves (TOUCH)
+    uint64_t client_listed;     //  ... through a pinned replica list (TOUCH: hits)
+    uint64_t client_misses;     //  ... and keys they found nowhere (TOUCH: misses)
     size_t writes_in_flight;    //  PUT / PUT_START jobs between reserve and reply
     zlistx_t *resets;           //  RESET jobs waiting for the writes to drain
     zlistx_t *held;             //  puts that arrived during a reset

@@ -152,7 +152,7 @@ index_reads_serve (index_reads_t *self, kvp_job_t *job, zmq_msg_t *values)
     else {
         for (size_t i = 0; i < job->count; i++)
             job->items[i].size = hits[i].size;
-        if (get)
+        if (get && !job->opt.peer)
             self->gets += job->count;
     }
     if (hits != small_hits) {

@@ -118,7 +118,10 @@ rm_read (self_t *self, kvp_job_t *job, int64_t now)
             continue;
         }
         kvp_object_t *object = rm_lookup_complete (self, item->key);
-        if (job->kind == KVP_RM_GET)
+        //  A get is counted by the node its client asked (docs/metrics.md): another node's
+        //  read is that node's get, counted there.
+        bool counted = job->kind == KVP_RM_GET && !job->opt.peer;
+        if (counted)
             self->gets++;
         if (!object) {
             item->status = KVPOOL_OBJECT_NOT_FOUND;
@@ -133,7 +136,7 @@ rm_read (self_t *self, kvp_job_t *job, int64_t now)
         if (job->kind == KVP_RM_GET && object->replica_count == 0) {
             //  On disk only: the transfer-submitter reads it next (no pin: an unlinked
             //  copy stays readable to a read that opened it, and ids are never reused).
-            self->get_hits++;
+            self->get_hits += counted;
             self->disk_hits++;
             item->replica_count = 0;
             item->disk.id = object->disk_id;
@@ -143,7 +146,7 @@ rm_read (self_t *self, kvp_job_t *job, int64_t now)
         }
         switch (job->kind) {
             case KVP_RM_GET:
-                self->get_hits++;
+                self->get_hits += counted;
                 atomic_fetch_add_explicit (&object->pins[object->pin_epoch], 1,
                                            memory_order_relaxed);
                 item->object = rm_pin_handle (object, object->pin_epoch);

@@ -32,7 +32,10 @@
     done; an index read's read stamp (its lease) is written before the read returns.
     RELEASE and TOUCH ask for no reply (kvpc_send_oneway): nothing waits for them, and the
     connection sees that they leave before its socket closes. Only the TOUCH that reports the
-    last index reads at close waits for its answer (kvpc_index_report).
+    last gets at close waits for its answer (kvpc_index_report).
+    Counting: every get this layer concludes (an index read, a value copied through a replica
+    list, a key the node said was not found) is reported to the node with a TOUCH, which
+    counts it as a hit or a miss; a key handed back is counted by the GET that asks for it.
     Threads: the caller's, plus the connection's copy threads for large copies.
 */
 #include "client/fast_path.h"
@@ -57,6 +60,8 @@ struct _kvpc_fast_path_t {
     shm_index_t *index;            //  the node's same-machine read index (read-only), or NULL
     bool use_index;                //  reads may be served from it (kvpool_set_index)
     uint64_t index_reads;          //  values read from the index not yet reported in a TOUCH
+    uint64_t listed_reads;         //  values copied through a pinned replica list, the same
+    uint64_t read_misses;          //  keys the node said were not found, with no GET after
     int64_t reported_at;           //  when the last TOUCH reported them (shm_index_clock_ms)
     void *monitor;                 //  PAIR receiving the socket's connect/disconnect events
     uint64_t generation;           //  the connection's socket the monitor watches
@@ -383,6 +388,14 @@ s_fast_get_listed (kvpc_fast_path_t *self, const kvpc_keys_t *keys, const kvpool
     }
     for (size_t j = 0; j < keys->count; j++) {
         size_t i = keys->index[j];
+        //  The gets concluded here (the node counts none of a replica list's keys): a key
+        //  found is a hit whatever the copy does; one not found, a miss. A key handed back
+        //  is counted by the GET that asks for it.
+        int status = kvpc_reply_key_status (&reply, j);
+        if (state[j] != KVPC_KEY_MISSING && status == KVPOOL_OK)
+            self->listed_reads++;
+        else if (state[j] != KVPC_KEY_MISSING && status == KVPOOL_OBJECT_NOT_FOUND)
+            self->read_misses++;
         if (state[j] == KVPC_KEY_MISSING) {
             if (kvpc_keys_add_from (rest, keys, j))
                 results[i] = KVPOOL_INTERNAL_ERROR;
@@ -432,6 +445,37 @@ release:
 //  confirming the slot leaves the time of the read in its read stamp, which the node looks
 //  at before it removes the object. The node's stats still count these reads: a TOUCH
 //  nobody waits for carries their number, at most once per KVP_READS_REPORT_MS.
+//
+//  The node counts every GET it answers as a get, but never a GET_REPLICA_LIST: only the
+//  client knows whether it copied the value itself or asks for it with a GET after all. So
+//  the same TOUCH carries the rest of this path's gets (Request.listed_reads, read_misses),
+//  and a key handed back to the socket is left for the node's GET to count: each get once.
+
+//  Whether gets are waiting to be reported.
+static bool
+s_reads_pending (kvpc_fast_path_t *self)
+{
+    return self->index_reads || self->listed_reads || self->read_misses;
+}
+
+//  Puts the gets waiting to be reported into request, and forgets them.
+static void
+s_reads_take (kvpc_fast_path_t *self, Kvpool__V1__Request *request)
+{
+    request->reads = self->index_reads;
+    request->listed_reads = self->listed_reads;
+    request->read_misses = self->read_misses;
+    self->index_reads = self->listed_reads = self->read_misses = 0;
+}
+
+//  Puts back gets a TOUCH that could not be sent carried, for the next one.
+static void
+s_reads_keep (kvpc_fast_path_t *self, const Kvpool__V1__Request *request)
+{
+    self->index_reads += request->reads;
+    self->listed_reads += request->listed_reads;
+    self->read_misses += request->read_misses;
+}
 
 //  Sends a TOUCH nobody waits for with the count of values read from the index since the
 //  last one (the node's stats count them as gets), if the last was long enough ago; the
@@ -439,16 +483,16 @@ release:
 static void
 s_reads_report (kvpc_fast_path_t *self, int64_t now)
 {
-    if (!self->index_reads || !kvpc_conn_socket (self->conn)
+    if (!s_reads_pending (self) || !kvpc_conn_socket (self->conn)
         || (self->reported_at && now - self->reported_at < KVP_READS_REPORT_MS))
         return;
     Kvpool__V1__Request request = KVPOOL__V1__REQUEST__INIT;
     request.op = KVPOOL__V1__OP__TOUCH;
-    request.reads = self->index_reads;
-    if (kvpc_send_oneway (self->conn, &request) == 0) {
-        self->index_reads = 0;
+    s_reads_take (self, &request);
+    if (kvpc_send_oneway (self->conn, &request) == 0)
         self->reported_at = now;
-    }
+    else
+        s_reads_keep (self, &request);
 }
 
 void
@@ -458,15 +502,14 @@ kvpc_index_report (kvpc_fast_path_t *self)
     //  moment after the connection closed, and a STATS asked at once on another connection
     //  could be answered first, without these reads (measured: in 1 to 28 % of tries on a
     //  busy machine). So the reads are in the node's stats when kvpool_destroy returns.
-    if (!self->index_reads || !kvpc_conn_socket (self->conn))
+    if (!s_reads_pending (self) || !kvpc_conn_socket (self->conn))
         return;
     Kvpool__V1__Request request = KVPOOL__V1__REQUEST__INIT;
     request.op = KVPOOL__V1__OP__TOUCH;
-    request.reads = self->index_reads;
+    s_reads_take (self, &request);
     kvpc_reply_t reply;
     if (kvpc_call_brief (self->conn, &request, KVPC_CLOSE_WAIT_MS, &reply) == 0)
         kvpc_reply_free (&reply);
-    self->index_reads = 0;
 }
 
 //  Starts a batch of read-index lookups of keys, with the lengths the request holds.
@@ -545,15 +588,13 @@ kvpc_index_answer (kvpc_fast_path_t *self, size_t n, const char *const *keys, co
     return left;
 }
 
-int
-kvpc_fast_get (kvpc_fast_path_t *self, const kvpc_keys_t *keys, const kvpc_sink_t *sink,
-               int64_t *results, kvpc_keys_t *rest)
+//  Gets through the read index first, then a pinned replica list for what it did not serve.
+static int
+s_fast_get_indexed (kvpc_fast_path_t *self, const kvpc_keys_t *keys, const kvpc_sink_t *sink,
+                    int64_t *results, kvpc_keys_t *rest)
 {
     const kvpool_buf_t *const *bufs = sink->bufs;
     const size_t *nbufs = sink->nbufs;
-    s_check_connection (self);
-    if (!self->index || !self->use_index || s_stale (self))
-        return s_fast_get_listed (self, keys, bufs, nbufs, results, rest);
     kvpc_keys_t listed; //  keys the index did not serve: asked where they are
     kvpc_keys_init (&listed);
     kvpc_copies_t copies;
@@ -602,13 +643,24 @@ kvpc_fast_get (kvpc_fast_path_t *self, const kvpc_keys_t *keys, const kvpc_sink_
         else if (kvpc_keys_add_from (&listed, keys, j))
             results[i] = KVPOOL_INTERNAL_ERROR;
     }
-    s_reads_report (self, now);
     if (listed.count)
         rc = s_fast_get_listed (self, &listed, bufs, nbufs, results, rest);
     kvpc_copies_fini (&copies);
     kvpc_keys_fini (&listed);
     free (hits);
     free (copied);
+    return rc;
+}
+
+int
+kvpc_fast_get (kvpc_fast_path_t *self, const kvpc_keys_t *keys, const kvpc_sink_t *sink,
+               int64_t *results, kvpc_keys_t *rest)
+{
+    s_check_connection (self);
+    int rc = self->index && self->use_index && !s_stale (self)
+                 ? s_fast_get_indexed (self, keys, sink, results, rest)
+                 : s_fast_get_listed (self, keys, sink->bufs, sink->nbufs, results, rest);
+    s_reads_report (self, shm_index_clock_ms ());
     return rc;
 }
 

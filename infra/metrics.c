@@ -122,6 +122,7 @@ static const stat_metric_t s_stat_metrics[] = {
     {"pinned_objects", "kvpool_pinned_objects", false, 1},
     {"leased_objects", "kvpool_leased_objects", false, 1},
     {"checksum_failures", "kvpool_checksum_failures_total", true, 1},
+    {"client_gets", "kvpool_client_gets_total", true, 1},
 };
 #define STAT_METRICS (sizeof s_stat_metrics / sizeof s_stat_metrics[0])
 

@@ -276,6 +276,7 @@ typedef struct {
     bool pin;      //  GET_REPLICA_LIST: a client pin
     bool ranged;   //  GET: each item wants only its offset / length range
     bool redirect; //  GET (cluster): large values held elsewhere answer REDIRECT + locations
+    bool peer;     //  from another node's data plane: its reads are no client's gets
 } kvp_job_options_t;
 
 //  A PUT by address (Request.vm_addrs, the (PUT, KVP_VIA_VM) row): the process whose memory
