@@ -66,6 +66,7 @@ import re
 import socket
 import sys
 import threading
+import time
 import types
 import warnings
 import weakref
@@ -97,6 +98,8 @@ OVERFLOW = int(Status.BUFFER_OVERFLOW)
 PERMISSION_DENIED = int(Status.PERMISSION_DENIED)
 RPC_FAIL = int(Status.RPC_FAIL)
 DFS_SERVICE_UNAVAILABLE = -1601     #  Mooncake's code; kvpool has no DFS tier
+DFS_ARENA_STATUS = ("not configured: kvpool has no DFS tier; a session reads from the node's "
+                    "memory or its disk tier, with no client-side arena to fill first")
 
 #   health_check() (mooncake-store/include/pyclient.h, HealthCheckStatus)
 HC_HEALTHY, HC_NOT_INITIALIZED, HC_MASTER_UNREACHABLE = 0, 1, 2
@@ -166,6 +169,14 @@ def _nested(lists, what):
     if isinstance(lists, (str, bytes, bytearray)) or not hasattr(lists, "__len__"):
         raise TypeError("%s must be a list of lists, not %s" % (what, type(lists).__name__))
     return [_uints(inner, what) for inner in lists]
+
+
+def _outer(value, what):
+    """The outer list of a nested argument (std::vector<...>): TypeError for a str or a
+    non-sequence, as pybind11 raises."""
+    if isinstance(value, (str, bytes, bytearray)) or not hasattr(value, "__len__"):
+        raise TypeError("%s must be a list, not %s" % (what, type(value).__name__))
+    return value
 
 
 def _buffer_only(value):
@@ -789,7 +800,9 @@ class _Resources:
         self.segment = None
         self.port_socket = None
         self.http = None
-        self.sessions = {}
+        self.sessions = {}          #  name -> pins this process holds for its get sessions
+        self.leased = {}            #  names of get sessions held by a read's lease alone
+        self.ttl = None             #  get_lease_ttl_ms(): (answer, higher TTL seen, since)
         self.lock = threading.Lock()
 
     def close(self):
@@ -802,6 +815,7 @@ class _Resources:
         if client is not None and not client.closed:
             with self.lock:
                 pinned, self.sessions = list(self.sessions), {}
+                self.leased = {}
             if pinned:
                 _release(client, pinned)
         segment = self.segment
@@ -1464,45 +1478,57 @@ class MooncakeDistributedStore:
         """Ranges of many values into a few buffers: for buffer b, key k of all_keys[b] and
         range r, all_sizes[b][k][r] bytes from byte all_src_offsets[b][k][r] of the value go
         to buffer_ptrs[b] + all_dst_offsets[b][k][r]. Returns the same nesting: per range the
-        bytes read or a negative status."""
+        bytes read or a negative status.
+
+        Shapes that disagree are answered as Mooncake answers them (RealClient::
+        get_into_ranges_internal), never raised: the answer has one row per buffer, one per
+        key of it (one when all_keys has no entry for the buffer) and one result per range
+        (as many as its dst offsets; one when there are none), each INVALID_PARAMS where the
+        lists of the buffer (top level: of all buffers; a key: of its ranges) differ in length,
+        and for a buffer at address 0. [] when no buffer is given. A range that does not fit
+        a buffer registered with register_buffer is INVALID_PARAMS too (an unregistered
+        buffer is taken as it is: kvpool needs no registration)."""
         buffers = _uints(buffer_ptrs, "buffer_ptrs")
-        if not (len(all_keys) == len(all_dst_offsets) == len(all_src_offsets) == len(all_sizes)
-                == len(buffers)):
-            raise ValueError("buffer_ptrs, all_keys, all_dst_offsets, all_src_offsets and "
-                             "all_sizes must have the same length")
-        flat_names, flat_offsets, flat_ptrs, flat_sizes, where = [], [], [], [], []
+        keys_of = [_key_list(keys) for keys in _outer(all_keys, "all_keys")]
+        dst_of = [_nested(d, "all_dst_offsets") for d in _outer(all_dst_offsets,
+                                                                 "all_dst_offsets")]
+        src_of = [_nested(s, "all_src_offsets") for s in _outer(all_src_offsets,
+                                                                 "all_src_offsets")]
+        size_of = [_nested(s, "all_sizes") for s in _outer(all_sizes, "all_sizes")]
         out = []
+        for b in range(len(buffers)):
+            nkeys = len(keys_of[b]) if b < len(keys_of) else 1
+            dst = dst_of[b] if b < len(dst_of) else []
+            out.append([[INVALID_PARAMS] * (len(dst[k]) if k < len(dst) else 1)
+                        for k in range(nkeys)])
+        if self._client is None or not (len(keys_of) == len(dst_of) == len(src_of)
+                                        == len(size_of) == len(buffers)):
+            return out
+        flat_names, flat_offsets, flat_ptrs, flat_sizes, where = [], [], [], [], []
         for b, base in enumerate(buffers):
-            keys = all_keys[b]
-            _key_list(keys)
-            dst, src = _nested(all_dst_offsets[b], "dst"), _nested(all_src_offsets[b], "src")
-            size = _nested(all_sizes[b], "sizes")
-            if not (len(keys) == len(dst) == len(src) == len(size)):
-                raise ValueError("the keys and offsets of buffer %d differ in length" % b)
+            keys, dst, src, size = keys_of[b], dst_of[b], src_of[b], size_of[b]
+            if base == 0 or not (len(keys) == len(dst) == len(src) == len(size)):
+                continue
+            capacity = self._registered.get(base)
             names, pre = self._space.keys(keys)
-            per_buffer = []
             for k in range(len(keys)):
                 if not (len(dst[k]) == len(src[k]) == len(size[k])):
-                    raise ValueError("the ranges of key %d of buffer %d differ in length"
-                                     % (k, b))
-                status = pre[k] if pre is not None else None
-                if base == 0 or self._client is None:
-                    status = INVALID_PARAMS
-                results = []
+                    continue
+                results = out[b][k]
+                if pre is not None and pre[k] is not None:
+                    results[:] = [pre[k]] * len(results)
+                    continue
                 for r in range(len(size[k])):
-                    if status is not None:
-                        results.append(status)
-                    elif size[k][r] == 0:
-                        results.append(0)
-                    else:
-                        results.append(None)
-                        flat_names.append(names[k])
-                        flat_offsets.append(src[k][r])
-                        flat_ptrs.append(base + dst[k][r])
-                        flat_sizes.append(size[k][r])
-                        where.append((b, k, r))
-                per_buffer.append(results)
-            out.append(per_buffer)
+                    if capacity is not None and dst[k][r] + size[k][r] > capacity:
+                        continue
+                    if size[k][r] == 0:
+                        results[r] = 0
+                        continue
+                    flat_names.append(names[k])
+                    flat_offsets.append(src[k][r])
+                    flat_ptrs.append(base + dst[k][r])
+                    flat_sizes.append(size[k][r])
+                    where.append((b, k, r))
         for (b, k, r), result in zip(where, self._read_ranges(flat_names, flat_offsets,
                                                               flat_ptrs, flat_sizes)):
             out[b][k][r] = result
@@ -1795,6 +1821,12 @@ class MooncakeDistributedStore:
                 for segment_id, offset in replicas]
         return out
 
+    # ---- get sessions ------------------------------------------------------------------
+    #   A session keeps an object readable from its start to its end: with a pin of this
+    #   process where the store is on the node's machine (res.sessions counts them; the bytes
+    #   stay until RELEASE, close() or the process's death), else with the read's lease alone
+    #   (res.leased: the object stays at least get_lease_ttl_ms() after the start or the last
+    #   refresh). SGLang's direct linker starts, refreshes, prefetches and ends them.
     def batch_get_session_start(self, keys):
         """Starts a get session on keys: per key 0 (the object stays readable, in place, until
         batch_get_session_end or close(); a session already open is renewed) or a negative
@@ -1823,12 +1855,14 @@ class MooncakeDistributedStore:
                 if placements != PERMISSION_DENIED:
                     return [placements] * len(sub)
                 #  A client on another machine holds sessions by lease (exist is a read).
-                karr = (c_char_p * len(sub))(*sub)
-                found = array.array("i", bytes(4 * len(sub)))
-                rc = self._code(_native.exist_batch, len(sub), karr, _addr(found))
-                if rc < 0:
-                    return [rc] * len(sub)
-                return [OK if r == 1 else (NOT_FOUND if r == 0 else r) for r in found]
+                statuses = self._exist_statuses(sub)
+                with res.lock:
+                    for name, status in zip(sub, statuses):
+                        if status == OK:
+                            res.leased[name] = None
+                        else:
+                            res.leased.pop(name, None)
+                return statuses
             status_of = {}
             with res.lock:
                 for name, (status, _, _) in zip(fresh, placements):
@@ -1837,15 +1871,114 @@ class MooncakeDistributedStore:
                         res.sessions[name] = res.sessions.get(name, 0) + 1
             renew = [name for name in sub if name not in status_of]
             if renew:
-                again = self._placements(renew, False)
-                for j, name in enumerate(renew):
-                    status_of[name] = again if isinstance(again, int) else again[j][0]
+                status_of.update(zip(renew, self._renew(renew)))
             gone = [name for name in renew if status_of[name] == NOT_FOUND]
             if gone:
                 self._session_end_names(gone)
             return [status_of[name] for name in sub]
         results = _partial(n, pre, run) if n else []
         return results, ["memory" if r == OK else "" for r in results]
+
+    def batch_get_session_refresh(self, keys):
+        """Renews the get sessions this store holds on keys (SGLang's direct linker refreshes
+        a session before it reads through it again): one read of the keys, which starts
+        their leases again from now. Per key 0 (the object is there), OBJECT_NOT_FOUND (it is
+        gone: the session is ended), INVALID_PARAMS for a key this store has no session on (a
+        refresh never starts one), or another negative status; INVALID_PARAMS per key before
+        setup."""
+        names, pre = self._space.keys(keys)
+        n = len(names)
+        if self._client is None:
+            return [INVALID_PARAMS] * n
+        res = self._res
+
+        def run(index):
+            sub = [names[i] for i in index]
+            with res.lock:
+                held = [name in res.sessions or name in res.leased for name in sub]
+            live = [name for name, has in zip(sub, held) if has]
+            status_of = dict(zip(live, self._renew(live))) if live else {}
+            gone = [name for name in live if status_of[name] == NOT_FOUND]
+            if gone:
+                self._session_end_names(gone)
+            return [status_of[name] if has else INVALID_PARAMS for name, has in zip(sub, held)]
+        return _partial(n, pre, run) if n else []
+
+    def batch_get_session_prefetch(self, keys):
+        """Readies the sessions on keys for reading. A kvpool session's bytes are already
+        where its reads find them (the node's memory, or its disk tier, which the node reads
+        itself), so there is nothing to fetch ahead and the node is not asked: per key 0 for a
+        key this store has a session on, INVALID_PARAMS for one without (or before setup).
+        Mooncake's prefetch reads sessions of its DFS tier into a host arena; kvpool has no
+        DFS tier (dfs_prefetch_arena_available() is False)."""
+        names, pre = self._space.keys(keys)
+        n = len(names)
+        if self._client is None:
+            return [INVALID_PARAMS] * n
+        res = self._res
+
+        def run(index):
+            with res.lock:
+                return [OK if names[i] in res.sessions or names[i] in res.leased
+                        else INVALID_PARAMS for i in index]
+        return _partial(n, pre, run) if n else []
+
+    def dfs_prefetch_arena_available(self):
+        """False: kvpool has no DFS tier, so no host arena to prefetch DFS sessions into (SGLang
+        then leaves its waiting-queue DFS prefetch off and loads as usual)."""
+        return False
+
+    def dfs_prefetch_arena_status(self):
+        """Why dfs_prefetch_arena_available() is False, for the engine's log."""
+        return DFS_ARENA_STATUS
+
+    def get_lease_ttl_ms(self):
+        """The read lease, in ms, of the node this store talks to (kvpoold --lease-ttl, which
+        `kvpool config set lease-ttl` changes live): a session's object stays at least this
+        long after its start or its last refresh, whichever path holds it. The answer never
+        overstates a lease already granted: a lower TTL is answered at once, a higher one only
+        once every lease granted under the lower one has run out (the lower TTL's length after
+        this store first saw the higher one). 0 before setup or when the node does not answer
+        (SGLang's linker then refreshes every session before reading it)."""
+        res = self._res
+        if self._client is None or res is None:
+            return 0
+        try:
+            ttl = int(self._client.stats()["lease_ttl_ms"])
+        except (Error, KeyError):
+            return 0
+        if ttl <= 0:
+            return 0
+        now = time.monotonic()
+        with res.lock:
+            if res.ttl is None or ttl <= res.ttl[0]:
+                res.ttl = (ttl, None, None)
+            else:
+                answer, higher, since = res.ttl
+                if higher != ttl:
+                    res.ttl = (answer, ttl, now)
+                elif now - since >= answer / 1000.0:
+                    res.ttl = (ttl, None, None)
+            return res.ttl[0]
+
+    def _exist_statuses(self, names):
+        """EXIST of names, a read (it leases them): per name 0, OBJECT_NOT_FOUND or a status."""
+        karr = (c_char_p * len(names))(*names)
+        found = array.array("i", bytes(4 * len(names)))
+        rc = self._code(_native.exist_batch, len(names), karr, _addr(found))
+        if rc < 0:
+            return [rc] * len(names)
+        return [OK if r == 1 else (NOT_FOUND if r == 0 else r) for r in found]
+
+    def _renew(self, names):
+        """A read of names (an unpinned replica list, or EXIST from another machine) that
+        starts their read leases again: per name 0, OBJECT_NOT_FOUND or another status."""
+        placements = self._placements(names, False)
+        if not isinstance(placements, int):
+            return [status for status, _, _ in placements]
+        if placements == PERMISSION_DENIED:
+            return self._exist_statuses(names)
+        return [placements] * len(names)
 
     def batch_get_session_end(self, keys):
         """Ends the get sessions of keys (keys without one are ignored). Returns 0, or
@@ -1863,6 +1996,7 @@ class MooncakeDistributedStore:
             for name in names:
                 count = res.sessions.pop(name, 0)
                 pinned.extend([name] * count)
+                res.leased.pop(name, None)
         if pinned:
             _release(self._client, pinned)
 

@@ -21,7 +21,9 @@ for call, argument for argument, and checks what the connector checks:
 - SGLang's Mooncake direct linker (.../mooncake_store/mooncake_direct_linker.py):
   register_buffer, the offload (batch_set_v2), lookup (batch_exists_v2), and the layer-wise
   load: batch_get_session_start_with_sources, per layer batch_get_into_multi_buffer_ranges,
-  batch_get_session_end, record_prefetched_tokens.
+  batch_get_session_end, record_prefetched_tokens; and the session methods it probes with
+  getattr (dfs_prefetch_arena_available, batch_get_session_prefetch,
+  batch_get_session_refresh, get_lease_ttl_ms) as it uses them when they are there.
 - LMCache's Mooncake connector (LMCache/LMCache,
   lmcache/v1/storage_backend/connector/mooncakestore_connector.py): setup from
   MOONCAKE_CONFIG_PATH, ReplicateConfig with preferred_segment = get_hostname(),
@@ -39,6 +41,7 @@ import os
 import socket
 import struct
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -626,6 +629,138 @@ def test_sglang_direct_linker_range_load(daemon, mooncake_store, prefix):
     finally:
         storage.store.close()
         reader.store.close()
+
+
+class SglangSessionLinker(SglangDirectLinker):
+    """The direct linker's session bookkeeping around the methods it probes with getattr
+    (mooncake_direct_linker.py, 2026-09): the waiting-queue DFS prefetch capability
+    (dfs_prefetch_arena_available / _status, then batch_get_session_prefetch of "dfs"
+    sessions), sessions shared between requests by reference count (a reused session is
+    refreshed before its count goes up), and revalidation before admission that skips the
+    refresh of a private session younger than ratio x get_lease_ttl_ms() (the age taken from
+    a monotonic time read before the call that leased it)."""
+
+    def __init__(self, storage, num_layers, page_bytes, ratio=0.5, clock=None):
+        super().__init__(storage, num_layers, page_bytes)
+        self.ratio = ratio
+        self.clock = clock or time.monotonic
+        self.sessions, self.refcounts, self.sources, self.lease_base = {}, {}, {}, {}
+
+    def host_prefetch_capability(self, requested=True):
+        store = self.storage.store
+        if not requested:
+            return False, "disabled"
+        available = getattr(store, "dfs_prefetch_arena_available", None)
+        if available is None or not all(hasattr(store, name) for name in (
+                "batch_get_session_start_with_sources", "batch_get_session_prefetch",
+                "batch_get_session_refresh")):
+            return False, "missing dfs_prefetch_arena_available"
+        if not available():
+            return False, "DFS prefetch arena %s (set MC_STORE_DFS_PREFETCH_ARENA_SIZE_BYTES)" % (
+                store.dfs_prefetch_arena_status(),)
+        return True, "ready"
+
+    def prepare(self, rid, page_keys):
+        store = self.storage.store
+        keys = self.storage._mha_meta(self.storage._tag_keys(page_keys), [0] * len(page_keys))[0]
+        reused = [k for k in keys if self.refcounts.get(k)]
+        fresh = [k for k in keys if not self.refcounts.get(k)]
+        if reused and list(store.batch_get_session_refresh(reused)) != [0] * len(reused):
+            return False
+        if fresh:
+            base = self.clock()
+            result, sources = store.batch_get_session_start_with_sources(fresh)
+            if list(result) != [0] * len(fresh):
+                ok = [k for k, r in zip(fresh, result) if r == 0]
+                if ok:
+                    store.batch_get_session_end(ok)
+                return False
+            for k, source in zip(fresh, sources):
+                self.sources[k], self.lease_base[k] = source, base
+        for k in reused:
+            self.lease_base.pop(k, None)        # shared now: always refreshed
+        for k in keys:
+            self.refcounts[k] = self.refcounts.get(k, 0) + 1
+        self.sessions[rid] = keys
+        return True
+
+    def host_prefetch(self, rid):
+        dfs = [k for k in self.sessions[rid] if self.sources.get(k) == "dfs"]
+        return not dfs or list(self.storage.store.batch_get_session_prefetch(dfs)) == \
+            [0] * len(dfs)
+
+    def revalidate(self, rid):
+        store = self.storage.store
+        keys = self.sessions[rid]
+        getter = getattr(store, "get_lease_ttl_ms", None)
+        ttl = getter() if getter is not None and self.ratio > 0 else None
+        usable = type(ttl) is int and 0 < ttl < 2 ** 64
+        bases = [self.lease_base.get(k) for k in keys]
+        private = all(self.refcounts.get(k) == 1 for k in keys)
+        if usable and private and None not in bases and \
+                self.clock() - min(bases) < self.ratio * ttl / 1000.0:
+            return True, False
+        now = self.clock()
+        if list(store.batch_get_session_refresh(keys)) != [0] * len(keys):
+            for k in keys:
+                self.lease_base.pop(k, None)
+            return False, True
+        for k in keys:
+            if private:
+                self.lease_base[k] = now
+        return True, True
+
+    def release(self, rid):
+        ended = []
+        for k in self.sessions.pop(rid, []):
+            self.refcounts[k] -= 1
+            if not self.refcounts[k]:
+                del self.refcounts[k]
+                self.lease_base.pop(k, None)
+                ended.append(k)
+        if ended:
+            self.storage.store.batch_get_session_end(ended)
+
+
+def test_sglang_direct_linker_sessions(daemon, mooncake_store, prefix):
+    """The linker's probed session methods, as it uses them once getattr finds them."""
+    page_bytes, layers = 3 * 1024, 3
+    src = SglangHostPool(4, page_bytes, fill=1)
+    storage = SglangMooncakeStore(daemon.endpoint, src)
+    clock = [100.0]
+    try:
+        linker = SglangSessionLinker(storage, layers, page_bytes, clock=lambda: clock[0])
+        store = storage.store
+        ttl = store.get_lease_ttl_ms()
+        assert ttl == 10000                       # kvpoold's --lease-ttl default
+        # No DFS tier: the waiting-queue prefetch stays off, with the store's reason.
+        enabled, reason = linker.host_prefetch_capability(True)
+        assert not enabled and "not configured" in reason
+        pages = [prefix + "sp%d" % i for i in range(3)]
+        assert linker.offload(pages, [0, 1, 2])
+        assert linker.prepare("r1", pages[:2])
+        assert all(linker.sources[k] == "memory" for k in linker.sessions["r1"])
+        assert linker.host_prefetch("r1")         # nothing "dfs": nothing to prefetch
+        # A young private session skips the refresh; an old one refreshes.
+        clock[0] += ttl / 1000 * 0.4
+        assert linker.revalidate("r1") == (True, False)
+        clock[0] += ttl / 1000 * 0.2
+        assert linker.revalidate("r1") == (True, True)
+        # A second request reuses page 1's sessions: refreshed, then shared (always refreshed).
+        assert linker.prepare("r2", pages[1:])
+        assert linker.revalidate("r2") == (True, True)
+        assert store.batch_get_session_prefetch(linker.sessions["r2"]) == [0] * 4
+        # A page removed under the session: the refresh fails and the linker falls back.
+        gone = linker.sessions["r2"][2]
+        assert store.remove(gone, force=True) == 0
+        assert linker.revalidate("r2") == (False, True)
+        linker.release("r1")
+        linker.release("r2")
+        assert linker.refcounts == {}
+        assert store.batch_get_session_refresh(linker.storage._mha_meta(
+            storage._tag_keys(pages), [0, 1, 2])[0]) == [-600] * 6
+    finally:
+        storage.store.close()
 
 
 # ---- LMCache: MooncakestoreConnector ---------------------------------------------------------
