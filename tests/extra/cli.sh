@@ -26,7 +26,7 @@ fail() {
 
 # ---- start the daemon -------------------------------------------------------------------
 "$BIN/kvpoold" --endpoint 'tcp://127.0.0.1:*' --admin 'tcp://127.0.0.1:*' \
-  --ready-file "$TMP/ready" --segment-size 64MiB --segments 2 >"$TMP/daemon.log" 2>&1 &
+  --ready-file "$TMP/ready" --segment-size 64MiB --segments 2 --metrics-port 0 >"$TMP/daemon.log" 2>&1 &
 DAEMON=$!
 EP=$(kvpoold_wait_ready "$TMP/ready" "$DAEMON" "$TMP/daemon.log") || { echo "kvpoold not ready"; exit 1; }
 kv() { "$KVPOOL" -s "$EP" "$@"; }
