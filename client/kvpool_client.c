@@ -464,7 +464,7 @@ kvpool_prefix_match (kvpool_t *self, size_t blocks, size_t ranks, const char *co
         request.keys = sent.wire + at * ranks;
         request.n_keys = take * ranks;
         request.ranks = (uint32_t) ranks;
-        int64_t got = kvpc_socket_count (self->conn, &request);
+        int64_t got = kvpc_socket_count (self->conn, &request, NULL);
         if (got < 0) {
             count = got;
             break;
@@ -527,13 +527,32 @@ kvpool_release (kvpool_t *self, size_t n, const char *const *keys, int *statuses
 int64_t
 kvpool_remove_by_regex (kvpool_t *self, const char *pattern, bool force)
 {
+    return kvpool_remove_by_regex_counts (self, pattern, force, NULL, NULL);
+}
+
+int64_t
+kvpool_remove_by_regex_counts (kvpool_t *self, const char *pattern, bool force, uint64_t *matched,
+                               uint64_t *kept)
+{
+    if (matched)
+        *matched = 0;
+    if (kept)
+        *kept = 0;
     if (!self || !pattern)
         return KVPOOL_INVALID_PARAMS;
     Kvpool__V1__Request request = KVPOOL__V1__REQUEST__INIT;
     request.op = KVPOOL__V1__OP__REMOVE_BY_REGEX;
     request.pattern = (char *) pattern;
     request.force = force;
-    return kvpc_socket_count (self->conn, &request);
+    uint64_t left = 0;
+    int64_t removed = kvpc_socket_count (self->conn, &request, &left);
+    if (removed < 0)
+        return removed;
+    if (matched)
+        *matched = (uint64_t) removed + left;
+    if (kept)
+        *kept = left;
+    return removed;
 }
 
 int64_t
@@ -544,7 +563,7 @@ kvpool_remove_all (kvpool_t *self, bool force)
     Kvpool__V1__Request request = KVPOOL__V1__REQUEST__INIT;
     request.op = KVPOOL__V1__OP__REMOVE_ALL;
     request.force = force;
-    return kvpc_socket_count (self->conn, &request);
+    return kvpc_socket_count (self->conn, &request, NULL);
 }
 
 int64_t
@@ -554,7 +573,7 @@ kvpool_reset (kvpool_t *self)
         return KVPOOL_INVALID_PARAMS;
     Kvpool__V1__Request request = KVPOOL__V1__REQUEST__INIT;
     request.op = KVPOOL__V1__OP__RESET;
-    return kvpc_socket_count (self->conn, &request);
+    return kvpc_socket_count (self->conn, &request, NULL);
 }
 
 //  ---- puts ---------------------------------------------------------------------------------

@@ -185,6 +185,13 @@ KVPOOL_EXPORT int64_t kvpool_get_size (kvpool_t *self, const char *key);
 KVPOOL_EXPORT int kvpool_remove (kvpool_t *self, const char *key, bool force);
 //  Returns the number of objects removed, or a negative status.
 KVPOOL_EXPORT int64_t kvpool_remove_by_regex (kvpool_t *self, const char *pattern, bool force);
+//  kvpool_remove_by_regex, and what else matched: *matched the committed objects whose key
+//  matched, *kept how many of them stayed, each for a read lease or a same-machine read in
+//  progress (force removes them; in a cluster removes are forced, and kept is 0). Either
+//  pointer may be NULL; both are 0 on failure. Returns the number removed (matched - kept),
+//  or a negative status.
+KVPOOL_EXPORT int64_t kvpool_remove_by_regex_counts (kvpool_t *self, const char *pattern,
+                                                     bool force, uint64_t *matched, uint64_t *kept);
 KVPOOL_EXPORT int64_t kvpool_remove_all (kvpool_t *self, bool force);
 //  Drains transfers in flight, then removes every object past leases. Returns the number
 //  removed or a negative status.

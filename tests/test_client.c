@@ -666,6 +666,26 @@ s_test_admin (kvpool_t *pool, const char *prefix)
     CHECK_EQ (kvpool_exist (pool, key), 1);
     CHECK_EQ (kvpool_remove_by_regex (pool, NULL, true), KVPOOL_INVALID_PARAMS);
     CHECK (kvpool_remove_by_regex (pool, "([unclosed", true) < 0);
+    //  ... and, with _counts, what matched and what a read lease kept.
+    const char *leased[] = {"rx-l-1", "rx-l-2", "rx-l-3"};
+    for (int i = 0; i < 3; i++) {
+        snprintf (key, sizeof key, "%s-%s", prefix, leased[i]);
+        CHECK_EQ (kvpool_put (pool, key, leased[i], strlen (leased[i]), NULL), KVPOOL_OK);
+        char read[16];
+        if (i < 2) //  a read leases the key
+            CHECK_EQ (kvpool_get_into (pool, key, read, sizeof read), (int64_t) strlen (leased[i]));
+    }
+    snprintf (pattern, sizeof pattern, "^%s-rx-l-", prefix);
+    uint64_t matched = 99, kept = 99;
+    CHECK_EQ (kvpool_remove_by_regex_counts (pool, pattern, false, &matched, &kept), 1);
+    CHECK_EQ (matched, 3);
+    CHECK_EQ (kept, 2);
+    CHECK_EQ (kvpool_remove_by_regex_counts (pool, pattern, true, &matched, NULL), 2);
+    CHECK_EQ (matched, 2);
+    CHECK_EQ (kvpool_remove_by_regex_counts (pool, pattern, true, NULL, &kept), 0);
+    CHECK_EQ (kept, 0);
+    CHECK (kvpool_remove_by_regex_counts (pool, "([unclosed", true, &matched, &kept) < 0);
+    CHECK (matched == 0 && kept == 0);
 
     //  Two-phase put: invisible until put_end; a revoked key never appears.
     const char *keys[3];

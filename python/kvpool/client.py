@@ -40,6 +40,8 @@ _NOT_FOUND = int(Status.OBJECT_NOT_FOUND)
 _INT_MAX = 2**31 - 1
 
 SegmentInfo = collections.namedtuple("SegmentInfo", "id name size used")
+#   Client.remove_by_regex_counts: removed + kept == matched.
+RegexRemoval = collections.namedtuple("RegexRemoval", "removed matched kept")
 
 
 class PutOptions:
@@ -774,6 +776,18 @@ class Client:
     def remove_by_regex(self, pattern, force=False):
         """Removes the keys matching pattern (PCRE2 regex, unanchored search); returns how many."""
         return self._call(_native.remove_by_regex, _encode(pattern), bool(force))
+
+    def remove_by_regex_counts(self, pattern, force=False):
+        """remove_by_regex, and what else matched: RegexRemoval(removed, matched, kept), kept
+        being the matching keys that stayed for a read lease (force=True removes them; in a
+        cluster removes are forced and kept is 0)."""
+        if not _native.has("remove_by_regex_counts"):
+            raise error_for(Status.UNKNOWN_OPERATION,
+                            "library has no kvpool_remove_by_regex_counts")
+        matched, kept = ctypes.c_uint64(), ctypes.c_uint64()
+        removed = self._call(_native.remove_by_regex_counts, _encode(pattern), bool(force),
+                             byref(matched), byref(kept))
+        return RegexRemoval(removed, matched.value, kept.value)
 
     def remove_all(self, force=False):
         """Removes every object; returns how many."""

@@ -150,6 +150,16 @@ for k in job-1 job-2 job-3 keep-1; do printf '%s' "$k" | kv put "$k" || fail "pu
 [ "$(kv rm --force --regex '^job-[0-9]+$')" = 3 ] || fail "rm --regex must print 3"
 [ "$(kv rm --force --regex '^job-')" = 0 ] || fail "second rm --regex must print 0"
 kv exists keep-1 >/dev/null || fail "keep-1 must survive the regex"
+# Keys a regex matched but a read lease kept are said (not "0" alone), with what --force
+# does, and the exit status is 1.
+for k in leased-1 leased-2 free-1; do printf '%s' "$k" | kv put "$k" || fail "put $k"; done
+kv get leased-1 >/dev/null && kv get leased-2 >/dev/null || fail "get leased-*"
+removed=$("$KVPOOL" -s "$EP" rm --regex '^(leased|free)-' 2>"$TMP/err")
+[ $? -eq 1 ] || fail "rm --regex that kept leased keys must exit 1"
+[ "$removed" = 1 ] || fail "rm --regex must print the 1 it removed, printed '$removed'"
+grep -qxF "kvpool: rm --regex ^(leased|free)-: removed 1 of 3 matching keys; 2 kept by a read \
+lease (--force removes them)" "$TMP/err" || fail "rm --regex said: $(cat "$TMP/err")"
+[ "$(kv rm --force --regex '^leased-')" = 2 ] || fail "rm --force --regex must take leased keys"
 "$KVPOOL" -s "$EP" rm --all --regex x >/dev/null 2>&1
 [ $? -eq 2 ] || fail "rm with two modes must exit 2"
 
