@@ -134,6 +134,7 @@ kvpool_connect (const char *endpoint, const kvpool_options_t *options)
     if (!strstr (endpoint, "://")) {
         if (snprintf (with_scheme, sizeof with_scheme, "tcp://%s", endpoint)
             >= (int) sizeof with_scheme) {
+            kvpc_set_connect_error ("the endpoint is too long");
             errno = EINVAL;
             return NULL;
         }
@@ -141,11 +142,21 @@ kvpool_connect (const char *endpoint, const kvpool_options_t *options)
     }
     kvpc_curve_t curve;
     int has_curve = s_curve_load (options, &curve);
-    if (has_curve < 0)
+    if (has_curve < 0) {
+        int saved = errno;
+        if (saved == EINVAL)
+            kvpc_set_connect_error ("CURVE needs a certificate file each for curve_secret_file "
+                                    "and curve_server_file (make them with kvpool keygen)");
+        else
+            kvpc_set_connect_error ("a CURVE certificate file: %s", strerror (saved));
+        errno = saved;
         return NULL;
+    }
     kvpool_t *self = calloc (1, sizeof *self);
-    if (!self)
+    if (!self) {
+        kvpc_set_connect_error ("out of memory");
         return NULL;
+    }
     int timeout = options->timeout_ms > 0 ? options->timeout_ms : KVPC_DEFAULT_TIMEOUT_MS;
     self->conn = kvpc_conn_new (endpoint, timeout, options->connect_timeout_ms,
                                 options->keep_endpoint != 0, has_curve == 0 ? &curve : NULL);
@@ -155,6 +166,8 @@ kvpool_connect (const char *endpoint, const kvpool_options_t *options)
     }
     if (!self->conn || !self->fast_path || !self->memory) {
         int saved = self->conn ? ENOMEM : errno;
+        if (self->conn)
+            kvpc_set_connect_error ("out of memory");
         kvpool_destroy (&self);
         errno = saved;
         return NULL;
@@ -168,6 +181,12 @@ kvpool_connect (const char *endpoint, const kvpool_options_t *options)
         kvpc_fast_path_open (self->fast_path);
     kvpc_clear_error (self->conn);
     return self;
+}
+
+const char *
+kvpool_connect_error (void)
+{
+    return kvpc_connect_error ();
 }
 
 void

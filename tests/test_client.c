@@ -138,6 +138,32 @@ s_test_connect (void)
     CHECK (pool == NULL);
     CHECK (elapsed >= 250);
     CHECK (elapsed < 2000);
+    //  (Refused for the whole of a timeout shorter than the refusal window: said as such.)
+    CHECK_EQ (errno, ECONNREFUSED);
+
+    //  Nothing listens: said within the refusal window (500 ms), far within the default
+    //  timeout (5 s), in words and errno, for tcp and ipc.
+    char expected[160];
+    start = s_now_ms ();
+    CHECK (kvpool_connect (endpoint, NULL) == NULL);
+    elapsed = s_now_ms () - start;
+    CHECK_EQ (errno, ECONNREFUSED);
+    CHECK (elapsed >= 450 && elapsed < 1500);
+    snprintf (expected, sizeof expected,
+              "connection refused: nothing listens on %s (Connection refused)", endpoint);
+    CHECK (strcmp (kvpool_connect_error (), expected) == 0);
+    const char *no_file = "ipc:///tmp/kvpool-test-no-such-socket";
+    start = s_now_ms ();
+    CHECK (kvpool_connect (no_file, NULL) == NULL);
+    CHECK_EQ (errno, ECONNREFUSED);
+    CHECK (s_now_ms () - start < 1500);
+    snprintf (expected, sizeof expected,
+              "connection refused: nothing listens on %s (No such file or directory)", no_file);
+    CHECK (strcmp (kvpool_connect_error (), expected) == 0);
+    //  A connect that succeeds says nothing.
+    kvpool_t *live = kvpool_connect (s_endpoint, NULL);
+    CHECK (live && strcmp (kvpool_connect_error (), "") == 0);
+    kvpool_destroy (&live);
 
     //  connect_timeout_ms overrides timeout_ms for the first PING.
     options.timeout_ms = 10000;

@@ -108,19 +108,16 @@ static kvpool_t *
 s_connect (cli_t *cli)
 {
     cli->pool = kvpool_connect (cli->endpoint, &cli->options);
-    if (!cli->pool)
+    if (!cli->pool) {
+        int error = errno;
+        const char *why = kvpool_connect_error ();
         fprintf (stderr, "kvpool: cannot connect to %s: %s\n", cli->endpoint,
-                 errno == ETIMEDOUT ? "no reply to PING within the timeout"
-                 : errno == EACCES
-                     ? "the node refused this client's CURVE key (its public certificate is "
-                       "not in the node's --curve-allow directory)"
-                 : errno == ECONNREFUSED
-                     ? "the CURVE handshake failed (a wrong --curve-server certificate, or "
-                       "CURVE on one side only)"
-                 : errno == EINVAL && cli->options.curve_secret_file
+                 error == EINVAL && cli->options.curve_secret_file
                      ? "--curve-secret and --curve-server need a certificate each (kvpool "
                        "keygen)"
-                     : strerror (errno));
+                 : *why ? why
+                        : strerror (error));
+    }
     return cli->pool;
 }
 

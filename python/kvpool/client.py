@@ -486,7 +486,8 @@ def _fetch_received(handle, n, karr, handles):
     return 0, out
 
 
-#   Why kvpool_connect failed, by errno (include/kvpool.h, kvpool_options_t).
+#   Why kvpool_connect failed, by errno, for a library without kvpool_connect_error (which
+#   says it in words: include/kvpool.h).
 _CONNECT_ERRORS = {
     errno.ETIMEDOUT: "no reply to PING within the connect timeout",
     errno.EACCES: "the node refused this client's CURVE key (its public certificate is not in "
@@ -539,8 +540,13 @@ class Client:
         handle = _native.connect(self._endpoint, byref(self._options))
         if not handle:
             code = ctypes.get_errno()
-            why = _CONNECT_ERRORS.get(code) or (os.strerror(code) if code else "no answer")
-            raise RpcFailError(reason="cannot connect to %s: %s" % (self.endpoint, why))
+            # (Read on this thread, right after the call: the library keeps it per thread.)
+            words = _native.connect_error() if _native.has("connect_error") else None
+            why = (words.decode("utf-8", "replace") if words else
+                   _CONNECT_ERRORS.get(code) or (os.strerror(code) if code else "no answer"))
+            failed = RpcFailError(reason="cannot connect to %s: %s" % (self.endpoint, why))
+            failed.errno = code  # ECONNREFUSED: nothing listens there; ETIMEDOUT: no reply
+            raise failed
         with self._lock:
             self._handles.append(handle)
         return handle

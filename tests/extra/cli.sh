@@ -135,7 +135,14 @@ kv exists zero over >/dev/null
 head -c 5000000 /dev/zero | kv put zeros || fail "a large value from stdin, under the limit"
 [ "$(kv size zeros)" = "zeros: 5000000" ] || fail "size of zeros"
 kv rm --force zeros || fail "rm zeros"
-expect_error "cannot connect to tcp://127.0.0.1:1: no reply" "$KVPOOL" -s tcp://127.0.0.1:1 -t 200 ping
+# Nothing listening is said at once (within the 500 ms refusal window, not the 5 s timeout).
+started=$(date +%s%N)
+expect_error "cannot connect to 127.0.0.1:1: connection refused: nothing listens on \
+tcp://127.0.0.1:1 (Connection refused)$" "$KVPOOL" -s 127.0.0.1:1 ping
+spent_ms=$((($(date +%s%N) - started) / 1000000))
+[ "$spent_ms" -lt 1500 ] || fail "a refused connect took $spent_ms ms"
+expect_error "nothing listens on ipc://$TMP/no-socket (No such file or directory)$" \
+  "$KVPOOL" -s "ipc://$TMP/no-socket" ping
 expect_error "invalid parameters (INVALID_PARAMS): " kv rm --regex '([unclosed'
 
 # ---- rm -------------------------------------------------------------------------------------
