@@ -503,8 +503,9 @@ class Client:
 
     Client(endpoint="tcp://127.0.0.1:50051", timeout=5.0, connect_timeout=None, fast_path=True,
            curve_secret=None, curve_server=None)
-    connects and pings the node; it raises RpcFailError if the node does not answer (or
-    refuses the CURVE key: the reason says which). timeout is per request, in seconds.
+    connects and pings the node; it raises RpcFailError, its reason saying why and its .errno
+    the code, if nothing listens there (within 0.5 s: ECONNREFUSED), the node does not
+    answer (ETIMEDOUT) or refuses the CURVE key (EACCES). timeout is per request, in seconds.
     fast_path=False never uses the same-machine shared memory path (everything goes over the
     socket). curve_secret (this client's certificate, the NAME_secret file of `kvpool keygen
     NAME`) and curve_server (the node's public certificate) turn on CURVE, both or neither
