@@ -299,6 +299,7 @@ api_reply (api_t *self, kvp_job_t **job_p, zmq_msg_t *copies)
     reply.status = job->status;
     reply.error = job->error;
     reply.count = job->result_count;
+    reply.kept = job->result_kept;
     if ((row->fills & REPLY_NODES) && !job->cluster)
         s_name_self (self, job);
     if (reply_encode (&ctx->arena, row, job, &reply) != 0) {

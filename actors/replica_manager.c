@@ -65,12 +65,12 @@
     at once: the allocator places nothing there any more), or is revoked if it had no other.
 
     REMOVE_REGEX is the one job answered later: its pattern is compiled (PCRE2, bounded) and,
-    when its turn comes, the keys of the committed objects it may remove are copied into a
-    batch for the regex-matcher's thread (infra/regex_matcher.h), so a costly pattern never
-    stalls the other jobs. When the batch comes back, the objects that matched and are still
-    the same objects (same id) and still removable are removed and the job is answered; a
-    batch refused for a limit removes nothing. Batches go to the matcher one at a time, in
-    arrival order.
+    when its turn comes, the keys of the committed objects are copied into a batch for the
+    regex-matcher's thread (infra/regex_matcher.h), so a costly pattern never stalls the
+    other jobs. When the batch comes back, the objects that matched and are still the same
+    objects (same id) are removed if removable, or counted as kept (a lease: result_kept), and
+    the job is answered; a batch refused for a limit removes nothing. Batches go to the
+    matcher one at a time, in arrival order.
 
     EVICTION runs here, on this thread, where the objects, their order and the allocator
     are (replica_evict.c decides when and how much, replica_tier.c which objects go). A
@@ -88,15 +88,15 @@
     transfer-submitter for a disk copy while the plan's queue and disk room allow, kept
     (skipped) past them, or dropped anyway if the plan forces it. Memory is only ever freed
     after the object left the index and its lease was looked at again (rm_take_unleased),
-    exactly as a remove does, so no same-machine reader can validate bytes that are being reused. The written
-    copies come back here (TX_DISK_WRITE, rm_offloaded): they are recorded (the object must
-    still be the same one, by id) and the memory of those still unleased and unpinned is
-    freed; rm_disk_evict drops the least recently used disk
-    copies (a disk-only object goes with its copy, unless leased). A disk-only object is
-    COMPLETE with no replica: a GET answers its disk id (no pin: ids are never reused, and an
-    unlinked file stays readable to a read that opened it) and the transfer-submitter reads
-    it; reads of it are counted in a sketch (admission.h) for --promote-on-hit. Every disk
-    copy an object loses (removed, replaced, dropped) is unlinked by the transfer-submitter
+    exactly as a remove does, so no same-machine reader can validate bytes that are being reused.
+   The written copies come back here (TX_DISK_WRITE, rm_offloaded): they are recorded (the object
+   must still be the same one, by id) and the memory of those still unleased and unpinned is freed;
+   rm_disk_evict drops the least recently used disk copies (a disk-only object goes with its copy,
+   unless leased). A disk-only object is COMPLETE with no replica: a GET answers its disk id (no
+   pin: ids are never reused, and an unlinked file stays readable to a read that opened it) and the
+   transfer-submitter reads it; reads of it are counted in a sketch (admission.h) for
+   --promote-on-hit. Every disk copy an object loses (removed, replaced, dropped) is unlinked by the
+   transfer-submitter
     (`unlinks`, sent after each job).
 
     KV EVENTS (--kv-events-endpoint, actors/kv_events.h). This actor is where keys become
@@ -459,15 +459,15 @@ s_regex_run_end (self_t *self, regex_run_t **run_p)
     *run_p = NULL;
 }
 
-//  Copies the keys of the committed objects the run's job may remove now into its batch,
-//  with their ids. Returns 0 or -1.
+//  Copies the keys of the committed objects into the run's batch, with their ids: the leased
+//  ones too, so that the reply can say how many matched and were kept (a removal refused
+//  for a lease must not read as "nothing matched"). Returns 0 or -1.
 static int
-s_regex_fill (self_t *self, regex_run_t *run, int64_t now)
+s_regex_fill (self_t *self, regex_run_t *run)
 {
     for (kvp_object_t *object = (kvp_object_t *) object_table_first (self->objects); object;
          object = (kvp_object_t *) object_table_next (self->objects)) {
-        if (object->state != OBJECT_COMPLETE
-            || !rm_looks_removable (self, object, run->job->opt.force, now))
+        if (object->state != OBJECT_COMPLETE)
             continue;
         if (regex_batch_add (run->batch, object->key, strlen (object->key), object->id) == -1)
             return -1;
@@ -483,7 +483,7 @@ s_regex_next (self_t *self)
 {
     while (!self->regex_out && zlistx_size (self->regex_runs) > 0) {
         regex_run_t *run = (regex_run_t *) zlistx_first (self->regex_runs);
-        if (s_regex_fill (self, run, zclock_mono ()) == -1)
+        if (s_regex_fill (self, run) == -1)
             kvp_job_fail (run->job, KVPOOL_INTERNAL_ERROR, "no memory for the keys to match");
         else if (regex_batch_count (run->batch) > 0
                  && regex_matcher_submit (self->matcher, run->batch) == 0) {
@@ -517,7 +517,7 @@ s_regex_start (self_t *self, kvp_job_t *job, zframe_t **routing_id_p)
         s_regex_run_end (self, &run);
         return;
     }
-    job->result_count = 0;
+    job->result_count = job->result_kept = 0;
     zlistx_add_end (self->regex_runs, run);
     s_regex_next (self);
 }
@@ -542,23 +542,28 @@ s_regex_finish (self_t *self)
     else {
         int64_t now = zclock_mono ();
         kvp_job_t *free_job = NULL;
-        uint64_t removed = 0;
+        uint64_t removed = 0, kept = 0;
         for (size_t i = 0; i < regex_batch_count (batch); i++) {
             if (!regex_batch_hit (batch, i))
                 continue;
-            //  Only the object the key was copied from, if it is still there and removable.
+            //  Only the object the key was copied from, if it is still there: removed, or
+            //  kept for its lease (or a same-machine read in progress).
             kvp_object_t *object = (kvp_object_t *) object_table_lookup (
                 self->objects, regex_batch_key (batch, i, NULL));
             if (!object || object->id != regex_batch_tag (batch, i)
-                || object->state != OBJECT_COMPLETE
-                || !rm_take_unleased (self, object, job->opt.force, now))
+                || object->state != OBJECT_COMPLETE)
                 continue;
+            if (!rm_take_unleased (self, object, job->opt.force, now)) {
+                kept++;
+                continue;
+            }
             rm_object_drop (self, object, &free_job, now);
             self->removes++;
             removed++;
         }
         rm_frees_apply (self, &free_job);
         job->result_count = removed;
+        job->result_kept = kept;
     }
     s_regex_run_end (self, &run);
     s_regex_next (self);
@@ -725,8 +730,7 @@ s_handle_job (self_t *self, kvp_job_t *job, zframe_t **reply_to_p)
         if (allocator_handle (self->allocator, job, reply_to_p))
             return true;
         //  A placement that found no room makes it here, now (replica_evict.c).
-        return job->kind == KVP_AL_ALLOC
-               && rm_make_room (self, job, reply_to_p, zclock_mono ());
+        return job->kind == KVP_AL_ALLOC && rm_make_room (self, job, reply_to_p, zclock_mono ());
     }
     int64_t now = zclock_mono ();
     switch (job->kind) {
@@ -1333,6 +1337,13 @@ replica_manager_test (bool verbose)
     kvp_job_destroy (&job);
     job = s_test_call (rm, KVP_RM_REMOVE, y1, 1);
     assert (job->items[0].status == KVPOOL_OBJECT_HAS_LEASE);
+    kvp_job_destroy (&job);
+    //  A regex removal says it matched the leased object and kept it.
+    job = kvp_job_new (KVP_RM_REMOVE_REGEX, 0);
+    kvp_job_payload (job, KVP_PAYLOAD_REGEX);
+    job->regex.pattern = "^y1$";
+    assert (kvp_job_send (rm, job) == 0 && kvp_job_recv (rm) == job);
+    assert (job->status == KVPOOL_OK && job->result_count == 0 && job->result_kept == 1);
     kvp_job_destroy (&job);
     zclock_sleep ((int) (touched + 201 - zclock_mono ()));
     job = s_test_call (rm, KVP_RM_REMOVE, y1, 1);

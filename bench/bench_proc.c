@@ -215,10 +215,12 @@ bench_kvpoold_start (bench_kvpoold_t *self, const char *path, const char *name,
         self->log[0] = 0;
         return -1;
     }
+    //  No metrics over HTTP unless args ask (they come after): daemons of several benches
+    //  run side by side, and a port in use fails a start.
     const char *argv[64] = {
-        path,           "--endpoint",    "tcp://127.0.0.1:*", "--admin", "tcp://127.0.0.1:*",
-        "--ready-file", self->ready_file};
-    size_t argc = 7;
+        path,           "--endpoint",     "tcp://127.0.0.1:*", "--admin", "tcp://127.0.0.1:*",
+        "--ready-file", self->ready_file, "--metrics-port",    "0"};
+    size_t argc = 9;
     for (size_t i = 0; args && args[i]; i++) {
         if (argc + 1 >= sizeof argv / sizeof argv[0]) {
             fprintf (stderr, "kvpool-bench: too many kvpoold arguments\n");

@@ -36,12 +36,18 @@
 
 #include <czmq.h>
 
+#include "client/connect_probe.h"
 #include "protocol/contract.h"
+#include "protocol/status.h"
 
 //  Put values at least this large go to libzmq without a copy (see s_send_request).
 #define KVPC_ZERO_COPY_MIN (64u << 10)
 //  How long a connection waits for the node on its ipc endpoint before it stays where it is.
 #define KVPC_LOCAL_PING_MS 1000
+//  kvpc_conn_new: every connect attempt refused for this long (libzmq tries every 100 ms)
+//  means nothing listens: long enough for a node that is binding its sockets as the client
+//  starts, far shorter than the connect timeout a node that is there but slow gets.
+#define KVPC_REFUSED_MS 500
 
 struct _kvpc_conn_t {
     kvpc_process_t *process; //  the process context (a reference)
@@ -64,8 +70,12 @@ struct _kvpc_conn_t {
     atomic_size_t zc_pending; //  zero-copy value frames libzmq still holds
     bool has_curve;
     kvpc_curve_t curve;                   //  CURVE keys, when has_curve
-    bool watching;                        //  in kvpc_conn_new: handshakes are watched
-    void *auth_monitor;                   //  PAIR: handshake failures until the first PING
+    bool watching;                        //  in kvpc_conn_new: connects and handshakes are watched
+    void *auth_monitor;                   //  PAIR: the socket's events until the first PING
+    int handshake;                        //  the first ZMQ_EVENT_HANDSHAKE_FAILED_* seen, or 0
+    uint32_t handshake_value;             //  ... and its status
+    int64_t refused_since;                //  every connect attempt failed since (ms), or 0
+    int refused;                          //  why the first PING was given up: a connect errno, or 0
     kvpc_conn_t *peers[KVPC_MAX_PEERS];   //  other nodes of a cluster (kvpc_conn_peer)
     char *peer_endpoints[KVPC_MAX_PEERS]; //  ... as the REDIRECT named them
     size_t peer_count;
@@ -193,15 +203,75 @@ kvpc_socket_watch (void *ctx, void *socket, int events)
     return pair;
 }
 
-//  Watches socket's handshakes (before it connects), so that a connection that gets no answer
-//  can say whether the node refused its key.
+//  Watches socket's connects and handshakes (before it connects), so that a connection that
+//  gets no answer can say whether nothing listens or the node refused its key.
 static void
 s_auth_watch (kvpc_conn_t *self, void *ctx, void *socket)
 {
-    self->auth_monitor =
-        kvpc_socket_watch (ctx, socket,
-                           ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL
-                               | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL);
+    self->auth_monitor = kvpc_socket_watch (
+        ctx, socket,
+        ZMQ_EVENT_CONNECTED | ZMQ_EVENT_CLOSED | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH
+            | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL);
+}
+
+//  Reads the events the monitor has. A connect attempt that failed closes its socket
+//  (ZMQ_EVENT_CLOSED; a connection that ends after connecting says DISCONNECTED instead), one
+//  that succeeded says CONNECTED.
+static void
+s_watch_read (kvpc_conn_t *self)
+{
+    while (self->auth_monitor) {
+        zmq_msg_t frame;
+        zmq_msg_init (&frame);
+        if (zmq_msg_recv (&frame, self->auth_monitor, ZMQ_DONTWAIT) == -1) {
+            zmq_msg_close (&frame);
+            return;
+        }
+        uint16_t event = 0;
+        uint32_t value = 0;
+        if (zmq_msg_size (&frame) >= 6) {
+            const uint8_t *data = (const uint8_t *) zmq_msg_data (&frame);
+            memcpy (&event, data, 2);
+            memcpy (&value, data + 2, 4);
+        }
+        bool more = zmq_msg_more (&frame);
+        zmq_msg_close (&frame);
+        while (more) { //  the endpoint
+            zmq_msg_init (&frame);
+            more = zmq_msg_recv (&frame, self->auth_monitor, 0) != -1 && zmq_msg_more (&frame);
+            zmq_msg_close (&frame);
+        }
+        if (event == ZMQ_EVENT_CONNECTED)
+            self->refused_since = 0;
+        else if (event == ZMQ_EVENT_CLOSED && !self->refused_since)
+            self->refused_since = s_now_ms ();
+        else if ((event
+                  & (ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL
+                     | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL))
+                 && !self->handshake) {
+            self->handshake = event;
+            self->handshake_value = value;
+        }
+    }
+}
+
+//  While the first PING waits (s_recv_reply): whether to give it up because nothing listens,
+//  with the reason in self->refused. Every attempt refused for KVPC_REFUSED_MS, or until the
+//  deadline, is asked of the kernel once (connect_probe.h): someone listening by now keeps
+//  the wait going.
+static bool
+s_watch_refused (kvpc_conn_t *self, int64_t now, int64_t deadline)
+{
+    if (!self->auth_monitor || !self->refused_since
+        || (now - self->refused_since < KVPC_REFUSED_MS && now < deadline))
+        return false;
+    int error = kvpc_connect_probe (self->endpoint, 100);
+    if (error == 0) {
+        self->refused_since = 0;
+        return false;
+    }
+    self->refused = error > 0 ? error : ECONNREFUSED;
+    return true;
 }
 
 //  Stops watching; returns the first handshake failure seen (a ZMQ_EVENT_HANDSHAKE_* event
@@ -211,17 +281,9 @@ s_auth_unwatch (kvpc_conn_t *self, uint32_t *value)
 {
     if (!self->auth_monitor)
         return 0;
-    int event = 0;
-    zmq_msg_t frame;
-    zmq_msg_init (&frame);
-    if (zmq_msg_recv (&frame, self->auth_monitor, ZMQ_DONTWAIT) >= 6) {
-        const uint8_t *data = (const uint8_t *) zmq_msg_data (&frame);
-        uint16_t number;
-        memcpy (&number, data, 2);
-        memcpy (value, data + 2, 4);
-        event = number;
-    }
-    zmq_msg_close (&frame);
+    s_watch_read (self);
+    int event = self->handshake;
+    *value = self->handshake_value;
     if (self->socket)
         zmq_socket_monitor (self->socket, NULL, 0);
     zmq_close (self->auth_monitor);
@@ -344,14 +406,24 @@ s_recv_reply (kvpc_conn_t *self, int64_t deadline, uint64_t want_id, size_t expe
               kvpc_reply_t *reply, size_t *extra)
 {
     while (self->socket) {
-        int64_t left = deadline - s_now_ms ();
+        int64_t now = s_now_ms ();
+        if (s_watch_refused (self, now, deadline))
+            return -2;
+        int64_t left = deadline - now;
         if (left <= 0)
             return -1;
-        zmq_pollitem_t item = {self->socket, 0, ZMQ_POLLIN, 0};
-        int rc = zmq_poll (&item, 1, (long) left);
+        //  While the first PING waits, the monitor's events too, and a look at least every
+        //  100 ms at whether every connect was refused.
+        zmq_pollitem_t items[2] = {{self->socket, 0, ZMQ_POLLIN, 0},
+                                   {self->auth_monitor, 0, ZMQ_POLLIN, 0}};
+        int nitems = self->auth_monitor ? 2 : 1;
+        long wait = nitems == 2 && left > 100 ? 100 : (long) left;
+        int rc = zmq_poll (items, nitems, wait);
         if (rc == -1 && errno != EINTR)
             return -1;
-        if (rc <= 0)
+        if (nitems == 2 && (items[1].revents & ZMQ_POLLIN))
+            s_watch_read (self);
+        if (rc <= 0 || !(items[0].revents & ZMQ_POLLIN))
             continue;
         zmq_msg_t head;
         zmq_msg_init (&head);
@@ -458,6 +530,15 @@ kvpc_call_recv (kvpc_conn_t *self, Kvpool__V1__Request *request, size_t expect_f
     //  before this one.
     if (rc == 0)
         self->oneway_pending = false;
+    if (rc == -2 && (self->refused == ECONNREFUSED || self->refused == ENOENT)) {
+        kvpc_set_error (self, "connection refused: nothing listens on %s (%s)", self->endpoint,
+                        strerror (self->refused));
+        return KVPOOL_RPC_FAIL;
+    }
+    if (rc == -2) {
+        kvpc_set_error (self, "cannot reach %s: %s", self->endpoint, strerror (self->refused));
+        return KVPOOL_RPC_FAIL;
+    }
     if (rc) {
         kvpc_set_error (self, "no reply to %s from %s within %d ms", s_op_name (request->op),
                         self->endpoint, self->timeout_ms);
@@ -624,10 +705,28 @@ s_go_local (kvpc_conn_t *self)
     memcpy (self->server_id, server_id, sizeof server_id);
 }
 
+static __thread char s_connect_error[400];
+
+const char *
+kvpc_connect_error (void)
+{
+    return s_connect_error;
+}
+
+void
+kvpc_set_connect_error (const char *format, ...)
+{
+    va_list args;
+    va_start (args, format);
+    vsnprintf (s_connect_error, sizeof s_connect_error, format, args);
+    va_end (args);
+}
+
 kvpc_conn_t *
 kvpc_conn_new (const char *endpoint, int timeout_ms, int connect_timeout_ms, bool keep_endpoint,
                const kvpc_curve_t *curve)
 {
+    s_connect_error[0] = 0;
     kvpc_conn_t *self = calloc (1, sizeof *self);
     if (!self)
         return NULL;
@@ -652,6 +751,7 @@ kvpc_conn_new (const char *endpoint, int timeout_ms, int connect_timeout_ms, boo
     self->ctx = ctx;
     if (s_socket_open (self, ctx)) {
         int saved = errno;
+        kvpc_set_connect_error ("%s", zmq_strerror (saved));
         kvpc_process_release (&self->process);
         free (self->endpoint);
         free (self);
@@ -669,11 +769,28 @@ kvpc_conn_new (const char *endpoint, int timeout_ms, int connect_timeout_ms, boo
     int failure = s_auth_unwatch (self, &value);
     self->watching = false;
     if (rc) {
+        int error = failure == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH ? EACCES
+                    : failure                                  ? EKEYREJECTED
+                    : self->refused == ENOENT                  ? ECONNREFUSED
+                    : self->refused                            ? self->refused
+                    : rc == KVPOOL_RPC_FAIL                    ? ETIMEDOUT
+                                                               : EPROTO;
+        if (error == EACCES)
+            kvpc_set_connect_error ("the node refused this client's CURVE key (its public "
+                                    "certificate is not in the node's --curve-allow directory)");
+        else if (error == EKEYREJECTED && self->has_curve)
+            kvpc_set_connect_error ("the CURVE handshake failed (a wrong server certificate, or "
+                                    "CURVE on this client only)");
+        else if (error == EKEYREJECTED)
+            kvpc_set_connect_error ("the CURVE handshake failed (CURVE on the node but not on "
+                                    "this client, or what listens there is not a kvpoold)");
+        else if (error == EPROTO)
+            kvpc_set_connect_error ("PING answered %s%s%s", kvp_status_name (rc),
+                                    self->last_error[0] ? ": " : "", self->last_error);
+        else
+            kvpc_set_connect_error ("%s", self->last_error);
         kvpc_conn_destroy (&self);
-        errno = failure == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH ? EACCES
-                : failure                                  ? ECONNREFUSED
-                : rc == KVPOOL_RPC_FAIL                    ? ETIMEDOUT
-                                                           : EPROTO;
+        errno = error;
         return NULL;
     }
     char boot_id[64];

@@ -50,12 +50,18 @@ typedef struct {
 //  Connects to endpoint and checks that the node answers a PING within connect_timeout_ms;
 //  then every call waits up to timeout_ms. On the node's machine the connection moves to the
 //  node's ipc endpoint unless keep_endpoint. curve: CURVE keys, or NULL for none. Returns
-//  NULL with errno set on failure (ENOMEM, a bad endpoint, ETIMEDOUT: no answer, EPROTO: a
-//  bad one, EACCES: the node refused this client's CURVE key, ECONNREFUSED: the CURVE
-//  handshake failed otherwise: a wrong server key, or CURVE on one side only). Caller owns
-//  the return value and must destroy it.
+//  NULL with errno set on failure (ENOMEM, a bad endpoint, ECONNREFUSED: nothing listens
+//  there, every attempt refused for 500 ms or until connect_timeout_ms, EHOSTUNREACH and the
+//  like: the kernel's reason, ETIMEDOUT: no answer, EPROTO: a bad one, EACCES: the node
+//  refused this client's CURVE key, EKEYREJECTED: the CURVE handshake failed otherwise: a
+//  wrong server key, or CURVE on one side only), and kvpc_connect_error saying why in words.
+//  Caller owns the return value and must destroy it.
 kvpc_conn_t *kvpc_conn_new (const char *endpoint, int timeout_ms, int connect_timeout_ms,
                             bool keep_endpoint, const kvpc_curve_t *curve);
+//  Why this thread's last kvpc_conn_new failed ("" after one that succeeded); the layers
+//  above set it for their own failures with kvpc_set_connect_error.
+const char *kvpc_connect_error (void);
+void kvpc_set_connect_error (const char *format, ...) __attribute__ ((format (printf, 1, 2)));
 //  A connection to another node of the cluster (a client endpoint a GET's REDIRECT named),
 //  made on first need with this connection's timeouts and CURVE certificate, the node's own
 //  server key (curve_key; NULL or "": this connection's) and kept until this one is destroyed

@@ -134,6 +134,7 @@ kvpool_connect (const char *endpoint, const kvpool_options_t *options)
     if (!strstr (endpoint, "://")) {
         if (snprintf (with_scheme, sizeof with_scheme, "tcp://%s", endpoint)
             >= (int) sizeof with_scheme) {
+            kvpc_set_connect_error ("the endpoint is too long");
             errno = EINVAL;
             return NULL;
         }
@@ -141,11 +142,21 @@ kvpool_connect (const char *endpoint, const kvpool_options_t *options)
     }
     kvpc_curve_t curve;
     int has_curve = s_curve_load (options, &curve);
-    if (has_curve < 0)
+    if (has_curve < 0) {
+        int saved = errno;
+        if (saved == EINVAL)
+            kvpc_set_connect_error ("CURVE needs a certificate file each for curve_secret_file "
+                                    "and curve_server_file (make them with kvpool keygen)");
+        else
+            kvpc_set_connect_error ("a CURVE certificate file: %s", strerror (saved));
+        errno = saved;
         return NULL;
+    }
     kvpool_t *self = calloc (1, sizeof *self);
-    if (!self)
+    if (!self) {
+        kvpc_set_connect_error ("out of memory");
         return NULL;
+    }
     int timeout = options->timeout_ms > 0 ? options->timeout_ms : KVPC_DEFAULT_TIMEOUT_MS;
     self->conn = kvpc_conn_new (endpoint, timeout, options->connect_timeout_ms,
                                 options->keep_endpoint != 0, has_curve == 0 ? &curve : NULL);
@@ -155,6 +166,8 @@ kvpool_connect (const char *endpoint, const kvpool_options_t *options)
     }
     if (!self->conn || !self->fast_path || !self->memory) {
         int saved = self->conn ? ENOMEM : errno;
+        if (self->conn)
+            kvpc_set_connect_error ("out of memory");
         kvpool_destroy (&self);
         errno = saved;
         return NULL;
@@ -168,6 +181,12 @@ kvpool_connect (const char *endpoint, const kvpool_options_t *options)
         kvpc_fast_path_open (self->fast_path);
     kvpc_clear_error (self->conn);
     return self;
+}
+
+const char *
+kvpool_connect_error (void)
+{
+    return kvpc_connect_error ();
 }
 
 void
@@ -464,7 +483,7 @@ kvpool_prefix_match (kvpool_t *self, size_t blocks, size_t ranks, const char *co
         request.keys = sent.wire + at * ranks;
         request.n_keys = take * ranks;
         request.ranks = (uint32_t) ranks;
-        int64_t got = kvpc_socket_count (self->conn, &request);
+        int64_t got = kvpc_socket_count (self->conn, &request, NULL);
         if (got < 0) {
             count = got;
             break;
@@ -527,13 +546,32 @@ kvpool_release (kvpool_t *self, size_t n, const char *const *keys, int *statuses
 int64_t
 kvpool_remove_by_regex (kvpool_t *self, const char *pattern, bool force)
 {
+    return kvpool_remove_by_regex_counts (self, pattern, force, NULL, NULL);
+}
+
+int64_t
+kvpool_remove_by_regex_counts (kvpool_t *self, const char *pattern, bool force, uint64_t *matched,
+                               uint64_t *kept)
+{
+    if (matched)
+        *matched = 0;
+    if (kept)
+        *kept = 0;
     if (!self || !pattern)
         return KVPOOL_INVALID_PARAMS;
     Kvpool__V1__Request request = KVPOOL__V1__REQUEST__INIT;
     request.op = KVPOOL__V1__OP__REMOVE_BY_REGEX;
     request.pattern = (char *) pattern;
     request.force = force;
-    return kvpc_socket_count (self->conn, &request);
+    uint64_t left = 0;
+    int64_t removed = kvpc_socket_count (self->conn, &request, &left);
+    if (removed < 0)
+        return removed;
+    if (matched)
+        *matched = (uint64_t) removed + left;
+    if (kept)
+        *kept = left;
+    return removed;
 }
 
 int64_t
@@ -544,7 +582,7 @@ kvpool_remove_all (kvpool_t *self, bool force)
     Kvpool__V1__Request request = KVPOOL__V1__REQUEST__INIT;
     request.op = KVPOOL__V1__OP__REMOVE_ALL;
     request.force = force;
-    return kvpc_socket_count (self->conn, &request);
+    return kvpc_socket_count (self->conn, &request, NULL);
 }
 
 int64_t
@@ -554,7 +592,7 @@ kvpool_reset (kvpool_t *self)
         return KVPOOL_INVALID_PARAMS;
     Kvpool__V1__Request request = KVPOOL__V1__REQUEST__INIT;
     request.op = KVPOOL__V1__OP__RESET;
-    return kvpc_socket_count (self->conn, &request);
+    return kvpc_socket_count (self->conn, &request, NULL);
 }
 
 //  ---- puts ---------------------------------------------------------------------------------

@@ -75,13 +75,15 @@ kvpc_socket_keys (kvpc_conn_t *conn, Kvpool__V1__Op op, const kvpc_keys_t *keys,
 }
 
 int64_t
-kvpc_socket_count (kvpc_conn_t *conn, Kvpool__V1__Request *request)
+kvpc_socket_count (kvpc_conn_t *conn, Kvpool__V1__Request *request, uint64_t *kept)
 {
     kvpc_reply_t reply;
     int rc = s_simple_call (conn, request, &reply);
     if (rc)
         return rc;
     int64_t count = reply.msg->count > INT64_MAX ? INT64_MAX : (int64_t) reply.msg->count;
+    if (kept)
+        *kept = reply.msg->kept;
     kvpc_reply_free (&reply);
     return count;
 }

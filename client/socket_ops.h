@@ -22,8 +22,9 @@ typedef enum { KVPC_AS_STATUS, KVPC_AS_EXIST, KVPC_AS_SIZE } kvpc_outcome_t;
 int kvpc_socket_keys (kvpc_conn_t *conn, Kvpool__V1__Op op, const kvpc_keys_t *keys, bool force,
                       kvpc_outcome_t as, int64_t *results);
 //  A request without keys answered with a count (REMOVE_BY_REGEX, REMOVE_ALL, RESET).
-//  Returns the count or a negative status.
-int64_t kvpc_socket_count (kvpc_conn_t *conn, Kvpool__V1__Request *request);
+//  Returns the count or a negative status; *kept (may be NULL): the reply's kept count
+//  (REMOVE_BY_REGEX: objects that matched and were kept by a lease).
+int64_t kvpc_socket_count (kvpc_conn_t *conn, Kvpool__V1__Request *request, uint64_t *kept);
 
 //  PUT (or UPSERT) of keys' values (values indexed by caller index), in requests of bounded
 //  size.

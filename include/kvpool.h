@@ -84,7 +84,8 @@ typedef struct {
     //  CURVE (docs/security.md), both or neither: this client's certificate (the NAME_secret
     //  file `kvpool keygen NAME` writes; its public half, NAME, goes in the node's
     //  --curve-allow directory) and the node's public certificate. A node that refuses the
-    //  key fails kvpool_connect with EACCES. NULL: no CURVE.
+    //  key fails kvpool_connect with EACCES; a wrong server certificate, or CURVE on one side
+    //  only, with EKEYREJECTED. NULL: no CURVE.
     const char *curve_secret_file;
     const char *curve_server_file;
 } kvpool_options_t;
@@ -105,9 +106,18 @@ KVPOOL_EXPORT int kvpool_tune_malloc (void);
 
 //  Connects to a node and checks it answers a PING within the connect timeout. endpoint is
 //  tcp://HOST:PORT, ipc://PATH or ipc://@NAME; a bare HOST:PORT means tcp://HOST:PORT.
-//  Returns NULL on failure (bad endpoint, no answer). Caller owns the return value and must
-//  destroy it with kvpool_destroy. options may be NULL for the defaults.
+//  Returns NULL on failure, with errno and kvpool_connect_error saying why: ECONNREFUSED when
+//  nothing listens there (every attempt refused for 500 ms, or for the whole connect timeout
+//  when shorter: a node that is still binding its sockets gets that long; retry, or wait for
+//  the node's --ready-file, to wait longer), EHOSTUNREACH and the like when the kernel cannot
+//  reach it, ETIMEDOUT when something listens but no PING reply came, EACCES or EKEYREJECTED
+//  for CURVE (see curve_secret_file), EINVAL for a bad endpoint or certificate. Caller owns
+//  the return value and must destroy it with kvpool_destroy. options may be NULL for the
+//  defaults.
 KVPOOL_EXPORT kvpool_t *kvpool_connect (const char *endpoint, const kvpool_options_t *options);
+//  Why this thread's last kvpool_connect failed, in words, e.g. "connection refused: nothing
+//  listens on tcp://127.0.0.1:1 (Connection refused)"; "" after one that succeeded.
+KVPOOL_EXPORT const char *kvpool_connect_error (void);
 
 //  Closes the connection; does nothing on NULL; sets *self_p to NULL.
 KVPOOL_EXPORT void kvpool_destroy (kvpool_t **self_p);
@@ -185,6 +195,13 @@ KVPOOL_EXPORT int64_t kvpool_get_size (kvpool_t *self, const char *key);
 KVPOOL_EXPORT int kvpool_remove (kvpool_t *self, const char *key, bool force);
 //  Returns the number of objects removed, or a negative status.
 KVPOOL_EXPORT int64_t kvpool_remove_by_regex (kvpool_t *self, const char *pattern, bool force);
+//  kvpool_remove_by_regex, and what else matched: *matched the committed objects whose key
+//  matched, *kept how many of them stayed, each for a read lease or a same-machine read in
+//  progress (force removes them; in a cluster removes are forced, and kept is 0). Either
+//  pointer may be NULL; both are 0 on failure. Returns the number removed (matched - kept),
+//  or a negative status.
+KVPOOL_EXPORT int64_t kvpool_remove_by_regex_counts (kvpool_t *self, const char *pattern,
+                                                     bool force, uint64_t *matched, uint64_t *kept);
 KVPOOL_EXPORT int64_t kvpool_remove_all (kvpool_t *self, bool force);
 //  Drains transfers in flight, then removes every object past leases. Returns the number
 //  removed or a negative status.

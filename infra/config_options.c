@@ -593,7 +593,7 @@ const opt_t kvp_config_options[] = {
      .max = 65535,
      .default_value = "9003",
      .help = "serve /metrics (Prometheus) and /health over HTTP on this port; 0: off; a port "
-             "in use is logged and skipped (docs/metrics.md)"},
+             "that cannot be bound (in use) fails the start (docs/metrics.md)"},
     {.name = "metrics-host",
      .arg = "ADDRESS",
      .kind = OPT_STRING,

@@ -21,11 +21,12 @@
     on one epoll thread where a silent connection costs a descriptor and nothing else. The
     descriptors come out of the reserve the client listener leaves (conn_guard.c). Only GET
     and HEAD of /metrics and /health; anything else is 404 or 405. A port that cannot be
-    bound is logged and the node serves on without HTTP (several nodes on one machine share
-    the default port: give each its own --metrics-port).
+    bound (in use: another node on this machine has the default port) fails the start:
+    ENDPOINTS answers the reason, and kvpoold exits with it rather than serve without the
+    metrics it was asked for (--metrics-port 0: no HTTP at all).
 
         zactor_t *metrics = zactor_new (metrics_http_actor, &config);  //  config.metrics set
-        zstr_send (metrics, "ENDPOINTS");  //  "OK", "http://127.0.0.1:9003" (or "OK" alone)
+        zstr_send (metrics, "ENDPOINTS");  //  "OK", "http://127.0.0.1:9003"; or "ERROR", why
 
     Threads: this actor's (the collector, owning the job socket) and libmicrohttpd's (the
     handler, reading kvp_metrics_t only).
@@ -37,6 +38,8 @@
 #include <arpa/inet.h>
 #include <microhttpd.h>
 #include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "infra/actor_shell.h"
 #include "infra/endpoints.h"
@@ -56,7 +59,8 @@ typedef struct {
     const kvp_config_t *config;
     kvp_metrics_t *metrics;
     struct MHD_Daemon *http;
-    char url[300]; //  where /metrics is, once bound
+    char url[300];   //  where /metrics is, once bound
+    char error[300]; //  why HTTP could not start ("" if it did)
     bool job_out;
     int64_t next_collect;
 } self_t;
@@ -116,7 +120,22 @@ s_answer (void *cls, struct MHD_Connection *connection, const char *url, const c
                       strlen ("not found: try /metrics or /health\n"), "text/plain");
 }
 
-//  Starts HTTP on --metrics-host:--metrics-port; logs and returns on failure.
+//  Why address:port cannot be bound: libmicrohttpd does not say, so a socket of our own
+//  tries (it is closed at once). Returns an errno, or 0 when the bind works now.
+static int
+s_bind_errno (const struct addrinfo *address)
+{
+    int fd = socket (address->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd == -1)
+        return errno;
+    int one = 1;
+    setsockopt (fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    int rc = bind (fd, address->ai_addr, address->ai_addrlen) == 0 ? 0 : errno;
+    close (fd);
+    return rc;
+}
+
+//  Starts HTTP on --metrics-host:--metrics-port; on failure, says why in self->error.
 static void
 s_http_start (self_t *self)
 {
@@ -129,8 +148,9 @@ s_http_start (self_t *self)
     struct addrinfo *found = NULL;
     int rc = getaddrinfo (config->metrics_host, port, &hints, &found);
     if (rc != 0 || !found) {
-        kvp_warning ("cannot resolve --metrics-host %s: %s; no metrics over HTTP",
-                     config->metrics_host, gai_strerror (rc));
+        snprintf (self->error, sizeof self->error,
+                  "cannot resolve --metrics-host %s: %s (--metrics-port 0: no metrics over HTTP)",
+                  config->metrics_host, gai_strerror (rc));
         return;
     }
     //  One internal thread polling with epoll (MHD_USE_AUTO picks it on Linux): silent
@@ -151,10 +171,13 @@ s_http_start (self_t *self)
                    sizeof host);
     else
         inet_ntop (AF_INET, &((struct sockaddr_in *) found->ai_addr)->sin_addr, host, sizeof host);
-    if (!self->http)
-        kvp_warning ("cannot serve HTTP on %s port %s (in use, or not an address of "
-                     "this machine); no metrics over HTTP",
-                     host, port);
+    if (!self->http) {
+        int why = s_bind_errno (found);
+        snprintf (self->error, sizeof self->error,
+                  "cannot serve /metrics on %s port %s: %s (give each node on a machine its own "
+                  "--metrics-port, or --metrics-port 0 for no metrics over HTTP)",
+                  host, port, why ? strerror (why) : "libmicrohttpd failed to start");
+    }
     else
         snprintf (self->url, sizeof self->url,
                   found->ai_family == AF_INET6 ? "http://[%s]:%s" : "http://%s:%s", host, port);
@@ -229,7 +252,7 @@ s_pipe_command (actor_shell_t *shell, const char *command, zmsg_t *msg, void *ar
         zlistx_t *endpoints = zlistx_new ();
         if (*self->url)
             zlistx_add_end (endpoints, self->url);
-        kvp_endpoints_reply (self->pipe, endpoints, "");
+        kvp_endpoints_reply (self->pipe, endpoints, self->error);
         zlistx_destroy (&endpoints);
     }
     else {

@@ -194,17 +194,17 @@ typedef struct {
     //  What every stage reads (hot fields first)
     const char *key; //  NUL-terminated; owned by the job's request
     size_t key_len;
-    uint64_t size;        //  value size
-    int status;           //  KVPOOL_OK or a negative kvpool_status_t
+    uint64_t size; //  value size
+    int status;    //  KVPOOL_OK or a negative kvpool_status_t
     uint32_t replica_count;
-    const void *src;      //  KVP_TX_WRITE: the value's bytes (a received frame)
+    const void *src;         //  KVP_TX_WRITE: the value's bytes (a received frame)
     kvp_replica_t *replicas; //  KVP_MAX_REPLICAS slots once kvp_job_need_replicas ran
     kvp_object_t *object;    //  KVP_RM_GET: the pin on the object (a handle: only for
                              //  kvp_object_unpin, when the send completes)
-    uint64_t object_id; //  the pending object KVP_RM_RESERVE made for the key (PUT_START;
-                        //  0: none), which KVP_RM_BIND then finds
-    uint64_t offset;    //  a ranged GET (job->opt.ranged), a PUT_PART: the first byte ...
-    uint64_t length;    //  ... and at most this many bytes from there
+    uint64_t object_id;      //  the pending object KVP_RM_RESERVE made for the key (PUT_START;
+                             //  0: none), which KVP_RM_BIND then finds
+    uint64_t offset;         //  a ranged GET (job->opt.ranged), a PUT_PART: the first byte ...
+    uint64_t length;         //  ... and at most this many bytes from there
     //  A value read from disk or from another node: owned by the item until it is sent;
     //  freed with buffer_free.
     void *buffer;
@@ -370,6 +370,7 @@ typedef struct {
     //  in-process clients. Reservations and read pins belong to it.
     uint64_t owner_id;
     uint64_t result_count; //  REPLY_COUNT: objects removed, leading whole blocks
+    uint64_t result_kept;  //  REMOVE_BY_REGEX: objects that matched and were kept by a lease
     kvp_job_options_t opt; //  a put's and a get's options
     kvp_job_vm_t vm;       //  a PUT by address (KVP_VIA_VM)
     uint64_t rdma_conn;    //  values by RDMA on the data plane (KVP_VIA_RDMA): the connection

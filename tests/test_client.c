@@ -138,6 +138,32 @@ s_test_connect (void)
     CHECK (pool == NULL);
     CHECK (elapsed >= 250);
     CHECK (elapsed < 2000);
+    //  (Refused for the whole of a timeout shorter than the refusal window: said as such.)
+    CHECK_EQ (errno, ECONNREFUSED);
+
+    //  Nothing listens: said within the refusal window (500 ms), far within the default
+    //  timeout (5 s), in words and errno, for tcp and ipc.
+    char expected[160];
+    start = s_now_ms ();
+    CHECK (kvpool_connect (endpoint, NULL) == NULL);
+    elapsed = s_now_ms () - start;
+    CHECK_EQ (errno, ECONNREFUSED);
+    CHECK (elapsed >= 450 && elapsed < 1500);
+    snprintf (expected, sizeof expected,
+              "connection refused: nothing listens on %s (Connection refused)", endpoint);
+    CHECK (strcmp (kvpool_connect_error (), expected) == 0);
+    const char *no_file = "ipc:///tmp/kvpool-test-no-such-socket";
+    start = s_now_ms ();
+    CHECK (kvpool_connect (no_file, NULL) == NULL);
+    CHECK_EQ (errno, ECONNREFUSED);
+    CHECK (s_now_ms () - start < 1500);
+    snprintf (expected, sizeof expected,
+              "connection refused: nothing listens on %s (No such file or directory)", no_file);
+    CHECK (strcmp (kvpool_connect_error (), expected) == 0);
+    //  A connect that succeeds says nothing.
+    kvpool_t *live = kvpool_connect (s_endpoint, NULL);
+    CHECK (live && strcmp (kvpool_connect_error (), "") == 0);
+    kvpool_destroy (&live);
 
     //  connect_timeout_ms overrides timeout_ms for the first PING.
     options.timeout_ms = 10000;
@@ -666,6 +692,26 @@ s_test_admin (kvpool_t *pool, const char *prefix)
     CHECK_EQ (kvpool_exist (pool, key), 1);
     CHECK_EQ (kvpool_remove_by_regex (pool, NULL, true), KVPOOL_INVALID_PARAMS);
     CHECK (kvpool_remove_by_regex (pool, "([unclosed", true) < 0);
+    //  ... and, with _counts, what matched and what a read lease kept.
+    const char *leased[] = {"rx-l-1", "rx-l-2", "rx-l-3"};
+    for (int i = 0; i < 3; i++) {
+        snprintf (key, sizeof key, "%s-%s", prefix, leased[i]);
+        CHECK_EQ (kvpool_put (pool, key, leased[i], strlen (leased[i]), NULL), KVPOOL_OK);
+        char read[16];
+        if (i < 2) //  a read leases the key
+            CHECK_EQ (kvpool_get_into (pool, key, read, sizeof read), (int64_t) strlen (leased[i]));
+    }
+    snprintf (pattern, sizeof pattern, "^%s-rx-l-", prefix);
+    uint64_t matched = 99, kept = 99;
+    CHECK_EQ (kvpool_remove_by_regex_counts (pool, pattern, false, &matched, &kept), 1);
+    CHECK_EQ (matched, 3);
+    CHECK_EQ (kept, 2);
+    CHECK_EQ (kvpool_remove_by_regex_counts (pool, pattern, true, &matched, NULL), 2);
+    CHECK_EQ (matched, 2);
+    CHECK_EQ (kvpool_remove_by_regex_counts (pool, pattern, true, NULL, &kept), 0);
+    CHECK_EQ (kept, 0);
+    CHECK (kvpool_remove_by_regex_counts (pool, "([unclosed", true, &matched, &kept) < 0);
+    CHECK (matched == 0 && kept == 0);
 
     //  Two-phase put: invisible until put_end; a revoked key never appears.
     const char *keys[3];

@@ -54,7 +54,8 @@ static const char *s_usage =
     "  rm [--force] KEY...     remove keys (--force: even under a read lease)\n"
     "  rm [--force] --regex PATTERN\n"
     "                          remove keys matching a PCRE2 regex (unanchored search);\n"
-    "                          print the count\n"
+    "                          print the count removed; exit 1 when a read lease\n"
+    "                          kept some that matched (stderr says how many)\n"
     "  rm --all [--force]      remove every object; print the count\n"
     "  reset                   drain transfers, remove every object; print the count\n"
     "  stats                   node statistics, one \"name: value\" per line\n"
@@ -106,19 +107,16 @@ static kvpool_t *
 s_connect (cli_t *cli)
 {
     cli->pool = kvpool_connect (cli->endpoint, &cli->options);
-    if (!cli->pool)
+    if (!cli->pool) {
+        int error = errno;
+        const char *why = kvpool_connect_error ();
         fprintf (stderr, "kvpool: cannot connect to %s: %s\n", cli->endpoint,
-                 errno == ETIMEDOUT ? "no reply to PING within the timeout"
-                 : errno == EACCES
-                     ? "the node refused this client's CURVE key (its public certificate is "
-                       "not in the node's --curve-allow directory)"
-                 : errno == ECONNREFUSED
-                     ? "the CURVE handshake failed (a wrong --curve-server certificate, or "
-                       "CURVE on one side only)"
-                 : errno == EINVAL && cli->options.curve_secret_file
+                 error == EINVAL && cli->options.curve_secret_file
                      ? "--curve-secret and --curve-server need a certificate each (kvpool "
                        "keygen)"
-                     : strerror (errno));
+                 : *why ? why
+                        : strerror (error));
+    }
     return cli->pool;
 }
 
@@ -272,8 +270,9 @@ s_cmd_put (cli_t *cli, int argc, char **argv)
         limit = SIZE_MAX - 1;
     //  A put typed at a terminal would wait without a word for the value.
     if (!path && isatty (fd))
-        fprintf (stderr, "kvpool: %s %s: reading the value from standard input (end it with "
-                         "Ctrl-D)\n",
+        fprintf (stderr,
+                 "kvpool: %s %s: reading the value from standard input (end it with "
+                 "Ctrl-D)\n",
                  upsert ? "upsert" : "put", key);
     char *data = NULL;
     size_t size = 0;
@@ -511,8 +510,9 @@ s_cmd_rm (cli_t *cli, int argc, char **argv)
     }
     int exit_code = 0;
     if (all || pattern) {
-        int64_t count =
-            all ? kvpool_remove_all (pool, force) : kvpool_remove_by_regex (pool, pattern, force);
+        uint64_t matched = 0, kept = 0;
+        int64_t count = all ? kvpool_remove_all (pool, force)
+                            : kvpool_remove_by_regex_counts (pool, pattern, force, &matched, &kept);
         if (count < 0) {
             char what[512];
             snprintf (what, sizeof what, all ? "rm --all" : "rm --regex %s", pattern);
@@ -521,6 +521,14 @@ s_cmd_rm (cli_t *cli, int argc, char **argv)
         }
         else
             printf ("%" PRId64 "\n", count);
+        //  Keys that matched and stayed must not read as "nothing matched".
+        if (count >= 0 && kept > 0) {
+            fprintf (stderr,
+                     "kvpool: rm --regex %s: removed %" PRId64 " of %" PRIu64
+                     " matching keys; %" PRIu64 " kept by a read lease (--force removes them)\n",
+                     pattern, count, matched, kept);
+            exit_code = 1;
+        }
     }
     else {
         int *statuses = calloc ((size_t) nkeys, sizeof *statuses);

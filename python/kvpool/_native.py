@@ -126,6 +126,9 @@ _PROTOTYPES = {
     "kvpool_get_size": (c_int64, [K, c_char_p]),
     "kvpool_remove": (c_int, [K, c_char_p, c_bool]),
     "kvpool_remove_by_regex": (c_int64, [K, c_char_p, c_bool]),
+    "kvpool_connect_error": (c_char_p, []),
+    "kvpool_remove_by_regex_counts": (c_int64, [K, c_char_p, c_bool, POINTER(c_uint64),
+                                                POINTER(c_uint64)]),
     "kvpool_remove_all": (c_int64, [K, c_bool]),
     "kvpool_reset": (c_int64, [K]),
     "kvpool_put_batch": (c_int, [K, c_size_t, P, P, P, POINTER(PutOptions), P]),
@@ -165,7 +168,8 @@ _PROTOTYPES = {
 _OPTIONAL = {"kvpool_reset", "kvpool_put_start", "kvpool_put_end", "kvpool_put_revoke",
              "kvpool_get_replica_list", "kvpool_release", "kvpool_keys_unpack",
              "kvpool_exist_batch_lens", "kvpool_get_size_batch_lens",
-             "kvpool_exist_batch_local", "kvpool_get_size_batch_local"}
+             "kvpool_exist_batch_local", "kvpool_get_size_batch_local",
+             "kvpool_remove_by_regex_counts", "kvpool_connect_error"}
 
 missing = []
 for _name, (_restype, _argtypes) in _PROTOTYPES.items():

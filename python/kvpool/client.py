@@ -40,6 +40,8 @@ _NOT_FOUND = int(Status.OBJECT_NOT_FOUND)
 _INT_MAX = 2**31 - 1
 
 SegmentInfo = collections.namedtuple("SegmentInfo", "id name size used")
+#   Client.remove_by_regex_counts: removed + kept == matched.
+RegexRemoval = collections.namedtuple("RegexRemoval", "removed matched kept")
 
 
 class PutOptions:
@@ -484,7 +486,8 @@ def _fetch_received(handle, n, karr, handles):
     return 0, out
 
 
-#   Why kvpool_connect failed, by errno (include/kvpool.h, kvpool_options_t).
+#   Why kvpool_connect failed, by errno, for a library without kvpool_connect_error (which
+#   says it in words: include/kvpool.h).
 _CONNECT_ERRORS = {
     errno.ETIMEDOUT: "no reply to PING within the connect timeout",
     errno.EACCES: "the node refused this client's CURVE key (its public certificate is not in "
@@ -500,8 +503,9 @@ class Client:
 
     Client(endpoint="tcp://127.0.0.1:50051", timeout=5.0, connect_timeout=None, fast_path=True,
            curve_secret=None, curve_server=None)
-    connects and pings the node; it raises RpcFailError if the node does not answer (or
-    refuses the CURVE key: the reason says which). timeout is per request, in seconds.
+    connects and pings the node; it raises RpcFailError, its reason saying why and its .errno
+    the code, if nothing listens there (within 0.5 s: ECONNREFUSED), the node does not
+    answer (ETIMEDOUT) or refuses the CURVE key (EACCES). timeout is per request, in seconds.
     fast_path=False never uses the same-machine shared memory path (everything goes over the
     socket). curve_secret (this client's certificate, the NAME_secret file of `kvpool keygen
     NAME`) and curve_server (the node's public certificate) turn on CURVE, both or neither
@@ -537,8 +541,13 @@ class Client:
         handle = _native.connect(self._endpoint, byref(self._options))
         if not handle:
             code = ctypes.get_errno()
-            why = _CONNECT_ERRORS.get(code) or (os.strerror(code) if code else "no answer")
-            raise RpcFailError(reason="cannot connect to %s: %s" % (self.endpoint, why))
+            # (Read on this thread, right after the call: the library keeps it per thread.)
+            words = _native.connect_error() if _native.has("connect_error") else None
+            why = (words.decode("utf-8", "replace") if words else
+                   _CONNECT_ERRORS.get(code) or (os.strerror(code) if code else "no answer"))
+            failed = RpcFailError(reason="cannot connect to %s: %s" % (self.endpoint, why))
+            failed.errno = code  # ECONNREFUSED: nothing listens there; ETIMEDOUT: no reply
+            raise failed
         with self._lock:
             self._handles.append(handle)
         return handle
@@ -774,6 +783,18 @@ class Client:
     def remove_by_regex(self, pattern, force=False):
         """Removes the keys matching pattern (PCRE2 regex, unanchored search); returns how many."""
         return self._call(_native.remove_by_regex, _encode(pattern), bool(force))
+
+    def remove_by_regex_counts(self, pattern, force=False):
+        """remove_by_regex, and what else matched: RegexRemoval(removed, matched, kept), kept
+        being the matching keys that stayed for a read lease (force=True removes them; in a
+        cluster removes are forced and kept is 0)."""
+        if not _native.has("remove_by_regex_counts"):
+            raise error_for(Status.UNKNOWN_OPERATION,
+                            "library has no kvpool_remove_by_regex_counts")
+        matched, kept = ctypes.c_uint64(), ctypes.c_uint64()
+        removed = self._call(_native.remove_by_regex_counts, _encode(pattern), bool(force),
+                             byref(matched), byref(kept))
+        return RegexRemoval(removed, matched.value, kept.value)
 
     def remove_all(self, force=False):
         """Removes every object; returns how many."""

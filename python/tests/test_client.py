@@ -181,6 +181,20 @@ def test_lease_blocks_remove_unless_forced(client, prefix):
     assert not client.exist(key)
 
 
+def test_regex_remove_counts_keys_kept_by_leases(client, prefix):
+    keys = [prefix + "rl-%d" % i for i in range(3)]
+    assert client.put_batch(keys, [b"v"] * 3) == [0] * 3
+    assert client.get(keys[0]) == b"v" and client.get(keys[1]) == b"v"   # two leases
+    pattern = "^" + prefix + "rl-"
+    got = client.remove_by_regex_counts(pattern)
+    assert got == (1, 3, 2) and (got.removed, got.matched, got.kept) == (1, 3, 2)
+    assert client.exist_batch(keys) == [True, True, False]
+    assert client.remove_by_regex_counts(pattern, force=True) == (2, 2, 0)
+    assert client.remove_by_regex_counts(pattern) == (0, 0, 0)
+    with pytest.raises(kvpool.InvalidParamsError):
+        client.remove_by_regex_counts("([unclosed")
+
+
 def test_put_from_sources(client, prefix):
     arr = np.arange(1000, dtype=np.float32)
     client.put_from(prefix + "np", arr)

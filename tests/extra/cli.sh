@@ -26,7 +26,7 @@ fail() {
 
 # ---- start the daemon -------------------------------------------------------------------
 "$BIN/kvpoold" --endpoint 'tcp://127.0.0.1:*' --admin 'tcp://127.0.0.1:*' \
-  --ready-file "$TMP/ready" --segment-size 64MiB --segments 2 >"$TMP/daemon.log" 2>&1 &
+  --ready-file "$TMP/ready" --segment-size 64MiB --segments 2 --metrics-port 0 >"$TMP/daemon.log" 2>&1 &
 DAEMON=$!
 EP=$(kvpoold_wait_ready "$TMP/ready" "$DAEMON" "$TMP/daemon.log") || { echo "kvpoold not ready"; exit 1; }
 kv() { "$KVPOOL" -s "$EP" "$@"; }
@@ -135,7 +135,14 @@ kv exists zero over >/dev/null
 head -c 5000000 /dev/zero | kv put zeros || fail "a large value from stdin, under the limit"
 [ "$(kv size zeros)" = "zeros: 5000000" ] || fail "size of zeros"
 kv rm --force zeros || fail "rm zeros"
-expect_error "cannot connect to tcp://127.0.0.1:1: no reply" "$KVPOOL" -s tcp://127.0.0.1:1 -t 200 ping
+# Nothing listening is said at once (within the 500 ms refusal window, not the 5 s timeout).
+started=$(date +%s%N)
+expect_error "cannot connect to 127.0.0.1:1: connection refused: nothing listens on \
+tcp://127.0.0.1:1 (Connection refused)$" "$KVPOOL" -s 127.0.0.1:1 ping
+spent_ms=$((($(date +%s%N) - started) / 1000000))
+[ "$spent_ms" -lt 1500 ] || fail "a refused connect took $spent_ms ms"
+expect_error "nothing listens on ipc://$TMP/no-socket (No such file or directory)$" \
+  "$KVPOOL" -s "ipc://$TMP/no-socket" ping
 expect_error "invalid parameters (INVALID_PARAMS): " kv rm --regex '([unclosed'
 
 # ---- rm -------------------------------------------------------------------------------------
@@ -150,6 +157,16 @@ for k in job-1 job-2 job-3 keep-1; do printf '%s' "$k" | kv put "$k" || fail "pu
 [ "$(kv rm --force --regex '^job-[0-9]+$')" = 3 ] || fail "rm --regex must print 3"
 [ "$(kv rm --force --regex '^job-')" = 0 ] || fail "second rm --regex must print 0"
 kv exists keep-1 >/dev/null || fail "keep-1 must survive the regex"
+# Keys a regex matched but a read lease kept are said (not "0" alone), with what --force
+# does, and the exit status is 1.
+for k in leased-1 leased-2 free-1; do printf '%s' "$k" | kv put "$k" || fail "put $k"; done
+kv get leased-1 >/dev/null && kv get leased-2 >/dev/null || fail "get leased-*"
+removed=$("$KVPOOL" -s "$EP" rm --regex '^(leased|free)-' 2>"$TMP/err")
+[ $? -eq 1 ] || fail "rm --regex that kept leased keys must exit 1"
+[ "$removed" = 1 ] || fail "rm --regex must print the 1 it removed, printed '$removed'"
+grep -qxF "kvpool: rm --regex ^(leased|free)-: removed 1 of 3 matching keys; 2 kept by a read \
+lease (--force removes them)" "$TMP/err" || fail "rm --regex said: $(cat "$TMP/err")"
+[ "$(kv rm --force --regex '^leased-')" = 2 ] || fail "rm --force --regex must take leased keys"
 "$KVPOOL" -s "$EP" rm --all --regex x >/dev/null 2>&1
 [ $? -eq 2 ] || fail "rm with two modes must exit 2"
 

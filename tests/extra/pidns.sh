@@ -44,7 +44,7 @@ fail() {
 }
 
 "$BIN/kvpoold" --endpoint 'tcp://127.0.0.1:*' --admin 'tcp://127.0.0.1:*' \
-  --ready-file "$TMP/ready-a" --segment-size 16MiB --segments 2 >"$TMP/a.log" 2>&1 &
+  --ready-file "$TMP/ready-a" --segment-size 16MiB --segments 2 --metrics-port 0 >"$TMP/a.log" 2>&1 &
 A=$!
 EP=$(kvpoold_wait_ready "$TMP/ready-a" "$A" "$TMP/a.log") && [ -n "$EP" ] || { echo "A not ready"; exit 1; }
 kv() { "$KVPOOL" -s "$EP" "$@"; }
@@ -65,7 +65,7 @@ STALE="kvpool-$dead-leftover-0"
 head -c 4096 /dev/zero >"/dev/shm/$STALE"
 
 unshare --pid --fork --mount-proc "$BIN/kvpoold" --endpoint 'tcp://127.0.0.1:*' \
-  --admin 'tcp://127.0.0.1:*' --ready-file "$TMP/ready-b" --segment-size 16MiB \
+  --admin 'tcp://127.0.0.1:*' --ready-file "$TMP/ready-b" --segment-size 16MiB --metrics-port 0 \
   >"$TMP/b.log" 2>&1 &
 B=$!
 EPB=$(kvpoold_wait_ready "$TMP/ready-b" "$B" "$TMP/b.log") && [ -n "$EPB" ] || { echo "B not ready"; exit 1; }
@@ -85,7 +85,7 @@ printf 'b' | "$KVPOOL" -s "$EPB" put onb || fail "put to B"
 
 # C: pid 1 in its namespace, as B is in its own.
 unshare --pid --fork --mount-proc "$BIN/kvpoold" --endpoint 'tcp://127.0.0.1:*' \
-  --admin 'tcp://127.0.0.1:*' --ready-file "$TMP/ready-c" --segment-size 16MiB \
+  --admin 'tcp://127.0.0.1:*' --ready-file "$TMP/ready-c" --segment-size 16MiB --metrics-port 0 \
   >"$TMP/c.log" 2>&1 &
 C=$!
 EPC=$(kvpoold_wait_ready "$TMP/ready-c" "$C" "$TMP/c.log") && [ -n "$EPC" ] || fail "C did not start beside B"

@@ -27,7 +27,7 @@ def start_kvpoold(path, segment):
     ready = os.path.join(tempfile.mkdtemp(prefix="kvpool-torch-check-"), "ready")
     proc = subprocess.Popen([path, "--endpoint", "tcp://127.0.0.1:*", "--admin",
                              "tcp://127.0.0.1:*", "--segment-size", segment, "--ready-file",
-                             ready], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                             ready, "--metrics-port", "0"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 20
     while not os.path.exists(ready):
         if proc.poll() is not None or time.time() > deadline:

@@ -191,6 +191,19 @@ class Kvpoold:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+def with_metrics(*args, tries=5, **kwargs):
+    """A Kvpoold serving /metrics on a port that was free a moment ago; started again on
+    another when something took that one in the moment between (a port that cannot be bound
+    fails the start)."""
+    for _ in range(tries):
+        try:
+            return Kvpoold(*args, "--metrics-port", free_port(), **kwargs)
+        except AssertionError as failed:
+            if "cannot serve /metrics" not in str(failed):
+                raise
+    raise AssertionError("no free port for --metrics-port in %d tries" % tries)
+
+
 def wait_for(predicate, seconds=5.0):
     """Polls predicate until it holds or seconds have passed; returns its last value."""
     deadline = time.monotonic() + seconds

@@ -13,7 +13,7 @@ import time
 import urllib.parse
 import urllib.request
 
-from kvpool_daemon import Kvpoold, free_port, wait_for  # noqa: E402
+from kvpool_daemon import wait_for, with_metrics  # noqa: E402
 
 SLOW = 200
 
@@ -30,7 +30,7 @@ def timed_get(url):
 
 
 def test_slow_clients_do_not_lock_out_metrics():
-    d = Kvpoold("--metrics-port", free_port(), "--metrics-host", "127.0.0.1")
+    d = with_metrics("--metrics-host", "127.0.0.1")
     slow = []
     stop = threading.Event()
     try:
