@@ -47,7 +47,7 @@ SERVER_LIBS := $(LIBS) -ljemalloc -lpcre2-8 -luring -lxxhash -lmicrohttpd $(if $
 DEB_PACKAGES := build-essential pkg-config libzmq3-dev libczmq-dev libprotobuf-c-dev \
 	protobuf-c-compiler protobuf-compiler libjemalloc-dev libibverbs-dev libmsgpack-dev \
 	libhiredis-dev libpcre2-dev liburing-dev libxxhash-dev libmicrohttpd-dev prometheus tmux help2man gnuplot-nox redis-server clang libclang-rt-14-dev python3 python3-zmq python3-msgpack \
-	python3-pytest python3-numpy python3-protobuf python3-dev procps iperf3
+	python3-pytest python3-numpy python3-protobuf python3-dev python3-venv procps iperf3
 
 PROTO := protocol/kvpool.proto
 PROTO_C := $(GEN)/protocol/kvpool.pb-c.c
