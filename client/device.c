@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 //  ---- the object ---------------------------------------------------------------------------
 
@@ -778,7 +779,7 @@ s_frame_direct (kvpc_device_t *self, const kvpc_device_copy_t *item)
             return true;
     if (self->nframes == S_RECEIVED_RANGES)
         return false;
-    uintptr_t page = 4096;
+    uintptr_t page = (uintptr_t) sysconf (_SC_PAGESIZE);
     uintptr_t start = at & ~(page - 1);
     uintptr_t end = (at + item->len + page - 1) & ~(page - 1);
     kvpc_cuda_error_t rc =
