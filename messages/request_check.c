@@ -115,11 +115,21 @@ request_check (const Kvpool__V1__Request *request, size_t value_frames, uint64_t
         snprintf (reason, size, "the request has no segment");
         return KVPOOL_INVALID_PARAMS;
     }
-    if (op == KVPOOL__V1__OP__TOUCH && request->reads > REQUEST_TOUCH_READS_MAX) {
-        snprintf (reason, size, "reads %llu: at most %llu per TOUCH",
-                  (unsigned long long) request->reads,
-                  (unsigned long long) REQUEST_TOUCH_READS_MAX);
-        return KVPOOL_INVALID_PARAMS;
+    if (op == KVPOOL__V1__OP__TOUCH) {
+        //  Each count a client reports of the reads it served itself.
+        const struct {
+            const char *name;
+            uint64_t count;
+        } counts[] = {{"reads", request->reads},
+                      {"listed_reads", request->listed_reads},
+                      {"read_misses", request->read_misses}};
+        for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++)
+            if (counts[i].count > REQUEST_TOUCH_READS_MAX) {
+                snprintf (reason, size, "%s %llu: at most %llu per TOUCH", counts[i].name,
+                          (unsigned long long) counts[i].count,
+                          (unsigned long long) REQUEST_TOUCH_READS_MAX);
+                return KVPOOL_INVALID_PARAMS;
+            }
     }
     return KVPOOL_OK;
 }

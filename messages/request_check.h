@@ -17,8 +17,9 @@
 
 #include "protocol/kvpool.pb-c.h"
 
-//  A TOUCH reports the values a client read from the read index since its last TOUCH, which
-//  it sends at least once a second: more than this is not a count, and would wrap the stats.
+//  A TOUCH reports the values a client read from the read index (and copied from listed
+//  replicas, and missed) since its last TOUCH, which it sends at least once a second: more
+//  than this in any of the three is not a count, and would wrap the stats.
 #define REQUEST_TOUCH_READS_MAX (1ULL << 20)
 
 typedef struct {

@@ -168,6 +168,13 @@ def test_touch_reports(daemon, raw):
     assert reply.status == OK
     moved = delta(counters(raw), before)
     assert moved == {"gets": 10, "hits": 5, "index": 2, "client": 10}, moved
+    # Counts no client can have made since its last TOUCH are refused, not added: the stats
+    # cannot be wrapped.
+    for field in ("reads", "listed_reads", "read_misses"):
+        before = counters(raw)
+        reply, _ = raw.call(pb.TOUCH, **{field: (1 << 20) + 1})
+        assert reply.status == -600 and "per TOUCH" in reply.error, (field, reply)
+        assert delta(counters(raw), before) == {"gets": 0, "hits": 0, "index": 0, "client": 0}
 
 
 # ---- a cluster ------------------------------------------------------------------------------
