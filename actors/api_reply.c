@@ -102,9 +102,10 @@ api_reply_error (api_t *self, api_ctx_t *ctx, uint64_t request_id, int op, int s
     reply.op = (Kvpool__V1__Op) op;
     reply.status = status;
     reply.error = (char *) reason;
-    s_send_header (self, ctx, &reply, false);
+    //  Logged before the answer leaves, so a client that has its answer finds the line
     kvp_debug ("request %llu op %d: %s (%s)", (unsigned long long) request_id, op,
                kvp_status_name (status), reason);
+    s_send_header (self, ctx, &reply, false);
 }
 
 //  Answers an in-process actor's job on the job socket. Returns 0 or -1.
@@ -332,6 +333,8 @@ api_reply (api_t *self, kvp_job_t **job_p, zmq_msg_t *copies)
         s_op_stats (self, ctx, &reply);
     }
     bool values = (row->fills & REPLY_VALUES) && reply.status == KVPOOL_OK && job->count > 0;
+    kvp_debug ("request %llu %s: %zu keys, status %s", (unsigned long long) request->request_id,
+               row->name, job->count, kvp_status_name (job->status));
     bool sent = s_send_header (self, ctx, &reply, values) == 0;
     if (sent && values) {
         uint64_t bytes = 0;
@@ -346,8 +349,6 @@ api_reply (api_t *self, kvp_job_t **job_p, zmq_msg_t *copies)
         s_send_values (self, job);
     else
         api_unpin_items (job);
-    kvp_debug ("request %llu %s: %zu keys, status %s", (unsigned long long) request->request_id,
-               row->name, job->count, kvp_status_name (job->status));
     api_ctx_destroy (&ctx);
     kvp_job_destroy (job_p);
 }
