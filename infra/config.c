@@ -70,6 +70,7 @@ kvp_config_defaults (kvp_config_t *config)
     long cores = sysconf (_SC_NPROCESSORS_ONLN);
     config->workers = cores > 0 ? (uint32_t) cores : 2;
     config->index_slots = UINT64_MAX; //  sized by the pool unless set
+    config->hot_cache_size = UINT64_MAX; //  a quarter of the node's memory unless set
 }
 
 int

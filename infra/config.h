@@ -97,6 +97,10 @@ typedef struct {
     uint32_t peer_connections;   //  data-plane connections to each other node
     uint64_t stripe_size;        //  remote reads larger than this move in stripes
     bool verify_checksums;       //  values hashed on arrival, verified between nodes
+    uint64_t hot_cache_size;       //  the host hot cache's bytes; 0: off; UINT64_MAX: auto
+    uint64_t hot_cache_admit;      //  reads within the window that admit a key
+    uint64_t hot_cache_window_ms;
+    uint64_t hot_cache_max_object; //  the largest value copied
     const char *transport;       //  tcp, rdma or auto
     const char *rdma_device;     //  NAME[:PORT[:GID_INDEX]]; NULL: the first device
     //  Not a setting: whether the data plane moves values by RDMA, decided at start from

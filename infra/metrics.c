@@ -123,6 +123,14 @@ static const stat_metric_t s_stat_metrics[] = {
     {"leased_objects", "kvpool_leased_objects", false, 1},
     {"checksum_failures", "kvpool_checksum_failures_total", true, 1},
     {"client_gets", "kvpool_client_gets_total", true, 1},
+    {"hot_cache_hits", "kvpool_hot_cache_hits_total", true, 1},
+    {"hot_cache_misses", "kvpool_hot_cache_misses_total", true, 1},
+    {"hot_cache_bytes", "kvpool_hot_cache_bytes", false, 1},
+    {"hot_cache_admissions", "kvpool_hot_cache_admissions_total", true, 1},
+    {"hot_cache_evictions", "kvpool_hot_cache_evictions_total", true, 1},
+    {"hot_cache_invalidations", "kvpool_hot_cache_invalidations_total", true, 1},
+    {"master_requests", "kvpool_master_requests_total", true, 1},
+    {"location_hits", "kvpool_location_hits_total", true, 1},
 };
 #define STAT_METRICS (sizeof s_stat_metrics / sizeof s_stat_metrics[0])
 
