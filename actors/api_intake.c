@@ -211,6 +211,14 @@ s_job_from_request (api_t *self, api_ctx_t *ctx)
                   "node's own user that the node can see");
         status = KVPOOL_PERMISSION_DENIED;
     }
+    //  A value's version is the store's to give: only another node's write on the data
+    //  plane carries the one the master gave it.
+    if (status == KVPOOL_OK && request->n_versions && (ctx->row->flags & OP_WRITE)
+        && !(self->peer && ctx->socket == self->peer)) {
+        snprintf (reason, sizeof reason,
+                  "versions are given by the store: a write may not name its own");
+        status = KVPOOL_INVALID_PARAMS;
+    }
     if (status == KVPOOL_OK && request->n_vm_addrs && ctx->cluster) {
         snprintf (reason, sizeof reason, "a node of a cluster takes no values by address");
         status = KVPOOL_INVALID_PARAMS;
@@ -268,6 +276,8 @@ s_job_from_request (api_t *self, api_ctx_t *ctx)
         //  is copied; PUT_END: taken as the value's, or verified when a node wrote it).
         if (request->n_checksums)
             item->checksums.expect = request->checksums[i];
+        if (request->n_versions)
+            item->version = request->versions[i];
         if (request->n_offsets) {
             job->opt.ranged = true;
             item->offset = request->offsets[i];

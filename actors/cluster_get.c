@@ -156,6 +156,7 @@ cluster_fetch_located (self_t *self, op_t *op, call_t *call,
             continue;
         }
         item->size = k < reply->n_sizes ? reply->sizes[k] : 0;
+        item->version = k < reply->n_versions ? reply->versions[k] : 0;
         s_fetch_order (self, fetch);
         if (job->opt.redirect && !job->opt.ranged && item->size >= REDIRECT_MIN_BYTES)
             s_redirect (self, job, item, reply, reply->holders[k]);
@@ -286,6 +287,8 @@ cluster_fetch_done (self_t *self, op_t *op, run_t *run)
         }
         item->replica_count = 0;
         item->status = KVPOOL_OK;
+        if (run->xfers[first].version)
+            item->version = run->xfers[first].version; //  the version read
         self->remote_gets++;
         self->remote_get_bytes += item->size;
     }
@@ -300,8 +303,10 @@ cluster_exist_reply (self_t *self, op_t *op, call_t *call, Kvpool__Cluster__V1__
         kvp_item_t *item = &job->items[call->items[k]];
         int status = cluster_key_status (reply, k, KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS);
         item->status = status;
-        if (status == KVPOOL_OK)
+        if (status == KVPOOL_OK) {
             item->size = k < reply->n_sizes ? reply->sizes[k] : 0;
+            item->version = k < reply->n_versions ? reply->versions[k] : 0;
+        }
     }
     if (!reply)
         kvp_job_fail (job, KVPOOL_OK, "%s did not answer", master_client_name (self->master));
@@ -337,11 +342,16 @@ cluster_nodes_reply (self_t *self, op_t *op, call_t *call, Kvpool__Cluster__V1__
         if (item->status != KVPOOL_OK)
             continue;
         item->size = k < reply->n_sizes ? reply->sizes[k] : 0;
+        item->version = k < reply->n_versions ? reply->versions[k] : 0;
         const Kvpool__Cluster__V1__Holders *holders =
             k < reply->n_holders ? reply->holders[k] : NULL;
+        uint32_t caches = k < reply->n_caches ? reply->caches[k] : 0;
+        //  (the replicas: nodes that keep a cache copy are not where the key lives)
         for (size_t h = 0;
              holders && h < holders->n_nodes && item->cluster.location_count < KVP_MAX_REPLICAS;
              h++)
-            item->cluster.locations[item->cluster.location_count++] = (uint16_t) holders->nodes[h];
+            if (!((caches >> h) & 1))
+                item->cluster.locations[item->cluster.location_count++] =
+                    (uint16_t) holders->nodes[h];
     }
 }

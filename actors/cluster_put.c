@@ -118,6 +118,8 @@ cluster_place_reply (self_t *self, op_t *op, call_t *call, Kvpool__Cluster__V1__
         placed->placed = true;
         placed->token = k < reply->n_tokens ? reply->tokens[k] : 0;
         item->cluster.token = placed->token; //  a PUT_START's, for its PUT_END
+        //  The value's version: its copies here and on the other nodes take it
+        item->version = k < reply->n_versions ? reply->versions[k] : 0;
         for (uint8_t h = 0; h < count; h++) {
             if (cluster_is_self (self, holders[h]))
                 placed->local = true;
@@ -241,6 +243,7 @@ cluster_commit_start (self_t *self, op_t *op)
             xfer->src = item->src;
             xfer->size = item->size;
             xfer->checksum = s_put_checksum (item);
+            xfer->version = item->version;
         }
     }
     data_plane_put_t put = {job->opt.soft_pin, job->opt.soft_pin_ttl_ms, job->opt.hard_pin};
@@ -327,6 +330,7 @@ cluster_commit_copies_done (self_t *self, op_t *op, run_t *run)
                 xfer->src = item->src;
                 xfer->size = item->size;
                 xfer->checksum = s_put_checksum (item);
+                xfer->version = item->version;
             }
             else if (op->step == 2 && (placed->reserved & (1u << h))) {
                 data_plane_xfer_t *xfer = cluster_run_add (next, i, peer);
@@ -361,9 +365,11 @@ cluster_commit_master (self_t *self, op_t *op)
     uint32_t *indices =
         (uint32_t *) malloc ((job->count ? job->count : 1) * KVP_MAX_REPLICAS * sizeof (uint32_t));
     uint64_t *tokens = (uint64_t *) malloc ((job->count ? job->count : 1) * sizeof (uint64_t));
+    uint64_t *versions = (uint64_t *) malloc ((job->count ? job->count : 1) * sizeof (uint64_t));
     char **node_ids = (char **) malloc ((self->peer_count + 1) * sizeof (char *));
     int *node_index = (int *) malloc ((self->peer_count + 1) * sizeof (int));
-    assert (items && keys && holders && holder_ptrs && indices && tokens && node_ids && node_index);
+    assert (items && keys && holders && holder_ptrs && indices && tokens && versions && node_ids
+            && node_index);
     for (size_t p = 0; p <= self->peer_count; p++)
         node_index[p] = -1;
     size_t node_count = 0;
@@ -402,6 +408,7 @@ cluster_commit_master (self_t *self, op_t *op)
         holder_ptrs[n] = &holders[n];
         items[n] = i;
         tokens[n] = placed ? placed->token : item->cluster.token;
+        versions[n] = item->version;
         keys[n].data = (uint8_t *) item->key;
         keys[n++].len = item->key_len;
     }
@@ -421,6 +428,8 @@ cluster_commit_master (self_t *self, op_t *op)
         //  reservation commits nothing).
         request.tokens = tokens;
         request.n_tokens = n;
+        request.versions = versions;
+        request.n_versions = n;
         if (cluster_master_send (self, op, &request, items, n) != 0) {
             //  The bytes are written but the master can't make them visible: undone.
             op->phase = 2;
@@ -441,6 +450,7 @@ cluster_commit_master (self_t *self, op_t *op)
     }
     free (keys);
     free (tokens);
+    free (versions);
     free (holders);
     free (holder_ptrs);
     free (indices);

@@ -24,6 +24,7 @@ struct _index_reads_t {
     int64_t index_retry_at;
     segment_table_t *segments;
     uint64_t gets;
+    uint64_t cache_hits; //  of gets, those of hot-cache copies
 };
 
 index_reads_t *
@@ -123,7 +124,8 @@ index_reads_serve (index_reads_t *self, kvp_job_t *job, zmq_msg_t *values)
     for (size_t i = 0; i < job->count && whole; i++) {
         kvp_item_t *item = &job->items[i];
         shm_index_hit_t *hit = &hits[i];
-        whole = item->status == KVPOOL_OK && shm_index_batch_lookup (&batch, i, hit);
+        whole = item->status == KVPOOL_OK && shm_index_batch_lookup (&batch, i, hit)
+                && (!item->version || item->version == hit->version);
         if (!whole || !get)
             continue;
         bytes += hit->size;
@@ -150,8 +152,12 @@ index_reads_serve (index_reads_t *self, kvp_job_t *job, zmq_msg_t *values)
             zmq_msg_close (&values[i]);
     }
     else {
-        for (size_t i = 0; i < job->count; i++)
+        for (size_t i = 0; i < job->count; i++) {
             job->items[i].size = hits[i].size;
+            job->items[i].version = hits[i].version;
+            if (get && !job->opt.peer)
+                self->cache_hits += hits[i].cache;
+        }
         if (get && !job->opt.peer)
             self->gets += job->count;
     }
@@ -185,6 +191,13 @@ index_reads_gets (index_reads_t *self)
     return self->gets;
 }
 
+uint64_t
+index_reads_cache_hits (index_reads_t *self)
+{
+    assert (self);
+    return self->cache_hits;
+}
+
 //  --------------------------------------------------------------------------
 //  Self test
 
@@ -204,13 +217,13 @@ static void *
 s_rewriter (void *arg)
 {
     s_rewriter_t *self = (s_rewriter_t *) arg;
-    int64_t slot = shm_index_insert (self->index, "hot", 3, 7, 0, INDEX_READ_VALUE_MAX);
+    int64_t slot = shm_index_insert (self->index, "hot", 3, 7, 0, INDEX_READ_VALUE_MAX, 1, false);
     for (unsigned char generation = 1; !atomic_load (&self->stop); generation++) {
         shm_index_remove (self->index, slot);
         RACY_BEGIN ();
         memset (self->bytes, generation, INDEX_READ_VALUE_MAX);
         RACY_END ();
-        slot = shm_index_insert (self->index, "hot", 3, 7, 0, INDEX_READ_VALUE_MAX);
+        slot = shm_index_insert (self->index, "hot", 3, 7, 0, INDEX_READ_VALUE_MAX, 1, false);
         self->rounds++;
         //  Published until the reader has tried twice (or 1 ms has passed), so reads find it
         //  often however slow the build is; a read still in its copy meets the next rewrite.
@@ -249,10 +262,10 @@ index_reads_test (bool verbose)
     char *base = (char *) segment_base (segment);
     memcpy (base + 0, "hello", 5);
     memset (base + 4096, 'L', INDEX_READ_VALUE_MAX + 1);
-    int64_t a_slot = shm_index_insert (writer, "a", 1, 7, 0, 5);
-    int64_t empty_slot = shm_index_insert (writer, "empty", 5, 7, 0, 0);
-    int64_t big_slot = shm_index_insert (writer, "big", 3, 7, 4096, INDEX_READ_VALUE_MAX + 1);
-    shm_index_insert (writer, "elsewhere", 9, 8, 0, 5);
+    int64_t a_slot = shm_index_insert (writer, "a", 1, 7, 0, 5, 1, false);
+    int64_t empty_slot = shm_index_insert (writer, "empty", 5, 7, 0, 0, 1, false);
+    int64_t big_slot = shm_index_insert (writer, "big", 3, 7, 4096, INDEX_READ_VALUE_MAX + 1, 1, false);
+    shm_index_insert (writer, "elsewhere", 9, 8, 0, 5, 1, false);
 
     index_reads_t *self = index_reads_new (index_name);
     zmq_msg_t values[4];

@@ -66,6 +66,8 @@ void index_reads_refuse_existing (index_reads_t *self, kvp_job_t *job);
 
 //  Keys of the GETs answered since the start (each is a get and a hit in the stats).
 uint64_t index_reads_gets (index_reads_t *self);
+//  Of those, the reads of hot-cache copies (shm_index.h).
+uint64_t index_reads_cache_hits (index_reads_t *self);
 
 void index_reads_test (bool verbose);
 

@@ -101,7 +101,8 @@ s_inventory_send (self_t *self, kvp_job_t *job)
     size_t chunk = INVENTORY_CHUNK;
     ProtobufCBinaryData *keys = (ProtobufCBinaryData *) malloc (chunk * sizeof *keys);
     uint64_t *sizes = (uint64_t *) malloc (chunk * sizeof (uint64_t));
-    assert (keys && sizes);
+    uint64_t *versions = (uint64_t *) malloc (chunk * sizeof (uint64_t));
+    assert (keys && sizes && versions);
     zhashx_destroy (&self->reported);
     self->reported = zhashx_new ();
     assert (self->reported);
@@ -121,6 +122,7 @@ s_inventory_send (self_t *self, kvp_job_t *job)
             keys[k].data = (uint8_t *) job->items[start + k].key;
             keys[k].len = job->items[start + k].key_len;
             sizes[k] = job->items[start + k].size;
+            versions[k] = job->items[start + k].version;
         }
         Kvpool__Cluster__V1__NodeRequest request = KVPOOL__CLUSTER__V1__NODE_REQUEST__INIT;
         request.kind = KVPOOL__CLUSTER__V1__KIND__INVENTORY;
@@ -128,11 +130,14 @@ s_inventory_send (self_t *self, kvp_job_t *job)
         request.n_keys = n;
         request.sizes = sizes;
         request.n_sizes = n;
+        request.versions = versions;
+        request.n_versions = n;
         s_send (self, &request);
         self->reports_out++;
     }
     free (keys);
     free (sizes);
+    free (versions);
     kvp_info ("node %s registered with %s: %zu objects reported", self->args->node_id,
               master_client_endpoint (self->master), job->count);
 }

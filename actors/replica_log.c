@@ -71,7 +71,8 @@ rm_log_put (self_t *self, kvp_object_t *object, const uint64_t *checksum)
         else if (checksum)
             object->checksum = *checksum;
         if (object_log_put (self->log, object->key, strlen (object->key), (uint32_t) index,
-                            object->replicas[r].offset, object->size, object->id, object->checksum)
+                            object->replicas[r].offset, object->size, object->version,
+                            object->checksum)
             == 0) {
             object->logged = true;
             self->log_live++;
@@ -90,7 +91,7 @@ rm_log_del (self_t *self, kvp_object_t *object)
         if (index < 0)
             continue;
         object_log_del (self->log, object->key, strlen (object->key), (uint32_t) index,
-                        object->replicas[r].offset, object->id);
+                        object->replicas[r].offset, object->version);
         self->log_live--;
     }
 }

@@ -126,6 +126,7 @@
 #include "infra/spin_poll.h"
 
 #include <pthread.h>
+#include <time.h>
 
 #include "actors/transfer_submitter.h"
 #include "messages/ops.h"
@@ -202,6 +203,10 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
     self->matcher = regex_matcher_new (config->regex_time_limit_ms);
     assert (self->regex_runs && self->matcher);
     self->next_id = 1;
+    //  Versions of role all: counted up from the start time in seconds << 20, so that a
+    //  restarted node (its objects keep theirs, from the object log) gives none twice unless
+    //  it put over a million objects a second on average before.
+    self->next_version = (uint64_t) time (NULL) << 20;
     uint64_t slots = config->index_slots;
     //  One slot per 32 KiB of the node's own pool; a node that owns no memory (all of it
     //  comes from clients, which mount it later) sizes the index as for one segment.
@@ -594,10 +599,11 @@ s_inventory (self_t *self, kvp_job_t *job)
 {
     for (kvp_object_t *object = (kvp_object_t *) object_table_first (self->objects); object;
          object = (kvp_object_t *) object_table_next (self->objects))
-        if (object->state == OBJECT_COMPLETE) {
+        if (object->state == OBJECT_COMPLETE && !object->cache) {
             kvp_item_t *item = kvp_job_append_key (job, object->key, strlen (object->key));
             item->size = object->size;
             item->object_id = object->id;
+            item->version = object->version;
         }
 }
 

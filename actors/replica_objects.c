@@ -241,6 +241,8 @@ rm_object_new (self_t *self, kvp_job_t *job, kvp_item_t *item, int64_t now)
     kvp_object_t *object = (kvp_object_t *) zmalloc (sizeof (kvp_object_t) + key_size);
     memcpy (object->key, item->key, key_size);
     object->id = self->next_id++;
+    object->version = item->version ? item->version : ++self->next_version;
+    item->version = object->version;
     object->size = item->size;
     object->hard_pin = job->opt.hard_pin;
     if (job->opt.soft_pin)
@@ -288,9 +290,9 @@ void
 rm_publish (self_t *self, kvp_object_t *object)
 {
     if (self->index && object->replica_count && object->index_slot < 0)
-        object->index_slot = shm_index_insert (self->index, object->key, strlen (object->key),
-                                               object->replicas[0].segment_id,
-                                               object->replicas[0].offset, object->size);
+        object->index_slot = shm_index_insert (
+            self->index, object->key, strlen (object->key), object->replicas[0].segment_id,
+            object->replicas[0].offset, object->size, object->version, object->cache);
 }
 
 //  Withdraws an object from the index, keeping the lease its index reads granted.

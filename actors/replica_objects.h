@@ -87,6 +87,12 @@ struct _kvp_object_t {
     //  its frame, its writer's PUT_END, or taken when first needed (rm_checksum); the
     //  object log's records carry it too
     uint64_t checksum;
+    //  Unique to one put or upsert of the key: the master's (a cluster), this node's own
+    //  (role all: rm_version_next); the object log's records carry it
+    uint64_t version;
+    //  A copy of the host hot cache (actors/replica_cache.c): a value other nodes hold,
+    //  kept because its readers here read it often; first to go, never offloaded
+    bool cache;
     //  Last, in the same allocation: one allocation an object, and its key in the cache line
     //  after its eviction fields, which an eviction walk reads together.
     char key[];
@@ -144,6 +150,7 @@ typedef struct {
     char *pin_key;  //  scratch for building pin keys
     size_t pin_key_size;
     uint64_t next_id;
+    uint64_t next_version; //  role all: the last version given (rm_object_new)
     int64_t next_sweep;
     size_t pending;
     uint64_t bytes_stored;

@@ -209,6 +209,7 @@ rm_commit (self_t *self, kvp_job_t *job, int64_t now)
             continue;
         }
         item->cluster.token = object->cluster_token;
+        item->version = object->version;
         self->pending--;
         rm_object_complete (self, object, now);
     }

@@ -123,10 +123,12 @@ rm_read (self_t *self, kvp_job_t *job, int64_t now)
         bool counted = job->kind == KVP_RM_GET && !job->opt.peer;
         if (counted)
             self->gets++;
-        if (!object) {
+        if (!object || (item->version && item->version != object->version)) {
+            //  (another version of the key is not the object asked for)
             item->status = KVPOOL_OBJECT_NOT_FOUND;
             continue;
         }
+        item->version = object->version;
         item->size = object->size;
         if (lease_until > object->lease_until)
             object->lease_until = lease_until;
@@ -204,7 +206,8 @@ rm_remove (self_t *self, kvp_job_t *job, int64_t now)
         kvp_object_t *object = rm_lookup_complete (self, item->key);
         //  With an object id (a copy the master refused, membership.c): that object alone,
         //  never a newer one put under the key since.
-        if (!object || (item->object_id && object->id != item->object_id))
+        if (!object || (item->object_id && object->id != item->object_id)
+            || (item->version && object->version != item->version))
             item->status = KVPOOL_OBJECT_NOT_FOUND;
         else if (!rm_take_unleased (self, object, job->opt.force, now)) {
             item->status = KVPOOL_OBJECT_HAS_LEASE;

@@ -244,6 +244,7 @@ segment_dir_adopt (segment_dir_t *self, segment_dir_place_fn *place, void *arg, 
                     kvp_item_t *item = kvp_job_append_key (job, record->key, record->key_len);
                     item->size = record->size;
                     item->checksums.value = record->checksum;
+                    item->version = record->object_id; //  the log's "object" is its version
                     item->replica_count = 1;
                     item->replicas[0] = replica;
                     zhashx_insert (keys, record->key, (void *) 1);

@@ -188,6 +188,32 @@ s_link_call (data_plane_t *plane, link_t *link, Kvpool__V1__Request *request, zm
     return rc;
 }
 
+//  The versions task's request carries (data_plane_xfer_t): for a read, those asked for; for
+//  a write or a reservation, those its values take. NULL when there are none to send (the
+//  caller frees the array).
+static uint64_t *
+s_versions (task_t *task)
+{
+    run_t *run = task->run;
+    data_plane_kind_t kind = run->xfers[task->items[0]].kind;
+    if (kind != DATA_PLANE_READ && kind != DATA_PLANE_WRITE && kind != DATA_PLANE_RESERVE)
+        return NULL;
+    bool any = false;
+    for (size_t k = 0; k < task->count && !any; k++)
+        any = run->xfers[task->items[k]].version != 0;
+    uint64_t *versions = any ? (uint64_t *) malloc (task->count * sizeof (uint64_t)) : NULL;
+    for (size_t k = 0; versions && k < task->count; k++)
+        versions[k] = run->xfers[task->items[k]].version;
+    return versions;
+}
+
+//  A reply's version of key k (0: none said).
+static uint64_t
+s_reply_version (const Kvpool__V1__Reply *reply, size_t k)
+{
+    return k < reply->n_versions ? reply->versions[k] : 0;
+}
+
 //  Sends task's request on link, values with it, and waits for the reply.
 static peer_link_rc_t
 s_call (task_t *task, link_t *link, Kvpool__V1__Reply **reply_p, zmq_msg_t **frames_p,
@@ -269,8 +295,14 @@ s_call (task_t *task, link_t *link, Kvpool__V1__Reply **reply_p, zmq_msg_t **fra
         request.checksums = checksums;
         request.n_checksums = n;
     }
+    uint64_t *versions = s_versions (task);
+    if (versions) {
+        request.versions = versions;
+        request.n_versions = n;
+    }
     peer_link_rc_t rc = s_link_call (run->plane, link, &request, values, write ? n : 0, reply_p,
                                      frames_p, count_p);
+    free (versions);
     free (keys);
     free (offsets);
     free (lengths);
@@ -308,6 +340,8 @@ s_take_reply (task_t *task, Kvpool__V1__Reply *reply, zmq_msg_t *frames, size_t 
         int status = reply->status != KVPOOL_OK ? reply->status
                      : k < reply->n_statuses    ? reply->statuses[k]
                                                 : KVPOOL_INTERNAL_ERROR;
+        if (status == KVPOOL_OK && s_reply_version (reply, k))
+            xfer->version = s_reply_version (reply, k);
         if (status == KVPOOL_OK && read) {
             zmq_msg_t *got = k < frame_count ? &frames[k] : NULL;
             size_t got_size = got ? zmq_msg_size (got) : 0;
@@ -462,11 +496,16 @@ s_task_rdma (task_t *task, worker_t *worker, link_t *link)
     Kvpool__V1__Reply *reply = NULL;
     zmq_msg_t *frames = NULL;
     size_t frame_count = 0;
+    uint64_t *versions = rc == 0 ? s_versions (task) : NULL;
     if (rc == 0) {
         Kvpool__V1__Request request = KVPOOL__V1__REQUEST__INIT;
         Kvpool__V1__PutOptions put = KVPOOL__V1__PUT_OPTIONS__INIT;
         request.keys = wire;
         request.n_keys = n;
+        if (versions) {
+            request.versions = versions;
+            request.n_versions = n;
+        }
         request.rdma_conn = link->conn_id;
         request.rdma_addrs = addrs;
         request.n_rdma_addrs = n;
@@ -532,6 +571,8 @@ s_task_rdma (task_t *task, worker_t *worker, link_t *link)
             int status = reply->status != KVPOOL_OK ? reply->status
                          : k < reply->n_statuses    ? reply->statuses[k]
                                                     : KVPOOL_INTERNAL_ERROR;
+            if (status == KVPOOL_OK && s_reply_version (reply, k))
+                xfer->version = s_reply_version (reply, k);
             if (status == KVPOOL_OK && xfer->kind == DATA_PLANE_READ) {
                 uint64_t got = k < reply->n_sizes ? reply->sizes[k] : UINT64_MAX;
                 if (xfer->length > 0 ? got != xfer->length : got > lens[k])
@@ -557,6 +598,7 @@ s_task_rdma (task_t *task, worker_t *worker, link_t *link)
         }
     }
     peer_link_reply_free (&reply, &frames, frame_count);
+    free (versions);
     for (size_t k = 0; k < n; k++) {
         if (temps[k])
             kvp_rdma_deregister (worker->rdma, temps[k]);

@@ -64,6 +64,10 @@ typedef struct {
     //  with it (0: taken as the bytes are copied into the request, with verification on);
     //  END: the whole value's, sent with it. READ, out: the node's for the whole value.
     uint64_t checksum;
+    //  in and out: the value's version. READ: only this version is read (0: any; another is
+    //  OBJECT_NOT_FOUND), out: the version read. WRITE, RESERVE: the version the value takes
+    //  (the master's, from PLACE).
+    uint64_t version;
     //  out
     bool corrupt;    //  READ: the bytes did not match their checksum (status TRANSFER_FAIL)
     int status;      //  KVPOOL_OK, the node's status for the key, or KVPOOL_TRANSFER_FAIL

@@ -874,7 +874,7 @@ s_fake_api_actor (zsock_t *pipe, void *args)
             }
             else if (streq (command, "PUBLISH")) {
                 assert (zhashx_lookup (fake.keys, arg));
-                int64_t slot = shm_index_insert (fake.index, arg, strlen (arg), 1, 0, 100);
+                int64_t slot = shm_index_insert (fake.index, arg, strlen (arg), 1, 0, 100, 1, false);
                 assert (slot >= 0);
                 zhashx_update (fake.keys, arg, (void *) (intptr_t) (slot + 2));
                 zsock_signal (pipe, 0);

@@ -94,6 +94,17 @@ directory_holds (const dir_entry_t *entry, uint16_t node)
     return s_holds (entry, node);
 }
 
+//  Takes holder i out of entry: the last one takes its place, with its cache bit.
+static void
+s_take_holder (dir_entry_t *entry, uint8_t i)
+{
+    uint8_t last = --entry->holder_count;
+    uint8_t last_bit = (entry->cache_mask >> last) & 1;
+    entry->holders[i] = entry->holders[last];
+    entry->cache_mask = (uint8_t) ((entry->cache_mask & ~(1u << i) & ~(1u << last))
+                                   | (i != last ? last_bit << i : 0));
+}
+
 void
 directory_commit (directory_t *self, dir_entry_t *entry, const uint16_t *holders, size_t count,
                   uint64_t token)
@@ -103,6 +114,7 @@ directory_commit (directory_t *self, dir_entry_t *entry, const uint16_t *holders
     entry->state = DIR_COMMITTED;
     entry->token = token;
     entry->holder_count = 0;
+    entry->cache_mask = 0;
     for (size_t i = 0; i < count && entry->holder_count < KVP_MAX_REPLICAS; i++)
         if (!s_holds (entry, holders[i]))
             entry->holders[entry->holder_count++] = holders[i];
@@ -129,6 +141,27 @@ directory_add_holder (directory_t *self, const char *key, size_t key_len, uint64
     return entry;
 }
 
+int
+directory_add_cache (dir_entry_t *entry, uint16_t node)
+{
+    if (entry->state != DIR_COMMITTED)
+        return -1;
+    for (uint8_t i = 0; i < entry->holder_count; i++)
+        if (entry->holders[i] == node)
+            return 0; //  a replica or a cache copy already
+    if (entry->holder_count == KVP_MAX_REPLICAS)
+        return -1;
+    entry->cache_mask |= (uint8_t) (1u << entry->holder_count);
+    entry->holders[entry->holder_count++] = node;
+    return 0;
+}
+
+bool
+directory_is_cache (const dir_entry_t *entry, uint8_t i)
+{
+    return (entry->cache_mask >> i) & 1;
+}
+
 void
 directory_remove (directory_t *self, dir_entry_t *entry)
 {
@@ -143,7 +176,7 @@ directory_drop_holder (directory_t *self, dir_entry_t *entry, uint16_t node)
 {
     for (uint8_t i = 0; i < entry->holder_count; i++)
         if (entry->holders[i] == node) {
-            entry->holders[i] = entry->holders[--entry->holder_count];
+            s_take_holder (entry, i);
             break;
         }
     if (entry->holder_count == 0 && entry->state == DIR_COMMITTED) {
@@ -165,7 +198,7 @@ directory_drop_node (directory_t *self, uint16_t node, size_t *held_p)
         held++;
         for (uint8_t i = 0; i < entry->holder_count; i++)
             if (entry->holders[i] == node) {
-                entry->holders[i] = entry->holders[--entry->holder_count];
+                s_take_holder (entry, i);
                 break;
             }
         if (entry->holder_count == 0 && entry->state == DIR_COMMITTED) {
@@ -255,6 +288,24 @@ directory_test (bool verbose)
     assert (!directory_drop_holder (dir, a, 3) && a->holder_count == 1 && a->holders[0] == 9);
     assert (directory_drop_holder (dir, a, 9) && !directory_find (dir, "a"));
     assert (directory_committed (dir) == 0 && directory_size (dir) == 0);
+    //  Cache copies: marked, kept aligned with their holders as holders go.
+    {
+        dir_entry_t *c = directory_reserve (dir, "c", 1, 10, 20);
+        assert (directory_add_cache (c, 4) == -1); //  pending: no cache copies
+        uint16_t two[] = {1, 2};
+        directory_commit (dir, c, two, 2, 21);
+        assert (directory_add_cache (c, 4) == 0 && directory_add_cache (c, 6) == 0);
+        assert (directory_add_cache (c, 1) == 0 && c->holder_count == 4); //  a replica already
+        assert (!directory_is_cache (c, 0) && !directory_is_cache (c, 1));
+        assert (directory_is_cache (c, 2) && directory_is_cache (c, 3));
+        assert (!directory_drop_holder (dir, c, 1)); //  node 6 (cache) takes slot 0
+        assert (c->holders[0] == 6 && directory_is_cache (c, 0) && !directory_is_cache (c, 1));
+        assert (directory_is_cache (c, 2) && c->holder_count == 3);
+        assert (!directory_drop_holder (dir, c, 4) && c->cache_mask == 1);
+        directory_commit (dir, c, two, 1, 22); //  an upsert: the copies are the old value's
+        assert (c->cache_mask == 0 && c->holder_count == 1);
+        directory_remove (dir, c);
+    }
     //  Many keys: growth, iteration, remove-all leaves pending reservations alone.
     char key[32];
     for (int i = 0; i < 10000; i++) {

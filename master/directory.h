@@ -32,8 +32,12 @@ typedef struct {
     //  from an INVENTORY alone). One sequence for both, so a commit's token says when it
     //  came: a node away since an earlier token cannot hold this value (master.c).
     uint64_t token;
+    //  COMMITTED: the value's version (as PLACE gave it, or as a node reported it; 0:
+    //  unknown), which cache copies must have (CACHE)
+    uint64_t version;
     uint8_t state; //  dir_state_t
     uint8_t holder_count;
+    uint8_t cache_mask; //  bit i: holders[i] keeps a cache copy, not a replica
     uint16_t holders[KVP_MAX_REPLICAS]; //  node slots
     char key[];                         //  NUL-terminated
 } dir_entry_t;
@@ -58,6 +62,11 @@ bool directory_holds (const dir_entry_t *entry, uint16_t node);
 //  memory or the entry has all the holders it can take.
 dir_entry_t *directory_add_holder (directory_t *self, const char *key, size_t key_len,
                                    uint64_t size, uint16_t node);
+//  Adds node to a committed entry's holders as a cache copy (the host hot cache). Returns 0
+//  (also when node holds it already), or -1 when the entry is pending or full.
+int directory_add_cache (dir_entry_t *entry, uint16_t node);
+//  Whether entry's holder i keeps a cache copy.
+bool directory_is_cache (const dir_entry_t *entry, uint8_t i);
 //  Takes node out of entry's holders; when none is left the entry is removed (and freed).
 //  Returns true when the entry was removed.
 bool directory_drop_holder (directory_t *self, dir_entry_t *entry, uint16_t node);

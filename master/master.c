@@ -32,6 +32,7 @@
 
 #include <pthread.h>
 #include <sys/random.h>
+#include <time.h>
 
 #include "infra/actor_shell.h"
 #include "infra/config.h"
@@ -191,6 +192,10 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
     //  A request is keys and sizes, never values: 256 MiB bounds what a node may send.
     zsock_set_maxmsgsize (self->router, 256 << 20);
     kvp_curve_cluster_server (config->curve, self->router);
+    //  Tokens are versions too (a value's, unique to one put or upsert of its key): a
+    //  restarted master counts on from past what it gave before, the start time in seconds
+    //  << 20 (it also moves past any version a node reports, s_inventory).
+    self->next_token = (uint64_t) time (NULL) << 20;
     self->endpoints = zlistx_new ();
     zlistx_set_duplicator (self->endpoints, (zlistx_duplicator_fn *) strdup);
     zlistx_set_destructor (self->endpoints, (zlistx_destructor_fn *) zstr_free);
@@ -367,15 +372,19 @@ s_reply_node (self_t *self, reply_t *r, int slot)
     return (int) reply->n_nodes - 1;
 }
 
-//  Fills holders with the live nodes among slots[0..count).
+//  Fills holders with the live nodes among slots[0..count); with caches, *caches gets a bit
+//  per node listed that keeps a cache copy (bit i of cache_mask for slots[i]).
 static int
-s_reply_holders (self_t *self, reply_t *r, Kvpool__Cluster__V1__Holders *holders,
-                 const uint16_t *slots, size_t count)
+s_reply_holders_cached (self_t *self, reply_t *r, Kvpool__Cluster__V1__Holders *holders,
+                        const uint16_t *slots, size_t count, uint8_t cache_mask,
+                        uint32_t *caches)
 {
     holders->nodes = (uint32_t *) arena_alloc (r->arena, (count ? count : 1) * sizeof (uint32_t));
     if (!holders->nodes)
         return -1;
     holders->n_nodes = 0;
+    if (caches)
+        *caches = 0;
     for (size_t i = 0; i < count; i++) {
         node_t *node = node_table_get (self->nodes, slots[i]);
         if (!node || !node->alive)
@@ -383,7 +392,36 @@ s_reply_holders (self_t *self, reply_t *r, Kvpool__Cluster__V1__Holders *holders
         int index = s_reply_node (self, r, slots[i]);
         if (index < 0)
             return -1;
+        if (caches && ((cache_mask >> i) & 1))
+            *caches |= 1u << holders->n_nodes;
         holders->nodes[holders->n_nodes++] = (uint32_t) index;
+    }
+    return 0;
+}
+
+static int
+s_reply_holders (self_t *self, reply_t *r, Kvpool__Cluster__V1__Holders *holders,
+                 const uint16_t *slots, size_t count)
+{
+    return s_reply_holders_cached (self, r, holders, slots, count, 0, NULL);
+}
+
+//  Arrays for n keys' versions and cache masks (zeroed). Returns 0 or -1.
+static int
+s_reply_versions (reply_t *r, size_t n, bool caches)
+{
+    Kvpool__Cluster__V1__MasterReply *reply = &r->reply;
+    reply->versions = (uint64_t *) arena_alloc (r->arena, (n ? n : 1) * sizeof (uint64_t));
+    if (!reply->versions)
+        return -1;
+    memset (reply->versions, 0, (n ? n : 1) * sizeof (uint64_t));
+    reply->n_versions = n;
+    if (caches) {
+        reply->caches = (uint32_t *) arena_alloc (r->arena, (n ? n : 1) * sizeof (uint32_t));
+        if (!reply->caches)
+            return -1;
+        memset (reply->caches, 0, (n ? n : 1) * sizeof (uint32_t));
+        reply->n_caches = n;
     }
     return 0;
 }
@@ -540,6 +578,7 @@ s_register (self_t *self, reply_t *r, const Kvpool__Cluster__V1__NodeRequest *re
     node->conn_closed = false;
     snprintf (node->user_id, sizeof node->user_id, "%s", from->user_id);
     node->reported_bytes = 0;
+    node->lease_ms = info->lease_ms;
     r->reply.registration = node->registration;
     kvp_info ("node %s (host %s) registered: clients %s, data plane %s, %llu MiB", node->node_id,
               node->host_id, node->client_endpoint, node->peer_endpoint,
@@ -562,7 +601,9 @@ s_fenced (self_t *self, reply_t *r, const node_t *sender,
         case KVPOOL__CLUSTER__V1__KIND__REMOVE:
         case KVPOOL__CLUSTER__V1__KIND__REMOVE_REGEX:
         case KVPOOL__CLUSTER__V1__KIND__REMOVE_ALL:
-        case KVPOOL__CLUSTER__V1__KIND__DROPPED: break;
+        case KVPOOL__CLUSTER__V1__KIND__DROPPED:
+        case KVPOOL__CLUSTER__V1__KIND__CACHE:
+        case KVPOOL__CLUSTER__V1__KIND__FENCE: break;
         default: return false;
     }
     if (sender)
@@ -611,9 +652,10 @@ s_inventory (self_t *self, reply_t *r, arena_t *arena,
     int slot = s_member (self, r, request, sender);
     if (slot < 0)
         return;
-    if (request->n_sizes != request->n_keys) {
-        s_reply_fail (r, KVPOOL_INVALID_PARAMS, "%zu keys, %zu sizes", request->n_keys,
-                      request->n_sizes);
+    if (request->n_sizes != request->n_keys
+        || (request->n_versions && request->n_versions != request->n_keys)) {
+        s_reply_fail (r, KVPOOL_INVALID_PARAMS, "%zu keys, %zu sizes, %zu versions",
+                      request->n_keys, request->n_sizes, request->n_versions);
         return;
     }
     node_t *node = node_table_get (self->nodes, slot);
@@ -630,8 +672,14 @@ s_inventory (self_t *self, reply_t *r, arena_t *arena,
             continue;
         dir_entry_t *entry = directory_find (self->directory, key);
         uint64_t removed = entry ? 0 : (uintptr_t) zhashx_lookup (self->tombstones, key);
+        uint64_t version = request->n_versions ? request->versions[i] : 0;
+        //  Versions are drawn from the tokens' sequence: a restarted master draws past
+        //  every version its nodes report.
+        if (version > self->next_token)
+            self->next_token = version;
         bool stale = entry ? !directory_holds (entry, (uint16_t) slot)
-                                 && (entry->state == DIR_PENDING || entry->token > node->report_bar)
+                                 && (entry->state == DIR_PENDING || entry->token > node->report_bar
+                                     || (version && entry->version && version != entry->version))
                            : removed > node->report_bar || self->tombstone_floor > node->report_bar;
         //  A node holds at most its memory and its disk: a report past that is a lie (or a
         //  bug), and the copies past it are refused, so that no node can fill the directory
@@ -659,6 +707,8 @@ s_inventory (self_t *self, reply_t *r, arena_t *arena,
         uint8_t before = entry && entry->state == DIR_COMMITTED ? entry->holder_count : 0;
         entry = directory_add_holder (self->directory, key, request->keys[i].len, request->sizes[i],
                                       (uint16_t) slot);
+        if (entry && !entry->version)
+            entry->version = version;
         if (entry && entry->holder_count > before) {
             node_table_get (self->nodes, slot)->objects++;
             added++;
@@ -690,6 +740,7 @@ s_place (self_t *self, reply_t *r, arena_t *arena, const Kvpool__Cluster__V1__No
         r->reply.n_tokens = n;
     }
     if (!r->reply.tokens || s_reply_keys (r, n, false, true) != 0
+        || s_reply_versions (r, n, false) != 0
         || (request->upsert
             && !(r->reply.old_holders = (Kvpool__Cluster__V1__Holders **) arena_alloc (
                      arena, (n ? n : 1) * sizeof (void *))))) {
@@ -773,6 +824,9 @@ s_place (self_t *self, reply_t *r, arena_t *arena, const Kvpool__Cluster__V1__No
         }
         if (s_reply_holders (self, r, r->reply.holders[i], chosen, count) != 0)
             *status = KVPOOL_INTERNAL_ERROR;
+        //  The version the value takes: new to this key (a new key's is its reservation's
+        //  token; an upsert's is drawn now), stored with its copies, back in the COMMIT.
+        r->reply.versions[i] = entry ? ++self->next_token : r->reply.tokens[i];
     }
 }
 
@@ -780,7 +834,8 @@ static void
 s_commit (self_t *self, reply_t *r, arena_t *arena, const Kvpool__Cluster__V1__NodeRequest *request)
 {
     size_t n = request->n_keys;
-    if (request->n_holders != n || request->n_tokens != n) {
+    if (request->n_holders != n || request->n_tokens != n
+        || (request->n_versions && request->n_versions != n)) {
         s_reply_fail (r, KVPOOL_INVALID_PARAMS,
                       "%zu keys, %zu holder lists, %zu tokens: a commit names one of each per key",
                       n, request->n_holders, request->n_tokens);
@@ -831,6 +886,9 @@ s_commit (self_t *self, reply_t *r, arena_t *arena, const Kvpool__Cluster__V1__N
         s_reservation_end (self, entry);
         s_count (self, entry, -1); //  an upsert's old holders
         directory_commit (self->directory, entry, slots, count, ++self->next_token);
+        //  (a node from before versions sends none: the commit's token stands in)
+        entry->version = request->n_versions && request->versions[i] ? request->versions[i]
+                                                                        : entry->token;
         s_count (self, entry, 1);
     }
 }
@@ -852,7 +910,7 @@ s_locate (self_t *self, reply_t *r, arena_t *arena, const Kvpool__Cluster__V1__N
           bool remove)
 {
     size_t n = request->n_keys;
-    if (s_reply_keys (r, n, true, true) != 0) {
+    if (s_reply_keys (r, n, true, true) != 0 || s_reply_versions (r, n, true) != 0) {
         s_reply_fail (r, KVPOOL_INTERNAL_ERROR, "out of memory");
         return;
     }
@@ -868,7 +926,9 @@ s_locate (self_t *self, reply_t *r, arena_t *arena, const Kvpool__Cluster__V1__N
             continue;
         }
         r->reply.sizes[i] = entry->size;
-        if (s_reply_holders (self, r, r->reply.holders[i], entry->holders, entry->holder_count)
+        r->reply.versions[i] = entry->version;
+        if (s_reply_holders_cached (self, r, r->reply.holders[i], entry->holders,
+                                    entry->holder_count, entry->cache_mask, &r->reply.caches[i])
             != 0) {
             r->reply.statuses[i] = KVPOOL_INTERNAL_ERROR;
             continue;
@@ -964,6 +1024,71 @@ s_dropped (self_t *self, arena_t *arena, const Kvpool__Cluster__V1__NodeRequest 
         bool gone = directory_drop_holder (self->directory, entry, (uint16_t) slot);
         if (gone || entry->holder_count < before)
             node_table_get (self->nodes, slot)->objects--;
+    }
+}
+
+//  CACHE: the sender keeps a cache copy of each key at the version it names: it becomes a
+//  holder marked as cache, told of the key's removal or upsert like any holder. Another
+//  version (or none) is refused: the node drops its copy unread.
+static void
+s_cache (self_t *self, reply_t *r, arena_t *arena, const Kvpool__Cluster__V1__NodeRequest *request,
+         const node_t *sender)
+{
+    int slot = s_member (self, r, request, sender);
+    if (slot < 0)
+        return;
+    size_t n = request->n_keys;
+    if (request->n_versions != n) {
+        s_reply_fail (r, KVPOOL_INVALID_PARAMS, "%zu keys, %zu versions", n, request->n_versions);
+        return;
+    }
+    if (s_reply_keys (r, n, false, false) != 0) {
+        s_reply_fail (r, KVPOOL_INTERNAL_ERROR, "out of memory");
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        char *key = s_key (self, arena, &request->keys[i]);
+        dir_entry_t *entry = key ? directory_find (self->directory, key) : NULL;
+        bool held = entry && directory_holds (entry, (uint16_t) slot);
+        if (!entry || entry->state != DIR_COMMITTED || !request->versions[i]
+            || entry->version != request->versions[i]
+            || directory_add_cache (entry, (uint16_t) slot) != 0)
+            r->reply.statuses[i] = KVPOOL_OBJECT_NOT_FOUND;
+        else if (!held)
+            node_table_get (self->nodes, slot)->objects++;
+    }
+}
+
+//  FENCE: a node could not be told to drop keys (it did not answer in time). It is declared
+//  dead here (its copies leave the directory; it registers again, dropping its cache
+//  copies) and the asker learns how long until the node's cache lease has surely run out:
+//  the node renews it only from heartbeats this master answered, so it ends at most
+//  lease_ms after the last message heard from it (and a tenth more, for clocks that run
+//  apart).
+static void
+s_fence (self_t *self, reply_t *r, const Kvpool__Cluster__V1__NodeRequest *request,
+         const node_t *sender)
+{
+    if (!sender) {
+        s_reply_fail (r, KVPOOL_INVALID_PARAMS, "unknown node %s: register",
+                      request->node->node_id);
+        return;
+    }
+    const char *victim = request->pattern ? request->pattern : "";
+    int slot = node_table_find (self->nodes, victim);
+    node_t *node = node_table_get (self->nodes, slot);
+    if (!node) {
+        s_reply_fail (r, KVPOOL_INVALID_PARAMS, "unknown node '%.100s'", victim);
+        return;
+    }
+    int64_t now = zclock_mono ();
+    int64_t safe = node->last_heard + (int64_t) (node->lease_ms + node->lease_ms / 10);
+    r->reply.wait_ms = node->lease_ms && safe > now ? (uint64_t) (safe - now) : 0;
+    if (node->alive && node != sender) {
+        char why[200];
+        snprintf (why, sizeof why, "fenced: node %s could not tell it to drop keys",
+                  sender->node_id);
+        s_node_dead (self, slot, why);
     }
 }
 
@@ -1110,6 +1235,10 @@ s_request (self_t *self)
                     s_dropped (self, &arena, request, sender);
                     break;
                 case KVPOOL__CLUSTER__V1__KIND__NODES: s_nodes (self, &r); break;
+                case KVPOOL__CLUSTER__V1__KIND__CACHE:
+                    s_cache (self, &r, &arena, request, sender);
+                    break;
+                case KVPOOL__CLUSTER__V1__KIND__FENCE: s_fence (self, &r, request, sender); break;
                 default:
                     s_reply_fail (&r, KVPOOL_UNKNOWN_OPERATION, "unknown kind %d", request->kind);
             }

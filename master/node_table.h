@@ -55,6 +55,10 @@ typedef struct {
     uint64_t reported_bytes; //  of the copies it reported (INVENTORY) since it registered
     bool alive;
     uint64_t objects; //  directory entries it holds
+    //  How long after a heartbeat this master answered the node still serves its cache
+    //  copies (REGISTER's lease_ms; 0: it keeps none): a node fenced now (FENCE) is safe
+    //  from last_heard + lease_ms on.
+    uint64_t lease_ms;
 } node_t;
 
 typedef struct _node_table_t node_table_t;

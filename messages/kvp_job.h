@@ -219,6 +219,10 @@ typedef struct {
                               //  asking process's memory (KVP_VIA_VM)
     };
     kvp_item_cluster_t cluster; //  the cluster: placement token, locations
+    //  The value's version (Reply.versions): a read's and a write's result. Coming in
+    //  (Request.versions): the only version a GET, EXIST, GET_SIZE or REMOVE is about (0:
+    //  any); the version a node's write on the data plane gives the value.
+    uint64_t version;
 } kvp_item_t;
 
 //  An eviction cycle's plan and its outcome (the replica-manager's: actors/replica_evict.c

@@ -39,6 +39,19 @@ reply_encode (arena_t *arena, const kvp_op_t *row, const kvp_job_t *job, Kvpool_
         reply->n_sizes = n;
         reply->sizes = sizes;
     }
+    //  Each key's version, where known (none at all when none is).
+    bool any_version = false;
+    for (size_t i = 0; i < n && !any_version; i++)
+        any_version = job->items[i].status == KVPOOL_OK && job->items[i].version;
+    if (any_version) {
+        uint64_t *versions = (uint64_t *) s_array (arena, n, sizeof (uint64_t));
+        if (!versions)
+            return -1;
+        for (size_t i = 0; i < n; i++)
+            versions[i] = job->items[i].status == KVPOOL_OK ? job->items[i].version : 0;
+        reply->n_versions = n;
+        reply->versions = versions;
+    }
     //  A GET's checksums: of each whole value, where known (none at all when none is).
     bool any_checksum = false;
     for (size_t i = 0; (row->fills & REPLY_VALUES) && i < n && !any_checksum; i++)

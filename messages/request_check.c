@@ -97,6 +97,16 @@ request_check (const Kvpool__V1__Request *request, size_t value_frames, uint64_t
         snprintf (reason, size, "%zu keys but %zu checksums", n, request->n_checksums);
         return KVPOOL_INVALID_PARAMS;
     }
+    if (request->n_versions && request->n_versions != n) {
+        snprintf (reason, size, "%zu keys but %zu versions", n, request->n_versions);
+        return KVPOOL_INVALID_PARAMS;
+    }
+    if (request->n_versions && !(row->flags & OP_WRITE) && op != KVPOOL__V1__OP__GET
+        && op != KVPOOL__V1__OP__EXIST && op != KVPOOL__V1__OP__GET_SIZE
+        && op != KVPOOL__V1__OP__REMOVE) {
+        snprintf (reason, size, "versions are only for GET, EXIST, GET_SIZE and REMOVE");
+        return KVPOOL_INVALID_PARAMS;
+    }
     if ((row->flags & OP_SIZES) && request->n_sizes != n) {
         snprintf (reason, size, "%zu keys but %zu sizes", n, request->n_sizes);
         return KVPOOL_INVALID_PARAMS;

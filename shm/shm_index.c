@@ -56,10 +56,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-//  "\0KVPIDX3": version 2 has read stamps (a reader of version 1 would read without
+//  "\0KVPIDX4": version 2 has read stamps (a reader of version 1 would read without
 //  stamping); version 3 hashes keys with XXH3 (a reader of version 2 would look in the wrong
-//  slots). A reader must not find an index of another version usable.
-#define MAGIC 0x3358444950564B00ULL
+//  slots); version 4 has versions and cache copies in its slots (a reader of version 3 would
+//  take a version for a key). A reader must not find an index of another version usable.
+#define MAGIC 0x3458444950564B00ULL
+//  key_len's top bit: the slot's object is a cache copy (shm_index.h)
+#define SLOT_CACHE 0x80000000u
 #define HEADER_SIZE 4096
 #define SLOT_SIZE 256
 #define PROBE_MAX 8
@@ -76,6 +79,8 @@ typedef struct {
     uint64_t slot_count;
     uint64_t slot_size;
     char reads_name[NAME_MAX_LEN]; //  the read stamps' object
+    //  Until when (shm_index_clock_ms) cache copies may be read (shm_index_set_cache_until)
+    _Atomic int64_t cache_until_ms;
 } header_t;
 
 typedef struct {
@@ -85,6 +90,7 @@ typedef struct {
     uint32_t key_len;
     uint64_t offset;
     uint64_t size;
+    uint64_t version;
     char key[SHM_INDEX_KEY_MAX];
 } slot_t;
 
@@ -421,7 +427,7 @@ shm_index_count (shm_index_t *self)
 
 int64_t
 shm_index_insert (shm_index_t *self, const char *key, size_t key_len, uint32_t segment_id,
-                  uint64_t offset, uint64_t size)
+                  uint64_t offset, uint64_t size, uint64_t version, bool cache)
 {
     assert (self->owner);
     if (key_len == 0 || key_len > SHM_INDEX_KEY_MAX)
@@ -439,9 +445,10 @@ shm_index_insert (shm_index_t *self, const char *key, size_t key_len, uint32_t s
         //  anyway; zero says so plainly).
         atomic_store_explicit (&self->stamps[index], 0, memory_order_relaxed);
         slot->segment_id = segment_id;
-        slot->key_len = (uint32_t) key_len;
+        slot->key_len = (uint32_t) key_len | (cache ? SLOT_CACHE : 0);
         slot->offset = offset;
         slot->size = size;
+        slot->version = version;
         memcpy (slot->key, key, key_len);
         atomic_store_explicit (&slot->hash, hash, memory_order_relaxed);
         atomic_store_explicit (&slot->seq, seq + 2, memory_order_release);
@@ -449,6 +456,13 @@ shm_index_insert (shm_index_t *self, const char *key, size_t key_len, uint32_t s
         return (int64_t) index;
     }
     return -1;
+}
+
+void
+shm_index_set_cache_until (shm_index_t *self, int64_t until_ms)
+{
+    assert (self->owner);
+    atomic_store_explicit (&((header_t *) self->base)->cache_until_ms, until_ms, memory_order_release);
 }
 
 //  The time in a stamp if it belongs to the publication with sequence number seq, else 0.
@@ -514,11 +528,19 @@ s_lookup (shm_index_t *self, const char *key, size_t key_len, uint64_t hash, shm
         if (slot_hash != hash)
             continue;
         uint32_t len = slot->key_len;
-        if (len != key_len || memcmp (slot->key, key, key_len) != 0)
+        if ((len & ~SLOT_CACHE) != key_len || memcmp (slot->key, key, key_len) != 0)
             continue;
+        //  A cache copy only while the node's cache lease holds: a node stopped (or cut off
+        //  from its master) past it may have missed the key's removal.
+        hit->cache = (len & SLOT_CACHE) != 0;
+        if (hit->cache
+            && shm_index_clock_ms ()
+                   >= atomic_load_explicit (&((header_t *) self->base)->cache_until_ms, memory_order_acquire))
+            return false;
         hit->segment_id = slot->segment_id;
         hit->offset = slot->offset;
         hit->size = slot->size;
+        hit->version = slot->version;
         hit->slot = slot;
         hit->stamp = (void *) &self->stamps[(hash + probe) & self->mask];
         hit->seq = seq;
@@ -643,8 +665,8 @@ shm_index_test (bool verbose)
     assert (reader);
 
     //  Published entries are found; unknown keys are not.
-    int64_t a = shm_index_insert (writer, "alpha", 5, 3, 4096, 100);
-    int64_t b = shm_index_insert (writer, "beta", 4, 4, 0, 7);
+    int64_t a = shm_index_insert (writer, "alpha", 5, 3, 4096, 100, 5, false);
+    int64_t b = shm_index_insert (writer, "beta", 4, 4, 0, 7, 6, false);
     assert (a >= 0 && b >= 0 && a != b && shm_index_count (writer) == 2);
     shm_index_hit_t hit;
     assert (shm_index_lookup (reader, "alpha", 5, &hit));
@@ -677,7 +699,7 @@ shm_index_test (bool verbose)
     assert (shm_index_lookup (reader, "alpha", 5, &hit));
     late = hit;
     assert (shm_index_remove (writer, a) == now + 5);
-    int64_t c = shm_index_insert (writer, "alpha", 5, 9, 8192, 100);
+    int64_t c = shm_index_insert (writer, "alpha", 5, 9, 8192, 100, 42, false);
     assert (c >= 0 && c == a);
     assert (!shm_index_confirm (&late, now + 9));
     assert (shm_index_last_read (writer, c) == 0);
@@ -685,6 +707,20 @@ shm_index_test (bool verbose)
     assert (shm_index_confirm (&hit, now + 10));
     assert (!shm_index_confirm (&late, now + 20));
     assert (shm_index_last_read (writer, c) == now + 10);
+    assert (hit.version == 42 && !hit.cache);
+
+    //  A cache copy is found only while the cache lease holds.
+    {
+        int64_t d = shm_index_insert (writer, "cached", 6, 3, 0, 10, 77, true);
+        assert (d >= 0);
+        assert (!shm_index_lookup (reader, "cached", 6, &hit)); //  no lease yet
+        shm_index_set_cache_until (writer, shm_index_clock_ms () + 60000);
+        assert (shm_index_lookup (reader, "cached", 6, &hit) && hit.cache && hit.version == 77);
+        shm_index_set_cache_until (writer, shm_index_clock_ms () - 1);
+        assert (!shm_index_lookup (reader, "cached", 6, &hit));
+        assert (shm_index_lookup (reader, "alpha", 5, &hit)); //  replicas are not leased
+        shm_index_remove (writer, d);
+    }
 
     //  An entry that went in past its home slot stays found when the home slot is emptied
     //  later (a lookup does not stop at an empty slot).
@@ -699,8 +735,8 @@ shm_index_test (bool verbose)
                 second_len = len;
         }
         assert (second_len);
-        int64_t one = shm_index_insert (writer, first, (size_t) first_len, 1, 11, 1);
-        int64_t two = shm_index_insert (writer, second, (size_t) second_len, 1, 22, 1);
+        int64_t one = shm_index_insert (writer, first, (size_t) first_len, 1, 11, 1, 1, false);
+        int64_t two = shm_index_insert (writer, second, (size_t) second_len, 1, 22, 1, 2, false);
         assert (one >= 0 && two >= 0 && two != one);
         shm_index_remove (writer, one);
         assert (!shm_index_lookup (reader, first, (size_t) first_len, &hit));
@@ -734,12 +770,12 @@ shm_index_test (bool verbose)
     //  Too-long keys and full probe runs are simply not published.
     char big[SHM_INDEX_KEY_MAX + 1];
     memset (big, 'k', sizeof big);
-    assert (shm_index_insert (writer, big, sizeof big, 1, 0, 1) == -1);
+    assert (shm_index_insert (writer, big, sizeof big, 1, 0, 1, 1, false) == -1);
     int published = 0;
     for (int i = 0; i < 1000; i++) {
         char key[32];
         int len = snprintf (key, sizeof key, "key-%d", i);
-        published += shm_index_insert (writer, key, (size_t) len, 1, (uint64_t) i, 1) >= 0;
+        published += shm_index_insert (writer, key, (size_t) len, 1, (uint64_t) i, 1, 1, false) >= 0;
     }
     assert (published > 64 && published <= 127);
     //  Every key it published is found with its own entry.

@@ -58,7 +58,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#define SHM_INDEX_KEY_MAX 216 //  longest key a slot holds
+#define SHM_INDEX_KEY_MAX 208 //  longest key a slot holds
 
 typedef struct _shm_index_t shm_index_t;
 
@@ -70,7 +70,9 @@ typedef struct {
     const void *slot;
     void *stamp; //  the slot's read stamp
     uint64_t seq;
-    uint64_t hash; //  the key's hash (readers may use it to remember keys cheaply)
+    uint64_t hash;    //  the key's hash (readers may use it to remember keys cheaply)
+    uint64_t version; //  the value's (Reply.versions)
+    bool cache;       //  a cache copy of a value other nodes hold (the host hot cache)
 } shm_index_hit_t;
 
 //  Creates an index of at least slots slots (rounded up to a power of two) in a new sealed
@@ -114,10 +116,16 @@ int64_t shm_index_clock_ms (void);
 //  index by (not a file: the index is a memfd).
 void shm_index_make_name (char *buf, size_t size, const char *instance);
 
-//  Writer: publishes an object, unread. Returns its slot number, or -1 if it was not
-//  published.
+//  Writer: publishes an object of version, unread; cache: a copy of the host hot cache,
+//  which readers take only until the time shm_index_set_cache_until set. Returns its slot
+//  number, or -1 if it was not published.
 int64_t shm_index_insert (shm_index_t *self, const char *key, size_t key_len, uint32_t segment_id,
-                          uint64_t offset, uint64_t size);
+                          uint64_t offset, uint64_t size, uint64_t version, bool cache);
+//  Writer: cache copies are read until until_ms (shm_index_clock_ms), and not from then on
+//  (0, as at creation: not at all). The node's cache lease: it moves it on with each
+//  heartbeat its master answers, so readers of a node stopped or cut off past the lease
+//  leave its cache copies alone (docs/tiers.md, "The hot cache").
+void shm_index_set_cache_until (shm_index_t *self, int64_t until_ms);
 //  Writer: withdraws what insert published in slot (slot < 0 does nothing). Returns the
 //  object's last read (as shm_index_last_read), looked at after the withdrawal was visible:
 //  no read of it can be confirmed later.

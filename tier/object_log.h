@@ -35,7 +35,7 @@ typedef struct {
     uint32_t segment; //  the segment's index in the directory (DIR/segment-<index>)
     uint64_t offset;
     uint64_t size;
-    uint64_t object_id; //  replicas of one object share it
+    uint64_t object_id; //  the object's version: replicas of one object share it
     uint64_t checksum;  //  XXH3-64 of the value
     uint64_t seq;       //  its position in the log
 } object_record_t;
