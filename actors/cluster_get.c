@@ -302,10 +302,14 @@ cluster_exist_reply (self_t *self, op_t *op, call_t *call, Kvpool__Cluster__V1__
     for (size_t k = 0; k < call->count; k++) {
         kvp_item_t *item = &job->items[call->items[k]];
         int status = cluster_key_status (reply, k, KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS);
+        uint64_t version = status == KVPOOL_OK && k < reply->n_versions ? reply->versions[k] : 0;
+        //  Asked about one version (Request.versions): another is not the object asked for.
+        if (status == KVPOOL_OK && item->version && version && item->version != version)
+            status = KVPOOL_OBJECT_NOT_FOUND;
         item->status = status;
         if (status == KVPOOL_OK) {
             item->size = k < reply->n_sizes ? reply->sizes[k] : 0;
-            item->version = k < reply->n_versions ? reply->versions[k] : 0;
+            item->version = version;
         }
     }
     if (!reply)
