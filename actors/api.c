@@ -280,6 +280,9 @@ s_self_new (actor_shell_t *shell, zsock_t *pipe, const kvp_config_t *config)
         shm_index_make_name (self->index_name, sizeof self->index_name, config->instance);
         self->reads = index_reads_new (self->index_name);
     }
+    //  A node of a cluster keeps copies of values read often that other nodes hold.
+    if (config->role == KVP_ROLE_NODE && config->hot_cache_size != 0)
+        self->hot = hot_cache_new (config->hot_cache_admit, config->hot_cache_window_ms);
     self->started = zclock_mono ();
     self->metrics = config->metrics;
     if (!self->metrics) {
@@ -336,6 +339,7 @@ s_self_destroy (api_t **self_p)
     key_watch_destroy (&self->client_keys);
     key_watch_destroy (&self->node_keys);
     index_reads_destroy (&self->reads);
+    hot_cache_destroy (&self->hot);
     owners_destroy (&self->owners);
     zlistx_destroy (&self->endpoints);
     zlistx_destroy (&self->resets);

@@ -329,6 +329,9 @@ s_job_from_request (api_t *self, api_ctx_t *ctx)
         self->client_index_gets += request->reads;
         self->client_listed += request->listed_reads;
         self->client_misses += request->read_misses;
+        //  (at most its reads: a count past them is no read of a cache copy)
+        self->client_cache_hits +=
+            request->cache_reads < request->reads ? request->cache_reads : request->reads;
     }
     if (op == KVPOOL__V1__OP__CONFIG) {
         char why[300];

@@ -204,6 +204,11 @@ api_complete_stats (api_t *self, kvp_stats_t *stats)
     //  miss. A value relayed from one of them is a hit; one the client was told to read
     //  from another node (REDIRECT) is that node's get, counted there, not here.
     stats->get_hits += stats->remote_gets;
+    //  The hot cache: the replica-manager counted the reads of cache copies it served; the
+    //  index's readers (here, and same-machine clients by their TOUCHes) read some too.
+    stats->hot_cache_hits +=
+        (self->reads ? index_reads_cache_hits (self->reads) : 0) + self->client_cache_hits;
+    stats->hot_cache_misses = self->cache_misses;
     stats->gets -= stats->redirects < stats->gets ? stats->redirects : stats->gets;
     stats->max_key_len = self->config->max_key_len;
     stats->max_value_size = self->config->max_value_size;

@@ -126,12 +126,72 @@ s_disk_follow_up (api_t *self, kvp_job_t *job)
         s_advance (self, promote, KVP_JOB_NONE);
 }
 
+//  After a node's GET: each value only other nodes hold (relayed here, or read by the client
+//  from its holder after a REDIRECT) is a miss of the hot cache, and a read toward its
+//  admission (hot_cache.h). The admitted ones get a copy (KVP_OP_CACHE_FILL): with the bytes
+//  relayed here, copied now (the reply sends the read buffer); the others fetched by the
+//  cluster actor itself.
+static void
+s_cache_follow_up (api_t *self, kvp_job_t *job)
+{
+    kvp_job_t *fill = NULL;
+    size_t bytes = 0;
+    int64_t now = zclock_mono ();
+    bool admitted[job->count ? job->count : 1];
+    for (size_t i = 0; i < job->count; i++) {
+        kvp_item_t *item = &job->items[i];
+        admitted[i] = false;
+        bool relayed = item->status == KVPOOL_OK && item->buffer && !item->disk.id;
+        if (!relayed && item->status != KVPOOL_REDIRECT)
+            continue;
+        self->cache_misses++;
+        if (job->opt.ranged || !item->version || item->size > self->config->hot_cache_max_object
+            || !hot_cache_read (self->hot, item->key, item->key_len, now))
+            continue;
+        admitted[i] = true;
+        bytes += relayed ? item->size : 0;
+    }
+    for (size_t i = 0; i < job->count; i++) {
+        if (!admitted[i])
+            continue;
+        if (!fill) {
+            fill = kvp_job_new (KVP_JOB_NONE, 0);
+            fill->op = KVP_OP_CACHE_FILL;
+            fill->cluster = true;
+            kvp_job_payload (fill, KVP_PAYLOAD_PROMOTE);
+            fill->promote.storage = bytes ? malloc (bytes) : NULL;
+            if (bytes && !fill->promote.storage) {
+                kvp_job_destroy (&fill);
+                return;
+            }
+            bytes = 0;
+        }
+        kvp_item_t *item = &job->items[i];
+        kvp_item_t *copy = kvp_job_append_key (fill, item->key, item->key_len);
+        copy->size = item->size;
+        copy->version = item->version;
+        if (item->status == KVPOOL_OK) {
+            char *to = (char *) fill->promote.storage + bytes;
+            memcpy (to, item->replicas[0].addr, item->size);
+            copy->src = to;
+            copy->checksums.value = item->checksums.value;
+            bytes += item->size;
+        }
+        else
+            copy->status = KVPOOL_OBJECT_NOT_FOUND; //  the cluster actor reads it (CL_FETCH)
+    }
+    if (fill)
+        s_advance (self, fill, KVP_JOB_NONE);
+}
+
 static void
 s_finish (api_t *self, kvp_job_t *job)
 {
     api_ctx_t *ctx = (api_ctx_t *) job->context;
     if (ctx && job->kind == KVP_TX_DISK_READ)
         s_disk_follow_up (self, job);
+    if (ctx && self->hot && job->cluster && job->op == KVPOOL__V1__OP__GET && !job->opt.peer)
+        s_cache_follow_up (self, job);
     if (ctx && job->op == KVPOOL__V1__OP__PREFIX_MATCH && job->status == KVPOOL_OK)
         job->result_count = kvp_job_prefix_count (job);
     if (!ctx)

@@ -22,6 +22,7 @@
 #include "messages/ops.h"
 #include "actors/owners.h"
 #include "actors/connections.h"
+#include "actors/hot_cache.h"
 #include "actors/index_reads.h"
 #include "infra/config.h"
 #include "infra/conn_guard.h"
@@ -74,6 +75,9 @@ typedef struct {
     connections_t *connections; //  unread reply bytes per connection
     int64_t started;
     index_reads_t *reads;       //  small reads answered from the read index, or NULL
+    hot_cache_t *hot;           //  role node: the hot cache's admission filter, or NULL (off)
+    uint64_t cache_misses;      //  gets of values only other nodes hold, found in no copy here
+    uint64_t client_cache_hits; //  reads of cache copies same-machine clients did (TOUCH)
     kvp_metrics_t *metrics;     //  per-operation counters (config's, or own_metrics)
     kvp_metrics_t *own_metrics; //  made here when the daemon gave none
     conn_guard_t *guard;        //  refuses connections past --max-connections

@@ -406,6 +406,7 @@ s_job (self_t *self, kvp_job_t *job, zframe_t *routing_id)
             break;
         }
         case KVP_CL_REMOVE: cluster_remove_start (self, op); break;
+        case KVP_CL_CACHE_CLAIM: cluster_cache_claim (self, op); break;
         case KVP_CL_STATS:
             kvp_job_stats (job)->remote_gets = self->remote_gets;
             kvp_job_stats (job)->remote_get_bytes = self->remote_get_bytes;
@@ -414,6 +415,8 @@ s_job (self_t *self, kvp_job_t *job, zframe_t *routing_id)
             kvp_job_stats (job)->remote_put_parts = self->remote_put_parts;
             kvp_job_stats (job)->remote_get_parts = self->remote_get_parts;
             kvp_job_stats (job)->rdma_transfers = data_plane_rdma_transfers (self->plane);
+            kvp_job_stats (job)->master_requests = master_client_sent (self->master);
+            kvp_job_stats (job)->location_hits = self->location_hits;
             kvp_job_stats (job)->cluster_failures =
                 self->failures + master_client_failures (self->master);
             kvp_job_stats (job)->checksum_failures +=
@@ -439,6 +442,7 @@ s_call_done (self_t *self, call_t *call, Kvpool__Cluster__V1__MasterReply *maste
         case KVP_CL_COMMIT: cluster_commit_reply (self, op, call, master_reply); break;
         case KVP_CL_FETCH: cluster_fetch_located (self, op, call, master_reply); break;
         case KVP_CL_EXIST: cluster_exist_reply (self, op, call, master_reply); break;
+        case KVP_CL_CACHE_CLAIM: cluster_cache_claimed (self, op, call, master_reply); break;
         case KVP_CL_LOCATE:
         case KVP_CL_NODES: cluster_nodes_reply (self, op, call, master_reply); break;
         case KVP_CL_REMOVE:
@@ -598,8 +602,8 @@ s_self_new (actor_shell_t *shell, zsock_t *pipe, const cluster_args_t *args)
     self->args = args;
     self->config = args->config;
     //  Jobs, never held back.
-    static const actor_socket_t router = {ZMQ_ROUTER, "@inproc://%s-cl", 0, 0, s_router_reader,
-                                          false};
+    static const actor_socket_t router = {ZMQ_ROUTER, "@inproc://%s-cl", 0,
+                                          0,          s_router_reader,   false};
     self->router = actor_shell_open (shell, &router, self->config->instance);
     assert (self->router);
     self->master = master_client_new (args, (int) self->config->cluster_timeout_ms);

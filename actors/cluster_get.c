@@ -18,6 +18,7 @@
     until it is sent.
 */
 #include "actors/cluster_op.h"
+#include "messages/ops.h"
 
 #include "infra/log.h"
 #include "transfer/value_checksum.h"
@@ -287,10 +288,14 @@ cluster_fetch_done (self_t *self, op_t *op, run_t *run)
         }
         item->replica_count = 0;
         item->status = KVPOOL_OK;
+        item->src = item->replicas[0].addr; //  (a copy for the hot cache is written from it)
         if (run->xfers[first].version)
             item->version = run->xfers[first].version; //  the version read
-        self->remote_gets++;
-        self->remote_get_bytes += item->size;
+        //  (a copy for the hot cache is no client's get)
+        if (job->op != KVP_OP_CACHE_FILL) {
+            self->remote_gets++;
+            self->remote_get_bytes += item->size;
+        }
     }
     cluster_run_start (self, again, NULL);
 }
@@ -357,5 +362,53 @@ cluster_nodes_reply (self_t *self, op_t *op, call_t *call, Kvpool__Cluster__V1__
             if (!((caches >> h) & 1))
                 item->cluster.locations[item->cluster.location_count++] =
                     (uint16_t) holders->nodes[h];
+    }
+}
+
+//  CACHE: this node keeps copies of the items (key, version) the replica-manager holds hidden
+//  (item->object_id); the master takes it as a cache holder of each, or refuses the ones
+//  whose version is no longer the key's (they are not OK, and go).
+void
+cluster_cache_claim (self_t *self, op_t *op)
+{
+    kvp_job_t *job = op->job;
+    size_t n = 0;
+    size_t *items = (size_t *) malloc ((job->count ? job->count : 1) * sizeof (size_t));
+    ProtobufCBinaryData *keys =
+        (ProtobufCBinaryData *) malloc ((job->count ? job->count : 1) * sizeof *keys);
+    uint64_t *versions = (uint64_t *) malloc ((job->count ? job->count : 1) * sizeof (uint64_t));
+    assert (items && keys && versions);
+    for (size_t i = 0; i < job->count; i++) {
+        kvp_item_t *item = &job->items[i];
+        if (item->status != KVPOOL_OK || !item->object_id)
+            continue;
+        items[n] = i;
+        keys[n].data = (uint8_t *) item->key;
+        keys[n].len = item->key_len;
+        versions[n++] = item->version;
+    }
+    Kvpool__Cluster__V1__NodeRequest request = KVPOOL__CLUSTER__V1__NODE_REQUEST__INIT;
+    request.kind = KVPOOL__CLUSTER__V1__KIND__CACHE;
+    request.keys = keys;
+    request.n_keys = n;
+    request.versions = versions;
+    request.n_versions = n;
+    if (n == 0)
+        free (items);
+    else if (cluster_master_send (self, op, &request, items, n) != 0)
+        for (size_t k = 0; k < n; k++)
+            job->items[items[k]].status = KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS;
+    free (keys);
+    free (versions);
+}
+
+void
+cluster_cache_claimed (self_t *self, op_t *op, call_t *call,
+                       Kvpool__Cluster__V1__MasterReply *reply)
+{
+    (void) self;
+    for (size_t k = 0; k < call->count; k++) {
+        kvp_item_t *item = &op->job->items[call->items[k]];
+        item->status = cluster_key_status (reply, k, KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS);
     }
 }

@@ -130,6 +130,7 @@ typedef struct _self_t {
     uint64_t remote_gets, remote_get_bytes, redirects, remote_puts, failures;
     uint64_t remote_put_parts, remote_get_parts;
     uint64_t checksum_failures; //  values read from other nodes that did not match
+    uint64_t location_hits;     //  remote gets that went to a holder known here (no LOCATE)
     bool terminated;
 } self_t;
 
@@ -217,6 +218,11 @@ void cluster_place_reply (self_t *self, op_t *op, call_t *call,
 void cluster_place_start (self_t *self, op_t *op);
 
 //  ---- cluster_get.c: gets, lookups ----------------------------------------------------
+
+//  KVP_CL_CACHE_CLAIM: the master takes this node as a cache holder of the items' versions.
+void cluster_cache_claim (self_t *self, op_t *op);
+void cluster_cache_claimed (self_t *self, op_t *op, call_t *call,
+                            Kvpool__Cluster__V1__MasterReply *reply);
 
 //  EXIST: the master's status and size for each key.
 void cluster_exist_reply (self_t *self, op_t *op, call_t *call,

@@ -31,6 +31,7 @@ struct _master_client_t {
     cluster_registration_t *registration;
     uint64_t capacity, free;
     uint64_t failures;
+    uint64_t sent; //  requests sent
 };
 
 master_client_t *
@@ -125,6 +126,7 @@ s_describe (master_client_t *self, Kvpool__Cluster__V1__Node *node)
     node->disk_capacity = self->config->disk_dir ? self->config->disk_capacity : 0;
     node->capacity = self->capacity;
     node->free = self->free;
+    node->lease_ms = KVP_LEASE_BEATS * self->config->heartbeat_ms;
 }
 
 uint64_t
@@ -153,6 +155,7 @@ master_client_send (master_client_t *self, Kvpool__Cluster__V1__NodeRequest *req
             rpc_calls_take (self->calls, request->request_id);
         return 0;
     }
+    self->sent++;
     return request->request_id;
 }
 
@@ -225,6 +228,12 @@ uint64_t
 master_client_failures (master_client_t *self)
 {
     return self->failures;
+}
+
+uint64_t
+master_client_sent (master_client_t *self)
+{
+    return self->sent;
 }
 
 //  ---- self test ---------------------------------------------------------------------

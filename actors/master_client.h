@@ -110,6 +110,13 @@ bool master_client_stale (master_client_t *self, const Kvpool__Cluster__V1__Mast
 
 //  Requests that did not go, and calls that timed out.
 uint64_t master_client_failures (master_client_t *self);
+//  A node's lease (infra/config.h) lasts this many heartbeat intervals from the sending of
+//  a heartbeat its master answered: a heartbeat or two may be lost before its cache copies
+//  stop being served.
+#define KVP_LEASE_BEATS 3
+
+//  Requests sent to the master.
+uint64_t master_client_sent (master_client_t *self);
 
 //  Self test: a fake master on inproc answers, stays silent, answers late, or says the
 //  registration is stale.

@@ -45,6 +45,15 @@ typedef struct {
     int64_t next_beat;
     int64_t last_heard; //  the master's last reply (zclock_mono), or the start
     bool silent;        //  said so in the log: the master has not answered for long
+    //  The node's lease (infra/config.h): the last heartbeats sent (request id, when), so
+    //  that an answer moves the lease on from when its heartbeat left; and whether the
+    //  cache copies are being dropped before the node registers again.
+    struct {
+        uint64_t id;
+        int64_t sent;
+    } beats[16];
+    size_t next_beat_slot;
+    bool cache_drop_out;
 } self_t;
 
 //  Silence from the master this long is said in the log (once, and once when it answers).
@@ -69,21 +78,28 @@ s_beat (self_t *self)
             kvp_job_destroy (&job);
     }
     Kvpool__Cluster__V1__NodeRequest request = KVPOOL__CLUSTER__V1__NODE_REQUEST__INIT;
-    if (self->state == UNREGISTERED) {
+    if (self->state == UNREGISTERED && self->cache_drop_out)
+        ; //  not before its cache copies are gone (s_lease_lost)
+    else if (self->state == UNREGISTERED) {
         request.kind = KVPOOL__CLUSTER__V1__KIND__REGISTER;
         s_send (self, &request);
         self->register_id = request.request_id; //  (set even when it did not go)
     }
     else {
         request.kind = KVPOOL__CLUSTER__V1__KIND__HEARTBEAT;
+        int64_t sent = zclock_mono ();
         s_send (self, &request);
+        self->beats[self->next_beat_slot].id = request.request_id;
+        self->beats[self->next_beat_slot].sent = sent;
+        self->next_beat_slot = (self->next_beat_slot + 1) % 16;
     }
     self->next_beat = zclock_mono () + (int64_t) self->config->heartbeat_ms;
     int64_t silent_ms = zclock_mono () - self->last_heard;
     if (!self->silent && silent_ms > MASTER_SILENT_MS) {
         kvp_warning ("no answer from the master %s for %lld ms: node %s serves what it holds and "
                      "registers when the master answers",
-                     master_client_endpoint (self->master), (long long) silent_ms, self->args->node_id);
+                     master_client_endpoint (self->master), (long long) silent_ms,
+                     self->args->node_id);
         self->silent = true;
     }
 }
@@ -175,6 +191,36 @@ s_drop_refused (self_t *self, const Kvpool__Cluster__V1__MasterReply *reply)
                  self->args->node_id, reply->n_keys);
 }
 
+//  The master answered a heartbeat: the lease runs on from when it was sent.
+static void
+s_lease_renew (self_t *self, uint64_t request_id)
+{
+    kvp_lease_t *lease = self->config->lease;
+    for (size_t i = 0; lease && i < 16; i++)
+        if (self->beats[i].id == request_id && request_id) {
+            int64_t until =
+                self->beats[i].sent + KVP_LEASE_BEATS * (int64_t) self->config->heartbeat_ms;
+            if (until > atomic_load (&lease->until_ms))
+                atomic_store (&lease->until_ms, until);
+            return;
+        }
+}
+
+//  The master no longer knows this node (it restarted, or declared the node dead: fenced by
+//  a remove that could not reach it): the lease ends now, and every cache copy goes before
+//  the node registers again, so that none the master does not know of is served later.
+static void
+s_lease_lost (self_t *self)
+{
+    if (self->config->lease)
+        atomic_store (&self->config->lease->until_ms, 0);
+    kvp_job_t *job = kvp_job_new (KVP_RM_CACHE_DROP, 0);
+    if (kvp_job_send (self->rm, job) == 0)
+        self->cache_drop_out = true;
+    else
+        kvp_job_destroy (&job);
+}
+
 static void
 s_master_reply (self_t *self, void *which)
 {
@@ -221,9 +267,13 @@ s_master_reply (self_t *self, void *which)
             kvp_warning ("%s does not know node %s: registering again",
                          master_client_name (self->master), self->args->node_id);
             self->state = UNREGISTERED;
+            s_lease_lost (self);
             self->next_beat = zclock_mono (); //  at once
         }
     }
+    else if (reply->kind == KVPOOL__CLUSTER__V1__KIND__HEARTBEAT && reply->status == KVPOOL_OK
+             && self->state != UNREGISTERED)
+        s_lease_renew (self, reply->request_id);
     master_client_reply_free (&reply);
 }
 
@@ -243,6 +293,10 @@ s_rm_reply (self_t *self)
     }
     else if (job && job->kind == KVP_RM_REMOVE)
         self->drops_out--;
+    else if (job && job->kind == KVP_RM_CACHE_DROP) {
+        self->cache_drop_out = false;
+        self->next_beat = zclock_mono (); //  registers at once
+    }
     else {
         self->inventory_out = false;
         if (job && self->state == REPORTING) {
@@ -292,8 +346,8 @@ s_self_new (actor_shell_t *shell, zsock_t *pipe, const cluster_args_t *args)
     self->master = master_client_new (self->args, (int) self->config->cluster_timeout_ms);
     assert (self->master);
     master_client_wait_on (self->master, shell, s_master_reader);
-    static const actor_socket_t rm = {ZMQ_DEALER, ">inproc://%s-rm", ACTOR_HWM_LIBZMQ,
-                                      ACTOR_HWM_LIBZMQ, s_rm_reader, false};
+    static const actor_socket_t rm = {ZMQ_DEALER,       ">inproc://%s-rm", ACTOR_HWM_LIBZMQ,
+                                      ACTOR_HWM_LIBZMQ, s_rm_reader,       false};
     self->rm = actor_shell_open (shell, &rm, self->config->instance);
     assert (self->rm);
     return self;

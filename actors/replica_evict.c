@@ -380,6 +380,19 @@ s_cycle (self_t *self, uint64_t need, int64_t now)
 
 //  ---- what the actor calls ------------------------------------------------------------
 
+void
+rm_cache_make_room (self_t *self, kvp_job_t *job, int64_t now)
+{
+    uint64_t need = s_no_room_bytes (job);
+    if (need == 0)
+        return;
+    kvp_job_t *free_job = NULL;
+    uint64_t freed = rm_cache_evict (self, need, &free_job, now);
+    rm_frees_apply (self, &free_job);
+    if (freed)
+        s_retry (self, job);
+}
+
 bool
 rm_make_room (self_t *self, kvp_job_t *job, zframe_t **reply_to_p, int64_t now)
 {

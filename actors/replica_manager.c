@@ -183,6 +183,7 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
         zsock_connect (self->cluster, "inproc://%s-cl", config->instance);
     }
     lru_list_init (&self->memory);
+    lru_list_init (&self->cache);
     lru_list_init (&self->disk);
     lru_list_init (&self->unsaved);
     self->eager = config->offload == KVP_OFFLOAD_EAGER;
@@ -643,7 +644,13 @@ s_stats (self_t *self, kvp_job_t *job)
     s_count_pins (self);
     stats->pinned_objects = self->pinned_objects;
     stats->leased_objects = self->leased_objects;
-    stats->objects = object_table_size (self->objects) - self->pending;
+    //  (cache copies are not objects of this node's: their keys live elsewhere)
+    stats->objects = object_table_size (self->objects) - self->pending - self->cache.count;
+    stats->hot_cache_hits = self->cache_hits;
+    stats->hot_cache_bytes = self->cache_bytes;
+    stats->hot_cache_admissions = self->cache_admissions;
+    stats->hot_cache_evictions = self->cache_evictions;
+    stats->hot_cache_invalidations = self->cache_invalidations;
     stats->pending_puts = self->pending;
     stats->bytes_stored = self->bytes_stored;
     stats->puts = self->puts;
@@ -736,6 +743,9 @@ s_handle_job (self_t *self, kvp_job_t *job, zframe_t **reply_to_p)
         if (allocator_handle (self->allocator, job, reply_to_p))
             return true;
         //  A placement that found no room makes it here, now (replica_evict.c).
+        //  A copy for the hot cache takes only the room of other copies (replica_cache.c).
+        if (job->kind == KVP_AL_ALLOC && job->op == KVP_OP_CACHE_FILL)
+            return rm_cache_make_room (self, job, zclock_mono ()), false;
         return job->kind == KVP_AL_ALLOC && rm_make_room (self, job, reply_to_p, zclock_mono ());
     }
     int64_t now = zclock_mono ();
@@ -765,6 +775,9 @@ s_handle_job (self_t *self, kvp_job_t *job, zframe_t **reply_to_p)
         case KVP_RM_DISK_LOST: rm_disk_lost (self, job, now); break;
         case KVP_RM_PROMOTE: rm_promote (self, job, now); break;
         case KVP_RM_ADOPT: rm_adopt (self, job, now); break;
+        case KVP_RM_CACHE_INSERT: rm_cache_insert (self, job, now); break;
+        case KVP_RM_CACHE_PUBLISH: rm_cache_publish (self, job, now); break;
+        case KVP_RM_CACHE_DROP: rm_cache_drop_all (self, job, now); break;
         default:
             kvp_job_fail (job, KVPOOL_INTERNAL_ERROR, "replica-manager: job kind %d", job->kind);
             break;
@@ -917,6 +930,7 @@ s_tick (actor_shell_t *shell, void *arg)
     }
     //  Eviction's cycles, when due.
     self->next_cycle = rm_policy_tick (self, zclock_mono ());
+    rm_cache_tick (self);
     rm_unlinks_send (self);
     //  Placements that waited for room, and unmounts whose segment emptied (a free, a
     //  tick) in this turn, are answered.

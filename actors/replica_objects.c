@@ -189,9 +189,11 @@ rm_object_drop (self_t *self, kvp_object_t *object, kvp_job_t **free_job_p, int6
     rm_departing_leave (self, object);
     rm_lists_leave (self, object);
     object_table_delete (self->objects, object);
+    if (object->cache)
+        rm_cache_leave (self, object); //  (no event: the key lives elsewhere)
     if (object->state == OBJECT_PENDING)
         self->pending--;
-    else {
+    else if (!object->cache) {
         self->bytes_stored -= object->size * object->replica_count;
         rm_event_removed (self, object);
     }
@@ -401,7 +403,8 @@ rm_disk_detach (self_t *self, kvp_object_t *object, bool unlink)
 void
 rm_lists_leave (self_t *self, kvp_object_t *object)
 {
-    lru_remove (&self->memory, &object->in_memory);
+    if (!object->cache)
+        lru_remove (&self->memory, &object->in_memory);
     lru_remove (&self->unsaved, &object->unsaved);
     rm_disk_detach (self, object, true);
 }

@@ -181,6 +181,12 @@ typedef struct {
     uint64_t log_live;    //  live PUT records in it
     uint64_t log_hash_us; //  time spent hashing values for it (and for rm_checksum)
     uint64_t checksum_failures; //  values refused: bytes that do not match their checksum
+    //  The host hot cache (replica_cache.c): its copies, least recently used first (their
+    //  in_memory link: they are in no other eviction order), and its counters
+    lru_list_t cache;
+    uint64_t cache_bytes;
+    uint64_t cache_hits, cache_admissions, cache_evictions, cache_invalidations;
+    int64_t cache_until_published; //  the lease the read index has
     //  --kv-events-endpoint: keys that become visible and go, for the publisher (or NULL)
     kv_events_feed_t *events;
     bool events_quiet; //  a remove-all that ends in AllBlocksCleared: no event per key
@@ -364,6 +370,24 @@ bool rm_promote_due (rm_state_t *self, kvp_object_t *object, int64_t now);
 //  job->evict (kvp_job_evict); the objects pinned for a disk copy are added to the job as
 //  items.
 void rm_evict (rm_state_t *self, kvp_job_t *job, int64_t now);
+
+//  ---- replica_cache.c: the host hot cache ---------------------------------------------
+
+//  Whether object may be served now: not a cache copy, or one while the node's lease holds.
+bool rm_cache_servable (rm_state_t *self, const kvp_object_t *object, int64_t now);
+//  KVP_RM_CACHE_INSERT, KVP_RM_CACHE_PUBLISH, KVP_RM_CACHE_DROP (kvp_job.h).
+void rm_cache_insert (rm_state_t *self, kvp_job_t *job, int64_t now);
+void rm_cache_publish (rm_state_t *self, kvp_job_t *job, int64_t now);
+void rm_cache_drop_all (rm_state_t *self, kvp_job_t *job, int64_t now);
+//  Lets go of the least recently used cache copies nothing holds until want bytes are
+//  free or none is left (their master is told). Returns the bytes freed.
+uint64_t rm_cache_evict (rm_state_t *self, uint64_t want, kvp_job_t **free_job_p, int64_t now);
+//  A cache copy leaves the cache's order and counts (rm_object_drop's).
+void rm_cache_leave (rm_state_t *self, kvp_object_t *object);
+//  The lease the read index shows its readers, brought up to the node's (each loop turn).
+void rm_cache_tick (rm_state_t *self);
+//  The cache's size limit: --hot-cache-size, or a quarter of the node's memory.
+uint64_t rm_cache_limit (rm_state_t *self);
 //  A TX_DISK_WRITE of the objects rm_evict pinned came back: the copies are recorded, pins
 //  end; items whose copy nobody wants come back OBJECT_NOT_FOUND (to be unlinked).
 void rm_offloaded (rm_state_t *self, kvp_job_t *job, int64_t now);
@@ -383,6 +407,9 @@ void rm_policy_destroy (rm_state_t *self, zsock_t *router);
 //  placed again. Returns true when the job waits for disk copies in flight: it is parked
 //  here with *reply_to_p (taken) until rm_room_made hands it back.
 bool rm_make_room (rm_state_t *self, kvp_job_t *job, zframe_t **reply_to_p, int64_t now);
+//  A placement of copies for the hot cache that found no room: other cache copies go for it
+//  (never a replica), and it is placed again once.
+void rm_cache_make_room (rm_state_t *self, kvp_job_t *job, int64_t now);
 //  A parked placement whose wait is over, with its reply_to; NULL when none.
 kvp_job_t *rm_room_made (rm_state_t *self, zframe_t **reply_to_p);
 //  Runs a cycle when one is due; returns when the next is.

@@ -254,6 +254,15 @@ rm_insert (self_t *self, kvp_job_t *job, int64_t now)
     kvp_job_t *free_job = NULL;
     for (size_t i = 0; i < job->count; i++) {
         kvp_item_t *item = &job->items[i];
+        //  A cache copy in the way (of an older value of the key, whose removal is on its
+        //  way here) makes room: this is where the key lives now.
+        kvp_object_t *in_way = item->status == KVPOOL_OK
+                                   ? (kvp_object_t *) object_table_lookup (self->objects, item->key)
+                                   : NULL;
+        if (in_way && in_way->cache) {
+            self->cache_invalidations++;
+            rm_object_drop (self, in_way, &free_job, now);
+        }
         if (item->status == KVPOOL_OK && object_table_lookup (self->objects, item->key))
             item->status = KVPOOL_OBJECT_ALREADY_EXISTS;
         if (item->status == KVPOOL_OK && !rm_strip_gone (self, item, &free_job)) {
@@ -294,6 +303,8 @@ rm_upsert (self_t *self, kvp_job_t *job, int64_t now)
         kvp_object_t *old = item->status == KVPOOL_OK
                                 ? (kvp_object_t *) object_table_lookup (self->objects, item->key)
                                 : NULL;
+        if (old && old->cache)
+            continue; //  a cache copy: the insert drops it
         if (old && old->state != OBJECT_COMPLETE)
             item->status = KVPOOL_REPLICA_IS_NOT_READY;
         else if (old) {

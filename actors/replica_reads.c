@@ -118,6 +118,15 @@ rm_read (self_t *self, kvp_job_t *job, int64_t now)
             continue;
         }
         kvp_object_t *object = rm_lookup_complete (self, item->key);
+        //  A cache copy only while the node's lease holds (replica_cache.c); past it the key
+        //  is read where it lives.
+        if (object && !rm_cache_servable (self, object, now))
+            object = NULL;
+        //  Another node reads a version it knew of without asking the master (its location
+        //  cache): served only under this node's lease, so that a node fenced by a remove it
+        //  missed answers no such read (docs/tiers.md, "The hot cache").
+        if (object && job->opt.peer && item->version && !kvp_lease_holds (self->config->lease, now))
+            object = NULL;
         //  A get is counted by the node its client asked (docs/metrics.md): another node's
         //  read is that node's get, counted there.
         bool counted = job->kind == KVP_RM_GET && !job->opt.peer;
@@ -133,6 +142,10 @@ rm_read (self_t *self, kvp_job_t *job, int64_t now)
         if (lease_until > object->lease_until)
             object->lease_until = lease_until;
         object->touched = now;
+        if (object->cache && job->kind != KVP_RM_RELEASE) {
+            self->cache_hits += counted;
+            lru_append (&self->cache, &object->in_memory); //  the most recently used
+        }
         if (job->kind == KVP_RM_GET)
             item->checksums.value = rm_checksum (self, job, object);
         if (job->kind == KVP_RM_GET && object->replica_count == 0) {
@@ -204,6 +217,15 @@ rm_remove (self_t *self, kvp_job_t *job, int64_t now)
         if (item->status != KVPOOL_OK)
             continue;
         kvp_object_t *object = rm_lookup_complete (self, item->key);
+        //  A hidden cache copy (replica_cache.c) goes too: the master may have taken this
+        //  node as its holder already, and must not see it served after the removal.
+        kvp_object_t *hidden = (kvp_object_t *) object_table_lookup (self->objects, item->key);
+        if (!object && hidden && hidden->cache && hidden->state == OBJECT_PENDING) {
+            rm_object_drop (self, hidden, &free_job, now);
+            self->cache_invalidations++;
+            item->status = KVPOOL_OBJECT_NOT_FOUND;
+            continue;
+        }
         //  With an object id (a copy the master refused, membership.c): that object alone,
         //  never a newer one put under the key since.
         if (!object || (item->object_id && object->id != item->object_id)
@@ -219,8 +241,9 @@ rm_remove (self_t *self, kvp_job_t *job, int64_t now)
                           item->key, (long long) (rm_lease_end (self, object, now) - now));
         }
         else {
+            self->cache_invalidations += object->cache;
+            self->removes += !object->cache;
             rm_object_drop (self, object, &free_job, now);
-            self->removes++;
         }
     }
     rm_frees_apply (self, &free_job);
@@ -236,10 +259,10 @@ rm_remove_many (self_t *self, kvp_job_t *job, int64_t now)
     bool all_go = true; //  every committed object: one AllBlocksCleared, no event per key
     for (kvp_object_t *object = (kvp_object_t *) object_table_first (self->objects); object;
          object = (kvp_object_t *) object_table_next (self->objects)) {
-        if (object->state != OBJECT_COMPLETE && !(reset && !object->busy))
+        if (object->state != OBJECT_COMPLETE && !(reset && !object->busy) && !object->cache)
             continue;
         if (object->state == OBJECT_COMPLETE
-            && !rm_take_unleased (self, object, job->opt.force, now)) {
+            && !rm_take_unleased (self, object, job->opt.force || object->cache, now)) {
             all_go = false;
             continue;
         }
@@ -253,7 +276,12 @@ rm_remove_many (self_t *self, kvp_job_t *job, int64_t now)
     uint64_t removed = 0;
     for (kvp_object_t *object = (kvp_object_t *) zlistx_first (victims); object;
          object = (kvp_object_t *) zlistx_next (victims)) {
-        if (object->state == OBJECT_COMPLETE) {
+        if (object->cache) {
+            //  (hidden or served: a cache copy of a key that no longer exists)
+            self->cache_invalidations++;
+            rm_object_drop (self, object, &free_job, now);
+        }
+        else if (object->state == OBJECT_COMPLETE) {
             removed++;
             self->removes++;
             rm_object_drop (self, object, &free_job, now);

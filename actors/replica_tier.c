@@ -194,7 +194,9 @@ rm_evict (self_t *self, kvp_job_t *job, int64_t now)
             break;
         }
     }
-    uint64_t gained = 0;
+    //  Cache copies go first (replica_cache.c): they are copies of values other nodes hold.
+    uint64_t gained = plan->want ? rm_cache_evict (self, plan->want, &free_job, now) : 0;
+    plan->freed_bytes += gained;
     for (int pass = 0; pass < 2 && gained < plan->want; pass++) {
         if (pass == 1 && !plan->soft)
             break;

@@ -62,6 +62,7 @@ struct _kvpc_fast_path_t {
     uint64_t index_reads;          //  values read from the index not yet reported in a TOUCH
     uint64_t listed_reads;         //  values copied through a pinned replica list, the same
     uint64_t read_misses;          //  keys the node said were not found, with no GET after
+    uint64_t cache_reads;          //  of index_reads, those of cache copies (Request.cache_reads)
     int64_t reported_at;           //  when the last TOUCH reported them (shm_index_clock_ms)
     void *monitor;                 //  PAIR receiving the socket's connect/disconnect events
     uint64_t generation;           //  the connection's socket the monitor watches
@@ -465,7 +466,8 @@ s_reads_take (kvpc_fast_path_t *self, Kvpool__V1__Request *request)
     request->reads = self->index_reads;
     request->listed_reads = self->listed_reads;
     request->read_misses = self->read_misses;
-    self->index_reads = self->listed_reads = self->read_misses = 0;
+    request->cache_reads = self->cache_reads;
+    self->index_reads = self->listed_reads = self->read_misses = self->cache_reads = 0;
 }
 
 //  Puts back gets a TOUCH that could not be sent carried, for the next one.
@@ -475,6 +477,7 @@ s_reads_keep (kvpc_fast_path_t *self, const Kvpool__V1__Request *request)
     self->index_reads += request->reads;
     self->listed_reads += request->listed_reads;
     self->read_misses += request->read_misses;
+    self->cache_reads += request->cache_reads;
 }
 
 //  Sends a TOUCH nobody waits for with the count of values read from the index since the
@@ -639,6 +642,7 @@ s_fast_get_indexed (kvpc_fast_path_t *self, const kvpc_keys_t *keys, const kvpc_
         else if (shm_index_confirm (&hits[j], now)) {
             results[i] = (int64_t) hits[j].size;
             self->index_reads++;
+            self->cache_reads += hits[j].cache;
         }
         else if (kvpc_keys_add_from (&listed, keys, j))
             results[i] = KVPOOL_INTERNAL_ERROR;

@@ -290,8 +290,7 @@ s_call (task_t *task, link_t *link, Kvpool__V1__Reply **reply_p, zmq_msg_t **fra
         request.n_lengths = n;
     }
     //  The writer's checksums (an UPSERT's, a PUT_END's): the node verifies what it got.
-    if (any_checksum
-        && (first->kind == DATA_PLANE_WRITE || first->kind == DATA_PLANE_END)) {
+    if (any_checksum && (first->kind == DATA_PLANE_WRITE || first->kind == DATA_PLANE_END)) {
         request.checksums = checksums;
         request.n_checksums = n;
     }
@@ -300,8 +299,8 @@ s_call (task_t *task, link_t *link, Kvpool__V1__Reply **reply_p, zmq_msg_t **fra
         request.versions = versions;
         request.n_versions = n;
     }
-    peer_link_rc_t rc = s_link_call (run->plane, link, &request, values, write ? n : 0, reply_p,
-                                     frames_p, count_p);
+    peer_link_rc_t rc =
+        s_link_call (run->plane, link, &request, values, write ? n : 0, reply_p, frames_p, count_p);
     free (versions);
     free (keys);
     free (offsets);

@@ -6,6 +6,7 @@
 #ifndef KVP_CONFIG_H_INCLUDED
 #define KVP_CONFIG_H_INCLUDED
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -39,6 +40,20 @@ typedef enum {
     KVP_OFFLOAD_EAGER,
     KVP_OFFLOAD_ON_EVICT
 } kvp_offload_t;
+
+//  A node's lease (kvp_config_t.lease): until when, in zclock_mono milliseconds (CLOCK_MONOTONIC,
+//  shm_index_clock_ms), it may serve cache copies. 0: not now.
+typedef struct {
+    _Atomic int64_t until_ms;
+} kvp_lease_t;
+
+//  Whether lease (NULL: none: always) holds at now (zclock_mono ms).
+static inline bool
+kvp_lease_holds (const kvp_lease_t *lease, int64_t now)
+{
+    return !lease || now < atomic_load_explicit (&((kvp_lease_t *) lease)->until_ms,
+                                                 memory_order_acquire);
+}
 
 typedef struct {
     char instance[32];                        //  names this store's inproc endpoints
@@ -133,6 +148,11 @@ typedef struct {
     //  Not a setting: the counters the api and the lookup server keep and the metrics actor
     //  serves (infra/metrics.h); made by kvpoold before the actors start. NULL: none kept.
     kvp_metrics_t *metrics;
+    //  Not a setting: a node's lease from its master (role node; NULL otherwise), made by
+    //  kvpoold before the actors start. The membership actor moves it on with each
+    //  heartbeat the master answers; cache copies and reads of a named version are served
+    //  only before it ends (docs/tiers.md, "The hot cache").
+    kvp_lease_t *lease;
     //  Not a setting: the node's segments and their space (actors/allocator.h), made by
     //  kvpoold before the actors start and destroyed after them all, so that no copy or send
     //  still under way at the end reads unmapped memory; only the replica-manager's thread

@@ -376,8 +376,7 @@ s_reply_node (self_t *self, reply_t *r, int slot)
 //  per node listed that keeps a cache copy (bit i of cache_mask for slots[i]).
 static int
 s_reply_holders_cached (self_t *self, reply_t *r, Kvpool__Cluster__V1__Holders *holders,
-                        const uint16_t *slots, size_t count, uint8_t cache_mask,
-                        uint32_t *caches)
+                        const uint16_t *slots, size_t count, uint8_t cache_mask, uint32_t *caches)
 {
     holders->nodes = (uint32_t *) arena_alloc (r->arena, (count ? count : 1) * sizeof (uint32_t));
     if (!holders->nodes)
@@ -887,8 +886,8 @@ s_commit (self_t *self, reply_t *r, arena_t *arena, const Kvpool__Cluster__V1__N
         s_count (self, entry, -1); //  an upsert's old holders
         directory_commit (self->directory, entry, slots, count, ++self->next_token);
         //  (a node from before versions sends none: the commit's token stands in)
-        entry->version = request->n_versions && request->versions[i] ? request->versions[i]
-                                                                        : entry->token;
+        entry->version =
+            request->n_versions && request->versions[i] ? request->versions[i] : entry->token;
         s_count (self, entry, 1);
     }
 }

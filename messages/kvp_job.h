@@ -99,6 +99,11 @@ typedef enum {
                          //  every replica
     //  replica-manager, for the cluster
     KVP_RM_INVENTORY, //  items out (owned keys, sizes): every committed object the node holds
+    //  The host hot cache (actors/replica_cache.c): copies of values other nodes hold
+    KVP_RM_CACHE_INSERT,  //  items OK, placed and written: hidden cache copies (object_id out)
+    KVP_RM_CACHE_PUBLISH, //  items OK (the master took them as cache holders): the copies
+                          //  are served; the others go
+    KVP_RM_CACHE_DROP,    //  every cache copy goes (the node registers with its master again)
     //  cluster (role node: actors/cluster.c)
     KVP_CL_PLACE,   //  items OK: the master reserves them and chooses their nodes (job->plan);
                     //  items not to be held here become KVP_ITEM_ELSEWHERE
@@ -114,6 +119,8 @@ typedef enum {
     KVP_CL_STATS,   //  fills job->stats (the cluster side)
     KVP_CL_DROPPED, //  items (owned keys): objects this node no longer holds (evicted): the
                     //  master is told; no reply
+    KVP_CL_CACHE_CLAIM, //  items OK (key, version): this node becomes a cache holder of each
+                        //  at the master (CACHE); items the master refuses are not OK
     KVP_JOB_KIND_COUNT
 } kvp_job_kind_t;
 

@@ -192,6 +192,16 @@ static const kvp_op_t s_ops[] = {
      0,
      0,
      {STAGE_IF (AL_ALLOC, ANY_OK), STAGE_IF (TX_WRITE, ANY_OK), STAGE_IF (RM_PROMOTE, ANY_OK)}},
+    //  A copy for the host hot cache: its bytes fetched if the client read them elsewhere
+    //  (a redirect), placed (making room only from other cache copies) and written, then
+    //  kept hidden until the master has this node as a cache holder of that version (so a
+    //  remove that comes meanwhile reaches it), then served. Refused ones go.
+    {NODE_ROW (CACHE_FILL),
+     0,
+     0,
+     {STAGE_IF (CL_FETCH, ANY_MISSING), STAGE_IF (AL_ALLOC, ANY_OK), STAGE_IF (TX_WRITE, ANY_OK),
+      STAGE_IF (RM_CACHE_INSERT, ANY_OK), STAGE_IF (CL_CACHE_CLAIM, ANY_RESERVED),
+      STAGE_IF (RM_CACHE_PUBLISH, ANY_RESERVED)}},
 };
 
 #define OPS_COUNT (sizeof s_ops / sizeof s_ops[0])

@@ -115,6 +115,9 @@ typedef struct {
 #define KVP_OP_PROMOTE                                                                             \
     (-5) //  items (key, src, size): values read from disk often go
          //  back to memory: placed, written, recorded
+#define KVP_OP_CACHE_FILL                                                                          \
+    (-6) //  items (key, version; src and size, or OBJECT_NOT_FOUND to be
+         //  fetched): copies for the host hot cache (actors/replica_cache.c)
 
 //  The row of (op, via), or NULL where op has no row of its own for via.
 const kvp_op_t *kvp_op_row (int op, kvp_via_t via);

@@ -132,7 +132,8 @@ request_check (const Kvpool__V1__Request *request, size_t value_frames, uint64_t
             uint64_t count;
         } counts[] = {{"reads", request->reads},
                       {"listed_reads", request->listed_reads},
-                      {"read_misses", request->read_misses}};
+                      {"read_misses", request->read_misses},
+                      {"cache_reads", request->cache_reads}};
         for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++)
             if (counts[i].count > REQUEST_TOUCH_READS_MAX) {
                 snprintf (reason, size, "%s %llu: at most %llu per TOUCH", counts[i].name,

@@ -462,7 +462,8 @@ void
 shm_index_set_cache_until (shm_index_t *self, int64_t until_ms)
 {
     assert (self->owner);
-    atomic_store_explicit (&((header_t *) self->base)->cache_until_ms, until_ms, memory_order_release);
+    atomic_store_explicit (&((header_t *) self->base)->cache_until_ms, until_ms,
+                           memory_order_release);
 }
 
 //  The time in a stamp if it belongs to the publication with sequence number seq, else 0.
@@ -534,8 +535,8 @@ s_lookup (shm_index_t *self, const char *key, size_t key_len, uint64_t hash, shm
         //  from its master) past it may have missed the key's removal.
         hit->cache = (len & SLOT_CACHE) != 0;
         if (hit->cache
-            && shm_index_clock_ms ()
-                   >= atomic_load_explicit (&((header_t *) self->base)->cache_until_ms, memory_order_acquire))
+            && shm_index_clock_ms () >= atomic_load_explicit (
+                   &((header_t *) self->base)->cache_until_ms, memory_order_acquire))
             return false;
         hit->segment_id = slot->segment_id;
         hit->offset = slot->offset;
@@ -775,7 +776,8 @@ shm_index_test (bool verbose)
     for (int i = 0; i < 1000; i++) {
         char key[32];
         int len = snprintf (key, sizeof key, "key-%d", i);
-        published += shm_index_insert (writer, key, (size_t) len, 1, (uint64_t) i, 1, 1, false) >= 0;
+        published +=
+            shm_index_insert (writer, key, (size_t) len, 1, (uint64_t) i, 1, 1, false) >= 0;
     }
     assert (published > 64 && published <= 127);
     //  Every key it published is found with its own entry.

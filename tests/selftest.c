@@ -11,6 +11,7 @@
 #include "actors/api.h"
 #include "infra/config.h"
 #include "actors/admission.h"
+#include "actors/hot_cache.h"
 #include "actors/connections.h"
 #include "actors/evictor.h"
 #include "master/directory.h"
@@ -88,6 +89,7 @@ static selftest_t s_tests[] = {{"kvp_status", kvp_status_test},
                                {"rdma_serve", rdma_serve_test},
                                {"allocator", allocator_test},
                                {"index_reads", index_reads_test},
+                               {"hot_cache", hot_cache_test},
                                {"owners", owners_test},
                                {"connections", connections_test},
                                {"socket_cookie", socket_cookie_test},

@@ -222,6 +222,10 @@ main (int argc, char **argv)
     if (config.kv_events_endpoint)
         kv_events = zactor_new (kv_events_actor, &config);
     //  The counters the api and the lookup server keep, and the metrics actor serves.
+    //  A node's lease from its master (infra/config.h): none until the master answers.
+    static kvp_lease_t lease;
+    if (config.role == KVP_ROLE_NODE)
+        config.lease = &lease;
     config.metrics = metrics_new (config.role == KVP_ROLE_NODE ? "node" : "all");
     assert (config.metrics);
     //  The segments outlive every actor (config.h): made here, destroyed last.

@@ -244,7 +244,9 @@ def test_values_move_by_rdma_on_the_loop_device():
     # --transport rdma --rdma-device kvpool-loop: values between nodes move by one-sided RDMA
     # (the loop device: process_vm_readv/writev standing in for the HCA), requests on tcp.
     # Node C serves tcp only: A reaches it over tcp, and B's values never touch a frame.
-    rdma = ("--transport", "rdma", "--rdma-device", "kvpool-loop")
+    # (No hot cache: every read through A must move its value between the nodes, and the
+    # last one reads a value replaced behind the master's back, which no cache can know of.)
+    rdma = ("--transport", "rdma", "--rdma-device", "kvpool-loop", "--hot-cache-size", "0")
     c = Cluster(hosts=("hA", "hB"), node_args=rdma)
     try:
         c.nodes.append(c.start_node("hC", "--transport", "tcp"))
@@ -543,7 +545,16 @@ def test_a_frozen_master_fails_puts_and_nothing_else():
         c.close()
 
 
-def test_libkvpool_reads_large_values_from_the_node_that_holds_them(cluster):
+@pytest.fixture
+def uncached():
+    """A cluster whose nodes keep no hot cache: every remote read moves its value."""
+    c = Cluster(node_args=("--hot-cache-size", "0"))
+    yield c
+    c.close()
+
+
+def test_libkvpool_reads_large_values_from_the_node_that_holds_them(uncached):
+    cluster = uncached
     import kvpool
     # Large values written through node A; read with libkvpool through node B. Those held
     # by C come straight from C (one hop): C serves the gets, B relays none of them.

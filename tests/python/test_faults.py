@@ -137,11 +137,14 @@ class Cluster:
         self.master = self.start_master(self.master_endpoint)
 
     def start_node(self, name, *extra):
+        # No hot cache unless a test asks for one: these tests are about where replicas are
+        # and what becomes of them (a cache copy keeps a key readable after its replicas
+        # are lost; tests/python/test_hot_cache.py tests the cache under faults).
         node = Kvpoold("--role", "node", "--master", self.master_endpoint, "--host-id", "h" + name,
                        "--node-id", "node-" + name, "--segment-size", POOL,
                        "--heartbeat-interval", str(HEARTBEAT_MS), "--cluster-timeout",
-                       str(TIMEOUT_MS), "--stripe-size", str(STRIPE), *self.node_args, *extra,
-                       prefix="kvpool-node-")
+                       str(TIMEOUT_MS), "--stripe-size", str(STRIPE), "--hot-cache-size", "0",
+                       *self.node_args, *extra, prefix="kvpool-node-")
         self.started.append(node)
         return node
 
