@@ -427,6 +427,57 @@ s_job (self_t *self, kvp_job_t *job, zframe_t *routing_id)
     s_op_next (self, op);
 }
 
+void
+cluster_fence_later (self_t *self, op_t *op, int peer)
+{
+    for (uint8_t i = 0; i < op->fence_count; i++)
+        if (op->fence[i] == peer)
+            return;
+    if (op->fence_count < sizeof op->fence / sizeof op->fence[0])
+        op->fence[op->fence_count++] = peer;
+    else
+        kvp_job_fail (op->job, KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS,
+                      "too many nodes did not confirm dropping the keys: they may serve them "
+                      "until they register with the master again");
+    (void) self;
+}
+
+//  Sends a FENCE for each holder cluster_fence_later named that has none yet.
+static void
+s_fence_send (self_t *self, op_t *op)
+{
+    for (; op->fence_sent < op->fence_count; op->fence_sent++) {
+        peer_t *peer = self->peers[op->fence[op->fence_sent]];
+        kvp_warning ("node %s did not confirm dropping keys in time: fencing it at the master",
+                     peer->node_id);
+        Kvpool__Cluster__V1__NodeRequest request = KVPOOL__CLUSTER__V1__NODE_REQUEST__INIT;
+        request.kind = KVPOOL__CLUSTER__V1__KIND__FENCE;
+        request.pattern = peer->node_id;
+        if (cluster_master_send (self, op, &request, NULL, 0) != 0)
+            kvp_job_fail (op->job, KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS,
+                          "node %s did not confirm dropping the keys and %s is unreachable to "
+                          "fence it: it may serve them until it registers again",
+                          peer->node_id, master_client_name (self->master));
+    }
+}
+
+//  The master fenced a node (or could not): the answer waits out the node's lease.
+static void
+s_fence_reply (self_t *self, op_t *op, Kvpool__Cluster__V1__MasterReply *reply)
+{
+    if (!reply || reply->status != KVPOOL_OK) {
+        kvp_job_fail (op->job, KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS,
+                      "a node did not confirm dropping the keys and %s did not fence it (%s): "
+                      "it may serve them until it registers again",
+                      master_client_name (self->master),
+                      reply && reply->error ? reply->error : "no answer");
+        return;
+    }
+    int64_t until = zclock_mono () + (int64_t) reply->wait_ms;
+    if (until > op->hold_until)
+        op->hold_until = until;
+}
+
 //  A call ended: replied (master_reply or reply, and value frames) or timed out (both
 //  NULL). Advances its operation, and answers the job when nothing is left out.
 static void
@@ -437,9 +488,19 @@ s_call_done (self_t *self, call_t *call, Kvpool__Cluster__V1__MasterReply *maste
     op->calls_out--;
     if (call->kind == CALL_PEER)
         self->peers[call->peer]->calls_out--;
+    if (call->kind == CALL_MASTER && call->what == KVPOOL__CLUSTER__V1__KIND__FENCE) {
+        s_fence_reply (self, op, master_reply);
+        s_op_next (self, op);
+        return;
+    }
     switch (op->job->kind) {
         case KVP_CL_PLACE: cluster_place_reply (self, op, call, master_reply); break;
-        case KVP_CL_COMMIT: cluster_commit_reply (self, op, call, master_reply); break;
+        case KVP_CL_COMMIT:
+            if (call->kind == CALL_PEER)
+                cluster_drop_reply (self, op, call, reply);
+            else
+                cluster_commit_reply (self, op, call, master_reply);
+            break;
         case KVP_CL_FETCH: cluster_fetch_located (self, op, call, master_reply); break;
         case KVP_CL_EXIST: cluster_exist_reply (self, op, call, master_reply); break;
         case KVP_CL_CACHE_CLAIM: cluster_cache_claimed (self, op, call, master_reply); break;
@@ -448,7 +509,9 @@ s_call_done (self_t *self, call_t *call, Kvpool__Cluster__V1__MasterReply *maste
         case KVP_CL_REMOVE:
             if (call->kind == CALL_MASTER)
                 cluster_remove_reply (self, op, call, master_reply);
-            else if (reply && reply->status != KVPOOL_OK)
+            else if (!reply)
+                cluster_fence_later (self, op, call->peer);
+            else if (reply->status != KVPOOL_OK)
                 //  The master forgot the keys, but this holder refused to drop them (and
                 //  may serve them to its own clients until it registers again): the client
                 //  hears so. A holder that did not answer in time takes the request when it
@@ -476,6 +539,12 @@ s_op_next (self_t *self, op_t *op)
 {
     if (op->calls_out == 0 && op->job->kind == KVP_CL_COMMIT && op->phase == 0)
         cluster_commit_master (self, op);
+    if (op->calls_out == 0 && op->fence_sent < op->fence_count)
+        s_fence_send (self, op);
+    if (op->calls_out == 0 && zclock_mono () < op->hold_until) {
+        zlistx_add_end (self->held, op); //  s_expire answers it when the time comes
+        return;
+    }
     if (op->calls_out == 0)
         s_op_done (self, op);
 }
@@ -516,6 +585,17 @@ static void
 s_expire (self_t *self)
 {
     int64_t now = zclock_mono ();
+    //  Answers that waited out fenced nodes' leases.
+    op_t *op = (op_t *) zlistx_first (self->held);
+    while (op) {
+        if (now >= op->hold_until) {
+            zlistx_delete (self->held, zlistx_cursor (self->held));
+            s_op_done (self, op);
+            op = (op_t *) zlistx_first (self->held);
+        }
+        else
+            op = (op_t *) zlistx_next (self->held);
+    }
     for (size_t i = 0; i < self->peer_count; i++) {
         peer_t *peer = self->peers[i];
         if (peer->count && peer->calls_out == 0 && now - peer->last_used > PEER_IDLE_MS
@@ -608,6 +688,7 @@ s_self_new (actor_shell_t *shell, zsock_t *pipe, const cluster_args_t *args)
     assert (self->router);
     self->master = master_client_new (args, (int) self->config->cluster_timeout_ms);
     self->peer_calls = rpc_calls_new ();
+    self->held = zlistx_new ();
     pthread_mutex_init (&self->lock, NULL);
     self->wake_fd = eventfd (0, EFD_NONBLOCK | EFD_CLOEXEC);
     assert (self->wake_fd >= 0);
@@ -640,6 +721,9 @@ s_self_destroy (self_t **self_p)
         s_call_destroy (&call);
     }
     rpc_calls_destroy (&self->peer_calls);
+    for (op_t *op = (op_t *) zlistx_first (self->held); op; op = (op_t *) zlistx_next (self->held))
+        s_op_done (self, op);
+    zlistx_destroy (&self->held);
     for (size_t i = 0; i < self->peer_count; i++) {
         s_peer_disconnect (self, self->peers[i]);
         free (self->peers[i]);

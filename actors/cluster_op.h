@@ -110,6 +110,12 @@ struct _op_t {
     int phase;
     int step;       //  KVP_CL_COMMIT, phase 0: the step of the copies (s_commit_start)
     fetch_t *fetch; //  KVP_CL_FETCH: one a job item
+    //  Removes and upserts: holders that were not told to drop the keys in time (peer
+    //  indices), fenced at the master before the client hears (cluster_fence_later), and
+    //  how long the answer then waits (zclock_mono ms: until their leases have ended).
+    int fence[KVP_MAX_REPLICAS * 4];
+    uint8_t fence_count, fence_sent;
+    int64_t hold_until;
 };
 
 typedef struct _self_t {
@@ -131,6 +137,7 @@ typedef struct _self_t {
     uint64_t remote_put_parts, remote_get_parts;
     uint64_t checksum_failures; //  values read from other nodes that did not match
     uint64_t location_hits;     //  remote gets that went to a holder known here (no LOCATE)
+    zlistx_t *held;             //  op_t: answers waiting out fenced nodes' leases
     bool terminated;
 } self_t;
 
@@ -183,6 +190,11 @@ void cluster_run_start (self_t *self, run_t *run, const data_plane_put_t *put);
 //  This node's own data plane as a peer (removes reach what it holds there too).
 int cluster_self_peer (self_t *self);
 
+//  A holder did not confirm that it dropped op's keys (its call timed out): it is fenced at
+//  the master once op's calls are done (FENCE), and op's answer waits until its lease has
+//  surely ended, so that no node serves the old value once the client hears.
+void cluster_fence_later (self_t *self, op_t *op, int peer);
+
 //  ---- cluster_put.c: puts -------------------------------------------------------------
 
 //  Drops the master's reservations of job's keys, nobody waiting: those placed that failed,
@@ -198,6 +210,9 @@ void cluster_commit_copies_done (self_t *self, op_t *op, run_t *run);
 
 //  Phase 1: the keys with at least one copy are committed at the master, the rest aborted.
 void cluster_commit_master (self_t *self, op_t *op);
+
+//  An upsert's old holder answered the drop of its copy (reply NULL: it did not in time).
+void cluster_drop_reply (self_t *self, op_t *op, call_t *call, Kvpool__V1__Reply *reply);
 
 //  The master committed (or refused) the keys; copies of refused ones are dropped again.
 void cluster_commit_reply (self_t *self, op_t *op, call_t *call,

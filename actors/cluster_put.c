@@ -177,7 +177,7 @@ cluster_abort_keys (self_t *self, kvp_job_t *job, bool all)
 //  Tells nodes to drop keys (forced), nobody waiting: a commit that failed after the bytes
 //  were written, an upsert's old copies.
 static void
-s_drop_at (self_t *self, int peer, const char *key, size_t key_len)
+s_drop_at (self_t *self, op_t *op, int peer, const char *key, size_t key_len)
 {
     ProtobufCBinaryData wire = {key_len, (uint8_t *) key};
     Kvpool__V1__Request request = KVPOOL__V1__REQUEST__INIT;
@@ -185,7 +185,19 @@ s_drop_at (self_t *self, int peer, const char *key, size_t key_len)
     request.keys = &wire;
     request.n_keys = 1;
     request.force = true;
-    cluster_peer_send (self, NULL, peer, &request, NULL, 0);
+    if (cluster_peer_send (self, op, peer, &request, NULL, 0) != 0 && op)
+        cluster_fence_later (self, op, peer);
+}
+
+void
+cluster_drop_reply (self_t *self, op_t *op, call_t *call, Kvpool__V1__Reply *reply)
+{
+    //  An upsert's old copy that its node did not confirm dropping (no answer, or refused):
+    //  the node is fenced before the client hears, so that it serves the old value no more.
+    if (!reply || reply->status != KVPOOL_OK
+        || (reply->n_statuses && reply->statuses[0] != KVPOOL_OK
+            && reply->statuses[0] != KVPOOL_OBJECT_NOT_FOUND))
+        cluster_fence_later (self, op, call->peer);
 }
 
 //  The checksum a put's value goes to other nodes with: the one this node's copy worker took
@@ -440,9 +452,9 @@ cluster_commit_master (self_t *self, op_t *op)
                     continue;
                 item->status = KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS;
                 if ((placed ? placed->local : true) && self_peer >= 0)
-                    s_drop_at (self, self_peer, item->key, item->key_len);
+                    s_drop_at (self, NULL, self_peer, item->key, item->key_len);
                 for (uint8_t d = 0; placed && d < placed->done_count; d++)
-                    s_drop_at (self, placed->done[d], item->key, item->key_len);
+                    s_drop_at (self, NULL, placed->done[d], item->key, item->key_len);
             }
             kvp_job_fail (job, KVPOOL_OK, "%s is unreachable: nothing committed",
                           master_client_name (self->master));
@@ -477,16 +489,16 @@ cluster_commit_reply (self_t *self, op_t *op, call_t *call, Kvpool__Cluster__V1_
                 for (uint8_t d = 0; d < placed->done_count; d++)
                     kept |= placed->done[d] == placed->old[o];
                 if (!kept)
-                    s_drop_at (self, placed->old[o], item->key, item->key_len);
+                    s_drop_at (self, op, placed->old[o], item->key, item->key_len);
             }
             continue;
         }
         //  Not committed: the copies written go again.
         item->status = status;
         if ((placed ? placed->local : true) && self_peer >= 0)
-            s_drop_at (self, self_peer, item->key, item->key_len);
+            s_drop_at (self, NULL, self_peer, item->key, item->key_len);
         for (uint8_t d = 0; placed && d < placed->done_count; d++)
-            s_drop_at (self, placed->done[d], item->key, item->key_len);
+            s_drop_at (self, NULL, placed->done[d], item->key, item->key_len);
     }
     if (!reply)
         kvp_job_fail (job, KVPOOL_OK, "%s did not answer the commit",
