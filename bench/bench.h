@@ -1,6 +1,6 @@
 /*  bench.h - the sections of kvpool-bench, and the processes they start. The lookup section
-    runs against servers that are already up, the tier, cluster and master sections start
-    their own; each prints its own table to stdout. bench/kvpool_bench.c starts the main
+    runs against servers that are already up, the tier, cluster, hotcache and master sections
+    start their own; each prints its own table to stdout. bench/kvpool_bench.c starts the main
     servers, calls the sections and prints the ratios; bench/bench_proc.c starts and stops
     every process the bench runs.
 */
@@ -69,6 +69,19 @@ int bench_tier_run (const char *kvpoold_path, bool quick);
 //  reps repetitions of rep_seconds each, the median reported. quick: smaller figures. Returns
 //  0, or -1 when a call failed or a check did not pass (missed targets are reported only).
 int bench_cluster_run (const char *kvpoold_path, bool quick, int reps, double rep_seconds);
+
+//  The hotcache section (bench_hotcache.c): a master and three nodes of its own, twice (node
+//  A's --hot-cache-size 0, then a quarter of the values' bytes, each arm a cluster of its
+//  own); 8 client processes on node A's machine read 256 KiB and 1 MiB values held only by
+//  nodes B and C, keys drawn from Zipf(s = 1.0), one key a get: hit rate, get p50 and p99,
+//  throughput, master requests per get and the cache's memory, on against off, and the
+//  issue's goals. keys and reads (timed gets a process) set both sizes' scale, 0 for the
+//  defaults (quick: smaller); full_verify checks every byte read, not only the first and
+//  last 8. It forks its readers: no libkvpool connection may be open in this process when
+//  it is called. Returns 0, or -1 when a call failed or a check did not pass (missed goals
+//  are reported only).
+int bench_hotcache_run (const char *kvpoold_path, bool quick, size_t keys, size_t reads,
+                        bool full_verify);
 
 //  The master section (bench_master.c): a master of its own (kvpoold --role master), driven
 //  over its ROUTER with the cluster protocol as fake nodes: keys per second of INVENTORY,

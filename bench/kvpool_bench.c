@@ -31,6 +31,11 @@
       cluster bench_cluster_run (bench/bench_cluster.c): a master and two nodes; batched get
               and put throughput through node 1 of values that live on node 2, as a share of
               the loopback bandwidth iperf3 measures.
+      hotcache bench_hotcache_run (bench/bench_hotcache.c): a master and three nodes, node
+              A's host hot cache off and on (a cluster each): 8 client processes on node A's
+              machine read 256 KiB and 1 MiB values held by the other nodes, Zipf-drawn keys;
+              hit rate, get p50/p99, throughput, master requests per get, the cache's memory.
+              --cluster runs it with the cluster section.
       master  bench_master_run (bench/bench_master.c): one master driven with the cluster
               protocol by fake nodes: keys per second of INVENTORY, LOCATE and PLACE+COMMIT,
               and its memory per object, over 10 million keys.
@@ -44,7 +49,7 @@
               build's kvpoold, all in one loop so that noise hits them alike; p50 and p99,
               and p50 as a multiple of the floor.
     A summary of kvpool/Redis ratios and the targets follows the data sections; lookup, tier,
-    cluster and master print their own targets.
+    cluster, hotcache and master print their own targets.
 
     Method: the machine is shared and noisy, so every measurement (operation, size, batch,
     path) is repeated --reps times and the median throughput is reported. A repetition calls
@@ -188,8 +193,10 @@ typedef struct {
     double rep_seconds;
     uint64_t put_cap; //  bytes per put repetition, so the pool never fills
     bool do_memcpy, do_kv, do_exist, do_lookup, do_tier, do_cluster, do_master, do_kv_events;
-    bool do_curve, do_latency;
-    const char *compare_path; //  --compare: the other build of the latency section
+    bool do_curve, do_latency, do_hotcache;
+    size_t hotcache_keys, hotcache_reads; //  --hotcache-keys, --hotcache-reads (0: defaults)
+    bool hotcache_verify;                 //  --hotcache-verify: every byte read is checked
+    const char *compare_path;             //  --compare: the other build of the latency section
     bool use_kvpool, use_redis;
     char prefix[32]; //  every key starts with it ("bench-PID/")
     char kvpoold_default[PATH_MAX + 16];
@@ -1439,11 +1446,11 @@ s_usage (FILE *out)
              "and redis-server on loopback itself and stops them at the end.\n\n"
              "  --quick            few iterations (smoke test; well under a minute)\n"
              "  --only LIST        sections, comma-separated: memcpy, kv, exist, redis, lookup,\n"
-             "                     tier, cluster, master, kv-events, curve, latency. 'redis'\n"
-             "                     adds the Redis side to kv and exist; 'redis' alone runs kv\n"
-             "                     and exist\n"
-             "                     on Redis only. 'tier' (eviction and the disk tier) starts\n"
-             "                     kvpoolds of its own, with disk directories under /tmp.\n"
+             "                     tier, cluster, hotcache, master, kv-events, curve, latency.\n"
+             "                     'redis' adds the Redis side to kv and exist; 'redis' alone\n"
+             "                     runs kv and exist on Redis only. 'tier' (eviction and the\n"
+             "                     disk tier) starts kvpoolds of its own, with disk\n"
+             "                     directories under /tmp.\n"
              "                     'master' drives a master of its own with 10 million keys\n"
              "                     (200000 with --quick; the master reaches about 2 GB).\n"
              "                     'kv-events': put throughput with KV events published,\n"
@@ -1453,12 +1460,26 @@ s_usage (FILE *out)
              "                     scratch directory under /tmp). 'latency': single 4 KiB\n"
              "                     ping, put, get and remove over tcp, in turn with a bare\n"
              "                     libzmq echo (the floor) and, with --compare, another\n"
-             "                     build's kvpoold, in one loop. Default: all but cluster,\n"
-             "                     master, kv-events, curve and latency\n"
-             "  --cluster          the cluster section: a master and two nodes of its own; reads\n"
-             "                     and writes of values held by the other node, against iperf3\n"
-             "                     on loopback (alone, the same as --only cluster; with --only,\n"
-             "                     added to its list)\n"
+             "                     build's kvpoold, in one loop. 'hotcache': a master and\n"
+             "                     three nodes, node A's host hot cache off then on; 8 client\n"
+             "                     processes on its machine read 256 KiB and 1 MiB values the\n"
+             "                     other nodes hold, Zipf(s=1.0) keys: hit rate, p50, p99,\n"
+             "                     throughput, master requests per get, the cache's memory.\n"
+             "                     Default: all but cluster, hotcache, master, kv-events,\n"
+             "                     curve and latency\n"
+             "  --cluster          the sections that start clusters of their own: 'cluster' (a\n"
+             "                     master and two nodes; reads and writes of values held by the\n"
+             "                     other node, against iperf3 on loopback) and 'hotcache' (alone,\n"
+             "                     the same as --only cluster,hotcache; with --only, added to\n"
+             "                     its list)\n"
+             "  --hotcache-keys N  keys of each value size in the hotcache section (default 2000\n"
+             "                     of 256 KiB and 1000 of 1 MiB, --quick 200 and 100; the\n"
+             "                     issue's scale is 20000, 25 GiB of values)\n"
+             "  --hotcache-reads N timed gets a client process makes per value size in the\n"
+             "                     hotcache section, after N/2 untimed (default 2000 of 256 KiB\n"
+             "                     and 1000 of 1 MiB, --quick 200 and 100)\n"
+             "  --hotcache-verify  the hotcache section checks every byte read (default: the\n"
+             "                     first and last 8 of each value)\n"
              "  --endpoint EP      use an already-running kvpoold at EP (only the bench's own\n"
              "                     keys are removed)\n"
              "  --admin EP         its lookup/reset endpoint (for the lookup section)\n"
@@ -1479,7 +1500,8 @@ static int
 s_parse_only (bench_t *self, const char *list)
 {
     bool kv = false, exist = false, redis = false, lookup = false, mem = false, tier = false,
-         cluster = false, master = false, kv_events = false, curve = false, latency = false;
+         cluster = false, master = false, kv_events = false, curve = false, latency = false,
+         hotcache = false;
     char copy[256];
     snprintf (copy, sizeof copy, "%s", list);
     char *save = NULL;
@@ -1498,6 +1520,8 @@ s_parse_only (bench_t *self, const char *list)
             tier = true;
         else if (!strcmp (item, "cluster"))
             cluster = true;
+        else if (!strcmp (item, "hotcache"))
+            hotcache = true;
         else if (!strcmp (item, "master"))
             master = true;
         else if (!strcmp (item, "kv-events"))
@@ -1509,7 +1533,7 @@ s_parse_only (bench_t *self, const char *list)
         else {
             fprintf (stderr,
                      "kvpool-bench: unknown section '%s' (memcpy, kv, exist, redis, "
-                     "lookup, tier, cluster, master, kv-events, curve, latency)\n",
+                     "lookup, tier, cluster, hotcache, master, kv-events, curve, latency)\n",
                      item);
             return -1;
         }
@@ -1524,6 +1548,7 @@ s_parse_only (bench_t *self, const char *list)
     self->do_tier = tier;
     self->do_cluster = cluster;
     self->do_master = master;
+    self->do_hotcache = hotcache;
     self->do_kv_events = kv_events;
     self->do_curve = curve;
     self->do_latency = latency;
@@ -1545,6 +1570,9 @@ s_parse_options (bench_t *self, int argc, char **argv)
                                             {"cluster", no_argument, NULL, 'c'},
                                             {"plot", required_argument, NULL, 'p'},
                                             {"compare", required_argument, NULL, 'C'},
+                                            {"hotcache-keys", required_argument, NULL, 'K'},
+                                            {"hotcache-reads", required_argument, NULL, 'R'},
+                                            {"hotcache-verify", no_argument, NULL, 'V'},
                                             {"help", no_argument, NULL, 'h'},
                                             {NULL, 0, NULL, 0}};
     const char *only = NULL;
@@ -1574,6 +1602,21 @@ s_parse_options (bench_t *self, int argc, char **argv)
                     time_ms = (int) value;
                 break;
             }
+            case 'K':
+            case 'R': {
+                long long value = strtoll (optarg, &end, 10);
+                if (*end || value < 1 || value > 100000000) {
+                    fprintf (stderr, "kvpool-bench: --hotcache-%s takes 1..100000000\n",
+                             c == 'K' ? "keys" : "reads");
+                    return 2;
+                }
+                if (c == 'K')
+                    self->hotcache_keys = (size_t) value;
+                else
+                    self->hotcache_reads = (size_t) value;
+                break;
+            }
+            case 'V': self->hotcache_verify = true; break;
             case 'k': self->kvpoold_path = optarg; break;
             case 'C': self->compare_path = optarg; break;
             case 'p': self->plot_dir = optarg; break;
@@ -1590,9 +1633,10 @@ s_parse_options (bench_t *self, int argc, char **argv)
     self->use_kvpool = self->use_redis = true;
     if (only && s_parse_only (self, only))
         return 2;
-    if (cluster && !only && s_parse_only (self, "cluster"))
+    if (cluster && !only && s_parse_only (self, "cluster,hotcache"))
         return 2;
     self->do_cluster = self->do_cluster || cluster;
+    self->do_hotcache = self->do_hotcache || cluster;
     self->reps = reps ? reps : self->quick ? 2 : 5;
     self->rep_seconds = (time_ms ? time_ms : self->quick ? 20 : 200) / 1000.0;
     self->min_calls = 1;
@@ -1876,6 +1920,13 @@ main (int argc, char **argv)
         && bench_cluster_run (self->kvpoold_path, self->quick, self->reps, self->rep_seconds)
                != 0) {
         fprintf (stderr, "kvpool-bench: the cluster section failed\n");
+        self->errors++;
+    }
+    if (self->do_hotcache
+        && bench_hotcache_run (self->kvpoold_path, self->quick, self->hotcache_keys,
+                               self->hotcache_reads, self->hotcache_verify)
+               != 0) {
+        fprintf (stderr, "kvpool-bench: the hotcache section failed\n");
         self->errors++;
     }
     if (self->do_master && bench_master_run (self->kvpoold_path, self->quick) != 0) {
