@@ -243,3 +243,35 @@ def test_mooncake_variables_leave_it_to_the_node_on_its_machine(monkeypatch, cap
         assert node.stop() == 0
     finally:
         node.remove()
+
+
+def test_threads_share_one_cache_and_see_every_write(cluster):
+    import threading
+    keys = ["threads-%d" % i for i in range(16)]
+    for key in keys:
+        put_on_b(cluster, key, value_of(key, 4 * KiB))
+    errors = []
+    with client_of(cluster, hot_cache_bytes=1 << 20, hot_cache_admit=2) as client:
+        def reader():
+            try:
+                for _ in range(40):
+                    values = client.get_batch(keys)
+                    for key, value in zip(keys, values):
+                        # A value read is the first one or the upserted one, never a mix.
+                        assert value in (value_of(key, 4 * KiB), b"up-" + key.encode()), key
+            except Exception as exc:  # noqa: BLE001 (reported below)
+                errors.append(exc)
+        threads = [threading.Thread(target=reader) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for key in keys[:4]:
+            upsert_on_b(cluster, key, b"up-" + key.encode())
+        for t in threads:
+            t.join()
+        assert not errors, errors
+        # Once the upserts were acknowledged, every thread reads the new values.
+        assert client.get_batch(keys[:4]) == [b"up-" + k.encode() for k in keys[:4]]
+        stats = client.hot_cache_stats()
+        assert stats["hits"] > 0 and stats["entries"] <= len(keys)
+        # Several connections (one per thread at a time), one cache: each key kept once.
+        assert stats["bytes"] <= len(keys) * 4 * KiB
