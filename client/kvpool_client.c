@@ -17,9 +17,9 @@
       connection.c      the socket: requests, replies, one-way sends
       process.c         what the process shares: the ZeroMQ context, the node's mappings
     A kvpool_t is a connection, its fast path, the memory it gave and, when set, a reference
-    to the process's hot cache of its node. Every outcome the
-    layers below compute is an int64_t per caller index (batch.h); here it becomes the int or
-    int64_t of each public signature.
+    to the process's hot cache of its node. Every outcome the layers below compute is an
+    int64_t per caller index (batch.h); here it becomes the int or int64_t of each public
+    signature.
 
     The fast path serves puts of KVPC_FAST_PUT_MIN bytes or more, gets of whole values into
     caller buffers, and exist / get-size through the node's read index; everything else goes

@@ -275,3 +275,25 @@ def test_threads_share_one_cache_and_see_every_write(cluster):
         assert stats["hits"] > 0 and stats["entries"] <= len(keys)
         # Several connections (one per thread at a time), one cache: each key kept once.
         assert stats["bytes"] <= len(keys) * 4 * KiB
+
+
+def test_one_node_of_its_own_role_all_validates_the_same_way():
+    # A store of one node (role all) on "another machine": its own version numbers.
+    from kvpool_daemon import Kvpoold
+    node = Kvpoold("--segment-size", "64MiB", "--host-id", "elsewhere")
+    try:
+        with kvpool.Client(node.endpoint, hot_cache_bytes=1 << 20, hot_cache_admit=1) as client:
+            assert not client.fast_path
+            client.put("solo", b"one" * 100)
+            assert client.get("solo") == b"one" * 100
+            assert client.get("solo") == b"one" * 100
+            assert client.hot_cache_stats()["hits"] == 1
+            client.upsert("solo", b"two" * 100)
+            assert client.get("solo") == b"two" * 100
+            client.remove("solo", force=True)
+            with pytest.raises(kvpool.ObjectNotFoundError):
+                client.get("solo")
+            assert client.hot_cache_stats()["invalidations"] == 2
+        assert node.stop() == 0
+    finally:
+        node.remove()
