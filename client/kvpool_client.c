@@ -6,6 +6,7 @@
                         fast path and the socket for puts, exist and get-size, and for each
                         get shape the sink its bytes land in
       resolve.c         the read path of every get: the same machine, the node, the holders
+      local_hot_cache.c the process's cache of values read often, off the node's machine
       fast_path.c       the same-machine path: memcpy to and from the node's segments; hands
                         back the keys it cannot serve
       memory.c          memory this process gives the pool
@@ -15,9 +16,10 @@
       batch.c           keys of a request, copies of a call, chunks of a socket batch
       connection.c      the socket: requests, replies, one-way sends
       process.c         what the process shares: the ZeroMQ context, the node's mappings
-    A kvpool_t is a connection, its fast path and the memory it gave. Every outcome the
-    layers below compute is an int64_t per caller index (batch.h); here it becomes the int or
-    int64_t of each public signature.
+    A kvpool_t is a connection, its fast path, the memory it gave and, when set, a reference
+    to the process's hot cache of its node. Every outcome the layers below compute is an
+    int64_t per caller index (batch.h); here it becomes the int or int64_t of each public
+    signature.
 
     The fast path serves puts of KVPC_FAST_PUT_MIN bytes or more, gets of whole values into
     caller buffers, and exist / get-size through the node's read index; everything else goes
@@ -44,6 +46,7 @@
 #include "client/batch.h"
 #include "client/connection.h"
 #include "client/fast_path.h"
+#include "client/local_hot_cache.h"
 #include "client/memory.h"
 #include "client/resolve.h"
 #include "client/sink.h"
@@ -56,6 +59,7 @@ struct _kvpool_t {
     kvpc_conn_t *conn;
     kvpc_fast_path_t *fast_path; //  made at connect, on while segments are mapped
     kvpc_memory_t *memory;       //  memory this connection gave the pool
+    kvpc_hot_cache_t *hot_cache; //  the process's cache of this node's values, or NULL
 };
 
 //  ---- status names -------------------------------------------------------------------------
@@ -200,6 +204,7 @@ kvpool_destroy (kvpool_t **self_p)
     if (self->fast_path)
         kvpc_index_report (self->fast_path);
     kvpc_memory_destroy (&self->memory);
+    kvpc_hot_cache_release (&self->hot_cache);
     kvpc_fast_path_destroy (&self->fast_path);
     kvpc_conn_destroy (&self->conn);
     free (self);
@@ -233,6 +238,35 @@ kvpool_set_index (kvpool_t *self, bool enabled)
     if (!self)
         return false;
     return kvpc_fast_path_use_index (self->fast_path, enabled);
+}
+
+int
+kvpool_set_hot_cache (kvpool_t *self, uint64_t bytes, uint32_t admit, uint64_t window_ms,
+                      uint64_t max_object)
+{
+    if (!self)
+        return KVPOOL_INVALID_PARAMS;
+    kvpc_hot_cache_release (&self->hot_cache);
+    if (bytes == 0)
+        return KVPOOL_OK;
+    self->hot_cache = kvpc_hot_cache_acquire (kvpc_conn_endpoint (self->conn), bytes, admit,
+                                              window_ms, max_object);
+    if (!self->hot_cache) {
+        kvpc_set_error (self->conn, "out of memory for the hot cache");
+        return KVPOOL_INTERNAL_ERROR;
+    }
+    return KVPOOL_OK;
+}
+
+int
+kvpool_hot_cache_stats (kvpool_t *self, kvpool_hot_cache_stats_t *stats)
+{
+    if (!self || !stats)
+        return KVPOOL_INVALID_PARAMS;
+    memset (stats, 0, sizeof *stats);
+    if (self->hot_cache)
+        kvpc_hot_cache_stats (self->hot_cache, stats);
+    return KVPOOL_OK;
 }
 
 const char *
@@ -866,7 +900,7 @@ s_get_into (kvpool_t *self, size_t n, const char *const *keys, const kvpool_buf_
     }
     else {
         kvpc_sink_t sink = kvpc_sink_buffers (bufs, nbufs, offsets);
-        rc = kvpc_resolve_get (self->conn, self->fast_path, &sent, &sink, results);
+        rc = kvpc_resolve_get (self->conn, self->fast_path, self->hot_cache, &sent, &sink, results);
     }
     if (armed)
         kvpc_device_end (device);
@@ -974,7 +1008,7 @@ kvpool_get (kvpool_t *self, const char *key, void **data_p, size_t *size_p)
     kvpc_keys_add (&sent, key, 0); //  fits inline
     kvpc_sink_t sink = kvpc_sink_malloc (data_p, size_p);
     int64_t outcome = KVPOOL_INTERNAL_ERROR;
-    kvpc_resolve_get (self->conn, self->fast_path, &sent, &sink, &outcome);
+    kvpc_resolve_get (self->conn, self->fast_path, self->hot_cache, &sent, &sink, &outcome);
     kvpc_keys_fini (&sent);
     return outcome < 0 ? (int) outcome : KVPOOL_OK;
 }
@@ -1015,7 +1049,7 @@ kvpool_get_batch (kvpool_t *self, size_t n, const char *const *keys, kvpool_valu
     int rc = kvpc_keys_collect (self->conn, n, keys, NULL, &sent, results);
     kvpc_sink_t sink = kvpc_sink_frames (values->frames);
     if (rc == 0 && sent.count)
-        rc = kvpc_resolve_get (self->conn, self->fast_path, &sent, &sink, results);
+        rc = kvpc_resolve_get (self->conn, self->fast_path, self->hot_cache, &sent, &sink, results);
     kvpc_keys_fini (&sent);
     for (size_t i = 0; i < n; i++)
         statuses[i] = results[i] < 0 ? (int) results[i] : KVPOOL_OK;

@@ -19,6 +19,13 @@
                             verify.
       4. the node, again    what no holder served, asked without redirect: the node relays.
 
+    With the process's hot cache (local_hot_cache.h: a client whose node is on another
+    machine, so only while the fast path is off), a step comes before 2: the keys it keeps
+    are asked of the node in one EXIST that names each kept version; those the node still
+    holds at that version land from the cache, the others are dropped from it and go on to
+    2 with the rest. After 2 to 4, each key read whole is offered to the cache with the
+    version its reply named (a copy is kept when the read admits it).
+
     Results: a key's result is final once a source lands it or answers anything but what
     sends it on; KVPOOL_REDIRECT marks a key still on its way between 3 and 4.
 
@@ -30,6 +37,8 @@
 #include <string.h>
 
 #include "client/socket_ops.h"
+
+#include <zmq.h>
 
 //  Whether a holder's answer for a key sends it on to the next holder.
 static bool
@@ -95,12 +104,179 @@ s_follow (kvpc_conn_t *conn, kvpc_redirects_t *redirects, const kvpc_sink_t *sin
     kvpc_keys_fini (&again);
 }
 
-int
-kvpc_resolve_get (kvpc_conn_t *conn, kvpc_fast_path_t *fast_path, const kvpc_keys_t *keys,
+//  Steps 2 to 4: the node, and the holders it names.
+static int
+s_from_node (kvpc_conn_t *conn, const kvpc_keys_t *ask, const kvpc_sink_t *sink, int64_t *results)
+{
+    bool redirect = kvpc_sink_takes_redirect (sink) && !kvpc_conn_device_armed (conn);
+    kvpc_redirects_t redirects;
+    kvpc_redirects_init (&redirects);
+    int rc = kvpc_socket_get (conn, ask, sink, false, redirect ? &redirects : NULL, results);
+    if (redirects.keys.count)
+        s_follow (conn, &redirects, sink, results);
+    kvpc_redirects_fini (&redirects);
+    return rc;
+}
+
+//  Lands key i's range of a kept value (the whole of it without offsets) from entry, whose
+//  reference the caller hands over: to a frame over the entry's bytes that holds it (moved
+//  out to a frames sink, else *frame kept open until the copies ran; *made says whether
+//  *frame was made). Returns the size landed or a status.
+static int64_t
+s_land_kept (const kvpc_sink_t *sink, size_t i, kvpc_hot_entry_t *entry, zmq_msg_t *frame,
+             bool *made, kvpc_copies_t *copies)
+{
+    *made = false;
+    const char *data = kvpc_hot_entry_data (entry);
+    size_t size = kvpc_hot_entry_size (entry);
+    if (sink->offsets) {
+        uint64_t offset = sink->offsets[i];
+        if (offset > size) {
+            kvpc_hot_entry_unref (entry);
+            return KVPOOL_INVALID_PARAMS;
+        }
+        uint64_t room = kvpc_sink_bytes (sink, i);
+        data += offset;
+        size = size - offset < room ? size - offset : (size_t) room;
+    }
+    if (zmq_msg_init_data (frame, (void *) data, size, kvpc_hot_entry_msg_free, entry)) {
+        kvpc_hot_entry_unref (entry);
+        return KVPOOL_INTERNAL_ERROR;
+    }
+    *made = true;
+    return kvpc_sink_land (sink, i, frame, copies);
+}
+
+//  Every get while the process's hot cache is in use: the kept keys validated and served
+//  from it, the rest from the node (2 to 4), each offered to the cache.
+static int
+s_resolve_cached (kvpc_conn_t *conn, kvpc_hot_cache_t *cache, const kvpc_keys_t *keys,
                   const kvpc_sink_t *sink, int64_t *results)
+{
+    size_t n = 0; //  caller indexes 0 .. n - 1
+    for (size_t j = 0; j < keys->count; j++)
+        if (keys->index[j] >= n)
+            n = keys->index[j] + 1;
+    size_t count = keys->count;
+    kvpc_hot_entry_t **kept = calloc (count, sizeof *kept);
+    uint64_t *kept_versions = malloc (count * sizeof *kept_versions);
+    uint64_t *versions = calloc (n, sizeof *versions);
+    zmq_msg_t *frames = malloc (count * sizeof *frames);
+    size_t *served = malloc (count * sizeof *served); //  caller indexes landed from the cache
+    if (!kept || !kept_versions || !versions || !frames || !served) {
+        free (kept);
+        free (kept_versions);
+        free (versions);
+        free (frames);
+        free (served);
+        return s_from_node (conn, keys, sink, results);
+    }
+    kvpc_keys_t asked, rest;
+    kvpc_keys_init (&asked);
+    kvpc_keys_init (&rest);
+    int rc = KVPOOL_OK;
+    for (size_t j = 0; j < count && rc == KVPOOL_OK; j++) {
+        kept[j] = kvpc_hot_cache_lookup (cache, keys->keys[j], keys->wire[j].len);
+        if (kept[j]) {
+            kept_versions[asked.count] = kvpc_hot_entry_version (kept[j]);
+            if (kvpc_keys_add_from (&asked, keys, j))
+                rc = KVPOOL_INTERNAL_ERROR;
+        }
+    }
+    //  One EXIST for every kept key, each about its kept version only. A failed EXIST
+    //  leaves its keys to the node's GET (which fails too, or serves them).
+    if (rc == KVPOOL_OK && asked.count)
+        kvpc_socket_exist_versions (conn, &asked, kept_versions, results);
+    kvpc_copies_t copies;
+    kvpc_copies_init (&copies);
+    size_t nframes = 0, nserved = 0;
+    for (size_t j = 0; j < count && rc == KVPOOL_OK; j++) {
+        size_t i = keys->index[j];
+        kvpc_hot_entry_t *entry = kept[j];
+        kept[j] = NULL;
+        if (entry && results[i] == 1) {
+            kvpc_hot_cache_served (cache, entry);
+            bool made;
+            results[i] = s_land_kept (sink, i, entry, &frames[nframes], &made, &copies);
+            nframes += made;
+            served[nserved++] = i;
+            continue;
+        }
+        if (entry && results[i] == 0)
+            kvpc_hot_cache_invalidate (cache, entry);
+        kvpc_hot_entry_unref (entry);
+        if (kvpc_keys_add_from (&rest, keys, j))
+            rc = KVPOOL_INTERNAL_ERROR;
+    }
+    if (kvpc_copies_run (conn, &copies))
+        //  A device copy failed (the last error says why).
+        for (size_t s = 0; s < nserved; s++)
+            if (results[served[s]] > 0)
+                results[served[s]] = KVPOOL_INVALID_PARAMS;
+    kvpc_copies_fini (&copies);
+    for (size_t f = 0; f < nframes; f++)
+        zmq_msg_close (&frames[f]);
+    for (size_t j = 0; j < count; j++)
+        kvpc_hot_entry_unref (kept[j]);
+    if (rc != KVPOOL_OK) {
+        //  Out of memory before the rest could be listed: every key from the node.
+        kvpc_keys_fini (&rest);
+        kvpc_keys_fini (&asked);
+        free (kept);
+        free (kept_versions);
+        free (versions);
+        free (frames);
+        free (served);
+        return s_from_node (conn, keys, sink, results);
+    }
+    //  The rest from the node, each key's version noted as it lands.
+    kvpc_sink_t noted = *sink;
+    noted.versions = versions;
+    if (rest.count)
+        rc = s_from_node (conn, &rest, &noted, results);
+    //  Values of device memory are not read back here: they are never offered.
+    bool host = sink->kind != KVPC_SINK_BUFFERS || !kvpc_conn_device_armed (conn);
+    void *scratch = NULL;
+    size_t scratch_size = 0;
+    for (size_t j = 0; j < rest.count; j++) {
+        size_t i = rest.index[j];
+        if (results[i] < 0) {
+            kvpc_hot_cache_missed (cache);
+            continue;
+        }
+        size_t size = (size_t) results[i];
+        const void *data = NULL;
+        if (host && !sink->offsets) {
+            if (sink->kind == KVPC_SINK_BUFFERS && size > scratch_size) {
+                free (scratch);
+                scratch = malloc (size ? size : 1);
+                scratch_size = scratch ? size : 0;
+            }
+            data = kvpc_sink_landed (sink, i, size, scratch);
+        }
+        kvpc_hot_cache_offer (cache, rest.keys[j], rest.wire[j].len, data ? versions[i] : 0, data,
+                              size);
+    }
+    free (scratch);
+    kvpc_keys_fini (&rest);
+    kvpc_keys_fini (&asked);
+    free (kept);
+    free (kept_versions);
+    free (versions);
+    free (frames);
+    free (served);
+    return rc;
+}
+
+int
+kvpc_resolve_get (kvpc_conn_t *conn, kvpc_fast_path_t *fast_path, kvpc_hot_cache_t *hot_cache,
+                  const kvpc_keys_t *keys, const kvpc_sink_t *sink, int64_t *results)
 {
     if (keys->count == 0)
         return KVPOOL_OK;
+    //  The process's hot cache, off the node's machine only.
+    if (hot_cache && !(fast_path && kvpc_fast_path_on (fast_path)))
+        return s_resolve_cached (conn, hot_cache, keys, sink, results);
     //  1. The same machine.
     const kvpc_keys_t *ask = keys;
     kvpc_keys_t rest;
@@ -113,16 +289,9 @@ kvpc_resolve_get (kvpc_conn_t *conn, kvpc_fast_path_t *fast_path, const kvpc_key
     }
     //  2. The node, and 3, 4 for what it sends elsewhere.
     if (ask->count) {
-        bool redirect = kvpc_sink_takes_redirect (sink) && !kvpc_conn_device_armed (conn);
-        kvpc_redirects_t redirects;
-        kvpc_redirects_init (&redirects);
-        int node_rc =
-            kvpc_socket_get (conn, ask, sink, false, redirect ? &redirects : NULL, results);
+        int node_rc = s_from_node (conn, ask, sink, results);
         if (!fast)
             rc = node_rc;
-        if (redirects.keys.count)
-            s_follow (conn, &redirects, sink, results);
-        kvpc_redirects_fini (&redirects);
     }
     kvpc_keys_fini (&rest);
     return rc;

@@ -12,12 +12,15 @@
 #include "client/batch.h"
 #include "client/connection.h"
 #include "client/fast_path.h"
+#include "client/local_hot_cache.h"
 #include "client/sink.h"
 
 //  Gets keys (valid ones, batch.h) into sink; results[i] is the size landed or the key's
 //  status. fast_path: the connection's, or NULL. Returns the status of the first source
 //  asked: the fast path's when it served the call, else the node's.
-int kvpc_resolve_get (kvpc_conn_t *conn, kvpc_fast_path_t *fast_path, const kvpc_keys_t *keys,
-                      const kvpc_sink_t *sink, int64_t *results);
+//  hot_cache: the process's hot cache the connection uses, or NULL; consulted only while
+//  the fast path is off.
+int kvpc_resolve_get (kvpc_conn_t *conn, kvpc_fast_path_t *fast_path, kvpc_hot_cache_t *hot_cache,
+                      const kvpc_keys_t *keys, const kvpc_sink_t *sink, int64_t *results);
 
 #endif

@@ -74,3 +74,25 @@ kvpc_sink_land (const kvpc_sink_t *self, size_t i, zmq_msg_t *frame, kvpc_copies
     }
     return (int64_t) size;
 }
+
+const void *
+kvpc_sink_landed (const kvpc_sink_t *self, size_t i, size_t size, void *scratch)
+{
+    switch (self->kind) {
+        case KVPC_SINK_MALLOC: return self->sizes[i] == size ? self->data[i] : NULL;
+        case KVPC_SINK_FRAMES:
+            return zmq_msg_size (&self->frames[i]) == size ? zmq_msg_data (&self->frames[i]) : NULL;
+        case KVPC_SINK_BUFFERS: break;
+    }
+    if (!scratch || self->offsets)
+        return NULL;
+    char *to = scratch;
+    size_t left = size;
+    for (size_t b = 0; b < self->nbufs[i] && left; b++) {
+        size_t take = self->bufs[i][b].size < left ? self->bufs[i][b].size : left;
+        memcpy (to, self->bufs[i][b].data, take);
+        to += take;
+        left -= take;
+    }
+    return left ? NULL : scratch;
+}

@@ -28,6 +28,9 @@ typedef struct {
     void **data;             //  MALLOC: each key's buffer (NULL until it lands)
     size_t *sizes;           //  MALLOC: its size
     zmq_msg_t *frames;       //  FRAMES: each key's frame (initialised by the caller)
+    //  Any kind, or NULL: each key's version as the node that sent its bytes named it (0:
+    //  none named), written when the key lands (the process's hot cache keeps it).
+    uint64_t *versions;
 } kvpc_sink_t;
 
 //  A sink of the caller's buffers (offsets: NULL, or one range start a key).
@@ -51,5 +54,9 @@ uint64_t kvpc_sink_bytes (const kvpc_sink_t *self, size_t i);
 //  the size landed, or BUFFER_OVERFLOW (the buffers are too small: nothing lands) or
 //  INTERNAL_ERROR (out of memory).
 int64_t kvpc_sink_land (const kvpc_sink_t *self, size_t i, zmq_msg_t *frame, kvpc_copies_t *copies);
+//  Where key i's landed value (size bytes) can be read back in one piece: the malloc'd
+//  buffer or the frame, or, for the caller's buffers, a copy gathered into scratch (at least
+//  size bytes; NULL: none is made). NULL when it cannot be read here.
+const void *kvpc_sink_landed (const kvpc_sink_t *self, size_t i, size_t size, void *scratch);
 
 #endif

@@ -39,15 +39,20 @@ s_simple_call (kvpc_conn_t *conn, Kvpool__V1__Request *request, kvpc_reply_t *re
 
 //  ---- keyed requests without values ------------------------------------------------------
 
-int
-kvpc_socket_keys (kvpc_conn_t *conn, Kvpool__V1__Op op, const kvpc_keys_t *keys, bool force,
-                  kvpc_outcome_t as, int64_t *results)
+//  One request of op for keys, about versions[j] of key j when versions is not NULL.
+static int
+s_keys_request (kvpc_conn_t *conn, Kvpool__V1__Op op, const kvpc_keys_t *keys, bool force,
+                uint64_t *versions, kvpc_outcome_t as, int64_t *results)
 {
     Kvpool__V1__Request request = KVPOOL__V1__REQUEST__INIT;
     request.op = op;
     request.n_keys = keys->count;
     request.keys = keys->wire;
     request.force = force;
+    if (versions) {
+        request.n_versions = keys->count;
+        request.versions = versions;
+    }
     kvpc_reply_t reply;
     int rc = kvpc_call (conn, &request, NULL, 0, 0, &reply);
     if (rc == 0) {
@@ -72,6 +77,21 @@ kvpc_socket_keys (kvpc_conn_t *conn, Kvpool__V1__Op op, const kvpc_keys_t *keys,
     rc = reply.msg->status;
     kvpc_reply_free (&reply);
     return rc;
+}
+
+int
+kvpc_socket_keys (kvpc_conn_t *conn, Kvpool__V1__Op op, const kvpc_keys_t *keys, bool force,
+                  kvpc_outcome_t as, int64_t *results)
+{
+    return s_keys_request (conn, op, keys, force, NULL, as, results);
+}
+
+int
+kvpc_socket_exist_versions (kvpc_conn_t *conn, const kvpc_keys_t *keys, uint64_t *versions,
+                            int64_t *results)
+{
+    return s_keys_request (conn, KVPOOL__V1__OP__EXIST, keys, false, versions, KVPC_AS_EXIST,
+                           results);
 }
 
 int64_t
@@ -430,6 +450,8 @@ s_get_land (kvpc_conn_t *conn, const kvpc_keys_t *keys, kvpc_reply_t *reply,
     for (size_t j = 0; j < keys->count; j++) {
         size_t i = keys->index[j];
         int status = s_get_key_status (conn, reply, j, verify && !sink->offsets);
+        if (status == KVPOOL_OK && sink->versions)
+            sink->versions[i] = j < reply->msg->n_versions ? reply->msg->versions[j] : 0;
         if (status == KVPOOL_OK)
             results[i] = kvpc_sink_land (sink, i, &reply->frames[j], &copies);
         else if (status == KVPOOL_REDIRECT && redirects

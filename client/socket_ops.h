@@ -21,6 +21,10 @@ typedef enum { KVPC_AS_STATUS, KVPC_AS_EXIST, KVPC_AS_SIZE } kvpc_outcome_t;
 //  One request of op (EXIST, GET_SIZE, REMOVE, PUT_END, PUT_REVOKE, RELEASE) for keys.
 int kvpc_socket_keys (kvpc_conn_t *conn, Kvpool__V1__Op op, const kvpc_keys_t *keys, bool force,
                       kvpc_outcome_t as, int64_t *results);
+//  EXIST of keys, each about one version only (versions[j] for keys' j-th): results[i] is 1
+//  when the node holds that version of the key, 0 when not (another version, or none).
+int kvpc_socket_exist_versions (kvpc_conn_t *conn, const kvpc_keys_t *keys, uint64_t *versions,
+                                int64_t *results);
 //  A request without keys answered with a count (REMOVE_BY_REGEX, REMOVE_ALL, RESET).
 //  Returns the count or a negative status; *kept (may be NULL): the reply's kept count
 //  (REMOVE_BY_REGEX: objects that matched and were kept by a lease).

@@ -135,6 +135,40 @@ KVPOOL_EXPORT bool kvpool_fast_path (kvpool_t *self);
 //  node. On by default. Returns true if reads now use the index.
 KVPOOL_EXPORT bool kvpool_set_index (kvpool_t *self, bool enabled);
 
+//  ---- the process's hot cache -------------------------------------------------------
+//  A client whose node is on another machine may keep values it reads often in its own
+//  memory: whole values of at most max_object bytes (0: 16 MiB), least recently used first
+//  to go past bytes in all, each kept by the read that brought it the admit-th time (0: 2)
+//  within window_ms (0: 60000); admit 1 keeps a value on its first read. A get of a kept
+//  value asks the node one EXIST naming the value's version (Reply.versions), one for all
+//  the kept keys of the call, and serves those the node still holds at that version from
+//  memory: no value bytes travel, and a key removed or written again since (once the
+//  remove or upsert was acknowledged) is read from the node as if never kept. Serves
+//  kvpool_get, kvpool_get_batch, the get_into calls and their ranges; not used while the
+//  fast path is on (the node's machine: its own hot cache serves there).
+//  One cache per process per node endpoint, shared by every kvpool_t connected to it (the
+//  last call's settings apply to it; a smaller size evicts what no longer fits); bytes 0
+//  lets go of it for this connection. Returns KVPOOL_OK, KVPOOL_INVALID_PARAMS or
+//  KVPOOL_INTERNAL_ERROR (out of memory).
+KVPOOL_EXPORT int kvpool_set_hot_cache (kvpool_t *self, uint64_t bytes, uint32_t admit,
+                                        uint64_t window_ms, uint64_t max_object);
+
+//  The counters of the cache this connection uses (all zero without one). Reads are those
+//  of gets while the cache was in use: each is a hit or a miss.
+typedef struct {
+    uint64_t hits;          //  reads served from the cache, after the node confirmed the version
+    uint64_t misses;        //  reads the cache did not serve (not kept, or no longer current)
+    uint64_t bytes;         //  bytes of values kept now
+    uint64_t admissions;    //  values kept
+    uint64_t evictions;     //  values let go for room
+    uint64_t invalidations; //  values dropped because the node no longer had their version
+    uint64_t entries;       //  values kept now
+    uint64_t capacity;      //  the size set (kvpool_set_hot_cache's bytes)
+} kvpool_hot_cache_stats_t;
+
+//  Fills stats; returns KVPOOL_OK, or KVPOOL_INVALID_PARAMS for a NULL argument.
+KVPOOL_EXPORT int kvpool_hot_cache_stats (kvpool_t *self, kvpool_hot_cache_stats_t *stats);
+
 //  The reason text of the last error reply from the server ("" if none).
 KVPOOL_EXPORT const char *kvpool_last_error (kvpool_t *self);
 

@@ -57,6 +57,7 @@
 #include "messages/reply.h"
 #include "messages/request_check.h"
 #include "shm/shm_index.h"
+#include "client/local_hot_cache.h"
 #include "tier/disk_store.h"
 #include "tier/object_log.h"
 #include "actors/segment_dir.h"
@@ -77,6 +78,7 @@ static selftest_t s_tests[] = {{"kvp_status", kvp_status_test},
                                {"reply", reply_test},
                                {"request_check", request_check_test},
                                {"shm_index", shm_index_test},
+                               {"local_hot_cache", local_hot_cache_test},
                                {"segment", segment_test},
                                {"segment_arena", segment_arena_test},
                                {"segment_table", segment_table_test},

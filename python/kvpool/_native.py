@@ -103,6 +103,13 @@ class Stats(Structure):
     _fields_ = _stats_fields()
 
 
+class HotCacheStats(Structure):
+    """kvpool_hot_cache_stats_t: the counters of the process's hot cache (include/kvpool.h)."""
+    _fields_ = [(name, c_uint64) for name in ("hits", "misses", "bytes", "admissions",
+                                              "evictions", "invalidations", "entries",
+                                              "capacity")]
+
+
 #   Pointer-array arguments are declared c_void_p: the callers pass the address of an
 #   array.array or ctypes array they keep alive across the call, which is the cheapest way to
 #   hand ctypes a list of pointers or sizes.
@@ -162,6 +169,8 @@ _PROTOTYPES = {
     "kvpool_mount_segment": (c_int, [K, c_char_p, c_uint64, POINTER(c_uint32)]),
     "kvpool_unmount_segment": (c_int, [K, c_uint32]),
     "kvpool_stats": (c_int, [K, POINTER(Stats)]),
+    "kvpool_set_hot_cache": (c_int, [K, c_uint64, c_uint32, c_uint64, c_uint64]),
+    "kvpool_hot_cache_stats": (c_int, [K, POINTER(HotCacheStats)]),
 }
 
 #   Functions the library may not have yet; callers check `has(name)`.
@@ -169,7 +178,8 @@ _OPTIONAL = {"kvpool_reset", "kvpool_put_start", "kvpool_put_end", "kvpool_put_r
              "kvpool_get_replica_list", "kvpool_release", "kvpool_keys_unpack",
              "kvpool_exist_batch_lens", "kvpool_get_size_batch_lens",
              "kvpool_exist_batch_local", "kvpool_get_size_batch_local",
-             "kvpool_remove_by_regex_counts", "kvpool_connect_error"}
+             "kvpool_remove_by_regex_counts", "kvpool_connect_error",
+             "kvpool_set_hot_cache", "kvpool_hot_cache_stats"}
 
 missing = []
 for _name, (_restype, _argtypes) in _PROTOTYPES.items():

@@ -498,21 +498,45 @@ _CONNECT_ERRORS = {
 }
 
 
+def _hot_cache_settings(size, admit, window, max_object):
+    """kvpool_set_hot_cache's arguments for the Client's hot_cache_* ones, or None for off."""
+    settings = (int(size), int(admit), max(1, int(window * 1000)), int(max_object))
+    if settings[0] < 0 or not 0 <= settings[1] <= 0xFFFFFFFF or settings[3] < 0:
+        raise InvalidParamsError(reason="hot cache size, admit and max_object must be >= 0")
+    if not settings[0]:
+        return None
+    if not _native.has("set_hot_cache"):
+        raise InvalidParamsError(reason="this libkvpool has no hot cache")
+    return settings
+
+
 class Client:
     """A connection to a kvpoold node. See the module docstring for threads and errors.
 
     Client(endpoint="tcp://127.0.0.1:50051", timeout=5.0, connect_timeout=None, fast_path=True,
-           curve_secret=None, curve_server=None)
+           curve_secret=None, curve_server=None, hot_cache_bytes=0, hot_cache_admit=2,
+           hot_cache_window=60.0, hot_cache_max_object=16 << 20)
     connects and pings the node; it raises RpcFailError, its reason saying why and its .errno
     the code, if nothing listens there (within 0.5 s: ECONNREFUSED), the node does not
     answer (ETIMEDOUT) or refuses the CURVE key (EACCES). timeout is per request, in seconds.
     fast_path=False never uses the same-machine shared memory path (everything goes over the
     socket). curve_secret (this client's certificate, the NAME_secret file of `kvpool keygen
     NAME`) and curve_server (the node's public certificate) turn on CURVE, both or neither
-    (docs/security.md)."""
+    (docs/security.md).
+
+    hot_cache_bytes > 0 keeps values this process reads often in its own memory, for a client
+    whose node is on another machine (kvpool_set_hot_cache in include/kvpool.h): a value read
+    hot_cache_admit times within hot_cache_window seconds is kept (whole values of at most
+    hot_cache_max_object bytes, least recently used first to go), and a later get of it costs
+    one EXIST round trip naming its version instead of the value's bytes; the node's answer
+    makes sure a removed or rewritten key is never served from memory. One cache per process
+    and node endpoint, shared by the Clients connected there. Not used while the fast path is
+    on (the node is on this machine: its own hot cache serves). hot_cache_stats() has its
+    counters, and stats() adds them as client_hot_cache_*."""
 
     def __init__(self, endpoint=DEFAULT_ENDPOINT, timeout=DEFAULT_TIMEOUT, connect_timeout=None,
-                 fast_path=True, curve_secret=None, curve_server=None):
+                 fast_path=True, curve_secret=None, curve_server=None, hot_cache_bytes=0,
+                 hot_cache_admit=2, hot_cache_window=60.0, hot_cache_max_object=16 << 20):
         self.endpoint = endpoint
         self._endpoint = _encode(endpoint)
         options = _native.Options()
@@ -528,6 +552,8 @@ class Client:
             options.curve_secret_file = os.fsencode(curve_secret)
             options.curve_server_file = os.fsencode(curve_server)
         self._options = options
+        self._hot_cache = _hot_cache_settings(hot_cache_bytes, hot_cache_admit,
+                                              hot_cache_window, hot_cache_max_object)
         _native.tune_malloc()
         self._forks = _forks
         self._lock = threading.Lock()
@@ -548,6 +574,12 @@ class Client:
             failed = RpcFailError(reason="cannot connect to %s: %s" % (self.endpoint, why))
             failed.errno = code  # ECONNREFUSED: nothing listens there; ETIMEDOUT: no reply
             raise failed
+        if self._hot_cache:
+            rc = _native.set_hot_cache(handle, *self._hot_cache)
+            if rc < 0:
+                failed = self._fail(handle, rc)
+                _native.destroy(byref(c_void_p(handle)))
+                raise failed
         with self._lock:
             self._handles.append(handle)
         return handle
@@ -617,6 +649,20 @@ class Client:
             handles = list(self._handles)
         for handle in handles:
             _native.set_fast_path(handle, bool(enabled))
+
+    def set_hot_cache(self, size, admit=2, window=60.0, max_object=16 << 20):
+        """Turns this process's hot cache on for this Client's connections (size bytes; 0
+        turns it off for them), with the meaning of the constructor's hot_cache_* arguments.
+        Returns whether it serves this Client's gets now: False while the fast path is on."""
+        settings = _hot_cache_settings(size, admit, window, max_object)
+        self._hot_cache = settings
+        with self._lock:
+            handles = list(self._handles)
+        for handle in handles:
+            rc = _native.set_hot_cache(handle, *(settings or (0, 0, 0, 0)))
+            if rc < 0:
+                raise self._fail(handle, rc)
+        return settings is not None and not self.fast_path
 
     # ---- helpers ---------------------------------------------------------------------
     def _call(self, fn, *args):
@@ -1041,10 +1087,28 @@ class Client:
         self._call(_native.unmount_segment, segment_id)
 
     def stats(self):
-        """The node's counters as a dict (objects, bytes_stored, utilisation, requests...)."""
+        """The node's counters as a dict (objects, bytes_stored, utilisation, requests...),
+        and this process's hot cache's as client_hot_cache_<name> (hot_cache_stats(); all 0
+        without one). The node's own hot_cache_* are its host cache's, for its clients."""
         stats = _native.Stats()
         self._call(_native.stats, byref(stats))
-        return {name: getattr(stats, name) for name, _ in _native.Stats._fields_}
+        out = {name: getattr(stats, name) for name, _ in _native.Stats._fields_}
+        for name, value in self.hot_cache_stats().items():
+            out["client_hot_cache_" + name] = value
+        return out
+
+    def hot_cache_stats(self):
+        """The counters of this process's hot cache (see the class docstring) as a dict: hits
+        (gets served from memory after the node confirmed the version), misses, bytes (kept
+        now), admissions, evictions, invalidations (kept values the node no longer had at
+        their version), entries (kept now) and capacity. All 0 without one."""
+        out = {name: 0 for name, _ in _native.HotCacheStats._fields_}
+        if not _native.has("hot_cache_stats"):
+            return out
+        stats = _native.HotCacheStats()
+        self._call(_native.hot_cache_stats, byref(stats))
+        out.update((name, getattr(stats, name)) for name, _ in _native.HotCacheStats._fields_)
+        return out
 
 
 def connect(endpoint=DEFAULT_ENDPOINT, timeout=DEFAULT_TIMEOUT, **kwargs):

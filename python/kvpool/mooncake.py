@@ -130,6 +130,66 @@ def _warn(text):
     warnings.warn(text, KvpoolDropInWarning, stacklevel=4)
 
 
+# ---- Mooncake's local hot cache ---------------------------------------------------------
+
+#   Mooncake's defaults (client_service.cpp, InitLocalHotCache): off unless the size is set;
+#   16 MiB blocks; admission after 2 reads (its CountMinSketch threshold).
+HOT_BLOCK_SIZE = 16 * 1024 * 1024
+HOT_ADMISSION_THRESHOLD = 2
+_hot_cache_said = False
+
+
+def _env_count(name, default, low=1, high=None):
+    """A positive decimal integer from the environment, read as Mooncake reads it (raw bytes
+    or a count, no suffix): default when unset; default with a warning when it is not one."""
+    text = os.environ.get(name)
+    if text is None:
+        return default
+    try:
+        value = int(text.strip(), 10)
+    except ValueError:
+        value = None
+    if value is None or text.strip().startswith(("-", "+")) or value < low or (
+            high is not None and value > high):
+        logger.warning("Invalid %s=%r, using %s", name, text,
+                       "no local hot cache" if default == 0 else "the default %d" % default)
+        return default
+    return value
+
+
+def _local_hot_cache(client):
+    """MC_STORE_LOCAL_HOT_CACHE_SIZE, MC_STORE_LOCAL_HOT_BLOCK_SIZE and
+    MC_STORE_LOCAL_HOT_ADMISSION_THRESHOLD, with Mooncake's meaning, on kvpool's process hot
+    cache (kvpool.Client's hot_cache_*): the size is the memory for copies of values read
+    from other machines (raw bytes; unset, 0 or invalid: off); the block size, the largest
+    value kept (Mooncake keeps a value in one block of that size, a larger one not at all;
+    kvpool counts each value's own size against the total instead of a whole block); the
+    threshold, the reads (1 to 255) that admit a key (within 60 s here, where Mooncake's
+    sketch forgets slowly). Each get of a kept value asks the node one EXIST naming its
+    version, so a value removed or written again is never served from memory (Mooncake's
+    client bumps its own generations instead, which other clients' writes do not reach).
+    On the node's machine (the fast path), nothing is kept in the process: the node's host
+    cache (kvpoold --hot-cache-size) serves every process there; said once."""
+    global _hot_cache_said
+    size = _env_count("MC_STORE_LOCAL_HOT_CACHE_SIZE", 0)
+    if not size:
+        return
+    if client.fast_path:
+        if not _hot_cache_said:
+            _hot_cache_said = True
+            logger.info("MC_STORE_LOCAL_HOT_CACHE_SIZE: the kvpoold node is on this machine; "
+                        "its host hot cache (kvpoold --hot-cache-size) serves this process, "
+                        "which keeps no copies of its own")
+        return
+    block = _env_count("MC_STORE_LOCAL_HOT_BLOCK_SIZE", HOT_BLOCK_SIZE)
+    admit = _env_count("MC_STORE_LOCAL_HOT_ADMISSION_THRESHOLD", HOT_ADMISSION_THRESHOLD,
+                       high=255)
+    try:
+        client.set_hot_cache(size, admit=admit, max_object=block)
+    except Error as exc:
+        logger.warning("MC_STORE_LOCAL_HOT_CACHE_SIZE=%d: no local hot cache (%s)", size, exc)
+
+
 # ---- argument conversion, as pybind11 does it -----------------------------------------
 
 def _uint(value, what):
@@ -989,6 +1049,7 @@ class MooncakeDistributedStore:
         if params.get("ssd_offload_path"):
             _warn("setup(ssd_offload_path=%r): not used; the disk tier's directory is the "
                   "node's own setting (kvpoold --disk-dir)" % (params["ssd_offload_path"],))
+        _local_hot_cache(res.client)
         if http_on:
             try:
                 res.http = _HttpEndpoints(self, http_port)
