@@ -118,6 +118,9 @@ cluster_holders (self_t *self, const Kvpool__Cluster__V1__MasterReply *reply,
         const Kvpool__Cluster__V1__Node *node = reply->nodes[holders->nodes[h]];
         int peer =
             cluster_peer (self, node->node_id, node->host_id, node->peer_endpoint, node->curve_key);
+        if (peer >= 0 && node->client_endpoint && *node->client_endpoint)
+            snprintf (self->peers[peer]->client_endpoint, sizeof self->peers[peer]->client_endpoint,
+                      "%s", node->client_endpoint);
         if (peer >= 0)
             out[count++] = peer;
     }
@@ -689,6 +692,7 @@ s_self_new (actor_shell_t *shell, zsock_t *pipe, const cluster_args_t *args)
     self->master = master_client_new (args, (int) self->config->cluster_timeout_ms);
     self->peer_calls = rpc_calls_new ();
     self->held = zlistx_new ();
+    cluster_locations_new (self);
     pthread_mutex_init (&self->lock, NULL);
     self->wake_fd = eventfd (0, EFD_NONBLOCK | EFD_CLOEXEC);
     assert (self->wake_fd >= 0);
@@ -724,6 +728,7 @@ s_self_destroy (self_t **self_p)
     for (op_t *op = (op_t *) zlistx_first (self->held); op; op = (op_t *) zlistx_next (self->held))
         s_op_done (self, op);
     zlistx_destroy (&self->held);
+    cluster_locations_destroy (self);
     for (size_t i = 0; i < self->peer_count; i++) {
         s_peer_disconnect (self, self->peers[i]);
         free (self->peers[i]);

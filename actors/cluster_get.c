@@ -23,6 +23,39 @@
 #include "infra/log.h"
 #include "transfer/value_checksum.h"
 
+static void s_fetch_add (self_t *self, op_t *op, run_t *run, size_t i);
+static void s_fetch_order (self_t *self, fetch_t *fetch);
+static void s_redirect (self_t *self, kvp_job_t *job, kvp_item_t *item, const fetch_t *fetch);
+static bool s_redirects (const kvp_job_t *job, const kvp_item_t *item);
+
+//  A get's items whose holders this node knows (cluster_locations.c) go to them at once, or
+//  to the client in one hop: no master round trip. Returns whether item i was so served.
+static bool
+s_fetch_known (self_t *self, op_t *op, run_t **run_p, size_t i)
+{
+    kvp_job_t *job = op->job;
+    kvp_item_t *item = &job->items[i];
+    if (!op->fetch) {
+        op->fetch = (fetch_t *) zmalloc (job->count * sizeof (fetch_t));
+        kvp_job_need_replicas (job);
+    }
+    fetch_t *fetch = &op->fetch[i];
+    if (fetch->relocate || !cluster_locations_find (self, item->key, fetch, item))
+        return false;
+    s_fetch_order (self, fetch);
+    if (s_redirects (job, item)) {
+        s_redirect (self, job, item, fetch);
+        if (item->status == KVPOOL_REDIRECT) {
+            self->location_hits++;
+            return true;
+        }
+    }
+    if (!*run_p)
+        *run_p = cluster_run_new (self, op);
+    s_fetch_add (self, op, *run_p, i);
+    return true;
+}
+
 void
 cluster_locate_start (self_t *self, op_t *op, bool missing_only)
 {
@@ -32,10 +65,13 @@ cluster_locate_start (self_t *self, op_t *op, bool missing_only)
     ProtobufCBinaryData *keys =
         (ProtobufCBinaryData *) malloc ((job->count ? job->count : 1) * sizeof *keys);
     assert (items && keys);
+    run_t *known = NULL;
     for (size_t i = 0; i < job->count; i++) {
         kvp_item_t *item = &job->items[i];
         if (missing_only ? item->status != KVPOOL_OBJECT_NOT_FOUND
                          : (item->status != KVPOOL_OK || item->key_len == 0))
+            continue;
+        if (job->kind == KVP_CL_FETCH && s_fetch_known (self, op, &known, i))
             continue;
         items[n] = i;
         keys[n].data = (uint8_t *) item->key;
@@ -55,6 +91,8 @@ cluster_locate_start (self_t *self, op_t *op, bool missing_only)
                       "%s is unreachable", master_client_name (self->master));
     }
     free (keys);
+    if (known)
+        cluster_run_start (self, known, NULL);
 }
 
 static void
@@ -92,21 +130,17 @@ s_fetch_order (self_t *self, fetch_t *fetch)
 }
 
 //  The client reads item's value from a node that holds it, in one hop: its status says so,
-//  and its locations name those nodes (job->nodes, the reply's node list).
+//  and its locations name those nodes (job->nodes, the reply's node list), in the order the
+//  get would read them.
 static void
-s_redirect (self_t *self, kvp_job_t *job, kvp_item_t *item,
-            const Kvpool__Cluster__V1__MasterReply *reply,
-            const Kvpool__Cluster__V1__Holders *holders)
+s_redirect (self_t *self, kvp_job_t *job, kvp_item_t *item, const fetch_t *fetch)
 {
     item->status = KVPOOL_REDIRECT;
     self->redirects++;
     item->cluster.location_count = 0;
-    for (size_t h = 0; h < holders->n_nodes && item->cluster.location_count < KVP_MAX_REPLICAS;
-         h++) {
-        if (holders->nodes[h] >= reply->n_nodes)
-            continue;
-        const Kvpool__Cluster__V1__Node *node = reply->nodes[holders->nodes[h]];
-        if (strcmp (node->node_id, self->args->node_id) == 0)
+    for (uint8_t h = 0; h < fetch->count && item->cluster.location_count < KVP_MAX_REPLICAS; h++) {
+        const peer_t *node = self->peers[fetch->peers[h]];
+        if (!node->client_endpoint[0])
             continue;
         size_t index = 0;
         while (index < job->nodes.count && strcmp (job->nodes.list[index].node_id, node->node_id))
@@ -120,14 +154,25 @@ s_redirect (self_t *self, kvp_job_t *job, kvp_item_t *item,
             memset (to, 0, sizeof *to);
             snprintf (to->node_id, sizeof to->node_id, "%s", node->node_id);
             snprintf (to->host_id, sizeof to->host_id, "%s", node->host_id);
-            snprintf (to->client_endpoint, sizeof to->client_endpoint, "%s", node->client_endpoint);
+            snprintf (to->client_endpoint, sizeof to->client_endpoint, "%.255s",
+                      node->client_endpoint);
             snprintf (to->curve_key, sizeof to->curve_key, "%s", node->curve_key);
             to->alive = true;
         }
         item->cluster.locations[item->cluster.location_count++] = (uint16_t) index;
     }
-    if (item->cluster.location_count == 0)
+    if (item->cluster.location_count == 0) {
         item->status = KVPOOL_OBJECT_NOT_FOUND; //  (fetched from a peer below)
+        self->redirects--;
+    }
+}
+
+//  Whether a get of item goes to the client in one hop (a whole value of REDIRECT_MIN_BYTES
+//  or more, for a client that asked for redirects).
+static bool
+s_redirects (const kvp_job_t *job, const kvp_item_t *item)
+{
+    return job->opt.redirect && !job->opt.ranged && item->size >= REDIRECT_MIN_BYTES;
 }
 
 void
@@ -149,6 +194,7 @@ cluster_fetch_located (self_t *self, op_t *op, call_t *call,
         }
         int holders[KVP_MAX_REPLICAS];
         uint8_t count = cluster_holders (self, reply, reply->holders[k], holders);
+        memset (fetch, 0, sizeof *fetch);
         for (uint8_t h = 0; h < count; h++)
             if (!cluster_is_self (self, holders[h]))
                 fetch->peers[fetch->count++] = holders[h];
@@ -158,9 +204,11 @@ cluster_fetch_located (self_t *self, op_t *op, call_t *call,
         }
         item->size = k < reply->n_sizes ? reply->sizes[k] : 0;
         item->version = k < reply->n_versions ? reply->versions[k] : 0;
+        //  Kept for the next get of the key: no master round trip then.
+        cluster_locations_learn (self, item->key, item->version, item->size, holders, count);
         s_fetch_order (self, fetch);
-        if (job->opt.redirect && !job->opt.ranged && item->size >= REDIRECT_MIN_BYTES)
-            s_redirect (self, job, item, reply, reply->holders[k]);
+        if (s_redirects (job, item))
+            s_redirect (self, job, item, fetch);
     }
     //  Small values to one node go in one request; large ones in stripes.
     run_t *run = cluster_run_new (self, op);
@@ -185,6 +233,14 @@ s_fetch_add (self_t *self, op_t *op, run_t *run, size_t i)
     if (item->buffer) {
         item->buffer_free (item->buffer);
         item->buffer = NULL;
+    }
+    if (fetch->next == fetch->count && fetch->known) {
+        //  No holder it knew of has that version now: located at the master after all.
+        cluster_locations_forget (self, item->key);
+        memset (fetch, 0, sizeof *fetch);
+        fetch->relocate = true;
+        item->status = KVPOOL_OBJECT_NOT_FOUND;
+        return;
     }
     if (fetch->next == fetch->count) {
         item->status = fetch->any_failure ? KVPOOL_TRANSFER_FAIL : KVPOOL_OBJECT_NOT_FOUND;
@@ -214,6 +270,8 @@ s_fetch_add (self_t *self, op_t *op, run_t *run, size_t i)
         xfer->key = item->key;
         xfer->key_len = item->key_len;
         xfer->size = item->size; //  as the master knows it: the room for a read by RDMA
+        //  (the version a known location named: no other, and only under the holder's lease)
+        xfer->version = fetch->known ? item->version : 0;
         if (stripes > 1) {
             xfer->offset = s * stripe;
             xfer->length = item->size - xfer->offset < stripe ? item->size - xfer->offset : stripe;
@@ -291,6 +349,7 @@ cluster_fetch_done (self_t *self, op_t *op, run_t *run)
         item->src = item->replicas[0].addr; //  (a copy for the hot cache is written from it)
         if (run->xfers[first].version)
             item->version = run->xfers[first].version; //  the version read
+        self->location_hits += fetch->known;
         //  (a copy for the hot cache is no client's get)
         if (job->op != KVP_OP_CACHE_FILL) {
             self->remote_gets++;
@@ -298,6 +357,29 @@ cluster_fetch_done (self_t *self, op_t *op, run_t *run)
         }
     }
     cluster_run_start (self, again, NULL);
+    //  Items no known holder had: located at the master now.
+    size_t n = 0;
+    size_t *items = (size_t *) malloc ((job->count ? job->count : 1) * sizeof (size_t));
+    ProtobufCBinaryData *keys =
+        (ProtobufCBinaryData *) malloc ((job->count ? job->count : 1) * sizeof *keys);
+    assert (items && keys);
+    for (size_t i = 0; i < job->count; i++)
+        if (op->fetch[i].relocate) {
+            op->fetch[i].relocate = false;
+            items[n] = i;
+            keys[n].data = (uint8_t *) job->items[i].key;
+            keys[n++].len = job->items[i].key_len;
+        }
+    Kvpool__Cluster__V1__NodeRequest request = KVPOOL__CLUSTER__V1__NODE_REQUEST__INIT;
+    request.kind = KVPOOL__CLUSTER__V1__KIND__LOCATE;
+    request.keys = keys;
+    request.n_keys = n;
+    if (n == 0)
+        free (items);
+    else if (cluster_master_send (self, op, &request, items, n) != 0)
+        for (size_t k = 0; k < n; k++)
+            job->items[items[k]].status = KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS;
+    free (keys);
 }
 
 void

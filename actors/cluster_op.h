@@ -39,7 +39,8 @@ typedef struct {
     char node_id[128];
     char host_id[64];
     char endpoint[300];
-    char curve_key[41]; //  its CURVE public key, as the master said; "": ours
+    char curve_key[41];        //  its CURVE public key, as the master said; "": ours
+    char client_endpoint[300]; //  where its clients connect (a REDIRECT names it)
     peer_link_t **links;
     uint32_t count;
     uint32_t next;
@@ -89,6 +90,10 @@ typedef struct {
     uint8_t count, next;
     int peers[KVP_MAX_REPLICAS];
     bool any_failure; //  a node failed (rather than not having it)
+    //  The holders came from this node's location cache (cluster_locations.c), not the
+    //  master: they are asked for that version alone, and when none has it the item is
+    //  located at the master after all (relocate).
+    bool known, relocate;
 } fetch_t;
 
 //  Transfers of one operation on the data plane's workers (transfer/data_plane.h): a get's
@@ -138,6 +143,7 @@ typedef struct _self_t {
     uint64_t checksum_failures; //  values read from other nodes that did not match
     uint64_t location_hits;     //  remote gets that went to a holder known here (no LOCATE)
     zlistx_t *held;             //  op_t: answers waiting out fenced nodes' leases
+    zhashx_t *locations;        //  key -> location_t: where keys read lately are (locations.c)
     bool terminated;
 } self_t;
 
@@ -231,6 +237,19 @@ void cluster_place_reply (self_t *self, op_t *op, call_t *call,
 
 //  PLACE: asks the master to reserve the job's keys and choose their nodes.
 void cluster_place_start (self_t *self, op_t *op);
+
+//  ---- cluster_locations.c: where keys read lately are ----------------------------------
+
+//  The location cache: made and freed with the actor.
+void cluster_locations_new (self_t *self);
+void cluster_locations_destroy (self_t *self);
+//  A LOCATE answered a key's version and holders (peer indices): kept.
+void cluster_locations_learn (self_t *self, const char *key, uint64_t version, uint64_t size,
+                              const int *peers, uint8_t count);
+//  Fills fetch, item size and version from the cache. Returns false when key is unknown.
+bool cluster_locations_find (self_t *self, const char *key, fetch_t *fetch, kvp_item_t *item);
+//  key (NULL: every key) is to be located at the master next time.
+void cluster_locations_forget (self_t *self, const char *key);
 
 //  ---- cluster_get.c: gets, lookups ----------------------------------------------------
 

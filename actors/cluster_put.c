@@ -483,6 +483,7 @@ cluster_commit_reply (self_t *self, op_t *op, call_t *call, Kvpool__Cluster__V1_
         int status = cluster_key_status (reply, k, KVPOOL_RPC_FAIL);
         if (status == KVPOOL_OK) {
             item->status = KVPOOL_OK;
+            cluster_locations_forget (self, item->key); //  (an upsert's old holders)
             //  An upsert's old copies on nodes that do not hold the new value go.
             for (uint8_t o = 0; placed && o < placed->old_count; o++) {
                 bool kept = (placed->local && cluster_is_self (self, placed->old[o]));

@@ -55,6 +55,11 @@ cluster_remove_reply (self_t *self, op_t *op, call_t *call, Kvpool__Cluster__V1_
     bool all = reply->kind == KVPOOL__CLUSTER__V1__KIND__REMOVE_ALL;
     for (size_t k = 0; k < call->count && k < reply->n_statuses; k++)
         job->items[call->items[k]].status = reply->statuses[k];
+    //  Where the keys were is no longer worth knowing (cluster_locations.c).
+    if (all || reply->kind == KVPOOL__CLUSTER__V1__KIND__REMOVE_REGEX)
+        cluster_locations_forget (self, NULL);
+    for (size_t k = 0; k < call->count; k++)
+        cluster_locations_forget (self, job->items[call->items[k]].key);
     //  One request per node: every key it held (or, for all, everything).
     for (size_t nix = 0; nix < reply->n_nodes; nix++) {
         const Kvpool__Cluster__V1__Node *node = reply->nodes[nix];

@@ -80,15 +80,15 @@ s_beat (self_t *self)
     Kvpool__Cluster__V1__NodeRequest request = KVPOOL__CLUSTER__V1__NODE_REQUEST__INIT;
     if (self->state == UNREGISTERED && self->cache_drop_out)
         ; //  not before its cache copies are gone (s_lease_lost)
-    else if (self->state == UNREGISTERED) {
-        request.kind = KVPOOL__CLUSTER__V1__KIND__REGISTER;
-        s_send (self, &request);
-        self->register_id = request.request_id; //  (set even when it did not go)
-    }
     else {
-        request.kind = KVPOOL__CLUSTER__V1__KIND__HEARTBEAT;
+        //  A REGISTER's answer starts the lease, a HEARTBEAT's moves it on (s_lease_renew).
+        bool registering = self->state == UNREGISTERED;
+        request.kind = registering ? KVPOOL__CLUSTER__V1__KIND__REGISTER
+                                   : KVPOOL__CLUSTER__V1__KIND__HEARTBEAT;
         int64_t sent = zclock_mono ();
         s_send (self, &request);
+        if (registering)
+            self->register_id = request.request_id; //  (set even when it did not go)
         self->beats[self->next_beat_slot].id = request.request_id;
         self->beats[self->next_beat_slot].sent = sent;
         self->next_beat_slot = (self->next_beat_slot + 1) % 16;
@@ -250,6 +250,7 @@ s_master_reply (self_t *self, void *which)
             && self->state == UNREGISTERED) {
             //  The node's registration, for every client of the node to send back.
             master_client_registered (self->master, reply->epoch, reply->registration);
+            s_lease_renew (self, reply->request_id);
             self->state = REPORTING;
             //  What this node holds, for the master to know again.
             kvp_job_t *job = kvp_job_new (KVP_RM_INVENTORY, 0);

@@ -67,10 +67,10 @@ struct _kvp_object_t {
     int64_t put_deadline;
     int64_t soft_pin_until;
     bool hard_pin;
-    uint32_t next_replica; //  round robin over replicas for reads
-    int64_t index_slot;    //  where it is published in the same-machine index, or -1
-    uint64_t owner;        //  a reservation's writer (owners.h id; 0: the node)
-    uint64_t written;      //  a reservation's bytes written by PUT_PART (another node's)
+    uint32_t next_replica;  //  round robin over replicas for reads
+    int64_t index_slot;     //  where it is published in the same-machine index, or -1
+    uint64_t owner;         //  a reservation's writer (owners.h id; 0: the node)
+    uint64_t written;       //  a reservation's bytes written by PUT_PART (another node's)
     uint64_t cluster_token; //  a cluster PUT_START's token from the master (kvp_job.h)
     //  Eviction (see EVICTION below).
     lru_link_t in_memory;    //  in self->memory while it has memory replicas
@@ -110,17 +110,17 @@ typedef struct {
     bool tier;             //  a disk tier
     kvp_offload_t offload; //  resolved: off, eager or on-evict
     int64_t next_tick;
-    int64_t stalled_until; //  the last cycle freed nothing: placements answered at once
-    bool disk_short;       //  the last cycle kept objects for want of disk room
+    int64_t stalled_until;         //  the last cycle freed nothing: placements answered at once
+    bool disk_short;               //  the last cycle kept objects for want of disk room
     uint64_t pool_size, pool_used; //  at the last cycle
-    zlistx_t *waiting;     //  placements waiting for room (disk copies in flight)
-    zlistx_t *ready;       //  ... whose wait is over, for the actor to answer
-    size_t writes_out;     //  TX_DISK_WRITE jobs at the transfer-submitter
-    uint64_t queue;        //  disk copies being written
-    uint64_t pending_free; //  memory those will free (on-evict)
-    uint64_t pending_disk; //  disk bytes they will take
-    uint64_t disk_room;    //  what the filesystem held when it refused a write (ENOSPC,
-                           //  EDQUOT); UINT64_MAX until then
+    zlistx_t *waiting;             //  placements waiting for room (disk copies in flight)
+    zlistx_t *ready;               //  ... whose wait is over, for the actor to answer
+    size_t writes_out;             //  TX_DISK_WRITE jobs at the transfer-submitter
+    uint64_t queue;                //  disk copies being written
+    uint64_t pending_free;         //  memory those will free (on-evict)
+    uint64_t pending_disk;         //  disk bytes they will take
+    uint64_t disk_room;            //  what the filesystem held when it refused a write (ENOSPC,
+                                   //  EDQUOT); UINT64_MAX until then
     uint64_t cycles, stalls, skipped, forced, blocked, offloads, offloaded_bytes, failures;
     uint64_t walk_us, walk_max_us;
     uint64_t log_skipped, log_forced, log_blocked, log_freed;
@@ -178,8 +178,8 @@ typedef struct {
     kvp_job_t *dropped; //  KVP_CL_DROPPED, sent at the end of each job
     //  --segment-dir: the record of the objects in the node's own segments (see DESIGN)
     object_log_t *log;
-    uint64_t log_live;    //  live PUT records in it
-    uint64_t log_hash_us; //  time spent hashing values for it (and for rm_checksum)
+    uint64_t log_live;          //  live PUT records in it
+    uint64_t log_hash_us;       //  time spent hashing values for it (and for rm_checksum)
     uint64_t checksum_failures; //  values refused: bytes that do not match their checksum
     //  The host hot cache (replica_cache.c): its copies, least recently used first (their
     //  in_memory link: they are in no other eviction order), and its counters
@@ -291,8 +291,8 @@ void rm_unlinks_send (rm_state_t *self);
 //  copy dropped or lost): the master is to be told (rm_unlinks_send sends it with the rest).
 void rm_dropped_note (rm_state_t *self, const kvp_object_t *object);
 //  Records the object's disk copy.
-void rm_disk_attach (rm_state_t *self, kvp_object_t *object, uint64_t disk_id,
-                     uint64_t footprint, int64_t now);
+void rm_disk_attach (rm_state_t *self, kvp_object_t *object, uint64_t disk_id, uint64_t footprint,
+                     int64_t now);
 //  Forgets the object's disk copy; it is unlinked too when unlink is true.
 void rm_disk_detach (rm_state_t *self, kvp_object_t *object, bool unlink);
 //  Takes a dropped object out of the eviction orders; its disk copy goes.

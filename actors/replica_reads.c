@@ -122,10 +122,11 @@ rm_read (self_t *self, kvp_job_t *job, int64_t now)
         //  is read where it lives.
         if (object && !rm_cache_servable (self, object, now))
             object = NULL;
-        //  Another node reads a version it knew of without asking the master (its location
-        //  cache): served only under this node's lease, so that a node fenced by a remove it
-        //  missed answers no such read (docs/tiers.md, "The hot cache").
-        if (object && job->opt.peer && item->version && !kvp_lease_holds (self->config->lease, now))
+        //  A read of a version named without asking the master just now (another node's
+        //  location cache, or a client sent here by one): served only under this node's
+        //  lease, so that a node fenced by a remove it missed answers no such read
+        //  (docs/tiers.md, "The hot cache").
+        if (object && item->version && !kvp_lease_holds (self->config->lease, now))
             object = NULL;
         //  A get is counted by the node its client asked (docs/metrics.md): another node's
         //  read is that node's get, counted there.

@@ -56,7 +56,18 @@ s_follow (kvpc_conn_t *conn, kvpc_redirects_t *redirects, const kvpc_sink_t *sin
     const kvpc_keys_t *keys = &redirects->keys;
     size_t *tried = calloc (keys->count ? keys->count : 1, sizeof *tried);
     size_t *members = malloc ((keys->count ? keys->count : 1) * sizeof *members);
-    while (tried && members) {
+    //  Each key's version as the node named it, by caller index: the holders read only that
+    //  one (a holder fenced since, or holding another, says not found: the next is tried).
+    size_t top = 0;
+    for (size_t j = 0; j < keys->count; j++)
+        if (keys->index[j] + 1 > top)
+            top = keys->index[j] + 1;
+    uint64_t *expect = calloc (top ? top : 1, sizeof *expect);
+    for (size_t j = 0; expect && j < keys->count; j++)
+        expect[keys->index[j]] = redirects->holders[j].version;
+    kvpc_sink_t hop = *sink;
+    hop.expect = expect;
+    while (tried && members && expect) {
         //  The next holder of the first key still on its way, and every key whose next
         //  holder is the same node.
         const char *endpoint = NULL, *curve_key = NULL;
@@ -80,7 +91,7 @@ s_follow (kvpc_conn_t *conn, kvpc_redirects_t *redirects, const kvpc_sink_t *sin
         }
         kvpc_conn_t *peer = kvpc_conn_peer (conn, endpoint, curve_key);
         if (peer)
-            kvpc_socket_get (peer, &batch, sink, true, NULL, results);
+            kvpc_socket_get (peer, &batch, &hop, true, NULL, results);
         for (size_t m = 0; m < count; m++) {
             size_t j = members[m];
             int64_t *result = &results[keys->index[j]];
@@ -94,6 +105,7 @@ s_follow (kvpc_conn_t *conn, kvpc_redirects_t *redirects, const kvpc_sink_t *sin
     }
     free (tried);
     free (members);
+    free (expect);
     kvpc_keys_t again;
     kvpc_keys_init (&again);
     for (size_t j = 0; j < keys->count; j++)

@@ -31,6 +31,9 @@ typedef struct {
     //  Any kind, or NULL: each key's version as the node that sent its bytes named it (0:
     //  none named), written when the key lands (the process's hot cache keeps it).
     uint64_t *versions;
+    //  Any kind, or NULL: the only version of each key to read (0: any), as a REDIRECT named
+    //  it; a holder with another, or whose lease from its master ended, answers not found.
+    const uint64_t *expect;
 } kvpc_sink_t;
 
 //  A sink of the caller's buffers (offsets: NULL, or one range start a key).

@@ -319,6 +319,14 @@ s_get_send (kvpc_conn_t *conn, s_get_t *get, const kvpc_sink_t *sink, bool redir
             ranges[keys->count + j] = kvpc_sink_bytes (sink, i);
         }
     }
+    uint64_t *versions = NULL;
+    if (sink->expect && !(versions = malloc (keys->count * sizeof *versions))) {
+        free (ranges);
+        get->rc = KVPOOL_INTERNAL_ERROR;
+        return;
+    }
+    for (size_t j = 0; versions && j < keys->count; j++)
+        versions[j] = sink->expect[keys->index[j]];
     Kvpool__V1__Request *request = &get->request;
     request->op = KVPOOL__V1__OP__GET;
     request->redirect = redirect;
@@ -329,11 +337,18 @@ s_get_send (kvpc_conn_t *conn, s_get_t *get, const kvpc_sink_t *sink, bool redir
         request->offsets = ranges;
         request->lengths = ranges + keys->count;
     }
+    if (versions) {
+        request->n_versions = keys->count;
+        request->versions = versions;
+    }
     get->rc = kvpc_call_send (conn, request);
     //  Packed into the message: not needed past the send.
     free (ranges);
+    free (versions);
     request->offsets = request->lengths = NULL;
     request->n_offsets = request->n_lengths = 0;
+    request->versions = NULL;
+    request->n_versions = 0;
 }
 
 //  Receives the reply of a GET that was sent, with one value frame per key.
@@ -412,6 +427,7 @@ s_redirects_add (kvpc_redirects_t *self, const kvpc_keys_t *keys, size_t j, kvpc
     kvpc_holders_t *to = &self->holders[self->keys.count];
     memset (to, 0, sizeof *to);
     Kvpool__V1__Reply *msg = reply->msg;
+    to->version = j < msg->n_versions ? msg->versions[j] : 0;
     size_t named = j < msg->n_locations ? msg->locations[j]->n_nodes : 0;
     for (size_t a = 0; a < named && to->count < KVPOOL_MAX_REPLICAS; a++) {
         uint32_t node = msg->locations[j]->nodes[a];

@@ -41,6 +41,7 @@ typedef struct {
     char *endpoint[KVPOOL_MAX_REPLICAS];
     char *curve_key[KVPOOL_MAX_REPLICAS];
     size_t count;
+    uint64_t version; //  the version the node named (0: none): the holders read only that one
 } kvpc_holders_t;
 
 //  The keys a GET's node sent elsewhere, each with its holders (holders[j] for keys' j-th).

@@ -40,15 +40,20 @@ reply_encode (arena_t *arena, const kvp_op_t *row, const kvp_job_t *job, Kvpool_
         reply->sizes = sizes;
     }
     //  Each key's version, where known (none at all when none is).
+    //  (A REDIRECT's too: the client reads that version from the holders named.)
     bool any_version = false;
     for (size_t i = 0; i < n && !any_version; i++)
-        any_version = job->items[i].status == KVPOOL_OK && job->items[i].version;
+        any_version = (job->items[i].status == KVPOOL_OK || job->items[i].status == KVPOOL_REDIRECT)
+                      && job->items[i].version;
     if (any_version) {
         uint64_t *versions = (uint64_t *) s_array (arena, n, sizeof (uint64_t));
         if (!versions)
             return -1;
         for (size_t i = 0; i < n; i++)
-            versions[i] = job->items[i].status == KVPOOL_OK ? job->items[i].version : 0;
+            versions[i] =
+                job->items[i].status == KVPOOL_OK || job->items[i].status == KVPOOL_REDIRECT
+                    ? job->items[i].version
+                    : 0;
         reply->n_versions = n;
         reply->versions = versions;
     }
