@@ -115,14 +115,15 @@ kv_events_feed_destroy (kv_events_feed_t **self_p)
 }
 
 void
-kv_events_feed_add (kv_events_feed_t *self, kv_event_kind_t kind, const char *key, size_t len)
+kv_events_feed_add (kv_events_feed_t *self, kv_event_kind_t kind, const char *key, size_t len,
+                    uint64_t version)
 {
     if (!key)
         len = 0;
     if (len > UINT32_MAX)
         len = UINT32_MAX;
     self->events++;
-    size_t need = 1 + sizeof (uint32_t) + len;
+    size_t need = 1 + sizeof (uint32_t) + sizeof (uint64_t) + len;
     feed_batch_t *batch = self->batch;
     if (!batch || batch->used + need > batch->size) {
         size_t size = batch ? batch->size * 2 : FEED_INITIAL_BYTES;
@@ -146,8 +147,9 @@ kv_events_feed_add (kv_events_feed_t *self, kv_event_kind_t kind, const char *ke
     *at = (char) kind;
     uint32_t len32 = (uint32_t) len;
     memcpy (at + 1, &len32, sizeof len32);
+    memcpy (at + 1 + sizeof len32, &version, sizeof version);
     if (len)
-        memcpy (at + 1 + sizeof len32, key, len);
+        memcpy (at + 1 + sizeof len32 + sizeof version, key, len);
     batch->used += need;
     batch->count++;
 }
@@ -396,7 +398,8 @@ s_publish (self_t *self, feed_batch_t *batch)
         kv_event_t event = {.kind = (kv_event_kind_t) (unsigned char) at[0]};
         uint32_t len;
         memcpy (&len, at + 1, sizeof len);
-        const char *key = at + 1 + sizeof len;
+        memcpy (&event.version, at + 1 + sizeof len, sizeof event.version);
+        const char *key = at + 1 + sizeof len + sizeof event.version;
         at = key + len;
         const char *hash;
         size_t hash_len;
@@ -670,10 +673,10 @@ kv_events_test (bool verbose)
     kv_events_feed_t *feed = kv_events_feed_new (config.instance, 1);
     const char *template_key = "m@tp_rank:1@pcp0@dcp0@pp_rank:0@group:0@00ff";
     for (int batch = 0; batch < 5; batch++) {
-        kv_events_feed_add (feed, KV_EVENT_STORED, template_key, strlen (template_key));
-        kv_events_feed_add (feed, KV_EVENT_REMOVED, "plain", 5);
+        kv_events_feed_add (feed, KV_EVENT_STORED, template_key, strlen (template_key), 0);
+        kv_events_feed_add (feed, KV_EVENT_REMOVED, "plain", 5, 0);
         if (batch == 4)
-            kv_events_feed_add (feed, KV_EVENT_CLEARED, NULL, 0);
+            kv_events_feed_add (feed, KV_EVENT_CLEARED, NULL, 0, 0);
         kv_events_feed_flush (feed, zclock_mono (), true);
     }
     assert (kv_events_feed_wait (feed, zclock_mono ()) == -1);

@@ -43,7 +43,8 @@ kv_events_feed_t *kv_events_feed_new (const char *instance, uint64_t interval_ms
 void kv_events_feed_destroy (kv_events_feed_t **self_p);
 
 //  Notes an event: STORED or REMOVED of key (len bytes), or CLEARED (key NULL).
-void kv_events_feed_add (kv_events_feed_t *self, kv_event_kind_t kind, const char *key, size_t len);
+void kv_events_feed_add (kv_events_feed_t *self, kv_event_kind_t kind, const char *key, size_t len,
+                         uint64_t version);
 
 //  Hands the batch over if it is due (or force and not empty), at now (zclock_mono).
 void kv_events_feed_flush (kv_events_feed_t *self, int64_t now, bool force);

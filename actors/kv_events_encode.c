@@ -31,7 +31,8 @@
 //  Constant bytes of one kind of event: [map header .. block_hashes array header] and
 //  [the fields after the hash]; with ranks the map header counts two more entries.
 typedef struct {
-    msgpack_sbuffer prefix, prefix_ranks, suffix;
+    msgpack_sbuffer prefix[4]; //  by extra keys: + 2 with ranks, + 1 with a version
+    msgpack_sbuffer suffix;
 } event_bytes_t;
 
 struct _kv_events_encoder_t {
@@ -46,16 +47,16 @@ struct _kv_events_encoder_t {
 };
 
 static void s_event_pack (msgpack_packer *packer, kv_event_kind_t kind, const char *medium,
-                          uint32_t block_size, int part, bool ranks);
+                          uint32_t block_size, int part, size_t extra);
 
 static void
 s_bytes_init (msgpack_sbuffer *bytes, kv_event_kind_t kind, const char *medium, uint32_t block_size,
-              int part, bool ranks)
+              int part, size_t extra)
 {
     msgpack_sbuffer_init (bytes);
     msgpack_packer packer;
     msgpack_packer_init (&packer, bytes, msgpack_sbuffer_write);
-    s_event_pack (&packer, kind, medium, block_size, part, ranks);
+    s_event_pack (&packer, kind, medium, block_size, part, extra);
 }
 
 kv_events_encoder_t *
@@ -76,11 +77,11 @@ kv_events_encoder_new (const char *medium, uint32_t block_size, int data_paralle
     event_bytes_t *kinds[] = {&self->stored, &self->removed};
     for (int k = 0; k < 2; k++) {
         kv_event_kind_t kind = k == 0 ? KV_EVENT_STORED : KV_EVENT_REMOVED;
-        s_bytes_init (&kinds[k]->prefix, kind, self->medium, block_size, 0, false);
-        s_bytes_init (&kinds[k]->prefix_ranks, kind, self->medium, block_size, 0, true);
-        s_bytes_init (&kinds[k]->suffix, kind, self->medium, block_size, 1, false);
+        for (size_t extra = 0; extra < 4; extra++)
+            s_bytes_init (&kinds[k]->prefix[extra], kind, self->medium, block_size, 0, extra);
+        s_bytes_init (&kinds[k]->suffix, kind, self->medium, block_size, 1, 0);
     }
-    s_bytes_init (&self->cleared, KV_EVENT_CLEARED, self->medium, block_size, 0, false);
+    s_bytes_init (&self->cleared, KV_EVENT_CLEARED, self->medium, block_size, 0, 0);
     return self;
 }
 
@@ -93,8 +94,8 @@ kv_events_encoder_destroy (kv_events_encoder_t **self_p)
         msgpack_sbuffer_destroy (&self->buffer);
         event_bytes_t *kinds[] = {&self->stored, &self->removed};
         for (int k = 0; k < 2; k++) {
-            msgpack_sbuffer_destroy (&kinds[k]->prefix);
-            msgpack_sbuffer_destroy (&kinds[k]->prefix_ranks);
+            for (size_t extra = 0; extra < 4; extra++)
+                msgpack_sbuffer_destroy (&kinds[k]->prefix[extra]);
             msgpack_sbuffer_destroy (&kinds[k]->suffix);
         }
         msgpack_sbuffer_destroy (&self->cleared);
@@ -118,7 +119,7 @@ kv_events_encoder_begin (kv_events_encoder_t *self, double ts, size_t count)
     assert (self);
     msgpack_sbuffer_clear (&self->buffer);
     //  Room for count stored events with ranks and 64-byte keys; more grows as usual.
-    size_t room = 32 + count * (self->stored.prefix_ranks.size + self->stored.suffix.size + 96);
+    size_t room = 32 + count * (self->stored.prefix[3].size + self->stored.suffix.size + 128);
     if (self->buffer.alloc < room) {
         char *data = (char *) realloc (self->buffer.data, room);
         if (data) {
@@ -138,9 +139,8 @@ kv_events_encoder_begin (kv_events_encoder_t *self, double ts, size_t count)
 //  ranks, when there are, follow part 1.)
 static void
 s_event_pack (msgpack_packer *packer, kv_event_kind_t kind, const char *medium, uint32_t block_size,
-              int part, bool ranks)
+              int part, size_t extra)
 {
-    size_t extra = ranks ? 2 : 0;
     switch (kind) {
         case KV_EVENT_STORED:
             if (part == 0) {
@@ -203,7 +203,7 @@ kv_events_encoder_add (kv_events_encoder_t *self, const kv_event_t *event)
         return;
     }
     const event_bytes_t *bytes = event->kind == KV_EVENT_STORED ? &self->stored : &self->removed;
-    s_append (self, event->has_ranks ? &bytes->prefix_ranks : &bytes->prefix);
+    s_append (self, &bytes->prefix[(event->has_ranks ? 2 : 0) + (event->version ? 1 : 0)]);
     if (event->hash_bytes) {
         msgpack_pack_bin (&self->packer, event->hash_len);
         msgpack_pack_bin_body (&self->packer, event->hash_bytes, event->hash_len);
@@ -216,6 +216,10 @@ kv_events_encoder_add (kv_events_encoder_t *self, const kv_event_t *event)
         msgpack_pack_uint32 (&self->packer, event->tp_rank);
         s_str (&self->packer, "kvpool_pp_rank");
         msgpack_pack_uint32 (&self->packer, event->pp_rank);
+    }
+    if (event->version) {
+        s_str (&self->packer, "kvpool_version");
+        msgpack_pack_uint64 (&self->packer, event->version);
     }
 }
 

@@ -39,6 +39,8 @@ typedef struct {
     //  Ranks parsed from the key (only with an int hash).
     bool has_ranks;
     uint32_t tp_rank, pp_rank;
+    //  The object's version (0: none), as kvpool's key "kvpool_version" after vLLM's fields.
+    uint64_t version;
 } kv_event_t;
 
 typedef struct _kv_events_encoder_t kv_events_encoder_t;

@@ -219,14 +219,16 @@ static inline void
 rm_event_stored (rm_state_t *self, const kvp_object_t *object)
 {
     if (self->events)
-        kv_events_feed_add (self->events, KV_EVENT_STORED, object->key, strlen (object->key));
+        kv_events_feed_add (self->events, KV_EVENT_STORED, object->key, strlen (object->key),
+                            object->version);
 }
 
 static inline void
 rm_event_removed (rm_state_t *self, const kvp_object_t *object)
 {
     if (self->events && !self->events_quiet)
-        kv_events_feed_add (self->events, KV_EVENT_REMOVED, object->key, strlen (object->key));
+        kv_events_feed_add (self->events, KV_EVENT_REMOVED, object->key, strlen (object->key),
+                            object->version);
 }
 
 //  ---- replica_objects.c: objects, leases, pins, frees, disk records -------------------------

@@ -270,7 +270,7 @@ rm_remove_many (self_t *self, kvp_job_t *job, int64_t now)
         zlistx_add_end (victims, object);
     }
     if (self->events && all_go) {
-        kv_events_feed_add (self->events, KV_EVENT_CLEARED, NULL, 0);
+        kv_events_feed_add (self->events, KV_EVENT_CLEARED, NULL, 0, 0);
         self->events_quiet = true;
     }
     kvp_job_t *free_job = NULL;

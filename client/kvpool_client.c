@@ -1013,6 +1013,34 @@ kvpool_get (kvpool_t *self, const char *key, void **data_p, size_t *size_p)
     return outcome < 0 ? (int) outcome : KVPOOL_OK;
 }
 
+int
+kvpool_get_version (kvpool_t *self, const char *key, void **data_p, size_t *size_p,
+                    uint64_t *version_p)
+{
+    if (!self || !data_p || !size_p || !version_p)
+        return KVPOOL_INVALID_PARAMS;
+    *data_p = NULL;
+    *size_p = 0;
+    *version_p = 0;
+    if (!kvpc_key_valid (key)) {
+        kvpc_set_error (self->conn, "key is %s", key ? "empty" : "NULL");
+        return KVPOOL_INVALID_KEY;
+    }
+    //  Over the socket: its reply names the version of the bytes it carries (the node
+    //  relays a value other nodes hold).
+    kvpc_keys_t sent;
+    kvpc_keys_init (&sent);
+    kvpc_keys_add (&sent, key, 0); //  fits inline
+    kvpc_sink_t sink = kvpc_sink_malloc (data_p, size_p);
+    sink.versions = version_p;
+    int64_t outcome = KVPOOL_INTERNAL_ERROR;
+    int rc = kvpc_socket_get (self->conn, &sent, &sink, false, NULL, &outcome);
+    kvpc_keys_fini (&sent);
+    if (rc != KVPOOL_OK && outcome >= 0)
+        outcome = rc;
+    return outcome < 0 ? (int) outcome : KVPOOL_OK;
+}
+
 //  ---- values received without a copy -----------------------------------------------------
 
 struct _kvpool_values_t {

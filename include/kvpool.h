@@ -205,6 +205,12 @@ KVPOOL_EXPORT int kvpool_put_parts (kvpool_t *self, const char *key, const kvpoo
 //  Gets a value into a buffer the library allocates with malloc. Caller owns *data_p and
 //  frees it with free(). Returns KVPOOL_OK or a negative status.
 KVPOOL_EXPORT int kvpool_get (kvpool_t *self, const char *key, void **data_p, size_t *size_p);
+//  As kvpool_get, and *version_p is the value's version: unique to one put or upsert of the
+//  key in the cluster (a later write of the key has another), 0 when the node named none.
+//  Read over the socket, never from shared memory or a cache, so that the bytes and the
+//  version are one reply's.
+KVPOOL_EXPORT int kvpool_get_version (kvpool_t *self, const char *key, void **data_p,
+                                      size_t *size_p, uint64_t *version_p);
 //  Gets at most length bytes of a value, from byte offset, into the caller's buffer: only
 //  that range travels. Returns the bytes written (fewer than length at the value's end; 0 at
 //  offset == size), or a negative status (KVPOOL_INVALID_PARAMS past the end).

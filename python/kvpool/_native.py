@@ -128,6 +128,8 @@ _PROTOTYPES = {
     "kvpool_put": (c_int, [K, c_char_p, P, c_size_t, POINTER(PutOptions)]),
     "kvpool_put_parts": (c_int, [K, c_char_p, P, c_size_t, POINTER(PutOptions)]),
     "kvpool_get": (c_int, [K, c_char_p, POINTER(c_void_p), POINTER(c_size_t)]),
+    "kvpool_get_version": (c_int, [K, c_char_p, POINTER(c_void_p), POINTER(c_size_t),
+                                   POINTER(c_uint64)]),
     "kvpool_get_into": (c_int64, [K, c_char_p, P, c_size_t]),
     "kvpool_exist": (c_int, [K, c_char_p]),
     "kvpool_get_size": (c_int64, [K, c_char_p]),

@@ -30,6 +30,11 @@ import threading
 
 from ctypes import byref, c_char_p, c_uint32, c_void_p
 
+# The C library's free, for what libkvpool allocated with malloc (kvpool_get_version).
+_libc_free = ctypes.CDLL(None).free
+_libc_free.argtypes = [c_void_p]
+_libc_free.restype = None
+
 from . import _native
 from .status import Status, error_for, InvalidParamsError, RpcFailError
 
@@ -796,6 +801,20 @@ class Client:
         """The value of key as bytes. Raises ObjectNotFoundError (a KeyError) on a miss."""
         value = self.get_batch([key], _missing=True)[0]
         return value
+
+    def get_with_version(self, key):
+        """(value, version): the value of key as bytes and its version, a number unique to the
+        put or upsert that wrote it (a later write of the key has another; 0 when the node
+        named none). Raises ObjectNotFoundError on a miss."""
+        data = ctypes.c_void_p()
+        size = ctypes.c_size_t()
+        version = ctypes.c_uint64()
+        self._call(_native.get_version, _key(key), ctypes.byref(data), ctypes.byref(size),
+                   ctypes.byref(version))
+        try:
+            return ctypes.string_at(data.value, size.value) if size.value else b"", version.value
+        finally:
+            _libc_free(data)
 
     def get_buffer(self, key):
         """The value of key as a BufferHandle: a view of the received bytes (no copy) with the

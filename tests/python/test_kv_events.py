@@ -192,6 +192,7 @@ def test_workload_in_order_with_template_hashes():
         assert raw.remove("plain-1") == OK
         reply, _ = raw.call(pb.UPSERT, ["plain-2"], [b"new"])
         assert reply.statuses[0] == OK  # the old value goes, the new one comes
+        upserted = reply.versions[0]
         assert raw.remove("never-there") != OK  # no event
         reply, _ = raw.call(pb.REMOVE_ALL, force=True)
         assert reply.status == OK and reply.count == 3
@@ -206,6 +207,11 @@ def test_workload_in_order_with_template_hashes():
             ("BlockStored", b"plain-2", (None, None)),
             ("AllBlocksCleared",),
         ]
+        # Each stored and removed event names the object's version (kvpool's own key): the
+        # removal of plain-2's first value names that value's, the upsert's a new one.
+        versions = [e.get("kvpool_version") for e in events[:7]]
+        assert all(versions) and len(set(versions[:4])) == 4, versions
+        assert versions[5] == versions[3] and versions[6] == upserted not in versions[:6], versions
         stored = events[0]
         assert stored["parent_block_hash"] is None and stored["token_ids"] == []
         assert stored["block_size"] == 16 and stored["medium"] == "shared_storage"
