@@ -378,10 +378,11 @@ cluster_commit_master (self_t *self, op_t *op)
         (uint32_t *) malloc ((job->count ? job->count : 1) * KVP_MAX_REPLICAS * sizeof (uint32_t));
     uint64_t *tokens = (uint64_t *) malloc ((job->count ? job->count : 1) * sizeof (uint64_t));
     uint64_t *versions = (uint64_t *) malloc ((job->count ? job->count : 1) * sizeof (uint64_t));
+    uint64_t *sizes = (uint64_t *) malloc ((job->count ? job->count : 1) * sizeof (uint64_t));
     char **node_ids = (char **) malloc ((self->peer_count + 1) * sizeof (char *));
     int *node_index = (int *) malloc ((self->peer_count + 1) * sizeof (int));
-    assert (items && keys && holders && holder_ptrs && indices && tokens && versions && node_ids
-            && node_index);
+    assert (items && keys && holders && holder_ptrs && indices && tokens && versions && sizes
+            && node_ids && node_index);
     for (size_t p = 0; p <= self->peer_count; p++)
         node_index[p] = -1;
     size_t node_count = 0;
@@ -421,6 +422,7 @@ cluster_commit_master (self_t *self, op_t *op)
         items[n] = i;
         tokens[n] = placed ? placed->token : item->cluster.token;
         versions[n] = item->version;
+        sizes[n] = item->size;
         keys[n].data = (uint8_t *) item->key;
         keys[n++].len = item->key_len;
     }
@@ -442,6 +444,8 @@ cluster_commit_master (self_t *self, op_t *op)
         request.n_tokens = n;
         request.versions = versions;
         request.n_versions = n;
+        request.sizes = sizes; //  (an upsert's value may be of another size)
+        request.n_sizes = n;
         if (cluster_master_send (self, op, &request, items, n) != 0) {
             //  The bytes are written but the master can't make them visible: undone.
             op->phase = 2;
@@ -463,6 +467,7 @@ cluster_commit_master (self_t *self, op_t *op)
     free (keys);
     free (tokens);
     free (versions);
+    free (sizes);
     free (holders);
     free (holder_ptrs);
     free (indices);
@@ -484,13 +489,30 @@ cluster_commit_reply (self_t *self, op_t *op, call_t *call, Kvpool__Cluster__V1_
         if (status == KVPOOL_OK) {
             item->status = KVPOOL_OK;
             cluster_locations_forget (self, item->key); //  (an upsert's old holders)
-            //  An upsert's old copies on nodes that do not hold the new value go.
-            for (uint8_t o = 0; placed && o < placed->old_count; o++) {
-                bool kept = (placed->local && cluster_is_self (self, placed->old[o]));
-                for (uint8_t d = 0; d < placed->done_count; d++)
-                    kept |= placed->done[d] == placed->old[o];
+            //  An upsert's old copies on nodes that do not hold the new value go: those
+            //  PLACE named, and those the master had when it committed (a node may have made
+            //  a cache copy of the old value in between).
+            int old[2 * KVP_MAX_REPLICAS];
+            uint8_t old_count = 0;
+            for (uint8_t o = 0; placed && o < placed->old_count; o++)
+                old[old_count++] = placed->old[o];
+            int now[KVP_MAX_REPLICAS];
+            uint8_t now_count = k < reply->n_old_holders
+                                    ? cluster_holders (self, reply, reply->old_holders[k], now)
+                                    : 0;
+            for (uint8_t o = 0; o < now_count; o++) {
+                bool seen = false;
+                for (uint8_t p = 0; p < old_count; p++)
+                    seen |= old[p] == now[o];
+                if (!seen)
+                    old[old_count++] = now[o];
+            }
+            for (uint8_t o = 0; o < old_count; o++) {
+                bool kept = (placed ? placed->local : true) && cluster_is_self (self, old[o]);
+                for (uint8_t d = 0; placed && d < placed->done_count; d++)
+                    kept |= placed->done[d] == old[o];
                 if (!kept)
-                    s_drop_at (self, op, placed->old[o], item->key, item->key_len);
+                    s_drop_at (self, op, old[o], item->key, item->key_len);
             }
             continue;
         }

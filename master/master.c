@@ -840,9 +840,22 @@ s_commit (self_t *self, reply_t *r, arena_t *arena, const Kvpool__Cluster__V1__N
                       n, request->n_holders, request->n_tokens);
         return;
     }
-    if (s_reply_keys (r, n, false, false) != 0) {
+    if (s_reply_keys (r, n, false, false) != 0
+        || !(r->reply.old_holders = (Kvpool__Cluster__V1__Holders **) arena_alloc (
+                 arena, (n ? n : 1) * sizeof (void *)))) {
         s_reply_fail (r, KVPOOL_INTERNAL_ERROR, "out of memory");
         return;
+    }
+    r->reply.n_old_holders = n;
+    for (size_t i = 0; i < n; i++) {
+        Kvpool__Cluster__V1__Holders *old = (Kvpool__Cluster__V1__Holders *) arena_alloc (
+            arena, sizeof (Kvpool__Cluster__V1__Holders));
+        if (!old) {
+            s_reply_fail (r, KVPOOL_INTERNAL_ERROR, "out of memory");
+            return;
+        }
+        kvpool__cluster__v1__holders__init (old);
+        r->reply.old_holders[i] = old;
     }
     for (size_t i = 0; i < n; i++) {
         int32_t *status = &r->reply.statuses[i];
@@ -882,12 +895,25 @@ s_commit (self_t *self, reply_t *r, arena_t *arena, const Kvpool__Cluster__V1__N
             *status = KVPOOL_TRANSFER_FAIL;
             continue;
         }
+        //  An upsert's old holders as they are now (PLACE named them too, but a node may
+        //  have become a cache holder of the old value since): the writer tells each to drop
+        //  its copy before its client hears.
+        if (entry->state == DIR_COMMITTED
+            && s_reply_holders (self, r, r->reply.old_holders[i], entry->holders,
+                                entry->holder_count)
+                   != 0) {
+            *status = KVPOOL_INTERNAL_ERROR;
+            continue;
+        }
         s_reservation_end (self, entry);
         s_count (self, entry, -1); //  an upsert's old holders
         directory_commit (self->directory, entry, slots, count, ++self->next_token);
         //  (a node from before versions sends none: the commit's token stands in)
         entry->version =
             request->n_versions && request->versions[i] ? request->versions[i] : entry->token;
+        //  An upsert's value may be of another size than the one it replaces.
+        if (request->n_sizes == n)
+            entry->size = request->sizes[i];
         s_count (self, entry, 1);
     }
 }
