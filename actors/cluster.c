@@ -616,6 +616,7 @@ s_expire (self_t *self)
         //  was queued for it goes; the next call connects again.
         peer_t *peer = self->peers[call->peer];
         peer->suspect_until = now + SUSPECT_MS;
+        peer->epoch++;
         s_peer_disconnect (self, peer);
         self->failures++;
         s_call_done (self, call, NULL, NULL, NULL, 0);

@@ -234,8 +234,10 @@ s_fetch_add (self_t *self, op_t *op, run_t *run, size_t i)
         item->buffer_free (item->buffer);
         item->buffer = NULL;
     }
-    if (fetch->next == fetch->count && fetch->known) {
-        //  No holder it knew of has that version now: located at the master after all.
+    if (fetch->next == fetch->count && fetch->known && !fetch->corrupt) {
+        //  No holder it knew of has that version now (or answers): located at the master
+        //  after all. (A holder that sent bytes that did not verify would be named again:
+        //  the key fails as it would have.)
         cluster_locations_forget (self, item->key);
         memset (fetch, 0, sizeof *fetch);
         fetch->relocate = true;
@@ -243,6 +245,8 @@ s_fetch_add (self_t *self, op_t *op, run_t *run, size_t i)
         return;
     }
     if (fetch->next == fetch->count) {
+        if (fetch->known)
+            cluster_locations_forget (self, item->key);
         item->status = fetch->any_failure ? KVPOOL_TRANSFER_FAIL : KVPOOL_OBJECT_NOT_FOUND;
         return;
     }
@@ -310,12 +314,15 @@ cluster_fetch_done (self_t *self, op_t *op, run_t *run)
                 continue;
             }
             ok = false;
-            if (xfer->corrupt)
+            if (xfer->corrupt) {
                 s_checksum_failed (self, item, run->peers[x]);
+                fetch->corrupt = true;
+            }
             if (xfer->status != KVPOOL_OBJECT_NOT_FOUND)
                 fetch->any_failure = true;
             if (!xfer->answered) {
                 self->peers[run->peers[x]]->suspect_until = zclock_mono () + SUSPECT_MS;
+                self->peers[run->peers[x]]->epoch++;
                 self->failures++;
             }
         }
@@ -324,7 +331,7 @@ cluster_fetch_done (self_t *self, op_t *op, run_t *run)
         if (ok && item->buffer && checksum && value_checksum_verify ()
             && value_checksum (item->buffer, item->size) != checksum) {
             s_checksum_failed (self, item, run->peers[first]);
-            fetch->any_failure = true;
+            fetch->any_failure = fetch->corrupt = true;
             ok = false;
         }
         if (!ok) {

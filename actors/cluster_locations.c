@@ -7,7 +7,9 @@
     version and its own lease from the master holds (actors/replica_reads.c), so a holder
     that dropped the key, holds a newer value, or was fenced by a remove it missed says not
     found, and the key is then located at the master after all. Removes and upserts through
-    this node forget their keys here at once. At most LOCATIONS_MAX keys are kept; past that
+    this node forget their keys here at once, and a holder that fails to answer in time is
+    not read through locations learned before (its epoch moved on: the master, which knows
+    whether it was declared dead, is asked). At most LOCATIONS_MAX keys are kept; past that
     the cache starts empty again (a LOCATE each refills it).
 
     Threads: the cluster actor's.
@@ -20,6 +22,7 @@ typedef struct {
     uint64_t version, size;
     uint8_t count;
     int peers[KVP_MAX_REPLICAS];
+    uint32_t epochs[KVP_MAX_REPLICAS]; //  each peer's epoch when learned (peer_t)
 } location_t;
 
 static void
@@ -58,6 +61,8 @@ cluster_locations_learn (self_t *self, const char *key, uint64_t version, uint64
     location->size = size;
     location->count = count;
     memcpy (location->peers, peers, count * sizeof (int));
+    for (uint8_t h = 0; h < count; h++)
+        location->epochs[h] = self->peers[peers[h]]->epoch;
     zhashx_update (self->locations, key, location);
 }
 
@@ -68,11 +73,15 @@ cluster_locations_find (self_t *self, const char *key, fetch_t *fetch, kvp_item_
     if (!location)
         return false;
     memset (fetch, 0, sizeof *fetch);
+    //  (a holder that has not answered in time since is the master's to vouch for again)
     for (uint8_t h = 0; h < location->count; h++)
-        if (!cluster_is_self (self, location->peers[h]))
+        if (!cluster_is_self (self, location->peers[h])
+            && self->peers[location->peers[h]]->epoch == location->epochs[h])
             fetch->peers[fetch->count++] = location->peers[h];
-    if (fetch->count == 0)
+    if (fetch->count == 0) {
+        zhashx_delete (self->locations, key);
         return false;
+    }
     fetch->known = true;
     item->size = location->size;
     item->version = location->version;

@@ -47,6 +47,9 @@ typedef struct {
     size_t calls_out;
     int64_t suspect_until;
     int64_t last_used;
+    //  Raised each time the node fails to answer in time: locations learned before
+    //  (cluster_locations.c) no longer send reads to it without asking the master.
+    uint32_t epoch;
 } peer_t;
 
 typedef struct _op_t op_t;
@@ -94,6 +97,7 @@ typedef struct {
     //  master: they are asked for that version alone, and when none has it the item is
     //  located at the master after all (relocate).
     bool known, relocate;
+    bool corrupt; //  a holder sent bytes that did not verify
 } fetch_t;
 
 //  Transfers of one operation on the data plane's workers (transfer/data_plane.h): a get's

@@ -174,6 +174,24 @@ s_render (FILE *out, const char *endpoint, const sample_t *a, const sample_t *b,
                  s_rate (s->remote_puts, p->remote_puts, dt));
     else
         fprintf (out, "nodes        -\n");
+    if (b->nodes >= 0) {
+        //  The hot cache: gets of values only other nodes hold, served here or not, and what
+        //  each cost in master round trips.
+        double cache_hits = s_rate (s->hot_cache_hits, p->hot_cache_hits, dt);
+        double remote = cache_hits + s_rate (s->hot_cache_misses, p->hot_cache_misses, dt);
+        double asked = s_rate (s->master_requests, p->master_requests, dt);
+        if (remote > 0)
+            snprintf (z, sizeof z, "%.1f%%", 100.0 * cache_hits / remote);
+        else
+            snprintf (z, sizeof z, "-");
+        fprintf (out,
+                 "hot cache    %s of %.0f remote gets/s  %s  admissions %.0f/s  evictions "
+                 "%.0f/s  master requests %.2f a remote get\n",
+                 z, remote, s_bytes ((double) s->hot_cache_bytes, x, sizeof x),
+                 s_rate (s->hot_cache_admissions, p->hot_cache_admissions, dt),
+                 s_rate (s->hot_cache_evictions, p->hot_cache_evictions, dt),
+                 remote > 0 ? asked / remote : 0.0);
+    }
     fprintf (out, "\n%-18s %10s %10s %12s %12s\n", "operation", "req/s", "fail/s", "p50 ms",
              "p99 ms");
     for (size_t i = 0; i < b->op_count; i++) {
