@@ -80,6 +80,14 @@ class HotCluster:
         return "\n".join("--- %s\n%s" % (d.dir, d.log_text(3000))
                          for d in [self.master] + list(self.nodes.values()))
 
+    def stop(self):
+        """Stops every daemon (SIGTERM); each must exit 0 (and, built with a sanitizer,
+        report nothing)."""
+        daemons = list(self.nodes.values()) + [self.master]
+        logs = [d.log_text(6000) for d in daemons]
+        statuses = [d.stop() for d in daemons]
+        assert statuses == [0] * len(statuses), (statuses, logs)
+
     def close(self):
         for d in list(self.nodes.values()) + [self.master]:
             d.remove()
@@ -91,8 +99,11 @@ def cluster():
     yield c
     alive = [d.alive() for d in list(c.nodes.values()) + [c.master]]
     logs = c.logs()
-    c.close()
-    assert all(alive), (alive, logs)
+    try:
+        assert all(alive), (alive, logs)
+        c.stop()
+    finally:
+        c.close()
 
 
 def admitted(c, name, count, seconds=5):
@@ -216,6 +227,7 @@ def test_admission_and_lru_order():
             hits = c.stats("a").hot_cache_hits
             read(key)
             assert (c.stats("a").hot_cache_hits == hits + 1) == hit, key
+        c.stop()
     finally:
         c.close()
 
@@ -331,6 +343,7 @@ def test_upserts_and_removes_racing_reads_are_never_stale():
         # The race really was with the cache: copies served and invalidated many times.
         assert found > reads // 2 and stats.hot_cache_invalidations > 50, (found, stats)
         assert stats.hot_cache_hits > 10000, stats
+        c.stop()
     finally:
         c.close()
 
@@ -377,6 +390,7 @@ def test_a_frozen_cache_holder_is_fenced_before_a_remove_returns():
         for _ in range(20):
             assert c.raw("a").get("frozen") == (OK, new)
         assert "fencing it at the master" in c.nodes["b"].log_text()
+        c.stop()
     finally:
         c.close()
 
@@ -449,5 +463,6 @@ def test_cache_copies_go_first_and_never_push_out_a_replica():
             for key in remote:
                 assert a.get(key) == (OK, value_of(key, MiB))
         assert c.stats("a").objects == len(local)
+        c.stop()
     finally:
         c.close()
