@@ -174,6 +174,10 @@ typedef struct {
 int bench_kvpoold_start (bench_kvpoold_t *self, const char *path, const char *name,
                          const char *const *args);
 
+//  Whether the kvpoold at path takes option (e.g. "--hot-cache-size"): its --help names it.
+//  A previous build given with --kvpoold may not.
+bool bench_kvpoold_takes (const char *path, const char *option);
+
 //  Stops it (as bench_stop) and removes its ready file, and its log when it exited with 0
 //  and keep_log is false. Returns the exit status, reported on stderr when not 0.
 int bench_kvpoold_stop (bench_kvpoold_t *self, bool keep_log);

@@ -83,6 +83,7 @@ static const char *s_host_ids[2] = {"bench-h1", "bench-h2"};
 
 typedef struct {
     const char *kvpoold_path;
+    bool no_cache; //  the nodes take --hot-cache-size 0 (a previous build may not know it)
     bool quick;
     int reps;
     double rep_seconds;
@@ -347,24 +348,18 @@ s_start (cluster_t *self)
     const char *master_args[] = {"--role",      "master",      "--master", "tcp://127.0.0.1:*",
                                  "--placement", "local-first", "--seed",   "1",
                                  NULL};
+    self->no_cache = bench_kvpoold_takes (self->kvpoold_path, "--hot-cache-size");
     if (bench_kvpoold_start (&self->master, self->kvpoold_path, "cluster-master", master_args)) {
         self->errors++;
         return -1;
     }
     for (int node = 0; node < 2; node++) {
-        const char *args[] = {"--role",
-                              "node",
-                              "--master",
-                              self->master.endpoint,
-                              "--host-id",
-                              s_host_ids[node],
-                              "--node-id",
-                              s_node_ids[node],
-                              "--segment-size",
-                              "1GiB",
-                              "--heartbeat-interval",
-                              "200",
-                              NULL};
+        const char *args[] = {"--role", "node", "--master", self->master.endpoint, "--host-id",
+                              s_host_ids[node], "--node-id", s_node_ids[node], "--segment-size",
+                              "1GiB", "--heartbeat-interval", "200",
+                              //  (the data path, each read moving its value: the hot cache
+                              //  has its own section, --only hotcache)
+                              self->no_cache ? "--hot-cache-size" : NULL, "0", NULL};
         if (bench_kvpoold_start (&self->node[node], self->kvpoold_path,
                                  node == NODE_1 ? "cluster-node1" : "cluster-node2", args)) {
             self->errors++;
@@ -645,7 +640,10 @@ s_print (cluster_t *self)
             "%d runs ==\n",
             self->reps);
     printf ("master --placement local-first; nodes --segment-size 1GiB, --stripe-size 4MiB "
-            "(default); kvpoold %s\n",
+            "(default)%s; kvpoold %s\n",
+            self->no_cache ? ", --hot-cache-size 0 (the data path; --only hotcache has the "
+                             "cache)"
+                           : "",
             self->kvpoold_path);
     if (self->iperf_runs) {
         printf ("loopback: iperf3 -c 127.0.0.1 -t %d -J, one stream: %.2f GB/s (%.1f Gbit/s)",

@@ -201,6 +201,24 @@ s_settle (pid_t pid)
     }
 }
 
+bool
+bench_kvpoold_takes (const char *path, const char *option)
+{
+    char command[1200];
+    snprintf (command, sizeof command, "'%s' --help 2>/dev/null", path);
+    FILE *help = popen (command, "r");
+    if (!help)
+        return false;
+    char line[4096];
+    bool found = false;
+    size_t len = strlen (option);
+    while (fgets (line, sizeof line, help))
+        for (const char *at = strstr (line, option); at && !found; at = strstr (at + 1, option))
+            found = at[len] == ' ' || at[len] == '\n' || at[len] == '=';
+    pclose (help);
+    return found;
+}
+
 int
 bench_kvpoold_start (bench_kvpoold_t *self, const char *path, const char *name,
                      const char *const *args)
