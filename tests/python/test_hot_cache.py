@@ -15,7 +15,8 @@ was written through (--placement local-first): keys written through B live on B 
 - Never stale: upserts and removes through B racing reads through A (100,000 reads, none of
   an older value than one acknowledged before the read began); a cache holder frozen with
   SIGSTOP while its key is removed (the remove waits for its lease, and it serves nothing
-  old when it wakes); regex remove, remove-all and reset.
+  old when it wakes); a cache holder cut off in a network namespace of its own (as root);
+  regex remove, remove-all and reset.
 
 Run by `make test` (cwd = repo root, KVPOOL_BIN = build/bin) with Debian's /usr/bin/python3.
 """
@@ -466,3 +467,88 @@ def test_cache_copies_go_first_and_never_push_out_a_replica():
         c.stop()
     finally:
         c.close()
+
+
+# ---- each node in its own network namespace -----------------------------------------------
+
+from test_cluster import Netns, SUBNET, _ip, _netns_usable  # noqa: E402
+
+
+def _get_in(netns, endpoint, key, timeout_ms):
+    """A raw GET of key from inside network namespace netns: (status, value) or None when
+    no answer came within timeout_ms."""
+    import subprocess
+    import sys
+    code = ("import sys; from kvpool_raw import Raw; r = Raw(%r, timeout_ms=%d); "
+            "reply, frames = r.recv(r.send(3, [%r])); "
+            "print('none' if reply is None else '%%d %%s' %% (reply.status or reply.statuses[0], "
+            "frames[0].hex() if frames else ''))" % (endpoint, timeout_ms, key))
+    out = subprocess.run(["ip", "netns", "exec", netns, sys.executable, "-c", code],
+                         capture_output=True, text=True, env=dict(os.environ), timeout=60)
+    assert out.returncode == 0, out.stderr
+    words = out.stdout.split()
+    if words[0] == "none":
+        return None
+    return int(words[0]), bytes.fromhex(words[1]) if len(words) > 1 else None
+
+
+@pytest.mark.skipif(not _netns_usable(), reason="needs root and ip netns")
+def test_a_partitioned_cache_holder_in_its_own_namespace():
+    # A, B and C each in a network namespace of its own, with its own address. A keeps a
+    # copy of B's value; then A's link goes down: a remove through B cannot reach it, fences
+    # it, and waits out its lease; a client beside A, cut off with it, gets no old bytes;
+    # the link back, A re-registers and reads the key as gone.
+    net = Netns(3)
+    daemons = []
+    try:
+        master = Kvpoold("--role", "master", "--node-ttl", "3000", "--placement", "local-first",
+                         "--master", "tcp://%s.1:*" % SUBNET, "--insecure",
+                         prefix="kvpool-master-")
+        daemons.append(master)
+        nodes = []
+        for i in range(3):
+            here = "tcp://%s:*" % Netns.address(i)
+            node = Kvpoold("--role", "node", "--master", master.endpoint, "--host-id", "ns%d" % i,
+                           "--insecure", "--segment-size", "64MiB", "--heartbeat-interval",
+                           str(HEARTBEAT_MS), "--cluster-timeout", str(TIMEOUT_MS),
+                           endpoints=(here,), admins=(here,), prefix="kvpool-node-",
+                           wrapper=("ip", "netns", "exec", net.names[i]))
+            daemons.append(node)
+            nodes.append(node)
+
+        def live():
+            reply, _ = Raw(nodes[1].endpoint).call(pb.NODES)
+            return sum(1 for n in reply.nodes if n.alive and n.capacity) == 3
+
+        assert wait_for(live, 10)
+        a, b = Raw(nodes[0].endpoint), Raw(nodes[1].endpoint)
+        value = value_of("cut", 40 * KiB)
+        assert b.put("cut", value) == OK
+        for _ in range(2):
+            assert a.get("cut") == (OK, value)
+        assert wait_for(lambda: a.stats().hot_cache_admissions == 1, 5)
+        sent = b.stats().value_bytes_out
+        for _ in range(20):
+            assert a.get("cut") == (OK, value)
+        assert b.stats().value_bytes_out == sent  # served from A's copy
+        # A's link goes down (its end of the veth pair, inside its namespace).
+        peer = "%sp0" % net.names[0][:-2]
+        assert _ip("netns", "exec", net.names[0], "ip", "link", "set", peer, "down") == 0
+        try:
+            started = time.monotonic()
+            assert b.remove("cut", force=True) == OK
+            assert time.monotonic() - started >= TIMEOUT_MS / 1000
+            # A client in A's namespace: A's lease has run out, its copy is not served.
+            got = _get_in(net.names[0], nodes[0].endpoint, "cut", 3000)
+            assert got is None or got[0] != OK, got
+        finally:
+            _ip("netns", "exec", net.names[0], "ip", "link", "set", peer, "up")
+        assert wait_for(lambda: "registering again" in nodes[0].log_text(), 10)
+        assert wait_for(lambda: a.get("cut")[0] == OBJECT_NOT_FOUND, 10)
+        assert "fencing it at the master" in nodes[1].log_text()
+        for d in reversed(daemons):
+            assert d.stop() == 0, d.log_text(3000)
+    finally:
+        for d in daemons:
+            d.remove()
+        net.close()
