@@ -483,8 +483,9 @@ def _get_in(netns, endpoint, key, timeout_ms):
             "reply, frames = r.recv(r.send(3, [%r])); "
             "print('none' if reply is None else '%%d %%s' %% (reply.status or reply.statuses[0], "
             "frames[0].hex() if frames else ''))" % (endpoint, timeout_ms, key))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     out = subprocess.run(["ip", "netns", "exec", netns, sys.executable, "-c", code],
-                         capture_output=True, text=True, env=dict(os.environ), timeout=60)
+                         capture_output=True, text=True, env=env, timeout=60)
     assert out.returncode == 0, out.stderr
     words = out.stdout.split()
     if words[0] == "none":
