@@ -137,10 +137,11 @@ s_cache_follow_up (api_t *self, kvp_job_t *job)
     kvp_job_t *fill = NULL;
     size_t bytes = 0;
     int64_t now = zclock_mono ();
-    bool admitted[job->count ? job->count : 1];
+    bool *admitted = (bool *) calloc (job->count ? job->count : 1, sizeof (bool));
+    if (!admitted)
+        return;
     for (size_t i = 0; i < job->count; i++) {
         kvp_item_t *item = &job->items[i];
-        admitted[i] = false;
         bool relayed = item->status == KVPOOL_OK && item->buffer && !item->disk.id;
         if (!relayed && item->status != KVPOOL_REDIRECT)
             continue;
@@ -162,6 +163,7 @@ s_cache_follow_up (api_t *self, kvp_job_t *job)
             fill->promote.storage = bytes ? malloc (bytes) : NULL;
             if (bytes && !fill->promote.storage) {
                 kvp_job_destroy (&fill);
+                free (admitted);
                 return;
             }
             bytes = 0;
@@ -180,6 +182,7 @@ s_cache_follow_up (api_t *self, kvp_job_t *job)
         else
             copy->status = KVPOOL_OBJECT_NOT_FOUND; //  the cluster actor reads it (CL_FETCH)
     }
+    free (admitted);
     if (fill)
         s_advance (self, fill, KVP_JOB_NONE);
 }
