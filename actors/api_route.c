@@ -146,7 +146,8 @@ s_cache_follow_up (api_t *self, kvp_job_t *job)
         if (!relayed && item->status != KVPOOL_REDIRECT)
             continue;
         self->cache_misses++;
-        if (job->opt.ranged || !item->version || item->size > self->config->hot_cache_max_object
+        if (job->opt.ranged || !item->version || item->size == 0
+            || item->size > self->config->hot_cache_max_object
             || !hot_cache_read (self->hot, item->key, item->key_len, now))
             continue;
         admitted[i] = true;

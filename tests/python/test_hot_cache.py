@@ -143,7 +143,7 @@ def test_versions_are_the_same_everywhere_and_new_for_each_write(cluster):
 def test_cache_on_and_off_return_identical_bytes(cluster):
     # Values of every size through B (they live on B); read through A (cache on) and C
     # (cache off), whole and in ranges, four times each, then upserted and removed.
-    sizes = [1, 100, 64 * KiB - 1, 64 * KiB, 300 * KiB, MiB, 3 * MiB + 17]
+    sizes = [0, 1, 100, 64 * KiB - 1, 64 * KiB, 300 * KiB, MiB, 3 * MiB + 17]
     keys = ["mix-%d" % s for s in sizes]
     b = cluster.raw("b")
     for key, size in zip(keys, sizes):
