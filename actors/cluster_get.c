@@ -28,6 +28,27 @@ static void s_fetch_order (self_t *self, fetch_t *fetch);
 static void s_redirect (self_t *self, kvp_job_t *job, kvp_item_t *item, const fetch_t *fetch);
 static bool s_redirects (const kvp_job_t *job, const kvp_item_t *item);
 
+//  Asks the master kind about n keys (with their versions, or NULL) for op's job items
+//  items[0..n), which the call owns; items of a call that cannot go are UNAVAILABLE.
+static void
+s_master_keys (self_t *self, op_t *op, Kvpool__Cluster__V1__Kind kind, ProtobufCBinaryData *keys,
+               uint64_t *versions, size_t *items, size_t n)
+{
+    Kvpool__Cluster__V1__NodeRequest request = KVPOOL__CLUSTER__V1__NODE_REQUEST__INIT;
+    request.kind = kind;
+    request.keys = keys;
+    request.n_keys = n;
+    if (versions) {
+        request.versions = versions;
+        request.n_versions = n;
+    }
+    if (n == 0)
+        free (items);
+    else if (cluster_master_send (self, op, &request, items, n) != 0)
+        for (size_t k = 0; k < n; k++)
+            op->job->items[items[k]].status = KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS;
+}
+
 //  A get's items whose holders this node knows (cluster_locations.c) go to them at once, or
 //  to the client in one hop: no master round trip. Returns whether item i was so served.
 static bool
@@ -377,15 +398,7 @@ cluster_fetch_done (self_t *self, op_t *op, run_t *run)
             keys[n].data = (uint8_t *) job->items[i].key;
             keys[n++].len = job->items[i].key_len;
         }
-    Kvpool__Cluster__V1__NodeRequest request = KVPOOL__CLUSTER__V1__NODE_REQUEST__INIT;
-    request.kind = KVPOOL__CLUSTER__V1__KIND__LOCATE;
-    request.keys = keys;
-    request.n_keys = n;
-    if (n == 0)
-        free (items);
-    else if (cluster_master_send (self, op, &request, items, n) != 0)
-        for (size_t k = 0; k < n; k++)
-            job->items[items[k]].status = KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS;
+    s_master_keys (self, op, KVPOOL__CLUSTER__V1__KIND__LOCATE, keys, NULL, items, n);
     free (keys);
 }
 
@@ -476,17 +489,7 @@ cluster_cache_claim (self_t *self, op_t *op)
         keys[n].len = item->key_len;
         versions[n++] = item->version;
     }
-    Kvpool__Cluster__V1__NodeRequest request = KVPOOL__CLUSTER__V1__NODE_REQUEST__INIT;
-    request.kind = KVPOOL__CLUSTER__V1__KIND__CACHE;
-    request.keys = keys;
-    request.n_keys = n;
-    request.versions = versions;
-    request.n_versions = n;
-    if (n == 0)
-        free (items);
-    else if (cluster_master_send (self, op, &request, items, n) != 0)
-        for (size_t k = 0; k < n; k++)
-            job->items[items[k]].status = KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS;
+    s_master_keys (self, op, KVPOOL__CLUSTER__V1__KIND__CACHE, keys, versions, items, n);
     free (keys);
     free (versions);
 }

@@ -992,11 +992,12 @@ kvpool_get_ranges_into (kvpool_t *self, size_t n, const char *const *keys, const
     return s_get_buffers (self, n, keys, buffers, lengths, offsets, results);
 }
 
-int
-kvpool_get (kvpool_t *self, const char *key, void **data_p, size_t *size_p)
+//  A get into a buffer the library allocates. With version_p, over the socket alone (its
+//  reply names the version of the bytes it carries; the node relays a value other nodes
+//  hold); without, on the read path (shared memory, caches, one-hop reads).
+static int
+s_get_malloc (kvpool_t *self, const char *key, void **data_p, size_t *size_p, uint64_t *version_p)
 {
-    if (!self || !data_p || !size_p)
-        return KVPOOL_INVALID_PARAMS;
     *data_p = NULL;
     *size_p = 0;
     if (!kvpc_key_valid (key)) {
@@ -1008,9 +1009,25 @@ kvpool_get (kvpool_t *self, const char *key, void **data_p, size_t *size_p)
     kvpc_keys_add (&sent, key, 0); //  fits inline
     kvpc_sink_t sink = kvpc_sink_malloc (data_p, size_p);
     int64_t outcome = KVPOOL_INTERNAL_ERROR;
-    kvpc_resolve_get (self->conn, self->fast_path, self->hot_cache, &sent, &sink, &outcome);
+    if (version_p) {
+        *version_p = 0;
+        sink.versions = version_p;
+        int rc = kvpc_socket_get (self->conn, &sent, &sink, false, NULL, &outcome);
+        if (rc != KVPOOL_OK && outcome >= 0)
+            outcome = rc;
+    }
+    else
+        kvpc_resolve_get (self->conn, self->fast_path, self->hot_cache, &sent, &sink, &outcome);
     kvpc_keys_fini (&sent);
     return outcome < 0 ? (int) outcome : KVPOOL_OK;
+}
+
+int
+kvpool_get (kvpool_t *self, const char *key, void **data_p, size_t *size_p)
+{
+    if (!self || !data_p || !size_p)
+        return KVPOOL_INVALID_PARAMS;
+    return s_get_malloc (self, key, data_p, size_p, NULL);
 }
 
 int
@@ -1019,26 +1036,7 @@ kvpool_get_version (kvpool_t *self, const char *key, void **data_p, size_t *size
 {
     if (!self || !data_p || !size_p || !version_p)
         return KVPOOL_INVALID_PARAMS;
-    *data_p = NULL;
-    *size_p = 0;
-    *version_p = 0;
-    if (!kvpc_key_valid (key)) {
-        kvpc_set_error (self->conn, "key is %s", key ? "empty" : "NULL");
-        return KVPOOL_INVALID_KEY;
-    }
-    //  Over the socket: its reply names the version of the bytes it carries (the node
-    //  relays a value other nodes hold).
-    kvpc_keys_t sent;
-    kvpc_keys_init (&sent);
-    kvpc_keys_add (&sent, key, 0); //  fits inline
-    kvpc_sink_t sink = kvpc_sink_malloc (data_p, size_p);
-    sink.versions = version_p;
-    int64_t outcome = KVPOOL_INTERNAL_ERROR;
-    int rc = kvpc_socket_get (self->conn, &sent, &sink, false, NULL, &outcome);
-    kvpc_keys_fini (&sent);
-    if (rc != KVPOOL_OK && outcome >= 0)
-        outcome = rc;
-    return outcome < 0 ? (int) outcome : KVPOOL_OK;
+    return s_get_malloc (self, key, data_p, size_p, version_p);
 }
 
 //  ---- values received without a copy -----------------------------------------------------

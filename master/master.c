@@ -720,6 +720,27 @@ s_inventory (self_t *self, reply_t *r, arena_t *arena,
                      node->node_id, (unsigned long long) node->objects, crowded);
 }
 
+//  An empty holder list a key for n keys' old holders (PLACE of an upsert, COMMIT). Returns
+//  0, or -1 (the reply failed) when out of memory.
+static int
+s_reply_old_holders (reply_t *r, size_t n)
+{
+    r->reply.old_holders = (Kvpool__Cluster__V1__Holders **) arena_alloc (
+        r->arena, (n ? n : 1) * sizeof (Kvpool__Cluster__V1__Holders *));
+    Kvpool__Cluster__V1__Holders *each = (Kvpool__Cluster__V1__Holders *) arena_alloc (
+        r->arena, (n ? n : 1) * sizeof (Kvpool__Cluster__V1__Holders));
+    if (!r->reply.old_holders || !each) {
+        s_reply_fail (r, KVPOOL_INTERNAL_ERROR, "out of memory");
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        kvpool__cluster__v1__holders__init (&each[i]);
+        r->reply.old_holders[i] = &each[i];
+    }
+    r->reply.n_old_holders = n;
+    return 0;
+}
+
 static void
 s_place (self_t *self, reply_t *r, arena_t *arena, const Kvpool__Cluster__V1__NodeRequest *request)
 {
@@ -739,13 +760,12 @@ s_place (self_t *self, reply_t *r, arena_t *arena, const Kvpool__Cluster__V1__No
         r->reply.n_tokens = n;
     }
     if (!r->reply.tokens || s_reply_keys (r, n, false, true) != 0
-        || s_reply_versions (r, n, false) != 0
-        || (request->upsert
-            && !(r->reply.old_holders = (Kvpool__Cluster__V1__Holders **) arena_alloc (
-                     arena, (n ? n : 1) * sizeof (void *))))) {
+        || s_reply_versions (r, n, false) != 0) {
         s_reply_fail (r, KVPOOL_INTERNAL_ERROR, "out of memory");
         return;
     }
+    if (request->upsert && s_reply_old_holders (r, n) != 0)
+        return;
     int writer = node_table_find (self->nodes, request->node->node_id);
     int preferred[KVP_MAX_PREFERRED_NODES];
     size_t preferred_count = 0;
@@ -753,19 +773,6 @@ s_place (self_t *self, reply_t *r, arena_t *arena, const Kvpool__Cluster__V1__No
         int slot = node_table_find (self->nodes, request->preferred[p]);
         if (slot >= 0)
             preferred[preferred_count++] = slot;
-    }
-    if (request->upsert) {
-        r->reply.n_old_holders = n;
-        for (size_t i = 0; i < n; i++) {
-            Kvpool__Cluster__V1__Holders *old = (Kvpool__Cluster__V1__Holders *) arena_alloc (
-                arena, sizeof (Kvpool__Cluster__V1__Holders));
-            if (!old) {
-                s_reply_fail (r, KVPOOL_INTERNAL_ERROR, "out of memory");
-                return;
-            }
-            kvpool__cluster__v1__holders__init (old);
-            r->reply.old_holders[i] = old;
-        }
     }
     int64_t deadline = zclock_mono () + (int64_t) self->config->put_timeout_ms;
     for (size_t i = 0; i < n; i++) {
@@ -840,23 +847,12 @@ s_commit (self_t *self, reply_t *r, arena_t *arena, const Kvpool__Cluster__V1__N
                       n, request->n_holders, request->n_tokens);
         return;
     }
-    if (s_reply_keys (r, n, false, false) != 0
-        || !(r->reply.old_holders = (Kvpool__Cluster__V1__Holders **) arena_alloc (
-                 arena, (n ? n : 1) * sizeof (void *)))) {
+    if (s_reply_keys (r, n, false, false) != 0) {
         s_reply_fail (r, KVPOOL_INTERNAL_ERROR, "out of memory");
         return;
     }
-    r->reply.n_old_holders = n;
-    for (size_t i = 0; i < n; i++) {
-        Kvpool__Cluster__V1__Holders *old = (Kvpool__Cluster__V1__Holders *) arena_alloc (
-            arena, sizeof (Kvpool__Cluster__V1__Holders));
-        if (!old) {
-            s_reply_fail (r, KVPOOL_INTERNAL_ERROR, "out of memory");
-            return;
-        }
-        kvpool__cluster__v1__holders__init (old);
-        r->reply.old_holders[i] = old;
-    }
+    if (s_reply_old_holders (r, n) != 0)
+        return;
     for (size_t i = 0; i < n; i++) {
         int32_t *status = &r->reply.statuses[i];
         char *key = s_key (self, arena, &request->keys[i]);

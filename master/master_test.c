@@ -193,6 +193,17 @@ master_test (bool verbose)
     reply = s_call (impostor, &fake);
     assert (reply->status == KVPOOL_INVALID_PARAMS);
     kvpool__cluster__v1__master_reply__free_unpacked (reply, NULL);
+    //  Nor may it become a cache holder of the node's keys, or fence anyone.
+    fake.kind = KVPOOL__CLUSTER__V1__KIND__CACHE;
+    reply = s_call (impostor, &fake);
+    assert (reply->status == KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS);
+    kvpool__cluster__v1__master_reply__free_unpacked (reply, NULL);
+    fake.kind = KVPOOL__CLUSTER__V1__KIND__FENCE;
+    fake.pattern = "n1";
+    reply = s_call (impostor, &fake);
+    assert (reply->status == KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS && reply->wait_ms == 0);
+    kvpool__cluster__v1__master_reply__free_unpacked (reply, NULL);
+    fake.pattern = NULL;
     zsock_destroy (&impostor);
     request.kind = KVPOOL__CLUSTER__V1__KIND__LOCATE;
     reply = s_call (dealer, &request);
