@@ -118,6 +118,16 @@ uint64_t master_client_failures (master_client_t *self);
 //  Requests sent to the master.
 uint64_t master_client_sent (master_client_t *self);
 
+//  With standby masters (--master etcd://..., infra/leader.h): connects to the leader the
+//  node's view names, if it changed since the last look; returns true when it did. (Every
+//  send looks too; an owner that waits calls it to notice a new leader sooner.)
+bool master_client_follow (master_client_t *self);
+
+//  The highest leader term the node knows (0: one master, no terms), sent with every
+//  request; replies of an older term are dropped, and counted here.
+uint64_t master_client_term (master_client_t *self);
+uint64_t master_client_stale_replies (master_client_t *self);
+
 //  Self test: a fake master on inproc answers, stays silent, answers late, or says the
 //  registration is stale.
 void master_client_test (bool verbose);

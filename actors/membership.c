@@ -331,9 +331,20 @@ s_tick (actor_shell_t *shell, void *arg)
 {
     (void) shell;
     self_t *self = (self_t *) arg;
+    //  A new leader (standby masters): it does not know this node; register with it now.
+    if (master_client_follow (self->master)) {
+        kvp_info ("node %s follows %s", self->args->node_id, master_client_name (self->master));
+        if (self->state != UNREGISTERED) {
+            self->state = UNREGISTERED;
+            s_lease_lost (self);
+        }
+        self->next_beat = zclock_mono ();
+    }
     if (zclock_mono () >= self->next_beat)
         s_beat (self);
-    return self->next_beat;
+    //  (A new leader is looked for at least every 100 ms meanwhile.)
+    int64_t follow = zclock_mono () + 100;
+    return self->config->leader && follow < self->next_beat ? follow : self->next_beat;
 }
 
 static self_t *

@@ -26,6 +26,7 @@
 #include "infra/config_options.h"
 
 #include "infra/endpoints.h"
+#include "infra/etcd.h"
 
 #include <assert.h>
 #include <ctype.h>
@@ -352,6 +353,7 @@ s_check_binds (const kvp_config_t *config, bool warn)
     rc |= s_check_bind (config, "--peer-endpoint", config->peer_endpoint, warn);
     if (config->role == KVP_ROLE_MASTER)
         rc |= s_check_bind (config, "--master", config->master, warn);
+    //  (A node's etcd:// master is not a bind.)
     rc |= s_check_bind (config, "--kv-events-endpoint", config->kv_events_endpoint, warn);
     rc |= s_check_bind (config, "--kv-events-replay-endpoint", config->kv_events_replay_endpoint,
                         warn);
@@ -456,6 +458,32 @@ s_config_check (kvp_config_t *config)
         fprintf (ERRORS, "kvpoold: --master needs an endpoint (e.g. %s)\n",
                  KVP_DEFAULT_MASTER_ENDPOINT);
         return -1;
+    }
+    if (config->ha && !*config->ha)
+        config->ha = NULL;
+    if (config->ha && config->role != KVP_ROLE_MASTER) {
+        fprintf (ERRORS, "kvpoold: --ha is for role master; a node follows the leader with "
+                         "--master etcd://HOST:PORT/CLUSTER\n");
+        return -1;
+    }
+    char etcd_error[300];
+    etcd_address_t etcd_address;
+    if (config->ha
+        && etcd_address_parse (config->ha, &etcd_address, etcd_error, sizeof etcd_error) == -1) {
+        fprintf (ERRORS, "kvpoold: --ha: %s\n", etcd_error);
+        return -1;
+    }
+    if (etcd_is_address (config->master)) {
+        if (config->role != KVP_ROLE_NODE) {
+            fprintf (ERRORS, "kvpoold: --master etcd://... is for role node; a master binds a "
+                             "tcp endpoint and campaigns with --ha\n");
+            return -1;
+        }
+        if (etcd_address_parse (config->master, &etcd_address, etcd_error, sizeof etcd_error)
+            == -1) {
+            fprintf (ERRORS, "kvpoold: --master: %s\n", etcd_error);
+            return -1;
+        }
     }
     if (strcmp (config->transport, "tcp") && strcmp (config->transport, "rdma")
         && strcmp (config->transport, "auto")) {

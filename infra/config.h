@@ -102,6 +102,8 @@ typedef struct {
     //  the cluster (DESIGN §2, docs/cluster.md)
     kvp_role_t role;
     const char *master;        //  master: the endpoint it binds; node: the master to join
+    const char *ha;            //  master: etcd://.../CLUSTER to campaign in; NULL: alone
+    uint64_t ha_lease_ttl_s;   //  master with ha: the leader's etcd lease
     const char *host_id;       //  NULL: the boot id
     const char *node_id;       //  NULL: host id + the first client tcp port
     const char *peer_endpoint; //  the data plane's bind; NULL: the client tcp host, any port
@@ -153,6 +155,10 @@ typedef struct {
     //  heartbeat the master answers; cache copies and reads of a named version are served
     //  only before it ends (docs/tiers.md, "The hot cache").
     kvp_lease_t *lease;
+    //  Not a setting: which master leads (role node with --master etcd://..., NULL
+    //  otherwise), made by kvpoold with the watch that keeps it (infra/leader.h); each master
+    //  client follows it.
+    struct kvp_leader_s *leader;
     //  Not a setting: the node's segments and their space (actors/allocator.h), made by
     //  kvpoold before the actors start and destroyed after them all, so that no copy or send
     //  still under way at the end reads unmapped memory; only the replica-manager's thread

@@ -30,7 +30,26 @@ const opt_t kvp_config_options[] = {
      .kind = OPT_STRING,
      FIELD (master),
      .default_value = KVP_DEFAULT_MASTER_ENDPOINT,
-     .help = "role master: the endpoint to bind for nodes; role node: the master to join"},
+     .help = "role master: the endpoint to bind for nodes; role node: the master to join, "
+             "or etcd://HOST:PORT[,HOST:PORT...]/CLUSTER to follow whichever of a "
+             "cluster's standby masters leads"},
+    {.name = "ha",
+     .arg = "ETCD",
+     .kind = OPT_STRING,
+     FIELD (ha),
+     .help = "role master: campaign for leadership among standby masters through etcd "
+             "(etcd://HOST:PORT[,HOST:PORT...]/CLUSTER): one leads, the others stand by "
+             "and take over when it dies; nodes then join with --master "
+             "etcd://HOST:PORT/CLUSTER (docs/cluster.md, \"Standby masters\")"},
+    {.name = "ha-lease-ttl",
+     .arg = "S",
+     .kind = OPT_UINT,
+     FIELD (ha_lease_ttl_s),
+     .min = 2,
+     .max = 60,
+     .default_value = "3",
+     .help = "role master with --ha: the leader's etcd lease, in seconds: a leader that "
+             "dies or stalls is replaced this long after its last renewal"},
     {.name = "host-id",
      .arg = "ID",
      .kind = OPT_STRING,

@@ -39,6 +39,7 @@
 #include "infra/curve.h"
 #include "infra/key_watch.h"
 #include "master/directory.h"
+#include "master/ha.h"
 #include "infra/endpoints.h"
 #include "master/node_table.h"
 #include "infra/regex_matcher.h"
@@ -85,6 +86,10 @@ typedef struct {
     //  per reply: slot -> index in reply.nodes (+1; 0: not in it yet)
     uint32_t node_index[NODE_TABLE_MAX];
     uint64_t requests, dropped, nodes_lost, impostors;
+    //  With standby masters (--ha): the campaign, and the term this master's state is of
+    //  (0: none yet). A new term starts the state afresh (s_new_term).
+    ha_t *ha;
+    uint64_t term;
 } self_t;
 
 static void
@@ -239,6 +244,13 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
     assert (self->tombstones && self->tombstone_keys);
     zlistx_set_duplicator (self->tombstone_keys, (zlistx_duplicator_fn *) strdup);
     zlistx_set_destructor (self->tombstone_keys, (zlistx_destructor_fn *) zstr_free);
+    const char *bound = (const char *) zlistx_first (self->endpoints);
+    if (config->ha && bound) {
+        self->ha = ha_new (config->ha, (int) config->ha_lease_ttl_s, bound, self->master_id,
+                           self->bind_error, sizeof self->bind_error);
+        if (!self->ha)
+            zlistx_purge (self->endpoints);
+    }
     return self;
 }
 
@@ -248,6 +260,7 @@ s_self_destroy (self_t **self_p)
     self_t *self = *self_p;
     if (!self)
         return;
+    ha_destroy (&self->ha); //  a leader steps down first: a standby takes over at once
     zmq_socket_monitor (zsock_resolve (self->router), NULL, 0);
     zsock_destroy (&self->monitor);
     key_watch_destroy (&self->keys);
@@ -280,6 +293,7 @@ s_reply_init (self_t *self, reply_t *r, arena_t *arena,
     r->reply.kind = request ? request->kind : 0;
     r->reply.epoch = self->epoch;
     r->reply.master_id = self->master_id;
+    r->reply.term = self->term;
     r->arena = arena;
     r->nodes_capacity = 0;
     memset (self->node_index, 0, sizeof self->node_index);
@@ -457,6 +471,11 @@ s_node_dead (self_t *self, int slot, const char *why)
 {
     node_t *node = node_table_get (self->nodes, slot);
     node->alive = false;
+    //  The next leader will not know what was removed while the node was away: etcd keeps
+    //  that it was (ha.h). (FENCE writes it first, and fails if it cannot.)
+    if (self->ha && node->fence_term != self->term
+        && ha_fence_write (self->ha, node->node_id, self->term) == 0)
+        node->fence_term = self->term;
     size_t held = 0;
     size_t lost = s_drop_node (self, slot, &held);
     self->nodes_lost++;
@@ -578,6 +597,13 @@ s_register (self_t *self, reply_t *r, const Kvpool__Cluster__V1__NodeRequest *re
     snprintf (node->user_id, sizeof node->user_id, "%s", from->user_id);
     node->reported_bytes = 0;
     node->lease_ms = info->lease_ms;
+    node->fence_term = self->ha ? ha_fenced (self->ha, node->node_id) : 0;
+    node->suspect = node->fence_term && node->fence_term < self->term;
+    if (node->suspect)
+        kvp_warning ("node %s was declared dead under term %llu, whose removals this master "
+                     "does not know: of its copies, only those other holders confirm are "
+                     "taken back",
+                     node->node_id, (unsigned long long) node->fence_term);
     r->reply.registration = node->registration;
     kvp_info ("node %s (host %s) registered: clients %s, data plane %s, %llu MiB", node->node_id,
               node->host_id, node->client_endpoint, node->peer_endpoint,
@@ -680,6 +706,12 @@ s_inventory (self_t *self, reply_t *r, arena_t *arena,
                                  && (entry->state == DIR_PENDING || entry->token > node->report_bar
                                      || (version && entry->version && version != entry->version))
                            : removed > node->report_bar || self->tombstone_floor > node->report_bar;
+        //  A node away under an earlier leader: a copy nobody else holds may have been
+        //  removed then (ha.h); one another holder has, of the same version, was not.
+        if (node->suspect && !stale)
+            stale = !entry || entry->state != DIR_COMMITTED || !version
+                    || version != entry->version || directory_holds (entry, (uint16_t) slot)
+                    || entry->holder_count == 0;
         //  A node holds at most its memory and its disk: a report past that is a lie (or a
         //  bug), and the copies past it are refused, so that no node can fill the directory
         //  with keys it never stored.
@@ -1102,6 +1134,15 @@ s_fence (self_t *self, reply_t *r, const Kvpool__Cluster__V1__NodeRequest *reque
         s_reply_fail (r, KVPOOL_INVALID_PARAMS, "unknown node '%.100s'", victim);
         return;
     }
+    if (self->ha && node->fence_term != self->term) {
+        if (ha_fence_write (self->ha, node->node_id, self->term) == -1) {
+            s_reply_fail (r, KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS,
+                          "cannot record the fence of node %s in etcd: try again",
+                          node->node_id);
+            return;
+        }
+        node->fence_term = self->term;
+    }
     int64_t now = zclock_mono ();
     int64_t safe = node->last_heard + (int64_t) (node->lease_ms + node->lease_ms / 10);
     r->reply.wait_ms = node->lease_ms && safe > now ? (uint64_t) (safe - now) : 0;
@@ -1186,6 +1227,70 @@ s_monitor_event (self_t *self)
     zmsg_destroy (&event);
 }
 
+//  This master leads a new term: what it knew from an earlier one may have changed under
+//  another leader since, so it starts afresh, as a restarted master does. Its new epoch
+//  sends every node back to REGISTER and INVENTORY.
+static void
+s_new_term (self_t *self, uint64_t term)
+{
+    directory_destroy (&self->directory);
+    node_table_destroy (&self->nodes);
+    self->directory = directory_new ();
+    self->nodes = node_table_new (self->config->placement, self->config->seed);
+    assert (self->directory && self->nodes);
+    node_table_set_max_objects (self->nodes, self->config->max_node_objects);
+    zlistx_purge (self->reservations);
+    zhashx_purge (self->tombstones);
+    zlistx_purge (self->tombstone_keys);
+    self->tombstone_floor = 0;
+    uint64_t epoch = (uint64_t) zclock_time ();
+    self->epoch = epoch > self->epoch ? epoch : self->epoch + 1;
+    uint64_t base = (uint64_t) time (NULL) << 20;
+    if (base > self->next_token)
+        self->next_token = base;
+    char *slash = strrchr (self->master_id, '/');
+    if (slash)
+        snprintf (slash + 1, sizeof self->master_id - (size_t) (slash + 1 - self->master_id),
+                  "%llu", (unsigned long long) self->epoch);
+    kvp_info ("the master leads term %llu: nodes register and report what they hold",
+              (unsigned long long) term);
+    self->term = term;
+}
+
+//  With standby masters: whether this master refuses request because it does not lead now
+//  (the reply says which master does, as far as it knows), or because the node knows of a
+//  later term than its own (it was deposed and has not noticed yet).
+static bool
+s_standing_by (self_t *self, reply_t *r, const Kvpool__Cluster__V1__NodeRequest *request)
+{
+    uint64_t term = ha_leading (self->ha, zclock_mono ());
+    if (term && term != self->term)
+        s_new_term (self, term);
+    if (term && request->term <= term) {
+        r->reply.term = term;
+        return false;
+    }
+    char *leader = (char *) arena_alloc (r->arena, 256);
+    uint64_t leader_term = 0;
+    if (leader) {
+        ha_leader (self->ha, leader, 256, &leader_term);
+        r->reply.leader = leader;
+    }
+    r->reply.term = leader_term > self->term ? leader_term : self->term;
+    if (term)
+        s_reply_fail (r, KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS,
+                      "this master's term %llu is over: the node knows term %llu",
+                      (unsigned long long) term, (unsigned long long) request->term);
+    else if (leader && *leader)
+        s_reply_fail (r, KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS,
+                      "this master stands by: %s leads (term %llu)", leader,
+                      (unsigned long long) leader_term);
+    else
+        s_reply_fail (r, KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS,
+                      "this master stands by: no master leads now");
+    return true;
+}
+
 static void
 s_request (self_t *self)
 {
@@ -1209,6 +1314,8 @@ s_request (self_t *self)
                       request->version, KVP_PROTOCOL_VERSION);
     else if (!request->node || !request->node->node_id || !*request->node->node_id)
         s_reply_fail (&r, KVPOOL_INVALID_PARAMS, "the request names no node");
+    else if (self->ha && s_standing_by (self, &r, request))
+        ; //  (refused: another master leads, or none does now)
     else {
         //  A message from the process that registered the node is a sign of life; nobody
         //  else's is (s_proven).
@@ -1228,6 +1335,13 @@ s_request (self_t *self)
                         sender->free = request->node->free;
                         sender->capacity = request->node->capacity;
                         sender->placed = 0;
+                        //  Its inventory is in (its heartbeats follow it): the record of
+                        //  its fence has served.
+                        if (sender->fence_term) {
+                            ha_fence_clear (self->ha, sender->node_id);
+                            sender->fence_term = 0;
+                            sender->suspect = false;
+                        }
                     }
                     break;
                 case KVPOOL__CLUSTER__V1__KIND__INVENTORY:
@@ -1287,6 +1401,15 @@ s_tick (self_t *self)
     int64_t now = zclock_mono ();
     int64_t stalled = now - self->last_tick - LIVENESS_TICK_MS;
     self->last_tick = now;
+    if (self->ha) {
+        uint64_t term = ha_leading (self->ha, now);
+        if (term && term != self->term)
+            s_new_term (self, term);
+        if (!term) { //  a standby declares nobody dead
+            self->next_tick = now + LIVENESS_TICK_MS;
+            return;
+        }
+    }
     if (stalled > MASTER_STALL_MS) {
         kvp_warning ("the master did not run for %lld ms (stopped or starved of CPU): the "
                      "nodes get that time back before any is declared dead",

@@ -59,6 +59,12 @@ typedef struct {
     //  copies (REGISTER's lease_ms; 0: it keeps none): a node fenced now (FENCE) is safe
     //  from last_heard + lease_ms on.
     uint64_t lease_ms;
+    //  With standby masters (ha.h): the term under which etcd records the node fenced (0:
+    //  none; the record goes once it has reported again), and whether that was an earlier
+    //  term's, whose removals this master does not know: then only the copies other
+    //  holders confirm are taken from its report (master.c, s_inventory).
+    uint64_t fence_term;
+    bool suspect;
 } node_t;
 
 typedef struct _node_table_t node_table_t;

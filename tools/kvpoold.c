@@ -21,6 +21,8 @@
 #include "infra/conn_guard.h"
 #include "infra/curve.h"
 #include "infra/endpoints.h"
+#include "infra/etcd.h"
+#include "infra/leader.h"
 #include "actors/evictor.h"
 #include "actors/kv_events.h"
 #include "infra/log.h"
@@ -226,6 +228,18 @@ main (int argc, char **argv)
     static kvp_lease_t lease;
     if (config.role == KVP_ROLE_NODE)
         config.lease = &lease;
+    //  With standby masters, the node follows whichever leads (infra/leader.h).
+    static kvp_leader_t leader = {.lock = PTHREAD_MUTEX_INITIALIZER};
+    leader_watch_t *leader_watch = NULL;
+    if (config.role == KVP_ROLE_NODE && etcd_is_address (config.master)) {
+        char error[300];
+        leader_watch = leader_watch_new (config.master, &leader, error, sizeof error);
+        if (!leader_watch) {
+            fprintf (stderr, "kvpoold: --master: %s\n", error);
+            return 1;
+        }
+        config.leader = &leader;
+    }
     config.metrics = metrics_new (config.role == KVP_ROLE_NODE ? "node" : "all");
     assert (config.metrics);
     //  The segments outlive every actor (config.h): made here, destroyed last.
@@ -364,6 +378,7 @@ shutdown:
     zactor_destroy (&kv_events); //  after the replica-manager: it publishes its last batch
     zactor_destroy (&cluster);   //  after the replica-manager: it takes its last drop reports
     zactor_destroy (&tx);
+    leader_watch_destroy (&leader_watch); //  after every master client
     allocator_destroy (&config.allocator);
     zlist_destroy (&endpoints);
     zlist_destroy (&admin);
