@@ -40,6 +40,7 @@
 #include "infra/key_watch.h"
 #include "master/directory.h"
 #include "master/ha.h"
+#include "master/tombstones.h"
 #include "infra/endpoints.h"
 #include "master/node_table.h"
 #include "infra/regex_matcher.h"
@@ -50,9 +51,7 @@
 #include "protocol/status.h"
 
 #define LIVENESS_TICK_MS 50
-//  Removed keys remembered, newest last, for nodes that missed a removal while away: a copy
-//  such a node reports of a key removed since is refused (s_inventory). Past this many, the
-//  oldest are forgotten and tombstone_floor says since when the memory is incomplete.
+//  Removed keys remembered (tombstones.h).
 #define TOMBSTONES_MAX 262144
 //  A tick this much later than due means the master itself did not run (stopped, swapped
 //  out, starved of CPU): the nodes' messages waited in its socket unread meanwhile.
@@ -80,9 +79,7 @@ typedef struct {
     char master_id[96];
     int64_t next_tick;
     int64_t last_tick;        //  when s_tick last ran
-    zhashx_t *tombstones;     //  removed key -> the removal's token (as a pointer)
-    zlistx_t *tombstone_keys; //  their keys, oldest first
-    uint64_t tombstone_floor; //  removals up to this token are not all remembered
+    tombstones_t *tombstones; //  removed keys, for nodes that missed a removal while away
     //  per reply: slot -> index in reply.nodes (+1; 0: not in it yet)
     uint32_t node_index[NODE_TABLE_MAX];
     uint64_t requests, dropped, nodes_lost, impostors;
@@ -132,39 +129,13 @@ s_count (self_t *self, const dir_entry_t *entry, int delta)
     }
 }
 
-//  Removes entry from the directory, keeping the counts and the reservations right.
-//  Remembers that key's value was removed now (its token).
-static void
-s_tombstone (self_t *self, const char *key)
-{
-    uint64_t token = ++self->next_token;
-    if (!zhashx_lookup (self->tombstones, key))
-        zlistx_add_end (self->tombstone_keys, (void *) key);
-    zhashx_update (self->tombstones, key, (void *) (uintptr_t) token);
-    while (zlistx_size (self->tombstone_keys) > TOMBSTONES_MAX) {
-        char *oldest = (char *) zlistx_first (self->tombstone_keys);
-        uint64_t forgotten = (uintptr_t) zhashx_lookup (self->tombstones, oldest);
-        if (forgotten > self->tombstone_floor)
-            self->tombstone_floor = forgotten;
-        zhashx_delete (self->tombstones, oldest);
-        zlistx_delete (self->tombstone_keys, zlistx_cursor (self->tombstone_keys));
-    }
-}
-
-//  Forgets every tombstone: REMOVE_ALL removed everything up to now.
-static void
-s_tombstones_all (self_t *self)
-{
-    self->tombstone_floor = ++self->next_token;
-    zhashx_purge (self->tombstones);
-    zlistx_purge (self->tombstone_keys);
-}
-
+//  Removes entry from the directory, keeping the counts and the reservations right, and
+//  remembers that key's value was removed now (its token).
 static void
 s_remove (self_t *self, dir_entry_t *entry)
 {
     if (entry->state == DIR_COMMITTED)
-        s_tombstone (self, entry->key);
+        tombstones_add (self->tombstones, entry->key, ++self->next_token);
     s_reservation_end (self, entry);
     s_count (self, entry, -1);
     directory_remove (self->directory, entry);
@@ -239,11 +210,7 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
               (unsigned long long) self->epoch);
     self->next_tick = zclock_mono () + LIVENESS_TICK_MS;
     self->last_tick = zclock_mono ();
-    self->tombstones = zhashx_new ();
-    self->tombstone_keys = zlistx_new ();
-    assert (self->tombstones && self->tombstone_keys);
-    zlistx_set_duplicator (self->tombstone_keys, (zlistx_duplicator_fn *) strdup);
-    zlistx_set_destructor (self->tombstone_keys, (zlistx_destructor_fn *) zstr_free);
+    self->tombstones = tombstones_new (TOMBSTONES_MAX);
     const char *bound = (const char *) zlistx_first (self->endpoints);
     if (config->ha && bound) {
         self->ha = ha_new (config->ha, (int) config->ha_lease_ttl_s, bound, self->master_id,
@@ -269,8 +236,7 @@ s_self_destroy (self_t **self_p)
     zlistx_destroy (&self->reservations);
     directory_destroy (&self->directory);
     node_table_destroy (&self->nodes);
-    zhashx_destroy (&self->tombstones);
-    zlistx_destroy (&self->tombstone_keys);
+    tombstones_destroy (&self->tombstones);
     free (self);
     *self_p = NULL;
 }
@@ -696,7 +662,7 @@ s_inventory (self_t *self, reply_t *r, arena_t *arena,
         if (!key)
             continue;
         dir_entry_t *entry = directory_find (self->directory, key);
-        uint64_t removed = entry ? 0 : (uintptr_t) zhashx_lookup (self->tombstones, key);
+        uint64_t removed = entry ? 0 : tombstones_find (self->tombstones, key);
         uint64_t version = request->n_versions ? request->versions[i] : 0;
         //  Versions are drawn from the tokens' sequence: a restarted master draws past
         //  every version its nodes report.
@@ -705,7 +671,8 @@ s_inventory (self_t *self, reply_t *r, arena_t *arena,
         bool stale = entry ? !directory_holds (entry, (uint16_t) slot)
                                  && (entry->state == DIR_PENDING || entry->token > node->report_bar
                                      || (version && entry->version && version != entry->version))
-                           : removed > node->report_bar || self->tombstone_floor > node->report_bar;
+                           : removed > node->report_bar
+                                 || tombstones_floor (self->tombstones) > node->report_bar;
         //  A node away under an earlier leader: a copy nobody else holds may have been
         //  removed then (ha.h); one another holder has, of the same version, was not.
         if (node->suspect && !stale)
@@ -1240,9 +1207,7 @@ s_new_term (self_t *self, uint64_t term)
     assert (self->directory && self->nodes);
     node_table_set_max_objects (self->nodes, self->config->max_node_objects);
     zlistx_purge (self->reservations);
-    zhashx_purge (self->tombstones);
-    zlistx_purge (self->tombstone_keys);
-    self->tombstone_floor = 0;
+    tombstones_clear (self->tombstones, 0);
     uint64_t epoch = (uint64_t) zclock_time ();
     self->epoch = epoch > self->epoch ? epoch : self->epoch + 1;
     uint64_t base = (uint64_t) time (NULL) << 20;
@@ -1358,7 +1323,8 @@ s_request (self_t *self)
                     break;
                 case KVPOOL__CLUSTER__V1__KIND__REMOVE_ALL:
                     r.reply.count = directory_remove_all (self->directory);
-                    s_tombstones_all (self);
+                    //  (Everything up to now was removed.)
+                    tombstones_clear (self->tombstones, ++self->next_token);
                     for (size_t n = 0; n < node_table_size (self->nodes); n++)
                         node_table_get (self->nodes, (int) n)->objects = 0;
                     s_all_nodes (self, &r, true);

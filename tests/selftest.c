@@ -26,6 +26,7 @@
 #include "infra/etcd.h"
 #include "infra/leader.h"
 #include "master/ha.h"
+#include "master/tombstones.h"
 #include "actors/index_reads.h"
 #include "actors/owners.h"
 #include "infra/regex_matcher.h"
@@ -102,6 +103,7 @@ static selftest_t s_tests[] = {{"kvp_status", kvp_status_test},
                                {"etcd", etcd_test},
                                {"leader", leader_test},
                                {"ha", ha_test},
+                               {"tombstones", tombstones_test},
                                {"regex_matcher", regex_matcher_test},
                                {"replica_manager", replica_manager_test},
                                {"kv_events_encode", kv_events_encode_test},
