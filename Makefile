@@ -201,6 +201,7 @@ $(BIN)/kvpool-bench: $(patsubst %.c,$(OBJ)/%.o,$(BENCH_SRC)) $(OBJ)/infra/ready_
 # with its process helpers. make soak / make chaos run it for 10 minutes; neither is part of
 # make test. Arguments go through SOAK_ARGS / CHAOS_ARGS (e.g. SOAK_ARGS=--disk).
 $(BIN)/kvpool-soak: $(OBJ)/bench/soak.o $(OBJ)/bench/bench_proc.o $(OBJ)/bench/bench_values.o \
+		$(OBJ)/bench/bench_verdict.o \
 		$(OBJ)/infra/ready_file.o $(LIB)/libkvpool.a
 	@mkdir -p $(BIN)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS) -lm

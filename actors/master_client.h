@@ -5,11 +5,15 @@
     and the cluster actor's (PLACE, COMMIT, ABORT, LOCATE, REMOVE*, DROPPED, NODES:
     cluster.h) each own one, on their own thread and their own connection. It owns:
 
-    - which master: master_client_endpoint. Today the one --master names. This is the seam
-      for what comes next: a standby master (the client asks who leads, and moves its
-      connection when the leader changes) and several masters by key hash (a request's keys
-      pick the master; the client keeps one connection each and splits a request by master).
-      Its users never name a master themselves.
+    - which master: master_client_endpoint. The one --master names, or, with standby masters
+      (--master etcd://HOST:PORT/CLUSTER), the leader the node's view names
+      (config->leader, infra/leader.h): before each send the client looks, and on a change
+      makes a new socket to the new leader, in the old one's place in its owner's loop (a
+      message sent just after a disconnect may still leave on the old connection). Every
+      request carries the highest term known; a reply of an older term is dropped (its
+      master was deposed). This is also the seam for several masters by key hash (a
+      request's keys pick the master; the client keeps one connection each and splits a
+      request by master). Its users never name a master themselves.
     - the connection: a DEALER with ZMQ_IMMEDIATE (while the master is away a request fails
       at once, with a clear reason, instead of queueing for its return), reconnecting every
       100 ms with no back-off, heartbeats (a master gone without a FIN is found out), and the

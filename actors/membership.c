@@ -54,6 +54,10 @@ typedef struct {
     } beats[16];
     size_t next_beat_slot;
     bool cache_drop_out;
+    //  The node stopped past its lease (infra/config.h, kvp_lease_suspended): it serves its
+    //  own copies again once a heartbeat of its registration is answered and the copies the
+    //  master refused are dropped.
+    bool confirmed; //  answered; waiting for the drops
 } self_t;
 
 //  Silence from the master this long is said in the log (once, and once when it answers).
@@ -221,6 +225,23 @@ s_lease_lost (self_t *self)
         kvp_job_destroy (&job);
 }
 
+//  The master confirmed what this node holds: a stopped node serves its copies again.
+static void
+s_resume (self_t *self)
+{
+    kvp_lease_t *lease = self->config->lease;
+    if (!lease || !atomic_load (&lease->suspended))
+        return;
+    if (self->drops_out) {
+        self->confirmed = true; //  (once the refused copies are gone: s_rm_reply)
+        return;
+    }
+    self->confirmed = false;
+    atomic_store (&lease->suspended, false);
+    kvp_info ("node %s: the master confirmed what it holds: serving its copies again",
+              self->args->node_id);
+}
+
 static void
 s_master_reply (self_t *self, void *which)
 {
@@ -242,8 +263,13 @@ s_master_reply (self_t *self, void *which)
     if (reply->kind == KVPOOL__CLUSTER__V1__KIND__INVENTORY) {
         if (reply->n_keys > 0)
             s_drop_refused (self, reply);
-        if (self->reports_out && --self->reports_out == 0)
+        if (self->reports_out && --self->reports_out == 0) {
             zhashx_destroy (&self->reported);
+            //  Every report answered, the refused copies on their way out: what remains is
+            //  what the master confirmed.
+            if (self->state == REGISTERED)
+                s_resume (self);
+        }
     }
     if (reply->kind == KVPOOL__CLUSTER__V1__KIND__REGISTER) {
         if (reply->request_id == self->register_id && reply->status == KVPOOL_OK
@@ -273,8 +299,12 @@ s_master_reply (self_t *self, void *which)
         }
     }
     else if (reply->kind == KVPOOL__CLUSTER__V1__KIND__HEARTBEAT && reply->status == KVPOOL_OK
-             && self->state != UNREGISTERED)
+             && self->state != UNREGISTERED) {
         s_lease_renew (self, reply->request_id);
+        //  (Heartbeats follow the inventory: every report of it is answered by now.)
+        if (self->state == REGISTERED && !self->reports_out)
+            s_resume (self);
+    }
     master_client_reply_free (&reply);
 }
 
@@ -292,8 +322,11 @@ s_rm_reply (self_t *self)
                                      : 0);
         self->stats_out = false;
     }
-    else if (job && job->kind == KVP_RM_REMOVE)
+    else if (job && job->kind == KVP_RM_REMOVE) {
         self->drops_out--;
+        if (self->confirmed && !self->drops_out)
+            s_resume (self);
+    }
     else if (job && job->kind == KVP_RM_CACHE_DROP) {
         self->cache_drop_out = false;
         self->next_beat = zclock_mono (); //  registers at once
@@ -303,6 +336,8 @@ s_rm_reply (self_t *self)
         if (job && self->state == REPORTING) {
             s_inventory_send (self, job);
             self->state = REGISTERED;
+            if (!self->reports_out)
+                s_resume (self); //  nothing held: nothing to confirm
         }
     }
     kvp_job_destroy (&job);
@@ -325,12 +360,31 @@ s_rm_reader (actor_shell_t *shell, zsock_t *rm, void *arg)
     return 0;
 }
 
-//  After every wake-up (the one that brought $TERM too): the beat, when due.
+//  After every wake-up (the one that brought $TERM too): the beat, when due. First, whether
+//  this node itself stopped past its lease since the last look.
+static void
+s_stall_check (self_t *self)
+{
+    kvp_lease_t *lease = self->config->lease;
+    if (!lease)
+        return;
+    int64_t now = zclock_mono ();
+    int64_t beat = atomic_load (&lease->beat_ms);
+    if (beat && now - beat > atomic_load (&lease->period_ms) && !atomic_load (&lease->suspended)) {
+        atomic_store (&lease->suspended, true);
+        kvp_warning ("node %s did not run for %lld ms, past its lease: it serves none of its "
+                     "copies until the master confirms them (it may have been fenced meanwhile)",
+                     self->args->node_id, (long long) (now - beat));
+    }
+    atomic_store (&lease->beat_ms, now);
+}
+
 static int64_t
 s_tick (actor_shell_t *shell, void *arg)
 {
     (void) shell;
     self_t *self = (self_t *) arg;
+    s_stall_check (self);
     //  A new leader (standby masters): it does not know this node; register with it now.
     if (master_client_follow (self->master)) {
         kvp_info ("node %s follows %s", self->args->node_id, master_client_name (self->master));
@@ -399,6 +453,13 @@ membership_actor (zsock_t *pipe, void *args)
         kvp_job_destroy (&stats);
     self->next_beat = zclock_mono () + 20;
     self->last_heard = zclock_mono ();
+    //  A node serves what it holds once the master has confirmed it: a restarted node's
+    //  adopted objects may have been removed while it was down (infra/config.h).
+    if (self->config->lease) {
+        atomic_store (&self->config->lease->period_ms,
+                      (int64_t) (KVP_LEASE_BEATS * self->config->heartbeat_ms));
+        atomic_store (&self->config->lease->suspended, true);
+    }
     actor_shell_on_tick (shell, s_tick);
     actor_shell_set_final_tick (shell, true);
     actor_shell_run (shell, self);

@@ -43,9 +43,30 @@ typedef enum {
 
 //  A node's lease (kvp_config_t.lease): until when, in zclock_mono milliseconds (CLOCK_MONOTONIC,
 //  shm_index_clock_ms), it may serve cache copies. 0: not now.
+//  And whether it may serve its own replicas: not after the node itself stopped running for
+//  longer than its lease (SIGSTOP, a stall), for its master may have fenced it meanwhile
+//  (FENCE: a remove or a write that could not reach it completed without it), until the
+//  master has confirmed what it holds (actors/membership.c). beat_ms is when the membership
+//  actor last ran its beat; a gap of more than period_ms since then is such a stop, seen
+//  by a reader before the membership actor has run again.
 typedef struct {
     _Atomic int64_t until_ms;
+    _Atomic int64_t beat_ms;
+    _Atomic int64_t period_ms;
+    atomic_bool suspended;
 } kvp_lease_t;
+
+//  Whether a node with lease (NULL: none) must not serve its own copies at now: it stopped
+//  past its lease, and its master has not confirmed what it holds since.
+static inline bool
+kvp_lease_suspended (const kvp_lease_t *lease, int64_t now)
+{
+    if (!lease)
+        return false;
+    kvp_lease_t *l = (kvp_lease_t *) lease;
+    int64_t beat = atomic_load (&l->beat_ms), period = atomic_load (&l->period_ms);
+    return atomic_load (&l->suspended) || (beat && period && now - beat > period);
+}
 
 //  Whether lease (NULL: none: always) holds at now (zclock_mono ms).
 static inline bool

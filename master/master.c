@@ -134,8 +134,9 @@ s_count (self_t *self, const dir_entry_t *entry, int delta)
 static void
 s_remove (self_t *self, dir_entry_t *entry)
 {
-    if (entry->state == DIR_COMMITTED)
-        tombstones_add (self->tombstones, entry->key, ++self->next_token);
+    //  (A reservation too: a copy its writer sent that landed late, after the abort, is
+    //  refused when its node reports it.)
+    tombstones_add (self->tombstones, entry->key, ++self->next_token);
     s_reservation_end (self, entry);
     s_count (self, entry, -1);
     directory_remove (self->directory, entry);
@@ -408,6 +409,7 @@ s_reply_versions (reply_t *r, size_t n, bool caches)
 static void
 s_send (self_t *self, zframe_t *routing_id, reply_t *r)
 {
+    r->reply.planned = self->next_token;
     size_t size = kvpool__cluster__v1__master_reply__get_packed_size (&r->reply);
     zframe_t *frame = zframe_new (NULL, size);
     kvpool__cluster__v1__master_reply__pack (&r->reply, zframe_data (frame));
@@ -563,6 +565,7 @@ s_register (self_t *self, reply_t *r, const Kvpool__Cluster__V1__NodeRequest *re
     snprintf (node->user_id, sizeof node->user_id, "%s", from->user_id);
     node->reported_bytes = 0;
     node->lease_ms = info->lease_ms;
+    node->register_token = self->next_token;
     node->fence_term = self->ha ? ha_fenced (self->ha, node->node_id) : 0;
     node->suspect = node->fence_term && node->fence_term < self->term;
     if (node->suspect)
@@ -1101,6 +1104,11 @@ s_fence (self_t *self, reply_t *r, const Kvpool__Cluster__V1__NodeRequest *reque
         s_reply_fail (r, KVPOOL_INVALID_PARAMS, "unknown node '%.100s'", victim);
         return;
     }
+    //  Registered again since the reply that named it as a holder: its copies were judged
+    //  against that removal or write when it reported them (s_inventory), and it dropped
+    //  its cache copies before it registered. Nothing to fence.
+    if (request->n_tokens == 1 && node->alive && node->register_token >= request->tokens[0])
+        return;
     if (self->ha && node->fence_term != self->term) {
         if (ha_fence_write (self->ha, node->node_id, self->term) == -1) {
             s_reply_fail (r, KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS,
@@ -1398,8 +1406,10 @@ s_tick (self_t *self)
     while ((reservation = (reservation_t *) zlistx_first (self->reservations))
            && reservation->deadline <= now) {
         dir_entry_t *entry = directory_find (self->directory, reservation->key);
-        if (entry && entry->state == DIR_PENDING && entry->token == reservation->token)
+        if (entry && entry->state == DIR_PENDING && entry->token == reservation->token) {
+            tombstones_add (self->tombstones, entry->key, ++self->next_token);
             directory_remove (self->directory, entry); //  (its record goes just below)
+        }
         zlistx_delete (self->reservations, zlistx_cursor (self->reservations));
     }
     key_watch_check (self->keys, now);

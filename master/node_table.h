@@ -59,6 +59,7 @@ typedef struct {
     //  copies (REGISTER's lease_ms; 0: it keeps none): a node fenced now (FENCE) is safe
     //  from last_heard + lease_ms on.
     uint64_t lease_ms;
+    uint64_t register_token; //  the token sequence when it last registered (FENCE)
     //  With standby masters (ha.h): the term under which etcd records the node fenced (0:
     //  none; the record goes once it has reported again), and whether that was an earlier
     //  term's, whose removals this master does not know: then only the copies other
