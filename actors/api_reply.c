@@ -218,6 +218,7 @@ api_complete_stats (api_t *self, kvp_stats_t *stats)
     stats->resets = self->resets_done;
     stats->connections = self->guard ? conn_guard_connections (self->guard) : 0;
     metrics_bytes_totals (self->metrics, &stats->value_bytes_in, &stats->value_bytes_out);
+    metrics_link_stats (self->metrics, zclock_mono (), stats);
 }
 
 //  Sends values copied out of the read index as a GET's value frames, or drops them when
