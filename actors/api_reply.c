@@ -336,6 +336,13 @@ api_reply (api_t *self, kvp_job_t **job_p, zmq_msg_t *copies)
         api_complete_stats (self, kvp_job_stats (job));
         reply_stats (kvp_job_stats (job), &stats);
         reply.stats = &stats;
+        kvp_master_link_t link;
+        metrics_link_read (self->metrics, zclock_mono (), &link);
+        char *master = link.node ? (char *) arena_alloc (&ctx->arena, sizeof link.endpoint) : NULL;
+        if (master) {
+            memcpy (master, link.endpoint, sizeof link.endpoint);
+            reply.master_endpoint = master;
+        }
         s_op_stats (self, ctx, &reply);
     }
     bool values = (row->fills & REPLY_VALUES) && reply.status == KVPOOL_OK && job->count > 0;

@@ -61,6 +61,7 @@ struct _kvpc_conn_t {
     bool same_host;      //  the node's host id is this process's (kvp_host_id)
     bool cluster;        //  the node is one of a cluster's (PING)
     char last_error[256];
+    char master_endpoint[256]; //  the node's master, as its last STATS said ("": none)
     char client_id[96];       //  owner name for segments this client mounts
     char host_id[64];         //  the node's host id (PING)
     char server_id[96];       //  the node's host id + pid (PING)
@@ -130,6 +131,18 @@ void
 kvpc_clear_error (kvpc_conn_t *self)
 {
     self->last_error[0] = 0;
+}
+
+void
+kvpc_conn_set_master_endpoint (kvpc_conn_t *self, const char *endpoint)
+{
+    snprintf (self->master_endpoint, sizeof self->master_endpoint, "%s", endpoint ? endpoint : "");
+}
+
+const char *
+kvpc_conn_master_endpoint (kvpc_conn_t *self)
+{
+    return self->master_endpoint;
 }
 
 const char *

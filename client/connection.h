@@ -117,6 +117,9 @@ void kvpc_set_error (kvpc_conn_t *self, const char *format, ...)
     __attribute__ ((format (printf, 2, 3)));
 void kvpc_clear_error (kvpc_conn_t *self);
 const char *kvpc_conn_last_error (kvpc_conn_t *self);
+//  The master the node talks to, as its last STATS reply said ("" for none or before one).
+void kvpc_conn_set_master_endpoint (kvpc_conn_t *self, const char *endpoint);
+const char *kvpc_conn_master_endpoint (kvpc_conn_t *self);
 
 //  Sends request (with one frame per value) and waits up to the connection's timeout for its
 //  reply. Returns 0 with *reply filled (free it with kvpc_reply_free), or a negative status:

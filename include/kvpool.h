@@ -447,6 +447,12 @@ typedef struct {
 KVPOOL_EXPORT int kvpool_config (kvpool_t *self, const char *name, const char *value, char *out,
                                  size_t size);
 
+//  The master the node talks to, as the last kvpool_stats or kvpool_stats_ops said: "" for a
+//  one-process store, or before either was called. How the link is: the stats'
+//  master_connected, master_silence_ms, master_term and master_lease_ms. Owned by self,
+//  valid until the next stats call.
+KVPOOL_EXPORT const char *kvpool_master_endpoint (kvpool_t *self);
+
 //  kvpool_stats, and the operations clients asked for: up to max of them into ops (NULL
 //  with max 0 for none), *count the number the node reported.
 KVPOOL_EXPORT int kvpool_stats_ops (kvpool_t *self, kvpool_stats_t *stats, kvpool_op_stats_t *ops,

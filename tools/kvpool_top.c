@@ -3,9 +3,9 @@
     Reads nothing but the client protocol: a STATS request (kvpool_stats_ops: the node's
     figures and its per-operation counters and latency histograms) and a NODES request each
     interval. A cluster's node (master_lease_ms > 0) has a line for its link to its master:
-    connected or degraded (as /health says it), the master (--master, read once with a
-    CONFIG request where the node lets this client read settings: "-" otherwise), the
-    leader's term and how long the master has been silent. Rates are differences between two samples over the time between them; p50 and
+    connected or degraded (as /health says it), the master it talks to (the STATS reply's
+    master_endpoint: kvpool_master_endpoint), the leader's term and how long the master has
+    been silent. Rates are differences between two samples over the time between them; p50 and
     p99 are the upper bounds of the histogram buckets where the interval's requests reach
     half and 99% (so "<= 0.25 ms" reads as "at most a quarter of a millisecond").
 
@@ -136,6 +136,8 @@ static void
 s_render (FILE *out, const char *endpoint, const char *master, const sample_t *a,
           const sample_t *b, bool screen)
 {
+    if (!master || !*master)
+        master = "-";
     const kvpool_stats_t *s = &b->stats, *p = &a->stats;
     double dt = b->at - a->at;
     char x[32], y[32], z[32];
@@ -260,11 +262,6 @@ kvpool_top (kvpool_t *pool, const char *endpoint, bool once, int interval_ms)
         free (b);
         return 1;
     }
-    //  The master the node was told to join (a setting: a client the node does not let read
-    //  its settings, or a one-process store, sees "-").
-    char master[256] = "-";
-    if (a->stats.master_lease_ms && kvpool_config (pool, "master", NULL, master, sizeof master))
-        snprintf (master, sizeof master, "-");
     bool tty = !once && isatty (STDIN_FILENO);
     struct termios saved;
     if (tty && tcgetattr (STDIN_FILENO, &saved) == 0) {
@@ -292,7 +289,7 @@ kvpool_top (kvpool_t *pool, const char *endpoint, bool once, int interval_ms)
             status = 1;
             break;
         }
-        s_render (stdout, endpoint, master, a, b, !once);
+        s_render (stdout, endpoint, kvpool_master_endpoint (pool), a, b, !once);
         if (once)
             break;
         sample_t *t = a;
