@@ -61,7 +61,8 @@ struct _kvpc_conn_t {
     bool same_host;      //  the node's host id is this process's (kvp_host_id)
     bool cluster;        //  the node is one of a cluster's (PING)
     char last_error[256];
-    char master_endpoint[256]; //  the node's master, as its last STATS said ("": none)
+    //  The node's master, as its last STATS said ("": none).
+    char master_endpoint[256];
     char client_id[96];       //  owner name for segments this client mounts
     char host_id[64];         //  the node's host id (PING)
     char server_id[96];       //  the node's host id + pid (PING)

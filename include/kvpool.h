@@ -11,10 +11,11 @@
         key in the caller's array; they return a negative status when the request as a whole
         failed (then the per-key array is filled with that status too).
 
-    Same-machine fast path: when the client runs on the node's machine (same boot id and network namespace) and can
-    map the node's shared-memory segments, the put/get calls that copy from or into a caller's
-    buffer move the bytes with memcpy (put-start, memcpy, put-end; get-replica-list, memcpy,
-    release) instead of sending them over the socket. It is chosen automatically at connect
+    Same-machine fast path: when the client runs on the node's machine (same boot id, same
+    network namespace) and can map the node's shared-memory segments, the put/get calls that
+    copy from or into a caller's buffer move the bytes with memcpy (put-start, memcpy,
+    put-end; get-replica-list, memcpy, release) instead of sending them over the socket. It
+    is chosen automatically at connect
     and can be switched off (kvpool_options_t.fast_path = 0, or kvpool_set_fast_path).
 
     GPU memory: the buffers of the puts and of the gets into buffers may be CUDA device

@@ -1009,8 +1009,7 @@ kvp_config_test (bool verbose)
     //  A wildcard bind is announced as --advertise says, or not at all (kvpoold refuses).
     char *advertised[] = {"--role", "node", "--advertise", "10.0.0.7"};
     kvp_config_defaults (&config);
-    assert (kvp_config_parse (&config, 4, advertised) == 0
-            && streq (config.advertise, "10.0.0.7"));
+    assert (kvp_config_parse (&config, 4, advertised) == 0 && streq (config.advertise, "10.0.0.7"));
     char out[64];
     assert (kvp_endpoint_is_wildcard ("tcp://0.0.0.0:5") && kvp_endpoint_is_wildcard ("tcp://*:5")
             && kvp_endpoint_is_wildcard ("tcp://[::]:5") && kvp_endpoint_is_wildcard ("tcp://:::5")

@@ -32,7 +32,6 @@ bool kvp_endpoint_is_wildcard (const char *endpoint);
 //  The endpoint to announce for a bound endpoint, into out: with a wildcard host, advertise
 //  in its place (an IPv6 address goes in brackets); any other endpoint as it is. Returns 0,
 //  or -1 (out = "") when the host is a wildcard and advertise is NULL or "".
-int kvp_endpoint_advertised (const char *endpoint, const char *advertise, char *out,
-                             size_t size);
+int kvp_endpoint_advertised (const char *endpoint, const char *advertise, char *out, size_t size);
 
 #endif

@@ -379,8 +379,8 @@ metrics_link_read (kvp_metrics_t *self, int64_t now_ms, kvp_master_link_t *out)
     memcpy (out->endpoint, self->link_endpoint, sizeof out->endpoint);
     memcpy (out->refused, self->link_refused, sizeof out->refused);
     pthread_mutex_unlock (&self->lock);
-    out->connected = out->registered && !out->refused[0]
-                     && (uint64_t) out->silence_ms <= out->lease_ms;
+    out->connected =
+        out->registered && !out->refused[0] && (uint64_t) out->silence_ms <= out->lease_ms;
 }
 
 void
@@ -619,16 +619,15 @@ metrics_render (kvp_metrics_t *self, int64_t now_ms, size_t *size_p)
              "committed objects in the cluster (each once, whatever its replicas)",
              &self->cluster_objects},
             {"kvpool_cluster_used_bytes", "gauge",
-             "memory in use on the live nodes, as their last heartbeats said",
-             &self->cluster_used},
+             "memory in use on the live nodes, as their last heartbeats said", &self->cluster_used},
             {"kvpool_cluster_capacity_bytes", "gauge", "memory the live nodes contribute",
              &self->cluster_capacity},
             {"kvpool_cluster_replicas_missing", "gauge",
              "replicas objects lack of the count they were put with", &self->replicas_missing},
             {"kvpool_cluster_repairs_total", "counter",
              "replicas made again since this master started", &self->repairs_done},
-            {"kvpool_master_failovers_total", "counter",
-             "times this master took over leadership", &self->failovers},
+            {"kvpool_master_failovers_total", "counter", "times this master took over leadership",
+             &self->failovers},
         };
         for (size_t i = 0; i < sizeof figures / sizeof figures[0]; i++) {
             s_header (out, figures[i].name, figures[i].type, figures[i].help);
@@ -683,13 +682,12 @@ metrics_health (kvp_metrics_t *self, int64_t now_ms, bool *ok_p)
         stats.objects = s_get (&self->cluster_objects);
         stats.bytes_stored = s_get (&self->cluster_used);
         stats.bytes_mounted = s_get (&self->cluster_capacity);
-        snprintf (extra, sizeof extra,
-                  ",\"nodes\":%" PRIu64 ",\"nodes_alive\":%" PRIu64 ",\"keys\":%" PRIu64
-                  ",\"replicas_missing\":%" PRIu64 ",\"repairs_done\":%" PRIu64
-                  ",\"failovers\":%" PRIu64,
-                  s_get (&self->nodes), s_get (&self->nodes_alive), s_get (&self->master_keys),
-                  s_get (&self->replicas_missing), s_get (&self->repairs_done),
-                  s_get (&self->failovers));
+        snprintf (
+            extra, sizeof extra,
+            ",\"nodes\":%" PRIu64 ",\"nodes_alive\":%" PRIu64 ",\"keys\":%" PRIu64
+            ",\"replicas_missing\":%" PRIu64 ",\"repairs_done\":%" PRIu64 ",\"failovers\":%" PRIu64,
+            s_get (&self->nodes), s_get (&self->nodes_alive), s_get (&self->master_keys),
+            s_get (&self->replicas_missing), s_get (&self->repairs_done), s_get (&self->failovers));
     }
     const char *status = !have ? "starting" : age > KVP_METRICS_STALE_MS ? "stalled" : "ok";
     *ok_p = have && age <= KVP_METRICS_STALE_MS;

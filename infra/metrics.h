@@ -96,16 +96,17 @@ typedef struct {
 void metrics_cluster (kvp_metrics_t *self, const kvp_cluster_figures_t *figures, int64_t now_ms);
 
 //  A node's link to its master, as /health and STATS (master_connected, master_silence_ms,
-//  master_term) show it. The membership actor is the writer of all but the term.
+//  master_term, master_lease_ms; Reply.master_endpoint) show it. The membership actor is the writer
+//  of all but the term.
 typedef struct {
-    bool node;             //  role node: a link is kept (metrics_link_master was called)
-    bool registered;       //  the master registered the node and has not forgotten it since
-    bool connected;        //  registered and heard from within the lease
-    int64_t silence_ms;    //  since the master last answered (or since the start)
-    uint64_t term;         //  the leader's term (0: masters without terms)
-    uint64_t lease_ms;     //  silence past this is "degraded"
-    char endpoint[256];    //  the master the node talks to
-    char refused[256];     //  why the master refused the node for good ("" if it did not)
+    bool node;          //  role node: a link is kept (metrics_link_master was called)
+    bool registered;    //  the master registered the node and has not forgotten it since
+    bool connected;     //  registered and heard from within the lease
+    int64_t silence_ms; //  since the master last answered (or since the start)
+    uint64_t term;      //  the leader's term (0: masters without terms)
+    uint64_t lease_ms;  //  silence past this is "degraded"
+    char endpoint[256]; //  the master the node talks to
+    char refused[256];  //  why the master refused the node for good ("" if it did not)
 } kvp_master_link_t;
 
 //  The node keeps a link to endpoint; silence past lease_ms (KVP_LEASE_BEATS heartbeats) is

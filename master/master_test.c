@@ -188,7 +188,8 @@ master_test (bool verbose)
     fake.node = &twin;
     reply = s_call (impostor, &fake);
     assert (reply->status == KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS && reply->registration == 0);
-    assert (reply->duplicate && strstr (reply->error, "another live node (clients tcp://127.0.0.1:1)"));
+    assert (reply->duplicate
+            && strstr (reply->error, "another live node (clients tcp://127.0.0.1:1)"));
     kvpool__cluster__v1__master_reply__free_unpacked (reply, NULL);
     fake.node = &node;
     fake.kind = KVPOOL__CLUSTER__V1__KIND__HEARTBEAT;

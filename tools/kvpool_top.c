@@ -133,8 +133,8 @@ s_rate (uint64_t now, uint64_t before, double seconds)
 }
 
 static void
-s_render (FILE *out, const char *endpoint, const char *master, const sample_t *a,
-          const sample_t *b, bool screen)
+s_render (FILE *out, const char *endpoint, const char *master, const sample_t *a, const sample_t *b,
+          bool screen)
 {
     if (!master || !*master)
         master = "-";
@@ -176,8 +176,7 @@ s_render (FILE *out, const char *endpoint, const char *master, const sample_t *a
              s_rate (s->promotions, p->promotions, dt));
     if (s->master_lease_ms)
         fprintf (out, "master       %s  %s  term %" PRIu64 "  silent %.1f s (lease %.1f s)\n",
-                 s->master_connected ? "connected" : "DEGRADED (not registered, or silent past "
-                                                     "the lease)",
+                 s->master_connected ? "connected" : "DEGRADED (unregistered, or silent too long)",
                  master, s->master_term, (double) s->master_silence_ms / 1000.0,
                  (double) s->master_lease_ms / 1000.0);
     if (b->nodes >= 0)
