@@ -17,8 +17,10 @@ Run by `make test` (cwd = repo root, KVPOOL_BIN = build/bin) with Debian's /usr/
 
 import json
 import os
+import random
 import re
 import signal
+import socket
 import subprocess
 import urllib.error
 import urllib.request
@@ -48,6 +50,36 @@ def http_get(url):
 def health(daemon):
     status, body = http_get(daemon.metrics + "/health")
     return status, json.loads(body)
+
+
+def health_until(daemon, code, timeout):
+    """The /health body of the first answer with HTTP status code within timeout seconds
+    (each look is one request, so that status and body go together), or fails."""
+    seen = []
+
+    def look():
+        seen[:] = [health(daemon)]
+        return seen[0][0] == code
+
+    assert wait_for(look, timeout), seen
+    return seen[0][1]
+
+
+def port_below_ephemeral():
+    """A free loopback port under the ephemeral range (ip_local_port_range starts at 32768
+    by default). A master restarted on its port needs one: while it is away its nodes
+    reconnect to that port every 100 ms, and a connect to a port in the ephemeral range can
+    be given that very port as its own (a TCP self-connect), which then holds it."""
+    low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+    for _ in range(100):
+        port = random.randrange(max(1024, low - 12000), low)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise AssertionError("no free port under %d" % low)
 
 
 def nodes(endpoint):
@@ -208,13 +240,18 @@ def test_a_wildcard_bind_is_announced_as_advertise_says():
 
 
 def test_health_says_degraded_while_the_master_is_gone():
-    c = Cluster(hosts=("hA",), node_args=("--metrics-port", str(free_port())))
+    # The master on a port it can have again once it is gone (port_below_ephemeral).
+    master_args = ("--role", "master", "--node-ttl", "2000", "--master",
+                   "tcp://127.0.0.1:%d" % port_below_ephemeral())
+    master = Kvpoold(*master_args, prefix="kvpool-master-")
+    node = None
     try:
-        node = c.nodes[0]
-        assert wait_for(lambda: health(node)[0] == 200, 10), health(node)
-        status, body = health(node)
+        node = Kvpoold("--role", "node", "--master", master.endpoint, "--host-id", "hA",
+                       "--segment-size", "16MiB", "--heartbeat-interval", str(HEARTBEAT_MS),
+                       "--metrics-port", str(free_port()), prefix="kvpool-node-")
+        body = health_until(node, 200, 10)
         assert body["status"] == "ok" and body["master"]["connected"] is True, body
-        assert body["master"]["endpoint"] == c.master_endpoint, body
+        assert body["master"]["endpoint"] == master.endpoint, body
         assert body["master"]["term"] == 0 and body["master"]["registered"] is True
         assert body["master"]["lease_seconds"] == pytest.approx(3 * HEARTBEAT_MS / 1000)
         top = subprocess.run([os.path.join(bin_dir(), "kvpool"), "-s", node.endpoint, "top",
@@ -222,13 +259,11 @@ def test_health_says_degraded_while_the_master_is_gone():
                              timeout=30)
         assert top.returncode == 0, top.stderr
         assert re.search(r"^master\s+connected\s+%s\s+term 0\s+silent" % re.escape(
-            c.master_endpoint), top.stdout, re.M), top.stdout
-        port = c.master_endpoint.rsplit(":", 1)[1]
-        c.master.proc.kill()
-        c.master.proc.wait()
+            master.endpoint), top.stdout, re.M), top.stdout
+        master.proc.kill()
+        master.proc.wait()
         # Past its lease (3 heartbeats) without a word from the master: degraded.
-        assert wait_for(lambda: health(node)[0] == 503, 5), health(node)
-        status, body = health(node)
+        body = health_until(node, 503, 5)
         assert body["status"] == "degraded" and body["master"]["connected"] is False, body
         assert body["master"]["silence_seconds"] > 3 * HEARTBEAT_MS / 1000, body
         assert Raw(node.endpoint).stats().master_connected == 0
@@ -237,16 +272,17 @@ def test_health_says_degraded_while_the_master_is_gone():
                              timeout=30)
         assert re.search(r"^master\s+DEGRADED", top.stdout, re.M), top.stdout
         # The master back on its endpoint: the node registers again, and is ok.
-        c.master = Kvpoold(*c.master_args, "--master", "tcp://127.0.0.1:%s" % port,
-                           prefix="kvpool-master-")
-        assert wait_for(lambda: health(node)[0] == 200, 10), (health(node), c.logs())
-        status, body = health(node)
+        master.remove()
+        master = Kvpoold(*master_args, prefix="kvpool-master-")
+        body = health_until(node, 200, 10)
         assert body["status"] == "ok" and body["master"]["connected"] is True, body
         assert wait_for(lambda: Raw(node.endpoint).stats().master_connected == 1, 5)
-        for d in c.nodes + [c.master]:
-            assert d.stop() == 0, c.logs()
+        assert node.stop() == 0, node.log_text(3000)
+        assert master.stop() == 0, master.log_text(3000)
     finally:
-        c.close()
+        if node:
+            node.remove()
+        master.remove()
 
 
 def test_the_master_reports_the_cluster():
