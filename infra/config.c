@@ -452,6 +452,8 @@ s_config_check (kvp_config_t *config)
         config->node_id = NULL;
     if (config->peer_endpoint && !*config->peer_endpoint)
         config->peer_endpoint = NULL;
+    if (config->advertise && !*config->advertise)
+        config->advertise = NULL;
     if (config->rdma_device && !*config->rdma_device)
         config->rdma_device = NULL;
     if (!config->master || !*config->master) {
@@ -1032,6 +1034,23 @@ kvp_config_test (bool verbose)
     char *wide_insecure[] = {"--endpoint", "tcp://*:5", "--insecure"};
     kvp_config_defaults (&config);
     assert (kvp_config_parse (&config, 3, wide_insecure) == 0 && config.insecure);
+    //  A wildcard bind is announced as --advertise says, or not at all (kvpoold refuses).
+    char *advertised[] = {"--role", "node", "--advertise", "10.0.0.7"};
+    kvp_config_defaults (&config);
+    assert (kvp_config_parse (&config, 4, advertised) == 0 && streq (config.advertise, "10.0.0.7"));
+    char out[64];
+    assert (kvp_endpoint_is_wildcard ("tcp://0.0.0.0:5") && kvp_endpoint_is_wildcard ("tcp://*:5")
+            && kvp_endpoint_is_wildcard ("tcp://[::]:5") && kvp_endpoint_is_wildcard ("tcp://:::5")
+            && !kvp_endpoint_is_wildcard ("tcp://10.0.0.1:5")
+            && !kvp_endpoint_is_wildcard ("ipc://@x"));
+    assert (kvp_endpoint_advertised ("tcp://0.0.0.0:5", "10.0.0.7", out, sizeof out) == 0
+            && streq (out, "tcp://10.0.0.7:5"));
+    assert (kvp_endpoint_advertised ("tcp://*:5", "fd00::7", out, sizeof out) == 0
+            && streq (out, "tcp://[fd00::7]:5"));
+    assert (kvp_endpoint_advertised ("tcp://10.0.0.1:5", "10.0.0.7", out, sizeof out) == 0
+            && streq (out, "tcp://10.0.0.1:5"));
+    assert (kvp_endpoint_advertised ("tcp://10.0.0.1:5", NULL, out, sizeof out) == 0);
+    assert (kvp_endpoint_advertised ("tcp://0.0.0.0:5", NULL, out, sizeof out) == -1 && !*out);
     char *wide_curve[] = {"--endpoint", "tcp://*:5", "--curve-secret", "/k", "--curve-allow", "/d"};
     kvp_config_defaults (&config);
     assert (kvp_config_parse (&config, 6, wide_curve) == 0);

@@ -125,9 +125,10 @@ typedef struct {
     const char *master;        //  master: the endpoint it binds; node: the master to join
     const char *ha;            //  master: etcd://.../CLUSTER to campaign in; NULL: alone
     uint64_t ha_lease_ttl_s;   //  master with ha: the leader's etcd lease
-    const char *host_id;       //  NULL: the boot id
+    const char *host_id;       //  NULL: kvp_host_id (boot id and network namespace)
     const char *node_id;       //  NULL: host id + the first client tcp port
     const char *peer_endpoint; //  the data plane's bind; NULL: the client tcp host, any port
+    const char *advertise;     //  the host announced for a wildcard bind; NULL: none
     uint64_t node_ttl_ms;
     uint64_t max_node_objects; //  master: directory entries one node may hold
     uint64_t heartbeat_ms;

@@ -54,7 +54,7 @@ const opt_t kvp_config_options[] = {
      .arg = "ID",
      .kind = OPT_STRING,
      FIELD (host_id),
-     .default_rule = "the machine's boot id",
+     .default_rule = "the machine's boot id and network namespace",
      .help = "the machine this node is on: replicas go to distinct hosts, and same-machine "
              "clients map segments only of their own host"},
     {.name = "node-id",
@@ -70,6 +70,14 @@ const opt_t kvp_config_options[] = {
      FIELD (peer_endpoint),
      .default_rule = "the first client tcp endpoint's host, any free port",
      .help = "role node: the data plane, where other nodes read and write this node's values"},
+    {.name = "advertise",
+     .arg = "HOST",
+     .kind = OPT_STRING,
+     FIELD (advertise),
+     .default_rule = "none: a node bound to a wildcard address refuses to start",
+     .help = "role node: the address other nodes and clients reach this node at, announced "
+             "to the master in place of a wildcard (0.0.0.0, *, ::) in the client and "
+             "data-plane endpoints; endpoints bound to one address are announced as bound"},
     {.name = "node-ttl",
      .arg = "MS",
      .kind = OPT_UINT,

@@ -206,7 +206,7 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
     //  The epoch tells nodes this is a master they have not registered with.
     self->epoch = (uint64_t) zclock_time ();
     char host[64];
-    kvp_boot_id (host, sizeof host);
+    kvp_host_id (host, sizeof host);
     snprintf (self->master_id, sizeof self->master_id, "%s/%d/%llu", host, (int) getpid (),
               (unsigned long long) self->epoch);
     self->next_tick = zclock_mono () + LIVENESS_TICK_MS;
@@ -269,11 +269,11 @@ s_reply_init (self_t *self, reply_t *r, arena_t *arena,
 static int
 s_reply_fail (reply_t *r, int status, const char *format, ...)
 {
-    char *error = (char *) arena_alloc (r->arena, 200);
+    char *error = (char *) arena_alloc (r->arena, 400);
     if (error) {
         va_list args;
         va_start (args, format);
-        vsnprintf (error, 200, format, args);
+        vsnprintf (error, 400, format, args);
         va_end (args);
         r->reply.error = error;
     }
@@ -497,7 +497,9 @@ s_random_registration (self_t *self)
 //  A live node's name is taken by another connection only once the one that registered it
 //  closed (a node restarted after a crash), and never by another credential: an impostor
 //  (or a second process started under the same --node-id) is refused and logged, and the
-//  node keeps its registration and its keys.
+//  node keeps its registration and its keys. One that announces other endpoints than a node
+//  heard from within its lease is a second node under its id (node_table_claim): told so
+//  (MasterReply.duplicate), it stops.
 static void
 s_register (self_t *self, reply_t *r, const Kvpool__Cluster__V1__NodeRequest *request,
             const origin_t *from)
@@ -520,18 +522,28 @@ s_register (self_t *self, reply_t *r, const Kvpool__Cluster__V1__NodeRequest *re
         return;
     }
     if (old && old->alive && !s_same_conn (old, from)) {
-        const char *why = NULL;
+        //  Other endpoints while the node is heard from: a second node, told to stop.
+        node_claim_t claim = node_table_claim (old, info->client_endpoint, info->peer_endpoint,
+                                               self->config->node_ttl_ms, zclock_mono ());
+        char why[700] = "";
         if (strcmp (old->user_id, from->user_id) != 0)
-            why = "it registered with another credential";
+            snprintf (why, sizeof why, "it registered with another credential");
+        else if (claim == NODE_CLAIM_DUPLICATE)
+            snprintf (why, sizeof why,
+                      "another live node (clients %s) has this id: give each node its own "
+                      "--node-id, or leave --node-id and --host-id to their defaults",
+                      old->client_endpoint);
         else if (!old->conn_closed)
-            why = "it is alive on another connection (a restarted node takes its place once "
-                  "that connection closes, or --node-ttl after its last heartbeat)";
-        if (why) {
+            snprintf (why, sizeof why,
+                      "it is alive on another connection (a restarted node takes its place once "
+                      "that connection closes, or --node-ttl after its last heartbeat)");
+        if (*why) {
             self->impostors++;
             kvp_warning ("refused a REGISTER of node %s from another connection: %s", info->node_id,
                          why);
             s_reply_fail (r, KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS,
                           "node %s is registered already: %s", info->node_id, why);
+            r->reply.duplicate = claim == NODE_CLAIM_DUPLICATE;
             return;
         }
     }
@@ -944,6 +956,10 @@ s_locate (self_t *self, reply_t *r, arena_t *arena, const Kvpool__Cluster__V1__N
             continue;
         }
         dir_entry_t *entry = directory_find (self->directory, key);
+        //  Removed while nothing holds it (its holders declared dead): a copy a holder brings
+        //  back later does not undo the remove.
+        if (!entry && remove)
+            tombstones_add (self->tombstones, key, ++self->next_token);
         if (!entry || entry->state != DIR_COMMITTED) {
             r->reply.statuses[i] = KVPOOL_OBJECT_NOT_FOUND;
             continue;
@@ -1414,8 +1430,12 @@ s_tick (self_t *self)
     }
     key_watch_check (self->keys, now);
     self->next_tick = now + LIVENESS_TICK_MS;
-    metrics_cluster (self->config->metrics, node_table_size (self->nodes),
-                     node_table_alive (self->nodes), directory_size (self->directory), now);
+    kvp_cluster_figures_t figures = {.nodes = node_table_size (self->nodes),
+                                     .alive = node_table_alive (self->nodes),
+                                     .keys = directory_size (self->directory),
+                                     .objects = directory_committed (self->directory)};
+    node_table_space (self->nodes, &figures.capacity, &figures.used_bytes);
+    metrics_cluster (self->config->metrics, &figures, now);
 }
 
 static int

@@ -289,6 +289,33 @@ main (int argc, char **argv)
                 snprintf (client_endpoint, sizeof client_endpoint, "%s", e);
                 break;
             }
+        //  What it announces: a wildcard bind (0.0.0.0) is an address no other node can
+        //  connect to, so --advertise names the one they reach it at; without it the node
+        //  does not start rather than join with an address nobody can use.
+        char client_announced[300], peer_announced[300];
+        const char *wildcard = NULL;
+        if (kvp_endpoint_advertised (client_endpoint, config.advertise, client_announced,
+                                     sizeof client_announced)
+            != 0)
+            wildcard = client_endpoint;
+        else if (kvp_endpoint_advertised (peer_endpoint, config.advertise, peer_announced,
+                                          sizeof peer_announced)
+                 != 0)
+            wildcard = peer_endpoint;
+        if (wildcard) {
+            fprintf (stderr,
+                     "kvpoold: %s binds every address, which other nodes and clients cannot "
+                     "connect to: give --advertise HOST (the address they reach this node at), "
+                     "or bind one address\n",
+                     wildcard);
+            goto shutdown;
+        }
+        if (strcmp (client_announced, client_endpoint) || strcmp (peer_announced, peer_endpoint))
+            printf ("kvpoold: announced as %s, data plane %s (--advertise)\n", client_announced,
+                    peer_announced);
+        snprintf (client_endpoint, sizeof client_endpoint, "%s", client_announced);
+        zstr_free (&peer_endpoint);
+        peer_endpoint = strdup (peer_announced);
         if (config.node_id)
             snprintf (node_id, sizeof node_id, "%s", config.node_id);
         else
@@ -357,7 +384,13 @@ main (int argc, char **argv)
     fflush (stdout);
 
     s_wait_for_signal (&signals);
-    status = 0;
+    //  A node its master refused for good (another live node has its id: membership.c)
+    //  stopped itself: it exits 1, having said why.
+    kvp_master_link_t link;
+    metrics_link_read (config.metrics, zclock_mono (), &link);
+    status = link.refused[0] ? 1 : 0;
+    if (status)
+        fprintf (stderr, "kvpoold: %s\n", link.refused);
 
 shutdown:
     zactor_destroy (&metrics);
