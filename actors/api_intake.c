@@ -371,6 +371,10 @@ s_serve_from_index (api_t *self, kvp_job_t *job)
     if (!self->reads || job->count > (values ? INDEX_READ_KEYS_MAX : INDEX_CHECK_KEYS_MAX)
         || !(ctx->row->flags & OP_INDEX) || job->opt.ranged)
         return false;
+    //  Not before the master has confirmed what the node holds (infra/config.h): the
+    //  replica-manager answers, and sends the read where the master says.
+    if (kvp_lease_suspended (self->config->lease, zclock_mono ()))
+        return false;
     zmq_msg_t small[8];
     zmq_msg_t *copies = NULL;
     if (values)

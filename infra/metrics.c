@@ -46,7 +46,7 @@ struct _kvp_metrics_t {
     atomic_int_fast64_t master_beat; //  the master's last tick (zclock_mono); 0: none
     //  A master's view of its cluster (kvp_cluster_figures_t's other members).
     atomic_uint_fast64_t cluster_objects, cluster_used, cluster_capacity;
-    atomic_uint_fast64_t replicas_missing, repairs_done, failovers;
+    atomic_uint_fast64_t replicas_missing, repairs_done, failovers, term, standby;
     //  A node's link to its master (metrics_link_*); the strings under lock.
     atomic_bool link_node, link_registered;
     atomic_int_fast64_t link_heard; //  zclock_mono of the master's last answer (or the start)
@@ -305,6 +305,8 @@ metrics_cluster (kvp_metrics_t *self, const kvp_cluster_figures_t *figures, int6
     s_set (&self->replicas_missing, figures->replicas_missing);
     s_set (&self->repairs_done, figures->repairs_done);
     s_set (&self->failovers, figures->failovers);
+    s_set (&self->term, figures->term);
+    s_set (&self->standby, figures->standby);
     atomic_store_explicit (&self->master_beat, now_ms ? now_ms : 1, memory_order_relaxed);
 }
 
@@ -628,6 +630,11 @@ metrics_render (kvp_metrics_t *self, int64_t now_ms, size_t *size_p)
              "replicas made again since this master started", &self->repairs_done},
             {"kvpool_master_failovers_total", "counter", "times this master took over leadership",
              &self->failovers},
+            {"kvpool_master_term", "gauge",
+             "the leader term this master leads or last led (standby masters; 0: alone)",
+             &self->term},
+            {"kvpool_master_standby", "gauge", "1 while this master stands by (does not lead)",
+             &self->standby},
         };
         for (size_t i = 0; i < sizeof figures / sizeof figures[0]; i++) {
             s_header (out, figures[i].name, figures[i].type, figures[i].help);
@@ -685,9 +692,11 @@ metrics_health (kvp_metrics_t *self, int64_t now_ms, bool *ok_p)
         snprintf (
             extra, sizeof extra,
             ",\"nodes\":%" PRIu64 ",\"nodes_alive\":%" PRIu64 ",\"keys\":%" PRIu64
-            ",\"replicas_missing\":%" PRIu64 ",\"repairs_done\":%" PRIu64 ",\"failovers\":%" PRIu64,
+            ",\"replicas_missing\":%" PRIu64 ",\"repairs_done\":%" PRIu64 ",\"failovers\":%" PRIu64
+            ",\"term\":%" PRIu64 ",\"leads\":%s",
             s_get (&self->nodes), s_get (&self->nodes_alive), s_get (&self->master_keys),
-            s_get (&self->replicas_missing), s_get (&self->repairs_done), s_get (&self->failovers));
+            s_get (&self->replicas_missing), s_get (&self->repairs_done), s_get (&self->failovers),
+            s_get (&self->term), s_get (&self->standby) ? "false" : "true");
     }
     const char *status = !have ? "starting" : age > KVP_METRICS_STALE_MS ? "stalled" : "ok";
     *ok_p = have && age <= KVP_METRICS_STALE_MS;
@@ -768,7 +777,11 @@ metrics_markdown (FILE *out)
     fprintf (out, "| `kvpool_cluster_repairs_total` | counter | | a master's: replicas made "
                   "again since it started (0 until the master repairs) |\n");
     fprintf (out, "| `kvpool_master_failovers_total` | counter | | a master's: times it took "
-                  "over leadership (0 until standby masters) |\n");
+                  "over leadership (standby masters: --ha) |\n");
+    fprintf (out, "| `kvpool_master_term` | gauge | | a master's: the leader term it leads or "
+                  "last led (--ha; 0: alone) |\n");
+    fprintf (out, "| `kvpool_master_standby` | gauge | | a master's: 1 while it stands by, "
+                  "another leading (--ha) |\n");
 }
 
 //  ---- self test -----------------------------------------------------------------------------

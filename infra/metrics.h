@@ -89,6 +89,8 @@ typedef struct {
     uint64_t replicas_missing; //  replicas objects lack of their replica count (repair's)
     uint64_t repairs_done;     //  replicas made again since the master started (repair's)
     uint64_t failovers;        //  times this master took over leadership (standby masters')
+    uint64_t term;             //  with standby masters: the term it leads, or last led
+    bool standby;              //  with standby masters: it does not lead now
 } kvp_cluster_figures_t;
 
 //  The master: its figures at now_ms (zclock_mono); also the master's sign of life for

@@ -87,6 +87,11 @@ typedef struct {
     //  (0: none yet). A new term starts the state afresh (s_new_term).
     ha_t *ha;
     uint64_t term;
+    //  A master that restarted (or took over) places nothing before every live node had time
+    //  to register and report what it holds: two of the returning nodes' heartbeats (the
+    //  longest) after the start. A put of a key a node still has to report would make a
+    //  second value of it, and that node's copy would be served until its report.
+    int64_t started, recovered;
 } self_t;
 
 static void
@@ -211,6 +216,7 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
               (unsigned long long) self->epoch);
     self->next_tick = zclock_mono () + LIVENESS_TICK_MS;
     self->last_tick = zclock_mono ();
+    self->started = self->recovered = zclock_mono ();
     self->tombstones = tombstones_new (TOMBSTONES_MAX);
     const char *bound = (const char *) zlistx_first (self->endpoints);
     if (config->ha && bound) {
@@ -578,6 +584,13 @@ s_register (self_t *self, reply_t *r, const Kvpool__Cluster__V1__NodeRequest *re
     node->reported_bytes = 0;
     node->lease_ms = info->lease_ms;
     node->register_token = self->next_token;
+    //  A node that was registered with another master (this one restarted, or took over):
+    //  others may hold keys they have yet to report. Its heartbeat is a third of its lease:
+    //  two of them after the start, every node like it has registered and reported. (A new
+    //  cluster's nodes register with no epoch: no wait.)
+    int64_t recovered = self->started + (int64_t) (2 * info->lease_ms / 3);
+    if (request->epoch && request->epoch != self->epoch && recovered > self->recovered)
+        self->recovered = recovered;
     node->fence_term = self->ha ? ha_fenced (self->ha, node->node_id) : 0;
     node->suspect = node->fence_term && node->fence_term < self->term;
     if (node->suspect)
@@ -766,6 +779,14 @@ s_place (self_t *self, reply_t *r, arena_t *arena, const Kvpool__Cluster__V1__No
     if (request->replica_num > KVP_MAX_REPLICAS) {
         s_reply_fail (r, KVPOOL_INVALID_REPLICA, "replica_num %u: at most %d", request->replica_num,
                       KVP_MAX_REPLICAS);
+        return;
+    }
+    int64_t now = zclock_mono ();
+    if (now < self->recovered) {
+        s_reply_fail (r, KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS,
+                      "the master started %lld ms ago: the nodes are still reporting what they "
+                      "hold (%lld ms more)",
+                      (long long) (now - self->started), (long long) (self->recovered - now));
         return;
     }
     r->reply.tokens = (uint64_t *) arena_alloc (arena, (n ? n : 1) * sizeof (uint64_t));
@@ -1244,6 +1265,7 @@ s_new_term (self_t *self, uint64_t term)
     kvp_info ("the master leads term %llu: nodes register and report what they hold",
               (unsigned long long) term);
     self->term = term;
+    self->started = self->recovered = zclock_mono ();
 }
 
 //  With standby masters: whether this master refuses request because it does not lead now
@@ -1397,6 +1419,10 @@ s_tick (self_t *self)
             s_new_term (self, term);
         if (!term) { //  a standby declares nobody dead
             self->next_tick = now + LIVENESS_TICK_MS;
+            kvp_cluster_figures_t figures = {.failovers = ha_terms_won (self->ha),
+                                             .term = self->term,
+                                             .standby = true};
+            metrics_cluster (self->config->metrics, &figures, now);
             return;
         }
     }
@@ -1433,7 +1459,9 @@ s_tick (self_t *self)
     kvp_cluster_figures_t figures = {.nodes = node_table_size (self->nodes),
                                      .alive = node_table_alive (self->nodes),
                                      .keys = directory_size (self->directory),
-                                     .objects = directory_committed (self->directory)};
+                                     .objects = directory_committed (self->directory),
+                                     .failovers = self->ha ? ha_terms_won (self->ha) : 0,
+                                     .term = self->term};
     node_table_space (self->nodes, &figures.capacity, &figures.used_bytes);
     metrics_cluster (self->config->metrics, &figures, now);
 }
