@@ -70,6 +70,7 @@ cluster_remove_reply (self_t *self, op_t *op, call_t *call, Kvpool__Cluster__V1_
         Kvpool__V1__Request request = KVPOOL__V1__REQUEST__INIT;
         request.force = true;
         ProtobufCBinaryData *keys = NULL;
+        uint64_t *versions = NULL;
         if (all)
             //  This node drained its own writes already (the reset that runs here): a RESET
             //  sent to itself would wait behind that one, and never be answered in time.
@@ -80,29 +81,37 @@ cluster_remove_reply (self_t *self, op_t *op, call_t *call, Kvpool__Cluster__V1_
             const ProtobufCBinaryData *names = reply->n_keys ? reply->keys : NULL;
             keys = (ProtobufCBinaryData *) malloc ((reply->n_holders ? reply->n_holders : 1)
                                                    * sizeof *keys);
-            assert (keys);
+            versions = (uint64_t *) calloc (reply->n_holders ? reply->n_holders : 1,
+                                            sizeof *versions);
+            assert (keys && versions);
             size_t n = 0;
             for (size_t k = 0; k < reply->n_holders; k++) {
                 const Kvpool__Cluster__V1__Holders *holders = reply->holders[k];
                 for (size_t h = 0; h < holders->n_nodes; h++)
-                    if (holders->nodes[h] == nix) {
+                    if (holders->nodes[h] == nix && (names || k < call->count)) {
                         if (names)
-                            keys[n++] = names[k];
-                        else if (k < call->count) {
+                            keys[n] = names[k];
+                        else {
                             keys[n].data = (uint8_t *) job->items[call->items[k]].key;
-                            keys[n++].len = job->items[call->items[k]].key_len;
+                            keys[n].len = job->items[call->items[k]].key_len;
                         }
+                        //  Only the value removed: never one put since (0: any).
+                        versions[n++] = k < reply->n_versions ? reply->versions[k] : 0;
                     }
             }
             if (n == 0) {
                 free (keys);
+                free (versions);
                 continue;
             }
             request.op = KVPOOL__V1__OP__REMOVE;
             request.keys = keys;
             request.n_keys = n;
+            request.versions = versions;
+            request.n_versions = n;
         }
         cluster_peer_send (self, op, peer, &request, NULL, 0);
         free (keys);
+        free (versions);
     }
 }

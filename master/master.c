@@ -141,7 +141,9 @@ s_remove (self_t *self, dir_entry_t *entry)
 {
     //  (A reservation too: a copy its writer sent that landed late, after the abort, is
     //  refused when its node reports it.)
-    tombstones_add (self->tombstones, entry->key, ++self->next_token);
+    tombstones_add (self->tombstones, entry->key, ++self->next_token, entry->version,
+                    entry->state == DIR_COMMITTED ? entry->holders : NULL,
+                    entry->state == DIR_COMMITTED ? entry->holder_count : 0);
     s_reservation_end (self, entry);
     s_count (self, entry, -1);
     directory_remove (self->directory, entry);
@@ -978,9 +980,20 @@ s_locate (self_t *self, reply_t *r, arena_t *arena, const Kvpool__Cluster__V1__N
         }
         dir_entry_t *entry = directory_find (self->directory, key);
         //  Removed while nothing holds it (its holders declared dead): a copy a holder brings
-        //  back later does not undo the remove.
-        if (!entry && remove)
-            tombstones_add (self->tombstones, key, ++self->next_token);
+        //  back later does not undo the remove. And the nodes its last removal named are
+        //  told again, naming the version: one that removal's drop never reached (its
+        //  remover lost this master's answer) still holds it (tombstones.h).
+        if (!entry && remove) {
+            tombstones_add (self->tombstones, key, ++self->next_token, 0, NULL, 0);
+            uint16_t held[KVP_MAX_REPLICAS];
+            uint8_t count = 0;
+            uint64_t version = 0;
+            if (tombstones_holders (self->tombstones, key, &version, held, &count)
+                && s_reply_holders_cached (self, r, r->reply.holders[i], held, count, 0,
+                                           &r->reply.caches[i])
+                       == 0)
+                r->reply.versions[i] = version;
+        }
         if (!entry || entry->state != DIR_COMMITTED) {
             r->reply.statuses[i] = KVPOOL_OBJECT_NOT_FOUND;
             continue;
@@ -1449,7 +1462,7 @@ s_tick (self_t *self)
            && reservation->deadline <= now) {
         dir_entry_t *entry = directory_find (self->directory, reservation->key);
         if (entry && entry->state == DIR_PENDING && entry->token == reservation->token) {
-            tombstones_add (self->tombstones, entry->key, ++self->next_token);
+            tombstones_add (self->tombstones, entry->key, ++self->next_token, 0, NULL, 0);
             directory_remove (self->directory, entry); //  (its record goes just below)
         }
         zlistx_delete (self->reservations, zlistx_cursor (self->reservations));

@@ -7,8 +7,14 @@
 
 #include <czmq.h>
 
+typedef struct {
+    uint64_t token, version;
+    uint8_t count;
+    uint16_t holders[8];
+} stone_t;
+
 struct _tombstones_t {
-    zhashx_t *tokens; //  removed key -> the removal's token (as a pointer)
+    zhashx_t *tokens; //  removed key -> its stone_t
     zlistx_t *keys;   //  their keys, oldest first
     size_t max;
     uint64_t floor;
@@ -19,6 +25,7 @@ tombstones_new (size_t max)
 {
     tombstones_t *self = (tombstones_t *) zmalloc (sizeof (tombstones_t));
     self->tokens = zhashx_new ();
+    zhashx_set_destructor (self->tokens, (zhashx_destructor_fn *) zstr_free);
     self->keys = zlistx_new ();
     assert (self->tokens && self->keys);
     zlistx_set_duplicator (self->keys, (zlistx_duplicator_fn *) strdup);
@@ -40,16 +47,28 @@ tombstones_destroy (tombstones_t **self_p)
 }
 
 void
-tombstones_add (tombstones_t *self, const char *key, uint64_t token)
+tombstones_add (tombstones_t *self, const char *key, uint64_t token, uint64_t version,
+                const uint16_t *holders, uint8_t count)
 {
-    if (!zhashx_lookup (self->tokens, key))
+    stone_t *stone = (stone_t *) zhashx_lookup (self->tokens, key);
+    if (!stone) {
         zlistx_add_end (self->keys, (void *) key);
-    zhashx_update (self->tokens, key, (void *) (uintptr_t) token);
+        stone = (stone_t *) zmalloc (sizeof (stone_t));
+        zhashx_insert (self->tokens, key, stone);
+    }
+    stone->token = token;
+    //  A remove of a key already gone keeps what the last one held.
+    if (count || !stone->count) {
+        stone->version = version;
+        stone->count = count < 8 ? count : 8;
+        if (stone->count)
+            memcpy (stone->holders, holders, stone->count * sizeof *holders);
+    }
     while (zlistx_size (self->keys) > self->max) {
         char *oldest = (char *) zlistx_first (self->keys);
-        uint64_t forgotten = (uintptr_t) zhashx_lookup (self->tokens, oldest);
-        if (forgotten > self->floor)
-            self->floor = forgotten;
+        stone_t *forgotten = (stone_t *) zhashx_lookup (self->tokens, oldest);
+        if (forgotten && forgotten->token > self->floor)
+            self->floor = forgotten->token;
         zhashx_delete (self->tokens, oldest);
         zlistx_delete (self->keys, zlistx_cursor (self->keys));
     }
@@ -58,7 +77,21 @@ tombstones_add (tombstones_t *self, const char *key, uint64_t token)
 uint64_t
 tombstones_find (tombstones_t *self, const char *key)
 {
-    return (uintptr_t) zhashx_lookup (self->tokens, key);
+    stone_t *stone = (stone_t *) zhashx_lookup (self->tokens, key);
+    return stone ? stone->token : 0;
+}
+
+bool
+tombstones_holders (tombstones_t *self, const char *key, uint64_t *version, uint16_t *holders,
+                    uint8_t *count)
+{
+    stone_t *stone = (stone_t *) zhashx_lookup (self->tokens, key);
+    if (!stone || !stone->count)
+        return false;
+    *version = stone->version;
+    *count = stone->count;
+    memcpy (holders, stone->holders, stone->count * sizeof *holders);
+    return true;
 }
 
 void
@@ -81,12 +114,19 @@ tombstones_test (bool verbose)
     (void) verbose;
     printf (" * tombstones: ");
     tombstones_t *stones = tombstones_new (2);
-    tombstones_add (stones, "a", 5);
-    tombstones_add (stones, "b", 6);
+    uint16_t held[2] = {3, 4}, got[8];
+    uint64_t version;
+    uint8_t count;
+    tombstones_add (stones, "a", 5, 50, held, 2);
+    tombstones_add (stones, "b", 6, 0, NULL, 0);
     assert (tombstones_find (stones, "a") == 5 && tombstones_find (stones, "c") == 0);
-    tombstones_add (stones, "a", 7); //  removed again (put back in between): one entry
+    assert (tombstones_holders (stones, "a", &version, got, &count));
+    assert (version == 50 && count == 2 && got[0] == 3 && got[1] == 4);
+    assert (!tombstones_holders (stones, "b", &version, got, &count));
+    tombstones_add (stones, "a", 7, 0, NULL, 0); //  removed again while gone: holders kept
     assert (tombstones_find (stones, "a") == 7 && tombstones_floor (stones) == 0);
-    tombstones_add (stones, "c", 8); //  past max: the oldest key goes, and the floor rises
+    assert (tombstones_holders (stones, "a", &version, got, &count) && version == 50);
+    tombstones_add (stones, "c", 8, 0, NULL, 0); //  past max: the oldest key goes, floor rises
     assert (tombstones_find (stones, "a") == 0 && tombstones_floor (stones) == 7);
     assert (tombstones_find (stones, "b") == 6 && tombstones_find (stones, "c") == 8);
     tombstones_clear (stones, 9);

@@ -23,11 +23,20 @@ typedef struct _tombstones_t tombstones_t;
 tombstones_t *tombstones_new (size_t max);
 void tombstones_destroy (tombstones_t **self_p);
 
-//  key was removed at token (later than any before).
-void tombstones_add (tombstones_t *self, const char *key, uint64_t token);
+//  key was removed at token (later than any before): the value of version (0: none) that
+//  holders[0..count) held (node slots, at most 8).
+void tombstones_add (tombstones_t *self, const char *key, uint64_t token, uint64_t version,
+                     const uint16_t *holders, uint8_t count);
 
 //  The token of key's last removal remembered, or 0.
 uint64_t tombstones_find (tombstones_t *self, const char *key);
+
+//  What key's last removal remembered removed: the version, and the nodes that held it
+//  (*count of them into holders, room for 8). Returns false when none is remembered. A
+//  later remove of the key tells those nodes again, naming the version: a node the first
+//  remove's drop never reached (its remover lost the master's answer) drops it then.
+bool tombstones_holders (tombstones_t *self, const char *key, uint64_t *version,
+                         uint16_t *holders, uint8_t *count);
 
 //  Forgets every removal; floor: up to which token removals are not known (REMOVE_ALL:
 //  now; a new term: 0, its state starts afresh).
