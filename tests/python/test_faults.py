@@ -1073,3 +1073,36 @@ def test_disk_tier_read_only_then_full_under_traffic(small_disk, make_cluster):
     assert wait_for(lambda: not gone or c.locate(sorted(gone), "b") == {}, 5)
     raw_a.close()
     c.stop([c.nodes["a"], c.nodes["b"], c.master])
+
+
+def test_a_node_stopped_past_its_lease_serves_nothing_before_the_master_confirms(make_cluster):
+    # node-c alone holds keys; it is stopped past its lease (not its TTL) while they are
+    # removed through node-a: the remove fences it and completes once its lease is out. Reads
+    # sent to node-c while it is stopped wait in its socket and are taken the moment it runs
+    # again, before its membership actor has heard anything: none may get the old bytes
+    # (the node sees it did not run for longer than its lease), and once the master has
+    # confirmed what it holds the keys are gone there too.
+    c = make_cluster()
+    raw_a = c.raw("a", timeout_ms=6 * TIMEOUT_MS)
+    keys = ["stopped-%d" % i for i in range(8)]
+    for key in keys:
+        assert raw_a.put(key, v(key, 1), put={"preferred_segments": ["node-c"]}) == OK
+    assert all(w == ["node-c"] for w in c.locate(keys, "a").values())
+    raw_c = c.raw("c", timeout_ms=10000)
+    c.freeze("c")
+    try:
+        reply, _ = raw_a.call(pb.REMOVE, keys, force=True)
+        assert reply.status == OK and list(reply.statuses) == [OK] * len(keys), reply
+        queued = [raw_c.send(pb.GET, [key]) for key in keys]
+    finally:
+        c.thaw("c")
+    for key, request_id in zip(keys, queued):
+        reply, frames = raw_c.recv(request_id)
+        assert reply is not None, key
+        status = reply.status or reply.statuses[0]
+        assert status != OK and v(key, 1) not in frames, (key, status)
+    assert wait_for(lambda: all(raw_c.get(k)[0] == OBJECT_NOT_FOUND for k in keys), 5)
+    assert "did not run for" in c.nodes["c"].log_text(), c.nodes["c"].log_text(3000)
+    raw_a.close()
+    raw_c.close()
+    c.stop([c.nodes[n] for n in "abc"] + [c.master])
