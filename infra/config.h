@@ -116,6 +116,9 @@ typedef struct {
     uint64_t hot_cache_admit;      //  reads within the window that admit a key
     uint64_t hot_cache_window_ms;
     uint64_t hot_cache_max_object; //  the largest value copied
+    uint64_t repair_rate;          //  bytes a second copied in by repairs; 0: none
+    bool drain_on_exit;            //  SIGTERM drains the node first (docs/cluster.md)
+    uint64_t drain_timeout_ms;     //  ... for at most this long
     const char *transport;       //  tcp, rdma or auto
     const char *rdma_device;     //  NAME[:PORT[:GID_INDEX]]; NULL: the first device
     //  Not a setting: whether the data plane moves values by RDMA, decided at start from

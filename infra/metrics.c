@@ -43,6 +43,7 @@ struct _kvp_metrics_t {
     atomic_uint_fast64_t bytes_in[KVP_TRANSPORTS], bytes_out[KVP_TRANSPORTS];
     atomic_uint_fast64_t lookups, lookup_hit_tokens;
     atomic_uint_fast64_t nodes, nodes_alive, master_keys;
+    atomic_uint_fast64_t replicas_missing, repairs_done, repair_bytes;
     atomic_int_fast64_t master_beat; //  the master's last tick (zclock_mono); 0: none
     pthread_mutex_t lock;            //  the snapshot's
     bool have_snapshot;
@@ -131,6 +132,9 @@ static const stat_metric_t s_stat_metrics[] = {
     {"hot_cache_invalidations", "kvpool_hot_cache_invalidations_total", true, 1},
     {"master_requests", "kvpool_master_requests_total", true, 1},
     {"location_hits", "kvpool_location_hits_total", true, 1},
+    {"repairs_done", "kvpool_repairs_copied_total", true, 1},
+    {"repair_bytes", "kvpool_repair_copied_bytes_total", true, 1},
+    {"puts_under_replicated", "kvpool_puts_under_replicated_total", true, 1},
 };
 #define STAT_METRICS (sizeof s_stat_metrics / sizeof s_stat_metrics[0])
 
@@ -282,6 +286,16 @@ metrics_cluster (kvp_metrics_t *self, uint64_t nodes, uint64_t alive, uint64_t k
     atomic_store_explicit (&self->nodes_alive, alive, memory_order_relaxed);
     atomic_store_explicit (&self->master_keys, keys, memory_order_relaxed);
     atomic_store_explicit (&self->master_beat, now_ms ? now_ms : 1, memory_order_relaxed);
+}
+
+void
+metrics_repair (kvp_metrics_t *self, uint64_t missing, uint64_t done, uint64_t bytes)
+{
+    if (!self)
+        return;
+    atomic_store_explicit (&self->replicas_missing, missing, memory_order_relaxed);
+    atomic_store_explicit (&self->repairs_done, done, memory_order_relaxed);
+    atomic_store_explicit (&self->repair_bytes, bytes, memory_order_relaxed);
 }
 
 static bool
@@ -498,6 +512,14 @@ metrics_render (kvp_metrics_t *self, int64_t now_ms, size_t *size_p)
         s_header (out, "kvpool_cluster_keys", "gauge",
                   "keys in the master's directory (committed and being written)");
         fprintf (out, "kvpool_cluster_keys %" PRIu64 "\n", s_get (&self->master_keys));
+        s_header (out, "kvpool_replicas_missing", "gauge",
+                  "replicas objects lack (fewer live ones than their put asked for)");
+        fprintf (out, "kvpool_replicas_missing %" PRIu64 "\n", s_get (&self->replicas_missing));
+        s_header (out, "kvpool_repairs_total", "counter",
+                  "replicas restored: copies nodes made and the master took");
+        fprintf (out, "kvpool_repairs_total %" PRIu64 "\n", s_get (&self->repairs_done));
+        s_header (out, "kvpool_repair_bytes_total", "counter", "bytes of the replicas restored");
+        fprintf (out, "kvpool_repair_bytes_total %" PRIu64 "\n", s_get (&self->repair_bytes));
     }
     else {
         s_render_ops (self, out);
@@ -573,6 +595,10 @@ metrics_markdown (FILE *out)
     fprintf (out, "| `kvpool_cluster_nodes` | gauge | state (alive, dead) | a master's: the "
                   "nodes it knows |\n");
     fprintf (out, "| `kvpool_cluster_keys` | gauge | | a master's: keys in its directory |\n");
+    fprintf (out, "| `kvpool_replicas_missing` | gauge | | a master's: replicas objects lack "
+                  "(fewer live ones than their put asked for) |\n");
+    fprintf (out, "| `kvpool_repairs_total` | counter | | a master's: replicas restored |\n");
+    fprintf (out, "| `kvpool_repair_bytes_total` | counter | | a master's: their bytes |\n");
     fprintf (out, "| `kvpool_master_tick_age_seconds` | gauge | | a master's: since its last "
                   "liveness tick (every 50 ms; /health says stalled past 5 s) |\n");
 }

@@ -78,6 +78,8 @@ void metrics_lookup (kvp_metrics_t *self, uint64_t hit_tokens);
 //  (zclock_mono); also the master's sign of life for /health.
 void metrics_cluster (kvp_metrics_t *self, uint64_t nodes, uint64_t alive, uint64_t keys,
                       int64_t now_ms);
+//  A master's repairs (master/repair.c): replicas lacking, copies taken, their bytes.
+void metrics_repair (kvp_metrics_t *self, uint64_t missing, uint64_t done, uint64_t bytes);
 
 //  Reads op's counters (op < KVP_METRICS_OPS).
 void metrics_op_read (kvp_metrics_t *self, int op, kvp_op_metrics_t *out);

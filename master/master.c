@@ -41,6 +41,7 @@
 #include "master/directory.h"
 #include "infra/endpoints.h"
 #include "master/node_table.h"
+#include "master/repair.h"
 #include "infra/regex_matcher.h"
 #include "kvpool_status.h"
 #include "messages/arena.h"
@@ -73,6 +74,7 @@ typedef struct {
     char bind_error[256];
     directory_t *directory;
     node_table_t *nodes;
+    repair_t *repair;       //  objects that lack replicas, and drains (repair.h)
     zlistx_t *reservations; //  reservation_t, oldest first
     uint64_t next_token;    //  reservations and commits, one sequence (directory.h)
     uint64_t epoch;
@@ -224,6 +226,7 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
     self->nodes = node_table_new (config->placement, config->seed);
     assert (self->directory && self->nodes);
     node_table_set_max_objects (self->nodes, config->max_node_objects);
+    self->repair = repair_new (self->directory, self->nodes);
     self->reservations = zlistx_new ();
     zlistx_set_destructor (self->reservations, s_reservation_free);
     //  The epoch tells nodes this is a master they have not registered with.
@@ -254,6 +257,7 @@ s_self_destroy (self_t **self_p)
     zsock_destroy (&self->router);
     zlistx_destroy (&self->endpoints);
     zlistx_destroy (&self->reservations);
+    repair_destroy (&self->repair);
     directory_destroy (&self->directory);
     node_table_destroy (&self->nodes);
     zhashx_destroy (&self->tombstones);
@@ -367,6 +371,7 @@ s_reply_node (self_t *self, reply_t *r, int slot)
     out->alive = node->alive;
     out->objects = node->objects;
     out->last_heard_ms = (uint64_t) (zclock_mono () - node->last_heard);
+    out->draining = node->draining;
     reply->nodes[reply->n_nodes] = out;
     self->node_index[slot] = (uint32_t) ++reply->n_nodes;
     return (int) reply->n_nodes - 1;
@@ -460,6 +465,7 @@ s_node_dead (self_t *self, int slot, const char *why)
     size_t held = 0;
     size_t lost = s_drop_node (self, slot, &held);
     self->nodes_lost++;
+    repair_rescan (self->repair); //  what it held lacks a replica now
     kvp_warning ("node %s (%s) %s: %zu replicas dropped, %zu objects lost with it", node->node_id,
                  node->client_endpoint, why, held, lost);
 }
@@ -563,6 +569,8 @@ s_register (self_t *self, reply_t *r, const Kvpool__Cluster__V1__NodeRequest *re
                   info->node_id, held, lost);
     s_node_fill (node, info);
     node->alive = true;
+    node->draining = false;        //  a new life
+    repair_rescan (self->repair); //  objects that lack replicas may go to it
     node->last_heard = zclock_mono ();
     //  Its inventory may hold copies from before: of keys written since it was last heard
     //  from (a new node: since this master started), only those writes' holders count.
@@ -602,7 +610,10 @@ s_fenced (self_t *self, reply_t *r, const node_t *sender,
         case KVPOOL__CLUSTER__V1__KIND__REMOVE_ALL:
         case KVPOOL__CLUSTER__V1__KIND__DROPPED:
         case KVPOOL__CLUSTER__V1__KIND__CACHE:
-        case KVPOOL__CLUSTER__V1__KIND__FENCE: break;
+        case KVPOOL__CLUSTER__V1__KIND__FENCE:
+        case KVPOOL__CLUSTER__V1__KIND__REPAIR:
+        case KVPOOL__CLUSTER__V1__KIND__REPAIRED:
+        case KVPOOL__CLUSTER__V1__KIND__DRAIN: break;
         default: return false;
     }
     if (sender)
@@ -830,6 +841,10 @@ s_place (self_t *self, reply_t *r, arena_t *arena, const Kvpool__Cluster__V1__No
         }
         if (s_reply_holders (self, r, r->reply.holders[i], chosen, count) != 0)
             *status = KVPOOL_INTERNAL_ERROR;
+        //  The replicas asked for: what a repair keeps up (master/repair.c).
+        dir_entry_t *placed = directory_find (self->directory, key);
+        if (placed)
+            placed->want = (uint8_t) (request->replica_num ? request->replica_num : 1);
         //  The version the value takes: new to this key (a new key's is its reservation's
         //  token; an upsert's is drawn now), stored with its copies, back in the COMMIT.
         r->reply.versions[i] = entry ? ++self->next_token : r->reply.tokens[i];
@@ -911,6 +926,7 @@ s_commit (self_t *self, reply_t *r, arena_t *arena, const Kvpool__Cluster__V1__N
         if (request->n_sizes == n)
             entry->size = request->sizes[i];
         s_count (self, entry, 1);
+        repair_note (self->repair, entry); //  placed fewer than asked: repaired as nodes join
     }
 }
 
@@ -1045,6 +1061,10 @@ s_dropped (self_t *self, arena_t *arena, const Kvpool__Cluster__V1__NodeRequest 
         bool gone = directory_drop_holder (self->directory, entry, (uint16_t) slot);
         if (gone || entry->holder_count < before)
             node_table_get (self->nodes, slot)->objects--;
+        //  An eviction for room: no repair puts the copy back elsewhere (it would push
+        //  another value out there).
+        if (!gone && entry->want > directory_replicas (entry))
+            entry->want = directory_replicas (entry) ? directory_replicas (entry) : 1;
     }
 }
 
@@ -1110,6 +1130,52 @@ s_fence (self_t *self, reply_t *r, const Kvpool__Cluster__V1__NodeRequest *reque
         snprintf (why, sizeof why, "fenced: node %s could not tell it to drop keys",
                   sender->node_id);
         s_node_dead (self, slot, why);
+    }
+}
+
+//  REPAIR, REPAIRED, DRAIN (master/repair.c).
+static void
+s_repair (self_t *self, reply_t *r, arena_t *arena, const Kvpool__Cluster__V1__NodeRequest *request,
+          const node_t *sender)
+{
+    int slot = s_member (self, r, request, sender);
+    if (slot < 0)
+        return;
+    if (request->kind == KVPOOL__CLUSTER__V1__KIND__REPAIR) {
+        repair_work (self->repair, slot, request->repair_budget, &r->reply, arena, zclock_mono ());
+        return;
+    }
+    if (request->kind == KVPOOL__CLUSTER__V1__KIND__DRAIN) {
+        const char *victim = request->pattern ? request->pattern : "";
+        int target = node_table_find (self->nodes, victim);
+        if (target < 0 || request->drain > 3) {
+            s_reply_fail (r, KVPOOL_INVALID_PARAMS, "unknown node '%.100s', or drain %u", victim,
+                          request->drain);
+            return;
+        }
+        if (request->drain)
+            kvp_info ("node %s asks: drain of node %s %s", sender->node_id, victim,
+                      request->drain == 1   ? "starts"
+                      : request->drain == 2 ? "stops"
+                                            : "done: it leaves every holder list");
+        repair_drain (self->repair, target, request->drain, &r->reply.count,
+                      &r->reply.drain_short);
+        r->reply.draining = node_table_get (self->nodes, target)->draining;
+        return;
+    }
+    size_t n = request->n_keys;
+    if (request->n_versions != n) {
+        s_reply_fail (r, KVPOOL_INVALID_PARAMS, "%zu keys, %zu versions", n, request->n_versions);
+        return;
+    }
+    if (s_reply_keys (r, n, false, false) != 0) {
+        s_reply_fail (r, KVPOOL_INTERNAL_ERROR, "out of memory");
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        char *key = s_key (self, arena, &request->keys[i]);
+        r->reply.statuses[i] = key ? repair_claimed (self->repair, slot, key, request->versions[i])
+                                   : KVPOOL_INVALID_KEY;
     }
 }
 
@@ -1260,6 +1326,11 @@ s_request (self_t *self)
                     s_cache (self, &r, &arena, request, sender);
                     break;
                 case KVPOOL__CLUSTER__V1__KIND__FENCE: s_fence (self, &r, request, sender); break;
+                case KVPOOL__CLUSTER__V1__KIND__REPAIR:
+                case KVPOOL__CLUSTER__V1__KIND__REPAIRED:
+                case KVPOOL__CLUSTER__V1__KIND__DRAIN:
+                    s_repair (self, &r, &arena, request, sender);
+                    break;
                 default:
                     s_reply_fail (&r, KVPOOL_UNKNOWN_OPERATION, "unknown kind %d", request->kind);
             }
@@ -1314,6 +1385,9 @@ s_tick (self_t *self)
         zlistx_delete (self->reservations, zlistx_cursor (self->reservations));
     }
     key_watch_check (self->keys, now);
+    repair_tick (self->repair, now);
+    metrics_repair (self->config->metrics, repair_missing (self->repair),
+                    repair_done (self->repair), repair_bytes (self->repair));
     self->next_tick = now + LIVENESS_TICK_MS;
     metrics_cluster (self->config->metrics, node_table_size (self->nodes),
                      node_table_alive (self->nodes), directory_size (self->directory), now);

@@ -59,6 +59,9 @@ typedef struct {
     //  copies (REGISTER's lease_ms; 0: it keeps none): a node fenced now (FENCE) is safe
     //  from last_heard + lease_ms on.
     uint64_t lease_ms;
+    //  Being drained (DRAIN, master/repair.c): placed on no more, and what it holds counts
+    //  as lacking elsewhere. A REGISTER (a new life) ends it.
+    bool draining;
 } node_t;
 
 typedef struct _node_table_t node_table_t;
