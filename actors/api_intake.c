@@ -496,12 +496,17 @@ api_job_message (api_t *self)
         zframe_destroy (&routing_id);
         return;
     }
+    //  A cluster node's repair actor sends its copies (KVP_OP_REPAIR_FILL) this way too.
+    bool repair = self->cluster && job->op == KVP_OP_REPAIR_FILL;
     const kvp_op_t *row =
-        kvp_op_route (job->op, self->cluster ? KVP_VIA_CLUSTER : KVP_VIA_PROCESS, self->cluster);
+        repair ? kvp_op (job->op)
+               : kvp_op_route (job->op, self->cluster ? KVP_VIA_CLUSTER : KVP_VIA_PROCESS,
+                               self->cluster);
     //  Only the proto's operations that carry keys or nothing; not a write (values live in
-    //  the caller), not the node's own operations, not one on shared memory.
-    if (!row || job->op <= 0 || (row->flags & (OP_VALUES | OP_SIZES | OP_SEGMENT | OP_LOCAL))
-        || job->context || job->kind != KVP_JOB_NONE)
+    //  the caller), not the node's own operations (but a repair), not one on shared memory.
+    if (!row || (job->op <= 0 && !repair)
+        || (row->flags & (OP_VALUES | OP_SIZES | OP_SEGMENT | OP_LOCAL)) || job->context
+        || job->kind != KVP_JOB_NONE)
         kvp_job_fail (job, KVPOOL_INVALID_PARAMS, "operation %d is not served to actors", job->op);
     else if (self->draining)
         kvp_job_fail (job, KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS, "the node is stopping");

@@ -199,6 +199,16 @@ static const kvp_op_t s_ops[] = {
      {STAGE_IF (CL_FETCH, ANY_MISSING), STAGE_IF (AL_ALLOC, ANY_OK), STAGE_IF (TX_WRITE, ANY_OK),
       STAGE_IF (RM_CACHE_INSERT, ANY_OK), STAGE_IF (CL_CACHE_CLAIM, ANY_RESERVED),
       STAGE_IF (RM_CACHE_PUBLISH, ANY_RESERVED)}},
+    //  A replica the cluster lacks (master/repair.c), copied the way a cache copy is: fetched
+    //  from a holder, placed (evicting as a put does) and written, hidden until the master
+    //  takes this node as a holder of that version (REPAIRED), then served as a replica of
+    //  this node's. Refused ones go.
+    {NODE_ROW (REPAIR_FILL),
+     0,
+     0,
+     {STAGE_IF (CL_FETCH, ANY_MISSING), STAGE_IF (AL_ALLOC, ANY_OK), STAGE_IF (TX_WRITE, ANY_OK),
+      STAGE_IF (RM_CACHE_INSERT, ANY_OK), STAGE_IF (CL_CACHE_CLAIM, ANY_RESERVED),
+      STAGE_IF (RM_CACHE_PUBLISH, ANY_RESERVED)}},
 };
 
 #define OPS_COUNT (sizeof s_ops / sizeof s_ops[0])

@@ -118,6 +118,9 @@ typedef struct {
 #define KVP_OP_CACHE_FILL                                                                          \
     (-6) //  items (key, version; src and size, or OBJECT_NOT_FOUND to be
          //  fetched): copies for the host hot cache (actors/replica_cache.c)
+#define KVP_OP_REPAIR_FILL                                                                         \
+    (-7) //  items (key, version, size; OBJECT_NOT_FOUND: to be fetched): replicas
+         //  the master asked this node to restore (actors/replica_repair.c)
 
 //  The row of (op, via), or NULL where op has no row of its own for via.
 const kvp_op_t *kvp_op_row (int op, kvp_via_t via);
