@@ -209,6 +209,7 @@ api_complete_stats (api_t *self, kvp_stats_t *stats)
     stats->hot_cache_hits +=
         (self->reads ? index_reads_cache_hits (self->reads) : 0) + self->client_cache_hits;
     stats->hot_cache_misses = self->cache_misses;
+    stats->puts_under_replicated = self->puts_under_replicated;
     stats->gets -= stats->redirects < stats->gets ? stats->redirects : stats->gets;
     stats->max_key_len = self->config->max_key_len;
     stats->max_value_size = self->config->max_value_size;

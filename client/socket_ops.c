@@ -143,6 +143,10 @@ s_put_chunk (kvpc_conn_t *conn, Kvpool__V1__Op op, const kvpc_keys_t *keys,
     }
     for (size_t j = 0; j < keys->count; j++)
         results[keys->index[j]] = kvpc_reply_key_status (&reply, j);
+    uint32_t *placed = kvpc_conn_placed (conn);
+    for (size_t j = 0; placed && j < keys->count; j++)
+        placed[keys->index[j]] =
+            j < reply.msg->n_replicas_placed ? reply.msg->replicas_placed[j] : 0;
     rc = reply.msg->status;
     kvpc_reply_free (&reply);
     return rc;

@@ -252,6 +252,14 @@ KVPOOL_EXPORT int64_t kvpool_reset (kvpool_t *self);
 KVPOOL_EXPORT int kvpool_put_batch (kvpool_t *self, size_t n, const char *const *keys,
                                     const void *const *data, const size_t *sizes,
                                     const kvpool_put_options_t *opts, int *statuses);
+//  As kvpool_put_batch, always over the socket, and placed[i] is how many replicas keys[i]
+//  got: fewer than opts->replica_num when the cluster has fewer nodes (a node, segments),
+//  which is no error (the key is stored; a cluster restores the rest as nodes join); 0 for
+//  a key that failed.
+KVPOOL_EXPORT int kvpool_put_batch_placed (kvpool_t *self, size_t n, const char *const *keys,
+                                           const void *const *data, const size_t *sizes,
+                                           const kvpool_put_options_t *opts, int *statuses,
+                                           uint32_t *placed);
 //  Each value is the concatenation of nparts[i] buffers parts[i][0..].
 KVPOOL_EXPORT int kvpool_put_batch_parts (kvpool_t *self, size_t n, const char *const *keys,
                                           const kvpool_iov_t *const *parts, const size_t *nparts,

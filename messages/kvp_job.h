@@ -195,6 +195,9 @@ typedef struct {
     //  job->nodes.list)
     uint8_t location_count;
     uint16_t locations[KVP_MAX_REPLICAS];
+    //  PUT, UPSERT, PUT_START: the nodes that took a replica (placed, then committed); 0 on
+    //  one node, where replica_count says it (Reply.replicas_placed)
+    uint8_t replicas_placed;
 } kvp_item_cluster_t;
 
 typedef struct {

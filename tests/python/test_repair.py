@@ -124,3 +124,25 @@ def test_fewer_nodes_than_replicas_then_a_node_joins():
         reads_back_from_each_holder(c, keys, 20 << 10, 0)
     finally:
         c.close()
+
+
+def test_one_node_stores_fewer_replicas_and_says_so():
+    """Role all, two segments: 3 replicas asked, 2 stored (one a segment), said per key by
+    the reply and by the Python client, counted in the stats."""
+    import kvpool
+    daemon = Kvpoold("--segments", "2", "--segment-size", "16MiB")
+    try:
+        from kvpool_raw import Raw
+        raw = Raw(daemon.endpoint)
+        reply, _ = raw.call(pb.PUT, ["one-a", "one-b"], [b"a", b"b"], put={"replica_num": 3})
+        assert list(reply.statuses) == [OK, OK] and list(reply.replicas_placed) == [2, 2]
+        with kvpool.Client(daemon.endpoint) as client:
+            statuses, placed = client.put_batch_placed(
+                ["one-c"], [b"c"], kvpool.PutOptions(replica_num=3))
+            assert statuses == [OK] and placed == [2]
+            statuses, placed = client.put_batch_placed(["one-d"], [b"d"])
+            assert statuses == [OK] and placed == [1]
+        assert raw.stats().puts_under_replicated == 3
+        assert "fewer replicas than asked" in daemon.log_text()
+    finally:
+        daemon.finish()
