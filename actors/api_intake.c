@@ -314,6 +314,21 @@ s_job_from_request (api_t *self, api_ctx_t *ctx)
         job->prefix.ranks = request->ranks ? request->ranks : 1;
     if (op == KVPOOL__V1__OP__REMOVE_BY_REGEX && kvp_job_payload (job, KVP_PAYLOAD_REGEX))
         job->regex.pattern = request->pattern;
+    if (op == KVPOOL__V1__OP__DRAIN) {
+        const char *action = request->pattern ? request->pattern : "";
+        const char *why = !self->cluster ? "a one-process store has no other node to drain to"
+                          : request->n_keys != 1 ? "DRAIN names one node (keys[0])"
+                          : *action && strcmp (action, "start") && strcmp (action, "stop")
+                              ? "DRAIN's pattern is \"start\", \"stop\" or \"\" (ask)"
+                              : NULL;
+        if (why) {
+            kvp_job_destroy (&job);
+            api_reply_error (self, ctx, id, op, KVPOOL_INVALID_PARAMS, why);
+            return NULL;
+        }
+        kvp_job_payload (job, KVP_PAYLOAD_DRAIN);
+        job->drain.action = action;
+    }
     if (op == KVPOOL__V1__OP__RDMA_CONNECT && kvp_job_payload (job, KVP_PAYLOAD_RDMA_CONNECT)
         && request->rdma_data.len) {
         job->rdma_connect.data = (uint8_t *) malloc (request->rdma_data.len);

@@ -329,6 +329,10 @@ api_reply (api_t *self, kvp_job_t **job_p, zmq_msg_t *copies)
         reply.local_endpoint = self->local_endpoint;
         reply.cluster = self->cluster;
     }
+    if ((row->fills & REPLY_DRAIN) && job->payload == KVP_PAYLOAD_DRAIN) {
+        reply.drain_short = job->drain.short_count;
+        reply.draining = job->drain.draining;
+    }
     if ((row->fills & REPLY_SETTING) && job->config.setting
         && (reply.setting_value = (char *) arena_alloc (&ctx->arena, 1024)))
         kvp_config_value (self->config, job->config.setting, reply.setting_value, 1024);

@@ -1221,6 +1221,14 @@ kvpool_stats (kvpool_t *self, kvpool_stats_t *stats)
 }
 
 int
+kvpool_node_drain (kvpool_t *self, const char *node_id, const char *action, kvpool_drain_t *state)
+{
+    if (!self || !node_id || !*node_id)
+        return KVPOOL_INVALID_PARAMS;
+    return kvpc_socket_drain (self->conn, node_id, action, state);
+}
+
+int
 kvpool_config (kvpool_t *self, const char *name, const char *value, char *out, size_t size)
 {
     if (!self || !name || !*name || !out || !size || (value && !*value))

@@ -782,6 +782,31 @@ kvpc_socket_unmount (kvpc_conn_t *conn, uint32_t id)
 }
 
 int
+kvpc_socket_drain (kvpc_conn_t *conn, const char *node_id, const char *action,
+                   kvpool_drain_t *state)
+{
+    Kvpool__V1__Request request = KVPOOL__V1__REQUEST__INIT;
+    request.op = KVPOOL__V1__OP__DRAIN;
+    ProtobufCBinaryData key = {strlen (node_id), (uint8_t *) node_id};
+    request.keys = &key;
+    request.n_keys = 1;
+    request.pattern = (char *) (action ? action : "");
+    kvpc_reply_t reply;
+    int rc = s_simple_call (conn, &request, &reply);
+    if (rc)
+        return rc;
+    if (reply.msg->n_statuses && reply.msg->statuses[0] != KVPOOL_OK)
+        rc = reply.msg->statuses[0];
+    else if (state) {
+        state->sole = reply.msg->count;
+        state->short_count = reply.msg->drain_short;
+        state->draining = reply.msg->draining;
+    }
+    kvpc_reply_free (&reply);
+    return rc;
+}
+
+int
 kvpc_socket_config (kvpc_conn_t *conn, const char *name, const char *value, char *out, size_t size)
 {
     Kvpool__V1__Request request = KVPOOL__V1__REQUEST__INIT;

@@ -455,6 +455,21 @@ typedef struct {
 KVPOOL_EXPORT int kvpool_config (kvpool_t *self, const char *name, const char *value, char *out,
                                  size_t size);
 
+//  How the drain of a node of a cluster stands (kvpool_node_drain).
+typedef struct {
+    uint64_t sole;        //  objects only that node holds: a drain is done when none is left
+    uint64_t short_count; //  objects it holds with fewer replicas elsewhere than asked
+    bool draining;        //  no new placements on it; what it holds is copied elsewhere
+} kvpool_drain_t;
+
+//  Drains node_id, a node of the node's cluster (docs/cluster.md "Repair and drain"):
+//  action "start" (no new placements on it, and every object it alone holds is copied to
+//  other nodes, in the background), "stop", or NULL to ask how it stands; *state (may be
+//  NULL) as the master answers. A same-machine client of the node's user or group only
+//  (PERMISSION_DENIED otherwise); INVALID_PARAMS on one process or for an unknown node.
+KVPOOL_EXPORT int kvpool_node_drain (kvpool_t *self, const char *node_id, const char *action,
+                                     kvpool_drain_t *state);
+
 //  kvpool_stats, and the operations clients asked for: up to max of them into ops (NULL
 //  with max 0 for none), *count the number the node reported.
 KVPOOL_EXPORT int kvpool_stats_ops (kvpool_t *self, kvpool_stats_t *stats, kvpool_op_stats_t *ops,

@@ -327,6 +327,10 @@ repair_drain (repair_t *self, int slot, uint32_t action, uint64_t *sole, uint64_
         *sole += elsewhere == 0;
         *short_p += elsewhere < s_want (entry);
     }
+    //  Objects placed on it before it began to drain and committed since: found again.
+    if (node->draining && *sole && zlistx_size (self->queue) == 0
+        && zhashx_size (self->inflight) == 0)
+        repair_rescan (self);
 }
 
 uint64_t

@@ -58,6 +58,7 @@ typedef enum {
     REPLY_NODES = 1 << 7,    //  nodes (job->nodes), locations (LOCATE: item->cluster.locations)
     REPLY_RDMA = 1 << 8,     //  rdma_data, rdma_conn (RDMA_CONNECT: job->rdma_connect)
     REPLY_SETTING = 1 << 9,  //  setting_value (CONFIG)
+    REPLY_DRAIN = 1 << 10,   //  drain_short, draining (DRAIN: job->drain)
 } kvp_reply_field_t;
 
 //  When a stage runs, besides the job's status being OK.
