@@ -92,7 +92,10 @@ cluster_locate_start (self_t *self, op_t *op, bool missing_only)
         if (missing_only ? item->status != KVPOOL_OBJECT_NOT_FOUND
                          : (item->status != KVPOOL_OK || item->key_len == 0))
             continue;
-        if (job->kind == KVP_CL_FETCH && s_fetch_known (self, op, &known, i))
+        //  (a repair's copy is of the holders the master has now: a holder it knew before
+        //  may be the node that died)
+        if (job->kind == KVP_CL_FETCH && job->op != KVP_OP_REPAIR_FILL
+            && s_fetch_known (self, op, &known, i))
             continue;
         items[n] = i;
         keys[n].data = (uint8_t *) item->key;

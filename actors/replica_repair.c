@@ -32,8 +32,8 @@
 #include "protocol/cluster.pb-c.h"
 
 #define REPAIR_TICK_MS 20
-#define REPAIR_JOBS_MAX 4
-#define REPAIR_BATCH_MAX (64ULL << 20)
+#define REPAIR_JOBS_MAX 2
+#define REPAIR_BATCH_MAX (32ULL << 20)
 #define REPAIR_BURST_S 0.25
 #define DRAIN_POLL_MS 200
 #define DRAIN_LOG_MS 2000

@@ -1139,44 +1139,12 @@ s_repair (self_t *self, reply_t *r, arena_t *arena, const Kvpool__Cluster__V1__N
           const node_t *sender)
 {
     int slot = s_member (self, r, request, sender);
-    if (slot < 0)
-        return;
-    if (request->kind == KVPOOL__CLUSTER__V1__KIND__REPAIR) {
-        repair_work (self->repair, slot, request->repair_budget, &r->reply, arena, zclock_mono ());
-        return;
-    }
-    if (request->kind == KVPOOL__CLUSTER__V1__KIND__DRAIN) {
-        const char *victim = request->pattern ? request->pattern : "";
-        int target = node_table_find (self->nodes, victim);
-        if (target < 0 || request->drain > 3) {
-            s_reply_fail (r, KVPOOL_INVALID_PARAMS, "unknown node '%.100s', or drain %u", victim,
-                          request->drain);
-            return;
-        }
-        if (request->drain)
-            kvp_info ("node %s asks: drain of node %s %s", sender->node_id, victim,
-                      request->drain == 1   ? "starts"
-                      : request->drain == 2 ? "stops"
-                                            : "done: it leaves every holder list");
-        repair_drain (self->repair, target, request->drain, &r->reply.count,
-                      &r->reply.drain_short);
-        r->reply.draining = node_table_get (self->nodes, target)->draining;
-        return;
-    }
-    size_t n = request->n_keys;
-    if (request->n_versions != n) {
-        s_reply_fail (r, KVPOOL_INVALID_PARAMS, "%zu keys, %zu versions", n, request->n_versions);
-        return;
-    }
-    if (s_reply_keys (r, n, false, false) != 0) {
-        s_reply_fail (r, KVPOOL_INTERNAL_ERROR, "out of memory");
-        return;
-    }
-    for (size_t i = 0; i < n; i++) {
-        char *key = s_key (self, arena, &request->keys[i]);
-        r->reply.statuses[i] = key ? repair_claimed (self->repair, slot, key, request->versions[i])
-                                   : KVPOOL_INVALID_KEY;
-    }
+    char error[200] = "";
+    int status = slot < 0 ? KVPOOL_OK
+                          : repair_request (self->repair, slot, request, &r->reply, arena,
+                                            self->config->max_key_len, error, sizeof error);
+    if (status != KVPOOL_OK)
+        s_reply_fail (r, status, "%s", error);
 }
 
 static void

@@ -22,6 +22,7 @@
 
 #include <czmq.h>
 
+#include "infra/log.h"
 #include "kvpool_status.h"
 #include "protocol/contract.h"
 
@@ -331,6 +332,58 @@ repair_drain (repair_t *self, int slot, uint32_t action, uint64_t *sole, uint64_
     if (node->draining && *sole && zlistx_size (self->queue) == 0
         && zhashx_size (self->inflight) == 0)
         repair_rescan (self);
+}
+
+int
+repair_request (repair_t *self, int slot, const Kvpool__Cluster__V1__NodeRequest *request,
+                Kvpool__Cluster__V1__MasterReply *reply, arena_t *arena, size_t max_key_len,
+                char *error, size_t error_size)
+{
+    if (request->kind == KVPOOL__CLUSTER__V1__KIND__REPAIR) {
+        repair_work (self, slot, request->repair_budget, reply, arena, zclock_mono ());
+        return KVPOOL_OK;
+    }
+    if (request->kind == KVPOOL__CLUSTER__V1__KIND__DRAIN) {
+        const char *victim = request->pattern ? request->pattern : "";
+        int target = node_table_find (self->nodes, victim);
+        if (target < 0 || request->drain > 3) {
+            snprintf (error, error_size, "unknown node '%.100s', or drain %u", victim,
+                      request->drain);
+            return KVPOOL_INVALID_PARAMS;
+        }
+        if (request->drain)
+            kvp_info ("node %s asks: drain of node %s %s", request->node->node_id, victim,
+                      request->drain == 1   ? "starts"
+                      : request->drain == 2 ? "stops"
+                                            : "done: it leaves every holder list");
+        repair_drain (self, target, request->drain, &reply->count, &reply->drain_short);
+        reply->draining = node_table_get (self->nodes, target)->draining;
+        return KVPOOL_OK;
+    }
+    //  REPAIRED: one status a key.
+    size_t n = request->n_keys;
+    if (request->n_versions != n) {
+        snprintf (error, error_size, "%zu keys, %zu versions", n, request->n_versions);
+        return KVPOOL_INVALID_PARAMS;
+    }
+    reply->statuses = (int32_t *) arena_alloc (arena, (n ? n : 1) * sizeof (int32_t));
+    char *key = (char *) arena_alloc (arena, max_key_len + 1);
+    if (!reply->statuses || !key) {
+        snprintf (error, error_size, "out of memory");
+        return KVPOOL_INTERNAL_ERROR;
+    }
+    reply->n_statuses = n;
+    for (size_t i = 0; i < n; i++) {
+        const ProtobufCBinaryData *wire = &request->keys[i];
+        if (wire->len == 0 || wire->len > max_key_len || memchr (wire->data, 0, wire->len)) {
+            reply->statuses[i] = KVPOOL_INVALID_KEY;
+            continue;
+        }
+        memcpy (key, wire->data, wire->len);
+        key[wire->len] = 0;
+        reply->statuses[i] = repair_claimed (self, slot, key, request->versions[i]);
+    }
+    return KVPOOL_OK;
 }
 
 uint64_t

@@ -60,6 +60,13 @@ int repair_claimed (repair_t *self, int slot, const char *key, uint64_t version)
 //  replicas elsewhere than asked.
 void repair_drain (repair_t *self, int slot, uint32_t action, uint64_t *sole, uint64_t *short_p);
 
+//  A REPAIR, REPAIRED or DRAIN request of node slot (registered), answered into reply (its
+//  arrays in arena); keys over max_key_len are not keys. Returns KVPOOL_OK, or a status
+//  for the whole request with the reason in error.
+int repair_request (repair_t *self, int slot, const Kvpool__Cluster__V1__NodeRequest *request,
+                    Kvpool__Cluster__V1__MasterReply *reply, arena_t *arena, size_t max_key_len,
+                    char *error, size_t error_size);
+
 //  Replicas lacking at the last walk, less those repaired since.
 uint64_t repair_missing (repair_t *self);
 uint64_t repair_done (repair_t *self);
