@@ -114,8 +114,8 @@ rm_cache_insert (rm_state_t *self, kvp_job_t *job, int64_t now)
         item->object_id = 0;
         if (item->status != KVPOOL_OK)
             continue;
-        kvp_object_t *in_way = repair ? (kvp_object_t *) object_table_lookup (self->objects, item->key)
-                                      : NULL;
+        kvp_object_t *in_way =
+            repair ? (kvp_object_t *) object_table_lookup (self->objects, item->key) : NULL;
         if (in_way && in_way->cache && in_way->state == OBJECT_COMPLETE) {
             self->cache_invalidations++;
             rm_object_drop (self, in_way, &free_job, now);

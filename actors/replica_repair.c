@@ -116,8 +116,7 @@ static void
 s_drain_answer (self_t *self, bool done)
 {
     if (done)
-        kvp_info ("drain of node %s done: nothing is held only here any more",
-                  self->args->node_id);
+        kvp_info ("drain of node %s done: nothing is held only here any more", self->args->node_id);
     else
         kvp_warning ("drain of node %s: --drain-timeout (%llu ms) passed with %llu objects "
                      "held only here: they go with the node",
@@ -260,8 +259,8 @@ replica_repair_actor (zsock_t *pipe, void *args)
     self->master = master_client_new (self->args, (int) self->config->cluster_timeout_ms);
     assert (self->master);
     master_client_wait_on (self->master, shell, s_master_reader);
-    static const actor_socket_t jobs = {ZMQ_DEALER, ">inproc://%s-jobs", 0, 0, s_jobs_reader,
-                                        false};
+    static const actor_socket_t jobs = {ZMQ_DEALER, ">inproc://%s-jobs", 0,
+                                        0,          s_jobs_reader,       false};
     self->jobs = actor_shell_open (shell, &jobs, self->config->instance);
     assert (self->jobs);
     self->last_fill = zclock_mono ();

@@ -75,8 +75,7 @@ int bench_cluster_run (const char *kvpoold_path, bool quick, int reps, double re
 //  rate node A restores the lost replicas at beside the node-to-node bandwidth measured in
 //  the same run (remote gets through A of values B holds), as a ratio (goal >= 0.5). Returns
 //  0, or -1 when a call failed or a check did not pass (a missed goal is reported only).
-int bench_repair_run (const char *kvpoold_path, bool quick, bool big, int reps,
-                      double rep_seconds);
+int bench_repair_run (const char *kvpoold_path, bool quick, bool big, int reps, double rep_seconds);
 
 //  The hotcache section (bench_hotcache.c): a master and three nodes of its own, twice (node
 //  A's --hot-cache-size 0, then a quarter of the values' bytes, each arm a cluster of its

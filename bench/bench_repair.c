@@ -64,15 +64,28 @@ static void __attribute__ ((format (printf, 2, 3))) s_fail (repair_t *self, cons
 static int
 s_start (repair_t *self, const char *path, const char *segment_size)
 {
-    const char *master_args[] = {"--role", "master", "--master", "tcp://127.0.0.1:*",
-                                 "--node-ttl", "1000", NULL};
+    const char *master_args[] = {"--role",     "master", "--master", "tcp://127.0.0.1:*",
+                                 "--node-ttl", "1000",   NULL};
     if (bench_kvpoold_start (&self->master, path, "repair-master", master_args))
         return -1;
     for (int n = 0; n < NODES; n++) {
-        const char *args[] = {"--role", "node", "--master", self->master.endpoint, "--host-id",
-                              s_hosts[n], "--node-id", s_ids[n], "--segment-size", segment_size,
-                              "--heartbeat-interval", "200", "--repair-rate", "64GiB",
-                              "--hot-cache-size", "0", NULL};
+        const char *args[] = {"--role",
+                              "node",
+                              "--master",
+                              self->master.endpoint,
+                              "--host-id",
+                              s_hosts[n],
+                              "--node-id",
+                              s_ids[n],
+                              "--segment-size",
+                              segment_size,
+                              "--heartbeat-interval",
+                              "200",
+                              "--repair-rate",
+                              "64GiB",
+                              "--hot-cache-size",
+                              "0",
+                              NULL};
         char name[32];
         snprintf (name, sizeof name, "repair-node%d", n);
         if (bench_kvpoold_start (&self->node[n], path, name, args))
@@ -133,8 +146,8 @@ s_put_all (repair_t *self, void **buffers)
             data[i] = buffers[i];
             sizes[i] = VALUE;
         }
-        int rc = kvpool_put_batch_placed (self->client, n, keys, data, sizes, &opts, statuses,
-                                          placed);
+        int rc =
+            kvpool_put_batch_placed (self->client, n, keys, data, sizes, &opts, statuses, placed);
         for (size_t i = 0; i < n && rc == KVPOOL_OK; i++)
             if (statuses[i] != KVPOOL_OK || placed[i] != 2)
                 rc = statuses[i] != KVPOOL_OK ? statuses[i] : KVPOOL_INTERNAL_ERROR;
@@ -165,8 +178,8 @@ s_node_to_node (repair_t *self, void **buffers, int reps, double rep_seconds)
             int64_t results[BATCH];
             for (int i = 0; i < BATCH; i++)
                 keys[i] = self->keys[(next + (size_t) i) % self->count];
-            int rc = kvpool_get_batch_into (self->client, BATCH, keys, buffers, capacities,
-                                            results);
+            int rc =
+                kvpool_get_batch_into (self->client, BATCH, keys, buffers, capacities, results);
             for (int i = 0; i < BATCH && rc == KVPOOL_OK; i++)
                 if (results[i] != (int64_t) VALUE)
                     rc = results[i] < 0 ? (int) results[i] : KVPOOL_INTERNAL_ERROR;
@@ -207,8 +220,8 @@ s_check (repair_t *self, void **buffers)
             b += nodes[i].alive && !strcmp (nodes[i].node_id, s_ids[1]);
         }
         if (!a || !b) {
-            s_fail (self, "after the repair %s is not held by A and B (%d holders)",
-                    self->keys[k], count);
+            s_fail (self, "after the repair %s is not held by A and B (%d holders)", self->keys[k],
+                    count);
             return;
         }
     }
@@ -284,7 +297,8 @@ bench_repair_run (const char *kvpoold_path, bool quick, bool big, int reps, doub
         printf ("| node-to-node (remote get through A of values on B, 1 MiB, batch 32) | %.3f "
                 "GB/s |\n",
                 link / 1e9);
-        printf ("| repair (A copies from B: from C declared dead to the last copy) | %.3f GB/s |\n", rate / 1e9);
+        printf ("| repair (A copies from B: from C declared dead to the last copy) | %.3f GB/s |\n",
+                rate / 1e9);
         printf ("| kill to C declared dead (node TTL 1 s) | %.2f s |\n", detect);
         printf ("| kill to every replica restored | %.2f s |\n", whole);
         bench_goal (rate / link >= TARGET_RATIO,

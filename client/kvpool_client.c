@@ -798,9 +798,9 @@ kvpool_put (kvpool_t *self, const char *key, const void *data, size_t size,
 }
 
 int
-kvpool_put_batch_placed (kvpool_t *self, size_t n, const char *const *keys,
-                         const void *const *data, const size_t *sizes,
-                         const kvpool_put_options_t *opts, int *statuses, uint32_t *placed)
+kvpool_put_batch_placed (kvpool_t *self, size_t n, const char *const *keys, const void *const *data,
+                         const size_t *sizes, const kvpool_put_options_t *opts, int *statuses,
+                         uint32_t *placed)
 {
     if (!self || !placed || (n && (!keys || !data || !sizes || !statuses)))
         return KVPOOL_INVALID_PARAMS;

@@ -346,7 +346,8 @@ directory_test (bool verbose)
         assert (directory_add_replica (d, 3) == 0 && d->holder_count == 3);
         directory_remove (dir, d);
         //  What nodes report holding is what a repair keeps up.
-        assert (directory_add_holder (dir, "e", 1, 1, 1) && directory_add_holder (dir, "e", 1, 1, 2));
+        assert (directory_add_holder (dir, "e", 1, 1, 1)
+                && directory_add_holder (dir, "e", 1, 1, 2));
         assert (directory_find (dir, "e")->want == 2);
         directory_remove (dir, directory_find (dir, "e"));
     }

@@ -569,7 +569,7 @@ s_register (self_t *self, reply_t *r, const Kvpool__Cluster__V1__NodeRequest *re
                   info->node_id, held, lost);
     s_node_fill (node, info);
     node->alive = true;
-    node->draining = false;        //  a new life
+    node->draining = false;       //  a new life
     repair_rescan (self->repair); //  objects that lack replicas may go to it
     node->last_heard = zclock_mono ();
     //  Its inventory may hold copies from before: of keys written since it was last heard

@@ -170,8 +170,7 @@ repair_tick (repair_t *self, int64_t now)
         }
         zlistx_destroy (&expired);
     }
-    bool idle = self->missing && zlistx_size (self->queue) == 0
-                && zhashx_size (self->inflight) == 0
+    bool idle = self->missing && zlistx_size (self->queue) == 0 && zhashx_size (self->inflight) == 0
                 && now - self->last_scan >= REPAIR_RESCAN_IDLE_MS;
     if ((self->rescan && now - self->last_scan >= REPAIR_RESCAN_MIN_MS) || idle)
         s_scan (self, now);
@@ -226,8 +225,8 @@ repair_work (repair_t *self, int slot, uint64_t budget, Kvpool__Cluster__V1__Mas
 {
     if (budget == 0 || !s_counts (self, (uint16_t) slot) || zlistx_size (self->queue) == 0)
         return;
-    size_t room = zlistx_size (self->queue) < REPAIR_HAND_MAX ? zlistx_size (self->queue)
-                                                               : REPAIR_HAND_MAX;
+    size_t room =
+        zlistx_size (self->queue) < REPAIR_HAND_MAX ? zlistx_size (self->queue) : REPAIR_HAND_MAX;
     reply->keys = (ProtobufCBinaryData *) arena_alloc (arena, room * sizeof (ProtobufCBinaryData));
     reply->sizes = (uint64_t *) arena_alloc (arena, room * sizeof (uint64_t));
     reply->versions = (uint64_t *) arena_alloc (arena, room * sizeof (uint64_t));
@@ -256,8 +255,7 @@ repair_work (repair_t *self, int slot, uint64_t budget, Kvpool__Cluster__V1__Mas
             reply->sizes[n] = entry->size;
             reply->versions[n++] = entry->version;
             given += entry->size;
-            zhashx_update (self->inflight, key,
-                           (void *) (intptr_t) (now + REPAIR_INFLIGHT_MS));
+            zhashx_update (self->inflight, key, (void *) (intptr_t) (now + REPAIR_INFLIGHT_MS));
             s_unqueue (self, handle, key);
         }
         key = next;

@@ -702,8 +702,8 @@ s_cmd_node (cli_t *cli, int argc, char **argv)
         else
             return s_usage_error ("node: unknown option '%s'", argv[i]);
     }
-    if (i != argc - 1 || (strcmp (verb, "drain") && strcmp (verb, "undrain")
-                          && strcmp (verb, "status")))
+    if (i != argc - 1
+        || (strcmp (verb, "drain") && strcmp (verb, "undrain") && strcmp (verb, "status")))
         return s_usage_error ("node drain [--no-wait] [--timeout S] NODE, node undrain NODE, or "
                               "node status NODE");
     const char *node = argv[i];
