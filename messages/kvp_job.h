@@ -105,20 +105,20 @@ typedef enum {
                           //  are served; the others go
     KVP_RM_CACHE_DROP,    //  every cache copy goes (the node registers with its master again)
     //  cluster (role node: actors/cluster.c)
-    KVP_CL_PLACE,       //  items OK: the master reserves them and chooses their nodes (job->plan);
-                        //  items not to be held here become KVP_ITEM_ELSEWHERE
-    KVP_CL_COMMIT,      //  writes the placed items to their other nodes, then commits them at the
-                        //  master (a PUT_END's items: held here alone)
-    KVP_CL_ABORT,       //  drops the master's reservations of items not OK (PUT_REVOKE: all)
-    KVP_CL_FETCH,       //  GET items OBJECT_NOT_FOUND here: located, read from the nodes that
-                        //  hold them (item->buffer)
-    KVP_CL_EXIST,       //  EXIST / GET_SIZE items OBJECT_NOT_FOUND here: asked of the master
-    KVP_CL_REMOVE,      //  REMOVE, REMOVE_BY_REGEX, REMOVE_ALL, RESET across the cluster
-    KVP_CL_LOCATE,      //  items: the nodes that hold them (job->nodes, item->cluster)
-    KVP_CL_NODES,       //  job->nodes: the cluster's nodes
-    KVP_CL_STATS,       //  fills job->stats (the cluster side)
-    KVP_CL_DROPPED,     //  items (owned keys): objects this node no longer holds (evicted): the
-                        //  master is told; no reply
+    KVP_CL_PLACE,   //  items OK: the master reserves them and chooses their nodes (job->plan);
+                    //  items not to be held here become KVP_ITEM_ELSEWHERE
+    KVP_CL_COMMIT,  //  writes the placed items to their other nodes, then commits them at the
+                    //  master (a PUT_END's items: held here alone)
+    KVP_CL_ABORT,   //  drops the master's reservations of items not OK (PUT_REVOKE: all)
+    KVP_CL_FETCH,   //  GET items OBJECT_NOT_FOUND here: located, read from the nodes that
+                    //  hold them (item->buffer)
+    KVP_CL_EXIST,   //  EXIST / GET_SIZE items OBJECT_NOT_FOUND here: asked of the master
+    KVP_CL_REMOVE,  //  REMOVE, REMOVE_BY_REGEX, REMOVE_ALL, RESET across the cluster
+    KVP_CL_LOCATE,  //  items: the nodes that hold them (job->nodes, item->cluster)
+    KVP_CL_NODES,   //  job->nodes: the cluster's nodes
+    KVP_CL_STATS,   //  fills job->stats (the cluster side)
+    KVP_CL_DROPPED, //  items (owned keys): objects this node no longer holds (evicted): the
+                    //  master is told; no reply
     KVP_CL_DRAIN,       //  DRAIN: items[0] a node, job->drain.action: the master's answer in
                         //  job->result_count (objects only it holds) and job->drain
     KVP_CL_CACHE_CLAIM, //  items OK (key, version): this node becomes a cache holder of each
