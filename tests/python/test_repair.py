@@ -21,7 +21,9 @@ import time
 
 import pytest
 
-from kvpool_daemon import Kvpoold, bin_dir, wait_for  # noqa: E402
+import urllib.request
+
+from kvpool_daemon import Kvpoold, bin_dir, free_port, wait_for  # noqa: E402
 from kvpool_test_pb import pb  # noqa: E402
 from test_cluster import MiB, OK, Cluster, value_of  # noqa: E402
 
@@ -59,8 +61,17 @@ def reads_back_from_each_holder(cluster, keys, size, via):
             assert status == OK and value == value_of(key, size), (key, host, status)
 
 
+def master_metric(cluster, name):
+    """A master's /metrics value of name (a series without labels)."""
+    with urllib.request.urlopen(cluster.master.metrics + "/metrics", timeout=10) as response:
+        for line in response.read().decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+    return None
+
+
 def test_killed_node_replicas_restored():
-    c = Cluster()
+    c = Cluster(master_args=("--metrics-port", str(free_port())))
     try:
         keys = ["r-%d" % i for i in range(40)]
         size = 100 << 10
@@ -84,6 +95,10 @@ def test_killed_node_replicas_restored():
         reads_back_from_each_holder(c, keys, size, survivor)
         copied = sum(c.raw(i).stats().repairs_done for i, h in enumerate(c.hosts) if h != victim)
         assert copied >= counts[victim], (copied, counts)
+        # The master's metrics: nothing lacks a replica now, every copy counted.
+        assert wait_for(lambda: master_metric(c, "kvpool_replicas_missing") == 0, 5)
+        assert master_metric(c, "kvpool_repairs_total") >= counts[victim]
+        assert master_metric(c, "kvpool_repair_bytes_total") >= counts[victim] * size
         print("restored %d replicas within %.1f s of the kill" % (counts[victim], took))
     finally:
         c.close()
