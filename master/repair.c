@@ -290,6 +290,8 @@ repair_claimed (repair_t *self, int slot, const char *key, uint64_t version)
         self->missing--;
     self->done++;
     self->bytes += entry->size;
+    if (s_lacking (self, entry))
+        s_queue (self, key); //  another replica still to make (it lacked more than one)
     return KVPOOL_OK;
 }
 
@@ -467,6 +469,19 @@ repair_test (bool verbose)
     assert (sole == 0 && short_count == 0);
     repair_drain (repair, d, 3, &sole, &short_count);
     assert (k->holder_count == 2 && !directory_holds (k, (uint16_t) d));
+    //  A key that lacks two replicas is handed out again once the first copy is taken.
+    dir_entry_t *m = directory_reserve (dir, "m", 1, 100, 3);
+    directory_commit (dir, m, on_a, 1, 4);
+    m->want = 3;
+    m->version = 9;
+    repair_drain (repair, d, 2, &sole, &short_count); //  d takes copies again
+    repair_note (repair, m);
+    assert (s_work (repair, b, &reply, &arena) == 1 && reply.versions[0] == 9);
+    assert (repair_claimed (repair, b, "m", 9) == KVPOOL_OK);
+    assert (s_work (repair, b, &reply, &arena) == 0); //  b holds it now
+    assert (s_work (repair, c, &reply, &arena) == 0); //  on a's host, while d's has none
+    assert (s_work (repair, d, &reply, &arena) == 1);
+    assert (repair_claimed (repair, d, "m", 9) == KVPOOL_OK && directory_replicas (m) == 3);
     arena_fini (&arena);
     repair_destroy (&repair);
     node_table_destroy (&nodes);
