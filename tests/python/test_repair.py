@@ -161,6 +161,14 @@ def test_one_node_stores_fewer_replicas_and_says_so():
         assert "fewer replicas than asked" in daemon.log_text()
     finally:
         daemon.finish()
+    # The default, one segment: 1 placed.
+    daemon = Kvpoold()
+    try:
+        from kvpool_raw import Raw
+        reply, _ = Raw(daemon.endpoint).call(pb.PUT, ["one-e"], [b"e"], put={"replica_num": 2})
+        assert list(reply.statuses) == [OK] and list(reply.replicas_placed) == [1]
+    finally:
+        daemon.finish()
 
 
 def node_ids(cluster, via=0):
