@@ -122,10 +122,9 @@ s_drain_answer (self_t *self, bool done)
                      "held only here: they go with the node",
                      self->args->node_id, (unsigned long long) self->config->drain_timeout_ms,
                      (unsigned long long) self->drain_sole);
-    zstr_sendx (self->pipe, done ? "OK" : "TIMEOUT", NULL);
     char left[32];
     snprintf (left, sizeof left, "%llu", (unsigned long long) self->drain_sole);
-    zstr_send (self->pipe, left);
+    zstr_sendx (self->pipe, done ? "OK" : "TIMEOUT", left, NULL);
     self->drain = DRAIN_NONE;
 }
 

@@ -1057,13 +1057,14 @@ s_dropped (self_t *self, arena_t *arena, const Kvpool__Cluster__V1__NodeRequest 
         dir_entry_t *entry = key ? directory_find (self->directory, key) : NULL;
         if (!entry || entry->state != DIR_COMMITTED)
             continue;
-        uint8_t before = entry->holder_count;
+        uint8_t before = entry->holder_count, replicas = directory_replicas (entry);
         bool gone = directory_drop_holder (self->directory, entry, (uint16_t) slot);
         if (gone || entry->holder_count < before)
             node_table_get (self->nodes, slot)->objects--;
-        //  An eviction for room: no repair puts the copy back elsewhere (it would push
-        //  another value out there).
-        if (!gone && entry->want > directory_replicas (entry))
+        //  A replica evicted for room: no repair puts it back elsewhere (it would push
+        //  another value out there). (A cache copy let go changes nothing.)
+        if (!gone && directory_replicas (entry) < replicas
+            && entry->want > directory_replicas (entry))
             entry->want = directory_replicas (entry) ? directory_replicas (entry) : 1;
     }
 }
