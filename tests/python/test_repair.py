@@ -39,6 +39,14 @@ def live_holders(cluster, key, via):
                   if reply.nodes[i].alive)
 
 
+def stop_clean(cluster):
+    """Stops every daemon still running (nodes, then the master): each exits with 0 (a
+    sanitizer's report, or a crash, fails the test)."""
+    daemons = [d for d in cluster.nodes + [cluster.master] if d.alive()]
+    statuses = [d.stop() for d in daemons]
+    assert statuses == [0] * len(daemons), (statuses, [d.log_text(3000) for d in daemons])
+
+
 def node_index(cluster, host):
     return cluster.hosts.index(host)
 
@@ -100,6 +108,7 @@ def test_killed_node_replicas_restored():
         assert master_metric(c, "kvpool_repairs_total") >= counts[victim]
         assert master_metric(c, "kvpool_repair_bytes_total") >= counts[victim] * size
         print("restored %d replicas within %.1f s of the kill" % (counts[victim], took))
+        stop_clean(c)
     finally:
         c.close()
 
@@ -117,6 +126,7 @@ def test_repair_rate_zero_repairs_nothing():
         time.sleep(3)
         assert all(len(live_holders(c, k, 0)) == 1 for k in lost)
         assert sum(c.raw(i).stats().repairs_done for i in range(2)) == 0
+        stop_clean(c)
     finally:
         c.close()
 
@@ -137,6 +147,7 @@ def test_fewer_nodes_than_replicas_then_a_node_joins():
         assert wait_for(lambda: all(len(live_holders(c, k, 0)) == 3 for k in keys),
                         REPAIR_WITHIN_S), c.logs()
         reads_back_from_each_holder(c, keys, 20 << 10, 0)
+        stop_clean(c)
     finally:
         c.close()
 
@@ -211,6 +222,7 @@ def test_drain_moves_what_only_the_node_holds():
             assert status == OK and value == value_of(key, size), (key, status)
         status = kvpool_cli(c.nodes[0], "node", "status", victim_id)
         assert status.returncode == 0 and "0 objects only there" in status.stdout
+        stop_clean(c)
     finally:
         c.close()
 
@@ -294,6 +306,10 @@ def test_rolling_restart_under_load_loses_nothing():
                 lost.append((key, status))
         assert not lost, (len(lost), len(acked), lost[:10], c.logs())
         print("rolling restart: %d acknowledged puts, 0 lost" % len(acked))
+        # Nothing left to drain: each node stops at once, with status 0.
+        reply, _ = c.raw(0).call(pb.REMOVE_ALL, force=True)
+        assert reply.status == OK
+        stop_clean(c)
     finally:
         stop.set()
         if thread.is_alive():
