@@ -41,12 +41,13 @@ CFLAGS_BASE := -std=gnu11 -g -Wall -Wextra -fPIC -pthread -MMD -MP \
 CFLAGS += $(OPT) $(CFLAGS_BASE)
 LDFLAGS += $(if $(SANITIZE),-fsanitize=$(SANITIZE)) -pthread
 LIBS := -lczmq -lzmq -lprotobuf-c -lmsgpackc -lrt -ldl
-SERVER_LIBS := $(LIBS) -ljemalloc -lpcre2-8 -luring -lxxhash -lmicrohttpd $(if $(wildcard rdma/*.c),-libverbs)
+SERVER_LIBS := $(LIBS) -ljemalloc -lpcre2-8 -luring -lxxhash -lmicrohttpd -lcurl -lcjson $(if $(wildcard rdma/*.c),-libverbs)
 
 # Debian packages the build, the tests and the benchmark need.
 DEB_PACKAGES := build-essential pkg-config libzmq3-dev libczmq-dev libprotobuf-c-dev \
 	protobuf-c-compiler protobuf-compiler libjemalloc-dev libibverbs-dev libmsgpack-dev \
-	libhiredis-dev libpcre2-dev liburing-dev libxxhash-dev libmicrohttpd-dev prometheus tmux help2man gnuplot-nox redis-server clang libclang-rt-14-dev python3 python3-zmq python3-msgpack \
+	libhiredis-dev libpcre2-dev liburing-dev libxxhash-dev libmicrohttpd-dev libcurl4-openssl-dev \
+	libcjson-dev etcd-server etcd-client prometheus tmux help2man gnuplot-nox redis-server clang libclang-rt-14-dev python3 python3-zmq python3-msgpack \
 	python3-pytest python3-numpy python3-protobuf python3-dev python3-venv procps iperf3
 
 PROTO := protocol/kvpool.proto
@@ -200,6 +201,7 @@ $(BIN)/kvpool-bench: $(patsubst %.c,$(OBJ)/%.o,$(BENCH_SRC)) $(OBJ)/infra/ready_
 # with its process helpers. make soak / make chaos run it for 10 minutes; neither is part of
 # make test. Arguments go through SOAK_ARGS / CHAOS_ARGS (e.g. SOAK_ARGS=--disk).
 $(BIN)/kvpool-soak: $(OBJ)/bench/soak.o $(OBJ)/bench/bench_proc.o $(OBJ)/bench/bench_values.o \
+		$(OBJ)/bench/bench_verdict.o \
 		$(OBJ)/infra/ready_file.o $(LIB)/libkvpool.a
 	@mkdir -p $(BIN)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS) -lm

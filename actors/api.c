@@ -274,7 +274,7 @@ s_self_new (actor_shell_t *shell, zsock_t *pipe, const kvp_config_t *config)
     if (config->host_id)
         snprintf (self->host_id, sizeof self->host_id, "%s", config->host_id);
     else
-        kvp_boot_id (self->host_id, sizeof self->host_id);
+        kvp_host_id (self->host_id, sizeof self->host_id);
     snprintf (self->server_id, sizeof self->server_id, "%s/%d", self->host_id, (int) getpid ());
     if (config->index_slots != 0) {
         shm_index_make_name (self->index_name, sizeof self->index_name, config->instance);

@@ -219,6 +219,7 @@ api_complete_stats (api_t *self, kvp_stats_t *stats)
     stats->resets = self->resets_done;
     stats->connections = self->guard ? conn_guard_connections (self->guard) : 0;
     metrics_bytes_totals (self->metrics, &stats->value_bytes_in, &stats->value_bytes_out);
+    metrics_link_stats (self->metrics, zclock_mono (), stats);
 }
 
 //  Sends values copied out of the read index as a GET's value frames, or drops them when
@@ -340,6 +341,13 @@ api_reply (api_t *self, kvp_job_t **job_p, zmq_msg_t *copies)
         api_complete_stats (self, kvp_job_stats (job));
         reply_stats (kvp_job_stats (job), &stats);
         reply.stats = &stats;
+        kvp_master_link_t link;
+        metrics_link_read (self->metrics, zclock_mono (), &link);
+        char *master = link.node ? (char *) arena_alloc (&ctx->arena, sizeof link.endpoint) : NULL;
+        if (master) {
+            memcpy (master, link.endpoint, sizeof link.endpoint);
+            reply.master_endpoint = master;
+        }
         s_op_stats (self, ctx, &reply);
     }
     bool values = (row->fills & REPLY_VALUES) && reply.status == KVPOOL_OK && job->count > 0;

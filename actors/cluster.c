@@ -457,6 +457,9 @@ s_fence_send (self_t *self, op_t *op)
         Kvpool__Cluster__V1__NodeRequest request = KVPOOL__CLUSTER__V1__NODE_REQUEST__INIT;
         request.kind = KVPOOL__CLUSTER__V1__KIND__FENCE;
         request.pattern = peer->node_id;
+        //  As the master named it a holder: registered again since, it needs no fence.
+        request.n_tokens = op->planned ? 1 : 0;
+        request.tokens = &op->planned;
         if (cluster_master_send (self, op, &request, NULL, 0) != 0)
             kvp_job_fail (op->job, KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS,
                           "node %s did not confirm dropping the keys and %s is unreachable to "
@@ -490,6 +493,8 @@ s_call_done (self_t *self, call_t *call, Kvpool__Cluster__V1__MasterReply *maste
 {
     op_t *op = call->op;
     op->calls_out--;
+    if (master_reply && master_reply->planned > op->planned)
+        op->planned = master_reply->planned;
     if (call->kind == CALL_PEER)
         self->peers[call->peer]->calls_out--;
     if (call->kind == CALL_MASTER && call->what == KVPOOL__CLUSTER__V1__KIND__FENCE) {

@@ -125,6 +125,7 @@ struct _op_t {
     int fence[KVP_MAX_REPLICAS * 4];
     uint8_t fence_count, fence_sent;
     int64_t hold_until;
+    uint64_t planned; //  the master's sequence in the last reply it had (FENCE sends it)
 };
 
 typedef struct _self_t {

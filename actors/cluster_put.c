@@ -321,8 +321,15 @@ cluster_commit_copies_done (self_t *self, op_t *op, run_t *run)
             if (!placed->status && xfer->kind != DATA_PLANE_REVOKE)
                 placed->status = xfer->status;
         }
-        if (!xfer->answered)
+        if (!xfer->answered) {
             self->failures++;
+            //  A write that was not answered may still land (the node frozen, the request
+            //  waiting in its socket): a copy the master will not list. The node is fenced
+            //  before the client hears, so that it serves that copy to nobody and drops it
+            //  when it registers again (the master refuses it).
+            if (xfer->kind == DATA_PLANE_WRITE || xfer->kind == DATA_PLANE_END)
+                cluster_fence_later (self, op, run->peers[x]);
+        }
     }
     if (op->step == 2)
         return;

@@ -15,6 +15,7 @@
 
 #include "dataplane/rpc_calls.h"
 #include "infra/curve.h"
+#include "infra/leader.h"
 #include "kvpool_status.h"
 #include "protocol/contract.h"
 
@@ -24,7 +25,7 @@ struct _master_client_t {
     zsock_t *master;
     rpc_calls_t *calls;
     int timeout_ms;
-    char name[320]; //  "the master (EP)"
+    char name[1024]; //  "the master (EP)"
     //  The registration: the node's (args->registration), or this client's own when the
     //  node has none to share (a test).
     cluster_registration_t own;
@@ -32,7 +33,80 @@ struct _master_client_t {
     uint64_t capacity, free;
     uint64_t failures;
     uint64_t sent; //  requests sent
+    //  With standby masters (config->leader): the leader connected to (its endpoint, "":
+    //  none) and the view's generation when it was.
+    kvp_leader_t *leader;
+    char connected[256];
+    uint64_t generation;
+    uint64_t stale; //  replies dropped: from a master of an older term than the one known
+    //  Who waits on the socket (master_client_wait_on, master_client_poll_on): a new leader
+    //  gets a new socket, put in the old one's place there.
+    actor_shell_t *shell;
+    actor_shell_reader_fn *reader;
+    zpoller_t *poller;
+    int64_t connected_at; //  when the socket was made for the leader (zclock_mono)
 };
+
+//  Just after a new leader's socket is made, its connection takes a moment: a send waits
+//  for it this long, rather than fail the first requests to a leader that is there.
+#define LEADER_CONNECT_WAIT_MS 250
+
+//  The DEALER to a master, its settings the ones the header lists.
+static zsock_t *
+s_socket_new (master_client_t *self)
+{
+    zsock_t *sock = zsock_new (ZMQ_DEALER);
+    assert (sock);
+    zsock_set_linger (sock, 0);
+    //  While the master is away a request fails at once, rather than wait in a queue.
+    zsock_set_immediate (sock, 1);
+    zsock_set_sndhwm (sock, 100000);
+    zsock_set_heartbeat_ivl (sock, 1000);
+    zsock_set_heartbeat_timeout (sock, 3000);
+    zsock_set_reconnect_ivl (sock, 100);
+    //  No back-off: a returning master is found at once.
+    zsock_set_reconnect_ivl_max (sock, 0);
+    kvp_curve_cluster_client (self->config->curve, sock,
+                              kvp_curve_master_key (self->config->curve));
+    return sock;
+}
+
+//  With standby masters: connects to the leader the node's view names now, if that changed
+//  since the last look (the socket's old connection goes; its calls time out).
+static void
+s_follow (master_client_t *self)
+{
+    kvp_leader_t *leader = self->leader;
+    if (!leader || atomic_load (&leader->generation) == self->generation)
+        return;
+    self->generation = atomic_load (&leader->generation);
+    char endpoint[256];
+    kvp_leader_get (leader, endpoint, sizeof endpoint, NULL);
+    if (streq (endpoint, self->connected))
+        return;
+    //  A socket of its own for the new leader: a message sent right after a disconnect may
+    //  still leave on the old connection (libzmq ends it in the background), where a
+    //  deposed master would answer it, or nobody would.
+    if (self->shell)
+        actor_shell_remove (self->shell, self->master);
+    if (self->poller)
+        zpoller_remove (self->poller, self->master);
+    zsock_destroy (&self->master);
+    self->master = s_socket_new (self);
+    if (self->shell)
+        actor_shell_add (self->shell, self->master, self->reader);
+    if (self->poller)
+        zpoller_add (self->poller, self->master);
+    snprintf (self->connected, sizeof self->connected, "%s", endpoint);
+    self->connected_at = zclock_mono ();
+    if (*endpoint) {
+        zsock_connect (self->master, "%s", endpoint);
+        snprintf (self->name, sizeof self->name, "the master (%s, leader of %s)", endpoint,
+                  leader->url);
+    }
+    else
+        snprintf (self->name, sizeof self->name, "the master (none leads %s now)", leader->url);
+}
 
 master_client_t *
 master_client_new (const cluster_args_t *args, int timeout_ms)
@@ -45,20 +119,15 @@ master_client_new (const cluster_args_t *args, int timeout_ms)
     self->registration = args->registration ? args->registration : &self->own;
     self->calls = rpc_calls_new ();
     snprintf (self->name, sizeof self->name, "the master (%s)", master_client_endpoint (self));
-    self->master = zsock_new (ZMQ_DEALER);
-    assert (self->master);
-    zsock_set_linger (self->master, 0);
-    //  While the master is away a request fails at once, rather than wait in a queue.
-    zsock_set_immediate (self->master, 1);
-    zsock_set_sndhwm (self->master, 100000);
-    zsock_set_heartbeat_ivl (self->master, 1000);
-    zsock_set_heartbeat_timeout (self->master, 3000);
-    zsock_set_reconnect_ivl (self->master, 100);
-    //  No back-off: a returning master is found at once.
-    zsock_set_reconnect_ivl_max (self->master, 0);
-    kvp_curve_cluster_client (self->config->curve, self->master,
-                              kvp_curve_master_key (self->config->curve));
-    zsock_connect (self->master, "%s", master_client_endpoint (self));
+    self->master = s_socket_new (self);
+    self->leader = self->config->leader;
+    if (self->leader) {
+        //  (Generation 0 is never a view's: the first look always connects.)
+        self->generation = UINT64_MAX;
+        s_follow (self);
+    }
+    else
+        zsock_connect (self->master, "%s", master_client_endpoint (self));
     return self;
 }
 
@@ -77,9 +146,33 @@ master_client_destroy (master_client_t **self_p)
 const char *
 master_client_endpoint (master_client_t *self)
 {
-    //  The seam: a leader lookup (a standby master), or a key hash -> master map, answers
-    //  here; today the cluster has one master, the one --master names.
+    //  The seam: with standby masters, the leader's (or "" while none leads); a key hash ->
+    //  master map will answer here too.
+    if (self->leader) {
+        s_follow (self);
+        return self->connected;
+    }
     return self->config->master;
+}
+
+bool
+master_client_follow (master_client_t *self)
+{
+    uint64_t before = self->generation;
+    s_follow (self);
+    return self->generation != before;
+}
+
+uint64_t
+master_client_term (master_client_t *self)
+{
+    return self->leader ? atomic_load (&self->leader->term) : 0;
+}
+
+uint64_t
+master_client_stale_replies (master_client_t *self)
+{
+    return self->stale;
 }
 
 const char *
@@ -92,12 +185,15 @@ void
 master_client_poll_on (master_client_t *self, zpoller_t *poller)
 {
     zpoller_add (poller, self->master);
+    self->poller = poller;
 }
 
 void
 master_client_wait_on (master_client_t *self, actor_shell_t *shell, actor_shell_reader_fn *reader)
 {
     actor_shell_add (shell, self->master, reader);
+    self->shell = shell;
+    self->reader = reader;
 }
 
 bool
@@ -136,6 +232,8 @@ master_client_send (master_client_t *self, Kvpool__Cluster__V1__NodeRequest *req
     s_describe (self, &node);
     request->version = KVP_PROTOCOL_VERSION;
     request->node = &node;
+    s_follow (self);
+    request->term = master_client_term (self);
     //  The master's secret for this registration: only with it does a change or a report
     //  count as this node's (fencing).
     request->epoch = atomic_load (&self->registration->epoch);
@@ -148,7 +246,17 @@ master_client_send (master_client_t *self, Kvpool__Cluster__V1__NodeRequest *req
     zmq_msg_init_size (&msg, size);
     kvpool__cluster__v1__node_request__pack (request, (uint8_t *) zmq_msg_data (&msg));
     request->node = NULL;
-    if (zmq_msg_send (&msg, zsock_resolve (self->master), ZMQ_DONTWAIT) == -1) {
+    //  No master leads now: the request fails at once, as to a master that is away.
+    int sent = self->leader && !*self->connected
+                   ? -1
+                   : zmq_msg_send (&msg, zsock_resolve (self->master), ZMQ_DONTWAIT);
+    int64_t waited = zclock_mono () - self->connected_at;
+    if (sent == -1 && self->leader && *self->connected && waited < LEADER_CONNECT_WAIT_MS) {
+        zmq_pollitem_t item = {zsock_resolve (self->master), 0, ZMQ_POLLOUT, 0};
+        if (zmq_poll (&item, 1, LEADER_CONNECT_WAIT_MS - waited) == 1)
+            sent = zmq_msg_send (&msg, zsock_resolve (self->master), ZMQ_DONTWAIT);
+    }
+    if (sent == -1) {
         zmq_msg_close (&msg);
         self->failures++;
         if (handle)
@@ -175,6 +283,13 @@ master_client_recv (master_client_t *self, void *which, void **handle_p)
     Kvpool__Cluster__V1__MasterReply *reply =
         kvpool__cluster__v1__master_reply__unpack (NULL, zframe_size (frame), zframe_data (frame));
     zframe_destroy (&frame);
+    //  A master of an older term than the one known was deposed, whatever it says: its
+    //  answer is dropped, and the call it answers times out (or is answered by the leader).
+    if (reply && self->leader && reply->term < atomic_load (&self->leader->term)) {
+        self->stale++;
+        master_client_reply_free (&reply);
+        return NULL;
+    }
     if (reply)
         *handle_p = rpc_calls_take (self->calls, reply->request_id);
     return reply;

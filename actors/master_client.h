@@ -5,11 +5,15 @@
     and the cluster actor's (PLACE, COMMIT, ABORT, LOCATE, REMOVE*, DROPPED, NODES:
     cluster.h) each own one, on their own thread and their own connection. It owns:
 
-    - which master: master_client_endpoint. Today the one --master names. This is the seam
-      for what comes next: a standby master (the client asks who leads, and moves its
-      connection when the leader changes) and several masters by key hash (a request's keys
-      pick the master; the client keeps one connection each and splits a request by master).
-      Its users never name a master themselves.
+    - which master: master_client_endpoint. The one --master names, or, with standby masters
+      (--master etcd://HOST:PORT/CLUSTER), the leader the node's view names
+      (config->leader, infra/leader.h): before each send the client looks, and on a change
+      makes a new socket to the new leader, in the old one's place in its owner's loop (a
+      message sent just after a disconnect may still leave on the old connection). Every
+      request carries the highest term known; a reply of an older term is dropped (its
+      master was deposed). This is also the seam for several masters by key hash (a
+      request's keys pick the master; the client keeps one connection each and splits a
+      request by master). Its users never name a master themselves.
     - the connection: a DEALER with ZMQ_IMMEDIATE (while the master is away a request fails
       at once, with a clear reason, instead of queueing for its return), reconnecting every
       100 ms with no back-off, heartbeats (a master gone without a FIN is found out), and the
@@ -117,6 +121,16 @@ uint64_t master_client_failures (master_client_t *self);
 
 //  Requests sent to the master.
 uint64_t master_client_sent (master_client_t *self);
+
+//  With standby masters (--master etcd://..., infra/leader.h): connects to the leader the
+//  node's view names, if it changed since the last look; returns true when it did. (Every
+//  send looks too; an owner that waits calls it to notice a new leader sooner.)
+bool master_client_follow (master_client_t *self);
+
+//  The highest leader term the node knows (0: one master, no terms), sent with every
+//  request; replies of an older term are dropped, and counted here.
+uint64_t master_client_term (master_client_t *self);
+uint64_t master_client_stale_replies (master_client_t *self);
 
 //  Self test: a fake master on inproc answers, stays silent, answers late, or says the
 //  registration is stale.

@@ -9,6 +9,14 @@
     goes through this actor's master client (master_client.h): the connection, ids, the
     registration pair it keeps for the node, and what makes a reply stale.
 
+    The link as /health and STATS show it (infra/metrics.h metrics_link_*): the master this
+    node talks to, whether it knows the node as registered, when it last answered. A
+    REGISTER refused because another live node holds this node's id (MasterReply.duplicate)
+    twice in a row (the first may be a restart's, sent before the master saw the old
+    process's connection close) stops the node: the reason in the log and in /health, then
+    SIGTERM to its own process, and kvpoold exits 1. Retrying would never succeed, and the
+    node would serve clients every put of which fails.
+
     Threads: one (its loop: infra/actor_shell.h). Talks to the replica-manager and the
     allocator with jobs, like any actor.
 */
@@ -17,6 +25,10 @@
 #include "actors/master_client.h"
 #include "infra/actor_shell.h"
 #include "infra/log.h"
+#include "infra/metrics.h"
+
+#include <signal.h>
+#include <unistd.h>
 
 #include "kvpool_status.h"
 #include "messages/kvp_job.h"
@@ -54,7 +66,16 @@ typedef struct {
     } beats[16];
     size_t next_beat_slot;
     bool cache_drop_out;
+    //  The node stopped past its lease (infra/config.h, kvp_lease_suspended): it serves its
+    //  own copies again once a heartbeat of its registration is answered and the copies the
+    //  master refused are dropped.
+    bool confirmed; //  answered; waiting for the drops
+    unsigned duplicate_refusals; //  REGISTERs refused in a row: another node has this id
+    bool stopping;               //  refused for good: nothing more is sent
 } self_t;
+
+//  Refusals that another live node holds this id, in a row, that stop the node.
+#define DUPLICATE_REFUSALS_TO_STOP 2
 
 //  Silence from the master this long is said in the log (once, and once when it answers).
 #define MASTER_SILENT_MS 5000
@@ -69,6 +90,12 @@ s_send (self_t *self, Kvpool__Cluster__V1__NodeRequest *request)
 static void
 s_beat (self_t *self)
 {
+    if (self->stopping) { //  refused for good: the process is stopping
+        self->next_beat = zclock_mono () + (int64_t) self->config->heartbeat_ms;
+        return;
+    }
+    //  (The master it talks to may change: a standby that took over.)
+    metrics_link_endpoint (self->config->metrics, master_client_endpoint (self->master));
     //  Free space for the next beat; this one says what was known.
     if (!self->stats_out) {
         kvp_job_t *job = kvp_job_new (KVP_AL_STATS, 0);
@@ -221,6 +248,46 @@ s_lease_lost (self_t *self)
         kvp_job_destroy (&job);
 }
 
+//  The master confirmed what this node holds: a stopped node serves its copies again.
+static void
+s_resume (self_t *self)
+{
+    kvp_lease_t *lease = self->config->lease;
+    if (!lease || !atomic_load (&lease->suspended))
+        return;
+    if (self->drops_out) {
+        self->confirmed = true; //  (once the refused copies are gone: s_rm_reply)
+        return;
+    }
+    self->confirmed = false;
+    atomic_store (&lease->suspended, false);
+    kvp_info ("node %s: the master confirmed what it holds: serving its copies again",
+              self->args->node_id);
+}
+
+//  The master refused this node's REGISTER. Another live node holding its id (told twice in
+//  a row) stops it; anything else is tried again at the next beat.
+static void
+s_refused (self_t *self, const Kvpool__Cluster__V1__MasterReply *reply)
+{
+    const char *why = reply->error && *reply->error ? reply->error : "no reason given";
+    self->duplicate_refusals = reply->duplicate ? self->duplicate_refusals + 1 : 0;
+    if (self->duplicate_refusals < DUPLICATE_REFUSALS_TO_STOP) {
+        kvp_warning ("the master %s refused node %s: %s (status %d); trying again",
+                     master_client_endpoint (self->master), self->args->node_id, why,
+                     reply->status);
+        return;
+    }
+    char reason[512];
+    snprintf (reason, sizeof reason, "the master %s refused node %s: %s",
+              master_client_endpoint (self->master), self->args->node_id, why);
+    kvp_error ("%s; this node stops", reason);
+    metrics_link_refused (self->config->metrics, reason);
+    self->stopping = true;
+    //  kvpoold's main thread takes it (sigwaitinfo), stops every actor and exits 1.
+    kill (getpid (), SIGTERM);
+}
+
 static void
 s_master_reply (self_t *self, void *which)
 {
@@ -235,19 +302,22 @@ s_master_reply (self_t *self, void *which)
     }
     if (reply->kind == KVPOOL__CLUSTER__V1__KIND__REGISTER && reply->status != KVPOOL_OK
         && reply->request_id == self->register_id)
-        kvp_warning ("the master %s refused node %s: %s (status %d); trying again",
-                     master_client_endpoint (self->master), self->args->node_id,
-                     reply->error && *reply->error ? reply->error : "no reason given",
-                     reply->status);
+        s_refused (self, reply);
     if (reply->kind == KVPOOL__CLUSTER__V1__KIND__INVENTORY) {
         if (reply->n_keys > 0)
             s_drop_refused (self, reply);
-        if (self->reports_out && --self->reports_out == 0)
+        if (self->reports_out && --self->reports_out == 0) {
             zhashx_destroy (&self->reported);
+            //  Every report answered, the refused copies on their way out: what remains is
+            //  what the master confirmed.
+            if (self->state == REGISTERED)
+                s_resume (self);
+        }
     }
     if (reply->kind == KVPOOL__CLUSTER__V1__KIND__REGISTER) {
         if (reply->request_id == self->register_id && reply->status == KVPOOL_OK
             && self->state == UNREGISTERED) {
+            self->duplicate_refusals = 0;
             //  The node's registration, for every client of the node to send back.
             master_client_registered (self->master, reply->epoch, reply->registration);
             s_lease_renew (self, reply->request_id);
@@ -273,8 +343,15 @@ s_master_reply (self_t *self, void *which)
         }
     }
     else if (reply->kind == KVPOOL__CLUSTER__V1__KIND__HEARTBEAT && reply->status == KVPOOL_OK
-             && self->state != UNREGISTERED)
+             && self->state != UNREGISTERED) {
         s_lease_renew (self, reply->request_id);
+        //  (Heartbeats follow the inventory: every report of it is answered by now.)
+        if (self->state == REGISTERED && !self->reports_out)
+            s_resume (self);
+    }
+    //  What /health says of the link: heard from now, registered or not.
+    metrics_link_heard (self->config->metrics, self->state != UNREGISTERED && !self->stopping,
+                        self->last_heard);
     master_client_reply_free (&reply);
 }
 
@@ -292,8 +369,11 @@ s_rm_reply (self_t *self)
                                      : 0);
         self->stats_out = false;
     }
-    else if (job && job->kind == KVP_RM_REMOVE)
+    else if (job && job->kind == KVP_RM_REMOVE) {
         self->drops_out--;
+        if (self->confirmed && !self->drops_out)
+            s_resume (self);
+    }
     else if (job && job->kind == KVP_RM_CACHE_DROP) {
         self->cache_drop_out = false;
         self->next_beat = zclock_mono (); //  registers at once
@@ -303,6 +383,8 @@ s_rm_reply (self_t *self)
         if (job && self->state == REPORTING) {
             s_inventory_send (self, job);
             self->state = REGISTERED;
+            if (!self->reports_out)
+                s_resume (self); //  nothing held: nothing to confirm
         }
     }
     kvp_job_destroy (&job);
@@ -325,15 +407,47 @@ s_rm_reader (actor_shell_t *shell, zsock_t *rm, void *arg)
     return 0;
 }
 
-//  After every wake-up (the one that brought $TERM too): the beat, when due.
+//  After every wake-up (the one that brought $TERM too): the beat, when due. First, whether
+//  this node itself stopped past its lease since the last look.
+static void
+s_stall_check (self_t *self)
+{
+    kvp_lease_t *lease = self->config->lease;
+    if (!lease)
+        return;
+    int64_t now = zclock_mono ();
+    int64_t beat = atomic_load (&lease->beat_ms);
+    if (beat && now - beat > atomic_load (&lease->period_ms) && !atomic_load (&lease->suspended)) {
+        atomic_store (&lease->suspended, true);
+        kvp_warning ("node %s did not run for %lld ms, past its lease: it serves none of its "
+                     "copies until the master confirms them (it may have been fenced meanwhile)",
+                     self->args->node_id, (long long) (now - beat));
+    }
+    atomic_store (&lease->beat_ms, now);
+}
+
 static int64_t
 s_tick (actor_shell_t *shell, void *arg)
 {
     (void) shell;
     self_t *self = (self_t *) arg;
+    s_stall_check (self);
+    //  A new leader (standby masters): it does not know this node; register with it now.
+    if (master_client_follow (self->master)) {
+        kvp_info ("node %s follows %s", self->args->node_id, master_client_name (self->master));
+        metrics_link_endpoint (self->config->metrics, master_client_endpoint (self->master));
+        metrics_link_term (self->config->metrics, master_client_term (self->master));
+        if (self->state != UNREGISTERED) {
+            self->state = UNREGISTERED;
+            s_lease_lost (self);
+        }
+        self->next_beat = zclock_mono ();
+    }
     if (zclock_mono () >= self->next_beat)
         s_beat (self);
-    return self->next_beat;
+    //  (A new leader is looked for at least every 100 ms meanwhile.)
+    int64_t follow = zclock_mono () + 100;
+    return self->config->leader && follow < self->next_beat ? follow : self->next_beat;
 }
 
 static self_t *
@@ -388,6 +502,15 @@ membership_actor (zsock_t *pipe, void *args)
         kvp_job_destroy (&stats);
     self->next_beat = zclock_mono () + 20;
     self->last_heard = zclock_mono ();
+    //  A node serves what it holds once the master has confirmed it: a restarted node's
+    //  adopted objects may have been removed while it was down (infra/config.h).
+    if (self->config->lease) {
+        atomic_store (&self->config->lease->period_ms,
+                      (int64_t) (KVP_LEASE_BEATS * self->config->heartbeat_ms));
+        atomic_store (&self->config->lease->suspended, true);
+    }
+    metrics_link_master (self->config->metrics, master_client_endpoint (self->master),
+                         KVP_LEASE_BEATS * self->config->heartbeat_ms, self->last_heard);
     actor_shell_on_tick (shell, s_tick);
     actor_shell_set_final_tick (shell, true);
     actor_shell_run (shell, self);

@@ -118,6 +118,18 @@ rm_read (self_t *self, kvp_job_t *job, int64_t now)
             continue;
         }
         kvp_object_t *object = rm_lookup_complete (self, item->key);
+        //  Nothing held here before the master has confirmed it: at the start (a restarted
+        //  node's adopted objects), and after the node stopped past its lease (infra/config.h):
+        //  a remove may have completed without it. The key is read where the master says;
+        //  another node reading here hears that this node cannot serve it now (not that it
+        //  is gone), and reads another replica.
+        if (object && kvp_lease_suspended (self->config->lease, now)) {
+            if (job->opt.peer) {
+                item->status = KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS;
+                continue;
+            }
+            object = NULL;
+        }
         //  A cache copy only while the node's lease holds (replica_cache.c); past it the key
         //  is read where it lives.
         if (object && !rm_cache_servable (self, object, now))

@@ -365,6 +365,7 @@ s_slot_unlock (slot_t *slot)
 
 typedef struct {
     unsigned busy_before, starts_after;
+    uint64_t started_ms; //  a fault from here on may have taken the value's holder
 } mutation_t;
 
 static mutation_t
@@ -373,6 +374,7 @@ s_mutation_begin (slot_t *slot)
     mutation_t m;
     m.busy_before = atomic_fetch_add (&slot->busy, 1);
     m.starts_after = atomic_fetch_add (&slot->starts, 1) + 1;
+    m.started_ms = s_now_ms ();
     return m;
 }
 
@@ -389,7 +391,9 @@ s_mutation_end (slot_t *slot, mutation_t m, bool known, uint32_t version, unsign
     else if (version != KEEP_VERSION) {
         atomic_store (&slot->version, version);
         atomic_store (&slot->holders, holders);
-        atomic_store (&slot->since, s_now_ms ());
+        //  From the put's start: a holder killed while the put was in flight, after the
+        //  bytes landed, may still have its commit acknowledged; its value is away with it.
+        atomic_store (&slot->since, m.started_ms);
         atomic_store (&slot->ambiguous, 0);
     }
     atomic_fetch_sub (&slot->busy, 1);
@@ -512,10 +516,25 @@ s_do_get (client_t *self, uint32_t key, const char *name, uint64_t started)
             fprintf (stderr, "kvpool-soak: client %d: %s: %llu wrong bytes of %lld\n", self->index,
                      name, (unsigned long long) wrong, (long long) got);
         }
-        else if (stable && committed == 0)
-            atomic_fetch_add (&s_shared->resurrected_reads, 1);
-        else if (stable && version != committed)
-            atomic_fetch_add (&s_shared->stale_reads, 1);
+        else if (stable && (committed == 0 || version != committed)) {
+            uint64_t n = atomic_fetch_add (committed == 0 ? &s_shared->resurrected_reads
+                                                          : &s_shared->stale_reads,
+                                           1);
+            //  The first few, with what the slot says, to start an investigation from.
+            if (n < 5)
+                fprintf (stderr,
+                         "kvpool-soak: %.1f s: client %d (%s, node %d): get of key %u read "
+                         "version %u, %s (since %.1f s); last faults node-0 %.1f node-1 %.1f "
+                         "node-2 %.1f master %.1f s\n",
+                         s_now_ms () / 1000.0, self->index, self->tcp ? "tcp" : "ipc",
+                         self->index / 2 % NODES, key, version,
+                         committed ? "another version is committed" : "it was removed",
+                         atomic_load (&slot->since) / 1000.0,
+                         atomic_load (&s_shared->fault_start[0]) / 1000.0,
+                         atomic_load (&s_shared->fault_start[1]) / 1000.0,
+                         atomic_load (&s_shared->fault_start[2]) / 1000.0,
+                         atomic_load (&s_shared->fault_start[3]) / 1000.0);
+        }
         s_count (OP_GET, KVPOOL_OK, started);
         return KVPOOL_OK;
     }

@@ -58,12 +58,14 @@ struct _kvpc_conn_t {
     uint64_t next_id;    //  request ids, monotonic per connection
     uint64_t generation; //  sockets replaced so far
     bool oneway_pending; //  a one-way request went out after the last reply came
-    bool same_host;      //  the node's boot id is this machine's
+    bool same_host;      //  the node's host id is this process's (kvp_host_id)
     bool cluster;        //  the node is one of a cluster's (PING)
     char last_error[256];
+    //  The node's master, as its last STATS said ("": none).
+    char master_endpoint[256];
     char client_id[96];       //  owner name for segments this client mounts
-    char host_id[64];         //  the node's boot id (PING)
-    char server_id[96];       //  the node's boot id + pid (PING)
+    char host_id[64];         //  the node's host id (PING)
+    char server_id[96];       //  the node's host id + pid (PING)
     char local_endpoint[256]; //  the node's ipc endpoint for same-machine clients (PING)
     transfer_pool_t *pool;    //  copy threads, made on the first large copy
     kvpc_device_t *device;    //  device memory of the calls (device.h), made on first need
@@ -131,6 +133,18 @@ void
 kvpc_clear_error (kvpc_conn_t *self)
 {
     self->last_error[0] = 0;
+}
+
+void
+kvpc_conn_set_master_endpoint (kvpc_conn_t *self, const char *endpoint)
+{
+    snprintf (self->master_endpoint, sizeof self->master_endpoint, "%s", endpoint ? endpoint : "");
+}
+
+const char *
+kvpc_conn_master_endpoint (kvpc_conn_t *self)
+{
+    return self->master_endpoint;
 }
 
 const char *
@@ -794,9 +808,11 @@ kvpc_conn_new (const char *endpoint, int timeout_ms, int connect_timeout_ms, boo
         errno = error;
         return NULL;
     }
-    char boot_id[64];
-    self->same_host = self->host_id[0] && kvp_boot_id (boot_id, sizeof boot_id) == 0
-                      && strcmp (boot_id, self->host_id) == 0;
+    //  The node's host id as this process would make it (kvp_host_id: boot id and network
+    //  namespace): a node in another container is not on "this machine" for shared memory.
+    char host_id[64];
+    self->same_host = self->host_id[0] && kvp_host_id (host_id, sizeof host_id) == 0
+                      && strcmp (host_id, self->host_id) == 0;
     if (self->same_host && !keep_endpoint)
         s_go_local (self);
     return self;

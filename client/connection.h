@@ -80,9 +80,9 @@ int kvpc_conn_ping (kvpc_conn_t *self);
 const char *kvpc_conn_endpoint (kvpc_conn_t *self);
 //  The owner name this connection mounts segments under.
 const char *kvpc_conn_client_id (kvpc_conn_t *self);
-//  The node's boot id, as its PING said ("" if it did not say).
+//  The node's host id, as its PING said ("" if it did not say).
 const char *kvpc_conn_host_id (kvpc_conn_t *self);
-//  Whether the node runs on this machine (same boot id).
+//  Whether the node runs on this machine (its host id is this process's kvp_host_id).
 bool kvpc_conn_same_host (kvpc_conn_t *self);
 //  Starts libzmq's monitor of socket for events (ZMQ_EVENT_*) and returns a PAIR in ctx that
 //  receives them, or NULL. Stop it with zmq_socket_monitor (socket, NULL, 0), then close it.
@@ -121,6 +121,9 @@ void kvpc_set_error (kvpc_conn_t *self, const char *format, ...)
     __attribute__ ((format (printf, 2, 3)));
 void kvpc_clear_error (kvpc_conn_t *self);
 const char *kvpc_conn_last_error (kvpc_conn_t *self);
+//  The master the node talks to, as its last STATS reply said ("" for none or before one).
+void kvpc_conn_set_master_endpoint (kvpc_conn_t *self, const char *endpoint);
+const char *kvpc_conn_master_endpoint (kvpc_conn_t *self);
 
 //  Sends request (with one frame per value) and waits up to the connection's timeout for its
 //  reply. Returns 0 with *reply filled (free it with kvpc_reply_free), or a negative status:

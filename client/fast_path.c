@@ -1,7 +1,7 @@
 /*  fast_path.c - libkvpool's same-machine path: copy values straight between the caller's
     buffers and the node's shared-memory segments.
 
-    When the node runs on this machine (its PING host_id equals our boot id), the client
+    When the node runs on this machine (its PING host_id equals our kvp_host_id), the client
     lists the node's segments (SEGMENTS) and takes each one's mapping from the process
     context (process.h: a segment is mapped once per process, however many connections
     reach its node). Then:

@@ -1236,6 +1236,12 @@ kvpool_config (kvpool_t *self, const char *name, const char *value, char *out, s
     return kvpc_socket_config (self->conn, name, value, out, size);
 }
 
+const char *
+kvpool_master_endpoint (kvpool_t *self)
+{
+    return self ? kvpc_conn_master_endpoint (self->conn) : "";
+}
+
 int
 kvpool_stats_ops (kvpool_t *self, kvpool_stats_t *stats, kvpool_op_stats_t *ops, size_t max,
                   size_t *count)

@@ -839,6 +839,7 @@ kvpc_socket_stats (kvpc_conn_t *conn, kvpool_stats_t *stats, kvpool_op_stats_t *
         return KVPOOL_PROTOCOL_ERROR;
     }
     memset (stats, 0, sizeof *stats);
+    kvpc_conn_set_master_endpoint (conn, reply.msg->master_endpoint);
 #define KVPC_STATS_COPY(type, name, text) stats->name = from->name;
     KVPOOL_STATS_FIELDS (KVPC_STATS_COPY)
 #undef KVPC_STATS_COPY

@@ -11,10 +11,11 @@
         key in the caller's array; they return a negative status when the request as a whole
         failed (then the per-key array is filled with that status too).
 
-    Same-machine fast path: when the client runs on the node's machine (same boot id) and can
-    map the node's shared-memory segments, the put/get calls that copy from or into a caller's
-    buffer move the bytes with memcpy (put-start, memcpy, put-end; get-replica-list, memcpy,
-    release) instead of sending them over the socket. It is chosen automatically at connect
+    Same-machine fast path: when the client runs on the node's machine (same boot id, same
+    network namespace) and can map the node's shared-memory segments, the put/get calls that
+    copy from or into a caller's buffer move the bytes with memcpy (put-start, memcpy,
+    put-end; get-replica-list, memcpy, release) instead of sending them over the socket. It
+    is chosen automatically at connect
     and can be switched off (kvpool_options_t.fast_path = 0, or kvpool_set_fast_path).
 
     GPU memory: the buffers of the puts and of the gets into buffers may be CUDA device
@@ -454,6 +455,12 @@ typedef struct {
 //  A same-machine client of the node's user or group only (PERMISSION_DENIED otherwise).
 KVPOOL_EXPORT int kvpool_config (kvpool_t *self, const char *name, const char *value, char *out,
                                  size_t size);
+
+//  The master the node talks to, as the last kvpool_stats or kvpool_stats_ops said: "" for a
+//  one-process store, or before either was called. How the link is: the stats'
+//  master_connected, master_silence_ms, master_term and master_lease_ms. Owned by self,
+//  valid until the next stats call.
+KVPOOL_EXPORT const char *kvpool_master_endpoint (kvpool_t *self);
 
 //  How the drain of a node of a cluster stands (kvpool_node_drain).
 typedef struct {

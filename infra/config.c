@@ -26,6 +26,7 @@
 #include "infra/config_options.h"
 
 #include "infra/endpoints.h"
+#include "infra/etcd.h"
 
 #include <assert.h>
 #include <ctype.h>
@@ -352,6 +353,7 @@ s_check_binds (const kvp_config_t *config, bool warn)
     rc |= s_check_bind (config, "--peer-endpoint", config->peer_endpoint, warn);
     if (config->role == KVP_ROLE_MASTER)
         rc |= s_check_bind (config, "--master", config->master, warn);
+    //  (A node's etcd:// master is not a bind.)
     rc |= s_check_bind (config, "--kv-events-endpoint", config->kv_events_endpoint, warn);
     rc |= s_check_bind (config, "--kv-events-replay-endpoint", config->kv_events_replay_endpoint,
                         warn);
@@ -450,12 +452,40 @@ s_config_check (kvp_config_t *config)
         config->node_id = NULL;
     if (config->peer_endpoint && !*config->peer_endpoint)
         config->peer_endpoint = NULL;
+    if (config->advertise && !*config->advertise)
+        config->advertise = NULL;
     if (config->rdma_device && !*config->rdma_device)
         config->rdma_device = NULL;
     if (!config->master || !*config->master) {
         fprintf (ERRORS, "kvpoold: --master needs an endpoint (e.g. %s)\n",
                  KVP_DEFAULT_MASTER_ENDPOINT);
         return -1;
+    }
+    if (config->ha && !*config->ha)
+        config->ha = NULL;
+    if (config->ha && config->role != KVP_ROLE_MASTER) {
+        fprintf (ERRORS, "kvpoold: --ha is for role master; a node follows the leader with "
+                         "--master etcd://HOST:PORT/CLUSTER\n");
+        return -1;
+    }
+    char etcd_error[300];
+    etcd_address_t etcd_address;
+    if (config->ha
+        && etcd_address_parse (config->ha, &etcd_address, etcd_error, sizeof etcd_error) == -1) {
+        fprintf (ERRORS, "kvpoold: --ha: %s\n", etcd_error);
+        return -1;
+    }
+    if (etcd_is_address (config->master)) {
+        if (config->role != KVP_ROLE_NODE) {
+            fprintf (ERRORS, "kvpoold: --master etcd://... is for role node; a master binds a "
+                             "tcp endpoint and campaigns with --ha\n");
+            return -1;
+        }
+        if (etcd_address_parse (config->master, &etcd_address, etcd_error, sizeof etcd_error)
+            == -1) {
+            fprintf (ERRORS, "kvpoold: --master: %s\n", etcd_error);
+            return -1;
+        }
     }
     if (strcmp (config->transport, "tcp") && strcmp (config->transport, "rdma")
         && strcmp (config->transport, "auto")) {
@@ -1004,6 +1034,23 @@ kvp_config_test (bool verbose)
     char *wide_insecure[] = {"--endpoint", "tcp://*:5", "--insecure"};
     kvp_config_defaults (&config);
     assert (kvp_config_parse (&config, 3, wide_insecure) == 0 && config.insecure);
+    //  A wildcard bind is announced as --advertise says, or not at all (kvpoold refuses).
+    char *advertised[] = {"--role", "node", "--advertise", "10.0.0.7"};
+    kvp_config_defaults (&config);
+    assert (kvp_config_parse (&config, 4, advertised) == 0 && streq (config.advertise, "10.0.0.7"));
+    char out[64];
+    assert (kvp_endpoint_is_wildcard ("tcp://0.0.0.0:5") && kvp_endpoint_is_wildcard ("tcp://*:5")
+            && kvp_endpoint_is_wildcard ("tcp://[::]:5") && kvp_endpoint_is_wildcard ("tcp://:::5")
+            && !kvp_endpoint_is_wildcard ("tcp://10.0.0.1:5")
+            && !kvp_endpoint_is_wildcard ("ipc://@x"));
+    assert (kvp_endpoint_advertised ("tcp://0.0.0.0:5", "10.0.0.7", out, sizeof out) == 0
+            && streq (out, "tcp://10.0.0.7:5"));
+    assert (kvp_endpoint_advertised ("tcp://*:5", "fd00::7", out, sizeof out) == 0
+            && streq (out, "tcp://[fd00::7]:5"));
+    assert (kvp_endpoint_advertised ("tcp://10.0.0.1:5", "10.0.0.7", out, sizeof out) == 0
+            && streq (out, "tcp://10.0.0.1:5"));
+    assert (kvp_endpoint_advertised ("tcp://10.0.0.1:5", NULL, out, sizeof out) == 0);
+    assert (kvp_endpoint_advertised ("tcp://0.0.0.0:5", NULL, out, sizeof out) == -1 && !*out);
     char *wide_curve[] = {"--endpoint", "tcp://*:5", "--curve-secret", "/k", "--curve-allow", "/d"};
     kvp_config_defaults (&config);
     assert (kvp_config_parse (&config, 6, wide_curve) == 0);

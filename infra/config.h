@@ -43,9 +43,30 @@ typedef enum {
 
 //  A node's lease (kvp_config_t.lease): until when, in zclock_mono milliseconds (CLOCK_MONOTONIC,
 //  shm_index_clock_ms), it may serve cache copies. 0: not now.
+//  And whether it may serve its own replicas: not after the node itself stopped running for
+//  longer than its lease (SIGSTOP, a stall), for its master may have fenced it meanwhile
+//  (FENCE: a remove or a write that could not reach it completed without it), until the
+//  master has confirmed what it holds (actors/membership.c). beat_ms is when the membership
+//  actor last ran its beat; a gap of more than period_ms since then is such a stop, seen
+//  by a reader before the membership actor has run again.
 typedef struct {
     _Atomic int64_t until_ms;
+    _Atomic int64_t beat_ms;
+    _Atomic int64_t period_ms;
+    atomic_bool suspended;
 } kvp_lease_t;
+
+//  Whether a node with lease (NULL: none) must not serve its own copies at now: it stopped
+//  past its lease, and its master has not confirmed what it holds since.
+static inline bool
+kvp_lease_suspended (const kvp_lease_t *lease, int64_t now)
+{
+    if (!lease)
+        return false;
+    kvp_lease_t *l = (kvp_lease_t *) lease;
+    int64_t beat = atomic_load (&l->beat_ms), period = atomic_load (&l->period_ms);
+    return atomic_load (&l->suspended) || (beat && period && now - beat > period);
+}
 
 //  Whether lease (NULL: none: always) holds at now (zclock_mono ms).
 static inline bool
@@ -102,9 +123,12 @@ typedef struct {
     //  the cluster (DESIGN §2, docs/cluster.md)
     kvp_role_t role;
     const char *master;        //  master: the endpoint it binds; node: the master to join
-    const char *host_id;       //  NULL: the boot id
+    const char *ha;            //  master: etcd://.../CLUSTER to campaign in; NULL: alone
+    uint64_t ha_lease_ttl_s;   //  master with ha: the leader's etcd lease
+    const char *host_id;       //  NULL: kvp_host_id (boot id and network namespace)
     const char *node_id;       //  NULL: host id + the first client tcp port
     const char *peer_endpoint; //  the data plane's bind; NULL: the client tcp host, any port
+    const char *advertise;     //  the host announced for a wildcard bind; NULL: none
     uint64_t node_ttl_ms;
     uint64_t max_node_objects; //  master: directory entries one node may hold
     uint64_t heartbeat_ms;
@@ -156,6 +180,10 @@ typedef struct {
     //  heartbeat the master answers; cache copies and reads of a named version are served
     //  only before it ends (docs/tiers.md, "The hot cache").
     kvp_lease_t *lease;
+    //  Not a setting: which master leads (role node with --master etcd://..., NULL
+    //  otherwise), made by kvpoold with the watch that keeps it (infra/leader.h); each master
+    //  client follows it.
+    struct kvp_leader_s *leader;
     //  Not a setting: the node's segments and their space (actors/allocator.h), made by
     //  kvpoold before the actors start and destroyed after them all, so that no copy or send
     //  still under way at the end reads unmapped memory; only the replica-manager's thread

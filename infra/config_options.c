@@ -30,12 +30,31 @@ const opt_t kvp_config_options[] = {
      .kind = OPT_STRING,
      FIELD (master),
      .default_value = KVP_DEFAULT_MASTER_ENDPOINT,
-     .help = "role master: the endpoint to bind for nodes; role node: the master to join"},
+     .help = "role master: the endpoint to bind for nodes; role node: the master to join, "
+             "or etcd://HOST:PORT[,HOST:PORT...]/CLUSTER to follow whichever of a "
+             "cluster's standby masters leads"},
+    {.name = "ha",
+     .arg = "ETCD",
+     .kind = OPT_STRING,
+     FIELD (ha),
+     .help = "role master: campaign for leadership among standby masters through etcd "
+             "(etcd://HOST:PORT[,HOST:PORT...]/CLUSTER): one leads, the others stand by "
+             "and take over when it dies; nodes then join with --master "
+             "etcd://HOST:PORT/CLUSTER (docs/cluster.md, \"Standby masters\")"},
+    {.name = "ha-lease-ttl",
+     .arg = "S",
+     .kind = OPT_UINT,
+     FIELD (ha_lease_ttl_s),
+     .min = 2,
+     .max = 60,
+     .default_value = "3",
+     .help = "role master with --ha: the leader's etcd lease, in seconds: a leader that "
+             "dies or stalls is replaced this long after its last renewal"},
     {.name = "host-id",
      .arg = "ID",
      .kind = OPT_STRING,
      FIELD (host_id),
-     .default_rule = "the machine's boot id",
+     .default_rule = "the machine's boot id and network namespace",
      .help = "the machine this node is on: replicas go to distinct hosts, and same-machine "
              "clients map segments only of their own host"},
     {.name = "node-id",
@@ -51,6 +70,14 @@ const opt_t kvp_config_options[] = {
      FIELD (peer_endpoint),
      .default_rule = "the first client tcp endpoint's host, any free port",
      .help = "role node: the data plane, where other nodes read and write this node's values"},
+    {.name = "advertise",
+     .arg = "HOST",
+     .kind = OPT_STRING,
+     FIELD (advertise),
+     .default_rule = "none: a node bound to a wildcard address refuses to start",
+     .help = "role node: the address other nodes and clients reach this node at, announced "
+             "to the master in place of a wildcard (0.0.0.0, *, ::) in the client and "
+             "data-plane endpoints; endpoints bound to one address are announced as bound"},
     {.name = "node-ttl",
      .arg = "MS",
      .kind = OPT_UINT,

@@ -55,6 +55,35 @@ kvp_endpoints_ask (zactor_t *actor, const char *what)
 }
 
 bool
+kvp_endpoint_is_wildcard (const char *endpoint)
+{
+    if (!endpoint || strncmp (endpoint, "tcp://", 6) != 0)
+        return false;
+    const char *host = endpoint + 6;
+    const char *colon = strrchr (host, ':');
+    size_t len = colon ? (size_t) (colon - host) : strlen (host);
+    return (len == 1 && host[0] == '*') || (len == 7 && !strncmp (host, "0.0.0.0", 7))
+           || (len == 2 && !strncmp (host, "::", 2)) || (len == 4 && !strncmp (host, "[::]", 4));
+}
+
+int
+kvp_endpoint_advertised (const char *endpoint, const char *advertise, char *out, size_t size)
+{
+    if (!kvp_endpoint_is_wildcard (endpoint)) {
+        snprintf (out, size, "%s", endpoint ? endpoint : "");
+        return 0;
+    }
+    if (!advertise || !*advertise) {
+        snprintf (out, size, "%s", "");
+        return -1;
+    }
+    const char *port = strrchr (endpoint + 6, ':');
+    bool bare_ipv6 = strchr (advertise, ':') && advertise[0] != '[';
+    snprintf (out, size, bare_ipv6 ? "tcp://[%s]%s" : "tcp://%s%s", advertise, port ? port : "");
+    return 0;
+}
+
+bool
 kvp_endpoint_is_loopback (const char *endpoint)
 {
     if (!endpoint)

@@ -25,4 +25,13 @@ zlist_t *kvp_endpoints_ask (zactor_t *actor, const char *what);
 //  interface: 127.0.0.0/8, ::1 or localhost. A wildcard or any other address is not.
 bool kvp_endpoint_is_loopback (const char *endpoint);
 
+//  Whether endpoint (tcp://HOST:PORT) binds every address: HOST is *, 0.0.0.0, :: or [::].
+//  Nobody can connect to such an address from another machine, so a node does not announce it.
+bool kvp_endpoint_is_wildcard (const char *endpoint);
+
+//  The endpoint to announce for a bound endpoint, into out: with a wildcard host, advertise
+//  in its place (an IPv6 address goes in brackets); any other endpoint as it is. Returns 0,
+//  or -1 (out = "") when the host is a wildcard and advertise is NULL or "".
+int kvp_endpoint_advertised (const char *endpoint, const char *advertise, char *out, size_t size);
+
 #endif

@@ -43,9 +43,16 @@ struct _kvp_metrics_t {
     atomic_uint_fast64_t bytes_in[KVP_TRANSPORTS], bytes_out[KVP_TRANSPORTS];
     atomic_uint_fast64_t lookups, lookup_hit_tokens;
     atomic_uint_fast64_t nodes, nodes_alive, master_keys;
-    atomic_uint_fast64_t replicas_missing, repairs_done, repair_bytes;
     atomic_int_fast64_t master_beat; //  the master's last tick (zclock_mono); 0: none
-    pthread_mutex_t lock;            //  the snapshot's
+    //  A master's view of its cluster (kvp_cluster_figures_t's other members).
+    atomic_uint_fast64_t cluster_objects, cluster_used, cluster_capacity;
+    atomic_uint_fast64_t replicas_missing, repairs_done, repair_bytes, failovers;
+    //  A node's link to its master (metrics_link_*); the strings under lock.
+    atomic_bool link_node, link_registered;
+    atomic_int_fast64_t link_heard; //  zclock_mono of the master's last answer (or the start)
+    atomic_uint_fast64_t link_term, link_lease_ms;
+    char link_endpoint[256], link_refused[256];
+    pthread_mutex_t lock; //  the snapshot's and the link's strings
     bool have_snapshot;
     int64_t snapshot_at;
     kvp_stats_t stats;
@@ -132,6 +139,10 @@ static const stat_metric_t s_stat_metrics[] = {
     {"hot_cache_invalidations", "kvpool_hot_cache_invalidations_total", true, 1},
     {"master_requests", "kvpool_master_requests_total", true, 1},
     {"location_hits", "kvpool_location_hits_total", true, 1},
+    {"master_connected", "kvpool_master_connected", false, 1},
+    {"master_silence_ms", "kvpool_master_silence_seconds", false, 1e-3},
+    {"master_term", "kvpool_master_term", false, 1},
+    {"master_lease_ms", "kvpool_master_lease_seconds", false, 1e-3},
     {"repairs_done", "kvpool_repairs_copied_total", true, 1},
     {"repair_bytes", "kvpool_repair_copied_bytes_total", true, 1},
     {"puts_under_replicated", "kvpool_puts_under_replicated_total", true, 1},
@@ -277,25 +288,116 @@ metrics_bytes_totals (kvp_metrics_t *self, uint64_t *in, uint64_t *out)
     }
 }
 
-void
-metrics_cluster (kvp_metrics_t *self, uint64_t nodes, uint64_t alive, uint64_t keys, int64_t now_ms)
+static inline void
+s_set (atomic_uint_fast64_t *figure, uint64_t value)
 {
-    if (!self)
-        return;
-    atomic_store_explicit (&self->nodes, nodes, memory_order_relaxed);
-    atomic_store_explicit (&self->nodes_alive, alive, memory_order_relaxed);
-    atomic_store_explicit (&self->master_keys, keys, memory_order_relaxed);
-    atomic_store_explicit (&self->master_beat, now_ms ? now_ms : 1, memory_order_relaxed);
+    atomic_store_explicit (figure, value, memory_order_relaxed);
 }
 
 void
-metrics_repair (kvp_metrics_t *self, uint64_t missing, uint64_t done, uint64_t bytes)
+metrics_cluster (kvp_metrics_t *self, const kvp_cluster_figures_t *figures, int64_t now_ms)
 {
     if (!self)
         return;
-    atomic_store_explicit (&self->replicas_missing, missing, memory_order_relaxed);
-    atomic_store_explicit (&self->repairs_done, done, memory_order_relaxed);
-    atomic_store_explicit (&self->repair_bytes, bytes, memory_order_relaxed);
+    s_set (&self->nodes, figures->nodes);
+    s_set (&self->nodes_alive, figures->alive);
+    s_set (&self->master_keys, figures->keys);
+    s_set (&self->cluster_objects, figures->objects);
+    s_set (&self->cluster_used, figures->used_bytes);
+    s_set (&self->cluster_capacity, figures->capacity);
+    s_set (&self->replicas_missing, figures->replicas_missing);
+    s_set (&self->repairs_done, figures->repairs_done);
+    s_set (&self->repair_bytes, figures->repair_bytes);
+    s_set (&self->failovers, figures->failovers);
+    atomic_store_explicit (&self->master_beat, now_ms ? now_ms : 1, memory_order_relaxed);
+}
+
+//  ---- a node's link to its master -----------------------------------------------------------
+
+void
+metrics_link_master (kvp_metrics_t *self, const char *endpoint, uint64_t lease_ms, int64_t now_ms)
+{
+    if (!self)
+        return;
+    pthread_mutex_lock (&self->lock);
+    snprintf (self->link_endpoint, sizeof self->link_endpoint, "%s", endpoint ? endpoint : "");
+    pthread_mutex_unlock (&self->lock);
+    s_set (&self->link_lease_ms, lease_ms);
+    atomic_store (&self->link_registered, false);
+    atomic_store (&self->link_heard, now_ms);
+    atomic_store (&self->link_node, true);
+}
+
+void
+metrics_link_endpoint (kvp_metrics_t *self, const char *endpoint)
+{
+    if (!self)
+        return;
+    pthread_mutex_lock (&self->lock);
+    snprintf (self->link_endpoint, sizeof self->link_endpoint, "%s", endpoint ? endpoint : "");
+    pthread_mutex_unlock (&self->lock);
+}
+
+void
+metrics_link_heard (kvp_metrics_t *self, bool registered, int64_t now_ms)
+{
+    if (!self)
+        return;
+    atomic_store (&self->link_registered, registered);
+    atomic_store (&self->link_heard, now_ms);
+}
+
+void
+metrics_link_term (kvp_metrics_t *self, uint64_t term)
+{
+    if (self)
+        s_set (&self->link_term, term);
+}
+
+void
+metrics_link_refused (kvp_metrics_t *self, const char *reason)
+{
+    if (!self)
+        return;
+    pthread_mutex_lock (&self->lock);
+    snprintf (self->link_refused, sizeof self->link_refused, "%s",
+              reason && *reason ? reason : "refused");
+    pthread_mutex_unlock (&self->lock);
+    atomic_store (&self->link_registered, false);
+}
+
+void
+metrics_link_read (kvp_metrics_t *self, int64_t now_ms, kvp_master_link_t *out)
+{
+    memset (out, 0, sizeof *out);
+    if (!self || !atomic_load (&self->link_node))
+        return;
+    out->node = true;
+    out->registered = atomic_load (&self->link_registered);
+    out->silence_ms = now_ms - atomic_load (&self->link_heard);
+    if (out->silence_ms < 0)
+        out->silence_ms = 0;
+    out->term = s_get (&self->link_term);
+    out->lease_ms = s_get (&self->link_lease_ms);
+    pthread_mutex_lock (&self->lock);
+    memcpy (out->endpoint, self->link_endpoint, sizeof out->endpoint);
+    memcpy (out->refused, self->link_refused, sizeof out->refused);
+    pthread_mutex_unlock (&self->lock);
+    out->connected =
+        out->registered && !out->refused[0] && (uint64_t) out->silence_ms <= out->lease_ms;
+}
+
+void
+metrics_link_stats (kvp_metrics_t *self, int64_t now_ms, kvp_stats_t *stats)
+{
+    kvp_master_link_t link;
+    metrics_link_read (self, now_ms, &link);
+    if (!link.node)
+        return;
+    stats->master_connected = link.connected ? 1 : 0;
+    stats->master_silence_ms = (uint64_t) link.silence_ms;
+    stats->master_term = link.term;
+    stats->master_lease_ms = link.lease_ms;
 }
 
 static bool
@@ -512,14 +614,31 @@ metrics_render (kvp_metrics_t *self, int64_t now_ms, size_t *size_p)
         s_header (out, "kvpool_cluster_keys", "gauge",
                   "keys in the master's directory (committed and being written)");
         fprintf (out, "kvpool_cluster_keys %" PRIu64 "\n", s_get (&self->master_keys));
-        s_header (out, "kvpool_replicas_missing", "gauge",
-                  "replicas objects lack (fewer live ones than their put asked for)");
-        fprintf (out, "kvpool_replicas_missing %" PRIu64 "\n", s_get (&self->replicas_missing));
-        s_header (out, "kvpool_repairs_total", "counter",
-                  "replicas restored: copies nodes made and the master took");
-        fprintf (out, "kvpool_repairs_total %" PRIu64 "\n", s_get (&self->repairs_done));
-        s_header (out, "kvpool_repair_bytes_total", "counter", "bytes of the replicas restored");
-        fprintf (out, "kvpool_repair_bytes_total %" PRIu64 "\n", s_get (&self->repair_bytes));
+        //  The cluster as one store: what /health says too.
+        const struct {
+            const char *name, *type, *help;
+            atomic_uint_fast64_t *value;
+        } figures[] = {
+            {"kvpool_cluster_objects", "gauge",
+             "committed objects in the cluster (each once, whatever its replicas)",
+             &self->cluster_objects},
+            {"kvpool_cluster_used_bytes", "gauge",
+             "memory in use on the live nodes, as their last heartbeats said", &self->cluster_used},
+            {"kvpool_cluster_capacity_bytes", "gauge", "memory the live nodes contribute",
+             &self->cluster_capacity},
+            {"kvpool_cluster_replicas_missing", "gauge",
+             "replicas objects lack of the count they were put with", &self->replicas_missing},
+            {"kvpool_cluster_repairs_total", "counter",
+             "replicas made again since this master started", &self->repairs_done},
+            {"kvpool_cluster_repair_bytes_total", "counter", "bytes of the replicas made again",
+             &self->repair_bytes},
+            {"kvpool_master_failovers_total", "counter", "times this master took over leadership",
+             &self->failovers},
+        };
+        for (size_t i = 0; i < sizeof figures / sizeof figures[0]; i++) {
+            s_header (out, figures[i].name, figures[i].type, figures[i].help);
+            fprintf (out, "%s %" PRIu64 "\n", figures[i].name, s_get (figures[i].value));
+        }
     }
     else {
         s_render_ops (self, out);
@@ -534,6 +653,23 @@ metrics_render (kvp_metrics_t *self, int64_t now_ms, size_t *size_p)
     return text;
 }
 
+//  text as a JSON string, quotes included (control characters dropped).
+static void
+s_json_string (const char *text, char *out, size_t size)
+{
+    size_t n = 0;
+    out[n++] = '"';
+    for (const char *c = text; *c && n + 3 < size; c++) {
+        if ((unsigned char) *c < 0x20)
+            continue;
+        if (*c == '"' || *c == '\\')
+            out[n++] = '\\';
+        out[n++] = *c;
+    }
+    out[n++] = '"';
+    out[n] = 0;
+}
+
 char *
 metrics_health (kvp_metrics_t *self, int64_t now_ms, bool *ok_p)
 {
@@ -542,23 +678,53 @@ metrics_health (kvp_metrics_t *self, int64_t now_ms, bool *ok_p)
     int64_t age = now_ms - self->snapshot_at;
     kvp_stats_t stats = self->stats;
     pthread_mutex_unlock (&self->lock);
+    char extra[1400] = "";
     if (s_is_master (self)) {
-        //  A master's life is its liveness tick.
+        //  A master's life is its liveness tick; its figures are the cluster's.
         int64_t beat = atomic_load_explicit (&self->master_beat, memory_order_relaxed);
         have = beat != 0;
         age = now_ms - beat;
         stats.uptime_ms = (uint64_t) (now_ms - self->started);
+        stats.objects = s_get (&self->cluster_objects);
+        stats.bytes_stored = s_get (&self->cluster_used);
+        stats.bytes_mounted = s_get (&self->cluster_capacity);
+        snprintf (
+            extra, sizeof extra,
+            ",\"nodes\":%" PRIu64 ",\"nodes_alive\":%" PRIu64 ",\"keys\":%" PRIu64
+            ",\"replicas_missing\":%" PRIu64 ",\"repairs_done\":%" PRIu64 ",\"failovers\":%" PRIu64,
+            s_get (&self->nodes), s_get (&self->nodes_alive), s_get (&self->master_keys),
+            s_get (&self->replicas_missing), s_get (&self->repairs_done), s_get (&self->failovers));
     }
     const char *status = !have ? "starting" : age > KVP_METRICS_STALE_MS ? "stalled" : "ok";
     *ok_p = have && age <= KVP_METRICS_STALE_MS;
+    kvp_master_link_t link;
+    metrics_link_read (self, now_ms, &link);
+    if (link.node) {
+        //  A node cut off from its master serves what it holds, but no put, nor any key
+        //  another node holds: degraded (503, so that a load balancer sends its clients to
+        //  another node). Refused: it stops.
+        if (*ok_p && (link.refused[0] || !link.connected)) {
+            status = link.refused[0] ? "refused" : "degraded";
+            *ok_p = false;
+        }
+        char endpoint[600], refused[600];
+        s_json_string (link.endpoint, endpoint, sizeof endpoint);
+        s_json_string (link.refused, refused, sizeof refused);
+        snprintf (extra, sizeof extra,
+                  ",\"master\":{\"connected\":%s,\"registered\":%s,\"endpoint\":%s,"
+                  "\"term\":%" PRIu64 ",\"silence_seconds\":%.3f,\"lease_seconds\":%.3f%s%s}",
+                  link.connected ? "true" : "false", link.registered ? "true" : "false", endpoint,
+                  link.term, (double) link.silence_ms / 1e3, (double) link.lease_ms / 1e3,
+                  link.refused[0] ? ",\"refused\":" : "", link.refused[0] ? refused : "");
+    }
     char *text = NULL;
     if (asprintf (&text,
                   "{\"status\":\"%s\",\"role\":\"%s\",\"version\":\"%s\",\"uptime_seconds\":%.3f,"
                   "\"stats_age_seconds\":%.3f,\"objects\":%" PRIu64 ",\"stored_bytes\":%" PRIu64
-                  ",\"capacity_bytes\":%" PRIu64 ",\"segments\":%u}\n",
+                  ",\"capacity_bytes\":%" PRIu64 ",\"segments\":%u%s}\n",
                   status, self->role, KVP_VERSION, (double) stats.uptime_ms / 1e3,
                   have ? (double) age / 1e3 : -1.0, stats.objects, stats.bytes_stored,
-                  stats.bytes_mounted, stats.segments)
+                  stats.bytes_mounted, stats.segments, extra)
         < 0)
         return NULL;
     return text;
@@ -595,12 +761,23 @@ metrics_markdown (FILE *out)
     fprintf (out, "| `kvpool_cluster_nodes` | gauge | state (alive, dead) | a master's: the "
                   "nodes it knows |\n");
     fprintf (out, "| `kvpool_cluster_keys` | gauge | | a master's: keys in its directory |\n");
-    fprintf (out, "| `kvpool_replicas_missing` | gauge | | a master's: replicas objects lack "
-                  "(fewer live ones than their put asked for) |\n");
-    fprintf (out, "| `kvpool_repairs_total` | counter | | a master's: replicas restored |\n");
-    fprintf (out, "| `kvpool_repair_bytes_total` | counter | | a master's: their bytes |\n");
     fprintf (out, "| `kvpool_master_tick_age_seconds` | gauge | | a master's: since its last "
                   "liveness tick (every 50 ms; /health says stalled past 5 s) |\n");
+    fprintf (out, "| `kvpool_cluster_objects` | gauge | | a master's: committed objects in the "
+                  "cluster, each once |\n");
+    fprintf (out, "| `kvpool_cluster_used_bytes` | gauge | | a master's: memory in use on the "
+                  "live nodes, as their last heartbeats said |\n");
+    fprintf (out, "| `kvpool_cluster_capacity_bytes` | gauge | | a master's: memory the live "
+                  "nodes contribute |\n");
+    fprintf (out, "| `kvpool_cluster_replicas_missing` | gauge | | a master's: replicas objects "
+                  "lack of the count they were put with (fewer live ones that are not "
+                  "draining: master/repair.c) |\n");
+    fprintf (out, "| `kvpool_cluster_repairs_total` | counter | | a master's: replicas made "
+                  "again since it started |\n");
+    fprintf (out, "| `kvpool_cluster_repair_bytes_total` | counter | | a master's: their "
+                  "bytes |\n");
+    fprintf (out, "| `kvpool_master_failovers_total` | counter | | a master's: times it took "
+                  "over leadership (0 until standby masters) |\n");
 }
 
 //  ---- self test -----------------------------------------------------------------------------
@@ -683,17 +860,77 @@ metrics_test (bool verbose)
     health = metrics_health (metrics, 100, &ok);
     assert (health && !ok && strstr (health, "\"status\":\"starting\""));
     free (health);
-    metrics_cluster (metrics, 3, 2, 1000, 5000);
+    kvp_cluster_figures_t figures = {.nodes = 3,
+                                     .alive = 2,
+                                     .keys = 1000,
+                                     .objects = 990,
+                                     .used_bytes = 4096,
+                                     .capacity = 1 << 20,
+                                     .failovers = 1};
+    metrics_cluster (metrics, &figures, 5000);
     text = metrics_render (metrics, 5020, &size);
     assert (text && strstr (text, "kvpool_cluster_nodes{state=\"alive\"} 2\n"));
     assert (strstr (text, "kvpool_cluster_nodes{state=\"dead\"} 1\n"));
     assert (strstr (text, "kvpool_cluster_keys 1000\n") && !strstr (text, "kvpool_requests_total"));
+    assert (strstr (text, "kvpool_cluster_objects 990\n")
+            && strstr (text, "kvpool_cluster_used_bytes 4096\n")
+            && strstr (text, "kvpool_cluster_capacity_bytes 1048576\n")
+            && strstr (text, "kvpool_master_failovers_total 1\n")
+            && strstr (text, "kvpool_cluster_replicas_missing 0\n"));
     free (text);
     health = metrics_health (metrics, 5020, &ok);
-    assert (health && ok && strstr (health, "\"role\":\"master\""));
+    assert (health && ok && strstr (health, "\"role\":\"master\"")
+            && strstr (health, "\"objects\":990,\"stored_bytes\":4096,\"capacity_bytes\":1048576")
+            && strstr (health, "\"nodes_alive\":2") && !strstr (health, "\"master\":"));
     free (health);
     health = metrics_health (metrics, 5000 + KVP_METRICS_STALE_MS + 1, &ok);
     assert (health && !ok);
     free (health);
     metrics_destroy (&metrics);
+
+    //  A node: degraded until its master registers it, and past its lease without a word.
+    metrics = metrics_new ("node");
+    assert (metrics);
+    metrics_snapshot (metrics, &stats, &segment, 1, 1000);
+    health = metrics_health (metrics, 1000, &ok);
+    assert (health && ok && !strstr (health, "\"master\":")); //  no link (yet): as before
+    free (health);
+    metrics_link_master (metrics, "tcp://10.0.0.9:50060", 3000, 1000);
+    health = metrics_health (metrics, 1100, &ok);
+    assert (health && !ok && strstr (health, "\"status\":\"degraded\"")
+            && strstr (health, "\"connected\":false,\"registered\":false,"
+                               "\"endpoint\":\"tcp://10.0.0.9:50060\",\"term\":0"));
+    free (health);
+    metrics_link_heard (metrics, true, 1200);
+    metrics_link_term (metrics, 7);
+    metrics_link_endpoint (metrics, "tcp://10.0.0.8:50060");
+    health = metrics_health (metrics, 1300, &ok);
+    assert (health && ok && strstr (health, "\"status\":\"ok\"")
+            && strstr (health, "\"connected\":true,\"registered\":true")
+            && strstr (health, "\"term\":7")
+            && strstr (health, "\"endpoint\":\"tcp://10.0.0.8:50060\""));
+    free (health);
+    kvp_stats_t link_stats;
+    memset (&link_stats, 0, sizeof link_stats);
+    metrics_link_stats (metrics, 1300, &link_stats);
+    assert (link_stats.master_connected == 1 && link_stats.master_silence_ms == 100
+            && link_stats.master_term == 7 && link_stats.master_lease_ms == 3000);
+    //  (the snapshot is fresh again, so that only the link can make it unhealthy)
+    metrics_snapshot (metrics, &stats, &segment, 1, 4300);
+    health = metrics_health (metrics, 4300, &ok); //  3.1 s silent: past the lease
+    assert (health && !ok && strstr (health, "\"status\":\"degraded\""));
+    free (health);
+    metrics_link_stats (metrics, 4300, &link_stats);
+    assert (link_stats.master_connected == 0 && link_stats.master_silence_ms == 3100);
+    metrics_link_heard (metrics, true, 4300);
+    metrics_link_refused (metrics, "node n is \"registered\" already");
+    health = metrics_health (metrics, 4300, &ok);
+    assert (health && !ok && strstr (health, "\"status\":\"refused\"")
+            && strstr (health, "\"refused\":\"node n is \\\"registered\\\" already\""));
+    free (health);
+    metrics_destroy (&metrics);
+    //  A process with no link reads one that is not there.
+    kvp_master_link_t link;
+    metrics_link_read (NULL, 0, &link);
+    assert (!link.node && !link.connected);
 }

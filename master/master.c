@@ -23,7 +23,8 @@
     Under CURVE, the connections of a node key removed from --curve-nodes are shut down
     within KEY_WATCH_INTERVAL_MS, and what they still sent is dropped (key_watch.h).
 
-    Threads: one. Memory: each request and its reply live in one arena.
+    Threads: one. Memory: each request and its reply live in one arena (the reply is built
+    through master_reply.h).
 */
 #include "master/master.h"
 
@@ -39,8 +40,11 @@
 #include "infra/curve.h"
 #include "infra/key_watch.h"
 #include "master/directory.h"
+#include "master/ha.h"
+#include "master/tombstones.h"
 #include "infra/endpoints.h"
 #include "master/node_table.h"
+#include "master/master_reply.h"
 #include "master/repair.h"
 #include "infra/regex_matcher.h"
 #include "kvpool_status.h"
@@ -50,9 +54,7 @@
 #include "protocol/status.h"
 
 #define LIVENESS_TICK_MS 50
-//  Removed keys remembered, newest last, for nodes that missed a removal while away: a copy
-//  such a node reports of a key removed since is refused (s_inventory). Past this many, the
-//  oldest are forgotten and tombstone_floor says since when the memory is incomplete.
+//  Removed keys remembered (tombstones.h).
 #define TOMBSTONES_MAX 262144
 //  A tick this much later than due means the master itself did not run (stopped, swapped
 //  out, starved of CPU): the nodes' messages waited in its socket unread meanwhile.
@@ -81,12 +83,14 @@ typedef struct {
     char master_id[96];
     int64_t next_tick;
     int64_t last_tick;        //  when s_tick last ran
-    zhashx_t *tombstones;     //  removed key -> the removal's token (as a pointer)
-    zlistx_t *tombstone_keys; //  their keys, oldest first
-    uint64_t tombstone_floor; //  removals up to this token are not all remembered
+    tombstones_t *tombstones; //  removed keys, for nodes that missed a removal while away
     //  per reply: slot -> index in reply.nodes (+1; 0: not in it yet)
     uint32_t node_index[NODE_TABLE_MAX];
     uint64_t requests, dropped, nodes_lost, impostors;
+    //  With standby masters (--ha): the campaign, and the term this master's state is of
+    //  (0: none yet). A new term starts the state afresh (s_new_term).
+    ha_t *ha;
+    uint64_t term;
 } self_t;
 
 static void
@@ -129,39 +133,14 @@ s_count (self_t *self, const dir_entry_t *entry, int delta)
     }
 }
 
-//  Removes entry from the directory, keeping the counts and the reservations right.
-//  Remembers that key's value was removed now (its token).
-static void
-s_tombstone (self_t *self, const char *key)
-{
-    uint64_t token = ++self->next_token;
-    if (!zhashx_lookup (self->tombstones, key))
-        zlistx_add_end (self->tombstone_keys, (void *) key);
-    zhashx_update (self->tombstones, key, (void *) (uintptr_t) token);
-    while (zlistx_size (self->tombstone_keys) > TOMBSTONES_MAX) {
-        char *oldest = (char *) zlistx_first (self->tombstone_keys);
-        uint64_t forgotten = (uintptr_t) zhashx_lookup (self->tombstones, oldest);
-        if (forgotten > self->tombstone_floor)
-            self->tombstone_floor = forgotten;
-        zhashx_delete (self->tombstones, oldest);
-        zlistx_delete (self->tombstone_keys, zlistx_cursor (self->tombstone_keys));
-    }
-}
-
-//  Forgets every tombstone: REMOVE_ALL removed everything up to now.
-static void
-s_tombstones_all (self_t *self)
-{
-    self->tombstone_floor = ++self->next_token;
-    zhashx_purge (self->tombstones);
-    zlistx_purge (self->tombstone_keys);
-}
-
+//  Removes entry from the directory, keeping the counts and the reservations right, and
+//  remembers that key's value was removed now (its token).
 static void
 s_remove (self_t *self, dir_entry_t *entry)
 {
-    if (entry->state == DIR_COMMITTED)
-        s_tombstone (self, entry->key);
+    //  (A reservation too: a copy its writer sent that landed late, after the abort, is
+    //  refused when its node reports it.)
+    tombstones_add (self->tombstones, entry->key, ++self->next_token);
     s_reservation_end (self, entry);
     s_count (self, entry, -1);
     directory_remove (self->directory, entry);
@@ -232,16 +211,19 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
     //  The epoch tells nodes this is a master they have not registered with.
     self->epoch = (uint64_t) zclock_time ();
     char host[64];
-    kvp_boot_id (host, sizeof host);
+    kvp_host_id (host, sizeof host);
     snprintf (self->master_id, sizeof self->master_id, "%s/%d/%llu", host, (int) getpid (),
               (unsigned long long) self->epoch);
     self->next_tick = zclock_mono () + LIVENESS_TICK_MS;
     self->last_tick = zclock_mono ();
-    self->tombstones = zhashx_new ();
-    self->tombstone_keys = zlistx_new ();
-    assert (self->tombstones && self->tombstone_keys);
-    zlistx_set_duplicator (self->tombstone_keys, (zlistx_duplicator_fn *) strdup);
-    zlistx_set_destructor (self->tombstone_keys, (zlistx_destructor_fn *) zstr_free);
+    self->tombstones = tombstones_new (TOMBSTONES_MAX);
+    const char *bound = (const char *) zlistx_first (self->endpoints);
+    if (config->ha && bound) {
+        self->ha = ha_new (config->ha, (int) config->ha_lease_ttl_s, bound, self->master_id,
+                           self->bind_error, sizeof self->bind_error);
+        if (!self->ha)
+            zlistx_purge (self->endpoints);
+    }
     return self;
 }
 
@@ -251,6 +233,7 @@ s_self_destroy (self_t **self_p)
     self_t *self = *self_p;
     if (!self)
         return;
+    ha_destroy (&self->ha); //  a leader steps down first: a standby takes over at once
     zmq_socket_monitor (zsock_resolve (self->router), NULL, 0);
     zsock_destroy (&self->monitor);
     key_watch_destroy (&self->keys);
@@ -260,19 +243,12 @@ s_self_destroy (self_t **self_p)
     repair_destroy (&self->repair);
     directory_destroy (&self->directory);
     node_table_destroy (&self->nodes);
-    zhashx_destroy (&self->tombstones);
-    zlistx_destroy (&self->tombstone_keys);
+    tombstones_destroy (&self->tombstones);
     free (self);
     *self_p = NULL;
 }
 
 //  ---- replies -----------------------------------------------------------------------
-
-typedef struct {
-    Kvpool__Cluster__V1__MasterReply reply;
-    arena_t *arena;
-    size_t nodes_capacity;
-} reply_t;
 
 static void
 s_reply_init (self_t *self, reply_t *r, arena_t *arena,
@@ -284,155 +260,14 @@ s_reply_init (self_t *self, reply_t *r, arena_t *arena,
     r->reply.kind = request ? request->kind : 0;
     r->reply.epoch = self->epoch;
     r->reply.master_id = self->master_id;
-    r->arena = arena;
-    r->nodes_capacity = 0;
-    memset (self->node_index, 0, sizeof self->node_index);
-}
-
-static int
-s_reply_fail (reply_t *r, int status, const char *format, ...)
-{
-    char *error = (char *) arena_alloc (r->arena, 200);
-    if (error) {
-        va_list args;
-        va_start (args, format);
-        vsnprintf (error, 200, format, args);
-        va_end (args);
-        r->reply.error = error;
-    }
-    r->reply.status = status;
-    return status;
-}
-
-//  Arrays for n keys' statuses (and, as asked, sizes and holders). Returns 0 or -1.
-static int
-s_reply_keys (reply_t *r, size_t n, bool sizes, bool holders)
-{
-    Kvpool__Cluster__V1__MasterReply *reply = &r->reply;
-    reply->statuses = (int32_t *) arena_alloc (r->arena, (n ? n : 1) * sizeof (int32_t));
-    if (!reply->statuses)
-        return -1;
-    memset (reply->statuses, 0, n * sizeof (int32_t));
-    reply->n_statuses = n;
-    if (sizes) {
-        reply->sizes = (uint64_t *) arena_alloc (r->arena, (n ? n : 1) * sizeof (uint64_t));
-        if (!reply->sizes)
-            return -1;
-        memset (reply->sizes, 0, n * sizeof (uint64_t));
-        reply->n_sizes = n;
-    }
-    if (holders) {
-        reply->holders = (Kvpool__Cluster__V1__Holders **) arena_alloc (
-            r->arena, (n ? n : 1) * sizeof (Kvpool__Cluster__V1__Holders *));
-        Kvpool__Cluster__V1__Holders *each = (Kvpool__Cluster__V1__Holders *) arena_alloc (
-            r->arena, (n ? n : 1) * sizeof (Kvpool__Cluster__V1__Holders));
-        if (!reply->holders || !each)
-            return -1;
-        for (size_t i = 0; i < n; i++) {
-            kvpool__cluster__v1__holders__init (&each[i]);
-            reply->holders[i] = &each[i];
-        }
-        reply->n_holders = n;
-    }
-    return 0;
-}
-
-//  The index of slot's node in reply.nodes, adding it. Returns -1 when out of memory.
-static int
-s_reply_node (self_t *self, reply_t *r, int slot)
-{
-    if (self->node_index[slot])
-        return (int) self->node_index[slot] - 1;
-    Kvpool__Cluster__V1__MasterReply *reply = &r->reply;
-    if (reply->n_nodes == r->nodes_capacity) {
-        size_t capacity = r->nodes_capacity ? r->nodes_capacity * 2 : 8;
-        Kvpool__Cluster__V1__Node **grown = (Kvpool__Cluster__V1__Node **) arena_alloc (
-            r->arena, capacity * sizeof (Kvpool__Cluster__V1__Node *));
-        if (!grown)
-            return -1;
-        if (reply->n_nodes)
-            memcpy (grown, reply->nodes, reply->n_nodes * sizeof *grown);
-        reply->nodes = grown;
-        r->nodes_capacity = capacity;
-    }
-    Kvpool__Cluster__V1__Node *out =
-        (Kvpool__Cluster__V1__Node *) arena_alloc (r->arena, sizeof (Kvpool__Cluster__V1__Node));
-    if (!out)
-        return -1;
-    kvpool__cluster__v1__node__init (out);
-    node_t *node = node_table_get (self->nodes, slot);
-    out->node_id = node->node_id;
-    out->host_id = node->host_id;
-    out->client_endpoint = node->client_endpoint;
-    out->peer_endpoint = node->peer_endpoint;
-    out->curve_key = node->curve_key;
-    out->capacity = node->capacity;
-    out->free = node->free;
-    out->alive = node->alive;
-    out->objects = node->objects;
-    out->last_heard_ms = (uint64_t) (zclock_mono () - node->last_heard);
-    out->draining = node->draining;
-    reply->nodes[reply->n_nodes] = out;
-    self->node_index[slot] = (uint32_t) ++reply->n_nodes;
-    return (int) reply->n_nodes - 1;
-}
-
-//  Fills holders with the live nodes among slots[0..count); with caches, *caches gets a bit
-//  per node listed that keeps a cache copy (bit i of cache_mask for slots[i]).
-static int
-s_reply_holders_cached (self_t *self, reply_t *r, Kvpool__Cluster__V1__Holders *holders,
-                        const uint16_t *slots, size_t count, uint8_t cache_mask, uint32_t *caches)
-{
-    holders->nodes = (uint32_t *) arena_alloc (r->arena, (count ? count : 1) * sizeof (uint32_t));
-    if (!holders->nodes)
-        return -1;
-    holders->n_nodes = 0;
-    if (caches)
-        *caches = 0;
-    for (size_t i = 0; i < count; i++) {
-        node_t *node = node_table_get (self->nodes, slots[i]);
-        if (!node || !node->alive)
-            continue;
-        int index = s_reply_node (self, r, slots[i]);
-        if (index < 0)
-            return -1;
-        if (caches && ((cache_mask >> i) & 1))
-            *caches |= 1u << holders->n_nodes;
-        holders->nodes[holders->n_nodes++] = (uint32_t) index;
-    }
-    return 0;
-}
-
-static int
-s_reply_holders (self_t *self, reply_t *r, Kvpool__Cluster__V1__Holders *holders,
-                 const uint16_t *slots, size_t count)
-{
-    return s_reply_holders_cached (self, r, holders, slots, count, 0, NULL);
-}
-
-//  Arrays for n keys' versions and cache masks (zeroed). Returns 0 or -1.
-static int
-s_reply_versions (reply_t *r, size_t n, bool caches)
-{
-    Kvpool__Cluster__V1__MasterReply *reply = &r->reply;
-    reply->versions = (uint64_t *) arena_alloc (r->arena, (n ? n : 1) * sizeof (uint64_t));
-    if (!reply->versions)
-        return -1;
-    memset (reply->versions, 0, (n ? n : 1) * sizeof (uint64_t));
-    reply->n_versions = n;
-    if (caches) {
-        reply->caches = (uint32_t *) arena_alloc (r->arena, (n ? n : 1) * sizeof (uint32_t));
-        if (!reply->caches)
-            return -1;
-        memset (reply->caches, 0, (n ? n : 1) * sizeof (uint32_t));
-        reply->n_caches = n;
-    }
-    return 0;
+    r->reply.term = self->term;
+    master_reply_start (r, arena, self->nodes, self->node_index);
 }
 
 static void
 s_send (self_t *self, zframe_t *routing_id, reply_t *r)
 {
+    r->reply.planned = self->next_token;
     size_t size = kvpool__cluster__v1__master_reply__get_packed_size (&r->reply);
     zframe_t *frame = zframe_new (NULL, size);
     kvpool__cluster__v1__master_reply__pack (&r->reply, zframe_data (frame));
@@ -462,6 +297,11 @@ s_node_dead (self_t *self, int slot, const char *why)
 {
     node_t *node = node_table_get (self->nodes, slot);
     node->alive = false;
+    //  The next leader will not know what was removed while the node was away: etcd keeps
+    //  that it was (ha.h). (FENCE writes it first, and fails if it cannot.)
+    if (self->ha && node->fence_term != self->term
+        && ha_fence_write (self->ha, node->node_id, self->term) == 0)
+        node->fence_term = self->term;
     size_t held = 0;
     size_t lost = s_drop_node (self, slot, &held);
     self->nodes_lost++;
@@ -516,7 +356,9 @@ s_random_registration (self_t *self)
 //  A live node's name is taken by another connection only once the one that registered it
 //  closed (a node restarted after a crash), and never by another credential: an impostor
 //  (or a second process started under the same --node-id) is refused and logged, and the
-//  node keeps its registration and its keys.
+//  node keeps its registration and its keys. One that announces other endpoints than a node
+//  heard from within its lease is a second node under its id (node_table_claim): told so
+//  (MasterReply.duplicate), it stops.
 static void
 s_register (self_t *self, reply_t *r, const Kvpool__Cluster__V1__NodeRequest *request,
             const origin_t *from)
@@ -534,30 +376,40 @@ s_register (self_t *self, reply_t *r, const Kvpool__Cluster__V1__NodeRequest *re
         kvp_warning ("refused a REGISTER of node %s from a connection that proved to be node "
                      "%s",
                      info->node_id, said + 1);
-        s_reply_fail (r, KVPOOL_PERMISSION_DENIED, "this connection proved to be node %s, not %s",
-                      said + 1, info->node_id);
+        master_reply_fail (r, KVPOOL_PERMISSION_DENIED,
+                           "this connection proved to be node %s, not %s", said + 1, info->node_id);
         return;
     }
     if (old && old->alive && !s_same_conn (old, from)) {
-        const char *why = NULL;
+        //  Other endpoints while the node is heard from: a second node, told to stop.
+        node_claim_t claim = node_table_claim (old, info->client_endpoint, info->peer_endpoint,
+                                               self->config->node_ttl_ms, zclock_mono ());
+        char why[700] = "";
         if (strcmp (old->user_id, from->user_id) != 0)
-            why = "it registered with another credential";
+            snprintf (why, sizeof why, "it registered with another credential");
+        else if (claim == NODE_CLAIM_DUPLICATE)
+            snprintf (why, sizeof why,
+                      "another live node (clients %s) has this id: give each node its own "
+                      "--node-id, or leave --node-id and --host-id to their defaults",
+                      old->client_endpoint);
         else if (!old->conn_closed)
-            why = "it is alive on another connection (a restarted node takes its place once "
-                  "that connection closes, or --node-ttl after its last heartbeat)";
-        if (why) {
+            snprintf (why, sizeof why,
+                      "it is alive on another connection (a restarted node takes its place once "
+                      "that connection closes, or --node-ttl after its last heartbeat)");
+        if (*why) {
             self->impostors++;
             kvp_warning ("refused a REGISTER of node %s from another connection: %s", info->node_id,
                          why);
-            s_reply_fail (r, KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS,
-                          "node %s is registered already: %s", info->node_id, why);
+            master_reply_fail (r, KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS,
+                               "node %s is registered already: %s", info->node_id, why);
+            r->reply.duplicate = claim == NODE_CLAIM_DUPLICATE;
             return;
         }
     }
     int slot = node_table_slot (self->nodes, info->node_id);
     if (slot < 0) {
-        s_reply_fail (r, KVPOOL_NO_AVAILABLE_HANDLE, "the master knows %d nodes: no more",
-                      NODE_TABLE_MAX);
+        master_reply_fail (r, KVPOOL_NO_AVAILABLE_HANDLE, "the master knows %d nodes: no more",
+                           NODE_TABLE_MAX);
         return;
     }
     node_t *node = node_table_get (self->nodes, slot);
@@ -586,6 +438,14 @@ s_register (self_t *self, reply_t *r, const Kvpool__Cluster__V1__NodeRequest *re
     snprintf (node->user_id, sizeof node->user_id, "%s", from->user_id);
     node->reported_bytes = 0;
     node->lease_ms = info->lease_ms;
+    node->register_token = self->next_token;
+    node->fence_term = self->ha ? ha_fenced (self->ha, node->node_id) : 0;
+    node->suspect = node->fence_term && node->fence_term < self->term;
+    if (node->suspect)
+        kvp_warning ("node %s was declared dead under term %llu, whose removals this master "
+                     "does not know: of its copies, only those other holders confirm are "
+                     "taken back",
+                     node->node_id, (unsigned long long) node->fence_term);
     r->reply.registration = node->registration;
     kvp_info ("node %s (host %s) registered: clients %s, data plane %s, %llu MiB", node->node_id,
               node->host_id, node->client_endpoint, node->peer_endpoint,
@@ -619,10 +479,10 @@ s_fenced (self_t *self, reply_t *r, const node_t *sender,
     if (sender)
         return false;
     (void) self;
-    s_reply_fail (r, KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS,
-                  "node %s is not registered with this master as it was when it asked "
-                  "(declared dead, or registered again since): nothing changed",
-                  request->node->node_id);
+    master_reply_fail (r, KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS,
+                       "node %s is not registered with this master as it was when it asked "
+                       "(declared dead, or registered again since): nothing changed",
+                       request->node->node_id);
     return true;
 }
 
@@ -648,8 +508,8 @@ s_member (self_t *self, reply_t *r, const Kvpool__Cluster__V1__NodeRequest *requ
           const node_t *sender)
 {
     if (!sender) {
-        s_reply_fail (r, KVPOOL_INVALID_PARAMS, "unknown node %s: register",
-                      request->node->node_id);
+        master_reply_fail (r, KVPOOL_INVALID_PARAMS, "unknown node %s: register",
+                           request->node->node_id);
         return -1;
     }
     return node_table_find (self->nodes, sender->node_id);
@@ -664,15 +524,15 @@ s_inventory (self_t *self, reply_t *r, arena_t *arena,
         return;
     if (request->n_sizes != request->n_keys
         || (request->n_versions && request->n_versions != request->n_keys)) {
-        s_reply_fail (r, KVPOOL_INVALID_PARAMS, "%zu keys, %zu sizes, %zu versions",
-                      request->n_keys, request->n_sizes, request->n_versions);
+        master_reply_fail (r, KVPOOL_INVALID_PARAMS, "%zu keys, %zu sizes, %zu versions",
+                           request->n_keys, request->n_sizes, request->n_versions);
         return;
     }
     node_t *node = node_table_get (self->nodes, slot);
     r->reply.keys = (ProtobufCBinaryData *) arena_alloc (
         arena, (request->n_keys ? request->n_keys : 1) * sizeof (ProtobufCBinaryData));
     if (!r->reply.keys) {
-        s_reply_fail (r, KVPOOL_INTERNAL_ERROR, "out of memory");
+        master_reply_fail (r, KVPOOL_INTERNAL_ERROR, "out of memory");
         return;
     }
     size_t added = 0, crowded = 0;
@@ -681,7 +541,7 @@ s_inventory (self_t *self, reply_t *r, arena_t *arena,
         if (!key)
             continue;
         dir_entry_t *entry = directory_find (self->directory, key);
-        uint64_t removed = entry ? 0 : (uintptr_t) zhashx_lookup (self->tombstones, key);
+        uint64_t removed = entry ? 0 : tombstones_find (self->tombstones, key);
         uint64_t version = request->n_versions ? request->versions[i] : 0;
         //  Versions are drawn from the tokens' sequence: a restarted master draws past
         //  every version its nodes report.
@@ -690,7 +550,14 @@ s_inventory (self_t *self, reply_t *r, arena_t *arena,
         bool stale = entry ? !directory_holds (entry, (uint16_t) slot)
                                  && (entry->state == DIR_PENDING || entry->token > node->report_bar
                                      || (version && entry->version && version != entry->version))
-                           : removed > node->report_bar || self->tombstone_floor > node->report_bar;
+                           : removed > node->report_bar
+                                 || tombstones_floor (self->tombstones) > node->report_bar;
+        //  A node away under an earlier leader: a copy nobody else holds may have been
+        //  removed then (ha.h); one another holder has, of the same version, was not.
+        if (node->suspect && !stale)
+            stale = !entry || entry->state != DIR_COMMITTED || !version
+                    || version != entry->version || directory_holds (entry, (uint16_t) slot)
+                    || entry->holder_count == 0;
         //  A node holds at most its memory and its disk: a report past that is a lie (or a
         //  bug), and the copies past it are refused, so that no node can fill the directory
         //  with keys it never stored.
@@ -731,38 +598,17 @@ s_inventory (self_t *self, reply_t *r, arena_t *arena,
                      node->node_id, (unsigned long long) node->objects, crowded);
 }
 
-//  An empty holder list a key for n keys' old holders (PLACE of an upsert, COMMIT). Returns
-//  0, or -1 (the reply failed) when out of memory.
-static int
-s_reply_old_holders (reply_t *r, size_t n)
-{
-    r->reply.old_holders = (Kvpool__Cluster__V1__Holders **) arena_alloc (
-        r->arena, (n ? n : 1) * sizeof (Kvpool__Cluster__V1__Holders *));
-    Kvpool__Cluster__V1__Holders *each = (Kvpool__Cluster__V1__Holders *) arena_alloc (
-        r->arena, (n ? n : 1) * sizeof (Kvpool__Cluster__V1__Holders));
-    if (!r->reply.old_holders || !each) {
-        s_reply_fail (r, KVPOOL_INTERNAL_ERROR, "out of memory");
-        return -1;
-    }
-    for (size_t i = 0; i < n; i++) {
-        kvpool__cluster__v1__holders__init (&each[i]);
-        r->reply.old_holders[i] = &each[i];
-    }
-    r->reply.n_old_holders = n;
-    return 0;
-}
-
 static void
 s_place (self_t *self, reply_t *r, arena_t *arena, const Kvpool__Cluster__V1__NodeRequest *request)
 {
     size_t n = request->n_keys;
     if (request->n_sizes != n) {
-        s_reply_fail (r, KVPOOL_INVALID_PARAMS, "%zu keys, %zu sizes", n, request->n_sizes);
+        master_reply_fail (r, KVPOOL_INVALID_PARAMS, "%zu keys, %zu sizes", n, request->n_sizes);
         return;
     }
     if (request->replica_num > KVP_MAX_REPLICAS) {
-        s_reply_fail (r, KVPOOL_INVALID_REPLICA, "replica_num %u: at most %d", request->replica_num,
-                      KVP_MAX_REPLICAS);
+        master_reply_fail (r, KVPOOL_INVALID_REPLICA, "replica_num %u: at most %d",
+                           request->replica_num, KVP_MAX_REPLICAS);
         return;
     }
     r->reply.tokens = (uint64_t *) arena_alloc (arena, (n ? n : 1) * sizeof (uint64_t));
@@ -770,12 +616,12 @@ s_place (self_t *self, reply_t *r, arena_t *arena, const Kvpool__Cluster__V1__No
         memset (r->reply.tokens, 0, (n ? n : 1) * sizeof (uint64_t));
         r->reply.n_tokens = n;
     }
-    if (!r->reply.tokens || s_reply_keys (r, n, false, true) != 0
-        || s_reply_versions (r, n, false) != 0) {
-        s_reply_fail (r, KVPOOL_INTERNAL_ERROR, "out of memory");
+    if (!r->reply.tokens || master_reply_keys (r, n, false, true) != 0
+        || master_reply_versions (r, n, false) != 0) {
+        master_reply_fail (r, KVPOOL_INTERNAL_ERROR, "out of memory");
         return;
     }
-    if (request->upsert && s_reply_old_holders (r, n) != 0)
+    if (request->upsert && master_reply_old_holders (r, n) != 0)
         return;
     int writer = node_table_find (self->nodes, request->node->node_id);
     int preferred[KVP_MAX_PREFERRED_NODES];
@@ -812,8 +658,8 @@ s_place (self_t *self, reply_t *r, arena_t *arena, const Kvpool__Cluster__V1__No
         if (entry) {
             //  An upsert of a committed key: readers keep the old value until the commit,
             //  which must find the value this one replaces (no other commit between).
-            if (s_reply_holders (self, r, r->reply.old_holders[i], entry->holders,
-                                 entry->holder_count)
+            if (master_reply_holders (r, r->reply.old_holders[i], entry->holders,
+                                      entry->holder_count)
                 != 0) {
                 *status = KVPOOL_INTERNAL_ERROR;
                 continue;
@@ -839,7 +685,7 @@ s_place (self_t *self, reply_t *r, arena_t *arena, const Kvpool__Cluster__V1__No
             void *handle = zlistx_add_end (self->reservations, reservation);
             memcpy (directory_find (self->directory, key)->holders, &handle, sizeof handle);
         }
-        if (s_reply_holders (self, r, r->reply.holders[i], chosen, count) != 0)
+        if (master_reply_holders (r, r->reply.holders[i], chosen, count) != 0)
             *status = KVPOOL_INTERNAL_ERROR;
         //  The replicas asked for: what a repair keeps up (master/repair.c).
         dir_entry_t *placed = directory_find (self->directory, key);
@@ -857,16 +703,17 @@ s_commit (self_t *self, reply_t *r, arena_t *arena, const Kvpool__Cluster__V1__N
     size_t n = request->n_keys;
     if (request->n_holders != n || request->n_tokens != n
         || (request->n_versions && request->n_versions != n)) {
-        s_reply_fail (r, KVPOOL_INVALID_PARAMS,
-                      "%zu keys, %zu holder lists, %zu tokens: a commit names one of each per key",
-                      n, request->n_holders, request->n_tokens);
+        master_reply_fail (
+            r, KVPOOL_INVALID_PARAMS,
+            "%zu keys, %zu holder lists, %zu tokens: a commit names one of each per key", n,
+            request->n_holders, request->n_tokens);
         return;
     }
-    if (s_reply_keys (r, n, false, false) != 0) {
-        s_reply_fail (r, KVPOOL_INTERNAL_ERROR, "out of memory");
+    if (master_reply_keys (r, n, false, false) != 0) {
+        master_reply_fail (r, KVPOOL_INTERNAL_ERROR, "out of memory");
         return;
     }
-    if (s_reply_old_holders (r, n) != 0)
+    if (master_reply_old_holders (r, n) != 0)
         return;
     for (size_t i = 0; i < n; i++) {
         int32_t *status = &r->reply.statuses[i];
@@ -910,8 +757,8 @@ s_commit (self_t *self, reply_t *r, arena_t *arena, const Kvpool__Cluster__V1__N
         //  have become a cache holder of the old value since): the writer tells each to drop
         //  its copy before its client hears.
         if (entry->state == DIR_COMMITTED
-            && s_reply_holders (self, r, r->reply.old_holders[i], entry->holders,
-                                entry->holder_count)
+            && master_reply_holders (r, r->reply.old_holders[i], entry->holders,
+                                     entry->holder_count)
                    != 0) {
             *status = KVPOOL_INTERNAL_ERROR;
             continue;
@@ -947,8 +794,8 @@ s_locate (self_t *self, reply_t *r, arena_t *arena, const Kvpool__Cluster__V1__N
           bool remove)
 {
     size_t n = request->n_keys;
-    if (s_reply_keys (r, n, true, true) != 0 || s_reply_versions (r, n, true) != 0) {
-        s_reply_fail (r, KVPOOL_INTERNAL_ERROR, "out of memory");
+    if (master_reply_keys (r, n, true, true) != 0 || master_reply_versions (r, n, true) != 0) {
+        master_reply_fail (r, KVPOOL_INTERNAL_ERROR, "out of memory");
         return;
     }
     for (size_t i = 0; i < n; i++) {
@@ -958,14 +805,19 @@ s_locate (self_t *self, reply_t *r, arena_t *arena, const Kvpool__Cluster__V1__N
             continue;
         }
         dir_entry_t *entry = directory_find (self->directory, key);
+        //  Removed while nothing holds it (its holders declared dead): a copy a holder brings
+        //  back later does not undo the remove.
+        if (!entry && remove)
+            tombstones_add (self->tombstones, key, ++self->next_token);
         if (!entry || entry->state != DIR_COMMITTED) {
             r->reply.statuses[i] = KVPOOL_OBJECT_NOT_FOUND;
             continue;
         }
         r->reply.sizes[i] = entry->size;
         r->reply.versions[i] = entry->version;
-        if (s_reply_holders_cached (self, r, r->reply.holders[i], entry->holders,
-                                    entry->holder_count, entry->cache_mask, &r->reply.caches[i])
+        if (master_reply_holders_cached (r, r->reply.holders[i], entry->holders,
+                                         entry->holder_count, entry->cache_mask,
+                                         &r->reply.caches[i])
             != 0) {
             r->reply.statuses[i] = KVPOOL_INTERNAL_ERROR;
             continue;
@@ -984,7 +836,7 @@ s_all_nodes (self_t *self, reply_t *r, bool live_only)
 {
     for (size_t slot = 0; slot < node_table_size (self->nodes); slot++)
         if (!live_only || node_table_get (self->nodes, (int) slot)->alive)
-            s_reply_node (self, r, (int) slot);
+            master_reply_node (r, (int) slot);
 }
 
 static void
@@ -996,7 +848,7 @@ s_remove_regex (self_t *self, reply_t *r, arena_t *arena,
     regex_batch_t *batch = regex_batch_new (pattern, strlen (pattern), self->config->max_regex_len,
                                             error, sizeof error);
     if (!batch) {
-        s_reply_fail (r, KVPOOL_INVALID_PARAMS, "%s", error);
+        master_reply_fail (r, KVPOOL_INVALID_PARAMS, "%s", error);
         return;
     }
     for (dir_entry_t *entry = directory_first (self->directory); entry;
@@ -1004,22 +856,22 @@ s_remove_regex (self_t *self, reply_t *r, arena_t *arena,
         if (entry->state == DIR_COMMITTED
             && regex_batch_add (batch, entry->key, strlen (entry->key), 0) != 0) {
             regex_batch_destroy (&batch);
-            s_reply_fail (r, KVPOOL_INTERNAL_ERROR, "out of memory");
+            master_reply_fail (r, KVPOOL_INTERNAL_ERROR, "out of memory");
             return;
         }
     if (regex_batch_match (batch, self->config->regex_time_limit_ms, NULL) != 0) {
-        s_reply_fail (r, regex_batch_status (batch), "%s", regex_batch_error (batch));
+        master_reply_fail (r, regex_batch_status (batch), "%s", regex_batch_error (batch));
         regex_batch_destroy (&batch);
         return;
     }
     size_t hits = 0, count = regex_batch_count (batch);
     for (size_t i = 0; i < count; i++)
         hits += regex_batch_hit (batch, i);
-    if (s_reply_keys (r, hits, false, true) != 0
+    if (master_reply_keys (r, hits, false, true) != 0
         || !(r->reply.keys = (ProtobufCBinaryData *) arena_alloc (
                  arena, (hits ? hits : 1) * sizeof (ProtobufCBinaryData)))) {
         regex_batch_destroy (&batch);
-        s_reply_fail (r, KVPOOL_INTERNAL_ERROR, "out of memory");
+        master_reply_fail (r, KVPOOL_INTERNAL_ERROR, "out of memory");
         return;
     }
     size_t out = 0;
@@ -1033,7 +885,7 @@ s_remove_regex (self_t *self, reply_t *r, arena_t *arena,
             continue;
         char *copy = (char *) arena_alloc (arena, key_len + 1);
         if (!copy
-            || s_reply_holders (self, r, r->reply.holders[out], entry->holders, entry->holder_count)
+            || master_reply_holders (r, r->reply.holders[out], entry->holders, entry->holder_count)
                    != 0)
             break;
         memcpy (copy, key, key_len + 1);
@@ -1081,11 +933,12 @@ s_cache (self_t *self, reply_t *r, arena_t *arena, const Kvpool__Cluster__V1__No
         return;
     size_t n = request->n_keys;
     if (request->n_versions != n) {
-        s_reply_fail (r, KVPOOL_INVALID_PARAMS, "%zu keys, %zu versions", n, request->n_versions);
+        master_reply_fail (r, KVPOOL_INVALID_PARAMS, "%zu keys, %zu versions", n,
+                           request->n_versions);
         return;
     }
-    if (s_reply_keys (r, n, false, false) != 0) {
-        s_reply_fail (r, KVPOOL_INTERNAL_ERROR, "out of memory");
+    if (master_reply_keys (r, n, false, false) != 0) {
+        master_reply_fail (r, KVPOOL_INTERNAL_ERROR, "out of memory");
         return;
     }
     for (size_t i = 0; i < n; i++) {
@@ -1112,16 +965,30 @@ s_fence (self_t *self, reply_t *r, const Kvpool__Cluster__V1__NodeRequest *reque
          const node_t *sender)
 {
     if (!sender) {
-        s_reply_fail (r, KVPOOL_INVALID_PARAMS, "unknown node %s: register",
-                      request->node->node_id);
+        master_reply_fail (r, KVPOOL_INVALID_PARAMS, "unknown node %s: register",
+                           request->node->node_id);
         return;
     }
     const char *victim = request->pattern ? request->pattern : "";
     int slot = node_table_find (self->nodes, victim);
     node_t *node = node_table_get (self->nodes, slot);
     if (!node) {
-        s_reply_fail (r, KVPOOL_INVALID_PARAMS, "unknown node '%.100s'", victim);
+        master_reply_fail (r, KVPOOL_INVALID_PARAMS, "unknown node '%.100s'", victim);
         return;
+    }
+    //  Registered again since the reply that named it as a holder: its copies were judged
+    //  against that removal or write when it reported them (s_inventory), and it dropped
+    //  its cache copies before it registered. Nothing to fence.
+    if (request->n_tokens == 1 && node->alive && node->register_token >= request->tokens[0])
+        return;
+    if (self->ha && node->fence_term != self->term) {
+        if (ha_fence_write (self->ha, node->node_id, self->term) == -1) {
+            master_reply_fail (r, KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS,
+                               "cannot record the fence of node %s in etcd: try again",
+                               node->node_id);
+            return;
+        }
+        node->fence_term = self->term;
     }
     int64_t now = zclock_mono ();
     int64_t safe = node->last_heard + (int64_t) (node->lease_ms + node->lease_ms / 10);
@@ -1145,7 +1012,7 @@ s_repair (self_t *self, reply_t *r, arena_t *arena, const Kvpool__Cluster__V1__N
                           : repair_request (self->repair, slot, request, &r->reply, arena,
                                             self->config->max_key_len, error, sizeof error);
     if (status != KVPOOL_OK)
-        s_reply_fail (r, status, "%s", error);
+        master_reply_fail (r, status, "%s", error);
 }
 
 static void
@@ -1221,6 +1088,68 @@ s_monitor_event (self_t *self)
     zmsg_destroy (&event);
 }
 
+//  This master leads a new term: what it knew from an earlier one may have changed under
+//  another leader since, so it starts afresh, as a restarted master does. Its new epoch
+//  sends every node back to REGISTER and INVENTORY.
+static void
+s_new_term (self_t *self, uint64_t term)
+{
+    directory_destroy (&self->directory);
+    node_table_destroy (&self->nodes);
+    self->directory = directory_new ();
+    self->nodes = node_table_new (self->config->placement, self->config->seed);
+    assert (self->directory && self->nodes);
+    node_table_set_max_objects (self->nodes, self->config->max_node_objects);
+    zlistx_purge (self->reservations);
+    tombstones_clear (self->tombstones, 0);
+    uint64_t epoch = (uint64_t) zclock_time ();
+    self->epoch = epoch > self->epoch ? epoch : self->epoch + 1;
+    uint64_t base = (uint64_t) time (NULL) << 20;
+    if (base > self->next_token)
+        self->next_token = base;
+    char *slash = strrchr (self->master_id, '/');
+    if (slash)
+        snprintf (slash + 1, sizeof self->master_id - (size_t) (slash + 1 - self->master_id),
+                  "%llu", (unsigned long long) self->epoch);
+    kvp_info ("the master leads term %llu: nodes register and report what they hold",
+              (unsigned long long) term);
+    self->term = term;
+}
+
+//  With standby masters: whether this master refuses request because it does not lead now
+//  (the reply says which master does, as far as it knows), or because the node knows of a
+//  later term than its own (it was deposed and has not noticed yet).
+static bool
+s_standing_by (self_t *self, reply_t *r, const Kvpool__Cluster__V1__NodeRequest *request)
+{
+    uint64_t term = ha_leading (self->ha, zclock_mono ());
+    if (term && term != self->term)
+        s_new_term (self, term);
+    if (term && request->term <= term) {
+        r->reply.term = term;
+        return false;
+    }
+    char *leader = (char *) arena_alloc (r->arena, 256);
+    uint64_t leader_term = 0;
+    if (leader) {
+        ha_leader (self->ha, leader, 256, &leader_term);
+        r->reply.leader = leader;
+    }
+    r->reply.term = leader_term > self->term ? leader_term : self->term;
+    if (term)
+        master_reply_fail (r, KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS,
+                           "this master's term %llu is over: the node knows term %llu",
+                           (unsigned long long) term, (unsigned long long) request->term);
+    else if (leader && *leader)
+        master_reply_fail (r, KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS,
+                           "this master stands by: %s leads (term %llu)", leader,
+                           (unsigned long long) leader_term);
+    else
+        master_reply_fail (r, KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS,
+                           "this master stands by: no master leads now");
+    return true;
+}
+
 static void
 s_request (self_t *self)
 {
@@ -1238,12 +1167,14 @@ s_request (self_t *self)
     s_reply_init (self, &r, &arena, request);
     self->requests++;
     if (!request)
-        s_reply_fail (&r, KVPOOL_PROTOCOL_ERROR, "not a kvpool.cluster.v1.NodeRequest");
+        master_reply_fail (&r, KVPOOL_PROTOCOL_ERROR, "not a kvpool.cluster.v1.NodeRequest");
     else if (request->version != KVP_PROTOCOL_VERSION)
-        s_reply_fail (&r, KVPOOL_INVALID_VERSION, "version %u: this master speaks %d",
-                      request->version, KVP_PROTOCOL_VERSION);
+        master_reply_fail (&r, KVPOOL_INVALID_VERSION, "version %u: this master speaks %d",
+                           request->version, KVP_PROTOCOL_VERSION);
     else if (!request->node || !request->node->node_id || !*request->node->node_id)
-        s_reply_fail (&r, KVPOOL_INVALID_PARAMS, "the request names no node");
+        master_reply_fail (&r, KVPOOL_INVALID_PARAMS, "the request names no node");
+    else if (self->ha && s_standing_by (self, &r, request))
+        ; //  (refused: another master leads, or none does now)
     else {
         //  A message from the process that registered the node is a sign of life; nobody
         //  else's is (s_proven).
@@ -1263,6 +1194,13 @@ s_request (self_t *self)
                         sender->free = request->node->free;
                         sender->capacity = request->node->capacity;
                         sender->placed = 0;
+                        //  Its inventory is in (its heartbeats follow it): the record of
+                        //  its fence has served.
+                        if (sender->fence_term) {
+                            ha_fence_clear (self->ha, sender->node_id);
+                            sender->fence_term = 0;
+                            sender->suspect = false;
+                        }
                     }
                     break;
                 case KVPOOL__CLUSTER__V1__KIND__INVENTORY:
@@ -1279,7 +1217,8 @@ s_request (self_t *self)
                     break;
                 case KVPOOL__CLUSTER__V1__KIND__REMOVE_ALL:
                     r.reply.count = directory_remove_all (self->directory);
-                    s_tombstones_all (self);
+                    //  (Everything up to now was removed.)
+                    tombstones_clear (self->tombstones, ++self->next_token);
                     for (size_t n = 0; n < node_table_size (self->nodes); n++)
                         node_table_get (self->nodes, (int) n)->objects = 0;
                     s_all_nodes (self, &r, true);
@@ -1301,7 +1240,8 @@ s_request (self_t *self)
                     s_repair (self, &r, &arena, request, sender);
                     break;
                 default:
-                    s_reply_fail (&r, KVPOOL_UNKNOWN_OPERATION, "unknown kind %d", request->kind);
+                    master_reply_fail (&r, KVPOOL_UNKNOWN_OPERATION, "unknown kind %d",
+                                       request->kind);
             }
     }
     if (request)
@@ -1327,6 +1267,15 @@ s_tick (self_t *self)
     int64_t now = zclock_mono ();
     int64_t stalled = now - self->last_tick - LIVENESS_TICK_MS;
     self->last_tick = now;
+    if (self->ha) {
+        uint64_t term = ha_leading (self->ha, now);
+        if (term && term != self->term)
+            s_new_term (self, term);
+        if (!term) { //  a standby declares nobody dead
+            self->next_tick = now + LIVENESS_TICK_MS;
+            return;
+        }
+    }
     if (stalled > MASTER_STALL_MS) {
         kvp_warning ("the master did not run for %lld ms (stopped or starved of CPU): the "
                      "nodes get that time back before any is declared dead",
@@ -1349,17 +1298,24 @@ s_tick (self_t *self)
     while ((reservation = (reservation_t *) zlistx_first (self->reservations))
            && reservation->deadline <= now) {
         dir_entry_t *entry = directory_find (self->directory, reservation->key);
-        if (entry && entry->state == DIR_PENDING && entry->token == reservation->token)
+        if (entry && entry->state == DIR_PENDING && entry->token == reservation->token) {
+            tombstones_add (self->tombstones, entry->key, ++self->next_token);
             directory_remove (self->directory, entry); //  (its record goes just below)
+        }
         zlistx_delete (self->reservations, zlistx_cursor (self->reservations));
     }
     key_watch_check (self->keys, now);
     repair_tick (self->repair, now);
-    metrics_repair (self->config->metrics, repair_missing (self->repair),
-                    repair_done (self->repair), repair_bytes (self->repair));
     self->next_tick = now + LIVENESS_TICK_MS;
-    metrics_cluster (self->config->metrics, node_table_size (self->nodes),
-                     node_table_alive (self->nodes), directory_size (self->directory), now);
+    kvp_cluster_figures_t figures = {.nodes = node_table_size (self->nodes),
+                                     .alive = node_table_alive (self->nodes),
+                                     .keys = directory_size (self->directory),
+                                     .objects = directory_committed (self->directory),
+                                     .replicas_missing = repair_missing (self->repair),
+                                     .repairs_done = repair_done (self->repair),
+                                     .repair_bytes = repair_bytes (self->repair)};
+    node_table_space (self->nodes, &figures.capacity, &figures.used_bytes);
+    metrics_cluster (self->config->metrics, &figures, now);
 }
 
 static int

@@ -179,7 +179,19 @@ master_test (bool verbose)
     fake.kind = KVPOOL__CLUSTER__V1__KIND__REGISTER;
     reply = s_call (impostor, &fake);
     assert (reply->status == KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS && reply->registration == 0);
+    assert (!reply->duplicate); //  n1's own endpoints: n1 restarted, perhaps: never told to stop
     kvpool__cluster__v1__master_reply__free_unpacked (reply, NULL);
+    //  A second node under n1's id, with endpoints of its own while n1 is heard from: told
+    //  that it is one, so that it stops.
+    Kvpool__Cluster__V1__Node twin = node;
+    twin.client_endpoint = "tcp://127.0.0.1:3";
+    fake.node = &twin;
+    reply = s_call (impostor, &fake);
+    assert (reply->status == KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS && reply->registration == 0);
+    assert (reply->duplicate
+            && strstr (reply->error, "another live node (clients tcp://127.0.0.1:1)"));
+    kvpool__cluster__v1__master_reply__free_unpacked (reply, NULL);
+    fake.node = &node;
     fake.kind = KVPOOL__CLUSTER__V1__KIND__HEARTBEAT;
     fake.registration = request.registration + 1;
     reply = s_call (impostor, &fake);

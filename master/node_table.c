@@ -208,6 +208,34 @@ node_table_place (node_table_t *self, uint64_t size, uint32_t replica_num, int w
     return chosen;
 }
 
+node_claim_t
+node_table_claim (const node_t *node, const char *client_endpoint, const char *peer_endpoint,
+                  uint64_t node_ttl_ms, int64_t now)
+{
+    if (client_endpoint && peer_endpoint && *client_endpoint && *peer_endpoint
+        && strcmp (node->client_endpoint, client_endpoint) == 0
+        && strcmp (node->peer_endpoint, peer_endpoint) == 0)
+        return NODE_CLAIM_RESTART;
+    //  Its lease is KVP_LEASE_BEATS heartbeats: a live node is heard from well within it.
+    uint64_t lease = node->lease_ms ? node->lease_ms : node_ttl_ms / 2;
+    if (!node->conn_closed && now - node->last_heard <= (int64_t) lease)
+        return NODE_CLAIM_DUPLICATE;
+    return NODE_CLAIM_WAIT;
+}
+
+void
+node_table_space (node_table_t *self, uint64_t *capacity, uint64_t *used)
+{
+    *capacity = *used = 0;
+    for (size_t i = 0; i < self->size; i++) {
+        const node_t *node = self->nodes[i];
+        if (!node->alive)
+            continue;
+        *capacity += node->capacity;
+        *used += node->capacity > node->free ? node->capacity - node->free : 0;
+    }
+}
+
 //  ---- self test ---------------------------------------------------------------------
 
 static void
@@ -301,6 +329,41 @@ node_table_test (bool verbose)
     for (int i = 0; i < 3; i++)
         node_table_get (table, i)->alive = false;
     assert (node_table_place (table, 10, 1, 0, NULL, 0, out) == 0);
+    node_table_destroy (&table);
+
+    //  The space of live nodes; a REGISTER of a live node's id.
+    table = node_table_new (KVP_PLACEMENT_RANDOM, 1);
+    s_add (table, "p", "h1", 1000, 400);
+    s_add (table, "q", "h2", 500, 500);
+    s_add (table, "r", "h3", 700, 0);
+    node_table_get (table, 2)->alive = false;
+    uint64_t capacity, used;
+    node_table_space (table, &capacity, &used);
+    assert (capacity == 1500 && used == 600);
+    node_t *p = node_table_get (table, 0);
+    snprintf (p->client_endpoint, sizeof p->client_endpoint, "tcp://10.0.0.1:50051");
+    snprintf (p->peer_endpoint, sizeof p->peer_endpoint, "tcp://10.0.0.1:40000");
+    p->lease_ms = 3000;
+    p->last_heard = 10000;
+    //  Its own endpoints: restarted, whenever it was last heard from.
+    assert (node_table_claim (p, "tcp://10.0.0.1:50051", "tcp://10.0.0.1:40000", 10000, 10100)
+            == NODE_CLAIM_RESTART);
+    //  Other endpoints while it is heard from: a second node under its id.
+    assert (node_table_claim (p, "tcp://10.0.0.2:50051", "tcp://10.0.0.2:40000", 10000, 12000)
+            == NODE_CLAIM_DUPLICATE);
+    assert (node_table_claim (p, "tcp://10.0.0.1:50052", "tcp://10.0.0.1:40000", 10000, 12000)
+            == NODE_CLAIM_DUPLICATE);
+    //  Silent past its lease, or its connection closed: wait, never stop the newcomer.
+    assert (node_table_claim (p, "tcp://10.0.0.2:50051", "tcp://10.0.0.2:40000", 10000, 13001)
+            == NODE_CLAIM_WAIT);
+    p->conn_closed = true;
+    assert (node_table_claim (p, "tcp://10.0.0.2:50051", "tcp://10.0.0.2:40000", 10000, 10100)
+            == NODE_CLAIM_WAIT);
+    p->conn_closed = false;
+    //  Without a lease: half of --node-ttl.
+    p->lease_ms = 0;
+    assert (node_table_claim (p, "", "", 10000, 14999) == NODE_CLAIM_DUPLICATE);
+    assert (node_table_claim (p, "", "", 10000, 15001) == NODE_CLAIM_WAIT);
     node_table_destroy (&table);
     if (verbose)
         printf ("node_table ok ");

@@ -59,6 +59,13 @@ typedef struct {
     //  copies (REGISTER's lease_ms; 0: it keeps none): a node fenced now (FENCE) is safe
     //  from last_heard + lease_ms on.
     uint64_t lease_ms;
+    uint64_t register_token; //  the token sequence when it last registered (FENCE)
+    //  With standby masters (ha.h): the term under which etcd records the node fenced (0:
+    //  none; the record goes once it has reported again), and whether that was an earlier
+    //  term's, whose removals this master does not know: then only the copies other
+    //  holders confirm are taken from its report (master.c, s_inventory).
+    uint64_t fence_term;
+    bool suspect;
     //  Being drained (DRAIN, master/repair.c): placed on no more, and what it holds counts
     //  as lacking elsewhere. A REGISTER (a new life) ends it.
     bool draining;
@@ -89,6 +96,24 @@ void node_table_set_max_objects (node_table_t *self, uint64_t max_objects);
 //  live node can hold it).
 size_t node_table_place (node_table_t *self, uint64_t size, uint32_t replica_num, int writer,
                          const int *preferred, size_t preferred_count, uint16_t *out);
+
+//  What a REGISTER of an id a live node holds (node, registered on another connection) is:
+//  - NODE_CLAIM_RESTART: it announces the same client and data-plane endpoints, which no two
+//    live processes can bind: the node restarted, before its old connection was seen to
+//    close. Never told to stop (it takes its place once that close is seen, as any
+//    REGISTER from another connection does: master.c s_register).
+//  - NODE_CLAIM_DUPLICATE: other endpoints, and node was heard from within its lease (or,
+//    without one, within --node-ttl / 2) on a connection still open: a second live node
+//    under one id. Refused for good (MasterReply.duplicate): the node stops.
+//  - NODE_CLAIM_WAIT: anything else (the old process frozen, or its connection closed or
+//    half dead): refused only while its connection is open, until it closes or the node is
+//    declared dead.
+typedef enum { NODE_CLAIM_RESTART, NODE_CLAIM_DUPLICATE, NODE_CLAIM_WAIT } node_claim_t;
+node_claim_t node_table_claim (const node_t *node, const char *client_endpoint,
+                               const char *peer_endpoint, uint64_t node_ttl_ms, int64_t now);
+
+//  The live nodes' memory (capacity), and what is in use of it as they last said.
+void node_table_space (node_table_t *self, uint64_t *capacity, uint64_t *used);
 
 void node_table_test (bool verbose);
 

@@ -5,6 +5,7 @@
 #include <ctype.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "kvpool.h"
 
@@ -22,6 +23,19 @@ kvp_boot_id (char *buf, size_t size)
     while (len > 0 && isspace ((unsigned char) buf[len - 1]))
         buf[--len] = 0;
     return len > 0 ? 0 : -1;
+}
+
+int
+kvp_host_id (char *buf, size_t size)
+{
+    if (kvp_boot_id (buf, size) != 0)
+        return -1;
+    struct stat ns;
+    if (stat ("/proc/self/ns/net", &ns) == 0) {
+        size_t len = strlen (buf);
+        snprintf (buf + len, size - len, "-net%llu", (unsigned long long) ns.st_ino);
+    }
+    return 0;
 }
 
 void
@@ -54,6 +68,11 @@ kvp_contract_test (bool verbose)
     char id[64];
     assert (kvp_boot_id (id, sizeof id) == 0);
     assert (strlen (id) == 36 && !isspace ((unsigned char) id[35]));
+    char host[64];
+    assert (kvp_host_id (host, sizeof host) == 0);
+    assert (strncmp (host, id, strlen (id)) == 0 && strlen (host) < sizeof host - 1);
+    char again[64];
+    assert (kvp_host_id (again, sizeof again) == 0 && strcmp (host, again) == 0);
     char name[64];
     uint64_t value = 0;
     kvp_owner_name (name, sizeof name, 12, 34);

@@ -35,6 +35,16 @@
 //  buf = "" when it cannot be read.
 int kvp_boot_id (char *buf, size_t size);
 
+//  The default host id (kvpoold --host-id): the boot id and the network namespace,
+//  "<boot id>-net<inode of /proc/self/ns/net>" (the boot id alone when the namespace
+//  cannot be read). Containers and network namespaces on one machine share its boot id, so
+//  the boot id alone named their nodes alike (docs/cluster.md, "Identity"). Processes in one
+//  namespace of one boot get one id: a node and its same-machine clients agree, and a
+//  client in another namespace (another container) is not taken for a same-machine one
+//  (it could not reach the node's abstract ipc endpoint either: those are per namespace).
+//  Returns 0, or -1 with buf = "" when the boot id cannot be read.
+int kvp_host_id (char *buf, size_t size);
+
 //  The name the node gives a same-machine client process that owns reservations, pins or
 //  segments: "pid:<pid>/<id>" (Segment.owner in SEGMENTS replies). kvp_owner_name_parse
 //  returns 0 and the id for such a name, -1 for any other name.

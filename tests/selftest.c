@@ -24,6 +24,10 @@
 #include "infra/conn_guard.h"
 #include "infra/curve.h"
 #include "infra/key_watch.h"
+#include "infra/etcd.h"
+#include "infra/leader.h"
+#include "master/ha.h"
+#include "master/tombstones.h"
 #include "actors/index_reads.h"
 #include "actors/owners.h"
 #include "infra/regex_matcher.h"
@@ -97,6 +101,10 @@ static selftest_t s_tests[] = {{"kvp_status", kvp_status_test},
                                {"connections", connections_test},
                                {"socket_cookie", socket_cookie_test},
                                {"key_watch", key_watch_test},
+                               {"etcd", etcd_test},
+                               {"leader", leader_test},
+                               {"ha", ha_test},
+                               {"tombstones", tombstones_test},
                                {"regex_matcher", regex_matcher_test},
                                {"replica_manager", replica_manager_test},
                                {"kv_events_encode", kv_events_encode_test},

@@ -2,7 +2,10 @@
 
     Reads nothing but the client protocol: a STATS request (kvpool_stats_ops: the node's
     figures and its per-operation counters and latency histograms) and a NODES request each
-    interval. Rates are differences between two samples over the time between them; p50 and
+    interval. A cluster's node (master_lease_ms > 0) has a line for its link to its master:
+    connected or degraded (as /health says it), the master it talks to (the STATS reply's
+    master_endpoint: kvpool_master_endpoint), the leader's term and how long the master has
+    been silent. Rates are differences between two samples over the time between them; p50 and
     p99 are the upper bounds of the histogram buckets where the interval's requests reach
     half and 99% (so "<= 0.25 ms" reads as "at most a quarter of a millisecond").
 
@@ -130,8 +133,11 @@ s_rate (uint64_t now, uint64_t before, double seconds)
 }
 
 static void
-s_render (FILE *out, const char *endpoint, const sample_t *a, const sample_t *b, bool screen)
+s_render (FILE *out, const char *endpoint, const char *master, const sample_t *a, const sample_t *b,
+          bool screen)
 {
+    if (!master || !*master)
+        master = "-";
     const kvpool_stats_t *s = &b->stats, *p = &a->stats;
     double dt = b->at - a->at;
     char x[32], y[32], z[32];
@@ -168,6 +174,11 @@ s_render (FILE *out, const char *endpoint, const sample_t *a, const sample_t *b,
              z, gets, s_rate (s->client_gets, p->client_gets, dt),
              s_rate (s->evictions, p->evictions, dt), s_rate (s->offloads, p->offloads, dt),
              s_rate (s->promotions, p->promotions, dt));
+    if (s->master_lease_ms)
+        fprintf (out, "master       %s  %s  term %" PRIu64 "  silent %.1f s (lease %.1f s)\n",
+                 s->master_connected ? "connected" : "DEGRADED (unregistered, or silent too long)",
+                 master, s->master_term, (double) s->master_silence_ms / 1000.0,
+                 (double) s->master_lease_ms / 1000.0);
     if (b->nodes >= 0)
         fprintf (out, "nodes        %d alive of %d  remote gets %.0f/s  remote puts %.0f/s\n",
                  b->nodes_alive, b->nodes, s_rate (s->remote_gets, p->remote_gets, dt),
@@ -277,7 +288,7 @@ kvpool_top (kvpool_t *pool, const char *endpoint, bool once, int interval_ms)
             status = 1;
             break;
         }
-        s_render (stdout, endpoint, a, b, !once);
+        s_render (stdout, endpoint, kvpool_master_endpoint (pool), a, b, !once);
         if (once)
             break;
         sample_t *t = a;

@@ -22,6 +22,8 @@
 #include "infra/conn_guard.h"
 #include "infra/curve.h"
 #include "infra/endpoints.h"
+#include "infra/etcd.h"
+#include "infra/leader.h"
 #include "actors/evictor.h"
 #include "actors/kv_events.h"
 #include "infra/log.h"
@@ -227,6 +229,18 @@ main (int argc, char **argv)
     static kvp_lease_t lease;
     if (config.role == KVP_ROLE_NODE)
         config.lease = &lease;
+    //  With standby masters, the node follows whichever leads (infra/leader.h).
+    static kvp_leader_t leader = {.lock = PTHREAD_MUTEX_INITIALIZER};
+    leader_watch_t *leader_watch = NULL;
+    if (config.role == KVP_ROLE_NODE && etcd_is_address (config.master)) {
+        char error[300];
+        leader_watch = leader_watch_new (config.master, &leader, error, sizeof error);
+        if (!leader_watch) {
+            fprintf (stderr, "kvpoold: --master: %s\n", error);
+            return 1;
+        }
+        config.leader = &leader;
+    }
     config.metrics = metrics_new (config.role == KVP_ROLE_NODE ? "node" : "all");
     assert (config.metrics);
     //  The segments outlive every actor (config.h): made here, destroyed last.
@@ -277,6 +291,33 @@ main (int argc, char **argv)
                 snprintf (client_endpoint, sizeof client_endpoint, "%s", e);
                 break;
             }
+        //  What it announces: a wildcard bind (0.0.0.0) is an address no other node can
+        //  connect to, so --advertise names the one they reach it at; without it the node
+        //  does not start rather than join with an address nobody can use.
+        char client_announced[300], peer_announced[300];
+        const char *wildcard = NULL;
+        if (kvp_endpoint_advertised (client_endpoint, config.advertise, client_announced,
+                                     sizeof client_announced)
+            != 0)
+            wildcard = client_endpoint;
+        else if (kvp_endpoint_advertised (peer_endpoint, config.advertise, peer_announced,
+                                          sizeof peer_announced)
+                 != 0)
+            wildcard = peer_endpoint;
+        if (wildcard) {
+            fprintf (stderr,
+                     "kvpoold: %s binds every address, which other nodes and clients cannot "
+                     "connect to: give --advertise HOST (the address they reach this node at), "
+                     "or bind one address\n",
+                     wildcard);
+            goto shutdown;
+        }
+        if (strcmp (client_announced, client_endpoint) || strcmp (peer_announced, peer_endpoint))
+            printf ("kvpoold: announced as %s, data plane %s (--advertise)\n", client_announced,
+                    peer_announced);
+        snprintf (client_endpoint, sizeof client_endpoint, "%s", client_announced);
+        zstr_free (&peer_endpoint);
+        peer_endpoint = strdup (peer_announced);
         if (config.node_id)
             snprintf (node_id, sizeof node_id, "%s", config.node_id);
         else
@@ -346,7 +387,13 @@ main (int argc, char **argv)
     fflush (stdout);
 
     s_wait_for_signal (&signals);
-    status = 0;
+    //  A node its master refused for good (another live node has its id: membership.c)
+    //  stopped itself: it exits 1, having said why.
+    kvp_master_link_t link;
+    metrics_link_read (config.metrics, zclock_mono (), &link);
+    status = link.refused[0] ? 1 : 0;
+    if (status)
+        fprintf (stderr, "kvpoold: %s\n", link.refused);
     if (repair && config.drain_on_exit) {
         //  What only this node holds goes to others first (replica_repair.h), while the node
         //  still serves their copies.
@@ -380,6 +427,7 @@ shutdown:
     zactor_destroy (&kv_events); //  after the replica-manager: it publishes its last batch
     zactor_destroy (&cluster);   //  after the replica-manager: it takes its last drop reports
     zactor_destroy (&tx);
+    leader_watch_destroy (&leader_watch); //  after every master client
     allocator_destroy (&config.allocator);
     zlist_destroy (&endpoints);
     zlist_destroy (&admin);

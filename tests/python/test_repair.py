@@ -104,9 +104,9 @@ def test_killed_node_replicas_restored():
         copied = sum(c.raw(i).stats().repairs_done for i, h in enumerate(c.hosts) if h != victim)
         assert copied >= counts[victim], (copied, counts)
         # The master's metrics: nothing lacks a replica now, every copy counted.
-        assert wait_for(lambda: master_metric(c, "kvpool_replicas_missing") == 0, 5)
-        assert master_metric(c, "kvpool_repairs_total") >= counts[victim]
-        assert master_metric(c, "kvpool_repair_bytes_total") >= counts[victim] * size
+        assert wait_for(lambda: master_metric(c, "kvpool_cluster_replicas_missing") == 0, 5)
+        assert master_metric(c, "kvpool_cluster_repairs_total") >= counts[victim]
+        assert master_metric(c, "kvpool_cluster_repair_bytes_total") >= counts[victim] * size
         print("restored %d replicas within %.1f s of the kill" % (counts[victim], took))
         stop_clean(c)
     finally:

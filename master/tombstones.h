@@ -1,0 +1,41 @@
+/*  tombstones.h - the keys a master removed, remembered for nodes that missed a removal
+    while away.
+
+    A node that was cut off, frozen or down while a key it held was removed comes back and
+    reports its copy (INVENTORY); the master refuses a copy of a key removed since the node
+    was last heard from (master.c, s_inventory), so a removed key never comes back. Each
+    removal is remembered with its token (the master's sequence, directory.h). Past max
+    keys the oldest are forgotten, and the floor says up to which token the memory is
+    incomplete: a node away since before it has every report refused.
+
+    Threads: the master's.
+*/
+#ifndef TOMBSTONES_H_INCLUDED
+#define TOMBSTONES_H_INCLUDED
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct _tombstones_t tombstones_t;
+
+//  Caller owns return value and must destroy it.
+tombstones_t *tombstones_new (size_t max);
+void tombstones_destroy (tombstones_t **self_p);
+
+//  key was removed at token (later than any before).
+void tombstones_add (tombstones_t *self, const char *key, uint64_t token);
+
+//  The token of key's last removal remembered, or 0.
+uint64_t tombstones_find (tombstones_t *self, const char *key);
+
+//  Forgets every removal; floor: up to which token removals are not known (REMOVE_ALL:
+//  now; a new term: 0, its state starts afresh).
+void tombstones_clear (tombstones_t *self, uint64_t floor);
+
+//  Removals up to this token are not all remembered.
+uint64_t tombstones_floor (tombstones_t *self);
+
+void tombstones_test (bool verbose);
+
+#endif
