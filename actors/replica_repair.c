@@ -13,9 +13,10 @@
     of this node's or drops it. --repair-rate 0: the actor asks for nothing.
 
     A drain of this node (the DRAIN pipe command, kvpoold --drain-on-exit) asks the master
-    to start it, then asks how it stands every DRAIN_POLL_MS, until no object is held only
-    here or --drain-timeout passed; then it tells the master the node is done (it leaves
-    every holder list, so that no reader is sent here once it is gone) and answers.
+    to start it, and again every DRAIN_POLL_MS (a standby master that took over meanwhile
+    knows of no drain; a start of a drain under way changes nothing) to learn how it stands, until
+   no object is held only here or --drain-timeout passed; then it tells the master the node is done
+   (it leaves every holder list, so that no reader is sent here once it is gone) and answers.
 
     Threads: one (infra/actor_shell.h). Talks to the master through its own master client
     and to the api through its job socket, like the lookup server.
@@ -238,9 +239,8 @@ s_tick (actor_shell_t *shell, void *arg)
         else {
             if (self->drain == DRAIN_WAITING && now >= self->drain_deadline)
                 self->drain = DRAIN_ENDING;
-            s_drain_send (self, self->drain == DRAIN_STARTING ? 1
-                                : self->drain == DRAIN_ENDING ? 3
-                                                              : 0);
+            //  (start again each time: a master that took over since knows no drain)
+            s_drain_send (self, self->drain == DRAIN_ENDING ? 3 : 1);
             self->drain_next = now + DRAIN_POLL_MS;
         }
     }

@@ -728,7 +728,8 @@ s_cmd_node (cli_t *cli, int argc, char **argv)
                          state.sole);
             shown = state.sole;
             zclock_sleep (500);
-            rc = kvpool_node_drain (pool, node, NULL, &state);
+            //  (start again: a master that took over since knows of no drain)
+            rc = kvpool_node_drain (pool, node, "start", &state);
         }
         if (rc != KVPOOL_OK) {
             s_error (pool, node, rc);
