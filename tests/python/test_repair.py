@@ -315,3 +315,32 @@ def test_rolling_restart_under_load_loses_nothing():
         if thread.is_alive():
             thread.join(30)
         c.close()
+
+
+def test_repair_never_brings_back_an_old_value():
+    """Keys upserted while their lost replicas are being restored (slowly: --repair-rate
+    1MiB): every live replica afterwards holds the new value, none the old one."""
+    c = Cluster(node_args=("--repair-rate", "1MiB"))
+    try:
+        keys = ["u-%d" % i for i in range(40)]
+        size = 64 << 10
+        put_many(c, keys, size, 2)
+        victim = c.hosts[2]
+        c.nodes[2].proc.kill()
+        assert wait_for(lambda: c.live_nodes(0) == 2, 10)
+        raw = c.raw(0)
+        for key in keys:  # while the repair runs
+            new = value_of(key + "-new", size)
+            reply, _ = raw.call(pb.UPSERT, [key], [new], put={"replica_num": 2})
+            assert reply.statuses[0] == OK, reply
+        assert wait_for(lambda: all(len(live_holders(c, k, 0)) == 2 for k in keys),
+                        REPAIR_WITHIN_S), c.logs()
+        time.sleep(1)  # copies under way land, or are refused
+        for key in keys:
+            for host in live_holders(c, key, 0):
+                status, value = c.raw(node_index(c, host)).get(key)
+                assert status == OK and value == value_of(key + "-new", size), (key, host)
+        assert victim not in sum((live_holders(c, k, 0) for k in keys), [])
+        stop_clean(c)
+    finally:
+        c.close()
