@@ -453,13 +453,16 @@ s_alloc (self_t *self, kvp_job_t *job, bool retry)
         if (item->status != KVPOOL_OK)
             continue;
         size_t n = s_candidates (self, job, order, 64);
-        if (wanted > KVP_MAX_REPLICAS || wanted > n) {
+        if (wanted > KVP_MAX_REPLICAS || n == 0) {
             item->status = n == 0 ? KVPOOL_NO_AVAILABLE_HANDLE : KVPOOL_INVALID_REPLICA;
             if (!job->error[0])
                 s_alloc_reason (self, job, item, wanted, n);
             continue;
         }
-        for (size_t k = 0; k < n && item->replica_count < wanted; k++) {
+        //  More replicas than segments: one a segment, and the reply says how many
+        //  (Reply.replicas_placed), as a cluster with fewer nodes than asked does.
+        uint32_t target = wanted < n ? wanted : (uint32_t) n;
+        for (size_t k = 0; k < n && item->replica_count < target; k++) {
             uint64_t offset;
             //  A zero-byte value still gets a distinct address.
             size_t size = item->size ? item->size : 1;
@@ -470,7 +473,7 @@ s_alloc (self_t *self, kvp_job_t *job, bool retry)
                 replica->addr = (char *) segment_base (order[k]->segment) + offset;
             }
         }
-        if (item->replica_count < wanted) {
+        if (item->replica_count < target) {
             s_free_item (self, item);
             item->status = KVPOOL_NO_AVAILABLE_HANDLE;
         }
@@ -755,12 +758,14 @@ allocator_test (bool verbose)
         assert (item->replicas[0].segment_id != item->replicas[2].segment_id);
         memset (item->replicas[2].addr, 0xab, item->size);
     }
-    //  Four replicas on three segments is an invalid request, not a full pool.
+    //  Four replicas on three segments: three, one a segment (the reply says so).
     kvp_job_t *too_many = kvp_job_new (KVP_AL_ALLOC, 1);
     too_many->opt.replica_num = 4;
     too_many->items[0].size = 10;
     s_test_call (al, too_many);
-    assert (too_many->items[0].status == KVPOOL_INVALID_REPLICA);
+    assert (too_many->items[0].status == KVPOOL_OK && too_many->items[0].replica_count == 3);
+    too_many->kind = KVP_AL_FREE;
+    s_test_call (al, too_many);
     kvp_job_destroy (&too_many);
 
     //  Preferred segment first.

@@ -314,6 +314,21 @@ s_job_from_request (api_t *self, api_ctx_t *ctx)
         job->prefix.ranks = request->ranks ? request->ranks : 1;
     if (op == KVPOOL__V1__OP__REMOVE_BY_REGEX && kvp_job_payload (job, KVP_PAYLOAD_REGEX))
         job->regex.pattern = request->pattern;
+    if (op == KVPOOL__V1__OP__DRAIN) {
+        const char *action = request->pattern ? request->pattern : "";
+        const char *why = !self->cluster ? "a one-process store has no other node to drain to"
+                          : request->n_keys != 1 ? "DRAIN names one node (keys[0])"
+                          : *action && strcmp (action, "start") && strcmp (action, "stop")
+                              ? "DRAIN's pattern is \"start\", \"stop\" or \"\" (ask)"
+                              : NULL;
+        if (why) {
+            kvp_job_destroy (&job);
+            api_reply_error (self, ctx, id, op, KVPOOL_INVALID_PARAMS, why);
+            return NULL;
+        }
+        kvp_job_payload (job, KVP_PAYLOAD_DRAIN);
+        job->drain.action = action;
+    }
     if (op == KVPOOL__V1__OP__RDMA_CONNECT && kvp_job_payload (job, KVP_PAYLOAD_RDMA_CONNECT)
         && request->rdma_data.len) {
         job->rdma_connect.data = (uint8_t *) malloc (request->rdma_data.len);
@@ -500,12 +515,17 @@ api_job_message (api_t *self)
         zframe_destroy (&routing_id);
         return;
     }
+    //  A cluster node's repair actor sends its copies (KVP_OP_REPAIR_FILL) this way too.
+    bool repair = self->cluster && job->op == KVP_OP_REPAIR_FILL;
     const kvp_op_t *row =
-        kvp_op_route (job->op, self->cluster ? KVP_VIA_CLUSTER : KVP_VIA_PROCESS, self->cluster);
+        repair ? kvp_op (job->op)
+               : kvp_op_route (job->op, self->cluster ? KVP_VIA_CLUSTER : KVP_VIA_PROCESS,
+                               self->cluster);
     //  Only the proto's operations that carry keys or nothing; not a write (values live in
-    //  the caller), not the node's own operations, not one on shared memory.
-    if (!row || job->op <= 0 || (row->flags & (OP_VALUES | OP_SIZES | OP_SEGMENT | OP_LOCAL))
-        || job->context || job->kind != KVP_JOB_NONE)
+    //  the caller), not the node's own operations (but a repair), not one on shared memory.
+    if (!row || (job->op <= 0 && !repair)
+        || (row->flags & (OP_VALUES | OP_SIZES | OP_SEGMENT | OP_LOCAL)) || job->context
+        || job->kind != KVP_JOB_NONE)
         kvp_job_fail (job, KVPOOL_INVALID_PARAMS, "operation %d is not served to actors", job->op);
     else if (self->draining)
         kvp_job_fail (job, KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS, "the node is stopping");

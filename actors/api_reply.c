@@ -209,6 +209,7 @@ api_complete_stats (api_t *self, kvp_stats_t *stats)
     stats->hot_cache_hits +=
         (self->reads ? index_reads_cache_hits (self->reads) : 0) + self->client_cache_hits;
     stats->hot_cache_misses = self->cache_misses;
+    stats->puts_under_replicated = self->puts_under_replicated;
     stats->gets -= stats->redirects < stats->gets ? stats->redirects : stats->gets;
     stats->max_key_len = self->config->max_key_len;
     stats->max_value_size = self->config->max_value_size;
@@ -328,6 +329,10 @@ api_reply (api_t *self, kvp_job_t **job_p, zmq_msg_t *copies)
         reply.index_name = self->index_published;
         reply.local_endpoint = self->local_endpoint;
         reply.cluster = self->cluster;
+    }
+    if ((row->fills & REPLY_DRAIN) && job->payload == KVP_PAYLOAD_DRAIN) {
+        reply.drain_short = job->drain.short_count;
+        reply.draining = job->drain.draining;
     }
     if ((row->fills & REPLY_SETTING) && job->config.setting
         && (reply.setting_value = (char *) arena_alloc (&ctx->arena, 1024)))

@@ -188,9 +188,48 @@ s_cache_follow_up (api_t *self, kvp_job_t *job)
         s_advance (self, fill, KVP_JOB_NONE);
 }
 
+//  Puts that placed fewer replicas than they asked for (more than the cluster has nodes, or
+//  one node segments): stored all the same, said per key in the reply
+//  (Reply.replicas_placed), counted, and logged at most once a second.
+static void
+s_under_replicated (api_t *self, const api_ctx_t *ctx, const kvp_job_t *job)
+{
+    const Kvpool__V1__PutOptions *put = ctx->request ? ctx->request->put : NULL;
+    uint32_t asked = put && put->replica_num ? put->replica_num : 1;
+    if (asked == 1 || job->status != KVPOOL_OK)
+        return;
+    uint32_t fewest = asked;
+    size_t short_keys = 0;
+    for (size_t i = 0; i < job->count; i++) {
+        uint32_t placed = reply_replicas_placed (job, &job->items[i]);
+        if (job->items[i].status == KVPOOL_OK && placed < asked) {
+            short_keys++;
+            fewest = placed < fewest ? placed : fewest;
+        }
+    }
+    if (!short_keys)
+        return;
+    self->puts_under_replicated += short_keys;
+    self->under_unlogged += short_keys;
+    int64_t now = zclock_mono ();
+    if (now - self->under_logged >= 1000) {
+        kvp_warning ("%llu key(s) put with fewer replicas than asked (this one: %u of %u): "
+                     "stored; %s",
+                     (unsigned long long) self->under_unlogged, fewest, asked,
+                     self->cluster ? "the master restores them as nodes join (--repair-rate)"
+                                   : "a node places one replica a segment");
+        self->under_unlogged = 0;
+        self->under_logged = now;
+    }
+}
+
 static void
 s_finish (api_t *self, kvp_job_t *job)
 {
+    if (job->context
+        && (job->op == KVPOOL__V1__OP__PUT || job->op == KVPOOL__V1__OP__UPSERT
+            || job->op == KVPOOL__V1__OP__PUT_START))
+        s_under_replicated (self, (const api_ctx_t *) job->context, job);
     api_ctx_t *ctx = (api_ctx_t *) job->context;
     if (ctx && job->kind == KVP_TX_DISK_READ)
         s_disk_follow_up (self, job);

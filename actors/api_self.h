@@ -76,6 +76,9 @@ typedef struct {
     int64_t started;
     index_reads_t *reads;       //  small reads answered from the read index, or NULL
     hot_cache_t *hot;           //  role node: the hot cache's admission filter, or NULL (off)
+    uint64_t puts_under_replicated; //  keys put with fewer replicas than asked (api_route.c)
+    uint64_t under_unlogged;        //  ... not said in the log yet
+    int64_t under_logged;           //  when the log last said so (zclock_mono)
     uint64_t cache_misses;      //  gets of values only other nodes hold, found in no copy here
     uint64_t client_cache_hits; //  reads of cache copies same-machine clients did (TOUCH)
     kvp_metrics_t *metrics;     //  per-operation counters (config's, or own_metrics)

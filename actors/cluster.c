@@ -410,6 +410,7 @@ s_job (self_t *self, kvp_job_t *job, zframe_t *routing_id)
         }
         case KVP_CL_REMOVE: cluster_remove_start (self, op); break;
         case KVP_CL_CACHE_CLAIM: cluster_cache_claim (self, op); break;
+        case KVP_CL_DRAIN: cluster_drain_start (self, op); break;
         case KVP_CL_STATS:
             kvp_job_stats (job)->remote_gets = self->remote_gets;
             kvp_job_stats (job)->remote_get_bytes = self->remote_get_bytes;
@@ -512,6 +513,7 @@ s_call_done (self_t *self, call_t *call, Kvpool__Cluster__V1__MasterReply *maste
         case KVP_CL_FETCH: cluster_fetch_located (self, op, call, master_reply); break;
         case KVP_CL_EXIST: cluster_exist_reply (self, op, call, master_reply); break;
         case KVP_CL_CACHE_CLAIM: cluster_cache_claimed (self, op, call, master_reply); break;
+        case KVP_CL_DRAIN: cluster_drain_reply (self, op, master_reply); break;
         case KVP_CL_LOCATE:
         case KVP_CL_NODES: cluster_nodes_reply (self, op, call, master_reply); break;
         case KVP_CL_REMOVE:

@@ -92,7 +92,10 @@ cluster_locate_start (self_t *self, op_t *op, bool missing_only)
         if (missing_only ? item->status != KVPOOL_OBJECT_NOT_FOUND
                          : (item->status != KVPOOL_OK || item->key_len == 0))
             continue;
-        if (job->kind == KVP_CL_FETCH && s_fetch_known (self, op, &known, i))
+        //  (a repair's copy is of the holders the master has now: a holder it knew before
+        //  may be the node that died)
+        if (job->kind == KVP_CL_FETCH && job->op != KVP_OP_REPAIR_FILL
+            && s_fetch_known (self, op, &known, i))
             continue;
         items[n] = i;
         keys[n].data = (uint8_t *) item->key;
@@ -379,7 +382,7 @@ cluster_fetch_done (self_t *self, op_t *op, run_t *run)
             item->version = run->xfers[first].version; //  the version read
         self->location_hits += fetch->known;
         //  (a copy for the hot cache is no client's get)
-        if (job->op != KVP_OP_CACHE_FILL) {
+        if (job->op != KVP_OP_CACHE_FILL && job->op != KVP_OP_REPAIR_FILL) {
             self->remote_gets++;
             self->remote_get_bytes += item->size;
         }
@@ -489,7 +492,11 @@ cluster_cache_claim (self_t *self, op_t *op)
         keys[n].len = item->key_len;
         versions[n++] = item->version;
     }
-    s_master_keys (self, op, KVPOOL__CLUSTER__V1__KIND__CACHE, keys, versions, items, n);
+    //  (a repair's copy is claimed as a replica: master/repair.c)
+    s_master_keys (self, op,
+                   job->op == KVP_OP_REPAIR_FILL ? KVPOOL__CLUSTER__V1__KIND__REPAIRED
+                                                 : KVPOOL__CLUSTER__V1__KIND__CACHE,
+                   keys, versions, items, n);
     free (keys);
     free (versions);
 }

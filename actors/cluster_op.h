@@ -256,6 +256,11 @@ bool cluster_locations_find (self_t *self, const char *key, fetch_t *fetch, kvp_
 //  key (NULL: every key) is to be located at the master next time.
 void cluster_locations_forget (self_t *self, const char *key);
 
+//  ---- cluster_drain.c: DRAIN of a node (master/repair.c) --------------------------------
+
+void cluster_drain_start (self_t *self, op_t *op);
+void cluster_drain_reply (self_t *self, op_t *op, Kvpool__Cluster__V1__MasterReply *reply);
+
 //  ---- cluster_get.c: gets, lookups ----------------------------------------------------
 
 //  KVP_CL_CACHE_CLAIM: the master takes this node as a cache holder of the items' versions.

@@ -116,6 +116,7 @@ cluster_place_reply (self_t *self, op_t *op, call_t *call, Kvpool__Cluster__V1__
         int holders[KVP_MAX_REPLICAS];
         uint8_t count = cluster_holders (self, reply, reply->holders[k], holders);
         placed->placed = true;
+        item->cluster.replicas_placed = count;
         placed->token = k < reply->n_tokens ? reply->tokens[k] : 0;
         item->cluster.token = placed->token; //  a PUT_START's, for its PUT_END
         //  The value's version: its copies here and on the other nodes take it
@@ -495,6 +496,8 @@ cluster_commit_reply (self_t *self, op_t *op, call_t *call, Kvpool__Cluster__V1_
         int status = cluster_key_status (reply, k, KVPOOL_RPC_FAIL);
         if (status == KVPOOL_OK) {
             item->status = KVPOOL_OK;
+            if (placed)
+                item->cluster.replicas_placed = (uint8_t) (placed->local + placed->done_count);
             cluster_locations_forget (self, item->key); //  (an upsert's old holders)
             //  An upsert's old copies on nodes that do not hold the new value go: those
             //  PLACE named, and those the master had when it committed (a node may have made

@@ -81,8 +81,8 @@ cluster_remove_reply (self_t *self, op_t *op, call_t *call, Kvpool__Cluster__V1_
             const ProtobufCBinaryData *names = reply->n_keys ? reply->keys : NULL;
             keys = (ProtobufCBinaryData *) malloc ((reply->n_holders ? reply->n_holders : 1)
                                                    * sizeof *keys);
-            versions = (uint64_t *) calloc (reply->n_holders ? reply->n_holders : 1,
-                                            sizeof *versions);
+            versions =
+                (uint64_t *) calloc (reply->n_holders ? reply->n_holders : 1, sizeof *versions);
             assert (keys && versions);
             size_t n = 0;
             for (size_t k = 0; k < reply->n_holders; k++) {

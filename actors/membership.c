@@ -69,7 +69,7 @@ typedef struct {
     //  The node stopped past its lease (infra/config.h, kvp_lease_suspended): it serves its
     //  own copies again once a heartbeat of its registration is answered and the copies the
     //  master refused are dropped.
-    bool confirmed; //  answered; waiting for the drops
+    bool confirmed;              //  answered; waiting for the drops
     unsigned duplicate_refusals; //  REGISTERs refused in a row: another node has this id
     bool stopping;               //  refused for good: nothing more is sent
 } self_t;

@@ -26,6 +26,7 @@
 #include "actors/replica_objects.h"
 
 #include "actors/allocator.h"
+#include "messages/ops.h"
 #include "shm/shm_index.h"
 
 //  Bytes of a cache copy in memory.
@@ -105,11 +106,20 @@ rm_cache_insert (rm_state_t *self, kvp_job_t *job, int64_t now)
     kvp_job_need_replicas (job);
     kvp_job_t *free_job = NULL;
     uint64_t limit = rm_cache_limit (self);
+    //  A repair's copy (KVP_OP_REPAIR_FILL) takes the way hidden copies do, but it is to be
+    //  a replica: it takes the place of a cache copy of the key, and is no cache's to bound.
+    bool repair = job->op == KVP_OP_REPAIR_FILL;
     for (size_t i = 0; i < job->count; i++) {
         kvp_item_t *item = &job->items[i];
         item->object_id = 0;
         if (item->status != KVPOOL_OK)
             continue;
+        kvp_object_t *in_way =
+            repair ? (kvp_object_t *) object_table_lookup (self->objects, item->key) : NULL;
+        if (in_way && in_way->cache && in_way->state == OBJECT_COMPLETE) {
+            self->cache_invalidations++;
+            rm_object_drop (self, in_way, &free_job, now);
+        }
         //  A key held here already (a replica, a copy, or one being written) needs no copy;
         //  nor does a value the master gave no version.
         if (object_table_lookup (self->objects, item->key) || !item->version
@@ -119,7 +129,7 @@ rm_cache_insert (rm_state_t *self, kvp_job_t *job, int64_t now)
             continue;
         }
         uint64_t bytes = item->size * item->replica_count;
-        if (self->cache_bytes + bytes > limit)
+        if (!repair && self->cache_bytes + bytes > limit)
             rm_cache_evict (self, self->cache_bytes + bytes - limit, &free_job, now);
         kvp_object_t *object = rm_object_new (self, job, item, now);
         object->cache = true;
@@ -154,6 +164,14 @@ rm_cache_publish (rm_state_t *self, kvp_job_t *job, int64_t now)
             continue;
         }
         self->pending--;
+        if (job->op == KVP_OP_REPAIR_FILL) {
+            //  A replica of this node's now: logged, evicted and offloaded like any other.
+            object->cache = false;
+            rm_object_complete (self, object, now);
+            self->repairs_done++;
+            self->repair_bytes += object->size;
+            continue;
+        }
         object->state = OBJECT_COMPLETE;
         object->touched = object->memory_since = now;
         lru_append (&self->cache, &object->in_memory);

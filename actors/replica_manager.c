@@ -649,6 +649,8 @@ s_stats (self_t *self, kvp_job_t *job)
     stats->hot_cache_hits = self->cache_hits;
     stats->hot_cache_bytes = self->cache_bytes;
     stats->hot_cache_admissions = self->cache_admissions;
+    stats->repairs_done = self->repairs_done;
+    stats->repair_bytes = self->repair_bytes;
     stats->hot_cache_evictions = self->cache_evictions;
     stats->hot_cache_invalidations = self->cache_invalidations;
     stats->pending_puts = self->pending;

@@ -186,6 +186,7 @@ typedef struct {
     lru_list_t cache;
     uint64_t cache_bytes;
     uint64_t cache_hits, cache_admissions, cache_evictions, cache_invalidations;
+    uint64_t repairs_done, repair_bytes; //  replicas copied in for the cluster (replica_cache.c)
     int64_t cache_until_published; //  the lease the read index has
     //  --kv-events-endpoint: keys that become visible and go, for the publisher (or NULL)
     kv_events_feed_t *events;

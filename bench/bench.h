@@ -70,6 +70,13 @@ int bench_tier_run (const char *kvpoold_path, bool quick);
 //  0, or -1 when a call failed or a check did not pass (missed targets are reported only).
 int bench_cluster_run (const char *kvpoold_path, bool quick, int reps, double rep_seconds);
 
+//  The repair section (bench_repair.c): a master and three nodes of its own; 1 MiB values with
+//  two replicas on nodes B and C (256 MiB, quick 64 MiB, big 1 GiB), node C killed, and the
+//  rate node A restores the lost replicas at beside the node-to-node bandwidth measured in
+//  the same run (remote gets through A of values B holds), as a ratio (goal >= 0.5). Returns
+//  0, or -1 when a call failed or a check did not pass (a missed goal is reported only).
+int bench_repair_run (const char *kvpoold_path, bool quick, bool big, int reps, double rep_seconds);
+
 //  The hotcache section (bench_hotcache.c): a master and three nodes of its own, twice (node
 //  A's --hot-cache-size 0, then a quarter of the values' bytes, each arm a cluster of its
 //  own); 8 client processes on node A's machine read 256 KiB and 1 MiB values held only by

@@ -36,6 +36,9 @@
               machine read 256 KiB and 1 MiB values held by the other nodes, Zipf-drawn keys;
               hit rate, get p50/p99, throughput, master requests per get, the cache's memory.
               --cluster runs it with the cluster section.
+      repair  bench_repair_run (bench/bench_repair.c): a master and three nodes; a node holding
+              2-replica 1 MiB values killed, and the rate the lost replicas are restored at
+              beside the node-to-node bandwidth of the same run (--repair-big: 1 GiB).
       master  bench_master_run (bench/bench_master.c): one master driven with the cluster
               protocol by fake nodes: keys per second of INVENTORY, LOCATE and PLACE+COMMIT,
               and its memory per object, over 10 million keys.
@@ -193,6 +196,7 @@ typedef struct {
     double rep_seconds;
     uint64_t put_cap; //  bytes per put repetition, so the pool never fills
     bool do_memcpy, do_kv, do_exist, do_lookup, do_tier, do_cluster, do_master, do_kv_events;
+    bool do_repair, repair_big;
     bool do_curve, do_latency, do_hotcache;
     size_t hotcache_keys, hotcache_reads; //  --hotcache-keys, --hotcache-reads (0: defaults)
     bool hotcache_verify;                 //  --hotcache-verify: every byte read is checked
@@ -1446,7 +1450,10 @@ s_usage (FILE *out)
              "and redis-server on loopback itself and stops them at the end.\n\n"
              "  --quick            few iterations (smoke test; well under a minute)\n"
              "  --only LIST        sections, comma-separated: memcpy, kv, exist, redis, lookup,\n"
-             "                     tier, cluster, hotcache, master, kv-events, curve, latency.\n"
+             "                     tier, cluster, hotcache, master, kv-events, curve, latency,\n"
+             "                     repair. 'repair': a master and three nodes, a node that\n"
+             "                     holds 2-replica 1 MiB values killed; the repair rate beside\n"
+             "                     the node-to-node bandwidth of the same run, as a ratio.\n"
              "                     'redis' adds the Redis side to kv and exist; 'redis' alone\n"
              "                     runs kv and exist on Redis only. 'tier' (eviction and the\n"
              "                     disk tier) starts kvpoolds of its own, with disk\n"
@@ -1466,7 +1473,9 @@ s_usage (FILE *out)
              "                     other nodes hold, Zipf(s=1.0) keys: hit rate, p50, p99,\n"
              "                     throughput, master requests per get, the cache's memory.\n"
              "                     Default: all but cluster, hotcache, master, kv-events,\n"
-             "                     curve and latency\n"
+             "                     curve, latency and repair\n"
+             "  --repair-big       the repair section with 1 GiB of values (default 256 MiB,\n"
+             "                     --quick 64 MiB)\n"
              "  --cluster          the sections that start clusters of their own: 'cluster' (a\n"
              "                     master and two nodes; reads and writes of values held by the\n"
              "                     other node, against iperf3 on loopback) and 'hotcache' (alone,\n"
@@ -1501,7 +1510,7 @@ s_parse_only (bench_t *self, const char *list)
 {
     bool kv = false, exist = false, redis = false, lookup = false, mem = false, tier = false,
          cluster = false, master = false, kv_events = false, curve = false, latency = false,
-         hotcache = false;
+         hotcache = false, repair = false;
     char copy[256];
     snprintf (copy, sizeof copy, "%s", list);
     char *save = NULL;
@@ -1530,10 +1539,13 @@ s_parse_only (bench_t *self, const char *list)
             curve = true;
         else if (!strcmp (item, "latency"))
             latency = true;
+        else if (!strcmp (item, "repair"))
+            repair = true;
         else {
             fprintf (stderr,
                      "kvpool-bench: unknown section '%s' (memcpy, kv, exist, redis, "
-                     "lookup, tier, cluster, hotcache, master, kv-events, curve, latency)\n",
+                     "lookup, tier, cluster, hotcache, master, kv-events, curve, latency, "
+                     "repair)\n",
                      item);
             return -1;
         }
@@ -1552,6 +1564,7 @@ s_parse_only (bench_t *self, const char *list)
     self->do_kv_events = kv_events;
     self->do_curve = curve;
     self->do_latency = latency;
+    self->do_repair = repair;
     self->use_redis = redis;
     return 0;
 }
@@ -1573,6 +1586,7 @@ s_parse_options (bench_t *self, int argc, char **argv)
                                             {"hotcache-keys", required_argument, NULL, 'K'},
                                             {"hotcache-reads", required_argument, NULL, 'R'},
                                             {"hotcache-verify", no_argument, NULL, 'V'},
+                                            {"repair-big", no_argument, NULL, 'B'},
                                             {"help", no_argument, NULL, 'h'},
                                             {NULL, 0, NULL, 0}};
     const char *only = NULL;
@@ -1617,6 +1631,7 @@ s_parse_options (bench_t *self, int argc, char **argv)
                 break;
             }
             case 'V': self->hotcache_verify = true; break;
+            case 'B': self->repair_big = true; break;
             case 'k': self->kvpoold_path = optarg; break;
             case 'C': self->compare_path = optarg; break;
             case 'p': self->plot_dir = optarg; break;
@@ -1927,6 +1942,13 @@ main (int argc, char **argv)
                                self->hotcache_reads, self->hotcache_verify)
                != 0) {
         fprintf (stderr, "kvpool-bench: the hotcache section failed\n");
+        self->errors++;
+    }
+    if (self->do_repair
+        && bench_repair_run (self->kvpoold_path, self->quick, self->repair_big, self->reps,
+                             self->rep_seconds)
+               != 0) {
+        fprintf (stderr, "kvpool-bench: the repair section failed\n");
         self->errors++;
     }
     if (self->do_master && bench_master_run (self->kvpoold_path, self->quick) != 0) {

@@ -517,9 +517,8 @@ s_do_get (client_t *self, uint32_t key, const char *name, uint64_t started)
                      name, (unsigned long long) wrong, (long long) got);
         }
         else if (stable && (committed == 0 || version != committed)) {
-            uint64_t n = atomic_fetch_add (committed == 0 ? &s_shared->resurrected_reads
-                                                          : &s_shared->stale_reads,
-                                           1);
+            uint64_t n = atomic_fetch_add (
+                committed == 0 ? &s_shared->resurrected_reads : &s_shared->stale_reads, 1);
             //  The first few, with what the slot says, to start an investigation from.
             if (n < 5)
                 fprintf (stderr,

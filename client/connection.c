@@ -69,6 +69,7 @@ struct _kvpc_conn_t {
     char local_endpoint[256]; //  the node's ipc endpoint for same-machine clients (PING)
     transfer_pool_t *pool;    //  copy threads, made on the first large copy
     kvpc_device_t *device;    //  device memory of the calls (device.h), made on first need
+    uint32_t *placed;         //  where puts say the replicas each key got, or NULL
     atomic_size_t zc_pending; //  zero-copy value frames libzmq still holds
     bool has_curve;
     kvpc_curve_t curve;                   //  CURVE keys, when has_curve
@@ -963,6 +964,18 @@ kvpc_conn_device (kvpc_conn_t *self)
     if (!self->device)
         self->device = kvpc_device_new ();
     return self->device;
+}
+
+void
+kvpc_conn_set_placed (kvpc_conn_t *self, uint32_t *placed)
+{
+    self->placed = placed;
+}
+
+uint32_t *
+kvpc_conn_placed (kvpc_conn_t *self)
+{
+    return self->placed;
 }
 
 kvpc_device_t *

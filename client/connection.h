@@ -111,6 +111,10 @@ transfer_pool_t **kvpc_conn_pool (kvpc_conn_t *self);
 kvpc_device_t *kvpc_conn_device (kvpc_conn_t *self);
 //  The same, only while the current call has device buffers (kvpc_device_arm); else NULL.
 kvpc_device_t *kvpc_conn_device_armed (kvpc_conn_t *self);
+//  While set, the puts of the connection write there, by caller index, the replicas each
+//  key got (Reply.replicas_placed; 0 for a key that failed). NULL: nowhere.
+void kvpc_conn_set_placed (kvpc_conn_t *self, uint32_t *placed);
+uint32_t *kvpc_conn_placed (kvpc_conn_t *self);
 
 //  Sets the last error (printf style); kvpc_conn_last_error returns it ("" if none).
 void kvpc_set_error (kvpc_conn_t *self, const char *format, ...)

@@ -734,6 +734,7 @@ s_put (kvpool_t *self, Kvpool__V1__Op op, size_t n, const char *const *keys,
             results[i] = rc;
     }
     else if (op == KVPOOL__V1__OP__PUT && kvpc_fast_path_on (self->fast_path)
+             && !kvpc_conn_placed (self->conn)
              && s_batch_bytes (&sent, values) >= KVPC_FAST_PUT_MIN) {
         //  What the fast path hands back (a replica it cannot reach) goes over the socket.
         kvpc_keys_t rest;
@@ -794,6 +795,22 @@ kvpool_put (kvpool_t *self, const char *key, const void *data, size_t size,
 {
     kvpool_iov_t part = {data, size};
     return s_put_one (self, KVPOOL__V1__OP__PUT, key, &part, 1, opts);
+}
+
+int
+kvpool_put_batch_placed (kvpool_t *self, size_t n, const char *const *keys, const void *const *data,
+                         const size_t *sizes, const kvpool_put_options_t *opts, int *statuses,
+                         uint32_t *placed)
+{
+    if (!self || !placed || (n && (!keys || !data || !sizes || !statuses)))
+        return KVPOOL_INVALID_PARAMS;
+    for (size_t i = 0; i < n; i++)
+        placed[i] = 0;
+    //  (over the socket: s_put takes no fast path while the connection counts replicas)
+    kvpc_conn_set_placed (self->conn, placed);
+    int rc = kvpool_put_batch (self, n, keys, data, sizes, opts, statuses);
+    kvpc_conn_set_placed (self->conn, NULL);
+    return rc;
 }
 
 int
@@ -1201,6 +1218,14 @@ kvpool_stats (kvpool_t *self, kvpool_stats_t *stats)
     if (!self || !stats)
         return KVPOOL_INVALID_PARAMS;
     return kvpc_socket_stats (self->conn, stats, NULL, 0, NULL);
+}
+
+int
+kvpool_node_drain (kvpool_t *self, const char *node_id, const char *action, kvpool_drain_t *state)
+{
+    if (!self || !node_id || !*node_id)
+        return KVPOOL_INVALID_PARAMS;
+    return kvpc_socket_drain (self->conn, node_id, action, state);
 }
 
 int

@@ -143,6 +143,10 @@ s_put_chunk (kvpc_conn_t *conn, Kvpool__V1__Op op, const kvpc_keys_t *keys,
     }
     for (size_t j = 0; j < keys->count; j++)
         results[keys->index[j]] = kvpc_reply_key_status (&reply, j);
+    uint32_t *placed = kvpc_conn_placed (conn);
+    for (size_t j = 0; placed && j < keys->count; j++)
+        placed[keys->index[j]] =
+            j < reply.msg->n_replicas_placed ? reply.msg->replicas_placed[j] : 0;
     rc = reply.msg->status;
     kvpc_reply_free (&reply);
     return rc;
@@ -775,6 +779,31 @@ kvpc_socket_unmount (kvpc_conn_t *conn, uint32_t id)
     request.op = KVPOOL__V1__OP__UNMOUNT_SEGMENT;
     request.segment = &segment;
     return s_simple_call (conn, &request, NULL);
+}
+
+int
+kvpc_socket_drain (kvpc_conn_t *conn, const char *node_id, const char *action,
+                   kvpool_drain_t *state)
+{
+    Kvpool__V1__Request request = KVPOOL__V1__REQUEST__INIT;
+    request.op = KVPOOL__V1__OP__DRAIN;
+    ProtobufCBinaryData key = {strlen (node_id), (uint8_t *) node_id};
+    request.keys = &key;
+    request.n_keys = 1;
+    request.pattern = (char *) (action ? action : "");
+    kvpc_reply_t reply;
+    int rc = s_simple_call (conn, &request, &reply);
+    if (rc)
+        return rc;
+    if (reply.msg->n_statuses && reply.msg->statuses[0] != KVPOOL_OK)
+        rc = reply.msg->statuses[0];
+    else if (state) {
+        state->sole = reply.msg->count;
+        state->short_count = reply.msg->drain_short;
+        state->draining = reply.msg->draining;
+    }
+    kvpc_reply_free (&reply);
+    return rc;
 }
 
 int

@@ -83,6 +83,9 @@ int kvpc_socket_nodes (kvpc_conn_t *conn, const char *key, uint64_t *size_p, kvp
 int kvpc_socket_mount (kvpc_conn_t *conn, const char *shm_name, uint64_t size, uint32_t *id_p);
 int kvpc_socket_unmount (kvpc_conn_t *conn, uint32_t id);
 //  CONFIG: the setting's value into out, changed to value first when value is not NULL.
+//  DRAIN of node_id (action "start", "stop" or NULL), the master's answer in *state.
+int kvpc_socket_drain (kvpc_conn_t *conn, const char *node_id, const char *action,
+                       kvpool_drain_t *state);
 int kvpc_socket_config (kvpc_conn_t *conn, const char *name, const char *value, char *out,
                         size_t size);
 

@@ -253,6 +253,14 @@ KVPOOL_EXPORT int64_t kvpool_reset (kvpool_t *self);
 KVPOOL_EXPORT int kvpool_put_batch (kvpool_t *self, size_t n, const char *const *keys,
                                     const void *const *data, const size_t *sizes,
                                     const kvpool_put_options_t *opts, int *statuses);
+//  As kvpool_put_batch, always over the socket, and placed[i] is how many replicas keys[i]
+//  got: fewer than opts->replica_num when the cluster has fewer nodes (a node, segments),
+//  which is no error (the key is stored; a cluster restores the rest as nodes join); 0 for
+//  a key that failed.
+KVPOOL_EXPORT int kvpool_put_batch_placed (kvpool_t *self, size_t n, const char *const *keys,
+                                           const void *const *data, const size_t *sizes,
+                                           const kvpool_put_options_t *opts, int *statuses,
+                                           uint32_t *placed);
 //  Each value is the concatenation of nparts[i] buffers parts[i][0..].
 KVPOOL_EXPORT int kvpool_put_batch_parts (kvpool_t *self, size_t n, const char *const *keys,
                                           const kvpool_iov_t *const *parts, const size_t *nparts,
@@ -453,6 +461,21 @@ KVPOOL_EXPORT int kvpool_config (kvpool_t *self, const char *name, const char *v
 //  master_connected, master_silence_ms, master_term and master_lease_ms. Owned by self,
 //  valid until the next stats call.
 KVPOOL_EXPORT const char *kvpool_master_endpoint (kvpool_t *self);
+
+//  How the drain of a node of a cluster stands (kvpool_node_drain).
+typedef struct {
+    uint64_t sole;        //  objects only that node holds: a drain is done when none is left
+    uint64_t short_count; //  objects it holds with fewer replicas elsewhere than asked
+    bool draining;        //  no new placements on it; what it holds is copied elsewhere
+} kvpool_drain_t;
+
+//  Drains node_id, a node of the node's cluster (docs/cluster.md "Repair and drain"):
+//  action "start" (no new placements on it, and every object it alone holds is copied to
+//  other nodes, in the background), "stop", or NULL to ask how it stands; *state (may be
+//  NULL) as the master answers. A same-machine client of the node's user or group only
+//  (PERMISSION_DENIED otherwise); INVALID_PARAMS on one process or for an unknown node.
+KVPOOL_EXPORT int kvpool_node_drain (kvpool_t *self, const char *node_id, const char *action,
+                                     kvpool_drain_t *state);
 
 //  kvpool_stats, and the operations clients asked for: up to max of them into ops (NULL
 //  with max 0 for none), *count the number the node reported.

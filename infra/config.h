@@ -72,8 +72,8 @@ kvp_lease_suspended (const kvp_lease_t *lease, int64_t now)
 static inline bool
 kvp_lease_holds (const kvp_lease_t *lease, int64_t now)
 {
-    return !lease || now < atomic_load_explicit (&((kvp_lease_t *) lease)->until_ms,
-                                                 memory_order_acquire);
+    return !lease
+           || now < atomic_load_explicit (&((kvp_lease_t *) lease)->until_ms, memory_order_acquire);
 }
 
 typedef struct {
@@ -136,12 +136,15 @@ typedef struct {
     uint32_t peer_connections;   //  data-plane connections to each other node
     uint64_t stripe_size;        //  remote reads larger than this move in stripes
     bool verify_checksums;       //  values hashed on arrival, verified between nodes
-    uint64_t hot_cache_size;       //  the host hot cache's bytes; 0: off; UINT64_MAX: auto
-    uint64_t hot_cache_admit;      //  reads within the window that admit a key
+    uint64_t hot_cache_size;     //  the host hot cache's bytes; 0: off; UINT64_MAX: auto
+    uint64_t hot_cache_admit;    //  reads within the window that admit a key
     uint64_t hot_cache_window_ms;
     uint64_t hot_cache_max_object; //  the largest value copied
-    const char *transport;       //  tcp, rdma or auto
-    const char *rdma_device;     //  NAME[:PORT[:GID_INDEX]]; NULL: the first device
+    uint64_t repair_rate;          //  bytes a second copied in by repairs; 0: none
+    bool drain_on_exit;            //  SIGTERM drains the node first (docs/cluster.md)
+    uint64_t drain_timeout_ms;     //  ... for at most this long
+    const char *transport;         //  tcp, rdma or auto
+    const char *rdma_device;       //  NAME[:PORT[:GID_INDEX]]; NULL: the first device
     //  Not a setting: whether the data plane moves values by RDMA, decided at start from
     //  --transport and --rdma-device (kvpoold, kvp_rdma_choose).
     bool rdma;

@@ -56,15 +56,15 @@ etcd_address_parse (const char *url, etcd_address_t *address, char *error, size_
     const char *slash = strchr (hosts, '/');
     if (!slash || slash == hosts || !slash[1] || strlen (slash + 1) >= sizeof address->cluster
         || (size_t) (slash - hosts) >= sizeof address->endpoints) {
-        snprintf (error, error_size, "'%s': give etcd's endpoints and a cluster name: "
-                                     "etcd://HOST:PORT[,HOST:PORT...]/CLUSTER",
+        snprintf (error, error_size,
+                  "'%s': give etcd's endpoints and a cluster name: "
+                  "etcd://HOST:PORT[,HOST:PORT...]/CLUSTER",
                   url);
         return -1;
     }
     for (const char *c = slash + 1; *c; c++)
         if (!isalnum ((unsigned char) *c) && !strchr ("-_.", *c)) {
-            snprintf (error, error_size, "'%s': a cluster name is letters, digits, - _ and .",
-                      url);
+            snprintf (error, error_size, "'%s': a cluster name is letters, digits, - _ and .", url);
             return -1;
         }
     memcpy (address->endpoints, hosts, (size_t) (slash - hosts));
@@ -271,7 +271,7 @@ s_kv_read (etcd_t *self, const cJSON *item, etcd_kv_t *kv)
         zchunk_t *chunk = zarmour_decode (self->armour, value->valuestring);
         if (chunk) {
             size_t size = zchunk_size (chunk) < sizeof kv->value - 1 ? zchunk_size (chunk)
-                                                                      : sizeof kv->value - 1;
+                                                                     : sizeof kv->value - 1;
             memcpy (kv->value, zchunk_data (chunk), size);
             kv->value[size] = 0;
             zchunk_destroy (&chunk);
@@ -424,8 +424,8 @@ etcd_get_prefix (etcd_t *self, const char *prefix, etcd_each_fn *fn, void *arg)
         etcd_kv_t kv;
         s_kv_read (self, item, &kv);
         const cJSON *key = cJSON_GetObjectItemCaseSensitive (item, "key");
-        zchunk_t *name = cJSON_IsString (key) ? zarmour_decode (self->armour, key->valuestring)
-                                              : NULL;
+        zchunk_t *name =
+            cJSON_IsString (key) ? zarmour_decode (self->armour, key->valuestring) : NULL;
         if (name) {
             char *text = zchunk_strdup (name);
             fn (text, kv.value, arg);
@@ -442,13 +442,12 @@ int
 etcd_delete (etcd_t *self, const char *key, int64_t create_revision)
 {
     char *k = s_encode (self, key);
-    char *body =
-        create_revision > 0
-            ? zsys_sprintf ("{\"compare\":[{\"key\":\"%s\",\"target\":\"CREATE\","
-                            "\"createRevision\":\"%lld\"}],"
-                            "\"success\":[{\"requestDeleteRange\":{\"key\":\"%s\"}}]}",
-                            k, (long long) create_revision, k)
-            : zsys_sprintf ("{\"key\":\"%s\"}", k);
+    char *body = create_revision > 0
+                     ? zsys_sprintf ("{\"compare\":[{\"key\":\"%s\",\"target\":\"CREATE\","
+                                     "\"createRevision\":\"%lld\"}],"
+                                     "\"success\":[{\"requestDeleteRange\":{\"key\":\"%s\"}}]}",
+                                     k, (long long) create_revision, k)
+                     : zsys_sprintf ("{\"key\":\"%s\"}", k);
     free (k);
     cJSON *answer =
         s_post (self, create_revision > 0 ? "/v3/kv/txn" : "/v3/kv/deleterange", body, 0);
@@ -463,9 +462,8 @@ int
 etcd_watch (etcd_t *self, const char *key, int64_t revision, int wait_ms)
 {
     char *k = s_encode (self, key);
-    char *body = zsys_sprintf (
-        "{\"create_request\":{\"key\":\"%s\",\"start_revision\":\"%lld\"}}", k,
-        (long long) revision + 1);
+    char *body = zsys_sprintf ("{\"create_request\":{\"key\":\"%s\",\"start_revision\":\"%lld\"}}",
+                               k, (long long) revision + 1);
     free (k);
     cJSON *answer = s_post (self, "/v3/watch", body, wait_ms);
     zstr_free (&body);

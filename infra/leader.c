@@ -32,8 +32,8 @@ kvp_fence_key (char *key, size_t size, const char *cluster, const char *node_id)
 }
 
 int
-kvp_leader_record_parse (const char *value, char *endpoint, size_t endpoint_size,
-                         char *master_id, size_t id_size)
+kvp_leader_record_parse (const char *value, char *endpoint, size_t endpoint_size, char *master_id,
+                         size_t id_size)
 {
     const char *space = strchr (value, ' ');
     if (!space || space == value || (size_t) (space - value) >= endpoint_size
@@ -135,8 +135,7 @@ s_watch (void *arg)
         }
         else if (kv.create_revision && (uint64_t) kv.create_revision < before)
             kvp_warning ("%s names a leader of term %lld, older than term %llu: ignored",
-                         leader->url, (long long) kv.create_revision,
-                         (unsigned long long) before);
+                         leader->url, (long long) kv.create_revision, (unsigned long long) before);
         revision = kv.revision;
     }
     etcd_destroy (&etcd);

@@ -46,7 +46,7 @@ struct _kvp_metrics_t {
     atomic_int_fast64_t master_beat; //  the master's last tick (zclock_mono); 0: none
     //  A master's view of its cluster (kvp_cluster_figures_t's other members).
     atomic_uint_fast64_t cluster_objects, cluster_used, cluster_capacity;
-    atomic_uint_fast64_t replicas_missing, repairs_done, failovers, term, standby;
+    atomic_uint_fast64_t replicas_missing, repairs_done, repair_bytes, failovers, term, standby;
     //  A node's link to its master (metrics_link_*); the strings under lock.
     atomic_bool link_node, link_registered;
     atomic_int_fast64_t link_heard; //  zclock_mono of the master's last answer (or the start)
@@ -143,6 +143,9 @@ static const stat_metric_t s_stat_metrics[] = {
     {"master_silence_ms", "kvpool_master_silence_seconds", false, 1e-3},
     {"master_term", "kvpool_master_term", false, 1},
     {"master_lease_ms", "kvpool_master_lease_seconds", false, 1e-3},
+    {"repairs_done", "kvpool_repairs_copied_total", true, 1},
+    {"repair_bytes", "kvpool_repair_copied_bytes_total", true, 1},
+    {"puts_under_replicated", "kvpool_puts_under_replicated_total", true, 1},
 };
 #define STAT_METRICS (sizeof s_stat_metrics / sizeof s_stat_metrics[0])
 
@@ -304,6 +307,7 @@ metrics_cluster (kvp_metrics_t *self, const kvp_cluster_figures_t *figures, int6
     s_set (&self->cluster_capacity, figures->capacity);
     s_set (&self->replicas_missing, figures->replicas_missing);
     s_set (&self->repairs_done, figures->repairs_done);
+    s_set (&self->repair_bytes, figures->repair_bytes);
     s_set (&self->failovers, figures->failovers);
     s_set (&self->term, figures->term);
     s_set (&self->standby, figures->standby);
@@ -628,6 +632,8 @@ metrics_render (kvp_metrics_t *self, int64_t now_ms, size_t *size_p)
              "replicas objects lack of the count they were put with", &self->replicas_missing},
             {"kvpool_cluster_repairs_total", "counter",
              "replicas made again since this master started", &self->repairs_done},
+            {"kvpool_cluster_repair_bytes_total", "counter", "bytes of the replicas made again",
+             &self->repair_bytes},
             {"kvpool_master_failovers_total", "counter", "times this master took over leadership",
              &self->failovers},
             {"kvpool_master_term", "gauge",
@@ -689,14 +695,14 @@ metrics_health (kvp_metrics_t *self, int64_t now_ms, bool *ok_p)
         stats.objects = s_get (&self->cluster_objects);
         stats.bytes_stored = s_get (&self->cluster_used);
         stats.bytes_mounted = s_get (&self->cluster_capacity);
-        snprintf (
-            extra, sizeof extra,
-            ",\"nodes\":%" PRIu64 ",\"nodes_alive\":%" PRIu64 ",\"keys\":%" PRIu64
-            ",\"replicas_missing\":%" PRIu64 ",\"repairs_done\":%" PRIu64 ",\"failovers\":%" PRIu64
-            ",\"term\":%" PRIu64 ",\"leads\":%s",
-            s_get (&self->nodes), s_get (&self->nodes_alive), s_get (&self->master_keys),
-            s_get (&self->replicas_missing), s_get (&self->repairs_done), s_get (&self->failovers),
-            s_get (&self->term), s_get (&self->standby) ? "false" : "true");
+        snprintf (extra, sizeof extra,
+                  ",\"nodes\":%" PRIu64 ",\"nodes_alive\":%" PRIu64 ",\"keys\":%" PRIu64
+                  ",\"replicas_missing\":%" PRIu64 ",\"repairs_done\":%" PRIu64
+                  ",\"failovers\":%" PRIu64 ",\"term\":%" PRIu64 ",\"leads\":%s",
+                  s_get (&self->nodes), s_get (&self->nodes_alive), s_get (&self->master_keys),
+                  s_get (&self->replicas_missing), s_get (&self->repairs_done),
+                  s_get (&self->failovers), s_get (&self->term),
+                  s_get (&self->standby) ? "false" : "true");
     }
     const char *status = !have ? "starting" : age > KVP_METRICS_STALE_MS ? "stalled" : "ok";
     *ok_p = have && age <= KVP_METRICS_STALE_MS;
@@ -773,9 +779,12 @@ metrics_markdown (FILE *out)
     fprintf (out, "| `kvpool_cluster_capacity_bytes` | gauge | | a master's: memory the live "
                   "nodes contribute |\n");
     fprintf (out, "| `kvpool_cluster_replicas_missing` | gauge | | a master's: replicas objects "
-                  "lack of the count they were put with (0 until the master repairs) |\n");
+                  "lack of the count they were put with (fewer live ones that are not "
+                  "draining: master/repair.c) |\n");
     fprintf (out, "| `kvpool_cluster_repairs_total` | counter | | a master's: replicas made "
-                  "again since it started (0 until the master repairs) |\n");
+                  "again since it started |\n");
+    fprintf (out, "| `kvpool_cluster_repair_bytes_total` | counter | | a master's: their "
+                  "bytes |\n");
     fprintf (out, "| `kvpool_master_failovers_total` | counter | | a master's: times it took "
                   "over leadership (standby masters: --ha) |\n");
     fprintf (out, "| `kvpool_master_term` | gauge | | a master's: the leader term it leads or "

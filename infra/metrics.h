@@ -88,6 +88,7 @@ typedef struct {
     //  Filled by the parts of the master that count them; 0 until they do.
     uint64_t replicas_missing; //  replicas objects lack of their replica count (repair's)
     uint64_t repairs_done;     //  replicas made again since the master started (repair's)
+    uint64_t repair_bytes;     //  ... their bytes (repair's)
     uint64_t failovers;        //  times this master took over leadership (standby masters')
     uint64_t term;             //  with standby masters: the term it leads, or last led
     bool standby;              //  with standby masters: it does not lead now

@@ -138,7 +138,35 @@ directory_add_holder (directory_t *self, const char *key, size_t key_len, uint64
     if (entry->holder_count == KVP_MAX_REPLICAS)
         return NULL;
     entry->holders[entry->holder_count++] = node;
+    uint8_t replicas = directory_replicas (entry);
+    if (entry->want < replicas)
+        entry->want = replicas;
     return entry;
+}
+
+int
+directory_add_replica (dir_entry_t *entry, uint16_t node)
+{
+    if (entry->state != DIR_COMMITTED)
+        return -1;
+    for (uint8_t i = 0; i < entry->holder_count; i++)
+        if (entry->holders[i] == node) {
+            entry->cache_mask &= (uint8_t) ~(1u << i);
+            return 0;
+        }
+    if (entry->holder_count == KVP_MAX_REPLICAS)
+        return -1;
+    entry->holders[entry->holder_count++] = node;
+    return 1;
+}
+
+uint8_t
+directory_replicas (const dir_entry_t *entry)
+{
+    uint8_t count = 0;
+    for (uint8_t i = 0; i < entry->holder_count; i++)
+        count += !((entry->cache_mask >> i) & 1);
+    return count;
 }
 
 int
@@ -305,6 +333,23 @@ directory_test (bool verbose)
         directory_commit (dir, c, two, 1, 22); //  an upsert: the copies are the old value's
         assert (c->cache_mask == 0 && c->holder_count == 1);
         directory_remove (dir, c);
+    }
+    //  A repair's replica: added, or a cache copy counted as a replica from now on.
+    {
+        dir_entry_t *d = directory_reserve (dir, "d", 1, 10, 30);
+        assert (directory_add_replica (d, 1) == -1); //  pending
+        uint16_t one[] = {1};
+        directory_commit (dir, d, one, 1, 31);
+        assert (directory_add_cache (d, 2) == 0 && directory_replicas (d) == 1);
+        assert (directory_add_replica (d, 2) == 0 && directory_replicas (d) == 2);
+        assert (directory_add_replica (d, 3) == 1 && directory_replicas (d) == 3);
+        assert (directory_add_replica (d, 3) == 0 && d->holder_count == 3);
+        directory_remove (dir, d);
+        //  What nodes report holding is what a repair keeps up.
+        assert (directory_add_holder (dir, "e", 1, 1, 1)
+                && directory_add_holder (dir, "e", 1, 1, 2));
+        assert (directory_find (dir, "e")->want == 2);
+        directory_remove (dir, directory_find (dir, "e"));
     }
     //  Many keys: growth, iteration, remove-all leaves pending reservations alone.
     char key[32];

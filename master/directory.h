@@ -38,6 +38,10 @@ typedef struct {
     uint8_t state; //  dir_state_t
     uint8_t holder_count;
     uint8_t cache_mask; //  bit i: holders[i] keeps a cache copy, not a replica
+    //  COMMITTED: the replicas its put asked for (0: unknown, as 1), or as many as nodes
+    //  reported holding it (INVENTORY): fewer live replicas than this is a repair's work
+    //  (master/repair.c). An eviction (DROPPED) lowers it: a node let its copy go for room.
+    uint8_t want;
     uint16_t holders[KVP_MAX_REPLICAS]; //  node slots
     char key[];                         //  NUL-terminated
 } dir_entry_t;
@@ -65,6 +69,12 @@ dir_entry_t *directory_add_holder (directory_t *self, const char *key, size_t ke
 //  Adds node to a committed entry's holders as a cache copy (the host hot cache). Returns 0
 //  (also when node holds it already), or -1 when the entry is pending or full.
 int directory_add_cache (dir_entry_t *entry, uint16_t node);
+//  Makes node a holder of a committed entry's replica (a repair's copy, master/repair.c): a
+//  cache copy it kept becomes a replica. Returns 1 when node was added, 0 when it held the
+//  key already (a cache copy now counted as a replica), -1 when the entry is pending or full.
+int directory_add_replica (dir_entry_t *entry, uint16_t node);
+//  Holders of entry that keep a replica (not a cache copy).
+uint8_t directory_replicas (const dir_entry_t *entry);
 //  Whether entry's holder i keeps a cache copy.
 bool directory_is_cache (const dir_entry_t *entry, uint8_t i);
 //  Takes node out of entry's holders; when none is left the entry is removed (and freed).

@@ -35,8 +35,8 @@ struct _ha_t {
     char key[300];
     char record[400]; //  "ENDPOINT MASTER_ID"
     int ttl_s;
-    _Atomic uint64_t term;     //  the term led, or last led
-    _Atomic int64_t until;     //  leadership holds before this (zclock_mono)
+    _Atomic uint64_t term; //  the term led, or last led
+    _Atomic int64_t until; //  leadership holds before this (zclock_mono)
     _Atomic uint64_t terms_won;
     pthread_mutex_t lock; //  over what follows
     char leader[256];     //  the leader seen while standing by

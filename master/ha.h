@@ -36,8 +36,8 @@ typedef struct _ha_t ha_t;
 //  Starts the campaign of the master at endpoint (what nodes connect to) named master_id, in
 //  the cluster of url, with leases of ttl_s seconds. Returns NULL with why in error.
 //  Caller owns return value and must destroy it.
-ha_t *ha_new (const char *url, int ttl_s, const char *endpoint, const char *master_id,
-              char *error, size_t error_size);
+ha_t *ha_new (const char *url, int ttl_s, const char *endpoint, const char *master_id, char *error,
+              size_t error_size);
 
 //  Ends the campaign; a leader gives its lease back, so that a standby takes over at once.
 void ha_destroy (ha_t **self_p);

@@ -23,7 +23,8 @@
     Under CURVE, the connections of a node key removed from --curve-nodes are shut down
     within KEY_WATCH_INTERVAL_MS, and what they still sent is dropped (key_watch.h).
 
-    Threads: one. Memory: each request and its reply live in one arena.
+    Threads: one. Memory: each request and its reply live in one arena (the reply is built
+    through master_reply.h).
 */
 #include "master/master.h"
 
@@ -43,6 +44,8 @@
 #include "master/tombstones.h"
 #include "infra/endpoints.h"
 #include "master/node_table.h"
+#include "master/master_reply.h"
+#include "master/repair.h"
 #include "infra/regex_matcher.h"
 #include "kvpool_status.h"
 #include "messages/arena.h"
@@ -73,6 +76,7 @@ typedef struct {
     char bind_error[256];
     directory_t *directory;
     node_table_t *nodes;
+    repair_t *repair;       //  objects that lack replicas, and drains (repair.h)
     zlistx_t *reservations; //  reservation_t, oldest first
     uint64_t next_token;    //  reservations and commits, one sequence (directory.h)
     uint64_t epoch;
@@ -208,6 +212,7 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
     self->nodes = node_table_new (config->placement, config->seed);
     assert (self->directory && self->nodes);
     node_table_set_max_objects (self->nodes, config->max_node_objects);
+    self->repair = repair_new (self->directory, self->nodes);
     self->reservations = zlistx_new ();
     zlistx_set_destructor (self->reservations, s_reservation_free);
     //  The epoch tells nodes this is a master they have not registered with.
@@ -243,6 +248,7 @@ s_self_destroy (self_t **self_p)
     zsock_destroy (&self->router);
     zlistx_destroy (&self->endpoints);
     zlistx_destroy (&self->reservations);
+    repair_destroy (&self->repair);
     directory_destroy (&self->directory);
     node_table_destroy (&self->nodes);
     tombstones_destroy (&self->tombstones);
@@ -251,12 +257,6 @@ s_self_destroy (self_t **self_p)
 }
 
 //  ---- replies -----------------------------------------------------------------------
-
-typedef struct {
-    Kvpool__Cluster__V1__MasterReply reply;
-    arena_t *arena;
-    size_t nodes_capacity;
-} reply_t;
 
 static void
 s_reply_init (self_t *self, reply_t *r, arena_t *arena,
@@ -269,149 +269,7 @@ s_reply_init (self_t *self, reply_t *r, arena_t *arena,
     r->reply.epoch = self->epoch;
     r->reply.master_id = self->master_id;
     r->reply.term = self->term;
-    r->arena = arena;
-    r->nodes_capacity = 0;
-    memset (self->node_index, 0, sizeof self->node_index);
-}
-
-static int
-s_reply_fail (reply_t *r, int status, const char *format, ...)
-{
-    char *error = (char *) arena_alloc (r->arena, 400);
-    if (error) {
-        va_list args;
-        va_start (args, format);
-        vsnprintf (error, 400, format, args);
-        va_end (args);
-        r->reply.error = error;
-    }
-    r->reply.status = status;
-    return status;
-}
-
-//  Arrays for n keys' statuses (and, as asked, sizes and holders). Returns 0 or -1.
-static int
-s_reply_keys (reply_t *r, size_t n, bool sizes, bool holders)
-{
-    Kvpool__Cluster__V1__MasterReply *reply = &r->reply;
-    reply->statuses = (int32_t *) arena_alloc (r->arena, (n ? n : 1) * sizeof (int32_t));
-    if (!reply->statuses)
-        return -1;
-    memset (reply->statuses, 0, n * sizeof (int32_t));
-    reply->n_statuses = n;
-    if (sizes) {
-        reply->sizes = (uint64_t *) arena_alloc (r->arena, (n ? n : 1) * sizeof (uint64_t));
-        if (!reply->sizes)
-            return -1;
-        memset (reply->sizes, 0, n * sizeof (uint64_t));
-        reply->n_sizes = n;
-    }
-    if (holders) {
-        reply->holders = (Kvpool__Cluster__V1__Holders **) arena_alloc (
-            r->arena, (n ? n : 1) * sizeof (Kvpool__Cluster__V1__Holders *));
-        Kvpool__Cluster__V1__Holders *each = (Kvpool__Cluster__V1__Holders *) arena_alloc (
-            r->arena, (n ? n : 1) * sizeof (Kvpool__Cluster__V1__Holders));
-        if (!reply->holders || !each)
-            return -1;
-        for (size_t i = 0; i < n; i++) {
-            kvpool__cluster__v1__holders__init (&each[i]);
-            reply->holders[i] = &each[i];
-        }
-        reply->n_holders = n;
-    }
-    return 0;
-}
-
-//  The index of slot's node in reply.nodes, adding it. Returns -1 when out of memory.
-static int
-s_reply_node (self_t *self, reply_t *r, int slot)
-{
-    if (self->node_index[slot])
-        return (int) self->node_index[slot] - 1;
-    Kvpool__Cluster__V1__MasterReply *reply = &r->reply;
-    if (reply->n_nodes == r->nodes_capacity) {
-        size_t capacity = r->nodes_capacity ? r->nodes_capacity * 2 : 8;
-        Kvpool__Cluster__V1__Node **grown = (Kvpool__Cluster__V1__Node **) arena_alloc (
-            r->arena, capacity * sizeof (Kvpool__Cluster__V1__Node *));
-        if (!grown)
-            return -1;
-        if (reply->n_nodes)
-            memcpy (grown, reply->nodes, reply->n_nodes * sizeof *grown);
-        reply->nodes = grown;
-        r->nodes_capacity = capacity;
-    }
-    Kvpool__Cluster__V1__Node *out =
-        (Kvpool__Cluster__V1__Node *) arena_alloc (r->arena, sizeof (Kvpool__Cluster__V1__Node));
-    if (!out)
-        return -1;
-    kvpool__cluster__v1__node__init (out);
-    node_t *node = node_table_get (self->nodes, slot);
-    out->node_id = node->node_id;
-    out->host_id = node->host_id;
-    out->client_endpoint = node->client_endpoint;
-    out->peer_endpoint = node->peer_endpoint;
-    out->curve_key = node->curve_key;
-    out->capacity = node->capacity;
-    out->free = node->free;
-    out->alive = node->alive;
-    out->objects = node->objects;
-    out->last_heard_ms = (uint64_t) (zclock_mono () - node->last_heard);
-    reply->nodes[reply->n_nodes] = out;
-    self->node_index[slot] = (uint32_t) ++reply->n_nodes;
-    return (int) reply->n_nodes - 1;
-}
-
-//  Fills holders with the live nodes among slots[0..count); with caches, *caches gets a bit
-//  per node listed that keeps a cache copy (bit i of cache_mask for slots[i]).
-static int
-s_reply_holders_cached (self_t *self, reply_t *r, Kvpool__Cluster__V1__Holders *holders,
-                        const uint16_t *slots, size_t count, uint8_t cache_mask, uint32_t *caches)
-{
-    holders->nodes = (uint32_t *) arena_alloc (r->arena, (count ? count : 1) * sizeof (uint32_t));
-    if (!holders->nodes)
-        return -1;
-    holders->n_nodes = 0;
-    if (caches)
-        *caches = 0;
-    for (size_t i = 0; i < count; i++) {
-        node_t *node = node_table_get (self->nodes, slots[i]);
-        if (!node || !node->alive)
-            continue;
-        int index = s_reply_node (self, r, slots[i]);
-        if (index < 0)
-            return -1;
-        if (caches && ((cache_mask >> i) & 1))
-            *caches |= 1u << holders->n_nodes;
-        holders->nodes[holders->n_nodes++] = (uint32_t) index;
-    }
-    return 0;
-}
-
-static int
-s_reply_holders (self_t *self, reply_t *r, Kvpool__Cluster__V1__Holders *holders,
-                 const uint16_t *slots, size_t count)
-{
-    return s_reply_holders_cached (self, r, holders, slots, count, 0, NULL);
-}
-
-//  Arrays for n keys' versions and cache masks (zeroed). Returns 0 or -1.
-static int
-s_reply_versions (reply_t *r, size_t n, bool caches)
-{
-    Kvpool__Cluster__V1__MasterReply *reply = &r->reply;
-    reply->versions = (uint64_t *) arena_alloc (r->arena, (n ? n : 1) * sizeof (uint64_t));
-    if (!reply->versions)
-        return -1;
-    memset (reply->versions, 0, (n ? n : 1) * sizeof (uint64_t));
-    reply->n_versions = n;
-    if (caches) {
-        reply->caches = (uint32_t *) arena_alloc (r->arena, (n ? n : 1) * sizeof (uint32_t));
-        if (!reply->caches)
-            return -1;
-        memset (reply->caches, 0, (n ? n : 1) * sizeof (uint32_t));
-        reply->n_caches = n;
-    }
-    return 0;
+    master_reply_start (r, arena, self->nodes, self->node_index);
 }
 
 static void
@@ -455,6 +313,7 @@ s_node_dead (self_t *self, int slot, const char *why)
     size_t held = 0;
     size_t lost = s_drop_node (self, slot, &held);
     self->nodes_lost++;
+    repair_rescan (self->repair); //  what it held lacks a replica now
     kvp_warning ("node %s (%s) %s: %zu replicas dropped, %zu objects lost with it", node->node_id,
                  node->client_endpoint, why, held, lost);
 }
@@ -525,8 +384,8 @@ s_register (self_t *self, reply_t *r, const Kvpool__Cluster__V1__NodeRequest *re
         kvp_warning ("refused a REGISTER of node %s from a connection that proved to be node "
                      "%s",
                      info->node_id, said + 1);
-        s_reply_fail (r, KVPOOL_PERMISSION_DENIED, "this connection proved to be node %s, not %s",
-                      said + 1, info->node_id);
+        master_reply_fail (r, KVPOOL_PERMISSION_DENIED,
+                           "this connection proved to be node %s, not %s", said + 1, info->node_id);
         return;
     }
     if (old && old->alive && !s_same_conn (old, from)) {
@@ -549,16 +408,16 @@ s_register (self_t *self, reply_t *r, const Kvpool__Cluster__V1__NodeRequest *re
             self->impostors++;
             kvp_warning ("refused a REGISTER of node %s from another connection: %s", info->node_id,
                          why);
-            s_reply_fail (r, KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS,
-                          "node %s is registered already: %s", info->node_id, why);
+            master_reply_fail (r, KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS,
+                               "node %s is registered already: %s", info->node_id, why);
             r->reply.duplicate = claim == NODE_CLAIM_DUPLICATE;
             return;
         }
     }
     int slot = node_table_slot (self->nodes, info->node_id);
     if (slot < 0) {
-        s_reply_fail (r, KVPOOL_NO_AVAILABLE_HANDLE, "the master knows %d nodes: no more",
-                      NODE_TABLE_MAX);
+        master_reply_fail (r, KVPOOL_NO_AVAILABLE_HANDLE, "the master knows %d nodes: no more",
+                           NODE_TABLE_MAX);
         return;
     }
     node_t *node = node_table_get (self->nodes, slot);
@@ -570,6 +429,8 @@ s_register (self_t *self, reply_t *r, const Kvpool__Cluster__V1__NodeRequest *re
                   info->node_id, held, lost);
     s_node_fill (node, info);
     node->alive = true;
+    node->draining = false;       //  a new life
+    repair_rescan (self->repair); //  objects that lack replicas may go to it
     node->last_heard = zclock_mono ();
     //  Its inventory may hold copies from before: of keys written since it was last heard
     //  from (a new node: since this master started), only those writes' holders count.
@@ -624,16 +485,19 @@ s_fenced (self_t *self, reply_t *r, const node_t *sender,
         case KVPOOL__CLUSTER__V1__KIND__REMOVE_ALL:
         case KVPOOL__CLUSTER__V1__KIND__DROPPED:
         case KVPOOL__CLUSTER__V1__KIND__CACHE:
-        case KVPOOL__CLUSTER__V1__KIND__FENCE: break;
+        case KVPOOL__CLUSTER__V1__KIND__FENCE:
+        case KVPOOL__CLUSTER__V1__KIND__REPAIR:
+        case KVPOOL__CLUSTER__V1__KIND__REPAIRED:
+        case KVPOOL__CLUSTER__V1__KIND__DRAIN: break;
         default: return false;
     }
     if (sender)
         return false;
     (void) self;
-    s_reply_fail (r, KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS,
-                  "node %s is not registered with this master as it was when it asked "
-                  "(declared dead, or registered again since): nothing changed",
-                  request->node->node_id);
+    master_reply_fail (r, KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS,
+                       "node %s is not registered with this master as it was when it asked "
+                       "(declared dead, or registered again since): nothing changed",
+                       request->node->node_id);
     return true;
 }
 
@@ -659,8 +523,8 @@ s_member (self_t *self, reply_t *r, const Kvpool__Cluster__V1__NodeRequest *requ
           const node_t *sender)
 {
     if (!sender) {
-        s_reply_fail (r, KVPOOL_INVALID_PARAMS, "unknown node %s: register",
-                      request->node->node_id);
+        master_reply_fail (r, KVPOOL_INVALID_PARAMS, "unknown node %s: register",
+                           request->node->node_id);
         return -1;
     }
     return node_table_find (self->nodes, sender->node_id);
@@ -675,15 +539,15 @@ s_inventory (self_t *self, reply_t *r, arena_t *arena,
         return;
     if (request->n_sizes != request->n_keys
         || (request->n_versions && request->n_versions != request->n_keys)) {
-        s_reply_fail (r, KVPOOL_INVALID_PARAMS, "%zu keys, %zu sizes, %zu versions",
-                      request->n_keys, request->n_sizes, request->n_versions);
+        master_reply_fail (r, KVPOOL_INVALID_PARAMS, "%zu keys, %zu sizes, %zu versions",
+                           request->n_keys, request->n_sizes, request->n_versions);
         return;
     }
     node_t *node = node_table_get (self->nodes, slot);
     r->reply.keys = (ProtobufCBinaryData *) arena_alloc (
         arena, (request->n_keys ? request->n_keys : 1) * sizeof (ProtobufCBinaryData));
     if (!r->reply.keys) {
-        s_reply_fail (r, KVPOOL_INTERNAL_ERROR, "out of memory");
+        master_reply_fail (r, KVPOOL_INTERNAL_ERROR, "out of memory");
         return;
     }
     size_t added = 0, crowded = 0;
@@ -706,9 +570,8 @@ s_inventory (self_t *self, reply_t *r, arena_t *arena,
         //  A node away under an earlier leader: a copy nobody else holds may have been
         //  removed then (ha.h); one another holder has, of the same version, was not.
         if (node->suspect && !stale)
-            stale = !entry || entry->state != DIR_COMMITTED || !version
-                    || version != entry->version || directory_holds (entry, (uint16_t) slot)
-                    || entry->holder_count == 0;
+            stale = !entry || entry->state != DIR_COMMITTED || !version || version != entry->version
+                    || directory_holds (entry, (uint16_t) slot) || entry->holder_count == 0;
         //  A node holds at most its memory and its disk: a report past that is a lie (or a
         //  bug), and the copies past it are refused, so that no node can fill the directory
         //  with keys it never stored.
@@ -749,46 +612,26 @@ s_inventory (self_t *self, reply_t *r, arena_t *arena,
                      node->node_id, (unsigned long long) node->objects, crowded);
 }
 
-//  An empty holder list a key for n keys' old holders (PLACE of an upsert, COMMIT). Returns
-//  0, or -1 (the reply failed) when out of memory.
-static int
-s_reply_old_holders (reply_t *r, size_t n)
-{
-    r->reply.old_holders = (Kvpool__Cluster__V1__Holders **) arena_alloc (
-        r->arena, (n ? n : 1) * sizeof (Kvpool__Cluster__V1__Holders *));
-    Kvpool__Cluster__V1__Holders *each = (Kvpool__Cluster__V1__Holders *) arena_alloc (
-        r->arena, (n ? n : 1) * sizeof (Kvpool__Cluster__V1__Holders));
-    if (!r->reply.old_holders || !each) {
-        s_reply_fail (r, KVPOOL_INTERNAL_ERROR, "out of memory");
-        return -1;
-    }
-    for (size_t i = 0; i < n; i++) {
-        kvpool__cluster__v1__holders__init (&each[i]);
-        r->reply.old_holders[i] = &each[i];
-    }
-    r->reply.n_old_holders = n;
-    return 0;
-}
-
 static void
 s_place (self_t *self, reply_t *r, arena_t *arena, const Kvpool__Cluster__V1__NodeRequest *request)
 {
     size_t n = request->n_keys;
     if (request->n_sizes != n) {
-        s_reply_fail (r, KVPOOL_INVALID_PARAMS, "%zu keys, %zu sizes", n, request->n_sizes);
+        master_reply_fail (r, KVPOOL_INVALID_PARAMS, "%zu keys, %zu sizes", n, request->n_sizes);
         return;
     }
     if (request->replica_num > KVP_MAX_REPLICAS) {
-        s_reply_fail (r, KVPOOL_INVALID_REPLICA, "replica_num %u: at most %d", request->replica_num,
-                      KVP_MAX_REPLICAS);
+        master_reply_fail (r, KVPOOL_INVALID_REPLICA, "replica_num %u: at most %d",
+                           request->replica_num, KVP_MAX_REPLICAS);
         return;
     }
     int64_t now = zclock_mono ();
     if (now < self->recovered) {
-        s_reply_fail (r, KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS,
-                      "the master started %lld ms ago: the nodes are still reporting what they "
-                      "hold (%lld ms more)",
-                      (long long) (now - self->started), (long long) (self->recovered - now));
+        master_reply_fail (
+            r, KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS,
+            "the master started %lld ms ago: the nodes are still reporting what they "
+            "hold (%lld ms more)",
+            (long long) (now - self->started), (long long) (self->recovered - now));
         return;
     }
     r->reply.tokens = (uint64_t *) arena_alloc (arena, (n ? n : 1) * sizeof (uint64_t));
@@ -796,12 +639,12 @@ s_place (self_t *self, reply_t *r, arena_t *arena, const Kvpool__Cluster__V1__No
         memset (r->reply.tokens, 0, (n ? n : 1) * sizeof (uint64_t));
         r->reply.n_tokens = n;
     }
-    if (!r->reply.tokens || s_reply_keys (r, n, false, true) != 0
-        || s_reply_versions (r, n, false) != 0) {
-        s_reply_fail (r, KVPOOL_INTERNAL_ERROR, "out of memory");
+    if (!r->reply.tokens || master_reply_keys (r, n, false, true) != 0
+        || master_reply_versions (r, n, false) != 0) {
+        master_reply_fail (r, KVPOOL_INTERNAL_ERROR, "out of memory");
         return;
     }
-    if (request->upsert && s_reply_old_holders (r, n) != 0)
+    if (request->upsert && master_reply_old_holders (r, n) != 0)
         return;
     int writer = node_table_find (self->nodes, request->node->node_id);
     int preferred[KVP_MAX_PREFERRED_NODES];
@@ -838,8 +681,8 @@ s_place (self_t *self, reply_t *r, arena_t *arena, const Kvpool__Cluster__V1__No
         if (entry) {
             //  An upsert of a committed key: readers keep the old value until the commit,
             //  which must find the value this one replaces (no other commit between).
-            if (s_reply_holders (self, r, r->reply.old_holders[i], entry->holders,
-                                 entry->holder_count)
+            if (master_reply_holders (r, r->reply.old_holders[i], entry->holders,
+                                      entry->holder_count)
                 != 0) {
                 *status = KVPOOL_INTERNAL_ERROR;
                 continue;
@@ -865,8 +708,12 @@ s_place (self_t *self, reply_t *r, arena_t *arena, const Kvpool__Cluster__V1__No
             void *handle = zlistx_add_end (self->reservations, reservation);
             memcpy (directory_find (self->directory, key)->holders, &handle, sizeof handle);
         }
-        if (s_reply_holders (self, r, r->reply.holders[i], chosen, count) != 0)
+        if (master_reply_holders (r, r->reply.holders[i], chosen, count) != 0)
             *status = KVPOOL_INTERNAL_ERROR;
+        //  The replicas asked for: what a repair keeps up (master/repair.c).
+        dir_entry_t *placed = directory_find (self->directory, key);
+        if (placed)
+            placed->want = (uint8_t) (request->replica_num ? request->replica_num : 1);
         //  The version the value takes: new to this key (a new key's is its reservation's
         //  token; an upsert's is drawn now), stored with its copies, back in the COMMIT.
         r->reply.versions[i] = entry ? ++self->next_token : r->reply.tokens[i];
@@ -879,16 +726,17 @@ s_commit (self_t *self, reply_t *r, arena_t *arena, const Kvpool__Cluster__V1__N
     size_t n = request->n_keys;
     if (request->n_holders != n || request->n_tokens != n
         || (request->n_versions && request->n_versions != n)) {
-        s_reply_fail (r, KVPOOL_INVALID_PARAMS,
-                      "%zu keys, %zu holder lists, %zu tokens: a commit names one of each per key",
-                      n, request->n_holders, request->n_tokens);
+        master_reply_fail (
+            r, KVPOOL_INVALID_PARAMS,
+            "%zu keys, %zu holder lists, %zu tokens: a commit names one of each per key", n,
+            request->n_holders, request->n_tokens);
         return;
     }
-    if (s_reply_keys (r, n, false, false) != 0) {
-        s_reply_fail (r, KVPOOL_INTERNAL_ERROR, "out of memory");
+    if (master_reply_keys (r, n, false, false) != 0) {
+        master_reply_fail (r, KVPOOL_INTERNAL_ERROR, "out of memory");
         return;
     }
-    if (s_reply_old_holders (r, n) != 0)
+    if (master_reply_old_holders (r, n) != 0)
         return;
     for (size_t i = 0; i < n; i++) {
         int32_t *status = &r->reply.statuses[i];
@@ -932,8 +780,8 @@ s_commit (self_t *self, reply_t *r, arena_t *arena, const Kvpool__Cluster__V1__N
         //  have become a cache holder of the old value since): the writer tells each to drop
         //  its copy before its client hears.
         if (entry->state == DIR_COMMITTED
-            && s_reply_holders (self, r, r->reply.old_holders[i], entry->holders,
-                                entry->holder_count)
+            && master_reply_holders (r, r->reply.old_holders[i], entry->holders,
+                                     entry->holder_count)
                    != 0) {
             *status = KVPOOL_INTERNAL_ERROR;
             continue;
@@ -948,6 +796,7 @@ s_commit (self_t *self, reply_t *r, arena_t *arena, const Kvpool__Cluster__V1__N
         if (request->n_sizes == n)
             entry->size = request->sizes[i];
         s_count (self, entry, 1);
+        repair_note (self->repair, entry); //  placed fewer than asked: repaired as nodes join
     }
 }
 
@@ -968,8 +817,8 @@ s_locate (self_t *self, reply_t *r, arena_t *arena, const Kvpool__Cluster__V1__N
           bool remove)
 {
     size_t n = request->n_keys;
-    if (s_reply_keys (r, n, true, true) != 0 || s_reply_versions (r, n, true) != 0) {
-        s_reply_fail (r, KVPOOL_INTERNAL_ERROR, "out of memory");
+    if (master_reply_keys (r, n, true, true) != 0 || master_reply_versions (r, n, true) != 0) {
+        master_reply_fail (r, KVPOOL_INTERNAL_ERROR, "out of memory");
         return;
     }
     for (size_t i = 0; i < n; i++) {
@@ -989,8 +838,8 @@ s_locate (self_t *self, reply_t *r, arena_t *arena, const Kvpool__Cluster__V1__N
             uint8_t count = 0;
             uint64_t version = 0;
             if (tombstones_holders (self->tombstones, key, &version, held, &count)
-                && s_reply_holders_cached (self, r, r->reply.holders[i], held, count, 0,
-                                           &r->reply.caches[i])
+                && master_reply_holders_cached (r, r->reply.holders[i], held, count, 0,
+                                                &r->reply.caches[i])
                        == 0)
                 r->reply.versions[i] = version;
         }
@@ -1000,8 +849,9 @@ s_locate (self_t *self, reply_t *r, arena_t *arena, const Kvpool__Cluster__V1__N
         }
         r->reply.sizes[i] = entry->size;
         r->reply.versions[i] = entry->version;
-        if (s_reply_holders_cached (self, r, r->reply.holders[i], entry->holders,
-                                    entry->holder_count, entry->cache_mask, &r->reply.caches[i])
+        if (master_reply_holders_cached (r, r->reply.holders[i], entry->holders,
+                                         entry->holder_count, entry->cache_mask,
+                                         &r->reply.caches[i])
             != 0) {
             r->reply.statuses[i] = KVPOOL_INTERNAL_ERROR;
             continue;
@@ -1020,7 +870,7 @@ s_all_nodes (self_t *self, reply_t *r, bool live_only)
 {
     for (size_t slot = 0; slot < node_table_size (self->nodes); slot++)
         if (!live_only || node_table_get (self->nodes, (int) slot)->alive)
-            s_reply_node (self, r, (int) slot);
+            master_reply_node (r, (int) slot);
 }
 
 static void
@@ -1032,7 +882,7 @@ s_remove_regex (self_t *self, reply_t *r, arena_t *arena,
     regex_batch_t *batch = regex_batch_new (pattern, strlen (pattern), self->config->max_regex_len,
                                             error, sizeof error);
     if (!batch) {
-        s_reply_fail (r, KVPOOL_INVALID_PARAMS, "%s", error);
+        master_reply_fail (r, KVPOOL_INVALID_PARAMS, "%s", error);
         return;
     }
     for (dir_entry_t *entry = directory_first (self->directory); entry;
@@ -1040,22 +890,22 @@ s_remove_regex (self_t *self, reply_t *r, arena_t *arena,
         if (entry->state == DIR_COMMITTED
             && regex_batch_add (batch, entry->key, strlen (entry->key), 0) != 0) {
             regex_batch_destroy (&batch);
-            s_reply_fail (r, KVPOOL_INTERNAL_ERROR, "out of memory");
+            master_reply_fail (r, KVPOOL_INTERNAL_ERROR, "out of memory");
             return;
         }
     if (regex_batch_match (batch, self->config->regex_time_limit_ms, NULL) != 0) {
-        s_reply_fail (r, regex_batch_status (batch), "%s", regex_batch_error (batch));
+        master_reply_fail (r, regex_batch_status (batch), "%s", regex_batch_error (batch));
         regex_batch_destroy (&batch);
         return;
     }
     size_t hits = 0, count = regex_batch_count (batch);
     for (size_t i = 0; i < count; i++)
         hits += regex_batch_hit (batch, i);
-    if (s_reply_keys (r, hits, false, true) != 0
+    if (master_reply_keys (r, hits, false, true) != 0
         || !(r->reply.keys = (ProtobufCBinaryData *) arena_alloc (
                  arena, (hits ? hits : 1) * sizeof (ProtobufCBinaryData)))) {
         regex_batch_destroy (&batch);
-        s_reply_fail (r, KVPOOL_INTERNAL_ERROR, "out of memory");
+        master_reply_fail (r, KVPOOL_INTERNAL_ERROR, "out of memory");
         return;
     }
     size_t out = 0;
@@ -1069,7 +919,7 @@ s_remove_regex (self_t *self, reply_t *r, arena_t *arena,
             continue;
         char *copy = (char *) arena_alloc (arena, key_len + 1);
         if (!copy
-            || s_reply_holders (self, r, r->reply.holders[out], entry->holders, entry->holder_count)
+            || master_reply_holders (r, r->reply.holders[out], entry->holders, entry->holder_count)
                    != 0)
             break;
         memcpy (copy, key, key_len + 1);
@@ -1093,10 +943,15 @@ s_dropped (self_t *self, arena_t *arena, const Kvpool__Cluster__V1__NodeRequest 
         dir_entry_t *entry = key ? directory_find (self->directory, key) : NULL;
         if (!entry || entry->state != DIR_COMMITTED)
             continue;
-        uint8_t before = entry->holder_count;
+        uint8_t before = entry->holder_count, replicas = directory_replicas (entry);
         bool gone = directory_drop_holder (self->directory, entry, (uint16_t) slot);
         if (gone || entry->holder_count < before)
             node_table_get (self->nodes, slot)->objects--;
+        //  A replica evicted for room: no repair puts it back elsewhere (it would push
+        //  another value out there). (A cache copy let go changes nothing.)
+        if (!gone && directory_replicas (entry) < replicas
+            && entry->want > directory_replicas (entry))
+            entry->want = directory_replicas (entry) ? directory_replicas (entry) : 1;
     }
 }
 
@@ -1112,11 +967,12 @@ s_cache (self_t *self, reply_t *r, arena_t *arena, const Kvpool__Cluster__V1__No
         return;
     size_t n = request->n_keys;
     if (request->n_versions != n) {
-        s_reply_fail (r, KVPOOL_INVALID_PARAMS, "%zu keys, %zu versions", n, request->n_versions);
+        master_reply_fail (r, KVPOOL_INVALID_PARAMS, "%zu keys, %zu versions", n,
+                           request->n_versions);
         return;
     }
-    if (s_reply_keys (r, n, false, false) != 0) {
-        s_reply_fail (r, KVPOOL_INTERNAL_ERROR, "out of memory");
+    if (master_reply_keys (r, n, false, false) != 0) {
+        master_reply_fail (r, KVPOOL_INTERNAL_ERROR, "out of memory");
         return;
     }
     for (size_t i = 0; i < n; i++) {
@@ -1143,15 +999,15 @@ s_fence (self_t *self, reply_t *r, const Kvpool__Cluster__V1__NodeRequest *reque
          const node_t *sender)
 {
     if (!sender) {
-        s_reply_fail (r, KVPOOL_INVALID_PARAMS, "unknown node %s: register",
-                      request->node->node_id);
+        master_reply_fail (r, KVPOOL_INVALID_PARAMS, "unknown node %s: register",
+                           request->node->node_id);
         return;
     }
     const char *victim = request->pattern ? request->pattern : "";
     int slot = node_table_find (self->nodes, victim);
     node_t *node = node_table_get (self->nodes, slot);
     if (!node) {
-        s_reply_fail (r, KVPOOL_INVALID_PARAMS, "unknown node '%.100s'", victim);
+        master_reply_fail (r, KVPOOL_INVALID_PARAMS, "unknown node '%.100s'", victim);
         return;
     }
     //  Registered again since the reply that named it as a holder: its copies were judged
@@ -1161,9 +1017,9 @@ s_fence (self_t *self, reply_t *r, const Kvpool__Cluster__V1__NodeRequest *reque
         return;
     if (self->ha && node->fence_term != self->term) {
         if (ha_fence_write (self->ha, node->node_id, self->term) == -1) {
-            s_reply_fail (r, KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS,
-                          "cannot record the fence of node %s in etcd: try again",
-                          node->node_id);
+            master_reply_fail (r, KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS,
+                               "cannot record the fence of node %s in etcd: try again",
+                               node->node_id);
             return;
         }
         node->fence_term = self->term;
@@ -1177,6 +1033,20 @@ s_fence (self_t *self, reply_t *r, const Kvpool__Cluster__V1__NodeRequest *reque
                   sender->node_id);
         s_node_dead (self, slot, why);
     }
+}
+
+//  REPAIR, REPAIRED, DRAIN (master/repair.c).
+static void
+s_repair (self_t *self, reply_t *r, arena_t *arena, const Kvpool__Cluster__V1__NodeRequest *request,
+          const node_t *sender)
+{
+    int slot = s_member (self, r, request, sender);
+    char error[200] = "";
+    int status = slot < 0 ? KVPOOL_OK
+                          : repair_request (self->repair, slot, request, &r->reply, arena,
+                                            self->config->max_key_len, error, sizeof error);
+    if (status != KVPOOL_OK)
+        master_reply_fail (r, status, "%s", error);
 }
 
 static void
@@ -1302,16 +1172,16 @@ s_standing_by (self_t *self, reply_t *r, const Kvpool__Cluster__V1__NodeRequest 
     }
     r->reply.term = leader_term > self->term ? leader_term : self->term;
     if (term)
-        s_reply_fail (r, KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS,
-                      "this master's term %llu is over: the node knows term %llu",
-                      (unsigned long long) term, (unsigned long long) request->term);
+        master_reply_fail (r, KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS,
+                           "this master's term %llu is over: the node knows term %llu",
+                           (unsigned long long) term, (unsigned long long) request->term);
     else if (leader && *leader)
-        s_reply_fail (r, KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS,
-                      "this master stands by: %s leads (term %llu)", leader,
-                      (unsigned long long) leader_term);
+        master_reply_fail (r, KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS,
+                           "this master stands by: %s leads (term %llu)", leader,
+                           (unsigned long long) leader_term);
     else
-        s_reply_fail (r, KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS,
-                      "this master stands by: no master leads now");
+        master_reply_fail (r, KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS,
+                           "this master stands by: no master leads now");
     return true;
 }
 
@@ -1332,12 +1202,12 @@ s_request (self_t *self)
     s_reply_init (self, &r, &arena, request);
     self->requests++;
     if (!request)
-        s_reply_fail (&r, KVPOOL_PROTOCOL_ERROR, "not a kvpool.cluster.v1.NodeRequest");
+        master_reply_fail (&r, KVPOOL_PROTOCOL_ERROR, "not a kvpool.cluster.v1.NodeRequest");
     else if (request->version != KVP_PROTOCOL_VERSION)
-        s_reply_fail (&r, KVPOOL_INVALID_VERSION, "version %u: this master speaks %d",
-                      request->version, KVP_PROTOCOL_VERSION);
+        master_reply_fail (&r, KVPOOL_INVALID_VERSION, "version %u: this master speaks %d",
+                           request->version, KVP_PROTOCOL_VERSION);
     else if (!request->node || !request->node->node_id || !*request->node->node_id)
-        s_reply_fail (&r, KVPOOL_INVALID_PARAMS, "the request names no node");
+        master_reply_fail (&r, KVPOOL_INVALID_PARAMS, "the request names no node");
     else if (self->ha && s_standing_by (self, &r, request))
         ; //  (refused: another master leads, or none does now)
     else {
@@ -1399,8 +1269,14 @@ s_request (self_t *self)
                     s_cache (self, &r, &arena, request, sender);
                     break;
                 case KVPOOL__CLUSTER__V1__KIND__FENCE: s_fence (self, &r, request, sender); break;
+                case KVPOOL__CLUSTER__V1__KIND__REPAIR:
+                case KVPOOL__CLUSTER__V1__KIND__REPAIRED:
+                case KVPOOL__CLUSTER__V1__KIND__DRAIN:
+                    s_repair (self, &r, &arena, request, sender);
+                    break;
                 default:
-                    s_reply_fail (&r, KVPOOL_UNKNOWN_OPERATION, "unknown kind %d", request->kind);
+                    master_reply_fail (&r, KVPOOL_UNKNOWN_OPERATION, "unknown kind %d",
+                                       request->kind);
             }
     }
     if (request)
@@ -1432,9 +1308,8 @@ s_tick (self_t *self)
             s_new_term (self, term);
         if (!term) { //  a standby declares nobody dead
             self->next_tick = now + LIVENESS_TICK_MS;
-            kvp_cluster_figures_t figures = {.failovers = ha_terms_won (self->ha),
-                                             .term = self->term,
-                                             .standby = true};
+            kvp_cluster_figures_t figures = {
+                .failovers = ha_terms_won (self->ha), .term = self->term, .standby = true};
             metrics_cluster (self->config->metrics, &figures, now);
             return;
         }
@@ -1468,13 +1343,17 @@ s_tick (self_t *self)
         zlistx_delete (self->reservations, zlistx_cursor (self->reservations));
     }
     key_watch_check (self->keys, now);
+    repair_tick (self->repair, now);
     self->next_tick = now + LIVENESS_TICK_MS;
     kvp_cluster_figures_t figures = {.nodes = node_table_size (self->nodes),
                                      .alive = node_table_alive (self->nodes),
                                      .keys = directory_size (self->directory),
                                      .objects = directory_committed (self->directory),
                                      .failovers = self->ha ? ha_terms_won (self->ha) : 0,
-                                     .term = self->term};
+                                     .term = self->term,
+                                     .replicas_missing = repair_missing (self->repair),
+                                     .repairs_done = repair_done (self->repair),
+                                     .repair_bytes = repair_bytes (self->repair)};
     node_table_space (self->nodes, &figures.capacity, &figures.used_bytes);
     metrics_cluster (self->config->metrics, &figures, now);
 }

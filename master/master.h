@@ -3,7 +3,8 @@
     Binds a ROUTER on --master and answers the nodes' kvpool.cluster.v1 requests
     (protocol/cluster.proto): membership (REGISTER, HEARTBEAT, INVENTORY), placement and the
     directory (PLACE, COMMIT, ABORT, LOCATE, REMOVE, REMOVE_ALL, REMOVE_REGEX, DROPPED), and
-    the node list (NODES). It owns no memory and never carries a value.
+    the node list (NODES), repair of objects that lack replicas and drains (REPAIR,
+    REPAIRED, DRAIN: repair.h). It owns no memory and never carries a value.
 
     Pipe commands:
         zstr_send (master, "ENDPOINTS")  ->  "OK", endpoint... | "ERROR", reason

@@ -215,8 +215,28 @@ master_test (bool verbose)
     reply = s_call (impostor, &fake);
     assert (reply->status == KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS && reply->wait_ms == 0);
     kvpool__cluster__v1__master_reply__free_unpacked (reply, NULL);
+    //  Nor ask for repair work, claim a replica, or drain a node (master/repair.c).
+    Kvpool__Cluster__V1__Kind repairs[] = {KVPOOL__CLUSTER__V1__KIND__REPAIR,
+                                           KVPOOL__CLUSTER__V1__KIND__REPAIRED,
+                                           KVPOOL__CLUSTER__V1__KIND__DRAIN};
+    fake.repair_budget = 1 << 20;
+    fake.drain = 1;
+    for (size_t k = 0; k < 3; k++) {
+        fake.kind = repairs[k];
+        reply = s_call (impostor, &fake);
+        assert (reply->status == KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS && reply->n_keys == 0);
+        assert (!reply->draining);
+        kvpool__cluster__v1__master_reply__free_unpacked (reply, NULL);
+    }
     fake.pattern = NULL;
     zsock_destroy (&impostor);
+    //  The node itself may ask how a drain of itself would stand: both keys are only on it.
+    request.kind = KVPOOL__CLUSTER__V1__KIND__DRAIN;
+    request.pattern = "n1";
+    reply = s_call (dealer, &request);
+    assert (reply->status == 0 && !reply->draining && reply->count == 2);
+    kvpool__cluster__v1__master_reply__free_unpacked (reply, NULL);
+    request.pattern = NULL;
     request.kind = KVPOOL__CLUSTER__V1__KIND__LOCATE;
     reply = s_call (dealer, &request);
     assert (reply->statuses[0] == 0 && reply->sizes[1] == 20 && reply->holders[1]->n_nodes == 1);

@@ -126,14 +126,15 @@ s_free_ratio (const node_t *node)
     return (double) free / (double) node->capacity;
 }
 
-//  Whether slot may take one more replica: alive, big enough, not chosen yet, and (distinct)
+//  Whether slot may take one more replica: alive, not draining, big enough, not chosen yet,
+//  and (distinct)
 //  on a host none of the chosen is on.
 static bool
 s_eligible (node_table_t *self, int slot, uint64_t size, const uint16_t *out, size_t chosen,
             bool distinct)
 {
     const node_t *node = node_table_get (self, slot);
-    if (!node || !node->alive || node->capacity < size
+    if (!node || !node->alive || node->draining || node->capacity < size
         || (self->max_objects && node->objects >= self->max_objects))
         return false;
     for (size_t i = 0; i < chosen; i++) {
@@ -320,6 +321,10 @@ node_table_test (bool verbose)
     s_add (table, "y", "h2", 1000, 900);
     s_add (table, "z", "h3", 1000, 500);
     assert (node_table_place (table, 10, 2, 0, NULL, 0, out) == 2 && out[0] == 0 && out[1] == 1);
+    //  A draining node takes nothing new.
+    node_table_get (table, 0)->draining = true;
+    assert (node_table_place (table, 10, 3, 0, NULL, 0, out) == 2 && out[0] != 0 && out[1] != 0);
+    node_table_get (table, 0)->draining = false;
     //  No live node: nothing.
     for (int i = 0; i < 3; i++)
         node_table_get (table, i)->alive = false;

@@ -66,6 +66,9 @@ typedef struct {
     //  holders confirm are taken from its report (master.c, s_inventory).
     uint64_t fence_term;
     bool suspect;
+    //  Being drained (DRAIN, master/repair.c): placed on no more, and what it holds counts
+    //  as lacking elsewhere. A REGISTER (a new life) ends it.
+    bool draining;
 } node_t;
 
 typedef struct _node_table_t node_table_t;

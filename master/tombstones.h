@@ -35,8 +35,8 @@ uint64_t tombstones_find (tombstones_t *self, const char *key);
 //  (*count of them into holders, room for 8). Returns false when none is remembered. A
 //  later remove of the key tells those nodes again, naming the version: a node the first
 //  remove's drop never reached (its remover lost the master's answer) drops it then.
-bool tombstones_holders (tombstones_t *self, const char *key, uint64_t *version,
-                         uint16_t *holders, uint8_t *count);
+bool tombstones_holders (tombstones_t *self, const char *key, uint64_t *version, uint16_t *holders,
+                         uint8_t *count);
 
 //  Forgets every removal; floor: up to which token removals are not known (REMOVE_ALL:
 //  now; a new term: 0, its state starts afresh).

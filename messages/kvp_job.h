@@ -119,6 +119,8 @@ typedef enum {
     KVP_CL_STATS,   //  fills job->stats (the cluster side)
     KVP_CL_DROPPED, //  items (owned keys): objects this node no longer holds (evicted): the
                     //  master is told; no reply
+    KVP_CL_DRAIN,       //  DRAIN: items[0] a node, job->drain.action: the master's answer in
+                        //  job->result_count (objects only it holds) and job->drain
     KVP_CL_CACHE_CLAIM, //  items OK (key, version): this node becomes a cache holder of each
                         //  at the master (CACHE); items the master refuses are not OK
     KVP_JOB_KIND_COUNT
@@ -195,6 +197,9 @@ typedef struct {
     //  job->nodes.list)
     uint8_t location_count;
     uint16_t locations[KVP_MAX_REPLICAS];
+    //  PUT, UPSERT, PUT_START: the nodes that took a replica (placed, then committed); 0 on
+    //  one node, where replica_count says it (Reply.replicas_placed)
+    uint8_t replicas_placed;
 } kvp_item_cluster_t;
 
 typedef struct {
@@ -323,6 +328,7 @@ typedef enum {
     KVP_PAYLOAD_SEGMENT,      //  segment
     KVP_PAYLOAD_RDMA_CONNECT, //  rdma_connect (owns its data)
     KVP_PAYLOAD_PROMOTE,      //  promote (owns its bytes)
+    KVP_PAYLOAD_DRAIN,        //  drain
 } kvp_payload_t;
 
 //  CONFIG: a setting to read or change.
@@ -330,6 +336,14 @@ typedef struct {
     const char *setting; //  the setting's name (the request's)
     const char *value;   //  its new value, checked by the api; NULL: a read
 } kvp_job_config_t;
+
+//  DRAIN: what to do (the request's pattern: "start", "stop", "" to ask), and what the
+//  master answered besides the count.
+typedef struct {
+    const char *action;
+    uint64_t short_count; //  objects the node holds with fewer replicas elsewhere than asked
+    bool draining;
+} kvp_job_drain_t;
 
 //  REMOVE_BY_REGEX: the keys' pattern (the request's).
 typedef struct {
@@ -403,6 +417,7 @@ typedef struct {
         kvp_job_segment_t segment;
         kvp_job_rdma_connect_t rdma_connect;
         kvp_job_promote_t promote;
+        kvp_job_drain_t drain;
     };
     //  Big and rare: made on first use (kvp_job_stats, kvp_job_evict), freed with the job;
     //  NULL in every other job.

@@ -92,6 +92,8 @@ static const kvp_op_t s_ops[] = {
     //  The api checks the value against the settings table and keeps it; the actors that
     //  read the setting take it into their own copies of the settings.
     {OP (CONFIG), OP_LOCAL, REPLY_SETTING, {STAGE (RM_CONFIG)}},
+    //  One process has no other node to drain to: refused at intake (api_intake.c).
+    {OP (DRAIN), OP_KEYS | OP_LOCAL, REPLY_COUNT | REPLY_DRAIN, {{0}}},
 
     //  ---- KVP_VIA_CLUSTER ----
     //  A node of a cluster (--role node) serves its clients with these rows where they
@@ -144,6 +146,8 @@ static const kvp_op_t s_ops[] = {
     {ROW (RESET, CLUSTER), OP_DRAIN, REPLY_COUNT, {STAGE (CL_REMOVE)}},
     {ROW (LOCATE, CLUSTER), OP_KEYS, REPLY_SIZES | REPLY_NODES, {STAGE (CL_LOCATE)}},
     {ROW (NODES, CLUSTER), 0, REPLY_NODES, {STAGE (CL_NODES)}},
+    //  A node of the cluster drained (master/repair.c): same-machine clients, as CONFIG.
+    {ROW (DRAIN, CLUSTER), OP_KEYS | OP_LOCAL, REPLY_COUNT | REPLY_DRAIN, {STAGE (CL_DRAIN)}},
     //  This node's own blocks first; the master says which of the rest exist elsewhere.
     {ROW (PREFIX_MATCH, CLUSTER),
      OP_KEYS,
@@ -194,6 +198,16 @@ static const kvp_op_t s_ops[] = {
     //  kept hidden until the master has this node as a cache holder of that version (so a
     //  remove that comes meanwhile reaches it), then served. Refused ones go.
     {NODE_ROW (CACHE_FILL),
+     0,
+     0,
+     {STAGE_IF (CL_FETCH, ANY_MISSING), STAGE_IF (AL_ALLOC, ANY_OK), STAGE_IF (TX_WRITE, ANY_OK),
+      STAGE_IF (RM_CACHE_INSERT, ANY_OK), STAGE_IF (CL_CACHE_CLAIM, ANY_RESERVED),
+      STAGE_IF (RM_CACHE_PUBLISH, ANY_RESERVED)}},
+    //  A replica the cluster lacks (master/repair.c), copied the way a cache copy is: fetched
+    //  from a holder, placed (evicting as a put does) and written, hidden until the master
+    //  takes this node as a holder of that version (REPAIRED), then served as a replica of
+    //  this node's. Refused ones go.
+    {NODE_ROW (REPAIR_FILL),
      0,
      0,
      {STAGE_IF (CL_FETCH, ANY_MISSING), STAGE_IF (AL_ALLOC, ANY_OK), STAGE_IF (TX_WRITE, ANY_OK),

@@ -58,6 +58,7 @@ typedef enum {
     REPLY_NODES = 1 << 7,    //  nodes (job->nodes), locations (LOCATE: item->cluster.locations)
     REPLY_RDMA = 1 << 8,     //  rdma_data, rdma_conn (RDMA_CONNECT: job->rdma_connect)
     REPLY_SETTING = 1 << 9,  //  setting_value (CONFIG)
+    REPLY_DRAIN = 1 << 10,   //  drain_short, draining (DRAIN: job->drain)
 } kvp_reply_field_t;
 
 //  When a stage runs, besides the job's status being OK.
@@ -118,6 +119,9 @@ typedef struct {
 #define KVP_OP_CACHE_FILL                                                                          \
     (-6) //  items (key, version; src and size, or OBJECT_NOT_FOUND to be
          //  fetched): copies for the host hot cache (actors/replica_cache.c)
+#define KVP_OP_REPAIR_FILL                                                                         \
+    (-7) //  items (key, version, size; OBJECT_NOT_FOUND: to be fetched): replicas
+         //  the master asked this node to restore (actors/replica_repair.c)
 
 //  The row of (op, via), or NULL where op has no row of its own for via.
 const kvp_op_t *kvp_op_row (int op, kvp_via_t via);

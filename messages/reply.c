@@ -11,6 +11,14 @@ s_array (arena_t *arena, size_t n, size_t size)
     return arena_alloc (arena, (n ? n : 1) * size);
 }
 
+uint32_t
+reply_replicas_placed (const kvp_job_t *job, const kvp_item_t *item)
+{
+    if (job->status != KVPOOL_OK || item->status != KVPOOL_OK)
+        return 0;
+    return item->cluster.replicas_placed ? item->cluster.replicas_placed : item->replica_count;
+}
+
 int
 reply_encode (arena_t *arena, const kvp_op_t *row, const kvp_job_t *job, Kvpool__V1__Reply *reply)
 {
@@ -56,6 +64,17 @@ reply_encode (arena_t *arena, const kvp_op_t *row, const kvp_job_t *job, Kvpool_
                     : 0;
         reply->n_versions = n;
         reply->versions = versions;
+    }
+    //  A put's replicas: how many each key got, which may be fewer than it asked for.
+    if (row->op == KVPOOL__V1__OP__PUT || row->op == KVPOOL__V1__OP__UPSERT
+        || row->op == KVPOOL__V1__OP__PUT_START) {
+        uint32_t *placed = (uint32_t *) s_array (arena, n, sizeof (uint32_t));
+        if (!placed)
+            return -1;
+        for (size_t i = 0; i < n; i++)
+            placed[i] = reply_replicas_placed (job, &job->items[i]);
+        reply->n_replicas_placed = n;
+        reply->replicas_placed = placed;
     }
     //  A GET's checksums: of each whole value, where known (none at all when none is).
     bool any_checksum = false;

@@ -17,6 +17,9 @@
 //  Fills reply's statuses (one a key; the job's status for every key when the job failed),
 //  and sizes, replicas and segments where row->fills says. Returns 0, or -1 when the arena
 //  is out of memory (the reply may then hold some arrays: send none of them).
+//  The replicas a put's item got (PUT, UPSERT, PUT_START): the nodes of a cluster, or the
+//  segments of one node; 0 when it failed.
+uint32_t reply_replicas_placed (const kvp_job_t *job, const kvp_item_t *item);
 int reply_encode (arena_t *arena, const kvp_op_t *row, const kvp_job_t *job,
                   Kvpool__V1__Reply *reply);
 

@@ -19,6 +19,7 @@
 #include "actors/cluster.h"
 #include "actors/master_client.h"
 #include "master/node_table.h"
+#include "master/repair.h"
 #include "infra/object_table.h"
 #include "infra/conn_guard.h"
 #include "infra/curve.h"
@@ -127,6 +128,7 @@ static selftest_t s_tests[] = {{"kvp_status", kvp_status_test},
                                {"segment_dir", segment_dir_test},
                                {"directory", directory_test},
                                {"node_table", node_table_test},
+                               {"repair", repair_test},
                                {"master", master_test},
                                {"master_client", master_client_test},
                                {"cluster", cluster_test},

@@ -398,12 +398,20 @@ s_test_replicas (kvpool_t *pool, const char *prefix)
     }
     free (value);
 
-    //  More replicas than segments cannot be placed.
+    //  More replicas than segments: one a segment, and the put says how many each key got.
     opts.replica_num = 3;
     s_key (key, sizeof key, prefix, "replicated", 1);
-    int rc = kvpool_put (pool, key, "x", 1, &opts);
-    CHECK (rc == KVPOOL_INVALID_REPLICA || rc == KVPOOL_NO_AVAILABLE_HANDLE);
-    CHECK_EQ (kvpool_exist (pool, key), 0);
+    const char *few[1] = {key};
+    const void *few_data[1] = {"x"};
+    size_t few_size[1] = {1};
+    int few_status[1] = {-1};
+    uint32_t placed[1] = {99};
+    CHECK_EQ (kvpool_put_batch_placed (pool, 1, few, few_data, few_size, &opts, few_status, placed),
+              KVPOOL_OK);
+    CHECK_EQ (few_status[0], KVPOOL_OK);
+    CHECK_EQ (placed[0], 2);
+    CHECK_EQ (kvpool_exist (pool, key), 1);
+    CHECK_EQ (kvpool_remove (pool, key, true), KVPOOL_OK);
     //  More than a placement can describe is refused by the library.
     opts.replica_num = KVPOOL_MAX_REPLICAS + 1;
     uint64_t one = 1;

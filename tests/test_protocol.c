@@ -473,9 +473,24 @@ test_bad_input (testutil_server_t *server)
         CHECK_EQ (s_key_op (sock, KVPOOL__V1__OP__EXIST, "bad/enormous", false),
                   KVPOOL_OBJECT_NOT_FOUND);
     }
-    //  Too many replicas.
+    //  Too many replicas: past the most a placement describes, refused; more than the
+    //  segments, one a segment, and the reply says how many each key got.
     CHECK_EQ (s_put (sock, "bad/replicas", "x", 1, 9), KVPOOL_INVALID_REPLICA);
-    CHECK_EQ (s_put (sock, "bad/replicas", "x", 1, 4), KVPOOL_INVALID_REPLICA);
+    {
+        char *keys[] = {"few/replicas"};
+        Kvpool__V1__Request request = s_request (KVPOOL__V1__OP__PUT, keys, 1);
+        Kvpool__V1__PutOptions put = KVPOOL__V1__PUT_OPTIONS__INIT;
+        put.replica_num = 4;
+        request.put = &put;
+        const char *values[] = {"x"};
+        size_t one = 1;
+        result_t r = s_call (sock, &request, values, &one, 1);
+        CHECK_EQ (r.reply->statuses[0], KVPOOL_OK);
+        CHECK_EQ (r.reply->n_replicas_placed, 1);
+        CHECK_EQ (r.reply->replicas_placed[0], 3);
+        s_result_free (&r);
+        CHECK_EQ (s_key_op (sock, KVPOOL__V1__OP__REMOVE, "few/replicas", true), KVPOOL_OK);
+    }
 
     //  An empty message decodes as an empty Request (version 0): answered, not dropped.
     zmq_send (zsock_resolve (sock), "", 0, 0);

@@ -62,6 +62,13 @@ static const char *s_usage =
     "  segments                mounted segments: id, name, size, used bytes\n"
     "  nodes                   the cluster's nodes: id, host, client endpoint, alive, space\n"
     "  locate KEY...           the nodes that hold each key\n"
+    "  node drain [--no-wait] [--timeout S] NODE\n"
+    "                          no new placements on NODE, and every object only it holds\n"
+    "                          copied to other nodes; waits (at most S seconds, default\n"
+    "                          600) until none is left, printing progress; exit 1 if some\n"
+    "                          are left. Ask a same-machine node over its ipc endpoint\n"
+    "  node undrain NODE       NODE takes new placements again\n"
+    "  node status NODE        how its drain stands\n"
     "  ping                    round-trip time of one request\n"
     "  keygen NAME             write a CURVE certificate: NAME (public: for a node's\n"
     "                          --curve-allow directory, or a client's --curve-server)\n"
@@ -679,6 +686,62 @@ s_cmd_locate (cli_t *cli, int argc, char **argv)
     return s_cmd_nodes (cli, argc, argv, true);
 }
 
+//  node drain | undrain | status NODE (docs/cluster.md "Repair and drain").
+static int
+s_cmd_node (cli_t *cli, int argc, char **argv)
+{
+    bool wait = true;
+    double timeout_s = 600;
+    int i = 1;
+    const char *verb = argc >= 1 ? argv[0] : "";
+    for (; i < argc && argv[i][0] == '-' && argv[i][1] == '-'; i++) {
+        if (!strcmp (argv[i], "--no-wait"))
+            wait = false;
+        else if (!strcmp (argv[i], "--timeout") && i + 1 < argc)
+            timeout_s = atof (argv[++i]);
+        else
+            return s_usage_error ("node: unknown option '%s'", argv[i]);
+    }
+    if (i != argc - 1
+        || (strcmp (verb, "drain") && strcmp (verb, "undrain") && strcmp (verb, "status")))
+        return s_usage_error ("node drain [--no-wait] [--timeout S] NODE, node undrain NODE, or "
+                              "node status NODE");
+    const char *node = argv[i];
+    kvpool_t *pool = s_connect (cli);
+    if (!pool)
+        return 1;
+    const char *action = !strcmp (verb, "drain")     ? "start"
+                         : !strcmp (verb, "undrain") ? "stop"
+                                                     : NULL;
+    kvpool_drain_t state;
+    int rc = kvpool_node_drain (pool, node, action, &state);
+    if (rc != KVPOOL_OK) {
+        s_error (pool, node, rc);
+        return 1;
+    }
+    if (!strcmp (verb, "drain") && wait) {
+        int64_t deadline = zclock_mono () + (int64_t) (timeout_s * 1000);
+        uint64_t shown = UINT64_MAX;
+        while (rc == KVPOOL_OK && state.sole > 0 && zclock_mono () < deadline) {
+            if (state.sole != shown)
+                fprintf (stderr, "kvpool: node %s: %" PRIu64 " objects only there still\n", node,
+                         state.sole);
+            shown = state.sole;
+            zclock_sleep (500);
+            //  (start again: a master that took over since knows of no drain)
+            rc = kvpool_node_drain (pool, node, "start", &state);
+        }
+        if (rc != KVPOOL_OK) {
+            s_error (pool, node, rc);
+            return 1;
+        }
+    }
+    printf ("node %s: %s, %" PRIu64 " objects only there, %" PRIu64
+            " with fewer replicas elsewhere than asked\n",
+            node, state.draining ? "draining" : "not draining", state.sole, state.short_count);
+    return !strcmp (verb, "drain") && wait && state.sole > 0 ? 1 : 0;
+}
+
 static int
 s_cmd_config (cli_t *cli, int argc, char **argv)
 {
@@ -838,6 +901,7 @@ main (int argc, char **argv)
                     {"ping", s_cmd_ping},
                     {"top", s_cmd_top},
                     {"config", s_cmd_config},
+                    {"node", s_cmd_node},
                     {"keygen", s_cmd_keygen}};
     if (!strcmp (command, "help")) {
         fputs (s_usage, stdout);

@@ -14,6 +14,7 @@
 #include <czmq.h>
 #include <signal.h>
 
+#include "actors/replica_repair.h"
 #include "actors/allocator.h"
 #include "actors/api.h"
 #include "actors/cluster.h"
@@ -251,6 +252,7 @@ main (int argc, char **argv)
     zactor_t *ev = zactor_new (evictor_actor, &config);
     zactor_t *api = zactor_new (api_actor, &config);
     zactor_t *lookup = NULL, *cluster = NULL, *membership = NULL, *metrics = NULL;
+    zactor_t *repair = NULL;
     zlist_t *endpoints = NULL, *admin = NULL, *metrics_endpoints = NULL;
     char *peer_endpoint = NULL, *host_id = NULL;
     char node_id[256] = "", client_endpoint[300] = "";
@@ -328,6 +330,7 @@ main (int argc, char **argv)
                                         peer_endpoint, client_endpoint, &registration};
         cluster = zactor_new (cluster_actor, &cluster_args);
         membership = zactor_new (membership_actor, &cluster_args);
+        repair = zactor_new (replica_repair_actor, &cluster_args);
         printf ("kvpoold: node %s joins the master at %s; data plane %s\n", node_id, config.master,
                 peer_endpoint);
         if (config.rdma)
@@ -391,10 +394,23 @@ main (int argc, char **argv)
     status = link.refused[0] ? 1 : 0;
     if (status)
         fprintf (stderr, "kvpoold: %s\n", link.refused);
+    if (repair && config.drain_on_exit) {
+        //  What only this node holds goes to others first (replica_repair.h), while the node
+        //  still serves their copies.
+        zstr_send (repair, "DRAIN");
+        char *how = NULL, *left = NULL;
+        zstr_recvx (repair, &how, &left, NULL);
+        printf ("kvpoold: drained (%s, %s objects left behind)\n", how ? how : "?",
+                left ? left : "?");
+        fflush (stdout);
+        zstr_free (&how);
+        zstr_free (&left);
+    }
 
 shutdown:
     zactor_destroy (&metrics);
     zactor_destroy (&lookup);
+    zactor_destroy (&repair); //  before the api: its copies under way come back first
     //  A regex removal being matched (seconds, at worst) is cut short rather than waited for.
     zstr_send (rm, "STOPPING");
     //  Stop reading requests and let those in flight finish before the actors go.

@@ -142,6 +142,7 @@ _PROTOTYPES = {
     "kvpool_reset": (c_int64, [K]),
     "kvpool_put_batch": (c_int, [K, c_size_t, P, P, P, POINTER(PutOptions), P]),
     "kvpool_put_batch_parts": (c_int, [K, c_size_t, P, P, P, POINTER(PutOptions), P]),
+    "kvpool_put_batch_placed": (c_int, [K, c_size_t, P, P, P, POINTER(PutOptions), P, P]),
     "kvpool_upsert": (c_int, [K, c_char_p, P, c_size_t, POINTER(PutOptions)]),
     "kvpool_upsert_parts": (c_int, [K, c_char_p, P, c_size_t, POINTER(PutOptions)]),
     "kvpool_upsert_batch_parts": (c_int, [K, c_size_t, P, P, P, POINTER(PutOptions), P]),
@@ -181,7 +182,7 @@ _OPTIONAL = {"kvpool_reset", "kvpool_put_start", "kvpool_put_end", "kvpool_put_r
              "kvpool_exist_batch_lens", "kvpool_get_size_batch_lens",
              "kvpool_exist_batch_local", "kvpool_get_size_batch_local",
              "kvpool_remove_by_regex_counts", "kvpool_connect_error",
-             "kvpool_set_hot_cache", "kvpool_hot_cache_stats"}
+             "kvpool_set_hot_cache", "kvpool_hot_cache_stats", "kvpool_put_batch_placed"}
 
 missing = []
 for _name, (_restype, _argtypes) in _PROTOTYPES.items():

@@ -887,6 +887,30 @@ class Client:
         finally:
             pins.release()
 
+    def put_batch_placed(self, keys, values, options=None):
+        """As put_batch, and how many replicas each key got: (statuses, placed). placed[i]
+        may be fewer than options.replica_num (a cluster of fewer nodes, a node of fewer
+        segments): the key is stored all the same, and a cluster restores the rest as nodes
+        join. 0 for a key that failed."""
+        n = len(keys)
+        if len(values) != n:
+            raise InvalidParamsError(reason="keys and values differ in length")
+        if n == 0:
+            return [], []
+        if not _native.has("put_batch_placed"):
+            raise error_for(Status.UNKNOWN_OPERATION, "library has no kvpool_put_batch_placed")
+        pins = _Pins()
+        try:
+            addresses, lengths = pins.addresses(values, None)
+            karr = _key_array(keys)
+            statuses = array.array("i", bytes(4 * n))
+            placed = array.array("I", bytes(4 * n))
+            self._batch(_native.put_batch_placed, n, karr, _addr(addresses), _addr(lengths),
+                        self._opts(options), _addr(statuses), _addr(placed))
+            return _int_list(statuses), list(placed)
+        finally:
+            pins.release()
+
     def _put_batch(self, n, keys, addresses, sizes, options):
         karr = _key_array(keys)
         statuses = array.array("i", bytes(4 * n))
