@@ -28,8 +28,10 @@ LOOKUP_FUZZ_SRC := lookup_server/lookup_request_fuzz.c lookup_server/lookup_requ
 	lookup_server/lookup_keys.c
 LOOKUP_FUZZ_HDR := lookup_server/lookup_request.h lookup_server/lookup_keys.h \
 	infra/lookup_config.h
-CONFIG_FUZZ_SRC := infra/config_fuzz.c infra/config.c infra/config_options.c infra/endpoints.c infra/log.c
-CONFIG_FUZZ_HDR := infra/config.h infra/config_options.h infra/endpoints.h infra/log.h infra/lookup_config.h
+CONFIG_FUZZ_SRC := infra/config_fuzz.c infra/config.c infra/config_options.c infra/endpoints.c infra/log.c \
+	infra/etcd.c
+CONFIG_FUZZ_HDR := infra/config.h infra/config_options.h infra/endpoints.h infra/log.h infra/lookup_config.h \
+	infra/etcd.h
 
 #  The request target needs the generated Request decoder, made here so that it does not
 #  depend on which build (SANITIZE) the top-level Makefile is in.
@@ -65,7 +67,7 @@ build/bin/rdma-fuzz: $(RDMA_FUZZ_SRC) $(RDMA_FUZZ_HDR)
 
 build/bin/config-fuzz: $(CONFIG_FUZZ_SRC) $(CONFIG_FUZZ_HDR)
 	@mkdir -p build/bin
-	$(FUZZ_CC) $(FUZZ_FLAGS) -o $@ $(CONFIG_FUZZ_SRC) -lczmq -lzmq -lm
+	$(FUZZ_CC) $(FUZZ_FLAGS) -o $@ $(CONFIG_FUZZ_SRC) -lczmq -lzmq -lm -lcurl -lcjson
 
 fuzz: $(patsubst %,build/bin/%-fuzz,$(FUZZ_TARGETS))
 	@set -e; for t in $(FUZZ_TARGETS); do \
