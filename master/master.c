@@ -1134,6 +1134,7 @@ s_new_term (self_t *self, uint64_t term)
     self->nodes = node_table_new (self->config->placement, self->config->seed);
     assert (self->directory && self->nodes);
     node_table_set_max_objects (self->nodes, self->config->max_node_objects);
+    repair_restart (self->repair, self->directory, self->nodes);
     zlistx_purge (self->reservations);
     tombstones_clear (self->tombstones, 0);
     uint64_t epoch = (uint64_t) zclock_time ();

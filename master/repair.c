@@ -62,6 +62,18 @@ repair_new (directory_t *directory, node_table_t *nodes)
 }
 
 void
+repair_restart (repair_t *self, directory_t *directory, node_table_t *nodes)
+{
+    self->directory = directory;
+    self->nodes = nodes;
+    zlistx_purge (self->queue);
+    zhashx_purge (self->queued);
+    zhashx_purge (self->inflight);
+    self->missing = 0;
+    self->rescan = true;
+}
+
+void
 repair_destroy (repair_t **self_p)
 {
     repair_t *self = *self_p;

@@ -34,6 +34,10 @@ typedef struct _repair_t repair_t;
 //  Repairs of directory's objects across nodes (both outlive it). Caller owns the return
 //  value and must destroy it.
 repair_t *repair_new (directory_t *directory, node_table_t *nodes);
+
+//  The master started afresh (a new term, master.c): repair the new directory and nodes,
+//  forgetting what was queued or handed out; the counts done so far stay.
+void repair_restart (repair_t *self, directory_t *directory, node_table_t *nodes);
 //  Does nothing on NULL; sets *self_p to NULL.
 void repair_destroy (repair_t **self_p);
 
