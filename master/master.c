@@ -501,6 +501,30 @@ s_fenced (self_t *self, reply_t *r, const node_t *sender,
     return true;
 }
 
+//  Whether request is a put or a remove that a master which just restarted (or took over)
+//  may not serve yet: some node may still have to report a key it names (self->recovered).
+//  A put would make a second value of it; a remove would miss the copy, which its node
+//  would serve until its report is refused. Then the reply says so.
+static bool
+s_recovering (self_t *self, reply_t *r, const Kvpool__Cluster__V1__NodeRequest *request)
+{
+    switch (request->kind) {
+        case KVPOOL__CLUSTER__V1__KIND__PLACE:
+        case KVPOOL__CLUSTER__V1__KIND__REMOVE:
+        case KVPOOL__CLUSTER__V1__KIND__REMOVE_REGEX:
+        case KVPOOL__CLUSTER__V1__KIND__REMOVE_ALL: break;
+        default: return false;
+    }
+    int64_t now = zclock_mono ();
+    if (now >= self->recovered)
+        return false;
+    master_reply_fail (r, KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS,
+                       "the master started %lld ms ago: the nodes are still reporting what they "
+                       "hold (%lld ms more)",
+                       (long long) (now - self->started), (long long) (self->recovered - now));
+    return true;
+}
+
 //  The node a request speaks for, if its sender proved to be the process that registered
 //  it: the registration number only that process was told, the credential it registered
 //  with, this master's epoch, and the node still alive. NULL otherwise.
@@ -623,15 +647,6 @@ s_place (self_t *self, reply_t *r, arena_t *arena, const Kvpool__Cluster__V1__No
     if (request->replica_num > KVP_MAX_REPLICAS) {
         master_reply_fail (r, KVPOOL_INVALID_REPLICA, "replica_num %u: at most %d",
                            request->replica_num, KVP_MAX_REPLICAS);
-        return;
-    }
-    int64_t now = zclock_mono ();
-    if (now < self->recovered) {
-        master_reply_fail (
-            r, KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS,
-            "the master started %lld ms ago: the nodes are still reporting what they "
-            "hold (%lld ms more)",
-            (long long) (now - self->started), (long long) (self->recovered - now));
         return;
     }
     r->reply.tokens = (uint64_t *) arena_alloc (arena, (n ? n : 1) * sizeof (uint64_t));
@@ -1220,7 +1235,7 @@ s_request (self_t *self)
             sender->seen_token = self->next_token;
         }
         //  (A change from a node away since it asked is refused: s_fenced.)
-        if (!s_fenced (self, &r, sender, request))
+        if (!s_fenced (self, &r, sender, request) && !s_recovering (self, &r, request))
             switch (request->kind) {
                 case KVPOOL__CLUSTER__V1__KIND__REGISTER:
                     s_register (self, &r, request, &from);

@@ -833,7 +833,8 @@ def test_master_restarted_during_traffic(make_cluster):
         had = puts[key][1] if key in puts else before[key]
         assert key in where, (key, had)
         if had:
-            assert where[key] == had, (key, had, where[key])
+            # (A put that got fewer replicas than it asked may have gained one since: repair.)
+            assert set(had) <= set(where[key]), (key, had, where[key])
         wanted = 2 if "-r2-" in key else 1
         if key in puts and puts[key][2] < found:
             # Put while the new master knew fewer nodes than replicas: placed on those it
