@@ -33,6 +33,10 @@
 #include "protocol/cluster.pb-c.h"
 
 #define REPAIR_TICK_MS 20
+//  A master with no work for this node is asked again this much later (not every tick: an
+//  idle cluster's nodes asked 50 times a second each, and the master's CPU and the nodes'
+//  went to it).
+#define REPAIR_IDLE_MS 500
 #define REPAIR_JOBS_MAX 2
 #define REPAIR_BATCH_MAX (32ULL << 20)
 #define REPAIR_BURST_S 0.25
@@ -51,7 +55,8 @@ typedef struct {
     const kvp_config_t *config;
     double tokens; //  bytes it may copy in now
     int64_t last_fill;
-    bool asking; //  a REPAIR call is out
+    bool asking;      //  a REPAIR call is out
+    int64_t next_ask; //  not before (the master had no work: REPAIR_IDLE_MS)
     size_t jobs_out;
     //  The drain of this node.
     drain_state_t drain;
@@ -83,8 +88,10 @@ s_work (self_t *self, const Kvpool__Cluster__V1__MasterReply *reply)
 {
     self->asking = false;
     size_t n = reply->n_keys;
-    if (reply->status != KVPOOL_OK || n == 0 || reply->n_sizes != n || reply->n_versions != n)
+    if (reply->status != KVPOOL_OK || n == 0 || reply->n_sizes != n || reply->n_versions != n) {
+        self->next_ask = zclock_mono () + REPAIR_IDLE_MS;
         return;
+    }
     kvp_job_t *job = kvp_job_new (KVP_JOB_NONE, 0);
     job->op = KVP_OP_REPAIR_FILL;
     kvp_job_payload (job, KVP_PAYLOAD_PROMOTE);
@@ -229,7 +236,7 @@ s_tick (actor_shell_t *shell, void *arg)
         if (self->tokens > rate * REPAIR_BURST_S)
             self->tokens = rate * REPAIR_BURST_S;
         if (self->tokens >= 1 && !self->asking && self->jobs_out < REPAIR_JOBS_MAX
-            && self->drain == DRAIN_NONE)
+            && self->drain == DRAIN_NONE && now >= self->next_ask)
             s_ask_work (self);
     }
     self->last_fill = now;
@@ -244,6 +251,9 @@ s_tick (actor_shell_t *shell, void *arg)
             self->drain_next = now + DRAIN_POLL_MS;
         }
     }
+    //  Idle (nothing to ask for until then, no drain): asleep till the next ask.
+    if (self->drain == DRAIN_NONE && !self->asking && !self->jobs_out && self->next_ask > now)
+        return self->next_ask;
     return now + REPAIR_TICK_MS;
 }
 
