@@ -31,10 +31,11 @@ struct _etcd_t {
 
 static pthread_once_t s_curl_once = PTHREAD_ONCE_INIT;
 
+//  Plain HTTP only (s_post): no TLS library to set up, nor per-thread state of one to leak.
 static void
 s_curl_init (void)
 {
-    curl_global_init (CURL_GLOBAL_DEFAULT);
+    curl_global_init (CURL_GLOBAL_NOTHING);
 }
 
 bool
