@@ -303,12 +303,19 @@ etcd_lease_grant (etcd_t *self, int ttl_s, int64_t *id)
     return 0;
 }
 
-int
-etcd_lease_keepalive (etcd_t *self, int64_t id, int64_t *ttl_s)
+//  A call about lease id (keepalive, revoke): its answer, or NULL.
+static cJSON *
+s_lease_post (etcd_t *self, const char *path, int64_t id)
 {
     char body[64];
     snprintf (body, sizeof body, "{\"ID\":\"%lld\"}", (long long) id);
-    cJSON *answer = s_post (self, "/v3/lease/keepalive", body, 0);
+    return s_post (self, path, body, 0);
+}
+
+int
+etcd_lease_keepalive (etcd_t *self, int64_t id, int64_t *ttl_s)
+{
+    cJSON *answer = s_lease_post (self, "/v3/lease/keepalive", id);
     if (!answer)
         return -1;
     //  An expired lease is answered with no TTL at all (0).
@@ -320,9 +327,7 @@ etcd_lease_keepalive (etcd_t *self, int64_t id, int64_t *ttl_s)
 int
 etcd_lease_revoke (etcd_t *self, int64_t id)
 {
-    char body[64];
-    snprintf (body, sizeof body, "{\"ID\":\"%lld\"}", (long long) id);
-    cJSON *answer = s_post (self, "/v3/lease/revoke", body, 0);
+    cJSON *answer = s_lease_post (self, "/v3/lease/revoke", id);
     if (!answer)
         return -1;
     cJSON_Delete (answer);

@@ -31,8 +31,9 @@ import urllib.request
 import pytest
 
 from kvpool_daemon import Kvpoold, all_stopped, free_port, wait_for  # noqa: E402
-from kvpool_raw import Raw, default_cluster_key  # noqa: E402
+from kvpool_raw import default_cluster_key  # noqa: E402
 from kvpool_test_pb import pb  # noqa: E402
+from test_cluster import Cluster  # noqa: E402
 from test_trust import FakeNode, cpb  # noqa: E402
 
 OK = 0
@@ -165,14 +166,9 @@ class HaCluster:
         endpoint, _ = self.record()
         return next((m for m in self.masters if m.endpoint == endpoint and m.alive()), None)
 
-    def raw(self, i, timeout_ms=10000):
-        return Raw(self.nodes[i].endpoint, timeout_ms=timeout_ms)
-
-    def live_nodes(self, via=0):
-        reply, _ = self.raw(via).call(pb.NODES)
-        if reply.status != OK:
-            return -1
-        return sum(1 for n in reply.nodes if n.alive and n.capacity > 0)
+    # A client of node i, and the live nodes as node `via` sees them: test_cluster's.
+    raw = Cluster.raw
+    live_nodes = Cluster.live_nodes
 
     def all_found(self, keys, via=1):
         reply, _ = self.raw(via).call(pb.LOCATE, keys)
