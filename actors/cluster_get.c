@@ -219,18 +219,28 @@ cluster_fetch_located (self_t *self, op_t *op, call_t *call,
         int holders[KVP_MAX_REPLICAS];
         uint8_t count = cluster_holders (self, reply, reply->holders[k], holders);
         memset (fetch, 0, sizeof *fetch);
+        int self_holder = -1;
         for (uint8_t h = 0; h < count; h++)
             if (!cluster_is_self (self, holders[h]))
                 fetch->peers[fetch->count++] = holders[h];
+            else
+                self_holder = holders[h];
+        item->size = k < reply->n_sizes ? reply->sizes[k] : 0;
+        item->version = k < reply->n_versions ? reply->versions[k] : 0;
+        //  Kept for the next get of the key: no master round trip then.
+        if (fetch->count)
+            cluster_locations_learn (self, item->key, item->version, item->size, holders, count);
+        s_fetch_order (self, fetch);
+        //  This node, last: its own read found nothing servable, but the master has it hold
+        //  this version: a copy another node wrote here whose CONFIRM has not come
+        //  (kvp_object_t.hidden), which a read of the version confirms; or this node is not
+        //  serving now (its lease, infra/config.h), which its answer says.
+        if (self_holder >= 0 && item->version)
+            fetch->peers[fetch->count++] = self_holder;
         if (fetch->count == 0) {
             item->status = KVPOOL_OBJECT_NOT_FOUND;
             continue;
         }
-        item->size = k < reply->n_sizes ? reply->sizes[k] : 0;
-        item->version = k < reply->n_versions ? reply->versions[k] : 0;
-        //  Kept for the next get of the key: no master round trip then.
-        cluster_locations_learn (self, item->key, item->version, item->size, holders, count);
-        s_fetch_order (self, fetch);
         if (s_redirects (job, item))
             s_redirect (self, job, item, fetch);
     }

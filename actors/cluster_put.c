@@ -483,6 +483,48 @@ cluster_commit_master (self_t *self, op_t *op)
     free (node_index);
 }
 
+//  The nodes this job's committed items were written to (other than this one) are told, each
+//  in one request, nobody waiting: until then they serve those copies to none of their
+//  clients (kvp_object_t.hidden, actors/replica_objects.h).
+static void
+s_confirm (self_t *self, kvp_job_t *job)
+{
+    plan_t *plan = (plan_t *) job->plan;
+    if (!plan)
+        return;
+    ProtobufCBinaryData *keys =
+        (ProtobufCBinaryData *) malloc ((job->count ? job->count : 1) * sizeof *keys);
+    uint64_t *versions = (uint64_t *) malloc ((job->count ? job->count : 1) * sizeof *versions);
+    assert (keys && versions);
+    for (size_t p = 0; p < self->peer_count; p++) {
+        size_t n = 0;
+        for (size_t i = 0; i < job->count; i++) {
+            const plan_item_t *placed = &plan->items[i];
+            const kvp_item_t *item = &job->items[i];
+            if (!placed->placed || item->status != KVPOOL_OK)
+                continue;
+            for (uint8_t d = 0; d < placed->done_count; d++)
+                if (placed->done[d] == (int) p) {
+                    keys[n].data = (uint8_t *) item->key;
+                    keys[n].len = item->key_len;
+                    versions[n++] = item->version;
+                    break;
+                }
+        }
+        if (n == 0)
+            continue;
+        Kvpool__V1__Request request = KVPOOL__V1__REQUEST__INIT;
+        request.op = KVPOOL__V1__OP__CONFIRM;
+        request.keys = keys;
+        request.n_keys = n;
+        request.versions = versions;
+        request.n_versions = n;
+        cluster_peer_send (self, NULL, (int) p, &request, NULL, 0);
+    }
+    free (keys);
+    free (versions);
+}
+
 void
 cluster_commit_reply (self_t *self, op_t *op, call_t *call, Kvpool__Cluster__V1__MasterReply *reply)
 {
@@ -533,6 +575,7 @@ cluster_commit_reply (self_t *self, op_t *op, call_t *call, Kvpool__Cluster__V1_
         for (uint8_t d = 0; placed && d < placed->done_count; d++)
             s_drop_at (self, NULL, placed->done[d], item->key, item->key_len);
     }
+    s_confirm (self, job);
     if (!reply)
         kvp_job_fail (job, KVPOOL_OK, "%s did not answer the commit",
                       master_client_name (self->master));

@@ -600,7 +600,7 @@ s_inventory (self_t *self, kvp_job_t *job)
 {
     for (kvp_object_t *object = (kvp_object_t *) object_table_first (self->objects); object;
          object = (kvp_object_t *) object_table_next (self->objects))
-        if (object->state == OBJECT_COMPLETE && !object->cache) {
+        if (object->state == OBJECT_COMPLETE && !object->cache && !object->hidden) {
             kvp_item_t *item = kvp_job_append_key (job, object->key, strlen (object->key));
             item->size = object->size;
             item->object_id = object->id;
@@ -780,6 +780,7 @@ s_handle_job (self_t *self, kvp_job_t *job, zframe_t **reply_to_p)
         case KVP_RM_CACHE_INSERT: rm_cache_insert (self, job, now); break;
         case KVP_RM_CACHE_PUBLISH: rm_cache_publish (self, job, now); break;
         case KVP_RM_CACHE_DROP: rm_cache_drop_all (self, job, now); break;
+        case KVP_RM_CONFIRM: rm_confirm (self, job, now); break;
         default:
             kvp_job_fail (job, KVPOOL_INTERNAL_ERROR, "replica-manager: job kind %d", job->kind);
             break;

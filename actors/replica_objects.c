@@ -255,6 +255,7 @@ rm_object_new (self_t *self, kvp_job_t *job, kvp_item_t *item, int64_t now)
     atomic_init (&object->pins[0], 0);
     atomic_init (&object->pins[1], 0);
     object->index_slot = -1;
+    object->hidden = job->opt.peer; //  (only a write of another node's put comes from a peer)
     int rc = object_table_insert (self->objects, object);
     assert (rc == 0); //  out of memory, as zhashx would abort
     return object;
@@ -291,7 +292,7 @@ rm_lease_end (self_t *self, kvp_object_t *object, int64_t now)
 void
 rm_publish (self_t *self, kvp_object_t *object)
 {
-    if (self->index && object->replica_count && object->index_slot < 0)
+    if (self->index && !object->hidden && object->replica_count && object->index_slot < 0)
         object->index_slot = shm_index_insert (
             self->index, object->key, strlen (object->key), object->replicas[0].segment_id,
             object->replicas[0].offset, object->size, object->version, object->cache);

@@ -93,6 +93,13 @@ struct _kvp_object_t {
     //  A copy of the host hot cache (actors/replica_cache.c): a value other nodes hold,
     //  kept because its readers here read it often; first to go, never offloaded
     bool cache;
+    //  A replica another node's put wrote here (UPSERT, PUT_START on the data plane): not
+    //  served to this node's clients, published, logged or reported until the master is
+    //  known to hold it committed (rm_unhide): the writer's CONFIRM after its commit, or a
+    //  read naming its version, which only the master gives out. A copy whose commit never
+    //  came (its writer died, or fenced this node while the write waited in its socket) is
+    //  never served, wherever the master's records stand.
+    bool hidden;
     //  Last, in the same allocation: one allocation an object, and its key in the cache line
     //  after its eviction fields, which an eviction walk reads together.
     char key[];
@@ -340,6 +347,12 @@ void rm_insert (rm_state_t *self, kvp_job_t *job, int64_t now);
 //  the other whole; its space waits for its readers (rm_has_pins). A key being written by a
 //  client (PUT_START) is not replaced: REPLICA_IS_NOT_READY, and this value's space goes.
 void rm_upsert (rm_state_t *self, kvp_job_t *job, int64_t now);
+//  A hidden replica (kvp_object_t.hidden) the master holds committed: served, published,
+//  logged and announced from now on.
+void rm_unhide (rm_state_t *self, kvp_object_t *object);
+//  KVP_RM_CONFIRM: the items (keys, versions) their writer committed at the master; those of
+//  another version, or not held hidden here, are OBJECT_NOT_FOUND.
+void rm_confirm (rm_state_t *self, kvp_job_t *job, int64_t now);
 //  A PUT_PART: each item's bytes go at its offset into its key's reservation, which this job's
 //  owner made (PUT_START) and which the allocator has bound. The reservation is pinned until
 //  the api has copied them (it unpins at the reply), so a revoke or a put timeout meanwhile

@@ -111,13 +111,45 @@ rm_object_complete (self_t *self, kvp_object_t *object, int64_t now)
     object->busy = false;
     object->touched = object->memory_since = now;
     lru_append (&self->memory, &object->in_memory);
-    if (self->eager)
+    if (self->eager && !object->hidden)
         lru_append (&self->unsaved, &object->unsaved);
-    rm_publish (self, object);
-    rm_log_put (self, object, object->checksum ? &object->checksum : NULL);
     self->bytes_stored += object->size * object->replica_count;
     self->puts++;
+    if (!object->hidden) {
+        rm_publish (self, object);
+        rm_log_put (self, object, object->checksum ? &object->checksum : NULL);
+        rm_event_stored (self, object);
+    }
+}
+
+void
+rm_unhide (self_t *self, kvp_object_t *object)
+{
+    assert (object->hidden && object->state == OBJECT_COMPLETE);
+    object->hidden = false;
+    if (object->replica_count) {
+        rm_publish (self, object);
+        if (self->eager)
+            lru_append (&self->unsaved, &object->unsaved);
+    }
+    rm_log_put (self, object, object->checksum ? &object->checksum : NULL);
     rm_event_stored (self, object);
+}
+
+void
+rm_confirm (self_t *self, kvp_job_t *job, int64_t now)
+{
+    for (size_t i = 0; i < job->count; i++) {
+        kvp_item_t *item = &job->items[i];
+        if (item->status != KVPOOL_OK)
+            continue;
+        kvp_object_t *object = rm_lookup_complete (self, item->key);
+        if (object && object->hidden && item->version && item->version == object->version)
+            rm_unhide (self, object);
+        else if (!object || object->version != item->version)
+            item->status = KVPOOL_OBJECT_NOT_FOUND;
+    }
+    (void) now;
 }
 
 //  The reservation of item's key that this job's owner may end (PUT_END, PUT_REVOKE), or
@@ -263,6 +295,10 @@ rm_insert (self_t *self, kvp_job_t *job, int64_t now)
             self->cache_invalidations++;
             rm_object_drop (self, in_way, &free_job, now);
         }
+        //  So does another node's write that the master never committed (kvp_object_t.hidden):
+        //  the master placed this put, so the key had no committed value.
+        else if (in_way && in_way->hidden && in_way->state == OBJECT_COMPLETE)
+            rm_object_drop (self, in_way, &free_job, now);
         if (item->status == KVPOOL_OK && object_table_lookup (self->objects, item->key))
             item->status = KVPOOL_OBJECT_ALREADY_EXISTS;
         if (item->status == KVPOOL_OK && !rm_strip_gone (self, item, &free_job)) {

@@ -118,6 +118,10 @@ rm_read (self_t *self, kvp_job_t *job, int64_t now)
             continue;
         }
         kvp_object_t *object = rm_lookup_complete (self, item->key);
+        //  Another node's write that the master is not known to hold committed: a read that
+        //  names its version knows it from the master, which confirms it (kvp_object_t.hidden).
+        if (object && object->hidden && (!item->version || item->version != object->version))
+            object = NULL;
         //  Nothing held here before the master has confirmed it: at the start (a restarted
         //  node's adopted objects), and after the node stopped past its lease (infra/config.h):
         //  a remove may have completed without it. The key is read where the master says;
@@ -150,6 +154,8 @@ rm_read (self_t *self, kvp_job_t *job, int64_t now)
             item->status = KVPOOL_OBJECT_NOT_FOUND;
             continue;
         }
+        if (object->hidden)
+            rm_unhide (self, object);
         item->version = object->version;
         item->size = object->size;
         if (lease_until > object->lease_until)
@@ -204,7 +210,9 @@ rm_prefix (self_t *self, kvp_job_t *job, int64_t now)
         bool whole = true;
         for (size_t r = 0; r < ranks && whole; r++) {
             kvp_item_t *item = &job->items[at + r];
-            whole = item->status == KVPOOL_OK && rm_lookup_complete (self, item->key);
+            kvp_object_t *object =
+                item->status == KVPOOL_OK ? rm_lookup_complete (self, item->key) : NULL;
+            whole = object && !object->hidden;
         }
         if (!whole)
             break;

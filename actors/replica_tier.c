@@ -137,7 +137,8 @@ s_evict_one (self_t *self, kvp_job_t *job, kvp_object_t *object, int pass, kvp_j
         return 0;
     }
     bool keep_copy = object->disk_id != 0;
-    if (plan->offload && !keep_copy) {
+    //  (A copy no master is known to hold goes without one: replica_objects.h, hidden.)
+    if (plan->offload && !keep_copy && !object->hidden) {
         if (s_offload_fits (self, plan, object)) {
             s_offload_pin (job, object, true);
             return bytes;

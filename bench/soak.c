@@ -943,6 +943,20 @@ s_warmup (void)
     return s_opt.duration / 4 < 30 ? s_opt.duration / 4 : 30;
 }
 
+//  Chaos: a node's descriptors follow its peers (a link to each, the data plane's connections,
+//  clients that come back): counted towards growth only once every daemon has run for
+//  QUIET_SECONDS, so that a baseline taken while a peer was down is not mistaken for a leak.
+#define QUIET_SECONDS 5
+static double s_quiet_since;
+
+static void
+s_quiet_update (void)
+{
+    for (int d = 0; d < s_daemon_count; d++)
+        if (!s_daemons[d].pid || s_daemons[d].frozen)
+            s_quiet_since = bench_now ();
+}
+
 static void
 s_daemon_sample (daemon_t *self)
 {
@@ -963,7 +977,8 @@ s_daemon_sample (daemon_t *self)
         }
     }
     self->fd_now = s_proc_fds (self->pid);
-    if (self->fd_now >= 0 && bench_now () - self->started >= s_warmup ()) {
+    if (self->fd_now >= 0 && bench_now () - self->started >= s_warmup ()
+        && bench_now () - s_quiet_since >= QUIET_SECONDS) {
         if (self->fd_min < 0 || self->fd_now < self->fd_min)
             self->fd_min = self->fd_now;
         if (self->fd_now > self->fd_max)
@@ -1554,6 +1569,7 @@ main (int argc, char **argv)
                 by_op[op] += atomic_load (&s_shared->ops[op][st]);
         }
         sample_t *sample = s_sample_count < SAMPLE_MAX ? &s_samples[s_sample_count++] : NULL;
+        s_quiet_update ();
         for (int d = 0; d < s_daemon_count; d++)
             s_daemon_sample (&s_daemons[d]);
         if (sample) {

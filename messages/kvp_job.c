@@ -69,6 +69,7 @@ static const kvp_actor_t s_kind_actor[KVP_JOB_KIND_COUNT] = {
     [KVP_RM_CONFIG] = KVP_ACTOR_RM,        [KVP_RM_CACHE_INSERT] = KVP_ACTOR_RM,
     [KVP_RM_CACHE_PUBLISH] = KVP_ACTOR_RM, [KVP_RM_CACHE_DROP] = KVP_ACTOR_RM,
     [KVP_CL_CACHE_CLAIM] = KVP_ACTOR_CL,   [KVP_CL_DRAIN] = KVP_ACTOR_CL,
+    [KVP_RM_CONFIRM] = KVP_ACTOR_RM,
 };
 
 kvp_actor_t

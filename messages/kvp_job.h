@@ -104,6 +104,8 @@ typedef enum {
     KVP_RM_CACHE_PUBLISH, //  items OK (the master took them as cache holders): the copies
                           //  are served; the others go
     KVP_RM_CACHE_DROP,    //  every cache copy goes (the node registers with its master again)
+    KVP_RM_CONFIRM,       //  items (keys, versions): another node's writes here that it
+                          //  committed at the master are served from now on (CONFIRM)
     //  cluster (role node: actors/cluster.c)
     KVP_CL_PLACE,   //  items OK: the master reserves them and chooses their nodes (job->plan);
                     //  items not to be held here become KVP_ITEM_ELSEWHERE

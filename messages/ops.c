@@ -94,6 +94,8 @@ static const kvp_op_t s_ops[] = {
     {OP (CONFIG), OP_LOCAL, REPLY_SETTING, {STAGE (RM_CONFIG)}},
     //  One process has no other node to drain to: refused at intake (api_intake.c).
     {OP (DRAIN), OP_KEYS | OP_LOCAL, REPLY_COUNT | REPLY_DRAIN, {{0}}},
+    //  Another node committed what it wrote here (kvp_object_t.hidden in replica_objects.h).
+    {OP (CONFIRM), OP_KEYS | OP_LOCAL | OP_PEER | OP_NODES, 0, {STAGE (RM_CONFIRM)}},
 
     //  ---- KVP_VIA_CLUSTER ----
     //  A node of a cluster (--role node) serves its clients with these rows where they

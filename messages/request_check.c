@@ -103,8 +103,12 @@ request_check (const Kvpool__V1__Request *request, size_t value_frames, uint64_t
     }
     if (request->n_versions && !(row->flags & OP_WRITE) && op != KVPOOL__V1__OP__GET
         && op != KVPOOL__V1__OP__EXIST && op != KVPOOL__V1__OP__GET_SIZE
-        && op != KVPOOL__V1__OP__REMOVE) {
-        snprintf (reason, size, "versions are only for GET, EXIST, GET_SIZE and REMOVE");
+        && op != KVPOOL__V1__OP__REMOVE && op != KVPOOL__V1__OP__CONFIRM) {
+        snprintf (reason, size, "versions are only for GET, EXIST, GET_SIZE, REMOVE and CONFIRM");
+        return KVPOOL_INVALID_PARAMS;
+    }
+    if (op == KVPOOL__V1__OP__CONFIRM && request->n_versions != n) {
+        snprintf (reason, size, "CONFIRM names the version of each of its %zu keys", n);
         return KVPOOL_INVALID_PARAMS;
     }
     if ((row->flags & OP_SIZES) && request->n_sizes != n) {

@@ -52,6 +52,17 @@ def plane(node):
     return Raw(endpoint, cluster_key=True)
 
 
+def plane_write(raw, op, key, value, **fields):
+    """A node's write on a data plane, confirmed as its writer confirms it once the master
+    committed it (before that, the node serves it to no reader that does not name its
+    version)."""
+    reply, _ = raw.call(op, [key], [value], **fields)
+    if reply.status == OK and reply.statuses[0] == OK:
+        confirmed, _ = raw.call(pb.CONFIRM, [key], versions=[reply.versions[0]])
+        assert confirmed.statuses[0] == OK, confirmed
+    return reply
+
+
 def node_ids(cluster):
     reply, _ = cluster.raw(0).call(pb.NODES)
     return [next(n.node_id for n in reply.nodes if n.client_endpoint == d.endpoint)
@@ -106,7 +117,7 @@ def failures(cluster, i):
 def test_a_node_refuses_a_value_that_does_not_match_its_checksum(cluster):
     raw = plane(cluster.nodes[2])
     value = value_of("sum", 200 << 10)
-    assert raw.put("sum-plain", value) == OK
+    assert plane_write(raw, pb.PUT, "sum-plain", value).statuses[0] == OK
     # The node took the value's checksum as it copied it, and sends it with the value.
     reply, frames = raw.call(pb.GET, ["sum-plain"])
     assert reply.statuses[0] == OK and frames[0] == value and len(reply.checksums) == 1
@@ -128,7 +139,7 @@ def test_a_node_refuses_a_value_that_does_not_match_its_checksum(cluster):
     assert reply.statuses[0] == INVALID_WRITE
     assert raw.get("sum-plain") == (OK, value)
     # The right checksum is taken.
-    reply, _ = raw.call(pb.UPSERT, ["sum-good"], [value], checksums=[checksum])
+    reply = plane_write(raw, pb.UPSERT, "sum-good", value, checksums=[checksum])
     assert reply.statuses[0] == OK
     assert raw.get("sum-good") == (OK, value)
     # Checksums come one a key, or not at all.

@@ -222,6 +222,8 @@ def test_put_part_is_for_the_data_plane_and_checks_its_reservation(cluster):
         assert reply.status == OK and reply.statuses[0] == OK, reply
     reply, _ = plane.call(pb.PUT_END, ["p"])
     assert reply.statuses[0] == OK
+    # (Served once its writer confirms it, as after a commit at the master.)
+    assert plane.call(pb.CONFIRM, ["p"], versions=[reply.versions[0]])[0].statuses[0] == OK
     assert plane.get("p") == (OK, b"0123456789")
     # Values by RDMA over a connection the node does not have (or with no RDMA at all):
     # each key fails, and the space placed for an upsert is given back.
@@ -291,7 +293,9 @@ def test_values_move_by_rdma_on_the_loop_device():
         plane = Raw(re.search(r"data plane (tcp://\S+)", c.nodes[1].log_text()).group(1),
                     cluster_key=True)
         key = "rdma-hB-%d" % MiB
-        assert plane.call(pb.UPSERT, [key], [b"L" * (MiB + 100)])[0].statuses[0] == OK
+        reply, _ = plane.call(pb.UPSERT, [key], [b"L" * (MiB + 100)])
+        assert reply.statuses[0] == OK
+        assert plane.call(pb.CONFIRM, [key], versions=[reply.versions[0]])[0].statuses[0] == OK
         moved = c.raw(0).stats().rdma_transfers
         assert c.raw(0).get(key) == (OK, b"L" * (MiB + 100))
         assert c.raw(0).stats().rdma_transfers == moved

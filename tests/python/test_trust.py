@@ -140,7 +140,13 @@ def test_a_reservation_commits_only_written_and_only_for_its_maker(cluster):
     rest = (1 << 20) - 1000
     reply, _ = second.call(pb.PUT_PART, ["r"], [b"y" * rest], offsets=[1000], lengths=[rest])
     assert reply.statuses[0] == OK, reply
-    assert maker.call(pb.PUT_END, ["r"])[0].statuses[0] == OK
+    reply, _ = maker.call(pb.PUT_END, ["r"])
+    assert reply.statuses[0] == OK
+    # Stored, but served only to a read that names its version (which only the master
+    # gives out) until its writer confirms it: no master committed it.
+    assert maker.get("r")[0] == OBJECT_NOT_FOUND
+    reply, frames = maker.call(pb.GET, ["r"], versions=[reply.versions[0]])
+    assert reply.statuses[0] == OK and frames[0] == b"x" * 1000 + b"y" * rest
     assert maker.get("r") == (OK, b"x" * 1000 + b"y" * rest)
     for r in (maker, other, second):
         r.close()
@@ -152,7 +158,52 @@ def test_node_only_operations_are_refused_to_same_machine_clients(cluster):
     assert (reply.status or reply.statuses[0]) == PERMISSION_DENIED, reply
     reply, _ = ipc.call(pb.RDMA_CONNECT, rdma_data=b"\0" * 64)
     assert reply.status == PERMISSION_DENIED and "nodes" in reply.error, reply
+    reply, _ = ipc.call(pb.CONFIRM, ["q"], versions=[1])
+    assert reply.status == PERMISSION_DENIED and "nodes" in reply.error, reply
     ipc.close()
+
+
+def test_a_copy_no_master_committed_is_served_to_nobody(cluster):
+    # A node writes a copy here for a put whose commit never comes (the writer died, or it
+    # fenced this node while the write waited in this node's socket): this node's clients
+    # never read it, not even after a restart of the master, which it is not reported to.
+    plane = plane_of(cluster.nodes[1])
+    writer = Raw(plane, cluster_key=True, node="kvpool-node/writer")
+    reply, _ = writer.call(pb.UPSERT, ["ghost"], [b"G" * 5000])
+    assert reply.statuses[0] == OK, reply
+    version = reply.versions[0]
+    for client in (Raw(cluster.nodes[1].ipc), cluster.raw(1), cluster.raw(0)):
+        assert client.get("ghost")[0] == OBJECT_NOT_FOUND
+        assert not client.exist("ghost")
+    # A CONFIRM of another version confirms nothing; of its own, the copy is served.
+    assert writer.call(pb.CONFIRM, ["ghost"], versions=[version + 1])[0].statuses[0] \
+        == OBJECT_NOT_FOUND
+    assert cluster.raw(1).get("ghost")[0] == OBJECT_NOT_FOUND
+    assert writer.call(pb.CONFIRM, ["ghost"], versions=[version])[0].statuses[0] == OK
+    assert cluster.raw(1).get("ghost") == (OK, b"G" * 5000)
+    # A CONFIRM names a version for each key.
+    reply, _ = writer.call(pb.CONFIRM, ["ghost"])
+    assert (reply.status or reply.statuses[0]) == INVALID_PARAMS, reply
+    # A put's copies on other nodes are served there once it returns, through shared
+    # memory too (its writer confirmed them).
+    assert cluster.raw(0).put("both", b"B" * 7000, put={"replica_num": 2}) == OK
+    ipc = Raw(cluster.nodes[1].ipc)
+    before = ipc.index_gets()
+    assert ipc.get("both") == (OK, b"B" * 7000)
+    assert wait_for(lambda: ipc.get("both") == (OK, b"B" * 7000) and ipc.index_gets() > before)
+    ipc.close()
+    # A master that restarts is not told of such a copy (it would take it for a value).
+    assert writer.call(pb.UPSERT, ["ghost-2"], [b"H" * 5000])[0].statuses[0] == OK
+    writer.close()
+    port = cluster.master_endpoint.rsplit(":", 1)[1]
+    cluster.master.proc.kill()
+    cluster.master.proc.wait()
+    cluster.master = Kvpoold(*cluster.master_args, "--master", "tcp://127.0.0.1:%s" % port,
+                             prefix="kvpool-master-")
+    assert wait_for(lambda: cluster.raw(0).call(pb.LOCATE, ["ghost"])[0].statuses[0] == OK, 10)
+    for client in (cluster.raw(1), cluster.raw(0)):
+        assert client.get("ghost-2")[0] == OBJECT_NOT_FOUND
+    assert cluster.raw(0).call(pb.LOCATE, ["ghost-2"])[0].statuses[0] == OBJECT_NOT_FOUND
 
 
 def test_a_node_cannot_speak_for_another(cluster):
