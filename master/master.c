@@ -59,6 +59,12 @@
 //  A tick this much later than due means the master itself did not run (stopped, swapped
 //  out, starved of CPU): the nodes' messages waited in its socket unread meanwhile.
 #define MASTER_STALL_MS 500
+//  After such a stall, changes are refused this long: the requests that waited in the socket
+//  meanwhile are read now, and their senders stopped waiting for an answer (--cluster-timeout)
+//  long ago. Served, a put's reservation would block its key until --put-timeout (its writer
+//  gave up on it), a commit would list copies its writer has dropped, and a remove's holders
+//  would never be told (its remover does that, on the answer).
+#define STALE_WINDOW_MS 250
 
 typedef struct {
     char *key;
@@ -83,6 +89,7 @@ typedef struct {
     char master_id[96];
     int64_t next_tick;
     int64_t last_tick;        //  when s_tick last ran
+    int64_t stale_until;      //  changes refused until then (STALE_WINDOW_MS)
     tombstones_t *tombstones; //  removed keys, for nodes that missed a removal while away
     //  per reply: slot -> index in reply.nodes (+1; 0: not in it yet)
     uint32_t node_index[NODE_TABLE_MAX];
@@ -525,6 +532,35 @@ s_recovering (self_t *self, reply_t *r, const Kvpool__Cluster__V1__NodeRequest *
     return true;
 }
 
+//  Whether request is a change that may have waited in the socket through this master's own
+//  stall (STALE_WINDOW_MS); then the reply says so.
+static bool
+s_stale (self_t *self, reply_t *r, const Kvpool__Cluster__V1__NodeRequest *request)
+{
+    switch (request->kind) {
+        case KVPOOL__CLUSTER__V1__KIND__PLACE:
+        case KVPOOL__CLUSTER__V1__KIND__COMMIT:
+        case KVPOOL__CLUSTER__V1__KIND__REMOVE:
+        case KVPOOL__CLUSTER__V1__KIND__REMOVE_REGEX:
+        case KVPOOL__CLUSTER__V1__KIND__REMOVE_ALL:
+        case KVPOOL__CLUSTER__V1__KIND__CACHE:
+        case KVPOOL__CLUSTER__V1__KIND__FENCE:
+        case KVPOOL__CLUSTER__V1__KIND__REPAIRED: break;
+        default: return false;
+    }
+    int64_t now = zclock_mono ();
+    //  (The tick may not have run since the stall: a request can be the first to notice.)
+    if (now - self->last_tick > LIVENESS_TICK_MS + MASTER_STALL_MS)
+        self->stale_until = now + STALE_WINDOW_MS;
+    if (now >= self->stale_until)
+        return false;
+    master_reply_fail (r, KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS,
+                       "the master did not run for a while (stopped or starved of CPU): changes "
+                       "that waited meanwhile are refused for %d ms more",
+                       (int) (self->stale_until - now));
+    return true;
+}
+
 //  The node a request speaks for, if its sender proved to be the process that registered
 //  it: the registration number only that process was told, the credential it registered
 //  with, this master's epoch, and the node still alive. NULL otherwise.
@@ -801,6 +837,20 @@ s_commit (self_t *self, reply_t *r, arena_t *arena, const Kvpool__Cluster__V1__N
             *status = KVPOOL_INTERNAL_ERROR;
             continue;
         }
+        //  A put of a key removed before: the nodes that held the removed value are told
+        //  again by the writer, before its client hears. The removal's own drop may never
+        //  have reached them: its remover stopped waiting for this master's answer (this
+        //  master was stopped, or the remover was), and such a node would serve the removed
+        //  value to its own clients beside this one (tombstones.h).
+        uint16_t told[KVP_MAX_REPLICAS];
+        uint8_t told_count = 0;
+        uint64_t removed_version = 0;
+        if (entry->state == DIR_PENDING
+            && tombstones_holders (self->tombstones, key, &removed_version, told, &told_count)
+            && master_reply_holders (r, r->reply.old_holders[i], told, told_count) != 0) {
+            *status = KVPOOL_INTERNAL_ERROR;
+            continue;
+        }
         s_reservation_end (self, entry);
         s_count (self, entry, -1); //  an upsert's old holders
         directory_commit (self->directory, entry, slots, count, ++self->next_token);
@@ -847,8 +897,13 @@ s_locate (self_t *self, reply_t *r, arena_t *arena, const Kvpool__Cluster__V1__N
         //  back later does not undo the remove. And the nodes its last removal named are
         //  told again, naming the version: one that removal's drop never reached (its
         //  remover lost this master's answer) still holds it (tombstones.h).
-        if (!entry && remove) {
+        if (!entry && remove)
             tombstones_add (self->tombstones, key, ++self->next_token, 0, NULL, 0);
+        //  A key being written again (a reservation) is not removed, but the nodes its last
+        //  removal named are told again all the same, naming the removed version (never
+        //  the one being written): that removal's remover may have stopped waiting for its
+        //  answer, and they would serve the removed value meanwhile.
+        if (remove && (!entry || entry->state == DIR_PENDING)) {
             uint16_t held[KVP_MAX_REPLICAS];
             uint8_t count = 0;
             uint64_t version = 0;
@@ -1235,7 +1290,8 @@ s_request (self_t *self)
             sender->seen_token = self->next_token;
         }
         //  (A change from a node away since it asked is refused: s_fenced.)
-        if (!s_fenced (self, &r, sender, request) && !s_recovering (self, &r, request))
+        if (!s_fenced (self, &r, sender, request) && !s_recovering (self, &r, request)
+            && !s_stale (self, &r, request))
             switch (request->kind) {
                 case KVPOOL__CLUSTER__V1__KIND__REGISTER:
                     s_register (self, &r, request, &from);
@@ -1331,6 +1387,7 @@ s_tick (self_t *self)
         }
     }
     if (stalled > MASTER_STALL_MS) {
+        self->stale_until = now + STALE_WINDOW_MS;
         kvp_warning ("the master did not run for %lld ms (stopped or starved of CPU): the "
                      "nodes get that time back before any is declared dead",
                      (long long) stalled);

@@ -929,6 +929,41 @@ def test_a_put_the_master_never_answers_fails_cleanly(make_cluster):
     c.stop([c.nodes["a"], c.master])
 
 
+
+def test_what_waited_in_a_stopped_masters_socket_changes_nothing(make_cluster):
+    # A remove and a put sent while the master was stopped: their nodes gave up on the
+    # answer after --cluster-timeout and failed them. The master reads them when it runs
+    # again; it used to serve them: the remove took the key out of the directory, but its
+    # node was no longer there to tell the holder, which served the removed value to its
+    # own clients while every other node said it was gone; the put's reservation blocked
+    # its key for --put-timeout (30 s). Now changes that waited through the master's own
+    # stall are refused (UNAVAILABLE_IN_CURRENT_STATUS, to nobody listening).
+    c = make_cluster(names=("a", "b"))
+    a, b = c.raw("a"), c.raw("b")
+    assert a.put("kept-s101", value_of("kept-s101"), put={"preferred_segments": ["node-b"]}) \
+        == OK
+    assert c.locate(["kept-s101"], "a") == {"kept-s101": ["node-b"]}
+    c.freeze("master")
+    try:
+        assert a.remove("kept-s101") not in (OK, OBJECT_NOT_FOUND)
+        assert a.put("late-s101", value_of("late-s101")) != OK
+    finally:
+        c.thaw("master")
+    time.sleep(1.0)
+    # The master and node-b agree: the key is still there, where it was.
+    assert c.locate(["kept-s101"], "a") == {"kept-s101": ["node-b"]}, c.logs()
+    assert b.get("kept-s101") == (OK, value_of("kept-s101"))
+    assert a.get("kept-s101") == (OK, value_of("kept-s101"))
+    # And the put that waited holds nothing up.
+    assert a.put("late-s101", value_of("late-s101")) == OK, c.logs()
+    assert b.get("late-s101") == (OK, value_of("late-s101"))
+    # A remove now goes everywhere.
+    assert a.remove("kept-s101") == OK
+    assert b.get("kept-s101")[0] == OBJECT_NOT_FOUND
+    a.close()
+    b.close()
+    c.stop([c.nodes["a"], c.nodes["b"], c.master])
+
 # ---- d) the disk tier read-only, then full ----------------------------------------------------
 
 def _can_mount():
