@@ -235,7 +235,8 @@ s_lease_renew (self_t *self, uint64_t request_id)
 
 //  The master no longer knows this node (it restarted, or declared the node dead: fenced by
 //  a remove that could not reach it): the lease ends now, and every cache copy goes before
-//  the node registers again, so that none the master does not know of is served later.
+//  the node registers again, so that none the master does not know of is served later
+//  (with the copies other nodes wrote here that no master confirmed yet: replica_cache.c).
 static void
 s_lease_lost (self_t *self)
 {

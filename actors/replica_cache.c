@@ -187,7 +187,11 @@ rm_cache_drop_all (rm_state_t *self, kvp_job_t *job, int64_t now)
 {
     (void) job;
     kvp_job_t *free_job = NULL;
-    //  Complete ones in the cache's order; hidden ones found in the table.
+    //  Complete ones in the cache's order; hidden ones found in the table. So do the copies
+    //  other nodes wrote here that no master confirmed (replica_objects.h, hidden): the
+    //  master this node registers with again dropped whatever it knew of this node's
+    //  copies, and a CONFIRM or a read naming a version still on its way would otherwise
+    //  serve a value removed or replaced meanwhile.
     lru_link_t *link;
     while ((link = lru_first (&self->cache))) {
         rm_object_drop (self, lru_entry (link, kvp_object_t, in_memory), &free_job, now);
@@ -196,7 +200,7 @@ rm_cache_drop_all (rm_state_t *self, kvp_job_t *job, int64_t now)
     zlistx_t *hidden = zlistx_new ();
     for (kvp_object_t *object = (kvp_object_t *) object_table_first (self->objects); object;
          object = (kvp_object_t *) object_table_next (self->objects))
-        if (object->cache)
+        if (object->cache || (object->hidden && object->state == OBJECT_COMPLETE))
             zlistx_add_end (hidden, object);
     for (kvp_object_t *object = (kvp_object_t *) zlistx_first (hidden); object;
          object = (kvp_object_t *) zlistx_next (hidden))

@@ -103,7 +103,8 @@ typedef enum {
     KVP_RM_CACHE_INSERT,  //  items OK, placed and written: hidden cache copies (object_id out)
     KVP_RM_CACHE_PUBLISH, //  items OK (the master took them as cache holders): the copies
                           //  are served; the others go
-    KVP_RM_CACHE_DROP,    //  every cache copy goes (the node registers with its master again)
+    KVP_RM_CACHE_DROP,    //  every cache copy goes, and every unconfirmed copy another node
+                          //  wrote here (the node registers with its master again)
     KVP_RM_CONFIRM,       //  items (keys, versions): another node's writes here that it
                           //  committed at the master are served from now on (CONFIRM)
     //  cluster (role node: actors/cluster.c)

@@ -193,8 +193,9 @@ def test_a_copy_no_master_committed_is_served_to_nobody(cluster):
     assert wait_for(lambda: ipc.get("both") == (OK, b"B" * 7000) and ipc.index_gets() > before)
     ipc.close()
     # A master that restarts is not told of such a copy (it would take it for a value).
-    assert writer.call(pb.UPSERT, ["ghost-2"], [b"H" * 5000])[0].statuses[0] == OK
-    writer.close()
+    reply, _ = writer.call(pb.UPSERT, ["ghost-2"], [b"H" * 5000])
+    assert reply.statuses[0] == OK
+    version_2 = reply.versions[0]
     port = cluster.master_endpoint.rsplit(":", 1)[1]
     cluster.master.proc.kill()
     cluster.master.proc.wait()
@@ -204,6 +205,12 @@ def test_a_copy_no_master_committed_is_served_to_nobody(cluster):
     for client in (cluster.raw(1), cluster.raw(0)):
         assert client.get("ghost-2")[0] == OBJECT_NOT_FOUND
     assert cluster.raw(0).call(pb.LOCATE, ["ghost-2"])[0].statuses[0] == OBJECT_NOT_FOUND
+    # Nor does a CONFIRM that comes after the node registered again serve it: whatever the
+    # master knew of the node's copies then is gone (the copy went when it registered).
+    assert writer.call(pb.CONFIRM, ["ghost-2"], versions=[version_2])[0].statuses[0] \
+        == OBJECT_NOT_FOUND
+    assert cluster.raw(1).get("ghost-2")[0] == OBJECT_NOT_FOUND
+    writer.close()
 
 
 def test_a_node_cannot_speak_for_another(cluster):
