@@ -677,7 +677,13 @@ s_tick (actor_shell_t *shell, void *arg)
 {
     (void) shell;
     self_t *self = (self_t *) arg;
-    if (zclock_mono () >= self->next_tick) {
+    int64_t now = zclock_mono ();
+    if (now >= self->next_tick && now - self->next_tick > STALL_GRACE_MS && !self->stall_grace) {
+        self->stall_grace = true;
+        self->next_tick = now + STALL_GRACE_MS;
+    }
+    else if (now >= self->next_tick) {
+        self->stall_grace = false;
         s_expire (self);
         self->next_tick = zclock_mono () + TICK_MS;
     }

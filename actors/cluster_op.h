@@ -31,6 +31,11 @@
 //  A node whose call timed out is tried last for this long.
 #define SUSPECT_MS 10000
 #define TICK_MS 10
+//  A tick this much later than due means this node did not run (stopped, starved of CPU):
+//  the answers to its calls may be waiting to be read, and expiring the calls at once would
+//  blame their nodes for its own stall (a write or drop not answered fences its node). The
+//  answers get this long first.
+#define STALL_GRACE_MS 100
 //  A GET with redirect: values at least this large are read by the client from their node
 //  (one hop); smaller ones are relayed here, where the extra round trip would cost more.
 #define REDIRECT_MIN_BYTES (64 << 10)
@@ -134,6 +139,7 @@ typedef struct _self_t {
     master_client_t *master;
     actor_shell_t *shell; //  its loop (infra/actor_shell.h), which waits on the peers' links
     int64_t next_tick;    //  calls' deadlines and idle peers are looked at then (s_expire)
+    bool stall_grace;     //  this node did not run for a while: expiry waits STALL_GRACE_MS
     const cluster_args_t *args;
     const kvp_config_t *config;
     peer_t *peers[MAX_PEERS];

@@ -20,6 +20,10 @@
 #include "infra/curve.h"
 #include "protocol/contract.h"
 
+//  How far past a call's deadline its caller must wake to count as not having run, and how
+//  long the answer then gets (peer_link_call).
+#define PEER_LINK_STALL_MS 100
+
 #define HEARTBEAT_IVL_MS 1000
 #define HEARTBEAT_TIMEOUT_MS 3000
 
@@ -205,12 +209,23 @@ peer_link_call (peer_link_t *self, Kvpool__V1__Request *request, zmq_msg_t *valu
         return PEER_LINK_SEND_FAILED;
     int64_t deadline = zclock_mono () + timeout_ms;
     void *handle = zsock_resolve (self->sock);
+    bool grace = false;
     while (true) {
         int64_t wait = deadline - zclock_mono ();
         zmq_pollitem_t item = {handle, 0, ZMQ_POLLIN, 0};
         if (wait <= 0 || zmq_poll (&item, 1, (long) wait) <= 0 || !(item.revents & ZMQ_POLLIN)) {
-            if (zclock_mono () < deadline)
+            int64_t now = zclock_mono ();
+            if (now < deadline)
                 continue; //  interrupted
+            //  Woken well past the deadline: this process did not run (stopped, starved of
+            //  CPU), and the answer may be waiting in libzmq's I/O thread, which did not run
+            //  either. It gets a moment: a node that blamed its peer for its own stall would
+            //  fence it (actors/cluster.c).
+            if (!grace && now - deadline > PEER_LINK_STALL_MS) {
+                grace = true;
+                deadline = now + PEER_LINK_STALL_MS;
+                continue;
+            }
             return PEER_LINK_TIMEOUT;
         }
         zmq_msg_t *frames = NULL;
