@@ -626,7 +626,11 @@ s_inventory (self_t *self, reply_t *r, arena_t *arena,
                                  && (entry->state == DIR_PENDING || entry->token > node->report_bar
                                      || (version && entry->version && version != entry->version))
                            : removed > node->report_bar
-                                 || tombstones_floor (self->tombstones) > node->report_bar;
+                                 || tombstones_floor (self->tombstones) > node->report_bar
+                                 //  (a value removed whenever the node last spoke: a
+                                 //  restarted node's old life may have spoken after the
+                                 //  remove, its drop never reaching it)
+                                 || (version && tombstones_version (self->tombstones, key) == version);
         //  A node away under an earlier leader: a copy nobody else holds may have been
         //  removed then (ha.h); one another holder has, of the same version, was not.
         if (node->suspect && !stale)

@@ -81,6 +81,13 @@ tombstones_find (tombstones_t *self, const char *key)
     return stone ? stone->token : 0;
 }
 
+uint64_t
+tombstones_version (tombstones_t *self, const char *key)
+{
+    stone_t *stone = (stone_t *) zhashx_lookup (self->tokens, key);
+    return stone ? stone->version : 0;
+}
+
 bool
 tombstones_holders (tombstones_t *self, const char *key, uint64_t *version, uint16_t *holders,
                     uint8_t *count)
@@ -123,6 +130,8 @@ tombstones_test (bool verbose)
     assert (tombstones_holders (stones, "a", &version, got, &count));
     assert (version == 50 && count == 2 && got[0] == 3 && got[1] == 4);
     assert (!tombstones_holders (stones, "b", &version, got, &count));
+    assert (tombstones_version (stones, "a") == 50 && tombstones_version (stones, "b") == 0
+            && tombstones_version (stones, "c") == 0);
     tombstones_add (stones, "a", 7, 0, NULL, 0); //  removed again while gone: holders kept
     assert (tombstones_find (stones, "a") == 7 && tombstones_floor (stones) == 0);
     assert (tombstones_holders (stones, "a", &version, got, &count) && version == 50);

@@ -31,6 +31,10 @@ void tombstones_add (tombstones_t *self, const char *key, uint64_t token, uint64
 //  The token of key's last removal remembered, or 0.
 uint64_t tombstones_find (tombstones_t *self, const char *key);
 
+//  The version key's last removal remembered removed (0: none known). A copy of that version
+//  is of a removed value, whenever its node last spoke (master.c, s_inventory).
+uint64_t tombstones_version (tombstones_t *self, const char *key);
+
 //  What key's last removal remembered removed: the version, and the nodes that held it
 //  (*count of them into holders, room for 8). Returns false when none is remembered. A
 //  later remove of the key tells those nodes again, naming the version: a node the first
