@@ -308,8 +308,10 @@ s_fetch_add (self_t *self, op_t *op, run_t *run, size_t i)
         xfer->key = item->key;
         xfer->key_len = item->key_len;
         xfer->size = item->size; //  as the master knows it: the room for a read by RDMA
-        //  (the version a known location named: no other, and only under the holder's lease)
-        xfer->version = fetch->known ? item->version : 0;
+        //  The version the master (or a known location) named: no other, and only under the
+        //  holder's lease. A copy its writer has yet to confirm is served to such a read
+        //  (kvp_object_t.hidden): the read races the writer's CONFIRM after a put returns.
+        xfer->version = item->version;
         if (stripes > 1) {
             xfer->offset = s * stripe;
             xfer->length = item->size - xfer->offset < stripe ? item->size - xfer->offset : stripe;

@@ -293,7 +293,9 @@ def test_values_move_by_rdma_on_the_loop_device():
         plane = Raw(re.search(r"data plane (tcp://\S+)", c.nodes[1].log_text()).group(1),
                     cluster_key=True)
         key = "rdma-hB-%d" % MiB
-        reply, _ = plane.call(pb.UPSERT, [key], [b"L" * (MiB + 100)])
+        # (as a node's write would, with the version the master gave the value)
+        version = c.raw(0).call(pb.LOCATE, [key])[0].versions[0]
+        reply, _ = plane.call(pb.UPSERT, [key], [b"L" * (MiB + 100)], versions=[version])
         assert reply.statuses[0] == OK
         assert plane.call(pb.CONFIRM, [key], versions=[reply.versions[0]])[0].statuses[0] == OK
         moved = c.raw(0).stats().rdma_transfers
