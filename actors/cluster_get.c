@@ -218,7 +218,9 @@ cluster_fetch_located (self_t *self, op_t *op, call_t *call,
         }
         int holders[KVP_MAX_REPLICAS];
         uint8_t count = cluster_holders (self, reply, reply->holders[k], holders);
+        bool relocated = fetch->relocated;
         memset (fetch, 0, sizeof *fetch);
+        fetch->relocated = relocated;
         int self_holder = -1;
         for (uint8_t h = 0; h < count; h++)
             if (!cluster_is_self (self, holders[h]))
@@ -268,13 +270,17 @@ s_fetch_add (self_t *self, op_t *op, run_t *run, size_t i)
         item->buffer_free (item->buffer);
         item->buffer = NULL;
     }
-    if (fetch->next == fetch->count && fetch->known && !fetch->corrupt) {
+    if (fetch->next == fetch->count && !fetch->corrupt
+        && (fetch->known || (!fetch->relocated && !fetch->any_failure))) {
         //  No holder it knew of has that version now (or answers): located at the master
-        //  after all. (A holder that sent bytes that did not verify would be named again:
-        //  the key fails as it would have.)
+        //  after all. So is a key whose holders the master named had no more the version it
+        //  named (reads name it: kvp_object_t.hidden), once. (A holder that sent bytes that
+        //  did not verify would be named again: the key fails as it would have.)
         cluster_locations_forget (self, item->key);
+        bool relocated = !fetch->known || fetch->relocated;
         memset (fetch, 0, sizeof *fetch);
         fetch->relocate = true;
+        fetch->relocated = relocated;
         item->status = KVPOOL_OBJECT_NOT_FOUND;
         return;
     }

@@ -102,6 +102,9 @@ typedef struct {
     //  master: they are asked for that version alone, and when none has it the item is
     //  located at the master after all (relocate).
     bool known, relocate;
+    //  Located at the master a second time already: the version it named first was gone
+    //  from every holder (an upsert or a remove and put came between). Once only.
+    bool relocated;
     bool corrupt; //  a holder sent bytes that did not verify
 } fetch_t;
 
