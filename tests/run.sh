@@ -33,6 +33,9 @@ run_one() {
     fail=$((fail + 1))
     failed+=("$name")
     printf 'FAIL %-45s (exit %d)\n' "$name" "$rc"
+    # What failed first (pytest's assertion lines and summary, a C test's failed check),
+    # then the log's tail: a test that prints its daemons' logs on failure ends with them.
+    grep -E '^(E  |FAILED |ERROR |FAIL:|.*Assertion .* failed)' "$log" | head -n 40 | cut -c1-400 | sed 's/^/     ! /'
     tail -n 150 "$log" | sed 's/^/     | /'
   fi
 }

@@ -780,7 +780,7 @@ def test_master_restarted_during_traffic(make_cluster):
         c.master.proc.wait()
         # Away for a while: puts fail, reads of what a node holds go on.
         served = sum(traffic.read_ok.values())
-        assert wait_for(lambda: sum(traffic.read_ok.values()) >= served + 20, 5)
+        assert wait_for(lambda: sum(traffic.read_ok.values()) >= served + 20, 5), (served, dict(traffic.read_ok), dict(traffic.errors), traffic.slow[:10])
         c.master = c.start_master(c.master_endpoint)
         back = time.monotonic()
         assert wait_for(lambda: c.alive_ids("a") == {"node-a", "node-b", "node-c"}, 10)
