@@ -336,8 +336,24 @@ s_master_reply (self_t *self, void *which)
     else if (master_client_stale (self->master, reply)) {
         //  The master does not know this node (restarted, or declared it dead): again.
         if (self->state == REGISTERED) {
-            kvp_warning ("%s does not know node %s: registering again",
-                         master_client_name (self->master), self->args->node_id);
+            //  The same master, that no longer knows this registration: it declared the
+            //  node dead (silent past --node-ttl, or fenced by a remove or an upsert it
+            //  did not confirm in time), and that change completed without it. Its own
+            //  copies wait, as after a stop past its lease, until the master has confirmed
+            //  them (what it refuses dropped first): served meanwhile, a removed or
+            //  replaced value was read back through this node after its remover had been
+            //  answered. (A master restarted, or of a new term, lost no change this way.)
+            bool declared_dead = reply->epoch == master_client_epoch (self->master);
+            kvp_lease_t *lease = self->config->lease;
+            if (declared_dead && lease && !atomic_load (&lease->suspended)) {
+                atomic_store (&lease->suspended, true);
+                kvp_warning ("%s declared node %s dead: registering again; it serves none "
+                             "of its copies until the master confirms them",
+                             master_client_name (self->master), self->args->node_id);
+            }
+            else
+                kvp_warning ("%s does not know node %s: registering again",
+                             master_client_name (self->master), self->args->node_id);
             self->state = UNREGISTERED;
             s_lease_lost (self);
             self->next_beat = zclock_mono (); //  at once

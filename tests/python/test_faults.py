@@ -1146,3 +1146,73 @@ def test_a_node_stopped_past_its_lease_serves_nothing_before_the_master_confirms
     raw_a.close()
     raw_c.close()
     c.stop([c.nodes[n] for n in "abc"] + [c.master])
+
+
+def test_a_node_declared_dead_serves_nothing_before_the_master_confirms(make_cluster):
+    # node-b runs on, but a remove completed without it: the remover could not tell it to
+    # drop the key, and fenced it (FENCE). The remover answers its client once node-b's lease
+    # has surely run out; from then on node-b must not serve the removed key, though it has
+    # only heard that the master no longer knows it. Here its registration is held up (a
+    # connection that proved to be node-b took its place at the master, with its endpoints)
+    # so that this window lasts: before, node-b served its own copy all through it.
+    from test_trust import FakeNode, cpb  # (the master's own protocol, as a node speaks it)
+    from kvpool_raw import default_cluster_key
+    c = make_cluster(names=("a", "b"))
+    raw_b = c.raw("b", timeout_ms=6 * TIMEOUT_MS)
+    keys = ["declared-%d" % i for i in range(3)]
+    for key in keys:
+        assert raw_b.put(key, v(key, 1), put={"preferred_segments": ["node-b"]}) == OK
+    assert all(w == ["node-b"] for w in c.locate(keys, "a").values())
+    registered = re.search(r"node node-b \(host hb\) registered: clients (\S+), data plane (\S+),",
+                           c.master.log_text())
+    b_node = cpb.Node(node_id="node-b", host_id="hb", client_endpoint=registered.group(1),
+                      peer_endpoint=registered.group(2), capacity=1 << 20, free=1 << 20)
+    cluster_key = default_cluster_key()
+    remover = FakeNode(c.master_endpoint, cluster_key, "kvpool-node/remover")
+    reply = remover.call(cpb.REGISTER, "remover")
+    assert reply.status == OK, reply
+    session = dict(epoch=reply.epoch, registration=reply.registration)
+    for attempt in range(5):
+        key = keys[0] if attempt == 0 else "declared-again-%d" % attempt
+        if attempt:
+            assert raw_b.put(key, v(key, 1), put={"preferred_segments": ["node-b"]}) == OK
+            assert wait_for(lambda: c.locate([key], "a").get(key) == ["node-b"], 5)
+        reply = remover.call(cpb.REMOVE, "remover", keys=[key.encode()], **session)
+        assert reply.status == OK and list(reply.statuses) == [OK], reply
+        fenced = time.monotonic()
+        reply = remover.call(cpb.FENCE, "remover", pattern="node-b", **session)
+        assert reply.status == OK, reply
+        wait_s = reply.wait_ms / 1000
+        # At once, before node-b's next heartbeat: its place is taken.
+        twin = FakeNode(c.master_endpoint, cluster_key, "kvpool-node/node-b")
+        if twin.call(cpb.REGISTER, "node-b", node=b_node).status == OK:
+            break
+        twin.close()  # node-b registered again first: another key
+    else:
+        raise AssertionError("node-b registered again before the twin, five times")
+    try:
+        # The remover's client is answered now; node-b has heard that the master does not
+        # know it (its REGISTERs are refused: "alive on another connection").
+        time.sleep(max(0.0, fenced + wait_s - time.monotonic()))
+        assert wait_for(lambda: "registered already" in c.nodes["b"].log_text(), 5), \
+            c.nodes["b"].log_text(3000)
+        for _ in range(10):
+            status, value = raw_b.get(key)
+            assert status != OK and value != v(key, 1), (key, status)
+            time.sleep(0.05)
+        assert "declared node node-b dead" in c.nodes["b"].log_text()
+    finally:
+        twin.close()
+        remover.close()
+    # The twin's connection closed: node-b registers, the master refuses its copy of the
+    # removed key, and serves the others again.
+    others = keys[1:]
+    assert wait_for(lambda: all(raw_b.get(k) == (OK, v(k, 1)) for k in others), 10), \
+        c.nodes["b"].log_text(3000)
+    assert raw_b.get(key)[0] == OBJECT_NOT_FOUND
+    raw_a = c.raw("a")
+    assert raw_a.get(key)[0] == OBJECT_NOT_FOUND
+    raw_a.close()
+    assert "node-b" in c.alive_ids("a")
+    raw_b.close()
+    c.stop([c.nodes[n] for n in "ab"] + [c.master])
