@@ -495,6 +495,13 @@ s_call_done (self_t *self, call_t *call, Kvpool__Cluster__V1__MasterReply *maste
     op->calls_out--;
     if (master_reply && master_reply->planned > op->planned)
         op->planned = master_reply->planned;
+    //  A change the master made while a node it fenced may still serve its copies: the
+    //  client hears once that node's lease has surely run out (as after a FENCE of our own).
+    if (master_reply && master_reply->status == KVPOOL_OK && master_reply->wait_ms) {
+        int64_t until = zclock_mono () + (int64_t) master_reply->wait_ms;
+        if (until > op->hold_until)
+            op->hold_until = until;
+    }
     if (call->kind == CALL_PEER)
         self->peers[call->peer]->calls_out--;
     if (call->kind == CALL_MASTER && call->what == KVPOOL__CLUSTER__V1__KIND__FENCE) {

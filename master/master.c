@@ -90,6 +90,7 @@ typedef struct {
     int64_t next_tick;
     int64_t last_tick;        //  when s_tick last ran
     int64_t stale_until;      //  changes refused until then (STALE_WINDOW_MS)
+    int64_t fenced_until;     //  changes answered to wait until then (s_fence)
     tombstones_t *tombstones; //  removed keys, for nodes that missed a removal while away
     //  per reply: slot -> index in reply.nodes (+1; 0: not in it yet)
     uint32_t node_index[NODE_TABLE_MAX];
@@ -1101,6 +1102,8 @@ s_fence (self_t *self, reply_t *r, const Kvpool__Cluster__V1__NodeRequest *reque
     int64_t now = zclock_mono ();
     int64_t safe = node->last_heard + (int64_t) (node->lease_ms + node->lease_ms / 10);
     r->reply.wait_ms = node->lease_ms && safe > now ? (uint64_t) (safe - now) : 0;
+    if (safe > self->fenced_until)
+        self->fenced_until = safe;
     if (node->alive && node != sender) {
         char why[200];
         snprintf (why, sizeof why, "fenced: node %s could not tell it to drop keys",
@@ -1355,16 +1358,17 @@ s_request (self_t *self)
                                        request->kind);
             }
     }
-    if (request)
-        kvp_debug ("%s from %s: %zu keys, %s",
-                   protobuf_c_enum_descriptor_get_value (&kvpool__cluster__v1__kind__descriptor,
-                                                         request->kind)
-                       ? protobuf_c_enum_descriptor_get_value (
-                             &kvpool__cluster__v1__kind__descriptor, request->kind)
-                             ->name
-                       : "?",
-                   request->node && request->node->node_id ? request->node->node_id : "?",
-                   request->n_keys, kvp_status_name (r.reply.status));
+    master_reply_log (&r, request);
+    //  A fenced node serves its own copies until it hears it was declared dead: until its
+    //  lease has surely run out, a change is answered with that wait, its client told no
+    //  sooner (a removed key lost with it, or put again elsewhere, read back through it).
+    int64_t fenced = self->fenced_until - zclock_mono ();
+    if (request && fenced > 0 && r.reply.status == KVPOOL_OK && r.reply.wait_ms < (uint64_t) fenced
+        && (request->kind == KVPOOL__CLUSTER__V1__KIND__COMMIT
+            || request->kind == KVPOOL__CLUSTER__V1__KIND__REMOVE
+            || request->kind == KVPOOL__CLUSTER__V1__KIND__REMOVE_REGEX
+            || request->kind == KVPOOL__CLUSTER__V1__KIND__REMOVE_ALL))
+        r.reply.wait_ms = (uint64_t) fenced;
     s_send (self, routing_id, &r);
     arena_fini (&arena);
 }

@@ -4,7 +4,9 @@
 #include <czmq.h>
 #include <stdarg.h>
 
+#include "infra/log.h"
 #include "kvpool_status.h"
+#include "protocol/status.h"
 
 void
 master_reply_start (reply_t *r, arena_t *arena, node_table_t *nodes, uint32_t *node_index)
@@ -177,4 +179,16 @@ master_reply_old_holders (reply_t *r, size_t n)
     }
     r->reply.n_old_holders = n;
     return 0;
+}
+
+void
+master_reply_log (const reply_t *r, const Kvpool__Cluster__V1__NodeRequest *request)
+{
+    if (!request)
+        return;
+    const ProtobufCEnumValue *kind =
+        protobuf_c_enum_descriptor_get_value (&kvpool__cluster__v1__kind__descriptor, request->kind);
+    kvp_debug ("%s from %s: %zu keys, %s", kind ? kind->name : "?",
+               request->node && request->node->node_id ? request->node->node_id : "?",
+               request->n_keys, kvp_status_name (r->reply.status));
 }

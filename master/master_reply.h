@@ -45,5 +45,7 @@ int master_reply_versions (reply_t *r, size_t n, bool caches);
 //  An empty holder list a key for n keys' old holders (PLACE of an upsert, COMMIT). Returns
 //  0, or -1 (the reply failed) when out of memory.
 int master_reply_old_holders (reply_t *r, size_t n);
+//  Says at debug level what was asked (request: NULL when it did not parse) and answered.
+void master_reply_log (const reply_t *r, const Kvpool__Cluster__V1__NodeRequest *request);
 
 #endif

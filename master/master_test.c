@@ -164,6 +164,20 @@ master_test (bool verbose)
         reply = s_call (second, &other);
         assert (reply->status == KVPOOL_INVALID_PARAMS);
         kvpool__cluster__v1__master_reply__free_unpacked (reply, NULL);
+        //  Until n2's lease has surely run out (it serves its own copies until it hears it
+        //  is dead), a change is answered with that wait; a read is not.
+        ProtobufCBinaryData absent = {6, (uint8_t *) "absent"};
+        Kvpool__Cluster__V1__NodeRequest change = request;
+        change.keys = &absent;
+        change.n_keys = 1;
+        change.kind = KVPOOL__CLUSTER__V1__KIND__REMOVE;
+        reply = s_call (dealer, &change);
+        assert (reply->status == 0 && reply->wait_ms > 0 && reply->wait_ms <= 660);
+        kvpool__cluster__v1__master_reply__free_unpacked (reply, NULL);
+        change.kind = KVPOOL__CLUSTER__V1__KIND__LOCATE;
+        reply = s_call (dealer, &change);
+        assert (reply->status == 0 && reply->wait_ms == 0);
+        kvpool__cluster__v1__master_reply__free_unpacked (reply, NULL);
         zsock_destroy (&second);
     }
 
