@@ -33,12 +33,42 @@
 static int s_peer_reader (actor_shell_t *shell, zsock_t *sock, void *arg);
 
 static void
+s_links_close (self_t *self, peer_link_t ***links_p, uint32_t *count_p)
+{
+    for (uint32_t i = 0; i < *count_p; i++) {
+        actor_shell_remove (self->shell, peer_link_sock ((*links_p)[i]));
+        peer_link_destroy (&(*links_p)[i]);
+    }
+    free (*links_p);
+    *links_p = NULL;
+    *count_p = 0;
+}
+
+static void
 s_peer_disconnect (self_t *self, peer_t *peer)
 {
-    for (uint32_t i = 0; i < peer->count; i++) {
-        actor_shell_remove (self->shell, peer_link_sock (peer->links[i]));
-        peer_link_destroy (&peer->links[i]);
+    s_links_close (self, &peer->links, &peer->count);
+    s_links_close (self, &peer->retired, &peer->retired_count);
+}
+
+//  A call to the node timed out: it may be gone, and its links are closed, so that libzmq
+//  stops reconnecting to its port (which another process may take) and what was queued for
+//  it goes. Not at once: calls sent on them since (to the node's new life, if it restarted:
+//  libzmq reconnects by itself) would be lost with them, and a lost drop fences the node
+//  for nothing. They are retired for a timeout; the next call connects afresh.
+static void
+s_peer_retire (self_t *self, peer_t *peer, int64_t now)
+{
+    peer_link_t **retired = (peer_link_t **) realloc (
+        peer->retired, (peer->retired_count + peer->count) * sizeof (peer_link_t *));
+    if (!retired) {
+        s_peer_disconnect (self, peer);
+        return;
     }
+    memcpy (retired + peer->retired_count, peer->links, peer->count * sizeof (peer_link_t *));
+    peer->retired = retired;
+    peer->retired_count += peer->count;
+    peer->retire_until = now + (int64_t) self->config->cluster_timeout_ms + STALL_GRACE_MS;
     free (peer->links);
     peer->links = NULL;
     peer->count = 0;
@@ -49,6 +79,7 @@ s_peer_connect (self_t *self, peer_t *peer)
 {
     //  Heartbeats: a connection that died without a FIN is found out, and made again.
     uint32_t want = self->config->peer_connections;
+    peer->links_made++;
     peer->links = (peer_link_t **) calloc (want, sizeof (peer_link_t *));
     assert (peer->links);
     peer->count = 0;
@@ -191,6 +222,8 @@ cluster_peer_send (self_t *self, op_t *op, int peer_index, Kvpool__V1__Request *
     request->no_reply = call == NULL;
     if (peer->count == 0)
         s_peer_connect (self, peer); //  disconnected after a timeout, or idle
+    if (call)
+        call->links = peer->links_made;
     peer->last_used = zclock_mono ();
     uint64_t id = call ? rpc_calls_add (self->peer_calls, call,
                                         zclock_mono () + (int64_t) self->config->cluster_timeout_ms)
@@ -615,6 +648,8 @@ s_expire (self_t *self)
     }
     for (size_t i = 0; i < self->peer_count; i++) {
         peer_t *peer = self->peers[i];
+        if (peer->retired_count && now >= peer->retire_until)
+            s_links_close (self, &peer->retired, &peer->retired_count);
         if (peer->count && peer->calls_out == 0 && now - peer->last_used > PEER_IDLE_MS
             && strcmp (peer->node_id, self->args->node_id) != 0)
             s_peer_disconnect (self, peer);
@@ -625,13 +660,12 @@ s_expire (self_t *self)
         s_call_destroy (&call);
     }
     while ((call = (call_t *) rpc_calls_expired (self->peer_calls, now))) {
-        //  A node that does not answer may be gone: its connections are closed, so that
-        //  libzmq stops reconnecting to its port (which another process may take) and what
-        //  was queued for it goes; the next call connects again.
+        //  A node that does not answer may be gone (s_peer_retire).
         peer_t *peer = self->peers[call->peer];
         peer->suspect_until = now + SUSPECT_MS;
         peer->epoch++;
-        s_peer_disconnect (self, peer);
+        if (peer->count && call->links == peer->links_made)
+            s_peer_retire (self, peer, now);
         self->failures++;
         s_call_done (self, call, NULL, NULL, NULL, 0);
         s_call_destroy (&call);

@@ -55,6 +55,13 @@ typedef struct {
     //  Raised each time the node fails to answer in time: locations learned before
     //  (cluster_locations.c) no longer send reads to it without asking the master.
     uint32_t epoch;
+    //  Links in doubt (a call on them timed out), kept until retire_until: the calls still
+    //  out on them may yet be answered (the node may have restarted, and libzmq connected
+    //  them to its new life). New calls go on fresh links.
+    peer_link_t **retired;
+    uint32_t retired_count;
+    int64_t retire_until;
+    uint32_t links_made; //  times links were made: which ones a call went on
 } peer_t;
 
 typedef struct _op_t op_t;
@@ -71,6 +78,7 @@ typedef struct {
     int what;      //  the master's Kind, or the client protocol's Op sent
     size_t *items; //  job item of each key sent, in order
     size_t count;
+    uint32_t links; //  CALL_PEER: the peer's links it went on (peer_t.links_made)
 } call_t;
 
 //  A put's placement: what KVP_CL_PLACE decided, for KVP_CL_COMMIT (job->plan).

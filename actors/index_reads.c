@@ -6,6 +6,8 @@
 */
 #include "actors/index_reads.h"
 
+#include "infra/log.h"
+
 #include <czmq.h>
 
 #include "shm/segment.h"
@@ -156,6 +158,9 @@ index_reads_serve (index_reads_t *self, kvp_job_t *job, zmq_msg_t *values)
         for (size_t i = 0; i < job->count; i++) {
             job->items[i].size = hits[i].size;
             job->items[i].version = hits[i].version;
+            kvp_trace (job->items[i].key, "trace %s: v%llu read in the index%s%s",
+                       job->items[i].key, (unsigned long long) hits[i].version,
+                       job->opt.peer ? " by a node" : "", hits[i].cache ? " (cache)" : "");
             if (get && !job->opt.peer)
                 self->cache_hits += hits[i].cache;
         }

@@ -26,6 +26,7 @@
 #include "actors/replica_objects.h"
 
 #include "actors/allocator.h"
+#include "infra/log.h"
 #include "messages/ops.h"
 #include "shm/shm_index.h"
 
@@ -177,6 +178,8 @@ rm_cache_publish (rm_state_t *self, kvp_job_t *job, int64_t now)
         lru_append (&self->cache, &object->in_memory);
         self->cache_bytes += s_bytes (object);
         self->cache_admissions++;
+        kvp_trace (object->key, "trace %s: cache copy v%llu served", object->key,
+                   (unsigned long long) object->version);
         rm_publish (self, object);
     }
     rm_frees_apply (self, &free_job);

@@ -181,6 +181,9 @@ rm_strip_gone (self_t *self, kvp_item_t *item, kvp_job_t **free_job_p)
 void
 rm_object_drop (self_t *self, kvp_object_t *object, kvp_job_t **free_job_p, int64_t now)
 {
+    kvp_trace (object->key, "trace %s: dropped v%llu%s%s", object->key,
+               (unsigned long long) object->version, object->cache ? " (cache)" : "",
+               object->hidden ? " (hidden)" : "");
     rm_log_del (self, object);
     //  Withdrawn from the index before its space can be freed (see shm_index.h).
     if (self->index && object->index_slot >= 0)

@@ -115,6 +115,9 @@ rm_object_complete (self_t *self, kvp_object_t *object, int64_t now)
         lru_append (&self->unsaved, &object->unsaved);
     self->bytes_stored += object->size * object->replica_count;
     self->puts++;
+    kvp_trace (object->key, "trace %s: stored v%llu%s%s", object->key,
+               (unsigned long long) object->version, object->hidden ? " hidden" : "",
+               object->cache ? " (cache)" : "");
     if (!object->hidden) {
         rm_publish (self, object);
         rm_log_put (self, object, object->checksum ? &object->checksum : NULL);
@@ -127,6 +130,8 @@ rm_unhide (self_t *self, kvp_object_t *object)
 {
     assert (object->hidden && object->state == OBJECT_COMPLETE);
     object->hidden = false;
+    kvp_trace (object->key, "trace %s: v%llu confirmed", object->key,
+               (unsigned long long) object->version);
     if (object->replica_count) {
         rm_publish (self, object);
         if (self->eager)

@@ -156,6 +156,9 @@ rm_read (self_t *self, kvp_job_t *job, int64_t now)
         }
         if (object->hidden)
             rm_unhide (self, object);
+        kvp_trace (item->key, "trace %s: v%llu read%s%s", item->key,
+                   (unsigned long long) object->version, job->opt.peer ? " by a node" : "",
+                   object->cache ? " (cache)" : "");
         item->version = object->version;
         item->size = object->size;
         if (lease_until > object->lease_until)

@@ -189,6 +189,7 @@ typedef struct {
     uint64_t disk_capacity;
     int lease_ms;
     const char *out, *kvpoold;
+    const char *trace_keys; //  --trace-keys for every daemon, or NULL
     int seed;
     int fault_every_min, fault_every_max; //  chaos: seconds between faults
 } options_t;
@@ -760,6 +761,10 @@ s_daemon_start (daemon_t *self, const char *const *extra)
     argv[argc++] = "0";
     for (int i = 0; extra[i]; i++)
         argv[argc++] = extra[i];
+    if (s_opt.trace_keys) {
+        argv[argc++] = "--trace-keys";
+        argv[argc++] = s_opt.trace_keys;
+    }
     argv[argc] = NULL;
     unlink (self->ready);
     //  A log per incarnation: a restart keeps the log of the process it replaces.
@@ -1181,7 +1186,8 @@ s_usage (void)
             "  --seed N         the random seed (default 1)\n"
             "  --out DIR        soak.csv, soak.png, summary.txt, logs (default "
             "build/soak or build/chaos)\n"
-            "  --kvpoold PATH   the daemon (default build/bin/kvpoold)\n");
+            "  --kvpoold PATH   the daemon (default build/bin/kvpoold)\n"
+            "  --trace-keys RE  kvpoold --trace-keys for every daemon: keys are soak/%%08u\n");
 }
 
 static uint64_t
@@ -1219,7 +1225,8 @@ s_parse (int argc, char **argv)
         {"max-size", 1, 0, 'M'},   {"disk", 0, 0, 'D'},     {"disk-capacity", 1, 0, 'C'},
         {"chaos", 0, 0, 'X'},      {"out", 1, 0, 'o'},      {"kvpoold", 1, 0, 'K'},
         {"seed", 1, 0, 's'},       {"lease-ms", 1, 0, 'l'}, {"fault-every", 1, 0, 'f'},
-        {"local-node", 0, 0, 'L'}, {"help", 0, 0, 'h'},     {0, 0, 0, 0}};
+        {"local-node", 0, 0, 'L'}, {"help", 0, 0, 'h'},     {"trace-keys", 1, 0, 'T'},
+        {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long (argc, argv, "", longs, NULL)) != -1) {
         switch (c) {
@@ -1245,6 +1252,7 @@ s_parse (int argc, char **argv)
                 }
                 break;
             case 'L': s_opt.local_node = true; break;
+            case 'T': s_opt.trace_keys = optarg; break;
             case 'h': s_usage (); exit (0);
             default: s_usage (); return -1;
         }

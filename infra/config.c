@@ -420,6 +420,11 @@ s_config_check (kvp_config_t *config)
                  config->log_level);
         return -1;
     }
+    char why[300];
+    if (kvp_trace_setup (config->trace_keys, why, sizeof why) != 0) {
+        fprintf (ERRORS, "kvpoold: --trace-keys: %s\n", why);
+        return -1;
+    }
     if (config->disk_dir && !*config->disk_dir)
         config->disk_dir = NULL;
     if (config->segment_dir && !*config->segment_dir)

@@ -160,6 +160,7 @@ typedef struct {
     //  Metrics over HTTP (infra/metrics_http.c, docs/metrics.md)
     const char *log_level;    //  error, warning, info or debug
     bool log_syslog;          //  to syslog instead of stderr
+    const char *trace_keys;   //  keys whose every step is logged (log.h), or NULL
     uint64_t metrics_port;    //  0: no HTTP
     const char *metrics_host; //  the address HTTP binds
     //  CURVE (infra/curve.h, docs/security.md)

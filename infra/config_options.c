@@ -424,6 +424,13 @@ const opt_t kvp_config_options[] = {
      .kind = OPT_FLAG,
      FIELD (log_syslog),
      .help = "log to syslog (ident kvpoold, facility daemon) instead of stderr"},
+    {.name = "trace-keys",
+     .arg = "REGEX",
+     .kind = OPT_STRING,
+     FIELD (trace_keys),
+     .help = "log every step of the keys this POSIX extended regex matches (placed, written, "
+             "committed, confirmed, read, removed, reported, dropped, cached), at info and "
+             "unlimited: to follow a key through a cluster's logs"},
     {.name = "eviction-high-watermark",
      .arg = "RATIO",
      .kind = OPT_RATIO,

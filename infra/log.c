@@ -3,6 +3,7 @@
 
 #include <assert.h>
 #include <pthread.h>
+#include <regex.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -16,6 +17,9 @@ static pthread_mutex_t s_lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_int s_level = KVP_LOG_INFO;
 static bool s_syslog;
 static FILE *s_out; //  NULL: stderr (tests point it elsewhere)
+//  --trace-keys: set once before the actors start, read by every thread after.
+static regex_t s_trace;
+static bool s_tracing;
 
 void
 kvp_log_setup (kvp_log_level_t level, bool use_syslog, const char *ident)
@@ -78,8 +82,8 @@ kvp_log_write (kvp_log_level_t level, kvp_log_limit_t *limit, const char *format
         snprintf (thread, sizeof thread, "kvpoold");
     const char *name = strncmp (thread, "kvp-", 4) ? thread : thread + 4;
     pthread_mutex_lock (&s_lock);
-    uint64_t suppressed;
-    if (!s_limit_pass (limit, now.tv_sec, &suppressed)) {
+    uint64_t suppressed = 0;
+    if (limit && !s_limit_pass (limit, now.tv_sec, &suppressed)) {
         pthread_mutex_unlock (&s_lock);
         return;
     }
@@ -108,6 +112,32 @@ kvp_log_write (kvp_log_level_t level, kvp_log_limit_t *limit, const char *format
         fflush (out);
     }
     pthread_mutex_unlock (&s_lock);
+}
+
+int
+kvp_trace_setup (const char *pattern, char *why, size_t why_size)
+{
+    if (s_tracing) {
+        regfree (&s_trace);
+        s_tracing = false;
+    }
+    if (!pattern || !*pattern)
+        return 0;
+    int rc = regcomp (&s_trace, pattern, REG_EXTENDED | REG_NOSUB);
+    if (rc != 0) {
+        char error[200];
+        regerror (rc, &s_trace, error, sizeof error);
+        snprintf (why, why_size, "'%s' is not a POSIX extended regex: %s", pattern, error);
+        return -1;
+    }
+    s_tracing = true;
+    return 0;
+}
+
+bool
+kvp_trace_key (const char *key)
+{
+    return s_tracing && key && regexec (&s_trace, key, 0, NULL, 0) == 0;
 }
 
 //  ---- self test -----------------------------------------------------------------------------

@@ -21,6 +21,7 @@
 #define KVP_LOG_H_INCLUDED
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 typedef enum { KVP_LOG_ERROR = 0, KVP_LOG_WARNING, KVP_LOG_INFO, KVP_LOG_DEBUG } kvp_log_level_t;
@@ -44,7 +45,7 @@ int kvp_log_level_parse (const char *name, kvp_log_level_t *level);
 //  Whether lines of level are written.
 bool kvp_log_enabled (kvp_log_level_t level);
 
-//  Writes one line (the macros below call it).
+//  Writes one line (the macros below call it); limit NULL: no rate limit.
 void kvp_log_write (kvp_log_level_t level, kvp_log_limit_t *limit, const char *format, ...)
     __attribute__ ((format (printf, 3, 4)));
 
@@ -54,6 +55,20 @@ void kvp_log_write (kvp_log_level_t level, kvp_log_limit_t *limit, const char *f
         if (kvp_log_enabled (level))                                                               \
             kvp_log_write (level, &kvp_log_limit_, __VA_ARGS__);                                   \
     } while (0)
+//  Key tracing (--trace-keys REGEX): every step of the keys the POSIX extended regex
+//  matches (placed, committed, written, confirmed, read, removed, reported, dropped, cached)
+//  is logged at info, without the rate limit: to follow a key through the cluster's
+//  daemons from their logs. Set once, before the actors start (NULL or "": none). Returns
+//  0, or -1 with why when the pattern is not a regex.
+int kvp_trace_setup (const char *pattern, char *why, size_t why_size);
+//  Whether key is traced (false at once when nothing is).
+bool kvp_trace_key (const char *key);
+#define kvp_trace(key, ...)                                                                        \
+    do {                                                                                           \
+        if (kvp_trace_key (key))                                                                   \
+            kvp_log_write (KVP_LOG_INFO, NULL, __VA_ARGS__);                                       \
+    } while (0)
+
 #define kvp_error(...) kvp_log (KVP_LOG_ERROR, __VA_ARGS__)
 #define kvp_warning(...) kvp_log (KVP_LOG_WARNING, __VA_ARGS__)
 #define kvp_info(...) kvp_log (KVP_LOG_INFO, __VA_ARGS__)

@@ -156,6 +156,8 @@ s_remove (self_t *self, dir_entry_t *entry)
     tombstones_add (self->tombstones, entry->key, ++self->next_token, entry->version,
                     entry->state == DIR_COMMITTED ? entry->holders : NULL,
                     entry->state == DIR_COMMITTED ? entry->holder_count : 0);
+    kvp_trace (entry->key, "trace %s: removed v%llu, holders %u (cache %x)", entry->key,
+               (unsigned long long) entry->version, entry->holder_count, entry->cache_mask);
     s_reservation_end (self, entry);
     s_count (self, entry, -1);
     directory_remove (self->directory, entry);
@@ -650,6 +652,9 @@ s_inventory (self_t *self, reply_t *r, arena_t *arena,
             beyond = true;
             crowded++;
         }
+        kvp_trace (key, "trace %s: %s reports v%llu: %s", key, node->node_id,
+                   (unsigned long long) version,
+                   stale ? "refused (stale)" : beyond ? "refused (beyond)" : "taken");
         if (stale || beyond) {
             //  Written (or being written), or removed, since the node was last heard from:
             //  its copy is older than what the directory says, and must never be served.
@@ -866,6 +871,8 @@ s_commit (self_t *self, reply_t *r, arena_t *arena, const Kvpool__Cluster__V1__N
         if (request->n_sizes == n)
             entry->size = request->sizes[i];
         s_count (self, entry, 1);
+        kvp_trace (key, "trace %s: committed v%llu on %u holders", key,
+                   (unsigned long long) entry->version, entry->holder_count);
         repair_note (self->repair, entry); //  placed fewer than asked: repaired as nodes join
     }
 }
@@ -902,8 +909,10 @@ s_locate (self_t *self, reply_t *r, arena_t *arena, const Kvpool__Cluster__V1__N
         //  back later does not undo the remove. And the nodes its last removal named are
         //  told again, naming the version: one that removal's drop never reached (its
         //  remover lost this master's answer) still holds it (tombstones.h).
-        if (!entry && remove)
+        if (!entry && remove) {
             tombstones_add (self->tombstones, key, ++self->next_token, 0, NULL, 0);
+            kvp_trace (key, "trace %s: removed while absent", key);
+        }
         //  A key being written again (a reservation) is not removed, but the nodes its last
         //  removal named are told again all the same, naming the removed version (never
         //  the one being written): that removal's remover may have stopped waiting for its
@@ -1020,6 +1029,7 @@ s_dropped (self_t *self, arena_t *arena, const Kvpool__Cluster__V1__NodeRequest 
             continue;
         uint8_t before = entry->holder_count, replicas = directory_replicas (entry);
         bool gone = directory_drop_holder (self->directory, entry, (uint16_t) slot);
+        kvp_trace (key, "trace %s: %s dropped it%s", key, sender->node_id, gone ? " (gone)" : "");
         if (gone || entry->holder_count < before)
             node_table_get (self->nodes, slot)->objects--;
         //  A replica evicted for room: no repair puts it back elsewhere (it would push
@@ -1060,6 +1070,8 @@ s_cache (self_t *self, reply_t *r, arena_t *arena, const Kvpool__Cluster__V1__No
             r->reply.statuses[i] = KVPOOL_OBJECT_NOT_FOUND;
         else if (!held)
             node_table_get (self->nodes, slot)->objects++;
+        kvp_trace (key, "trace %s: %s caches v%llu: %s", key, sender->node_id,
+                   (unsigned long long) request->versions[i], r->reply.statuses[i] ? "no" : "ok");
     }
 }
 
@@ -1190,11 +1202,7 @@ s_monitor_event (self_t *self)
         memcpy (&kind, zframe_data (head), 2);
         memcpy (&fd, zframe_data (head) + 2, 4);
         if (kind == ZMQ_EVENT_DISCONNECTED)
-            for (size_t slot = 0; slot < node_table_size (self->nodes); slot++) {
-                node_t *node = node_table_get (self->nodes, (int) slot);
-                if (node->conn_fd == (int) fd)
-                    node->conn_closed = true;
-            }
+            node_table_conn_closed (self->nodes, (int) fd);
     }
     zmsg_destroy (&event);
 }
@@ -1360,15 +1368,8 @@ s_request (self_t *self)
     }
     master_reply_log (&r, request);
     //  A fenced node serves its own copies until it hears it was declared dead: until its
-    //  lease has surely run out, a change is answered with that wait, its client told no
-    //  sooner (a removed key lost with it, or put again elsewhere, read back through it).
-    int64_t fenced = self->fenced_until - zclock_mono ();
-    if (request && fenced > 0 && r.reply.status == KVPOOL_OK && r.reply.wait_ms < (uint64_t) fenced
-        && (request->kind == KVPOOL__CLUSTER__V1__KIND__COMMIT
-            || request->kind == KVPOOL__CLUSTER__V1__KIND__REMOVE
-            || request->kind == KVPOOL__CLUSTER__V1__KIND__REMOVE_REGEX
-            || request->kind == KVPOOL__CLUSTER__V1__KIND__REMOVE_ALL))
-        r.reply.wait_ms = (uint64_t) fenced;
+    //  lease has surely run out, a change is answered with that wait (s_fence).
+    master_reply_hold (&r, request, self->fenced_until - zclock_mono ());
     s_send (self, routing_id, &r);
     arena_fini (&arena);
 }

@@ -192,3 +192,18 @@ master_reply_log (const reply_t *r, const Kvpool__Cluster__V1__NodeRequest *requ
                request->node && request->node->node_id ? request->node->node_id : "?",
                request->n_keys, kvp_status_name (r->reply.status));
 }
+
+void
+master_reply_hold (reply_t *r, const Kvpool__Cluster__V1__NodeRequest *request, int64_t wait_ms)
+{
+    if (!request || wait_ms <= 0 || r->reply.status != KVPOOL_OK
+        || r->reply.wait_ms >= (uint64_t) wait_ms)
+        return;
+    switch (request->kind) {
+        case KVPOOL__CLUSTER__V1__KIND__COMMIT:
+        case KVPOOL__CLUSTER__V1__KIND__REMOVE:
+        case KVPOOL__CLUSTER__V1__KIND__REMOVE_REGEX:
+        case KVPOOL__CLUSTER__V1__KIND__REMOVE_ALL: r->reply.wait_ms = (uint64_t) wait_ms; break;
+        default: break;
+    }
+}

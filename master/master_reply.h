@@ -45,6 +45,12 @@ int master_reply_versions (reply_t *r, size_t n, bool caches);
 //  An empty holder list a key for n keys' old holders (PLACE of an upsert, COMMIT). Returns
 //  0, or -1 (the reply failed) when out of memory.
 int master_reply_old_holders (reply_t *r, size_t n);
+//  A change (COMMIT, REMOVE, REMOVE_REGEX, REMOVE_ALL) answered OK waits at least wait_ms
+//  before its asker answers its client (reply.wait_ms): a node fenced lately (the master's
+//  FENCE) serves its own copies until its next heartbeat, and its keys changed without it
+//  must not be read back through it once the change is acknowledged.
+void master_reply_hold (reply_t *r, const Kvpool__Cluster__V1__NodeRequest *request,
+                        int64_t wait_ms);
 //  Says at debug level what was asked (request: NULL when it did not parse) and answered.
 void master_reply_log (const reply_t *r, const Kvpool__Cluster__V1__NodeRequest *request);
 

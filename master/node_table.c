@@ -224,6 +224,14 @@ node_table_claim (const node_t *node, const char *client_endpoint, const char *p
 }
 
 void
+node_table_conn_closed (node_table_t *self, int fd)
+{
+    for (size_t i = 0; i < self->size; i++)
+        if (self->nodes[i]->conn_fd == fd)
+            self->nodes[i]->conn_closed = true;
+}
+
+void
 node_table_space (node_table_t *self, uint64_t *capacity, uint64_t *used)
 {
     *capacity = *used = 0;

@@ -112,6 +112,10 @@ typedef enum { NODE_CLAIM_RESTART, NODE_CLAIM_DUPLICATE, NODE_CLAIM_WAIT } node_
 node_claim_t node_table_claim (const node_t *node, const char *client_endpoint,
                                const char *peer_endpoint, uint64_t node_ttl_ms, int64_t now);
 
+//  The connection on descriptor fd closed: a node registered on it may be taken over by
+//  its restart (conn_closed).
+void node_table_conn_closed (node_table_t *self, int fd);
+
 //  The live nodes' memory (capacity), and what is in use of it as they last said.
 void node_table_space (node_table_t *self, uint64_t *capacity, uint64_t *used);
 

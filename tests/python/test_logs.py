@@ -77,6 +77,31 @@ def test_debug_level_logs_requests_under_a_rate_limit():
         d.finish()
 
 
+def test_trace_keys_logs_every_step_of_the_keys_it_matches():
+    d = Kvpoold("--segment-size", "16MiB", "--trace-keys", "^traced/[0-9]+$")
+    try:
+        raw = Raw(d.endpoint)
+        for i in range(30):  # past the rate limit of one call site (10 lines a second)
+            assert raw.put("traced/%d" % i, b"v%d" % i) == 0
+            assert raw.put("plain/%d" % i, b"p%d" % i) == 0
+            assert raw.get("traced/%d" % i) == (0, b"v%d" % i)
+        assert raw.remove("traced/0", force=True) == 0  # (just read: leased)
+        raw.close()
+        log = d.log_text()
+        steps = [line for line in log.splitlines() if ": trace " in line]
+        assert all(LINE.match(line) and " I " in line for line in steps), steps[:3]
+        for i in range(30):
+            assert re.search(r"trace traced/%d: stored v\d+" % i, log), i
+            assert re.search(r"trace traced/%d: v\d+ read" % i, log), i
+        assert re.search(r"trace traced/0: dropped v\d+", log)
+        assert "plain/" not in log and "suppressed" not in log
+    finally:
+        d.finish()
+    # A pattern that is not a regex stops kvpoold at once, saying so.
+    with pytest.raises(AssertionError, match="--trace-keys: '\\(' is not a POSIX extended regex"):
+        Kvpoold("--segment-size", "16MiB", "--trace-keys", "(")
+
+
 def test_syslog():
     if os.geteuid() != 0:
         pytest.skip("needs root to listen at /dev/log")
