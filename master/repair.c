@@ -394,6 +394,9 @@ repair_request (repair_t *self, int slot, const Kvpool__Cluster__V1__NodeRequest
         memcpy (key, wire->data, wire->len);
         key[wire->len] = 0;
         reply->statuses[i] = repair_claimed (self, slot, key, request->versions[i]);
+        kvp_trace (key, "trace %s: %s repaired v%llu: %s", key,
+                   node_table_get (self->nodes, slot)->node_id,
+                   (unsigned long long) request->versions[i], reply->statuses[i] ? "no" : "ok");
     }
     return KVPOOL_OK;
 }
