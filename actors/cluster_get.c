@@ -42,11 +42,18 @@ s_master_keys (self_t *self, op_t *op, Kvpool__Cluster__V1__Kind kind, ProtobufC
         request.versions = versions;
         request.n_versions = n;
     }
-    if (n == 0)
+    if (n == 0) {
         free (items);
-    else if (cluster_master_send (self, op, &request, items, n) != 0)
+        return;
+    }
+    //  (A call that cannot go frees items before it says so: the indices are kept here.)
+    size_t *which = (size_t *) malloc (n * sizeof (size_t));
+    assert (which);
+    memcpy (which, items, n * sizeof (size_t));
+    if (cluster_master_send (self, op, &request, items, n) != 0)
         for (size_t k = 0; k < n; k++)
-            op->job->items[items[k]].status = KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS;
+            op->job->items[which[k]].status = KVPOOL_UNAVAILABLE_IN_CURRENT_STATUS;
+    free (which);
 }
 
 //  A get's items whose holders this node knows (cluster_locations.c) go to them at once, or
