@@ -428,8 +428,8 @@ const opt_t kvp_config_options[] = {
      .arg = "REGEX",
      .kind = OPT_STRING,
      FIELD (trace_keys),
-     .help = "log every step of the keys this POSIX extended regex matches (placed, written, "
-             "committed, confirmed, read, removed, reported, dropped, cached), at info and "
+     .help = "log every step of the keys this POSIX extended regex matches (stored, confirmed, "
+             "committed, read, removed, reported, dropped, cached, repaired), at info and "
              "unlimited: to follow a key through a cluster's logs"},
     {.name = "eviction-high-watermark",
      .arg = "RATIO",
