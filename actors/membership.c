@@ -114,6 +114,10 @@ s_beat (self_t *self)
                                    : KVPOOL__CLUSTER__V1__KIND__HEARTBEAT;
         int64_t sent = zclock_mono ();
         s_send (self, &request);
+        //  The lease's clock: the master heard this node no earlier than now, and fences it
+        //  for a lease (and a tenth) past what it heard last (master.c, s_fence).
+        if (self->config->lease)
+            atomic_store (&self->config->lease->beat_ms, sent);
         if (registering)
             self->register_id = request.request_id; //  (set even when it did not go)
         self->beats[self->next_beat_slot].id = request.request_id;
@@ -440,7 +444,6 @@ s_stall_check (self_t *self)
                      "copies until the master confirms them (it may have been fenced meanwhile)",
                      self->args->node_id, (long long) (now - beat));
     }
-    atomic_store (&lease->beat_ms, now);
 }
 
 static int64_t

@@ -220,6 +220,10 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
         //  Sealed memfds, for clients of the node's user only (shm/segment.c).
         if (!self->index)
             kvp_warning ("no same-machine index %s: %s", name, strerror (errno));
+        //  A node of a cluster serves its own copies once its master confirmed them
+        //  (rm_reads_tick).
+        else if (config->lease)
+            shm_index_set_own_until (self->index, 0);
     }
     return self;
 }
@@ -934,6 +938,7 @@ s_tick (actor_shell_t *shell, void *arg)
     //  Eviction's cycles, when due.
     self->next_cycle = rm_policy_tick (self, zclock_mono ());
     rm_cache_tick (self);
+    rm_reads_tick (self);
     rm_unlinks_send (self);
     //  Placements that waited for room, and unmounts whose segment emptied (a free, a
     //  tick) in this turn, are answered.

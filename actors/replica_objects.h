@@ -195,6 +195,7 @@ typedef struct {
     uint64_t cache_hits, cache_admissions, cache_evictions, cache_invalidations;
     uint64_t repairs_done, repair_bytes; //  replicas copied in for the cluster (replica_cache.c)
     int64_t cache_until_published; //  the lease the read index has
+    int64_t own_until_published;   //  the bound on own copies it has (rm_reads_tick)
     //  --kv-events-endpoint: keys that become visible and go, for the publisher (or NULL)
     kv_events_feed_t *events;
     bool events_quiet; //  a remove-all that ends in AllBlocksCleared: no event per key
@@ -402,6 +403,8 @@ uint64_t rm_cache_evict (rm_state_t *self, uint64_t want, kvp_job_t **free_job_p
 void rm_cache_leave (rm_state_t *self, kvp_object_t *object);
 //  The lease the read index shows its readers, brought up to the node's (each loop turn).
 void rm_cache_tick (rm_state_t *self);
+//  The same for the node's own copies: the bound its read index shows on reading them.
+void rm_reads_tick (rm_state_t *self);
 //  The cache's size limit: --hot-cache-size, or a quarter of the node's memory.
 uint64_t rm_cache_limit (rm_state_t *self);
 //  A TX_DISK_WRITE of the objects rm_evict pinned came back: the copies are recorded, pins

@@ -319,3 +319,23 @@ rm_remove_many (self_t *self, kvp_job_t *job, int64_t now)
     rm_frees_apply (self, &free_job);
     job->result_count = removed;
 }
+
+//  Same-machine clients read the node's own copies through the read index without asking
+//  it: they must stop when the node's own threads do (kvp_lease_suspended), at the end of
+//  the lease of its last heartbeat while it is frozen, and at once while it is suspended
+//  (a restart, a stop past its lease) until its master has confirmed what it holds. Else a
+//  frozen node's readers would read on a copy whose removal its master completed without
+//  it (FENCE). Published at least every sweep, well inside a lease.
+void
+rm_reads_tick (self_t *self)
+{
+    kvp_lease_t *lease = self->config->lease;
+    if (!self->index || !lease)
+        return; //  (no master: the index says "always")
+    int64_t beat = atomic_load (&lease->beat_ms), period = atomic_load (&lease->period_ms);
+    int64_t until = atomic_load (&lease->suspended) || !beat || !period ? 0 : beat + period;
+    if (until != self->own_until_published) {
+        shm_index_set_own_until (self->index, until);
+        self->own_until_published = until;
+    }
+}

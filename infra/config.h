@@ -47,8 +47,11 @@ typedef enum {
 //  longer than its lease (SIGSTOP, a stall), for its master may have fenced it meanwhile
 //  (FENCE: a remove or a write that could not reach it completed without it), until the
 //  master has confirmed what it holds (actors/membership.c). beat_ms is when the membership
-//  actor last ran its beat; a gap of more than period_ms since then is such a stop, seen
-//  by a reader before the membership actor has run again.
+//  actor last sent its heartbeat (the master heard the node no earlier, and waits a lease
+//  and a tenth past what it heard last before a change that fenced the node completes); a
+//  gap of more than period_ms since then is such a stop, seen by a reader before the
+//  membership actor has run again, and by same-machine readers of the read index, which
+//  the replica-manager shows beat_ms + period_ms (shm_index_set_own_until).
 typedef struct {
     _Atomic int64_t until_ms;
     _Atomic int64_t beat_ms;

@@ -59,8 +59,10 @@
 //  "\0KVPIDX4": version 2 has read stamps (a reader of version 1 would read without
 //  stamping); version 3 hashes keys with XXH3 (a reader of version 2 would look in the wrong
 //  slots); version 4 has versions and cache copies in its slots (a reader of version 3 would
-//  take a version for a key). A reader must not find an index of another version usable.
-#define MAGIC 0x3458444950564B00ULL
+//  take a version for a key); version 5 bounds the node's own copies in time as version 4
+//  did its cache copies (a reader of version 4 would go on reading the index of a node
+//  stopped past its lease). A reader must not find an index of another version usable.
+#define MAGIC 0x3558444950564B00ULL
 //  key_len's top bit: the slot's object is a cache copy (shm_index.h)
 #define SLOT_CACHE 0x80000000u
 #define HEADER_SIZE 4096
@@ -81,6 +83,8 @@ typedef struct {
     char reads_name[NAME_MAX_LEN]; //  the read stamps' object
     //  Until when (shm_index_clock_ms) cache copies may be read (shm_index_set_cache_until)
     _Atomic int64_t cache_until_ms;
+    //  Until when the node's own copies may be read (shm_index_set_own_until)
+    _Atomic int64_t own_until_ms;
 } header_t;
 
 typedef struct {
@@ -311,6 +315,7 @@ shm_index_create (const char *name, size_t slots)
     header->slot_count = count;
     header->slot_size = SLOT_SIZE;
     snprintf (header->reads_name, sizeof header->reads_name, "%s", self->reads_name);
+    atomic_store_explicit (&header->own_until_ms, INT64_MAX, memory_order_relaxed);
     atomic_thread_fence (memory_order_release);
     header->magic = MAGIC;
     s_registry_set (name, self->name);
@@ -466,6 +471,14 @@ shm_index_set_cache_until (shm_index_t *self, int64_t until_ms)
                            memory_order_release);
 }
 
+void
+shm_index_set_own_until (shm_index_t *self, int64_t until_ms)
+{
+    assert (self->owner);
+    atomic_store_explicit (&((header_t *) self->base)->own_until_ms, until_ms,
+                           memory_order_release);
+}
+
 //  The time in a stamp if it belongs to the publication with sequence number seq, else 0.
 static int64_t
 s_stamp_time (uint64_t stamp, uint64_t seq)
@@ -534,9 +547,10 @@ s_lookup (shm_index_t *self, const char *key, size_t key_len, uint64_t hash, shm
         //  A cache copy only while the node's cache lease holds: a node stopped (or cut off
         //  from its master) past it may have missed the key's removal.
         hit->cache = (len & SLOT_CACHE) != 0;
+        header_t *header = (header_t *) self->base;
+        hit->until = hit->cache ? &header->cache_until_ms : &header->own_until_ms;
         if (hit->cache
-            && shm_index_clock_ms () >= atomic_load_explicit (
-                   &((header_t *) self->base)->cache_until_ms, memory_order_acquire))
+            && shm_index_clock_ms () >= atomic_load_explicit (hit->until, memory_order_acquire))
             return false;
         hit->segment_id = slot->segment_id;
         hit->offset = slot->offset;
@@ -633,6 +647,10 @@ shm_index_confirm (const shm_index_hit_t *hit, int64_t now_ms)
     //  Raise the stamp to now, unless it says now or later already, or belongs to a later
     //  publication in this slot (then this read's object is gone, and the confirmation
     //  below fails).
+    //  Read while the node served it: a node stopped past its lease may have missed its
+    //  removal (shm_index_set_own_until).
+    if (now_ms >= atomic_load_explicit (hit->until, memory_order_acquire))
+        return false;
     _Atomic uint64_t *stamp = (_Atomic uint64_t *) hit->stamp;
     uint64_t tag = s_tag (hit->seq);
     uint64_t now = (uint64_t) now_ms & STAMP_TIME_MASK;
@@ -719,8 +737,25 @@ shm_index_test (bool verbose)
         assert (shm_index_lookup (reader, "cached", 6, &hit) && hit.cache && hit.version == 77);
         shm_index_set_cache_until (writer, shm_index_clock_ms () - 1);
         assert (!shm_index_lookup (reader, "cached", 6, &hit));
-        assert (shm_index_lookup (reader, "alpha", 5, &hit)); //  replicas are not leased
+        assert (shm_index_lookup (reader, "alpha", 5, &hit)); //  own copies: their own bound
         shm_index_remove (writer, d);
+    }
+
+    //  The node's own copies are read while its own lease holds: always, until it sets one;
+    //  a confirmation after it (a node frozen past it) fails.
+    {
+        int64_t now_ms = shm_index_clock_ms ();
+        assert (shm_index_lookup (reader, "alpha", 5, &hit) && !hit.cache);
+        assert (shm_index_confirm (&hit, now_ms));
+        shm_index_set_own_until (writer, now_ms + 1000);
+        assert (shm_index_lookup (reader, "alpha", 5, &hit));
+        assert (shm_index_confirm (&hit, now_ms + 999));
+        assert (!shm_index_confirm (&hit, now_ms + 1000));
+        shm_index_set_own_until (writer, 0); //  suspended
+        assert (shm_index_lookup (reader, "alpha", 5, &hit));
+        assert (!shm_index_confirm (&hit, now_ms));
+        shm_index_set_own_until (writer, INT64_MAX);
+        assert (shm_index_confirm (&hit, now_ms));
     }
 
     //  An entry that went in past its home slot stays found when the home slot is emptied

@@ -73,6 +73,7 @@ typedef struct {
     uint64_t hash;    //  the key's hash (readers may use it to remember keys cheaply)
     uint64_t version; //  the value's (Reply.versions)
     bool cache;       //  a cache copy of a value other nodes hold (the host hot cache)
+    const _Atomic int64_t *until; //  the header's bound on reading it (cache or own copies)
 } shm_index_hit_t;
 
 //  Creates an index of at least slots slots (rounded up to a power of two) in a new sealed
@@ -126,6 +127,13 @@ int64_t shm_index_insert (shm_index_t *self, const char *key, size_t key_len, ui
 //  heartbeat its master answers, so readers of a node stopped or cut off past the lease
 //  leave its cache copies alone (docs/tiers.md, "The hot cache").
 void shm_index_set_cache_until (shm_index_t *self, int64_t until_ms);
+//  Writer: the node's own copies (every entry not a cache copy) are read until until_ms, and
+//  not from then on: the node's own lease, moved on while it runs, 0 while it must not serve
+//  them (stopped past its lease, a restart, until its master confirms what it holds:
+//  infra/config.h, kvp_lease_t). At creation: INT64_MAX (a node without a master: always).
+//  So the readers of a node that is frozen stop when its lease runs out, as its own threads
+//  do, rather than read on a copy whose removal completed without it.
+void shm_index_set_own_until (shm_index_t *self, int64_t until_ms);
 //  Writer: withdraws what insert published in slot (slot < 0 does nothing). Returns the
 //  object's last read (as shm_index_last_read), looked at after the withdrawal was visible:
 //  no read of it can be confirmed later.
@@ -172,8 +180,9 @@ bool shm_index_batch_lookup (shm_index_batch_t *batch, size_t i, shm_index_hit_t
 
 //  Reader: after copying the bytes (or, for a read that needs no bytes, after the lookup),
 //  records the read at now_ms (shm_index_clock_ms, taken after the copy) in the slot's read
-//  stamp and says whether the entry stayed the same all along. Only then are the copied
-//  bytes the object's, and only then does the read count.
+//  stamp and says whether the entry stayed the same all along, and whether the node still
+//  served it at now_ms (its lease: shm_index_set_own_until, _set_cache_until). Only then are
+//  the copied bytes the object's, and only then does the read count.
 bool shm_index_confirm (const shm_index_hit_t *hit, int64_t now_ms);
 
 void shm_index_test (bool verbose);

@@ -1148,6 +1148,55 @@ def test_a_node_stopped_past_its_lease_serves_nothing_before_the_master_confirms
     c.stop([c.nodes[n] for n in "abc"] + [c.master])
 
 
+def test_a_frozen_nodes_same_machine_readers_stop_with_its_lease(make_cluster):
+    # node-c's clients on its machine read its copies through its read index, in shared
+    # memory, without asking it. Frozen while its keys are removed through node-a (the remove
+    # fences it and completes once its lease is out), node-c cannot withdraw them from the
+    # index: its readers must stop reading its copies when its lease runs out, as its own
+    # threads do, and never get the removed bytes. Thawed and confirmed, it serves again.
+    import kvpool
+    same_machine = "%s-net%d" % (open("/proc/sys/kernel/random/boot_id").read().strip(),
+                                 os.stat("/proc/self/ns/net").st_ino)
+    c = make_cluster(extra={"c": ("--host-id", same_machine)})
+    raw_a = c.raw("a", timeout_ms=6 * TIMEOUT_MS)
+    keys = ["indexed-%d" % i for i in range(8)]
+    for key in keys:
+        assert raw_a.put(key, v(key, 1), put={"preferred_segments": ["node-c"]}) == OK
+    assert all(w == ["node-c"] for w in c.locate(keys, "a").values())
+    client = kvpool.Client(c.nodes["c"].endpoint, timeout=1.0)
+    try:
+        assert client.fast_path
+        assert wait_for(lambda: client.get(keys[0]) == v(keys[0], 1), 5)
+        buffers = [bytearray(len(v(k, 1))) for k in keys]
+        assert client.get_batch_into(keys, buffers) == [len(v(k, 1)) for k in keys]
+        assert [bytes(b) for b in buffers] == [v(k, 1) for k in keys]
+        c.freeze("c")
+        try:
+            reply, _ = raw_a.call(pb.REMOVE, keys, force=True)
+            assert reply.status == OK and list(reply.statuses) == [OK] * len(keys), reply
+            # (Into a buffer, as engines read: no size asked first.)
+            got = []
+            for key in keys[:3]:  # (each waits out the client's timeout)
+                buffer = bytearray(len(v(key, 1)))
+                try:
+                    got.append(client.get_into(key, buffer) == len(buffer)
+                               and bytes(buffer) == v(key, 1))
+                except kvpool.Error as error:
+                    got.append(repr(error))
+            assert True not in got, got
+        finally:
+            c.thaw("c")
+        # Once the master has confirmed what node-c holds (the keys are gone there), its
+        # readers read through the index again.
+        assert raw_a.put("after", v("after", 2), put={"preferred_segments": ["node-c"]}) == OK
+        assert wait_for(lambda: client.get("after") == v("after", 2), 5)
+        assert not any(client.exist(k) for k in keys)
+    finally:
+        client.close()
+    raw_a.close()
+    c.stop([c.nodes[n] for n in "abc"] + [c.master])
+
+
 def test_a_node_declared_dead_serves_nothing_before_the_master_confirms(make_cluster):
     # node-b runs on, but a remove completed without it: the remover could not tell it to
     # drop the key, and fenced it (FENCE). The remover answers its client once node-b's lease
