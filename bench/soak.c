@@ -1412,8 +1412,11 @@ s_final_sweep (uint64_t *checked, uint64_t *lost_no_replica, uint64_t *lost_with
         }
         if (all_killed)
             (*lost_no_replica)++;
-        else
-            (*lost_with_replica)++;
+        else if ((*lost_with_replica)++ < 5) //  the first few, to start an investigation from
+            fprintf (stderr,
+                     "kvpool-soak: the sweep found no key %u (%s): version %u committed at "
+                     "%.1f s on nodes 0x%x, and one of them was not killed since\n",
+                     key, name, version, since / 1000.0, holders);
     }
     free (buffer);
     kvpool_destroy (&pool);
