@@ -192,6 +192,8 @@ bool cluster_master_answered (self_t *self, kvp_job_t *job,
 
 //  Sends a request to the master. With an op, the call is tracked and the op waits for it;
 //  without, nobody waits (ABORT, DROPPED). Returns 0, or -1 when the master is unreachable.
+//  items (count job item indices, malloc'd, or NULL) are taken whatever happens: kept with
+//  the call, or freed at once (on failure too: copy what the caller still needs first).
 int cluster_master_send (self_t *self, op_t *op, Kvpool__Cluster__V1__NodeRequest *request,
                          size_t *items, size_t count);
 
@@ -201,7 +203,7 @@ int cluster_peer (self_t *self, const char *node_id, const char *host_id, const 
                   const char *curve_key);
 
 //  Sends a client-protocol request without values (a remove) to a node's data plane. With
-//  an op, tracked as send_master's. Returns 0 or -1.
+//  an op, tracked as send_master's (and takes items as it does). Returns 0 or -1.
 int cluster_peer_send (self_t *self, op_t *op, int peer_index, Kvpool__V1__Request *request,
                        size_t *items, size_t count);
 

@@ -644,13 +644,13 @@ shm_index_batch_lookup (shm_index_batch_t *batch, size_t i, shm_index_hit_t *hit
 bool
 shm_index_confirm (const shm_index_hit_t *hit, int64_t now_ms)
 {
-    //  Raise the stamp to now, unless it says now or later already, or belongs to a later
-    //  publication in this slot (then this read's object is gone, and the confirmation
-    //  below fails).
     //  Read while the node served it: a node stopped past its lease may have missed its
     //  removal (shm_index_set_own_until).
     if (now_ms >= atomic_load_explicit (hit->until, memory_order_acquire))
         return false;
+    //  Raise the stamp to now, unless it says now or later already, or belongs to a later
+    //  publication in this slot (then this read's object is gone, and the confirmation
+    //  below fails).
     _Atomic uint64_t *stamp = (_Atomic uint64_t *) hit->stamp;
     uint64_t tag = s_tag (hit->seq);
     uint64_t now = (uint64_t) now_ms & STAMP_TIME_MASK;
