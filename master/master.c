@@ -151,11 +151,14 @@ s_count (self_t *self, const dir_entry_t *entry, int delta)
 static void
 s_remove (self_t *self, dir_entry_t *entry)
 {
-    //  (A reservation too: a copy its writer sent that landed late, after the abort, is
-    //  refused when its node reports it.)
-    tombstones_add (self->tombstones, entry->key, ++self->next_token, entry->version,
-                    entry->state == DIR_COMMITTED ? entry->holders : NULL,
-                    entry->state == DIR_COMMITTED ? entry->holder_count : 0);
+    //  A reservation given up is no removal (the key had no value here): only a copy of its
+    //  version, one its writer sent that landed late, is refused when its node reports it,
+    //  not the value a holder that was away brings back (tombstones.h).
+    if (entry->state == DIR_PENDING)
+        tombstones_abort (self->tombstones, entry->key, ++self->next_token, entry->token);
+    else
+        tombstones_add (self->tombstones, entry->key, ++self->next_token, entry->version,
+                        entry->holders, entry->holder_count);
     kvp_trace (entry->key, "trace %s: removed v%llu, holders %u (cache %x)", entry->key,
                (unsigned long long) entry->version, entry->holder_count, entry->cache_mask);
     s_reservation_end (self, entry);
@@ -619,7 +622,6 @@ s_inventory (self_t *self, reply_t *r, arena_t *arena,
         if (!key)
             continue;
         dir_entry_t *entry = directory_find (self->directory, key);
-        uint64_t removed = entry ? 0 : tombstones_find (self->tombstones, key);
         uint64_t version = request->n_versions ? request->versions[i] : 0;
         //  Versions are drawn from the tokens' sequence: a restarted master draws past
         //  every version its nodes report.
@@ -628,12 +630,7 @@ s_inventory (self_t *self, reply_t *r, arena_t *arena,
         bool stale = entry ? !directory_holds (entry, (uint16_t) slot)
                                  && (entry->state == DIR_PENDING || entry->token > node->report_bar
                                      || (version && entry->version && version != entry->version))
-                           : removed > node->report_bar
-                                 || tombstones_floor (self->tombstones) > node->report_bar
-                                 //  (a value removed whenever the node last spoke: a
-                                 //  restarted node's old life may have spoken after the
-                                 //  remove, its drop never reaching it)
-                                 || (version && tombstones_version (self->tombstones, key) == version);
+                           : tombstones_refuse (self->tombstones, key, version, node->report_bar);
         //  A node away under an earlier leader: a copy nobody else holds may have been
         //  removed then (ha.h); one another holder has, of the same version, was not.
         if (node->suspect && !stale)
@@ -666,10 +663,13 @@ s_inventory (self_t *self, reply_t *r, arena_t *arena,
         }
         node->reported_bytes += request->sizes[i];
         uint8_t before = entry && entry->state == DIR_COMMITTED ? entry->holder_count : 0;
+        bool back = !entry; //  a value the master lost with its holders, reported back
         entry = directory_add_holder (self->directory, key, request->keys[i].len, request->sizes[i],
                                       (uint16_t) slot);
         if (entry && !entry->version)
             entry->version = version;
+        if (entry && back)
+            tombstones_committed (self->tombstones, key);
         if (entry && entry->holder_count > before) {
             node_table_get (self->nodes, slot)->objects++;
             added++;
@@ -861,6 +861,9 @@ s_commit (self_t *self, reply_t *r, arena_t *arena, const Kvpool__Cluster__V1__N
             *status = KVPOOL_INTERNAL_ERROR;
             continue;
         }
+        //  A new key's first value: the puts of it given up before are past (tombstones.h).
+        if (entry->state == DIR_PENDING)
+            tombstones_committed (self->tombstones, key);
         s_reservation_end (self, entry);
         s_count (self, entry, -1); //  an upsert's old holders
         directory_commit (self->directory, entry, slots, count, ++self->next_token);
@@ -1419,7 +1422,7 @@ s_tick (self_t *self)
            && reservation->deadline <= now) {
         dir_entry_t *entry = directory_find (self->directory, reservation->key);
         if (entry && entry->state == DIR_PENDING && entry->token == reservation->token) {
-            tombstones_add (self->tombstones, entry->key, ++self->next_token, 0, NULL, 0);
+            tombstones_abort (self->tombstones, entry->key, ++self->next_token, entry->token);
             directory_remove (self->directory, entry); //  (its record goes just below)
         }
         zlistx_delete (self->reservations, zlistx_cursor (self->reservations));

@@ -1148,6 +1148,31 @@ def test_a_node_stopped_past_its_lease_serves_nothing_before_the_master_confirms
     c.stop([c.nodes[n] for n in "abc"] + [c.master])
 
 
+def test_a_put_that_failed_while_the_holder_was_away_removes_nothing(make_cluster):
+    # node-c alone holds a key and is declared dead (frozen past its TTL): the master no
+    # longer lists the key. A put of the key meanwhile fails (placed on node-b, frozen too:
+    # nothing answers, the master drops the reservation). The failed put removed nothing, so
+    # when node-c comes back and reports its copy, the value is read again. (The dropped
+    # reservation used to count as a removal of the key: node-c's copy was refused and
+    # dropped, a committed value lost while its holder lived; kvpool-soak --chaos's sweep.)
+    c = make_cluster()
+    raw_a = c.raw("a", timeout_ms=6 * TIMEOUT_MS)
+    key = "kept"
+    assert raw_a.put(key, v(key, 1), put={"preferred_segments": ["node-c"]}) == OK
+    frozen_until_dead(c, "c")
+    c.freeze("b")
+    try:
+        assert raw_a.put(key, v(key, 2), put={"preferred_segments": ["node-b"]}) != OK
+    finally:
+        c.thaw("b")
+    c.thaw("c")
+    assert wait_for(lambda: c.alive_ids() == {"node-a", "node-b", "node-c"}, 10), c.logs()
+    assert wait_for(lambda: raw_a.get(key) == (OK, v(key, 1)), 5), raw_a.get(key)
+    assert c.locate([key], "a") == {key: ["node-c"]}
+    raw_a.close()
+    c.stop([c.nodes[n] for n in "abc"] + [c.master])
+
+
 def test_a_frozen_nodes_same_machine_readers_stop_with_its_lease(make_cluster):
     # node-c's clients on its machine read its copies through its read index, in shared
     # memory, without asking it. Frozen while its keys are removed through node-a (the remove
