@@ -224,6 +224,12 @@ s_self_new (zsock_t *pipe, const kvp_config_t *config)
         //  (rm_reads_tick).
         else if (config->lease)
             shm_index_set_own_until (self->index, 0);
+        //  A node without a master holds every key there is: a key neither published nor
+        //  counted unlisted is absent, which its same-machine clients may take as it is.
+        else {
+            shm_index_set_complete (self->index, true);
+            self->index_complete = true;
+        }
     }
     return self;
 }
@@ -287,6 +293,9 @@ s_self_destroy (self_t **self_p)
     zhashx_destroy (&self->pins);
     free (self->pin_key);
     zlistx_destroy (&self->regex_runs);
+    //  Readers keep their mappings: they answer no absence of a node that has gone.
+    if (self->index_complete)
+        shm_index_set_complete (self->index, false);
     shm_index_destroy (&self->index);
     object_log_destroy (&self->log);
     kvp_job_destroy (&self->unlinks);

@@ -176,6 +176,28 @@ rm_strip_gone (self_t *self, kvp_item_t *item, kvp_job_t **free_job_p)
     return went == 0 || item->replica_count > 0;
 }
 
+//  Whether same-machine clients may be told about the object: committed, this node's own
+//  (not a cache copy of another node's), confirmed (not hidden).
+static bool
+s_visible (const kvp_object_t *object)
+{
+    return object->state == OBJECT_COMPLETE && !object->cache && !object->hidden;
+}
+
+//  Counts the object among the index's unlisted keys, or no longer (held: it stays, now
+//  published), while the index vouches for absent keys.
+static void
+s_unlisted_set (self_t *self, kvp_object_t *object, bool unlisted, bool held)
+{
+    if (!self->index_complete || object->unlisted == unlisted)
+        return;
+    if (unlisted)
+        shm_index_unlisted_add (self->index, object->key, strlen (object->key));
+    else
+        shm_index_unlisted_remove (self->index, object->key, strlen (object->key), held);
+    object->unlisted = unlisted;
+}
+
 //  Takes an object out of the table and frees (or dooms) it. The object pointer is invalid
 //  afterwards unless it was doomed.
 void
@@ -185,10 +207,12 @@ rm_object_drop (self_t *self, kvp_object_t *object, kvp_job_t **free_job_p, int6
                (unsigned long long) object->version, object->cache ? " (cache)" : "",
                object->hidden ? " (hidden)" : "");
     rm_log_del (self, object);
-    //  Withdrawn from the index before its space can be freed (see shm_index.h).
+    //  Withdrawn from the index before its space can be freed (see shm_index.h), and no
+    //  longer counted held.
     if (self->index && object->index_slot >= 0)
         shm_index_remove (self->index, object->index_slot);
     object->index_slot = -1;
+    s_unlisted_set (self, object, false, false);
     rm_departing_leave (self, object);
     rm_lists_leave (self, object);
     object_table_delete (self->objects, object);
@@ -291,7 +315,6 @@ rm_lease_end (self_t *self, kvp_object_t *object, int64_t now)
     return end;
 }
 
-//  Publishes a committed object in the index (its first replica), unread.
 void
 rm_publish (self_t *self, kvp_object_t *object)
 {
@@ -299,6 +322,8 @@ rm_publish (self_t *self, kvp_object_t *object)
         object->index_slot = shm_index_insert (
             self->index, object->key, strlen (object->key), object->replicas[0].segment_id,
             object->replicas[0].offset, object->size, object->version, object->cache);
+    //  Counted down only after the insert: at every instant a reader finds it somewhere.
+    s_unlisted_set (self, object, object->index_slot < 0 && s_visible (object), true);
 }
 
 //  Withdraws an object from the index, keeping the lease its index reads granted.
@@ -307,6 +332,8 @@ rm_withdraw (self_t *self, kvp_object_t *object, int64_t now)
 {
     if (!self->index || object->index_slot < 0)
         return;
+    //  Counted before it leaves its slot (it may stay held: shm_index.h, "Absent keys").
+    s_unlisted_set (self, object, s_visible (object), true);
     int64_t stamped =
         rm_stamp_lease (self, shm_index_remove (self->index, object->index_slot), now);
     object->index_slot = -1;

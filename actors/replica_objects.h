@@ -69,6 +69,7 @@ struct _kvp_object_t {
     bool hard_pin;
     uint32_t next_replica;  //  round robin over replicas for reads
     int64_t index_slot;     //  where it is published in the same-machine index, or -1
+    bool unlisted;          //  counted in the index's filter of held, unpublished keys
     uint64_t owner;         //  a reservation's writer (owners.h id; 0: the node)
     uint64_t written;       //  a reservation's bytes written by PUT_PART (another node's)
     uint64_t cluster_token; //  a cluster PUT_START's token from the master (kvp_job.h)
@@ -148,6 +149,7 @@ typedef struct {
     kvp_config_t settings;      //  its own copy: settings changed at run time land here
     object_table_t *objects;    //  key -> kvp_object_t
     shm_index_t *index;         //  committed objects published for same-machine readers
+    bool index_complete;        //  it vouches for absent keys: unlisted objects are counted
     zlistx_t *doomed;           //  removed objects whose space waits for pins to end
     zlistx_t *held;             //  revoked reservations whose space waits for their writer
     zlistx_t *departing;        //  objects with departed replicas (see DESIGN)
@@ -282,7 +284,9 @@ int64_t rm_stamp_lease (rm_state_t *self, int64_t read_ms, int64_t now);
 //  When the object's lease ends: the later of the reads this actor served and the last
 //  read from the index.
 int64_t rm_lease_end (rm_state_t *self, kvp_object_t *object, int64_t now);
-//  Publishes a committed object in the index (its first replica), unread.
+//  Publishes a committed object in the index (its first replica), unread. One it does not
+//  publish (on disk only, no room, a key too long) is counted among the unlisted keys while
+//  the index vouches for absent keys (shm_index.h), as every visible object not in its slot.
 void rm_publish (rm_state_t *self, kvp_object_t *object);
 //  Withdraws an object from the index, keeping the lease its index reads granted.
 void rm_withdraw (rm_state_t *self, kvp_object_t *object, int64_t now);

@@ -132,11 +132,9 @@ rm_unhide (self_t *self, kvp_object_t *object)
     object->hidden = false;
     kvp_trace (object->key, "trace %s: v%llu confirmed", object->key,
                (unsigned long long) object->version);
-    if (object->replica_count) {
-        rm_publish (self, object);
-        if (self->eager)
-            lru_append (&self->unsaved, &object->unsaved);
-    }
+    rm_publish (self, object); //  (or counted unlisted, with no memory copy)
+    if (object->replica_count && self->eager)
+        lru_append (&self->unsaved, &object->unsaved);
     rm_log_put (self, object, object->checksum ? &object->checksum : NULL);
     rm_event_stored (self, object);
 }
@@ -338,6 +336,10 @@ void
 rm_upsert (self_t *self, kvp_job_t *job, int64_t now)
 {
     s_verify_written (self, job); //  a refused value replaces nothing
+    //  Between the old object's drop and the new one's entry a same-machine reader would
+    //  find the key nowhere: no answer of absence overlaps the job (shm_index.h).
+    if (self->index_complete)
+        shm_index_moves_begin (self->index);
     kvp_job_t *free_job = NULL;
     for (size_t i = 0; i < job->count; i++) {
         kvp_item_t *item = &job->items[i];
@@ -358,6 +360,8 @@ rm_upsert (self_t *self, kvp_job_t *job, int64_t now)
     rm_frees_apply (self, &free_job);
     //  Every key that is OK is free now: the insert takes them.
     rm_insert (self, job, now);
+    if (self->index_complete)
+        shm_index_moves_end (self->index);
 }
 
 //  A PUT_PART: each item's bytes go at its offset into its key's reservation, which this job's

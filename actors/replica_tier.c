@@ -325,6 +325,7 @@ rm_disk_register (self_t *self, kvp_job_t *job, int64_t now)
         object->bound = true;
         object->touched = now;
         rm_disk_attach (self, object, item->disk.id, item->disk.footprint, now);
+        rm_publish (self, object); //  (on disk only: counted among the unlisted keys)
         self->puts++;
         rm_event_stored (self, object);
     }

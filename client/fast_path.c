@@ -439,8 +439,10 @@ release:
 //  ---- the same-machine read index ----------------------------------------------------
 //  Keys the node published in its index are read with no round trip at all: look up,
 //  copy, confirm the slot did not change during the copy (shm_index.h). Whatever is not
-//  there, or changed under us, takes the replica-list path. A miss is never taken as
-//  "not found": the index is lossy.
+//  there, or changed under us, takes the replica-list path. A miss alone is never taken as
+//  "not found" (the index is lossy), but a node that vouches for absent keys lets its
+//  readers answer "absent" for a key found neither in its slots nor among the unlisted
+//  (shm_index.h, "Absent keys"): a get is then not found, and counted a miss.
 //
 //  A read grants its object a lease (as a GET over the socket would) without a message:
 //  confirming the slot leaves the time of the read in its read stamp, which the node looks
@@ -536,33 +538,67 @@ s_connection_may_have_changed (kvpc_fast_path_t *self)
     return zmq_getsockopt (self->monitor, ZMQ_EVENTS, &events, &size) != 0 || (events & ZMQ_POLLIN);
 }
 
-void
-kvpc_index_probe (kvpc_fast_path_t *self, const kvpc_keys_t *keys, bool as_size, int64_t *results,
-                  kvpc_keys_t *rest)
+//  Whether a key the index says is absent may be answered so: one with a NUL inside its
+//  length is not a key the node takes, and the node's refusal (INVALID_KEY) is the answer.
+//  (The calls with lengths trust the caller to pass none, but a binding may pass any bytes.)
+static bool
+s_plain_key (const char *key, size_t len)
 {
-    s_check_connection (self);
+    return memchr (key, 0, len) == NULL;
+}
+
+//  kvpc_index_probe's lookups; absence: whether keys absent from the index may be answered
+//  so. Returns false if an answer of absence given does not stand (the node moved a key
+//  while we looked): kvpc_index_probe asks again without them.
+static bool
+s_index_probe (kvpc_fast_path_t *self, const kvpc_keys_t *keys, bool as_size, int64_t *results,
+               kvpc_keys_t *rest, bool absence)
+{
     //  An EXIST or GET_SIZE is a read too: confirmed, it is stamped (its lease).
     int64_t now = shm_index_clock_ms ();
     bool use = self->index && self->use_index && !s_stale (self);
     shm_index_batch_t batch;
     if (use)
         s_index_batch (self, &batch, keys);
+    size_t absent = 0;
     for (size_t j = 0; j < keys->count; j++) {
         size_t i = keys->index[j];
         shm_index_hit_t hit;
-        if (use && shm_index_batch_lookup (&batch, j, &hit) && hit.size <= INT64_MAX
-            && shm_index_confirm (&hit, now))
+        shm_index_find_t found = use ? shm_index_batch_find (&batch, j, &hit) : SHM_INDEX_ASK;
+        if (found == SHM_INDEX_FOUND && hit.size <= INT64_MAX && shm_index_confirm (&hit, now))
             results[i] = as_size ? (int64_t) hit.size : 1;
+        else if (found == SHM_INDEX_ABSENT && absence
+                 && s_plain_key (keys->keys[j], keys->wire[j].len)) {
+            results[i] = as_size ? KVPOOL_OBJECT_NOT_FOUND : 0;
+            absent++;
+        }
         else if (kvpc_keys_add_from (rest, keys, j))
             results[i] = KVPOOL_INTERNAL_ERROR;
     }
+    return !absent || shm_index_batch_absent_holds (&batch);
 }
 
-size_t
-kvpc_index_answer (kvpc_fast_path_t *self, size_t n, const char *const *keys, const size_t *lens,
-                   int *exists, int64_t *sizes, size_t *rest)
+void
+kvpc_index_probe (kvpc_fast_path_t *self, const kvpc_keys_t *keys, bool as_size, int64_t *results,
+                  kvpc_keys_t *rest)
 {
-    size_t left = 0;
+    s_check_connection (self);
+    if (!s_index_probe (self, keys, as_size, results, rest, true)) {
+        //  (Rare. The keys found are looked up again.)
+        kvpc_keys_fini (rest);
+        kvpc_keys_init (rest);
+        s_index_probe (self, keys, as_size, results, rest, false);
+    }
+}
+
+//  kvpc_index_answer's lookups; absence: whether keys absent from the index may be
+//  answered so. Returns how many keys are left, or SIZE_MAX if an answer of absence given
+//  does not stand (kvpc_index_answer asks again without them).
+static size_t
+s_index_answer (kvpc_fast_path_t *self, size_t n, const char *const *keys, const size_t *lens,
+                int *exists, int64_t *sizes, size_t *rest, bool absence)
+{
+    size_t left = 0, absent = 0;
     bool use = self->on && self->index && self->use_index && !s_connection_may_have_changed (self);
     int64_t now = use ? shm_index_clock_ms () : 0;
     shm_index_batch_t batch;
@@ -572,22 +608,41 @@ kvpc_index_answer (kvpc_fast_path_t *self, size_t n, const char *const *keys, co
         shm_index_hit_t hit;
         //  Every key is looked up, in order (the batch loads ahead); one whose byte at its
         //  length is not its NUL is not the key its length says.
-        bool found = use && shm_index_batch_lookup (&batch, i, &hit);
+        shm_index_find_t found = use ? shm_index_batch_find (&batch, i, &hit) : SHM_INDEX_ASK;
         if (keys[i][lens[i]] != 0) {
             if (exists)
                 exists[i] = KVPOOL_INVALID_KEY;
             else
                 sizes[i] = KVPOOL_INVALID_KEY;
         }
-        else if (found && hit.size <= INT64_MAX && shm_index_confirm (&hit, now)) {
+        else if (found == SHM_INDEX_FOUND && hit.size <= INT64_MAX
+                 && shm_index_confirm (&hit, now)) {
             if (exists)
                 exists[i] = 1;
             else
                 sizes[i] = (int64_t) hit.size;
         }
+        else if (found == SHM_INDEX_ABSENT && absence && s_plain_key (keys[i], lens[i])) {
+            if (exists)
+                exists[i] = 0;
+            else
+                sizes[i] = KVPOOL_OBJECT_NOT_FOUND;
+            absent++;
+        }
         else
             rest[left++] = i;
     }
+    return absent && !shm_index_batch_absent_holds (&batch) ? SIZE_MAX : left;
+}
+
+size_t
+kvpc_index_answer (kvpc_fast_path_t *self, size_t n, const char *const *keys, const size_t *lens,
+                   int *exists, int64_t *sizes, size_t *rest)
+{
+    size_t left = s_index_answer (self, n, keys, lens, exists, sizes, rest, true);
+    //  (Rare: the node moved a key while we looked. The keys found are looked up again.)
+    if (left == SIZE_MAX)
+        left = s_index_answer (self, n, keys, lens, exists, sizes, rest, false);
     return left;
 }
 
@@ -603,7 +658,8 @@ s_fast_get_indexed (kvpc_fast_path_t *self, const kvpc_keys_t *keys, const kvpc_
     kvpc_copies_t copies;
     kvpc_copies_init (&copies);
     shm_index_hit_t *hits = malloc ((keys->count ? keys->count : 1) * sizeof *hits);
-    bool *copied = calloc (keys->count ? keys->count : 1, sizeof *copied);
+    enum { KEY_ASK, KEY_COPIED, KEY_ABSENT };
+    uint8_t *copied = calloc (keys->count ? keys->count : 1, sizeof *copied);
     int rc = KVPOOL_OK;
     if (!hits || !copied) {
         free (hits);
@@ -612,18 +668,38 @@ s_fast_get_indexed (kvpc_fast_path_t *self, const kvpc_keys_t *keys, const kvpc_
     }
     shm_index_batch_t batch;
     s_index_batch (self, &batch, keys);
+    size_t absent = 0;
     for (size_t j = 0; j < keys->count; j++) {
         size_t i = keys->index[j];
         shm_index_hit_t *hit = &hits[j];
         const void *source = NULL;
-        if (shm_index_batch_lookup (&batch, j, hit) && hit->size <= INT64_MAX
+        shm_index_find_t found = shm_index_batch_find (&batch, j, hit);
+        if (found == SHM_INDEX_FOUND && hit->size <= INT64_MAX
             && kvpc_bufs_capacity (bufs[i], nbufs[i]) >= hit->size)
             source = hit->size ? s_resolve (self, hit->segment_id, hit->offset, hit->size)
                                : (const void *) hit;
         if (source
             && (hit->size == 0
                 || kvpc_copies_scatter (&copies, source, hit->size, bufs[i], nbufs[i]) == 0))
-            copied[j] = true;
+            copied[j] = KEY_COPIED;
+        else if (found == SHM_INDEX_ABSENT && s_plain_key (keys->keys[j], keys->wire[j].len)) {
+            copied[j] = KEY_ABSENT;
+            absent++;
+        }
+        else if (kvpc_keys_add_from (&listed, keys, j))
+            results[i] = KVPOOL_INTERNAL_ERROR;
+    }
+    //  Keys the node does not hold: not found (a miss, counted as the node would), unless it
+    //  moved a key while we looked; then it is asked about them.
+    bool absence_holds = !absent || shm_index_batch_absent_holds (&batch);
+    for (size_t j = 0; absent && j < keys->count; j++) {
+        if (copied[j] != KEY_ABSENT)
+            continue;
+        size_t i = keys->index[j];
+        if (absence_holds) {
+            results[i] = KVPOOL_OBJECT_NOT_FOUND;
+            self->read_misses++;
+        }
         else if (kvpc_keys_add_from (&listed, keys, j))
             results[i] = KVPOOL_INTERNAL_ERROR;
     }
@@ -634,7 +710,7 @@ s_fast_get_indexed (kvpc_fast_path_t *self, const kvpc_keys_t *keys, const kvpc_
     //  from now, the end of the copy.
     int64_t now = shm_index_clock_ms ();
     for (size_t j = 0; j < keys->count; j++) {
-        if (!copied[j])
+        if (copied[j] != KEY_COPIED)
             continue;
         size_t i = keys->index[j];
         if (failed)

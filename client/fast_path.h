@@ -41,12 +41,14 @@ int kvpc_fast_put (kvpc_fast_path_t *self, const kvpc_keys_t *keys, const kvpc_v
 int kvpc_fast_get (kvpc_fast_path_t *self, const kvpc_keys_t *keys, const kvpc_sink_t *sink,
                    int64_t *results, kvpc_keys_t *rest);
 //  Answers EXIST (as_size false: 1) or GET_SIZE (as_size true: the size) for the keys the
-//  same-machine index holds; adds the others, with their caller index, to rest.
+//  same-machine index holds, and (0, or OBJECT_NOT_FOUND) for those it vouches are absent
+//  (shm_index.h); adds the others, with their caller index, to rest (empty on entry).
 void kvpc_index_probe (kvpc_fast_path_t *self, const kvpc_keys_t *keys, bool as_size,
                        int64_t *results, kvpc_keys_t *rest);
 //  The same for a caller's arrays, sending nothing (for kvpool_exist_batch_local): each
 //  keys[i] (lens[i] bytes, not NULL, not empty) the index holds gets its result in exists
-//  (1) or, when exists is NULL, in sizes (the size); one whose byte at its length is not a
+//  (1) or, when exists is NULL, in sizes (the size), and one it vouches is absent 0 or
+//  OBJECT_NOT_FOUND; one whose byte at its length is not a
 //  NUL gets INVALID_KEY. The positions of the others go to rest, in order; returns their
 //  count (all n after a change of connection not yet acted on).
 size_t kvpc_index_answer (kvpc_fast_path_t *self, size_t n, const char *const *keys,

@@ -464,6 +464,8 @@ kvpool_exist_batch_lens (kvpool_t *self, size_t n, const char *const *keys, cons
 
 //  Whole blocks a request carries at most: well under the node's default --max-keys.
 #define PREFIX_CHUNK_KEYS 65536
+//  A prefix key's result before the same-machine probe: neither 1 (shown) nor 0 (absent).
+#define PREFIX_UNKNOWN 2
 
 int64_t
 kvpool_prefix_match (kvpool_t *self, size_t blocks, size_t ranks, const char *const *keys)
@@ -492,9 +494,14 @@ kvpool_prefix_match (kvpool_t *self, size_t blocks, size_t ranks, const char *co
         free (results);
         return rc;
     }
-    //  Blocks the same-machine index shows whole need no request (the probe leases them).
+    //  Blocks the same-machine index shows whole need no request (the probe leases them);
+    //  nor does the rest when the first block not shown whole has a key the node vouches
+    //  is absent (PREFIX_UNKNOWN: a key the probe left for the node).
     size_t first = 0;
+    bool ended = false;
     if (kvpc_fast_path_on (self->fast_path)) {
+        for (size_t i = 0; i < n; i++)
+            results[i] = PREFIX_UNKNOWN;
         kvpc_keys_t rest;
         kvpc_keys_init (&rest);
         kvpc_index_probe (self->fast_path, &sent, false, results, &rest);
@@ -507,8 +514,12 @@ kvpool_prefix_match (kvpool_t *self, size_t blocks, size_t ranks, const char *co
                 break;
             first++;
         }
+        for (size_t r = 0; first < limit && r < ranks; r++)
+            ended |= results[first * ranks + r] == 0;
     }
     int64_t count = (int64_t) first;
+    if (ended)
+        limit = first;
     size_t chunk = PREFIX_CHUNK_KEYS / ranks ? PREFIX_CHUNK_KEYS / ranks : 1;
     for (size_t at = first; at < limit;) {
         size_t take = limit - at < chunk ? limit - at : chunk;

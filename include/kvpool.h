@@ -132,8 +132,10 @@ KVPOOL_EXPORT bool kvpool_fast_path (kvpool_t *self);
 //  node's same-machine read index (a shared-memory table of committed objects): no round
 //  trip at all. Such reads are validated against concurrent removal and lease the object as
 //  a read through the node does (the time of the read is left in the index, where the node
-//  looks before it removes the object); switch the index off to have every read ask the
-//  node. On by default. Returns true if reads now use the index.
+//  looks before it removes the object). A node without a master also vouches there for the
+//  keys it does not hold, which are then answered absent with no round trip either. Switch
+//  the index off to have every read ask the node. On by default. Returns true if reads now
+//  use the index.
 KVPOOL_EXPORT bool kvpool_set_index (kvpool_t *self, bool enabled);
 
 //  ---- the process's hot cache -------------------------------------------------------
@@ -308,7 +310,9 @@ KVPOOL_EXPORT int kvpool_get_size_batch_lens (kvpool_t *self, size_t n, const ch
 //  The _lens calls answered on this machine alone, for a binding that holds a lock while it
 //  calls (Python's GIL): no message is sent and nothing is waited for. A key the node's
 //  same-machine read index shows gets its result (1, or its size; a read lease, as any read),
-//  an invalid key KVPOOL_INVALID_KEY; the positions of the others (in order, each below n)
+//  a key the node vouches it does not hold 0 (or KVPOOL_OBJECT_NOT_FOUND: a node without a
+//  master vouches for absence, docs/architecture.md), an invalid key KVPOOL_INVALID_KEY;
+//  the positions of the others (in order, each below n)
 //  are written to rest[0 .. *nrest), and their results are left as they were: ask the _lens
 //  call for those. Off the node's machine, or with the index off, every key is in rest.
 //  Returns 0, or a negative status (nothing answered).

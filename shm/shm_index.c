@@ -10,6 +10,15 @@
     node that evicts and removes all day would see ever more of its keys miss.) A miss reads
     PROBE_MAX slot headers, adjacent in memory; a hit stops at its slot.
 
+    Absence (shm_index.h, "Absent keys"). After the slots, a counting filter of the keys the
+    node holds but has not published: FILTER_PER_SLOT one-byte counters a slot, each key
+    counted in FILTER_HASHES of them (positions from its hash by double hashing), a counter
+    at 255 stuck there for good (never counted down again: it only costs speed). One
+    writer, so counts are plain loads and stores of atomic bytes. The header's absent_seq
+    is a seqlock around what may move a held key out of the filter while it is not yet
+    where a reader who looked earlier would have seen it; odd also while the node vouches
+    for nothing (a node of a cluster, a node shutting down).
+
     Each slot is a seqlock. The writer makes seq odd, changes the slot, makes it even again
     (release). A reader takes seq (acquire), reads the slot, copies the value, then reads seq
     again after an acquire fence; equal and even means no writer touched the slot while the
@@ -56,19 +65,25 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-//  "\0KVPIDX4": version 2 has read stamps (a reader of version 1 would read without
+//  "\0KVPIDX6": version 2 has read stamps (a reader of version 1 would read without
 //  stamping); version 3 hashes keys with XXH3 (a reader of version 2 would look in the wrong
 //  slots); version 4 has versions and cache copies in its slots (a reader of version 3 would
 //  take a version for a key); version 5 bounds the node's own copies in time as version 4
 //  did its cache copies (a reader of version 4 would go on reading the index of a node
-//  stopped past its lease). A reader must not find an index of another version usable.
-#define MAGIC 0x3558444950564B00ULL
+//  stopped past its lease); version 6 vouches for absent keys (a reader of version 5 would
+//  not know to look at the filter of unlisted keys before it said a key was absent). A
+//  reader must not find an index of another version usable.
+#define MAGIC 0x3658444950564B00ULL
 //  key_len's top bit: the slot's object is a cache copy (shm_index.h)
 #define SLOT_CACHE 0x80000000u
 #define HEADER_SIZE 4096
 #define SLOT_SIZE 256
 #define PROBE_MAX 8
 #define NAME_MAX_LEN 64
+//  The filter of unlisted keys: counters a slot, and the counters a key is counted in.
+#define FILTER_PER_SLOT 4
+#define FILTER_HASHES 3
+#define FILTER_STUCK 255
 
 //  A read stamp: the publication's tag above STAMP_TIME_BITS of milliseconds (2^40 ms is 34
 //  years of uptime).
@@ -85,6 +100,10 @@ typedef struct {
     _Atomic int64_t cache_until_ms;
     //  Until when the node's own copies may be read (shm_index_set_own_until)
     _Atomic int64_t own_until_ms;
+    //  Even: the node vouches for absent keys (shm_index_set_complete) and nothing moved
+    //  since a reader read it; odd: no answer of absence (a move under way, or no vouching)
+    _Atomic uint64_t absent_seq;
+    uint64_t filter_count; //  counters of the unlisted keys' filter, after the slots
 } header_t;
 
 typedef struct {
@@ -114,6 +133,10 @@ struct _shm_index_t {
     size_t stamps_length;
     uint64_t mask;
     size_t count;
+    _Atomic uint8_t *filter; //  the unlisted keys' counters
+    uint64_t filter_mask;
+    bool complete; //  the creator's: it vouches for absent keys (shm_index_set_complete)
+    bool moving;   //  the creator's: between shm_index_moves_begin and _end
 };
 
 //  The tag of a publication whose (even) sequence number is seq.
@@ -282,7 +305,8 @@ shm_index_create (const char *name, size_t slots)
         snprintf (reads_tag, sizeof reads_tag, "%.*s-reads", (int) (bare_len - 6), bare);
     else
         snprintf (reads_tag, sizeof reads_tag, "%s-reads", bare);
-    size_t length = HEADER_SIZE + count * SLOT_SIZE;
+    size_t filter_count = count * FILTER_PER_SLOT;
+    size_t length = HEADER_SIZE + count * SLOT_SIZE + filter_count;
     size_t stamps_length = count * sizeof (uint64_t);
     int fd = -1, reads_fd = -1;
     void *base = s_create_mapped (tag, length, true, &fd);
@@ -311,9 +335,13 @@ shm_index_create (const char *name, size_t slots)
     self->stamps = (_Atomic uint64_t *) stamps;
     self->stamps_length = stamps_length;
     self->mask = count - 1;
+    self->filter = (_Atomic uint8_t *) ((char *) self->slots + count * SLOT_SIZE);
+    self->filter_mask = filter_count - 1;
     header_t *header = (header_t *) base;
     header->slot_count = count;
     header->slot_size = SLOT_SIZE;
+    header->filter_count = filter_count;
+    atomic_store_explicit (&header->absent_seq, 1, memory_order_relaxed); //  no vouching yet
     snprintf (header->reads_name, sizeof header->reads_name, "%s", self->reads_name);
     atomic_store_explicit (&header->own_until_ms, INT64_MAX, memory_order_relaxed);
     atomic_thread_fence (memory_order_release);
@@ -346,8 +374,11 @@ shm_index_open (const char *name)
     uint64_t count = header->slot_count;
     char reads_name[NAME_MAX_LEN];
     memcpy (reads_name, header->reads_name, sizeof reads_name);
+    uint64_t filter_count = header->filter_count;
     if (header->magic != MAGIC || header->slot_size != SLOT_SIZE || count == 0
-        || (count & (count - 1)) || HEADER_SIZE + count * SLOT_SIZE > length
+        || (count & (count - 1)) || count > (1ULL << 30) || filter_count == 0
+        || (filter_count & (filter_count - 1)) || filter_count > count * FILTER_PER_SLOT
+        || HEADER_SIZE + count * SLOT_SIZE + filter_count > length
         || memchr (reads_name, 0, sizeof reads_name) == NULL) {
         munmap (base, length);
         errno = EINVAL;
@@ -384,6 +415,8 @@ shm_index_open (const char *name)
     self->stamps = (_Atomic uint64_t *) stamps;
     self->stamps_length = stamps_length;
     self->mask = count - 1;
+    self->filter = (_Atomic uint8_t *) ((char *) self->slots + count * SLOT_SIZE);
+    self->filter_mask = filter_count - 1;
     return self;
 }
 
@@ -479,6 +512,109 @@ shm_index_set_own_until (shm_index_t *self, int64_t until_ms)
                            memory_order_release);
 }
 
+//  The FILTER_HASHES counters of a key's hash (double hashing over a mixed hash: the slots
+//  use the hash's low bits).
+static inline void
+s_filter_positions (const shm_index_t *self, uint64_t hash, uint64_t *at)
+{
+    uint64_t a = hash * 0x9E3779B97F4A7C15ULL;
+    uint64_t b = ((hash >> 32) | (hash << 32)) * 0xC2B2AE3D27D4EB4FULL | 1;
+    for (int i = 0; i < FILTER_HASHES; i++)
+        at[i] = ((a + (uint64_t) i * b) >> 20) & self->filter_mask;
+}
+
+//  Whether the filter may count hash among the unlisted keys (no false "no").
+static inline bool
+s_unlisted (const shm_index_t *self, uint64_t hash)
+{
+    uint64_t at[FILTER_HASHES];
+    s_filter_positions (self, hash, at);
+    bool all = true;
+    for (int i = 0; i < FILTER_HASHES; i++)
+        all &= atomic_load_explicit (&self->filter[at[i]], memory_order_relaxed) != 0;
+    return all;
+}
+
+//  The absence seqlock's writer side: odd while a held key may be where a reader misses it.
+static void
+s_absent_seq_bump (shm_index_t *self, memory_order order)
+{
+    _Atomic uint64_t *seq = &((header_t *) self->base)->absent_seq;
+    atomic_store_explicit (seq, atomic_load_explicit (seq, memory_order_relaxed) + 1, order);
+}
+
+void
+shm_index_set_complete (shm_index_t *self, bool complete)
+{
+    assert (self->owner && !self->moving);
+    if (complete == self->complete)
+        return;
+    self->complete = complete;
+    //  Odd to even: answers from now on; even to odd: none, and none of a batch under way.
+    s_absent_seq_bump (self, memory_order_seq_cst);
+}
+
+void
+shm_index_moves_begin (shm_index_t *self)
+{
+    assert (self->owner && !self->moving);
+    self->moving = true;
+    if (self->complete) {
+        s_absent_seq_bump (self, memory_order_relaxed);
+        atomic_thread_fence (memory_order_release);
+    }
+}
+
+void
+shm_index_moves_end (shm_index_t *self)
+{
+    assert (self->owner && self->moving);
+    self->moving = false;
+    if (self->complete)
+        s_absent_seq_bump (self, memory_order_release);
+}
+
+void
+shm_index_unlisted_add (shm_index_t *self, const char *key, size_t key_len)
+{
+    assert (self->owner);
+    if (key_len == 0 || key_len > SHM_INDEX_KEY_MAX)
+        return; //  never answered absent: readers ask the node for such keys
+    uint64_t at[FILTER_HASHES];
+    s_filter_positions (self, shm_index_hash (key, key_len), at);
+    for (int i = 0; i < FILTER_HASHES; i++) {
+        uint8_t count = atomic_load_explicit (&self->filter[at[i]], memory_order_relaxed);
+        if (count != FILTER_STUCK)
+            atomic_store_explicit (&self->filter[at[i]], count + 1, memory_order_relaxed);
+    }
+    //  Counted before anything that follows (a withdrawal from its slot) can be seen.
+    atomic_thread_fence (memory_order_release);
+}
+
+void
+shm_index_unlisted_remove (shm_index_t *self, const char *key, size_t key_len, bool held)
+{
+    assert (self->owner);
+    if (key_len == 0 || key_len > SHM_INDEX_KEY_MAX)
+        return; //  never answered absent: readers ask the node for such keys
+    uint64_t at[FILTER_HASHES];
+    s_filter_positions (self, shm_index_hash (key, key_len), at);
+    //  A reader that missed the key in its slot before it was published there, and finds it
+    //  uncounted now, must see that something moved. (A key no longer held may simply be
+    //  absent from then on.)
+    bool bracket = held && !self->moving;
+    if (bracket)
+        shm_index_moves_begin (self);
+    for (int i = 0; i < FILTER_HASHES; i++) {
+        uint8_t count = atomic_load_explicit (&self->filter[at[i]], memory_order_relaxed);
+        assert (count > 0);
+        if (count != FILTER_STUCK && count > 0)
+            atomic_store_explicit (&self->filter[at[i]], count - 1, memory_order_relaxed);
+    }
+    if (bracket)
+        shm_index_moves_end (self);
+}
+
 //  The time in a stamp if it belongs to the publication with sequence number seq, else 0.
 static int64_t
 s_stamp_time (uint64_t stamp, uint64_t seq)
@@ -525,17 +661,20 @@ shm_index_remove (shm_index_t *self, int64_t index)
 }
 
 //  The slot's fields are read while the writer may change them (racy.h); the sequence
-//  number decides.
-static bool
+//  number decides. Returns LOOK_FOUND (hit filled), LOOK_MISSED (every slot the key could be
+//  in was read whole, none holds it), or LOOK_UNSURE (ask the node).
+enum { LOOK_UNSURE = -1, LOOK_MISSED = 0, LOOK_FOUND = 1 };
+
+static int
 s_lookup (shm_index_t *self, const char *key, size_t key_len, uint64_t hash, shm_index_hit_t *hit)
 {
     if (key_len == 0 || key_len > SHM_INDEX_KEY_MAX)
-        return false;
+        return LOOK_UNSURE;
     for (uint64_t probe = 0; probe < PROBE_MAX; probe++) {
         slot_t *slot = &self->slots[(hash + probe) & self->mask];
         uint64_t seq = atomic_load_explicit (&slot->seq, memory_order_acquire);
         if (seq & 1)
-            return false; //  being written: ask the node
+            return LOOK_UNSURE; //  being written: ask the node
         uint64_t slot_hash = atomic_load_explicit (&slot->hash, memory_order_relaxed);
         //  An empty slot does not end the search: a removal may have emptied it after the
         //  key went in further on (see DESIGN).
@@ -551,7 +690,7 @@ s_lookup (shm_index_t *self, const char *key, size_t key_len, uint64_t hash, shm
         hit->until = hit->cache ? &header->cache_until_ms : &header->own_until_ms;
         if (hit->cache
             && shm_index_clock_ms () >= atomic_load_explicit (hit->until, memory_order_acquire))
-            return false;
+            return LOOK_UNSURE;
         hit->segment_id = slot->segment_id;
         hit->offset = slot->offset;
         hit->size = slot->size;
@@ -562,16 +701,17 @@ s_lookup (shm_index_t *self, const char *key, size_t key_len, uint64_t hash, shm
         hit->hash = hash;
         //  The key matched and nothing moved while we read it.
         RACY_READ_FENCE ();
-        return atomic_load_explicit (&slot->seq, memory_order_relaxed) == seq;
+        return atomic_load_explicit (&slot->seq, memory_order_relaxed) == seq ? LOOK_FOUND
+                                                                              : LOOK_UNSURE;
     }
-    return false;
+    return LOOK_MISSED;
 }
 
 bool
 shm_index_lookup (shm_index_t *self, const char *key, size_t key_len, shm_index_hit_t *hit)
 {
     RACY_BEGIN ();
-    bool found = s_lookup (self, key, key_len, shm_index_hash (key, key_len), hit);
+    bool found = s_lookup (self, key, key_len, shm_index_hash (key, key_len), hit) == LOOK_FOUND;
     RACY_END ();
     return found;
 }
@@ -616,14 +756,18 @@ shm_index_batch_start_step (shm_index_batch_t *batch, shm_index_t *self, const c
     batch->lens = (const char *) lens;
     batch->lens_step = step;
     batch->count = count;
+    //  Answers of absence stand only if nothing moved from here to shm_index_batch_absent_holds.
+    uint64_t seq =
+        atomic_load_explicit (&((header_t *) self->base)->absent_seq, memory_order_acquire);
+    batch->absent_seq = seq & 1 ? 0 : seq;
     for (size_t i = 0; i < count && i < SHM_INDEX_AHEAD; i++) {
         batch->key_lens[i] = s_batch_len (batch, i);
         batch->hashes[i] = s_prefetch (self, keys[i], batch->key_lens[i]);
     }
 }
 
-bool
-shm_index_batch_lookup (shm_index_batch_t *batch, size_t i, shm_index_hit_t *hit)
+shm_index_find_t
+shm_index_batch_find (shm_index_batch_t *batch, size_t i, shm_index_hit_t *hit)
 {
     assert (batch && i < batch->count);
     shm_index_t *self = batch->index;
@@ -636,9 +780,33 @@ shm_index_batch_lookup (shm_index_batch_t *batch, size_t i, shm_index_hit_t *hit
             s_prefetch (self, batch->keys[ahead], batch->key_lens[i % SHM_INDEX_AHEAD]);
     }
     RACY_BEGIN ();
-    bool found = s_lookup (self, batch->keys[i], key_len, hash, hit);
+    int looked = s_lookup (self, batch->keys[i], key_len, hash, hit);
     RACY_END ();
-    return found;
+    if (looked == LOOK_FOUND)
+        return SHM_INDEX_FOUND;
+    //  Not in the slots when we read them; absent if the node did not hold it unlisted
+    //  either. (A key withdrawn while held is counted in the filter before it leaves its
+    //  slot: if our read of the slot saw it gone, this fence lets us see it counted.)
+    if (looked == LOOK_UNSURE || !batch->absent_seq)
+        return SHM_INDEX_ASK;
+    RACY_READ_FENCE ();
+    return s_unlisted (self, hash) ? SHM_INDEX_ASK : SHM_INDEX_ABSENT;
+}
+
+bool
+shm_index_batch_lookup (shm_index_batch_t *batch, size_t i, shm_index_hit_t *hit)
+{
+    return shm_index_batch_find (batch, i, hit) == SHM_INDEX_FOUND;
+}
+
+bool
+shm_index_batch_absent_holds (const shm_index_batch_t *batch)
+{
+    if (!batch->absent_seq)
+        return true; //  no answer of absence was given
+    RACY_READ_FENCE ();
+    header_t *header = (header_t *) batch->index->base;
+    return atomic_load_explicit (&header->absent_seq, memory_order_relaxed) == batch->absent_seq;
 }
 
 bool
@@ -756,6 +924,81 @@ shm_index_test (bool verbose)
         assert (!shm_index_confirm (&hit, now_ms));
         shm_index_set_own_until (writer, INT64_MAX);
         assert (shm_index_confirm (&hit, now_ms));
+    }
+
+    //  Absent keys: answered only while the node vouches, for a key in no slot and not
+    //  counted unlisted, and only if nothing moved during the batch.
+    {
+        const char *keys[] = {"alpha", "nothing", "on-disk"};
+        shm_index_find_t found[3];
+        shm_index_batch_t batch;
+        shm_index_hit_t one;
+#define FIND_ALL()                                                                                 \
+    do {                                                                                           \
+        shm_index_batch_start (&batch, reader, keys, NULL, 3);                                     \
+        for (size_t i = 0; i < 3; i++)                                                             \
+            found[i] = shm_index_batch_find (&batch, i, &one);                                     \
+    } while (0)
+        FIND_ALL (); //  not vouching (as at creation): a miss is only a miss
+        assert (found[0] == SHM_INDEX_FOUND && found[1] == SHM_INDEX_ASK);
+        assert (found[2] == SHM_INDEX_ASK);
+        shm_index_set_complete (writer, true);
+        FIND_ALL ();
+        assert (found[0] == SHM_INDEX_FOUND && found[1] == SHM_INDEX_ABSENT);
+        assert (found[2] == SHM_INDEX_ABSENT && shm_index_batch_absent_holds (&batch));
+        //  A key held but not published is counted: asked about, not absent.
+        shm_index_unlisted_add (writer, "on-disk", 7);
+        FIND_ALL ();
+        assert (found[1] == SHM_INDEX_ABSENT && found[2] == SHM_INDEX_ASK);
+        //  Published while held: uncounting it fails a batch that overlapped it.
+        FIND_ALL ();
+        int64_t slot = shm_index_insert (writer, "on-disk", 7, 1, 0, 1, 1, false);
+        assert (slot >= 0);
+        shm_index_unlisted_remove (writer, "on-disk", 7, true);
+        assert (!shm_index_batch_absent_holds (&batch));
+        FIND_ALL ();
+        assert (found[2] == SHM_INDEX_FOUND && shm_index_batch_absent_holds (&batch));
+        //  Withdrawn while held (counted first), then dropped (uncounted, gone: no move).
+        shm_index_unlisted_add (writer, "on-disk", 7);
+        shm_index_remove (writer, slot);
+        FIND_ALL ();
+        assert (found[2] == SHM_INDEX_ASK);
+        shm_index_unlisted_remove (writer, "on-disk", 7, false);
+        assert (shm_index_batch_absent_holds (&batch));
+        FIND_ALL ();
+        assert (found[2] == SHM_INDEX_ABSENT);
+        //  A batch begun inside a move answers no absence; one across it gives none that
+        //  stands.
+        shm_index_moves_begin (writer);
+        FIND_ALL ();
+        assert (found[1] == SHM_INDEX_ASK && shm_index_batch_absent_holds (&batch));
+        shm_index_moves_end (writer);
+        FIND_ALL ();
+        shm_index_moves_begin (writer);
+        shm_index_moves_end (writer);
+        assert (found[1] == SHM_INDEX_ABSENT && !shm_index_batch_absent_holds (&batch));
+        //  Counters at their top stay there: the key is asked about for good.
+        for (int i = 0; i < 300; i++)
+            shm_index_unlisted_add (writer, "stuck", 5);
+        for (int i = 0; i < 300; i++)
+            shm_index_unlisted_remove (writer, "stuck", 5, false);
+        const char *stuck[] = {"stuck"};
+        shm_index_batch_start (&batch, reader, stuck, NULL, 1);
+        assert (shm_index_batch_find (&batch, 0, &one) == SHM_INDEX_ASK);
+        //  Keys a slot cannot hold are never answered absent.
+        char long_key[SHM_INDEX_KEY_MAX + 2];
+        memset (long_key, 'l', sizeof long_key - 1);
+        long_key[sizeof long_key - 1] = 0;
+        const char *longs[] = {long_key};
+        shm_index_batch_start (&batch, reader, longs, NULL, 1);
+        assert (shm_index_batch_find (&batch, 0, &one) == SHM_INDEX_ASK);
+        //  A node that stops vouching: nothing absent, and a batch across it fails.
+        FIND_ALL ();
+        shm_index_set_complete (writer, false);
+        assert (!shm_index_batch_absent_holds (&batch));
+        FIND_ALL ();
+        assert (found[1] == SHM_INDEX_ASK);
+#undef FIND_ALL
     }
 
     //  An entry that went in past its home slot stays found when the home slot is emptied
@@ -890,6 +1133,6 @@ shm_index_test (bool verbose)
     snprintf (dev_shm, sizeof dev_shm, "/dev/shm%s", name);
     assert (access (dev_shm, F_OK) == -1);
     if (verbose)
-        printf ("publish, lookup, read stamps, invalidation, emptied home slots, batches, "
-                "lossy overflow, sealed memfds ");
+        printf ("publish, lookup, read stamps, invalidation, absent keys, emptied home slots, "
+                "batches, lossy overflow, sealed memfds ");
 }

@@ -3,15 +3,15 @@
 
     The replica-manager publishes every committed object it can (key, segment id, offset,
     size) in a hash table in a sealed memfd (shm_index.c). A client of the node's user on the
-    same machine maps it read-only and finds a value without asking the node: look the key up, copy the bytes
-    out of the mapped segment, then confirm the slot did not change meanwhile. A read that
-    raced with a removal fails that check and goes to the node instead, so a reader never
-    returns bytes of another object. (The node frees an object's space only after it has
-    removed the object from this index.)
+    same machine maps it read-only and finds a value without asking the node: look the key
+    up, copy the bytes out of the mapped segment, then confirm the slot did not change
+    meanwhile. A read that raced with a removal fails that check and goes to the node
+    instead, so a reader never returns bytes of another object. (The node frees an object's
+    space only after it has removed the object from this index.)
 
     The index is lossy on purpose: an object is not published when its key is too long for
-    a slot or its probe run is full, and removing an entry may hide another one behind it.
-    A miss therefore means "ask the node", never "not found".
+    a slot or its probe run is full, or while it is on disk only. A miss alone therefore
+    means "ask the node", never "not found" (but see "Absent keys" below).
 
     Read stamps: leases without a round trip. A read grants the object a lease (no removal
     without force until --lease-ttl after it). A reader of the index tells the node nothing,
@@ -45,10 +45,27 @@
     The stamp is a reader's claim: the node bounds it by its own clock (a stamp in the future
     counts as now) so a client can lease an object no longer than by reading it.
 
+    Absent keys. A miss in a lossy index says nothing, so without more a reader asks the node
+    about every key it does not find, and a batch of absent keys costs a round trip. A node
+    that holds every key there is to hold (one without a master: nobody else holds keys it
+    could be asked for) vouches for absence (shm_index_set_complete) and counts each key it
+    holds but has not published (too long for a slot, its probe run full, on disk only) in a
+    counting filter beside the slots (shm_index_unlisted_add, _remove). A reader that reads
+    every slot the key could be in, finds it in none, and finds it uncounted, may answer
+    "absent" without asking. Why that is true: at every instant a key the node holds is in
+    its slot or counted (the node counts a key before it withdraws it from its slot, and
+    uncounts it only after publishing it), so a reader that saw it in neither place saw it
+    move from slot to filter after it read the slot, which the release and acquire fences
+    on both sides rule out, or from filter to slot, which a sequence number in the header
+    (a seqlock, bumped around every uncounting and around changes that drop and re-add a
+    key: shm_index_moves_begin, _end) shows: a batch's answers of absence stand only if it
+    is unchanged and even from the batch's start to its end (shm_index_batch_absent_holds).
+    Counters stuck at their top and false positives only send a key to the node.
+
     Layout: a 4 KiB header (with the stamps' name), then slot_count slots of 256 bytes, each
-    guarded by a sequence number (odd while the writer changes it); the stamps object holds
-    slot_count 8-byte stamps. One writer (the replica-manager's thread), any number of
-    readers in any process.
+    guarded by a sequence number (odd while the writer changes it), then 4 one-byte counters
+    a slot for the unlisted keys; the stamps object holds slot_count 8-byte stamps. One
+    writer (the replica-manager's thread), any number of readers in any process.
 */
 #ifndef SHM_INDEX_H_INCLUDED
 #define SHM_INDEX_H_INCLUDED
@@ -70,9 +87,9 @@ typedef struct {
     const void *slot;
     void *stamp; //  the slot's read stamp
     uint64_t seq;
-    uint64_t hash;    //  the key's hash (readers may use it to remember keys cheaply)
-    uint64_t version; //  the value's (Reply.versions)
-    bool cache;       //  a cache copy of a value other nodes hold (the host hot cache)
+    uint64_t hash;                //  the key's hash (readers may use it to remember keys cheaply)
+    uint64_t version;             //  the value's (Reply.versions)
+    bool cache;                   //  a cache copy of a value other nodes hold (the host hot cache)
     const _Atomic int64_t *until; //  the header's bound on reading it (cache or own copies)
 } shm_index_hit_t;
 
@@ -134,6 +151,21 @@ void shm_index_set_cache_until (shm_index_t *self, int64_t until_ms);
 //  So the readers of a node that is frozen stop when its lease runs out, as its own threads
 //  do, rather than read on a copy whose removal completed without it.
 void shm_index_set_own_until (shm_index_t *self, int64_t until_ms);
+//  Writer: whether the node vouches for absent keys: it holds no key unless published or
+//  counted unlisted, and no other node holds keys for it (docs/architecture.md). Not at
+//  creation: set it before any key is held, or count every key held so far first.
+void shm_index_set_complete (shm_index_t *self, bool complete);
+//  Writer: key is held but not published (not in its slot); counted before it is
+//  withdrawn from its slot, or when it is held without ever being published.
+void shm_index_unlisted_add (shm_index_t *self, const char *key, size_t key_len);
+//  Writer: key, counted by shm_index_unlisted_add, is published now (held: counted down
+//  after the insert, and batches under way answer no absence) or no longer held (dropped).
+void shm_index_unlisted_remove (shm_index_t *self, const char *key, size_t key_len, bool held);
+//  Writer: brackets changes in which a held key leaves the index and the filter and comes
+//  back (an upsert drops the old object before the new one enters): no batch that overlaps
+//  them answers "absent". Not nested.
+void shm_index_moves_begin (shm_index_t *self);
+void shm_index_moves_end (shm_index_t *self);
 //  Writer: withdraws what insert published in slot (slot < 0 does nothing). Returns the
 //  object's last read (as shm_index_last_read), looked at after the withdrawal was visible:
 //  no read of it can be confirmed later.
@@ -166,7 +198,13 @@ typedef struct {
     size_t count;
     uint64_t hashes[SHM_INDEX_AHEAD]; //  of the keys loading, by position modulo AHEAD
     size_t key_lens[SHM_INDEX_AHEAD]; //  their lengths (strlen once, when lens is NULL)
+    uint64_t absent_seq;              //  the header's at the start, 0 if no absence answers
 } shm_index_batch_t;
+
+//  What a lookup in a batch found: the key (hit filled); nothing the reader may act on (ask
+//  the node); or that the node does not hold the key, if shm_index_batch_absent_holds
+//  says so after the batch's last lookup (else ask the node about those keys too).
+typedef enum { SHM_INDEX_ASK, SHM_INDEX_FOUND, SHM_INDEX_ABSENT } shm_index_find_t;
 
 void shm_index_batch_start (shm_index_batch_t *batch, shm_index_t *self, const char *const *keys,
                             const size_t *lens, size_t count);
@@ -177,6 +215,10 @@ void shm_index_batch_start_step (shm_index_batch_t *batch, shm_index_t *self,
                                  size_t count);
 //  As shm_index_lookup of keys[i].
 bool shm_index_batch_lookup (shm_index_batch_t *batch, size_t i, shm_index_hit_t *hit);
+//  Looks keys[i] up, saying whether it is absent too (shm_index.h, "Absent keys").
+shm_index_find_t shm_index_batch_find (shm_index_batch_t *batch, size_t i, shm_index_hit_t *hit);
+//  After a batch's lookups: whether the SHM_INDEX_ABSENT answers it gave stand.
+bool shm_index_batch_absent_holds (const shm_index_batch_t *batch);
 
 //  Reader: after copying the bytes (or, for a read that needs no bytes, after the lookup),
 //  records the read at now_ms (shm_index_clock_ms, taken after the copy) in the slot's read

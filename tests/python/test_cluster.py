@@ -501,6 +501,10 @@ def test_a_same_machine_client_reads_what_other_nodes_hold():
                                            for k in far + near]
         with pytest.raises(kvpool.ObjectNotFoundError):
             client.get_into("nowhere", bytearray(10))
+        # A key not in this node's index is not taken for absent: a node of a cluster does not
+        # vouch for absence (other nodes hold keys), so exist and prefix match ask it.
+        assert client.exist_batch(far + near + ["nowhere"]) == [True] * len(keys) + [False]
+        assert client.prefix_match(far + ["nowhere"] + near) == len(far)
         # Its puts are placed by the master: never by address (which a cluster node refuses),
         # and each key is found where the master put it.
         puts = ["near-put-%d" % i for i in range(4)]
