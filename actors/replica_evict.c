@@ -24,11 +24,16 @@
     deadline. After a cycle that freed nothing, placements are answered at once for
     STALL_BACKOFF_MS (no walk over every object for each put).
 
-    Disk copies: the pinned objects go to the transfer-submitter as one TX_DISK_WRITE job,
-    which comes back on this thread's socket (rm_offload_done): the copies are recorded, the
-    memory of the objects still unleased and unpinned freed (rm_offloaded), and copies nobody
-    took unlinked. Memory that copies in flight will free counts as freed for the next
-    cycle's target. --offload eager: every committed object is queued for a disk copy as it
+    Disk copies: the pinned objects go to the transfer-submitter as TX_DISK_WRITE jobs of
+    about OFFLOAD_JOB_BYTES each, at most OFFLOAD_JOBS_OUT of them there at once (the others
+    wait here, in order), each coming back on this thread's socket (rm_offload_done): the
+    copies are recorded, the memory of the objects still unleased and unpinned freed
+    (rm_offloaded), and copies nobody took unlinked. So the memory comes back a few MiB at a
+    time, as fast as the disk writes, and a placement waiting for room waits for about one
+    job's writes: a cycle's copies sent as one job, or written side by side, all landed at
+    the end together (measured: 4 MiB puts under constant overflow, p99 13 ms as one job a
+    cycle, 7.2 ms now, memory only 2.2 ms). Memory that copies in flight or waiting will free
+    counts as freed for the next cycle's target, and for what a placement still needs. --offload eager: every committed object is queued for a disk copy as it
     comes (each cycle takes as many as the queue allows) and keeps its memory. The disk tier
     is kept under --disk-high-watermark by dropping its least recently used copies down to
     --disk-low-watermark (rm_disk_evict); a filesystem that fills before --disk-capacity
@@ -54,6 +59,11 @@ typedef rm_state_t self_t;
 //  After a cycle that freed nothing, placements are answered at once for this long.
 #define STALL_BACKOFF_MS 100
 #define LOG_INTERVAL_MS 1000
+//  Disk copies a TX_DISK_WRITE job carries, in bytes (at least one object), and such jobs
+//  at the transfer-submitter at once: written side by side, a cycle's copies would all land
+//  together at the end, and a placement waiting for the first would wait for them all.
+#define OFFLOAD_JOB_BYTES (4ULL << 20)
+#define OFFLOAD_JOBS_OUT 2
 
 //  A placement waiting for room.
 typedef struct {
@@ -74,7 +84,8 @@ rm_policy_init (self_t *self)
     policy->disk_room = UINT64_MAX;
     policy->waiting = zlistx_new ();
     policy->ready = zlistx_new ();
-    assert (policy->waiting && policy->ready);
+    policy->unsent = zlistx_new ();
+    assert (policy->waiting && policy->ready && policy->unsent);
     policy->next_tick = zclock_mono () + TICK_MS;
 }
 
@@ -99,6 +110,13 @@ rm_policy_destroy (self_t *self, zsock_t *router)
 {
     s_waiters_destroy (&self->policy.waiting, router);
     s_waiters_destroy (&self->policy.ready, router);
+    //  (Objects pinned for a disk copy stay pinned: they end with the actor.)
+    kvp_job_t *job;
+    while ((job = (kvp_job_t *) zlistx_first (self->policy.unsent))) {
+        zlistx_delete (self->policy.unsent, zlistx_cursor (self->policy.unsent));
+        kvp_job_destroy (&job);
+    }
+    zlistx_destroy (&self->policy.unsent);
 }
 
 //  ---- placements waiting for room -----------------------------------------------------
@@ -233,6 +251,45 @@ s_log (self_t *self, int64_t now)
     policy->next_log = now + LOG_INTERVAL_MS;
 }
 
+//  Sends a TX_DISK_WRITE job of pinned objects to the transfer-submitter, or queues it
+//  while OFFLOAD_JOBS_OUT are there (rm_offload_done sends it).
+static void
+s_offload_send (self_t *self, kvp_job_t *job, int64_t now)
+{
+    memset (kvp_job_evict (job), 0, sizeof (kvp_evict_t));
+    if (self->policy.writes_out >= OFFLOAD_JOBS_OUT) {
+        zlistx_add_end (self->policy.unsent, job);
+        return;
+    }
+    self->policy.writes_out++;
+    if (kvp_job_send (self->tx, job) == 0)
+        wait_set_touch (self->waits, self->tx);
+    else {
+        job->status = KVPOOL_INTERNAL_ERROR;
+        for (size_t i = 0; i < job->count; i++)
+            job->items[i].status = KVPOOL_INTERNAL_ERROR;
+        rm_offload_done (self, job, now); //  as if it came back failed
+    }
+}
+
+//  A TX_DISK_WRITE job of items first .. end of job's, which hands them over (their pins).
+static kvp_job_t *
+s_slice (kvp_job_t *job, size_t first, size_t end)
+{
+    kvp_job_t *slice = kvp_job_new (KVP_TX_DISK_WRITE, 0);
+    for (size_t i = first; i < end; i++) {
+        kvp_item_t *from = &job->items[i];
+        kvp_item_t *item = kvp_job_append_key (slice, from->key, from->key_len);
+        item->object = from->object;
+        item->object_id = from->object_id;
+        item->size = from->size;
+        item->src = from->src;
+        item->disk.evict = from->disk.evict;
+        from->object = NULL;
+    }
+    return slice;
+}
+
 //  A walk's outcome: its statistics; the objects it pinned go to the disk (job, a
 //  TX_DISK_WRITE job with them as items).
 static void
@@ -283,22 +340,25 @@ s_evicted (self_t *self, kvp_job_t *job, int64_t now)
         kvp_job_destroy (&job);
         return;
     }
-    //  The pinned objects' disk copies: written, then recorded (rm_offload_done).
+    //  The pinned objects' disk copies: written, then recorded (rm_offload_done), in jobs
+    //  of about OFFLOAD_JOB_BYTES, each answered when its last copy is written: the memory
+    //  of the first objects goes back to waiting placements while the others are written.
     policy->queue += job->count;
     policy->pending_free += pending;
     policy->pending_disk += plan->queued_bytes;
-    memset (plan, 0, sizeof *plan);
-    if (kvp_job_send (self->tx, job) == 0) {
-        policy->writes_out++;
-        wait_set_touch (self->waits, self->tx);
+    for (size_t first = 0; first < job->count;) {
+        size_t end = first;
+        uint64_t bytes = 0;
+        while (end < job->count && (end == first || bytes < OFFLOAD_JOB_BYTES))
+            bytes += job->items[end++].size;
+        if (first == 0 && end == job->count) {
+            s_offload_send (self, job, now); //  one job is enough
+            return;
+        }
+        s_offload_send (self, s_slice (job, first, end), now);
+        first = end;
     }
-    else {
-        job->status = KVPOOL_INTERNAL_ERROR;
-        for (size_t i = 0; i < job->count; i++)
-            job->items[i].status = KVPOOL_INTERNAL_ERROR;
-        policy->writes_out++; //  as if it came back failed
-        rm_offload_done (self, job, now);
-    }
+    kvp_job_destroy (&job); //  (its items went to the slices)
 }
 
 //  One cycle: frees what the watermark wants, and at least need bytes more (for placements
@@ -316,8 +376,11 @@ s_cycle (self_t *self, uint64_t need, int64_t now)
     if (size > 0 && used > config->eviction_high_watermark * size)
         want =
             used - (uint64_t) ((config->eviction_high_watermark - config->eviction_ratio) * size);
+    //  Placements that found no room: the ratio and what they need, less what the disk
+    //  copies under way free as they land (queued ahead of any new copy, they come first).
     if (need) {
         uint64_t floor = (uint64_t) (config->eviction_ratio * size) + need;
+        floor = floor > policy->pending_free ? floor - policy->pending_free : 0;
         if (want < floor)
             want = floor;
     }
@@ -472,6 +535,11 @@ rm_offload_done (self_t *self, kvp_job_t *job, int64_t now)
     if (kvp_job_evict (job)->no_space)
         s_disk_full (self, now);
     kvp_job_destroy (&job);
+    kvp_job_t *next = (kvp_job_t *) zlistx_first (policy->unsent);
+    if (next) {
+        zlistx_delete (policy->unsent, zlistx_cursor (policy->unsent));
+        s_offload_send (self, next, now);
+    }
     s_waiters_check (self, false, now);
     s_log (self, now);
 }

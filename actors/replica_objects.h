@@ -124,6 +124,7 @@ typedef struct {
     zlistx_t *waiting;             //  placements waiting for room (disk copies in flight)
     zlistx_t *ready;               //  ... whose wait is over, for the actor to answer
     size_t writes_out;             //  TX_DISK_WRITE jobs at the transfer-submitter
+    zlistx_t *unsent;              //  ... waiting for one of those to finish (replica_evict.c)
     uint64_t queue;                //  disk copies being written
     uint64_t pending_free;         //  memory those will free (on-evict)
     uint64_t pending_disk;         //  disk bytes they will take
