@@ -33,8 +33,9 @@
     job's writes: a cycle's copies sent as one job, or written side by side, all landed at
     the end together (measured: 4 MiB puts under constant overflow, p99 13 ms as one job a
     cycle, 7.2 ms now, memory only 2.2 ms). Memory that copies in flight or waiting will free
-    counts as freed for the next cycle's target, and for what a placement still needs. --offload eager: every committed object is queued for a disk copy as it
-    comes (each cycle takes as many as the queue allows) and keeps its memory. The disk tier
+    counts as freed for the next cycle's target, and for what a placement still needs.
+    --offload eager: every committed object is queued for a disk copy as it comes (each
+    cycle takes as many as the queue allows) and keeps its memory. The disk tier
     is kept under --disk-high-watermark by dropping its least recently used copies down to
     --disk-low-watermark (rm_disk_evict); a filesystem that fills before --disk-capacity
     lowers the capacity to what it holds (s_disk_full).
