@@ -650,7 +650,7 @@ s_disk_job (self_t *self, kvp_job_t *job, zframe_t **reply_to_p)
     else
         for (size_t i = 0; i < job->count; i++)
             if (job->items[i].disk.id)
-                disk_store_drop (self->disk, job->items[i].disk.id);
+                disk_store_drop (self->disk, job->items[i].disk.id, NULL, NULL);
     kvp_job_reply (self->router, reply_to_p, job);
 }
 

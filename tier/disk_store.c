@@ -37,7 +37,10 @@
     go to a done list. Both paths signal the eventfd (io_uring through
     io_uring_register_eventfd, the done list by a write), and reap reads the eventfd before it
     looks at the CQ and the list, so a completion that lands during a reap leaves the fd
-    readable: no wake-up is missed. Without io_uring, ops run with pread/pwrite when they
+    readable: no wake-up is missed. Drops are ops too, queued in order with the others: an
+    unlink in the ring (IORING_OP_UNLINKAT) where the kernel takes it, else done when the op
+    starts. (Unlinking a 4 MiB file frees its blocks, about a millisecond on ext4: a hundred
+    drops done in the caller's thread, after a remove-all, held the next put up 85 ms.) Without io_uring, ops run with pread/pwrite when they
     start and go to the done list.
 
     Threads: one thread uses a store. Ordering: ops start in the order they were queued;
@@ -77,6 +80,8 @@
 #define DISK_MAX_DEPTH 4096
 //  What an open returns for a name that is not a regular file (a symlink, a FIFO, a device).
 #define DISK_NOT_REGULAR (-EBADFD)
+//  A copy's name, "<2 hex>/<16 hex>.kv", and its NUL, with room to spare
+#define DISK_PATH_MAX 40
 
 //  The header's fields, then the key. The struct is the disk image on a little-endian
 //  machine, the only kind the node runs on (asserted below).
@@ -98,6 +103,7 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the header is little-
 typedef struct _disk_op_t {
     struct _disk_op_t *next; //  in the wait FIFO or the done list
     bool write;
+    bool unlink; //  a drop: the copy's file unlinked (path in key, NUL-terminated)
     bool direct; //  fd is O_DIRECT
     int fd;
     int status;
@@ -118,8 +124,9 @@ struct _disk_store_t {
     int dir_fd;
     int lock_fd;
     int event_fd;
-    bool uring;  //  ring is set up; else synchronous I/O
-    bool direct; //  try O_DIRECT on new files
+    bool uring;        //  ring is set up; else synchronous I/O
+    bool uring_unlink; //  ... and takes unlinks (IORING_OP_UNLINKAT, Linux 5.11)
+    bool direct;       //  try O_DIRECT on new files
     struct io_uring ring;
     unsigned depth;
     unsigned in_ring;     //  ops with an SQE or CQE outstanding
@@ -367,9 +374,9 @@ s_finish (disk_store_t *self, disk_op_t *op)
         if (op->status != 0)
             unlinkat (self->dir_fd, tmp, 0); //  may not exist (the open failed): fine
     }
-    else if (op->status == 0)
+    else if (op->status == 0 && !op->unlink)
         op->status = s_read_verify (op);
-    if (!op->write && op->status == 0) {
+    if (!op->write && !op->unlink && op->status == 0) {
         buffer = (disk_buffer_t *) op->block;
         *buffer = (disk_buffer_t){s_header_size (op->key_len), op->copy.size};
         op->block = NULL;
@@ -393,7 +400,9 @@ s_prep (disk_store_t *self, disk_op_t *op)
     assert (sqe); //  at most depth ops in the ring, each with one SQE or CQE outstanding
     uint64_t rest = op->copy.footprint - op->done;
     unsigned chunk = rest < DISK_IO_MAX ? (unsigned) rest : DISK_IO_MAX;
-    if (op->write)
+    if (op->unlink)
+        io_uring_prep_unlinkat (sqe, self->dir_fd, op->key, 0);
+    else if (op->write)
         io_uring_prep_write (sqe, op->fd, op->block + op->done, chunk, op->done);
     else
         io_uring_prep_read (sqe, op->fd, op->block + op->done, chunk, op->done);
@@ -406,6 +415,10 @@ s_prep (disk_store_t *self, disk_op_t *op)
 static bool
 s_progress (disk_op_t *op, int res)
 {
+    if (op->unlink) {
+        op->status = res < 0 ? res : 0;
+        return false;
+    }
     if (res == -EINTR || res == -EAGAIN)
         return true;
     if (res == -EINVAL && op->direct && s_clear_direct (op->fd) == 0) {
@@ -427,6 +440,18 @@ s_pump (disk_store_t *self)
 {
     while (self->waiting.head && (!self->uring || self->in_ring < self->depth)) {
         disk_op_t *op = s_list_pop (&self->waiting);
+        if (op->unlink) {
+            //  In the ring where it takes unlinks: an unlink of a large file frees its
+            //  blocks, which takes the filesystem long enough to hold up the I/O behind it.
+            if (self->uring_unlink)
+                s_prep (self, op);
+            else {
+                op->status = unlinkat (self->dir_fd, op->key, 0) == 0 ? 0 : -errno;
+                s_list_push (&self->finished, op);
+                s_signal (self);
+            }
+            continue;
+        }
         char path[40];
         s_path (path, sizeof path, op->copy.id, op->write ? "tmp" : "kv");
         int flags = op->write ? O_WRONLY | O_CREAT | O_TRUNC : O_RDONLY;
@@ -523,11 +548,19 @@ disk_store_read (disk_store_t *self, uint64_t id, const char *key, size_t key_le
 }
 
 int
-disk_store_drop (disk_store_t *self, uint64_t id)
+disk_store_drop (disk_store_t *self, uint64_t id, disk_done_fn *done, void *arg)
 {
-    char path[40];
-    s_path (path, sizeof path, id, "kv");
-    return unlinkat (self->dir_fd, path, 0) == 0 ? 0 : -errno;
+    assert (self);
+    if (id == 0)
+        return -EINVAL;
+    disk_op_t *op = (disk_op_t *) calloc (1, sizeof (disk_op_t) + DISK_PATH_MAX);
+    if (!op)
+        return -ENOMEM;
+    op->copy = (disk_copy_t){id, 0, 0};
+    op->unlink = true;
+    s_path (op->key, DISK_PATH_MAX, id, "kv");
+    s_queue (self, op, done, arg);
+    return 0;
 }
 
 void
@@ -656,6 +689,12 @@ s_store_new (const char *dir, unsigned depth, bool try_uring, char *error, size_
     if (uring_rc == 0 && (uring_rc = io_uring_register_eventfd (&self->ring, self->event_fd)) != 0)
         io_uring_queue_exit (&self->ring);
     self->uring = uring_rc == 0;
+    if (self->uring) {
+        struct io_uring_probe *probe_ops = io_uring_get_probe_ring (&self->ring);
+        self->uring_unlink = probe_ops && io_uring_opcode_supported (probe_ops, IORING_OP_UNLINKAT);
+        if (probe_ops)
+            io_uring_free_probe (probe_ops);
+    }
     if (self->uring)
         snprintf (self->io_kind, sizeof self->io_kind, "io_uring");
     else
@@ -897,6 +936,17 @@ s_test_read (disk_store_t *store, disk_copy_t copy, const char *key, size_t key_
     return op.status;
 }
 
+//  Drops copy id and waits for it. Returns the status.
+static int
+s_test_drop (disk_store_t *store, uint64_t id)
+{
+    test_op_t op = {0, 1, {0, 0, 0}, NULL};
+    assert (disk_store_drop (store, id, s_test_done, &op) == 0);
+    s_test_settle (store);
+    assert (op.calls == 1 && op.copy.id == id && !op.buffer);
+    return op.status;
+}
+
 //  The path of a copy's file; whether it exists.
 static bool
 s_test_path (char *buf, const char *dir, uint64_t id, const char *ext)
@@ -1087,9 +1137,10 @@ s_test_store (const char *dir, bool uring, const char *big, bool verbose)
             kept[kept_count++] = (test_copy_t){many_keys[i], 8, ops[i].copy, false};
     }
 
-    //  Drop: the file goes; a read then says so.
-    assert (disk_store_drop (store, ops[0].copy.id) == 0);
-    assert (disk_store_drop (store, ops[0].copy.id) == -ENOENT);
+    //  Drop: the file goes (through the ring where it takes unlinks); a read then says so.
+    assert (s_test_drop (store, ops[0].copy.id) == 0);
+    assert (s_test_drop (store, ops[0].copy.id) == -ENOENT);
+    assert (disk_store_drop (store, 0, NULL, NULL) == -EINVAL);
     assert (s_test_read (store, ops[0].copy, many_keys[0], 8, many) == -ENOENT);
 
     //  Damage: a value byte, a header byte only the header checksum covers (reserved), a

@@ -99,9 +99,12 @@ int disk_store_write (disk_store_t *self, const char *key, size_t key_len, const
 int disk_store_read (disk_store_t *self, uint64_t id, const char *key, size_t key_len,
                      uint64_t size, disk_done_fn *done, void *arg);
 
-//  Unlinks copy id. A read already under way still completes. Drop a copy only after its
-//  write's callback ran. Returns 0 or -errno (-ENOENT when there is no such copy).
-int disk_store_drop (disk_store_t *self, uint64_t id);
+//  Unlinks copy id, queued as the other ops are (through the ring where the kernel takes
+//  unlinks: the unlink of a large file frees its blocks, which can take the filesystem
+//  milliseconds, and the thread that asks has puts to copy meanwhile). A read already under
+//  way still completes. Drop a copy only after its write's callback ran. Returns 0 (queued)
+//  or -EINVAL, -ENOMEM; done, if not NULL, gets 0 or -errno (-ENOENT: no such copy).
+int disk_store_drop (disk_store_t *self, uint64_t id, disk_done_fn *done, void *arg);
 
 //  The bytes a copy of a key of key_len and a value of size bytes takes on disk.
 uint64_t disk_store_footprint (uint64_t key_len, uint64_t size);
