@@ -40,8 +40,8 @@
     readable: no wake-up is missed. Drops are ops too, queued in order with the others: an
     unlink in the ring (IORING_OP_UNLINKAT) where the kernel takes it, else done when the op
     starts. (Unlinking a 4 MiB file frees its blocks, about a millisecond on ext4: a hundred
-    drops done in the caller's thread, after a remove-all, held the next put up 85 ms.) Without io_uring, ops run with pread/pwrite when they
-    start and go to the done list.
+    drops done in the caller's thread, after a remove-all, held the next put up 85 ms.)
+    Without io_uring, ops run with pread/pwrite when they start and go to the done list.
 
     Threads: one thread uses a store. Ordering: ops start in the order they were queued;
     callbacks run in the order ops finish.
