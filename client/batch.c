@@ -197,7 +197,7 @@ kvpc_bufs_capacity (const kvpool_buf_t *bufs, size_t nbufs)
 
 bool
 kvpc_next_chunk (const kvpc_keys_t *keys, size_t *start, kvpc_bytes_fn *bytes_of, const void *arg,
-                 kvpc_keys_t *chunk, int64_t *results)
+                 uint64_t limit, kvpc_keys_t *chunk, int64_t *results)
 {
     if (*start >= keys->count)
         return false;
@@ -206,7 +206,7 @@ kvpc_next_chunk (const kvpc_keys_t *keys, size_t *start, kvpc_bytes_fn *bytes_of
     size_t j = *start;
     for (; j < keys->count; j++) {
         uint64_t size = bytes_of (arg, keys->index[j]);
-        if (j > *start && bytes + size > KVPC_CHUNK_BYTES)
+        if (j > *start && bytes + size > limit)
             break;
         bytes += size;
         if (kvpc_keys_add_from (chunk, keys, j))

@@ -82,6 +82,11 @@ struct _kvpc_conn_t {
     kvpc_conn_t *peers[KVPC_MAX_PEERS];   //  other nodes of a cluster (kvpc_conn_peer)
     char *peer_endpoints[KVPC_MAX_PEERS]; //  ... as the REDIRECT named them
     size_t peer_count;
+    //  The reply to a request still outstanding that came in while another was awaited
+    //  (kvpc_call_recv_ahead), with its id: kvpc_call_recv of that request takes it.
+    kvpc_reply_t early;
+    uint64_t early_id;
+    size_t early_extra; //  its value frames past those expected
 };
 
 //  ---- the ZeroMQ context ----------------------------------------------------------------
@@ -307,9 +312,12 @@ s_auth_unwatch (kvpc_conn_t *self, uint32_t *value)
 }
 
 //  Closes the socket (dropping everything queued on it) and connects a new one.
+static void s_early_drop (kvpc_conn_t *self);
+
 static void
 s_socket_reset (kvpc_conn_t *self)
 {
+    s_early_drop (self); //  (no reply to an earlier request comes on the new socket)
     if (self->socket)
         zmq_close (self->socket);
     self->socket = NULL;
@@ -418,7 +426,7 @@ broken:
 //  counted in extra.
 static int
 s_recv_reply (kvpc_conn_t *self, int64_t deadline, uint64_t want_id, size_t expect_frames,
-              kvpc_reply_t *reply, size_t *extra)
+              uint64_t keep_id, size_t keep_frames, kvpc_reply_t *reply, size_t *extra)
 {
     while (self->socket) {
         int64_t now = s_now_ms ();
@@ -453,12 +461,15 @@ s_recv_reply (kvpc_conn_t *self, int64_t deadline, uint64_t want_id, size_t expe
             kvpool__v1__reply__unpack (NULL, zmq_msg_size (&head), zmq_msg_data (&head));
         zmq_msg_close (&head);
         bool mine = msg && msg->request_id == want_id;
+        //  The reply to the other request outstanding, ahead of this one's: kept.
+        bool keep = msg && !mine && keep_id && msg->request_id == keep_id && !self->early_id;
+        size_t frames_wanted = mine ? expect_frames : keep_frames;
         zmq_msg_t *frames = NULL;
-        if (mine && expect_frames) {
-            frames = malloc (expect_frames * sizeof *frames);
+        if ((mine || keep) && frames_wanted) {
+            frames = malloc (frames_wanted * sizeof *frames);
             if (!frames) {
-                kvpc_set_error (self, "out of memory for %zu reply frames", expect_frames);
-                mine = false; //  drained below; the call then times out
+                kvpc_set_error (self, "out of memory for %zu reply frames", frames_wanted);
+                mine = keep = false; //  drained below; the call then times out
             }
         }
         size_t nframes = 0;
@@ -466,7 +477,8 @@ s_recv_reply (kvpc_conn_t *self, int64_t deadline, uint64_t want_id, size_t expe
         bool broken = false;
         while (more) {
             zmq_msg_t scratch;
-            zmq_msg_t *part = mine && nframes < expect_frames ? &frames[nframes] : &scratch;
+            zmq_msg_t *part =
+                (mine || keep) && nframes < frames_wanted ? &frames[nframes] : &scratch;
             zmq_msg_init (part);
             //  The rest of a multipart message is already here: libzmq delivers it whole.
             if (zmq_msg_recv (part, self->socket, 0) == -1) {
@@ -481,6 +493,12 @@ s_recv_reply (kvpc_conn_t *self, int64_t deadline, uint64_t want_id, size_t expe
             }
             else
                 nframes++;
+        }
+        if (keep && !broken) {
+            self->early = (kvpc_reply_t){msg, frames, nframes};
+            self->early_id = keep_id;
+            self->early_extra = extras;
+            continue;
         }
         if (!mine || broken) {
             for (size_t i = 0; i < nframes; i++)
@@ -531,15 +549,43 @@ kvpc_call_send (kvpc_conn_t *self, Kvpool__V1__Request *request)
     return s_send_request (self, request, NULL, 0);
 }
 
+//  Lets go of a reply kept for a request nobody will ask for now.
+static void
+s_early_drop (kvpc_conn_t *self)
+{
+    if (self->early_id)
+        kvpc_reply_free (&self->early);
+    self->early_id = 0;
+    self->early_extra = 0;
+}
+
 int
 kvpc_call_recv (kvpc_conn_t *self, Kvpool__V1__Request *request, size_t expect_frames,
                 kvpc_reply_t *reply)
 {
+    return kvpc_call_recv_ahead (self, request, expect_frames, NULL, 0, reply);
+}
+
+int
+kvpc_call_recv_ahead (kvpc_conn_t *self, Kvpool__V1__Request *request, size_t expect_frames,
+                      const Kvpool__V1__Request *ahead, size_t ahead_frames, kvpc_reply_t *reply)
+{
     memset (reply, 0, sizeof *reply);
     int rc;
     size_t extra = 0;
-    rc = s_recv_reply (self, s_now_ms () + self->timeout_ms, request->request_id, expect_frames,
-                       reply, &extra);
+    if (self->early_id && self->early_id == request->request_id) {
+        *reply = self->early;
+        extra = self->early_extra;
+        memset (&self->early, 0, sizeof self->early);
+        self->early_id = 0;
+        self->early_extra = 0;
+        rc = 0;
+    }
+    else {
+        s_early_drop (self); //  (a reply to a request given up)
+        rc = s_recv_reply (self, s_now_ms () + self->timeout_ms, request->request_id, expect_frames,
+                           ahead ? ahead->request_id : 0, ahead_frames, reply, &extra);
+    }
     s_zc_drain (self, rc != 0);
     //  The node reads a connection's requests in order: it has every one-way request sent
     //  before this one.
@@ -873,6 +919,7 @@ kvpc_conn_destroy (kvpc_conn_t **self_p)
         zmq_close (self->socket);
     }
     self->socket = NULL;
+    s_early_drop (self);
     //  Every call already waited for its zero-copy frames; this is only a safeguard.
     s_zc_wait (self);
     //  After the frames: they may be the device layer's pinned buffers.

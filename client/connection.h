@@ -132,14 +132,21 @@ const char *kvpc_conn_master_endpoint (kvpc_conn_t *self);
 int kvpc_call (kvpc_conn_t *self, Kvpool__V1__Request *request, const kvpc_value_t *values,
                size_t nvalues, size_t expect_frames, kvpc_reply_t *reply);
 //  kvpc_call in two halves, for a caller that works on one reply while the node works on its
-//  next request (the socket path's gets). Only requests without values. Every request sent
-//  must be received before another is: at most one is outstanding (a reply to any other is
+//  next request (the socket path's gets). Only requests without values. At most one is
+//  outstanding, unless kvpc_call_recv_ahead says which other one is (a reply to any other is
 //  taken for a stale one and dropped). kvpc_call_send returns 0 or a negative status (the
 //  request is then not outstanding); kvpc_call_recv returns as kvpc_call does, request being
 //  the one sent.
 int kvpc_call_send (kvpc_conn_t *self, Kvpool__V1__Request *request);
 int kvpc_call_recv (kvpc_conn_t *self, Kvpool__V1__Request *request, size_t expect_frames,
                     kvpc_reply_t *reply);
+//  kvpc_call_recv with a second request outstanding, sent after request (ahead, NULL for
+//  none): the node may answer it first (a GET of values in memory before one that reads its
+//  disk), and such a reply is kept, for the kvpc_call_recv of ahead that comes next. Two
+//  requests outstanding at most.
+int kvpc_call_recv_ahead (kvpc_conn_t *self, Kvpool__V1__Request *request, size_t expect_frames,
+                          const Kvpool__V1__Request *ahead, size_t ahead_frames,
+                          kvpc_reply_t *reply);
 //  kvpc_call without values, waiting at most timeout_ms (or the connection's timeout when
 //  that is shorter).
 int kvpc_call_brief (kvpc_conn_t *self, Kvpool__V1__Request *request, int timeout_ms,

@@ -6,11 +6,12 @@
     number of statuses, sizes, replica lists or frames.
 
     Batches that carry values, puts and gets into caller buffers, are cut into requests of at
-    most KVPC_CHUNK_BYTES (batch.h says why); a batch's GETs overlap, the next one sent
-    before the last one's values land. One GET serves every get shape: each value
-    received lands in the call's sink (sink.h: the caller's buffers, a malloc'd buffer, or
-    the frame itself, moved out). A key the node sends elsewhere (REDIRECT) is reported with
-    its holders, not followed: the resolver (resolve.c) decides where to read it next.
+    most KVPC_CHUNK_BYTES (batch.h says why), gets from smaller ones up; two of a batch's
+    GETs are at the node at once, the next one sent once the first one's values landed. One GET
+   serves every get shape: each value received lands in the call's sink (sink.h: the caller's
+   buffers, a malloc'd buffer, or the frame itself, moved out). A key the node sends elsewhere
+   (REDIRECT) is reported with its holders, not followed: the resolver (resolve.c) decides where to
+   read it next.
 */
 #include "client/socket_ops.h"
 #include "transfer/value_checksum.h"
@@ -239,12 +240,14 @@ s_put_staged (kvpc_conn_t *conn, kvpc_device_t *device, Kvpool__V1__Op op, const
     kvpc_keys_t chunk[2];
     bool have[2], ready[2];
     size_t start = 0;
-    have[0] = kvpc_next_chunk (keys, &start, s_value_bytes, values, &chunk[0], results);
+    have[0] =
+        kvpc_next_chunk (keys, &start, s_value_bytes, values, KVPC_CHUNK_BYTES, &chunk[0], results);
     ready[0] = have[0] && s_stage_chunk (device, 0, &chunk[0], values, staged, parts) == 0;
     int rc = KVPOOL_OK;
     for (int now = 0; have[now]; now = 1 - now) {
         int next = 1 - now;
-        have[next] = kvpc_next_chunk (keys, &start, s_value_bytes, values, &chunk[next], results);
+        have[next] = kvpc_next_chunk (keys, &start, s_value_bytes, values, KVPC_CHUNK_BYTES,
+                                      &chunk[next], results);
         ready[next] =
             have[next] && s_stage_chunk (device, next, &chunk[next], values, staged, parts) == 0;
         if (kvpc_device_frame_wait (device, now))
@@ -275,7 +278,8 @@ kvpc_socket_put (kvpc_conn_t *conn, Kvpool__V1__Op op, const kvpc_keys_t *keys,
     int rc = KVPOOL_OK;
     size_t start = 0;
     kvpc_keys_t chunk;
-    while (kvpc_next_chunk (keys, &start, s_value_bytes, values, &chunk, results)) {
+    while (
+        kvpc_next_chunk (keys, &start, s_value_bytes, values, KVPC_CHUNK_BYTES, &chunk, results)) {
         int chunk_rc = s_put_chunk (conn, op, &chunk, values, opts, results);
         if (chunk_rc != KVPOOL_OK)
             rc = chunk_rc;
@@ -287,10 +291,12 @@ kvpc_socket_put (kvpc_conn_t *conn, Kvpool__V1__Op op, const kvpc_keys_t *keys,
 //  ---- gets ---------------------------------------------------------------------------------
 
 //  ---- one GET --------------------------------------------------------------------------------
-//  A batch's GETs go one chunk at a time, overlapped: chunk k + 1's request is sent as soon as
-//  chunk k's reply is in, so the node reads and sends k + 1 while the client lands k's values
-//  (copies into the caller's buffers, or DMAs into device memory). Only one request is ever
-//  outstanding when a reply is read (kvpc_call_recv's rule).
+//  A batch's GETs go in chunks of 4 MiB, then 8, then 16 (batch.h), two at the node at once: when
+//  chunk k's reply is in, its values land while the node works on chunk k + 1, and chunk
+//  k + 2 is sent once they landed. So the node reads one chunk (from its disk, or its
+//  segments) while it sends the other, and the client lands values meanwhile too (copies into
+//  the caller's buffers, or DMAs into device memory). A reply that comes before the one
+//  awaited is kept by the connection (kvpc_call_recv_ahead).
 
 //  A GET of a chunk's keys on its way: the request (its id), or the failure that kept it from
 //  being sent.
@@ -355,13 +361,17 @@ s_get_send (kvpc_conn_t *conn, s_get_t *get, const kvpc_sink_t *sink, bool redir
     request->n_versions = 0;
 }
 
-//  Receives the reply of a GET that was sent, with one value frame per key.
+//  Receives the reply of a GET that was sent, with one value frame per key; ahead, if not
+//  NULL, is the GET sent after it (its reply may come first).
 static int
-s_get_recv (kvpc_conn_t *conn, s_get_t *get, kvpc_reply_t *reply)
+s_get_recv (kvpc_conn_t *conn, s_get_t *get, const s_get_t *ahead, kvpc_reply_t *reply)
 {
     if (get->rc || get->keys.count == 0)
         return get->rc;
-    int rc = kvpc_call_recv (conn, &get->request, get->keys.count, reply);
+    bool out = ahead && !ahead->rc && ahead->keys.count;
+    int rc =
+        kvpc_call_recv_ahead (conn, &get->request, get->keys.count, out ? &ahead->request : NULL,
+                              out ? ahead->keys.count : 0, reply);
     if (rc == 0) {
         rc = kvpc_reply_check (conn, reply, get->keys.count, KVPC_NEED_FRAMES);
         if (rc)
@@ -504,19 +514,21 @@ kvpc_socket_get (kvpc_conn_t *conn, const kvpc_keys_t *keys, const kvpc_sink_t *
 {
     int rc = KVPOOL_OK;
     size_t start = 0;
+    uint64_t limit = KVPC_GET_FIRST_CHUNK_BYTES;
     s_get_t get[2];
-    bool have[2];
-    have[0] = kvpc_next_chunk (keys, &start, s_sink_bytes, sink, &get[0].keys, results);
-    if (have[0])
-        s_get_send (conn, &get[0], sink, redirects != NULL);
+    bool have[2] = {false, false};
+    for (int slot = 0; slot < 2; slot++) {
+        have[slot] =
+            kvpc_next_chunk (keys, &start, s_sink_bytes, sink, limit, &get[slot].keys, results);
+        limit = limit < KVPC_CHUNK_BYTES / 2 ? 2 * limit : KVPC_CHUNK_BYTES;
+        if (!have[slot])
+            break;
+        s_get_send (conn, &get[slot], sink, redirects != NULL);
+    }
     for (int now = 0; have[now]; now = 1 - now) {
-        int next = 1 - now;
+        int other = 1 - now;
         kvpc_reply_t reply;
-        int chunk_rc = s_get_recv (conn, &get[now], &reply);
-        //  The next request goes out before this reply's values land.
-        have[next] = kvpc_next_chunk (keys, &start, s_sink_bytes, sink, &get[next].keys, results);
-        if (have[next])
-            s_get_send (conn, &get[next], sink, redirects != NULL);
+        int chunk_rc = s_get_recv (conn, &get[now], have[other] ? &get[other] : NULL, &reply);
         if (chunk_rc == KVPOOL_OK && get[now].keys.count)
             chunk_rc = s_get_land (conn, &get[now].keys, &reply, sink, verify, redirects, results);
         else if (chunk_rc != KVPOOL_OK)
@@ -524,6 +536,12 @@ kvpc_socket_get (kvpc_conn_t *conn, const kvpc_keys_t *keys, const kvpc_sink_t *
         if (chunk_rc != KVPOOL_OK)
             rc = chunk_rc;
         kvpc_keys_fini (&get[now].keys);
+        //  The next chunk, behind the other one still at the node.
+        have[now] =
+            kvpc_next_chunk (keys, &start, s_sink_bytes, sink, limit, &get[now].keys, results);
+        limit = limit < KVPC_CHUNK_BYTES / 2 ? 2 * limit : KVPC_CHUNK_BYTES;
+        if (have[now])
+            s_get_send (conn, &get[now], sink, redirects != NULL);
     }
     return rc;
 }

@@ -331,3 +331,35 @@ def test_ranges_and_replicas_from_disk(disk_dir):
         raw.close()
     finally:
         d.finish()
+
+
+def test_a_batch_whose_first_values_are_on_disk_comes_back_whole_and_in_order(disk_dir):
+    """A batch get over the socket goes as two requests at the node at once (the first of
+    4 MiB): here the first one's values are on disk only and the second one's in memory, so
+    the node answers the second first. The client keeps that early reply for its request:
+    every value lands in its own buffer, none is lost as a stale reply (which would time
+    the call out), and the disk reads really happened."""
+    d = start(disk_dir, "--promote-on-hit", "0", pool="16MiB")
+    try:
+        raw = Raw(d.endpoint)
+        keys = ["order-%03d" % i for i in range(24)]
+        for key in keys:
+            assert raw.put(key, value_of(key)) == OK
+        assert wait_for(lambda: raw.stats().offload_queue == 0)
+        # The oldest went to disk as the pool filled (disk_hits below says they are read
+        # from there); the newest are in memory.
+        on_disk = keys[:4]
+        in_memory = keys[-8:]
+        batch = on_disk + in_memory
+        before = raw.stats()
+        with kvpool.Client(d.endpoint, fast_path=False) as client:
+            for _ in range(3):
+                buffers = [bytearray(MiB) for _ in batch]
+                assert list(client.get_batch_into(batch, buffers)) == [MiB] * len(batch)
+                assert [bytes(b) for b in buffers] == [value_of(k) for k in batch]
+                values = client.get_batch(batch)
+                assert [bytes(v) for v in values] == [value_of(k) for k in batch]
+        assert raw.stats().disk_hits - before.disk_hits == 3 * 2 * len(on_disk)
+        raw.close()
+    finally:
+        d.stop()
