@@ -427,20 +427,30 @@ s_prefix (self_t *self, const char *const *keys, const size_t *lens, size_t bloc
     shm_index_batch_t batch;
     if (index)
         shm_index_batch_start (&batch, index, keys, lens, blocks * ranks);
+    //  A block with a key the node vouches it does not hold (shm_index.h, "Absent keys")
+    //  ends the count there, with no job either.
     size_t first = 0;
+    bool absent = false;
     for (; first < blocks; first++) {
         size_t r = 0;
         for (; r < ranks; r++) {
             shm_index_hit_t hit;
-            if (!index || !shm_index_batch_lookup (&batch, first * ranks + r, &hit)
-                || !shm_index_confirm (&hit, now))
+            shm_index_find_t found =
+                index ? shm_index_batch_find (&batch, first * ranks + r, &hit) : SHM_INDEX_ASK;
+            if (found != SHM_INDEX_FOUND || !shm_index_confirm (&hit, now)) {
+                absent = found == SHM_INDEX_ABSENT;
                 break;
+            }
         }
-        if (r < ranks)
+        if (r < ranks) {
+            shm_index_hit_t hit;
+            for (r++; index && !absent && r < ranks; r++)
+                absent = shm_index_batch_find (&batch, first * ranks + r, &hit) == SHM_INDEX_ABSENT;
             break;
+        }
     }
     *whole = first;
-    if (first == blocks)
+    if (first == blocks || (absent && shm_index_batch_absent_holds (&batch)))
         return 0;
     //  From the first block the index cannot vouch for: the store's PREFIX_MATCH, the same
     //  operation a client's prefix match is (it leases what it counts).
@@ -783,6 +793,7 @@ typedef struct {
     //  the keys that exist: 1 if unpublished, else their index slot + 2
     zhashx_t *keys;
     s_fake_mode_t mode;
+    bool complete;                   //  the index vouches for absent keys ("COMPLETE")
     zlistx_t *held;                  //  jobs kept unanswered (FAKE_HOLD)
     uint64_t exist_jobs, exist_keys; //  PREFIX_MATCH jobs seen; keys in the last one
     uint64_t touch_jobs, touch_keys; //  TOUCH jobs seen (none expected); keys in all of them
@@ -870,13 +881,34 @@ s_fake_api_actor (zsock_t *pipe, void *args)
             zsock_recv (pipe, "ss", &command, &arg);
             if (streq (command, "ADD")) {
                 zhashx_insert (fake.keys, arg, (void *) 1);
+                if (fake.complete)
+                    shm_index_unlisted_add (fake.index, arg, strlen (arg));
                 zsock_signal (pipe, 0);
             }
             else if (streq (command, "PUBLISH")) {
                 assert (zhashx_lookup (fake.keys, arg));
-                int64_t slot = shm_index_insert (fake.index, arg, strlen (arg), 1, 0, 100, 1, false);
+                int64_t slot =
+                    shm_index_insert (fake.index, arg, strlen (arg), 1, 0, 100, 1, false);
                 assert (slot >= 0);
+                if (fake.complete && zhashx_lookup (fake.keys, arg) == (void *) 1)
+                    shm_index_unlisted_remove (fake.index, arg, strlen (arg), true);
                 zhashx_update (fake.keys, arg, (void *) (intptr_t) (slot + 2));
+                zsock_signal (pipe, 0);
+            }
+            else if (streq (command, "COMPLETE")) {
+                //  As a node without a master: its unpublished keys counted, absence vouched
+                //  for ("1"); or neither ("0").
+                bool complete = streq (arg, "1");
+                for (void *slot = zhashx_first (fake.keys); slot && complete != fake.complete;
+                     slot = zhashx_next (fake.keys)) {
+                    const char *key = (const char *) zhashx_cursor (fake.keys);
+                    if (slot == (void *) 1 && complete)
+                        shm_index_unlisted_add (fake.index, key, strlen (key));
+                    else if (slot == (void *) 1)
+                        shm_index_unlisted_remove (fake.index, key, strlen (key), true);
+                }
+                fake.complete = complete;
+                shm_index_set_complete (fake.index, complete);
                 zsock_signal (pipe, 0);
             }
             else if (streq (command, "STAMP")) {
@@ -1227,6 +1259,18 @@ lookup_server_test (bool verbose)
     assert (counts.exist_jobs == before.exist_jobs);
     assert (s_fake_stamp (fake, 1, hashes[1]) >= started);
     assert (counts.touch_jobs == 0);
+    //  A store that vouches for absent keys (a node without a master): block 2's rank-1
+    //  key is absent, so the count ends there with no job; a block of keys held but not
+    //  published (block 3) is still asked about.
+    s_fake_command (fake, "COMPLETE", "1");
+    before = counts;
+    assert (s_lookup_all_forms (req, 100, hashes, 4, 32) == 32);
+    counts = s_fake_counts (fake);
+    assert (counts.exist_jobs == before.exist_jobs);
+    assert (s_lookup_all_forms (req, 1000, tail, 3, 48) == 48);
+    counts = s_fake_counts (fake);
+    assert (counts.exist_jobs == before.exist_jobs + 5 && counts.exist_keys == 2);
+    s_fake_command (fake, "COMPLETE", "0");
 
     //  stats: JSON with the store's counters and the server's.
     const void *stats[] = {"stats"};
