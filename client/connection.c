@@ -87,6 +87,9 @@ struct _kvpc_conn_t {
     kvpc_reply_t early;
     uint64_t early_id;
     size_t early_extra; //  its value frames past those expected
+    //  The last request id sent before the socket was last replaced: no reply to it or an
+    //  earlier one can come any more.
+    uint64_t reset_below;
 };
 
 //  ---- the ZeroMQ context ----------------------------------------------------------------
@@ -318,6 +321,7 @@ static void
 s_socket_reset (kvpc_conn_t *self)
 {
     s_early_drop (self); //  (no reply to an earlier request comes on the new socket)
+    self->reset_below = self->next_id;
     if (self->socket)
         zmq_close (self->socket);
     self->socket = NULL;
@@ -580,6 +584,13 @@ kvpc_call_recv_ahead (kvpc_conn_t *self, Kvpool__V1__Request *request, size_t ex
         self->early_id = 0;
         self->early_extra = 0;
         rc = 0;
+    }
+    else if (request->request_id <= self->reset_below) {
+        //  Sent on a socket since replaced (a send of a later request failed): its reply
+        //  cannot come, and waiting for it would only run out the timeout.
+        kvpc_set_error (self, "the connection to %s was reset before the reply to %s",
+                        self->endpoint, s_op_name (request->op));
+        return KVPOOL_RPC_FAIL;
     }
     else {
         s_early_drop (self); //  (a reply to a request given up)
