@@ -508,23 +508,38 @@ s_sink_bytes (const void *arg, size_t index)
     return kvpc_sink_bytes ((const kvpc_sink_t *) arg, index);
 }
 
+//  A batch's GETs on their way: where the next chunk starts, and how large it may be.
+typedef struct {
+    const kvpc_keys_t *keys;
+    const kvpc_sink_t *sink;
+    bool redirect;
+    size_t start;
+    uint64_t limit;
+    int64_t *results;
+} s_gets_t;
+
+//  Sends the GET of the batch's next chunk in get. Returns false when no keys are left.
+static bool
+s_get_next (kvpc_conn_t *conn, s_gets_t *gets, s_get_t *get)
+{
+    if (!kvpc_next_chunk (gets->keys, &gets->start, s_sink_bytes, gets->sink, gets->limit,
+                          &get->keys, gets->results))
+        return false;
+    gets->limit = gets->limit < KVPC_CHUNK_BYTES / 2 ? 2 * gets->limit : KVPC_CHUNK_BYTES;
+    s_get_send (conn, get, gets->sink, gets->redirect);
+    return true;
+}
+
 int
 kvpc_socket_get (kvpc_conn_t *conn, const kvpc_keys_t *keys, const kvpc_sink_t *sink, bool verify,
                  kvpc_redirects_t *redirects, int64_t *results)
 {
     int rc = KVPOOL_OK;
-    size_t start = 0;
-    uint64_t limit = KVPC_GET_FIRST_CHUNK_BYTES;
+    s_gets_t gets = {keys, sink, redirects != NULL, 0, KVPC_GET_FIRST_CHUNK_BYTES, results};
     s_get_t get[2];
-    bool have[2] = {false, false};
-    for (int slot = 0; slot < 2; slot++) {
-        have[slot] =
-            kvpc_next_chunk (keys, &start, s_sink_bytes, sink, limit, &get[slot].keys, results);
-        limit = limit < KVPC_CHUNK_BYTES / 2 ? 2 * limit : KVPC_CHUNK_BYTES;
-        if (!have[slot])
-            break;
-        s_get_send (conn, &get[slot], sink, redirects != NULL);
-    }
+    bool have[2];
+    have[0] = s_get_next (conn, &gets, &get[0]);
+    have[1] = have[0] && s_get_next (conn, &gets, &get[1]);
     for (int now = 0; have[now]; now = 1 - now) {
         int other = 1 - now;
         kvpc_reply_t reply;
@@ -537,11 +552,7 @@ kvpc_socket_get (kvpc_conn_t *conn, const kvpc_keys_t *keys, const kvpc_sink_t *
             rc = chunk_rc;
         kvpc_keys_fini (&get[now].keys);
         //  The next chunk, behind the other one still at the node.
-        have[now] =
-            kvpc_next_chunk (keys, &start, s_sink_bytes, sink, limit, &get[now].keys, results);
-        limit = limit < KVPC_CHUNK_BYTES / 2 ? 2 * limit : KVPC_CHUNK_BYTES;
-        if (have[now])
-            s_get_send (conn, &get[now], sink, redirects != NULL);
+        have[now] = s_get_next (conn, &gets, &get[now]);
     }
     return rc;
 }

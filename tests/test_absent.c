@@ -43,6 +43,27 @@ s_kill_server (void)
         kill (s_server.pid, SIGKILL);
 }
 
+//  Starts the node under test: a pool of segment, a disk tier of capacity in disk_dir, values
+//  read twice from disk promoted, and read leases of 1 ms (the reads here keep nothing from
+//  going to disk).
+static testutil_server_t *
+s_start (const char *segment, const char *disk_dir, const char *capacity)
+{
+    const char *args[] = {"--segment-size",
+                          segment,
+                          "--disk-dir",
+                          disk_dir,
+                          "--disk-capacity",
+                          capacity,
+                          "--promote-on-hit",
+                          "2",
+                          "--lease-ttl",
+                          "1",
+                          NULL};
+    CHECK (testutil_server_start (&s_server, args) == 0);
+    return &s_server;
+}
+
 static void
 s_held_key (char *buf, size_t size, int i)
 {
@@ -77,20 +98,7 @@ s_connect (const char *endpoint)
 static void
 s_test_in_turn (const char *disk_dir)
 {
-    //  (Read leases of 1 ms: the reads here keep nothing from going to disk.)
-    const char *args[] = {"--segment-size",
-                          "8MiB",
-                          "--disk-dir",
-                          disk_dir,
-                          "--disk-capacity",
-                          "256MiB",
-                          "--promote-on-hit",
-                          "2",
-                          "--lease-ttl",
-                          "1",
-                          NULL};
-    testutil_server_t *server = &s_server;
-    CHECK (testutil_server_start (server, args) == 0);
+    testutil_server_t *server = s_start ("8MiB", disk_dir, "256MiB");
     kvpool_t *pool = s_connect (server->endpoint);
     char value[4096];
     memset (value, 'v', sizeof value);
@@ -344,19 +352,7 @@ s_reader (const char *endpoint, int id)
 static void
 s_test_under_fire (const char *argv0, const char *disk_dir)
 {
-    const char *args[] = {"--segment-size",
-                          "16MiB",
-                          "--disk-dir",
-                          disk_dir,
-                          "--disk-capacity",
-                          "512MiB",
-                          "--promote-on-hit",
-                          "2",
-                          "--lease-ttl",
-                          "1",
-                          NULL};
-    testutil_server_t *server = &s_server;
-    CHECK (testutil_server_start (server, args) == 0);
+    testutil_server_t *server = s_start ("16MiB", disk_dir, "512MiB");
     {
         kvpool_t *pool = s_connect (server->endpoint);
         char value[4096];
@@ -371,21 +367,12 @@ s_test_under_fire (const char *argv0, const char *disk_dir)
     const char *roles[] = {"--upserter", "--churner", "--reader", "--reader"};
     pid_t children[4];
     for (int c = 0; c < 4; c++) {
-        children[c] = fork ();
-        CHECK (children[c] >= 0);
-        if (children[c] == 0) {
-            char id[16];
-            snprintf (id, sizeof id, "%d", c);
-            execl (argv0, argv0, roles[c], id, server->endpoint, (char *) NULL);
-            _exit (127);
-        }
+        char id[16];
+        snprintf (id, sizeof id, "%d", c);
+        const char *args[] = {roles[c], id, server->endpoint, NULL};
+        CHECK ((children[c] = testutil_spawn (argv0, args)) > 0);
     }
-    int failures = 0;
-    for (int c = 0; c < 4; c++) {
-        int status;
-        CHECK (waitpid (children[c], &status, 0) == children[c]);
-        failures += !(WIFEXITED (status) && WEXITSTATUS (status) == 0);
-    }
+    int failures = testutil_wait_all (children, 4);
     kvpool_t *pool = s_connect (server->endpoint);
     kvpool_stats_t stats;
     CHECK_EQ (kvpool_stats (pool, &stats), KVPOOL_OK);

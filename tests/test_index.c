@@ -145,25 +145,14 @@ s_round (const char *argv0, const char **args, size_t value_size, bool over_tcp,
     snprintf (size, sizeof size, "%zu", value_size);
     pid_t children[3];
     for (int c = 0; c < 3; c++) {
-        children[c] = fork ();
-        CHECK (children[c] >= 0);
-        if (children[c] == 0) {
-            char id[16];
-            snprintf (id, sizeof id, "%d", c);
-            if (c == 0)
-                execl (argv0, argv0, "--writer", size, server.endpoint, (char *) NULL);
-            else
-                execl (argv0, argv0, over_tcp ? "--tcp-reader" : "--reader", size, id,
-                       server.endpoint, (char *) NULL);
-            _exit (127);
-        }
+        char id[16];
+        snprintf (id, sizeof id, "%d", c);
+        const char *writer[] = {"--writer", size, server.endpoint, NULL};
+        const char *reader[] = {over_tcp ? "--tcp-reader" : "--reader", size, id, server.endpoint,
+                                NULL};
+        CHECK ((children[c] = testutil_spawn (argv0, c == 0 ? writer : reader)) > 0);
     }
-    int failures = 0;
-    for (int c = 0; c < 3; c++) {
-        int status;
-        CHECK (waitpid (children[c], &status, 0) == children[c]);
-        failures += !(WIFEXITED (status) && WEXITSTATUS (status) == 0);
-    }
+    int failures = testutil_wait_all (children, 3);
     kvpool_t *pool = kvpool_connect (server.endpoint, NULL);
     CHECK (pool);
     kvpool_stats_t stats;

@@ -657,20 +657,12 @@ test_concurrent (testutil_server_t *server, const char *argv0)
 {
     pid_t children[4];
     for (int c = 0; c < 4; c++) {
-        children[c] = fork ();
-        CHECK (children[c] >= 0);
-        if (children[c] == 0) {
-            char id[16];
-            snprintf (id, sizeof id, "%d", c);
-            execl (argv0, argv0, "--worker", id, server->endpoint, (char *) NULL);
-            _exit (127);
-        }
+        char id[16];
+        snprintf (id, sizeof id, "%d", c);
+        const char *args[] = {"--worker", id, server->endpoint, NULL};
+        CHECK ((children[c] = testutil_spawn (argv0, args)) > 0);
     }
-    for (int c = 0; c < 4; c++) {
-        int status;
-        CHECK (waitpid (children[c], &status, 0) == children[c]);
-        CHECK (WIFEXITED (status) && WEXITSTATUS (status) == 0);
-    }
+    CHECK_EQ (testutil_wait_all (children, 4), 0);
     zsock_t *sock = s_connect (server);
     //  Every value is still there and whole after the storm.
     char *value;

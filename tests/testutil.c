@@ -21,6 +21,35 @@ testutil_bin (const char *program)
     return buf;
 }
 
+pid_t
+testutil_spawn (const char *argv0, const char *const *args)
+{
+    const char *argv[16];
+    size_t argc = 0;
+    argv[argc++] = argv0;
+    while (args && *args && argc < 15)
+        argv[argc++] = *args++;
+    argv[argc] = NULL;
+    pid_t pid = fork ();
+    if (pid == 0) {
+        execv (argv0, (char *const *) argv);
+        _exit (127);
+    }
+    return pid;
+}
+
+int
+testutil_wait_all (const pid_t *pids, size_t count)
+{
+    int failures = 0;
+    for (size_t i = 0; i < count; i++) {
+        int status = 0;
+        failures += waitpid (pids[i], &status, 0) != pids[i] || !WIFEXITED (status)
+                    || WEXITSTATUS (status) != 0;
+    }
+    return failures;
+}
+
 static int64_t
 s_now_ms (void)
 {

@@ -33,6 +33,13 @@ int testutil_server_stop (testutil_server_t *server, int signal);
 //  Path of a program in the build's bin directory.
 const char *testutil_bin (const char *program);
 
+//  Runs this test program (argv0) again in a process of its own with args (NULL-terminated):
+//  a worker is a fresh exec, since a ZeroMQ context does not survive fork. Returns its pid,
+//  or -1 if it could not fork.
+pid_t testutil_spawn (const char *argv0, const char *const *args);
+//  Waits for count processes testutil_spawn started; returns how many did not exit 0.
+int testutil_wait_all (const pid_t *pids, size_t count);
+
 #define CHECK(cond)                                                                                \
     do {                                                                                           \
         if (!(cond)) {                                                                             \
